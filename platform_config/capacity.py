@@ -1,0 +1,225 @@
+"""What each GPU pool advertises, and the capacity table: tenant quotas against pool supply.
+
+Pure functions over the typed config; used by the config checks (over capacity is an error), by
+the components (what a node advertises is exported) and by the preview report.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from .gpu_catalog import (
+    GPU_RESOURCE,
+    INSTANCE_TYPES,
+    InstanceType,
+    MigDeviceLayout,
+    MigGeometryDef,
+    builtin_mig_configs,
+    mig_resource,
+)
+from .models import MigGeometry, ModelConfig, NodePoolConfig, PlatformConfig, ResourceBudget
+from .profiles import EXPERIMENT_PRIORITY_CLASS, PROFILES
+from .quantity import parse_quantity
+
+WHOLE_GPU = "whole GPU"
+MIG_SLICE = "MIG slice"
+SHARE = "time-sliced share"
+
+
+def instance_of(pool: NodePoolConfig) -> InstanceType:
+    return INSTANCE_TYPES[pool.instance_type]
+
+
+def custom_geometry(geometry: MigGeometry) -> MigGeometryDef:
+    return MigGeometryDef(
+        geometry.name,
+        tuple(
+            MigDeviceLayout(group.gpus, group.mig_enabled, tuple(sorted(group.profiles.items())))
+            for group in geometry.devices
+        ),
+    )
+
+
+def pool_geometry(pool: NodePoolConfig) -> MigGeometryDef | None:
+    """The MIG geometry a pool's nodes are labelled with; None when the pool does not use MIG
+    (or names a config this GPU does not have: `checks` reports that)."""
+    sharing = pool.sharing
+    if sharing.mode != "mig":
+        return None
+    if sharing.mig_geometry is not None:
+        return custom_geometry(sharing.mig_geometry)
+    return builtin_mig_configs(instance_of(pool).gpu).get(sharing.mig_config or "")
+
+
+@dataclass(frozen=True)
+class PoolSupply:
+    pool: str
+    instance: InstanceType
+    max_nodes: int
+    # Extended resources one node advertises, and what kind of GPU capacity each one is.
+    per_node: dict[str, int]
+    kinds: dict[str, str]
+
+    def at_max(self, resource: str) -> int:
+        return self.per_node.get(resource, 0) * self.max_nodes
+
+
+def pool_supply(pool: NodePoolConfig) -> PoolSupply:
+    instance = instance_of(pool)
+    per_node: dict[str, int] = {}
+    kinds: dict[str, str] = {}
+    sharing = pool.sharing
+    if sharing.mode == "timeSlicing":
+        per_node[GPU_RESOURCE] = instance.gpus * (sharing.replicas or 1)
+        kinds[GPU_RESOURCE] = f"{SHARE} ({sharing.replicas} per GPU)"
+    elif sharing.mode == "mig":
+        geometry = pool_geometry(pool)
+        for layout in geometry.layouts if geometry else ():
+            gpus = instance.gpus if layout.gpus is None else layout.gpus
+            if not layout.mig_enabled:
+                per_node[GPU_RESOURCE] = per_node.get(GPU_RESOURCE, 0) + gpus
+                kinds[GPU_RESOURCE] = WHOLE_GPU
+                continue
+            for profile, count in layout.profiles:
+                resource = mig_resource(profile)
+                per_node[resource] = per_node.get(resource, 0) + count * gpus
+                kinds[resource] = MIG_SLICE
+    else:
+        per_node[GPU_RESOURCE] = instance.gpus
+        kinds[GPU_RESOURCE] = WHOLE_GPU
+    return PoolSupply(pool.name, instance, pool.max_size, per_node, kinds)
+
+
+def budget_resources(budget: ResourceBudget) -> dict[str, Decimal]:
+    """A quota as Kubernetes resource names -> amounts (GPU kinds, cpu, memory)."""
+    amounts: dict[str, Decimal] = {}
+    if budget.gpu:
+        amounts[GPU_RESOURCE] = Decimal(budget.gpu)
+    for profile, count in budget.mig.items():
+        if count:
+            amounts[mig_resource(profile)] = Decimal(count)
+    if budget.cpu is not None:
+        amounts["cpu"] = parse_quantity(budget.cpu)
+    if budget.memory is not None:
+        amounts["memory"] = parse_quantity(budget.memory)
+    return amounts
+
+
+def replica_gpu_request(model: ModelConfig) -> tuple[str, int]:
+    """The GPU resource and count one replica of a model asks for."""
+    if model.resources.mig_profile is not None:
+        return mig_resource(model.resources.mig_profile), 1
+    return GPU_RESOURCE, model.resources.gpus or 1
+
+
+def version_replica_bounds(model: ModelConfig, version: str) -> tuple[int, int]:
+    """(min, max) replicas of one version's server.
+
+    Without a canary the stable version takes the model's bounds. During a canary each version's
+    maximum follows its share of the traffic (never below the minimum), so the two together need
+    about the model's maximum plus one minimum, not twice the maximum.
+    """
+    scaling = model.autoscaling
+    release = model.release
+    if release.canary is None:
+        return scaling.min_replicas, scaling.max_replicas
+    share = release.canary_weight if version == release.canary else 100 - release.canary_weight
+    return scaling.min_replicas, max(scaling.min_replicas, math.ceil(scaling.max_replicas * share / 100))
+
+
+def running_versions(model: ModelConfig) -> list[str]:
+    release = model.release
+    return [release.stable] + ([release.canary] if release.canary else [])
+
+
+def model_priority_class(model: ModelConfig) -> str:
+    return model.priority_class or PROFILES[model.profile].priority_class
+
+
+def is_experiment(model: ModelConfig) -> bool:
+    return model_priority_class(model) == EXPERIMENT_PRIORITY_CLASS
+
+
+def model_peak_demand(model: ModelConfig) -> dict[str, Decimal]:
+    """What all running versions of a model hold at their maximum replica counts."""
+    resource, per_replica = replica_gpu_request(model)
+    replicas = sum(version_replica_bounds(model, v)[1] for v in running_versions(model))
+    return {
+        resource: Decimal(per_replica * replicas),
+        "cpu": parse_quantity(model.resources.cpu) * replicas,
+        "memory": parse_quantity(model.resources.memory) * replicas,
+    }
+
+
+@dataclass
+class CapacityRow:
+    resource: str
+    kind: str
+    supply_by_pool: dict[str, Decimal] = field(default_factory=dict)
+    demand_by_tenant: dict[str, Decimal] = field(default_factory=dict)
+
+    @property
+    def supply(self) -> Decimal:
+        return sum(self.supply_by_pool.values(), Decimal(0))
+
+    @property
+    def demand(self) -> Decimal:
+        return sum(self.demand_by_tenant.values(), Decimal(0))
+
+
+def capacity_table(config: PlatformConfig) -> list[CapacityRow]:
+    """One row per resource kind: what the pools give at max size against the summed quotas."""
+    rows: dict[str, CapacityRow] = {}
+
+    def row(resource: str, kind: str) -> CapacityRow:
+        if resource not in rows:
+            rows[resource] = CapacityRow(resource, kind)
+        elif kind not in rows[resource].kind.split(" + "):
+            rows[resource].kind += f" + {kind}"
+        return rows[resource]
+
+    for pool in config.node_pools:
+        supply = pool_supply(pool)
+        for resource, per_node in supply.per_node.items():
+            row(resource, supply.kinds[resource]).supply_by_pool[pool.name] = Decimal(per_node * pool.max_size)
+        instance = supply.instance
+        row("cpu", "node CPU").supply_by_pool[pool.name] = Decimal(instance.vcpus * pool.max_size)
+        row("memory", "node memory").supply_by_pool[pool.name] = Decimal(instance.memory_gib * pool.max_size) * 2**30
+    for tenant in config.tenants:
+        for resource, amount in budget_resources(tenant.quota).items():
+            if resource not in rows:
+                rows[resource] = CapacityRow(resource, "not provided by any pool")
+            rows[resource].demand_by_tenant[tenant.name] = amount
+    return sorted(rows.values(), key=lambda r: (r.resource in ("cpu", "memory"), r.resource))
+
+
+def capacity_report(config: PlatformConfig) -> list[dict[str, object]]:
+    """The capacity table as plain data (a stack output and a preview report section)."""
+    ratio = Decimal(str(config.capacity.overcommit_ratio))
+    rows = []
+    for row in capacity_table(config):
+        show = _show_memory if row.resource == "memory" else _show_count
+        rows.append(
+            {
+                "resource": row.resource,
+                "kind": row.kind,
+                "supply": show(row.supply),
+                "supplyByPool": {pool: show(v) for pool, v in row.supply_by_pool.items()},
+                "demand": show(row.demand),
+                "demandByTenant": {tenant: show(v) for tenant, v in row.demand_by_tenant.items()},
+                "overcommitRatio": float(ratio),
+                "utilisationPercent": round(float(row.demand / row.supply * 100)) if row.supply else None,
+                "withinCapacity": row.demand <= row.supply * ratio,
+            }
+        )
+    return rows
+
+
+def _show_count(value: Decimal) -> str:
+    return f"{value.normalize():f}"
+
+
+def _show_memory(value: Decimal) -> str:
+    return f"{(value / 2**30).normalize():f}Gi"

@@ -1,0 +1,345 @@
+"""Checks that span more than one field: references, uniqueness, MIG geometry, capacity.
+
+Each check is a pure function from the parsed config to the issues it finds; `CHECKS` runs them
+all, and the loader raises one ConfigError naming every offending key. Later features add their
+checks to `CHECKS`.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Callable, Iterable, Iterator
+
+from .capacity import (
+    SHARE,
+    WHOLE_GPU,
+    budget_resources,
+    capacity_table,
+    instance_of,
+    is_experiment,
+    model_peak_demand,
+    pool_supply,
+    replica_gpu_request,
+)
+from .errors import ConfigIssue, format_key
+from .gpu_catalog import GPU_RESOURCE, builtin_mig_configs, fits_on_gpu
+from .models import PlatformConfig, ResourceBudget
+from .quantity import parse_quantity
+
+Check = Callable[[PlatformConfig], Iterable[ConfigIssue]]
+
+# Namespaces the platform itself installs into; a tenant may not take one of these names.
+RESERVED_NAMESPACES = frozenset(
+    {
+        "default",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        "istio-system",
+        "istio-ingress",
+        "knative-serving",
+        "knative-operator",
+        "gpu-operator",
+        "monitoring",
+        "prometheus-adapter",
+    }
+)
+
+
+def check_unique_names(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    for key, names in (
+        ("nodePools", [p.name for p in config.node_pools]),
+        ("tenants", [t.name for t in config.tenants]),
+        ("models", [m.name for m in config.models]),
+    ):
+        for index, name in _duplicates(names):
+            yield ConfigIssue((key, index, "name"), f"duplicate name {name!r}: names must be unique within {key}")
+    for index, name in _duplicates([m.openai_name for m in config.models]):
+        yield ConfigIssue(
+            ("models", index, "servedModelName"),
+            f"served model name {name!r} is already used by another model: clients select models by it",
+        )
+    for m_index, model in enumerate(config.models):
+        for v_index, name in _duplicates([v.name for v in model.versions]):
+            yield ConfigIssue(("models", m_index, "versions", v_index, "name"), f"duplicate version name {name!r}")
+    for index, tenant in enumerate(config.tenants):
+        if tenant.name in RESERVED_NAMESPACES:
+            yield ConfigIssue(
+                ("tenants", index, "name"),
+                f"{tenant.name!r} is a namespace the platform or Kubernetes uses; reserved: {', '.join(sorted(RESERVED_NAMESPACES))}",
+            )
+
+
+def _duplicates(names: list[str]) -> Iterator[tuple[int, str]]:
+    seen: set[str] = set()
+    for index, name in enumerate(names):
+        if name in seen:
+            yield index, name
+        seen.add(name)
+
+
+def check_gpu_sharing(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """MIG only on MIG-capable GPUs, known configs and profiles, geometries that fit."""
+    for index, pool in enumerate(config.node_pools):
+        sharing = pool.sharing
+        instance = instance_of(pool)
+        gpu = instance.gpu
+        here = ("nodePools", index, "sharing")
+        if sharing.mode == "mig" and not gpu.supports_mig:
+            yield ConfigIssue(
+                (*here, "mode"),
+                f"{pool.instance_type} has {gpu.name} GPUs, which do not support MIG; use mode 'timeSlicing' or 'none'",
+            )
+            continue
+        if pool.ami_type.startswith("BOTTLEROCKET") and sharing.mode != "none":
+            yield ConfigIssue(
+                ("nodePools", index, "amiType"),
+                "GPU sharing is configured through the GPU Operator, which this platform runs on "
+                "AL2023_x86_64_NVIDIA nodes only; use that amiType or sharing mode 'none'",
+            )
+        if sharing.mig_config is not None:
+            builtin = builtin_mig_configs(gpu)
+            if sharing.mig_config not in builtin:
+                yield ConfigIssue(
+                    (*here, "migConfig"),
+                    f"unknown MIG config {sharing.mig_config!r} for {gpu.name}; built-in configs: "
+                    f"{', '.join(builtin)} (or describe one with 'migGeometry')",
+                )
+        if sharing.mig_geometry is not None:
+            yield from _check_geometry(config, index)
+
+
+def _check_geometry(config: PlatformConfig, index: int) -> Iterator[ConfigIssue]:
+    pool = config.node_pools[index]
+    geometry = pool.sharing.mig_geometry
+    assert geometry is not None
+    instance = instance_of(pool)
+    gpu = instance.gpu
+    here = ("nodePools", index, "sharing", "migGeometry")
+    if geometry.name in builtin_mig_configs(gpu):
+        yield ConfigIssue((*here, "name"), f"{geometry.name!r} is a built-in config name: give a custom geometry its own name")
+    total = sum(group.gpus for group in geometry.devices)
+    if total != instance.gpus:
+        yield ConfigIssue(
+            (*here, "devices"),
+            f"device groups cover {total} GPUs but a {pool.instance_type} node has {instance.gpus}; "
+            "the 'gpus' counts must add up to the GPUs per node",
+        )
+    for g_index, group in enumerate(geometry.devices):
+        where = (*here, "devices", g_index)
+        if not group.mig_enabled:
+            if group.profiles:
+                yield ConfigIssue((*where, "profiles"), "a group with migEnabled false takes no profiles: its GPUs stay whole")
+            continue
+        if not group.profiles:
+            yield ConfigIssue((*where, "profiles"), "list the MIG profiles of each GPU in this group, e.g. {'1g.10gb': 7}")
+            continue
+        unknown = [p for p in group.profiles if p not in gpu.mig_profiles]
+        if unknown:
+            yield ConfigIssue(
+                (*where, "profiles"),
+                f"unknown MIG profile {unknown[0]!r} for {gpu.name}; allowed: {', '.join(gpu.mig_profiles)}",
+            )
+            continue
+        if not fits_on_gpu(gpu, group.profiles):
+            layout = " + ".join(f"{n} x {p}" for p, n in group.profiles.items())
+            compute = sum(gpu.mig_profiles[p].compute_slices * n for p, n in group.profiles.items())
+            memory = sum(gpu.mig_profiles[p].memory_slices * n for p, n in group.profiles.items())
+            yield ConfigIssue(
+                (*where, "profiles"),
+                f"{layout} does not fit one {gpu.name}: it needs {compute}/7 compute and {memory}/8 memory slices "
+                "at non-overlapping MIG placements",
+            )
+
+
+def check_tenants(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    pool_names = {p.name for p in config.node_pools}
+    gpu_kinds = _gpu_resources_provided(config)
+    for index, tenant in enumerate(config.tenants):
+        for p_index, pool in enumerate(tenant.pools or []):
+            if pool not in pool_names:
+                yield ConfigIssue(
+                    ("tenants", index, "pools", p_index), f"unknown node pool {pool!r}; pools: {', '.join(sorted(pool_names))}"
+                )
+        for key in ("quota", "experimentQuota"):
+            budget: ResourceBudget = getattr(tenant, "quota" if key == "quota" else "experiment_quota")
+            for profile in budget.mig:
+                if f"nvidia.com/mig-{profile}" not in gpu_kinds:
+                    yield ConfigIssue(
+                        ("tenants", index, key, "mig", profile),
+                        f"no node pool provides MIG profile {profile!r}; provided: "
+                        f"{', '.join(sorted(r.removeprefix('nvidia.com/mig-') for r in gpu_kinds if 'mig-' in r)) or 'none'}",
+                    )
+        quota = budget_resources(tenant.quota)
+        for resource, amount in budget_resources(tenant.experiment_quota).items():
+            if amount > quota.get(resource, Decimal(0)):
+                yield ConfigIssue(
+                    ("tenants", index, "experimentQuota", _budget_key(resource)),
+                    f"experiments may use at most the tenant's quota: {amount} > {quota.get(resource, 0)} for {resource}",
+                )
+        if tenant.experiment_quota.pods is not None and tenant.quota.pods is not None:
+            if tenant.experiment_quota.pods > tenant.quota.pods:
+                yield ConfigIssue(("tenants", index, "experimentQuota", "pods"), "experiments may use at most the tenant's pods quota")
+
+
+def _budget_key(resource: str) -> str:
+    if resource == GPU_RESOURCE:
+        return "gpu"
+    if resource.startswith("nvidia.com/mig-"):
+        return f"mig.{resource.removeprefix('nvidia.com/mig-')}"
+    return resource
+
+
+def _gpu_resources_provided(config: PlatformConfig) -> set[str]:
+    return {r for pool in config.node_pools for r in pool_supply(pool).per_node}
+
+
+def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """Summed tenant quotas against what the pools give at max size, per resource kind."""
+    ratio = Decimal(str(config.capacity.overcommit_ratio))
+    tenant_index = {t.name: i for i, t in enumerate(config.tenants)}
+    for row in capacity_table(config):
+        if row.demand <= row.supply * ratio:
+            continue
+        keys = ", ".join(
+            f"{format_key(('tenants', tenant_index[t], 'quota', _budget_key(row.resource)))}={_amount(row.resource, a)}"
+            for t, a in row.demand_by_tenant.items()
+        )
+        pools = ", ".join(f"{p} {_amount(row.resource, s)}" for p, s in row.supply_by_pool.items()) or "no pool provides it"
+        allowed = f" x overcommit {ratio}" if ratio != 1 else ""
+        yield ConfigIssue(
+            ("tenants",),
+            f"quotas on {row.resource} add up to {_amount(row.resource, row.demand)} ({keys}) but the node pools "
+            f"provide {_amount(row.resource, row.supply)}{allowed} at their maxSize ({pools}); raise a pool's maxSize, "
+            f"lower the quotas, or allow overcommit with {format_key(('capacity', 'overcommitRatio'))}",
+        )
+    # A tenant restricted to some pools must fit into those pools alone.
+    for index, tenant in enumerate(config.tenants):
+        if tenant.pools is None:
+            continue
+        supplies = [pool_supply(p) for p in config.node_pools if p.name in tenant.pools]
+        for resource, amount in budget_resources(tenant.quota).items():
+            if resource in ("cpu", "memory"):
+                continue
+            supply = sum(s.at_max(resource) for s in supplies)
+            if amount > supply * ratio:
+                yield ConfigIssue(
+                    ("tenants", index, "quota", _budget_key(resource)),
+                    f"{amount} of {resource} is more than its pools ({', '.join(tenant.pools)}) provide at maxSize ({supply})",
+                )
+
+
+def _amount(resource: str, value: Decimal) -> str:
+    if resource == "memory":
+        return f"{(value / 2**30).normalize():f}Gi"
+    return f"{value.normalize():f}"
+
+
+def check_models(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    tenants = {t.name: t for t in config.tenants}
+    pools = {p.name: p for p in config.node_pools}
+    for index, model in enumerate(config.models):
+        here = ("models", index)
+        tenant = tenants.get(model.tenant)
+        pool = pools.get(model.pool)
+        if tenant is None:
+            yield ConfigIssue((*here, "tenant"), f"unknown tenant {model.tenant!r}; tenants: {', '.join(tenants)}")
+        if pool is None:
+            yield ConfigIssue((*here, "pool"), f"unknown node pool {model.pool!r}; pools: {', '.join(pools)}")
+        versions = {v.name for v in model.versions}
+        for key, name in (("stable", model.release.stable), ("canary", model.release.canary)):
+            if name is not None and name not in versions:
+                yield ConfigIssue(
+                    (*here, "release", key), f"version {name!r} is not among the model's versions ({', '.join(sorted(versions))})"
+                )
+        if tenant is not None and pool is not None and tenant.pools is not None and pool.name not in tenant.pools:
+            yield ConfigIssue(
+                (*here, "pool"), f"tenant {tenant.name!r} may only use pools {', '.join(tenant.pools)}, not {pool.name!r}"
+            )
+        if pool is not None:
+            misfits = list(_check_model_fits_pool(config, index))
+            yield from misfits
+            # A model that cannot run on its pool would only repeat the problem as a quota one.
+            if tenant is not None and not misfits:
+                yield from _check_model_fits_quota(config, index)
+
+
+def _check_model_fits_pool(config: PlatformConfig, index: int) -> Iterator[ConfigIssue]:
+    model = config.models[index]
+    pool = next(p for p in config.node_pools if p.name == model.pool)
+    supply = pool_supply(pool)
+    resource, per_replica = replica_gpu_request(model)
+    here = ("models", index, "resources")
+    offered = ", ".join(f"{r} ({supply.kinds[r]})" for r in sorted(supply.per_node)) or "nothing"
+    gpu = supply.instance.gpu
+    profile = model.resources.mig_profile
+    if profile is not None and profile not in gpu.mig_profiles:
+        known = ", ".join(gpu.mig_profiles) or "none: it does not support MIG"
+        yield ConfigIssue(
+            (*here, "migProfile"),
+            f"unknown MIG profile {profile!r} for the {gpu.name} GPUs of pool {pool.name!r}; MIG profiles: {known}",
+        )
+        return
+    if resource not in supply.per_node:
+        yield ConfigIssue(
+            (*here, "migProfile" if model.resources.mig_profile else "gpus"),
+            f"pool {pool.name!r} does not provide {resource}; it offers {offered}",
+        )
+        return
+    kind = supply.kinds[resource]
+    if kind.startswith(SHARE) and per_replica != 1:
+        yield ConfigIssue(
+            (*here, "gpus"),
+            f"pool {pool.name!r} shares GPUs by time-slicing, which gives one share per container "
+            f"(failRequestsGreaterThanOne); ask for gpus: 1, not {per_replica}",
+        )
+    elif kind == WHOLE_GPU and per_replica > supply.per_node[resource]:
+        yield ConfigIssue(
+            (*here, "gpus"),
+            f"a replica needs {per_replica} GPUs on one node but a {pool.instance_type} node in pool "
+            f"{pool.name!r} has {supply.per_node[resource]} whole GPUs",
+        )
+    instance = supply.instance
+    if parse_quantity(model.resources.memory) > Decimal(instance.memory_gib) * 2**30:
+        yield ConfigIssue((*here, "memory"), f"more memory than a {pool.instance_type} node has ({instance.memory_gib}Gi)")
+    if parse_quantity(model.resources.cpu) > instance.vcpus:
+        yield ConfigIssue((*here, "cpu"), f"more CPU than a {pool.instance_type} node has ({instance.vcpus})")
+
+
+def _check_model_fits_quota(config: PlatformConfig, index: int) -> Iterator[ConfigIssue]:
+    """A model must be able to reach its maxReplicas inside its tenant's budget for its class."""
+    model = config.models[index]
+    t_index, tenant = next((i, t) for i, t in enumerate(config.tenants) if t.name == model.tenant)
+    experiment = is_experiment(model)
+    budget_key = "experimentQuota" if experiment else "quota"
+    budget = budget_resources(tenant.experiment_quota if experiment else tenant.quota)
+    if not experiment:
+        reserved = budget_resources(tenant.experiment_quota)
+        budget = {r: a - reserved.get(r, Decimal(0)) for r, a in budget.items()}
+    resource, _ = replica_gpu_request(model)
+    need = model_peak_demand(model)[resource]
+    have = budget.get(resource, Decimal(0))
+    if need > have:
+        yield ConfigIssue(
+            ("models", index, "autoscaling", "maxReplicas"),
+            f"at maxReplicas the model's versions hold {need} x {resource}, but tenant {tenant.name!r} "
+            f"has {have} for {'experiments' if experiment else 'production'} "
+            f"({format_key(('tenants', t_index, budget_key, _budget_key(resource)))}); "
+            "lower maxReplicas or raise the quota",
+        )
+
+
+CHECKS: list[Check] = [
+    check_unique_names,
+    check_gpu_sharing,
+    check_tenants,
+    check_capacity,
+    check_models,
+]
+
+
+def run_checks(config: PlatformConfig) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
+    for check in CHECKS:
+        issues.extend(check(config))
+    return issues

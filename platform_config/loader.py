@@ -1,0 +1,102 @@
+"""Read the stack's `inference-platform:*` config once, parse it, check it, or fail cleanly.
+
+Pulumi hands a Python program its config as strings (objects and lists JSON-encoded), through
+the runtime's config store or the PULUMI_CONFIG environment. Everything is read and validated
+here, before a single resource is registered, so a bad stack file never half-applies.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, get_origin
+
+import pulumi
+from pulumi.runtime import config as runtime_config
+from pydantic import ValidationError
+
+from .checks import run_checks
+from .errors import ConfigError, ConfigIssue, issues_from_validation
+from .models import PROJECT, SECRET_KEYS, PlatformConfig
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    platform: PlatformConfig
+    # Secret config values stay Pulumi secrets; they are never parsed into the model.
+    hugging_face_token: pulumi.Output[str] | None
+
+
+def _all_config_keys() -> set[str]:
+    return set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
+
+
+def _scalar_string_fields() -> set[str]:
+    """Top-level keys whose value is a plain string (not JSON) in the config store."""
+    return {
+        field.alias or name
+        for name, field in PlatformConfig.model_fields.items()
+        if field.annotation is str or get_origin(field.annotation) is Literal
+    }
+
+
+def read_raw_config() -> dict[str, Any]:
+    """The project's config as JSON-like values, keyed by the camelCase top-level key."""
+    prefix = f"{PROJECT}:"
+    strings = _scalar_string_fields()
+    raw: dict[str, Any] = {}
+    for full_key in sorted(_all_config_keys()):
+        if not full_key.startswith(prefix):
+            continue
+        key = full_key[len(prefix) :]
+        if key in SECRET_KEYS:
+            continue
+        text = runtime_config.get_config(full_key)
+        if key in strings:
+            raw[key] = text
+            continue
+        try:
+            raw[key] = json.loads(text)
+        except (TypeError, json.JSONDecodeError):
+            raw[key] = text  # let the model report the type mismatch with the key's path
+    return raw
+
+
+def _read_secrets() -> tuple[pulumi.Output[str] | None, list[ConfigIssue]]:
+    key = "huggingFaceToken"
+    full_key = f"{PROJECT}:{key}"
+    if not runtime_config.get_config(full_key):
+        return None, []
+    if not runtime_config.is_config_secret(full_key):
+        return None, [
+            ConfigIssue(
+                (key,),
+                "must be a secret: set it with `pulumi config set --secret huggingFaceToken <token>` "
+                "so it is stored encrypted",
+            )
+        ]
+    return pulumi.Config(PROJECT).require_secret(key), []
+
+
+def parse_platform_config(raw: dict[str, Any]) -> PlatformConfig:
+    """Parse and check a raw config mapping; raise ConfigError naming every bad key."""
+    try:
+        platform = PlatformConfig.model_validate(raw, by_alias=True, by_name=False)
+    except ValidationError as error:
+        raise ConfigError(issues_from_validation(error, PlatformConfig)) from None
+    issues = run_checks(platform)
+    if issues:
+        raise ConfigError(issues)
+    return platform
+
+
+def load_config() -> LoadedConfig:
+    raw = read_raw_config()
+    token, secret_issues = _read_secrets()
+    try:
+        platform = parse_platform_config(raw)
+    except ConfigError as error:
+        raise ConfigError([*secret_issues, *error.issues]) from None
+    if secret_issues:
+        raise ConfigError(secret_issues)
+    return LoadedConfig(platform=platform, hugging_face_token=token)

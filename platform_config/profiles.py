@@ -1,0 +1,125 @@
+"""Workload profiles: typed presets from the design's scenario table.
+
+A model names a profile; the profile supplies defaults (streaming, prefix caching, concurrency
+per replica, scale-to-zero, priority class, tiers, timeouts) that the model may override.
+Latency-sensitive profiles are the ones that must never share a GPU by time-slicing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ProfileName = Literal["chat", "code-completion", "rag", "summarization", "embeddings", "batch-labelling"]
+TierName = Literal["premium", "standard", "batch"]
+PriorityClassName = Literal["inference-production", "inference-experiment"]
+AutoscalingMode = Literal["hpa", "kpa"]
+
+PRODUCTION_PRIORITY_CLASS: PriorityClassName = "inference-production"
+EXPERIMENT_PRIORITY_CLASS: PriorityClassName = "inference-experiment"
+
+
+@dataclass(frozen=True)
+class WorkloadProfile:
+    name: ProfileName
+    description: str
+    latency_sensitive: bool
+    # Design target for time to first token (per item for embeddings); None: no latency target.
+    ttft_target_ms: int | None
+    streaming: bool
+    prefix_caching: bool
+    # Requests one replica works on at once: Knative's containerConcurrency and KPA target,
+    # and vLLM's --max-num-seqs upper bound.
+    concurrency_per_replica: int
+    scale_to_zero: bool
+    priority_class: PriorityClassName
+    tiers: tuple[TierName, ...]
+    request_timeout_seconds: int
+    # vLLM runner: "generate" for LLM endpoints, "pooling" for embedding models.
+    runner: Literal["generate", "pooling"] = "generate"
+
+
+PROFILES: dict[str, WorkloadProfile] = {
+    p.name: p
+    for p in (
+        WorkloadProfile(
+            name="chat",
+            description="real-time chat",
+            latency_sensitive=True,
+            ttft_target_ms=500,
+            streaming=True,
+            prefix_caching=True,
+            concurrency_per_replica=8,
+            scale_to_zero=False,
+            priority_class=PRODUCTION_PRIORITY_CLASS,
+            tiers=("premium", "standard"),
+            request_timeout_seconds=120,
+        ),
+        WorkloadProfile(
+            name="code-completion",
+            description="code completion",
+            latency_sensitive=True,
+            ttft_target_ms=200,
+            streaming=True,
+            prefix_caching=True,
+            concurrency_per_replica=4,
+            scale_to_zero=False,
+            priority_class=PRODUCTION_PRIORITY_CLASS,
+            tiers=("premium", "standard"),
+            request_timeout_seconds=30,
+        ),
+        WorkloadProfile(
+            name="rag",
+            description="retrieval-augmented generation",
+            latency_sensitive=True,
+            ttft_target_ms=1000,
+            streaming=True,
+            prefix_caching=True,
+            concurrency_per_replica=8,
+            scale_to_zero=False,
+            priority_class=PRODUCTION_PRIORITY_CLASS,
+            tiers=("premium", "standard"),
+            request_timeout_seconds=120,
+        ),
+        WorkloadProfile(
+            name="summarization",
+            description="document summarization",
+            latency_sensitive=False,
+            ttft_target_ms=30000,
+            streaming=False,
+            prefix_caching=True,
+            concurrency_per_replica=16,
+            scale_to_zero=False,
+            priority_class=PRODUCTION_PRIORITY_CLASS,
+            tiers=("standard", "batch"),
+            request_timeout_seconds=300,
+        ),
+        WorkloadProfile(
+            name="embeddings",
+            description="embeddings",
+            latency_sensitive=True,
+            ttft_target_ms=100,
+            streaming=False,
+            prefix_caching=False,
+            concurrency_per_replica=64,
+            scale_to_zero=False,
+            priority_class=PRODUCTION_PRIORITY_CLASS,
+            tiers=("premium", "standard", "batch"),
+            request_timeout_seconds=30,
+            runner="pooling",
+        ),
+        WorkloadProfile(
+            name="batch-labelling",
+            description="batch labelling",
+            latency_sensitive=False,
+            ttft_target_ms=None,
+            streaming=False,
+            prefix_caching=True,
+            concurrency_per_replica=64,
+            scale_to_zero=True,
+            priority_class=EXPERIMENT_PRIORITY_CLASS,
+            tiers=("batch",),
+            request_timeout_seconds=900,
+        ),
+    )
+}

@@ -1,0 +1,32 @@
+"""Kubernetes resource quantities ("200Gi", "500m", "64"), parsed exactly for capacity sums."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"m": Decimal("0.001"), "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_QUANTITY = re.compile(r"^(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+
+QUANTITY_HELP = "a Kubernetes quantity such as '64', '500m', '200Gi' or '1.5Ti'"
+
+
+def parse_quantity(text: str) -> Decimal:
+    """The value of a quantity in base units (bytes, cores). Raises ValueError when malformed."""
+    match = _QUANTITY.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not {QUANTITY_HELP}")
+    number = Decimal(match["number"])
+    suffix = match["suffix"] or ""
+    factor = _BINARY.get(suffix) or _DECIMAL[suffix]
+    return number * Decimal(factor)
+
+
+def format_bytes(value: Decimal) -> str:
+    """A byte count in the largest binary unit that keeps it whole (for reports)."""
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = _BINARY[suffix]
+        if value >= unit and value % unit == 0:
+            return f"{int(value // unit)}{suffix}"
+    return str(value.normalize())
