@@ -1,0 +1,1 @@
+"""The offline preview: the Pulumi program under the SDK's mock engine, rendered and checked."""

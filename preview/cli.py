@@ -1,0 +1,95 @@
+"""`python -m preview --stack prod --out build/preview/prod`: the offline preview.
+
+Exit codes: 0 clean; 1 the preview found problems (schema or mandatory policy violations);
+2 the stack config is invalid (one message per offending key, no traceback); 3 the program
+itself crashed (a bug: the traceback is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import pulumi
+
+from . import render
+from .engine import evaluate
+from .report import Report
+from .sections import capacity_section
+from .stack_config import StackConfigError, load_project, load_stack_config
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_CONFIG, EXIT_CRASH = 0, 1, 2, 3
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+T = TypeVar("T")
+
+
+class Progress:
+    def __init__(self, total: int, quiet: bool):
+        self.total, self.index, self.quiet = total, 0, quiet
+        self.stages: list[dict[str, float | str]] = []
+
+    def run(self, name: str, step: Callable[[], T]) -> T:
+        self.index += 1
+        started = time.perf_counter()
+        if not self.quiet:
+            print(f"[{self.index}/{self.total}] {name} ...", file=sys.stderr, flush=True)
+        result = step()
+        seconds = time.perf_counter() - started
+        self.stages.append({"name": name, "seconds": round(seconds, 4)})
+        return result
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m preview", description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", default="dev", help="stack name: stacks/Pulumi.<stack>.yaml (default: dev)")
+    parser.add_argument("--out", type=Path, help="output directory (default: build/preview/<stack>)")
+    parser.add_argument("--project-dir", type=Path, default=PROJECT_ROOT, help="the Pulumi project (default: this repo)")
+    parser.add_argument("--config-file", type=Path, help="use this stack file instead of stacks/Pulumi.<stack>.yaml")
+    parser.add_argument("--json", action="store_true", help="print report.json on stdout instead of the summary")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    project_dir = args.project_dir.resolve()
+    out = (args.out or project_dir / "build" / "preview" / args.stack).resolve()
+    progress = Progress(total=4, quiet=args.quiet or args.json)
+
+    try:
+        project = load_project(project_dir)
+        stack_config = progress.run("reading stack config", lambda: load_stack_config(project, args.stack, args.config_file))
+    except StackConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    try:
+        evaluation = progress.run("evaluating the program under the mock engine", lambda: evaluate(project_dir, stack_config))
+    except pulumi.RunError as error:
+        # The same clean message the Pulumi CLI prints for a RunError: no traceback.
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    except Exception:  # noqa: BLE001 - a crash in the program is reported with its traceback
+        traceback.print_exc()
+        print("error: the program crashed (a bug, not a config problem)", file=sys.stderr)
+        return EXIT_CRASH
+
+    report = Report(project=project.name, stack=args.stack, resources=evaluation.resources, stack_outputs=evaluation.stack_outputs)
+    progress.run("rendering resources and manifests", lambda: render.write_outputs(out, evaluation.resources))
+    report.sections["capacity"] = capacity_section(evaluation.stack_outputs)
+    progress.run("writing the report", lambda: None)
+    report.stages = progress.stages
+    report.write(out)
+
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, default=str))
+    else:
+        print(report.terminal())
+        print(f"\nwrote {out}/resources.json, manifests/, report.json, report.md")
+    return EXIT_FINDINGS if report.failed else EXIT_CLEAN

@@ -1,0 +1,189 @@
+"""Run the unmodified Pulumi program under the SDK's own mock engine and record every resource.
+
+`pulumi.runtime.set_mocks` replaces the resource monitor; our monitor subclass records each
+registration (components and the stack too) with its parent, provider and inputs exactly as the
+provider would receive them, and the outputs components register. Computed outputs a real
+provider would return (an EKS endpoint, a node group's ASG name) come from `PreviewMocks`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import runpy
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime import config as runtime_config
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.sync_await import _sync_await
+
+from .stack_config import StackConfig
+
+SECRET_SIG = rpc._special_sig_key
+SECRET_VALUE = rpc._special_secret_sig
+
+
+@dataclass
+class RecordedResource:
+    type: str
+    name: str
+    urn: str
+    parent: str | None
+    custom: bool
+    provider: str | None
+    inputs: dict[str, Any]
+    # For custom resources: the state the mock provider returned; for components: the outputs
+    # the component registered (what AnalyzeStack sees as the resource's properties).
+    outputs: dict[str, Any] = field(default_factory=dict)
+    dependencies: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Evaluation:
+    resources: list[RecordedResource]
+    stack_outputs: dict[str, Any]
+
+
+def _provider_urn(reference: str) -> str | None:
+    # A provider reference is "<urn>::<id>"; the URN itself contains "::" separators.
+    return reference.rsplit("::", 1)[0] if reference else None
+
+
+class PreviewMocks(pulumi_mocks.Mocks):
+    """What providers would answer at preview: inputs echoed back, plus the computed outputs
+    the program reads from AWS resources."""
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict]:
+        state = dict(args.inputs)
+        resource_id = f"{args.name}-id"
+        if args.typ.startswith("kubernetes:"):
+            metadata = state.get("metadata") or {}
+            namespace = metadata.get("namespace")
+            name = metadata.get("name", args.name)
+            resource_id = f"{namespace}/{name}" if namespace else str(name)
+        state.update(_computed_outputs(args.typ, args.name, state))
+        return resource_id, state
+
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/preview", "userId": "preview"}, None
+        if args.token == "aws:index/getRegion:getRegion":
+            return {"name": "us-east-1", "region": "us-east-1"}, None
+        if args.token == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, None
+        return {}, None
+
+
+def _computed_outputs(type_token: str, name: str, state: dict[str, Any]) -> dict[str, Any]:
+    """Outputs AWS computes that the program passes on (placeholders with the real shapes)."""
+    if type_token == "aws:eks/cluster:Cluster":
+        cluster = state.get("name", name)
+        return {
+            "arn": f"arn:aws:eks:us-east-1:123456789012:cluster/{cluster}",
+            "endpoint": f"https://{cluster}.gr7.us-east-1.eks.amazonaws.com",
+            "certificateAuthority": {"data": "UHJldmlldyBDQQ=="},
+            "identities": [{"oidcs": [{"issuer": f"https://oidc.eks.us-east-1.amazonaws.com/id/{cluster.upper()}"}]}],
+            "vpcConfig": {**(state.get("vpcConfig") or {}), "clusterSecurityGroupId": "sg-0preview"},
+        }
+    if type_token == "aws:eks/nodeGroup:NodeGroup":
+        group = state.get("nodeGroupName", name)
+        return {"resources": [{"autoscalingGroups": [{"name": f"eks-{group}-asg"}]}], "status": "ACTIVE"}
+    if type_token == "aws:iam/role:Role":
+        return {"arn": f"arn:aws:iam::123456789012:role/{state.get('name', name)}"}
+    if type_token == "aws:iam/openIdConnectProvider:OpenIdConnectProvider":
+        return {"arn": f"arn:aws:iam::123456789012:oidc-provider/{name}"}
+    return {}
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    def __init__(self, mocks: pulumi_mocks.Mocks):
+        super().__init__(mocks)
+        self.records: dict[str, RecordedResource] = {}
+        self._lock = threading.Lock()
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        # The engine qualifies a child's type with its parent's whole type chain; the SDK's
+        # mock keeps only the parent's last type. Use the engine's form.
+        if parent:
+            type_ = parent.split("::")[2] + "$" + type_
+        return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
+
+    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+        response = super().RegisterResource(request)
+        urn = response.urn
+        inputs = rpc.deserialize_properties(request.object, keep_unknowns=True)
+        outputs = {}
+        if request.type != "pulumi:pulumi:Stack" and request.custom:
+            outputs = self.resources[urn].state if urn in self.resources else {}
+        record = RecordedResource(
+            type=request.type,
+            name=request.name,
+            urn=urn,
+            parent=request.parent or None,
+            custom=bool(request.custom),
+            provider=_provider_urn(request.provider),
+            inputs=inputs,
+            outputs=dict(outputs),
+            dependencies=list(request.dependencies),
+        )
+        with self._lock:
+            self.records[urn] = record
+        return response
+
+    def RegisterResourceOutputs(self, request):  # noqa: N802 - gRPC method name
+        outputs = rpc.deserialize_properties(request.outputs, keep_unknowns=True)
+        with self._lock:
+            if request.urn in self.records:
+                self.records[request.urn].outputs = outputs
+        return super().RegisterResourceOutputs(request)
+
+
+class ProgramError(Exception):
+    """The program raised something other than a clean config error: a bug worth a traceback."""
+
+
+def evaluate(program_dir: Path, config: StackConfig) -> Evaluation:
+    """Run `<program_dir>/__main__.py` for one stack under mocks; return what it registered.
+
+    Raises the program's own exception (a ConfigError for bad stack config) unchanged.
+    """
+    runtime_config.set_all_config(dict(config.values), list(config.secret_keys))
+    settings.ROOT.set(None)
+    mocks = PreviewMocks()
+    monitor = RecordingMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project=config.project, stack=config.stack, preview=True, monitor=monitor)
+    root = settings.get_root_resource()
+
+    sys.path.insert(0, str(program_dir))
+    try:
+        runpy.run_path(str(program_dir / "__main__.py"), run_name="__main__")
+        _sync_await(pulumi.runtime.stack.wait_for_rpcs())
+        stack_outputs = _resolve_outputs(getattr(root, "outputs", {}))
+    finally:
+        sys.path.remove(str(program_dir))
+    # The SDK registers resources from a thread pool, so arrival order varies between runs;
+    # order by depth, then URN, for output that diffs cleanly.
+    resources = sorted(monitor.records.values(), key=lambda r: (r.urn.count("$"), r.urn))
+    return Evaluation(resources=resources, stack_outputs=stack_outputs)
+
+
+def _resolve_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
+    async def resolve() -> dict[str, Any]:
+        resolved = {}
+        for key, value in outputs.items():
+            output = pulumi.Output.from_input(value)
+            # Like the CLI: a secret output is shown as [secret], never its value.
+            resolved[key] = "[secret]" if await output.is_secret() else await output.future(with_unknowns=True)
+        return resolved
+
+    return _sync_await(resolve())
+
+
+def reset_event_loop() -> None:
+    """Give the next evaluation a fresh loop (tests evaluate many stacks in one process)."""
+    asyncio.set_event_loop(asyncio.new_event_loop())

@@ -1,0 +1,160 @@
+"""The preview report: report.json, report.md and the terminal summary.
+
+Stages add sections (capacity, schemas, policies); a section with `failed: true` makes the
+preview exit non-zero. The resource tree and counts come from the recorded registrations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .engine import RecordedResource
+
+
+@dataclass
+class Section:
+    title: str
+    summary: str
+    failed: bool = False
+    # Machine-readable content for report.json.
+    data: Any = None
+    # Markdown body for report.md (tables, lists).
+    markdown: str = ""
+    # Lines for the terminal, under the section's summary.
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    project: str
+    stack: str
+    resources: list[RecordedResource]
+    stack_outputs: dict[str, Any]
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    sections: dict[str, Section] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return any(s.failed for s in self.sections.values())
+
+    def counts(self) -> dict[str, int]:
+        custom = [r for r in self.resources if r.custom]
+        return {
+            "resources": len(self.resources),
+            "custom": len(custom),
+            "components": len(self.resources) - len(custom),
+            "kubernetesObjects": sum(1 for r in custom if r.type.startswith("kubernetes:") and "helm.sh" not in r.type),
+            "helmReleases": sum(1 for r in custom if "helm.sh" in r.type),
+            "aws": sum(1 for r in custom if r.type.startswith("aws:")),
+        }
+
+    def by_kind(self) -> dict[str, int]:
+        return dict(sorted(Counter(r.type for r in self.resources if r.custom).items()))
+
+    def by_component(self) -> list[dict[str, Any]]:
+        children: dict[str, Counter] = {}
+        for r in self.resources:
+            if r.custom and r.parent:
+                children.setdefault(r.parent, Counter())[r.type] += 1
+        rows = []
+        for r in self.resources:
+            if r.custom:
+                continue
+            kinds = children.get(r.urn, Counter())
+            rows.append(
+                {"urn": r.urn, "type": r.type, "name": r.name, "resources": sum(kinds.values()), "byKind": dict(sorted(kinds.items()))}
+            )
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "project": self.project,
+            "stack": self.stack,
+            "status": "failed" if self.failed else "clean",
+            "counts": self.counts(),
+            "byKind": self.by_kind(),
+            "byComponent": self.by_component(),
+            "stackOutputs": self.stack_outputs,
+            "stages": self.stages,
+            **{key: {"summary": s.summary, "failed": s.failed, "data": s.data} for key, s in self.sections.items()},
+        }
+
+    # --- rendering --------------------------------------------------------------------------
+
+    def tree_lines(self) -> list[str]:
+        """Components as a tree, each with the custom resources it registered directly."""
+        by_parent: dict[str | None, list[RecordedResource]] = {}
+        for r in self.resources:
+            by_parent.setdefault(r.parent, []).append(r)
+        component_rows = {row["urn"]: row for row in self.by_component()}
+        lines: list[str] = []
+
+        def walk(urn: str | None, prefix: str) -> None:
+            components = sorted((r for r in by_parent.get(urn, []) if not r.custom), key=lambda r: (r.type, r.name))
+            for index, r in enumerate(components):
+                last = index == len(components) - 1
+                row = component_rows[r.urn]
+                kinds = ", ".join(f"{n} {_short_type(t)}" for t, n in row["byKind"].items())
+                lines.append(f"{prefix}{'└─ ' if last else '├─ '}{r.name} ({r.type}){': ' + kinds if kinds else ''}")
+                walk(r.urn, prefix + ("   " if last else "│  "))
+
+        roots = [r for r in self.resources if r.parent is None and not r.custom]
+        for root in roots:
+            row = component_rows[root.urn]
+            kinds = ", ".join(f"{n} {_short_type(t)}" for t, n in row["byKind"].items())
+            lines.append(f"{root.name} ({root.type}){': ' + kinds if kinds else ''}")
+            walk(root.urn, "")
+        return lines
+
+    def terminal(self) -> str:
+        counts = self.counts()
+        out = [f"Offline preview of stack '{self.stack}' ({self.project})", ""]
+        out.extend(self.tree_lines())
+        out.append("")
+        out.append(
+            f"{counts['resources']} resources: {counts['components']} components, {counts['kubernetesObjects']} Kubernetes objects, "
+            f"{counts['helmReleases']} Helm releases, {counts['aws']} AWS resources"
+        )
+        for section in self.sections.values():
+            out.append(f"{'FAIL' if section.failed else 'ok  '} {section.title}: {section.summary}")
+            out.extend(f"     {line}" for line in section.lines)
+        out.append("")
+        out.append(f"result: {'FAILED' if self.failed else 'clean'}")
+        return "\n".join(out)
+
+    def markdown(self) -> str:
+        counts = self.counts()
+        out = [
+            f"# Offline preview: `{self.stack}`",
+            "",
+            f"**Result: {'FAILED' if self.failed else 'clean'}** — {counts['resources']} resources "
+            f"({counts['components']} components, {counts['kubernetesObjects']} Kubernetes objects, "
+            f"{counts['helmReleases']} Helm releases, {counts['aws']} AWS resources)",
+            "",
+        ]
+        for section in self.sections.values():
+            out.append(f"- {'❌' if section.failed else '✅'} **{section.title}**: {section.summary}")
+        out += ["", "## Resources by kind", "", "| kind | count |", "|---|---:|"]
+        out += [f"| `{kind}` | {n} |" for kind, n in self.by_kind().items()]
+        out += ["", "## Resources by component", "", "```", *self.tree_lines(), "```", ""]
+        for section in self.sections.values():
+            if section.markdown:
+                out += [f"## {section.title}", "", section.markdown.rstrip(), ""]
+        out += ["## Stages", "", "| stage | seconds |", "|---|---:|"]
+        out += [f"| {s['name']} | {s['seconds']:.2f} |" for s in self.stages]
+        return "\n".join(out) + "\n"
+
+    def write(self, out: Path) -> None:
+        (out / "report.json").write_text(json.dumps(self.to_json(), indent=2, default=str) + "\n")
+        (out / "report.md").write_text(self.markdown())
+
+
+def _short_type(token: str) -> str:
+    """`kubernetes:apps/v1:Deployment` -> `Deployment`, `pulumi:providers:aws` -> `provider:aws`."""
+    if token.startswith("pulumi:providers:"):
+        return "provider:" + token.rsplit(":", 1)[-1]
+    return token.rsplit(":", 1)[-1]
