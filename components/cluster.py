@@ -1,0 +1,230 @@
+"""Where the platform runs: a new EKS cluster, or an existing cluster reached by kubeconfig.
+
+Either way the component exposes one kubeconfig (None: the local default kubeconfig/context),
+from which `__main__` builds the single Kubernetes provider every Kubernetes resource uses.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from platform_config.models import ClusterConfig
+
+from .constants import PACKAGE
+
+EKS_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+AWS_MANAGED = "arn:aws:iam::aws:policy/"
+NODE_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonEC2ContainerRegistryReadOnly",
+    "AmazonSSMManagedInstanceCore",
+)
+CONTROL_PLANE_LOGS = ["api", "audit", "authenticator"]
+
+
+def assume_role_policy(service: str, actions: tuple[str, ...] = ("sts:AssumeRole",)) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": list(actions)}],
+        }
+    )
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    config: ClusterConfig
+    tags: dict[str, str]
+
+
+class Cluster(pulumi.ComponentResource):
+    name: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str] | None
+    node_role_arn: pulumi.Output[str] | None
+    subnet_ids: list[str]
+    oidc_provider_arn: pulumi.Output[str] | None
+    oidc_issuer: pulumi.Output[str] | None
+    eks_cluster: aws.eks.Cluster | None
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:cluster:Cluster", name, None, opts)
+        config = args.config
+        self.config = config
+        self.eks_cluster = None
+        self.kubeconfig = None
+        self.node_role_arn = None
+        self.oidc_provider_arn = None
+        self.oidc_issuer = None
+        self.subnet_ids = []
+        if config.mode == "eks":
+            self._eks(name, config, args.tags)
+            self.name = self.eks_cluster.name  # type: ignore[union-attr]
+        else:
+            self.name = pulumi.Output.from_input(config.name)
+        self.register_outputs(
+            {
+                "name": self.name,
+                "mode": config.mode,
+                "kubernetesVersion": config.kubernetes_version,
+                "kubeconfig": self.kubeconfig,
+                "nodeRoleArn": self.node_role_arn,
+                "oidcProviderArn": self.oidc_provider_arn,
+            }
+        )
+
+    def provider_args(self) -> dict[str, pulumi.Input[str] | None]:
+        """Arguments of the one Kubernetes provider: the EKS kubeconfig, or the local
+        kubeconfig file and context of an existing cluster (None: the user's default)."""
+        if self.kubeconfig is not None:
+            return {"kubeconfig": self.kubeconfig}
+        local = self.config.kubeconfig
+        return {"kubeconfig": local.path if local else None, "context": local.context if local else None}
+
+    def _eks(self, name: str, config: ClusterConfig, tags: dict[str, str]) -> None:
+        eks = config.eks
+        assert eks is not None
+        child = pulumi.ResourceOptions(parent=self)
+        self.subnet_ids = list(eks.subnet_ids)
+
+        cluster_role = aws.iam.Role(
+            f"{name}-control-plane",
+            assume_role_policy=assume_role_policy("eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession")),
+            tags=tags,
+            opts=child,
+        )
+        cluster_policy = aws.iam.RolePolicyAttachment(
+            f"{name}-control-plane-policy",
+            role=cluster_role.name,
+            policy_arn=f"{AWS_MANAGED}AmazonEKSClusterPolicy",
+            opts=child,
+        )
+        self.eks_cluster = aws.eks.Cluster(
+            f"{name}-eks",
+            name=config.name,
+            version=config.kubernetes_version,
+            role_arn=cluster_role.arn,
+            vpc_config=aws.eks.ClusterVpcConfigArgs(
+                subnet_ids=list(eks.subnet_ids),
+                endpoint_private_access=True,
+                endpoint_public_access=eks.endpoint_public_access,
+                public_access_cidrs=list(eks.public_access_cidrs) or None,
+            ),
+            # Access entries, not the aws-auth ConfigMap; the creator gets no implicit admin.
+            access_config=aws.eks.ClusterAccessConfigArgs(
+                authentication_mode="API",
+                bootstrap_cluster_creator_admin_permissions=False,
+            ),
+            enabled_cluster_log_types=CONTROL_PLANE_LOGS,
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy]),
+        )
+        for index, principal in enumerate(eks.admin_principal_arns):
+            entry = aws.eks.AccessEntry(
+                f"{name}-admin-{index}",
+                cluster_name=self.eks_cluster.name,
+                principal_arn=principal,
+                type="STANDARD",
+                tags=tags,
+                opts=child,
+            )
+            aws.eks.AccessPolicyAssociation(
+                f"{name}-admin-{index}-policy",
+                cluster_name=self.eks_cluster.name,
+                principal_arn=principal,
+                policy_arn=EKS_ADMIN_POLICY,
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]),
+            )
+
+        node_role = aws.iam.Role(
+            f"{name}-nodes",
+            assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
+            tags=tags,
+            opts=child,
+        )
+        node_policies = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-nodes-{policy.lower().replace('_', '-')}",
+                role=node_role.name,
+                policy_arn=f"{AWS_MANAGED}{policy}",
+                opts=child,
+            )
+            for policy in NODE_POLICIES
+        ]
+        self.node_role_arn = node_role.arn
+        self.node_role_dependencies = node_policies
+
+        system = eks.system_node_group
+        aws.eks.NodeGroup(
+            f"{name}-system",
+            cluster_name=self.eks_cluster.name,
+            node_group_name=f"{config.name}-system",
+            node_role_arn=node_role.arn,
+            subnet_ids=list(eks.subnet_ids),
+            instance_types=[system.instance_type],
+            ami_type="AL2023_x86_64_STANDARD",
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=system.min_size, max_size=system.max_size, desired_size=system.desired_size
+            ),
+            labels={"inference.platform/pool": "system"},
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies, ignore_changes=["scalingConfig.desiredSize"]),
+        )
+
+        issuer = self.eks_cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
+        self.oidc_issuer = issuer
+        if eks.workload_identity == "irsa":
+            provider = aws.iam.OpenIdConnectProvider(
+                f"{name}-oidc",
+                url=issuer,
+                client_id_lists=["sts.amazonaws.com"],
+                tags=tags,
+                opts=child,
+            )
+            self.oidc_provider_arn = provider.arn
+        else:
+            aws.eks.Addon(
+                f"{name}-pod-identity-agent",
+                cluster_name=self.eks_cluster.name,
+                addon_name="eks-pod-identity-agent",
+                tags=tags,
+                opts=child,
+            )
+
+        region = eks.region or aws.get_region_output().region
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.json_dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": config.name,
+                            "cluster": {
+                                "server": self.eks_cluster.endpoint,
+                                "certificate-authority-data": self.eks_cluster.certificate_authority.data,
+                            },
+                        }
+                    ],
+                    "contexts": [{"name": config.name, "context": {"cluster": config.name, "user": config.name}}],
+                    "current-context": config.name,
+                    "users": [
+                        {
+                            "name": config.name,
+                            "user": {
+                                "exec": {
+                                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                                    "command": "aws",
+                                    "args": ["eks", "get-token", "--cluster-name", config.name, "--region", region],
+                                }
+                            },
+                        }
+                    ],
+                }
+            )
+        )

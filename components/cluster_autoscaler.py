@@ -1,0 +1,114 @@
+"""The Kubernetes cluster autoscaler (pinned Helm release) with ASG auto-discovery, so GPU node
+groups grow from zero when pods are pending and shrink when nodes sit idle."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .constants import CLUSTER_AUTOSCALER_CHART, KUBE_SYSTEM_NAMESPACE, PACKAGE
+from .workload_identity import WorkloadIdentity, WorkloadIdentityArgs
+
+SERVICE_ACCOUNT = "cluster-autoscaler"
+
+
+def autoscaler_policy(cluster_name: str) -> str:
+    """Least privilege from the autoscaler's AWS guide: read everywhere, resize only the groups
+    tagged as owned by this cluster."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": [
+                        "autoscaling:DescribeAutoScalingGroups",
+                        "autoscaling:DescribeAutoScalingInstances",
+                        "autoscaling:DescribeLaunchConfigurations",
+                        "autoscaling:DescribeScalingActivities",
+                        "autoscaling:DescribeTags",
+                        "ec2:DescribeImages",
+                        "ec2:DescribeInstanceTypes",
+                        "ec2:DescribeLaunchTemplateVersions",
+                        "ec2:GetInstanceTypesFromInstanceRequirements",
+                        "eks:DescribeNodegroup",
+                    ],
+                    "Resource": "*",
+                },
+                {
+                    "Effect": "Allow",
+                    "Action": ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
+                    "Resource": "*",
+                    "Condition": {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}},
+                },
+            ],
+        }
+    )
+
+
+@dataclass(frozen=True)
+class ClusterAutoscalerArgs:
+    cluster_name: str
+    eks_cluster_name: pulumi.Input[str]
+    kubernetes_version: str
+    region: pulumi.Input[str]
+    workload_identity: str
+    tags: dict[str, str]
+    oidc_provider_arn: pulumi.Input[str] | None = None
+    oidc_issuer: pulumi.Input[str] | None = None
+
+
+class ClusterAutoscaler(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:cluster-autoscaler:ClusterAutoscaler", name, None, opts)
+        identity = WorkloadIdentity(
+            f"{name}-identity",
+            WorkloadIdentityArgs(
+                cluster_name=args.eks_cluster_name,
+                namespace=KUBE_SYSTEM_NAMESPACE,
+                service_account=SERVICE_ACCOUNT,
+                mode=args.workload_identity,
+                policy=autoscaler_policy(args.cluster_name),
+                tags=args.tags,
+                oidc_provider_arn=args.oidc_provider_arn,
+                oidc_issuer=args.oidc_issuer,
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        k8s.helm.v3.Release(
+            f"{name}-release",
+            name="cluster-autoscaler",
+            namespace=KUBE_SYSTEM_NAMESPACE,
+            chart=CLUSTER_AUTOSCALER_CHART.chart,
+            version=CLUSTER_AUTOSCALER_CHART.version,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CLUSTER_AUTOSCALER_CHART.repo),
+            values={
+                "cloudProvider": "aws",
+                "awsRegion": args.region,
+                "autoDiscovery": {"clusterName": args.cluster_name},
+                "rbac": {
+                    "serviceAccount": {
+                        "create": True,
+                        "name": SERVICE_ACCOUNT,
+                        "annotations": identity.service_account_annotations,
+                    }
+                },
+                # The autoscaler's minor version must match the cluster's.
+                "image": {"tag": f"v{args.kubernetes_version}.0"},
+                "extraArgs": {
+                    "balance-similar-node-groups": True,
+                    "skip-nodes-with-system-pods": False,
+                    # Pick the group that leaves the fewest GPUs idle.
+                    "expander": "least-waste",
+                    "scale-down-unneeded-time": "10m",
+                    # GPU nodes take minutes to boot and load drivers; do not give up early.
+                    "max-node-provision-time": "25m",
+                },
+                "nodeSelector": {"inference.platform/pool": "system"},
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[identity]),
+        )
+        self.register_outputs({"roleArn": identity.role_arn})

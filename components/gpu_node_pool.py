@@ -1,0 +1,124 @@
+"""A pool of GPU nodes: an EKS managed node group on a GPU AMI, tainted, labelled for GPU
+sharing, and tagged so the cluster autoscaler can scale it up from zero.
+
+On an existing cluster (kubeconfig mode) the nodes already exist; the component then only
+records what they must carry (labels, taint) and what they advertise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from platform_config.capacity import instance_of
+from platform_config.models import NodePoolConfig
+
+from .constants import PACKAGE
+from .specs.gpu_sharing import advertised_resources, node_labels, node_taint
+
+CA_TAG_PREFIX = "k8s.io/cluster-autoscaler"
+# EKS spells taint effects in its API as NO_SCHEDULE; Kubernetes and the autoscaler as NoSchedule.
+EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
+
+
+def autoscaler_tags(cluster_name: str, pool: NodePoolConfig) -> dict[str, str]:
+    """ASG tags the cluster autoscaler reads to discover the group and to build a node template
+    while the group has no nodes (labels, taints and extended resources)."""
+    tags = {
+        f"{CA_TAG_PREFIX}/enabled": "true",
+        f"{CA_TAG_PREFIX}/{cluster_name}": "owned",
+    }
+    for key, value in node_labels(pool).items():
+        tags[f"{CA_TAG_PREFIX}/node-template/label/{key}"] = value
+    taint = node_taint()
+    tags[f"{CA_TAG_PREFIX}/node-template/taint/{taint['key']}"] = f"{taint['value']}:{taint['effect']}"
+    for resource, count in advertised_resources(pool).items():
+        tags[f"{CA_TAG_PREFIX}/node-template/resources/{resource}"] = str(count)
+    tags[f"{CA_TAG_PREFIX}/node-template/resources/ephemeral-storage"] = f"{pool.disk_size_gib}Gi"
+    return tags
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    pool: NodePoolConfig
+    cluster_mode: str
+    cluster_name: str
+    tags: dict[str, str]
+    # EKS only:
+    eks_cluster_name: pulumi.Input[str] | None = None
+    node_role_arn: pulumi.Input[str] | None = None
+    subnet_ids: tuple[str, ...] = ()
+    depends_on: tuple[pulumi.Resource, ...] = ()
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    advertised: dict[str, int]
+    labels: dict[str, str]
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:gpu-node-pool:GpuNodePool", name, None, opts)
+        pool = args.pool
+        instance = instance_of(pool)
+        self.pool_name = pool.name
+        self.advertised = advertised_resources(pool)
+        self.labels = node_labels(pool)
+        taint = node_taint()
+        node_group_name: pulumi.Output[str] | None = None
+
+        if args.cluster_mode == "eks":
+            group = aws.eks.NodeGroup(
+                f"{name}-nodes",
+                cluster_name=args.eks_cluster_name,
+                node_group_name=f"{args.cluster_name}-{pool.name}",
+                node_role_arn=args.node_role_arn,
+                subnet_ids=list(args.subnet_ids),
+                instance_types=[pool.instance_type],
+                ami_type=pool.ami_type,
+                capacity_type=pool.capacity_type,
+                disk_size=pool.disk_size_gib,
+                scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                    min_size=pool.min_size, max_size=pool.max_size, desired_size=pool.initial_size
+                ),
+                update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+                labels=self.labels,
+                taints=[
+                    aws.eks.NodeGroupTaintArgs(
+                        key=taint["key"], value=taint["value"], effect=EKS_TAINT_EFFECT[taint["effect"]]
+                    )
+                ],
+                tags={**args.tags, **autoscaler_tags(args.cluster_name, pool)},
+                # The cluster autoscaler owns the desired size once the group exists.
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=list(args.depends_on), ignore_changes=["scalingConfig.desiredSize"]
+                ),
+            )
+            node_group_name = group.node_group_name
+            # Managed node group tags do not reach the Auto Scaling group, where the autoscaler
+            # reads node templates; tag the ASG itself.
+            asg_name = group.resources.apply(lambda resources: resources[0].autoscaling_groups[0].name)
+            for index, (key, value) in enumerate(sorted(autoscaler_tags(args.cluster_name, pool).items())):
+                aws.autoscaling.Tag(
+                    f"{name}-asg-tag-{index}",
+                    autoscaling_group_name=asg_name,
+                    tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+
+        self.register_outputs(
+            {
+                "pool": pool.name,
+                "instanceType": pool.instance_type,
+                "gpuModel": instance.gpu.name,
+                "gpuMemoryGiB": instance.gpu.memory_gib,
+                "gpusPerNode": instance.gpus,
+                "minSize": pool.min_size,
+                "maxSize": pool.max_size,
+                "sharing": pool.sharing.mode,
+                "nodeLabels": self.labels,
+                "nodeTaint": taint,
+                "advertisedPerNode": self.advertised,
+                "nodeGroupName": node_group_name,
+            }
+        )

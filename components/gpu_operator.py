@@ -1,0 +1,79 @@
+"""The NVIDIA GPU Operator (pinned Helm release) configured for every pool's GPU sharing:
+the mig-parted config for MIG pools, the device-plugin configs for time-slicing, and a
+ServiceMonitor so DCGM's GPU metrics reach Prometheus."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from platform_config.models import NodePoolConfig
+
+from .constants import GPU_OPERATOR_CHART, GPU_OPERATOR_NAMESPACE, PACKAGE, standard_labels
+from .specs.gpu_operator import (
+    DEVICE_PLUGIN_CONFIGMAP,
+    MIG_PARTED_CONFIGMAP,
+    dcgm_service_monitor,
+    gpu_operator_values,
+)
+from .specs.gpu_sharing import device_plugin_configs, mig_parted_config
+
+
+@dataclass(frozen=True)
+class GpuOperatorArgs:
+    pools: tuple[NodePoolConfig, ...]
+    # The ServiceMonitor CRD comes with the Prometheus Operator; wait for it.
+    monitoring: pulumi.Resource | None = None
+
+
+class GpuOperator(pulumi.ComponentResource):
+    def __init__(self, name: str, args: GpuOperatorArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:gpu-operator:GpuOperator", name, None, opts)
+        pools = list(args.pools)
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={
+                "name": GPU_OPERATOR_NAMESPACE,
+                # The operator's daemonsets need host access (device nodes, kubelet sockets).
+                "labels": {**standard_labels(GPU_OPERATOR_NAMESPACE, "gpu-operator"), "pod-security.kubernetes.io/enforce": "privileged"},
+            },
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
+        mig_config = k8s.core.v1.ConfigMap(
+            f"{name}-mig-parted-config",
+            metadata={"name": MIG_PARTED_CONFIGMAP, "namespace": GPU_OPERATOR_NAMESPACE, "labels": standard_labels(MIG_PARTED_CONFIGMAP, "gpu-operator")},
+            data={"config.yaml": yaml.safe_dump(mig_parted_config(pools), sort_keys=False)},
+            opts=inside,
+        )
+        plugin_config = k8s.core.v1.ConfigMap(
+            f"{name}-device-plugin-config",
+            metadata={"name": DEVICE_PLUGIN_CONFIGMAP, "namespace": GPU_OPERATOR_NAMESPACE, "labels": standard_labels(DEVICE_PLUGIN_CONFIGMAP, "gpu-operator")},
+            data=device_plugin_configs(pools),
+            opts=inside,
+        )
+        release = k8s.helm.v3.Release(
+            f"{name}-release",
+            name="gpu-operator",
+            namespace=GPU_OPERATOR_NAMESPACE,
+            chart=GPU_OPERATOR_CHART.chart,
+            version=GPU_OPERATOR_CHART.version,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=GPU_OPERATOR_CHART.repo),
+            values=gpu_operator_values(),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, mig_config, plugin_config]),
+        )
+        monitor_deps: list[pulumi.Resource] = [release] + ([args.monitoring] if args.monitoring else [])
+        monitor = dcgm_service_monitor(GPU_OPERATOR_NAMESPACE)
+        k8s.apiextensions.CustomResource(
+            f"{name}-dcgm-service-monitor",
+            api_version="monitoring.coreos.com/v1",
+            kind="ServiceMonitor",
+            metadata=monitor["metadata"],
+            spec=monitor["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=monitor_deps),
+        )
+        self.release = release
+        self.register_outputs({"chart": GPU_OPERATOR_CHART.chart, "version": GPU_OPERATOR_CHART.version})

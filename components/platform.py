@@ -1,0 +1,101 @@
+"""The whole platform for one stack: GPU pools and their sharing, tenants, and what serves them.
+
+This is the composition root the program builds; every other component is a child of it and
+inherits its Kubernetes provider.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from platform_config.capacity import capacity_report, pool_supply
+from platform_config.models import PlatformConfig
+
+from .cluster import Cluster
+from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from .constants import PACKAGE
+from .gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from .gpu_operator import GpuOperator, GpuOperatorArgs
+from .monitoring import Monitoring
+from .priority_classes import PriorityClasses
+from .tenant import Tenant, TenantArgs
+
+
+@dataclass(frozen=True)
+class InferencePlatformArgs:
+    config: PlatformConfig
+    cluster: Cluster
+    hugging_face_token: pulumi.Output[str] | None = None
+
+
+def aws_tags(config: PlatformConfig) -> dict[str, str]:
+    return {
+        "inference.platform/cluster": config.cluster.name,
+        "inference.platform/environment": config.environment,
+        "managed-by": "pulumi",
+    }
+
+
+class InferencePlatform(pulumi.ComponentResource):
+    def __init__(self, name: str, args: InferencePlatformArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:platform:InferencePlatform", name, None, opts)
+        config = args.config
+        cluster = args.cluster
+        child = pulumi.ResourceOptions(parent=self)
+        tags = aws_tags(config)
+
+        PriorityClasses("priority-classes", opts=child)
+        monitoring = Monitoring("monitoring", opts=child) if config.monitoring.install_prometheus_stack else None
+
+        eks = config.cluster.eks
+        self.pools = [
+            GpuNodePool(
+                pool.name,
+                GpuNodePoolArgs(
+                    pool=pool,
+                    cluster_mode=config.cluster.mode,
+                    cluster_name=config.cluster.name,
+                    tags=tags,
+                    eks_cluster_name=cluster.name if eks else None,
+                    node_role_arn=cluster.node_role_arn,
+                    subnet_ids=tuple(cluster.subnet_ids),
+                    depends_on=tuple(getattr(cluster, "node_role_dependencies", ())),
+                ),
+                opts=child,
+            )
+            for pool in config.node_pools
+        ]
+        if eks is not None:
+            ClusterAutoscaler(
+                "cluster-autoscaler",
+                ClusterAutoscalerArgs(
+                    cluster_name=config.cluster.name,
+                    eks_cluster_name=cluster.name,
+                    kubernetes_version=config.cluster.kubernetes_version,
+                    region=eks.region or aws.get_region_output().region,
+                    workload_identity=eks.workload_identity,
+                    tags=tags,
+                    oidc_provider_arn=cluster.oidc_provider_arn,
+                    oidc_issuer=cluster.oidc_issuer,
+                ),
+                opts=child,
+            )
+        GpuOperator("gpu-operator", GpuOperatorArgs(pools=tuple(config.node_pools), monitoring=monitoring and monitoring.release), opts=child)
+
+        gpu_resources = tuple(sorted({r for pool in config.node_pools for r in pool_supply(pool).per_node}))
+        knative_tenants = {m.tenant for m in config.models if m.autoscaling.mode == "kpa"}
+        self.tenants = {
+            tenant.name: Tenant(
+                tenant.name,
+                TenantArgs(tenant=tenant, gpu_resources=gpu_resources, uses_knative=tenant.name in knative_tenants),
+                opts=child,
+            )
+            for tenant in config.tenants
+        }
+
+        self.capacity = capacity_report(config)
+        self.pool_advertised = {pool.pool_name: pool.advertised for pool in self.pools}
+        self.register_outputs({"gpuCapacity": self.capacity, "poolAdvertisedPerNode": self.pool_advertised})

@@ -1,0 +1,44 @@
+"""A tenant: its namespace, GPU quotas by priority class, defaults, network isolation, RBAC."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from platform_config.models import TenantConfig
+
+from .constants import PACKAGE
+from .specs import kube, tenancy
+
+
+@dataclass(frozen=True)
+class TenantArgs:
+    tenant: TenantConfig
+    # Every GPU resource name any pool provides: quotas list them all (0 where not granted).
+    gpu_resources: tuple[str, ...]
+    # Whether the tenant runs Knative services (their system pods must reach it).
+    uses_knative: bool
+
+
+class Tenant(pulumi.ComponentResource):
+    namespace: pulumi.Output[str]
+
+    def __init__(self, name: str, args: TenantArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:tenant:Tenant", name, None, opts)
+        tenant = args.tenant
+        ns = k8s.core.v1.Namespace(name, **kube.kwargs(tenancy.namespace(tenant)), opts=pulumi.ResourceOptions(parent=self))
+        # Everything else lives in the namespace: create it first.
+        inside = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        for quota in tenancy.resource_quotas(tenant, list(args.gpu_resources)):
+            k8s.core.v1.ResourceQuota(quota["metadata"]["name"], **kube.kwargs(quota), opts=inside)
+        limits = tenancy.limit_range(tenant)
+        k8s.core.v1.LimitRange(limits["metadata"]["name"], **kube.kwargs(limits), opts=inside)
+        for policy in tenancy.network_policies(tenant, knative=args.uses_knative):
+            k8s.networking.v1.NetworkPolicy(f"{name}-{policy['metadata']['name']}", **kube.kwargs(policy), opts=inside)
+        binding = tenancy.role_binding(tenant)
+        if binding is not None:
+            k8s.rbac.v1.RoleBinding(binding["metadata"]["name"], **kube.kwargs(binding), opts=inside)
+        self.namespace = ns.metadata.name
+        self.register_outputs({"namespace": self.namespace, "quota": tenant.quota.model_dump(by_alias=True)})

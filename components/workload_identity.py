@@ -1,0 +1,84 @@
+"""An IAM role a Kubernetes service account assumes: EKS Pod Identity or IRSA."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from .constants import PACKAGE
+
+
+@dataclass(frozen=True)
+class WorkloadIdentityArgs:
+    cluster_name: pulumi.Input[str]
+    namespace: str
+    service_account: str
+    # "podIdentity" or "irsa"
+    mode: str
+    # IAM policy document (JSON string or Output of one) the role gets inline.
+    policy: pulumi.Input[str]
+    tags: dict[str, str]
+    oidc_provider_arn: pulumi.Input[str] | None = None
+    oidc_issuer: pulumi.Input[str] | None = None
+
+
+class WorkloadIdentity(pulumi.ComponentResource):
+    role_arn: pulumi.Output[str]
+    # Annotations the service account needs (IRSA); empty for Pod Identity.
+    service_account_annotations: pulumi.Output[dict[str, str]]
+
+    def __init__(self, name: str, args: WorkloadIdentityArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:workload-identity:WorkloadIdentity", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        subject = f"system:serviceaccount:{args.namespace}:{args.service_account}"
+        if args.mode == "irsa":
+            if args.oidc_provider_arn is None or args.oidc_issuer is None:
+                raise ValueError("WorkloadIdentityArgs: mode 'irsa' needs oidc_provider_arn and oidc_issuer")
+            issuer_host = pulumi.Output.from_input(args.oidc_issuer).apply(lambda url: url.removeprefix("https://"))
+            trust = pulumi.Output.json_dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Federated": args.oidc_provider_arn},
+                            "Action": "sts:AssumeRoleWithWebIdentity",
+                            "Condition": issuer_host.apply(
+                                lambda host: {"StringEquals": {f"{host}:sub": subject, f"{host}:aud": "sts.amazonaws.com"}}
+                            ),
+                        }
+                    ],
+                }
+            )
+        else:
+            trust = pulumi.Output.json_dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "pods.eks.amazonaws.com"},
+                            "Action": ["sts:AssumeRole", "sts:TagSession"],
+                        }
+                    ],
+                }
+            )
+        role = aws.iam.Role(f"{name}-role", assume_role_policy=trust, tags=args.tags, opts=child)
+        aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=args.policy, opts=child)
+        self.role_arn = role.arn
+        if args.mode == "irsa":
+            self.service_account_annotations = role.arn.apply(lambda arn: {"eks.amazonaws.com/role-arn": arn})
+        else:
+            aws.eks.PodIdentityAssociation(
+                f"{name}-association",
+                cluster_name=args.cluster_name,
+                namespace=args.namespace,
+                service_account=args.service_account,
+                role_arn=role.arn,
+                tags=args.tags,
+                opts=child,
+            )
+            self.service_account_annotations = pulumi.Output.from_input({})
+        self.register_outputs({"roleArn": self.role_arn})
