@@ -1,0 +1,123 @@
+"""Benchmark the offline preview (not a test: figures go into the README).
+
+For generated stacks of N models x M tenants it reports the wall time of a whole preview and of
+the program-evaluation stage, the evaluation of a flat baseline program registering the very same
+resources with the very same inputs (read back from resources.json) under the same mock engine,
+and memory per resource. It also times the whole preview of the prod stack.
+
+    .venv/bin/python benchmarks/bench_preview.py [--sizes 10 100 500] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.generate import generate_stack  # noqa: E402
+
+PY = sys.executable
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[str]]:
+    started = time.perf_counter()
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    elapsed = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}")
+    return elapsed, result
+
+
+def measure(program: Path, stack_file: Path, env: dict[str, str] | None = None) -> dict:
+    _, result = run([PY, str(ROOT / "benchmarks" / "measure.py"), "--program", str(program), "--config-file", str(stack_file)], env)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def preview(stack_args: list[str], out: Path) -> tuple[float, dict]:
+    elapsed, result = run([PY, "-m", "preview", *stack_args, "--out", str(out), "--json"])
+    return elapsed, json.loads(result.stdout)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 500])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmpdir = Path(tmp)
+        for models in args.sizes:
+            tenants = max(2, models // 10)
+            stack_file = tmpdir / f"Pulumi.bench-{models}.yaml"
+            config = {f"inference-platform:{k}": v for k, v in generate_stack(models, tenants).items()}
+            config["aws:region"] = "us-east-1"
+            stack_file.write_text(yaml.safe_dump({"config": config}))
+            out = tmpdir / f"out-{models}"
+            walls, stages = [], []
+            for _ in range(args.repeat):
+                wall, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out)
+                walls.append(wall)
+                stages.append({s["name"]: s["seconds"] for s in report["stages"]})
+            program = [measure(ROOT, stack_file) for _ in range(args.repeat)]
+            env = {"BENCH_RESOURCES": str(out / "resources.json")}
+            flat = [measure(ROOT / "benchmarks" / "flat_program", stack_file, env) for _ in range(args.repeat)]
+            resources = program[0]["resources"]
+            rows.append(
+                {
+                    "models": models,
+                    "tenants": tenants,
+                    "resources": resources,
+                    "custom": program[0]["custom"],
+                    "previewSeconds": median(walls),
+                    "stageSeconds": {k: median([s[k] for s in stages]) for k in stages[0]},
+                    "evalSeconds": median([p["seconds"] for p in program]),
+                    "flatSeconds": median([f["seconds"] for f in flat]),
+                    "flatCustom": flat[0]["custom"],
+                    "evalGrowthKiBPerResource": median([p["growthKiB"] for p in program]) / resources,
+                    "flatGrowthKiBPerResource": median([f["growthKiB"] for f in flat]) / max(flat[0]["resources"], 1),
+                    "peakMiB": max(p["peakKiB"] for p in program) / 1024,
+                }
+            )
+        prod_walls = []
+        for _ in range(args.repeat):
+            wall, prod_report = preview(["--stack", "prod"], tmpdir / "prod")
+            prod_walls.append(wall)
+
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"prod stack: whole offline preview {median(prod_walls):.2f} s (median of {args.repeat}), {prod_report['counts']['resources']} resources, stages: "
+          + ", ".join(f"{s['name']} {s['seconds']:.2f} s" for s in prod_report["stages"]))
+    print()
+    print("| models x tenants | resources | whole preview | evaluate (program) | evaluate (flat baseline) | ratio | ms/resource (program) | KiB/resource (program / flat) | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        ratio = row["evalSeconds"] / row["flatSeconds"]
+        print(
+            f"| {row['models']} x {row['tenants']} | {row['resources']} | {row['previewSeconds']:.2f} s | {row['evalSeconds']:.2f} s | "
+            f"{row['flatSeconds']:.2f} s | {ratio:.2f}x | {row['evalSeconds'] / row['resources'] * 1000:.2f} | "
+            f"{row['evalGrowthKiBPerResource']:.1f} / {row['flatGrowthKiBPerResource']:.1f} | {row['peakMiB']:.0f} MiB |"
+        )
+    print()
+    print(json.dumps(rows, indent=2))
+    del resource
+
+
+if __name__ == "__main__":
+    main()

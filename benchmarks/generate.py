@@ -1,0 +1,66 @@
+"""Generated stacks for the benchmark: N models across M tenants on two large pools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+QWEN = {"huggingface": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "7ae557604adf67be50417f59c2c2f167def9a775"}
+QWEN_15 = {"huggingface": "Qwen/Qwen2.5-1.5B-Instruct", "revision": "989aa7980e4cf806f80c7fef2b1adb7bc71aa306"}
+
+
+def generate_stack(models: int, tenants: int) -> dict[str, Any]:
+    """A valid production-like stack: every 4th model runs a 10% canary, half use Knative,
+    a quarter are batch labelling on the L4 pool; quotas fit each tenant's models."""
+    per_tenant = -(-models // tenants)
+    model_list = []
+    for index in range(models):
+        tenant = f"tenant-{index % tenants:03d}"
+        batch = index % 4 == 3
+        canary = index % 4 == 1
+        model = {
+            "name": f"model-{index:04d}",
+            "tenant": tenant,
+            "pool": "l4" if batch else "h100",
+            "profile": "batch-labelling" if batch else "chat",
+            "resources": {"gpus": 1, "cpu": "4", "memory": "16Gi"} if batch else {"migProfile": "1g.10gb", "cpu": "4", "memory": "16Gi"},
+            "server": {"maxModelLen": 4096},
+            "versions": [{"name": "v1", "source": QWEN}] + ([{"name": "v2", "source": QWEN_15}] if canary else []),
+            "release": {"stable": "v1", **({"canary": "v2", "canaryWeight": 10} if canary else {})},
+            "autoscaling": (
+                {"mode": "kpa", "minReplicas": 0, "maxReplicas": 2}
+                if batch
+                else {"mode": "hpa" if index % 2 == 0 else "kpa", "minReplicas": 2, "maxReplicas": 4}
+            ),
+        }
+        model_list.append(model)
+    slices = per_tenant * 8
+    return {
+        "environment": "production",
+        "cluster": {
+            "name": "bench",
+            "mode": "eks",
+            "kubernetesVersion": "1.33",
+            "eks": {"region": "us-east-1", "subnetIds": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"]},
+        },
+        "nodePools": [
+            {
+                "name": "h100",
+                "instanceType": "p5.48xlarge",
+                "minSize": 1,
+                "maxSize": 1000,
+                "sharing": {"mode": "mig", "migConfig": "all-1g.10gb"},
+            },
+            {"name": "l4", "instanceType": "g6.12xlarge", "capacityType": "SPOT", "minSize": 0, "maxSize": 1000},
+        ],
+        "tenants": [
+            {
+                "name": f"tenant-{t:03d}",
+                "groups": [f"tenant-{t:03d}-developers"],
+                "quota": {"gpu": per_tenant * 2, "mig": {"1g.10gb": slices}, "cpu": str(per_tenant * 40), "memory": f"{per_tenant * 160}Gi", "pods": per_tenant * 10},
+                "experimentQuota": {"gpu": per_tenant * 2, "cpu": str(per_tenant * 8), "memory": f"{per_tenant * 32}Gi", "pods": per_tenant * 2},
+            }
+            for t in range(tenants)
+        ],
+        "models": model_list,
+        "traffic": {"hosts": ["api.bench.example.com"]},
+    }

@@ -1,0 +1,38 @@
+"""Shared fixtures: each stack file's project config as a fresh mapping."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from .helpers import raw_stack
+
+
+@pytest.fixture
+def dev_raw() -> dict[str, Any]:
+    return copy.deepcopy(raw_stack("dev"))
+
+
+@pytest.fixture
+def staging_raw() -> dict[str, Any]:
+    return copy.deepcopy(raw_stack("staging"))
+
+
+@pytest.fixture
+def prod_raw() -> dict[str, Any]:
+    return copy.deepcopy(raw_stack("prod"))
+
+
+@pytest.fixture(scope="session")
+def previews(tmp_path_factory) -> dict[str, "PreviewRun"]:
+    """Each stack previewed once per session, as a user runs it (`python -m preview`)."""
+    from .helpers import STACKS, PreviewRun, run_preview
+
+    runs = {}
+    for stack in STACKS:
+        out = tmp_path_factory.mktemp(f"preview-{stack}")
+        result = run_preview("--stack", stack, "--out", str(out))
+        runs[stack] = PreviewRun(stack=stack, out=out, result=result)
+    return runs

@@ -1,0 +1,85 @@
+"""Test helpers: stack files as config mappings, and running the offline preview."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("PULUMI_ERROR_OUTPUT_STRING", "true")
+os.environ.setdefault("CRD_SCHEMA_DIR", str((ROOT.parent / "shared" / "crd-schemas").resolve()))
+
+STACKS = ("dev", "staging", "prod")
+PROJECT = "inference-platform"
+
+
+def stack_file(stack: str) -> Path:
+    return ROOT / "stacks" / f"Pulumi.{stack}.yaml"
+
+
+def raw_stack(stack: str) -> dict[str, Any]:
+    """The project-namespaced config of a stack file as a plain mapping, keys without prefix."""
+    from platform_config.models import SECRET_KEYS
+
+    data = yaml.safe_load(stack_file(stack).read_text())["config"]
+    return {
+        key.split(":", 1)[1]: value
+        for key, value in data.items()
+        if key.startswith(f"{PROJECT}:") and key.split(":", 1)[1] not in SECRET_KEYS
+    }
+
+
+def write_stack(tmp_path: Path, raw: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
+    """A stack file holding `raw` (project keys) plus `extra` (fully named keys)."""
+    config = {f"{PROJECT}:{key}": value for key, value in raw.items()}
+    config.update(extra or {})
+    path = tmp_path / "Pulumi.test.yaml"
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    return path
+
+
+def run_preview(*args: str, timeout: int = 180) -> subprocess.CompletedProcess[str]:
+    """The offline preview as a user runs it: a separate process."""
+    return subprocess.run(
+        [sys.executable, "-m", "preview", "--quiet", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def load_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+class PreviewRun:
+    def __init__(self, stack: str, out: Path, result: subprocess.CompletedProcess[str]):
+        self.stack, self.out, self.result = stack, out, result
+
+    @property
+    def resources(self) -> list[dict[str, Any]]:
+        return load_json(self.out / "resources.json")
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return load_json(self.out / "report.json")
+
+    def manifests(self) -> list[dict[str, Any]]:
+        return [yaml.safe_load(p.read_text()) for p in sorted((self.out / "manifests").rglob("*.yaml"))]
+
+    def objects(self, kind: str, api_version: str | None = None) -> list[dict[str, Any]]:
+        return [
+            m for m in self.manifests() if m["kind"] == kind and (api_version is None or m["apiVersion"] == api_version)
+        ]
+
+    def of_type(self, token: str) -> list[dict[str, Any]]:
+        return [r for r in self.resources if r["type"] == token]

@@ -1,0 +1,191 @@
+"""Bad stack config: one clear error per offending key, with its full path and what is allowed."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from platform_config import ConfigError, parse_platform_config
+
+from .helpers import run_preview, write_stack
+
+
+def issues(raw: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_platform_config(raw)
+    return [str(issue) for issue in caught.value.issues]
+
+
+def only_issue(raw: dict[str, Any]) -> str:
+    found = issues(raw)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_every_stack_file_parses(dev_raw, prod_raw):
+    assert parse_platform_config(dev_raw).environment == "development"
+    assert parse_platform_config(prod_raw).environment == "production"
+
+
+def test_wrong_type_names_key_and_expected_type(dev_raw):
+    dev_raw["models"][0]["autoscaling"]["maxReplicas"] = "eight"
+    message = only_issue(dev_raw)
+    assert message.startswith("inference-platform:models[0].autoscaling.maxReplicas: ")
+    assert "expected a whole number" in message and "'eight'" in message
+
+
+def test_number_given_as_string_is_not_coerced(dev_raw):
+    dev_raw["nodePools"][0]["maxSize"] = "1"
+    assert "inference-platform:nodePools[0].maxSize: expected a whole number" in only_issue(dev_raw)
+
+
+def test_misspelt_key_lists_allowed_keys(dev_raw):
+    dev_raw["models"][0]["release"]["canaryWieght"] = 10
+    message = only_issue(dev_raw)
+    assert message.startswith("inference-platform:models[0].release.canaryWieght: unknown key")
+    assert "canaryWeight" in message and "stable" in message
+
+
+def test_misspelt_top_level_key(dev_raw):
+    dev_raw["tenant"] = dev_raw["tenants"]
+    message = only_issue(dev_raw)
+    assert message.startswith("inference-platform:tenant: unknown key")
+    assert "tenants" in message
+
+
+@pytest.mark.parametrize(
+    "mutate, key, allowed",
+    [
+        (lambda r: r["nodePools"][0].update(maxSize=0), "nodePools[0].maxSize", "greater than 0"),
+        (lambda r: r["nodePools"][0].update(minSize=-1), "nodePools[0].minSize", "at least 0"),
+        (lambda r: r["models"][0]["autoscaling"].update(maxReplicas=0), "models[0].autoscaling.maxReplicas", "greater than 0"),
+        (lambda r: r["tenants"][0]["quota"].update(pods=-3), "tenants[0].quota.pods", "at least 0"),
+        (lambda r: r["nodePools"][0]["sharing"].update(replicas=1), "nodePools[0].sharing.replicas", "at least 2"),
+    ],
+)
+def test_zero_or_negative_counts(dev_raw, mutate: Callable, key: str, allowed: str):
+    mutate(dev_raw)
+    message = only_issue(dev_raw)
+    assert message.startswith(f"inference-platform:{key}: ")
+    assert allowed in message
+
+
+def test_unknown_instance_type_lists_catalog(dev_raw):
+    dev_raw["nodePools"][0]["instanceType"] = "p9.mega"
+    message = only_issue(dev_raw)
+    assert message.startswith("inference-platform:nodePools[0].instanceType: unknown instance type 'p9.mega'")
+    assert "p5.48xlarge" in message and "g6.12xlarge" in message
+
+
+def test_unknown_mig_profile_on_model(prod_raw):
+    prod_raw["models"][2]["resources"]["migProfile"] = "9g.99gb"
+    message = only_issue(prod_raw)
+    assert message.startswith(
+        "inference-platform:models[2].resources.migProfile: unknown MIG profile '9g.99gb' for the H100-80GB GPUs of pool 'h100'"
+    )
+    assert "1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb" in message
+
+
+def test_mig_profile_the_pool_geometry_does_not_provide(prod_raw):
+    prod_raw["models"][2]["resources"]["migProfile"] = "2g.20gb"
+    message = only_issue(prod_raw)
+    assert message.startswith("inference-platform:models[2].resources.migProfile: pool 'h100' does not provide nvidia.com/mig-2g.20gb")
+    assert "nvidia.com/mig-1g.10gb (MIG slice)" in message
+
+
+def test_unknown_builtin_mig_config(prod_raw):
+    sharing = prod_raw["nodePools"][0]["sharing"]
+    del sharing["migGeometry"]
+    sharing["migConfig"] = "all-2g.99gb"
+    found = issues(prod_raw)
+    assert any(
+        m.startswith("inference-platform:nodePools[0].sharing.migConfig: unknown MIG config 'all-2g.99gb' for H100-80GB")
+        and "all-1g.10gb" in m
+        for m in found
+    ), found
+
+
+@pytest.mark.parametrize("weight, allowed", [(120, "at most 100"), (-5, "at least 0")])
+def test_canary_weight_outside_0_100(prod_raw, weight: int, allowed: str):
+    prod_raw["models"][1]["release"]["canaryWeight"] = weight
+    message = only_issue(prod_raw)
+    assert message.startswith("inference-platform:models[1].release.canaryWeight: ")
+    assert allowed in message
+
+
+def test_model_naming_missing_tenant(prod_raw):
+    prod_raw["models"][0]["tenant"] = "team-z"
+    message = only_issue(prod_raw)
+    assert message == "inference-platform:models[0].tenant: unknown tenant 'team-z'; tenants: serving, team-a, team-b"
+
+
+def test_model_naming_missing_pool(prod_raw):
+    prod_raw["models"][3]["pool"] = "a100"
+    message = only_issue(prod_raw)
+    assert message == "inference-platform:models[3].pool: unknown node pool 'a100'; pools: h100, l4-batch"
+
+
+def test_duplicate_tenant_name(prod_raw):
+    prod_raw["tenants"][2]["name"] = "team-a"
+    found = issues(prod_raw)
+    assert "inference-platform:tenants[2].name: duplicate name 'team-a': names must be unique within tenants" in found
+
+
+def test_duplicate_version_name(prod_raw):
+    prod_raw["models"][1]["versions"][1]["name"] = "v1"
+    found = issues(prod_raw)
+    assert any(m.startswith("inference-platform:models[1].versions[1].name: duplicate version name 'v1'") for m in found)
+
+
+@pytest.mark.parametrize("name", ["Team_A", "team-", "-team", "9team", "a" * 41])
+def test_non_dns_1123_tenant_name(dev_raw, name: str):
+    dev_raw["tenants"][0]["name"] = name
+    dev_raw["models"][0]["tenant"] = name
+    found = issues(dev_raw)
+    assert any(m.startswith("inference-platform:tenants[0].name: ") and "DNS-1123" in m for m in found), found
+
+
+def test_canary_naming_missing_version(prod_raw):
+    prod_raw["models"][1]["release"]["canary"] = "v3"
+    message = only_issue(prod_raw)
+    assert message == "inference-platform:models[1].release.canary: version 'v3' is not among the model's versions (v1, v2)"
+
+
+def test_every_problem_is_reported_at_once(dev_raw):
+    dev_raw["nodePools"][0]["instanceType"] = "p9.mega"
+    dev_raw["models"][0]["autoscaling"]["maxReplicas"] = "eight"
+    assert len(issues(dev_raw)) == 2
+
+
+def test_latest_image_tag_is_refused(prod_raw):
+    prod_raw["models"][0]["versions"][0]["image"] = "vllm/vllm-openai:latest"
+    assert "pin a release tag or a sha256 digest" in only_issue(prod_raw)
+
+
+def test_unpinned_model_revision_is_refused(dev_raw):
+    dev_raw["models"][0]["versions"][0]["source"]["revision"] = "main"
+    message = only_issue(dev_raw)
+    assert message.startswith("inference-platform:models[0].versions[0].source: revision 'main' is not pinned")
+
+
+@pytest.mark.slow
+def test_preview_exits_cleanly_with_one_message_per_bad_key(tmp_path, dev_raw):
+    """The whole path a user takes: the program raises a RunError, the preview prints it
+    without a traceback and exits 2, having written nothing."""
+    dev_raw["models"][0]["release"]["canaryWeight"] = 150
+    out = tmp_path / "out"
+    result = run_preview("--stack", "test", "--config-file", str(write_stack(tmp_path, dev_raw)), "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "inference-platform:models[0].release.canaryWeight: must be at most 100 (got 150)" in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_huggingface_token_must_be_a_secret(tmp_path, dev_raw):
+    stack = write_stack(tmp_path, dev_raw, {"inference-platform:huggingFaceToken": "hf_plaintext"})
+    result = run_preview("--stack", "test", "--config-file", str(stack), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "inference-platform:huggingFaceToken: must be a secret" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,112 @@
+"""The offline preview's output contract, for every stack under stacks/."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from .helpers import STACKS, run_preview
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_previews_clean(previews, stack):
+    run = previews[stack]
+    assert run.result.returncode == 0, run.result.stdout + run.result.stderr
+    assert "result: clean" in run.result.stdout
+    assert run.report["status"] == "clean"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_resources_json_contract(previews, stack):
+    resources = previews[stack].resources
+    assert isinstance(resources, list) and resources
+    urns = {r["urn"] for r in resources}
+    for resource in resources:
+        assert set(resource) == {"type", "name", "urn", "parent", "custom", "inputs"}
+        assert isinstance(resource["custom"], bool)
+        assert resource["parent"] is None or resource["parent"] in urns
+        assert resource["urn"].endswith(f"::{resource['name']}")
+        assert resource["urn"].split("::")[2].split("$")[-1] == resource["type"]
+    roots = [r for r in resources if r["parent"] is None]
+    assert [r["type"] for r in roots] == ["pulumi:pulumi:Stack"]
+    # Components are recorded too, not only custom resources.
+    types = {r["type"] for r in resources if not r["custom"]}
+    assert {"inference-platform:platform:InferencePlatform", "inference-platform:tenant:Tenant"} <= types
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_inputs_are_camel_case_as_the_provider_receives_them(previews, stack):
+    quotas = previews[stack].of_type("kubernetes:core/v1:ResourceQuota")
+    assert quotas
+    for quota in quotas:
+        assert quota["inputs"]["apiVersion"] == "v1" and quota["inputs"]["kind"] == "ResourceQuota"
+        assert "scopeSelector" in quota["inputs"]["spec"] or "hard" in quota["inputs"]["spec"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_one_manifest_per_kubernetes_object(previews, stack):
+    run = previews[stack]
+    objects = [r for r in run.resources if r["custom"] and r["type"].startswith("kubernetes:") and "helm.sh" not in r["type"]]
+    files = sorted((run.out / "manifests").rglob("*.yaml"))
+    assert len(files) == len(objects)
+    for path in files:
+        manifest = yaml.safe_load(path.read_text())
+        assert list(manifest)[:3] == ["apiVersion", "kind", "metadata"]
+        assert manifest["metadata"]["name"]
+        # Exactly what the API server receives: no Pulumi-only fields, whole numbers as integers.
+        assert "__inputs" not in json.dumps(manifest) and ".0\n" not in path.read_text()
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_report_files_and_terminal_summary(previews, stack):
+    run = previews[stack]
+    report = run.report
+    assert report["stack"] == stack and report["project"] == "inference-platform"
+    counts = report["counts"]
+    assert counts["resources"] == len(run.resources)
+    assert sum(report["byKind"].values()) == counts["custom"]
+    assert {row["type"] for row in report["byComponent"]} >= {"inference-platform:tenant:Tenant"}
+    markdown = (run.out / "report.md").read_text()
+    assert markdown.startswith(f"# Offline preview: `{stack}`") and "## Resources by kind" in markdown
+    # The terminal shows the component tree and the counts.
+    assert "platform (inference-platform:platform:InferencePlatform)" in run.result.stdout
+    assert f"{counts['resources']} resources:" in run.result.stdout
+
+
+def test_secrets_stay_marked_secret(previews):
+    prod = previews["prod"]
+    outputs = prod.report["stackOutputs"]
+    # The EKS kubeconfig is a secret output: shown as [secret], like the CLI does.
+    assert outputs["kubeconfig"] == "[secret]"
+    assert "get-token" not in (prod.out / "report.json").read_text()
+
+
+def test_json_mode_prints_the_report(tmp_path):
+    result = run_preview("--stack", "dev", "--out", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads((tmp_path / "report.json").read_text())
+
+
+def test_progress_line_per_stage(tmp_path):
+    import subprocess
+    import sys
+
+    from .helpers import ROOT
+
+    result = subprocess.run(
+        [sys.executable, "-m", "preview", "--stack", "dev", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True
+    )
+    stages = [line for line in result.stderr.splitlines() if line.startswith("[")]
+    assert stages[0].startswith("[1/") and "reading stack config" in stages[0]
+    assert len(stages) == len(json.loads((tmp_path / "report.json").read_text())["stages"])
+
+
+def test_unknown_stack_is_a_clear_error(tmp_path):
+    result = run_preview("--stack", "nope", "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert "no stack file" in result.stderr and "dev, prod, staging" in result.stderr
+    assert "Traceback" not in result.stderr
