@@ -19,6 +19,7 @@ platform = InferencePlatform(
 )
 
 pulumi.export("clusterName", cluster.name)
+pulumi.export("kubernetesVersion", config.cluster.kubernetes_version)
 pulumi.export("kubeconfig", cluster.kubeconfig)
 pulumi.export("gpuCapacity", platform.capacity)
 pulumi.export("poolAdvertisedPerNode", platform.pool_advertised)

@@ -20,7 +20,8 @@ import pulumi
 from . import render
 from .engine import evaluate
 from .report import Report
-from .sections import capacity_section
+from .schemas import SchemaValidator, crd_schema_dir
+from .sections import capacity_section, schema_section
 from .stack_config import StackConfigError, load_project, load_stack_config
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_CONFIG, EXIT_CRASH = 0, 1, 2, 3
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     project_dir = args.project_dir.resolve()
     out = (args.out or project_dir / "build" / "preview" / args.stack).resolve()
-    progress = Progress(total=4, quiet=args.quiet or args.json)
+    progress = Progress(total=5, quiet=args.quiet or args.json)
 
     try:
         project = load_project(project_dir)
@@ -81,8 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CRASH
 
     report = Report(project=project.name, stack=args.stack, resources=evaluation.resources, stack_outputs=evaluation.stack_outputs)
-    progress.run("rendering resources and manifests", lambda: render.write_outputs(out, evaluation.resources))
+    objects, _ = progress.run("rendering resources and manifests", lambda: render.write_outputs(out, evaluation.resources))
     report.sections["capacity"] = capacity_section(evaluation.stack_outputs)
+    version = str(evaluation.stack_outputs.get("kubernetesVersion") or "1.33")
+    crd_dir = crd_schema_dir()
+    results = progress.run("validating objects against schemas", lambda: SchemaValidator(version, crd_dir).validate_all(objects))
+    report.sections["schemas"] = schema_section(results, version, str(crd_dir))
     progress.run("writing the report", lambda: None)
     report.stages = progress.stages
     report.write(out)

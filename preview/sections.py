@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .report import Section
+from .schemas import ObjectResult
 
 
 def capacity_section(stack_outputs: dict[str, Any]) -> Section:
@@ -26,3 +27,32 @@ def capacity_section(stack_outputs: dict[str, Any]) -> Section:
         else f"{len(over)} resource kinds over capacity"
     )
     return Section("Capacity", summary, failed=bool(over), data=rows, markdown="\n".join(table), lines=lines)
+
+
+def schema_section(results: list[ObjectResult], kubernetes_version: str, crd_dir: str) -> Section:
+    invalid = [r for r in results if r.status == "invalid"]
+    unvalidated = [r for r in results if r.status == "not-validated"]
+    valid = len(results) - len(invalid) - len(unvalidated)
+    summary = f"{valid}/{len(results)} objects valid (Kubernetes {kubernetes_version} strict + CRD schemas)"
+    if invalid:
+        summary += f", {len(invalid)} invalid"
+    if unvalidated:
+        summary += f", {len(unvalidated)} not validated (no schema)"
+    lines = []
+    for r in invalid:
+        lines.append(f"INVALID {r.label}")
+        lines.extend(f"  {error}" for error in r.errors[:5])
+    lines.extend(f"NOT VALIDATED {r.label}: {r.schema}" for r in unvalidated)
+    rows = ["| object | schema | result |", "|---|---|---|"]
+    for r in results:
+        verdict = {"valid": "valid", "invalid": "**invalid**: " + "; ".join(r.errors[:3]), "not-validated": "**not validated**"}[r.status]
+        rows.append(f"| {r.label} | {r.schema} | {verdict} |")
+    data = {
+        "kubernetesVersion": kubernetes_version,
+        "crdSchemaDir": crd_dir,
+        "valid": valid,
+        "invalid": [{"object": r.label, "schema": r.schema, "errors": r.errors} for r in invalid],
+        "notValidated": [{"object": r.label, "looked": r.schema} for r in unvalidated],
+        "objects": [{"object": r.label, "schema": r.schema, "status": r.status} for r in results],
+    }
+    return Section("Schemas", summary, failed=bool(invalid), data=data, markdown="\n".join(rows), lines=lines)

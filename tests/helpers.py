@@ -83,3 +83,54 @@ class PreviewRun:
 
     def of_type(self, token: str) -> list[dict[str, Any]]:
         return [r for r in self.resources if r["type"] == token]
+
+
+def stack_config_from_raw(raw: dict[str, Any], extra: dict[str, Any] | None = None, stack: str = "test"):
+    """The config the CLI would hand the program for these keys (strings, JSON for objects)."""
+    from preview.stack_config import StackConfig, _to_config_string
+
+    values = {f"{PROJECT}:{key}": _to_config_string(value) for key, value in raw.items()}
+    values.update({key: _to_config_string(value) for key, value in (extra or {}).items()})
+    return StackConfig(project=PROJECT, stack=stack, values=values, secret_keys=[])
+
+
+class Evaluated:
+    """The program evaluated in-process under the mock engine, for component-level assertions."""
+
+    def __init__(self, raw: dict[str, Any], extra: dict[str, Any] | None = None):
+        from preview.engine import evaluate
+        from preview.render import plain
+
+        evaluation = evaluate(ROOT, stack_config_from_raw(raw, extra))
+        self.records = evaluation.resources
+        self.outputs = evaluation.stack_outputs
+        self.resources = [
+            {"type": r.type, "name": r.name, "urn": r.urn, "parent": r.parent, "custom": r.custom, "inputs": plain(r.inputs), "outputs": plain(r.outputs)}
+            for r in evaluation.resources
+        ]
+
+    def of_type(self, token: str) -> list[dict[str, Any]]:
+        return [r for r in self.resources if r["type"] == token]
+
+    def one(self, token: str, name: str) -> dict[str, Any]:
+        found = [r for r in self.of_type(token) if r["name"] == name]
+        assert len(found) == 1, (token, name, [r["name"] for r in self.of_type(token)])
+        return found[0]
+
+    def children(self, parent_type: str, parent_name: str) -> list[dict[str, Any]]:
+        parent = self.one(parent_type, parent_name)
+        return [r for r in self.resources if r["parent"] == parent["urn"]]
+
+    def manifests(self) -> list[dict[str, Any]]:
+        from preview.render import manifests
+
+        return manifests(self.records)
+
+    def k8s(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+        found = [
+            m
+            for m in self.manifests()
+            if m["kind"] == kind and m["metadata"]["name"] == name and m["metadata"].get("namespace") == namespace
+        ]
+        assert len(found) == 1, (kind, name, namespace)
+        return found[0]

@@ -1,0 +1,111 @@
+"""Capacity and MIG-geometry checks: good inputs pass, bad ones are named config errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from platform_config import ConfigError, parse_platform_config
+from platform_config.capacity import capacity_report
+
+
+def problems(raw) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_platform_config(raw)
+    return [str(i) for i in caught.value.issues]
+
+
+def geometry(prod_raw) -> dict:
+    return prod_raw["nodePools"][0]["sharing"]["migGeometry"]
+
+
+def test_prod_capacity_table(prod_raw):
+    rows = {row["resource"]: row for row in capacity_report(parse_platform_config(prod_raw))}
+    gpu = rows["nvidia.com/gpu"]
+    # 8 p5 nodes x 4 whole GPUs + 4 L4 nodes x 4 GPUs.
+    assert gpu["supplyByPool"] == {"h100": "32", "l4-batch": "16"} and gpu["supply"] == "48"
+    assert gpu["demandByTenant"] == {"serving": "32", "team-a": "4", "team-b": "2"} and gpu["withinCapacity"]
+    assert rows["nvidia.com/mig-1g.10gb"]["supply"] == "112"
+    assert rows["nvidia.com/mig-3g.40gb"]["supply"] == "32"
+    assert rows["memory"]["supply"] == f"{8 * 2048 + 4 * 192}Gi"
+
+
+def test_quota_over_capacity_names_tenants_and_pools(prod_raw):
+    prod_raw["tenants"][1]["quota"]["mig"]["1g.10gb"] = 120
+    (message,) = problems(prod_raw)
+    assert message.startswith("inference-platform:tenants: quotas on nvidia.com/mig-1g.10gb add up to 120")
+    assert "inference-platform:tenants[1].quota.mig.1g.10gb=120" in message
+    assert "h100 112" in message and "overcommitRatio" in message
+
+
+def test_overcommit_ratio_allows_it(prod_raw):
+    prod_raw["tenants"][1]["quota"]["mig"]["1g.10gb"] = 120
+    prod_raw["capacity"] = {"overcommitRatio": 1.5}
+    rows = {r["resource"]: r for r in capacity_report(parse_platform_config(prod_raw))}
+    assert rows["nvidia.com/mig-1g.10gb"]["utilisationPercent"] == 107
+    assert rows["nvidia.com/mig-1g.10gb"]["withinCapacity"]
+
+
+def test_tenant_restricted_to_a_pool_must_fit_that_pool(prod_raw):
+    prod_raw["tenants"][2]["quota"]["gpu"] = 20  # team-b may only use l4-batch: 16 GPUs
+    prod_raw["tenants"][2]["experimentQuota"]["gpu"] = 20
+    found = problems(prod_raw)
+    assert any(m.startswith("inference-platform:tenants[2].quota.gpu: 20 of nvidia.com/gpu is more than its pools (l4-batch)") for m in found), found
+
+
+def test_quota_for_a_mig_profile_no_pool_has(prod_raw):
+    prod_raw["tenants"][1]["quota"]["mig"]["2g.20gb"] = 1
+    found = problems(prod_raw)
+    assert any(m.startswith("inference-platform:tenants[1].quota.mig.2g.20gb: no node pool provides MIG profile '2g.20gb'") for m in found)
+
+
+def test_experiment_quota_above_quota(prod_raw):
+    prod_raw["tenants"][1]["experimentQuota"]["gpu"] = 9
+    found = problems(prod_raw)
+    assert any(m.startswith("inference-platform:tenants[1].experimentQuota.gpu: experiments may use at most the tenant's quota") for m in found)
+
+
+def test_geometry_that_does_not_fit(prod_raw):
+    geometry(prod_raw)["devices"][1]["profiles"] = {"3g.40gb": 2, "1g.10gb": 1}
+    (message,) = problems(prod_raw)
+    assert message.startswith("inference-platform:nodePools[0].sharing.migGeometry.devices[1].profiles: 2 x 3g.40gb + 1 x 1g.10gb does not fit one H100-80GB")
+    assert "7/7 compute and 9/8 memory slices" in message
+
+
+def test_geometry_with_unknown_profile(prod_raw):
+    geometry(prod_raw)["devices"][2]["profiles"] = {"1g.5gb": 7}
+    found = problems(prod_raw)
+    assert found[0].startswith("inference-platform:nodePools[0].sharing.migGeometry.devices[2].profiles: unknown MIG profile '1g.5gb' for H100-80GB")
+
+
+def test_geometry_must_cover_every_gpu_of_the_node(prod_raw):
+    geometry(prod_raw)["devices"][0]["gpus"] = 3
+    found = problems(prod_raw)
+    assert found[0] == (
+        "inference-platform:nodePools[0].sharing.migGeometry.devices: device groups cover 7 GPUs but a p5.48xlarge node has 8; "
+        "the 'gpus' counts must add up to the GPUs per node"
+    )
+
+
+def test_mig_on_a_gpu_without_mig(prod_raw):
+    prod_raw["nodePools"][1]["sharing"] = {"mode": "mig", "migConfig": "all-1g.10gb"}
+    found = problems(prod_raw)
+    assert found[0].startswith("inference-platform:nodePools[1].sharing.mode: g6.12xlarge has L4-24GB GPUs, which do not support MIG")
+
+
+def test_bottlerocket_pools_take_whole_gpus_only(staging_raw):
+    staging_raw["nodePools"][0]["amiType"] = "BOTTLEROCKET_x86_64_NVIDIA"
+    found = problems(staging_raw)
+    assert found[0].startswith("inference-platform:nodePools[0].amiType: GPU sharing is configured through the GPU Operator")
+
+
+def test_model_needing_more_gpus_than_a_node_has(prod_raw):
+    prod_raw["models"][0]["resources"]["gpus"] = 8  # only 4 whole GPUs per node in this geometry
+    found = problems(prod_raw)
+    assert found[0].startswith("inference-platform:models[0].resources.gpus: a replica needs 8 GPUs on one node but a p5.48xlarge node")
+
+
+def test_model_that_cannot_reach_max_replicas_within_quota(prod_raw):
+    prod_raw["models"][0]["autoscaling"]["maxReplicas"] = 9
+    (message,) = problems(prod_raw)
+    assert message.startswith("inference-platform:models[0].autoscaling.maxReplicas: at maxReplicas the model's versions hold 36 x nvidia.com/gpu")
+    assert "inference-platform:tenants[0].quota.gpu" in message
