@@ -52,7 +52,9 @@ GPU_TAINT_EFFECT = "NoSchedule"
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
 MONITORING_NAMESPACE = "monitoring"
 ISTIO_SYSTEM_NAMESPACE = "istio-system"
-ISTIO_INGRESS_NAMESPACE = "istio-ingress"
+# The ingress gateway runs in istio-system, where Knative's knative-local-gateway Service
+# (created by net-istio) can select its pods.
+ISTIO_INGRESS_NAMESPACE = ISTIO_SYSTEM_NAMESPACE
 KNATIVE_SERVING_NAMESPACE = "knative-serving"
 KNATIVE_OPERATOR_NAMESPACE = "knative-operator"
 KUBE_SYSTEM_NAMESPACE = "kube-system"

@@ -19,9 +19,17 @@ from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from .constants import PACKAGE
 from .gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from .gpu_operator import GpuOperator, GpuOperatorArgs
-from .monitoring import Monitoring
+from .knative_serving import KnativeServing, KnativeServingArgs
+from .model import Model, ModelArgs
+from .monitoring import PROMETHEUS_URL, Monitoring
 from .priority_classes import PriorityClasses
+from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
+from .specs.model_server import effective_profile
 from .tenant import Tenant, TenantArgs
+
+
+def plan_timeout(config: PlatformConfig, model) -> int:
+    return effective_profile(config, model).request_timeout_seconds
 
 
 @dataclass(frozen=True)
@@ -87,14 +95,60 @@ class InferencePlatform(pulumi.ComponentResource):
 
         gpu_resources = tuple(sorted({r for pool in config.node_pools for r in pool_supply(pool).per_node}))
         knative_tenants = {m.tenant for m in config.models if m.autoscaling.mode == "kpa"}
+        hf_tenants = {m.tenant for m in config.models if any(v.source.huggingface for v in m.versions)}
+        token = args.hugging_face_token
         self.tenants = {
             tenant.name: Tenant(
                 tenant.name,
-                TenantArgs(tenant=tenant, gpu_resources=gpu_resources, uses_knative=tenant.name in knative_tenants),
+                TenantArgs(
+                    tenant=tenant,
+                    gpu_resources=gpu_resources,
+                    uses_knative=tenant.name in knative_tenants,
+                    hugging_face_token=token if tenant.name in hf_tenants else None,
+                ),
                 opts=child,
             )
             for tenant in config.tenants
         }
+
+        # Serving machinery, installed only when a model needs it.
+        serving_deps: dict[str, list[pulumi.Resource]] = {"hpa": [], "kpa": []}
+        if monitoring is not None:
+            serving_deps["hpa"].append(monitoring.release)
+            serving_deps["kpa"].append(monitoring.release)
+        modes = {m.autoscaling.mode for m in config.models}
+        if "hpa" in modes:
+            adapter = PrometheusAdapter(
+                "prometheus-adapter",
+                PrometheusAdapterArgs(
+                    prometheus_url=config.monitoring.prometheus_url or PROMETHEUS_URL,
+                    depends_on=(monitoring.release,) if monitoring else (),
+                ),
+                opts=child,
+            )
+            serving_deps["hpa"].append(adapter.release)
+        if "kpa" in modes:
+            timeouts = [plan_timeout(config, m) for m in config.models if m.autoscaling.mode == "kpa"]
+            knative = KnativeServing("knative-serving", KnativeServingArgs(max_timeout_seconds=max(timeouts)), opts=child)
+            serving_deps["kpa"].append(knative.serving)
+
+        self.models = [
+            Model(
+                model.name,
+                ModelArgs(
+                    config=config,
+                    model=model,
+                    hugging_face_token=token is not None,
+                    tags=tags,
+                    eks_cluster_name=cluster.name if eks else None,
+                    oidc_provider_arn=cluster.oidc_provider_arn,
+                    oidc_issuer=cluster.oidc_issuer,
+                    depends_on=(self.tenants[model.tenant], *serving_deps[model.autoscaling.mode]),
+                ),
+                opts=child,
+            )
+            for model in config.models
+        ]
 
         self.capacity = capacity_report(config)
         self.pool_advertised = {pool.pool_name: pool.advertised for pool in self.pools}

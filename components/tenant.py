@@ -9,8 +9,9 @@ import pulumi_kubernetes as k8s
 
 from platform_config.models import TenantConfig
 
-from .constants import PACKAGE
+from .constants import PACKAGE, standard_labels
 from .specs import kube, tenancy
+from .specs.model_server import HF_TOKEN_KEY, HF_TOKEN_SECRET
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,8 @@ class TenantArgs:
     gpu_resources: tuple[str, ...]
     # Whether the tenant runs Knative services (their system pods must reach it).
     uses_knative: bool
+    # Made into the namespace's Secret when the tenant serves Hugging Face models.
+    hugging_face_token: pulumi.Output[str] | None = None
 
 
 class Tenant(pulumi.ComponentResource):
@@ -37,6 +40,14 @@ class Tenant(pulumi.ComponentResource):
         k8s.core.v1.LimitRange(limits["metadata"]["name"], **kube.kwargs(limits), opts=inside)
         for policy in tenancy.network_policies(tenant, knative=args.uses_knative):
             k8s.networking.v1.NetworkPolicy(f"{name}-{policy['metadata']['name']}", **kube.kwargs(policy), opts=inside)
+        if args.hugging_face_token is not None:
+            k8s.core.v1.Secret(
+                f"{name}-huggingface-token",
+                metadata={"name": HF_TOKEN_SECRET, "namespace": tenant.name, "labels": standard_labels(HF_TOKEN_SECRET, "credentials")},
+                type="Opaque",
+                string_data={HF_TOKEN_KEY: args.hugging_face_token},
+                opts=inside,
+            )
         binding = tenancy.role_binding(tenant)
         if binding is not None:
             k8s.rbac.v1.RoleBinding(binding["metadata"]["name"], **kube.kwargs(binding), opts=inside)

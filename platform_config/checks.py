@@ -24,6 +24,7 @@ from .capacity import (
 from .errors import ConfigIssue, format_key
 from .gpu_catalog import GPU_RESOURCE, builtin_mig_configs, fits_on_gpu
 from .models import PlatformConfig, ResourceBudget
+from .profiles import PROFILES
 from .quantity import parse_quantity
 
 Check = Callable[[PlatformConfig], Iterable[ConfigIssue]]
@@ -329,12 +330,71 @@ def _check_model_fits_quota(config: PlatformConfig, index: int) -> Iterator[Conf
         )
 
 
+def check_serving(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """Workload profiles against pools, scaling and placement."""
+    pools = {p.name: p for p in config.node_pools}
+    # Stack overrides change a profile's defaults, never its latency class or scale-to-zero rule.
+    latency_pools = {m.pool for m in config.models if PROFILES[m.profile].latency_sensitive}
+    latency_tenants = {m.tenant for m in config.models if PROFILES[m.profile].latency_sensitive}
+    for index, model in enumerate(config.models):
+        here = ("models", index)
+        profile = PROFILES[model.profile]
+        pool = pools.get(model.pool)
+        if pool is None:
+            continue
+        if profile.latency_sensitive and pool.sharing.mode == "timeSlicing":
+            yield ConfigIssue(
+                (*here, "pool"),
+                f"profile {model.profile!r} is latency-sensitive but pool {pool.name!r} shares GPUs by time-slicing, "
+                "which gives no isolation; use a whole-GPU or MIG pool, or a throughput profile (summarization, batch-labelling)",
+            )
+        if model.autoscaling.min_replicas == 0 and not profile.scale_to_zero:
+            yield ConfigIssue(
+                (*here, "autoscaling", "minReplicas"),
+                f"profile {model.profile!r} is never scaled to zero (a cold start takes minutes); minReplicas must be at least 1",
+            )
+        if model.profile == "batch-labelling":
+            if model.pool in latency_pools:
+                yield ConfigIssue(
+                    (*here, "pool"),
+                    f"batch labelling is kept apart from real-time work, but pool {model.pool!r} also serves latency-sensitive models",
+                )
+            if model.tenant in latency_tenants:
+                yield ConfigIssue(
+                    (*here, "tenant"),
+                    f"batch labelling is kept apart from real-time work, but namespace {model.tenant!r} also serves latency-sensitive models",
+                )
+        if pool.sharing.mode == "timeSlicing" and pool.sharing.replicas:
+            limit = round(0.95 / pool.sharing.replicas, 3)
+            for key, server in (("server", model.server), *((f"versions[{i}]", v.server) for i, v in enumerate(model.versions))):
+                share = server.gpu_memory_utilization
+                if share is not None and share > limit:
+                    path = (*here, "server") if key == "server" else (*here, "versions", int(key[9:-1]), "server")
+                    yield ConfigIssue(
+                        (*path, "gpuMemoryUtilization"),
+                        f"{share} of the GPU's memory, but {pool.sharing.replicas} pods share each GPU of pool {pool.name!r}: "
+                        f"at most {limit}",
+                    )
+        if any(v.source.s3_uri for v in model.versions) and config.cluster.mode != "eks":
+            yield ConfigIssue(
+                (*here, "versions"),
+                "S3 weights are read with an IAM role for the pod (EKS Pod Identity or IRSA): use a Hugging Face source "
+                "on a kubeconfig cluster, or run on EKS",
+            )
+        if parse_quantity(model.resources.cache_size) > Decimal(pool.disk_size_gib) * 2**30:
+            yield ConfigIssue(
+                (*here, "resources", "cacheSize"),
+                f"{model.resources.cache_size} of weights cache does not fit the {pool.disk_size_gib} GiB disk of pool {pool.name!r}",
+            )
+
+
 CHECKS: list[Check] = [
     check_unique_names,
     check_gpu_sharing,
     check_tenants,
     check_capacity,
     check_models,
+    check_serving,
 ]
 
 

@@ -354,6 +354,8 @@ class ReplicaResources(ConfigModel):
     mig_profile: str | None = None
     cpu: Quantity = "4"
     memory: Quantity = "32Gi"
+    # Node-local volume the weights are downloaded to (emptyDir): must hold the checkpoint.
+    cache_size: Quantity = "100Gi"
 
     @model_validator(mode="after")
     def _one_gpu_kind(self) -> ReplicaResources:

@@ -85,23 +85,27 @@ class PreviewRun:
         return [r for r in self.resources if r["type"] == token]
 
 
-def stack_config_from_raw(raw: dict[str, Any], extra: dict[str, Any] | None = None, stack: str = "test"):
-    """The config the CLI would hand the program for these keys (strings, JSON for objects)."""
+def stack_config_from_raw(
+    raw: dict[str, Any], extra: dict[str, Any] | None = None, secrets: dict[str, str] | None = None, stack: str = "test"
+):
+    """The config the CLI would hand the program for these keys (strings, JSON for objects);
+    `secrets` are fully named keys whose values are marked secret."""
     from preview.stack_config import StackConfig, _to_config_string
 
     values = {f"{PROJECT}:{key}": _to_config_string(value) for key, value in raw.items()}
     values.update({key: _to_config_string(value) for key, value in (extra or {}).items()})
-    return StackConfig(project=PROJECT, stack=stack, values=values, secret_keys=[])
+    values.update(secrets or {})
+    return StackConfig(project=PROJECT, stack=stack, values=values, secret_keys=list(secrets or {}))
 
 
 class Evaluated:
     """The program evaluated in-process under the mock engine, for component-level assertions."""
 
-    def __init__(self, raw: dict[str, Any], extra: dict[str, Any] | None = None):
+    def __init__(self, raw: dict[str, Any], extra: dict[str, Any] | None = None, secrets: dict[str, str] | None = None):
         from preview.engine import evaluate
         from preview.render import plain
 
-        evaluation = evaluate(ROOT, stack_config_from_raw(raw, extra))
+        evaluation = evaluate(ROOT, stack_config_from_raw(raw, extra, secrets))
         self.records = evaluation.resources
         self.outputs = evaluation.stack_outputs
         self.resources = [

@@ -1,0 +1,121 @@
+"""A served model: one ModelServer per running version (stable, and canary while one is
+active), the Service that fronts all its versions, and read access to S3 weights."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from platform_config.capacity import running_versions
+from platform_config.models import ModelConfig, PlatformConfig
+
+from .constants import HTTP_PORT_NAME, LABEL_MODEL, PACKAGE, VLLM_PORT, standard_labels
+from .model_server import ModelServer, ModelServerArgs
+from .specs.model_server import plan_server
+from .workload_identity import WorkloadIdentity, WorkloadIdentityArgs
+
+
+def s3_read_policy(uris: list[str]) -> str:
+    statements = []
+    for uri in uris:
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        statements.append({"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": f"arn:aws:s3:::{bucket}/{prefix.rstrip('/')}/*".replace("//*", "/*")})
+        statements.append(
+            {
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket"],
+                "Resource": f"arn:aws:s3:::{bucket}",
+                "Condition": {"StringLike": {"s3:prefix": [f"{prefix.rstrip('/')}/*" if prefix else "*"]}},
+            }
+        )
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+def model_service(model: ModelConfig) -> dict:
+    """Fronts every version of the model; Istio's DestinationRule subsets pick versions."""
+    return {
+        "metadata": {"name": model.name, "namespace": model.tenant, "labels": standard_labels(model.name, "model", **{LABEL_MODEL: model.name})},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {LABEL_MODEL: model.name},
+            "ports": [{"name": HTTP_PORT_NAME, "port": VLLM_PORT, "targetPort": HTTP_PORT_NAME, "protocol": "TCP", "appProtocol": "http"}],
+        },
+    }
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    config: PlatformConfig
+    model: ModelConfig
+    hugging_face_token: bool
+    tags: dict[str, str]
+    eks_cluster_name: pulumi.Input[str] | None = None
+    oidc_provider_arn: pulumi.Input[str] | None = None
+    oidc_issuer: pulumi.Input[str] | None = None
+    depends_on: tuple[pulumi.Resource, ...] = ()
+
+
+class Model(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ModelArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:model:Model", name, None, opts)
+        config, model = args.config, args.model
+        depends = list(args.depends_on)
+        plans = [plan_server(config, model, version, hugging_face_token=args.hugging_face_token) for version in running_versions(model)]
+
+        s3_uris = sorted({p.version.source.s3_uri for p in plans if p.version.source.s3_uri})
+        if s3_uris:
+            eks = config.cluster.eks
+            assert eks is not None and args.eks_cluster_name is not None  # checks.py requires EKS for S3 weights
+            account = f"{model.name}-weights"
+            identity = WorkloadIdentity(
+                f"{name}-weights-identity",
+                WorkloadIdentityArgs(
+                    cluster_name=args.eks_cluster_name,
+                    namespace=model.tenant,
+                    service_account=account,
+                    mode=eks.workload_identity,
+                    policy=s3_read_policy(s3_uris),
+                    tags=args.tags,
+                    oidc_provider_arn=args.oidc_provider_arn,
+                    oidc_issuer=args.oidc_issuer,
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            depends.append(
+                k8s.core.v1.ServiceAccount(
+                    f"{name}-weights-service-account",
+                    metadata={
+                        "name": account,
+                        "namespace": model.tenant,
+                        "labels": standard_labels(account, "model-weights"),
+                        "annotations": identity.service_account_annotations,
+                    },
+                    automount_service_account_token=False,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+                )
+            )
+
+        self.servers = [
+            ModelServer(plan.name, ModelServerArgs(plan=plan, depends_on=tuple(depends)), opts=pulumi.ResourceOptions(parent=self))
+            for plan in plans
+        ]
+        if model.autoscaling.mode == "hpa":
+            service = model_service(model)
+            k8s.core.v1.Service(
+                f"{name}-service",
+                metadata=service["metadata"],
+                spec=service["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            )
+        self.plans = plans
+        self.register_outputs(
+            {
+                "model": model.name,
+                "servedModelName": model.openai_name,
+                "tenant": model.tenant,
+                "versions": [p.version.name for p in plans],
+            }
+        )

@@ -1,0 +1,62 @@
+"""One version of one model served by vLLM: a Deployment with Service, PDB, ServiceMonitor and
+an HPA on queue depth and GPU activity (mode `hpa`), or a Knative Service scaled by concurrency
+with a PodMonitor (mode `kpa`). Drained gracefully either way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .constants import PACKAGE
+from .specs import kube
+from .specs import model_server as specs
+from .specs.model_server import ServerPlan
+
+
+def _custom(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
+    extra = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+    return k8s.apiextensions.CustomResource(
+        name, api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"], opts=opts, **extra
+    )
+
+
+@dataclass(frozen=True)
+class ModelServerArgs:
+    plan: ServerPlan
+    # Namespace, quotas, Knative, the adapter, the ServiceMonitor CRD: whatever must exist first.
+    depends_on: tuple[pulumi.Resource, ...] = ()
+
+
+class ModelServer(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ModelServerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:model-server:ModelServer", name, None, opts)
+        plan = args.plan
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        if plan.mode == "kpa":
+            _custom(f"{name}-knative-service", specs.knative_service(plan), child)
+            _custom(f"{name}-pod-monitor", specs.pod_monitor(plan), child)
+        else:
+            deployment = k8s.apps.v1.Deployment(f"{name}-deployment", **kube.kwargs(specs.deployment(plan)), opts=child)
+            k8s.core.v1.Service(f"{name}-service", **kube.kwargs(specs.service(plan)), opts=child)
+            k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", **kube.kwargs(specs.pod_disruption_budget(plan)), opts=child)
+            _custom(f"{name}-service-monitor", specs.service_monitor(plan), child)
+            k8s.autoscaling.v2.HorizontalPodAutoscaler(
+                f"{name}-hpa",
+                **kube.kwargs(specs.hpa(plan)),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[deployment, *args.depends_on]),
+            )
+        self.register_outputs(
+            {
+                "name": plan.name,
+                "namespace": plan.namespace,
+                "mode": plan.mode,
+                "version": plan.version.name,
+                "profile": plan.profile.name,
+                "gpu": {plan.gpu_resource: plan.gpu_count},
+                "replicas": {"min": plan.min_replicas, "max": plan.max_replicas},
+                "image": plan.image,
+            }
+        )

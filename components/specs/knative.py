@@ -1,0 +1,44 @@
+"""Knative Serving as the platform needs it (KnativeServing custom resource, pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..constants import KNATIVE_SERVING_NAMESPACE, KNATIVE_SERVING_VERSION
+
+# Pod fields model servers use that Knative admits only behind feature flags.
+REQUIRED_FEATURES = (
+    "kubernetes.podspec-nodeselector",
+    "kubernetes.podspec-tolerations",
+    "kubernetes.podspec-affinity",
+    "kubernetes.podspec-securitycontext",
+    "kubernetes.podspec-priorityclassname",
+    "kubernetes.podspec-init-containers",
+    "kubernetes.podspec-volumes-emptydir",
+)
+
+
+def knative_serving(max_timeout_seconds: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "operator.knative.dev/v1beta1",
+        "kind": "KnativeServing",
+        "metadata": {"name": "knative-serving", "namespace": KNATIVE_SERVING_NAMESPACE},
+        "spec": {
+            "version": KNATIVE_SERVING_VERSION,
+            "ingress": {"istio": {"enabled": True}},
+            "config": {
+                # Every value is a string: spec.config is map[string]map[string]string.
+                "features": {feature: "enabled" for feature in REQUIRED_FEATURES},
+                "autoscaler": {
+                    "enable-scale-to-zero": "true",
+                    "allow-zero-initial-scale": "true",
+                    "scale-to-zero-grace-period": "30s",
+                },
+                "defaults": {
+                    "revision-timeout-seconds": "300",
+                    # Batch and summarisation requests may run for many minutes.
+                    "max-revision-timeout-seconds": str(max(600, max_timeout_seconds)),
+                },
+            },
+        },
+    }

@@ -1,0 +1,351 @@
+"""Model serving: vLLM servers, HPA and Knative autoscaling, drain, hardening, profiles."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+from platform_config import ConfigError, parse_platform_config
+from platform_config.profiles import PROFILES
+
+from .helpers import ROOT, Evaluated, raw_stack
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+@pytest.fixture(scope="module")
+def prod() -> Evaluated:
+    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceToken": "hf_test_token"})
+
+
+@pytest.fixture(scope="module")
+def staging() -> Evaluated:
+    return Evaluated(raw_stack("staging"))
+
+
+def pod(deployment_or_ksvc: dict) -> dict:
+    return deployment_or_ksvc["spec"]["template"]["spec"]
+
+
+def container(obj: dict) -> dict:
+    (vllm,) = [c for c in pod(obj)["containers"] if c["name"] == "vllm"]
+    return vllm
+
+
+def arg(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def release(evaluated: Evaluated, name: str) -> dict:
+    (found,) = [r for r in evaluated.of_type(RELEASE) if r["inputs"]["name"] == name]
+    return found["inputs"]
+
+
+# --- the 70B model on whole H100s, HPA --------------------------------------------------------
+
+
+def test_70b_vllm_args(prod):
+    args = container(prod.k8s("Deployment", "llama-70b-v1", "serving"))["args"]
+    assert args[0] == "meta-llama/Llama-3.1-70B-Instruct"
+    assert arg(args, "--served-model-name") == "llama-3.1-70b-instruct"
+    assert arg(args, "--tensor-parallel-size") == "4"  # = GPUs per replica
+    assert arg(args, "--max-model-len") == "16384"
+    assert arg(args, "--gpu-memory-utilization") == "0.9"
+    assert arg(args, "--revision") == "1605565b47bb9346c5515c34102e054115b4f98b"
+    assert "--enable-prefix-caching" in args  # chat profile
+    assert arg(args, "--scheduling-policy") == "priority"  # premium and standard share it
+    # vLLM drains for what the grace period leaves after preStop, minus a margin.
+    assert arg(args, "--shutdown-timeout") == str(300 - 15 - 10)
+
+
+def test_image_is_pinned(prod):
+    for obj in prod.manifests():
+        if obj["kind"] in ("Deployment",) or (obj["kind"] == "Service" and obj["apiVersion"].startswith("serving.knative")):
+            image = container(obj)["image"]
+            assert re.match(r"^vllm/vllm-openai:v\d+\.\d+\.\d+$", image), image
+
+
+def test_70b_resources_and_placement(prod):
+    deployment = prod.k8s("Deployment", "llama-70b-v1", "serving")
+    vllm = container(deployment)
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == "4" == vllm["resources"]["requests"]["nvidia.com/gpu"]
+    assert vllm["resources"]["requests"]["cpu"] == "32" and vllm["resources"]["requests"]["memory"] == "320Gi"
+    spec = pod(deployment)
+    assert spec["nodeSelector"] == {"inference.platform/pool": "h100"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert spec["priorityClassName"] == "inference-production"
+    shm = next(v for v in spec["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in vllm["volumeMounts"]
+    cache = next(v for v in spec["volumes"] if v["name"] == "model-cache")
+    assert cache["emptyDir"]["sizeLimit"] == "200Gi"
+
+
+def test_weights_from_hugging_face_with_token_from_a_secret(prod):
+    env = {e["name"]: e for e in container(prod.k8s("Deployment", "llama-70b-v1", "serving"))["env"]}
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "huggingface-token", "key": "token"}}}
+    assert env["HF_HOME"]["value"] == "/models/hf"
+    secret = prod.one("kubernetes:core/v1:Secret", "serving-huggingface-token")["inputs"]
+    # The Pulumi secret stays a secret all the way into the Kubernetes Secret's inputs.
+    assert secret["stringData"] == {"secret": True, "value": {"token": "hf_test_token"}}
+
+
+def test_probes(prod):
+    vllm = container(prod.k8s("Deployment", "llama-70b-v1", "serving"))
+    startup = vllm["startupProbe"]
+    assert startup["httpGet"]["path"] == "/health"
+    # Long enough to download and load 140 GB of weights: well over half an hour.
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60
+    assert vllm["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert vllm["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+
+
+def test_graceful_drain(prod):
+    deployment = prod.k8s("Deployment", "llama-70b-v1", "serving")
+    assert pod(deployment)["terminationGracePeriodSeconds"] >= 300
+    assert container(deployment)["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "15"]
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert json.loads(annotations["proxy.istio.io/config"])["terminationDrainDuration"] == "300s"
+    pdb = prod.k8s("PodDisruptionBudget", "llama-70b-v1", "serving")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/instance": "llama-70b-v1"}}}
+
+
+def test_hardening(prod):
+    deployment = prod.k8s("Deployment", "llama-70b-v1", "serving")
+    spec, vllm = pod(deployment), container(deployment)
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = vllm["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True
+    # Everything vLLM writes is a volume.
+    mounted = {m["mountPath"] for m in vllm["volumeMounts"]}
+    assert {"/models", "/home/vllm", "/tmp", "/dev/shm"} <= mounted
+    assert not any("hostPath" in v for v in spec["volumes"])
+
+
+def test_service_and_service_monitor(prod):
+    service = prod.k8s("Service", "llama-70b-v1", "serving")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"][0]["name"] == "http" and service["spec"]["ports"][0]["port"] == 8000
+    monitor = prod.k8s("ServiceMonitor", "llama-70b-v1", "serving")
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["port"] == "http" and endpoint["path"] == "/stats/prometheus"
+    annotations = prod.k8s("Deployment", "llama-70b-v1", "serving")["spec"]["template"]["metadata"]["annotations"]
+    # Istio merges the app's /metrics (named here) into the sidecar endpoint the monitor scrapes.
+    assert annotations["prometheus.io/path"] == "/metrics" and annotations["prometheus.io/port"] == "8000"
+
+
+def test_70b_hpa(prod):
+    hpa = prod.k8s("HorizontalPodAutoscaler", "llama-70b-v1", "serving")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    spec = hpa["spec"]
+    assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 8)
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama-70b-v1"}
+    metrics = {m["pods"]["metric"]["name"]: m["pods"]["target"] for m in spec["metrics"]}
+    assert metrics == {
+        "vllm_num_requests_waiting": {"type": "AverageValue", "averageValue": "5"},
+        "gpu_engine_active_percent": {"type": "AverageValue", "averageValue": "70"},
+    }
+    assert all(m["type"] == "Pods" for m in spec["metrics"])  # never a Resource metric on a GPU
+    down = spec["behavior"]["scaleDown"]
+    assert down["stabilizationWindowSeconds"] == 300
+    assert down["policies"] == [{"type": "Percent", "value": 50, "periodSeconds": 60}]
+
+
+def test_prometheus_adapter_serves_the_hpa_metrics(prod):
+    adapter = release(prod, "prometheus-adapter")
+    assert adapter["chart"] == "prometheus-adapter" and adapter["version"] == "5.3.0"
+    rules = {rule["name"]["as"]: rule for rule in adapter["values"]["rules"]["custom"]}
+    assert rules["vllm_num_requests_waiting"]["seriesQuery"].startswith('{__name__="vllm:num_requests_waiting"')
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in rules["gpu_engine_active_percent"]["seriesQuery"]
+    assert adapter["values"]["prometheus"]["url"] == "http://prometheus-operated.monitoring.svc"
+
+
+# --- the 8B chat model on Knative, the 1B model on a MIG slice --------------------------------
+
+
+def ksvc(evaluated: Evaluated, name: str, namespace: str) -> dict:
+    (found,) = [
+        m
+        for m in evaluated.manifests()
+        if m["apiVersion"] == "serving.knative.dev/v1" and m["metadata"]["name"] == name and m["metadata"]["namespace"] == namespace
+    ]
+    return found
+
+
+def test_8b_knative_service(prod):
+    stable = ksvc(prod, "llama-8b-v1", "serving")
+    annotations = stable["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["autoscaling.knative.dev/class"] == "kpa.autoscaling.knative.dev"
+    assert annotations["autoscaling.knative.dev/metric"] == "concurrency"
+    assert annotations["autoscaling.knative.dev/target"] == "10"
+    assert annotations["autoscaling.knative.dev/min-scale"] == "2"
+    # 90% of max 20 for the stable version, the minimum for the 10% canary.
+    assert annotations["autoscaling.knative.dev/max-scale"] == "18"
+    assert ksvc(prod, "llama-8b-v2", "serving")["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/max-scale"] == "2"
+    assert annotations["autoscaling.knative.dev/scale-down-delay"] == "5m"
+    spec = pod(stable)
+    assert spec["containerConcurrency"] == 8 and spec["timeoutSeconds"] == 120
+    assert container(stable)["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
+    assert arg(container(stable)["args"], "--max-model-len") == "4096"
+    assert arg(container(ksvc(prod, "llama-8b-v2", "serving"))["args"], "--max-num-seqs") == "32"
+    assert spec["nodeSelector"] == {"inference.platform/pool": "h100"} and spec["tolerations"]
+    assert stable["metadata"]["labels"]["networking.knative.dev/visibility"] == "cluster-local"
+    assert prod.k8s("PodMonitor", "llama-8b-v1", "serving")["spec"]["selector"] == {"matchLabels": {"serving.knative.dev/service": "llama-8b-v1"}}
+
+
+def test_knative_serving_installed_with_the_features_servers_need(prod):
+    operator = release(prod, "knative-operator")
+    assert operator["version"] == "v1.23.0" and operator["repositoryOpts"]["repo"] == "https://knative.github.io/operator"
+    serving = prod.k8s("KnativeServing", "knative-serving", "knative-serving")
+    features = serving["spec"]["config"]["features"]
+    for feature in ("nodeselector", "tolerations", "securitycontext", "priorityclassname", "init-containers"):
+        assert features[f"kubernetes.podspec-{feature}"] == "enabled"
+    assert serving["spec"]["config"]["defaults"]["max-revision-timeout-seconds"] == "900"  # batch labelling
+    assert serving["spec"]["ingress"]["istio"]["enabled"] is True
+
+
+def test_1b_model_on_a_mig_slice(prod):
+    vllm = container(prod.k8s("Deployment", "llama-1b-v1", "team-a"))
+    assert vllm["resources"]["limits"]["nvidia.com/mig-1g.10gb"] == "1"
+    assert arg(vllm["args"], "--tensor-parallel-size") == "1"
+    hpa = prod.k8s("HorizontalPodAutoscaler", "llama-1b-v1", "team-a")["spec"]
+    assert [m["pods"]["metric"]["name"] for m in hpa["metrics"]] == ["vllm_num_requests_waiting"]
+
+
+def test_batch_labelling_is_kept_apart(prod):
+    batch = ksvc(prod, "batch-labeller-v1", "team-b")
+    spec = pod(batch)
+    assert spec["nodeSelector"] == {"inference.platform/pool": "l4-batch"}
+    assert spec["priorityClassName"] == "inference-experiment"
+    annotations = batch["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["autoscaling.knative.dev/min-scale"] == "0"
+    args = container(batch)["args"]
+    assert "--scheduling-policy" not in args  # one tier only
+    assert spec["timeoutSeconds"] == 900
+
+
+def test_time_sliced_servers_plan_for_their_share_of_gpu_memory(staging):
+    args = container(staging.k8s("Deployment", "summarizer-v1", "team-a"))["args"]
+    assert arg(args, "--gpu-memory-utilization") == "0.225"  # 0.9 / 4 shares
+    assert "--no-enable-prefix-caching" not in args and "--enable-prefix-caching" in args  # summarization
+
+
+def test_canary_versions_run_as_their_own_servers(staging):
+    names = {r["name"] for r in staging.of_type("inference-platform:model-server:ModelServer")}
+    assert {"summarizer-v1", "summarizer-v2", "labeller-v1"} == names
+    v2 = container(staging.k8s("Deployment", "summarizer-v2", "team-a"))
+    assert v2["args"][0] == "Qwen/Qwen2.5-1.5B-Instruct" and arg(v2["args"], "--max-model-len") == "4096"
+
+
+def test_weights_from_s3_via_init_container_and_workload_role(prod_raw):
+    prod_raw["models"][2]["versions"][0]["source"] = {"s3Uri": "s3://model-weights/llama-1b", "revision": "2026-10-01"}
+    evaluated = Evaluated(prod_raw)
+    spec = pod(evaluated.k8s("Deployment", "llama-1b-v1", "team-a"))
+    (init,) = spec["initContainers"]
+    assert init["command"][:3] == ["aws", "s3", "sync"]
+    assert init["command"][-2:] == ["s3://model-weights/llama-1b/2026-10-01/", "/models/weights/llama-1b-v1"]
+    assert spec["serviceAccountName"] == "llama-1b-weights"
+    assert container(evaluated.k8s("Deployment", "llama-1b-v1", "team-a"))["args"][0] == "/models/weights/llama-1b-v1"
+    policy = json.loads(evaluated.one("aws:iam/rolePolicy:RolePolicy", "llama-1b-weights-identity-policy")["inputs"]["policy"])
+    assert policy["Statement"][0] == {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": "arn:aws:s3:::model-weights/llama-1b/*"}
+    association = evaluated.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "llama-1b-weights-identity-association")
+    assert association["inputs"]["serviceAccount"] == "llama-1b-weights" and association["inputs"]["namespace"] == "team-a"
+
+
+# --- bad inputs ---------------------------------------------------------------------------------
+
+
+def problems(raw) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_platform_config(raw)
+    return [str(i) for i in caught.value.issues]
+
+
+def test_max_below_min(prod_raw):
+    prod_raw["models"][0]["autoscaling"]["maxReplicas"] = 1
+    (message,) = problems(prod_raw)
+    assert message == "inference-platform:models[0].autoscaling: maxReplicas 1 is below minReplicas 2"
+
+
+def test_time_sliced_pool_gives_one_share_per_container(staging_raw):
+    staging_raw["models"][0]["resources"]["gpus"] = 2
+    (message,) = problems(staging_raw)
+    assert message.startswith("inference-platform:models[0].resources.gpus: pool 'l4-shared' shares GPUs by time-slicing")
+
+
+def test_latency_sensitive_profile_on_time_sliced_pool(staging_raw):
+    staging_raw["models"][0]["profile"] = "chat"
+    found = problems(staging_raw)
+    assert any(m.startswith("inference-platform:models[0].pool: profile 'chat' is latency-sensitive but pool 'l4-shared' shares GPUs") for m in found)
+
+
+def test_chat_is_never_scaled_to_zero(prod_raw):
+    prod_raw["models"][1]["autoscaling"]["minReplicas"] = 0
+    (message,) = problems(prod_raw)
+    assert message.startswith("inference-platform:models[1].autoscaling.minReplicas: profile 'chat' is never scaled to zero")
+
+
+def test_hpa_cannot_scale_to_zero(prod_raw):
+    prod_raw["models"][0]["autoscaling"]["minReplicas"] = 0
+    found = problems(prod_raw)
+    assert any("an HPA cannot scale to zero" in m for m in found)
+
+
+def test_batch_labelling_must_not_share_a_pool_with_real_time_models(prod_raw):
+    prod_raw["models"][3]["pool"] = "h100"
+    prod_raw["tenants"][2]["pools"] = ["h100", "l4-batch"]
+    found = problems(prod_raw)
+    assert any(m.startswith("inference-platform:models[3].pool: batch labelling is kept apart from real-time work") for m in found), found
+
+
+def test_batch_labelling_must_not_share_a_namespace_with_real_time_models(prod_raw):
+    prod_raw["models"][3]["tenant"] = "team-a"
+    found = problems(prod_raw)
+    assert any(m.startswith("inference-platform:models[3].tenant: batch labelling is kept apart") for m in found), found
+
+
+def test_time_sliced_memory_share_too_large(staging_raw):
+    staging_raw["models"][0]["server"]["gpuMemoryUtilization"] = 0.5
+    (message,) = problems(staging_raw)
+    assert message.startswith("inference-platform:models[0].server.gpuMemoryUtilization: 0.5 of the GPU's memory, but 4 pods share")
+
+
+def test_s3_weights_need_eks(dev_raw):
+    dev_raw["models"][0]["versions"][0]["source"] = {"s3Uri": "s3://bucket/qwen", "revision": "r1"}
+    (message,) = problems(dev_raw)
+    assert message.startswith("inference-platform:models[0].versions: S3 weights are read with an IAM role")
+
+
+def test_cache_larger_than_the_node_disk(prod_raw):
+    prod_raw["models"][0]["resources"]["cacheSize"] = "2Ti"
+    (message,) = problems(prod_raw)
+    assert message.startswith("inference-platform:models[0].resources.cacheSize: 2Ti of weights cache does not fit the 1000 GiB disk")
+
+
+# --- the README documents each profile's defaults -------------------------------------------------
+
+
+def test_readme_profile_table_matches_the_presets():
+    text = (ROOT / "README.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 9 and cells[0].strip("`") in PROFILES:
+            rows[cells[0].strip("`")] = cells
+    assert set(rows) == set(PROFILES)
+    for name, profile in PROFILES.items():
+        cells = rows[name]
+        assert cells[1] == ("yes" if profile.latency_sensitive else "no"), name
+        assert cells[3] == ("yes" if profile.streaming else "no"), name
+        assert cells[4] == ("yes" if profile.prefix_caching else "no"), name
+        assert cells[5] == str(profile.concurrency_per_replica), name
+        assert cells[6] == ("yes" if profile.scale_to_zero else "no"), name
+        assert cells[7] == profile.priority_class, name
+        assert cells[8] == ", ".join(profile.tiers), name
+        assert cells[9] == f"{profile.request_timeout_seconds} s", name
