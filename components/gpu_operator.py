@@ -12,6 +12,7 @@ import yaml
 
 from platform_config.models import NodePoolConfig
 
+from .k8s_objects import custom_resource
 from .constants import GPU_OPERATOR_CHART, GPU_OPERATOR_NAMESPACE, PACKAGE, standard_labels
 from .specs.gpu_operator import (
     DEVICE_PLUGIN_CONFIGMAP,
@@ -66,14 +67,10 @@ class GpuOperator(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, mig_config, plugin_config]),
         )
         monitor_deps: list[pulumi.Resource] = [release] + ([args.monitoring] if args.monitoring else [])
-        monitor = dcgm_service_monitor(GPU_OPERATOR_NAMESPACE)
-        k8s.apiextensions.CustomResource(
+        custom_resource(
             f"{name}-dcgm-service-monitor",
-            api_version="monitoring.coreos.com/v1",
-            kind="ServiceMonitor",
-            metadata=monitor["metadata"],
-            spec=monitor["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=monitor_deps),
+            dcgm_service_monitor(GPU_OPERATOR_NAMESPACE),
+            pulumi.ResourceOptions(parent=self, depends_on=monitor_deps),
         )
         self.release = release
         self.register_outputs({"chart": GPU_OPERATOR_CHART.chart, "version": GPU_OPERATOR_CHART.version})

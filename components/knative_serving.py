@@ -9,6 +9,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .constants import KNATIVE_OPERATOR_CHART, KNATIVE_OPERATOR_NAMESPACE, KNATIVE_SERVING_NAMESPACE, PACKAGE, standard_labels
+from .k8s_objects import custom_resource
 from .specs.knative import knative_serving
 
 
@@ -48,12 +49,7 @@ class KnativeServing(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         spec = knative_serving(args.max_timeout_seconds)
-        self.serving = k8s.apiextensions.CustomResource(
-            f"{name}-serving",
-            api_version=spec["apiVersion"],
-            kind=spec["kind"],
-            metadata=spec["metadata"],
-            spec=spec["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[operator, serving_ns, *args.depends_on]),
+        self.serving = custom_resource(
+            f"{name}-serving", spec, pulumi.ResourceOptions(parent=self, depends_on=[operator, serving_ns, *args.depends_on])
         )
         self.register_outputs({"version": spec["spec"]["version"]})

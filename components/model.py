@@ -13,6 +13,7 @@ from platform_config.capacity import running_versions
 from platform_config.models import ModelConfig, PlatformConfig
 
 from .constants import HTTP_PORT_NAME, LABEL_MODEL, PACKAGE, VLLM_PORT, standard_labels
+from .model_route import ModelRoute, ModelRouteArgs
 from .model_server import ModelServer, ModelServerArgs
 from .specs.model_server import plan_server
 from .workload_identity import WorkloadIdentity, WorkloadIdentityArgs
@@ -56,6 +57,8 @@ class ModelArgs:
     oidc_provider_arn: pulumi.Input[str] | None = None
     oidc_issuer: pulumi.Input[str] | None = None
     depends_on: tuple[pulumi.Resource, ...] = ()
+    # The gateway and the mesh: routes are useless before them.
+    route_depends_on: tuple[pulumi.Resource, ...] = ()
 
 
 class Model(pulumi.ComponentResource):
@@ -110,6 +113,11 @@ class Model(pulumi.ComponentResource):
                 spec=service["spec"],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
             )
+        ModelRoute(
+            f"{name}-route",
+            ModelRouteArgs(config=config, model=model, depends_on=(*args.route_depends_on, *self.servers)),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         self.plans = plans
         self.register_outputs(
             {

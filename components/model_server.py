@@ -5,22 +5,15 @@ with a PodMonitor (mode `kpa`). Drained gracefully either way."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from .constants import PACKAGE
+from .k8s_objects import custom_resource
 from .specs import kube
 from .specs import model_server as specs
 from .specs.model_server import ServerPlan
-
-
-def _custom(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
-    extra = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
-    return k8s.apiextensions.CustomResource(
-        name, api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"], opts=opts, **extra
-    )
 
 
 @dataclass(frozen=True)
@@ -36,13 +29,13 @@ class ModelServer(pulumi.ComponentResource):
         plan = args.plan
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
         if plan.mode == "kpa":
-            _custom(f"{name}-knative-service", specs.knative_service(plan), child)
-            _custom(f"{name}-pod-monitor", specs.pod_monitor(plan), child)
+            custom_resource(f"{name}-knative-service", specs.knative_service(plan), child)
+            custom_resource(f"{name}-pod-monitor", specs.pod_monitor(plan), child)
         else:
             deployment = k8s.apps.v1.Deployment(f"{name}-deployment", **kube.kwargs(specs.deployment(plan)), opts=child)
             k8s.core.v1.Service(f"{name}-service", **kube.kwargs(specs.service(plan)), opts=child)
             k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", **kube.kwargs(specs.pod_disruption_budget(plan)), opts=child)
-            _custom(f"{name}-service-monitor", specs.service_monitor(plan), child)
+            custom_resource(f"{name}-service-monitor", specs.service_monitor(plan), child)
             k8s.autoscaling.v2.HorizontalPodAutoscaler(
                 f"{name}-hpa",
                 **kube.kwargs(specs.hpa(plan)),

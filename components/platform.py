@@ -18,7 +18,9 @@ from .cluster import Cluster
 from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from .constants import PACKAGE
 from .gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from .gateway_routing import GatewayRouting, GatewayRoutingArgs
 from .gpu_operator import GpuOperator, GpuOperatorArgs
+from .mesh import Mesh, MeshArgs
 from .knative_serving import KnativeServing, KnativeServingArgs
 from .model import Model, ModelArgs
 from .monitoring import PROMETHEUS_URL, Monitoring
@@ -93,6 +95,9 @@ class InferencePlatform(pulumi.ComponentResource):
             )
         GpuOperator("gpu-operator", GpuOperatorArgs(pools=tuple(config.node_pools), monitoring=monitoring and monitoring.release), opts=child)
 
+        mesh = Mesh("mesh", MeshArgs(on_aws=eks is not None), opts=child)
+        routing = GatewayRouting("gateway-routing", GatewayRoutingArgs(config=config, depends_on=(mesh.istiod, mesh.gateway)), opts=child)
+
         gpu_resources = tuple(sorted({r for pool in config.node_pools for r in pool_supply(pool).per_node}))
         knative_tenants = {m.tenant for m in config.models if m.autoscaling.mode == "kpa"}
         hf_tenants = {m.tenant for m in config.models if any(v.source.huggingface for v in m.versions)}
@@ -105,6 +110,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     gpu_resources=gpu_resources,
                     uses_knative=tenant.name in knative_tenants,
                     hugging_face_token=token if tenant.name in hf_tenants else None,
+                    mesh=mesh.base,
                 ),
                 opts=child,
             )
@@ -112,7 +118,8 @@ class InferencePlatform(pulumi.ComponentResource):
         }
 
         # Serving machinery, installed only when a model needs it.
-        serving_deps: dict[str, list[pulumi.Resource]] = {"hpa": [], "kpa": []}
+        # Sidecar injection must be in place before any model server starts.
+        serving_deps: dict[str, list[pulumi.Resource]] = {"hpa": [mesh.istiod], "kpa": [mesh.istiod]}
         if monitoring is not None:
             serving_deps["hpa"].append(monitoring.release)
             serving_deps["kpa"].append(monitoring.release)
@@ -129,7 +136,9 @@ class InferencePlatform(pulumi.ComponentResource):
             serving_deps["hpa"].append(adapter.release)
         if "kpa" in modes:
             timeouts = [plan_timeout(config, m) for m in config.models if m.autoscaling.mode == "kpa"]
-            knative = KnativeServing("knative-serving", KnativeServingArgs(max_timeout_seconds=max(timeouts)), opts=child)
+            knative = KnativeServing(
+                "knative-serving", KnativeServingArgs(max_timeout_seconds=max(timeouts), depends_on=(mesh.istiod,)), opts=child
+            )
             serving_deps["kpa"].append(knative.serving)
 
         self.models = [
@@ -144,6 +153,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     oidc_provider_arn=cluster.oidc_provider_arn,
                     oidc_issuer=cluster.oidc_issuer,
                     depends_on=(self.tenants[model.tenant], *serving_deps[model.autoscaling.mode]),
+                    route_depends_on=(routing,),
                 ),
                 opts=child,
             )

@@ -10,7 +10,8 @@ import pulumi_kubernetes as k8s
 from platform_config.models import TenantConfig
 
 from .constants import PACKAGE, standard_labels
-from .specs import kube, tenancy
+from .k8s_objects import custom_resource
+from .specs import kube, tenancy, traffic
 from .specs.model_server import HF_TOKEN_KEY, HF_TOKEN_SECRET
 
 
@@ -23,6 +24,8 @@ class TenantArgs:
     uses_knative: bool
     # Made into the namespace's Secret when the tenant serves Hugging Face models.
     hugging_face_token: pulumi.Output[str] | None = None
+    # The mesh's CRDs must exist before the tenant's mesh policies.
+    mesh: pulumi.Resource | None = None
 
 
 class Tenant(pulumi.ComponentResource):
@@ -48,6 +51,9 @@ class Tenant(pulumi.ComponentResource):
                 string_data={HF_TOKEN_KEY: args.hugging_face_token},
                 opts=inside,
             )
+        mesh_opts = pulumi.ResourceOptions(parent=self, depends_on=[ns, *([args.mesh] if args.mesh else [])])
+        custom_resource(f"{name}-peer-authentication", traffic.peer_authentication(tenant), mesh_opts)
+        custom_resource(f"{name}-authorization-policy", traffic.authorization_policy(tenant, knative=args.uses_knative), mesh_opts)
         binding = tenancy.role_binding(tenant)
         if binding is not None:
             k8s.rbac.v1.RoleBinding(binding["metadata"]["name"], **kube.kwargs(binding), opts=inside)

@@ -20,6 +20,8 @@ from .capacity import (
     model_peak_demand,
     pool_supply,
     replica_gpu_request,
+    running_versions,
+    version_replica_bounds,
 )
 from .errors import ConfigIssue, format_key
 from .gpu_catalog import GPU_RESOURCE, builtin_mig_configs, fits_on_gpu
@@ -258,11 +260,7 @@ def check_models(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 (*here, "pool"), f"tenant {tenant.name!r} may only use pools {', '.join(tenant.pools)}, not {pool.name!r}"
             )
         if pool is not None:
-            misfits = list(_check_model_fits_pool(config, index))
-            yield from misfits
-            # A model that cannot run on its pool would only repeat the problem as a quota one.
-            if tenant is not None and not misfits:
-                yield from _check_model_fits_quota(config, index)
+            yield from _check_model_fits_pool(config, index)
 
 
 def _check_model_fits_pool(config: PlatformConfig, index: int) -> Iterator[ConfigIssue]:
@@ -307,27 +305,55 @@ def _check_model_fits_pool(config: PlatformConfig, index: int) -> Iterator[Confi
         yield ConfigIssue((*here, "cpu"), f"more CPU than a {pool.instance_type} node has ({instance.vcpus})")
 
 
-def _check_model_fits_quota(config: PlatformConfig, index: int) -> Iterator[ConfigIssue]:
-    """A model must be able to reach its maxReplicas inside its tenant's budget for its class."""
-    model = config.models[index]
-    t_index, tenant = next((i, t) for i, t in enumerate(config.tenants) if t.name == model.tenant)
-    experiment = is_experiment(model)
-    budget_key = "experimentQuota" if experiment else "quota"
-    budget = budget_resources(tenant.experiment_quota if experiment else tenant.quota)
-    if not experiment:
-        reserved = budget_resources(tenant.experiment_quota)
-        budget = {r: a - reserved.get(r, Decimal(0)) for r, a in budget.items()}
-    resource, _ = replica_gpu_request(model)
-    need = model_peak_demand(model)[resource]
-    have = budget.get(resource, Decimal(0))
-    if need > have:
-        yield ConfigIssue(
-            ("models", index, "autoscaling", "maxReplicas"),
-            f"at maxReplicas the model's versions hold {need} x {resource}, but tenant {tenant.name!r} "
-            f"has {have} for {'experiments' if experiment else 'production'} "
-            f"({format_key(('tenants', t_index, budget_key, _budget_key(resource)))}); "
-            "lower maxReplicas or raise the quota",
-        )
+def check_models_fit_quotas(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A tenant's models, all at maxReplicas, must fit the budget of their priority class
+    (production: the quota minus the experiment share; experiments: the experiment share),
+    or the autoscalers would ask for pods the quota rejects."""
+    pools = {p.name for p in config.node_pools}
+    # A model that cannot run on its pool is reported there; counting it here would only repeat it.
+    runnable = [
+        (i, m) for i, m in enumerate(config.models) if m.pool in pools and not any(_check_model_fits_pool(config, i))
+    ]
+    for t_index, tenant in enumerate(config.tenants):
+        for experiment in (False, True):
+            models = [(i, m) for i, m in runnable if m.tenant == tenant.name and is_experiment(m) == experiment]
+            if not models:
+                continue
+            budget_key = "experimentQuota" if experiment else "quota"
+            budget = budget_resources(tenant.experiment_quota if experiment else tenant.quota)
+            pods_budget = tenant.experiment_quota.pods if experiment else tenant.quota.pods
+            if not experiment:
+                reserved = budget_resources(tenant.experiment_quota)
+                budget = {r: a - reserved.get(r, Decimal(0)) for r, a in budget.items()}
+                if pods_budget is not None:
+                    pods_budget -= tenant.experiment_quota.pods or 0
+            need: dict[str, Decimal] = {}
+            for _, model in models:
+                for resource, amount in model_peak_demand(model).items():
+                    need[resource] = need.get(resource, Decimal(0)) + amount
+            who = "experiments" if experiment else "production"
+            for resource, amount in sorted(need.items()):
+                limited = resource.startswith("nvidia.com/") or resource in budget
+                have = budget.get(resource, Decimal(0))
+                if limited and amount > have:
+                    yield _over_budget(config, models, t_index, budget_key, resource, amount, have, who)
+            replicas = sum(sum(version_replica_bounds(m, v)[1] for v in running_versions(m)) for _, m in models)
+            if pods_budget is not None and replicas > pods_budget:
+                yield _over_budget(config, models, t_index, budget_key, "pods", Decimal(replicas), Decimal(pods_budget), who)
+
+
+def _over_budget(config, models, t_index, budget_key, resource, need, have, who) -> ConfigIssue:
+    tenant = config.tenants[t_index]
+    key = "pods" if resource == "pods" else _budget_key(resource)
+    names = ", ".join(f"{m.name} ({format_key(('models', i, 'autoscaling', 'maxReplicas'))}={m.autoscaling.max_replicas})" for i, m in models)
+    index = models[0][0] if len(models) == 1 else None
+    path = ("models", index, "autoscaling", "maxReplicas") if index is not None else ("tenants", t_index, budget_key, key)
+    return ConfigIssue(
+        path,
+        f"at maxReplicas {names} hold {_amount(resource, need)} of {resource}, but tenant {tenant.name!r} has "
+        f"{_amount(resource, have)} for {who} ({format_key(('tenants', t_index, budget_key, key))}); "
+        "lower maxReplicas or raise the quota",
+    )
 
 
 def check_serving(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -388,13 +414,41 @@ def check_serving(config: PlatformConfig) -> Iterator[ConfigIssue]:
             )
 
 
+def check_traffic(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    models = {m.name: m for m in config.models}
+    for index, model in enumerate(config.models):
+        if model.batch_model is None:
+            continue
+        here = ("models", index, "batchModel")
+        target = models.get(model.batch_model)
+        if target is None:
+            yield ConfigIssue(here, f"unknown model {model.batch_model!r}; models: {', '.join(models)}")
+        elif target.name == model.name:
+            yield ConfigIssue(here, "a model cannot be its own batch model")
+        elif "batch" not in (target.tiers or PROFILES[target.profile].tiers):
+            yield ConfigIssue(here, f"model {target.name!r} does not serve the batch tier (its tiers: {', '.join(target.tiers or PROFILES[target.profile].tiers)})")
+        elif target.batch_model is not None:
+            yield ConfigIssue(here, f"model {target.name!r} sends its own batch tier elsewhere; point at the model that serves it")
+    headers = config.traffic
+    reserved = {headers.tier_header, headers.bucket_header, headers.model_header}
+    if len(reserved) != 3:
+        yield ConfigIssue(("traffic",), "tierHeader, bucketHeader and modelHeader must be three different headers")
+    for index, model in enumerate(config.models):
+        for key in ("overrideHeader", "userKeyHeader"):
+            value = model.release.override_header if key == "overrideHeader" else model.release.user_key_header
+            if value in reserved:
+                yield ConfigIssue(("models", index, "release", key), f"{value!r} is set by the gateway filter; use another header")
+
+
 CHECKS: list[Check] = [
     check_unique_names,
     check_gpu_sharing,
     check_tenants,
     check_capacity,
     check_models,
+    check_models_fit_quotas,
     check_serving,
+    check_traffic,
 ]
 
 

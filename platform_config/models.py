@@ -9,9 +9,9 @@ which reports them through the same error format.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from .gpu_catalog import INSTANCE_TYPES
@@ -335,8 +335,28 @@ class ReleaseConfig(ConfigModel):
     stable: VersionName
     canary: VersionName | None = None
     canary_weight: Percent = 0
+    # Alternatively, the split as weights per version (stable and canary, adding up to 100).
+    weights: dict[VersionName, Percent] | None = None
     override_header: HeaderName = "x-model-version"
     user_key_header: HeaderName = "x-user-id"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _weights_to_canary_weight(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("weights") is None:
+            return data
+        weights = data["weights"]
+        if "canaryWeight" in data:
+            raise ValueError("give either 'canaryWeight' or 'weights', not both")
+        if not isinstance(weights, dict) or not all(isinstance(w, int) for w in weights.values()):
+            return data  # the field's own validation reports the type
+        expected = {data.get("stable"), data.get("canary")} - {None}
+        if set(weights) != expected:
+            raise ValueError(f"'weights' must name exactly the stable and canary versions ({', '.join(sorted(map(str, expected)))}), got {', '.join(sorted(weights))}")
+        total = sum(weights.values())
+        if total != 100:
+            raise ValueError(f"weights add up to {total}, not 100: {', '.join(f'{v}={w}' for v, w in weights.items())}")
+        return {**data, "canaryWeight": weights.get(data.get("canary"), 0)}
 
     @model_validator(mode="after")
     def _canary(self) -> ReleaseConfig:
@@ -423,6 +443,9 @@ class ModelConfig(ConfigModel):
     autoscaling: AutoscalingConfig
     server: ServerArgs = ServerArgs()
     tiers: list[TierName] | None = None
+    # Send this model's batch-tier requests to another model's servers (e.g. the same weights
+    # on a batch pool); that model answers to this model's served name too.
+    batch_model: ResourceName | None = None
     priority_class: PriorityClassName | None = None
     drain: DrainSettings = DrainSettings()
 
@@ -449,9 +472,11 @@ class TierPolicy(ConfigModel):
 
 
 def _default_tiers() -> dict[str, TierPolicy]:
+    # The route timeout bounds a whole response, streamed ones included, so it must cover a long
+    # answer; waiting is bounded by the pending-request limits (503 at once when they are full).
     return {
-        "premium": TierPolicy(timeout="5s", max_pending_requests=64, max_requests=512, retry_attempts=1, vllm_priority=0),
-        "standard": TierPolicy(timeout="30s", max_pending_requests=32, max_requests=256, retry_attempts=1, vllm_priority=1),
+        "premium": TierPolicy(timeout="120s", max_pending_requests=64, max_requests=512, retry_attempts=1, vllm_priority=0),
+        "standard": TierPolicy(timeout="300s", max_pending_requests=32, max_requests=256, retry_attempts=1, vllm_priority=1),
         "batch": TierPolicy(timeout="900s", max_pending_requests=16, max_requests=128, retry_attempts=0, vllm_priority=2),
     }
 
@@ -460,9 +485,17 @@ class TrafficConfig(ConfigModel):
     hosts: Annotated[list[str], Field(min_length=1)] = ["*"]
     tls_credential_name: str | None = None
     tier_header: HeaderName = "x-tier"
+    # What a request with no (or an unknown) tier header is treated as.
+    default_tier: TierName = "standard"
     bucket_header: HeaderName = "x-user-bucket"
     model_header: HeaderName = "x-model"
     tiers: dict[TierName, TierPolicy] = Field(default_factory=_default_tiers)
+
+    @field_validator("tiers", mode="after")
+    @classmethod
+    def _every_tier(cls, tiers: dict[str, TierPolicy]) -> dict[str, TierPolicy]:
+        # A stack may tune some tiers; the others keep their defaults.
+        return {**_default_tiers(), **tiers}
 
 
 # --- the rest ------------------------------------------------------------------------------

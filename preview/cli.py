@@ -21,7 +21,8 @@ from . import render
 from .engine import evaluate
 from .report import Report
 from .schemas import SchemaValidator, crd_schema_dir
-from .sections import capacity_section, schema_section
+from .diff import diff_resources
+from .sections import capacity_section, changes_section, schema_section
 from .stack_config import StackConfigError, load_project, load_stack_config
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_CONFIG, EXIT_CRASH = 0, 1, 2, 3
@@ -52,6 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="output directory (default: build/preview/<stack>)")
     parser.add_argument("--project-dir", type=Path, default=PROJECT_ROOT, help="the Pulumi project (default: this repo)")
     parser.add_argument("--config-file", type=Path, help="use this stack file instead of stacks/Pulumi.<stack>.yaml")
+    parser.add_argument("--baseline", type=Path, help="a previous preview's output directory: report what changes against it")
     parser.add_argument("--json", action="store_true", help="print report.json on stdout instead of the summary")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser.parse_args(argv)
@@ -88,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     crd_dir = crd_schema_dir()
     results = progress.run("validating objects against schemas", lambda: SchemaValidator(version, crd_dir).validate_all(objects))
     report.sections["schemas"] = schema_section(results, version, str(crd_dir))
+    if args.baseline is not None:
+        baseline_file = args.baseline / "resources.json"
+        if not baseline_file.exists():
+            print(f"error: no resources.json in the baseline {args.baseline}", file=sys.stderr)
+            return EXIT_CONFIG
+        diff = diff_resources(json.loads(baseline_file.read_text()), render.resource_entries(evaluation.resources))
+        report.sections["changes"] = changes_section(diff, str(args.baseline))
     progress.run("writing the report", lambda: None)
     report.stages = progress.stages
     report.write(out)

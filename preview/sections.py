@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .diff import Diff
 from .report import Section
 from .schemas import ObjectResult
 
@@ -56,3 +57,22 @@ def schema_section(results: list[ObjectResult], kubernetes_version: str, crd_dir
         "objects": [{"object": r.label, "schema": r.schema, "status": r.status} for r in results],
     }
     return Section("Schemas", summary, failed=bool(invalid), data=data, markdown="\n".join(rows), lines=lines)
+
+
+def changes_section(diff: Diff, baseline: str) -> Section:
+    summary = (
+        "no changes"
+        if diff.empty
+        else f"{len(diff.added)} to add, {len(diff.changed)} to change, {len(diff.removed)} to delete"
+    )
+    lines = [f"+ {c.type} {c.name}" for c in diff.added]
+    lines += [f"~ {c.type} {c.name}: {', '.join(c.paths[:6])}{' ...' if len(c.paths) > 6 else ''}" for c in diff.changed]
+    lines += [f"- {c.type} {c.name}" for c in diff.removed]
+    data = {
+        "baseline": baseline,
+        "added": [{"urn": c.urn, "type": c.type} for c in diff.added],
+        "changed": [{"urn": c.urn, "type": c.type, "paths": c.paths} for c in diff.changed],
+        "removed": [{"urn": c.urn, "type": c.type} for c in diff.removed],
+    }
+    markdown = "\n".join(["```diff", *lines, "```"]) if lines else "No changes."
+    return Section(f"Changes against {baseline}", summary, data=data, markdown=markdown, lines=lines)

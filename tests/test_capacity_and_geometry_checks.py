@@ -23,7 +23,7 @@ def test_prod_capacity_table(prod_raw):
     gpu = rows["nvidia.com/gpu"]
     # 8 p5 nodes x 4 whole GPUs + 4 L4 nodes x 4 GPUs.
     assert gpu["supplyByPool"] == {"h100": "32", "l4-batch": "16"} and gpu["supply"] == "48"
-    assert gpu["demandByTenant"] == {"serving": "32", "team-a": "4", "team-b": "2"} and gpu["withinCapacity"]
+    assert gpu["demandByTenant"] == {"serving": "36", "team-a": "4", "team-b": "2"} and gpu["withinCapacity"]
     assert rows["nvidia.com/mig-1g.10gb"]["supply"] == "112"
     assert rows["nvidia.com/mig-3g.40gb"]["supply"] == "32"
     assert rows["memory"]["supply"] == f"{8 * 2048 + 4 * 192}Gi"
@@ -106,6 +106,23 @@ def test_model_needing_more_gpus_than_a_node_has(prod_raw):
 
 def test_model_that_cannot_reach_max_replicas_within_quota(prod_raw):
     prod_raw["models"][0]["autoscaling"]["maxReplicas"] = 9
+    found = problems(prod_raw)
+    (gpu,) = found
+    assert gpu.startswith("inference-platform:tenants[0].quota.gpu: at maxReplicas llama-70b (inference-platform:models[0].autoscaling.maxReplicas=9)")
+    assert "hold 40 of nvidia.com/gpu, but tenant 'serving' has 36 for production" in gpu
+
+
+def test_cpu_memory_and_pods_budgets_are_checked_too(prod_raw):
+    quota = prod_raw["tenants"][0]["quota"]
+    quota.update(cpu="400", memory="3000Gi", pods=20)
+    found = problems(prod_raw)
+    assert any(m.startswith("inference-platform:tenants[0].quota.cpu: at maxReplicas") and "hold 448 of cpu" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.memory: at maxReplicas") and "hold 4032Gi of memory" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at maxReplicas") and "hold 32 of pods" in m for m in found)
+
+
+def test_a_single_model_over_its_tenant_budget_names_the_model_key(prod_raw):
+    prod_raw["models"][2]["autoscaling"]["maxReplicas"] = 9  # llama-1b: 9 slices, team-a has 8
     (message,) = problems(prod_raw)
-    assert message.startswith("inference-platform:models[0].autoscaling.maxReplicas: at maxReplicas the model's versions hold 36 x nvidia.com/gpu")
-    assert "inference-platform:tenants[0].quota.gpu" in message
+    assert message.startswith("inference-platform:models[2].autoscaling.maxReplicas: at maxReplicas llama-1b")
+    assert "hold 9 of nvidia.com/mig-1g.10gb" in message

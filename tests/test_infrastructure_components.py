@@ -208,7 +208,7 @@ def test_tenant_limit_range_network_policies_and_rbac(prod):
     deny = prod.k8s("NetworkPolicy", "default-deny-ingress", "team-a")["spec"]
     assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
     mesh = prod.k8s("NetworkPolicy", "allow-mesh-ingress", "team-a")["spec"]["ingress"]
-    assert mesh == [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "istio-ingress"}}}]}]
+    assert mesh == [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "istio-system"}}}]}]
     assert prod.k8s("NetworkPolicy", "allow-same-namespace", "team-a")["spec"]["ingress"] == [{"from": [{"podSelector": {}}]}]
     assert prod.k8s("NetworkPolicy", "allow-monitoring", "team-a")
     binding = prod.k8s("RoleBinding", "team-a-editors", "team-a")

@@ -43,6 +43,8 @@ def dcgm_service_monitor(namespace: str) -> dict[str, Any]:
     """Scrape DCGM exporter; honorLabels keeps its pod/namespace/container labels (the pod that
     holds the GPU) instead of renaming them exported_*."""
     return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
         "metadata": {"name": "dcgm-exporter", "namespace": namespace, "labels": {"app": DCGM_EXPORTER_APP_LABEL}},
         "spec": {
             "selector": {"matchLabels": {"app": DCGM_EXPORTER_APP_LABEL}},

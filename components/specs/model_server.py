@@ -101,6 +101,8 @@ class ServerPlan:
     min_replicas: int
     max_replicas: int
     hugging_face_token: bool
+    # Served names of models whose batch tier this server takes (vLLM answers to them too).
+    aliases: tuple[str, ...]
     # Service account with read access to the S3 weights (workload identity), if any.
     weights_service_account: str | None
 
@@ -183,6 +185,7 @@ def plan_server(config: PlatformConfig, model: ModelConfig, version_name: str, *
         min_replicas=low,
         max_replicas=high,
         hugging_face_token=hugging_face_token and version.source.huggingface is not None,
+        aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
         weights_service_account=f"{model.name}-weights" if version.source.s3_uri else None,
     )
 
@@ -205,6 +208,7 @@ def vllm_args(plan: ServerPlan) -> list[str]:
         model_location(plan),
         "--served-model-name",
         plan.model.openai_name,
+        *plan.aliases,
         "--port",
         str(VLLM_PORT),
         "--tensor-parallel-size",

@@ -1,0 +1,79 @@
+"""The Istio service mesh (pinned Helm releases: base, CNI node agent, istiod, ingress gateway).
+
+The CNI node agent sets up traffic redirection, so injected pods need no NET_ADMIN init
+container and tenant namespaces can enforce the `restricted` Pod Security Standard. Metrics
+merging lets Prometheus scrape application metrics through the sidecar while mTLS is STRICT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .constants import ISTIO_BASE_CHART, ISTIO_CNI_CHART, ISTIO_GATEWAY_CHART, ISTIO_SYSTEM_NAMESPACE, ISTIOD_CHART, PACKAGE, Chart, standard_labels
+from .specs.traffic import GATEWAY_SELECTOR, GATEWAY_SERVICE_ACCOUNT
+
+
+def istiod_values() -> dict:
+    return {
+        "pilot": {"cni": {"enabled": True}},
+        "meshConfig": {
+            "enablePrometheusMerge": True,
+            "defaultConfig": {"holdApplicationUntilProxyStarts": True},
+        },
+    }
+
+
+def gateway_values(on_aws: bool) -> dict:
+    service: dict = {"type": "LoadBalancer"}
+    if on_aws:
+        service["annotations"] = {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}
+    return {
+        "labels": {**GATEWAY_SELECTOR, "app": GATEWAY_SERVICE_ACCOUNT},
+        "service": service,
+        "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 10},
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+    }
+
+
+@dataclass(frozen=True)
+class MeshArgs:
+    on_aws: bool
+
+
+class Mesh(pulumi.ComponentResource):
+    base: k8s.helm.v3.Release
+    istiod: k8s.helm.v3.Release
+    gateway: k8s.helm.v3.Release
+
+    def __init__(self, name: str, args: MeshArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:mesh:Mesh", name, None, opts)
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={
+                "name": ISTIO_SYSTEM_NAMESPACE,
+                # The CNI node agent runs privileged on every node.
+                "labels": {**standard_labels(ISTIO_SYSTEM_NAMESPACE, "mesh"), "pod-security.kubernetes.io/enforce": "privileged"},
+            },
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+        def release(suffix: str, chart: Chart, release_name: str, values: dict, after: list[pulumi.Resource]) -> k8s.helm.v3.Release:
+            return k8s.helm.v3.Release(
+                f"{name}-{suffix}",
+                name=release_name,
+                namespace=ISTIO_SYSTEM_NAMESPACE,
+                chart=chart.chart,
+                version=chart.version,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
+                values=values,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+            )
+
+        self.base = release("base", ISTIO_BASE_CHART, "istio-base", {}, [namespace])
+        cni = release("cni", ISTIO_CNI_CHART, "istio-cni", {}, [self.base])
+        self.istiod = release("istiod", ISTIOD_CHART, "istiod", istiod_values(), [self.base, cni])
+        self.gateway = release("gateway", ISTIO_GATEWAY_CHART, GATEWAY_SERVICE_ACCOUNT, gateway_values(args.on_aws), [self.istiod])
+        self.register_outputs({"version": ISTIOD_CHART.version})

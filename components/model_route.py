@@ -1,0 +1,42 @@
+"""How requests reach a model's versions: its VirtualService (override, sticky, weighted routes
+per tier) and, for Deployment-served models, the DestinationRule with a subset per version and
+tier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from platform_config.models import ModelConfig, PlatformConfig
+
+from .constants import PACKAGE
+from .k8s_objects import custom_resource
+from .specs import traffic
+
+
+@dataclass(frozen=True)
+class ModelRouteArgs:
+    config: PlatformConfig
+    model: ModelConfig
+    depends_on: tuple[pulumi.Resource, ...] = ()
+
+
+class ModelRoute(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ModelRouteArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:model-route:ModelRoute", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        service = traffic.virtual_service(args.config, args.model)
+        custom_resource(f"{name}-virtual-service", service, child)
+        if args.model.autoscaling.mode == "hpa":
+            custom_resource(f"{name}-destination-rule", traffic.destination_rule(args.config, args.model), child)
+        release = args.model.release
+        self.register_outputs(
+            {
+                "servedModelName": args.model.openai_name,
+                "stable": release.stable,
+                "canary": release.canary,
+                "canaryWeight": release.canary_weight,
+                "routes": [route["name"] for route in service["spec"]["http"]],
+            }
+        )

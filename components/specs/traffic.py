@@ -1,0 +1,427 @@
+"""Istio objects for model traffic (pure functions).
+
+Per model, one VirtualService on the platform Gateway, its routes in this order:
+  1. override: `<overrideHeader>: <version>` always reaches that version;
+  2. sticky: the gateway filter's bucket header (0..99, from the user key) picks a version by
+     RE2 ranges generated from the canary weight, so a user always sees the same version;
+  3. weighted: requests without a user key split by the canary weight (weights add up to 100).
+Each route is per tier (the filter normalises the tier header), and every destination is a
+`<version>-<tier>` subset whose connection pool bounds pending requests, so overload answers
+503 at once instead of queueing without end. A request for a tier the model does not serve
+gets a direct 403 saying which tiers it serves.
+
+Deployment-served models are reached through their Service and a DestinationRule with those
+subsets. Knative-served models are reached, like KServe does, through Knative's local gateway
+with the Host header of the version's Knative Service; their subsets live in one platform
+DestinationRule for that gateway host.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from platform_config.capacity import running_versions
+from platform_config.models import ModelConfig, PlatformConfig, TenantConfig, TierPolicy, duration_seconds
+
+from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT, standard_labels
+from .model_server import model_tiers, server_name
+
+GATEWAY_NAME = "inference-gateway"
+GATEWAY_SELECTOR = {"istio": "ingressgateway"}
+GATEWAY_SERVICE_ACCOUNT = "istio-ingressgateway"
+KNATIVE_LOCAL_GATEWAY = f"knative-local-gateway.{ISTIO_SYSTEM_NAMESPACE}.svc.cluster.local"
+KNATIVE_LOCAL_GATEWAY_PORT = 80
+TIER_ORDER = ("premium", "standard", "batch")
+LUA_SOURCE = Path(__file__).resolve().parent.parent / "lua" / "gateway_filter.lua"
+# Retry only what never reached a server: an LLM request is not idempotent (it costs GPU time),
+# and a 503 from a full pending queue must fail fast, not come back.
+SAFE_RETRY_ON = "connect-failure,refused-stream"
+
+
+# --- sticky buckets as RE2 ranges ----------------------------------------------------------
+
+
+def _digit_class(low: int, high: int) -> str:
+    return str(low) if low == high else f"[{low}-{high}]"
+
+
+def range_regex(low: int, high: int) -> str | None:
+    """An RE2 pattern that fully matches the decimal numbers low..high (0 <= low <= high <= 99,
+    no leading zeros); Envoy matches header regexes against the whole value."""
+    if low > high:
+        return None
+    parts: list[str] = []
+    if low <= 9:
+        parts.append(_digit_class(low, min(high, 9)))
+    first_tens, last_tens = max(low, 10) // 10, high // 10
+    tens = first_tens
+    while tens <= last_tens and high >= 10:
+        start = max(low, tens * 10) % 10
+        end = min(high, tens * 10 + 9) % 10
+        if start == 0 and end == 9:
+            # Collapse a run of whole decades: 20-49 -> [2-4][0-9]
+            run_end = tens
+            while run_end + 1 <= last_tens and min(high, (run_end + 1) * 10 + 9) % 10 == 9:
+                run_end += 1
+            parts.append(f"{_digit_class(tens, run_end)}[0-9]")
+            tens = run_end + 1
+        else:
+            parts.append(f"{tens}{_digit_class(start, end)}")
+            tens += 1
+    return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
+
+
+def sticky_ranges(canary_weight: int) -> tuple[str | None, str | None]:
+    """(canary, stable) bucket patterns: buckets below the weight go to the canary."""
+    return range_regex(0, canary_weight - 1), range_regex(canary_weight, 99)
+
+
+# --- destinations ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Destination:
+    host: str
+    subset: str
+    port: int
+    # Knative versions are reached through the local gateway, addressed by Host header.
+    host_header: str | None = None
+
+    def route(self, weight: int | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"destination": {"host": self.host, "subset": self.subset, "port": {"number": self.port}}}
+        if self.host_header is not None:
+            out["headers"] = {"request": {"set": {"Host": self.host_header}}}
+        if weight is not None:
+            out["weight"] = weight
+        return out
+
+
+def subset_name(model: ModelConfig, version: str, tier: str) -> str:
+    if model.autoscaling.mode == "kpa":
+        return f"{model.name}-{version}-{tier}"
+    return f"{version}-{tier}"
+
+
+def model_host(model: ModelConfig) -> str:
+    return f"{model.name}.{model.tenant}.svc.cluster.local"
+
+
+def destination(model: ModelConfig, version: str, tier: str) -> Destination:
+    if model.autoscaling.mode == "kpa":
+        ksvc_host = f"{server_name(model, version)}.{model.tenant}.svc.cluster.local"
+        return Destination(KNATIVE_LOCAL_GATEWAY, subset_name(model, version, tier), KNATIVE_LOCAL_GATEWAY_PORT, ksvc_host)
+    return Destination(model_host(model), subset_name(model, version, tier), VLLM_PORT)
+
+
+def find_model(config: PlatformConfig, name: str) -> ModelConfig:
+    return next(m for m in config.models if m.name == name)
+
+
+def served_tiers(config: PlatformConfig, model: ModelConfig) -> list[str]:
+    """Tiers requests for this model may use: its own, plus batch when sent to a batch model."""
+    tiers = set(model_tiers(config, model))
+    if model.batch_model is not None:
+        tiers.add("batch")
+    return [t for t in TIER_ORDER if t in tiers]
+
+
+def tier_owner(config: PlatformConfig, model: ModelConfig, tier: str) -> ModelConfig:
+    """The model whose servers take this tier's requests for `model`."""
+    if tier == "batch" and model.batch_model is not None:
+        return find_model(config, model.batch_model)
+    return model
+
+
+def priority_tiers(config: PlatformConfig, model: ModelConfig) -> list[str]:
+    """Tiers whose destination server runs vLLM's priority scheduling (serves several tiers)."""
+    return [t for t in served_tiers(config, model) if len(model_tiers(config, tier_owner(config, model, t))) > 1]
+
+
+# --- the VirtualService ----------------------------------------------------------------------
+
+
+def _match(config: PlatformConfig, model: ModelConfig, tier: str, **extra: dict[str, str]) -> list[dict[str, Any]]:
+    traffic = config.traffic
+    headers = {traffic.model_header: {"exact": model.openai_name}, traffic.tier_header: {"exact": tier}, **extra}
+    return [{"headers": headers}]
+
+
+def _route_policy(policy: TierPolicy) -> dict[str, Any]:
+    out: dict[str, Any] = {"timeout": policy.timeout}
+    if policy.retry_attempts:
+        per_try = f"{int(duration_seconds(policy.timeout))}s"
+        out["retries"] = {"attempts": policy.retry_attempts, "perTryTimeout": per_try, "retryOn": SAFE_RETRY_ON}
+    else:
+        # Istio retries by default (503s included); say explicitly that this tier does not.
+        out["retries"] = {"attempts": 0}
+    return out
+
+
+def virtual_service(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
+    traffic = config.traffic
+    release = model.release
+    tiers = served_tiers(config, model)
+    overrides, sticky, weighted = [], [], []
+    for tier in tiers:
+        owner = tier_owner(config, model, tier)
+        policy = _route_policy(traffic.tiers[tier])
+        if owner is not model:
+            # Batch work goes to its own pool, whatever version header or user key it carries.
+            weighted.append(
+                {"name": f"{tier}-to-{owner.name}", "match": _match(config, model, tier), "route": [destination(owner, owner.release.stable, tier).route()], **policy}
+            )
+            continue
+        for version in running_versions(model):
+            overrides.append(
+                {
+                    "name": f"{tier}-override-{version}",
+                    "match": _match(config, model, tier, **{release.override_header: {"exact": version}}),
+                    "route": [destination(model, version, tier).route()],
+                    **policy,
+                }
+            )
+        canary = release.canary
+        if canary is not None:
+            canary_range, stable_range = sticky_ranges(release.canary_weight)
+            for version, pattern in ((canary, canary_range), (release.stable, stable_range)):
+                if pattern is not None:
+                    sticky.append(
+                        {
+                            "name": f"{tier}-sticky-{version}",
+                            "match": _match(config, model, tier, **{traffic.bucket_header: {"regex": pattern}}),
+                            "route": [destination(model, version, tier).route()],
+                            **policy,
+                        }
+                    )
+            split = [(release.stable, 100 - release.canary_weight), (canary, release.canary_weight)]
+        else:
+            split = [(release.stable, 100)]
+        weighted.append(
+            {
+                "name": f"{tier}-weighted",
+                "match": _match(config, model, tier),
+                "route": [destination(model, version, tier).route(weight) for version, weight in split],
+                **policy,
+            }
+        )
+    routes = overrides + sticky + weighted
+    if set(tiers) != set(TIER_ORDER):
+        routes.append(
+            {
+                "name": "tier-not-served",
+                "match": [{"headers": {traffic.model_header: {"exact": model.openai_name}}}],
+                "directResponse": {
+                    "status": 403,
+                    "body": {"string": f"model {model.openai_name} serves tiers {', '.join(tiers)}; set the {traffic.tier_header} header"},
+                },
+            }
+        )
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": model.name, "namespace": model.tenant, "labels": standard_labels(model.name, "routing")},
+        "spec": {"hosts": list(traffic.hosts), "gateways": [f"{ISTIO_INGRESS_NAMESPACE}/{GATEWAY_NAME}"], "http": routes},
+    }
+
+
+# --- DestinationRules ------------------------------------------------------------------------
+
+
+def tier_traffic_policy(policy: TierPolicy) -> dict[str, Any]:
+    return {
+        "connectionPool": {
+            "tcp": {"maxConnections": policy.max_requests},
+            "http": {
+                # Beyond these the gateway answers 503 at once (Envoy circuit breaker).
+                "http1MaxPendingRequests": policy.max_pending_requests,
+                "http2MaxRequests": policy.max_requests,
+                "maxRetries": max(1, policy.retry_attempts * 8),
+            },
+        },
+        "outlierDetection": {
+            "consecutiveGatewayErrors": 3,
+            "interval": "10s",
+            "baseEjectionTime": "30s",
+            "maxEjectionPercent": 50,
+        },
+    }
+
+
+def _subsets(config: PlatformConfig, model: ModelConfig, labels: dict[str, str] | None) -> list[dict[str, Any]]:
+    subsets = []
+    for version in running_versions(model):
+        for tier in TIER_ORDER:
+            if not _serves(config, model, tier):
+                continue
+            subsets.append(
+                {
+                    "name": subset_name(model, version, tier),
+                    "labels": labels if labels is not None else {"inference.platform/model-version": version},
+                    "trafficPolicy": tier_traffic_policy(config.traffic.tiers[tier]),
+                }
+            )
+    return subsets
+
+
+def _serves(config: PlatformConfig, model: ModelConfig, tier: str) -> bool:
+    """Whether `model`'s own servers take `tier` (for itself or as another model's batch model)."""
+    if tier in model_tiers(config, model) and not (tier == "batch" and model.batch_model is not None):
+        return True
+    return tier == "batch" and any(m.batch_model == model.name for m in config.models)
+
+
+def destination_rule(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
+    """One subset per version and tier for a Deployment-served model."""
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": model.name, "namespace": model.tenant, "labels": standard_labels(model.name, "routing")},
+        "spec": {"host": model_host(model), "subsets": _subsets(config, model, None)},
+    }
+
+
+def knative_gateway_destination_rule(config: PlatformConfig) -> dict[str, Any] | None:
+    """The subsets of every Knative-served model, on the one host they are all reached through."""
+    subsets = [s for m in config.models if m.autoscaling.mode == "kpa" for s in _subsets(config, m, GATEWAY_SELECTOR)]
+    if not subsets:
+        return None
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "knative-model-tiers", "namespace": ISTIO_SYSTEM_NAMESPACE, "labels": standard_labels("knative-model-tiers", "routing")},
+        "spec": {"host": KNATIVE_LOCAL_GATEWAY, "subsets": subsets},
+    }
+
+
+# --- the Gateway and its filter --------------------------------------------------------------
+
+
+def gateway(config: PlatformConfig) -> dict[str, Any]:
+    traffic = config.traffic
+    servers: list[dict[str, Any]] = []
+    if traffic.tls_credential_name:
+        servers.append(
+            {
+                "port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+                "hosts": list(traffic.hosts),
+                "tls": {"mode": "SIMPLE", "credentialName": traffic.tls_credential_name},
+            }
+        )
+        servers.append({"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": list(traffic.hosts), "tls": {"httpsRedirect": True}})
+    else:
+        servers.append({"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": list(traffic.hosts)})
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": GATEWAY_NAME, "namespace": ISTIO_INGRESS_NAMESPACE, "labels": standard_labels(GATEWAY_NAME, "gateway")},
+        "spec": {"selector": GATEWAY_SELECTOR, "servers": servers},
+    }
+
+
+def filter_config(config: PlatformConfig) -> dict[str, Any]:
+    traffic = config.traffic
+    return {
+        "tier_header": traffic.tier_header,
+        "default_tier": traffic.default_tier,
+        "bucket_header": traffic.bucket_header,
+        "model_header": traffic.model_header,
+        "default_user_header": "x-user-id",
+        "priorities": {tier: traffic.tiers[tier].vllm_priority for tier in TIER_ORDER},
+        "models": {
+            m.openai_name: {
+                "user_key_header": m.release.user_key_header,
+                "priority_tiers": {tier: True for tier in priority_tiers(config, m)},
+            }
+            for m in config.models
+        },
+    }
+
+
+def _lua_literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid Lua string literal for these values
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        return "{" + ", ".join(f"[{json.dumps(str(k))}] = {_lua_literal(v)}" for k, v in sorted(value.items())) + "}"
+    raise TypeError(f"no Lua literal for {value!r}")
+
+
+def lua_code(config: PlatformConfig) -> str:
+    """The filter's inline code: the generated CONFIG, then the filter source unchanged."""
+    return f"local CONFIG = {_lua_literal(filter_config(config))}\n\n{LUA_SOURCE.read_text()}"
+
+
+def envoy_filter(config: PlatformConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "EnvoyFilter",
+        "metadata": {"name": "inference-gateway-filter", "namespace": ISTIO_INGRESS_NAMESPACE, "labels": standard_labels("inference-gateway-filter", "gateway")},
+        "spec": {
+            "workloadSelector": {"labels": GATEWAY_SELECTOR},
+            "configPatches": [
+                {
+                    "applyTo": "HTTP_FILTER",
+                    "match": {
+                        "context": "GATEWAY",
+                        "listener": {
+                            "filterChain": {
+                                "filter": {
+                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "subFilter": {"name": "envoy.filters.http.router"},
+                                }
+                            }
+                        },
+                    },
+                    "patch": {
+                        "operation": "INSERT_BEFORE",
+                        "value": {
+                            "name": "envoy.filters.http.lua",
+                            "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                                "default_source_code": {"inline_string": lua_code(config)},
+                            },
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+# --- isolation -------------------------------------------------------------------------------
+
+
+def peer_authentication(tenant: TenantConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "PeerAuthentication",
+        "metadata": {"name": "default", "namespace": tenant.name, "labels": standard_labels(tenant.name, "mesh-security")},
+        "spec": {"mtls": {"mode": "STRICT"}},
+    }
+
+
+def authorization_policy(tenant: TenantConfig, *, knative: bool) -> dict[str, Any]:
+    """Only the ingress gateway and the tenant's own namespace may call its servers (and, for
+    Knative services, Knative's activator, which sits in their data path)."""
+    principals = [f"cluster.local/ns/{ISTIO_INGRESS_NAMESPACE}/sa/{GATEWAY_SERVICE_ACCOUNT}"]
+    namespaces = [tenant.name] + ([KNATIVE_SERVING_NAMESPACE] if knative else [])
+    return {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "allow-gateway-and-namespace", "namespace": tenant.name, "labels": standard_labels(tenant.name, "mesh-security")},
+        "spec": {
+            "action": "ALLOW",
+            "rules": [
+                {"from": [{"source": {"principals": principals}}]},
+                {"from": [{"source": {"namespaces": namespaces}}]},
+            ],
+        },
+    }

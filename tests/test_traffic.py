@@ -1,0 +1,414 @@
+"""Traffic: Istio routes, canaries with header override and sticky buckets, request tiers,
+isolation; the gateway filter's real Lua source run in LuaJIT, its regexes checked with RE2."""
+
+from __future__ import annotations
+
+import json
+
+import lupa.luajit21 as luajit
+import pytest
+import re2
+
+from platform_config import ConfigError, parse_platform_config
+from components.specs.traffic import LUA_SOURCE, range_regex, sticky_ranges
+
+from .helpers import Evaluated, raw_stack
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+N_KEYS = 100_000
+
+
+@pytest.fixture(scope="module")
+def prod() -> Evaluated:
+    return Evaluated(raw_stack("prod"))
+
+
+def vs(evaluated: Evaluated, model: str, namespace: str) -> dict:
+    return evaluated.k8s("VirtualService", model, namespace)
+
+
+# --- RE2 bucket ranges ------------------------------------------------------------------------
+
+
+def test_bucket_regexes_match_exactly_the_intended_buckets_for_every_weight():
+    buckets = [str(b) for b in range(100)]
+    for weight in range(101):
+        canary, stable = sticky_ranges(weight)
+        for pattern, wanted in ((canary, set(range(weight))), (stable, set(range(weight, 100)))):
+            if not wanted:
+                assert pattern is None, weight
+                continue
+            compiled = re2.compile(pattern)
+            matched = {int(b) for b in buckets if compiled.fullmatch(b)}
+            assert matched == wanted, (weight, pattern)
+            # Never matches anything but a bucket (full match, as Envoy applies it).
+            for other in ("", "-1", "100", "07", "5 ", "1a"):
+                assert not compiled.fullmatch(other), (pattern, other)
+
+
+def test_range_regex_shapes():
+    assert range_regex(0, 9) == "[0-9]"
+    assert range_regex(10, 99) == "[1-9][0-9]"
+    assert range_regex(0, 24) == "([0-9]|1[0-9]|2[0-4])"
+    assert range_regex(5, 5) == "5"
+
+
+# --- the gateway filter in LuaJIT -------------------------------------------------------------
+
+HARNESS = """
+function make_handle(headers_in, body_text)
+  local state = {headers = {}, body = body_text}
+  for k, v in pairs(headers_in) do state.headers[k] = v end
+  local headers = {}
+  function headers:get(k) return state.headers[k] end
+  function headers:replace(k, v) state.headers[k] = v end
+  function headers:remove(k) state.headers[k] = nil end
+  local body = nil
+  if body_text ~= nil then
+    body = {}
+    function body:length() return #state.body end
+    function body:getBytes(i, n) return state.body:sub(i + 1, i + n) end
+    function body:setBytes(s) state.body = s end
+  end
+  local handle = {state = state}
+  function handle:headers() return headers end
+  function handle:body() return body end
+  return handle
+end
+
+function bucket_counts(n)
+  local counts = {}
+  for b = 0, 99 do counts[b] = 0 end
+  for i = 1, n do
+    local b = GATEWAY_FILTER.bucket("user-" .. i)
+    counts[b] = counts[b] + 1
+  end
+  return counts
+end
+"""
+
+
+def lua_code(evaluated: Evaluated) -> str:
+    """The Lua the gateway runs: taken from the rendered EnvoyFilter itself."""
+    envoy_filter = evaluated.k8s("EnvoyFilter", "inference-gateway-filter", "istio-system")
+    patch = envoy_filter["spec"]["configPatches"][0]["patch"]["value"]
+    assert patch["typed_config"]["@type"] == "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
+    return patch["typed_config"]["default_source_code"]["inline_string"]
+
+
+@pytest.fixture(scope="module")
+def lua(prod):
+    runtime = luajit.LuaRuntime(unpack_returned_tuples=True)
+    assert runtime.lua_implementation.startswith("LuaJIT 2.1")  # the Lua Envoy embeds
+    runtime.execute(lua_code(prod))
+    runtime.execute(HARNESS)
+    return runtime
+
+
+class Request:
+    def __init__(self, lua, headers: dict[str, str], body: str | None = None):
+        handle = lua.globals().make_handle(lua.table_from(headers), body)
+        lua.globals().envoy_on_request(handle)
+        state = handle.state
+        self.headers = dict(state.headers.items())
+        self.body = state.body
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+def fnv1a32(data: bytes) -> int:
+    value = 0x811C9DC5
+    for byte in data:
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return value
+
+
+def test_bucket_is_fnv1a_and_stable(lua):
+    keys = ["alice", "bob", "user-42", "", "Ünïcødé-user", "a" * 500, "0", "tenant/team-a:user#7"]
+    for key in keys:
+        assert lua.globals().GATEWAY_FILTER.fnv1a32(key) == fnv1a32(key.encode()), key
+    # A fresh runtime (another gateway pod, another process) gives every key the same bucket.
+    other = luajit.LuaRuntime()
+    other.execute("local CONFIG = {}\n" + LUA_SOURCE.read_text())
+    for key in keys:
+        assert other.globals().GATEWAY_FILTER.bucket(key) == lua.globals().GATEWAY_FILTER.bucket(key) == fnv1a32(key.encode()) % 100
+
+
+def test_same_user_same_bucket_header(lua):
+    first = Request(lua, {":method": "GET", "x-user-id": "user-123"})
+    second = Request(lua, {":method": "GET", "x-user-id": "user-123"})
+    assert first.headers["x-user-bucket"] == second.headers["x-user-bucket"] == str(fnv1a32(b"user-123") % 100)
+
+
+def test_shares_over_100k_keys_are_within_one_point_of_every_weight(lua):
+    counts = lua.globals().bucket_counts(N_KEYS)
+    buckets = [counts[b] for b in range(100)]
+    assert sum(buckets) == N_KEYS
+    for weight in range(101):
+        canary_share = 100 * sum(buckets[:weight]) / N_KEYS
+        assert abs(canary_share - weight) <= 1, (weight, canary_share)
+
+
+def test_prod_canary_route_regex_applied_to_lua_buckets_gives_ten_percent(lua, prod):
+    routes = vs(prod, "llama-8b", "serving")["spec"]["http"]
+    sticky = next(r for r in routes if r["name"] == "premium-sticky-v2")
+    pattern = re2.compile(sticky["match"][0]["headers"]["x-user-bucket"]["regex"])
+    counts = lua.globals().bucket_counts(N_KEYS)
+    canary = sum(counts[b] for b in range(100) if pattern.fullmatch(str(b)))
+    assert abs(100 * canary / N_KEYS - 10) <= 1
+
+
+def chat_body(**extra) -> str:
+    body = {"model": "llama-3.1-8b-instruct", "messages": [{"role": "user", "content": "hi"}], **extra}
+    return json.dumps(body)
+
+
+def test_tier_is_normalised(lua):
+    assert Request(lua, {":method": "GET"}).headers["x-tier"] == "standard"
+    assert Request(lua, {":method": "GET", "x-tier": "platinum"}).headers["x-tier"] == "standard"
+    assert Request(lua, {":method": "GET", "x-tier": "premium"}).headers["x-tier"] == "premium"
+
+
+def test_model_header_comes_from_the_body_never_the_client(lua):
+    request = Request(lua, {":method": "POST", "x-model": "llama-3.1-70b-instruct"}, chat_body())
+    assert request.headers["x-model"] == "llama-3.1-8b-instruct"
+    spoofed = Request(lua, {":method": "GET", "x-model": "llama-3.1-70b-instruct", "x-user-bucket": "3"})
+    assert "x-model" not in spoofed.headers and "x-user-bucket" not in spoofed.headers
+
+
+@pytest.mark.parametrize("tier, priority", [("premium", 0), ("standard", 1)])
+def test_tier_priority_written_into_the_body(lua, tier, priority):
+    request = Request(lua, {":method": "POST", "x-tier": tier}, chat_body(priority=-5, temperature=0.2))
+    body = request.json()
+    assert body["priority"] == priority and body["temperature"] == 0.2 and body["messages"][0]["content"] == "hi"
+    # The client's own priority is gone, not merely shadowed.
+    assert request.body.count('"priority"') == 1
+
+
+def test_streaming_request_body(lua):
+    raw = '{ "model" : "llama-3.1-70b-instruct",\n  "stream": true, "stream_options": {"include_usage": true},\n  "messages": [{"role": "user", "content": "say \\"priority\\": 0 {not json}"}] }\n'
+    request = Request(lua, {":method": "POST", "x-tier": "premium"}, raw)
+    body = request.json()
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["priority"] == 0
+    assert body["messages"][0]["content"] == 'say "priority": 0 {not json}'  # strings are not touched
+
+
+def test_escaped_key_cannot_smuggle_a_priority(lua):
+    raw = '{"model": "llama-3.1-70b-instruct", "pri\\u006frity": 0, "messages": []}'
+    body = Request(lua, {":method": "POST", "x-tier": "standard"}, raw).json()
+    assert body["priority"] == 1
+
+
+def test_completions_body_with_nested_priority_fields(lua):
+    raw = json.dumps({"model": "llama-3.1-70b-instruct", "prompt": "x", "metadata": {"priority": 99}})
+    body = Request(lua, {":method": "POST", "x-tier": "standard"}, raw).json()
+    assert body["metadata"] == {"priority": 99} and body["priority"] == 1
+
+
+def test_no_priority_for_servers_without_priority_scheduling(lua):
+    # The batch labeller serves one tier: vLLM would reject a non-zero priority.
+    raw = json.dumps({"model": "batch-labeller", "prompt": "label this"})
+    request = Request(lua, {":method": "POST", "x-tier": "batch"}, raw)
+    assert request.body == raw and request.headers["x-model"] == "batch-labeller"
+    # The 8B chat model's batch tier goes to its batch servers, which serve one tier too.
+    raw = chat_body()
+    assert Request(lua, {":method": "POST", "x-tier": "batch"}, raw).body == raw
+
+
+def test_bodies_that_are_not_json_objects_are_left_alone(lua):
+    for raw in ("not json", "[1, 2]", '{"model": "llama-3.1-8b-instruct", "unterminated": "x}'):
+        request = Request(lua, {":method": "POST", "x-tier": "premium"}, raw)
+        assert request.body == raw
+
+
+def test_user_key_header_is_per_model(lua, prod_raw):
+    prod_raw["models"][1]["release"]["userKeyHeader"] = "x-account"
+    evaluated = Evaluated(prod_raw)
+    runtime = luajit.LuaRuntime(unpack_returned_tuples=True)
+    runtime.execute(lua_code(evaluated))
+    runtime.execute(HARNESS)
+    request = Request(runtime, {":method": "POST", "x-account": "acct-9", "x-user-id": "ignored"}, chat_body())
+    assert request.headers["x-user-bucket"] == str(fnv1a32(b"acct-9") % 100)
+
+
+# --- the VirtualServices and DestinationRules -------------------------------------------------
+
+
+def route_kinds(routes: list[dict]) -> list[str]:
+    return ["override" if "-override-" in r["name"] else "sticky" if "-sticky-" in r["name"] else "other" for r in routes]
+
+
+def test_route_order_override_then_sticky_then_weighted(prod):
+    routes = vs(prod, "llama-8b", "serving")["spec"]["http"]
+    kinds = route_kinds(routes)
+    first_sticky, last_override = kinds.index("sticky"), len(kinds) - 1 - kinds[::-1].index("override")
+    assert last_override < first_sticky
+    assert kinds.index("other") > len(kinds) - 1 - kinds[::-1].index("sticky")
+    override = next(r for r in routes if r["name"] == "premium-override-v2")
+    headers = override["match"][0]["headers"]
+    assert headers["x-model-version"] == {"exact": "v2"}
+    assert headers["x-model"] == {"exact": "llama-3.1-8b-instruct"} and headers["x-tier"] == {"exact": "premium"}
+    assert override["route"][0]["destination"]["subset"] == "llama-8b-v2-premium"
+
+
+def test_weights_add_up_to_100(prod):
+    for model, namespace in (("llama-8b", "serving"), ("llama-70b", "serving"), ("llama-1b", "team-a"), ("batch-labeller", "team-b")):
+        for route in vs(prod, model, namespace)["spec"]["http"]:
+            if "route" in route:
+                weights = [d.get("weight", 100) for d in route["route"]]
+                assert sum(weights) == 100, (model, route["name"])
+    weighted = next(r for r in vs(prod, "llama-8b", "serving")["spec"]["http"] if r["name"] == "standard-weighted")
+    assert [(d["destination"]["subset"], d["weight"]) for d in weighted["route"]] == [("llama-8b-v1-standard", 90), ("llama-8b-v2-standard", 10)]
+
+
+def test_every_destination_subset_exists(prod):
+    rules = [m for m in prod.manifests() if m["kind"] == "DestinationRule"]
+    subsets = {(r["spec"]["host"], s["name"]) for r in rules for s in r["spec"]["subsets"]}
+    for service in (m for m in prod.manifests() if m["kind"] == "VirtualService"):
+        for route in service["spec"]["http"]:
+            for destination in route.get("route", []):
+                d = destination["destination"]
+                assert (d["host"], d["subset"]) in subsets, (service["metadata"]["name"], d)
+
+
+def test_knative_versions_are_reached_through_the_local_gateway_by_host(prod):
+    weighted = next(r for r in vs(prod, "llama-8b", "serving")["spec"]["http"] if r["name"] == "premium-weighted")
+    stable = weighted["route"][0]
+    assert stable["destination"]["host"] == "knative-local-gateway.istio-system.svc.cluster.local"
+    assert stable["headers"]["request"]["set"]["Host"] == "llama-8b-v1.serving.svc.cluster.local"
+    rule = prod.k8s("DestinationRule", "knative-model-tiers", "istio-system")
+    assert {s["name"] for s in rule["spec"]["subsets"]} >= {"llama-8b-v1-premium", "llama-8b-v2-standard", "llama-8b-batch-v1-batch"}
+
+
+def test_tier_limits_timeouts_and_safe_retries(prod):
+    rule = prod.k8s("DestinationRule", "llama-70b", "serving")
+    assert rule["spec"]["host"] == "llama-70b.serving.svc.cluster.local"
+    subsets = {s["name"]: s for s in rule["spec"]["subsets"]}
+    assert set(subsets) == {"v1-premium", "v1-standard"}  # chat: premium and standard
+    premium = subsets["v1-premium"]
+    assert premium["labels"] == {"inference.platform/model-version": "v1"}
+    pool = premium["trafficPolicy"]["connectionPool"]
+    assert pool["http"]["http1MaxPendingRequests"] == 64 and pool["http"]["http2MaxRequests"] == 512
+    assert subsets["v1-standard"]["trafficPolicy"]["connectionPool"]["http"]["http1MaxPendingRequests"] == 32
+    assert premium["trafficPolicy"]["outlierDetection"]["consecutiveGatewayErrors"] == 3
+    routes = {r["name"]: r for r in vs(prod, "llama-70b", "serving")["spec"]["http"]}
+    assert routes["premium-weighted"]["timeout"] == "120s" and routes["standard-weighted"]["timeout"] == "300s"
+    assert routes["premium-weighted"]["retries"] == {"attempts": 1, "perTryTimeout": "120s", "retryOn": "connect-failure,refused-stream"}
+    batch = next(r for r in vs(prod, "batch-labeller", "team-b")["spec"]["http"] if r["name"] == "batch-weighted")
+    assert batch["retries"] == {"attempts": 0} and batch["timeout"] == "900s"
+
+
+def test_tiers_a_model_does_not_serve_get_a_clear_403(prod):
+    last = vs(prod, "llama-70b", "serving")["spec"]["http"][-1]
+    assert last["directResponse"]["status"] == 403
+    assert "serves tiers premium, standard" in last["directResponse"]["body"]["string"]
+
+
+def test_batch_traffic_goes_to_its_own_pool(prod):
+    routes = {r["name"]: r for r in vs(prod, "llama-8b", "serving")["spec"]["http"]}
+    batch = routes["batch-to-llama-8b-batch"]
+    assert batch["route"][0]["headers"]["request"]["set"]["Host"] == "llama-8b-batch-v1.serving.svc.cluster.local"
+    assert not any(name.startswith("batch-override") for name in routes)
+    servers = prod.k8s("Service", "llama-8b-batch-v1", "serving")
+    args = servers["spec"]["template"]["spec"]["containers"][0]["args"]
+    # The batch servers answer to the chat model's name too.
+    assert args[args.index("--served-model-name") + 1 : args.index("--served-model-name") + 3] == ["llama-3.1-8b-instruct-batch", "llama-3.1-8b-instruct"]
+    assert servers["spec"]["template"]["spec"]["nodeSelector"] == {"inference.platform/pool": "l4-batch"}
+
+
+def test_gateway_and_filter(prod):
+    gateway = prod.k8s("Gateway", "inference-gateway", "istio-system")
+    assert gateway["spec"]["selector"] == {"istio": "ingressgateway"}
+    https = gateway["spec"]["servers"][0]
+    assert https["tls"] == {"mode": "SIMPLE", "credentialName": "inference-api-tls"} and https["hosts"] == ["api.inference.example.com"]
+    envoy_filter = prod.k8s("EnvoyFilter", "inference-gateway-filter", "istio-system")
+    patch = envoy_filter["spec"]["configPatches"][0]
+    assert patch["match"]["context"] == "GATEWAY" and patch["patch"]["operation"] == "INSERT_BEFORE"
+    assert patch["match"]["listener"]["filterChain"]["filter"]["subFilter"]["name"] == "envoy.filters.http.router"
+
+
+def test_istio_installed_by_pinned_releases(prod):
+    releases = {r["inputs"]["name"]: r["inputs"] for r in prod.of_type(RELEASE)}
+    for name, chart in (("istio-base", "base"), ("istio-cni", "cni"), ("istiod", "istiod"), ("istio-ingressgateway", "gateway")):
+        assert releases[name]["chart"] == chart and releases[name]["version"] == "1.30.4"
+        assert releases[name]["repositoryOpts"]["repo"] == "https://istio-release.storage.googleapis.com/charts"
+    assert releases["istiod"]["values"]["pilot"]["cni"]["enabled"] is True
+    assert releases["istio-ingressgateway"]["values"]["labels"]["istio"] == "ingressgateway"
+
+
+def test_isolation_policies(prod):
+    for tenant in ("serving", "team-a", "team-b"):
+        assert prod.k8s("PeerAuthentication", "default", tenant)["spec"] == {"mtls": {"mode": "STRICT"}}
+    policy = prod.k8s("AuthorizationPolicy", "allow-gateway-and-namespace", "team-a")["spec"]
+    assert policy["action"] == "ALLOW"
+    assert policy["rules"] == [
+        {"from": [{"source": {"principals": ["cluster.local/ns/istio-system/sa/istio-ingressgateway"]}}]},
+        {"from": [{"source": {"namespaces": ["team-a"]}}]},
+    ]
+    knative_tenant = prod.k8s("AuthorizationPolicy", "allow-gateway-and-namespace", "serving")["spec"]
+    assert knative_tenant["rules"][1] == {"from": [{"source": {"namespaces": ["serving", "knative-serving"]}}]}
+
+
+def test_promotion_then_dropping_the_old_version(prod_raw):
+    release = prod_raw["models"][1]["release"]
+    release["canaryWeight"] = 100
+    promoted = Evaluated(prod_raw)
+    weighted = next(r for r in vs(promoted, "llama-8b", "serving")["spec"]["http"] if r["name"] == "premium-weighted")
+    assert [(d["destination"]["subset"], d["weight"]) for d in weighted["route"]] == [("llama-8b-v1-premium", 0), ("llama-8b-v2-premium", 100)]
+    prod_raw["models"][1]["release"] = {"stable": "v2"}
+    prod_raw["models"][1]["versions"] = prod_raw["models"][1]["versions"][1:]
+    done = Evaluated(prod_raw)
+    servers = {r["name"] for r in done.of_type("inference-platform:model-server:ModelServer")}
+    assert "llama-8b-v1" not in servers and "llama-8b-v2" in servers
+
+
+# --- bad inputs ---------------------------------------------------------------------------------
+
+
+def problems(raw) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_platform_config(raw)
+    return [str(i) for i in caught.value.issues]
+
+
+def test_weights_that_do_not_add_up(prod_raw):
+    release = prod_raw["models"][1]["release"]
+    del release["canaryWeight"]
+    release["weights"] = {"v1": 85, "v2": 10}
+    (message,) = problems(prod_raw)
+    assert message == "inference-platform:models[1].release: weights add up to 95, not 100: v1=85, v2=10"
+
+
+def test_weights_that_add_up_set_the_canary_weight(prod_raw):
+    release = prod_raw["models"][1]["release"]
+    del release["canaryWeight"]
+    release["weights"] = {"v1": 75, "v2": 25}
+    assert parse_platform_config(prod_raw).models[1].release.canary_weight == 25
+
+
+def test_canary_naming_a_missing_version(prod_raw):
+    prod_raw["models"][1]["release"]["canary"] = "v9"
+    (message,) = problems(prod_raw)
+    assert message.startswith("inference-platform:models[1].release.canary: version 'v9' is not among the model's versions")
+
+
+def test_unknown_tier_on_a_model(prod_raw):
+    prod_raw["models"][0]["tiers"] = ["premium", "gold"]
+    (message,) = problems(prod_raw)
+    assert message.startswith("inference-platform:models[0].tiers[1]: got 'gold'; allowed: 'premium', 'standard' or 'batch'")
+
+
+def test_unknown_tier_in_traffic_policy(prod_raw):
+    prod_raw["traffic"]["tiers"] = {"gold": {"timeout": "5s", "maxPendingRequests": 1, "maxRequests": 1, "retryAttempts": 0, "vllmPriority": 0}}
+    found = problems(prod_raw)
+    assert any(m.startswith("inference-platform:traffic.tiers.gold") for m in found), found
+
+
+def test_batch_model_must_exist_and_serve_batch(prod_raw):
+    prod_raw["models"][1]["batchModel"] = "llama-70b"
+    (message,) = problems(prod_raw)
+    assert message.startswith("inference-platform:models[1].batchModel: model 'llama-70b' does not serve the batch tier")
+    prod_raw["models"][1]["batchModel"] = "nope"
+    assert problems(prod_raw)[0].startswith("inference-platform:models[1].batchModel: unknown model 'nope'")
