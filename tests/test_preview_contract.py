@@ -127,8 +127,9 @@ def test_unknown_stack_is_a_clear_error(tmp_path):
 def test_baseline_shows_what_a_canary_promotion_changes(tmp_path, previews, prod_raw):
     from .helpers import write_stack
 
+    extra = {"aws:region": "us-east-1", "inference-platform:huggingFaceToken": {"secure": "AAABAG5vdC1hLXJlYWwtdG9rZW4="}}
     prod_raw["models"][1]["release"]["canaryWeight"] = 100
-    promote = write_stack(tmp_path, prod_raw, {"aws:region": "us-east-1"})
+    promote = write_stack(tmp_path, prod_raw, extra)
     result = run_preview("--stack", "prod", "--config-file", str(promote), "--baseline", str(previews["prod"].out), "--out", str(tmp_path / "promote"))
     assert result.returncode == 0, result.stderr
     changes = json.loads((tmp_path / "promote" / "report.json").read_text())["changes"]["data"]
@@ -142,6 +143,6 @@ def test_baseline_shows_what_a_canary_promotion_changes(tmp_path, previews, prod
     prod_raw["models"][1]["versions"] = prod_raw["models"][1]["versions"][1:]
     drop = tmp_path / "drop"
     drop.mkdir()
-    result = run_preview("--stack", "prod", "--config-file", str(write_stack(drop, prod_raw, {"aws:region": "us-east-1"})), "--baseline", str(tmp_path / "promote"), "--out", str(tmp_path / "dropped"))
+    result = run_preview("--stack", "prod", "--config-file", str(write_stack(drop, prod_raw, extra)), "--baseline", str(tmp_path / "promote"), "--out", str(tmp_path / "dropped"))
     removed = {c["urn"].rsplit("::", 1)[1] for c in json.loads((tmp_path / "dropped" / "report.json").read_text())["changes"]["data"]["removed"]}
     assert {"llama-8b-v1", "llama-8b-v1-knative-service", "llama-8b-v1-pod-monitor"} <= removed
