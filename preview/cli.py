@@ -22,7 +22,8 @@ from .engine import evaluate
 from .report import Report
 from .schemas import SchemaValidator, crd_schema_dir
 from .diff import diff_resources
-from .sections import capacity_section, changes_section, schema_section
+from .policy_runner import PolicyPack, PolicyPackError, run_policy_pack
+from .sections import capacity_section, changes_section, policy_section, schema_section
 from .stack_config import StackConfigError, load_project, load_stack_config
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_CONFIG, EXIT_CRASH = 0, 1, 2, 3
@@ -53,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="output directory (default: build/preview/<stack>)")
     parser.add_argument("--project-dir", type=Path, default=PROJECT_ROOT, help="the Pulumi project (default: this repo)")
     parser.add_argument("--config-file", type=Path, help="use this stack file instead of stacks/Pulumi.<stack>.yaml")
+    parser.add_argument("--policy-pack", type=Path, help="the policy pack to run (default: <project>/policies)")
+    parser.add_argument("--policy-config", type=Path, help="JSON policy config, as for `pulumi preview --policy-pack-config`")
     parser.add_argument("--baseline", type=Path, help="a previous preview's output directory: report what changes against it")
     parser.add_argument("--json", action="store_true", help="print report.json on stdout instead of the summary")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     project_dir = args.project_dir.resolve()
     out = (args.out or project_dir / "build" / "preview" / args.stack).resolve()
-    progress = Progress(total=5, quiet=args.quiet or args.json)
+    progress = Progress(total=6, quiet=args.quiet or args.json)
 
     try:
         project = load_project(project_dir)
@@ -72,13 +75,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG
 
+    # The pack starts (and imports its SDK) while the program is evaluated.
+    pack_dir = (args.policy_pack or project_dir / "policies").resolve()
+    try:
+        pack = PolicyPack(pack_dir, stack_config.values, project.name, args.stack)
+    except PolicyPackError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FINDINGS
     try:
         evaluation = progress.run("evaluating the program under the mock engine", lambda: evaluate(project_dir, stack_config))
     except pulumi.RunError as error:
+        pack.close()
         # The same clean message the Pulumi CLI prints for a RunError: no traceback.
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG
     except Exception:  # noqa: BLE001 - a crash in the program is reported with its traceback
+        pack.close()
         traceback.print_exc()
         print("error: the program crashed (a bug, not a config problem)", file=sys.stderr)
         return EXIT_CRASH
@@ -90,6 +102,25 @@ def main(argv: list[str] | None = None) -> int:
     crd_dir = crd_schema_dir()
     results = progress.run("validating objects against schemas", lambda: SchemaValidator(version, crd_dir).validate_all(objects))
     report.sections["schemas"] = schema_section(results, version, str(crd_dir))
+    overrides = json.loads(args.policy_config.read_text()) if args.policy_config else {}
+    try:
+        policy_run = progress.run(
+            "running the policy pack over the analyzer protocol",
+            lambda: run_policy_pack(
+                pack,
+                project_dir,
+                project.name,
+                args.stack,
+                stack_config.values,
+                stack_config.secret_keys,
+                evaluation.resources,
+                overrides,
+            ),
+        )
+    except PolicyPackError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FINDINGS
+    report.sections["policies"] = policy_section(policy_run)
     if args.baseline is not None:
         baseline_file = args.baseline / "resources.json"
         if not baseline_file.exists():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .diff import Diff
+from .policy_runner import PolicyRun
 from .report import Section
 from .schemas import ObjectResult
 
@@ -76,3 +77,26 @@ def changes_section(diff: Diff, baseline: str) -> Section:
     }
     markdown = "\n".join(["```diff", *lines, "```"]) if lines else "No changes."
     return Section(f"Changes against {baseline}", summary, data=data, markdown=markdown, lines=lines)
+
+
+def policy_section(run: PolicyRun) -> Section:
+    mandatory = run.mandatory
+    advisory = [d for d in run.diagnostics if d not in mandatory]
+    summary = (
+        f"pack {run.pack} {run.version}: {len(run.policies)} policies over {run.analyzed} resources and the stack, "
+        f"{len(mandatory)} mandatory and {len(advisory)} advisory violations"
+    )
+    lines = [f"{d.level.upper()} {d.policy}: {d.message.splitlines()[-1]}" + (f" [{d.urn.rsplit('::', 1)[-1]}]" if d.urn else "") for d in mandatory + advisory]
+    rows = ["| policy | level | resource | message |", "|---|---|---|---|"]
+    rows += [f"| {d.policy} | {d.level} | {d.urn.rsplit('::', 1)[-1] if d.urn else '(stack)'} | {d.message.splitlines()[-1]} |" for d in mandatory + advisory]
+    if not run.diagnostics:
+        rows = [f"No violations. Policies: {', '.join(p['name'] for p in run.policies)}."]
+    data = {
+        "pack": run.pack,
+        "version": run.version,
+        "policies": run.policies,
+        "analyzedResources": run.analyzed,
+        "diagnostics": [d.to_json() for d in run.diagnostics],
+        "engineLog": run.engine_log,
+    }
+    return Section("Policies", summary, failed=bool(mandatory), data=data, markdown="\n".join(rows), lines=lines)

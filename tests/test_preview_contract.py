@@ -18,6 +18,10 @@ def test_every_stack_previews_clean(previews, stack):
     assert run.result.returncode == 0, run.result.stdout + run.result.stderr
     assert "result: clean" in run.result.stdout
     assert run.report["status"] == "clean"
+    # The policy pack ran over every resource and found nothing, mandatory or advisory.
+    policies = run.report["policies"]
+    assert policies["failed"] is False and policies["data"]["diagnostics"] == []
+    assert policies["data"]["analyzedResources"] == sum(1 for r in run.resources if r["custom"] and not r["type"].startswith("pulumi:providers:"))
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -1,0 +1,100 @@
+"""Reading Kubernetes objects out of Pulumi resource properties (camelCase, as sent)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Iterator
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+
+WORKLOAD_TYPES = {
+    "kubernetes:apps/v1:Deployment": ("spec", "template"),
+    "kubernetes:apps/v1:StatefulSet": ("spec", "template"),
+    "kubernetes:apps/v1:DaemonSet": ("spec", "template"),
+    "kubernetes:apps/v1:ReplicaSet": ("spec", "template"),
+    "kubernetes:batch/v1:Job": ("spec", "template"),
+    "kubernetes:batch/v1:CronJob": ("spec", "jobTemplate", "spec", "template"),
+    "kubernetes:serving.knative.dev/v1:Service": ("spec", "template"),
+    "kubernetes:serving.knative.dev/v1:Configuration": ("spec", "template"),
+}
+POD = "kubernetes:core/v1:Pod"
+KNATIVE_SERVICE = "kubernetes:serving.knative.dev/v1:Service"
+HPA_V2 = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
+PDB = "kubernetes:policy/v1:PodDisruptionBudget"
+QUOTA = "kubernetes:core/v1:ResourceQuota"
+PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
+VIRTUAL_SERVICE = "kubernetes:networking.istio.io/v1:VirtualService"
+DESTINATION_RULE = "kubernetes:networking.istio.io/v1:DestinationRule"
+SERVICE_MONITOR = "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"
+POD_MONITOR = "kubernetes:monitoring.coreos.com/v1:PodMonitor"
+GPU_NODE_POOL = "inference-platform:gpu-node-pool:GpuNodePool"
+LATENCY_LABEL = "inference.platform/latency-sensitive"
+POOL_LABEL = "inference.platform/pool"
+
+
+def get(obj: Any, *path: str | int, default: Any = None) -> Any:
+    for key in path:
+        if isinstance(key, int):
+            if not is_list(obj) or key >= len(obj):
+                return default
+            obj = obj[key]
+        else:
+            if not isinstance(obj, Mapping) or key not in obj:
+                return default
+            obj = obj[key]
+    return default if obj is None else obj
+
+
+def is_list(value: Any) -> bool:
+    """Lists arrive as the policy SDK's read-only Sequence proxies, not as list."""
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+def pod_template(resource_type: str, props: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """{metadata, spec} of the pods a workload runs, or None if it runs none."""
+    if resource_type == POD:
+        return props
+    path = WORKLOAD_TYPES.get(resource_type)
+    return get(props, *path) if path else None
+
+
+def containers(pod_spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    yield from get(pod_spec, "initContainers", default=[])
+    yield from get(pod_spec, "containers", default=[])
+
+
+def is_gpu_resource(name: str) -> bool:
+    return name == GPU_RESOURCE or name.startswith(MIG_PREFIX)
+
+
+def gpu_resources(container: Mapping[str, Any]) -> set[str]:
+    names = set(get(container, "resources", "limits", default={})) | set(get(container, "resources", "requests", default={}))
+    return {n for n in names if is_gpu_resource(n)}
+
+
+def pod_gpu_resources(pod_spec: Mapping[str, Any]) -> set[str]:
+    return {r for c in containers(pod_spec) for r in gpu_resources(c)}
+
+
+def namespace_of(props: Mapping[str, Any]) -> str:
+    return get(props, "metadata", "namespace", default="default")
+
+
+def name_of(props: Mapping[str, Any]) -> str:
+    return get(props, "metadata", "name", default="?")
+
+
+def labels_match(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+_IMAGE_TAG = re.compile(r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def image_is_pinned(image: str) -> bool:
+    if "@sha256:" in image:
+        return True
+    last = image.rsplit("/", 1)[-1]
+    return bool(_IMAGE_TAG.search(last)) and not last.endswith(":latest")

@@ -1,0 +1,314 @@
+"""Run a Python policy pack exactly as the Pulumi CLI does, and speak the analyzer protocol.
+
+The CLI starts `pulumi-analyzer-policy-python <engine-address> <pack-dir>`, i.e. the pack's
+virtualenv python running `python -u -m pulumi.policy <engine-address> <pack-dir>` in the pack's
+folder, with the stack's config in PULUMI_CONFIG. The pack prints the port of its gRPC Analyzer
+service on stdout. Then: Handshake (older packs answer UNIMPLEMENTED), ConfigureStack,
+GetAnalyzerInfo, Configure (each policy's enforcement level and config, defaults filled in from
+its schema), Analyze for every custom resource (inputs), AnalyzeStack once (every resource,
+components included, with their outputs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import grpc
+import yaml
+from google.protobuf import empty_pb2, json_format, struct_pb2
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, engine_pb2_grpc
+from pulumi.runtime import rpc
+
+from .engine import RecordedResource
+
+LEVELS = {value: name.lower() for name, value in analyzer_pb2.EnforcementLevel.items()}
+LEVEL_VALUES = {name.lower(): value for name, value in analyzer_pb2.EnforcementLevel.items()}
+PROVIDER_PREFIX = "pulumi:providers:"
+UNKNOWN = rpc.UNKNOWN
+
+
+class PolicyPackError(Exception):
+    pass
+
+
+@dataclass
+class Diagnostic:
+    policy: str
+    level: str
+    message: str
+    urn: str
+    description: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"policy": self.policy, "level": self.level, "message": self.message, "urn": self.urn}
+
+
+@dataclass
+class PolicyRun:
+    pack: str
+    version: str
+    policies: list[dict[str, str]]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    analyzed: int = 0
+    engine_log: list[str] = field(default_factory=list)
+
+    @property
+    def mandatory(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.level in ("mandatory", "remediate")]
+
+
+class _EngineLog(engine_pb2_grpc.EngineServicer):
+    """The engine side of the address handed to the pack: collects what it logs."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def Log(self, request, context):  # noqa: N802 - gRPC method name
+        self.messages.append(request.message)
+        return empty_pb2.Empty()
+
+
+def pack_python(pack_dir: Path) -> Path:
+    """The interpreter PulumiPolicy.yaml's `runtime.options.virtualenv` names, as the CLI uses it."""
+    manifest = yaml.safe_load((pack_dir / "PulumiPolicy.yaml").read_text())
+    runtime = manifest.get("runtime")
+    options = runtime.get("options", {}) if isinstance(runtime, dict) else {}
+    venv = options.get("virtualenv")
+    if not venv:
+        return Path(sys.executable)
+    # Not resolve(): the venv python is a symlink, and following it would leave the venv.
+    python = (pack_dir / venv / "bin" / "python").absolute()
+    if not python.exists():
+        raise PolicyPackError(
+            f"the policy pack's virtualenv {pack_dir / venv} does not exist: run `make policy-venv` "
+            f"(python -m venv {pack_dir / venv} && {pack_dir / venv}/bin/pip install -r {pack_dir}/requirements.txt)"
+        )
+    return python
+
+
+def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    out.update(_wire(value))
+    return out
+
+
+def _wire(value: Any) -> Any:
+    """Recorded values in the engine's wire form (secrets keep their signature; unknowns are the
+    unknown sentinel; whole numbers are numbers)."""
+    if isinstance(value, dict):
+        return {str(k): _wire(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_wire(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return UNKNOWN
+
+
+def _schema_defaults(schema: analyzer_pb2.PolicyConfigSchema | None) -> dict[str, Any]:
+    if schema is None:
+        return {}
+    properties = json_format.MessageToDict(schema.properties)
+    return {name: spec["default"] for name, spec in properties.items() if isinstance(spec, dict) and "default" in spec}
+
+
+class PolicyPack:
+    """A running policy pack process and a client for its Analyzer service.
+
+    Starting it only spawns the process (the pack imports its SDK meanwhile, so the preview
+    starts it before evaluating the program); `connect` waits for its port.
+    """
+
+    def __init__(self, pack_dir: Path, stack_config: dict[str, str], project: str, stack: str):
+        self.pack_dir = pack_dir.resolve()
+        self.channel: grpc.Channel | None = None
+        self._engine = _EngineLog()
+        self._engine_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        engine_pb2_grpc.add_EngineServicer_to_server(self._engine, self._engine_server)
+        engine_port = self._engine_server.add_insecure_port("127.0.0.1:0")
+        self._engine_server.start()
+        env = {
+            **os.environ,
+            "PULUMI_CONFIG": json.dumps(stack_config),
+            "PULUMI_PROJECT": project,
+            "PULUMI_STACK": stack,
+            "PULUMI_DRY_RUN": "true",
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("PYTHONPATH", None)
+        command = [str(pack_python(self.pack_dir)), "-u", "-m", "pulumi.policy", f"127.0.0.1:{engine_port}", str(self.pack_dir)]
+        self.process = subprocess.Popen(command, cwd=self.pack_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def connect(self, timeout: float = 120.0) -> PolicyPack:
+        port = self._read_port(timeout)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 400 * 1024 * 1024)])
+        grpc.channel_ready_future(self.channel).result(timeout=timeout)
+        self.stub = analyzer_pb2_grpc.AnalyzerStub(self.channel)
+        return self
+
+    def _read_port(self, timeout: float) -> int:
+        assert self.process.stdout is not None
+        selector = selectors.DefaultSelector()
+        selector.register(self.process.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if selector.select(timeout=0.5):
+                line = self.process.stdout.readline().strip()
+                if line.isdigit():
+                    return int(line)
+                if line:
+                    continue
+            if self.process.poll() is not None:
+                error = self.process.stderr.read() if self.process.stderr else ""
+                raise PolicyPackError(f"the policy pack exited with code {self.process.returncode} before serving:\n{error}")
+        self.close()
+        raise PolicyPackError(f"the policy pack printed no port within {timeout:.0f} s")
+
+    # --- the protocol ------------------------------------------------------------------------
+
+    def handshake(self, project_dir: Path) -> None:
+        try:
+            self.stub.Handshake(
+                analyzer_pb2.AnalyzerHandshakeRequest(
+                    engine_address="", root_directory=str(project_dir), program_directory=str(self.pack_dir)
+                )
+            )
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+
+    def configure_stack(self, project: str, stack: str, config: dict[str, str], secret_keys: list[str]) -> None:
+        self.stub.ConfigureStack(
+            analyzer_pb2.AnalyzerStackConfigureRequest(
+                stack=stack, project=project, organization="organization", dry_run=True, config=config, config_secret_keys=secret_keys
+            )
+        )
+
+    def info(self) -> analyzer_pb2.AnalyzerInfo:
+        return self.stub.GetAnalyzerInfo(empty_pb2.Empty())
+
+    def configure(self, info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]) -> None:
+        """Each policy's level and config: the schema's defaults, then the user's overrides
+        (the same JSON as `pulumi preview --policy-pack-config`)."""
+        policy_config = {}
+        for policy in info.policies:
+            override = overrides.get(policy.name, {})
+            if isinstance(override, str):
+                override = {"enforcementLevel": override}
+            level = override.get("enforcementLevel")
+            properties = {**_schema_defaults(policy.configSchema if policy.HasField("configSchema") else None)}
+            properties.update({k: v for k, v in override.items() if k != "enforcementLevel"})
+            policy_config[policy.name] = analyzer_pb2.PolicyConfig(
+                enforcementLevel=LEVEL_VALUES[level] if level else policy.enforcementLevel,
+                properties=_struct(properties),
+            )
+        self.stub.Configure(analyzer_pb2.ConfigureAnalyzerRequest(policyConfig=policy_config))
+
+    def analyze(self, resource: RecordedResource, provider: RecordedResource | None) -> list[Diagnostic]:
+        request = analyzer_pb2.AnalyzeRequest(
+            type=resource.type,
+            properties=_struct(resource.inputs),
+            urn=resource.urn,
+            name=resource.name,
+            options=analyzer_pb2.AnalyzerResourceOptions(parent=resource.parent or ""),
+        )
+        if provider is not None:
+            request.provider.CopyFrom(
+                analyzer_pb2.AnalyzerProviderResource(type=provider.type, properties=_struct(provider.inputs), urn=provider.urn, name=provider.name)
+            )
+        diagnostics = self._diagnostics(self.stub.Analyze(request))
+        for diagnostic in diagnostics:
+            # Like the CLI: a resource policy's diagnostic belongs to the resource analyzed.
+            diagnostic.urn = diagnostic.urn or resource.urn
+        return diagnostics
+
+    def analyze_stack(self, resources: Iterable[RecordedResource]) -> list[Diagnostic]:
+        request = analyzer_pb2.AnalyzeStackRequest(
+            resources=[
+                analyzer_pb2.AnalyzerResource(
+                    type=r.type,
+                    properties=_struct(r.outputs),
+                    urn=r.urn,
+                    name=r.name,
+                    options=analyzer_pb2.AnalyzerResourceOptions(parent=r.parent or ""),
+                    parent=r.parent or "",
+                    dependencies=r.dependencies,
+                )
+                for r in resources
+            ]
+        )
+        return self._diagnostics(self.stub.AnalyzeStack(request))
+
+    @staticmethod
+    def _diagnostics(response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:
+        return [
+            Diagnostic(policy=d.policyName, level=LEVELS[d.enforcementLevel], message=d.message, urn=d.urn, description=d.description)
+            for d in response.diagnostics
+        ]
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+        self._engine_server.stop(0)
+
+    @property
+    def engine_log(self) -> list[str]:
+        return list(self._engine.messages)
+
+
+def pack_version(pack_dir: Path, reported: str) -> str:
+    """Like the CLI: PulumiPolicy.yaml's version wins over what the SDK reports."""
+    manifest = yaml.safe_load((pack_dir / "PulumiPolicy.yaml").read_text()) or {}
+    return str(manifest.get("version") or reported)
+
+
+def run_policy_pack(
+    pack: PolicyPack,
+    project_dir: Path,
+    project: str,
+    stack: str,
+    config: dict[str, str],
+    secret_keys: list[str],
+    resources: list[RecordedResource],
+    overrides: dict[str, Any] | None = None,
+) -> PolicyRun:
+    """The whole exchange the CLI has with a pack during `pulumi preview --policy-pack`; closes
+    the pack when done."""
+    try:
+        pack.connect()
+        pack.handshake(project_dir)
+        pack.configure_stack(project, stack, config, secret_keys)
+        info = pack.info()
+        pack.configure(info, overrides or {})
+        run = PolicyRun(
+            pack=info.name,
+            version=pack_version(pack.pack_dir, info.version),
+            policies=[{"name": p.name, "level": LEVELS[p.enforcementLevel], "description": p.description} for p in info.policies],
+        )
+        by_urn = {r.urn: r for r in resources}
+        for resource in resources:
+            if resource.custom and not resource.type.startswith(PROVIDER_PREFIX):
+                run.diagnostics += pack.analyze(resource, by_urn.get(resource.provider or ""))
+                run.analyzed += 1
+        run.diagnostics += pack.analyze_stack(r for r in resources if not r.type.startswith(PROVIDER_PREFIX))
+        run.engine_log = pack.engine_log
+        return run
+    finally:
+        pack.close()

@@ -1,0 +1,107 @@
+"""CI for users (GitHub workflows) and for this repository (.ci/run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from .helpers import ROOT, run_preview
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+
+
+def workflow(name: str) -> dict:
+    data = yaml.safe_load((WORKFLOWS / name).read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as true
+    return data
+
+
+def test_workflows_validate_against_the_github_workflow_schema():
+    result = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(WORKFLOWS / "preview.yml"), str(WORKFLOWS / "deploy.yml")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def steps_using(job: dict, action: str) -> list[dict]:
+    return [s for s in job["steps"] if s.get("uses", "").startswith(action)]
+
+
+def test_pull_request_workflow():
+    flow = workflow("preview.yml")
+    assert list(flow["on"]) == ["pull_request"]
+    jobs = flow["jobs"]
+    assert any(s.get("run") == "make test" for s in jobs["test"]["steps"])
+    offline = jobs["offline-preview"]
+    assert offline["strategy"]["matrix"]["stack"] == ["dev", "staging", "prod"]
+    assert any("make preview STACK=${{ matrix.stack }}" in s.get("run", "") for s in offline["steps"])
+    (comment,) = steps_using(offline, "marocchino/sticky-pull-request-comment")
+    assert comment["with"]["path"].endswith("report.md")
+    real = jobs["pulumi-preview"]
+    assert real["needs"] == "offline-preview" and real["strategy"]["matrix"]["stack"] == ["dev", "staging", "prod"]
+    (pulumi,) = steps_using(real, "pulumi/actions")
+    assert pulumi["with"]["command"] == "preview" and pulumi["with"]["policyPacks"] == "policies"
+    assert pulumi["with"]["comment-on-pr"] is True
+
+
+def test_deploy_workflow_staging_before_prod_behind_reviewers():
+    flow = workflow("deploy.yml")
+    assert flow["on"]["push"]["branches"] == ["main"]
+    jobs = flow["jobs"]
+    assert jobs["dev"]["needs"] == "test" and jobs["staging"]["needs"] == "dev" and jobs["prod"]["needs"] == "staging"
+    assert jobs["prod"]["environment"] == "production"
+    for name in ("dev", "staging", "prod"):
+        (pulumi,) = steps_using(jobs[name], "pulumi/actions")
+        assert pulumi["with"]["command"] == "up" and pulumi["with"]["policyPacks"] == "policies"
+        assert pulumi["with"]["stack-name"].endswith(f"/{name}")
+
+
+def _ci_run(selection: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTEST_ADDOPTS": selection}
+    return subprocess.run([str(ROOT / ".ci" / "run")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_ci_entry_point_passes_and_fails_with_the_suite():
+    passing = _ci_run("-k test_project_basics")
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    failing = _ci_run("-k test_project_basics --deselect tests/test_project_file.py::test_project_basics -p no:cacheprovider")
+    # pytest exits 5 when nothing ran: make, then .ci/run, must fail with it.
+    assert failing.returncode != 0
+
+
+@pytest.mark.slow
+def test_mandatory_violation_fails_the_preview(tmp_path):
+    config = tmp_path / "policy-config.json"
+    config.write_text(json.dumps({"inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600}}))
+    out = tmp_path / "out"
+    result = run_preview("--stack", "staging", "--out", str(out), "--policy-config", str(config))
+    assert result.returncode == 1
+    assert "MANDATORY inference-graceful-drain: terminationGracePeriodSeconds is 300" in result.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "failed" and report["policies"]["failed"] is True
+    diagnostics = report["policies"]["data"]["diagnostics"]
+    assert {d["policy"] for d in diagnostics} == {"inference-graceful-drain"}
+    assert {d["urn"].rsplit("::", 1)[-1] for d in diagnostics} == {"summarizer-v1-deployment", "summarizer-v2-deployment"}
+    assert "| inference-graceful-drain | mandatory | summarizer-v1-deployment |" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_advisory_violation_is_reported_without_failing(tmp_path):
+    config = tmp_path / "policy-config.json"
+    config.write_text(json.dumps({"inference-graceful-drain": {"enforcementLevel": "advisory", "minTerminationGracePeriodSeconds": 600}}))
+    result = run_preview("--stack", "staging", "--out", str(tmp_path / "out"), "--policy-config", str(config))
+    assert result.returncode == 0
+    assert "ADVISORY inference-graceful-drain" in result.stdout
+
+
+def test_ci_script_runs_make_test():
+    script = (ROOT / ".ci" / "run").read_text()
+    assert "set -euo pipefail" in script and script.strip().endswith("make test")
+    assert os.access(ROOT / ".ci" / "run", os.X_OK)

@@ -1,0 +1,350 @@
+"""The policy pack: every rule with a violating and a compliant case, through the analyzer
+protocol against the pack running as its own process (as the Pulumi CLI runs it), plus the
+validators called directly as pure functions."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import pytest
+
+from preview.engine import RecordedResource
+from preview.policy_runner import PolicyPack
+from preview.stack_config import load_project, load_stack_config
+
+from .helpers import ROOT, Evaluated, raw_stack
+
+sys.path.insert(0, str(ROOT / "policies"))
+from inference_governance import resources as resource_rules  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def baseline() -> Evaluated:
+    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceToken": "hf_x"})
+
+
+@pytest.fixture(scope="module")
+def pack():
+    config = load_stack_config(load_project(ROOT), "prod")
+    running = PolicyPack(ROOT / "policies", config.values, "inference-platform", "prod").connect()
+    running.handshake(ROOT)
+    running.configure_stack("inference-platform", "prod", config.values, config.secret_keys)
+    running.info_ = running.info()
+    running.configure(running.info_, {})
+    yield running
+    running.close()
+
+
+def find(baseline: Evaluated, type_: str, name: str) -> RecordedResource:
+    (record,) = [r for r in baseline.records if r.type == type_ and r.name == name]
+    return copy.deepcopy(record)
+
+
+def policies_hit(diagnostics) -> dict[str, str]:
+    return {d.policy: d.level for d in diagnostics}
+
+
+def analyze(pack, record: RecordedResource) -> dict[str, str]:
+    return policies_hit(pack.analyze(record, None))
+
+
+def analyze_stack(pack, records: list[RecordedResource]) -> dict[str, str]:
+    return policies_hit(pack.analyze_stack(r for r in records if not r.type.startswith("pulumi:providers:")))
+
+
+def stack_with(baseline: Evaluated, change: Callable[[list[RecordedResource]], list[RecordedResource]]) -> list[RecordedResource]:
+    return change([copy.deepcopy(r) for r in baseline.records])
+
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+HPA = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
+KSVC = "kubernetes:serving.knative.dev/v1:Service"
+
+
+def vllm(record: RecordedResource, field: str = "inputs") -> dict:
+    return getattr(record, field)["spec"]["template"]["spec"]["containers"][0]
+
+
+def both(record: RecordedResource) -> list[dict]:
+    """The pod spec in inputs (Analyze) and outputs (AnalyzeStack): edit them alike."""
+    return [record.inputs["spec"]["template"]["spec"], record.outputs["spec"]["template"]["spec"]]
+
+
+# --- the pack as the CLI sees it ----------------------------------------------------------------
+
+
+def test_pack_describes_itself(pack):
+    info = pack.info_
+    assert info.name == "inference-governance"
+    names = {p.name for p in info.policies}
+    assert len(names) == 15
+
+
+def test_the_real_stacks_are_compliant(pack, baseline):
+    for record in baseline.records:
+        if record.custom and not record.type.startswith("pulumi:providers:"):
+            assert analyze(pack, record) == {}, record.urn
+    assert analyze_stack(pack, baseline.records) == {}
+
+
+# --- rule 1 --------------------------------------------------------------------------------------
+
+
+def test_gpu_requests_and_limits(pack, baseline):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    del vllm(record)["resources"]["limits"]["nvidia.com/gpu"]
+    assert analyze(pack, record) == {"gpu-requests-and-limits": "mandatory"}
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    del vllm(record)["resources"]["requests"]["cpu"]
+    assert analyze(pack, record) == {"gpu-requests-and-limits": "mandatory"}
+    knative = find(baseline, KSVC, "llama-8b-v1-knative-service")
+    vllm(knative)["resources"]["requests"]["nvidia.com/mig-3g.40gb"] = "2"
+    assert analyze(pack, knative) == {"gpu-requests-and-limits": "mandatory"}
+
+
+# --- rule 2 --------------------------------------------------------------------------------------
+
+
+def test_latency_sensitive_not_time_sliced(pack, baseline):
+    def slice_h100(records):
+        for r in records:
+            if r.type == "inference-platform:gpu-node-pool:GpuNodePool" and r.name == "h100":
+                r.outputs["sharing"] = "timeSlicing"
+            if r.type == "aws:eks/nodeGroup:NodeGroup" and r.name == "h100-nodes":
+                r.outputs["labels"]["inference.platform/gpu-sharing"] = "timeSlicing"
+        return records
+
+    hits = pack.analyze_stack(stack_with(baseline, slice_h100))
+    flagged = {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "latency-sensitive-not-time-sliced"}
+    assert flagged == {"llama-70b-v1-deployment", "llama-8b-v1-knative-service", "llama-8b-v2-knative-service", "llama-1b-v1-deployment"}
+
+
+# --- rule 3 --------------------------------------------------------------------------------------
+
+
+def test_graceful_drain(pack, baseline):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    record.inputs["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 30
+    assert analyze(pack, record) == {"inference-graceful-drain": "mandatory"}
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    del vllm(record)["lifecycle"]
+    assert analyze(pack, record) == {"inference-graceful-drain": "mandatory"}
+
+
+def test_pdb_for_replicated_inference(pack, baseline):
+    without = stack_with(baseline, lambda rs: [r for r in rs if r.name != "llama-70b-v1-pdb"])
+    hits = pack.analyze_stack(without)
+    assert [d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "inference-disruption-budget"] == ["llama-70b-v1-deployment"]
+
+
+# --- rule 4 --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda spec: spec["behavior"]["scaleDown"].update(stabilizationWindowSeconds=60),
+        lambda spec: spec.update(metrics=[{"type": "Resource", "resource": {"name": "nvidia.com/gpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]),
+        lambda spec: spec.update(maxReplicas=1),
+        lambda spec: spec.update(minReplicas=1),  # the prod stack is production: at least 2
+        lambda spec: spec["behavior"]["scaleDown"].update(policies=[{"type": "Percentage", "value": 50, "periodSeconds": 60}]),
+        lambda spec: spec.pop("behavior"),
+    ],
+    ids=["short-stabilization", "gpu-resource-metric", "max-below-min", "min-1-in-production", "bad-policy-type", "no-behavior"],
+)
+def test_hpa_behavior(pack, baseline, change):
+    record = find(baseline, HPA, "llama-70b-v1-hpa")
+    change(record.inputs["spec"])
+    assert analyze(pack, record) == {"hpa-behavior": "mandatory"}
+
+
+# --- rule 5 --------------------------------------------------------------------------------------
+
+
+def test_knative_autoscaling(pack, baseline):
+    record = find(baseline, KSVC, "llama-8b-v1-knative-service")
+    del record.inputs["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/max-scale"]
+    assert analyze(pack, record) == {"knative-autoscaling": "mandatory"}
+    record = find(baseline, KSVC, "llama-8b-v1-knative-service")
+    record.inputs["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] = "0"
+    assert analyze(pack, record) == {"knative-autoscaling": "mandatory"}
+    # A batch service may scale to zero.
+    assert analyze(pack, find(baseline, KSVC, "batch-labeller-v1-knative-service")) == {}
+
+
+# --- rule 6 --------------------------------------------------------------------------------------
+
+
+def _routes(records) -> list[dict]:
+    (vs,) = [r for r in records if r.name == "llama-8b-route-virtual-service"]
+    return vs.outputs["spec"]["http"]
+
+
+def test_canary_weights_must_add_up(pack, baseline):
+    def skew(records):
+        next(r for r in _routes(records) if r["name"] == "premium-weighted")["route"][1]["weight"] = 5
+        return records
+
+    assert analyze_stack(pack, stack_with(baseline, skew)) == {"canary-routes": "mandatory"}
+
+
+def test_override_routes_come_first(pack, baseline):
+    def reorder(records):
+        routes = _routes(records)
+        routes.append(routes.pop(0))
+        return records
+
+    assert analyze_stack(pack, stack_with(baseline, reorder)) == {"canary-routes": "mandatory"}
+
+
+def test_every_subset_exists(pack, baseline):
+    without = stack_with(baseline, lambda rs: [r for r in rs if r.name != "llama-70b-route-destination-rule"])
+    assert analyze_stack(pack, without) == {"canary-routes": "mandatory"}
+
+
+# --- rule 7 --------------------------------------------------------------------------------------
+
+
+def test_gpu_namespace_needs_quotas(pack, baseline):
+    without = stack_with(baseline, lambda rs: [r for r in rs if not (r.type == "kubernetes:core/v1:ResourceQuota" and r.name.startswith("team-a-"))])
+    hits = analyze_stack(pack, without)
+    assert hits["gpu-quota-and-priority"] == "mandatory"
+
+
+def test_gpu_workload_needs_an_existing_priority_class(pack, baseline):
+    def rename(records):
+        for spec in both(next(r for r in records if r.name == "llama-1b-v1-deployment")):
+            spec["priorityClassName"] = "vip"
+        return records
+
+    assert analyze_stack(pack, stack_with(baseline, rename)) == {"gpu-quota-and-priority": "mandatory"}
+
+
+def test_experiments_cannot_preempt(pack, baseline):
+    def preempting(records):
+        record = next(r for r in records if r.name == "inference-experiment")
+        record.outputs["preemptionPolicy"] = "PreemptLowerPriority"
+        return records
+
+    assert analyze_stack(pack, stack_with(baseline, preempting)) == {"gpu-quota-and-priority": "mandatory"}
+
+
+# --- rules 8 and 9 -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:latest", "vllm/vllm-openai", "registry.example.com:5000/vllm"])
+def test_pinned_images(pack, baseline, image):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    vllm(record)["image"] = image
+    assert analyze(pack, record) == {"pinned-images": "mandatory"}
+    vllm(record)["image"] = "vllm/vllm-openai@sha256:" + "a" * 64
+    assert analyze(pack, record) == {}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda spec: spec["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True),
+        lambda spec: (spec["securityContext"].update(runAsNonRoot=False), spec["containers"][0]["securityContext"].pop("runAsNonRoot")),
+        lambda spec: spec["containers"][0]["securityContext"]["capabilities"].update(drop=["NET_RAW"]),
+        lambda spec: spec.update(hostNetwork=True),
+        lambda spec: spec["volumes"].append({"name": "models", "hostPath": {"path": "/mnt/models"}}),
+    ],
+    ids=["privilege-escalation", "root", "capabilities", "host-network", "host-path"],
+)
+def test_model_server_hardening(pack, baseline, change):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    change(record.inputs["spec"]["template"]["spec"])
+    assert analyze(pack, record) == {"model-server-hardening": "mandatory"}
+
+
+def test_no_plain_secret_env(pack, baseline):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    vllm(record)["env"].append({"name": "HF_TOKEN", "value": "hf_in_clear"})
+    assert analyze(pack, record) == {"no-plain-secret-env": "mandatory"}
+
+
+# --- rule 10 -------------------------------------------------------------------------------------
+
+
+def test_quotas_over_pool_capacity(pack, baseline):
+    def grow(records):
+        quota = next(r for r in records if r.name == "team-a-total")
+        quota.outputs["spec"]["hard"]["requests.nvidia.com/mig-1g.10gb"] = "500"
+        return records
+
+    assert analyze_stack(pack, stack_with(baseline, grow)) == {"stack-capacity": "mandatory"}
+
+
+def test_workload_gpu_resource_must_exist_in_a_pool(pack, baseline):
+    def want_2g(records):
+        for spec in both(next(r for r in records if r.name == "llama-1b-v1-deployment")):
+            resources = spec["containers"][0]["resources"]
+            for part in ("requests", "limits"):
+                resources[part]["nvidia.com/mig-2g.20gb"] = resources[part].pop("nvidia.com/mig-1g.10gb")
+        return records
+
+    hits = analyze_stack(pack, stack_with(baseline, want_2g))
+    assert hits["stack-capacity"] == "mandatory"
+
+
+def test_mig_profiles_valid_for_the_pool_gpu(pack, baseline):
+    def on_a100_40(records):
+        next(r for r in records if r.name == "h100" and r.type.endswith("GpuNodePool")).outputs["gpuModel"] = "A100-40GB"
+        return records
+
+    assert analyze_stack(pack, stack_with(baseline, on_a100_40)) == {"stack-capacity": "mandatory"}
+
+
+# --- advisory ------------------------------------------------------------------------------------
+
+
+def test_advisory_rules(pack, baseline):
+    without_monitor = stack_with(baseline, lambda rs: [r for r in rs if r.name != "llama-70b-v1-service-monitor"])
+    assert analyze_stack(pack, without_monitor) == {"model-server-monitoring": "advisory"}
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    del record.inputs["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert analyze(pack, record) == {"gpu-topology-spread": "advisory"}
+
+
+def test_policy_config_reaches_the_pack(baseline):
+    config = load_stack_config(load_project(ROOT), "prod")
+    stricter = PolicyPack(ROOT / "policies", config.values, "inference-platform", "prod").connect()
+    try:
+        stricter.configure(stricter.info(), {"inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600}, "hpa-behavior": "advisory"})
+        assert analyze(stricter, find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")) == {"inference-graceful-drain": "mandatory"}
+        record = find(baseline, HPA, "llama-70b-v1-hpa")
+        record.inputs["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] = 1
+        assert analyze(stricter, record) == {"hpa-behavior": "advisory"}
+    finally:
+        stricter.close()
+
+
+# --- the validators as pure functions ------------------------------------------------------------
+
+
+def collect(validator, resource_type: str, props: dict[str, Any], config: dict[str, Any] | None = None) -> list[str]:
+    messages: list[str] = []
+    args = SimpleNamespace(resource_type=resource_type, props=props, get_config=lambda: config or {})
+    validator(args, lambda message, urn=None: messages.append(message))
+    return messages
+
+
+def test_validators_are_pure_functions(baseline):
+    deployment = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment").inputs
+    assert collect(resource_rules.gpu_requests_and_limits, DEPLOYMENT, deployment) == []
+    del deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"]
+    (message,) = collect(resource_rules.gpu_requests_and_limits, DEPLOYMENT, deployment)
+    assert "requests no memory" in message
+    hpa = find(baseline, HPA, "llama-70b-v1-hpa").inputs
+    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"environment": "production"}) == []
+    hpa["spec"]["minReplicas"] = 1
+    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"environment": "staging"}) == []
+    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"environment": "production"}) == [
+        "minReplicas is 1; production autoscalers keep at least 2 replicas"
+    ]
+    # Not its kind: nothing to say.
+    assert collect(resource_rules.hpa_behavior, DEPLOYMENT, hpa) == []
