@@ -7,12 +7,15 @@ PY := $(VENV)/bin/python
 POLICY_VENV := policies/venv
 STACK ?= dev
 OUT ?= build/preview/$(STACK)
-# Folder of upstream CRD JSON schemas (read in place, never copied into the project).
-CRD_SCHEMA_DIR ?= $(abspath ../shared/crd-schemas)
+# Upstream CRD schemas (datreeio/CRDs-catalog layout), read in place and never committed: the
+# shared copy beside this checkout when there is one, else a checkout of the catalog made on
+# first use (git-ignored).
+CRD_CATALOG_REF := 7b1e26ef9deea49293714d204c1a2270aab1178f
+CRD_SCHEMA_DIR ?= $(or $(wildcard $(abspath ../shared/crd-schemas)),$(CURDIR)/crd-schemas)
 export CRD_SCHEMA_DIR
 export PULUMI_ERROR_OUTPUT_STRING := true
 
-.PHONY: preview preview-all test bench pulumi-preview pulumi-up policy-venv venv clean help
+.PHONY: preview preview-all test bench pulumi-preview pulumi-up policy-venv venv crd-schemas clean help
 
 help:
 	@echo "make preview [STACK=dev] [OUT=build/preview/<stack>]  offline preview of a stack"
@@ -34,13 +37,18 @@ $(POLICY_VENV)/.installed: policies/requirements.txt constraints.txt
 venv: $(VENV)/.installed
 policy-venv: $(POLICY_VENV)/.installed
 
-preview: $(VENV)/.installed $(POLICY_VENV)/.installed
+crd-schemas:
+	@test -d "$(CRD_SCHEMA_DIR)/serving.knative.dev" || { \
+		git clone --quiet --filter=blob:none https://github.com/datreeio/CRDs-catalog "$(CRD_SCHEMA_DIR)" && \
+		git -C "$(CRD_SCHEMA_DIR)" checkout --quiet $(CRD_CATALOG_REF); }
+
+preview: $(VENV)/.installed $(POLICY_VENV)/.installed crd-schemas
 	$(PY) -m preview --stack $(STACK) --out $(OUT)
 
-preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed
+preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed crd-schemas
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done
 
-test: $(VENV)/.installed $(POLICY_VENV)/.installed
+test: $(VENV)/.installed $(POLICY_VENV)/.installed crd-schemas
 	$(PY) -m pytest
 
 bench: $(VENV)/.installed $(POLICY_VENV)/.installed

@@ -10,7 +10,7 @@ QWEN_15 = {"huggingface": "Qwen/Qwen2.5-1.5B-Instruct", "revision": "989aa7980e4
 
 def generate_stack(models: int, tenants: int) -> dict[str, Any]:
     """A valid production-like stack: every 4th model runs a 10% canary, half use Knative,
-    a quarter are batch labelling on the L4 pool; quotas fit each tenant's models."""
+    a quarter are summarisers on the L4 pool; quotas fit each tenant's models."""
     per_tenant = -(-models // tenants)
     model_list = []
     for index in range(models):
@@ -21,13 +21,13 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
             "name": f"model-{index:04d}",
             "tenant": tenant,
             "pool": "l4" if batch else "h100",
-            "profile": "batch-labelling" if batch else "chat",
+            "profile": "summarization" if batch else "chat",
             "resources": {"gpus": 1, "cpu": "4", "memory": "16Gi"} if batch else {"migProfile": "1g.10gb", "cpu": "4", "memory": "16Gi"},
             "server": {"maxModelLen": 4096},
             "versions": [{"name": "v1", "source": QWEN}] + ([{"name": "v2", "source": QWEN_15}] if canary else []),
             "release": {"stable": "v1", **({"canary": "v2", "canaryWeight": 10} if canary else {})},
             "autoscaling": (
-                {"mode": "kpa", "minReplicas": 0, "maxReplicas": 2}
+                {"mode": "kpa", "minReplicas": 1, "maxReplicas": 2}
                 if batch
                 else {"mode": "hpa" if index % 2 == 0 else "kpa", "minReplicas": 2, "maxReplicas": 4}
             ),
@@ -57,7 +57,7 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
                 "name": f"tenant-{t:03d}",
                 "groups": [f"tenant-{t:03d}-developers"],
                 "quota": {"gpu": per_tenant * 2, "mig": {"1g.10gb": slices}, "cpu": str(per_tenant * 40), "memory": f"{per_tenant * 160}Gi", "pods": per_tenant * 10},
-                "experimentQuota": {"gpu": per_tenant * 2, "cpu": str(per_tenant * 8), "memory": f"{per_tenant * 32}Gi", "pods": per_tenant * 2},
+                "experimentQuota": {"cpu": str(per_tenant * 8), "memory": f"{per_tenant * 32}Gi", "pods": per_tenant * 2},
             }
             for t in range(tenants)
         ],

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from platform_config.capacity import running_versions
+from platform_config.serving import running_versions
 from platform_config.models import ModelConfig, PlatformConfig
 
 from .constants import HTTP_PORT_NAME, LABEL_MODEL, PACKAGE, VLLM_PORT, standard_labels

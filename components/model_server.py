@@ -31,8 +31,15 @@ class ModelServer(pulumi.ComponentResource):
         if plan.mode == "kpa":
             custom_resource(f"{name}-knative-service", specs.knative_service(plan), child)
             custom_resource(f"{name}-pod-monitor", specs.pod_monitor(plan), child)
+            if plan.max_replicas > 1:
+                k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", **kube.kwargs(specs.pod_disruption_budget(plan)), opts=child)
         else:
-            deployment = k8s.apps.v1.Deployment(f"{name}-deployment", **kube.kwargs(specs.deployment(plan)), opts=child)
+            deployment = k8s.apps.v1.Deployment(
+                f"{name}-deployment",
+                **kube.kwargs(specs.deployment(plan)),
+                # The HPA owns the replica count once the Deployment exists.
+                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(ignore_changes=["spec.replicas"])),
+            )
             k8s.core.v1.Service(f"{name}-service", **kube.kwargs(specs.service(plan)), opts=child)
             k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", **kube.kwargs(specs.pod_disruption_budget(plan)), opts=child)
             custom_resource(f"{name}-service-monitor", specs.service_monitor(plan), child)

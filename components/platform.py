@@ -26,12 +26,8 @@ from .model import Model, ModelArgs
 from .monitoring import PROMETHEUS_URL, Monitoring
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
-from .specs.model_server import effective_profile
+from .specs.model_server import plan_server
 from .tenant import Tenant, TenantArgs
-
-
-def plan_timeout(config: PlatformConfig, model) -> int:
-    return effective_profile(config, model).request_timeout_seconds
 
 
 @dataclass(frozen=True)
@@ -135,7 +131,11 @@ class InferencePlatform(pulumi.ComponentResource):
             )
             serving_deps["hpa"].append(adapter.release)
         if "kpa" in modes:
-            timeouts = [plan_timeout(config, m) for m in config.models if m.autoscaling.mode == "kpa"]
+            timeouts = [
+                plan_server(config, m, m.release.stable, hugging_face_token=False).request_timeout_seconds
+                for m in config.models
+                if m.autoscaling.mode == "kpa"
+            ]
             knative = KnativeServing(
                 "knative-serving", KnativeServingArgs(max_timeout_seconds=max(timeouts), depends_on=(mesh.istiod,)), opts=child
             )

@@ -6,7 +6,6 @@ the components (what a node advertises is exported) and by the preview report.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -19,8 +18,7 @@ from .gpu_catalog import (
     builtin_mig_configs,
     mig_resource,
 )
-from .models import MigGeometry, ModelConfig, NodePoolConfig, PlatformConfig, ResourceBudget
-from .profiles import EXPERIMENT_PRIORITY_CLASS, PROFILES
+from .models import MigGeometry, NodePoolConfig, PlatformConfig, ResourceBudget
 from .quantity import parse_quantity
 
 WHOLE_GPU = "whole GPU"
@@ -105,52 +103,6 @@ def budget_resources(budget: ResourceBudget) -> dict[str, Decimal]:
     if budget.memory is not None:
         amounts["memory"] = parse_quantity(budget.memory)
     return amounts
-
-
-def replica_gpu_request(model: ModelConfig) -> tuple[str, int]:
-    """The GPU resource and count one replica of a model asks for."""
-    if model.resources.mig_profile is not None:
-        return mig_resource(model.resources.mig_profile), 1
-    return GPU_RESOURCE, model.resources.gpus or 1
-
-
-def version_replica_bounds(model: ModelConfig, version: str) -> tuple[int, int]:
-    """(min, max) replicas of one version's server.
-
-    Without a canary the stable version takes the model's bounds. During a canary each version's
-    maximum follows its share of the traffic (never below the minimum), so the two together need
-    about the model's maximum plus one minimum, not twice the maximum.
-    """
-    scaling = model.autoscaling
-    release = model.release
-    if release.canary is None:
-        return scaling.min_replicas, scaling.max_replicas
-    share = release.canary_weight if version == release.canary else 100 - release.canary_weight
-    return scaling.min_replicas, max(scaling.min_replicas, math.ceil(scaling.max_replicas * share / 100))
-
-
-def running_versions(model: ModelConfig) -> list[str]:
-    release = model.release
-    return [release.stable] + ([release.canary] if release.canary else [])
-
-
-def model_priority_class(model: ModelConfig) -> str:
-    return model.priority_class or PROFILES[model.profile].priority_class
-
-
-def is_experiment(model: ModelConfig) -> bool:
-    return model_priority_class(model) == EXPERIMENT_PRIORITY_CLASS
-
-
-def model_peak_demand(model: ModelConfig) -> dict[str, Decimal]:
-    """What all running versions of a model hold at their maximum replica counts."""
-    resource, per_replica = replica_gpu_request(model)
-    replicas = sum(version_replica_bounds(model, v)[1] for v in running_versions(model))
-    return {
-        resource: Decimal(per_replica * replicas),
-        "cpu": parse_quantity(model.resources.cpu) * replicas,
-        "memory": parse_quantity(model.resources.memory) * replicas,
-    }
 
 
 @dataclass

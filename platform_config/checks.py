@@ -10,23 +10,21 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Callable, Iterable, Iterator
 
-from .capacity import (
-    SHARE,
-    WHOLE_GPU,
-    budget_resources,
-    capacity_table,
-    instance_of,
+from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, pool_supply
+from .serving import (
+    effective_profile,
     is_experiment,
     model_peak_demand,
-    pool_supply,
+    model_tiers,
+    peak_replicas,
     replica_gpu_request,
     running_versions,
-    version_replica_bounds,
 )
 from .errors import ConfigIssue, format_key
 from .gpu_catalog import GPU_RESOURCE, builtin_mig_configs, fits_on_gpu
 from .models import PlatformConfig, ResourceBudget
 from .profiles import PROFILES
+from .serving import DRAIN_MARGIN_SECONDS
 from .quantity import parse_quantity
 
 Check = Callable[[PlatformConfig], Iterable[ConfigIssue]]
@@ -177,7 +175,7 @@ def check_tenants(config: PlatformConfig) -> Iterator[ConfigIssue]:
         for resource, amount in budget_resources(tenant.experiment_quota).items():
             if amount > quota.get(resource, Decimal(0)):
                 yield ConfigIssue(
-                    ("tenants", index, "experimentQuota", _budget_key(resource)),
+                    ("tenants", index, "experimentQuota", *_budget_key(resource)),
                     f"experiments may use at most the tenant's quota: {amount} > {quota.get(resource, 0)} for {resource}",
                 )
         if tenant.experiment_quota.pods is not None and tenant.quota.pods is not None:
@@ -185,12 +183,13 @@ def check_tenants(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 yield ConfigIssue(("tenants", index, "experimentQuota", "pods"), "experiments may use at most the tenant's pods quota")
 
 
-def _budget_key(resource: str) -> str:
+def _budget_key(resource: str) -> tuple[str, ...]:
+    """The key path of a resource inside a quota block: ("gpu",), ("mig", "1g.10gb"), ("cpu",)."""
     if resource == GPU_RESOURCE:
-        return "gpu"
+        return ("gpu",)
     if resource.startswith("nvidia.com/mig-"):
-        return f"mig.{resource.removeprefix('nvidia.com/mig-')}"
-    return resource
+        return ("mig", resource.removeprefix("nvidia.com/mig-"))
+    return (resource,)
 
 
 def _gpu_resources_provided(config: PlatformConfig) -> set[str]:
@@ -205,7 +204,7 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
         if row.demand <= row.supply * ratio:
             continue
         keys = ", ".join(
-            f"{format_key(('tenants', tenant_index[t], 'quota', _budget_key(row.resource)))}={_amount(row.resource, a)}"
+            f"{format_key(('tenants', tenant_index[t], 'quota', *_budget_key(row.resource)))}={_amount(row.resource, a)}"
             for t, a in row.demand_by_tenant.items()
         )
         pools = ", ".join(f"{p} {_amount(row.resource, s)}" for p, s in row.supply_by_pool.items()) or "no pool provides it"
@@ -227,7 +226,7 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
             supply = sum(s.at_max(resource) for s in supplies)
             if amount > supply * ratio:
                 yield ConfigIssue(
-                    ("tenants", index, "quota", _budget_key(resource)),
+                    ("tenants", index, "quota", *_budget_key(resource)),
                     f"{amount} of {resource} is more than its pools ({', '.join(tenant.pools)}) provide at maxSize ({supply})",
                 )
 
@@ -337,21 +336,24 @@ def check_models_fit_quotas(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 have = budget.get(resource, Decimal(0))
                 if limited and amount > have:
                     yield _over_budget(config, models, t_index, budget_key, resource, amount, have, who)
-            replicas = sum(sum(version_replica_bounds(m, v)[1] for v in running_versions(m)) for _, m in models)
+            replicas = sum(peak_replicas(m) for _, m in models)
             if pods_budget is not None and replicas > pods_budget:
                 yield _over_budget(config, models, t_index, budget_key, "pods", Decimal(replicas), Decimal(pods_budget), who)
 
 
 def _over_budget(config, models, t_index, budget_key, resource, need, have, who) -> ConfigIssue:
     tenant = config.tenants[t_index]
-    key = "pods" if resource == "pods" else _budget_key(resource)
-    names = ", ".join(f"{m.name} ({format_key(('models', i, 'autoscaling', 'maxReplicas'))}={m.autoscaling.max_replicas})" for i, m in models)
+    key = ("pods",) if resource == "pods" else _budget_key(resource)
+    shown = 5
+    names = ", ".join(f"{m.name} ({format_key(('models', i, 'autoscaling', 'maxReplicas'))}={m.autoscaling.max_replicas})" for i, m in models[:shown])
+    if len(models) > shown:
+        names += f" and {len(models) - shown} more"
     index = models[0][0] if len(models) == 1 else None
-    path = ("models", index, "autoscaling", "maxReplicas") if index is not None else ("tenants", t_index, budget_key, key)
+    path = ("models", index, "autoscaling", "maxReplicas") if index is not None else ("tenants", t_index, budget_key, *key)
     return ConfigIssue(
         path,
         f"at maxReplicas {names} hold {_amount(resource, need)} of {resource}, but tenant {tenant.name!r} has "
-        f"{_amount(resource, have)} for {who} ({format_key(('tenants', t_index, budget_key, key))}); "
+        f"{_amount(resource, have)} for {who} ({format_key(('tenants', t_index, budget_key, *key))}); "
         "lower maxReplicas or raise the quota",
     )
 
@@ -401,6 +403,35 @@ def check_serving(config: PlatformConfig) -> Iterator[ConfigIssue]:
                         f"{share} of the GPU's memory, but {pool.sharing.replicas} pods share each GPU of pool {pool.name!r}: "
                         f"at most {limit}",
                     )
+        scaling = model.autoscaling
+        if scaling.mode == "hpa" and scaling.hpa.gpu_utilization_target is not None and pool.sharing.mode == "timeSlicing":
+            yield ConfigIssue(
+                (*here, "autoscaling", "hpa", "gpuUtilizationTarget"),
+                f"pool {pool.name!r} is time-sliced: a GPU's activity is every sharing pod's, not this model's; "
+                "scale on queueDepthTarget only (set gpuUtilizationTarget: null)",
+            )
+        if scaling.mode == "hpa" and config.environment == "production" and scaling.min_replicas < 2:
+            yield ConfigIssue(
+                (*here, "autoscaling", "minReplicas"),
+                "production HPAs keep at least 2 replicas: losing the only one means minutes of model loading",
+            )
+        if scaling.mode == "kpa":
+            effective = effective_profile(config, model)
+            concurrency = scaling.kpa.container_concurrency if scaling.kpa.container_concurrency is not None else effective.concurrency_per_replica
+            target = scaling.kpa.target_concurrency or effective.concurrency_per_replica
+            if concurrency and target > concurrency:
+                yield ConfigIssue(
+                    (*here, "autoscaling", "kpa", "targetConcurrency"),
+                    f"target {target} is above the hard limit containerConcurrency {concurrency}; Knative would use the limit: "
+                    "raise autoscaling.kpa.containerConcurrency or lower the target",
+                )
+        drain = model.drain
+        if drain.pre_stop_delay_seconds + DRAIN_MARGIN_SECONDS >= drain.termination_grace_period_seconds:
+            yield ConfigIssue(
+                (*here, "drain"),
+                f"preStopDelaySeconds {drain.pre_stop_delay_seconds} + {DRAIN_MARGIN_SECONDS} s leaves vLLM no time to drain "
+                f"within terminationGracePeriodSeconds {drain.termination_grace_period_seconds}",
+            )
         if any(v.source.s3_uri for v in model.versions) and config.cluster.mode != "eks":
             yield ConfigIssue(
                 (*here, "versions"),
@@ -414,6 +445,25 @@ def check_serving(config: PlatformConfig) -> Iterator[ConfigIssue]:
             )
 
 
+def check_object_names(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """Names built from model and version names must not collide within a namespace
+    (`qwen` + `small-v1` and `qwen-small` + `v1` both make `qwen-small-v1`)."""
+    seen: dict[tuple[str, str], tuple[int, str]] = {}
+    for index, model in enumerate(config.models):
+        names = [(model.name, ("models", index, "name"))]
+        names += [(f"{model.name}-{v.name}", ("models", index, "versions", i, "name")) for i, v in enumerate(model.versions)]
+        for name, path in names:
+            key = (model.tenant, name)
+            if key in seen and seen[key][0] != index:
+                other = config.models[seen[key][0]].name
+                yield ConfigIssue(
+                    path,
+                    f"objects named {name!r} would collide in namespace {model.tenant!r} with model {other!r}'s: "
+                    "rename the model or the version",
+                )
+            seen.setdefault(key, (index, name))
+
+
 def check_traffic(config: PlatformConfig) -> Iterator[ConfigIssue]:
     models = {m.name: m for m in config.models}
     for index, model in enumerate(config.models):
@@ -425,8 +475,8 @@ def check_traffic(config: PlatformConfig) -> Iterator[ConfigIssue]:
             yield ConfigIssue(here, f"unknown model {model.batch_model!r}; models: {', '.join(models)}")
         elif target.name == model.name:
             yield ConfigIssue(here, "a model cannot be its own batch model")
-        elif "batch" not in (target.tiers or PROFILES[target.profile].tiers):
-            yield ConfigIssue(here, f"model {target.name!r} does not serve the batch tier (its tiers: {', '.join(target.tiers or PROFILES[target.profile].tiers)})")
+        elif "batch" not in model_tiers(config, target):
+            yield ConfigIssue(here, f"model {target.name!r} does not serve the batch tier (its tiers: {', '.join(model_tiers(config, target))})")
         elif target.batch_model is not None:
             yield ConfigIssue(here, f"model {target.name!r} sends its own batch tier elsewhere; point at the model that serves it")
     headers = config.traffic
@@ -449,6 +499,7 @@ CHECKS: list[Check] = [
     check_models_fit_quotas,
     check_serving,
     check_traffic,
+    check_object_names,
 ]
 
 

@@ -29,11 +29,14 @@ class ConfigIssue:
 
 
 def format_key(path: Sequence[str | int]) -> str:
-    """`("models", 1, "release")` -> `inference-platform:models[1].release`."""
+    """`("models", 1, "release")` -> `inference-platform:models[1].release`; a map key with a
+    dot is bracketed: `tenants[0].quota.mig["1g.10gb"]`."""
     text = f"{PROJECT}:"
     for index, part in enumerate(path):
         if isinstance(part, int):
             text += f"[{part}]"
+        elif "." in part:
+            text += f'["{part}"]'
         else:
             text += part if index == 0 else f".{part}"
     return text
@@ -114,16 +117,26 @@ def _short(value: Any) -> str:
 def _allowed_keys(root: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
     """The camelCase keys the model at `path` accepts."""
     model: Any = root
-    for part in path:
+    parts = list(path)
+    while parts:
+        part = parts.pop(0)
         if isinstance(part, int):
             continue
         field = next((f for f in model.model_fields.values() if f.alias == part), None)
         if field is None:
             return []
+        if _is_mapping(field.annotation) and parts:
+            parts.pop(0)  # the map's own key (a tier, a profile name), not a field
         model = _model_in(field.annotation)
         if model is None:
             return []
     return sorted(f.alias or name for name, f in model.model_fields.items())
+
+
+def _is_mapping(annotation: Any) -> bool:
+    if getattr(annotation, "__origin__", None) is dict:
+        return True
+    return any(_is_mapping(arg) for arg in getattr(annotation, "__args__", ()) or ())
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:

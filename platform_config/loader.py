@@ -90,13 +90,45 @@ def parse_platform_config(raw: dict[str, Any]) -> PlatformConfig:
     return platform
 
 
+def _misplaced_secrets() -> list[ConfigIssue]:
+    """Secrets only where the program keeps them secret: a `secure:` value inside a structured
+    key would become plain resource inputs (and plain text in the state)."""
+    prefix = f"{PROJECT}:"
+    return [
+        ConfigIssue(
+            (key[len(prefix) :],),
+            f"holds a secret, but only {', '.join(SECRET_KEYS)} may: this key's values become resource inputs in clear",
+        )
+        for key in sorted(_all_config_keys())
+        if key.startswith(prefix) and key[len(prefix) :] not in SECRET_KEYS and runtime_config.is_config_secret(key)
+    ]
+
+
+def _region_issues(platform: PlatformConfig) -> list[ConfigIssue]:
+    eks = platform.cluster.eks
+    provider_region = runtime_config.get_config("aws:region")
+    if eks is None or eks.region is None or not provider_region or provider_region == eks.region:
+        return []
+    return [
+        ConfigIssue(
+            ("cluster", "eks", "region"),
+            f"{eks.region!r} differs from aws:region {provider_region!r}, where the AWS resources are created; make them equal",
+        )
+    ]
+
+
 def load_config() -> LoadedConfig:
+    misplaced = _misplaced_secrets()
+    if misplaced:
+        # Report without parsing: a parse error would echo the secret value.
+        raise ConfigError(misplaced)
     raw = read_raw_config()
     token, secret_issues = _read_secrets()
     try:
         platform = parse_platform_config(raw)
     except ConfigError as error:
         raise ConfigError([*secret_issues, *error.issues]) from None
-    if secret_issues:
-        raise ConfigError(secret_issues)
+    issues = secret_issues + _region_issues(platform)
+    if issues:
+        raise ConfigError(issues)
     return LoadedConfig(platform=platform, hugging_face_token=token)

@@ -47,8 +47,8 @@ def _dns_label(max_length: int, *, letter_first: bool):
     def check(value: str) -> str:
         if len(value) > max_length or not pattern.match(value):
             raise ValueError(
-                f"{value!r} is not a valid name: use lowercase letters, digits and '-', starting with "
-                f"{first} and ending with a letter or digit, at most {max_length} characters (DNS-1123)"
+                f"{value!r} is not a valid name: a DNS-1123 label of lowercase letters, digits and '-', starting "
+                f"with {first} and ending with a letter or digit, at most {max_length} characters"
             )
         return value
 
@@ -85,6 +85,16 @@ def _duration(value: str) -> str:
 
 
 Duration = Annotated[str, AfterValidator(_duration)]
+
+
+def _duration_between(low: float, high: float):
+    def check(value: str) -> str:
+        seconds = duration_seconds(value)
+        if not low <= seconds <= high:
+            raise ValueError(f"{value!r} is outside the allowed range {low:g}s..{high:g}s")
+        return value
+
+    return AfterValidator(check)
 
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$")
 
@@ -286,7 +296,7 @@ class TenantConfig(ConfigModel):
     # The part of `quota` experiments may use; the rest is reserved for production.
     experiment_quota: ResourceBudget = ResourceBudget()
     # Pools whose capacity backs this tenant's quota; default: every pool.
-    pools: list[str] | None = None
+    pools: Annotated[list[str], Field(min_length=1)] | None = None
     pod_security: Literal["restricted", "baseline"] = "restricted"
 
 
@@ -385,7 +395,7 @@ class ReplicaResources(ConfigModel):
 
 
 class HpaSettings(ConfigModel):
-    gpu_utilization_target: Percent | None = 70
+    gpu_utilization_target: Annotated[int, Field(ge=1, le=100)] | None = 70
     queue_depth_target: PositiveInt | None = 5
     scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 0
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 300
@@ -404,8 +414,9 @@ class HpaSettings(ConfigModel):
 class KpaSettings(ConfigModel):
     target_concurrency: PositiveInt | None = None
     container_concurrency: NonNegativeInt | None = None
-    scale_down_delay: Duration = "5m"
-    window: Duration = "60s"
+    # Knative's bounds: scale-down delay 0s..1h, stable window 6s..1h.
+    scale_down_delay: Annotated[str, AfterValidator(_duration), _duration_between(0, 3600)] = "5m"
+    window: Annotated[str, AfterValidator(_duration), _duration_between(6, 3600)] = "60s"
     initial_scale: NonNegativeInt | None = None
 
 
@@ -442,7 +453,7 @@ class ModelConfig(ConfigModel):
     release: ReleaseConfig
     autoscaling: AutoscalingConfig
     server: ServerArgs = ServerArgs()
-    tiers: list[TierName] | None = None
+    tiers: Annotated[list[TierName], Field(min_length=1)] | None = None
     # Send this model's batch-tier requests to another model's servers (e.g. the same weights
     # on a batch pool); that model answers to this model's served name too.
     batch_model: ResourceName | None = None
@@ -489,6 +500,8 @@ class TrafficConfig(ConfigModel):
     default_tier: TierName = "standard"
     bucket_header: HeaderName = "x-user-bucket"
     model_header: HeaderName = "x-model"
+    # Largest request body the gateway buffers (the filter reads the JSON body); beyond it: 413.
+    max_request_body_bytes: Annotated[int, Field(ge=1 << 20, le=256 << 20)] = 16 << 20
     tiers: dict[TierName, TierPolicy] = Field(default_factory=_default_tiers)
 
     @field_validator("tiers", mode="after")
@@ -518,7 +531,7 @@ class ProfileOverride(ConfigModel):
     concurrency_per_replica: PositiveInt | None = None
     request_timeout_seconds: PositiveInt | None = None
     prefix_caching: bool | None = None
-    tiers: list[TierName] | None = None
+    tiers: Annotated[list[TierName], Field(min_length=1)] | None = None
 
 
 class PlatformConfig(ConfigModel):

@@ -44,7 +44,7 @@ PolicyPack(
         ),
         StackValidationPolicy(
             name="inference-disruption-budget",
-            description="Inference workloads that can run more than one replica have a PodDisruptionBudget.",
+            description="Inference workloads (Deployments, StatefulSets, Knative services) that can run more than one replica have a PodDisruptionBudget.",
             validate=stack.pdb_for_replicated_inference,
             severity=Severity.HIGH,
         ),
@@ -56,8 +56,7 @@ PolicyPack(
             config_schema=schema(
                 minScaleDownStabilizationSeconds={"type": "integer", "default": 300},
                 minReplicasInProduction={"type": "integer", "default": 2},
-                productionEnvironments={"type": "array", "items": {"type": "string"}, "default": ["production"]},
-                environment={"type": "string"},
+                productionStacks={"type": "array", "items": {"type": "string"}, "default": ["prod", "production"]},
             ),
         ),
         ResourceValidationPolicy(
@@ -106,7 +105,7 @@ PolicyPack(
             description="Tenant GPU quotas fit the pools' capacity; every GPU resource a workload asks for exists in a pool; MIG profiles are valid for the pool's GPU.",
             validate=stack.stack_capacity,
             severity=Severity.HIGH,
-            config_schema=schema(overcommitRatio={"type": "number"}),
+            config_schema=schema(overcommitRatio={"type": "number", "default": 1.0}),
         ),
         StackValidationPolicy(
             name="model-server-monitoring",

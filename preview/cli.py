@@ -1,8 +1,9 @@
 """`python -m preview --stack prod --out build/preview/prod`: the offline preview.
 
-Exit codes: 0 clean; 1 the preview found problems (schema or mandatory policy violations);
-2 the stack config is invalid (one message per offending key, no traceback); 3 the program
-itself crashed (a bug: the traceback is printed).
+Exit codes: 0 clean; 1 the preview found problems (schema, capacity or mandatory policy
+violations); 2 the input is invalid (stack config: one message per offending key, no
+traceback; or the policy config / baseline given); 3 something crashed (the program, with its
+traceback, or the policy pack).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
+import grpc
 import pulumi
 
 from . import render
@@ -22,7 +24,7 @@ from .engine import evaluate
 from .report import Report
 from .schemas import SchemaValidator, crd_schema_dir
 from .diff import diff_resources
-from .policy_runner import PolicyPack, PolicyPackError, run_policy_pack
+from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, check_policy_config, run_policy_pack
 from .sections import capacity_section, changes_section, policy_section, schema_section
 from .stack_config import StackConfigError, load_project, load_stack_config
 
@@ -62,16 +64,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _read_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """Policy config and baseline, checked before anything runs."""
+    overrides: dict[str, Any] = {}
+    if args.policy_config is not None:
+        try:
+            overrides = json.loads(args.policy_config.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise StackConfigError(f"cannot read the policy config {args.policy_config}: {error}") from None
+        check_policy_config(overrides)
+    baseline = None
+    if args.baseline is not None:
+        baseline_file = args.baseline / "resources.json"
+        try:
+            baseline = json.loads(baseline_file.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise StackConfigError(f"no usable resources.json in the baseline {args.baseline}: {error}") from None
+    return overrides, baseline
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     project_dir = args.project_dir.resolve()
     out = (args.out or project_dir / "build" / "preview" / args.stack).resolve()
-    progress = Progress(total=6, quiet=args.quiet or args.json)
+    progress = Progress(total=5, quiet=args.quiet or args.json)
 
     try:
+        overrides, baseline = _read_inputs(args)
         project = load_project(project_dir)
         stack_config = progress.run("reading stack config", lambda: load_stack_config(project, args.stack, args.config_file))
-    except StackConfigError as error:
+    except (StackConfigError, PolicyPackError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG
 
@@ -81,57 +103,58 @@ def main(argv: list[str] | None = None) -> int:
         pack = PolicyPack(pack_dir, stack_config.values, project.name, args.stack)
     except PolicyPackError as error:
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_FINDINGS
+        return EXIT_CRASH
+    try:
+        return _run(args, project_dir, out, progress, project.name, stack_config, pack, overrides, baseline)
+    finally:
+        pack.close()
+
+
+def _run(args, project_dir, out, progress, project, stack_config, pack, overrides, baseline) -> int:
     try:
         evaluation = progress.run("evaluating the program under the mock engine", lambda: evaluate(project_dir, stack_config))
     except pulumi.RunError as error:
-        pack.close()
         # The same clean message the Pulumi CLI prints for a RunError: no traceback.
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG
     except Exception:  # noqa: BLE001 - a crash in the program is reported with its traceback
-        pack.close()
         traceback.print_exc()
         print("error: the program crashed (a bug, not a config problem)", file=sys.stderr)
         return EXIT_CRASH
 
-    report = Report(project=project.name, stack=args.stack, resources=evaluation.resources, stack_outputs=evaluation.stack_outputs)
-    objects, _ = progress.run("rendering resources and manifests", lambda: render.write_outputs(out, evaluation.resources))
+    report = Report(project=project, stack=args.stack, resources=evaluation.resources, stack_outputs=evaluation.stack_outputs)
+    try:
+        objects, _ = progress.run("rendering resources and manifests", lambda: render.write_outputs(out, evaluation.resources))
+    except render.DuplicateObjectError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_CRASH
     report.sections["capacity"] = capacity_section(evaluation.stack_outputs)
     version = str(evaluation.stack_outputs.get("kubernetesVersion") or "1.33")
     crd_dir = crd_schema_dir()
     results = progress.run("validating objects against schemas", lambda: SchemaValidator(version, crd_dir).validate_all(objects))
     report.sections["schemas"] = schema_section(results, version, str(crd_dir))
-    overrides = json.loads(args.policy_config.read_text()) if args.policy_config else {}
     try:
         policy_run = progress.run(
             "running the policy pack over the analyzer protocol",
             lambda: run_policy_pack(
-                pack,
-                project_dir,
-                project.name,
-                args.stack,
-                stack_config.values,
-                stack_config.secret_keys,
-                evaluation.resources,
-                overrides,
+                pack, project_dir, project, args.stack, stack_config.values, stack_config.secret_keys, evaluation.resources, overrides
             ),
         )
-    except PolicyPackError as error:
+    except PolicyConfigError as error:
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_FINDINGS
+        return EXIT_CONFIG
+    except (PolicyPackError, grpc.RpcError) as error:
+        # The pack itself failed (not a violation): say so, with what it printed.
+        detail = error.details() if isinstance(error, grpc.RpcError) else str(error)
+        print(f"error: the policy pack failed: {detail}", file=sys.stderr)
+        return EXIT_CRASH
     report.sections["policies"] = policy_section(policy_run)
-    if args.baseline is not None:
-        baseline_file = args.baseline / "resources.json"
-        if not baseline_file.exists():
-            print(f"error: no resources.json in the baseline {args.baseline}", file=sys.stderr)
-            return EXIT_CONFIG
-        diff = diff_resources(json.loads(baseline_file.read_text()), render.resource_entries(evaluation.resources))
+    if baseline is not None:
+        diff = diff_resources(baseline, render.resource_entries(evaluation.resources))
         report.sections["changes"] = changes_section(diff, str(args.baseline))
-    progress.run("writing the report", lambda: None)
+
     report.stages = progress.stages
     report.write(out)
-
     if args.json:
         print(json.dumps(report.to_json(), indent=2, default=str))
     else:

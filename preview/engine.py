@@ -8,7 +8,6 @@ provider would return (an EKS endpoint, a node group's ASG name) come from `Prev
 
 from __future__ import annotations
 
-import asyncio
 import runpy
 import sys
 import threading
@@ -41,6 +40,7 @@ class RecordedResource:
     # the component registered (what AnalyzeStack sees as the resource's properties).
     outputs: dict[str, Any] = field(default_factory=dict)
     dependencies: list[str] = field(default_factory=list)
+    ignore_changes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -58,7 +58,13 @@ class PreviewMocks(pulumi_mocks.Mocks):
     """What providers would answer at preview: inputs echoed back, plus the computed outputs
     the program reads from AWS resources."""
 
+    def __init__(self) -> None:
+        # The inputs of the registration this thread is handling, already deserialized by the
+        # SDK's monitor: recorded as they are rather than decoded a second time.
+        self.current = threading.local()
+
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict]:
+        self.current.inputs = args.inputs
         state = dict(args.inputs)
         resource_id = f"{args.name}-id"
         if args.typ.startswith("kubernetes:"):
@@ -101,22 +107,25 @@ def _computed_outputs(type_token: str, name: str, state: dict[str, Any]) -> dict
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
-    def __init__(self, mocks: pulumi_mocks.Mocks):
+    def __init__(self, mocks: PreviewMocks):
         super().__init__(mocks)
         self.records: dict[str, RecordedResource] = {}
         self._lock = threading.Lock()
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
-        # The engine qualifies a child's type with its parent's whole type chain; the SDK's
-        # mock keeps only the parent's last type. Use the engine's form.
+        # The engine qualifies a child's type with its parent's whole type chain, leaving out
+        # the root stack's type; the SDK's mock keeps only the parent's last type.
         if parent:
-            type_ = parent.split("::")[2] + "$" + type_
+            parent_type = parent.split("::")[2]
+            if parent_type != "pulumi:pulumi:Stack":
+                type_ = parent_type + "$" + type_
         return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
 
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+        self.mocks.current.inputs = {}
         response = super().RegisterResource(request)
         urn = response.urn
-        inputs = rpc.deserialize_properties(request.object, keep_unknowns=True)
+        inputs = self.mocks.current.inputs
         outputs = {}
         if request.type != "pulumi:pulumi:Stack" and request.custom:
             outputs = self.resources[urn].state if urn in self.resources else {}
@@ -130,6 +139,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             inputs=inputs,
             outputs=dict(outputs),
             dependencies=list(request.dependencies),
+            ignore_changes=list(request.ignoreChanges),
         )
         with self._lock:
             self.records[urn] = record
@@ -141,10 +151,6 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             if request.urn in self.records:
                 self.records[request.urn].outputs = outputs
         return super().RegisterResourceOutputs(request)
-
-
-class ProgramError(Exception):
-    """The program raised something other than a clean config error: a bug worth a traceback."""
 
 
 def evaluate(program_dir: Path, config: StackConfig) -> Evaluation:
@@ -182,8 +188,3 @@ def _resolve_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
         return resolved
 
     return _sync_await(resolve())
-
-
-def reset_event_loop() -> None:
-    """Give the next evaluation a fresh loop (tests evaluate many stacks in one process)."""
-    asyncio.set_event_loop(asyncio.new_event_loop())

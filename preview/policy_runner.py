@@ -37,7 +37,11 @@ UNKNOWN = rpc.UNKNOWN
 
 
 class PolicyPackError(Exception):
-    pass
+    """The pack cannot be started or talked to."""
+
+
+class PolicyConfigError(PolicyPackError):
+    """The policy config given does not fit the pack."""
 
 
 @dataclass
@@ -113,6 +117,16 @@ def _wire(value: Any) -> Any:
     return UNKNOWN
 
 
+# Linux caps one environment string at 128 KiB, and a stack with hundreds of models has config
+# values larger than that: such values are left out of PULUMI_CONFIG (the pack reads only small
+# keys from it) and still sent in ConfigureStack.
+ENV_CONFIG_VALUE_LIMIT = 16 * 1024
+
+
+def _env_config(config: dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in config.items() if len(value) <= ENV_CONFIG_VALUE_LIMIT}
+
+
 def _schema_defaults(schema: analyzer_pb2.PolicyConfigSchema | None) -> dict[str, Any]:
     if schema is None:
         return {}
@@ -137,7 +151,7 @@ class PolicyPack:
         self._engine_server.start()
         env = {
             **os.environ,
-            "PULUMI_CONFIG": json.dumps(stack_config),
+            "PULUMI_CONFIG": json.dumps(_env_config(stack_config)),
             "PULUMI_PROJECT": project,
             "PULUMI_STACK": stack,
             "PULUMI_DRY_RUN": "true",
@@ -197,12 +211,19 @@ class PolicyPack:
 
     def configure(self, info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]) -> None:
         """Each policy's level and config: the schema's defaults, then the user's overrides
-        (the same JSON as `pulumi preview --policy-pack-config`)."""
+        (the same JSON as `pulumi preview --policy-pack-config`; `all` sets every policy's level)."""
+        known = {p.name for p in info.policies} | {"all"}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise PolicyConfigError(f"the policy config names no policy of this pack: {', '.join(unknown)}")
+        every = overrides.get("all")
         policy_config = {}
         for policy in info.policies:
             override = overrides.get(policy.name, {})
             if isinstance(override, str):
                 override = {"enforcementLevel": override}
+            if every is not None and "enforcementLevel" not in override:
+                override = {**override, "enforcementLevel": every if isinstance(every, str) else every.get("enforcementLevel")}
             level = override.get("enforcementLevel")
             properties = {**_schema_defaults(policy.configSchema if policy.HasField("configSchema") else None)}
             properties.update({k: v for k, v in override.items() if k != "enforcementLevel"})
@@ -213,6 +234,22 @@ class PolicyPack:
         self.stub.Configure(analyzer_pb2.ConfigureAnalyzerRequest(policyConfig=policy_config))
 
     def analyze(self, resource: RecordedResource, provider: RecordedResource | None) -> list[Diagnostic]:
+        return self._analyzed(resource, self.stub.Analyze(self._analyze_request(resource, provider)))
+
+    def analyze_all(self, resources: list[tuple[RecordedResource, RecordedResource | None]]) -> list[Diagnostic]:
+        """Analyze each resource, several calls in flight at once (the CLI analyzes resources
+        as its steps run, concurrently too)."""
+        calls = [(r, self.stub.Analyze.future(self._analyze_request(r, p))) for r, p in resources]
+        return [d for r, call in calls for d in self._analyzed(r, call.result())]
+
+    def _analyzed(self, resource: RecordedResource, response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:
+        diagnostics = self._diagnostics(response)
+        for diagnostic in diagnostics:
+            # Like the CLI: a resource policy's diagnostic belongs to the resource analyzed.
+            diagnostic.urn = diagnostic.urn or resource.urn
+        return diagnostics
+
+    def _analyze_request(self, resource: RecordedResource, provider: RecordedResource | None) -> analyzer_pb2.AnalyzeRequest:
         request = analyzer_pb2.AnalyzeRequest(
             type=resource.type,
             properties=_struct(resource.inputs),
@@ -224,11 +261,7 @@ class PolicyPack:
             request.provider.CopyFrom(
                 analyzer_pb2.AnalyzerProviderResource(type=provider.type, properties=_struct(provider.inputs), urn=provider.urn, name=provider.name)
             )
-        diagnostics = self._diagnostics(self.stub.Analyze(request))
-        for diagnostic in diagnostics:
-            # Like the CLI: a resource policy's diagnostic belongs to the resource analyzed.
-            diagnostic.urn = diagnostic.urn or resource.urn
-        return diagnostics
+        return request
 
     def analyze_stack(self, resources: Iterable[RecordedResource]) -> list[Diagnostic]:
         request = analyzer_pb2.AnalyzeStackRequest(
@@ -273,6 +306,18 @@ class PolicyPack:
         return list(self._engine.messages)
 
 
+def check_policy_config(overrides: Any) -> None:
+    """The shape of a `--policy-pack-config` file: {policy or "all": level | {enforcementLevel, ...}}."""
+    if not isinstance(overrides, dict):
+        raise PolicyConfigError("the policy config must be a JSON object keyed by policy name")
+    for name, value in overrides.items():
+        level = value if isinstance(value, str) else value.get("enforcementLevel") if isinstance(value, dict) else None
+        if not isinstance(value, (str, dict)):
+            raise PolicyConfigError(f"policy config {name!r}: give an enforcement level or an object")
+        if level is not None and level not in LEVEL_VALUES:
+            raise PolicyConfigError(f"policy config {name!r}: unknown enforcement level {level!r}; allowed: {', '.join(LEVEL_VALUES)}")
+
+
 def pack_version(pack_dir: Path, reported: str) -> str:
     """Like the CLI: PulumiPolicy.yaml's version wins over what the SDK reports."""
     manifest = yaml.safe_load((pack_dir / "PulumiPolicy.yaml").read_text()) or {}
@@ -303,10 +348,9 @@ def run_policy_pack(
             policies=[{"name": p.name, "level": LEVELS[p.enforcementLevel], "description": p.description} for p in info.policies],
         )
         by_urn = {r.urn: r for r in resources}
-        for resource in resources:
-            if resource.custom and not resource.type.startswith(PROVIDER_PREFIX):
-                run.diagnostics += pack.analyze(resource, by_urn.get(resource.provider or ""))
-                run.analyzed += 1
+        analyzed = [(r, by_urn.get(r.provider or "")) for r in resources if r.custom and not r.type.startswith(PROVIDER_PREFIX)]
+        run.diagnostics += pack.analyze_all(analyzed)
+        run.analyzed = len(analyzed)
         run.diagnostics += pack.analyze_stack(r for r in resources if not r.type.startswith(PROVIDER_PREFIX))
         run.engine_log = pack.engine_log
         return run

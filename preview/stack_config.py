@@ -8,11 +8,33 @@ here (no passphrase, no KMS), so they become placeholders that stay marked secre
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+
+class _StackFileLoader(yaml.SafeLoader):
+    """YAML as the Pulumi CLI (Go, YAML 1.2) reads it: `2024-06-01`, `on`, `yes` and `1:30`
+    stay strings; only true/false are booleans."""
+
+
+_StackFileLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:bool")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_StackFileLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+for _first, _resolvers in _StackFileLoader.yaml_implicit_resolvers.items():
+    _StackFileLoader.yaml_implicit_resolvers[_first] = [
+        (tag, regexp) if tag != "tag:yaml.org,2002:int" else (tag, re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"))
+        for tag, regexp in _resolvers
+    ]
+
+
+def load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_StackFileLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 class StackConfigError(Exception):
@@ -66,7 +88,7 @@ def load_stack_config(project: ProjectFile, stack: str, path: Path | None = None
         known = ", ".join(project.stacks()) or "none"
         raise StackConfigError(f"no stack file {path} (stacks: {known})")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_yaml(path.read_text()) or {}
     except yaml.YAMLError as error:
         raise StackConfigError(f"{path} is not valid YAML: {error}") from None
     raw = data.get("config") or {}

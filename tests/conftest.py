@@ -36,3 +36,14 @@ def previews(tmp_path_factory) -> dict[str, "PreviewRun"]:
         result = run_preview("--stack", stack, "--out", str(out))
         runs[stack] = PreviewRun(stack=stack, out=out, result=result)
     return runs
+
+
+def pytest_sessionstart(session) -> None:
+    from preview.schemas import crd_schema_dir
+
+    directory = crd_schema_dir()
+    if not (directory / "serving.knative.dev").is_dir():
+        raise pytest.UsageError(
+            f"the upstream CRD schemas are not at {directory}: set CRD_SCHEMA_DIR to the shared crd-schemas folder "
+            "(or a checkout of datreeio/CRDs-catalog)"
+        )

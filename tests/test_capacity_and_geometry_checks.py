@@ -23,7 +23,7 @@ def test_prod_capacity_table(prod_raw):
     gpu = rows["nvidia.com/gpu"]
     # 8 p5 nodes x 4 whole GPUs + 4 L4 nodes x 4 GPUs.
     assert gpu["supplyByPool"] == {"h100": "32", "l4-batch": "16"} and gpu["supply"] == "48"
-    assert gpu["demandByTenant"] == {"serving": "36", "team-a": "4", "team-b": "2"} and gpu["withinCapacity"]
+    assert gpu["demandByTenant"] == {"serving": "40", "team-a": "4", "team-b": "2"} and gpu["withinCapacity"]
     assert rows["nvidia.com/mig-1g.10gb"]["supply"] == "112"
     assert rows["nvidia.com/mig-3g.40gb"]["supply"] == "32"
     assert rows["memory"]["supply"] == f"{8 * 2048 + 4 * 192}Gi"
@@ -33,7 +33,7 @@ def test_quota_over_capacity_names_tenants_and_pools(prod_raw):
     prod_raw["tenants"][1]["quota"]["mig"]["1g.10gb"] = 120
     (message,) = problems(prod_raw)
     assert message.startswith("inference-platform:tenants: quotas on nvidia.com/mig-1g.10gb add up to 120")
-    assert "inference-platform:tenants[1].quota.mig.1g.10gb=120" in message
+    assert 'inference-platform:tenants[1].quota.mig["1g.10gb"]=120' in message
     assert "h100 112" in message and "overcommitRatio" in message
 
 
@@ -55,7 +55,7 @@ def test_tenant_restricted_to_a_pool_must_fit_that_pool(prod_raw):
 def test_quota_for_a_mig_profile_no_pool_has(prod_raw):
     prod_raw["tenants"][1]["quota"]["mig"]["2g.20gb"] = 1
     found = problems(prod_raw)
-    assert any(m.startswith("inference-platform:tenants[1].quota.mig.2g.20gb: no node pool provides MIG profile '2g.20gb'") for m in found)
+    assert any(m.startswith('inference-platform:tenants[1].quota.mig["2g.20gb"]: no node pool provides MIG profile \'2g.20gb\'') for m in found)
 
 
 def test_experiment_quota_above_quota(prod_raw):
@@ -107,22 +107,23 @@ def test_model_needing_more_gpus_than_a_node_has(prod_raw):
 def test_model_that_cannot_reach_max_replicas_within_quota(prod_raw):
     prod_raw["models"][0]["autoscaling"]["maxReplicas"] = 9
     found = problems(prod_raw)
-    (gpu,) = found
+    gpu = next(m for m in found if "of nvidia.com/gpu" in m)
     assert gpu.startswith("inference-platform:tenants[0].quota.gpu: at maxReplicas llama-70b (inference-platform:models[0].autoscaling.maxReplicas=9)")
-    assert "hold 40 of nvidia.com/gpu, but tenant 'serving' has 36 for production" in gpu
+    # 9 replicas + 1 rollout surge, 4 GPUs each, plus 4 for the batch servers.
+    assert "hold 44 of nvidia.com/gpu, but tenant 'serving' has 40 for production" in gpu
 
 
 def test_cpu_memory_and_pods_budgets_are_checked_too(prod_raw):
     quota = prod_raw["tenants"][0]["quota"]
     quota.update(cpu="400", memory="3000Gi", pods=20)
     found = problems(prod_raw)
-    assert any(m.startswith("inference-platform:tenants[0].quota.cpu: at maxReplicas") and "hold 448 of cpu" in m for m in found)
-    assert any(m.startswith("inference-platform:tenants[0].quota.memory: at maxReplicas") and "hold 4032Gi of memory" in m for m in found)
-    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at maxReplicas") and "hold 32 of pods" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.cpu: at maxReplicas") and "hold 480 of cpu" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.memory: at maxReplicas") and "hold 4352Gi of memory" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at maxReplicas") and "hold 33 of pods" in m for m in found)
 
 
 def test_a_single_model_over_its_tenant_budget_names_the_model_key(prod_raw):
-    prod_raw["models"][2]["autoscaling"]["maxReplicas"] = 9  # llama-1b: 9 slices, team-a has 8
+    prod_raw["models"][2]["autoscaling"]["maxReplicas"] = 8  # llama-1b: 8 + 1 surge slices, team-a has 8
     (message,) = problems(prod_raw)
     assert message.startswith("inference-platform:models[2].autoscaling.maxReplicas: at maxReplicas llama-1b")
-    assert "hold 9 of nvidia.com/mig-1g.10gb" in message
+    assert "hold 9 of nvidia.com/mig-1g.10gb" in message and 'tenants[1].quota.mig["1g.10gb"]' in message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable
 
 import pytest
@@ -189,3 +190,86 @@ def test_huggingface_token_must_be_a_secret(tmp_path, dev_raw):
     assert result.returncode == 2
     assert "inference-platform:huggingFaceToken: must be a secret" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- checks added after review -------------------------------------------------------------------
+
+
+def test_names_built_from_model_and_version_must_not_collide(dev_raw):
+    twin = copy.deepcopy(dev_raw["models"][0])
+    dev_raw["models"][0]["name"] = "qwen"
+    dev_raw["models"][0]["versions"][0]["name"] = "small-v1"
+    dev_raw["models"][0]["release"]["stable"] = "small-v1"
+    twin["name"], twin["servedModelName"] = "qwen-small", "other"
+    dev_raw["models"].append(twin)
+    dev_raw["tenants"][0]["quota"].update(gpu=4, memory="40Gi", pods=20)
+    dev_raw["nodePools"][0]["sharing"]["replicas"] = 4
+    found = issues(dev_raw)
+    assert any(
+        m.startswith("inference-platform:models[1].versions[0].name: objects named 'qwen-small-v1' would collide in namespace 'dev-team'")
+        for m in found
+    ), found
+
+
+def test_profile_override_without_tiers_is_refused(prod_raw):
+    prod_raw["profiles"] = {"chat": {"tiers": []}}
+    assert only_issue(prod_raw).startswith("inference-platform:profiles.chat.tiers: ")
+
+
+def test_knative_window_out_of_range(dev_raw):
+    dev_raw["models"][0]["autoscaling"]["kpa"]["window"] = "2s"
+    assert only_issue(dev_raw) == "inference-platform:models[0].autoscaling.kpa.window: '2s' is outside the allowed range 6s..3600s"
+
+
+def test_drain_must_leave_time_to_drain(prod_raw):
+    prod_raw["models"][0]["drain"] = {"terminationGracePeriodSeconds": 60, "preStopDelaySeconds": 55}
+    assert only_issue(prod_raw).startswith("inference-platform:models[0].drain: preStopDelaySeconds 55 + 10 s leaves vLLM no time")
+
+
+def test_production_hpa_keeps_two_replicas(prod_raw):
+    prod_raw["models"][0]["autoscaling"]["minReplicas"] = 1
+    assert only_issue(prod_raw).startswith("inference-platform:models[0].autoscaling.minReplicas: production HPAs keep at least 2 replicas")
+
+
+def test_knative_target_above_the_hard_limit(prod_raw):
+    prod_raw["models"][1]["autoscaling"]["kpa"]["containerConcurrency"] = 8
+    assert only_issue(prod_raw).startswith(
+        "inference-platform:models[1].autoscaling.kpa.targetConcurrency: target 10 is above the hard limit containerConcurrency 8"
+    )
+
+
+def test_gpu_utilisation_is_not_a_signal_on_time_sliced_pools(staging_raw):
+    staging_raw["models"][0]["autoscaling"]["hpa"]["gpuUtilizationTarget"] = 70
+    assert only_issue(staging_raw).startswith("inference-platform:models[0].autoscaling.hpa.gpuUtilizationTarget: pool 'l4-shared' is time-sliced")
+
+
+def test_batch_model_check_follows_profile_overrides(prod_raw):
+    prod_raw["profiles"] = {"summarization": {"tiers": ["standard"]}}
+    del prod_raw["models"][4]["tiers"]
+    found = issues(prod_raw)
+    assert any(m.startswith("inference-platform:models[1].batchModel: model 'llama-8b-batch' does not serve the batch tier") for m in found)
+
+
+@pytest.mark.slow
+def test_secret_inside_a_structured_key_is_refused_without_echoing_it(tmp_path, dev_raw):
+    stack = write_stack(tmp_path, dev_raw)
+    text = stack.read_text().replace("context: dev", "context:\n        secure: AAABAHNlY3JldC1jb250ZXh0")
+    stack.write_text(text)
+    result = run_preview("--stack", "test", "--config-file", str(stack), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "inference-platform:cluster: holds a secret, but only huggingFaceToken may" in result.stderr
+    assert "secret:inference-platform:cluster" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_eks_region_must_match_the_aws_provider_region(tmp_path, staging_raw):
+    stack = write_stack(tmp_path, staging_raw, {"aws:region": "eu-west-1"})
+    result = run_preview("--stack", "test", "--config-file", str(stack), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "inference-platform:cluster.eks.region: 'us-east-1' differs from aws:region 'eu-west-1'" in result.stderr
+
+
+def test_stack_files_are_read_like_the_cli_reads_them():
+    from preview.stack_config import load_yaml
+
+    assert load_yaml("a: 2026-10-01\nb: on\nc: yes\nd: true\ne: 1:30\nf: 8") == {"a": "2026-10-01", "b": "on", "c": "yes", "d": True, "e": "1:30", "f": 8}

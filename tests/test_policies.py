@@ -9,6 +9,7 @@ import sys
 from types import SimpleNamespace
 from typing import Any, Callable
 
+import pulumi
 import pytest
 
 from preview.engine import RecordedResource
@@ -69,8 +70,10 @@ def vllm(record: RecordedResource, field: str = "inputs") -> dict:
 
 
 def both(record: RecordedResource) -> list[dict]:
-    """The pod spec in inputs (Analyze) and outputs (AnalyzeStack): edit them alike."""
-    return [record.inputs["spec"]["template"]["spec"], record.outputs["spec"]["template"]["spec"]]
+    """The pod spec in inputs (Analyze) and outputs (AnalyzeStack), to edit them alike (the
+    mock provider echoes inputs, so they may be one object)."""
+    specs = [record.inputs["spec"]["template"]["spec"], record.outputs["spec"]["template"]["spec"]]
+    return specs[:1] if specs[0] is specs[1] else specs
 
 
 # --- the pack as the CLI sees it ----------------------------------------------------------------
@@ -340,11 +343,42 @@ def test_validators_are_pure_functions(baseline):
     (message,) = collect(resource_rules.gpu_requests_and_limits, DEPLOYMENT, deployment)
     assert "requests no memory" in message
     hpa = find(baseline, HPA, "llama-70b-v1-hpa").inputs
-    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"environment": "production"}) == []
+    this_stack = [pulumi.get_stack()]
+    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"productionStacks": this_stack}) == []
     hpa["spec"]["minReplicas"] = 1
-    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"environment": "staging"}) == []
-    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"environment": "production"}) == [
+    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"productionStacks": []}) == []
+    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"productionStacks": this_stack}) == [
         "minReplicas is 1; production autoscalers keep at least 2 replicas"
     ]
     # Not its kind: nothing to say.
     assert collect(resource_rules.hpa_behavior, DEPLOYMENT, hpa) == []
+
+
+def test_knative_services_need_a_disruption_budget(pack, baseline):
+    without = stack_with(baseline, lambda rs: [r for r in rs if r.name != "llama-8b-v1-pdb"])
+    hits = pack.analyze_stack(without)
+    assert [d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "inference-disruption-budget"] == ["llama-8b-v1-knative-service"]
+
+
+def test_override_header_is_read_from_the_virtual_service(pack, baseline):
+    def custom_header(records):
+        (vs,) = [r for r in records if r.name == "llama-8b-route-virtual-service"]
+        vs.outputs["metadata"]["annotations"]["inference.platform/override-header"] = "x-variant"
+        for route in vs.outputs["spec"]["http"]:
+            for match in route.get("match", []):
+                headers = match.get("headers", {})
+                if "x-model-version" in headers:
+                    headers["x-variant"] = headers.pop("x-model-version")
+        routes = vs.outputs["spec"]["http"]
+        routes.append(routes.pop(0))  # an override route after the others
+        return records
+
+    assert analyze_stack(pack, stack_with(baseline, custom_header)) == {"canary-routes": "mandatory"}
+
+
+def test_secret_env_names_are_whole_words(pack, baseline):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    vllm(record)["env"] += [{"name": "TOKENIZERS_PARALLELISM", "value": "false"}, {"name": "MAX_TOKENS", "value": "4096"}]
+    assert analyze(pack, record) == {}
+    vllm(record)["env"].append({"name": "DB_PASSWORD", "value": "hunter2"})
+    assert analyze(pack, record) == {"no-plain-secret-env": "mandatory"}

@@ -131,7 +131,7 @@ def test_unknown_stack_is_a_clear_error(tmp_path):
 def test_baseline_shows_what_a_canary_promotion_changes(tmp_path, previews, prod_raw):
     from .helpers import write_stack
 
-    extra = {"aws:region": "us-east-1", "inference-platform:huggingFaceToken": {"secure": "AAABAG5vdC1hLXJlYWwtdG9rZW4="}}
+    extra = {"aws:region": "us-east-1"}
     prod_raw["models"][1]["release"]["canaryWeight"] = 100
     promote = write_stack(tmp_path, prod_raw, extra)
     result = run_preview("--stack", "prod", "--config-file", str(promote), "--baseline", str(previews["prod"].out), "--out", str(tmp_path / "promote"))
@@ -150,3 +150,36 @@ def test_baseline_shows_what_a_canary_promotion_changes(tmp_path, previews, prod
     result = run_preview("--stack", "prod", "--config-file", str(write_stack(drop, prod_raw, extra)), "--baseline", str(tmp_path / "promote"), "--out", str(tmp_path / "dropped"))
     removed = {c["urn"].rsplit("::", 1)[1] for c in json.loads((tmp_path / "dropped" / "report.json").read_text())["changes"]["data"]["removed"]}
     assert {"llama-8b-v1", "llama-8b-v1-knative-service", "llama-8b-v1-pod-monitor"} <= removed
+
+
+def test_bad_policy_config_is_an_input_error(tmp_path):
+    config = tmp_path / "policy.json"
+    for content, message in (
+        ('{"no-such-policy": "mandatory"}', "names no policy of this pack: no-such-policy"),
+        ('{"all": "sometimes"}', "unknown enforcement level 'sometimes'"),
+        ("not json", "cannot read the policy config"),
+    ):
+        config.write_text(content)
+        result = run_preview("--stack", "dev", "--out", str(tmp_path / "out"), "--policy-config", str(config))
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_all_sets_every_policy_level(tmp_path):
+    config = tmp_path / "policy.json"
+    config.write_text(json.dumps({"all": "advisory", "inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600}}))
+    result = run_preview("--stack", "staging", "--out", str(tmp_path / "out"), "--policy-config", str(config))
+    assert result.returncode == 0 and "ADVISORY inference-graceful-drain" in result.stdout
+
+
+def test_two_resources_declaring_one_object_fail_the_render(tmp_path):
+    from preview.engine import RecordedResource
+    from preview.render import DuplicateObjectError, write_outputs
+
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "n"}}
+    twins = [
+        RecordedResource(type="kubernetes:core/v1:ConfigMap", name=name, urn=f"urn:pulumi:s::p::kubernetes:core/v1:ConfigMap::{name}", parent=None, custom=True, provider=None, inputs=obj)
+        for name in ("a", "b")
+    ]
+    with pytest.raises(DuplicateObjectError, match="n/ConfigMap.core.x"):
+        write_outputs(tmp_path, twins)

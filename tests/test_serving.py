@@ -190,7 +190,9 @@ def test_8b_knative_service(prod):
     assert ksvc(prod, "llama-8b-v2", "serving")["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/max-scale"] == "2"
     assert annotations["autoscaling.knative.dev/scale-down-delay"] == "5m"
     spec = pod(stable)
-    assert spec["containerConcurrency"] == 8 and spec["timeoutSeconds"] == 120
+    # The hard cap from the stack; the timeout covers the longest tier route it serves (standard).
+    assert spec["containerConcurrency"] == 12 and spec["timeoutSeconds"] == 300
+    assert annotations["serving.knative.dev/progress-deadline"] == f"{90 * 10 + 300}s"
     assert container(stable)["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
     assert arg(container(stable)["args"], "--max-model-len") == "4096"
     assert arg(container(ksvc(prod, "llama-8b-v2", "serving"))["args"], "--max-num-seqs") == "32"
@@ -349,3 +351,81 @@ def test_readme_profile_table_matches_the_presets():
         assert cells[7] == profile.priority_class, name
         assert cells[8] == ", ".join(profile.tiers), name
         assert cells[9] == f"{profile.request_timeout_seconds} s", name
+
+
+# --- every server of every prod model -------------------------------------------------------------
+
+PROD_SERVERS = [
+    ("llama-70b-v1", "serving", "hpa"),
+    ("llama-8b-v1", "serving", "kpa"),
+    ("llama-8b-v2", "serving", "kpa"),
+    ("llama-1b-v1", "team-a", "hpa"),
+    ("batch-labeller-v1", "team-b", "kpa"),
+    ("llama-8b-batch-v1", "serving", "kpa"),
+]
+
+
+def server_object(prod: Evaluated, name: str, namespace: str, mode: str) -> dict:
+    return prod.k8s("Deployment", name, namespace) if mode == "hpa" else ksvc(prod, name, namespace)
+
+
+@pytest.mark.parametrize("name, namespace, mode", PROD_SERVERS)
+def test_every_prod_server(prod, name, namespace, mode):
+    obj = server_object(prod, name, namespace, mode)
+    spec, vllm = pod(obj), container(obj)
+    args = vllm["args"]
+    # Arguments from the typed config.
+    assert arg(args, "--served-model-name") and arg(args, "--revision") and arg(args, "--max-model-len")
+    assert arg(args, "--port") == "8000" and int(arg(args, "--shutdown-timeout")) > 0
+    # GPU limits equal to requests, CPU and memory requested.
+    limits, requests = vllm["resources"]["limits"], vllm["resources"]["requests"]
+    gpu = [r for r in limits if r.startswith("nvidia.com/")]
+    assert len(gpu) == 1 and limits[gpu[0]] == requests[gpu[0]]
+    assert "cpu" in requests and requests["memory"] == limits["memory"]
+    assert spec["nodeSelector"]["inference.platform/pool"] and spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+    # Probes on /health; a startup probe of at least 15 minutes.
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert vllm[probe]["httpGet"]["path"] == "/health"
+    assert vllm["startupProbe"]["periodSeconds"] * vllm["startupProbe"]["failureThreshold"] >= 15 * 60
+    # Hardening.
+    assert spec["securityContext"]["runAsNonRoot"] is True and vllm["securityContext"]["readOnlyRootFilesystem"] is True
+    assert vllm["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    if mode == "hpa":
+        assert spec["terminationGracePeriodSeconds"] >= 300 and vllm["lifecycle"]["preStop"]
+        assert prod.k8s("PodDisruptionBudget", name, namespace)
+        hpa = prod.k8s("HorizontalPodAutoscaler", name, namespace)["spec"]
+        assert hpa["behavior"]["scaleDown"]["stabilizationWindowSeconds"] >= 300
+        assert prod.k8s("ServiceMonitor", name, namespace)
+    else:
+        annotations = obj["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["autoscaling.knative.dev/class"] == "kpa.autoscaling.knative.dev"
+        assert int(annotations["autoscaling.knative.dev/max-scale"]) >= int(annotations["autoscaling.knative.dev/min-scale"])
+        assert spec["containerConcurrency"] > 0 and spec["timeoutSeconds"] > 0
+        assert prod.k8s("PodMonitor", name, namespace)
+
+
+def test_hpa_owns_the_replica_count(prod):
+    (record,) = [r for r in prod.records if r.name == "llama-70b-v1-deployment"]
+    assert record.ignore_changes == ["spec.replicas"]
+
+
+def test_disk_for_the_caches_is_requested(prod):
+    requests = container(prod.k8s("Deployment", "llama-70b-v1", "serving"))["resources"]["requests"]
+    assert requests["ephemeral-storage"] == "230Gi"  # 200Gi weights cache + 30Gi scratch
+
+
+def test_sidecar_exits_once_drained(prod):
+    annotations = prod.k8s("Deployment", "llama-70b-v1", "serving")["spec"]["template"]["metadata"]["annotations"]
+    proxy = json.loads(annotations["proxy.istio.io/config"])
+    assert proxy["proxyMetadata"] == {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"} and proxy["holdApplicationUntilProxyStarts"] is True
+
+
+def test_knative_services_get_a_disruption_budget(prod):
+    pdb = prod.k8s("PodDisruptionBudget", "llama-8b-v1", "serving")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": {"serving.knative.dev/service": "llama-8b-v1"}}}
+
+
+def test_no_api_token_even_with_s3_weights(prod_raw):
+    prod_raw["models"][1]["versions"][0]["source"] = {"s3Uri": "s3://model-weights/llama-8b", "revision": "2026-10-01"}
+    spec = pod(ksvc(Evaluated(prod_raw), "llama-8b-v1", "serving"))
+    assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "llama-8b-weights"

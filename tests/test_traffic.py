@@ -91,7 +91,7 @@ end
 def lua_code(evaluated: Evaluated) -> str:
     """The Lua the gateway runs: taken from the rendered EnvoyFilter itself."""
     envoy_filter = evaluated.k8s("EnvoyFilter", "inference-gateway-filter", "istio-system")
-    patch = envoy_filter["spec"]["configPatches"][0]["patch"]["value"]
+    (patch,) = [p["patch"]["value"] for p in envoy_filter["spec"]["configPatches"] if p["applyTo"] == "HTTP_FILTER"]
     assert patch["typed_config"]["@type"] == "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
     return patch["typed_config"]["default_source_code"]["inline_string"]
 
@@ -292,10 +292,11 @@ def test_tier_limits_timeouts_and_safe_retries(prod):
     pool = premium["trafficPolicy"]["connectionPool"]
     assert pool["http"]["http1MaxPendingRequests"] == 64 and pool["http"]["http2MaxRequests"] == 512
     assert subsets["v1-standard"]["trafficPolicy"]["connectionPool"]["http"]["http1MaxPendingRequests"] == 32
-    assert premium["trafficPolicy"]["outlierDetection"]["consecutiveGatewayErrors"] == 3
+    outliers = premium["trafficPolicy"]["outlierDetection"]
+    assert outliers["splitExternalLocalOriginErrors"] is True and outliers["consecutiveGatewayErrors"] == 5
     routes = {r["name"]: r for r in vs(prod, "llama-70b", "serving")["spec"]["http"]}
     assert routes["premium-weighted"]["timeout"] == "120s" and routes["standard-weighted"]["timeout"] == "300s"
-    assert routes["premium-weighted"]["retries"] == {"attempts": 1, "perTryTimeout": "120s", "retryOn": "connect-failure,refused-stream"}
+    assert routes["premium-weighted"]["retries"] == {"attempts": 1, "perTryTimeout": "120000ms", "retryOn": "connect-failure,refused-stream"}
     batch = next(r for r in vs(prod, "batch-labeller", "team-b")["spec"]["http"] if r["name"] == "batch-weighted")
     assert batch["retries"] == {"attempts": 0} and batch["timeout"] == "900s"
 
@@ -324,9 +325,14 @@ def test_gateway_and_filter(prod):
     https = gateway["spec"]["servers"][0]
     assert https["tls"] == {"mode": "SIMPLE", "credentialName": "inference-api-tls"} and https["hosts"] == ["api.inference.example.com"]
     envoy_filter = prod.k8s("EnvoyFilter", "inference-gateway-filter", "istio-system")
-    patch = envoy_filter["spec"]["configPatches"][0]
-    assert patch["match"]["context"] == "GATEWAY" and patch["patch"]["operation"] == "INSERT_BEFORE"
-    assert patch["match"]["listener"]["filterChain"]["filter"]["subFilter"]["name"] == "envoy.filters.http.router"
+    patches = {p["applyTo"]: p for p in envoy_filter["spec"]["configPatches"]}
+    lua = patches["HTTP_FILTER"]
+    assert lua["match"]["context"] == "GATEWAY" and lua["patch"]["operation"] == "INSERT_BEFORE"
+    assert lua["match"]["listener"]["filterChain"]["filter"]["subFilter"]["name"] == "envoy.filters.http.router"
+    # The filter buffers bodies: the listener buffer allows 16 MiB; silent responses may last
+    # as long as the longest tier timeout.
+    assert patches["LISTENER"]["patch"]["value"] == {"per_connection_buffer_limit_bytes": 16 << 20}
+    assert patches["NETWORK_FILTER"]["patch"]["value"]["typed_config"]["stream_idle_timeout"] == "930s"
 
 
 def test_istio_installed_by_pinned_releases(prod):

@@ -8,14 +8,16 @@ a Knative Service + PodMonitor (mode `kpa`).
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from platform_config.capacity import instance_of, model_priority_class, replica_gpu_request, version_replica_bounds
-from platform_config.models import ModelConfig, ModelVersion, NodePoolConfig, PlatformConfig, ServerArgs
-from platform_config.profiles import PROFILES, WorkloadProfile
+from platform_config.capacity import instance_of
+from platform_config.serving import DRAIN_MARGIN_SECONDS, effective_profile, model_priority_class, model_tiers, replica_gpu_request, version_replica_bounds
+from platform_config.models import ModelConfig, ModelVersion, NodePoolConfig, PlatformConfig, ServerArgs, duration_seconds
+from platform_config.profiles import WorkloadProfile
+from platform_config.quantity import parse_quantity
 
 from ..constants import (
     GPU_RESOURCE,
@@ -48,28 +50,12 @@ HOME_DIR = "/home/vllm"
 RUN_AS = 1000
 # GPU memory vLLM may take on an unshared GPU or MIG slice.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
-# Seconds kept between vLLM's drain deadline and the kubelet's SIGKILL.
-DRAIN_MARGIN_SECONDS = 10
 # Prometheus-adapter names (see components/specs/metrics.py).
 QUEUE_METRIC = "vllm_num_requests_waiting"
 GPU_METRIC = "gpu_engine_active_percent"
 KNATIVE_HTTP_PORT_NAME = "http1"
-
-
-def effective_profile(config: PlatformConfig, model: ModelConfig) -> WorkloadProfile:
-    """The model's profile with the stack's overrides for that profile applied."""
-    profile = PROFILES[model.profile]
-    override = config.profiles.get(model.profile)
-    if override is None:
-        return profile
-    changes = {k: v for k, v in override.model_dump().items() if v is not None}
-    if "tiers" in changes:
-        changes["tiers"] = tuple(changes["tiers"])
-    return dataclasses.replace(profile, **changes)
-
-
-def model_tiers(config: PlatformConfig, model: ModelConfig) -> tuple[str, ...]:
-    return tuple(model.tiers) if model.tiers else effective_profile(config, model).tiers
+# Knative labels every pod of a Knative Service with the service's name.
+KNATIVE_SERVICE_LABEL = "serving.knative.dev/service"
 
 
 def merged_server_args(model: ModelConfig, version: ModelVersion) -> ServerArgs:
@@ -100,6 +86,9 @@ class ServerPlan:
     gpu_memory_utilization: float
     min_replicas: int
     max_replicas: int
+    # The longest a request to this server may take: its profile's timeout, or longer when a
+    # tier it serves allows longer routes.
+    request_timeout_seconds: int
     hugging_face_token: bool
     # Served names of models whose batch tier this server takes (vLLM answers to them too).
     aliases: tuple[str, ...]
@@ -161,6 +150,8 @@ def plan_server(config: PlatformConfig, model: ModelConfig, version_name: str, *
     args = merged_server_args(model, version)
     resource, count = replica_gpu_request(model)
     low, high = version_replica_bounds(model, version_name)
+    tiers = model_tiers(config, model)
+    timeout = max([profile.request_timeout_seconds] + [math.ceil(duration_seconds(config.traffic.tiers[t].timeout)) for t in tiers])
     if args.gpu_memory_utilization is not None:
         memory_fraction = args.gpu_memory_utilization
     elif pool.sharing.mode == "timeSlicing" and pool.sharing.replicas:
@@ -175,7 +166,7 @@ def plan_server(config: PlatformConfig, model: ModelConfig, version_name: str, *
         pool=pool,
         name=server_name(model, version_name),
         namespace=model.tenant,
-        tiers=model_tiers(config, model),
+        tiers=tiers,
         priority_class=model_priority_class(model),
         args=args,
         image=version.image or VLLM_IMAGE,
@@ -184,6 +175,7 @@ def plan_server(config: PlatformConfig, model: ModelConfig, version_name: str, *
         gpu_memory_utilization=memory_fraction,
         min_replicas=low,
         max_replicas=high,
+        request_timeout_seconds=timeout,
         hugging_face_token=hugging_face_token and version.source.huggingface is not None,
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
         weights_service_account=f"{model.name}-weights" if version.source.s3_uri else None,
@@ -309,13 +301,24 @@ def _volumes(plan: ServerPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any
     return volumes, mounts
 
 
+# emptyDirs besides the weights cache: HOME (compile caches) and /tmp.
+SCRATCH_GIB = 30
+
+
+def scratch_storage(plan: ServerPlan) -> str:
+    """Node disk the pod's volumes may fill: the weights cache plus scratch, so the scheduler
+    does not put more caches on a node than its disk holds."""
+    cache_gib = parse_quantity(plan.model.resources.cache_size) / 2**30
+    return f"{math.ceil(cache_gib) + SCRATCH_GIB}Gi"
+
+
 def _resources(plan: ServerPlan) -> dict[str, Any]:
     gpu = {plan.gpu_resource: str(plan.gpu_count)}
     memory = plan.model.resources.memory
     return {
         # Extended resources need requests == limits; memory is capped, CPU is not (throttling
         # a tokenizer hurts latency more than sharing idle cores).
-        "requests": {"cpu": plan.model.resources.cpu, "memory": memory, **gpu},
+        "requests": {"cpu": plan.model.resources.cpu, "memory": memory, "ephemeral-storage": scratch_storage(plan), **gpu},
         "limits": {"memory": memory, **gpu},
     }
 
@@ -371,8 +374,15 @@ def pod_annotations(plan: ServerPlan) -> dict[str, str]:
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(VLLM_PORT),
         "prometheus.io/path": "/metrics",
-        # Keep the sidecar up while vLLM drains, and start vLLM only once the sidecar is ready.
-        "proxy.istio.io/config": f'{{"terminationDrainDuration": "{plan.grace_seconds}s", "holdApplicationUntilProxyStarts": true}}',
+        # Keep the sidecar up while vLLM drains (and no longer: it exits once the last
+        # connection closes), and start vLLM only once the sidecar is ready.
+        "proxy.istio.io/config": json.dumps(
+            {
+                "terminationDrainDuration": f"{plan.grace_seconds}s",
+                "holdApplicationUntilProxyStarts": True,
+                "proxyMetadata": {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"},
+            }
+        ),
     }
 
 
@@ -397,10 +407,9 @@ def pod_spec(plan: ServerPlan, *, knative: bool) -> dict[str, Any]:
     init = weights_init_container(plan)
     if init is not None:
         spec["initContainers"] = [init]
+        # The IRSA / Pod Identity webhooks project their own AWS token for this account; the
+        # Kubernetes API token stays unmounted (Knative admits only false here anyway).
         spec["serviceAccountName"] = plan.weights_service_account
-        # The AWS SDK in the init container reads the projected web-identity / pod-identity
-        # token; the token is mounted only for this service account's role.
-        spec["automountServiceAccountToken"] = True
     if not knative:
         spec["terminationGracePeriodSeconds"] = plan.grace_seconds
         spec["topologySpreadConstraints"] = [
@@ -454,11 +463,13 @@ def service(plan: ServerPlan) -> dict[str, Any]:
 
 
 def pod_disruption_budget(plan: ServerPlan) -> dict[str, Any]:
+    """At most one replica away at a time for voluntary disruptions (node drains, upgrades)."""
+    selector = {KNATIVE_SERVICE_LABEL: plan.name} if plan.mode == "kpa" else plan.selector
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(plan),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": plan.selector}},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
     }
 
 
@@ -548,9 +559,7 @@ def hpa(plan: ServerPlan) -> dict[str, Any]:
     }
 
 
-# --- KPA mode: Knative Service, PodMonitor ---------------------------------------------------
-
-KNATIVE_SERVICE_LABEL = "serving.knative.dev/service"
+# --- KPA mode: Knative Service, PodMonitor, PDB ----------------------------------------------
 
 
 def knative_target(plan: ServerPlan) -> int:
@@ -571,6 +580,9 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
     }
     if kpa.initial_scale is not None:
         annotations["autoscaling.knative.dev/initial-scale"] = str(kpa.initial_scale)
+    # Knative marks a revision failed after its progress deadline (10 minutes by default);
+    # loading a model can take longer, so the deadline outlasts the startup probe.
+    annotations["serving.knative.dev/progress-deadline"] = f"{startup_failure_threshold(plan) * 10 + 300}s"
     concurrency = kpa.container_concurrency if kpa.container_concurrency is not None else plan.profile.concurrency_per_replica
     return {
         "apiVersion": "serving.knative.dev/v1",
@@ -587,7 +599,7 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
                     # Hard cap per replica: beyond it requests queue in the activator/queue-proxy,
                     # which answers 503 when its bounded queue is full.
                     "containerConcurrency": concurrency,
-                    "timeoutSeconds": plan.profile.request_timeout_seconds,
+                    "timeoutSeconds": plan.request_timeout_seconds,
                     **pod_spec(plan, knative=True),
                 },
             }

@@ -19,15 +19,16 @@ DestinationRule for that gateway host.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from platform_config.capacity import running_versions
+from platform_config.serving import model_tiers, running_versions
 from platform_config.models import ModelConfig, PlatformConfig, TenantConfig, TierPolicy, duration_seconds
 
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT, standard_labels
-from .model_server import model_tiers, server_name
+from .model_server import server_name
 
 GATEWAY_NAME = "inference-gateway"
 GATEWAY_SELECTOR = {"istio": "ingressgateway"}
@@ -39,6 +40,9 @@ LUA_SOURCE = Path(__file__).resolve().parent.parent / "lua" / "gateway_filter.lu
 # Retry only what never reached a server: an LLM request is not idempotent (it costs GPU time),
 # and a 503 from a full pending queue must fail fast, not come back.
 SAFE_RETRY_ON = "connect-failure,refused-stream"
+OVERRIDE_HEADER_ANNOTATION = "inference.platform/override-header"
+HCM = "envoy.filters.network.http_connection_manager"
+HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 
 
 # --- sticky buckets as RE2 ranges ----------------------------------------------------------
@@ -152,7 +156,7 @@ def _match(config: PlatformConfig, model: ModelConfig, tier: str, **extra: dict[
 def _route_policy(policy: TierPolicy) -> dict[str, Any]:
     out: dict[str, Any] = {"timeout": policy.timeout}
     if policy.retry_attempts:
-        per_try = f"{int(duration_seconds(policy.timeout))}s"
+        per_try = f"{round(duration_seconds(policy.timeout) * 1000)}ms"
         out["retries"] = {"attempts": policy.retry_attempts, "perTryTimeout": per_try, "retryOn": SAFE_RETRY_ON}
     else:
         # Istio retries by default (503s included); say explicitly that this tier does not.
@@ -222,7 +226,13 @@ def virtual_service(config: PlatformConfig, model: ModelConfig) -> dict[str, Any
     return {
         "apiVersion": "networking.istio.io/v1",
         "kind": "VirtualService",
-        "metadata": {"name": model.name, "namespace": model.tenant, "labels": standard_labels(model.name, "routing")},
+        "metadata": {
+            "name": model.name,
+            "namespace": model.tenant,
+            "labels": standard_labels(model.name, "routing"),
+            # Tells the policy pack which header marks this model's version-override routes.
+            "annotations": {OVERRIDE_HEADER_ANNOTATION: release.override_header},
+        },
         "spec": {"hosts": list(traffic.hosts), "gateways": [f"{ISTIO_INGRESS_NAMESPACE}/{GATEWAY_NAME}"], "http": routes},
     }
 
@@ -241,8 +251,12 @@ def tier_traffic_policy(policy: TierPolicy) -> dict[str, Any]:
                 "maxRetries": max(1, policy.retry_attempts * 8),
             },
         },
+        # Eject replicas that fail (connection failures, 502/503/504 from the server), not
+        # ones that are merely slow: local timeouts are counted apart from server errors.
         "outlierDetection": {
-            "consecutiveGatewayErrors": 3,
+            "splitExternalLocalOriginErrors": True,
+            "consecutiveLocalOriginFailures": 5,
+            "consecutiveGatewayErrors": 5,
             "interval": "10s",
             "baseEjectionTime": "30s",
             "maxEjectionPercent": 50,
@@ -359,7 +373,14 @@ def lua_code(config: PlatformConfig) -> str:
     return f"local CONFIG = {_lua_literal(filter_config(config))}\n\n{LUA_SOURCE.read_text()}"
 
 
+def stream_idle_timeout_seconds(config: PlatformConfig) -> int:
+    """A response may be silent (not streamed) for up to the longest tier timeout; Envoy's
+    default stream idle timeout (300 s) would cut it earlier."""
+    return max(math.ceil(duration_seconds(t.timeout)) for t in config.traffic.tiers.values()) + 30
+
+
 def envoy_filter(config: PlatformConfig) -> dict[str, Any]:
+    gateway_listener = {"context": "GATEWAY"}
     return {
         "apiVersion": "networking.istio.io/v1alpha3",
         "kind": "EnvoyFilter",
@@ -368,13 +389,27 @@ def envoy_filter(config: PlatformConfig) -> dict[str, Any]:
             "workloadSelector": {"labels": GATEWAY_SELECTOR},
             "configPatches": [
                 {
+                    # The filter buffers request bodies to read them: allow the largest one.
+                    "applyTo": "LISTENER",
+                    "match": gateway_listener,
+                    "patch": {"operation": "MERGE", "value": {"per_connection_buffer_limit_bytes": config.traffic.max_request_body_bytes}},
+                },
+                {
+                    "applyTo": "NETWORK_FILTER",
+                    "match": {**gateway_listener, "listener": {"filterChain": {"filter": {"name": HCM}}}},
+                    "patch": {
+                        "operation": "MERGE",
+                        "value": {"typed_config": {"@type": HCM_TYPE, "stream_idle_timeout": f"{stream_idle_timeout_seconds(config)}s"}},
+                    },
+                },
+                {
                     "applyTo": "HTTP_FILTER",
                     "match": {
                         "context": "GATEWAY",
                         "listener": {
                             "filterChain": {
                                 "filter": {
-                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "name": HCM,
                                     "subFilter": {"name": "envoy.filters.http.router"},
                                 }
                             }

@@ -22,8 +22,8 @@ from .kube import (
 )
 
 Report = Callable[..., None]
-PROJECT = "inference-platform"
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL)", re.IGNORECASE)
+# Whole name parts only: HF_TOKEN and DB_PASSWORD are secrets, MAX_TOKENS and TOKENIZERS_* are not.
+SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)($|_)", re.IGNORECASE)
 DRAINED_WORKLOADS = ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet")
 
 
@@ -81,8 +81,10 @@ def graceful_drain(args: Any, report_violation: Report) -> None:
             )
 
 
-def _environment(args: Any) -> str | None:
-    return config(args).get("environment") or pulumi.Config(PROJECT).get("environment")
+def is_production(args: Any) -> bool:
+    """Decided by the pack's config (the stack names that are production), never by the stack's
+    own config, which the governed stack could change."""
+    return pulumi.get_stack() in config(args).get("productionStacks", ["prod", "production"])
 
 
 def hpa_behavior(args: Any, report_violation: Report) -> None:
@@ -93,9 +95,8 @@ def hpa_behavior(args: Any, report_violation: Report) -> None:
     low, high = get(spec, "minReplicas", default=1), get(spec, "maxReplicas", default=0)
     if high < low:
         report_violation(f"maxReplicas {high} is below minReplicas {low}")
-    production = settings.get("productionEnvironments", ["production"])
     floor = int(settings.get("minReplicasInProduction", 2))
-    if _environment(args) in production and low < floor:
+    if is_production(args) and low < floor:
         report_violation(f"minReplicas is {low}; production autoscalers keep at least {floor} replicas")
     for metric in get(spec, "metrics", default=[]):
         kind = get(metric, "type")
@@ -134,7 +135,11 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
         if value in (None, "", "0"):
             report_violation(f"{prefix}{key} is not set: a Knative service must bound its scale and name its target")
     if labels.get(LATENCY_LABEL) == "true":
-        minimum = int(annotations.get(prefix + "min-scale", "0") or 0)
+        try:
+            minimum = int(annotations.get(prefix + "min-scale", "0") or 0)
+        except ValueError:
+            report_violation(f"{prefix}min-scale is {annotations.get(prefix + 'min-scale')!r}, not a whole number")
+            return
         if minimum < 1:
             report_violation(f"latency-sensitive service with min-scale {minimum}: it would cold-start a model (minutes) on the next request")
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Mapping
 
-import pulumi
-
 from .gpu_catalog import MIG_PROFILES
 from .kube import (
     DESTINATION_RULE,
@@ -32,7 +30,6 @@ from .kube import (
 )
 
 Report = Callable[..., None]
-PROJECT = "inference-platform"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 
 
@@ -107,16 +104,31 @@ def latency_sensitive_not_time_sliced(args: Any, report_violation: Report) -> No
 # --- rule 3 (PDB part) -------------------------------------------------------------------------
 
 
+def _max_replicas(workload: GpuWorkload, scalers: dict[tuple[str, str], int]) -> int:
+    if workload.knative:
+        annotations = get(workload.resource.props, "spec", "template", "metadata", "annotations", default={})
+        try:
+            return int(annotations.get("autoscaling.knative.dev/max-scale", "0") or 0) or 1000  # 0: unbounded
+        except ValueError:
+            return 1000
+    return max(get(workload.resource.props, "spec", "replicas", default=1), scalers.get((workload.namespace, workload.name), 1))
+
+
 def pdb_for_replicated_inference(args: Any, report_violation: Report) -> None:
-    budgets = [(namespace_of(p.props), get(p.props, "spec", "selector", "matchLabels", default={})) for p in of_type(args, PDB)]
+    budgets: dict[str, list[Mapping[str, str]]] = defaultdict(list)
+    for budget in of_type(args, PDB):
+        budgets[namespace_of(budget.props)].append(get(budget.props, "spec", "selector", "matchLabels", default={}))
     scalers = {(namespace_of(h.props), get(h.props, "spec", "scaleTargetRef", "name")): get(h.props, "spec", "maxReplicas", default=1) for h in of_type(args, HPA_V2)}
     for workload in gpu_workloads(args):
-        if workload.resource.resource_type not in ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet"):
+        if workload.resource.resource_type not in ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet", KNATIVE_SERVICE):
             continue
-        replicas = max(get(workload.resource.props, "spec", "replicas", default=1), scalers.get((workload.namespace, workload.name), 1))
+        replicas = _max_replicas(workload, scalers)
         if replicas <= 1:
             continue
-        if not any(ns == workload.namespace and labels_match(selector, workload.labels) for ns, selector in budgets):
+        labels = dict(workload.labels)
+        if workload.knative:
+            labels["serving.knative.dev/service"] = workload.name  # set by Knative on its pods
+        if not any(labels_match(selector, labels) for selector in budgets[workload.namespace]):
             report_violation(
                 f"{workload.namespace}/{workload.name} can run {replicas} replicas but no PodDisruptionBudget covers its pods: a node drain could take them all",
                 workload.resource.urn,
@@ -130,9 +142,12 @@ def _fqdn(host: str, namespace: str) -> str:
     return host if "." in host else f"{host}.{namespace}.svc.cluster.local"
 
 
+OVERRIDE_HEADER_ANNOTATION = "inference.platform/override-header"
+
+
 def canary_routes(args: Any, report_violation: Report) -> None:
     settings = config(args)
-    override_headers = set(settings.get("overrideHeaders", ["x-model-version"]))
+    default_headers = set(settings.get("overrideHeaders", ["x-model-version"]))
     subsets = {
         (_fqdn(get(rule.props, "spec", "host", default=""), namespace_of(rule.props)), get(s, "name"))
         for rule in of_type(args, DESTINATION_RULE)
@@ -140,6 +155,8 @@ def canary_routes(args: Any, report_violation: Report) -> None:
     }
     for service in of_type(args, VIRTUAL_SERVICE):
         namespace = namespace_of(service.props)
+        declared = get(service.props, "metadata", "annotations", OVERRIDE_HEADER_ANNOTATION)
+        override_headers = default_headers | ({declared} if declared else set())
         where = f"VirtualService {namespace}/{name_of(service.props)}"
         routes = get(service.props, "spec", "http", default=[])
         kinds = []
@@ -200,11 +217,8 @@ def gpu_quota_and_priority(args: Any, report_violation: Report) -> None:
 
 
 def _overcommit(args: Any) -> float:
-    value = config(args).get("overcommitRatio")
-    if value is None:
-        capacity = pulumi.Config(PROJECT).get_object("capacity") or {}
-        value = capacity.get("overcommitRatio", 1.0)
-    return float(value)
+    # The pack's owners allow overcommit, not the stack being governed.
+    return float(config(args).get("overcommitRatio", 1.0))
 
 
 def _quantity(value: Any) -> float:
@@ -255,20 +269,24 @@ def stack_capacity(args: Any, report_violation: Report) -> None:
 
 
 def model_server_monitoring(args: Any, report_violation: Report) -> None:
-    monitors: list[tuple[str, Mapping[str, str]]] = []
-    services = [(namespace_of(s.props), get(s.props, "metadata", "labels", default={}), get(s.props, "spec", "selector", default={})) for s in args.resources if s.resource_type == "kubernetes:core/v1:Service"]
+    # Pod selectors, by namespace, of everything that scrapes pods.
+    scraped: dict[str, list[Mapping[str, str]]] = defaultdict(list)
+    services: dict[str, list[tuple[Mapping[str, str], Mapping[str, str]]]] = defaultdict(list)
+    for service in of_type(args, "kubernetes:core/v1:Service"):
+        services[namespace_of(service.props)].append(
+            (get(service.props, "metadata", "labels", default={}), get(service.props, "spec", "selector", default={}))
+        )
     for monitor in of_type(args, SERVICE_MONITOR):
+        namespace = namespace_of(monitor.props)
         selector = get(monitor.props, "spec", "selector", "matchLabels", default={})
-        for ns, labels, pods in services:
-            if ns == namespace_of(monitor.props) and labels_match(selector, labels):
-                monitors.append((ns, pods))
+        scraped[namespace] += [pods for labels, pods in services[namespace] if labels_match(selector, labels)]
     for monitor in of_type(args, POD_MONITOR):
-        monitors.append((namespace_of(monitor.props), get(monitor.props, "spec", "selector", "matchLabels", default={})))
+        scraped[namespace_of(monitor.props)].append(get(monitor.props, "spec", "selector", "matchLabels", default={}))
     for workload in gpu_workloads(args):
         labels = dict(workload.labels)
         if workload.knative:
             labels["serving.knative.dev/service"] = workload.name  # set by Knative on its pods
-        if not any(ns == workload.namespace and labels_match(selector, labels) for ns, selector in monitors):
+        if not any(labels_match(selector, labels) for selector in scraped[workload.namespace]):
             report_violation(f"{workload.namespace}/{workload.name} serves a model but nothing scrapes its metrics (no ServiceMonitor or PodMonitor)", workload.resource.urn)
 
 
