@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -116,7 +115,6 @@ def main() -> None:
         )
     print()
     print(json.dumps(rows, indent=2))
-    del resource
 
 
 if __name__ == "__main__":

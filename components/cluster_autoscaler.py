@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from .constants import CLUSTER_AUTOSCALER_CHART, KUBE_SYSTEM_NAMESPACE, PACKAGE
+from .k8s_objects import helm_release
 from .workload_identity import WorkloadIdentity, WorkloadIdentityArgs
 
 SERVICE_ACCOUNT = "cluster-autoscaler"
@@ -78,14 +78,12 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        k8s.helm.v3.Release(
+        helm_release(
             f"{name}-release",
-            name="cluster-autoscaler",
-            namespace=KUBE_SYSTEM_NAMESPACE,
-            chart=CLUSTER_AUTOSCALER_CHART.chart,
-            version=CLUSTER_AUTOSCALER_CHART.version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CLUSTER_AUTOSCALER_CHART.repo),
-            values={
+            "cluster-autoscaler",
+            KUBE_SYSTEM_NAMESPACE,
+            CLUSTER_AUTOSCALER_CHART,
+            {
                 "cloudProvider": "aws",
                 "awsRegion": args.region,
                 "autoDiscovery": {"clusterName": args.cluster_name},
@@ -109,6 +107,6 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 },
                 "nodeSelector": {"inference.platform/pool": "system"},
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[identity]),
+            pulumi.ResourceOptions(parent=self, depends_on=[identity]),
         )
         self.register_outputs({"roleArn": identity.role_arn})

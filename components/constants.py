@@ -81,6 +81,9 @@ ISTIO_GATEWAY_CHART = Chart(ISTIO_REPO, "gateway", ISTIO_VERSION)
 KNATIVE_OPERATOR_CHART = Chart("https://knative.github.io/operator", "knative-operator", "v1.23.0")
 KNATIVE_SERVING_VERSION = "1.23"
 
+# Label for namespaces whose pods need host access (device plugins, node agents, exporters).
+PRIVILEGED = {"pod-security.kubernetes.io/enforce": "privileged"}
+
 # Priority classes every GPU workload must name.
 PRODUCTION_PRIORITY = 1000
 EXPERIMENT_PRIORITY = 100

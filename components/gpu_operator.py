@@ -12,8 +12,8 @@ import yaml
 
 from platform_config.models import NodePoolConfig
 
-from .k8s_objects import custom_resource
-from .constants import GPU_OPERATOR_CHART, GPU_OPERATOR_NAMESPACE, PACKAGE, standard_labels
+from .k8s_objects import custom_resource, helm_release, system_namespace
+from .constants import GPU_OPERATOR_CHART, GPU_OPERATOR_NAMESPACE, PACKAGE, PRIVILEGED, standard_labels
 from .specs.gpu_operator import (
     DEVICE_PLUGIN_CONFIGMAP,
     MIG_PARTED_CONFIGMAP,
@@ -34,14 +34,9 @@ class GpuOperator(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuOperatorArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:gpu-operator:GpuOperator", name, None, opts)
         pools = list(args.pools)
-        namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace",
-            metadata={
-                "name": GPU_OPERATOR_NAMESPACE,
-                # The operator's daemonsets need host access (device nodes, kubelet sockets).
-                "labels": {**standard_labels(GPU_OPERATOR_NAMESPACE, "gpu-operator"), "pod-security.kubernetes.io/enforce": "privileged"},
-            },
-            opts=pulumi.ResourceOptions(parent=self),
+        # The operator's daemonsets need host access (device nodes, kubelet sockets).
+        namespace = system_namespace(
+            f"{name}-namespace", GPU_OPERATOR_NAMESPACE, "gpu-operator", pulumi.ResourceOptions(parent=self), **PRIVILEGED
         )
         inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
         mig_config = k8s.core.v1.ConfigMap(
@@ -56,15 +51,13 @@ class GpuOperator(pulumi.ComponentResource):
             data=device_plugin_configs(pools),
             opts=inside,
         )
-        release = k8s.helm.v3.Release(
+        release = helm_release(
             f"{name}-release",
-            name="gpu-operator",
-            namespace=GPU_OPERATOR_NAMESPACE,
-            chart=GPU_OPERATOR_CHART.chart,
-            version=GPU_OPERATOR_CHART.version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=GPU_OPERATOR_CHART.repo),
-            values=gpu_operator_values(),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, mig_config, plugin_config]),
+            "gpu-operator",
+            GPU_OPERATOR_NAMESPACE,
+            GPU_OPERATOR_CHART,
+            gpu_operator_values(),
+            pulumi.ResourceOptions(parent=self, depends_on=[namespace, mig_config, plugin_config]),
         )
         monitor_deps: list[pulumi.Resource] = [release] + ([args.monitoring] if args.monitoring else [])
         custom_resource(

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .constants import KNATIVE_OPERATOR_CHART, KNATIVE_OPERATOR_NAMESPACE, KNATIVE_SERVING_NAMESPACE, PACKAGE, standard_labels
-from .k8s_objects import custom_resource
+from .constants import KNATIVE_OPERATOR_CHART, KNATIVE_OPERATOR_NAMESPACE, KNATIVE_SERVING_NAMESPACE, PACKAGE
+from .k8s_objects import custom_resource, helm_release, system_namespace
 from .specs.knative import knative_serving
 
 
@@ -25,29 +25,18 @@ class KnativeServing(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: KnativeServingArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:knative-serving:KnativeServing", name, None, opts)
-        operator_ns = k8s.core.v1.Namespace(
-            f"{name}-operator-namespace",
-            metadata={"name": KNATIVE_OPERATOR_NAMESPACE, "labels": standard_labels(KNATIVE_OPERATOR_NAMESPACE, "knative")},
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        operator = k8s.helm.v3.Release(
+        child = pulumi.ResourceOptions(parent=self)
+        operator_ns = system_namespace(f"{name}-operator-namespace", KNATIVE_OPERATOR_NAMESPACE, "knative", child)
+        operator = helm_release(
             f"{name}-operator",
-            name="knative-operator",
-            namespace=KNATIVE_OPERATOR_NAMESPACE,
-            chart=KNATIVE_OPERATOR_CHART.chart,
-            version=KNATIVE_OPERATOR_CHART.version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KNATIVE_OPERATOR_CHART.repo),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[operator_ns]),
+            "knative-operator",
+            KNATIVE_OPERATOR_NAMESPACE,
+            KNATIVE_OPERATOR_CHART,
+            {},
+            pulumi.ResourceOptions(parent=self, depends_on=[operator_ns]),
         )
-        serving_ns = k8s.core.v1.Namespace(
-            f"{name}-namespace",
-            metadata={
-                "name": KNATIVE_SERVING_NAMESPACE,
-                # The activator must speak mTLS to STRICT tenant namespaces: give it a sidecar.
-                "labels": {**standard_labels(KNATIVE_SERVING_NAMESPACE, "knative"), "istio-injection": "enabled"},
-            },
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        # The activator must speak mTLS to STRICT tenant namespaces: give it a sidecar.
+        serving_ns = system_namespace(f"{name}-namespace", KNATIVE_SERVING_NAMESPACE, "knative", child, **{"istio-injection": "enabled"})
         spec = knative_serving(args.max_timeout_seconds)
         self.serving = custom_resource(
             f"{name}-serving", spec, pulumi.ResourceOptions(parent=self, depends_on=[operator, serving_ns, *args.depends_on])

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .constants import ISTIO_BASE_CHART, ISTIO_CNI_CHART, ISTIO_GATEWAY_CHART, ISTIO_SYSTEM_NAMESPACE, ISTIOD_CHART, PACKAGE, Chart, standard_labels
+from .constants import ISTIO_BASE_CHART, ISTIO_CNI_CHART, ISTIO_GATEWAY_CHART, ISTIO_SYSTEM_NAMESPACE, ISTIOD_CHART, PACKAGE, PRIVILEGED, Chart
+from .k8s_objects import helm_release, system_namespace
 from .specs.traffic import GATEWAY_SELECTOR, GATEWAY_SERVICE_ACCOUNT
 
 
@@ -50,27 +51,11 @@ class Mesh(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MeshArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:mesh:Mesh", name, None, opts)
-        namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace",
-            metadata={
-                "name": ISTIO_SYSTEM_NAMESPACE,
-                # The CNI node agent runs privileged on every node.
-                "labels": {**standard_labels(ISTIO_SYSTEM_NAMESPACE, "mesh"), "pod-security.kubernetes.io/enforce": "privileged"},
-            },
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        # The CNI node agent runs privileged on every node.
+        namespace = system_namespace(f"{name}-namespace", ISTIO_SYSTEM_NAMESPACE, "mesh", pulumi.ResourceOptions(parent=self), **PRIVILEGED)
 
         def release(suffix: str, chart: Chart, release_name: str, values: dict, after: list[pulumi.Resource]) -> k8s.helm.v3.Release:
-            return k8s.helm.v3.Release(
-                f"{name}-{suffix}",
-                name=release_name,
-                namespace=ISTIO_SYSTEM_NAMESPACE,
-                chart=chart.chart,
-                version=chart.version,
-                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
-                values=values,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=after),
-            )
+            return helm_release(f"{name}-{suffix}", release_name, ISTIO_SYSTEM_NAMESPACE, chart, values, pulumi.ResourceOptions(parent=self, depends_on=after))
 
         self.base = release("base", ISTIO_BASE_CHART, "istio-base", {}, [namespace])
         cni = release("cni", ISTIO_CNI_CHART, "istio-cni", {}, [self.base])

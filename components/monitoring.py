@@ -6,7 +6,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .constants import MONITORING_NAMESPACE, PACKAGE, PROMETHEUS_STACK_CHART, standard_labels
+from .constants import MONITORING_NAMESPACE, PACKAGE, PRIVILEGED, PROMETHEUS_STACK_CHART
+from .k8s_objects import helm_release, system_namespace
 
 # The Prometheus Operator's governing Service for every Prometheus it runs: a stable name.
 PROMETHEUS_URL = f"http://prometheus-operated.{MONITORING_NAMESPACE}.svc"
@@ -17,24 +18,17 @@ class Monitoring(pulumi.ComponentResource):
 
     def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:monitoring:Monitoring", name, None, opts)
-        namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace",
-            metadata={
-                "name": MONITORING_NAMESPACE,
-                # node-exporter needs host namespaces.
-                "labels": {**standard_labels(MONITORING_NAMESPACE, "monitoring"), "pod-security.kubernetes.io/enforce": "privileged"},
-            },
-            opts=pulumi.ResourceOptions(parent=self),
+        # node-exporter needs host namespaces.
+        namespace = system_namespace(
+            f"{name}-namespace", MONITORING_NAMESPACE, "monitoring", pulumi.ResourceOptions(parent=self), **PRIVILEGED
         )
         select_all = False
-        self.release = k8s.helm.v3.Release(
+        self.release = helm_release(
             f"{name}-release",
-            name="kube-prometheus-stack",
-            namespace=MONITORING_NAMESPACE,
-            chart=PROMETHEUS_STACK_CHART.chart,
-            version=PROMETHEUS_STACK_CHART.version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=PROMETHEUS_STACK_CHART.repo),
-            values={
+            "kube-prometheus-stack",
+            MONITORING_NAMESPACE,
+            PROMETHEUS_STACK_CHART,
+            {
                 "prometheus": {
                     "prometheusSpec": {
                         # Pick up ServiceMonitors/PodMonitors of every namespace, with no release label.
@@ -45,6 +39,6 @@ class Monitoring(pulumi.ComponentResource):
                     }
                 },
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
+            pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
         )
         self.register_outputs({"prometheusUrl": PROMETHEUS_URL})

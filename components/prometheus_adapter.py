@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .constants import PACKAGE, PROMETHEUS_ADAPTER_CHART, standard_labels
+from .constants import PACKAGE, PROMETHEUS_ADAPTER_CHART
+from .k8s_objects import helm_release, system_namespace
 from .specs.metrics import adapter_values
 
 NAMESPACE = "prometheus-adapter"
@@ -25,19 +26,15 @@ class PrometheusAdapter(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: PrometheusAdapterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:prometheus-adapter:PrometheusAdapter", name, None, opts)
-        namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace",
-            metadata={"name": NAMESPACE, "labels": {**standard_labels(NAMESPACE, "metrics"), "pod-security.kubernetes.io/enforce": "restricted"}},
-            opts=pulumi.ResourceOptions(parent=self),
+        namespace = system_namespace(
+            f"{name}-namespace", NAMESPACE, "metrics", pulumi.ResourceOptions(parent=self), **{"pod-security.kubernetes.io/enforce": "restricted"}
         )
-        self.release = k8s.helm.v3.Release(
+        self.release = helm_release(
             f"{name}-release",
-            name="prometheus-adapter",
-            namespace=NAMESPACE,
-            chart=PROMETHEUS_ADAPTER_CHART.chart,
-            version=PROMETHEUS_ADAPTER_CHART.version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=PROMETHEUS_ADAPTER_CHART.repo),
-            values=adapter_values(args.prometheus_url),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on]),
+            "prometheus-adapter",
+            NAMESPACE,
+            PROMETHEUS_ADAPTER_CHART,
+            adapter_values(args.prometheus_url),
+            pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on]),
         )
         self.register_outputs({"prometheusUrl": args.prometheus_url})

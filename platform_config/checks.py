@@ -18,7 +18,6 @@ from .serving import (
     model_tiers,
     peak_replicas,
     replica_gpu_request,
-    running_versions,
 )
 from .errors import ConfigIssue, format_key
 from .gpu_catalog import GPU_RESOURCE, builtin_mig_configs, fits_on_gpu

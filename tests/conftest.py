@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .helpers import raw_stack
+
+if TYPE_CHECKING:
+    from .helpers import PreviewRun
 
 
 @pytest.fixture
