@@ -236,11 +236,15 @@ class PolicyPack:
     def analyze(self, resource: RecordedResource, provider: RecordedResource | None) -> list[Diagnostic]:
         return self._analyzed(resource, self.stub.Analyze(self._analyze_request(resource, provider)))
 
-    def analyze_all(self, resources: list[tuple[RecordedResource, RecordedResource | None]]) -> list[Diagnostic]:
-        """Analyze each resource, several calls in flight at once (the CLI analyzes resources
-        as its steps run, concurrently too)."""
-        calls = [(r, self.stub.Analyze.future(self._analyze_request(r, p))) for r, p in resources]
-        return [d for r, call in calls for d in self._analyzed(r, call.result())]
+    def analyze_all(self, resources: list[tuple[RecordedResource, RecordedResource | None]], in_flight: int = 8) -> list[Diagnostic]:
+        """Analyze each resource, a few calls in flight at once (the CLI analyzes resources as
+        its steps run, concurrently too); a bounded window, so the pack's server never queues
+        thousands of calls."""
+        diagnostics: list[Diagnostic] = []
+        for start in range(0, len(resources), in_flight):
+            window = [(r, self.stub.Analyze.future(self._analyze_request(r, p))) for r, p in resources[start : start + in_flight]]
+            diagnostics += [d for r, call in window for d in self._analyzed(r, call.result())]
+        return diagnostics
 
     def _analyzed(self, resource: RecordedResource, response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:
         diagnostics = self._diagnostics(response)
