@@ -183,3 +183,21 @@ def test_two_resources_declaring_one_object_fail_the_render(tmp_path):
     ]
     with pytest.raises(DuplicateObjectError, match="n/ConfigMap.core.x"):
         write_outputs(tmp_path, twins)
+
+
+def test_secure_values_become_placeholders_that_stay_secret(tmp_path, prod_raw):
+    from .helpers import write_stack
+
+    ciphertext = "AAABAGNpcGhlcnRleHQtdGhhdC1tdXN0LW5ldmVyLWxlYWs="
+    stack = write_stack(tmp_path, prod_raw, {"aws:region": "us-east-1", "inference-platform:huggingFaceToken": {"secure": ciphertext}})
+    out = tmp_path / "out"
+    result = run_preview("--stack", "prod", "--config-file", str(stack), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    secrets = [r for r in json.loads((out / "resources.json").read_text()) if r["type"] == "kubernetes:core/v1:Secret"]
+    assert {s["name"] for s in secrets} == {"serving-huggingface-token", "team-a-huggingface-token", "team-b-huggingface-token"}
+    for secret in secrets:
+        assert secret["inputs"]["stringData"] == {"secret": True, "value": {"token": "[secret:inference-platform:huggingFaceToken]"}}
+    manifest = yaml.safe_load((out / "manifests" / "serving" / "Secret.core.huggingface-token.yaml").read_text())
+    assert manifest["stringData"] == {"token": "[secret:inference-platform:huggingFaceToken]"}
+    everything = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
+    assert ciphertext not in everything
