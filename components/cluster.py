@@ -61,6 +61,8 @@ class Cluster(pulumi.ComponentResource):
         self.oidc_provider_arn = None
         self.oidc_issuer = None
         self.subnet_ids = []
+        # What node groups must wait for (the node role's policies); empty without EKS.
+        self.node_role_dependencies: list[pulumi.Resource] = []
         if config.mode == "eks":
             self._eks(name, config, args.tags)
             self.name = self.eks_cluster.name  # type: ignore[union-attr]

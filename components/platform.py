@@ -68,7 +68,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     eks_cluster_name=cluster.name if eks else None,
                     node_role_arn=cluster.node_role_arn,
                     subnet_ids=tuple(cluster.subnet_ids),
-                    depends_on=tuple(getattr(cluster, "node_role_dependencies", ())),
+                    depends_on=tuple(cluster.node_role_dependencies),
                 ),
                 opts=child,
             )
