@@ -152,7 +152,9 @@ def capacity_report(config: PlatformConfig) -> list[dict[str, object]]:
     ratio = Decimal(str(config.capacity.overcommit_ratio))
     rows = []
     for row in capacity_table(config):
-        show = _show_memory if row.resource == "memory" else _show_count
+        def show(value: Decimal, resource: str = row.resource) -> str:
+            return show_amount(resource, value)
+
         rows.append(
             {
                 "resource": row.resource,
@@ -169,9 +171,8 @@ def capacity_report(config: PlatformConfig) -> list[dict[str, object]]:
     return rows
 
 
-def _show_count(value: Decimal) -> str:
+def show_amount(resource: str, value: Decimal) -> str:
+    """An amount of a resource for people: memory in Gi, everything else as a plain number."""
+    if resource == "memory":
+        return f"{(value / 2**30).normalize():f}Gi"
     return f"{value.normalize():f}"
-
-
-def _show_memory(value: Decimal) -> str:
-    return f"{(value / 2**30).normalize():f}Gi"

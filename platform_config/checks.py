@@ -10,7 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Callable, Iterable, Iterator
 
-from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, pool_supply
+from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, pool_supply, show_amount
 from .serving import (
     effective_profile,
     is_experiment,
@@ -203,15 +203,15 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
         if row.demand <= row.supply * ratio:
             continue
         keys = ", ".join(
-            f"{format_key(('tenants', tenant_index[t], 'quota', *_budget_key(row.resource)))}={_amount(row.resource, a)}"
+            f"{format_key(('tenants', tenant_index[t], 'quota', *_budget_key(row.resource)))}={show_amount(row.resource, a)}"
             for t, a in row.demand_by_tenant.items()
         )
-        pools = ", ".join(f"{p} {_amount(row.resource, s)}" for p, s in row.supply_by_pool.items()) or "no pool provides it"
+        pools = ", ".join(f"{p} {show_amount(row.resource, s)}" for p, s in row.supply_by_pool.items()) or "no pool provides it"
         allowed = f" x overcommit {ratio}" if ratio != 1 else ""
         yield ConfigIssue(
             ("tenants",),
-            f"quotas on {row.resource} add up to {_amount(row.resource, row.demand)} ({keys}) but the node pools "
-            f"provide {_amount(row.resource, row.supply)}{allowed} at their maxSize ({pools}); raise a pool's maxSize, "
+            f"quotas on {row.resource} add up to {show_amount(row.resource, row.demand)} ({keys}) but the node pools "
+            f"provide {show_amount(row.resource, row.supply)}{allowed} at their maxSize ({pools}); raise a pool's maxSize, "
             f"lower the quotas, or allow overcommit with {format_key(('capacity', 'overcommitRatio'))}",
         )
     # A tenant restricted to some pools must fit into those pools alone.
@@ -228,12 +228,6 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
                     ("tenants", index, "quota", *_budget_key(resource)),
                     f"{amount} of {resource} is more than its pools ({', '.join(tenant.pools)}) provide at maxSize ({supply})",
                 )
-
-
-def _amount(resource: str, value: Decimal) -> str:
-    if resource == "memory":
-        return f"{(value / 2**30).normalize():f}Gi"
-    return f"{value.normalize():f}"
 
 
 def check_models(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -351,8 +345,8 @@ def _over_budget(config, models, t_index, budget_key, resource, need, have, who)
     path = ("models", index, "autoscaling", "maxReplicas") if index is not None else ("tenants", t_index, budget_key, *key)
     return ConfigIssue(
         path,
-        f"at maxReplicas {names} hold {_amount(resource, need)} of {resource}, but tenant {tenant.name!r} has "
-        f"{_amount(resource, have)} for {who} ({format_key(('tenants', t_index, budget_key, *key))}); "
+        f"at maxReplicas {names} hold {show_amount(resource, need)} of {resource}, but tenant {tenant.name!r} has "
+        f"{show_amount(resource, have)} for {who} ({format_key(('tenants', t_index, budget_key, *key))}); "
         "lower maxReplicas or raise the quota",
     )
 

@@ -21,12 +21,3 @@ def parse_quantity(text: str) -> Decimal:
     suffix = match["suffix"] or ""
     factor = _BINARY.get(suffix) or _DECIMAL[suffix]
     return number * Decimal(factor)
-
-
-def format_bytes(value: Decimal) -> str:
-    """A byte count in the largest binary unit that keeps it whole (for reports)."""
-    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
-        unit = _BINARY[suffix]
-        if value >= unit and value % unit == 0:
-            return f"{int(value // unit)}{suffix}"
-    return str(value.normalize())

@@ -20,26 +20,25 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 NOT_OBJECTS = (HELM_RELEASE, "kubernetes:helm.sh/v4:Chart", "kubernetes:yaml/v2:ConfigGroup", "kubernetes:yaml/v2:ConfigFile")
 
 
-def plain(value: Any) -> Any:
-    """Inputs as JSON: secrets become {"secret": true, "value": <placeholder>}, unknowns null."""
+def _convert(value: Any, mark_secrets: bool) -> Any:
     if isinstance(value, dict):
         if value.get(SECRET_SIG) == SECRET_VALUE:
-            return {"secret": True, "value": plain(value.get("value"))}
-        return {k: plain(value[k]) for k in sorted(value)}
+            inner = _convert(value.get("value"), mark_secrets)
+            return {"secret": True, "value": inner} if mark_secrets else inner
+        return {k: _convert(value[k], mark_secrets) for k in sorted(value)}
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return [_convert(v, mark_secrets) for v in value]
     return _scalar(value)
+
+
+def plain(value: Any) -> Any:
+    """Inputs as JSON: secrets become {"secret": true, "value": <placeholder>}, unknowns null."""
+    return _convert(value, mark_secrets=True)
 
 
 def unsecret(value: Any) -> Any:
     """Inputs as the API server receives them: secret markers dropped (placeholders stay)."""
-    if isinstance(value, dict):
-        if value.get(SECRET_SIG) == SECRET_VALUE:
-            return unsecret(value.get("value"))
-        return {k: unsecret(value[k]) for k in sorted(value)}
-    if isinstance(value, (list, tuple)):
-        return [unsecret(v) for v in value]
-    return _scalar(value)
+    return _convert(value, mark_secrets=False)
 
 
 def _scalar(value: Any) -> Any:

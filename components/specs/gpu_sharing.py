@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from platform_config.capacity import instance_of, pool_geometry, pool_supply
+from platform_config.capacity import pool_geometry, pool_supply
 from platform_config.gpu_catalog import GPU_RESOURCE, MigGeometryDef
 from platform_config.models import NodePoolConfig
 
@@ -109,11 +109,3 @@ def _device_plugin_config(replicas: int | None) -> dict[str, Any]:
             }
         }
     return config
-
-
-def gpu_memory_per_share_gib(pool: NodePoolConfig) -> float:
-    """GPU memory one pod may plan for on this pool (time-slicing splits memory, not isolation)."""
-    gpu = instance_of(pool).gpu
-    if pool.sharing.mode == "timeSlicing" and pool.sharing.replicas:
-        return gpu.memory_gib / pool.sharing.replicas
-    return float(gpu.memory_gib)

@@ -1,10 +1,11 @@
-"""Reading Kubernetes objects out of Pulumi resource properties (camelCase, as sent)."""
+"""Reading Kubernetes objects out of Pulumi resource properties (camelCase, as sent), and the
+validators' shared plumbing."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -32,6 +33,14 @@ POD_MONITOR = "kubernetes:monitoring.coreos.com/v1:PodMonitor"
 GPU_NODE_POOL = "inference-platform:gpu-node-pool:GpuNodePool"
 LATENCY_LABEL = "inference.platform/latency-sensitive"
 POOL_LABEL = "inference.platform/pool"
+
+
+Report = Callable[..., None]
+
+
+def config(args: Any) -> dict[str, Any]:
+    """The policy's config as the engine sent it (schema defaults filled in)."""
+    return args.get_config() or {}
 
 
 def get(obj: Any, *path: str | int, default: Any = None) -> Any:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import pulumi
 
 from .kube import (
+    Report,
+    config,
     HPA_V2,
     KNATIVE_SERVICE,
     LATENCY_LABEL,
@@ -21,14 +23,9 @@ from .kube import (
     pod_template,
 )
 
-Report = Callable[..., None]
 # Whole name parts only: HF_TOKEN and DB_PASSWORD are secrets, MAX_TOKENS and TOKENIZERS_* are not.
 SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)($|_)", re.IGNORECASE)
 DRAINED_WORKLOADS = ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet")
-
-
-def config(args: Any) -> dict[str, Any]:
-    return args.get_config() or {}
 
 
 def _gpu_pod(args: Any) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from .gpu_catalog import MIG_PROFILES
 from .kube import (
+    Report,
+    config,
     DESTINATION_RULE,
     GPU_NODE_POOL,
     HPA_V2,
@@ -29,12 +31,7 @@ from .kube import (
     pod_template,
 )
 
-Report = Callable[..., None]
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
-
-
-def config(args: Any) -> dict[str, Any]:
-    return args.get_config() or {}
 
 
 def of_type(args: Any, token: str) -> list[Any]:
