@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from preview.engine import evaluate  # noqa: E402
+from preview.gc_tuning import tune_for_batch  # noqa: E402
 from preview.stack_config import load_project, load_stack_config  # noqa: E402
 
 
@@ -25,6 +26,8 @@ def main() -> None:
     parser.add_argument("--program", type=Path, required=True)
     parser.add_argument("--config-file", type=Path, required=True)
     args = parser.parse_args()
+    # The same collector settings as `python -m preview`, for the program and the baseline alike.
+    tune_for_batch()
     project = load_project(ROOT)
     config = load_stack_config(project, "bench", args.config_file)
     # Evaluate once to load every module the program touches (the provider SDKs load their

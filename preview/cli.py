@@ -24,7 +24,7 @@ from .engine import evaluate
 from .report import Report
 from .schemas import SchemaValidator, crd_schema_dir
 from .diff import diff_resources
-from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, check_policy_config, run_policy_pack
+from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .sections import capacity_section, changes_section, policy_section, schema_section
 from .stack_config import StackConfigError, load_project, load_stack_config
 
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG
 
-    # The pack starts (and imports its SDK) while the program is evaluated.
+    # The pack starts (and imports its SDK) while the program is evaluated, and analyzes each
+    # resource as the program registers it, as under the CLI.
     pack_dir = (args.policy_pack or project_dir / "policies").resolve()
     try:
         pack = PolicyPack(pack_dir, stack_config.values, project.name, args.stack)
@@ -105,14 +106,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CRASH
     try:
-        return _run(args, project_dir, out, progress, project.name, stack_config, pack, overrides, baseline)
+        policies = PolicySession(
+            pack, project_dir, project.name, args.stack, stack_config.values, stack_config.secret_keys, overrides
+        )
+        return _run(args, project_dir, out, progress, project.name, stack_config, policies, baseline)
     finally:
         pack.close()
 
 
-def _run(args, project_dir, out, progress, project, stack_config, pack, overrides, baseline) -> int:
+def _run(args, project_dir, out, progress, project, stack_config, policies: PolicySession, baseline) -> int:
     try:
-        evaluation = progress.run("evaluating the program under the mock engine", lambda: evaluate(project_dir, stack_config))
+        evaluation = progress.run(
+            "evaluating the program under the mock engine (the policy pack analyzing alongside)",
+            lambda: evaluate(project_dir, stack_config, listener=policies.submit),
+        )
     except pulumi.RunError as error:
         # The same clean message the Pulumi CLI prints for a RunError: no traceback.
         print(f"error: {error}", file=sys.stderr)
@@ -122,6 +129,8 @@ def _run(args, project_dir, out, progress, project, stack_config, pack, override
         print("error: the program crashed (a bug, not a config problem)", file=sys.stderr)
         return EXIT_CRASH
 
+    # The pack checks the whole stack on its own core while this process renders and validates.
+    policies.analyze_stack(evaluation.resources)
     report = Report(project=project, stack=args.stack, resources=evaluation.resources, stack_outputs=evaluation.stack_outputs)
     try:
         objects, _ = progress.run("rendering resources and manifests", lambda: render.write_outputs(out, evaluation.resources))
@@ -134,12 +143,7 @@ def _run(args, project_dir, out, progress, project, stack_config, pack, override
     results = progress.run("validating objects against schemas", lambda: SchemaValidator(version, crd_dir).validate_all(objects))
     report.sections["schemas"] = schema_section(results, version, str(crd_dir))
     try:
-        policy_run = progress.run(
-            "running the policy pack over the analyzer protocol",
-            lambda: run_policy_pack(
-                pack, project_dir, project, args.stack, stack_config.values, stack_config.secret_keys, evaluation.resources, overrides
-            ),
-        )
+        policy_run = progress.run("waiting for the policy pack's verdict (analyzer protocol)", policies.result)
     except PolicyConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG

@@ -13,7 +13,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pulumi
 from pulumi.runtime import config as runtime_config
@@ -106,11 +106,17 @@ def _computed_outputs(type_token: str, name: str, state: dict[str, Any]) -> dict
     return {}
 
 
+# Told of each registration as it happens (the resource and its provider's record), like an
+# analyzer the CLI feeds resource by resource.
+RegistrationListener = Callable[[RecordedResource, "RecordedResource | None"], None]
+
+
 class RecordingMonitor(pulumi_mocks.MockMonitor):
-    def __init__(self, mocks: PreviewMocks):
+    def __init__(self, mocks: PreviewMocks, listener: RegistrationListener | None = None):
         super().__init__(mocks)
         self.records: dict[str, RecordedResource] = {}
         self._lock = threading.Lock()
+        self._listener = listener
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         # The engine qualifies a child's type with its parent's whole type chain, leaving out
@@ -143,6 +149,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         )
         with self._lock:
             self.records[urn] = record
+            # A provider registers before the resources that name it.
+            provider = self.records.get(record.provider or "")
+        if self._listener is not None:
+            self._listener(record, provider)
         return response
 
     def RegisterResourceOutputs(self, request):  # noqa: N802 - gRPC method name
@@ -153,15 +163,16 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return super().RegisterResourceOutputs(request)
 
 
-def evaluate(program_dir: Path, config: StackConfig) -> Evaluation:
-    """Run `<program_dir>/__main__.py` for one stack under mocks; return what it registered.
+def evaluate(program_dir: Path, config: StackConfig, listener: RegistrationListener | None = None) -> Evaluation:
+    """Run `<program_dir>/__main__.py` for one stack under mocks; return what it registered
+    (`listener`, if given, hears of each registration as it happens).
 
     Raises the program's own exception (a ConfigError for bad stack config) unchanged.
     """
     runtime_config.set_all_config(dict(config.values), list(config.secret_keys))
     settings.ROOT.set(None)
     mocks = PreviewMocks()
-    monitor = RecordingMonitor(mocks)
+    monitor = RecordingMonitor(mocks, listener)
     pulumi.runtime.set_mocks(mocks, project=config.project, stack=config.stack, preview=True, monitor=monitor)
     root = settings.get_root_resource()
 

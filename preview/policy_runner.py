@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import selectors
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,16 +239,6 @@ class PolicyPack:
     def analyze(self, resource: RecordedResource, provider: RecordedResource | None) -> list[Diagnostic]:
         return self._analyzed(resource, self.stub.Analyze(self._analyze_request(resource, provider)))
 
-    def analyze_all(self, resources: list[tuple[RecordedResource, RecordedResource | None]], in_flight: int = 8) -> list[Diagnostic]:
-        """Analyze each resource, a few calls in flight at once (the CLI analyzes resources as
-        its steps run, concurrently too); a bounded window, so the pack's server never queues
-        thousands of calls."""
-        diagnostics: list[Diagnostic] = []
-        for start in range(0, len(resources), in_flight):
-            window = [(r, self.stub.Analyze.future(self._analyze_request(r, p))) for r, p in resources[start : start + in_flight]]
-            diagnostics += [d for r, call in window for d in self._analyzed(r, call.result())]
-        return diagnostics
-
     def _analyzed(self, resource: RecordedResource, response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:
         diagnostics = self._diagnostics(response)
         for diagnostic in diagnostics:
@@ -328,35 +321,92 @@ def pack_version(pack_dir: Path, reported: str) -> str:
     return str(manifest.get("version") or reported)
 
 
-def run_policy_pack(
-    pack: PolicyPack,
-    project_dir: Path,
-    project: str,
-    stack: str,
-    config: dict[str, str],
-    secret_keys: list[str],
-    resources: list[RecordedResource],
-    overrides: dict[str, Any] | None = None,
-) -> PolicyRun:
-    """The whole exchange the CLI has with a pack during `pulumi preview --policy-pack`; closes
-    the pack when done."""
-    try:
+class PolicySession:
+    """The exchange the CLI has with a pack during `pulumi preview --policy-pack`, run as the CLI
+    runs it: beside the program. A thread of its own connects (the pack imports its SDK while the
+    program starts), configures the pack, then analyzes each custom resource as soon as the
+    program registers it (`submit`), so the pack works on the other core while the program is
+    still being evaluated; `analyze_stack` hands it the whole stack once the program is done, and
+    `result` waits for the verdict. Closes the pack when done.
+    """
+
+    def __init__(
+        self,
+        pack: PolicyPack,
+        project_dir: Path,
+        project: str,
+        stack: str,
+        config: dict[str, str],
+        secret_keys: list[str],
+        overrides: dict[str, Any] | None = None,
+        in_flight: int = 8,
+    ):
+        self.pack = pack
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._run: PolicyRun | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._work,
+            args=(project_dir, project, stack, config, secret_keys, overrides or {}, in_flight),
+            name="policy-pack",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def submit(self, resource: RecordedResource, provider: RecordedResource | None) -> None:
+        """Called for every registration, from the mock engine's threads: queue custom resources."""
+        if resource.custom and not resource.type.startswith(PROVIDER_PREFIX):
+            self._queue.put((resource, provider))
+
+    def analyze_stack(self, resources: list[RecordedResource]) -> None:
+        """The program is done: after the last resource, analyze the stack (components included)."""
+        self._queue.put([r for r in resources if not r.type.startswith(PROVIDER_PREFIX)])
+
+    def result(self) -> PolicyRun:
+        self._thread.join()
+        self.pack.close()
+        if self._error is not None:
+            raise self._error
+        assert self._run is not None
+        return self._run
+
+    def _work(self, project_dir, project, stack, config, secret_keys, overrides, in_flight) -> None:
+        try:
+            self._run = self._exchange(project_dir, project, stack, config, secret_keys, overrides, in_flight)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller by result()
+            self._error = error
+
+    def _exchange(self, project_dir, project, stack, config, secret_keys, overrides, in_flight) -> PolicyRun:
+        pack = self.pack
         pack.connect()
         pack.handshake(project_dir)
         pack.configure_stack(project, stack, config, secret_keys)
         info = pack.info()
-        pack.configure(info, overrides or {})
+        pack.configure(info, overrides)
         run = PolicyRun(
             pack=info.name,
             version=pack_version(pack.pack_dir, info.version),
             policies=[{"name": p.name, "level": LEVELS[p.enforcementLevel], "description": p.description} for p in info.policies],
         )
-        by_urn = {r.urn: r for r in resources}
-        analyzed = [(r, by_urn.get(r.provider or "")) for r in resources if r.custom and not r.type.startswith(PROVIDER_PREFIX)]
-        run.diagnostics += pack.analyze_all(analyzed)
-        run.analyzed = len(analyzed)
-        run.diagnostics += pack.analyze_stack(r for r in resources if not r.type.startswith(PROVIDER_PREFIX))
+        # A bounded window of calls in flight (the CLI analyzes steps concurrently too), so the
+        # pack's server never queues thousands of calls.
+        window: deque[tuple[RecordedResource, Any]] = deque()
+        resource_diagnostics: list[Diagnostic] = []
+        while True:
+            item = self._queue.get()
+            if isinstance(item, list):
+                break
+            resource, provider = item
+            window.append((resource, pack.stub.Analyze.future(pack._analyze_request(resource, provider))))
+            run.analyzed += 1
+            if len(window) >= in_flight:
+                done, call = window.popleft()
+                resource_diagnostics += pack._analyzed(done, call.result())
+        while window:
+            done, call = window.popleft()
+            resource_diagnostics += pack._analyzed(done, call.result())
+        # Resources arrive in the engine's order, which varies between runs: report them sorted.
+        run.diagnostics = sorted(resource_diagnostics, key=lambda d: (d.urn, d.policy, d.message))
+        run.diagnostics += pack.analyze_stack(item)
         run.engine_log = pack.engine_log
         return run
-    finally:
-        pack.close()
