@@ -56,7 +56,10 @@ class ModelArgs:
     eks_cluster_name: pulumi.Input[str] | None = None
     oidc_provider_arn: pulumi.Input[str] | None = None
     oidc_issuer: pulumi.Input[str] | None = None
+    # What every object of the model's needs first (namespace, CRDs, controllers).
     depends_on: tuple[pulumi.Resource, ...] = ()
+    # What its pods need besides (the tenant's quotas, limits and isolation).
+    pod_depends_on: tuple[pulumi.Resource, ...] = ()
     # The gateway and the mesh: routes are useless before them.
     route_depends_on: tuple[pulumi.Resource, ...] = ()
 
@@ -65,7 +68,7 @@ class Model(pulumi.ComponentResource):
     def __init__(self, name: str, args: ModelArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:model:Model", name, None, opts)
         config, model = args.config, args.model
-        depends = list(args.depends_on)
+        pod_depends = list(args.pod_depends_on)
         plans = [plan_server(config, model, version, hugging_face_token=args.hugging_face_token) for version in running_versions(model)]
 
         s3_uris = sorted({p.version.source.s3_uri for p in plans if p.version.source.s3_uri})
@@ -87,7 +90,7 @@ class Model(pulumi.ComponentResource):
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            depends.append(
+            pod_depends.append(
                 k8s.core.v1.ServiceAccount(
                     f"{name}-weights-service-account",
                     metadata={
@@ -102,20 +105,27 @@ class Model(pulumi.ComponentResource):
             )
 
         self.servers = [
-            ModelServer(plan.name, ModelServerArgs(plan=plan, depends_on=tuple(depends)), opts=pulumi.ResourceOptions(parent=self))
+            ModelServer(
+                plan.name,
+                ModelServerArgs(plan=plan, depends_on=args.depends_on, pod_depends_on=tuple(pod_depends)),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
             for plan in plans
         ]
+        # Routes need what they send traffic to: each version's endpoint and the model's Service.
+        endpoints: list[pulumi.Resource] = [server.endpoint for server in self.servers]
         if model.autoscaling.mode == "hpa":
             service = model_service(model)
-            k8s.core.v1.Service(
+            model_service_object = k8s.core.v1.Service(
                 f"{name}-service",
                 metadata=service["metadata"],
                 spec=service["spec"],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
             )
+            endpoints.append(model_service_object)
         ModelRoute(
             f"{name}-route",
-            ModelRouteArgs(config=config, model=model, depends_on=(*args.route_depends_on, *self.servers)),
+            ModelRouteArgs(config=config, model=model, depends_on=(*args.route_depends_on, *endpoints)),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.plans = plans

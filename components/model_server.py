@@ -19,17 +19,23 @@ from .specs.model_server import ServerPlan
 @dataclass(frozen=True)
 class ModelServerArgs:
     plan: ServerPlan
-    # Namespace, quotas, Knative, the adapter, the ServiceMonitor CRD: whatever must exist first.
+    # The namespace, Knative, the adapter, the ServiceMonitor CRD: what every object needs first.
     depends_on: tuple[pulumi.Resource, ...] = ()
+    # What the pods need besides: the tenant's quotas, limits and isolation, the weights' account.
+    pod_depends_on: tuple[pulumi.Resource, ...] = ()
 
 
 class ModelServer(pulumi.ComponentResource):
+    # What traffic is sent to: the version's Service (hpa) or Knative Service (kpa).
+    endpoint: pulumi.Resource
+
     def __init__(self, name: str, args: ModelServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:model-server:ModelServer", name, None, opts)
         plan = args.plan
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        pods = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.pod_depends_on])
         if plan.mode == "kpa":
-            custom_resource(f"{name}-knative-service", specs.knative_service(plan), child)
+            self.endpoint = custom_resource(f"{name}-knative-service", specs.knative_service(plan), pods)
             custom_resource(f"{name}-pod-monitor", specs.pod_monitor(plan), child)
             if plan.max_replicas > 1:
                 k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", **kube.kwargs(specs.pod_disruption_budget(plan)), opts=child)
@@ -38,9 +44,9 @@ class ModelServer(pulumi.ComponentResource):
                 f"{name}-deployment",
                 **kube.kwargs(specs.deployment(plan)),
                 # The HPA owns the replica count once the Deployment exists.
-                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(ignore_changes=["spec.replicas"])),
+                opts=pulumi.ResourceOptions.merge(pods, pulumi.ResourceOptions(ignore_changes=["spec.replicas"])),
             )
-            k8s.core.v1.Service(f"{name}-service", **kube.kwargs(specs.service(plan)), opts=child)
+            self.endpoint = k8s.core.v1.Service(f"{name}-service", **kube.kwargs(specs.service(plan)), opts=child)
             k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", **kube.kwargs(specs.pod_disruption_budget(plan)), opts=child)
             custom_resource(f"{name}-service-monitor", specs.service_monitor(plan), child)
             k8s.autoscaling.v2.HorizontalPodAutoscaler(

@@ -30,6 +30,12 @@ class TenantArgs:
 
 class Tenant(pulumi.ComponentResource):
     namespace: pulumi.Output[str]
+    # The Namespace object: what any object of the tenant's needs first.
+    namespace_object: k8s.core.v1.Namespace
+    # What must be in place before a pod of the tenant's starts: its quotas and default limits
+    # (admission), its network and mesh isolation, its token Secret. Pod-making objects depend
+    # on these, not on the whole component (which would make every object wait on all of them).
+    workload_prerequisites: tuple[pulumi.Resource, ...]
 
     def __init__(self, name: str, args: TenantArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:tenant:Tenant", name, None, opts)
@@ -37,25 +43,33 @@ class Tenant(pulumi.ComponentResource):
         ns = k8s.core.v1.Namespace(name, **kube.kwargs(tenancy.namespace(tenant)), opts=pulumi.ResourceOptions(parent=self))
         # Everything else lives in the namespace: create it first.
         inside = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        prerequisites: list[pulumi.Resource] = []
         for quota in tenancy.resource_quotas(tenant, list(args.gpu_resources)):
-            k8s.core.v1.ResourceQuota(quota["metadata"]["name"], **kube.kwargs(quota), opts=inside)
+            prerequisites.append(k8s.core.v1.ResourceQuota(quota["metadata"]["name"], **kube.kwargs(quota), opts=inside))
         limits = tenancy.limit_range(tenant)
-        k8s.core.v1.LimitRange(limits["metadata"]["name"], **kube.kwargs(limits), opts=inside)
+        prerequisites.append(k8s.core.v1.LimitRange(limits["metadata"]["name"], **kube.kwargs(limits), opts=inside))
         for policy in tenancy.network_policies(tenant, knative=args.uses_knative):
-            k8s.networking.v1.NetworkPolicy(f"{name}-{policy['metadata']['name']}", **kube.kwargs(policy), opts=inside)
+            prerequisites.append(
+                k8s.networking.v1.NetworkPolicy(f"{name}-{policy['metadata']['name']}", **kube.kwargs(policy), opts=inside)
+            )
         if args.hugging_face_token is not None:
-            k8s.core.v1.Secret(
+            token_secret = k8s.core.v1.Secret(
                 f"{name}-huggingface-token",
                 metadata={"name": HF_TOKEN_SECRET, "namespace": tenant.name, "labels": standard_labels(HF_TOKEN_SECRET, "credentials")},
                 type="Opaque",
                 string_data={HF_TOKEN_KEY: args.hugging_face_token},
                 opts=inside,
             )
+            prerequisites.append(token_secret)
         mesh_opts = pulumi.ResourceOptions(parent=self, depends_on=[ns, *([args.mesh] if args.mesh else [])])
-        custom_resource(f"{name}-peer-authentication", traffic.peer_authentication(tenant), mesh_opts)
-        custom_resource(f"{name}-authorization-policy", traffic.authorization_policy(tenant, knative=args.uses_knative), mesh_opts)
+        prerequisites.append(custom_resource(f"{name}-peer-authentication", traffic.peer_authentication(tenant), mesh_opts))
+        prerequisites.append(
+            custom_resource(f"{name}-authorization-policy", traffic.authorization_policy(tenant, knative=args.uses_knative), mesh_opts)
+        )
         binding = tenancy.role_binding(tenant)
         if binding is not None:
             k8s.rbac.v1.RoleBinding(binding["metadata"]["name"], **kube.kwargs(binding), opts=inside)
         self.namespace = ns.metadata.name
+        self.namespace_object = ns
+        self.workload_prerequisites = (ns, *prerequisites)
         self.register_outputs({"namespace": self.namespace, "quota": tenant.quota.model_dump(by_alias=True)})

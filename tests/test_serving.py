@@ -428,3 +428,47 @@ def test_no_api_token_even_with_s3_weights(prod_raw):
     prod_raw["models"][1]["versions"][0]["source"] = {"s3Uri": "s3://model-weights/llama-8b", "revision": "2026-10-01"}
     spec = pod(ksvc(Evaluated(prod_raw), "llama-8b-v1", "serving"))
     assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "llama-8b-weights"
+
+
+# --- what waits for what ----------------------------------------------------------------------
+
+
+def _dependencies(evaluated: Evaluated, token: str, name: str) -> set[str]:
+    """The names of the resources the engine is told this one depends on."""
+    (record,) = [r for r in evaluated.records if r.type == token and r.name == name]
+    by_urn = {r.urn: r.name for r in evaluated.records}
+    return {by_urn[urn] for urn in record.dependencies}
+
+
+def _tenant_children(evaluated: Evaluated, tenant: str, token: str) -> set[str]:
+    return {r.name for r in evaluated.records if r.type == token and r.parent and r.parent.endswith(f"Tenant::{tenant}")}
+
+
+def test_pods_wait_for_their_tenants_admission_and_isolation(prod):
+    for token, name in (
+        ("kubernetes:apps/v1:Deployment", "llama-70b-v1-deployment"),
+        ("kubernetes:serving.knative.dev/v1:Service", "llama-8b-v2-knative-service"),
+    ):
+        (record,) = [r for r in prod.resources if r["type"] == token and r["name"] == name]
+        tenant = record["inputs"]["metadata"]["namespace"]
+        quotas = _tenant_children(prod, tenant, "kubernetes:core/v1:ResourceQuota")
+        (limits,) = _tenant_children(prod, tenant, "kubernetes:core/v1:LimitRange")
+        policies = _tenant_children(prod, tenant, "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+        assert len(quotas) == 4 and policies
+        needs = _dependencies(prod, token, name)
+        mesh = {f"{tenant}-peer-authentication", f"{tenant}-authorization-policy"}
+        assert {tenant, *quotas, limits, *policies, *mesh} <= needs, (name, needs)
+        assert "mesh-istiod" in needs
+
+
+def test_objects_without_pods_wait_only_for_the_namespace_and_machinery(prod):
+    needs = _dependencies(prod, "kubernetes:policy/v1:PodDisruptionBudget", "llama-70b-v1-pdb")
+    assert "serving" in needs and "mesh-istiod" in needs
+    assert not any(name.startswith("serving-") for name in needs), needs
+
+
+def test_routes_wait_for_the_endpoints_they_send_traffic_to(prod):
+    needs = _dependencies(prod, "kubernetes:networking.istio.io/v1:VirtualService", "llama-8b-route-virtual-service")
+    assert {"llama-8b-v1-knative-service", "llama-8b-v2-knative-service", "gateway-routing-gateway"} <= needs, needs
+    needs = _dependencies(prod, "kubernetes:networking.istio.io/v1:VirtualService", "llama-70b-route-virtual-service")
+    assert {"llama-70b-v1-service", "llama-70b-service"} <= needs, needs
