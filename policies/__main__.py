@@ -1,5 +1,8 @@
 """The inference-governance policy pack: what CI enforces on every stack of the platform."""
 
+import gc
+
+
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
@@ -10,6 +13,10 @@ from pulumi_policy import (
 )
 
 from inference_governance import resources, stack
+
+# The policy SDK turns every resource it is sent into Python objects, once per policy, and keeps
+# few of them: with CPython's default thresholds the collector rescans the heap over and over.
+gc.set_threshold(50_000, 50, 1_000)
 
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY

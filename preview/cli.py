@@ -22,7 +22,6 @@ import pulumi
 from . import render
 from .engine import evaluate
 from .report import Report
-from .schemas import SchemaValidator, crd_schema_dir
 from .diff import diff_resources
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .sections import capacity_section, changes_section, policy_section, schema_section
@@ -139,6 +138,10 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
         return EXIT_CRASH
     report.sections["capacity"] = capacity_section(evaluation.stack_outputs)
     version = str(evaluation.stack_outputs.get("kubernetesVersion") or "1.33")
+    # Imported only now: jsonschema and the schemas load while the policy pack is busy with the
+    # stack, not before the program can start.
+    from .schemas import SchemaValidator, crd_schema_dir
+
     crd_dir = crd_schema_dir()
     results = progress.run("validating objects against schemas", lambda: SchemaValidator(version, crd_dir).validate_all(objects))
     report.sections["schemas"] = schema_section(results, version, str(crd_dir))

@@ -41,6 +41,7 @@ class RecordedResource:
     outputs: dict[str, Any] = field(default_factory=dict)
     dependencies: list[str] = field(default_factory=list)
     ignore_changes: list[str] = field(default_factory=list)
+    additional_secret_outputs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -146,6 +147,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             outputs=dict(outputs),
             dependencies=list(request.dependencies),
             ignore_changes=list(request.ignoreChanges),
+            additional_secret_outputs=list(request.additionalSecretOutputs),
         )
         with self._lock:
             self.records[urn] = record

@@ -339,7 +339,7 @@ class PolicySession:
         config: dict[str, str],
         secret_keys: list[str],
         overrides: dict[str, Any] | None = None,
-        in_flight: int = 8,
+        in_flight: int = 16,
     ):
         self.pack = pack
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .diff import Diff
 from .policy_runner import PolicyRun
 from .report import Section
-from .schemas import ObjectResult
+
+if TYPE_CHECKING:  # jsonschema loads only when the schema stage runs
+    from .schemas import ObjectResult
 
 
 def capacity_section(stack_outputs: dict[str, Any]) -> Section:
