@@ -7,16 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 import yaml
 
 from platform_config.models import NodePoolConfig
 
-from .k8s_objects import custom_resource, helm_release, system_namespace
-from .constants import GPU_OPERATOR_CHART, GPU_OPERATOR_NAMESPACE, PACKAGE, PRIVILEGED, standard_labels
+from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
+from .constants import GPU_OPERATOR_CHART, GPU_OPERATOR_NAMESPACE, PACKAGE, PRIVILEGED
 from .specs.gpu_operator import (
     DEVICE_PLUGIN_CONFIGMAP,
     MIG_PARTED_CONFIGMAP,
+    config_map,
     dcgm_service_monitor,
     gpu_operator_values,
 )
@@ -39,18 +39,12 @@ class GpuOperator(pulumi.ComponentResource):
             f"{name}-namespace", GPU_OPERATOR_NAMESPACE, "gpu-operator", pulumi.ResourceOptions(parent=self), **PRIVILEGED
         )
         inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
-        mig_config = k8s.core.v1.ConfigMap(
+        mig_config = KubernetesObject(
             f"{name}-mig-parted-config",
-            metadata={"name": MIG_PARTED_CONFIGMAP, "namespace": GPU_OPERATOR_NAMESPACE, "labels": standard_labels(MIG_PARTED_CONFIGMAP, "gpu-operator")},
-            data={"config.yaml": yaml.safe_dump(mig_parted_config(pools), sort_keys=False)},
-            opts=inside,
+            config_map(MIG_PARTED_CONFIGMAP, {"config.yaml": yaml.safe_dump(mig_parted_config(pools), sort_keys=False)}),
+            inside,
         )
-        plugin_config = k8s.core.v1.ConfigMap(
-            f"{name}-device-plugin-config",
-            metadata={"name": DEVICE_PLUGIN_CONFIGMAP, "namespace": GPU_OPERATOR_NAMESPACE, "labels": standard_labels(DEVICE_PLUGIN_CONFIGMAP, "gpu-operator")},
-            data=device_plugin_configs(pools),
-            opts=inside,
-        )
+        plugin_config = KubernetesObject(f"{name}-device-plugin-config", config_map(DEVICE_PLUGIN_CONFIGMAP, device_plugin_configs(pools)), inside)
         release = helm_release(
             f"{name}-release",
             "gpu-operator",

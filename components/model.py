@@ -7,12 +7,12 @@ import json
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from platform_config.serving import running_versions
 from platform_config.models import ModelConfig, PlatformConfig
 
 from .constants import HTTP_PORT_NAME, LABEL_MODEL, PACKAGE, VLLM_PORT, standard_labels
+from .k8s_objects import KubernetesObject
 from .model_route import ModelRoute, ModelRouteArgs
 from .model_server import ModelServer, ModelServerArgs
 from .specs.model_server import plan_server
@@ -38,6 +38,8 @@ def s3_read_policy(uris: list[str]) -> str:
 def model_service(model: ModelConfig) -> dict:
     """Fronts every version of the model; Istio's DestinationRule subsets pick versions."""
     return {
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": {"name": model.name, "namespace": model.tenant, "labels": standard_labels(model.name, "model", **{LABEL_MODEL: model.name})},
         "spec": {
             "type": "ClusterIP",
@@ -91,16 +93,20 @@ class Model(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
             pod_depends.append(
-                k8s.core.v1.ServiceAccount(
+                KubernetesObject(
                     f"{name}-weights-service-account",
-                    metadata={
-                        "name": account,
-                        "namespace": model.tenant,
-                        "labels": standard_labels(account, "model-weights"),
-                        "annotations": identity.service_account_annotations,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ServiceAccount",
+                        "metadata": {
+                            "name": account,
+                            "namespace": model.tenant,
+                            "labels": standard_labels(account, "model-weights"),
+                            "annotations": identity.service_account_annotations,
+                        },
+                        "automountServiceAccountToken": False,
                     },
-                    automount_service_account_token=False,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+                    pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
                 )
             )
 
@@ -115,12 +121,8 @@ class Model(pulumi.ComponentResource):
         # Routes need what they send traffic to: each version's endpoint and the model's Service.
         endpoints: list[pulumi.Resource] = [server.endpoint for server in self.servers]
         if model.autoscaling.mode == "hpa":
-            service = model_service(model)
-            model_service_object = k8s.core.v1.Service(
-                f"{name}-service",
-                metadata=service["metadata"],
-                spec=service["spec"],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            model_service_object = KubernetesObject(
+                f"{name}-service", model_service(model), pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
             )
             endpoints.append(model_service_object)
         ModelRoute(

@@ -7,11 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from .constants import PACKAGE
-from .k8s_objects import custom_resource
-from .specs import kube
+from .k8s_objects import KubernetesObject, custom_resource
 from .specs import model_server as specs
 from .specs.model_server import ServerPlan
 
@@ -38,22 +36,18 @@ class ModelServer(pulumi.ComponentResource):
             self.endpoint = custom_resource(f"{name}-knative-service", specs.knative_service(plan), pods)
             custom_resource(f"{name}-pod-monitor", specs.pod_monitor(plan), child)
             if plan.max_replicas > 1:
-                k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", **kube.kwargs(specs.pod_disruption_budget(plan)), opts=child)
+                KubernetesObject(f"{name}-pdb", specs.pod_disruption_budget(plan), child)
         else:
-            deployment = k8s.apps.v1.Deployment(
+            deployment = KubernetesObject(
                 f"{name}-deployment",
-                **kube.kwargs(specs.deployment(plan)),
+                specs.deployment(plan),
                 # The HPA owns the replica count once the Deployment exists.
-                opts=pulumi.ResourceOptions.merge(pods, pulumi.ResourceOptions(ignore_changes=["spec.replicas"])),
+                pulumi.ResourceOptions.merge(pods, pulumi.ResourceOptions(ignore_changes=["spec.replicas"])),
             )
-            self.endpoint = k8s.core.v1.Service(f"{name}-service", **kube.kwargs(specs.service(plan)), opts=child)
-            k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", **kube.kwargs(specs.pod_disruption_budget(plan)), opts=child)
+            self.endpoint = KubernetesObject(f"{name}-service", specs.service(plan), child)
+            KubernetesObject(f"{name}-pdb", specs.pod_disruption_budget(plan), child)
             custom_resource(f"{name}-service-monitor", specs.service_monitor(plan), child)
-            k8s.autoscaling.v2.HorizontalPodAutoscaler(
-                f"{name}-hpa",
-                **kube.kwargs(specs.hpa(plan)),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[deployment, *args.depends_on]),
-            )
+            KubernetesObject(f"{name}-hpa", specs.hpa(plan), pulumi.ResourceOptions(parent=self, depends_on=[deployment, *args.depends_on]))
         self.register_outputs(
             {
                 "name": plan.name,

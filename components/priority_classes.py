@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from .constants import PACKAGE
-from .specs import kube, tenancy
+from .k8s_objects import KubernetesObject
+from .specs import tenancy
 
 
 class PriorityClasses(pulumi.ComponentResource):
@@ -14,7 +14,7 @@ class PriorityClasses(pulumi.ComponentResource):
         super().__init__(f"{PACKAGE}:priority-classes:PriorityClasses", name, None, opts)
         names = []
         for spec in tenancy.priority_classes():
-            k8s.scheduling.v1.PriorityClass(spec["metadata"]["name"], **kube.kwargs(spec), opts=pulumi.ResourceOptions(parent=self))
+            KubernetesObject(spec["metadata"]["name"], spec, pulumi.ResourceOptions(parent=self))
             names.append(spec["metadata"]["name"])
         self.names = names
         self.register_outputs({"priorityClasses": names})

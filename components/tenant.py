@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from platform_config.models import TenantConfig
 
 from .constants import PACKAGE, standard_labels
-from .k8s_objects import custom_resource
-from .specs import kube, tenancy, traffic
+from .k8s_objects import KubernetesObject, custom_resource
+from .specs import tenancy, traffic
 from .specs.model_server import HF_TOKEN_KEY, HF_TOKEN_SECRET
 
 
@@ -31,7 +30,7 @@ class TenantArgs:
 class Tenant(pulumi.ComponentResource):
     namespace: pulumi.Output[str]
     # The Namespace object: what any object of the tenant's needs first.
-    namespace_object: k8s.core.v1.Namespace
+    namespace_object: KubernetesObject
     # What must be in place before a pod of the tenant's starts: its quotas and default limits
     # (admission), its network and mesh isolation, its token Secret. Pod-making objects depend
     # on these, not on the whole component (which would make every object wait on all of them).
@@ -40,25 +39,27 @@ class Tenant(pulumi.ComponentResource):
     def __init__(self, name: str, args: TenantArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:tenant:Tenant", name, None, opts)
         tenant = args.tenant
-        ns = k8s.core.v1.Namespace(name, **kube.kwargs(tenancy.namespace(tenant)), opts=pulumi.ResourceOptions(parent=self))
+        ns = KubernetesObject(name, tenancy.namespace(tenant), pulumi.ResourceOptions(parent=self))
         # Everything else lives in the namespace: create it first.
         inside = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         prerequisites: list[pulumi.Resource] = []
         for quota in tenancy.resource_quotas(tenant, list(args.gpu_resources)):
-            prerequisites.append(k8s.core.v1.ResourceQuota(quota["metadata"]["name"], **kube.kwargs(quota), opts=inside))
+            prerequisites.append(KubernetesObject(quota["metadata"]["name"], quota, inside))
         limits = tenancy.limit_range(tenant)
-        prerequisites.append(k8s.core.v1.LimitRange(limits["metadata"]["name"], **kube.kwargs(limits), opts=inside))
+        prerequisites.append(KubernetesObject(limits["metadata"]["name"], limits, inside))
         for policy in tenancy.network_policies(tenant, knative=args.uses_knative):
-            prerequisites.append(
-                k8s.networking.v1.NetworkPolicy(f"{name}-{policy['metadata']['name']}", **kube.kwargs(policy), opts=inside)
-            )
+            prerequisites.append(KubernetesObject(f"{name}-{policy['metadata']['name']}", policy, inside))
         if args.hugging_face_token is not None:
-            token_secret = k8s.core.v1.Secret(
+            token_secret = KubernetesObject(
                 f"{name}-huggingface-token",
-                metadata={"name": HF_TOKEN_SECRET, "namespace": tenant.name, "labels": standard_labels(HF_TOKEN_SECRET, "credentials")},
-                type="Opaque",
-                string_data={HF_TOKEN_KEY: args.hugging_face_token},
-                opts=inside,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": HF_TOKEN_SECRET, "namespace": tenant.name, "labels": standard_labels(HF_TOKEN_SECRET, "credentials")},
+                    "type": "Opaque",
+                    "stringData": {HF_TOKEN_KEY: args.hugging_face_token},
+                },
+                inside,
             )
             prerequisites.append(token_secret)
         mesh_opts = pulumi.ResourceOptions(parent=self, depends_on=[ns, *([args.mesh] if args.mesh else [])])
@@ -68,8 +69,8 @@ class Tenant(pulumi.ComponentResource):
         )
         binding = tenancy.role_binding(tenant)
         if binding is not None:
-            k8s.rbac.v1.RoleBinding(binding["metadata"]["name"], **kube.kwargs(binding), opts=inside)
-        self.namespace = ns.metadata.name
+            KubernetesObject(binding["metadata"]["name"], binding, inside)
+        self.namespace = ns.metadata.apply(lambda metadata: metadata["name"])
         self.namespace_object = ns
         self.workload_prerequisites = (ns, *prerequisites)
         self.register_outputs({"namespace": self.namespace, "quota": tenant.quota.model_dump(by_alias=True)})

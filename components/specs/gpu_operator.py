@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..constants import GPU_TAINT_KEY
+from ..constants import GPU_OPERATOR_NAMESPACE, GPU_TAINT_KEY, standard_labels
 from .gpu_sharing import MIG_DISABLED_CONFIG, MIG_STRATEGY, PLAIN_DEVICE_PLUGIN_CONFIG
 
 MIG_PARTED_CONFIGMAP = "mig-parted-config"
 DEVICE_PLUGIN_CONFIGMAP = "device-plugin-config"
 DCGM_EXPORTER_APP_LABEL = "nvidia-dcgm-exporter"
+
+
+def config_map(name: str, data: dict[str, str]) -> dict[str, Any]:
+    """A ConfigMap the operator reads, in its namespace."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": GPU_OPERATOR_NAMESPACE, "labels": standard_labels(name, "gpu-operator")},
+        "data": data,
+    }
 
 
 def gpu_operator_values() -> dict[str, Any]:

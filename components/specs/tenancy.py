@@ -54,6 +54,8 @@ def _hard(amounts: dict[str, Decimal], pods: int | None) -> dict[str, str]:
 def namespace(tenant: TenantConfig) -> dict[str, Any]:
     level = tenant.pod_security
     return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
         "metadata": {
             "name": tenant.name,
             "labels": {
@@ -87,6 +89,8 @@ def resource_quotas(tenant: TenantConfig, gpu_resources: list[str]) -> list[dict
         if operator is not None:
             spec["scopeSelector"] = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": operator, "values": values}]}
         return {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
             "metadata": {
                 "name": f"{tenant.name}-{suffix}",
                 "namespace": tenant.name,
@@ -106,6 +110,8 @@ def resource_quotas(tenant: TenantConfig, gpu_resources: list[str]) -> list[dict
 def limit_range(tenant: TenantConfig) -> dict[str, Any]:
     """Defaults for containers that say nothing, so every pod counts against the quota."""
     return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
         "metadata": {"name": f"{tenant.name}-defaults", "namespace": tenant.name, "labels": standard_labels(tenant.name, "limits")},
         "spec": {
             "limits": [
@@ -128,6 +134,8 @@ def network_policies(tenant: TenantConfig, *, knative: bool) -> list[dict[str, A
         if ingress is not None:
             spec["ingress"] = ingress
         return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
             "metadata": {"name": name, "namespace": tenant.name, "labels": standard_labels(tenant.name, "network-policy")},
             "spec": spec,
         }
@@ -150,6 +158,8 @@ def role_binding(tenant: TenantConfig) -> dict[str, Any] | None:
     if not tenant.groups:
         return None
     return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
         "metadata": {"name": f"{tenant.name}-editors", "namespace": tenant.name, "labels": standard_labels(tenant.name, "rbac")},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group} for group in tenant.groups],
@@ -160,6 +170,8 @@ def priority_classes() -> list[dict[str, Any]]:
     """Production may preempt; experiments are preemptible and never preempt anyone."""
     return [
         {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
             "metadata": {"name": PRODUCTION_PRIORITY_CLASS, "labels": standard_labels(PRODUCTION_PRIORITY_CLASS, "scheduling")},
             "value": PRODUCTION_PRIORITY,
             "globalDefault": False,
@@ -167,6 +179,8 @@ def priority_classes() -> list[dict[str, Any]]:
             "description": "Production inference: may preempt experiments.",
         },
         {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
             "metadata": {"name": EXPERIMENT_PRIORITY_CLASS, "labels": standard_labels(EXPERIMENT_PRIORITY_CLASS, "scheduling")},
             "value": EXPERIMENT_PRIORITY,
             "globalDefault": False,

@@ -1,0 +1,103 @@
+"""Built-in Kubernetes objects are registered by `components.k8s_objects.KubernetesObject`, not
+by pulumi-kubernetes' typed classes: these tests hold it to registering exactly what the typed
+class would (type token, inputs, secret outputs), kind by kind, under the same mock engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .helpers import ROOT, Evaluated, raw_stack
+
+BUILT_IN_GROUPS = {"", "apps", "autoscaling", "policy", "networking.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io"}
+
+# Registers each manifest twice: through KubernetesObject and through the typed class.
+TWIN_PROGRAM = '''
+import json, os
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic.alias_generators import to_snake
+from components.k8s_objects import KubernetesObject
+
+for index, manifest in enumerate(json.loads(os.environ["TWIN_MANIFESTS"])):
+    group, _, version = manifest["apiVersion"].rpartition("/")
+    module = getattr(getattr(k8s, group.split(".")[0] if group else "core"), version)
+    typed_class = getattr(module, manifest["kind"])
+    KubernetesObject(f"generic-{index}", manifest, pulumi.ResourceOptions())
+    kwargs = {to_snake(key): value for key, value in manifest.items() if key not in ("apiVersion", "kind")}
+    typed_class(f"typed-{index}", **kwargs)
+'''
+
+
+@pytest.fixture(scope="module")
+def prod() -> Evaluated:
+    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceToken": "hf_test_token"})
+
+
+def built_in(record) -> bool:
+    """A built-in object (not a custom resource, not a Helm release)."""
+    api_version = record.inputs.get("apiVersion")
+    return record.type.startswith("kubernetes:") and api_version is not None and api_version.rpartition("/")[0] in BUILT_IN_GROUPS
+
+
+def test_every_built_in_kind_the_platform_declares_is_covered(prod):
+    kinds = {r.inputs["kind"] for r in prod.records if built_in(r)}
+    assert kinds == {
+        "Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy", "RoleBinding", "Secret", "ConfigMap",
+        "PriorityClass", "Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler",
+    }
+
+
+def test_registered_exactly_as_the_typed_classes_register_them(prod, tmp_path, monkeypatch):
+    from preview.engine import evaluate
+    from preview.render import plain, unsecret
+
+    from .helpers import stack_config_from_raw
+
+    # One manifest of each built-in kind, as the platform declares it (the secret made plain).
+    samples = {}
+    for record in prod.records:
+        if built_in(record) and record.inputs["kind"] not in samples:
+            samples[record.inputs["kind"]] = unsecret(record.inputs)
+    program = tmp_path / "twins"
+    program.mkdir()
+    (program / "__main__.py").write_text(TWIN_PROGRAM)
+    monkeypatch.setenv("TWIN_MANIFESTS", json.dumps(list(samples.values())))
+    monkeypatch.syspath_prepend(str(ROOT))
+    twins = evaluate(program, stack_config_from_raw({}))
+    by_name = {r.name: r for r in twins.resources}
+    for index, kind in enumerate(samples):
+        generic, typed = by_name[f"generic-{index}"], by_name[f"typed-{index}"]
+        assert generic.type == typed.type, kind
+        assert plain(generic.inputs) == plain(typed.inputs), kind
+        assert sorted(generic.additional_secret_outputs) == sorted(typed.additional_secret_outputs), kind
+    secret = next(r for r in twins.resources if r.name.startswith("generic-") and r.type == "kubernetes:core/v1:Secret")
+    assert sorted(secret.additional_secret_outputs) == ["data", "stringData"]
+
+
+def test_type_tokens(prod):
+    from components.k8s_objects import type_token
+
+    assert type_token("v1", "Namespace") == "kubernetes:core/v1:Namespace"
+    assert type_token("networking.k8s.io/v1", "NetworkPolicy") == "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+    for record in prod.records:
+        if built_in(record):
+            assert record.type == type_token(record.inputs["apiVersion"], record.inputs["kind"])
+
+
+def test_the_token_table_reads_pulumi_kubernetes_own_source():
+    """The typed classes' own registration strings, read from the installed package."""
+    import pulumi_kubernetes
+
+    from components.k8s_objects import type_token
+
+    package = Path(pulumi_kubernetes.__file__).parent
+    for api_version, kind, path in (
+        ("v1", "Namespace", "core/v1/Namespace.py"),
+        ("apps/v1", "Deployment", "apps/v1/Deployment.py"),
+        ("scheduling.k8s.io/v1", "PriorityClass", "scheduling/v1/PriorityClass.py"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding", "rbac/v1/RoleBinding.py"),
+    ):
+        assert f"'{type_token(api_version, kind)}'" in (package / path).read_text()
