@@ -3,9 +3,11 @@
 For generated stacks of N models x M tenants it reports the wall time of a whole preview and of
 the program-evaluation stage, the evaluation of a flat baseline program registering the very same
 resources with the very same inputs (read back from resources.json) under the same mock engine,
-and memory per resource. It also times the whole preview of the prod stack.
+and memory per resource. Two baselines: every recorded resource (components as bare component
+registrations, with their parents: the same URNs), and the custom resources alone. It also times
+the whole preview of the prod stack, as a user runs it.
 
-    .venv/bin/python benchmarks/bench_preview.py [--sizes 10 100 500] [--repeat 3]
+    .venv/bin/python benchmarks/bench_preview.py [--sizes 10 100 500] [--repeat N] [--prod-repeat 10]
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def median(values: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 500])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, help="runs per size (default: 5 up to 100 models, 3 above)")
+    parser.add_argument("--prod-repeat", type=int, default=10)
     args = parser.parse_args()
 
     rows = []
@@ -70,14 +73,20 @@ def main() -> None:
             config["aws:region"] = "us-east-1"
             stack_file.write_text(yaml.safe_dump({"config": config}))
             out = tmpdir / f"out-{models}"
+            repeat = args.repeat or (5 if models <= 100 else 3)
             walls, stages = [], []
-            for _ in range(args.repeat):
+            for _ in range(repeat):
                 wall, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out)
                 walls.append(wall)
                 stages.append({s["name"]: s["seconds"] for s in report["stages"]})
-            program = [measure(ROOT, stack_file) for _ in range(args.repeat)]
             env = {"BENCH_RESOURCES": str(out / "resources.json")}
-            flat = [measure(ROOT / "benchmarks" / "flat_program", stack_file, env) for _ in range(args.repeat)]
+            custom_only = {**env, "BENCH_CUSTOM_ONLY": "1"}
+            # Interleaved, so a slow spell of the machine hits the program and its baselines alike.
+            program, flat, flat_custom = [], [], []
+            for _ in range(repeat):
+                program.append(measure(ROOT, stack_file))
+                flat.append(measure(ROOT / "benchmarks" / "flat_program", stack_file, env))
+                flat_custom.append(measure(ROOT / "benchmarks" / "flat_program", stack_file, custom_only))
             resources = program[0]["resources"]
             rows.append(
                 {
@@ -89,28 +98,37 @@ def main() -> None:
                     "stageSeconds": {k: median([s[k] for s in stages]) for k in stages[0]},
                     "evalSeconds": median([p["seconds"] for p in program]),
                     "flatSeconds": median([f["seconds"] for f in flat]),
-                    "flatCustom": flat[0]["custom"],
+                    "flatResources": flat[0]["resources"],
+                    "flatCustomOnlySeconds": median([f["seconds"] for f in flat_custom]),
+                    "flatCustomOnlyResources": flat_custom[0]["resources"],
                     "evalGrowthKiBPerResource": median([p["growthKiB"] for p in program]) / resources,
                     "flatGrowthKiBPerResource": median([f["growthKiB"] for f in flat]) / max(flat[0]["resources"], 1),
                     "peakMiB": max(p["peakKiB"] for p in program) / 1024,
                 }
             )
         prod_walls = []
-        for _ in range(args.repeat):
+        for _ in range(args.prod_repeat):
             wall, prod_report = preview(["--stack", "prod"], tmpdir / "prod")
             prod_walls.append(wall)
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"prod stack: whole offline preview {median(prod_walls):.2f} s (median of {args.repeat}), {prod_report['counts']['resources']} resources, stages: "
-          + ", ".join(f"{s['name']} {s['seconds']:.2f} s" for s in prod_report["stages"]))
+    print(
+        f"prod stack: whole offline preview median {median(prod_walls):.2f} s, min {min(prod_walls):.2f} s, max {max(prod_walls):.2f} s "
+        f"({args.prod_repeat} runs), {prod_report['counts']['resources']} resources, stages of the last run: "
+        + ", ".join(f"{s['name']} {s['seconds']:.2f} s" for s in prod_report["stages"])
+    )
     print()
-    print("| models x tenants | resources | whole preview | evaluate (program) | evaluate (flat baseline) | ratio | ms/resource (program) | KiB/resource (program / flat) | peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| models x tenants | resources | whole preview | evaluate (program) | baseline: same registrations | ratio "
+        "| baseline: custom resources only | ratio | ms/resource (program / baseline) | KiB/resource (program / baseline) | peak RSS |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
-        ratio = row["evalSeconds"] / row["flatSeconds"]
         print(
             f"| {row['models']} x {row['tenants']} | {row['resources']} | {row['previewSeconds']:.2f} s | {row['evalSeconds']:.2f} s | "
-            f"{row['flatSeconds']:.2f} s | {ratio:.2f}x | {row['evalSeconds'] / row['resources'] * 1000:.2f} | "
+            f"{row['flatSeconds']:.2f} s | {row['evalSeconds'] / row['flatSeconds']:.2f}x | "
+            f"{row['flatCustomOnlySeconds']:.2f} s ({row['flatCustomOnlyResources']}) | {row['evalSeconds'] / row['flatCustomOnlySeconds']:.2f}x | "
+            f"{row['evalSeconds'] / row['resources'] * 1000:.2f} / {row['flatSeconds'] / row['flatResources'] * 1000:.2f} | "
             f"{row['evalGrowthKiBPerResource']:.1f} / {row['flatGrowthKiBPerResource']:.1f} | {row['peakMiB']:.0f} MiB |"
         )
     print()

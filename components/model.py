@@ -58,10 +58,14 @@ class ModelArgs:
     eks_cluster_name: pulumi.Input[str] | None = None
     oidc_provider_arn: pulumi.Input[str] | None = None
     oidc_issuer: pulumi.Input[str] | None = None
-    # What every object of the model's needs first (namespace, CRDs, controllers).
+    # What every object of the model's needs first: its namespace.
     depends_on: tuple[pulumi.Resource, ...] = ()
-    # What its pods need besides (the tenant's quotas, limits and isolation).
+    # What its pods need besides: sidecar injection, Knative, the tenant's quotas, limits and
+    # isolation.
     pod_depends_on: tuple[pulumi.Resource, ...] = ()
+    # The Prometheus Operator (its monitor CRDs) and prometheus-adapter (the HPA's metrics).
+    monitoring: pulumi.Resource | None = None
+    metrics_adapter: pulumi.Resource | None = None
     # The gateway and the mesh: routes are useless before them.
     route_depends_on: tuple[pulumi.Resource, ...] = ()
 
@@ -113,7 +117,13 @@ class Model(pulumi.ComponentResource):
         self.servers = [
             ModelServer(
                 plan.name,
-                ModelServerArgs(plan=plan, depends_on=args.depends_on, pod_depends_on=tuple(pod_depends)),
+                ModelServerArgs(
+                    plan=plan,
+                    depends_on=args.depends_on,
+                    pod_depends_on=tuple(pod_depends),
+                    monitoring=args.monitoring,
+                    metrics_adapter=args.metrics_adapter,
+                ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             for plan in plans

@@ -17,10 +17,15 @@ from .specs.model_server import ServerPlan
 @dataclass(frozen=True)
 class ModelServerArgs:
     plan: ServerPlan
-    # The namespace, Knative, the adapter, the ServiceMonitor CRD: what every object needs first.
+    # What every object needs first: the namespace.
     depends_on: tuple[pulumi.Resource, ...] = ()
-    # What the pods need besides: the tenant's quotas, limits and isolation, the weights' account.
+    # What the pods need besides: sidecar injection, Knative, the tenant's quotas, limits and
+    # isolation, the weights' service account.
     pod_depends_on: tuple[pulumi.Resource, ...] = ()
+    # The Prometheus Operator, whose CRDs the Service/PodMonitor are, and prometheus-adapter,
+    # which serves the HPA's metrics.
+    monitoring: pulumi.Resource | None = None
+    metrics_adapter: pulumi.Resource | None = None
 
 
 class ModelServer(pulumi.ComponentResource):
@@ -32,9 +37,10 @@ class ModelServer(pulumi.ComponentResource):
         plan = args.plan
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
         pods = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.pod_depends_on])
+        monitor = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *([args.monitoring] if args.monitoring else [])])
         if plan.mode == "kpa":
             self.endpoint = custom_resource(f"{name}-knative-service", specs.knative_service(plan), pods)
-            custom_resource(f"{name}-pod-monitor", specs.pod_monitor(plan), child)
+            custom_resource(f"{name}-pod-monitor", specs.pod_monitor(plan), monitor)
             if plan.max_replicas > 1:
                 KubernetesObject(f"{name}-pdb", specs.pod_disruption_budget(plan), child)
         else:
@@ -46,8 +52,9 @@ class ModelServer(pulumi.ComponentResource):
             )
             self.endpoint = KubernetesObject(f"{name}-service", specs.service(plan), child)
             KubernetesObject(f"{name}-pdb", specs.pod_disruption_budget(plan), child)
-            custom_resource(f"{name}-service-monitor", specs.service_monitor(plan), child)
-            KubernetesObject(f"{name}-hpa", specs.hpa(plan), pulumi.ResourceOptions(parent=self, depends_on=[deployment, *args.depends_on]))
+            custom_resource(f"{name}-service-monitor", specs.service_monitor(plan), monitor)
+            adapter = [args.metrics_adapter] if args.metrics_adapter else []
+            KubernetesObject(f"{name}-hpa", specs.hpa(plan), pulumi.ResourceOptions(parent=self, depends_on=[deployment, *adapter]))
         self.register_outputs(
             {
                 "name": plan.name,

@@ -113,12 +113,10 @@ class InferencePlatform(pulumi.ComponentResource):
             for tenant in config.tenants
         }
 
-        # Serving machinery, installed only when a model needs it.
-        # Sidecar injection must be in place before any model server starts.
-        serving_deps: dict[str, list[pulumi.Resource]] = {"hpa": [mesh.istiod], "kpa": [mesh.istiod]}
-        if monitoring is not None:
-            serving_deps["hpa"].append(monitoring.release)
-            serving_deps["kpa"].append(monitoring.release)
+        # Serving machinery, installed only when a model needs it. Sidecar injection must be in
+        # place before any model server's pods start; Knative before a Knative Service.
+        pod_machinery: dict[str, list[pulumi.Resource]] = {"hpa": [mesh.istiod], "kpa": [mesh.istiod]}
+        adapter_release: pulumi.Resource | None = None
         modes = {m.autoscaling.mode for m in config.models}
         if "hpa" in modes:
             adapter = PrometheusAdapter(
@@ -129,7 +127,7 @@ class InferencePlatform(pulumi.ComponentResource):
                 ),
                 opts=child,
             )
-            serving_deps["hpa"].append(adapter.release)
+            adapter_release = adapter.release
         if "kpa" in modes:
             timeouts = [
                 plan_server(config, m, m.release.stable, hugging_face_token=False).request_timeout_seconds
@@ -139,7 +137,7 @@ class InferencePlatform(pulumi.ComponentResource):
             knative = KnativeServing(
                 "knative-serving", KnativeServingArgs(max_timeout_seconds=max(timeouts), depends_on=(mesh.istiod,)), opts=child
             )
-            serving_deps["kpa"].append(knative.serving)
+            pod_machinery["kpa"].append(knative.serving)
 
         self.models = [
             Model(
@@ -152,8 +150,10 @@ class InferencePlatform(pulumi.ComponentResource):
                     eks_cluster_name=cluster.name if eks else None,
                     oidc_provider_arn=cluster.oidc_provider_arn,
                     oidc_issuer=cluster.oidc_issuer,
-                    depends_on=(self.tenants[model.tenant].namespace_object, *serving_deps[model.autoscaling.mode]),
-                    pod_depends_on=self.tenants[model.tenant].workload_prerequisites,
+                    depends_on=(self.tenants[model.tenant].namespace_object,),
+                    pod_depends_on=(*pod_machinery[model.autoscaling.mode], *self.tenants[model.tenant].workload_prerequisites),
+                    monitoring=monitoring.release if monitoring is not None else None,
+                    metrics_adapter=adapter_release if model.autoscaling.mode == "hpa" else None,
                     route_depends_on=(routing,),
                 ),
                 opts=child,

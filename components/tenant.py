@@ -32,8 +32,10 @@ class Tenant(pulumi.ComponentResource):
     # The Namespace object: what any object of the tenant's needs first.
     namespace_object: KubernetesObject
     # What must be in place before a pod of the tenant's starts: its quotas and default limits
-    # (admission), its network and mesh isolation, its token Secret. Pod-making objects depend
-    # on these, not on the whole component (which would make every object wait on all of them).
+    # (admission), the deny-by-default NetworkPolicy and the mesh's STRICT mTLS and
+    # authorization (no window in which a pod is exposed), its token Secret. The allow-policies
+    # only open traffic up, so pods need not wait for them. Pod-making objects depend on these,
+    # not on the whole component (which would make every object wait on all of them).
     workload_prerequisites: tuple[pulumi.Resource, ...]
 
     def __init__(self, name: str, args: TenantArgs, opts: pulumi.ResourceOptions | None = None):
@@ -48,7 +50,9 @@ class Tenant(pulumi.ComponentResource):
         limits = tenancy.limit_range(tenant)
         prerequisites.append(KubernetesObject(limits["metadata"]["name"], limits, inside))
         for policy in tenancy.network_policies(tenant, knative=args.uses_knative):
-            prerequisites.append(KubernetesObject(f"{name}-{policy['metadata']['name']}", policy, inside))
+            network_policy = KubernetesObject(f"{name}-{policy['metadata']['name']}", policy, inside)
+            if policy["metadata"]["name"] == tenancy.DEFAULT_DENY_POLICY:
+                prerequisites.append(network_policy)
         if args.hugging_face_token is not None:
             token_secret = KubernetesObject(
                 f"{name}-huggingface-token",

@@ -454,17 +454,28 @@ def test_pods_wait_for_their_tenants_admission_and_isolation(prod):
         quotas = _tenant_children(prod, tenant, "kubernetes:core/v1:ResourceQuota")
         (limits,) = _tenant_children(prod, tenant, "kubernetes:core/v1:LimitRange")
         policies = _tenant_children(prod, tenant, "kubernetes:networking.k8s.io/v1:NetworkPolicy")
-        assert len(quotas) == 4 and policies
+        deny = f"{tenant}-default-deny-ingress"
+        assert len(quotas) == 4 and deny in policies
         needs = _dependencies(prod, token, name)
         mesh = {f"{tenant}-peer-authentication", f"{tenant}-authorization-policy"}
-        assert {tenant, *quotas, limits, *policies, *mesh} <= needs, (name, needs)
+        assert {tenant, *quotas, limits, deny, *mesh} <= needs, (name, needs)
+        # Policies that only allow traffic are no reason to hold pods back.
+        assert not (policies - {deny}) & needs
+        # Sidecar injection before any pod; Knative before a Knative Service.
         assert "mesh-istiod" in needs
+        assert ("knative-serving-serving" in needs) == (token == "kubernetes:serving.knative.dev/v1:Service")
 
 
-def test_objects_without_pods_wait_only_for_the_namespace_and_machinery(prod):
-    needs = _dependencies(prod, "kubernetes:policy/v1:PodDisruptionBudget", "llama-70b-v1-pdb")
-    assert "serving" in needs and "mesh-istiod" in needs
-    assert not any(name.startswith("serving-") for name in needs), needs
+def test_objects_without_pods_wait_only_for_what_they_need(prod):
+    assert _dependencies(prod, "kubernetes:policy/v1:PodDisruptionBudget", "llama-70b-v1-pdb") == {"serving"}
+    assert _dependencies(prod, "kubernetes:core/v1:Service", "llama-70b-v1-service") == {"serving"}
+    # Monitors are Prometheus Operator CRDs; the HPA's metrics come from prometheus-adapter.
+    monitor = _dependencies(prod, "kubernetes:monitoring.coreos.com/v1:ServiceMonitor", "llama-70b-v1-service-monitor")
+    assert monitor == {"serving", "monitoring-release"}
+    pod_monitor = _dependencies(prod, "kubernetes:monitoring.coreos.com/v1:PodMonitor", "llama-8b-v1-pod-monitor")
+    assert pod_monitor == {"serving", "monitoring-release"}
+    hpa = _dependencies(prod, "kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "llama-70b-v1-hpa")
+    assert hpa == {"llama-70b-v1-deployment", "prometheus-adapter-release"}
 
 
 def test_routes_wait_for_the_endpoints_they_send_traffic_to(prod):

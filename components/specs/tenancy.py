@@ -51,6 +51,10 @@ def _hard(amounts: dict[str, Decimal], pods: int | None) -> dict[str, str]:
     return hard
 
 
+# The tenant's isolation floor: every other policy only opens traffic up.
+DEFAULT_DENY_POLICY = "default-deny-ingress"
+
+
 def namespace(tenant: TenantConfig) -> dict[str, Any]:
     level = tenant.pod_security
     return {
@@ -144,7 +148,7 @@ def network_policies(tenant: TenantConfig, *, knative: bool) -> list[dict[str, A
         return [{"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}]}]
 
     policies = [
-        policy("default-deny-ingress", None),
+        policy(DEFAULT_DENY_POLICY, None),
         policy("allow-same-namespace", [{"from": [{"podSelector": {}}]}]),
         policy("allow-mesh-ingress", from_namespace(ISTIO_INGRESS_NAMESPACE)),
         policy("allow-monitoring", from_namespace(MONITORING_NAMESPACE)),
