@@ -1,5 +1,6 @@
 import os
 import sys
+import traceback
 
 from .gc_tuning import tune_for_batch
 
@@ -8,7 +9,12 @@ tune_for_batch()
 
 from .cli import main  # noqa: E402
 
-code = main()
+try:
+    code = main()
+except Exception:  # noqa: BLE001 - whatever escaped the stages is a crash, said as one
+    traceback.print_exc()
+    print("error: the preview crashed", file=sys.stderr)
+    code = 3
 sys.stdout.flush()
 sys.stderr.flush()
 # Every file is written and closed and the policy pack has been stopped by now. A normal exit

@@ -104,13 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     except PolicyPackError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CRASH
+    policies = PolicySession(pack, project_dir, project.name, args.stack, stack_config.values, stack_config.secret_keys, overrides)
     try:
-        policies = PolicySession(
-            pack, project_dir, project.name, args.stack, stack_config.values, stack_config.secret_keys, overrides
-        )
         return _run(args, project_dir, out, progress, project.name, stack_config, policies, baseline)
     finally:
-        pack.close()
+        policies.close()
 
 
 def _run(args, project_dir, out, progress, project, stack_config, policies: PolicySession, baseline) -> int:

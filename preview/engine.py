@@ -42,6 +42,8 @@ class RecordedResource:
     dependencies: list[str] = field(default_factory=list)
     ignore_changes: list[str] = field(default_factory=list)
     additional_secret_outputs: list[str] = field(default_factory=list)
+    # The provider plugin version the registration asks for ("" for none).
+    version: str = ""
 
 
 @dataclass
@@ -148,6 +150,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             dependencies=list(request.dependencies),
             ignore_changes=list(request.ignoreChanges),
             additional_secret_outputs=list(request.additionalSecretOutputs),
+            version=request.version,
         )
         with self._lock:
             self.records[urn] = record

@@ -321,13 +321,21 @@ def pack_version(pack_dir: Path, reported: str) -> str:
     return str(manifest.get("version") or reported)
 
 
+_STOP = object()
+
+
+class _Stopped(Exception):
+    """The session was closed before the exchange finished."""
+
+
 class PolicySession:
     """The exchange the CLI has with a pack during `pulumi preview --policy-pack`, run as the CLI
     runs it: beside the program. A thread of its own connects (the pack imports its SDK while the
     program starts), configures the pack, then analyzes each custom resource as soon as the
     program registers it (`submit`), so the pack works on the other core while the program is
     still being evaluated; `analyze_stack` hands it the whole stack once the program is done, and
-    `result` waits for the verdict. Closes the pack when done.
+    `result` waits for the verdict. `result` and `close` stop the pack; `close` also ends the
+    exchange early (the program failed, or the preview stops before the stack is analyzed).
     """
 
     def __init__(
@@ -370,11 +378,25 @@ class PolicySession:
         assert self._run is not None
         return self._run
 
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the exchange wherever it is and the pack with it (safe after `result`)."""
+        self._queue.put(_STOP)
+        # Stopping the process also ends a connect still waiting for its port, and fails calls
+        # in flight.
+        self.pack.close()
+        self._thread.join(timeout)
+
     def _work(self, project_dir, project, stack, config, secret_keys, overrides, in_flight) -> None:
         try:
             self._run = self._exchange(project_dir, project, stack, config, secret_keys, overrides, in_flight)
-        except BaseException as error:  # noqa: BLE001 - handed to the caller by result()
+        except _Stopped:
+            pass
+        except (PolicyPackError, grpc.RpcError) as error:
             self._error = error
+        except Exception as error:  # noqa: BLE001 - whatever broke, the caller reports the pack as failed
+            wrapped = PolicyPackError(f"talking to the policy pack failed: {error!r}")
+            wrapped.__cause__ = error
+            self._error = wrapped
 
     def _exchange(self, project_dir, project, stack, config, secret_keys, overrides, in_flight) -> PolicyRun:
         pack = self.pack
@@ -394,6 +416,8 @@ class PolicySession:
         resource_diagnostics: list[Diagnostic] = []
         while True:
             item = self._queue.get()
+            if item is _STOP:
+                raise _Stopped
             if isinstance(item, list):
                 break
             resource, provider = item
@@ -408,5 +432,6 @@ class PolicySession:
         # Resources arrive in the engine's order, which varies between runs: report them sorted.
         run.diagnostics = sorted(resource_diagnostics, key=lambda d: (d.urn, d.policy, d.message))
         run.diagnostics += pack.analyze_stack(item)
-        run.engine_log = pack.engine_log
+        # Logged from concurrent calls: sorted, so reports diff cleanly.
+        run.engine_log = sorted(pack.engine_log)
         return run

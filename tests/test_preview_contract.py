@@ -201,3 +201,29 @@ def test_secure_values_become_placeholders_that_stay_secret(tmp_path, prod_raw):
     assert manifest["stringData"] == {"token": "[secret:inference-platform:huggingFaceToken]"}
     everything = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert ciphertext not in everything
+
+
+def test_a_broken_policy_pack_is_a_crash_not_a_finding(tmp_path):
+    from .helpers import ROOT
+
+    pack = tmp_path / "broken-pack"
+    pack.mkdir()
+    (pack / "PulumiPolicy.yaml").write_text("runtime:\n  name: python\n  options:\n    virtualenv: venv\n")
+    (pack / "venv").symlink_to(ROOT / "policies" / "venv")
+    (pack / "__main__.py").write_text("raise RuntimeError('this pack is broken')\n")
+    result = run_preview("--stack", "dev", "--out", str(tmp_path / "out"), "--policy-pack", str(pack))
+    assert result.returncode == 3, result.stderr
+    assert "the policy pack failed" in result.stderr and "this pack is broken" in result.stderr
+
+
+def test_closing_a_policy_session_early_stops_the_pack(tmp_path):
+    """The program failed before the stack could be analyzed: nothing may be left running."""
+    from preview.policy_runner import PolicyPack, PolicySession
+
+    from .helpers import ROOT
+
+    pack = PolicyPack(ROOT / "policies", {}, "inference-platform", "dev")
+    session = PolicySession(pack, ROOT, "inference-platform", "dev", {}, [])
+    session.close(timeout=30)
+    assert pack.process.poll() is not None
+    assert not session._thread.is_alive()
