@@ -37,7 +37,7 @@ $(POLICY_VENV)/.installed: policies/requirements.txt constraints.txt
 venv: $(VENV)/.installed
 policy-venv: $(POLICY_VENV)/.installed
 
-# Where PYTHONDONTWRITEBYTECODE is set (it is on this project's CI machines) Python never caches
+# Where PYTHONDONTWRITEBYTECODE is set (it is on the machines this project is built on) Python never caches
 # the project's own modules and compiles them again in every process; compile them up front
 # (quick when nothing changed; a stale cache is simply ignored).
 bytecode: $(VENV)/.installed

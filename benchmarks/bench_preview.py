@@ -128,7 +128,7 @@ def main() -> None:
             f"| {row['models']} x {row['tenants']} | {row['resources']} | {row['previewSeconds']:.2f} s | {row['evalSeconds']:.2f} s | "
             f"{row['flatSeconds']:.2f} s | {row['evalSeconds'] / row['flatSeconds']:.2f}x | "
             f"{row['flatCustomOnlySeconds']:.2f} s ({row['flatCustomOnlyResources']}) | {row['evalSeconds'] / row['flatCustomOnlySeconds']:.2f}x | "
-            f"{row['evalSeconds'] / row['resources'] * 1000:.2f} / {row['flatSeconds'] / row['flatResources'] * 1000:.2f} | "
+            f"{row['evalSeconds'] / row['resources'] * 1000:.2f} / {row['flatSeconds'] / max(row['flatResources'], 1) * 1000:.2f} | "
             f"{row['evalGrowthKiBPerResource']:.1f} / {row['flatGrowthKiBPerResource']:.1f} | {row['peakMiB']:.0f} MiB |"
         )
     print()

@@ -12,9 +12,11 @@ from pulumi_kubernetes import _utilities as k8s_utilities
 
 from .constants import Chart, standard_labels
 
-# What pulumi-kubernetes' typed classes add to a plain registration: a Secret's data is made a
-# Pulumi secret going in and coming out. (Their type aliases only matter to stacks created with
-# pre-apps/v1 API versions, which this platform never declared.)
+# What pulumi-kubernetes' typed classes add to a plain registration, besides the provider
+# version: a Secret's data is made a Pulumi secret going in and coming out. Left out on purpose:
+# their type aliases (Deployment from extensions/v1beta1, PodDisruptionBudget from
+# policy/v1beta1, ...), which only matter to stacks created with those old API versions, which
+# this platform never declared.
 SECRET_FIELDS = {"kubernetes:core/v1:Secret": ["data", "stringData"]}
 
 
@@ -28,20 +30,23 @@ def type_token(api_version: str, kind: str) -> str:
 
 class KubernetesObject(pulumi.CustomResource):
     """A built-in Kubernetes object (Namespace, Deployment, NetworkPolicy, ...) registered from
-    its manifest under pulumi-kubernetes' own type token, with the very inputs its typed class
-    sends (apiVersion, kind, metadata, spec/data/...) and the same secret outputs: the provider,
-    the engine and the policy pack see no difference (the preview tests hold the recorded
-    registrations byte for byte). The specs are built from typed config and schema-checked as
-    plain manifests, so the typed Python classes would add nothing but about a second of imports
-    to every `pulumi preview` and `up` and a typed copy of every output (`metadata`, `spec`, ...
-    stay plain Outputs here)."""
+    its manifest under pulumi-kubernetes' own type token, with the inputs, provider version and
+    secret handling of its typed class (tests/test_kubernetes_objects.py registers every kind
+    the platform declares both ways and compares them), but without the type aliases above.
+    The specs are built from typed config and schema-checked as plain manifests, so the typed
+    Python classes would add nothing but about a second of imports to every `pulumi preview`
+    and `up` and a typed copy of every output. Outputs here are the manifest's top-level fields
+    as plain Outputs (`obj.metadata["name"]`, not `obj.metadata.name`)."""
 
     def __init__(self, name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions):
         token = type_token(manifest["apiVersion"], manifest["kind"])
         secret_fields = SECRET_FIELDS.get(token, [])
         inputs = {key: pulumi.Output.secret(value) if key in secret_fields else value for key, value in manifest.items()}
-        pinned = pulumi.ResourceOptions(version=k8s_utilities.get_version(), additional_secret_outputs=secret_fields or None)
-        super().__init__(token, name, inputs, pulumi.ResourceOptions.merge(opts, pinned))
+        merged = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=secret_fields or None))
+        # As in the typed classes: the caller's provider version, else the installed package's.
+        if merged.version is None:
+            merged.version = k8s_utilities.get_version()
+        super().__init__(token, name, inputs, merged)
 
 
 def helm_release(

@@ -96,6 +96,9 @@ class Model(pulumi.ComponentResource):
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
+            # With EKS Pod Identity, credentials are injected at pod admission only if the
+            # association already exists: pods wait for the whole identity, not just the account.
+            pod_depends.append(identity)
             pod_depends.append(
                 KubernetesObject(
                     f"{name}-weights-service-account",
@@ -128,8 +131,8 @@ class Model(pulumi.ComponentResource):
             )
             for plan in plans
         ]
-        # Routes need what they send traffic to: each version's endpoint and the model's Service.
-        endpoints: list[pulumi.Resource] = [server.endpoint for server in self.servers]
+        # Routes wait for what they send traffic to: each version rolled out, and the model's Service.
+        endpoints: list[pulumi.Resource] = [obj for server in self.servers for obj in server.serving_objects]
         if model.autoscaling.mode == "hpa":
             model_service_object = KubernetesObject(
                 f"{name}-service", model_service(model), pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))

@@ -29,8 +29,9 @@ class ModelServerArgs:
 
 
 class ModelServer(pulumi.ComponentResource):
-    # What traffic is sent to: the version's Service (hpa) or Knative Service (kpa).
-    endpoint: pulumi.Resource
+    # What routes wait for before sending traffic here: the rolled-out Deployment and its
+    # Service (hpa), or the Knative Service (kpa).
+    serving_objects: tuple[pulumi.Resource, ...]
 
     def __init__(self, name: str, args: ModelServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:model-server:ModelServer", name, None, opts)
@@ -39,7 +40,8 @@ class ModelServer(pulumi.ComponentResource):
         pods = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.pod_depends_on])
         monitor = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *([args.monitoring] if args.monitoring else [])])
         if plan.mode == "kpa":
-            self.endpoint = custom_resource(f"{name}-knative-service", specs.knative_service(plan), pods)
+            knative_service = custom_resource(f"{name}-knative-service", specs.knative_service(plan), pods)
+            self.serving_objects = (knative_service,)
             custom_resource(f"{name}-pod-monitor", specs.pod_monitor(plan), monitor)
             if plan.max_replicas > 1:
                 KubernetesObject(f"{name}-pdb", specs.pod_disruption_budget(plan), child)
@@ -50,7 +52,8 @@ class ModelServer(pulumi.ComponentResource):
                 # The HPA owns the replica count once the Deployment exists.
                 pulumi.ResourceOptions.merge(pods, pulumi.ResourceOptions(ignore_changes=["spec.replicas"])),
             )
-            self.endpoint = KubernetesObject(f"{name}-service", specs.service(plan), child)
+            service = KubernetesObject(f"{name}-service", specs.service(plan), child)
+            self.serving_objects = (deployment, service)
             KubernetesObject(f"{name}-pdb", specs.pod_disruption_budget(plan), child)
             custom_resource(f"{name}-service-monitor", specs.service_monitor(plan), monitor)
             adapter = [args.metrics_adapter] if args.metrics_adapter else []

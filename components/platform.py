@@ -53,7 +53,7 @@ class InferencePlatform(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         tags = aws_tags(config)
 
-        PriorityClasses("priority-classes", opts=child)
+        priority_classes = PriorityClasses("priority-classes", opts=child)
         monitoring = Monitoring("monitoring", opts=child) if config.monitoring.install_prometheus_stack else None
 
         eks = config.cluster.eks
@@ -115,7 +115,10 @@ class InferencePlatform(pulumi.ComponentResource):
 
         # Serving machinery, installed only when a model needs it. Sidecar injection must be in
         # place before any model server's pods start; Knative before a Knative Service.
-        pod_machinery: dict[str, list[pulumi.Resource]] = {"hpa": [mesh.istiod], "kpa": [mesh.istiod]}
+        pod_machinery: dict[str, list[pulumi.Resource]] = {
+            "hpa": [mesh.istiod, *priority_classes.classes],
+            "kpa": [mesh.istiod, *priority_classes.classes],
+        }
         adapter_release: pulumi.Resource | None = None
         modes = {m.autoscaling.mode for m in config.models}
         if "hpa" in modes:

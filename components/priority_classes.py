@@ -10,11 +10,15 @@ from .specs import tenancy
 
 
 class PriorityClasses(pulumi.ComponentResource):
+    # Pods naming a class that does not exist yet are refused at admission: they wait for these.
+    classes: list[KubernetesObject]
+
     def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:priority-classes:PriorityClasses", name, None, opts)
         names = []
+        self.classes = []
         for spec in tenancy.priority_classes():
-            KubernetesObject(spec["metadata"]["name"], spec, pulumi.ResourceOptions(parent=self))
+            self.classes.append(KubernetesObject(spec["metadata"]["name"], spec, pulumi.ResourceOptions(parent=self)))
             names.append(spec["metadata"]["name"])
         self.names = names
         self.register_outputs({"priorityClasses": names})

@@ -34,8 +34,10 @@ class Tenant(pulumi.ComponentResource):
     # What must be in place before a pod of the tenant's starts: its quotas and default limits
     # (admission), the deny-by-default NetworkPolicy and the mesh's STRICT mTLS and
     # authorization (no window in which a pod is exposed), its token Secret. The allow-policies
-    # only open traffic up, so pods need not wait for them. Pod-making objects depend on these,
-    # not on the whole component (which would make every object wait on all of them).
+    # only open traffic up, so pods need not wait for them (until they exist, traffic to a new
+    # pod is refused, never let through; and when a whole tenant is destroyed they may go before
+    # its pods finish draining). Pod-making objects depend on these, not on the whole component
+    # (which would make every object wait on all of them).
     workload_prerequisites: tuple[pulumi.Resource, ...]
 
     def __init__(self, name: str, args: TenantArgs, opts: pulumi.ResourceOptions | None = None):

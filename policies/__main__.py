@@ -2,7 +2,6 @@
 
 import gc
 
-
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,

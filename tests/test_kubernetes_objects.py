@@ -73,6 +73,7 @@ def test_registered_exactly_as_the_typed_classes_register_them(prod, tmp_path, m
         assert generic.type == typed.type, kind
         assert plain(generic.inputs) == plain(typed.inputs), kind
         assert sorted(generic.additional_secret_outputs) == sorted(typed.additional_secret_outputs), kind
+        assert generic.version == typed.version and generic.version, kind
     secret = next(r for r in twins.resources if r.name.startswith("generic-") and r.type == "kubernetes:core/v1:Secret")
     assert sorted(secret.additional_secret_outputs) == ["data", "stringData"]
 

@@ -257,6 +257,9 @@ def test_weights_from_s3_via_init_container_and_workload_role(prod_raw):
     assert policy["Statement"][0] == {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": "arn:aws:s3:::model-weights/llama-1b/*"}
     association = evaluated.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "llama-1b-weights-identity-association")
     assert association["inputs"]["serviceAccount"] == "llama-1b-weights" and association["inputs"]["namespace"] == "team-a"
+    # Pod Identity injects credentials at admission: the pods wait for the association.
+    (deployment,) = [r for r in evaluated.records if r.name == "llama-1b-v1-deployment"]
+    assert association["urn"] in deployment.dependencies
 
 
 # --- bad inputs ---------------------------------------------------------------------------------
@@ -461,8 +464,8 @@ def test_pods_wait_for_their_tenants_admission_and_isolation(prod):
         assert {tenant, *quotas, limits, deny, *mesh} <= needs, (name, needs)
         # Policies that only allow traffic are no reason to hold pods back.
         assert not (policies - {deny}) & needs
-        # Sidecar injection before any pod; Knative before a Knative Service.
-        assert "mesh-istiod" in needs
+        # Sidecar injection and the PriorityClasses before any pod; Knative before a Knative Service.
+        assert {"mesh-istiod", "inference-production", "inference-experiment"} <= needs
         assert ("knative-serving-serving" in needs) == (token == "kubernetes:serving.knative.dev/v1:Service")
 
 
@@ -481,5 +484,6 @@ def test_objects_without_pods_wait_only_for_what_they_need(prod):
 def test_routes_wait_for_the_endpoints_they_send_traffic_to(prod):
     needs = _dependencies(prod, "kubernetes:networking.istio.io/v1:VirtualService", "llama-8b-route-virtual-service")
     assert {"llama-8b-v1-knative-service", "llama-8b-v2-knative-service", "gateway-routing-gateway"} <= needs, needs
+    # An HPA version is routed to once its Deployment has rolled out, not on its first ready pod.
     needs = _dependencies(prod, "kubernetes:networking.istio.io/v1:VirtualService", "llama-70b-route-virtual-service")
-    assert {"llama-70b-v1-service", "llama-70b-service"} <= needs, needs
+    assert {"llama-70b-v1-deployment", "llama-70b-v1-service", "llama-70b-service"} <= needs, needs
