@@ -40,8 +40,12 @@ policy-venv: $(POLICY_VENV)/.installed
 # Where PYTHONDONTWRITEBYTECODE is set (it is on the machines this project is built on) Python never caches
 # the project's own modules and compiles them again in every process; compile them up front
 # (quick when nothing changed; a stale cache is simply ignored).
-bytecode: $(VENV)/.installed
-	@$(PY) -m compileall -q components platform_config preview benchmarks policies/inference_governance
+BYTECODE_DIRS := components platform_config preview benchmarks policies/inference_governance
+BYTECODE_STAMP := build/.bytecode
+bytecode: $(BYTECODE_STAMP)
+$(BYTECODE_STAMP): $(VENV)/.installed $(shell find $(BYTECODE_DIRS) -name '*.py' 2>/dev/null)
+	@$(PY) -m compileall -q $(BYTECODE_DIRS)
+	@mkdir -p $(@D) && touch $@
 
 crd-schemas:
 	@test -d "$(CRD_SCHEMA_DIR)/serving.knative.dev" || { \
