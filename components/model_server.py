@@ -37,7 +37,13 @@ class ModelServer(pulumi.ComponentResource):
         super().__init__(f"{PACKAGE}:model-server:ModelServer", name, None, opts)
         plan = args.plan
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
-        pods = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.pod_depends_on])
+        # A version is ready once its model is loaded, which can outlast Pulumi's default wait.
+        rollout = f"{specs.rollout_timeout_seconds(plan)}s"
+        pods = pulumi.ResourceOptions(
+            parent=self,
+            depends_on=[*args.depends_on, *args.pod_depends_on],
+            custom_timeouts=pulumi.CustomTimeouts(create=rollout, update=rollout),
+        )
         monitor = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *([args.monitoring] if args.monitoring else [])])
         if plan.mode == "kpa":
             knative_service = custom_resource(f"{name}-knative-service", specs.knative_service(plan), pods)

@@ -44,6 +44,8 @@ class RecordedResource:
     additional_secret_outputs: list[str] = field(default_factory=list)
     # The provider plugin version the registration asks for ("" for none).
     version: str = ""
+    # How long the engine waits per operation ({"create": "1500s", ...}; only those set).
+    custom_timeouts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -151,6 +153,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             ignore_changes=list(request.ignoreChanges),
             additional_secret_outputs=list(request.additionalSecretOutputs),
             version=request.version,
+            custom_timeouts={
+                op: getattr(request.customTimeouts, op) for op in ("create", "update", "delete") if getattr(request.customTimeouts, op)
+            },
         )
         with self._lock:
             self.records[urn] = record

@@ -487,3 +487,19 @@ def test_routes_wait_for_the_endpoints_they_send_traffic_to(prod):
     # An HPA version is routed to once its Deployment has rolled out, not on its first ready pod.
     needs = _dependencies(prod, "kubernetes:networking.istio.io/v1:VirtualService", "llama-70b-route-virtual-service")
     assert {"llama-70b-v1-deployment", "llama-70b-v1-service", "llama-70b-service"} <= needs, needs
+
+
+def test_pulumi_up_waits_for_each_version_to_load_its_model(prod):
+    """Pulumi's default wait (10 minutes for a Deployment) is shorter than loading a 70B model:
+    the engine is told to wait past Kubernetes' own progress deadline, and to await the Knative
+    Services' Ready condition, which it would not check at all otherwise."""
+    deployment = prod.k8s("Deployment", "llama-70b-v1", "serving")
+    deadline = deployment["spec"]["progressDeadlineSeconds"]
+    assert deadline > 600
+    (record,) = [r for r in prod.records if r.name == "llama-70b-v1-deployment"]
+    assert record.custom_timeouts == {"create": f"{deadline + 60}s", "update": f"{deadline + 60}s"}
+    stable = ksvc(prod, "llama-8b-v1", "serving")
+    assert stable["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
+    knative_deadline = int(stable["spec"]["template"]["metadata"]["annotations"]["serving.knative.dev/progress-deadline"].rstrip("s"))
+    (record,) = [r for r in prod.records if r.name == "llama-8b-v1-knative-service"]
+    assert record.custom_timeouts == {"create": f"{knative_deadline + 60}s", "update": f"{knative_deadline + 60}s"}

@@ -41,6 +41,8 @@ from ..constants import (
     AWS_CLI_IMAGE,
 )
 
+# pulumi-kubernetes (4.18+): what to await on a resource it has no built-in readiness check for.
+PULUMI_WAIT_FOR = "pulumi.com/waitFor"
 HF_TOKEN_SECRET = "huggingface-token"
 HF_TOKEN_KEY = "token"
 MODELS_DIR = "/models"
@@ -262,6 +264,19 @@ def _probe(path: str, port: str | int, period: int, failures: int, timeout: int 
     }
 
 
+def progress_deadline_seconds(plan: ServerPlan) -> int:
+    """How long a rollout may take before Kubernetes (or Knative) calls it failed: the startup
+    probe's whole budget plus five minutes to schedule the pod and pull the image."""
+    return startup_failure_threshold(plan) * 10 + 300
+
+
+def rollout_timeout_seconds(plan: ServerPlan) -> int:
+    """How long `pulumi up` waits for a version to become ready. Pulumi's default (10 minutes for
+    a Deployment) is shorter than loading a large model; waiting a minute past the progress
+    deadline lets Kubernetes' own verdict, with its reason, be what fails the update."""
+    return progress_deadline_seconds(plan) + 60
+
+
 def startup_failure_threshold(plan: ServerPlan) -> int:
     """Probe attempts (10 s apart) allowed for downloading and loading the weights: 10 minutes
     plus 2 minutes per 20 GiB of GPU memory the replica spans (the weights fill most of it),
@@ -440,7 +455,7 @@ def deployment(plan: ServerPlan) -> dict[str, Any]:
             "selector": {"matchLabels": plan.selector},
             # Never take a serving replica away before its replacement is ready.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "progressDeadlineSeconds": startup_failure_threshold(plan) * 10 + 300,
+            "progressDeadlineSeconds": progress_deadline_seconds(plan),
             "template": {
                 "metadata": {"labels": plan.labels, "annotations": pod_annotations(plan)},
                 "spec": pod_spec(plan, knative=False),
@@ -582,7 +597,7 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
         annotations["autoscaling.knative.dev/initial-scale"] = str(kpa.initial_scale)
     # Knative marks a revision failed after its progress deadline (10 minutes by default);
     # loading a model can take longer, so the deadline outlasts the startup probe.
-    annotations["serving.knative.dev/progress-deadline"] = f"{startup_failure_threshold(plan) * 10 + 300}s"
+    annotations["serving.knative.dev/progress-deadline"] = f"{progress_deadline_seconds(plan)}s"
     concurrency = kpa.container_concurrency if kpa.container_concurrency is not None else plan.profile.concurrency_per_replica
     return {
         "apiVersion": "serving.knative.dev/v1",
@@ -591,6 +606,9 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
             **_metadata(plan),
             # Reached through the platform's Istio gateway only, never Knative's public ingress.
             "labels": {**plan.labels, "networking.knative.dev/visibility": "cluster-local"},
+            # pulumi-kubernetes does not await custom resources by default: have `pulumi up` (and
+            # the routes that depend on this) wait until Knative reports the revision ready.
+            "annotations": {PULUMI_WAIT_FOR: "condition=Ready"},
         },
         "spec": {
             "template": {
