@@ -15,10 +15,6 @@ class PriorityClasses(pulumi.ComponentResource):
 
     def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:priority-classes:PriorityClasses", name, None, opts)
-        names = []
-        self.classes = []
-        for spec in tenancy.priority_classes():
-            self.classes.append(KubernetesObject(spec["metadata"]["name"], spec, pulumi.ResourceOptions(parent=self)))
-            names.append(spec["metadata"]["name"])
-        self.names = names
-        self.register_outputs({"priorityClasses": names})
+        specs = tenancy.priority_classes()
+        self.classes = [KubernetesObject(spec["metadata"]["name"], spec, pulumi.ResourceOptions(parent=self)) for spec in specs]
+        self.register_outputs({"priorityClasses": [spec["metadata"]["name"] for spec in specs]})
