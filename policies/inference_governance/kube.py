@@ -74,6 +74,13 @@ def containers(pod_spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
     yield from get(pod_spec, "containers", default=[])
 
 
+def workload_containers(resource_type: str, props: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """Every container of the pods a workload runs (none if it runs no pods)."""
+    template = pod_template(resource_type, props)
+    if template is not None:
+        yield from containers(get(template, "spec", default={}))
+
+
 def is_gpu_resource(name: str) -> bool:
     return name == GPU_RESOURCE or name.startswith(MIG_PREFIX)
 

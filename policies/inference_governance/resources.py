@@ -21,6 +21,7 @@ from .kube import (
     name_of,
     pod_gpu_resources,
     pod_template,
+    workload_containers,
 )
 
 # Whole name parts only: HF_TOKEN and DB_PASSWORD are secrets, MAX_TOKENS and TOKENIZERS_* are not.
@@ -40,10 +41,7 @@ def _gpu_pod(args: Any) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
 
 
 def gpu_requests_and_limits(args: Any, report_violation: Report) -> None:
-    template = pod_template(args.resource_type, args.props)
-    if template is None:
-        return
-    for container in containers(get(template, "spec", default={})):
+    for container in workload_containers(args.resource_type, args.props):
         gpus = gpu_resources(container)
         if not gpus:
             continue
@@ -142,10 +140,7 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
 
 
 def pinned_images(args: Any, report_violation: Report) -> None:
-    template = pod_template(args.resource_type, args.props)
-    if template is None:
-        return
-    for container in containers(get(template, "spec", default={})):
+    for container in workload_containers(args.resource_type, args.props):
         image = get(container, "image", default="")
         if not image_is_pinned(image):
             report_violation(f"container '{get(container, 'name', default='?')}' runs image {image!r}: pin a release tag or a digest, never 'latest'")
@@ -177,10 +172,7 @@ def model_server_hardening(args: Any, report_violation: Report) -> None:
 
 
 def no_plain_secret_env(args: Any, report_violation: Report) -> None:
-    template = pod_template(args.resource_type, args.props)
-    if template is None:
-        return
-    for container in containers(get(template, "spec", default={})):
+    for container in workload_containers(args.resource_type, args.props):
         for env in get(container, "env", default=[]):
             if SECRET_NAME.search(get(env, "name", default="")) and get(env, "value") not in (None, ""):
                 report_violation(
