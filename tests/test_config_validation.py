@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -10,6 +11,15 @@ import pytest
 from platform_config import ConfigError, parse_platform_config
 
 from .helpers import run_preview, write_stack
+
+
+def preview_refuses(stack: Path, out: Path) -> str:
+    """Preview a bad stack file as a user does: exit 2, no traceback, nothing written; its stderr."""
+    result = run_preview("--stack", "test", "--config-file", str(stack), "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+    return result.stderr
 
 
 def issues(raw: dict[str, Any]) -> list[str]:
@@ -175,21 +185,14 @@ def test_preview_exits_cleanly_with_one_message_per_bad_key(tmp_path, dev_raw):
     """The whole path a user takes: the program raises a RunError, the preview prints it
     without a traceback and exits 2, having written nothing."""
     dev_raw["models"][0]["release"]["canaryWeight"] = 150
-    out = tmp_path / "out"
-    result = run_preview("--stack", "test", "--config-file", str(write_stack(tmp_path, dev_raw)), "--out", str(out))
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    assert "inference-platform:models[0].release.canaryWeight: must be at most 100 (got 150)" in result.stderr
-    assert not out.exists()
+    stderr = preview_refuses(write_stack(tmp_path, dev_raw), tmp_path / "out")
+    assert "inference-platform:models[0].release.canaryWeight: must be at most 100 (got 150)" in stderr
 
 
 @pytest.mark.slow
 def test_huggingface_token_must_be_a_secret(tmp_path, dev_raw):
     stack = write_stack(tmp_path, dev_raw, {"inference-platform:huggingFaceToken": "hf_plaintext"})
-    result = run_preview("--stack", "test", "--config-file", str(stack), "--out", str(tmp_path / "out"))
-    assert result.returncode == 2
-    assert "inference-platform:huggingFaceToken: must be a secret" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert "inference-platform:huggingFaceToken: must be a secret" in preview_refuses(stack, tmp_path / "out")
 
 
 # --- checks added after review -------------------------------------------------------------------
@@ -255,18 +258,16 @@ def test_secret_inside_a_structured_key_is_refused_without_echoing_it(tmp_path, 
     stack = write_stack(tmp_path, dev_raw)
     text = stack.read_text().replace("context: dev", "context:\n        secure: AAABAHNlY3JldC1jb250ZXh0")
     stack.write_text(text)
-    result = run_preview("--stack", "test", "--config-file", str(stack), "--out", str(tmp_path / "out"))
-    assert result.returncode == 2
-    assert "inference-platform:cluster: holds a secret, but only huggingFaceToken may" in result.stderr
-    assert "secret:inference-platform:cluster" not in result.stderr and "Traceback" not in result.stderr
+    stderr = preview_refuses(stack, tmp_path / "out")
+    assert "inference-platform:cluster: holds a secret, but only huggingFaceToken may" in stderr
+    assert "secret:inference-platform:cluster" not in stderr
 
 
 @pytest.mark.slow
 def test_eks_region_must_match_the_aws_provider_region(tmp_path, staging_raw):
     stack = write_stack(tmp_path, staging_raw, {"aws:region": "eu-west-1"})
-    result = run_preview("--stack", "test", "--config-file", str(stack), "--out", str(tmp_path / "out"))
-    assert result.returncode == 2
-    assert "inference-platform:cluster.eks.region: 'us-east-1' differs from aws:region 'eu-west-1'" in result.stderr
+    stderr = preview_refuses(stack, tmp_path / "out")
+    assert "inference-platform:cluster.eks.region: 'us-east-1' differs from aws:region 'eu-west-1'" in stderr
 
 
 def test_stack_files_are_read_like_the_cli_reads_them():
