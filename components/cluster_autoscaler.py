@@ -8,7 +8,10 @@ from dataclasses import dataclass
 
 import pulumi
 
-from .constants import CLUSTER_AUTOSCALER_CHART, KUBE_SYSTEM_NAMESPACE, PACKAGE
+from platform_config.models import KubernetesVersion
+from platform_config.pins import CLUSTER_AUTOSCALER
+
+from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE
 from .k8s_objects import helm_release
 from .workload_identity import WorkloadIdentity, WorkloadIdentityArgs
 
@@ -53,7 +56,7 @@ def autoscaler_policy(cluster_name: str) -> str:
 class ClusterAutoscalerArgs:
     cluster_name: str
     eks_cluster_name: pulumi.Input[str]
-    kubernetes_version: str
+    kubernetes_version: KubernetesVersion
     region: pulumi.Input[str]
     workload_identity: str
     tags: dict[str, str]
@@ -78,11 +81,13 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
+        # The chart built for the cluster's minor version, with its own appVersion as the image.
+        chart = CLUSTER_AUTOSCALER[args.kubernetes_version]
         helm_release(
             f"{name}-release",
             "cluster-autoscaler",
             KUBE_SYSTEM_NAMESPACE,
-            CLUSTER_AUTOSCALER_CHART,
+            chart,
             {
                 "cloudProvider": "aws",
                 "awsRegion": args.region,
@@ -94,8 +99,8 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                         "annotations": identity.service_account_annotations,
                     }
                 },
-                # The autoscaler's minor version must match the cluster's.
-                "image": {"tag": f"v{args.kubernetes_version}.0"},
+                # The autoscaler's minor version must match the cluster's (platform_config/pins.py).
+                "image": {"tag": chart.image_tag},
                 "extraArgs": {
                     "balance-similar-node-groups": True,
                     "skip-nodes-with-system-pods": False,

@@ -12,7 +12,9 @@ import yaml
 from platform_config.models import NodePoolConfig
 
 from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
-from .constants import GPU_OPERATOR_CHART, GPU_OPERATOR_NAMESPACE, PACKAGE, PRIVILEGED
+from platform_config.pins import GPU_OPERATOR
+
+from .constants import GPU_OPERATOR_NAMESPACE, PACKAGE, PRIVILEGED
 from .specs.gpu_operator import (
     DEVICE_PLUGIN_CONFIGMAP,
     MIG_PARTED_CONFIGMAP,
@@ -49,7 +51,7 @@ class GpuOperator(pulumi.ComponentResource):
             f"{name}-release",
             "gpu-operator",
             GPU_OPERATOR_NAMESPACE,
-            GPU_OPERATOR_CHART,
+            GPU_OPERATOR,
             gpu_operator_values(),
             pulumi.ResourceOptions(parent=self, depends_on=[namespace, mig_config, plugin_config]),
         )
@@ -60,4 +62,4 @@ class GpuOperator(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=monitor_deps),
         )
         self.release = release
-        self.register_outputs({"chart": GPU_OPERATOR_CHART.chart, "version": GPU_OPERATOR_CHART.version})
+        self.register_outputs({"chart": GPU_OPERATOR.chart, "version": GPU_OPERATOR.version})

@@ -10,7 +10,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes import _utilities as k8s_utilities
 
-from .constants import Chart, standard_labels
+from platform_config.pins import ChartPin
+
+from .constants import standard_labels
 
 # What pulumi-kubernetes' typed classes add to a plain registration, besides the provider
 # version: a Secret's data is made a Pulumi secret going in and coming out. Left out on purpose:
@@ -50,7 +52,7 @@ class KubernetesObject(pulumi.CustomResource):
 
 
 def helm_release(
-    name: str, release_name: str, namespace: str, chart: Chart, values: dict[str, Any], opts: pulumi.ResourceOptions
+    name: str, release_name: str, namespace: str, chart: ChartPin, values: dict[str, Any], opts: pulumi.ResourceOptions
 ) -> k8s.helm.v3.Release:
     """A pinned chart as a Helm release (helm.v3.Release installs at `up`; it never shells out
     to helm at preview the way helm.v3.Chart does)."""

@@ -8,14 +8,15 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .constants import KNATIVE_OPERATOR_CHART, KNATIVE_OPERATOR_NAMESPACE, KNATIVE_SERVING_NAMESPACE, PACKAGE
+from platform_config.pins import KNATIVE_OPERATOR
+
+from .constants import KNATIVE_OPERATOR_NAMESPACE, KNATIVE_SERVING_NAMESPACE, PACKAGE
 from .k8s_objects import custom_resource, helm_release, system_namespace
 from .specs.knative import knative_serving
 
 
 @dataclass(frozen=True)
 class KnativeServingArgs:
-    max_timeout_seconds: int
     # The Istio control plane (Knative's net-istio needs its CRDs).
     depends_on: tuple[pulumi.Resource, ...] = ()
 
@@ -31,13 +32,13 @@ class KnativeServing(pulumi.ComponentResource):
             f"{name}-operator",
             "knative-operator",
             KNATIVE_OPERATOR_NAMESPACE,
-            KNATIVE_OPERATOR_CHART,
+            KNATIVE_OPERATOR,
             {},
             pulumi.ResourceOptions(parent=self, depends_on=[operator_ns]),
         )
         # The activator must speak mTLS to STRICT tenant namespaces: give it a sidecar.
         serving_ns = system_namespace(f"{name}-namespace", KNATIVE_SERVING_NAMESPACE, "knative", child, **{"istio-injection": "enabled"})
-        spec = knative_serving(args.max_timeout_seconds)
+        spec = knative_serving()
         self.serving = custom_resource(
             f"{name}-serving", spec, pulumi.ResourceOptions(parent=self, depends_on=[operator, serving_ns, *args.depends_on])
         )

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .constants import ISTIO_BASE_CHART, ISTIO_CNI_CHART, ISTIO_GATEWAY_CHART, ISTIO_SYSTEM_NAMESPACE, ISTIOD_CHART, PACKAGE, PRIVILEGED, Chart
+from platform_config.pins import ISTIO_BASE, ISTIO_CNI, ISTIO_GATEWAY, ISTIOD, ChartPin
+
+from .constants import ISTIO_SYSTEM_NAMESPACE, PACKAGE, PRIVILEGED
 from .k8s_objects import helm_release, system_namespace
 from .specs.traffic import GATEWAY_SELECTOR, GATEWAY_SERVICE_ACCOUNT
 
@@ -20,10 +22,10 @@ from .specs.traffic import GATEWAY_SELECTOR, GATEWAY_SERVICE_ACCOUNT
 def istiod_values() -> dict:
     return {
         "pilot": {"cni": {"enabled": True}},
-        "meshConfig": {
-            "enablePrometheusMerge": True,
-            "defaultConfig": {"holdApplicationUntilProxyStarts": True},
-        },
+        "meshConfig": {"enablePrometheusMerge": True},
+        # Start application containers only once the sidecar is ready (the injection template
+        # reads this value: istio 1.30.3 files/injection-template.yaml).
+        "global": {"proxy": {"holdApplicationUntilProxyStarts": True}},
     }
 
 
@@ -35,7 +37,11 @@ def gateway_values(on_aws: bool) -> dict:
         "labels": {**GATEWAY_SELECTOR, "app": GATEWAY_SERVICE_ACCOUNT},
         "service": service,
         "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 10},
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+        # No CPU limit (throttling the gateway adds latency to every request). The chart's
+        # default limits.cpu (2000m) survives a values map without the key; its resources
+        # helper drops a key whose value is empty (istio 1.30.3 manifests/charts/gateway/
+        # templates/_helpers.tpl, "gateway.resources": `if $value`), so "" removes it.
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "", "memory": "1Gi"}},
     }
 
 
@@ -54,11 +60,11 @@ class Mesh(pulumi.ComponentResource):
         # The CNI node agent runs privileged on every node.
         namespace = system_namespace(f"{name}-namespace", ISTIO_SYSTEM_NAMESPACE, "mesh", pulumi.ResourceOptions(parent=self), **PRIVILEGED)
 
-        def release(suffix: str, chart: Chart, release_name: str, values: dict, after: list[pulumi.Resource]) -> k8s.helm.v3.Release:
+        def release(suffix: str, chart: ChartPin, release_name: str, values: dict, after: list[pulumi.Resource]) -> k8s.helm.v3.Release:
             return helm_release(f"{name}-{suffix}", release_name, ISTIO_SYSTEM_NAMESPACE, chart, values, pulumi.ResourceOptions(parent=self, depends_on=after))
 
-        self.base = release("base", ISTIO_BASE_CHART, "istio-base", {}, [namespace])
-        cni = release("cni", ISTIO_CNI_CHART, "istio-cni", {}, [self.base])
-        self.istiod = release("istiod", ISTIOD_CHART, "istiod", istiod_values(), [self.base, cni])
-        self.gateway = release("gateway", ISTIO_GATEWAY_CHART, GATEWAY_SERVICE_ACCOUNT, gateway_values(args.on_aws), [self.istiod])
-        self.register_outputs({"version": ISTIOD_CHART.version})
+        self.base = release("base", ISTIO_BASE, "istio-base", {}, [namespace])
+        cni = release("cni", ISTIO_CNI, "istio-cni", {}, [self.base])
+        self.istiod = release("istiod", ISTIOD, "istiod", istiod_values(), [self.base, cni])
+        self.gateway = release("gateway", ISTIO_GATEWAY, GATEWAY_SERVICE_ACCOUNT, gateway_values(args.on_aws), [self.istiod])
+        self.register_outputs({"version": ISTIOD.version})

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .constants import MONITORING_NAMESPACE, PACKAGE, PRIVILEGED, PROMETHEUS_STACK_CHART
+from platform_config.pins import KUBE_PROMETHEUS_STACK
+
+from .constants import MONITORING_NAMESPACE, PACKAGE, PRIVILEGED
 from .k8s_objects import helm_release, system_namespace
 
 # The Prometheus Operator's governing Service for every Prometheus it runs: a stable name.
@@ -27,7 +29,7 @@ class Monitoring(pulumi.ComponentResource):
             f"{name}-release",
             "kube-prometheus-stack",
             MONITORING_NAMESPACE,
-            PROMETHEUS_STACK_CHART,
+            KUBE_PROMETHEUS_STACK,
             {
                 "prometheus": {
                     "prometheusSpec": {

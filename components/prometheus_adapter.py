@@ -8,7 +8,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .constants import PACKAGE, PROMETHEUS_ADAPTER_CHART
+from platform_config.pins import PROMETHEUS_ADAPTER
+
+from .constants import PACKAGE
 from .k8s_objects import helm_release, system_namespace
 from .specs.metrics import adapter_values
 
@@ -33,7 +35,7 @@ class PrometheusAdapter(pulumi.ComponentResource):
             f"{name}-release",
             "prometheus-adapter",
             NAMESPACE,
-            PROMETHEUS_ADAPTER_CHART,
+            PROMETHEUS_ADAPTER,
             adapter_values(args.prometheus_url),
             pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on]),
         )

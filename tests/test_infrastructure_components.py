@@ -74,12 +74,15 @@ def test_gpu_node_group(prod):
     group = prod.one("aws:eks/nodeGroup:NodeGroup", "h100-nodes")["inputs"]
     assert group["instanceTypes"] == ["p5.48xlarge"] and group["amiType"] == "AL2023_x86_64_NVIDIA"
     assert group["capacityType"] == "ON_DEMAND" and group["diskSize"] == 1000
-    assert group["scalingConfig"] == {"minSize": 2, "maxSize": 8, "desiredSize": 2}
+    assert group["scalingConfig"] == {"minSize": 2, "maxSize": 9, "desiredSize": 2}
     assert group["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}]
     assert group["labels"]["nvidia.com/mig.config"] == "h100-serving-mix"
     assert group["labels"]["nvidia.com/device-plugin.config"] == "whole-gpus"
     batch = prod.one("aws:eks/nodeGroup:NodeGroup", "l4-batch-nodes")["inputs"]
     assert batch["capacityType"] == "SPOT" and batch["scalingConfig"]["minSize"] == 0
+    # Finding 7: the label the autoscaler's AWS provider reads to wait for the GPUs.
+    assert group["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-h100"
+    assert batch["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-l4"
 
 
 def test_asg_tags_let_the_autoscaler_scale_from_zero(prod):
@@ -95,13 +98,16 @@ def test_asg_tags_let_the_autoscaler_scale_from_zero(prod):
     assert tags[f"{prefix}/node-template/resources/nvidia.com/mig-1g.10gb"] == "14"
     assert tags[f"{prefix}/node-template/taint/nvidia.com/gpu"] == "present:NoSchedule"
     assert tags[f"{prefix}/node-template/label/nvidia.com/mig.config"] == "h100-serving-mix"
+    # Finding 7: also while the group has no nodes.
+    assert tags[f"{prefix}/node-template/label/k8s.amazonaws.com/accelerator"] == "nvidia-h100"
     asg = {t["inputs"]["autoscalingGroupName"] for t in prod.of_type("aws:autoscaling/tag:Tag")}
     assert asg == {"eks-inference-prod-h100-asg", "eks-inference-prod-l4-batch-asg"}
 
 
 def test_cluster_autoscaler_release(prod):
     ca = release(prod, "cluster-autoscaler")
-    assert ca["chart"] == "cluster-autoscaler" and ca["version"] == "9.43.1"
+    # Finding 4: the chart built for 1.33 (appVersion 1.33.0), not 9.43.1 (1.31) with a 1.33 image.
+    assert ca["chart"] == "cluster-autoscaler" and ca["version"] == "9.51.0"
     assert ca["repositoryOpts"] == {"repo": "https://kubernetes.github.io/autoscaler"}
     assert ca["values"]["autoDiscovery"] == {"clusterName": "inference-prod"}
     assert ca["values"]["image"]["tag"] == "v1.33.0"
@@ -116,6 +122,8 @@ def test_gpu_operator_values_match_the_ami(prod):
     assert operator["version"] == "v25.10.1" and operator["repositoryOpts"]["repo"] == "https://helm.ngc.nvidia.com/nvidia"
     values = operator["values"]
     assert values["driver"] == {"enabled": False} and values["toolkit"] == {"enabled": False}
+    # Finding 13: operator.defaultRuntime is read by nothing in the chart.
+    assert "operator" not in values
     assert values["mig"] == {"strategy": "mixed"}
     assert values["migManager"]["config"] == {"name": "mig-parted-config", "default": "all-disabled"}
     assert values["devicePlugin"]["config"] == {"name": "device-plugin-config", "default": "whole-gpus"}
@@ -222,3 +230,11 @@ def test_every_child_is_parented_and_named_after_its_component(prod):
         if resource["type"] == "pulumi:pulumi:Stack":
             continue
         assert resource["parent"] in urns, resource["urn"]
+
+
+def test_vpc_cni_enforces_network_policies(prod, dev):
+    # Finding 11: the add-on ships with enforcement off; the tenants' NetworkPolicies need it.
+    addon = prod.one("aws:eks/addon:Addon", "cluster-vpc-cni")["inputs"]
+    assert addon["addonName"] == "vpc-cni" and json.loads(addon["configurationValues"]) == {"enableNetworkPolicy": "true"}
+    assert addon["resolveConflictsOnUpdate"] == "OVERWRITE"
+    assert not dev.of_type("aws:eks/addon:Addon")

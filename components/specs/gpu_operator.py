@@ -29,7 +29,6 @@ def gpu_operator_values() -> dict[str, Any]:
     return {
         "driver": {"enabled": False},
         "toolkit": {"enabled": False},
-        "operator": {"defaultRuntime": "containerd"},
         "nfd": {"enabled": True},
         "mig": {"strategy": MIG_STRATEGY},
         "migManager": {

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..constants import KNATIVE_SERVING_NAMESPACE, KNATIVE_SERVING_VERSION
+from platform_config.pins import KNATIVE_SERVING_VERSION
+from platform_config.serving import KNATIVE_ACTIVATOR_GRACE_SECONDS
+
+from ..constants import KNATIVE_SERVING_NAMESPACE
 
 # Pod fields model servers use that Knative admits only behind feature flags.
 REQUIRED_FEATURES = (
@@ -18,7 +21,7 @@ REQUIRED_FEATURES = (
 )
 
 
-def knative_serving(max_timeout_seconds: int) -> dict[str, Any]:
+def knative_serving() -> dict[str, Any]:
     return {
         "apiVersion": "operator.knative.dev/v1beta1",
         "kind": "KnativeServing",
@@ -36,8 +39,9 @@ def knative_serving(max_timeout_seconds: int) -> dict[str, Any]:
                 },
                 "defaults": {
                     "revision-timeout-seconds": "300",
-                    # Batch and summarisation requests may run for many minutes.
-                    "max-revision-timeout-seconds": str(max(600, max_timeout_seconds)),
+                    # Batch and summarisation requests may run for many minutes, but never past
+                    # what the activator drains (the config checks hold every model to it).
+                    "max-revision-timeout-seconds": str(KNATIVE_ACTIVATOR_GRACE_SECONDS),
                 },
             },
         },

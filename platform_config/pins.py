@@ -1,0 +1,113 @@
+"""Every upstream version the platform pins, in one table: Helm charts, container images, vLLM.
+
+Change a version here, once; every component reads its pin from this module. Each pin names its
+upstream source, so the preview's upstream stage (`preview/upstream.py`) and the tests can hold
+it against the facts read at that tag (`../shared/upstream-facts/`): the version is a release,
+the values keys we set are keys the chart reads, the image we set is the chart's appVersion, and
+every vLLM flag exists at the pinned vLLM. A pin the facts do not cover is reported as
+unverified, never passed silently. The README says how a pin is bumped and verified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .models import KubernetesVersion
+
+
+@dataclass(frozen=True)
+class ChartPin:
+    # The chart's name in its Helm repository (and the facts folder: charts/<chart>/).
+    chart: str
+    # As published: the gpu-operator chart carries a leading "v" (v25.10.1).
+    version: str
+    repo: str
+    # The git repository the chart is released from.
+    source: str
+    # The image tag the platform sets for the chart's workload (None: the chart's default,
+    # which is its appVersion); checked against the appVersion at the pinned version.
+    image_tag: str | None = None
+
+    @property
+    def release(self) -> str:
+        """The version as the facts write it (no leading "v")."""
+        return self.version.removeprefix("v")
+
+
+@dataclass(frozen=True)
+class ImagePin:
+    repository: str
+    tag: str
+    source: str
+
+    @property
+    def image(self) -> str:
+        return f"{self.repository}:{self.tag}"
+
+
+ISTIO_REPO = "https://istio-release.storage.googleapis.com/charts"
+PROMETHEUS_COMMUNITY_REPO = "https://prometheus-community.github.io/helm-charts"
+# Istio 1.30.3 is the newest 1.30 release (istio/istio tags; 1.30.4 was never tagged).
+ISTIO_VERSION = "1.30.3"
+
+GPU_OPERATOR = ChartPin("gpu-operator", "v25.10.1", "https://helm.ngc.nvidia.com/nvidia", "github.com/NVIDIA/gpu-operator")
+# 81.4.3 is a release (prometheus-community/helm-charts tag kube-prometheus-stack-81.4.3);
+# 81.4.5 was never released.
+KUBE_PROMETHEUS_STACK = ChartPin(
+    "kube-prometheus-stack", "81.4.3", PROMETHEUS_COMMUNITY_REPO, "github.com/prometheus-community/helm-charts"
+)
+PROMETHEUS_ADAPTER = ChartPin("prometheus-adapter", "5.3.0", PROMETHEUS_COMMUNITY_REPO, "github.com/prometheus-community/helm-charts")
+ISTIO_BASE = ChartPin("base", ISTIO_VERSION, ISTIO_REPO, "github.com/istio/istio")
+ISTIO_CNI = ChartPin("cni", ISTIO_VERSION, ISTIO_REPO, "github.com/istio/istio")
+ISTIOD = ChartPin("istiod", ISTIO_VERSION, ISTIO_REPO, "github.com/istio/istio")
+ISTIO_GATEWAY = ChartPin("gateway", ISTIO_VERSION, ISTIO_REPO, "github.com/istio/istio")
+KNATIVE_OPERATOR = ChartPin("knative-operator", "v1.23.0", "https://knative.github.io/operator", "github.com/knative/operator")
+# The Serving release the operator installs (KnativeServing spec.version): the operator's own.
+KNATIVE_SERVING_VERSION = "1.23"
+# metrics-server-helm-chart-3.13.0 (appVersion 0.8.0) in kubernetes-sigs/metrics-server.
+METRICS_SERVER = ChartPin("metrics-server", "3.13.0", "https://kubernetes-sigs.github.io/metrics-server/", "github.com/kubernetes-sigs/metrics-server")
+AWS_LOAD_BALANCER_CONTROLLER = ChartPin(
+    "aws-load-balancer-controller", "3.5.0", "https://aws.github.io/eks-charts", "github.com/aws/eks-charts"
+)
+
+# The cluster autoscaler's minor version must match the cluster's, and its chart must be the one
+# built for that image: the chart's ClusterRole follows what the image needs (1.33 waits for
+# volumeattachments at start-up, which the 9.43 chart's role does not grant:
+# kubernetes/autoscaler #7663, #8678). So one chart per Kubernetes minor, image = appVersion,
+# read from Chart.yaml at each tag cluster-autoscaler-chart-<version>: 9.37.0 is the only 1.30
+# chart, 9.46.6 the last 1.32 one, 9.51.0 the last 1.33 one, 9.53.0 the last whose appVersion
+# (1.34.2) is also its values' image.tag (9.54.0-9.55.0 say 1.35.0 but run v1.34.2). From
+# 9.52.0 the chart lives in cluster-autoscaler/charts/, which the facts do not read yet.
+CLUSTER_AUTOSCALER_REPO = "https://kubernetes.github.io/autoscaler"
+CLUSTER_AUTOSCALER_SOURCE = "github.com/kubernetes/autoscaler"
+CLUSTER_AUTOSCALER: dict[KubernetesVersion, ChartPin] = {
+    minor: ChartPin("cluster-autoscaler", chart, CLUSTER_AUTOSCALER_REPO, CLUSTER_AUTOSCALER_SOURCE, image_tag=f"v{app}")
+    for minor, chart, app in (
+        ("1.30", "9.37.0", "1.30.0"),
+        ("1.31", "9.43.1", "1.31.0"),
+        ("1.32", "9.46.6", "1.32.0"),
+        ("1.33", "9.51.0", "1.33.0"),
+        ("1.34", "9.53.0", "1.34.2"),
+    )
+}
+
+CHARTS: tuple[ChartPin, ...] = (
+    GPU_OPERATOR,
+    KUBE_PROMETHEUS_STACK,
+    PROMETHEUS_ADAPTER,
+    ISTIO_BASE,
+    ISTIO_CNI,
+    ISTIOD,
+    ISTIO_GATEWAY,
+    KNATIVE_OPERATOR,
+    METRICS_SERVER,
+    AWS_LOAD_BALANCER_CONTROLLER,
+    *CLUSTER_AUTOSCALER.values(),
+)
+
+# vLLM: v0.18.0 is the first release with --shutdown-timeout (drain in-flight requests on
+# SIGTERM). The vllm/vllm-openai image is tagged v<version>.
+VLLM_VERSION = "0.18.0"
+VLLM = ImagePin("vllm/vllm-openai", f"v{VLLM_VERSION}", "github.com/vllm-project/vllm")
+AWS_CLI = ImagePin("public.ecr.aws/aws-cli/aws-cli", "2.27.50", "github.com/aws/aws-cli")
+IMAGES: tuple[ImagePin, ...] = (VLLM, AWS_CLI)
