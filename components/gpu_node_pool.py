@@ -8,11 +8,12 @@ records what they must carry (labels, taint) and what they advertise.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 import pulumi
 import pulumi_aws as aws
 
-from platform_config.capacity import instance_of
+from platform_config.capacity import instance_of, node_allocatable
 from platform_config.models import NodePoolConfig
 
 from .constants import PACKAGE
@@ -53,6 +54,13 @@ class GpuNodePoolArgs:
     depends_on: tuple[pulumi.Resource, ...] = ()
 
 
+def _quantity_text(amount: Decimal) -> str:
+    """An exact Kubernetes quantity: whole units, else milli-units."""
+    if amount == amount.to_integral_value():
+        return f"{int(amount)}"
+    return f"{int(amount * 1000)}m"
+
+
 class GpuNodePool(pulumi.ComponentResource):
     advertised: dict[str, int]
     labels: dict[str, str]
@@ -65,6 +73,15 @@ class GpuNodePool(pulumi.ComponentResource):
         self.advertised = advertised_resources(pool)
         self.labels = node_labels(pool)
         taint = node_taint()
+        # What the scheduler sees of one node at maxSize: the preview's admission stage
+        # bin-packs every pod template onto it.
+        self.scheduling_template = {
+            "name": pool.name,
+            "labels": self.labels,
+            "taints": [taint],
+            "allocatable": {resource: _quantity_text(amount) for resource, amount in node_allocatable(pool).items()},
+            "maxSize": pool.max_size,
+        }
         node_group_name: pulumi.Output[str] | None = None
 
         if args.cluster_mode == "eks":

@@ -26,7 +26,6 @@ from .model import Model, ModelArgs
 from .monitoring import PROMETHEUS_URL, Monitoring
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
-from .specs.model_server import plan_server
 from .tenant import Tenant, TenantArgs
 
 
@@ -132,14 +131,7 @@ class InferencePlatform(pulumi.ComponentResource):
             )
             adapter_release = adapter.release
         if "kpa" in modes:
-            timeouts = [
-                plan_server(config, m, m.release.stable, hugging_face_token=False).request_timeout_seconds
-                for m in config.models
-                if m.autoscaling.mode == "kpa"
-            ]
-            knative = KnativeServing(
-                "knative-serving", KnativeServingArgs(max_timeout_seconds=max(timeouts), depends_on=(mesh.istiod,)), opts=child
-            )
+            knative = KnativeServing("knative-serving", KnativeServingArgs(depends_on=(mesh.istiod,)), opts=child)
             pod_machinery["kpa"].append(knative.serving)
 
         self.models = [
@@ -166,4 +158,7 @@ class InferencePlatform(pulumi.ComponentResource):
 
         self.capacity = capacity_report(config)
         self.pool_advertised = {pool.pool_name: pool.advertised for pool in self.pools}
-        self.register_outputs({"gpuCapacity": self.capacity, "poolAdvertisedPerNode": self.pool_advertised})
+        self.node_pool_templates = [pool.scheduling_template for pool in self.pools]
+        self.register_outputs(
+            {"gpuCapacity": self.capacity, "poolAdvertisedPerNode": self.pool_advertised, "nodePools": self.node_pool_templates}
+        )

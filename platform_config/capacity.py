@@ -176,3 +176,46 @@ def show_amount(resource: str, value: Decimal) -> str:
     if resource == "memory":
         return f"{(value / 2**30).normalize():f}Gi"
     return f"{value.normalize():f}"
+
+
+# --- what one node of a pool offers pods ------------------------------------------------------
+
+# The kubelet's reserve on the EKS-optimized AMIs (awslabs/amazon-eks-ami, nodeadm's kubelet
+# config): kube-reserved memory 11 MiB per pod + 255 MiB with max pods capped at 110 on large
+# instances, CPU 6 % of the first core, 1 % of the second, 0.5 % of the next two and 0.25 % of the
+# rest, ephemeral storage 1 GiB; hard eviction at 100 MiB of memory and 10 % of the disk.
+MAX_PODS_PER_NODE = 110
+EVICTION_MEMORY = Decimal(100 * 2**20)
+# What the node agents every GPU node runs ask for (aws-node, kube-proxy, the Pod Identity agent,
+# istio-cni, the GPU Operator's device plugin, GFD, DCGM exporter, MIG manager and validator,
+# NFD worker, node-exporter): an allowance, not a measurement; their charts set the figures.
+DAEMONSET_ALLOWANCE = {"cpu": Decimal(1), "memory": Decimal(2 * 2**30)}
+# Disk the container images (the vLLM image alone is about 10 GiB) and logs take.
+IMAGE_DISK_GIB = 40
+
+
+def _kube_reserved_cpu(vcpus: int) -> Decimal:
+    steps = ((1, Decimal("0.06")), (1, Decimal("0.01")), (2, Decimal("0.005")))
+    reserved, left = Decimal(0), Decimal(vcpus)
+    for cores, share in steps:
+        taken = min(left, cores)
+        reserved += taken * share
+        left -= taken
+    return reserved + left * Decimal("0.0025")
+
+
+def node_allocatable(pool: NodePoolConfig) -> dict[str, Decimal]:
+    """What the scheduler can place on one node of the pool: the instance's CPU, memory and disk
+    less the kubelet's reserve, eviction thresholds and the node agents, plus the GPU resources
+    the pool's sharing advertises."""
+    instance = instance_of(pool)
+    memory_reserved = Decimal((11 * MAX_PODS_PER_NODE + 255) * 2**20) + EVICTION_MEMORY
+    disk = Decimal(pool.disk_size_gib) * 2**30
+    allocatable = {
+        "cpu": Decimal(instance.vcpus) - _kube_reserved_cpu(instance.vcpus) - DAEMONSET_ALLOWANCE["cpu"],
+        "memory": Decimal(instance.memory_gib) * 2**30 - memory_reserved - DAEMONSET_ALLOWANCE["memory"],
+        "ephemeral-storage": disk * Decimal("0.9") - Decimal((1 + IMAGE_DISK_GIB) * 2**30),
+        "pods": Decimal(MAX_PODS_PER_NODE),
+    }
+    allocatable.update({resource: Decimal(count) for resource, count in pool_supply(pool).per_node.items()})
+    return allocatable

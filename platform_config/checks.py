@@ -10,7 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Callable, Iterable, Iterator
 
-from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, pool_supply, show_amount
+from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, node_allocatable, pool_supply, show_amount
 from .serving import (
     effective_profile,
     is_experiment,
@@ -23,7 +23,7 @@ from .errors import ConfigIssue, format_key
 from .gpu_catalog import GPU_RESOURCE, builtin_mig_configs, fits_on_gpu
 from .models import PlatformConfig, ResourceBudget
 from .profiles import PROFILES
-from .serving import DRAIN_MARGIN_SECONDS
+from .serving import DRAIN_MARGIN_SECONDS, KNATIVE_ACTIVATOR_GRACE_SECONDS, request_timeout_seconds
 from .quantity import parse_quantity
 
 Check = Callable[[PlatformConfig], Iterable[ConfigIssue]]
@@ -214,11 +214,10 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
             f"provide {show_amount(row.resource, row.supply)}{allowed} at their maxSize ({pools}); raise a pool's maxSize, "
             f"lower the quotas, or allow overcommit with {format_key(('capacity', 'overcommitRatio'))}",
         )
-    # A tenant restricted to some pools must fit into those pools alone.
+    # Each tenant's quota must fit the pools it may land on (its `pools`, else every pool) alone.
     for index, tenant in enumerate(config.tenants):
-        if tenant.pools is None:
-            continue
-        supplies = [pool_supply(p) for p in config.node_pools if p.name in tenant.pools]
+        allowed = [p for p in config.node_pools if tenant.pools is None or p.name in tenant.pools]
+        supplies = [pool_supply(p) for p in allowed]
         for resource, amount in budget_resources(tenant.quota).items():
             if resource in ("cpu", "memory"):
                 continue
@@ -226,8 +225,41 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
             if amount > supply * ratio:
                 yield ConfigIssue(
                     ("tenants", index, "quota", *_budget_key(resource)),
-                    f"{amount} of {resource} is more than its pools ({', '.join(tenant.pools)}) provide at maxSize ({supply})",
+                    f"{amount} of {resource} is more than the pools it may use ({', '.join(p.name for p in allowed)}) "
+                    f"provide at maxSize ({supply})",
                 )
+
+
+def check_models_fit_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """Every model of a pool at its peak (max replicas of one version, the others at their min,
+    each rolling out) must fit what that pool's nodes offer at maxSize: H100 and L4 GPUs are both
+    `nvidia.com/gpu`, so summing across pools would hide a pool that runs out (and a rollout
+    surge or a node drain that can never be placed)."""
+    runnable = [(i, m) for i, m in enumerate(config.models) if m.pool in {p.name for p in config.node_pools}]
+    for p_index, pool in enumerate(config.node_pools):
+        models = [(i, m) for i, m in runnable if m.pool == pool.name and not any(_check_model_fits_pool(config, i))]
+        if not models:
+            continue
+        per_node = node_allocatable(pool)
+        need: dict[str, Decimal] = {}
+        for _, model in models:
+            for resource, amount in model_peak_demand(model).items():
+                need[resource] = need.get(resource, Decimal(0)) + amount
+        for resource, amount in sorted(need.items()):
+            have = per_node.get(resource, Decimal(0)) * pool.max_size
+            if amount <= have:
+                continue
+            names = ", ".join(
+                f"{m.name} ({peak_replicas(m)} pods, {format_key(('models', i, 'autoscaling', 'maxReplicas'))}={m.autoscaling.max_replicas})"
+                for i, m in models
+            )
+            index, _ = max(models, key=lambda im: model_peak_demand(im[1]).get(resource, Decimal(0)))
+            yield ConfigIssue(
+                ("models", index, "autoscaling", "maxReplicas"),
+                f"at their peak the models of pool {pool.name!r} need {show_amount(resource, amount)} of {resource} "
+                f"({names}, rollouts included) but its {pool.max_size} nodes offer {show_amount(resource, have)} "
+                f"({format_key(('nodePools', p_index, 'maxSize'))}={pool.max_size}); raise maxSize or lower maxReplicas",
+            )
 
 
 def check_models(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -345,7 +377,7 @@ def _over_budget(config, models, t_index, budget_key, resource, need, have, who)
     path = ("models", index, "autoscaling", "maxReplicas") if index is not None else ("tenants", t_index, budget_key, *key)
     return ConfigIssue(
         path,
-        f"at maxReplicas {names} hold {show_amount(resource, need)} of {resource}, but tenant {tenant.name!r} has "
+        f"at their peak (maxReplicas, rollouts and injected sidecars included) {names} hold {show_amount(resource, need)} of {resource}, but tenant {tenant.name!r} has "
         f"{show_amount(resource, have)} for {who} ({format_key(('tenants', t_index, budget_key, *key))}); "
         "lower maxReplicas or raise the quota",
     )
@@ -407,6 +439,14 @@ def check_serving(config: PlatformConfig) -> Iterator[ConfigIssue]:
             yield ConfigIssue(
                 (*here, "autoscaling", "minReplicas"),
                 "production HPAs keep at least 2 replicas: losing the only one means minutes of model loading",
+            )
+        if scaling.mode == "kpa" and request_timeout_seconds(config, model) > KNATIVE_ACTIVATOR_GRACE_SECONDS:
+            yield ConfigIssue(
+                (*here, "autoscaling", "mode"),
+                f"requests to this model may take {request_timeout_seconds(config, model)} s (its profile's or a tier's "
+                f"timeout), but Knative's activator, in the path of Knative-served models, drains for only "
+                f"{KNATIVE_ACTIVATOR_GRACE_SECONDS} s and the operator cannot raise it: use mode 'hpa', or lower the "
+                "timeouts (profiles.<name>.requestTimeoutSeconds, traffic.tiers.<tier>.timeout)",
             )
         if scaling.mode == "kpa":
             effective = effective_profile(config, model)
@@ -490,6 +530,7 @@ CHECKS: list[Check] = [
     check_capacity,
     check_models,
     check_models_fit_quotas,
+    check_models_fit_pools,
     check_serving,
     check_traffic,
     check_object_names,

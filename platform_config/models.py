@@ -132,6 +132,18 @@ def _instance_type(value: str) -> str:
 
 InstanceTypeName = Annotated[str, AfterValidator(_instance_type)]
 
+
+def _ec2_instance_type(value: str) -> str:
+    """Any EC2 instance type pulumi-aws knows (its generated `ec2.InstanceType` list)."""
+    from pulumi_aws.ec2._enums import InstanceType  # the list alone, not the whole ec2 module
+
+    if value not in {member.value for member in InstanceType}:
+        raise ValueError(f"{value!r} is not an EC2 instance type (pulumi-aws's ec2.InstanceType), e.g. 'm6i.xlarge'")
+    return value
+
+
+Ec2InstanceType = Annotated[str, AfterValidator(_ec2_instance_type)]
+
 _SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 
 
@@ -167,7 +179,7 @@ KubernetesVersion = Literal["1.30", "1.31", "1.32", "1.33", "1.34"]
 class SystemNodeGroup(ConfigModel):
     """CPU nodes for the platform's own controllers (Istio, Knative, operators, autoscaler)."""
 
-    instance_type: str = "m6i.xlarge"
+    instance_type: Ec2InstanceType = "m6i.xlarge"
     min_size: PositiveInt = 2
     max_size: PositiveInt = 4
     desired_size: PositiveInt = 2
@@ -485,10 +497,11 @@ class TierPolicy(ConfigModel):
 def _default_tiers() -> dict[str, TierPolicy]:
     # The route timeout bounds a whole response, streamed ones included, so it must cover a long
     # answer; waiting is bounded by the pending-request limits (503 at once when they are full).
+    # Batch stops at 600 s: what Knative's activator drains (KNATIVE_ACTIVATOR_GRACE_SECONDS).
     return {
         "premium": TierPolicy(timeout="120s", max_pending_requests=64, max_requests=512, retry_attempts=1, vllm_priority=0),
         "standard": TierPolicy(timeout="300s", max_pending_requests=32, max_requests=256, retry_attempts=1, vllm_priority=1),
-        "batch": TierPolicy(timeout="900s", max_pending_requests=16, max_requests=128, retry_attempts=0, vllm_priority=2),
+        "batch": TierPolicy(timeout="600s", max_pending_requests=16, max_requests=128, retry_attempts=0, vllm_priority=2),
     }
 
 

@@ -119,7 +119,7 @@ PROFILES: dict[str, WorkloadProfile] = {
             scale_to_zero=True,
             priority_class=EXPERIMENT_PRIORITY_CLASS,
             tiers=("batch",),
-            request_timeout_seconds=900,
+            request_timeout_seconds=600,
         ),
     )
 }

@@ -8,11 +8,11 @@ import math
 from decimal import Decimal
 
 from .gpu_catalog import GPU_RESOURCE, mig_resource
-from .models import ModelConfig, PlatformConfig
+from .models import ModelConfig, PlatformConfig, duration_seconds
 from .profiles import EXPERIMENT_PRIORITY_CLASS, PROFILES, WorkloadProfile
 from .quantity import parse_quantity
 
-# The Deployment rollout surges one pod above the current count (maxSurge 1, maxUnavailable 0).
+# A Deployment's rollout surges one pod above the current count (maxSurge 1, maxUnavailable 0).
 ROLLOUT_SURGE = 1
 # Seconds kept between vLLM's drain deadline and the kubelet's SIGKILL.
 DRAIN_MARGIN_SECONDS = 10
@@ -35,6 +35,24 @@ def model_tiers(config: PlatformConfig, model: ModelConfig) -> tuple[str, ...]:
     return tuple(model.tiers) if model.tiers else effective_profile(config, model).tiers
 
 
+def request_timeout_seconds(config: PlatformConfig, model: ModelConfig) -> int:
+    """The longest a request to the model's servers may take: its profile's timeout, or longer
+    when a tier it serves allows longer routes."""
+    tiers = model_tiers(config, model)
+    profile = effective_profile(config, model)
+    return max([profile.request_timeout_seconds] + [math.ceil(duration_seconds(config.traffic.tiers[t].timeout)) for t in tiers])
+
+
+# Knative's activator sits in the data path of a Knative-served model (always at scale zero)
+# and drains for terminationGracePeriodSeconds: 600 (knative/serving knative-v1.23.0
+# config/core/deployments/activator.yaml: "should be at least as large as the upper bound on the
+# Revision's timeoutSeconds"). The operator's KnativeServing cannot change it (its
+# spec.workloads overrides have no terminationGracePeriodSeconds: knative/operator
+# knative-v1.23.0 pkg/apis/operator/base/common.go WorkloadOverride), so no Knative-served
+# request may be allowed longer.
+KNATIVE_ACTIVATOR_GRACE_SECONDS = 600
+
+
 def replica_gpu_request(model: ModelConfig) -> tuple[str, int]:
     """The GPU resource and count one replica of a model asks for."""
     if model.resources.mig_profile is not None:
@@ -42,19 +60,42 @@ def replica_gpu_request(model: ModelConfig) -> tuple[str, int]:
     return GPU_RESOURCE, model.resources.gpus or 1
 
 
-def version_replica_bounds(model: ModelConfig, version: str) -> tuple[int, int]:
-    """(min, max) replicas of one version's server.
+def replica_bounds(model: ModelConfig) -> tuple[int, int]:
+    """(min, max) replicas of each version's server: the model's bounds, whatever the canary
+    weight. The bounds live in each version's pod template under Knative (min-scale/max-scale
+    annotations), so deriving them from the weight would make every weight step a new revision
+    and restart every replica of both versions; a weight change must touch routes only. The
+    versions split one model's traffic, so their autoscalers together follow its load (see
+    `split_peak_members`)."""
+    return model.autoscaling.min_replicas, model.autoscaling.max_replicas
 
-    Without a canary the stable version takes the model's bounds. During a canary each version's
-    maximum follows its share of the traffic (never below the minimum), so the two together need
-    about the model's maximum plus one minimum, not twice the maximum.
-    """
+
+def rollout_surge(model: ModelConfig) -> int:
+    """Pods a version's rollout adds while the old ones still serve: one for a Deployment
+    (maxSurge 1); for Knative, the new revision's first pods (its initial scale, at least its
+    minimum) while the old revision keeps serving until the new one is ready."""
     scaling = model.autoscaling
-    release = model.release
-    if release.canary is None:
-        return scaling.min_replicas, scaling.max_replicas
-    share = release.canary_weight if version == release.canary else 100 - release.canary_weight
-    return scaling.min_replicas, max(scaling.min_replicas, math.ceil(scaling.max_replicas * share / 100))
+    if scaling.mode == "hpa":
+        return ROLLOUT_SURGE
+    return knative_rollout_surge(scaling.min_replicas, scaling.kpa.initial_scale)
+
+
+def knative_rollout_surge(min_scale: int, initial_scale: int | None) -> int:
+    """A new Knative revision starts at its initial scale (1 unless set), and at least at its
+    min-scale, while the old revision serves on."""
+    return max(min_scale, 1 if initial_scale is None else initial_scale)
+
+
+def split_peak_members(bounds: list[tuple[int, int, int]]) -> list[int]:
+    """Pods at peak of each of several versions that split one model's traffic, each given as
+    (min, max, surge): the load that drives one version to its max is load the others do not
+    get, so at peak one version runs at its max and the others at their min, and every version
+    may be rolling out (its surge) at the same time. The preview's admission stage counts
+    pods with this very function."""
+    if not bounds:
+        return []
+    largest = max(range(len(bounds)), key=lambda i: bounds[i][1])
+    return [(high if i == largest else low) + surge for i, (low, high, surge) in enumerate(bounds)]
 
 
 def running_versions(model: ModelConfig) -> list[str]:
@@ -71,20 +112,39 @@ def is_experiment(model: ModelConfig) -> bool:
 
 
 def peak_replicas(model: ModelConfig) -> int:
-    """Pods of all running versions at their maximum, plus the rollout surge of Deployments."""
-    surge = ROLLOUT_SURGE if model.autoscaling.mode == "hpa" else 0
-    return sum(version_replica_bounds(model, v)[1] + surge for v in running_versions(model))
+    """Pods of all running versions at the model's peak, rollouts included."""
+    surge = rollout_surge(model)
+    return sum(split_peak_members([(*replica_bounds(model), surge) for _ in running_versions(model)]))
+
+
+# Containers the cluster adds to every model-server pod, sized by annotations on the pod
+# template so quotas can count them exactly (memory request = limit, no CPU limit):
+# - Istio's sidecar (istio/istio 1.30.3 files/injection-template.yaml, "resources": the
+#   sidecar.istio.io/proxyCPU, proxyMemory and proxyMemoryLimit annotations replace
+#   global.proxy.resources, whose default is 100m/128Mi with limits 2000m/1024Mi);
+# - Knative's queue-proxy (knative/serving knative-v1.23.0
+#   pkg/reconciler/revision/resources/queue.go createQueueResources: the
+#   queue.sidecar.serving.knative.dev/* annotations; without them only 25m of CPU is requested).
+MESH_PROXY_RESOURCES = {"cpu": "100m", "memory": "512Mi"}
+QUEUE_PROXY_RESOURCES = {"cpu": "25m", "memory": "256Mi"}
+
+
+def added_containers_requests(model: ModelConfig) -> dict[str, Decimal]:
+    """CPU and memory the injected containers of one replica ask for (and memory limits)."""
+    added = [MESH_PROXY_RESOURCES] + ([QUEUE_PROXY_RESOURCES] if model.autoscaling.mode == "kpa" else [])
+    return {r: sum((parse_quantity(c[r]) for c in added), Decimal(0)) for r in ("cpu", "memory")}
 
 
 def model_peak_demand(model: ModelConfig) -> dict[str, Decimal]:
-    """What all running versions of a model hold at their maximum replica counts, while a
-    rollout surges."""
+    """What all running versions of a model hold at their peak, rollouts and the containers the
+    cluster injects included."""
     resource, per_replica = replica_gpu_request(model)
     replicas = peak_replicas(model)
+    added = added_containers_requests(model)
     return {
         resource: Decimal(per_replica * replicas),
-        "cpu": parse_quantity(model.resources.cpu) * replicas,
-        "memory": parse_quantity(model.resources.memory) * replicas,
+        "cpu": (parse_quantity(model.resources.cpu) + added["cpu"]) * replicas,
+        "memory": (parse_quantity(model.resources.memory) + added["memory"]) * replicas,
     }
 
 

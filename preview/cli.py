@@ -24,7 +24,9 @@ from .engine import evaluate
 from .report import Report
 from .diff import diff_resources
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
-from .sections import capacity_section, changes_section, policy_section, schema_section
+from .admission import admit_and_schedule
+from .sections import admission_section, capacity_section, changes_section, policy_section, schema_section, upstream_section
+from .upstream import check_upstream, facts_dir
 from .stack_config import StackConfigError, load_project, load_stack_config
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_CONFIG, EXIT_CRASH = 0, 1, 2, 3
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     project_dir = args.project_dir.resolve()
     out = (args.out or project_dir / "build" / "preview" / args.stack).resolve()
-    progress = Progress(total=5, quiet=args.quiet or args.json)
+    progress = Progress(total=7, quiet=args.quiet or args.json)
 
     try:
         overrides, baseline = _read_inputs(args)
@@ -130,11 +132,18 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
     policies.analyze_stack(evaluation.resources)
     report = Report(project=project, stack=args.stack, resources=evaluation.resources, stack_outputs=evaluation.stack_outputs)
     try:
-        objects, _ = progress.run("rendering resources and manifests", lambda: render.write_outputs(out, evaluation.resources))
+        objects, releases = progress.run("rendering resources and manifests", lambda: render.write_outputs(out, evaluation.resources))
     except render.DuplicateObjectError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CRASH
     report.sections["capacity"] = capacity_section(evaluation.stack_outputs)
+    admission = progress.run(
+        "admitting and scheduling every pod template (LimitRange, quota, Pod Security, Knative, pools)",
+        lambda: admit_and_schedule(objects, evaluation.stack_outputs.get("nodePools") or []),
+    )
+    report.sections["admission"] = admission_section(admission)
+    pins = progress.run("checking pins and rendered values against upstream facts", lambda: check_upstream(objects, releases))
+    report.sections["upstream"] = upstream_section(pins, str(facts_dir()))
     version = str(evaluation.stack_outputs.get("kubernetesVersion") or "1.33")
     # Imported only now: jsonschema and the schemas load while the policy pack is busy with the
     # stack, not before the program can start.

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .admission import AdmissionResult
 from .diff import Diff
 from .policy_runner import PolicyRun
 from .report import Section
 
 if TYPE_CHECKING:  # jsonschema loads only when the schema stage runs
     from .schemas import ObjectResult
+    from .upstream import PinResult
 
 
 def capacity_section(stack_outputs: dict[str, Any]) -> Section:
@@ -102,3 +104,44 @@ def policy_section(run: PolicyRun) -> Section:
         "engineLog": run.engine_log,
     }
     return Section("Policies", summary, failed=bool(mandatory), data=data, markdown="\n".join(rows), lines=lines)
+
+
+def admission_section(result: AdmissionResult) -> Section:
+    """Every pod template through admission and onto its pool at peak."""
+    admitted = [w for w in result.workloads if not w.findings]
+    scheduled = sum(1 for w in result.workloads if w.pool is not None and w.placed >= w.peak)
+    summary = (
+        f"{len(admitted)}/{len(result.workloads)} pod templates admitted, {scheduled}/{len(result.workloads)} "
+        f"schedulable at peak on their pools"
+    )
+    if result.findings:
+        summary += f", {len(result.findings)} findings"
+    rows = ["| workload | pool | pods at peak | placed | admitted |", "|---|---|---:|---:|---|"]
+    for w in result.workloads:
+        verdict = "yes" if not w.findings else "**no**: " + "; ".join(w.findings[:3])
+        rows.append(f"| {w.label} | {w.pool or '-'} | {w.peak} | {w.placed} | {verdict} |")
+    data = {
+        "workloads": [
+            {"workload": w.label, "pool": w.pool, "peakPods": w.peak, "placedPods": w.placed, "findings": w.findings}
+            for w in result.workloads
+        ],
+        "findings": result.findings,
+    }
+    return Section("Admission and scheduling", summary, failed=result.failed, data=data, markdown="\n".join(rows), lines=list(result.findings))
+
+
+def upstream_section(results: list[PinResult], facts: str) -> Section:
+    """Pins and rendered values against the upstream facts: verified, unverified, failed."""
+    failed = [r for r in results if r.status == "failed"]
+    unverified = [r for r in results if r.status == "unverified"]
+    summary = f"{len(results) - len(failed) - len(unverified)}/{len(results)} verified against {facts}"
+    if unverified:
+        summary += f", {len(unverified)} unverified"
+    if failed:
+        summary += f", {len(failed)} failed"
+    lines = [f"FAILED {r.pin} {r.version}: {d}" for r in failed for d in r.details]
+    lines += [f"UNVERIFIED {r.pin} {r.version}: {'; '.join(r.details)}" for r in unverified]
+    rows = ["| pin | version | status | details |", "|---|---|---|---|"]
+    rows += [f"| {r.pin} | {r.version} | {r.status} | {'; '.join(r.details) or '-'} |" for r in results]
+    data = {"factsDir": facts, "pins": [r.to_json() for r in results]}
+    return Section("Upstream pins", summary, failed=bool(failed), data=data, markdown="\n".join(rows), lines=lines)

@@ -21,27 +21,29 @@ def geometry(prod_raw) -> dict:
 def test_prod_capacity_table(prod_raw):
     rows = {row["resource"]: row for row in capacity_report(parse_platform_config(prod_raw))}
     gpu = rows["nvidia.com/gpu"]
-    # 8 p5 nodes x 4 whole GPUs + 4 L4 nodes x 4 GPUs.
-    assert gpu["supplyByPool"] == {"h100": "32", "l4-batch": "16"} and gpu["supply"] == "48"
-    assert gpu["demandByTenant"] == {"serving": "40", "team-a": "4", "team-b": "2"} and gpu["withinCapacity"]
-    assert rows["nvidia.com/mig-1g.10gb"]["supply"] == "112"
-    assert rows["nvidia.com/mig-3g.40gb"]["supply"] == "32"
-    assert rows["memory"]["supply"] == f"{8 * 2048 + 4 * 192}Gi"
+    # 9 p5 nodes x 4 whole GPUs + 4 L4 nodes x 4 GPUs.
+    assert gpu["supplyByPool"] == {"h100": "36", "l4-batch": "16"} and gpu["supply"] == "52"
+    assert gpu["demandByTenant"] == {"serving": "41", "team-a": "4", "team-b": "5"} and gpu["withinCapacity"]
+    assert rows["nvidia.com/mig-1g.10gb"]["supply"] == "126"
+    assert rows["nvidia.com/mig-3g.40gb"]["supply"] == "36"
+    assert rows["memory"]["supply"] == f"{9 * 2048 + 4 * 192}Gi"
 
 
 def test_quota_over_capacity_names_tenants_and_pools(prod_raw):
-    prod_raw["tenants"][1]["quota"]["mig"]["1g.10gb"] = 120
-    (message,) = problems(prod_raw)
-    assert message.startswith("inference-platform:tenants: quotas on nvidia.com/mig-1g.10gb add up to 120")
-    assert 'inference-platform:tenants[1].quota.mig["1g.10gb"]=120' in message
-    assert "h100 112" in message and "overcommitRatio" in message
+    prod_raw["tenants"][1]["quota"]["mig"]["1g.10gb"] = 130
+    # Over the pools together, and over what the tenant may use alone.
+    message, alone = problems(prod_raw)
+    assert alone.startswith('inference-platform:tenants[1].quota.mig["1g.10gb"]: 130 of nvidia.com/mig-1g.10gb is more than the pools it may use')
+    assert message.startswith("inference-platform:tenants: quotas on nvidia.com/mig-1g.10gb add up to 130")
+    assert 'inference-platform:tenants[1].quota.mig["1g.10gb"]=130' in message
+    assert "h100 126" in message and "overcommitRatio" in message
 
 
 def test_overcommit_ratio_allows_it(prod_raw):
-    prod_raw["tenants"][1]["quota"]["mig"]["1g.10gb"] = 120
+    prod_raw["tenants"][1]["quota"]["mig"]["1g.10gb"] = 140
     prod_raw["capacity"] = {"overcommitRatio": 1.5}
     rows = {r["resource"]: r for r in capacity_report(parse_platform_config(prod_raw))}
-    assert rows["nvidia.com/mig-1g.10gb"]["utilisationPercent"] == 107
+    assert rows["nvidia.com/mig-1g.10gb"]["utilisationPercent"] == 111
     assert rows["nvidia.com/mig-1g.10gb"]["withinCapacity"]
 
 
@@ -49,7 +51,7 @@ def test_tenant_restricted_to_a_pool_must_fit_that_pool(prod_raw):
     prod_raw["tenants"][2]["quota"]["gpu"] = 20  # team-b may only use l4-batch: 16 GPUs
     prod_raw["tenants"][2]["experimentQuota"]["gpu"] = 20
     found = problems(prod_raw)
-    assert any(m.startswith("inference-platform:tenants[2].quota.gpu: 20 of nvidia.com/gpu is more than its pools (l4-batch)") for m in found), found
+    assert any(m.startswith("inference-platform:tenants[2].quota.gpu: 20 of nvidia.com/gpu is more than the pools it may use (l4-batch)") for m in found), found
 
 
 def test_quota_for_a_mig_profile_no_pool_has(prod_raw):
@@ -107,23 +109,24 @@ def test_model_needing_more_gpus_than_a_node_has(prod_raw):
 def test_model_that_cannot_reach_max_replicas_within_quota(prod_raw):
     prod_raw["models"][0]["autoscaling"]["maxReplicas"] = 9
     found = problems(prod_raw)
-    gpu = next(m for m in found if "of nvidia.com/gpu" in m)
-    assert gpu.startswith("inference-platform:tenants[0].quota.gpu: at maxReplicas llama-70b (inference-platform:models[0].autoscaling.maxReplicas=9)")
-    # 9 replicas + 1 rollout surge, 4 GPUs each, plus 4 for the batch servers.
-    assert "hold 44 of nvidia.com/gpu, but tenant 'serving' has 40 for production" in gpu
+    gpu = next(m for m in found if "of nvidia.com/gpu, but" in m)
+    assert gpu.startswith("inference-platform:tenants[0].quota.gpu: at their peak (maxReplicas, rollouts and injected sidecars included) llama-70b (inference-platform:models[0].autoscaling.maxReplicas=9)")
+    # 9 replicas + 1 rollout surge, 4 GPUs each, plus 4 batch servers and their new revision's first pod.
+    assert "hold 45 of nvidia.com/gpu, but tenant 'serving' has 41 for production" in gpu
 
 
 def test_cpu_memory_and_pods_budgets_are_checked_too(prod_raw):
     quota = prod_raw["tenants"][0]["quota"]
     quota.update(cpu="400", memory="3000Gi", pods=20)
     found = problems(prod_raw)
-    assert any(m.startswith("inference-platform:tenants[0].quota.cpu: at maxReplicas") and "hold 480 of cpu" in m for m in found)
-    assert any(m.startswith("inference-platform:tenants[0].quota.memory: at maxReplicas") and "hold 4352Gi of memory" in m for m in found)
-    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at maxReplicas") and "hold 33 of pods" in m for m in found)
+    # 70B: 9 pods x (32 + 0.1 sidecar); 8B: 26 x (8 + 0.1 + 0.025 queue-proxy); 8B batch: 5 x 8.125.
+    assert any(m.startswith("inference-platform:tenants[0].quota.cpu: at their peak") and "hold 540.775 of cpu" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.memory: at their peak") and "hold 4811.75Gi of memory" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at their peak") and "hold 40 of pods" in m for m in found)
 
 
 def test_a_single_model_over_its_tenant_budget_names_the_model_key(prod_raw):
     prod_raw["models"][2]["autoscaling"]["maxReplicas"] = 8  # llama-1b: 8 + 1 surge slices, team-a has 8
     (message,) = problems(prod_raw)
-    assert message.startswith("inference-platform:models[2].autoscaling.maxReplicas: at maxReplicas llama-1b")
+    assert message.startswith("inference-platform:models[2].autoscaling.maxReplicas: at their peak (maxReplicas, rollouts and injected sidecars included) llama-1b")
     assert "hold 9 of nvidia.com/mig-1g.10gb" in message and 'tenants[1].quota.mig["1g.10gb"]' in message

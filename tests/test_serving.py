@@ -183,14 +183,21 @@ def test_8b_knative_service(prod):
     assert annotations["autoscaling.knative.dev/class"] == "kpa.autoscaling.knative.dev"
     assert annotations["autoscaling.knative.dev/metric"] == "concurrency"
     assert annotations["autoscaling.knative.dev/target"] == "10"
-    assert annotations["autoscaling.knative.dev/min-scale"] == "2"
-    # 90% of max 20 for the stable version, the minimum for the 10% canary.
-    assert annotations["autoscaling.knative.dev/max-scale"] == "18"
-    assert ksvc(prod, "llama-8b-v2", "serving")["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/max-scale"] == "2"
+    # Finding 9: scale at the target the stack names, not at Knative's default 70 % of it.
+    assert annotations["autoscaling.knative.dev/target-utilization-percentage"] == "100"
+    # Finding 15 (and 17's README row "KPA 2..20"): both versions take the model's bounds, whatever
+    # the weight, so a weight step never changes a revision.
+    for version in ("llama-8b-v1", "llama-8b-v2"):
+        bounds = ksvc(prod, version, "serving")["spec"]["template"]["metadata"]["annotations"]
+        assert (bounds["autoscaling.knative.dev/min-scale"], bounds["autoscaling.knative.dev/max-scale"]) == ("2", "20")
     assert annotations["autoscaling.knative.dev/scale-down-delay"] == "5m"
     spec = pod(stable)
     # The hard cap from the stack; the timeout covers the longest tier route it serves (standard).
     assert spec["containerConcurrency"] == 12 and spec["timeoutSeconds"] == 300
+    # Finding 5: the first byte may take the whole timeout, not revision-timeout-seconds.
+    assert spec["responseStartTimeoutSeconds"] == spec["timeoutSeconds"]
+    # vLLM runs what Knative admits: containerConcurrency sequences (v2 sets its own).
+    assert arg(container(stable)["args"], "--max-num-seqs") == "12"
     assert annotations["serving.knative.dev/progress-deadline"] == f"{90 * 10 + 300}s"
     assert container(stable)["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
     assert arg(container(stable)["args"], "--max-model-len") == "4096"
@@ -207,7 +214,8 @@ def test_knative_serving_installed_with_the_features_servers_need(prod):
     features = serving["spec"]["config"]["features"]
     for feature in ("nodeselector", "tolerations", "securitycontext", "priorityclassname", "init-containers"):
         assert features[f"kubernetes.podspec-{feature}"] == "enabled"
-    assert serving["spec"]["config"]["defaults"]["max-revision-timeout-seconds"] == "900"  # batch labelling
+    # Finding 12: no Knative-served request may outlast what the activator drains (600 s).
+    assert serving["spec"]["config"]["defaults"]["max-revision-timeout-seconds"] == "600"
     assert serving["spec"]["ingress"]["istio"]["enabled"] is True
 
 
@@ -228,7 +236,7 @@ def test_batch_labelling_is_kept_apart(prod):
     assert annotations["autoscaling.knative.dev/min-scale"] == "0"
     args = container(batch)["args"]
     assert "--scheduling-policy" not in args  # one tier only
-    assert spec["timeoutSeconds"] == 900
+    assert spec["timeoutSeconds"] == spec["responseStartTimeoutSeconds"] == 600
 
 
 def test_time_sliced_servers_plan_for_their_share_of_gpu_memory(staging):

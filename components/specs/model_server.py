@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from platform_config.capacity import instance_of
-from platform_config.serving import DRAIN_MARGIN_SECONDS, effective_profile, model_priority_class, model_tiers, replica_gpu_request, version_replica_bounds
-from platform_config.models import ModelConfig, ModelVersion, NodePoolConfig, PlatformConfig, ServerArgs, duration_seconds
+from platform_config.serving import DRAIN_MARGIN_SECONDS, MESH_PROXY_RESOURCES, QUEUE_PROXY_RESOURCES, effective_profile, model_priority_class, model_tiers, replica_bounds, replica_gpu_request, request_timeout_seconds
+from platform_config.models import ModelConfig, ModelVersion, NodePoolConfig, PlatformConfig, ServerArgs
+from platform_config.pins import AWS_CLI, VLLM
 from platform_config.profiles import WorkloadProfile
 from platform_config.quantity import parse_quantity
 
@@ -36,9 +37,7 @@ from ..constants import (
     PART_OF,
     LABEL_PART_OF,
     LABEL_COMPONENT,
-    VLLM_IMAGE,
     VLLM_PORT,
-    AWS_CLI_IMAGE,
 )
 
 # pulumi-kubernetes (4.18+): what to await on a resource it has no built-in readiness check for.
@@ -151,9 +150,8 @@ def plan_server(config: PlatformConfig, model: ModelConfig, version_name: str, *
     profile = effective_profile(config, model)
     args = merged_server_args(model, version)
     resource, count = replica_gpu_request(model)
-    low, high = version_replica_bounds(model, version_name)
+    low, high = replica_bounds(model)
     tiers = model_tiers(config, model)
-    timeout = max([profile.request_timeout_seconds] + [math.ceil(duration_seconds(config.traffic.tiers[t].timeout)) for t in tiers])
     if args.gpu_memory_utilization is not None:
         memory_fraction = args.gpu_memory_utilization
     elif pool.sharing.mode == "timeSlicing" and pool.sharing.replicas:
@@ -171,13 +169,13 @@ def plan_server(config: PlatformConfig, model: ModelConfig, version_name: str, *
         tiers=tiers,
         priority_class=model_priority_class(model),
         args=args,
-        image=version.image or VLLM_IMAGE,
+        image=version.image or VLLM.image,
         gpu_resource=resource,
         gpu_count=count,
         gpu_memory_utilization=memory_fraction,
         min_replicas=low,
         max_replicas=high,
-        request_timeout_seconds=timeout,
+        request_timeout_seconds=request_timeout_seconds(config, model),
         hugging_face_token=hugging_face_token and version.source.huggingface is not None,
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
         weights_service_account=f"{model.name}-weights" if version.source.s3_uri else None,
@@ -217,8 +215,10 @@ def vllm_args(plan: ServerPlan) -> list[str]:
         out += ["--revision", source.revision]
     if args.max_model_len is not None:
         out += ["--max-model-len", str(args.max_model_len)]
-    if args.max_num_seqs is not None:
-        out += ["--max-num-seqs", str(args.max_num_seqs)]
+    # Sequences one replica runs at once: what its profile promises (Knative's hard cap for
+    # Knative servers), unless the stack says otherwise. Requests beyond it wait in vLLM's queue,
+    # which is what the HPA scales on.
+    out += ["--max-num-seqs", str(max_num_seqs(plan))]
     if args.quantization is not None:
         out += ["--quantization", args.quantization]
     if args.dtype is not None:
@@ -373,7 +373,7 @@ def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
     _, mounts = _volumes(plan)
     return {
         "name": "fetch-weights",
-        "image": AWS_CLI_IMAGE,
+        "image": AWS_CLI.image,
         "command": ["aws", "s3", "sync", "--only-show-errors", f"{source.s3_uri.rstrip('/')}/{source.revision}/", f"{WEIGHTS_DIR}/{plan.name}"],
         "env": [{"name": "HOME", "value": HOME_DIR}],
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
@@ -398,6 +398,10 @@ def pod_annotations(plan: ServerPlan) -> dict[str, str]:
                 "proxyMetadata": {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"},
             }
         ),
+        # The sidecar's size, stated so quotas count it exactly (see MESH_PROXY_RESOURCES).
+        "sidecar.istio.io/proxyCPU": MESH_PROXY_RESOURCES["cpu"],
+        "sidecar.istio.io/proxyMemory": MESH_PROXY_RESOURCES["memory"],
+        "sidecar.istio.io/proxyMemoryLimit": MESH_PROXY_RESOURCES["memory"],
     }
 
 
@@ -577,6 +581,20 @@ def hpa(plan: ServerPlan) -> dict[str, Any]:
 # --- KPA mode: Knative Service, PodMonitor, PDB ----------------------------------------------
 
 
+def max_num_seqs(plan: ServerPlan) -> int:
+    if plan.args.max_num_seqs is not None:
+        return plan.args.max_num_seqs
+    if plan.mode == "kpa" and container_concurrency(plan):
+        return container_concurrency(plan)
+    return plan.profile.concurrency_per_replica
+
+
+def container_concurrency(plan: ServerPlan) -> int:
+    """Knative's hard cap of requests in flight per replica (0: no cap)."""
+    kpa = plan.model.autoscaling.kpa
+    return kpa.container_concurrency if kpa.container_concurrency is not None else plan.profile.concurrency_per_replica
+
+
 def knative_target(plan: ServerPlan) -> int:
     return plan.model.autoscaling.kpa.target_concurrency or plan.profile.concurrency_per_replica
 
@@ -587,18 +605,24 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
         "autoscaling.knative.dev/class": "kpa.autoscaling.knative.dev",
         "autoscaling.knative.dev/metric": "concurrency",
         "autoscaling.knative.dev/target": str(knative_target(plan)),
+        # Knative aims at 70 % of the target unless told otherwise (config-autoscaler
+        # container-concurrency-target-percentage): scale at the target the stack names.
+        "autoscaling.knative.dev/target-utilization-percentage": "100",
         "autoscaling.knative.dev/min-scale": str(plan.min_replicas),
         "autoscaling.knative.dev/max-scale": str(plan.max_replicas),
         "autoscaling.knative.dev/scale-down-delay": kpa.scale_down_delay,
         "autoscaling.knative.dev/window": kpa.window,
         **pod_annotations(plan),
+        # queue-proxy's size, stated so quotas count it exactly (see QUEUE_PROXY_RESOURCES).
+        "queue.sidecar.serving.knative.dev/cpu-resource-request": QUEUE_PROXY_RESOURCES["cpu"],
+        "queue.sidecar.serving.knative.dev/memory-resource-request": QUEUE_PROXY_RESOURCES["memory"],
+        "queue.sidecar.serving.knative.dev/memory-resource-limit": QUEUE_PROXY_RESOURCES["memory"],
     }
     if kpa.initial_scale is not None:
         annotations["autoscaling.knative.dev/initial-scale"] = str(kpa.initial_scale)
     # Knative marks a revision failed after its progress deadline (10 minutes by default);
     # loading a model can take longer, so the deadline outlasts the startup probe.
     annotations["serving.knative.dev/progress-deadline"] = f"{progress_deadline_seconds(plan)}s"
-    concurrency = kpa.container_concurrency if kpa.container_concurrency is not None else plan.profile.concurrency_per_replica
     return {
         "apiVersion": "serving.knative.dev/v1",
         "kind": "Service",
@@ -616,8 +640,14 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
                 "spec": {
                     # Hard cap per replica: beyond it requests queue in the activator/queue-proxy,
                     # which answers 503 when its bounded queue is full.
-                    "containerConcurrency": concurrency,
+                    "containerConcurrency": container_concurrency(plan),
                     "timeoutSeconds": plan.request_timeout_seconds,
+                    # Unset, Knative defaults the time to the first response byte from
+                    # revision-timeout-seconds (300 s) whenever that is below timeoutSeconds
+                    # (knative/serving knative-v1.23.0 pkg/apis/config/defaults.go and
+                    # pkg/apis/serving/v1/revision_defaults.go): a silent batch answer would get
+                    # a 504 at 300 s. A non-streamed answer may take the whole timeout.
+                    "responseStartTimeoutSeconds": plan.request_timeout_seconds,
                     **pod_spec(plan, knative=True),
                 },
             }

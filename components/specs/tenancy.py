@@ -112,7 +112,14 @@ def resource_quotas(tenant: TenantConfig, gpu_resources: list[str]) -> list[dict
 
 
 def limit_range(tenant: TenantConfig) -> dict[str, Any]:
-    """Defaults for containers that say nothing, so every pod counts against the quota."""
+    """Defaults for containers that say nothing, so every pod counts against the quota.
+
+    No default CPU limit: LimitRanger fills a missing limit from `default` even when the
+    container's request is larger (plugin/pkg/admission/limitranger/admission.go,
+    mergeContainerResources), and the API server then refuses the pod ("must be less than or
+    equal to cpu limit"); model servers request 4-32 CPUs and, on purpose, set no CPU limit. The
+    quotas limit CPU requests, which defaultRequest fills. A memory limit stays: the quotas
+    limit `limits.memory`, and every container the platform declares sets its own."""
     return {
         "apiVersion": "v1",
         "kind": "LimitRange",
@@ -121,7 +128,7 @@ def limit_range(tenant: TenantConfig) -> dict[str, Any]:
             "limits": [
                 {
                     "type": "Container",
-                    "default": {"cpu": "1", "memory": "1Gi"},
+                    "default": {"memory": "1Gi"},
                     "defaultRequest": {"cpu": "100m", "memory": "256Mi"},
                 }
             ]

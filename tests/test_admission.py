@@ -1,0 +1,270 @@
+"""The admission and scheduling stage: LimitRange, validation, quota, Pod Security, Knative's
+webhook and scheduling onto the pools, on small objects built here and on every stack."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from preview.admission import admit_and_schedule
+
+NS = "team"
+POOL = {
+    "name": "gpu",
+    "labels": {"inference.platform/pool": "gpu"},
+    "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    "allocatable": {"cpu": "30", "memory": "120Gi", "ephemeral-storage": "400Gi", "pods": "110", "nvidia.com/gpu": "4"},
+    "maxSize": 2,
+}
+
+
+def namespace(level: str = "restricted", injected: bool = False) -> dict[str, Any]:
+    labels = {"pod-security.kubernetes.io/enforce": level}
+    if injected:
+        labels["istio-injection"] = "enabled"
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": labels}}
+
+
+def limit_range(default: dict[str, str], default_request: dict[str, str] | None = None) -> dict[str, Any]:
+    item = {"type": "Container", "default": default, "defaultRequest": default_request or {}}
+    return {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "d", "namespace": NS}, "spec": {"limits": [item]}}
+
+
+def quota(hard: dict[str, str], name: str = "q") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": NS}, "spec": {"hard": hard}}
+
+
+SECURE = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def pod_spec(cpu: str = "4", gpus: int = 1, limits: dict[str, str] | None = None) -> dict[str, Any]:
+    resources = {"requests": {"cpu": cpu, "memory": "16Gi", "nvidia.com/gpu": str(gpus)}, "limits": {"memory": "16Gi", "nvidia.com/gpu": str(gpus), **(limits or {})}}
+    return {
+        # Pod-level seccomp also covers the sidecars the cluster injects (Istio sets none).
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "nodeSelector": {"inference.platform/pool": "gpu"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{"name": "vllm", "image": "x:1", "resources": resources, "securityContext": dict(SECURE)}],
+    }
+
+
+def deployment(spec: dict[str, Any], replicas: int = 2, name: str = "server", model: str | None = None) -> dict[str, Any]:
+    labels = {"inference.platform/model": model} if model else {}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
+
+
+def run(*objects: dict[str, Any], pools: list[dict[str, Any]] | None = None):
+    return admit_and_schedule(list(objects), [POOL] if pools is None else pools)
+
+
+def test_a_clean_workload_is_admitted_and_placed():
+    result = run(namespace(), deployment(pod_spec()))
+    assert result.findings == []
+    (workload,) = result.workloads
+    assert (workload.pool, workload.peak, workload.placed) == ("gpu", 3, 3)  # 2 replicas + maxSurge 1
+
+
+def test_limit_range_default_cpu_limit_below_the_request_is_refused():
+    # Finding 1: LimitRanger fills the missing CPU limit (1) below the 4 CPUs requested.
+    result = run(namespace(), limit_range({"cpu": "1", "memory": "1Gi"}, {"cpu": "100m"}), deployment(pod_spec(cpu="4")))
+    assert result.findings == ["Deployment team/server: container vllm: cpu request 4 must be less than or equal to cpu limit 1"]
+    # Without a default CPU limit the same pod is admitted.
+    assert run(namespace(), limit_range({"memory": "1Gi"}, {"cpu": "100m"}), deployment(pod_spec(cpu="4"))).findings == []
+
+
+def test_the_tenants_own_limit_range_admits_the_model_servers(prod):
+    from components.specs.tenancy import limit_range as tenant_limit_range
+
+    tenant = prod.config.tenants[0]
+    objects = [o for o in prod.manifests if o["metadata"].get("namespace") == tenant.name or o["kind"] in ("Namespace", "PriorityClass", "KnativeServing")]
+    assert any(o["kind"] == "LimitRange" for o in objects)
+    assert "cpu" not in tenant_limit_range(tenant)["spec"]["limits"][0]["default"]
+    result = admit_and_schedule(objects, prod.outputs["nodePools"])
+    assert [w for w in result.workloads if w.namespace == tenant.name and w.findings] == []
+
+
+def test_a_request_above_its_own_limit_and_an_extended_resource_request_below_its_limit():
+    spec = pod_spec(cpu="4", limits={"cpu": "2"})
+    spec["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
+    spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    findings = run(namespace(), deployment(spec)).findings
+    assert any("cpu request 4 must be less than or equal to cpu limit 2" in f for f in findings)
+    assert any("nvidia.com/gpu request must equal its limit" in f for f in findings)
+
+
+def test_limit_range_min_max_and_ratio():
+    bounded = limit_range({"memory": "1Gi"})
+    bounded["spec"]["limits"][0].update({"max": {"memory": "8Gi"}, "min": {"cpu": "8"}, "maxLimitRequestRatio": {"cpu": "2"}})
+    findings = run(namespace(), bounded, deployment(pod_spec(cpu="4", limits={"cpu": "10"}))).findings
+    assert any("LimitRange maximum memory 8Gi" in f for f in findings)
+    assert any("LimitRange minimum cpu 8" in f for f in findings)
+    assert any("cpu limit/request ratio above" in f for f in findings)
+
+
+def test_quota_needs_the_resources_it_limits_to_be_stated():
+    spec = pod_spec()
+    del spec["containers"][0]["resources"]["limits"]["memory"]
+    findings = run(namespace(), quota({"limits.memory": "100Gi"}), deployment(spec)).findings
+    assert "Deployment team/server: ResourceQuota q: container vllm must specify limits.memory" in findings
+
+
+def test_quota_counts_every_workload_at_peak():
+    # 2 replicas + surge = 3 pods of 4 CPUs: 12 > 10.
+    findings = run(namespace(), quota({"requests.cpu": "10", "pods": "3"}), deployment(pod_spec())).findings
+    assert findings == ["ResourceQuota team/q: requests.cpu at peak is 12 but the quota allows 10 (server x3)"]
+
+
+def test_quota_scope_by_priority_class():
+    scoped = quota({"requests.nvidia.com/gpu": "0"})
+    scoped["spec"]["scopeSelector"] = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["experiments"]}]}
+    assert run(namespace(), scoped, deployment(pod_spec())).findings == []
+    spec = pod_spec()
+    spec["priorityClassName"] = "experiments"
+    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "experiments"}, "value": 1}
+    assert len(run(namespace(), scoped, pc, deployment(spec)).findings) == 1
+
+
+def test_versions_of_one_model_split_its_peak():
+    # Two versions of one model, each 1..4: one at its max and the other at its min, each with
+    # a surge pod: 4 + 1 + 1 + 1 = 7 pods, not 10.
+    objects = [namespace()]
+    for version in ("v1", "v2"):
+        d = deployment(pod_spec(), replicas=1, name=f"m-{version}", model="m")
+        hpa = {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": f"m-{version}", "namespace": NS},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": f"m-{version}"}, "minReplicas": 1, "maxReplicas": 4},
+        }
+        objects += [d, hpa]
+    result = run(*objects)
+    assert sorted(w.peak for w in result.workloads) == [2, 5]
+
+
+def test_pod_security_restricted():
+    spec = pod_spec()
+    spec["containers"][0]["securityContext"] = {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}
+    del spec["securityContext"]
+    spec["volumes"] = [{"name": "h", "hostPath": {"path": "/"}}]
+    findings = run(namespace("restricted"), deployment(spec)).findings
+    for expected in ("is privileged", "adds capabilities SYS_ADMIN", "hostPath volume h", "allowPrivilegeEscalation: false", "drop ALL", "non-root", "seccompProfile"):
+        assert any(expected in f for f in findings), expected
+    # Baseline asks less; privileged asks nothing.
+    assert not any("non-root" in f for f in run(namespace("baseline"), deployment(spec)).findings)
+    assert run(namespace("privileged"), deployment(spec)).findings == []
+
+
+def test_injected_sidecar_counts_and_its_annotations_size_it():
+    d = deployment(pod_spec(cpu="4"))
+    result = run(namespace(injected=True), quota({"requests.cpu": "12.3"}), d)
+    assert result.findings == []  # 3 pods x (4 + 0.1 default sidecar CPU)
+    d["spec"]["template"]["metadata"]["annotations"] = {"sidecar.istio.io/proxyCPU": "500m"}
+    assert run(namespace(injected=True), quota({"requests.cpu": "12.3"}), d).findings == [
+        "ResourceQuota team/q: requests.cpu at peak is 13500m but the quota allows 12300m (server x3)"
+    ]
+
+
+def knative_service(spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    template_annotations = {"autoscaling.knative.dev/min-scale": "1", "autoscaling.knative.dev/max-scale": "2", **(annotations or {})}
+    return {
+        "apiVersion": "serving.knative.dev/v1",
+        "kind": "Service",
+        "metadata": {"name": "ksvc", "namespace": NS},
+        "spec": {"template": {"metadata": {"annotations": template_annotations}, "spec": spec}},
+    }
+
+
+def test_knative_webhook_restrictions():
+    spec = pod_spec()
+    spec["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", "1"]}}}
+    spec["terminationGracePeriodSeconds"] = 300
+    findings = run(namespace(), knative_features("kubernetes.podspec-tolerations"), knative_service(spec)).findings
+    assert any("field lifecycle" in f for f in findings)
+    assert any("terminationGracePeriodSeconds" in f for f in findings)
+    assert any("nodeSelector unless config-features enables kubernetes.podspec-nodeselector" in f for f in findings)
+    assert not any("tolerations" in f for f in findings)
+
+
+def knative_features(*flags: str) -> dict[str, Any]:
+    features = {flag: "enabled" for flag in flags}
+    return {"apiVersion": "operator.knative.dev/v1beta1", "kind": "KnativeServing", "metadata": {"name": "k"}, "spec": {"config": {"features": features}}}
+
+
+def test_knative_rollout_surge_and_queue_proxy():
+    # min 1, max 2: peak is 2 + a new revision's first pod; queue-proxy adds 25m of CPU.
+    features = knative_features("kubernetes.podspec-nodeselector", "kubernetes.podspec-tolerations")
+    result = run(namespace(), features, quota({"requests.cpu": "12.075"}), knative_service(pod_spec(cpu="4")))
+    assert result.findings == []
+    assert result.workloads[0].peak == 3
+
+
+def test_scheduling_needs_a_pool_with_the_labels_and_tolerations():
+    untolerated = pod_spec()
+    untolerated["tolerations"] = []
+    assert run(namespace(), deployment(untolerated)).findings == [
+        "Deployment team/server: does not tolerate pool gpu's taint nvidia.com/gpu=present:NoSchedule"
+    ]
+    nowhere = pod_spec()
+    nowhere["nodeSelector"] = {"inference.platform/pool": "h200"}
+    assert run(namespace(), deployment(nowhere)).findings == [
+        "Deployment team/server: no node pool has the labels of its nodeSelector {'inference.platform/pool': 'h200'}"
+    ]
+
+
+def test_pods_at_peak_must_bin_pack_onto_the_pool_at_max_size():
+    # Finding 14's shape: 4 GPUs per node, 2 nodes; 7 replicas + 1 surge of 1 GPU fit, of 2 do not.
+    assert run(namespace(), deployment(pod_spec(gpus=1), replicas=7)).findings == []
+    findings = run(namespace(), deployment(pod_spec(gpus=2), replicas=4)).findings
+    assert len(findings) == 1 and "1 of its 5 pods at peak do not fit pool gpu at maxSize 2" in findings[0]
+    # CPU runs out before GPUs: 8 pods x 8 CPUs on two 30-CPU nodes.
+    findings = run(namespace(), deployment(pod_spec(cpu="8", gpus=1), replicas=7)).findings
+    assert "short of" in findings[0] and "cpu" in findings[0]
+
+
+def test_a_missing_priority_class_is_found():
+    spec = pod_spec()
+    spec["priorityClassName"] = "gold"
+    assert run(namespace(), deployment(spec)).findings == ["Deployment team/server: PriorityClass gold does not exist"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_every_stack_admits_and_schedules_every_pod_template(previews, stack):
+    section = previews[stack].report["admission"]
+    assert not section["failed"], section["data"]["findings"]
+    workloads = section["data"]["workloads"]
+    assert workloads and all(w["findings"] == [] and w["pool"] and w["placedPods"] == w["peakPods"] > 0 for w in workloads)
+
+
+@dataclass(frozen=True)
+class Stack:
+    config: Any
+    manifests: list[dict[str, Any]]
+    outputs: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def prod() -> Stack:
+    from platform_config.loader import parse_platform_config
+
+    from .helpers import Evaluated, raw_stack
+
+    raw = copy.deepcopy(raw_stack("prod"))
+    evaluated = Evaluated(raw)
+    return Stack(parse_platform_config(raw), evaluated.manifests(), evaluated.outputs)
