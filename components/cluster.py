@@ -42,6 +42,10 @@ class ClusterArgs:
     tags: dict[str, str]
 
 
+# Enforce NetworkPolicies (the network policy agent runs beside aws-node).
+VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
+
+
 class Cluster(pulumi.ComponentResource):
     name: pulumi.Output[str]
     kubeconfig: pulumi.Output[str] | None
@@ -176,6 +180,22 @@ class Cluster(pulumi.ComponentResource):
             labels={"inference.platform/pool": "system"},
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies, ignore_changes=["scalingConfig.desiredSize"]),
+        )
+
+        # The VPC CNI ships with network-policy enforcement off: without this every
+        # NetworkPolicy the tenants declare is accepted and ignored (the aws-vpc-cni chart's
+        # `enableNetworkPolicy`, the add-on's configuration value of the same name, VPC CNI
+        # 1.14+). The add-on's version stays the one EKS picks for the cluster's Kubernetes
+        # version; OVERWRITE takes the field over from the self-managed install EKS creates.
+        aws.eks.Addon(
+            f"{name}-vpc-cni",
+            cluster_name=self.eks_cluster.name,
+            addon_name="vpc-cni",
+            configuration_values=json.dumps(VPC_CNI_CONFIGURATION),
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=tags,
+            opts=child,
         )
 
         issuer = self.eks_cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer)

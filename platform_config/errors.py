@@ -20,9 +20,11 @@ class ConfigIssue:
     # Path below the project namespace, e.g. ("models", 1, "release", "canaryWeight").
     path: tuple[str | int, ...]
     message: str
+    # A key outside the project's namespace, named whole (`inference-platfrom:models`).
+    foreign_key: str | None = None
 
     def key(self) -> str:
-        return format_key(self.path)
+        return self.foreign_key or format_key(self.path)
 
     def __str__(self) -> str:
         return f"{self.key()}: {self.message}"

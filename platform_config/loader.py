@@ -104,6 +104,28 @@ def _misplaced_secrets() -> list[ConfigIssue]:
     ]
 
 
+# Config namespaces a stack may use: the project's own, and the providers' and the engine's.
+KNOWN_NAMESPACES = (PROJECT, "aws", "kubernetes", "pulumi")
+
+
+def _foreign_keys() -> list[ConfigIssue]:
+    """Keys in a namespace nothing reads: a misspelt project namespace (`inference-platfrom:
+    models`) would otherwise drop that block silently and preview 'clean' without it."""
+    issues = []
+    for key in sorted(_all_config_keys()):
+        namespace = key.split(":", 1)[0]
+        if namespace not in KNOWN_NAMESPACES:
+            issues.append(
+                ConfigIssue(
+                    (),
+                    f"unknown config namespace {namespace!r}: nothing reads this key; namespaces read: "
+                    f"{', '.join(KNOWN_NAMESPACES)} (a misspelt {PROJECT!r}?)",
+                    foreign_key=key,
+                )
+            )
+    return issues
+
+
 def _region_issues(platform: PlatformConfig) -> list[ConfigIssue]:
     eks = platform.cluster.eks
     provider_region = runtime_config.get_config("aws:region")
@@ -118,6 +140,9 @@ def _region_issues(platform: PlatformConfig) -> list[ConfigIssue]:
 
 
 def load_config() -> LoadedConfig:
+    foreign = _foreign_keys()
+    if foreign:
+        raise ConfigError(foreign)
     misplaced = _misplaced_secrets()
     if misplaced:
         # Report without parsing: a parse error would echo the secret value.

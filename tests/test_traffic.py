@@ -207,6 +207,13 @@ def test_completions_body_with_nested_priority_fields(lua):
     assert body["metadata"] == {"priority": 99} and body["priority"] == 1
 
 
+def test_client_priority_never_reaches_single_tier_servers(lua):
+    # Finding 16: a single-tier (fcfs) server gets no priority, the client's included.
+    raw = json.dumps({"model": "batch-labeller", "prompt": "label this", "priority": -100, "metadata": {"priority": 3}})
+    body = Request(lua, {":method": "POST", "x-tier": "batch"}, raw).json()
+    assert "priority" not in body and body["metadata"] == {"priority": 3} and body["prompt"] == "label this"
+
+
 def test_no_priority_for_servers_without_priority_scheduling(lua):
     # The batch labeller serves one tier: vLLM would reject a non-zero priority.
     raw = json.dumps({"model": "batch-labeller", "prompt": "label this"})
@@ -294,11 +301,21 @@ def test_tier_limits_timeouts_and_safe_retries(prod):
     assert subsets["v1-standard"]["trafficPolicy"]["connectionPool"]["http"]["http1MaxPendingRequests"] == 32
     outliers = premium["trafficPolicy"]["outlierDetection"]
     assert outliers["splitExternalLocalOriginErrors"] is True and outliers["consecutiveGatewayErrors"] == 5
+    # Finding 10: unset, consecutive5xxErrors is 5 and ejects first; 0 leaves gateway errors in charge.
+    assert outliers["consecutive5xxErrors"] == 0
     routes = {r["name"]: r for r in vs(prod, "llama-70b", "serving")["spec"]["http"]}
     assert routes["premium-weighted"]["timeout"] == "120s" and routes["standard-weighted"]["timeout"] == "300s"
     assert routes["premium-weighted"]["retries"] == {"attempts": 1, "perTryTimeout": "120000ms", "retryOn": "connect-failure,refused-stream"}
     batch = next(r for r in vs(prod, "batch-labeller", "team-b")["spec"]["http"] if r["name"] == "batch-weighted")
-    assert batch["retries"] == {"attempts": 0} and batch["timeout"] == "900s"
+    assert batch["retries"] == {"attempts": 0} and batch["timeout"] == "600s"
+
+
+def test_knative_gateway_subsets_eject_no_hosts(prod):
+    # Finding 10: behind knative-local-gateway the hosts are gateway pods, not model servers.
+    rule = prod.k8s("DestinationRule", "knative-model-tiers", "istio-system")
+    assert rule["spec"]["subsets"]
+    for subset in rule["spec"]["subsets"]:
+        assert "outlierDetection" not in subset["trafficPolicy"] and subset["trafficPolicy"]["connectionPool"]
 
 
 def test_tiers_a_model_does_not_serve_get_a_clear_403(prod):
@@ -332,16 +349,19 @@ def test_gateway_and_filter(prod):
     # The filter buffers bodies: the listener buffer allows 16 MiB; silent responses may last
     # as long as the longest tier timeout.
     assert patches["LISTENER"]["patch"]["value"] == {"per_connection_buffer_limit_bytes": 16 << 20}
-    assert patches["NETWORK_FILTER"]["patch"]["value"]["typed_config"]["stream_idle_timeout"] == "930s"
+    assert patches["NETWORK_FILTER"]["patch"]["value"]["typed_config"]["stream_idle_timeout"] == "630s"
 
 
 def test_istio_installed_by_pinned_releases(prod):
     releases = {r["inputs"]["name"]: r["inputs"] for r in prod.of_type(RELEASE)}
     for name, chart in (("istio-base", "base"), ("istio-cni", "cni"), ("istiod", "istiod"), ("istio-ingressgateway", "gateway")):
-        assert releases[name]["chart"] == chart and releases[name]["version"] == "1.30.4"
+        # Finding 3: 1.30.3 is the newest 1.30 release (1.30.4 was never tagged).
+        assert releases[name]["chart"] == chart and releases[name]["version"] == "1.30.3"
         assert releases[name]["repositoryOpts"]["repo"] == "https://istio-release.storage.googleapis.com/charts"
     assert releases["istiod"]["values"]["pilot"]["cni"]["enabled"] is True
     assert releases["istio-ingressgateway"]["values"]["labels"]["istio"] == "ingressgateway"
+    # Finding 13: the chart's default 2000m CPU limit is dropped (its helper omits empty values).
+    assert releases["istio-ingressgateway"]["values"]["resources"]["limits"] == {"cpu": "", "memory": "1Gi"}
 
 
 def test_isolation_policies(prod):

@@ -12,7 +12,10 @@
 --   3. computes a stable bucket 0..99 from the model's user-key header with FNV-1a (32 bit), never
 --      a per-process seeded hash, so a user always lands on the same side of a canary;
 --   4. where the destination server schedules by priority, writes the tier's priority into the
---      body as the last "priority" member (any client-sent "priority" is removed first).
+--      body as the last "priority" member (any client-sent "priority" is removed first); where
+--      it does not, removes any client-sent "priority". vLLM 0.18.0 ignores a priority under
+--      fcfs (vllm/v1/core/sched/request_queue.py), though its API documents that any priority
+--      but 0 "will raise an error" there; a client's priority is never the platform's tier.
 
 local bit = require("bit")
 
@@ -152,7 +155,9 @@ local function model_of(body)
   return found
 end
 
--- The body with every top-level "priority" removed and `"priority":<n>` appended last.
+-- The body with every top-level "priority" removed and, unless `priority` is nil,
+-- `"priority":<n>` appended last. nil when the body is not a JSON object, or when there is
+-- nothing to remove and nothing to add.
 local function with_priority(body, priority)
   local list, close = members(body)
   if list == nil then return nil end
@@ -160,7 +165,11 @@ local function with_priority(body, priority)
   for _, m in ipairs(list) do
     if m.key ~= "priority" then parts[#parts + 1] = body:sub(m.first, m.value_last) end
   end
-  parts[#parts + 1] = '"priority":' .. string.format("%d", priority)
+  if priority == nil then
+    if #parts == #list then return nil end
+  else
+    parts[#parts + 1] = '"priority":' .. string.format("%d", priority)
+  end
   return "{" .. table.concat(parts, ",") .. "}" .. body:sub(close + 1)
 end
 
@@ -182,8 +191,10 @@ function envoy_on_request(handle)
       if model ~= nil then
         headers:replace(CONFIG.model_header, model)
         local served = CONFIG.models[model]
-        if served ~= nil and served.priority_tiers[tier] then
-          local rewritten = with_priority(text, CONFIG.priorities[tier])
+        if served ~= nil then
+          local priority = nil
+          if served.priority_tiers[tier] then priority = CONFIG.priorities[tier] end
+          local rewritten = with_priority(text, priority)
           if rewritten ~= nil then body:setBytes(rewritten) end
         end
       end

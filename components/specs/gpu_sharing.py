@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from platform_config.capacity import pool_geometry, pool_supply
+from platform_config.capacity import instance_of, pool_geometry, pool_supply
 from platform_config.gpu_catalog import GPU_RESOURCE, MigGeometryDef
 from platform_config.models import NodePoolConfig
 
@@ -23,6 +23,7 @@ from ..constants import (
     GPU_TAINT_VALUE,
     LABEL_GPU_SHARING,
     LABEL_POOL,
+    NODE_LABEL_ACCELERATOR,
     NODE_LABEL_DEPLOY_DEVICE_PLUGIN,
     NODE_LABEL_DEVICE_PLUGIN_CONFIG,
     NODE_LABEL_MIG_CONFIG,
@@ -41,7 +42,17 @@ def device_plugin_config_name(pool: NodePoolConfig) -> str:
 
 def node_labels(pool: NodePoolConfig) -> dict[str, str]:
     """Labels every node of the pool carries (set on the node group, so present at boot)."""
-    labels = {**pool.labels, LABEL_POOL: pool.name, LABEL_GPU_SHARING: pool.sharing.mode}
+    labels = {
+        **pool.labels,
+        LABEL_POOL: pool.name,
+        LABEL_GPU_SHARING: pool.sharing.mode,
+        # The cluster autoscaler's AWS provider treats a node with this label as a GPU node: it
+        # waits for the GPU to be advertised instead of scaling up again while the device plugin
+        # starts (kubernetes/autoscaler cluster-autoscaler/cloudprovider/aws/README.md, "GPU
+        # instances"; GPULabel in aws_cloud_provider.go). Set on the node group and, through the
+        # node-template tags, on the group while it has no nodes.
+        NODE_LABEL_ACCELERATOR: accelerator_name(pool),
+    }
     if pool.ami_type.startswith("BOTTLEROCKET"):
         # Bottlerocket's NVIDIA variant runs its own device plugin; the operator's must not.
         labels[NODE_LABEL_DEPLOY_DEVICE_PLUGIN] = "false"
@@ -50,6 +61,11 @@ def node_labels(pool: NodePoolConfig) -> dict[str, str]:
     geometry = pool_geometry(pool)
     labels[NODE_LABEL_MIG_CONFIG] = geometry.name if geometry is not None else MIG_DISABLED_CONFIG
     return labels
+
+
+def accelerator_name(pool: NodePoolConfig) -> str:
+    """`nvidia-h100`, `nvidia-l4`, ...: the pool's GPU model, as the label's value."""
+    return "nvidia-" + instance_of(pool).gpu.name.split("-")[0].lower()
 
 
 def node_taint() -> dict[str, str]:

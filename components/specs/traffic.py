@@ -240,8 +240,18 @@ def virtual_service(config: PlatformConfig, model: ModelConfig) -> dict[str, Any
 # --- DestinationRules ------------------------------------------------------------------------
 
 
-def tier_traffic_policy(policy: TierPolicy) -> dict[str, Any]:
-    return {
+def tier_traffic_policy(policy: TierPolicy, *, eject_hosts: bool = True) -> dict[str, Any]:
+    """Connection-pool bounds per tier, and (`eject_hosts`) outlier detection.
+
+    Outlier detection ejects replicas that fail (connection failures, 502/503/504 from the
+    server), not ones that are merely slow: local timeouts are counted apart from server
+    errors. `consecutive5xxErrors` is set to 0: unset, Envoy counts any 5 consecutive 5xx (its
+    default, which Istio keeps) and ejects before `consecutiveGatewayErrors` could matter
+    (istio/api networking/v1alpha3/destination_rule.proto, OutlierDetection: "consecutive
+    gateway errors ... have no effect if consecutive5xxErrors is set to the same or a lower
+    value"). Hosts behind Knative's local gateway are gateway pods, not model servers: a
+    model's 5xx would eject a healthy gateway, so those subsets get no outlier detection."""
+    traffic_policy: dict[str, Any] = {
         "connectionPool": {
             "tcp": {"maxConnections": policy.max_requests},
             "http": {
@@ -251,17 +261,18 @@ def tier_traffic_policy(policy: TierPolicy) -> dict[str, Any]:
                 "maxRetries": max(1, policy.retry_attempts * 8),
             },
         },
-        # Eject replicas that fail (connection failures, 502/503/504 from the server), not
-        # ones that are merely slow: local timeouts are counted apart from server errors.
-        "outlierDetection": {
+    }
+    if eject_hosts:
+        traffic_policy["outlierDetection"] = {
             "splitExternalLocalOriginErrors": True,
             "consecutiveLocalOriginFailures": 5,
+            "consecutive5xxErrors": 0,
             "consecutiveGatewayErrors": 5,
             "interval": "10s",
             "baseEjectionTime": "30s",
             "maxEjectionPercent": 50,
-        },
-    }
+        }
+    return traffic_policy
 
 
 def _subsets(config: PlatformConfig, model: ModelConfig, labels: dict[str, str] | None) -> list[dict[str, Any]]:
@@ -274,7 +285,8 @@ def _subsets(config: PlatformConfig, model: ModelConfig, labels: dict[str, str] 
                 {
                     "name": subset_name(model, version, tier),
                     "labels": labels if labels is not None else {"inference.platform/model-version": version},
-                    "trafficPolicy": tier_traffic_policy(config.traffic.tiers[tier]),
+                    # Knative versions' hosts (labels given) are the local gateway's pods.
+                    "trafficPolicy": tier_traffic_policy(config.traffic.tiers[tier], eject_hosts=labels is None),
                 }
             )
     return subsets
