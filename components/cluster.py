@@ -14,7 +14,7 @@ import pulumi_aws as aws
 
 from platform_config.models import ClusterConfig
 
-from .constants import PACKAGE
+from .constants import PACKAGE, SYSTEM_NODE_SELECTOR
 
 EKS_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 AWS_MANAGED = "arn:aws:iam::aws:policy/"
@@ -53,6 +53,7 @@ class Cluster(pulumi.ComponentResource):
     subnet_ids: list[str]
     oidc_provider_arn: pulumi.Output[str] | None
     oidc_issuer: pulumi.Output[str] | None
+    vpc_id: pulumi.Output[str] | None
     eks_cluster: aws.eks.Cluster | None
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
@@ -64,6 +65,7 @@ class Cluster(pulumi.ComponentResource):
         self.node_role_arn = None
         self.oidc_provider_arn = None
         self.oidc_issuer = None
+        self.vpc_id = None
         self.subnet_ids = []
         # What node groups must wait for (the node role's policies); empty without EKS.
         self.node_role_dependencies: list[pulumi.Resource] = []
@@ -129,6 +131,7 @@ class Cluster(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy]),
         )
+        self.vpc_id = self.eks_cluster.vpc_config.vpc_id
         for index, principal in enumerate(eks.admin_principal_arns):
             entry = aws.eks.AccessEntry(
                 f"{name}-admin-{index}",
@@ -177,7 +180,7 @@ class Cluster(pulumi.ComponentResource):
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=system.min_size, max_size=system.max_size, desired_size=system.desired_size
             ),
-            labels={"inference.platform/pool": "system"},
+            labels=SYSTEM_NODE_SELECTOR,
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies, ignore_changes=["scalingConfig.desiredSize"]),
         )

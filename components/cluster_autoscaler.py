@@ -11,9 +11,9 @@ import pulumi
 from platform_config.models import KubernetesVersion
 from platform_config.pins import CLUSTER_AUTOSCALER
 
-from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE
+from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE, SYSTEM_NODE_SELECTOR
 from .k8s_objects import helm_release
-from .workload_identity import WorkloadIdentity, WorkloadIdentityArgs
+from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
 
 SERVICE_ACCOUNT = "cluster-autoscaler"
 
@@ -55,13 +55,9 @@ def autoscaler_policy(cluster_name: str) -> str:
 @dataclass(frozen=True)
 class ClusterAutoscalerArgs:
     cluster_name: str
-    eks_cluster_name: pulumi.Input[str]
     kubernetes_version: KubernetesVersion
     region: pulumi.Input[str]
-    workload_identity: str
-    tags: dict[str, str]
-    oidc_provider_arn: pulumi.Input[str] | None = None
-    oidc_issuer: pulumi.Input[str] | None = None
+    access: WorkloadAccess
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):
@@ -69,16 +65,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         super().__init__(f"{PACKAGE}:cluster-autoscaler:ClusterAutoscaler", name, None, opts)
         identity = WorkloadIdentity(
             f"{name}-identity",
-            WorkloadIdentityArgs(
-                cluster_name=args.eks_cluster_name,
-                namespace=KUBE_SYSTEM_NAMESPACE,
-                service_account=SERVICE_ACCOUNT,
-                mode=args.workload_identity,
-                policy=autoscaler_policy(args.cluster_name),
-                tags=args.tags,
-                oidc_provider_arn=args.oidc_provider_arn,
-                oidc_issuer=args.oidc_issuer,
-            ),
+            WorkloadIdentityArgs(args.access, KUBE_SYSTEM_NAMESPACE, SERVICE_ACCOUNT, autoscaler_policy(args.cluster_name)),
             opts=pulumi.ResourceOptions(parent=self),
         )
         # The chart built for the cluster's minor version, with its own appVersion as the image.
@@ -110,7 +97,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                     # GPU nodes take minutes to boot and load drivers; do not give up early.
                     "max-node-provision-time": "25m",
                 },
-                "nodeSelector": {"inference.platform/pool": "system"},
+                "nodeSelector": SYSTEM_NODE_SELECTOR,
             },
             pulumi.ResourceOptions(parent=self, depends_on=[identity]),
         )

@@ -25,6 +25,9 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 PART_OF = "inference-platform"
 
 LABEL_POOL = "inference.platform/pool"
+# The EKS system node group's pool label: where the platform's own controllers run.
+SYSTEM_POOL = "system"
+SYSTEM_NODE_SELECTOR = {LABEL_POOL: SYSTEM_POOL}
 LABEL_TENANT = "inference.platform/tenant"
 LABEL_MODEL = "inference.platform/model"
 LABEL_MODEL_VERSION = "inference.platform/model-version"

@@ -29,10 +29,31 @@ def istiod_values() -> dict:
     }
 
 
-def gateway_values(on_aws: bool) -> dict:
+# The listeners of the chart's Service ports the platform serves (80, 443).
+GATEWAY_LISTENERS = ("TCP-80", "TCP-443")
+
+
+def nlb_annotations(idle_timeout_seconds: int) -> dict[str, str]:
+    """An NLB from the AWS Load Balancer Controller (the in-tree provider ignores `external`),
+    sending to pod IPs, with every listener's TCP idle timeout raised (default 350 s;
+    kubernetes-sigs/aws-load-balancer-controller v3.5.0 docs/guide/service/annotations.md,
+    listener-attributes). Internet-facing as before; a later change makes internal the default."""
+    annotations = {
+        "service.beta.kubernetes.io/aws-load-balancer-type": "external",
+        "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing",
+    }
+    for listener in GATEWAY_LISTENERS:
+        annotations[f"service.beta.kubernetes.io/aws-load-balancer-listener-attributes.{listener}"] = (
+            f"tcp.idle_timeout.seconds={idle_timeout_seconds}"
+        )
+    return annotations
+
+
+def gateway_values(nlb_idle_timeout_seconds: int | None) -> dict:
     service: dict = {"type": "LoadBalancer"}
-    if on_aws:
-        service["annotations"] = {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}
+    if nlb_idle_timeout_seconds is not None:
+        service["annotations"] = nlb_annotations(nlb_idle_timeout_seconds)
     return {
         "labels": {**GATEWAY_SELECTOR, "app": GATEWAY_SERVICE_ACCOUNT},
         "service": service,
@@ -47,7 +68,10 @@ def gateway_values(on_aws: bool) -> dict:
 
 @dataclass(frozen=True)
 class MeshArgs:
-    on_aws: bool
+    # On EKS: the AWS Load Balancer Controller, which provisions the gateway's NLB (its
+    # webhook must be up before the gateway's Service is created).
+    load_balancer: pulumi.Resource | None
+    nlb_idle_timeout_seconds: int
 
 
 class Mesh(pulumi.ComponentResource):
@@ -66,5 +90,12 @@ class Mesh(pulumi.ComponentResource):
         self.base = release("base", ISTIO_BASE, "istio-base", {}, [namespace])
         cni = release("cni", ISTIO_CNI, "istio-cni", {}, [self.base])
         self.istiod = release("istiod", ISTIOD, "istiod", istiod_values(), [self.base, cni])
-        self.gateway = release("gateway", ISTIO_GATEWAY, GATEWAY_SERVICE_ACCOUNT, gateway_values(args.on_aws), [self.istiod])
+        on_aws = args.load_balancer is not None
+        self.gateway = release(
+            "gateway",
+            ISTIO_GATEWAY,
+            GATEWAY_SERVICE_ACCOUNT,
+            gateway_values(args.nlb_idle_timeout_seconds if on_aws else None),
+            [self.istiod, *([args.load_balancer] if args.load_balancer else [])],
+        )
         self.register_outputs({"version": ISTIOD.version})

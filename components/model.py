@@ -16,7 +16,7 @@ from .k8s_objects import KubernetesObject
 from .model_route import ModelRoute, ModelRouteArgs
 from .model_server import ModelServer, ModelServerArgs
 from .specs.model_server import plan_server
-from .workload_identity import WorkloadIdentity, WorkloadIdentityArgs
+from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
 
 
 def s3_read_policy(uris: list[str]) -> str:
@@ -54,10 +54,8 @@ class ModelArgs:
     config: PlatformConfig
     model: ModelConfig
     hugging_face_token: bool
-    tags: dict[str, str]
-    eks_cluster_name: pulumi.Input[str] | None = None
-    oidc_provider_arn: pulumi.Input[str] | None = None
-    oidc_issuer: pulumi.Input[str] | None = None
+    # How pods get AWS roles (S3 weights); None without EKS.
+    access: WorkloadAccess | None = None
     # What every object of the model's needs first: its namespace.
     depends_on: tuple[pulumi.Resource, ...] = ()
     # What its pods need besides: sidecar injection, Knative, the tenant's quotas, limits and
@@ -79,21 +77,11 @@ class Model(pulumi.ComponentResource):
 
         s3_uris = sorted({p.version.source.s3_uri for p in plans if p.version.source.s3_uri})
         if s3_uris:
-            eks = config.cluster.eks
-            assert eks is not None and args.eks_cluster_name is not None  # checks.py requires EKS for S3 weights
+            assert args.access is not None  # checks.py requires EKS for S3 weights
             account = f"{model.name}-weights"
             identity = WorkloadIdentity(
                 f"{name}-weights-identity",
-                WorkloadIdentityArgs(
-                    cluster_name=args.eks_cluster_name,
-                    namespace=model.tenant,
-                    service_account=account,
-                    mode=eks.workload_identity,
-                    policy=s3_read_policy(s3_uris),
-                    tags=args.tags,
-                    oidc_provider_arn=args.oidc_provider_arn,
-                    oidc_issuer=args.oidc_issuer,
-                ),
+                WorkloadIdentityArgs(args.access, model.tenant, account, s3_read_policy(s3_uris)),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             # With EKS Pod Identity, credentials are injected at pod admission only if the

@@ -16,17 +16,21 @@ from platform_config.models import PlatformConfig
 
 from .cluster import Cluster
 from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
-from .constants import PACKAGE
+from .constants import PACKAGE, SYSTEM_NODE_SELECTOR
 from .gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from .gateway_routing import GatewayRouting, GatewayRoutingArgs
 from .gpu_operator import GpuOperator, GpuOperatorArgs
 from .mesh import Mesh, MeshArgs
+from .metrics_server import MetricsServer, MetricsServerArgs
 from .knative_serving import KnativeServing, KnativeServingArgs
+from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from .model import Model, ModelArgs
 from .monitoring import PROMETHEUS_URL, Monitoring
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
+from .specs.traffic import stream_idle_timeout_seconds
 from .tenant import Tenant, TenantArgs
+from .workload_identity import WorkloadAccess
 
 
 @dataclass(frozen=True)
@@ -73,24 +77,40 @@ class InferencePlatform(pulumi.ComponentResource):
             )
             for pool in config.node_pools
         ]
+        load_balancer: LoadBalancerController | None = None
+        access: WorkloadAccess | None = None
         if eks is not None:
+            access = WorkloadAccess(cluster.name, eks.workload_identity, tags, cluster.oidc_provider_arn, cluster.oidc_issuer)
+            region = eks.region or aws.get_region_output().region
+            load_balancer = LoadBalancerController(
+                "load-balancer-controller",
+                LoadBalancerControllerArgs(cluster_name=config.cluster.name, region=region, vpc_id=cluster.vpc_id, access=access),
+                opts=child,
+            )
             ClusterAutoscaler(
                 "cluster-autoscaler",
                 ClusterAutoscalerArgs(
                     cluster_name=config.cluster.name,
-                    eks_cluster_name=cluster.name,
                     kubernetes_version=config.cluster.kubernetes_version,
-                    region=eks.region or aws.get_region_output().region,
-                    workload_identity=eks.workload_identity,
-                    tags=tags,
-                    oidc_provider_arn=cluster.oidc_provider_arn,
-                    oidc_issuer=cluster.oidc_issuer,
+                    region=region,
+                    access=access,
                 ),
                 opts=child,
             )
+        if config.monitoring.install_metrics_server:
+            MetricsServer("metrics-server", MetricsServerArgs(node_selector=SYSTEM_NODE_SELECTOR if eks else None), opts=child)
         GpuOperator("gpu-operator", GpuOperatorArgs(pools=tuple(config.node_pools), monitoring=monitoring and monitoring.release), opts=child)
 
-        mesh = Mesh("mesh", MeshArgs(on_aws=eks is not None), opts=child)
+        mesh = Mesh(
+            "mesh",
+            MeshArgs(
+                load_balancer=load_balancer.release if load_balancer else None,
+                # The NLB's listeners keep an idle connection past the gateway's own stream idle
+                # timeout, so the gateway, not the NLB, decides when a silent answer is too late.
+                nlb_idle_timeout_seconds=stream_idle_timeout_seconds(config) + 60,
+            ),
+            opts=child,
+        )
         routing = GatewayRouting("gateway-routing", GatewayRoutingArgs(config=config, depends_on=(mesh.istiod, mesh.gateway)), opts=child)
 
         gpu_resources = tuple(sorted({r for pool in config.node_pools for r in pool_supply(pool).per_node}))
@@ -141,10 +161,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     config=config,
                     model=model,
                     hugging_face_token=token is not None,
-                    tags=tags,
-                    eks_cluster_name=cluster.name if eks else None,
-                    oidc_provider_arn=cluster.oidc_provider_arn,
-                    oidc_issuer=cluster.oidc_issuer,
+                    access=access,
                     depends_on=(self.tenants[model.tenant].namespace_object,),
                     pod_depends_on=(*pod_machinery[model.autoscaling.mode], *self.tenants[model.tenant].workload_prerequisites),
                     monitoring=monitoring.release if monitoring is not None else None,

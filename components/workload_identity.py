@@ -11,17 +11,25 @@ from .constants import PACKAGE
 
 
 @dataclass(frozen=True)
-class WorkloadIdentityArgs:
+class WorkloadAccess:
+    """How a cluster's workloads get AWS roles: the EKS cluster, the mechanism, the tags roles
+    carry and, for IRSA, the OIDC provider. Built once by the platform for every component."""
+
     cluster_name: pulumi.Input[str]
-    namespace: str
-    service_account: str
     # "podIdentity" or "irsa"
     mode: str
-    # IAM policy document (JSON string or Output of one) the role gets inline.
-    policy: pulumi.Input[str]
     tags: dict[str, str]
     oidc_provider_arn: pulumi.Input[str] | None = None
     oidc_issuer: pulumi.Input[str] | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadIdentityArgs:
+    access: WorkloadAccess
+    namespace: str
+    service_account: str
+    # IAM policy document (JSON string or Output of one) the role gets inline.
+    policy: pulumi.Input[str]
 
 
 class WorkloadIdentity(pulumi.ComponentResource):
@@ -33,17 +41,18 @@ class WorkloadIdentity(pulumi.ComponentResource):
         super().__init__(f"{PACKAGE}:workload-identity:WorkloadIdentity", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         subject = f"system:serviceaccount:{args.namespace}:{args.service_account}"
-        if args.mode == "irsa":
-            if args.oidc_provider_arn is None or args.oidc_issuer is None:
-                raise ValueError("WorkloadIdentityArgs: mode 'irsa' needs oidc_provider_arn and oidc_issuer")
-            issuer_host = pulumi.Output.from_input(args.oidc_issuer).apply(lambda url: url.removeprefix("https://"))
+        access = args.access
+        if access.mode == "irsa":
+            if access.oidc_provider_arn is None or access.oidc_issuer is None:
+                raise ValueError("WorkloadAccess: mode 'irsa' needs oidc_provider_arn and oidc_issuer")
+            issuer_host = pulumi.Output.from_input(access.oidc_issuer).apply(lambda url: url.removeprefix("https://"))
             trust = pulumi.Output.json_dumps(
                 {
                     "Version": "2012-10-17",
                     "Statement": [
                         {
                             "Effect": "Allow",
-                            "Principal": {"Federated": args.oidc_provider_arn},
+                            "Principal": {"Federated": access.oidc_provider_arn},
                             "Action": "sts:AssumeRoleWithWebIdentity",
                             "Condition": issuer_host.apply(
                                 lambda host: {"StringEquals": {f"{host}:sub": subject, f"{host}:aud": "sts.amazonaws.com"}}
@@ -65,19 +74,19 @@ class WorkloadIdentity(pulumi.ComponentResource):
                     ],
                 }
             )
-        role = aws.iam.Role(f"{name}-role", assume_role_policy=trust, tags=args.tags, opts=child)
+        role = aws.iam.Role(f"{name}-role", assume_role_policy=trust, tags=access.tags, opts=child)
         aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=args.policy, opts=child)
         self.role_arn = role.arn
-        if args.mode == "irsa":
+        if access.mode == "irsa":
             self.service_account_annotations = role.arn.apply(lambda arn: {"eks.amazonaws.com/role-arn": arn})
         else:
             aws.eks.PodIdentityAssociation(
                 f"{name}-association",
-                cluster_name=args.cluster_name,
+                cluster_name=access.cluster_name,
                 namespace=args.namespace,
                 service_account=args.service_account,
                 role_arn=role.arn,
-                tags=args.tags,
+                tags=access.tags,
                 opts=child,
             )
             self.service_account_annotations = pulumi.Output.from_input({})

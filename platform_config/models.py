@@ -536,6 +536,9 @@ class MonitoringConfig(ConfigModel):
     # Install kube-prometheus-stack; turn off where the cluster already runs a Prometheus
     # Operator that selects ServiceMonitors from every namespace.
     install_prometheus_stack: bool = True
+    # Install metrics-server (the resource metrics API CPU-based HPAs need: the gateway's,
+    # Knative's); turn off where the cluster already runs one.
+    install_metrics_server: bool = True
     # Where prometheus-adapter finds Prometheus when the platform does not install it.
     prometheus_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] | None = None
 

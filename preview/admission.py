@@ -169,22 +169,18 @@ class Workload:
     def pod_requests(self) -> dict[str, Decimal]:
         """The pod's effective requests: the larger of any init container and the sum of the
         app containers, per resource (as the scheduler and quota count them)."""
-        total: dict[str, Decimal] = {}
-        for container in self.containers:
-            for resource, amount in _quantities(container, "requests").items():
-                total[resource] = total.get(resource, Decimal(0)) + amount
-        for container in self.init_containers:
-            for resource, amount in _quantities(container, "requests").items():
-                total[resource] = max(total.get(resource, Decimal(0)), amount)
-        return total
+        return self._pod_total("requests")
 
     def pod_limits(self) -> dict[str, Decimal]:
+        return self._pod_total("limits")
+
+    def _pod_total(self, kind: str) -> dict[str, Decimal]:
         total: dict[str, Decimal] = {}
         for container in self.containers:
-            for resource, amount in _quantities(container, "limits").items():
+            for resource, amount in _quantities(container, kind).items():
                 total[resource] = total.get(resource, Decimal(0)) + amount
         for container in self.init_containers:
-            for resource, amount in _quantities(container, "limits").items():
+            for resource, amount in _quantities(container, kind).items():
                 total[resource] = max(total.get(resource, Decimal(0)), amount)
         return total
 

@@ -38,6 +38,16 @@ def facts_dir() -> Path:
 # entry is for one chart version, cited at its tag, and must be a path the chart reads (a test
 # holds it to that); a version bump drops it until someone reads the new tag.
 FREE_FORM_SUPPLEMENT: dict[tuple[str, str], dict[str, str]] = {
+    ("aws-load-balancer-controller", "3.5.0"): {
+        "nodeSelector": "kubernetes-sigs/aws-load-balancer-controller v3.5.0 helm/aws-load-balancer-controller/templates/"
+        "deployment.yaml lines 264-266: `with .Values.nodeSelector` ... `toYaml .`",
+        "serviceAccount.annotations": "kubernetes-sigs/aws-load-balancer-controller v3.5.0 helm/aws-load-balancer-controller/"
+        "templates/serviceaccount.yaml lines 9-11: `with .Values.serviceAccount.annotations` ... `toYaml .`",
+    },
+    ("cluster-autoscaler", "9.51.0"): {
+        "rbac.serviceAccount.annotations": "kubernetes/autoscaler cluster-autoscaler-chart-9.51.0 charts/cluster-autoscaler/"
+        "templates/serviceaccount.yaml lines 10-12: `with .Values.rbac.serviceAccount.annotations` `range $k, $v := .`",
+    },
     ("gateway", "1.30.3"): {
         "service.annotations": "istio/istio 1.30.3 manifests/charts/gateway/templates/service.yaml line 15: "
         "`merge (deepCopy .Values.service.annotations) .Values.annotations | toYaml`",

@@ -43,7 +43,14 @@ def previews(tmp_path_factory) -> dict[str, "PreviewRun"]:
 
 def pytest_sessionstart(session) -> None:
     from preview.schemas import crd_schema_dir
+    from preview.upstream import facts_dir
 
+    facts = facts_dir()
+    if not (facts / "charts").is_dir() or not (facts / "vllm").is_dir():
+        raise pytest.UsageError(
+            f"the upstream facts are not at {facts}: set UPSTREAM_FACTS_DIR to the shared upstream-facts folder "
+            "(charts/ and vllm/, read in place)"
+        )
     directory = crd_schema_dir()
     if not (directory / "serving.knative.dev").is_dir():
         raise pytest.UsageError(

@@ -47,7 +47,7 @@ def test_eks_cluster_pinned_version_api_auth_and_admin_access(prod):
 def test_pod_identity_or_irsa(prod, prod_raw):
     assert prod.one("aws:eks/addon:Addon", "cluster-pod-identity-agent")["inputs"]["addonName"] == "eks-pod-identity-agent"
     association = prod.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
-    assert [a["inputs"]["serviceAccount"] for a in association] == ["cluster-autoscaler"]
+    assert sorted(a["inputs"]["serviceAccount"] for a in association) == ["aws-load-balancer-controller", "cluster-autoscaler"]
     prod_raw["cluster"]["eks"]["workloadIdentity"] = "irsa"
     irsa = Evaluated(prod_raw)
     provider = irsa.one("aws:iam/openIdConnectProvider:OpenIdConnectProvider", "cluster-oidc")["inputs"]
@@ -58,6 +58,12 @@ def test_pod_identity_or_irsa(prod, prod_raw):
     assert any(key.endswith(":sub") and value == "system:serviceaccount:kube-system:cluster-autoscaler" for key, value in condition.items())
     values = release(irsa, "cluster-autoscaler")["values"]
     assert values["rbac"]["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+    # The role annotations are keys the charts read (their annotation maps are passed on whole).
+    from preview.upstream import VERIFIED, Facts, check_release_values, facts_dir
+
+    for name in ("cluster-autoscaler", "aws-load-balancer-controller"):
+        rendered = release(irsa, name)
+        assert check_release_values(Facts(facts_dir()), rendered).status == VERIFIED, name
 
 
 def test_existing_cluster_by_kubeconfig_creates_no_aws_resources(dev):
@@ -238,3 +244,12 @@ def test_vpc_cni_enforces_network_policies(prod, dev):
     assert addon["addonName"] == "vpc-cni" and json.loads(addon["configurationValues"]) == {"enableNetworkPolicy": "true"}
     assert addon["resolveConflictsOnUpdate"] == "OVERWRITE"
     assert not dev.of_type("aws:eks/addon:Addon")
+
+
+def test_the_gateway_waits_for_the_load_balancer_controller(prod):
+    # Finding 6: the controller's Service webhook must be up when the gateway's Service is made.
+    (controller,) = [r for r in prod.records if r.name == "load-balancer-controller-release"]
+    (gateway,) = [r for r in prod.records if r.name == "mesh-gateway"]
+    assert controller.urn in gateway.dependencies
+    role = prod.one("aws:iam/rolePolicy:RolePolicy", "load-balancer-controller-identity-policy")
+    assert "elasticloadbalancing:ModifyListenerAttributes" in role["inputs"]["policy"]

@@ -1,0 +1,47 @@
+"""metrics-server (pinned Helm release): the resource metrics API that CPU- and memory-based
+HPAs read, such as the Istio ingress gateway's and Knative's own; without it they never act."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from platform_config.pins import METRICS_SERVER
+
+from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE
+from .k8s_objects import helm_release
+
+
+def metrics_server_values(node_selector: dict[str, str] | None) -> dict[str, Any]:
+    """Two replicas and a budget, so a node drain never takes the metrics API away (keys read
+    at kubernetes-sigs/metrics-server tag metrics-server-helm-chart-3.13.1:
+    templates/deployment.yaml `.Values.replicas`, `.Values.nodeSelector`; templates/pdb.yaml)."""
+    values: dict[str, Any] = {"replicas": 2, "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1}}
+    if node_selector:
+        values["nodeSelector"] = node_selector
+    return values
+
+
+@dataclass(frozen=True)
+class MetricsServerArgs:
+    # Where it runs: the system node group on EKS; anywhere on an existing cluster.
+    node_selector: dict[str, str] | None = None
+
+
+class MetricsServer(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+
+    def __init__(self, name: str, args: MetricsServerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:metrics-server:MetricsServer", name, None, opts)
+        self.release = helm_release(
+            f"{name}-release",
+            "metrics-server",
+            KUBE_SYSTEM_NAMESPACE,
+            METRICS_SERVER,
+            metrics_server_values(args.node_selector),
+            pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"version": METRICS_SERVER.version})
