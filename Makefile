@@ -15,12 +15,13 @@ CRD_SCHEMA_DIR ?= $(or $(wildcard $(abspath ../shared/crd-schemas)),$(CURDIR)/cr
 export CRD_SCHEMA_DIR
 export PULUMI_ERROR_OUTPUT_STRING := true
 
-.PHONY: preview preview-all test bench pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
+.PHONY: preview preview-all test golden bench pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
 
 help:
 	@echo "make preview [STACK=dev] [OUT=build/preview/<stack>]  offline preview of a stack"
 	@echo "make test                                            the whole test suite"
 	@echo "make bench                                           preview benchmark (figures for the README)"
+	@echo "make golden                                          record every stack's preview output as expected"
 	@echo "make pulumi-preview STACK=prod                       real 'pulumi preview' with the policy pack"
 	@echo "make pulumi-up STACK=prod                            real 'pulumi up' with the policy pack"
 
@@ -60,6 +61,11 @@ preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 
 test: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	$(PY) -m pytest
+
+# Record every stack's preview output as the expected one (tests/test_golden_outputs.py).
+golden: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
+	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; \
+		cp build/preview/$$stack/resources.json tests/golden/$$stack.resources.json; done
 
 bench: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	$(PY) benchmarks/bench_preview.py
