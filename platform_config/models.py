@@ -96,7 +96,12 @@ def _duration_between(low: float, high: float):
 
     return AfterValidator(check)
 
-_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$")
+# The image rule the policy pack enforces too (it reads these through its generated facts).
+IMAGE_TAG_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+IMAGE_DIGEST_PATTERN = r"sha256:[a-f0-9]{64}"
+FORBIDDEN_IMAGE_TAGS = ("latest",)
+# An optional registry host with a port (registry.example.com:5000/), the path, a tag, a digest.
+_IMAGE = re.compile(rf"^([a-z0-9.-]+:[0-9]+/)?[a-z0-9][a-z0-9._/-]*(:{IMAGE_TAG_PATTERN})?(@{IMAGE_DIGEST_PATTERN})?$")
 
 
 def _pinned_image(value: str) -> str:
@@ -104,8 +109,9 @@ def _pinned_image(value: str) -> str:
     has_tag = ":" in value.split("/")[-1].split("@")[0]
     if not match or not (has_tag or "@sha256:" in value):
         raise ValueError(f"{value!r} is not a pinned image: give a tag or a digest, e.g. 'vllm/vllm-openai:v0.11.0'")
-    if value.split("@")[0].endswith(":latest"):
-        raise ValueError(f"{value!r} uses the 'latest' tag: pin a release tag or a sha256 digest")
+    tag = value.split("@")[0].rsplit("/", 1)[-1].partition(":")[2]
+    if tag in FORBIDDEN_IMAGE_TAGS:
+        raise ValueError(f"{value!r} uses the {tag!r} tag: pin a release tag or a sha256 digest")
     return value
 
 

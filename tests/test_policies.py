@@ -382,3 +382,28 @@ def test_secret_env_names_are_whole_words(pack, baseline):
     assert analyze(pack, record) == {}
     vllm(record)["env"].append({"name": "DB_PASSWORD", "value": "hunter2"})
     assert analyze(pack, record) == {"no-plain-secret-env": "mandatory"}
+
+
+def test_the_packs_facts_are_generated_from_the_program():
+    # One source for what the pack and the program share (GPU catalog, label keys, annotation,
+    # image rule): the pack's file must be what the program's modules generate now.
+    from components.policy_facts import FACTS_FILE, rendered
+
+    assert FACTS_FILE.read_text() == rendered(), "stale: run `make policy-facts`"
+
+
+def test_the_packs_image_rule_is_the_programs():
+    from pydantic import ValidationError
+
+    from platform_config.models import ModelVersion
+
+    from inference_governance.kube import image_is_pinned
+
+    source = {"huggingface": "org/name", "revision": "0" * 40}
+    for image in ("vllm/vllm-openai:v0.18.0", "vllm/vllm-openai:latest", "repo/x@sha256:" + "a" * 64, "repo/x", "registry:5000/x:1.2", "registry:5000/x"):
+        try:
+            ModelVersion.model_validate({"name": "v1", "source": source, "image": image})
+            accepted = True
+        except ValidationError:
+            accepted = False
+        assert image_is_pinned(image) == accepted, image

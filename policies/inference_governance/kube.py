@@ -3,12 +3,18 @@ validators' shared plumbing."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_PREFIX = "nvidia.com/mig-"
+# Generated from the platform's own modules (components/policy_facts.py); a test keeps it fresh.
+FACTS = json.loads((Path(__file__).resolve().parent / "platform_facts.json").read_text())
+
+GPU_RESOURCE: str = FACTS["gpuResource"]
+MIG_PREFIX: str = FACTS["migResourcePrefix"]
+MIG_PROFILES: dict[str, set[str]] = {gpu: set(profiles) for gpu, profiles in FACTS["migProfiles"].items()}
 
 WORKLOAD_TYPES = {
     "kubernetes:apps/v1:Deployment": ("spec", "template"),
@@ -31,8 +37,10 @@ DESTINATION_RULE = "kubernetes:networking.istio.io/v1:DestinationRule"
 SERVICE_MONITOR = "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"
 POD_MONITOR = "kubernetes:monitoring.coreos.com/v1:PodMonitor"
 GPU_NODE_POOL = "inference-platform:gpu-node-pool:GpuNodePool"
-LATENCY_LABEL = "inference.platform/latency-sensitive"
-POOL_LABEL = "inference.platform/pool"
+LATENCY_LABEL: str = FACTS["labels"]["latencySensitive"]
+POOL_LABEL: str = FACTS["labels"]["pool"]
+GPU_SHARING_LABEL: str = FACTS["labels"]["gpuSharing"]
+OVERRIDE_HEADER_ANNOTATION: str = FACTS["annotations"]["overrideHeader"]
 
 
 Report = Callable[..., None]
@@ -106,11 +114,13 @@ def labels_match(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
-_IMAGE_TAG = re.compile(r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_IMAGE_TAG = re.compile(":(" + FACTS["images"]["tagPattern"] + ")$")
+_IMAGE_DIGEST = re.compile("@" + FACTS["images"]["digestPattern"] + "$")
 
 
 def image_is_pinned(image: str) -> bool:
-    if "@sha256:" in image:
+    """The program's rule (platform_config.models): a digest, or a tag that is not forbidden."""
+    if _IMAGE_DIGEST.search(image):
         return True
-    last = image.rsplit("/", 1)[-1]
-    return bool(_IMAGE_TAG.search(last)) and not last.endswith(":latest")
+    tag = _IMAGE_TAG.search(image.rsplit("/", 1)[-1])
+    return bool(tag) and tag.group(1) not in FACTS["images"]["forbiddenTags"]

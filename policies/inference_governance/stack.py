@@ -5,16 +5,18 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping
 
-from .gpu_catalog import MIG_PROFILES
 from .kube import (
     Report,
     config,
     DESTINATION_RULE,
     GPU_NODE_POOL,
+    GPU_SHARING_LABEL,
     HPA_V2,
     KNATIVE_SERVICE,
     LATENCY_LABEL,
     MIG_PREFIX,
+    MIG_PROFILES,
+    OVERRIDE_HEADER_ANNOTATION,
     PDB,
     POD_MONITOR,
     POOL_LABEL,
@@ -78,7 +80,7 @@ def pools(args: Any) -> dict[str, dict[str, Any]]:
         name = labels.get(POOL_LABEL)
         if name:
             pool = found.setdefault(name, {"pool": name})
-            pool.setdefault("sharing", labels.get("inference.platform/gpu-sharing"))
+            pool.setdefault("sharing", labels.get(GPU_SHARING_LABEL))
             pool["capacityType"] = get(group.props, "capacityType", default="ON_DEMAND")
     return found
 
@@ -139,7 +141,6 @@ def _fqdn(host: str, namespace: str) -> str:
     return host if "." in host else f"{host}.{namespace}.svc.cluster.local"
 
 
-OVERRIDE_HEADER_ANNOTATION = "inference.platform/override-header"
 
 
 def canary_routes(args: Any, report_violation: Report) -> None:

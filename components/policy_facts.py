@@ -1,0 +1,43 @@
+"""The facts the policy pack shares with the program, generated from the program's own modules.
+
+The pack is installed and published on its own (its own virtualenv, no import of this project),
+so it reads these from `policies/inference_governance/platform_facts.json`, which this module
+writes: `python -m components.policy_facts` (or `make policy-facts`). A test fails when the file
+is stale, so the GPU catalog, label keys, annotations and image rule cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from platform_config.gpu_catalog import GPU_MODELS, GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from platform_config.models import FORBIDDEN_IMAGE_TAGS, IMAGE_DIGEST_PATTERN, IMAGE_TAG_PATTERN
+
+from .constants import LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_POOL
+from .specs.traffic import OVERRIDE_HEADER_ANNOTATION
+
+FACTS_FILE = Path(__file__).resolve().parent.parent / "policies" / "inference_governance" / "platform_facts.json"
+
+
+def policy_facts() -> dict[str, Any]:
+    return {
+        "generatedBy": "python -m components.policy_facts",
+        "gpuResource": GPU_RESOURCE,
+        "migResourcePrefix": MIG_RESOURCE_PREFIX,
+        "migProfiles": {name: sorted(gpu.mig_profiles) for name, gpu in sorted(GPU_MODELS.items()) if gpu.mig_profiles},
+        "labels": {"pool": LABEL_POOL, "latencySensitive": LABEL_LATENCY_SENSITIVE, "gpuSharing": LABEL_GPU_SHARING},
+        "annotations": {"overrideHeader": OVERRIDE_HEADER_ANNOTATION},
+        "images": {"tagPattern": IMAGE_TAG_PATTERN, "digestPattern": IMAGE_DIGEST_PATTERN, "forbiddenTags": list(FORBIDDEN_IMAGE_TAGS)},
+    }
+
+
+def rendered() -> str:
+    return json.dumps(policy_facts(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    FACTS_FILE.write_text(rendered())
+    print(f"wrote {FACTS_FILE}", file=sys.stderr)
