@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from platform_config.serving import running_versions
+from platform_config.serving import running_versions, weights_service_account
 from platform_config.models import ModelConfig, PlatformConfig
 
 from .constants import HTTP_PORT_NAME, LABEL_MODEL, PACKAGE, VLLM_PORT, standard_labels
@@ -78,7 +78,7 @@ class Model(pulumi.ComponentResource):
         s3_uris = sorted({p.version.source.s3_uri for p in plans if p.version.source.s3_uri})
         if s3_uris:
             assert args.access is not None  # checks.py requires EKS for S3 weights
-            account = f"{model.name}-weights"
+            account = weights_service_account(model)
             identity = WorkloadIdentity(
                 f"{name}-weights-identity",
                 WorkloadIdentityArgs(args.access, model.tenant, account, s3_read_policy(s3_uris)),

@@ -12,7 +12,6 @@ from typing import Callable, Iterable, Iterator
 
 from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, node_allocatable, pool_supply, show_amount
 from .serving import (
-    effective_profile,
     is_experiment,
     model_peak_demand,
     model_tiers,
@@ -21,9 +20,17 @@ from .serving import (
 )
 from .errors import ConfigIssue, format_key
 from .gpu_catalog import GPU_RESOURCE, builtin_mig_configs, fits_on_gpu
-from .models import PlatformConfig, ResourceBudget
+from .models import ModelConfig, NodePoolConfig, PlatformConfig, ResourceBudget
 from .profiles import PROFILES
-from .serving import DRAIN_MARGIN_SECONDS, KNATIVE_ACTIVATOR_GRACE_SECONDS, request_timeout_seconds
+from .serving import (
+    DRAIN_MARGIN_SECONDS,
+    GPU_MEMORY_UTILIZATION_MAX,
+    KNATIVE_ACTIVATOR_GRACE_SECONDS,
+    knative_container_concurrency,
+    knative_target,
+    request_timeout_seconds,
+    time_sliced_memory_share,
+)
 from .quantity import parse_quantity
 
 Check = Callable[[PlatformConfig], Iterable[ConfigIssue]]
@@ -383,97 +390,147 @@ def _over_budget(config, models, t_index, budget_key, resource, need, have, who)
     )
 
 
-def check_serving(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    """Workload profiles against pools, scaling and placement."""
+def _placed_models(config: PlatformConfig) -> Iterator[tuple[int, ModelConfig, NodePoolConfig]]:
+    """(index, model, its pool) for every model whose pool exists (check_models reports the rest)."""
     pools = {p.name: p for p in config.node_pools}
-    # Stack overrides change a profile's defaults, never its latency class or scale-to-zero rule.
-    latency_pools = {m.pool for m in config.models if PROFILES[m.profile].latency_sensitive}
-    latency_tenants = {m.tenant for m in config.models if PROFILES[m.profile].latency_sensitive}
     for index, model in enumerate(config.models):
-        here = ("models", index)
-        profile = PROFILES[model.profile]
-        pool = pools.get(model.pool)
-        if pool is None:
-            continue
-        if profile.latency_sensitive and pool.sharing.mode == "timeSlicing":
+        if model.pool in pools:
+            yield index, model, pools[model.pool]
+
+
+def check_latency_sensitive_not_time_sliced(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """The policy of the same name enforces it on the rendered pods."""
+    for index, model, pool in _placed_models(config):
+        if PROFILES[model.profile].latency_sensitive and pool.sharing.mode == "timeSlicing":
             yield ConfigIssue(
-                (*here, "pool"),
+                ("models", index, "pool"),
                 f"profile {model.profile!r} is latency-sensitive but pool {pool.name!r} shares GPUs by time-slicing, "
                 "which gives no isolation; use a whole-GPU or MIG pool, or a throughput profile (summarization, batch-labelling)",
             )
-        if model.autoscaling.min_replicas == 0 and not profile.scale_to_zero:
+
+
+def check_scale_to_zero_only_where_the_profile_allows(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """Stack overrides change a profile's defaults, never its scale-to-zero rule (the
+    knative-autoscaling policy holds latency-sensitive services to min-scale >= 1)."""
+    for index, model, _ in _placed_models(config):
+        if model.autoscaling.min_replicas == 0 and not PROFILES[model.profile].scale_to_zero:
             yield ConfigIssue(
-                (*here, "autoscaling", "minReplicas"),
+                ("models", index, "autoscaling", "minReplicas"),
                 f"profile {model.profile!r} is never scaled to zero (a cold start takes minutes); minReplicas must be at least 1",
             )
-        if model.profile == "batch-labelling":
-            if model.pool in latency_pools:
+
+
+def check_batch_labelling_kept_apart(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    latency_pools = {m.pool for m in config.models if PROFILES[m.profile].latency_sensitive}
+    latency_tenants = {m.tenant for m in config.models if PROFILES[m.profile].latency_sensitive}
+    for index, model, _ in _placed_models(config):
+        if model.profile != "batch-labelling":
+            continue
+        if model.pool in latency_pools:
+            yield ConfigIssue(
+                ("models", index, "pool"),
+                f"batch labelling is kept apart from real-time work, but pool {model.pool!r} also serves latency-sensitive models",
+            )
+        if model.tenant in latency_tenants:
+            yield ConfigIssue(
+                ("models", index, "tenant"),
+                f"batch labelling is kept apart from real-time work, but namespace {model.tenant!r} also serves latency-sensitive models",
+            )
+
+
+def check_time_sliced_memory_share(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    for index, model, pool in _placed_models(config):
+        if pool.sharing.mode != "timeSlicing" or not pool.sharing.replicas:
+            continue
+        limit = time_sliced_memory_share(GPU_MEMORY_UTILIZATION_MAX, pool.sharing.replicas)
+        servers = [(("models", index, "server"), model.server)]
+        servers += [(("models", index, "versions", i, "server"), v.server) for i, v in enumerate(model.versions)]
+        for path, server in servers:
+            share = server.gpu_memory_utilization
+            if share is not None and share > limit:
                 yield ConfigIssue(
-                    (*here, "pool"),
-                    f"batch labelling is kept apart from real-time work, but pool {model.pool!r} also serves latency-sensitive models",
+                    (*path, "gpuMemoryUtilization"),
+                    f"{share} of the GPU's memory, but {pool.sharing.replicas} pods share each GPU of pool {pool.name!r}: "
+                    f"at most {limit}",
                 )
-            if model.tenant in latency_tenants:
-                yield ConfigIssue(
-                    (*here, "tenant"),
-                    f"batch labelling is kept apart from real-time work, but namespace {model.tenant!r} also serves latency-sensitive models",
-                )
-        if pool.sharing.mode == "timeSlicing" and pool.sharing.replicas:
-            limit = round(0.95 / pool.sharing.replicas, 3)
-            for key, server in (("server", model.server), *((f"versions[{i}]", v.server) for i, v in enumerate(model.versions))):
-                share = server.gpu_memory_utilization
-                if share is not None and share > limit:
-                    path = (*here, "server") if key == "server" else (*here, "versions", int(key[9:-1]), "server")
-                    yield ConfigIssue(
-                        (*path, "gpuMemoryUtilization"),
-                        f"{share} of the GPU's memory, but {pool.sharing.replicas} pods share each GPU of pool {pool.name!r}: "
-                        f"at most {limit}",
-                    )
+
+
+def check_gpu_activity_is_not_a_signal_on_time_sliced_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    for index, model, pool in _placed_models(config):
         scaling = model.autoscaling
         if scaling.mode == "hpa" and scaling.hpa.gpu_utilization_target is not None and pool.sharing.mode == "timeSlicing":
             yield ConfigIssue(
-                (*here, "autoscaling", "hpa", "gpuUtilizationTarget"),
+                ("models", index, "autoscaling", "hpa", "gpuUtilizationTarget"),
                 f"pool {pool.name!r} is time-sliced: a GPU's activity is every sharing pod's, not this model's; "
                 "scale on queueDepthTarget only (set gpuUtilizationTarget: null)",
             )
+
+
+def check_hpa_behavior(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """The hpa-behavior policy's production floor: at least 2 replicas."""
+    for index, model, _ in _placed_models(config):
+        scaling = model.autoscaling
         if scaling.mode == "hpa" and config.environment == "production" and scaling.min_replicas < 2:
             yield ConfigIssue(
-                (*here, "autoscaling", "minReplicas"),
+                ("models", index, "autoscaling", "minReplicas"),
                 "production HPAs keep at least 2 replicas: losing the only one means minutes of model loading",
             )
-        if scaling.mode == "kpa" and request_timeout_seconds(config, model) > KNATIVE_ACTIVATOR_GRACE_SECONDS:
+
+
+def check_knative_requests_within_the_activators_grace(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    for index, model, _ in _placed_models(config):
+        timeout = request_timeout_seconds(config, model)
+        if model.autoscaling.mode == "kpa" and timeout > KNATIVE_ACTIVATOR_GRACE_SECONDS:
             yield ConfigIssue(
-                (*here, "autoscaling", "mode"),
-                f"requests to this model may take {request_timeout_seconds(config, model)} s (its profile's or a tier's "
+                ("models", index, "autoscaling", "mode"),
+                f"requests to this model may take {timeout} s (its profile's or a tier's "
                 f"timeout), but Knative's activator, in the path of Knative-served models, drains for only "
                 f"{KNATIVE_ACTIVATOR_GRACE_SECONDS} s and the operator cannot raise it: use mode 'hpa', or lower the "
                 "timeouts (profiles.<name>.requestTimeoutSeconds, traffic.tiers.<tier>.timeout)",
             )
-        if scaling.mode == "kpa":
-            effective = effective_profile(config, model)
-            concurrency = scaling.kpa.container_concurrency if scaling.kpa.container_concurrency is not None else effective.concurrency_per_replica
-            target = scaling.kpa.target_concurrency or effective.concurrency_per_replica
-            if concurrency and target > concurrency:
-                yield ConfigIssue(
-                    (*here, "autoscaling", "kpa", "targetConcurrency"),
-                    f"target {target} is above the hard limit containerConcurrency {concurrency}; Knative would use the limit: "
-                    "raise autoscaling.kpa.containerConcurrency or lower the target",
-                )
+
+
+def check_knative_autoscaling(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """The knative-autoscaling policy's target: never above the hard cap."""
+    for index, model, _ in _placed_models(config):
+        if model.autoscaling.mode != "kpa":
+            continue
+        concurrency, target = knative_container_concurrency(config, model), knative_target(config, model)
+        if concurrency and target > concurrency:
+            yield ConfigIssue(
+                ("models", index, "autoscaling", "kpa", "targetConcurrency"),
+                f"target {target} is above the hard limit containerConcurrency {concurrency}; Knative would use the limit: "
+                "raise autoscaling.kpa.containerConcurrency or lower the target",
+            )
+
+
+def check_inference_graceful_drain(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """The inference-graceful-drain policy's chain: preStop, then vLLM's drain, within the grace."""
+    for index, model, _ in _placed_models(config):
         drain = model.drain
         if drain.pre_stop_delay_seconds + DRAIN_MARGIN_SECONDS >= drain.termination_grace_period_seconds:
             yield ConfigIssue(
-                (*here, "drain"),
+                ("models", index, "drain"),
                 f"preStopDelaySeconds {drain.pre_stop_delay_seconds} + {DRAIN_MARGIN_SECONDS} s leaves vLLM no time to drain "
                 f"within terminationGracePeriodSeconds {drain.termination_grace_period_seconds}",
             )
+
+
+def check_s3_weights_need_eks(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    for index, model, _ in _placed_models(config):
         if any(v.source.s3_uri for v in model.versions) and config.cluster.mode != "eks":
             yield ConfigIssue(
-                (*here, "versions"),
+                ("models", index, "versions"),
                 "S3 weights are read with an IAM role for the pod (EKS Pod Identity or IRSA): use a Hugging Face source "
                 "on a kubeconfig cluster, or run on EKS",
             )
+
+
+def check_weights_cache_fits_the_node_disk(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    for index, model, pool in _placed_models(config):
         if parse_quantity(model.resources.cache_size) > Decimal(pool.disk_size_gib) * 2**30:
             yield ConfigIssue(
-                (*here, "resources", "cacheSize"),
+                ("models", index, "resources", "cacheSize"),
                 f"{model.resources.cache_size} of weights cache does not fit the {pool.disk_size_gib} GiB disk of pool {pool.name!r}",
             )
 
@@ -531,7 +588,17 @@ CHECKS: list[Check] = [
     check_models,
     check_models_fit_quotas,
     check_models_fit_pools,
-    check_serving,
+    check_latency_sensitive_not_time_sliced,
+    check_scale_to_zero_only_where_the_profile_allows,
+    check_batch_labelling_kept_apart,
+    check_time_sliced_memory_share,
+    check_gpu_activity_is_not_a_signal_on_time_sliced_pools,
+    check_hpa_behavior,
+    check_knative_requests_within_the_activators_grace,
+    check_knative_autoscaling,
+    check_inference_graceful_drain,
+    check_s3_weights_need_eks,
+    check_weights_cache_fits_the_node_disk,
     check_traffic,
     check_object_names,
 ]

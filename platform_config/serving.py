@@ -43,6 +43,26 @@ def request_timeout_seconds(config: PlatformConfig, model: ModelConfig) -> int:
     return max([profile.request_timeout_seconds] + [math.ceil(duration_seconds(config.traffic.tiers[t].timeout)) for t in tiers])
 
 
+# The share of a GPU's memory vLLM takes by default, and the most a stack may give it; a
+# time-sliced GPU's memory is split between the pods that share it.
+GPU_MEMORY_UTILIZATION_DEFAULT = 0.90
+GPU_MEMORY_UTILIZATION_MAX = 0.95
+
+
+def time_sliced_memory_share(fraction: float, replicas: int) -> float:
+    return round(fraction / replicas, 3)
+
+
+def knative_container_concurrency(config: PlatformConfig, model: ModelConfig) -> int:
+    """Knative's hard cap of requests in flight per replica (0: no cap)."""
+    kpa = model.autoscaling.kpa
+    return kpa.container_concurrency if kpa.container_concurrency is not None else effective_profile(config, model).concurrency_per_replica
+
+
+def knative_target(config: PlatformConfig, model: ModelConfig) -> int:
+    return model.autoscaling.kpa.target_concurrency or effective_profile(config, model).concurrency_per_replica
+
+
 # Knative's activator sits in the data path of a Knative-served model (always at scale zero)
 # and drains for terminationGracePeriodSeconds: 600 (knative/serving knative-v1.23.0
 # config/core/deployments/activator.yaml: "should be at least as large as the upper bound on the
@@ -96,6 +116,11 @@ def split_peak_members(bounds: list[tuple[int, int, int]]) -> list[int]:
         return []
     largest = max(range(len(bounds)), key=lambda i: bounds[i][1])
     return [(high if i == largest else low) + surge for i, (low, high, surge) in enumerate(bounds)]
+
+
+def weights_service_account(model: ModelConfig) -> str:
+    """The service account whose workload role reads the model's S3 weights."""
+    return f"{model.name}-weights"
 
 
 def running_versions(model: ModelConfig) -> list[str]:

@@ -14,7 +14,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from platform_config.capacity import instance_of
-from platform_config.serving import DRAIN_MARGIN_SECONDS, MESH_PROXY_RESOURCES, QUEUE_PROXY_RESOURCES, effective_profile, model_priority_class, model_tiers, replica_bounds, replica_gpu_request, request_timeout_seconds
+from platform_config.serving import (
+    DRAIN_MARGIN_SECONDS,
+    GPU_MEMORY_UTILIZATION_DEFAULT,
+    MESH_PROXY_RESOURCES,
+    QUEUE_PROXY_RESOURCES,
+    effective_profile,
+    knative_container_concurrency,
+    knative_target,
+    model_priority_class,
+    model_tiers,
+    replica_bounds,
+    replica_gpu_request,
+    request_timeout_seconds,
+    time_sliced_memory_share,
+    weights_service_account,
+)
 from platform_config.models import ModelConfig, ModelVersion, NodePoolConfig, PlatformConfig, ServerArgs
 from platform_config.pins import AWS_CLI, VLLM
 from platform_config.profiles import WorkloadProfile
@@ -49,8 +64,6 @@ HF_HOME = f"{MODELS_DIR}/hf"
 WEIGHTS_DIR = f"{MODELS_DIR}/weights"
 HOME_DIR = "/home/vllm"
 RUN_AS = 1000
-# GPU memory vLLM may take on an unshared GPU or MIG slice.
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 # Prometheus-adapter names (see components/specs/metrics.py).
 QUEUE_METRIC = "vllm_num_requests_waiting"
 GPU_METRIC = "gpu_engine_active_percent"
@@ -95,6 +108,9 @@ class ServerPlan:
     aliases: tuple[str, ...]
     # Service account with read access to the S3 weights (workload identity), if any.
     weights_service_account: str | None
+    # Knative's hard cap of requests per replica and its autoscaling target (mode kpa).
+    container_concurrency: int
+    knative_target: int
 
     @property
     def mode(self) -> str:
@@ -156,9 +172,9 @@ def plan_server(config: PlatformConfig, model: ModelConfig, version_name: str, *
         memory_fraction = args.gpu_memory_utilization
     elif pool.sharing.mode == "timeSlicing" and pool.sharing.replicas:
         # Shares of a time-sliced GPU split its memory: each server plans for its part only.
-        memory_fraction = round(DEFAULT_GPU_MEMORY_UTILIZATION / pool.sharing.replicas, 3)
+        memory_fraction = time_sliced_memory_share(GPU_MEMORY_UTILIZATION_DEFAULT, pool.sharing.replicas)
     else:
-        memory_fraction = DEFAULT_GPU_MEMORY_UTILIZATION
+        memory_fraction = GPU_MEMORY_UTILIZATION_DEFAULT
     return ServerPlan(
         model=model,
         version=version,
@@ -178,7 +194,9 @@ def plan_server(config: PlatformConfig, model: ModelConfig, version_name: str, *
         request_timeout_seconds=request_timeout_seconds(config, model),
         hugging_face_token=hugging_face_token and version.source.huggingface is not None,
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
-        weights_service_account=f"{model.name}-weights" if version.source.s3_uri else None,
+        weights_service_account=weights_service_account(model) if version.source.s3_uri else None,
+        container_concurrency=knative_container_concurrency(config, model),
+        knative_target=knative_target(config, model),
     )
 
 
@@ -584,19 +602,9 @@ def hpa(plan: ServerPlan) -> dict[str, Any]:
 def max_num_seqs(plan: ServerPlan) -> int:
     if plan.args.max_num_seqs is not None:
         return plan.args.max_num_seqs
-    if plan.mode == "kpa" and container_concurrency(plan):
-        return container_concurrency(plan)
+    if plan.mode == "kpa" and plan.container_concurrency:
+        return plan.container_concurrency
     return plan.profile.concurrency_per_replica
-
-
-def container_concurrency(plan: ServerPlan) -> int:
-    """Knative's hard cap of requests in flight per replica (0: no cap)."""
-    kpa = plan.model.autoscaling.kpa
-    return kpa.container_concurrency if kpa.container_concurrency is not None else plan.profile.concurrency_per_replica
-
-
-def knative_target(plan: ServerPlan) -> int:
-    return plan.model.autoscaling.kpa.target_concurrency or plan.profile.concurrency_per_replica
 
 
 def knative_service(plan: ServerPlan) -> dict[str, Any]:
@@ -604,7 +612,7 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
     annotations = {
         "autoscaling.knative.dev/class": "kpa.autoscaling.knative.dev",
         "autoscaling.knative.dev/metric": "concurrency",
-        "autoscaling.knative.dev/target": str(knative_target(plan)),
+        "autoscaling.knative.dev/target": str(plan.knative_target),
         # Knative aims at 70 % of the target unless told otherwise (config-autoscaler
         # container-concurrency-target-percentage): scale at the target the stack names.
         "autoscaling.knative.dev/target-utilization-percentage": "100",
@@ -640,7 +648,7 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
                 "spec": {
                     # Hard cap per replica: beyond it requests queue in the activator/queue-proxy,
                     # which answers 503 when its bounded queue is full.
-                    "containerConcurrency": container_concurrency(plan),
+                    "containerConcurrency": plan.container_concurrency,
                     "timeoutSeconds": plan.request_timeout_seconds,
                     # Unset, Knative defaults the time to the first response byte from
                     # revision-timeout-seconds (300 s) whenever that is below timeoutSeconds
