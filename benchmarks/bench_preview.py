@@ -43,7 +43,9 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, subpr
 
 
 def measure(program: Path, stack_file: Path, env: dict[str, str] | None = None) -> dict:
-    _, result = run([PY, str(ROOT / "benchmarks" / "measure.py"), "--program", str(program), "--config-file", str(stack_file)], env)
+    _, result = run(
+        [PY, str(ROOT / "benchmarks" / "measure.py"), "--program", str(program), "--config-file", str(stack_file)], env
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -113,22 +115,27 @@ def main() -> None:
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(
-        f"prod stack: whole offline preview median {median(prod_walls):.2f} s, min {min(prod_walls):.2f} s, max {max(prod_walls):.2f} s "
+        f"prod stack: whole offline preview median {median(prod_walls):.2f} s, min {min(prod_walls):.2f} s, max "
+        f"{max(prod_walls):.2f} s "
         f"({args.prod_repeat} runs), {prod_report['counts']['resources']} resources, stages of the last run: "
         + ", ".join(f"{s['name']} {s['seconds']:.2f} s" for s in prod_report["stages"])
     )
     print()
     print(
         "| models x tenants | resources | whole preview | evaluate (program) | baseline: same registrations | ratio "
-        "| baseline: custom resources only | ratio | ms/resource (program / baseline) | KiB/resource (program / baseline) | peak RSS |"
+        "| baseline: custom resources only | ratio | ms/resource (program / baseline) | KiB/resource (program / baseline) | "
+        "peak RSS |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(
-            f"| {row['models']} x {row['tenants']} | {row['resources']} | {row['previewSeconds']:.2f} s | {row['evalSeconds']:.2f} s | "
+            f"| {row['models']} x {row['tenants']} | {row['resources']} | {row['previewSeconds']:.2f} s | "
+            f"{row['evalSeconds']:.2f} s | "
             f"{row['flatSeconds']:.2f} s | {row['evalSeconds'] / row['flatSeconds']:.2f}x | "
-            f"{row['flatCustomOnlySeconds']:.2f} s ({row['flatCustomOnlyResources']}) | {row['evalSeconds'] / row['flatCustomOnlySeconds']:.2f}x | "
-            f"{row['evalSeconds'] / row['resources'] * 1000:.2f} / {row['flatSeconds'] / max(row['flatResources'], 1) * 1000:.2f} | "
+            f"{row['flatCustomOnlySeconds']:.2f} s ({row['flatCustomOnlyResources']}) | "
+            f"{row['evalSeconds'] / row['flatCustomOnlySeconds']:.2f}x | "
+            f"{row['evalSeconds'] / row['resources'] * 1000:.2f} / "
+            f"{row['flatSeconds'] / max(row['flatResources'], 1) * 1000:.2f} | "
             f"{row['evalGrowthKiBPerResource']:.1f} / {row['flatGrowthKiBPerResource']:.1f} | {row['peakMiB']:.0f} MiB |"
         )
     print()

@@ -22,7 +22,9 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
             "tenant": tenant,
             "pool": "l4" if batch else "h100",
             "profile": "summarization" if batch else "chat",
-            "resources": {"gpus": 1, "cpu": "4", "memory": "16Gi"} if batch else {"migProfile": "1g.10gb", "cpu": "4", "memory": "16Gi"},
+            "resources": {"gpus": 1, "cpu": "4", "memory": "16Gi"}
+            if batch
+            else {"migProfile": "1g.10gb", "cpu": "4", "memory": "16Gi"},
             "server": {"maxModelLen": 4096},
             "versions": [{"name": "v1", "source": QWEN}] + ([{"name": "v2", "source": QWEN_15}] if canary else []),
             "release": {"stable": "v1", **({"canary": "v2", "canaryWeight": 10} if canary else {})},
@@ -56,7 +58,13 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
             {
                 "name": f"tenant-{t:03d}",
                 "groups": [f"tenant-{t:03d}-developers"],
-                "quota": {"gpu": per_tenant * 2, "mig": {"1g.10gb": slices}, "cpu": str(per_tenant * 40), "memory": f"{per_tenant * 160}Gi", "pods": per_tenant * 10},
+                "quota": {
+                    "gpu": per_tenant * 2,
+                    "mig": {"1g.10gb": slices},
+                    "cpu": str(per_tenant * 40),
+                    "memory": f"{per_tenant * 160}Gi",
+                    "pods": per_tenant * 10,
+                },
                 "experimentQuota": {"cpu": str(per_tenant * 8), "memory": f"{per_tenant * 32}Gi", "pods": per_tenant * 2},
             }
             for t in range(tenants)

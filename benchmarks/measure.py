@@ -40,7 +40,17 @@ def main() -> None:
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     custom = sum(1 for r in evaluation.resources if r.custom)
-    print(json.dumps({"seconds": seconds, "resources": len(evaluation.resources), "custom": custom, "peakKiB": peak, "growthKiB": peak - before}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "resources": len(evaluation.resources),
+                "custom": custom,
+                "peakKiB": peak,
+                "growthKiB": peak - before,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

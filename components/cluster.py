@@ -70,8 +70,8 @@ class Cluster(pulumi.ComponentResource):
         # What node groups must wait for (the node role's policies); empty without EKS.
         self.node_role_dependencies: list[pulumi.Resource] = []
         if config.mode == "eks":
-            self._eks(name, config, args.tags)
-            self.name = self.eks_cluster.name  # type: ignore[union-attr]
+            self.eks_cluster = self._eks(name, config, args.tags)
+            self.name = self.eks_cluster.name
         else:
             self.name = pulumi.Output.from_input(config.name)
         self.register_outputs(
@@ -93,7 +93,7 @@ class Cluster(pulumi.ComponentResource):
         local = self.config.kubeconfig
         return {"kubeconfig": local.path if local else None, "context": local.context if local else None}
 
-    def _eks(self, name: str, config: ClusterConfig, tags: dict[str, str]) -> None:
+    def _eks(self, name: str, config: ClusterConfig, tags: dict[str, str]) -> aws.eks.Cluster:
         eks = config.eks
         assert eks is not None
         child = pulumi.ResourceOptions(parent=self)
@@ -111,7 +111,7 @@ class Cluster(pulumi.ComponentResource):
             policy_arn=f"{AWS_MANAGED}AmazonEKSClusterPolicy",
             opts=child,
         )
-        self.eks_cluster = aws.eks.Cluster(
+        eks_cluster = aws.eks.Cluster(
             f"{name}-eks",
             name=config.name,
             version=config.kubernetes_version,
@@ -131,11 +131,11 @@ class Cluster(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy]),
         )
-        self.vpc_id = self.eks_cluster.vpc_config.vpc_id
+        self.vpc_id = eks_cluster.vpc_config.vpc_id
         for index, principal in enumerate(eks.admin_principal_arns):
             entry = aws.eks.AccessEntry(
                 f"{name}-admin-{index}",
-                cluster_name=self.eks_cluster.name,
+                cluster_name=eks_cluster.name,
                 principal_arn=principal,
                 type="STANDARD",
                 tags=tags,
@@ -143,7 +143,7 @@ class Cluster(pulumi.ComponentResource):
             )
             aws.eks.AccessPolicyAssociation(
                 f"{name}-admin-{index}-policy",
-                cluster_name=self.eks_cluster.name,
+                cluster_name=eks_cluster.name,
                 principal_arn=principal,
                 policy_arn=EKS_ADMIN_POLICY,
                 access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
@@ -171,7 +171,7 @@ class Cluster(pulumi.ComponentResource):
         system = eks.system_node_group
         aws.eks.NodeGroup(
             f"{name}-system",
-            cluster_name=self.eks_cluster.name,
+            cluster_name=eks_cluster.name,
             node_group_name=f"{config.name}-system",
             node_role_arn=node_role.arn,
             subnet_ids=list(eks.subnet_ids),
@@ -192,7 +192,7 @@ class Cluster(pulumi.ComponentResource):
         # version; OVERWRITE takes the field over from the self-managed install EKS creates.
         aws.eks.Addon(
             f"{name}-vpc-cni",
-            cluster_name=self.eks_cluster.name,
+            cluster_name=eks_cluster.name,
             addon_name="vpc-cni",
             configuration_values=json.dumps(VPC_CNI_CONFIGURATION),
             resolve_conflicts_on_create="OVERWRITE",
@@ -201,7 +201,7 @@ class Cluster(pulumi.ComponentResource):
             opts=child,
         )
 
-        issuer = self.eks_cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
+        issuer = eks_cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
         self.oidc_issuer = issuer
         if eks.workload_identity == "irsa":
             provider = aws.iam.OpenIdConnectProvider(
@@ -215,7 +215,7 @@ class Cluster(pulumi.ComponentResource):
         else:
             aws.eks.Addon(
                 f"{name}-pod-identity-agent",
-                cluster_name=self.eks_cluster.name,
+                cluster_name=eks_cluster.name,
                 addon_name="eks-pod-identity-agent",
                 tags=tags,
                 opts=child,
@@ -231,8 +231,8 @@ class Cluster(pulumi.ComponentResource):
                         {
                             "name": config.name,
                             "cluster": {
-                                "server": self.eks_cluster.endpoint,
-                                "certificate-authority-data": self.eks_cluster.certificate_authority.data,
+                                "server": eks_cluster.endpoint,
+                                "certificate-authority-data": eks_cluster.certificate_authority.data,
                             },
                         }
                     ],
@@ -253,3 +253,4 @@ class Cluster(pulumi.ComponentResource):
                 }
             )
         )
+        return eks_cluster

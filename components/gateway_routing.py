@@ -4,6 +4,7 @@ sticky buckets, vLLM priorities) and the tier subsets of Knative-served models."
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import pulumi
 
 from platform_config.models import PlatformConfig

@@ -101,9 +101,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
                 labels=self.labels,
                 taints=[
-                    aws.eks.NodeGroupTaintArgs(
-                        key=taint["key"], value=taint["value"], effect=EKS_TAINT_EFFECT[taint["effect"]]
-                    )
+                    aws.eks.NodeGroupTaintArgs(key=taint["key"], value=taint["value"], effect=EKS_TAINT_EFFECT[taint["effect"]])
                 ],
                 tags={**args.tags, **autoscaler_tags(args.cluster_name, pool)},
                 # The cluster autoscaler owns the desired size once the group exists.

@@ -10,11 +10,10 @@ import pulumi
 import yaml
 
 from platform_config.models import NodePoolConfig
-
-from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
 from platform_config.pins import GPU_OPERATOR
 
 from .constants import GPU_OPERATOR_NAMESPACE, PACKAGE, PRIVILEGED
+from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
 from .specs.gpu_operator import (
     DEVICE_PLUGIN_CONFIGMAP,
     MIG_PARTED_CONFIGMAP,
@@ -46,7 +45,9 @@ class GpuOperator(pulumi.ComponentResource):
             config_map(MIG_PARTED_CONFIGMAP, {"config.yaml": yaml.safe_dump(mig_parted_config(pools), sort_keys=False)}),
             inside,
         )
-        plugin_config = KubernetesObject(f"{name}-device-plugin-config", config_map(DEVICE_PLUGIN_CONFIGMAP, device_plugin_configs(pools)), inside)
+        plugin_config = KubernetesObject(
+            f"{name}-device-plugin-config", config_map(DEVICE_PLUGIN_CONFIGMAP, device_plugin_configs(pools)), inside
+        )
         release = helm_release(
             f"{name}-release",
             "gpu-operator",

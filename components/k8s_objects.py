@@ -40,6 +40,8 @@ class KubernetesObject(pulumi.CustomResource):
     and `up` and a typed copy of every output. Outputs here are the manifest's top-level fields
     as plain Outputs (`obj.metadata["name"]`, not `obj.metadata.name`)."""
 
+    metadata: pulumi.Output[dict[str, Any]]
+
     def __init__(self, name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions):
         token = type_token(manifest["apiVersion"], manifest["kind"])
         secret_fields = SECRET_FIELDS.get(token, [])
@@ -71,7 +73,9 @@ def helm_release(
 def custom_resource(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
     """A custom resource (Knative, Istio, Prometheus Operator, ...) from its manifest."""
     extra = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
-    return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"], opts=opts, **extra)
+    return k8s.apiextensions.CustomResource(
+        name, api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"], opts=opts, **extra
+    )
 
 
 def system_namespace(name: str, namespace: str, component: str, opts: pulumi.ResourceOptions, **labels: str) -> KubernetesObject:

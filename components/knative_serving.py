@@ -37,7 +37,9 @@ class KnativeServing(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[operator_ns]),
         )
         # The activator must speak mTLS to STRICT tenant namespaces: give it a sidecar.
-        serving_ns = system_namespace(f"{name}-namespace", KNATIVE_SERVING_NAMESPACE, "knative", child, **{"istio-injection": "enabled"})
+        serving_ns = system_namespace(
+            f"{name}-namespace", KNATIVE_SERVING_NAMESPACE, "knative", child, **{"istio-injection": "enabled"}
+        )
         spec = knative_serving()
         self.serving = custom_resource(
             f"{name}-serving", spec, pulumi.ResourceOptions(parent=self, depends_on=[operator, serving_ns, *args.depends_on])

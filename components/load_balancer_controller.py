@@ -46,7 +46,10 @@ def controller_policy() -> str:
         {
             "Version": "2012-10-17",
             "Statement": [
-                _statement(["iam:CreateServiceLinkedRole"], condition={"StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}}),
+                _statement(
+                    ["iam:CreateServiceLinkedRole"],
+                    condition={"StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}},
+                ),
                 _statement(
                     [
                         "ec2:DescribeAccountAttributes",
@@ -82,16 +85,28 @@ def controller_policy() -> str:
                 _statement(["ec2:CreateTags", "ec2:DeleteTags"], "arn:aws:ec2:*:*:security-group/*", retag_owned),
                 _statement(["ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"]),
                 _statement(["ec2:DeleteSecurityGroup"], condition=owned),
-                _statement(["elasticloadbalancing:CreateLoadBalancer", "elasticloadbalancing:CreateTargetGroup"], condition=tagging_new),
-                _statement(["elasticloadbalancing:CreateListener", "elasticloadbalancing:DeleteListener", "elasticloadbalancing:ModifyListener"]),
+                _statement(
+                    ["elasticloadbalancing:CreateLoadBalancer", "elasticloadbalancing:CreateTargetGroup"], condition=tagging_new
+                ),
+                _statement(
+                    [
+                        "elasticloadbalancing:CreateListener",
+                        "elasticloadbalancing:DeleteListener",
+                        "elasticloadbalancing:ModifyListener",
+                    ]
+                ),
                 _statement(
                     ["elasticloadbalancing:AddTags"],
                     load_balancers,
-                    {"StringEquals": {"elasticloadbalancing:CreateAction": ["CreateTargetGroup", "CreateLoadBalancer"]}, **tagging_new},
+                    {
+                        "StringEquals": {"elasticloadbalancing:CreateAction": ["CreateTargetGroup", "CreateLoadBalancer"]},
+                        **tagging_new,
+                    },
                 ),
                 _statement(["elasticloadbalancing:AddTags", "elasticloadbalancing:RemoveTags"], load_balancers, retag_owned),
                 _statement(
-                    ["elasticloadbalancing:AddTags", "elasticloadbalancing:RemoveTags"], "arn:aws:elasticloadbalancing:*:*:listener/net/*/*/*"
+                    ["elasticloadbalancing:AddTags", "elasticloadbalancing:RemoveTags"],
+                    "arn:aws:elasticloadbalancing:*:*:listener/net/*/*/*",
                 ),
                 _statement(
                     [

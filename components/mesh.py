@@ -82,10 +82,21 @@ class Mesh(pulumi.ComponentResource):
     def __init__(self, name: str, args: MeshArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:mesh:Mesh", name, None, opts)
         # The CNI node agent runs privileged on every node.
-        namespace = system_namespace(f"{name}-namespace", ISTIO_SYSTEM_NAMESPACE, "mesh", pulumi.ResourceOptions(parent=self), **PRIVILEGED)
+        namespace = system_namespace(
+            f"{name}-namespace", ISTIO_SYSTEM_NAMESPACE, "mesh", pulumi.ResourceOptions(parent=self), **PRIVILEGED
+        )
 
-        def release(suffix: str, chart: ChartPin, release_name: str, values: dict, after: list[pulumi.Resource]) -> k8s.helm.v3.Release:
-            return helm_release(f"{name}-{suffix}", release_name, ISTIO_SYSTEM_NAMESPACE, chart, values, pulumi.ResourceOptions(parent=self, depends_on=after))
+        def release(
+            suffix: str, chart: ChartPin, release_name: str, values: dict, after: list[pulumi.Resource]
+        ) -> k8s.helm.v3.Release:
+            return helm_release(
+                f"{name}-{suffix}",
+                release_name,
+                ISTIO_SYSTEM_NAMESPACE,
+                chart,
+                values,
+                pulumi.ResourceOptions(parent=self, depends_on=after),
+            )
 
         self.base = release("base", ISTIO_BASE, "istio-base", {}, [namespace])
         cni = release("cni", ISTIO_CNI, "istio-cni", {}, [self.base])

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
-from platform_config.serving import running_versions, weights_service_account
 from platform_config.models import ModelConfig, PlatformConfig
+from platform_config.serving import running_versions, weights_service_account
 
 from .constants import HTTP_PORT_NAME, LABEL_MODEL, PACKAGE, VLLM_PORT, standard_labels
 from .k8s_objects import KubernetesObject
@@ -20,10 +21,16 @@ from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentit
 
 
 def s3_read_policy(uris: list[str]) -> str:
-    statements = []
+    statements: list[dict[str, Any]] = []
     for uri in uris:
         bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-        statements.append({"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": f"arn:aws:s3:::{bucket}/{prefix.rstrip('/')}/*".replace("//*", "/*")})
+        statements.append(
+            {
+                "Effect": "Allow",
+                "Action": ["s3:GetObject"],
+                "Resource": f"arn:aws:s3:::{bucket}/{prefix.rstrip('/')}/*".replace("//*", "/*"),
+            }
+        )
         statements.append(
             {
                 "Effect": "Allow",
@@ -40,11 +47,23 @@ def model_service(model: ModelConfig) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": model.name, "namespace": model.tenant, "labels": standard_labels(model.name, "model", **{LABEL_MODEL: model.name})},
+        "metadata": {
+            "name": model.name,
+            "namespace": model.tenant,
+            "labels": standard_labels(model.name, "model", **{LABEL_MODEL: model.name}),
+        },
         "spec": {
             "type": "ClusterIP",
             "selector": {LABEL_MODEL: model.name},
-            "ports": [{"name": HTTP_PORT_NAME, "port": VLLM_PORT, "targetPort": HTTP_PORT_NAME, "protocol": "TCP", "appProtocol": "http"}],
+            "ports": [
+                {
+                    "name": HTTP_PORT_NAME,
+                    "port": VLLM_PORT,
+                    "targetPort": HTTP_PORT_NAME,
+                    "protocol": "TCP",
+                    "appProtocol": "http",
+                }
+            ],
         },
     }
 
@@ -73,7 +92,9 @@ class Model(pulumi.ComponentResource):
         super().__init__(f"{PACKAGE}:model:Model", name, None, opts)
         config, model = args.config, args.model
         pod_depends = list(args.pod_depends_on)
-        plans = [plan_server(config, model, version, hugging_face_token=args.hugging_face_token) for version in running_versions(model)]
+        plans = [
+            plan_server(config, model, version, hugging_face_token=args.hugging_face_token) for version in running_versions(model)
+        ]
 
         s3_uris = sorted({p.version.source.s3_uri for p in plans if p.version.source.s3_uri})
         if s3_uris:

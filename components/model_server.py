@@ -44,7 +44,9 @@ class ModelServer(pulumi.ComponentResource):
             depends_on=[*args.depends_on, *args.pod_depends_on],
             custom_timeouts=pulumi.CustomTimeouts(create=rollout, update=rollout),
         )
-        monitor = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *([args.monitoring] if args.monitoring else [])])
+        monitor = pulumi.ResourceOptions(
+            parent=self, depends_on=[*args.depends_on, *([args.monitoring] if args.monitoring else [])]
+        )
         if plan.mode == "kpa":
             knative_service = custom_resource(f"{name}-knative-service", specs.knative_service(plan), pods)
             self.serving_objects = (knative_service,)
@@ -63,7 +65,9 @@ class ModelServer(pulumi.ComponentResource):
             KubernetesObject(f"{name}-pdb", specs.pod_disruption_budget(plan), child)
             custom_resource(f"{name}-service-monitor", specs.service_monitor(plan), monitor)
             adapter = [args.metrics_adapter] if args.metrics_adapter else []
-            KubernetesObject(f"{name}-hpa", specs.hpa(plan), pulumi.ResourceOptions(parent=self, depends_on=[deployment, *adapter]))
+            KubernetesObject(
+                f"{name}-hpa", specs.hpa(plan), pulumi.ResourceOptions(parent=self, depends_on=[deployment, *adapter])
+            )
         self.register_outputs(
             {
                 "name": plan.name,

@@ -17,13 +17,13 @@ from platform_config.models import PlatformConfig
 from .cluster import Cluster
 from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from .constants import PACKAGE, SYSTEM_NODE_SELECTOR
-from .gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from .gateway_routing import GatewayRouting, GatewayRoutingArgs
+from .gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from .gpu_operator import GpuOperator, GpuOperatorArgs
-from .mesh import Mesh, MeshArgs
-from .metrics_server import MetricsServer, MetricsServerArgs
 from .knative_serving import KnativeServing, KnativeServingArgs
 from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
+from .mesh import Mesh, MeshArgs
+from .metrics_server import MetricsServer, MetricsServerArgs
 from .model import Model, ModelArgs
 from .monitoring import PROMETHEUS_URL, Monitoring
 from .priority_classes import PriorityClasses
@@ -80,6 +80,7 @@ class InferencePlatform(pulumi.ComponentResource):
         load_balancer: LoadBalancerController | None = None
         access: WorkloadAccess | None = None
         if eks is not None:
+            assert cluster.vpc_id is not None  # set whenever the cluster is EKS
             access = WorkloadAccess(cluster.name, eks.workload_identity, tags, cluster.oidc_provider_arn, cluster.oidc_issuer)
             region = eks.region or aws.get_region_output().region
             load_balancer = LoadBalancerController(
@@ -99,7 +100,11 @@ class InferencePlatform(pulumi.ComponentResource):
             )
         if config.monitoring.install_metrics_server:
             MetricsServer("metrics-server", MetricsServerArgs(node_selector=SYSTEM_NODE_SELECTOR if eks else None), opts=child)
-        GpuOperator("gpu-operator", GpuOperatorArgs(pools=tuple(config.node_pools), monitoring=monitoring and monitoring.release), opts=child)
+        GpuOperator(
+            "gpu-operator",
+            GpuOperatorArgs(pools=tuple(config.node_pools), monitoring=monitoring and monitoring.release),
+            opts=child,
+        )
 
         mesh = Mesh(
             "mesh",
@@ -111,7 +116,9 @@ class InferencePlatform(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        routing = GatewayRouting("gateway-routing", GatewayRoutingArgs(config=config, depends_on=(mesh.istiod, mesh.gateway)), opts=child)
+        routing = GatewayRouting(
+            "gateway-routing", GatewayRoutingArgs(config=config, depends_on=(mesh.istiod, mesh.gateway)), opts=child
+        )
 
         gpu_resources = tuple(sorted({r for pool in config.node_pools for r in pool_supply(pool).per_node}))
         knative_tenants = {m.tenant for m in config.models if m.autoscaling.mode == "kpa"}

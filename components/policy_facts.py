@@ -30,7 +30,11 @@ def policy_facts() -> dict[str, Any]:
         "migProfiles": {name: sorted(gpu.mig_profiles) for name, gpu in sorted(GPU_MODELS.items()) if gpu.mig_profiles},
         "labels": {"pool": LABEL_POOL, "latencySensitive": LABEL_LATENCY_SENSITIVE, "gpuSharing": LABEL_GPU_SHARING},
         "annotations": {"overrideHeader": OVERRIDE_HEADER_ANNOTATION},
-        "images": {"tagPattern": IMAGE_TAG_PATTERN, "digestPattern": IMAGE_DIGEST_PATTERN, "forbiddenTags": list(FORBIDDEN_IMAGE_TAGS)},
+        "images": {
+            "tagPattern": IMAGE_TAG_PATTERN,
+            "digestPattern": IMAGE_DIGEST_PATTERN,
+            "forbiddenTags": list(FORBIDDEN_IMAGE_TAGS),
+        },
     }
 
 

@@ -29,7 +29,11 @@ class PrometheusAdapter(pulumi.ComponentResource):
     def __init__(self, name: str, args: PrometheusAdapterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:prometheus-adapter:PrometheusAdapter", name, None, opts)
         namespace = system_namespace(
-            f"{name}-namespace", NAMESPACE, "metrics", pulumi.ResourceOptions(parent=self), **{"pod-security.kubernetes.io/enforce": "restricted"}
+            f"{name}-namespace",
+            NAMESPACE,
+            "metrics",
+            pulumi.ResourceOptions(parent=self),
+            **{"pod-security.kubernetes.io/enforce": "restricted"},
         )
         self.release = helm_release(
             f"{name}-release",

@@ -61,7 +61,11 @@ class Tenant(pulumi.ComponentResource):
                 {
                     "apiVersion": "v1",
                     "kind": "Secret",
-                    "metadata": {"name": HF_TOKEN_SECRET, "namespace": tenant.name, "labels": standard_labels(HF_TOKEN_SECRET, "credentials")},
+                    "metadata": {
+                        "name": HF_TOKEN_SECRET,
+                        "namespace": tenant.name,
+                        "labels": standard_labels(HF_TOKEN_SECRET, "credentials"),
+                    },
                     "type": "Opaque",
                     "stringData": {HF_TOKEN_KEY: args.hugging_face_token},
                 },
@@ -71,7 +75,9 @@ class Tenant(pulumi.ComponentResource):
         mesh_opts = pulumi.ResourceOptions(parent=self, depends_on=[ns, *([args.mesh] if args.mesh else [])])
         prerequisites.append(custom_resource(f"{name}-peer-authentication", traffic.peer_authentication(tenant), mesh_opts))
         prerequisites.append(
-            custom_resource(f"{name}-authorization-policy", traffic.authorization_policy(tenant, knative=args.uses_knative), mesh_opts)
+            custom_resource(
+                f"{name}-authorization-policy", traffic.authorization_policy(tenant, knative=args.uses_knative), mesh_opts
+            )
         )
         binding = tenancy.role_binding(tenant)
         if binding is not None:

@@ -34,8 +34,7 @@ def custom_geometry(geometry: MigGeometry) -> MigGeometryDef:
     return MigGeometryDef(
         geometry.name,
         tuple(
-            MigDeviceLayout(group.gpus, group.mig_enabled, tuple(sorted(group.profiles.items())))
-            for group in geometry.devices
+            MigDeviceLayout(group.gpus, group.mig_enabled, tuple(sorted(group.profiles.items()))) for group in geometry.devices
         ),
     )
 
@@ -152,6 +151,7 @@ def capacity_report(config: PlatformConfig) -> list[dict[str, object]]:
     ratio = Decimal(str(config.capacity.overcommit_ratio))
     rows = []
     for row in capacity_table(config):
+
         def show(value: Decimal, resource: str = row.resource) -> str:
             return show_amount(resource, value)
 
@@ -198,7 +198,7 @@ def _kube_reserved_cpu(vcpus: int) -> Decimal:
     steps = ((1, Decimal("0.06")), (1, Decimal("0.01")), (2, Decimal("0.005")))
     reserved, left = Decimal(0), Decimal(vcpus)
     for cores, share in steps:
-        taken = min(left, cores)
+        taken = min(left, Decimal(cores))
         reserved += taken * share
         left -= taken
     return reserved + left * Decimal("0.0025")

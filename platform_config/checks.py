@@ -11,27 +11,25 @@ from decimal import Decimal
 from typing import Callable, Iterable, Iterator
 
 from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, node_allocatable, pool_supply, show_amount
-from .serving import (
-    is_experiment,
-    model_peak_demand,
-    model_tiers,
-    peak_replicas,
-    replica_gpu_request,
-)
 from .errors import ConfigIssue, format_key
 from .gpu_catalog import GPU_RESOURCE, builtin_mig_configs, fits_on_gpu
-from .models import ModelConfig, NodePoolConfig, PlatformConfig, ResourceBudget
+from .models import ModelConfig, NodePoolConfig, PlatformConfig, ResourceBudget, ServerArgs
 from .profiles import PROFILES
+from .quantity import parse_quantity
 from .serving import (
     DRAIN_MARGIN_SECONDS,
     GPU_MEMORY_UTILIZATION_MAX,
     KNATIVE_ACTIVATOR_GRACE_SECONDS,
+    is_experiment,
     knative_container_concurrency,
     knative_target,
+    model_peak_demand,
+    model_tiers,
+    peak_replicas,
+    replica_gpu_request,
     request_timeout_seconds,
     time_sliced_memory_share,
 )
-from .quantity import parse_quantity
 
 Check = Callable[[PlatformConfig], Iterable[ConfigIssue]]
 
@@ -73,7 +71,8 @@ def check_unique_names(config: PlatformConfig) -> Iterator[ConfigIssue]:
         if tenant.name in RESERVED_NAMESPACES:
             yield ConfigIssue(
                 ("tenants", index, "name"),
-                f"{tenant.name!r} is a namespace the platform or Kubernetes uses; reserved: {', '.join(sorted(RESERVED_NAMESPACES))}",
+                f"{tenant.name!r} is a namespace the platform or Kubernetes uses; reserved: "
+                f"{', '.join(sorted(RESERVED_NAMESPACES))}",
             )
 
 
@@ -186,7 +185,9 @@ def check_tenants(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 )
         if tenant.experiment_quota.pods is not None and tenant.quota.pods is not None:
             if tenant.experiment_quota.pods > tenant.quota.pods:
-                yield ConfigIssue(("tenants", index, "experimentQuota", "pods"), "experiments may use at most the tenant's pods quota")
+                yield ConfigIssue(
+                    ("tenants", index, "experimentQuota", "pods"), "experiments may use at most the tenant's pods quota"
+                )
 
 
 def _budget_key(resource: str) -> tuple[str, ...]:
@@ -223,8 +224,8 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
         )
     # Each tenant's quota must fit the pools it may land on (its `pools`, else every pool) alone.
     for index, tenant in enumerate(config.tenants):
-        allowed = [p for p in config.node_pools if tenant.pools is None or p.name in tenant.pools]
-        supplies = [pool_supply(p) for p in allowed]
+        usable = [p for p in config.node_pools if tenant.pools is None or p.name in tenant.pools]
+        supplies = [pool_supply(p) for p in usable]
         for resource, amount in budget_resources(tenant.quota).items():
             if resource in ("cpu", "memory"):
                 continue
@@ -232,7 +233,7 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
             if amount > supply * ratio:
                 yield ConfigIssue(
                     ("tenants", index, "quota", *_budget_key(resource)),
-                    f"{amount} of {resource} is more than the pools it may use ({', '.join(p.name for p in allowed)}) "
+                    f"{amount} of {resource} is more than the pools it may use ({', '.join(p.name for p in usable)}) "
                     f"provide at maxSize ({supply})",
                 )
 
@@ -257,7 +258,8 @@ def check_models_fit_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
             if amount <= have:
                 continue
             names = ", ".join(
-                f"{m.name} ({peak_replicas(m)} pods, {format_key(('models', i, 'autoscaling', 'maxReplicas'))}={m.autoscaling.max_replicas})"
+                f"{m.name} ({peak_replicas(m)} pods, "
+                f"{format_key(('models', i, 'autoscaling', 'maxReplicas'))}={m.autoscaling.max_replicas})"
                 for i, m in models
             )
             index, _ = max(models, key=lambda im: model_peak_demand(im[1]).get(resource, Decimal(0)))
@@ -342,9 +344,7 @@ def check_models_fit_quotas(config: PlatformConfig) -> Iterator[ConfigIssue]:
     or the autoscalers would ask for pods the quota rejects."""
     pools = {p.name for p in config.node_pools}
     # A model that cannot run on its pool is reported there; counting it here would only repeat it.
-    runnable = [
-        (i, m) for i, m in enumerate(config.models) if m.pool in pools and not any(_check_model_fits_pool(config, i))
-    ]
+    runnable = [(i, m) for i, m in enumerate(config.models) if m.pool in pools and not any(_check_model_fits_pool(config, i))]
     for t_index, tenant in enumerate(config.tenants):
         for experiment in (False, True):
             models = [(i, m) for i, m in runnable if m.tenant == tenant.name and is_experiment(m) == experiment]
@@ -377,14 +377,18 @@ def _over_budget(config, models, t_index, budget_key, resource, need, have, who)
     tenant = config.tenants[t_index]
     key = ("pods",) if resource == "pods" else _budget_key(resource)
     shown = 5
-    names = ", ".join(f"{m.name} ({format_key(('models', i, 'autoscaling', 'maxReplicas'))}={m.autoscaling.max_replicas})" for i, m in models[:shown])
+    names = ", ".join(
+        f"{m.name} ({format_key(('models', i, 'autoscaling', 'maxReplicas'))}={m.autoscaling.max_replicas})"
+        for i, m in models[:shown]
+    )
     if len(models) > shown:
         names += f" and {len(models) - shown} more"
     index = models[0][0] if len(models) == 1 else None
     path = ("models", index, "autoscaling", "maxReplicas") if index is not None else ("tenants", t_index, budget_key, *key)
     return ConfigIssue(
         path,
-        f"at their peak (maxReplicas, rollouts and injected sidecars included) {names} hold {show_amount(resource, need)} of {resource}, but tenant {tenant.name!r} has "
+        f"at their peak (maxReplicas, rollouts and injected sidecars included) {names} hold {show_amount(resource, need)} of "
+        f"{resource}, but tenant {tenant.name!r} has "
         f"{show_amount(resource, have)} for {who} ({format_key(('tenants', t_index, budget_key, *key))}); "
         "lower maxReplicas or raise the quota",
     )
@@ -429,12 +433,14 @@ def check_batch_labelling_kept_apart(config: PlatformConfig) -> Iterator[ConfigI
         if model.pool in latency_pools:
             yield ConfigIssue(
                 ("models", index, "pool"),
-                f"batch labelling is kept apart from real-time work, but pool {model.pool!r} also serves latency-sensitive models",
+                f"batch labelling is kept apart from real-time work, but pool {model.pool!r} also serves latency-sensitive "
+                "models",
             )
         if model.tenant in latency_tenants:
             yield ConfigIssue(
                 ("models", index, "tenant"),
-                f"batch labelling is kept apart from real-time work, but namespace {model.tenant!r} also serves latency-sensitive models",
+                f"batch labelling is kept apart from real-time work, but namespace {model.tenant!r} also serves "
+                "latency-sensitive models",
             )
 
 
@@ -443,7 +449,7 @@ def check_time_sliced_memory_share(config: PlatformConfig) -> Iterator[ConfigIss
         if pool.sharing.mode != "timeSlicing" or not pool.sharing.replicas:
             continue
         limit = time_sliced_memory_share(GPU_MEMORY_UTILIZATION_MAX, pool.sharing.replicas)
-        servers = [(("models", index, "server"), model.server)]
+        servers: list[tuple[tuple[str | int, ...], ServerArgs]] = [(("models", index, "server"), model.server)]
         servers += [(("models", index, "versions", i, "server"), v.server) for i, v in enumerate(model.versions)]
         for path, server in servers:
             share = server.gpu_memory_utilization
@@ -531,7 +537,8 @@ def check_weights_cache_fits_the_node_disk(config: PlatformConfig) -> Iterator[C
         if parse_quantity(model.resources.cache_size) > Decimal(pool.disk_size_gib) * 2**30:
             yield ConfigIssue(
                 ("models", index, "resources", "cacheSize"),
-                f"{model.resources.cache_size} of weights cache does not fit the {pool.disk_size_gib} GiB disk of pool {pool.name!r}",
+                f"{model.resources.cache_size} of weights cache does not fit the {pool.disk_size_gib} GiB disk of pool "
+                f"{pool.name!r}",
             )
 
 
@@ -540,7 +547,7 @@ def check_object_names(config: PlatformConfig) -> Iterator[ConfigIssue]:
     (`qwen` + `small-v1` and `qwen-small` + `v1` both make `qwen-small-v1`)."""
     seen: dict[tuple[str, str], tuple[int, str]] = {}
     for index, model in enumerate(config.models):
-        names = [(model.name, ("models", index, "name"))]
+        names: list[tuple[str, tuple[str | int, ...]]] = [(model.name, ("models", index, "name"))]
         names += [(f"{model.name}-{v.name}", ("models", index, "versions", i, "name")) for i, v in enumerate(model.versions)]
         for name, path in names:
             key = (model.tenant, name)
@@ -566,9 +573,13 @@ def check_traffic(config: PlatformConfig) -> Iterator[ConfigIssue]:
         elif target.name == model.name:
             yield ConfigIssue(here, "a model cannot be its own batch model")
         elif "batch" not in model_tiers(config, target):
-            yield ConfigIssue(here, f"model {target.name!r} does not serve the batch tier (its tiers: {', '.join(model_tiers(config, target))})")
+            yield ConfigIssue(
+                here, f"model {target.name!r} does not serve the batch tier (its tiers: {', '.join(model_tiers(config, target))})"
+            )
         elif target.batch_model is not None:
-            yield ConfigIssue(here, f"model {target.name!r} sends its own batch tier elsewhere; point at the model that serves it")
+            yield ConfigIssue(
+                here, f"model {target.name!r} sends its own batch tier elsewhere; point at the model that serves it"
+            )
     headers = config.traffic
     reserved = {headers.tier_header, headers.bucket_header, headers.model_header}
     if len(reserved) != 3:
@@ -577,7 +588,9 @@ def check_traffic(config: PlatformConfig) -> Iterator[ConfigIssue]:
         for key in ("overrideHeader", "userKeyHeader"):
             value = model.release.override_header if key == "overrideHeader" else model.release.user_key_header
             if value in reserved:
-                yield ConfigIssue(("models", index, "release", key), f"{value!r} is set by the gateway filter; use another header")
+                yield ConfigIssue(
+                    ("models", index, "release", key), f"{value!r} is set by the gateway filter; use another header"
+                )
 
 
 CHECKS: list[Check] = [

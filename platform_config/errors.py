@@ -7,7 +7,7 @@ exits non-zero without a traceback; the offline preview does the same.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pulumi
 from pydantic import BaseModel, ValidationError
@@ -71,7 +71,7 @@ def _is_union_tag(part: Any) -> bool:
     return isinstance(part, str) and ("[" in part or part in {"str", "int", "float", "bool"})
 
 
-def _describe(detail: dict[str, Any], path: tuple[str | int, ...], root: type[BaseModel]) -> str:
+def _describe(detail: Mapping[str, Any], path: tuple[str | int, ...], root: type[BaseModel]) -> str:
     kind = detail["type"]
     value = detail.get("input")
     ctx = detail.get("ctx") or {}

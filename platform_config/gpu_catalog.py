@@ -115,9 +115,7 @@ L4_24GB = GpuModel(name="L4-24GB", memory_gib=24)
 A10G_24GB = GpuModel(name="A10G-24GB", memory_gib=24)
 L40S_48GB = GpuModel(name="L40S-48GB", memory_gib=48)
 
-GPU_MODELS: dict[str, GpuModel] = {
-    g.name: g for g in (H100_80GB, A100_40GB, A100_80GB, L4_24GB, A10G_24GB, L40S_48GB)
-}
+GPU_MODELS: dict[str, GpuModel] = {g.name: g for g in (H100_80GB, A100_40GB, A100_80GB, L4_24GB, A10G_24GB, L40S_48GB)}
 
 
 @dataclass(frozen=True)

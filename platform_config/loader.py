@@ -71,8 +71,7 @@ def _read_secrets() -> tuple[pulumi.Output[str] | None, list[ConfigIssue]]:
         return None, [
             ConfigIssue(
                 (key,),
-                "must be a secret: set it with `pulumi config set --secret huggingFaceToken <token>` "
-                "so it is stored encrypted",
+                "must be a secret: set it with `pulumi config set --secret huggingFaceToken <token>` so it is stored encrypted",
             )
         ]
     return pulumi.Config(PROJECT).require_secret(key), []

@@ -96,6 +96,7 @@ def _duration_between(low: float, high: float):
 
     return AfterValidator(check)
 
+
 # The image rule the policy pack enforces too (it reads these through its generated facts).
 IMAGE_TAG_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 IMAGE_DIGEST_PATTERN = r"sha256:[a-f0-9]{64}"
@@ -380,7 +381,10 @@ class ReleaseConfig(ConfigModel):
             return data  # the field's own validation reports the type
         expected = {data.get("stable"), data.get("canary")} - {None}
         if set(weights) != expected:
-            raise ValueError(f"'weights' must name exactly the stable and canary versions ({', '.join(sorted(map(str, expected)))}), got {', '.join(sorted(weights))}")
+            raise ValueError(
+                f"'weights' must name exactly the stable and canary versions ({', '.join(sorted(map(str, expected)))}), got "
+                f"{', '.join(sorted(weights))}"
+            )
         total = sum(weights.values())
         if total != 100:
             raise ValueError(f"weights add up to {total}, not 100: {', '.join(f'{v}={w}' for v, w in weights.items())}")
@@ -500,7 +504,7 @@ class TierPolicy(ConfigModel):
     vllm_priority: Annotated[int, Field(ge=0, le=100)]
 
 
-def _default_tiers() -> dict[str, TierPolicy]:
+def _default_tiers() -> dict[TierName, TierPolicy]:
     # The route timeout bounds a whole response, streamed ones included, so it must cover a long
     # answer; waiting is bounded by the pending-request limits (503 at once when they are full).
     # Batch stops at 600 s: what Knative's activator drains (KNATIVE_ACTIVATOR_GRACE_SECONDS).
@@ -525,7 +529,7 @@ class TrafficConfig(ConfigModel):
 
     @field_validator("tiers", mode="after")
     @classmethod
-    def _every_tier(cls, tiers: dict[str, TierPolicy]) -> dict[str, TierPolicy]:
+    def _every_tier(cls, tiers: dict[TierName, TierPolicy]) -> dict[TierName, TierPolicy]:
         # A stack may tune some tiers; the others keep their defaults.
         return {**_default_tiers(), **tiers}
 

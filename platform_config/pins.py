@@ -56,7 +56,9 @@ GPU_OPERATOR = ChartPin("gpu-operator", "v25.10.1", "https://helm.ngc.nvidia.com
 KUBE_PROMETHEUS_STACK = ChartPin(
     "kube-prometheus-stack", "81.4.3", PROMETHEUS_COMMUNITY_REPO, "github.com/prometheus-community/helm-charts"
 )
-PROMETHEUS_ADAPTER = ChartPin("prometheus-adapter", "5.3.0", PROMETHEUS_COMMUNITY_REPO, "github.com/prometheus-community/helm-charts")
+PROMETHEUS_ADAPTER = ChartPin(
+    "prometheus-adapter", "5.3.0", PROMETHEUS_COMMUNITY_REPO, "github.com/prometheus-community/helm-charts"
+)
 ISTIO_BASE = ChartPin("base", ISTIO_VERSION, ISTIO_REPO, "github.com/istio/istio")
 ISTIO_CNI = ChartPin("cni", ISTIO_VERSION, ISTIO_REPO, "github.com/istio/istio")
 ISTIOD = ChartPin("istiod", ISTIO_VERSION, ISTIO_REPO, "github.com/istio/istio")
@@ -66,7 +68,9 @@ KNATIVE_OPERATOR = ChartPin("knative-operator", "v1.23.0", "https://knative.gith
 KNATIVE_SERVING_VERSION = "1.23"
 # metrics-server-helm-chart-3.13.1 (appVersion 0.8.1) in kubernetes-sigs/metrics-server: not in
 # the facts yet, so reported unverified; its Chart.yaml and values were read at that tag.
-METRICS_SERVER = ChartPin("metrics-server", "3.13.1", "https://kubernetes-sigs.github.io/metrics-server/", "github.com/kubernetes-sigs/metrics-server")
+METRICS_SERVER = ChartPin(
+    "metrics-server", "3.13.1", "https://kubernetes-sigs.github.io/metrics-server/", "github.com/kubernetes-sigs/metrics-server"
+)
 AWS_LOAD_BALANCER_CONTROLLER = ChartPin(
     "aws-load-balancer-controller", "3.5.0", "https://aws.github.io/eks-charts", "github.com/aws/eks-charts"
 )
@@ -81,15 +85,17 @@ AWS_LOAD_BALANCER_CONTROLLER = ChartPin(
 # 9.52.0 the chart lives in cluster-autoscaler/charts/, which the facts do not read yet.
 CLUSTER_AUTOSCALER_REPO = "https://kubernetes.github.io/autoscaler"
 CLUSTER_AUTOSCALER_SOURCE = "github.com/kubernetes/autoscaler"
+# (Kubernetes minor, chart version, its appVersion)
+_AUTOSCALER_CHARTS: tuple[tuple[KubernetesVersion, str, str], ...] = (
+    ("1.30", "9.37.0", "1.30.0"),
+    ("1.31", "9.43.1", "1.31.0"),
+    ("1.32", "9.46.6", "1.32.0"),
+    ("1.33", "9.51.0", "1.33.0"),
+    ("1.34", "9.53.0", "1.34.2"),
+)
 CLUSTER_AUTOSCALER: dict[KubernetesVersion, ChartPin] = {
     minor: ChartPin("cluster-autoscaler", chart, CLUSTER_AUTOSCALER_REPO, CLUSTER_AUTOSCALER_SOURCE, image_tag=f"v{app}")
-    for minor, chart, app in (
-        ("1.30", "9.37.0", "1.30.0"),
-        ("1.31", "9.43.1", "1.31.0"),
-        ("1.32", "9.46.6", "1.32.0"),
-        ("1.33", "9.51.0", "1.33.0"),
-        ("1.34", "9.53.0", "1.34.2"),
-    )
+    for minor, chart, app in _AUTOSCALER_CHARTS
 }
 
 CHARTS: tuple[ChartPin, ...] = (

@@ -6,7 +6,16 @@ import re
 from decimal import Decimal
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"m": Decimal("0.001"), "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_DECIMAL: dict[str, Decimal | int] = {
+    "m": Decimal("0.001"),
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+}
 _QUANTITY = re.compile(r"^(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 
 QUANTITY_HELP = "a Kubernetes quantity such as '64', '500m', '200Gi' or '1.5Ti'"
@@ -19,5 +28,5 @@ def parse_quantity(text: str) -> Decimal:
         raise ValueError(f"{text!r} is not {QUANTITY_HELP}")
     number = Decimal(match["number"])
     suffix = match["suffix"] or ""
-    factor = _BINARY.get(suffix) or _DECIMAL[suffix]
-    return number * Decimal(factor)
+    factor = Decimal(_BINARY[suffix]) if suffix in _BINARY else Decimal(_DECIMAL[suffix])
+    return number * factor

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from .gpu_catalog import GPU_RESOURCE, mig_resource
 from .models import ModelConfig, PlatformConfig, duration_seconds
-from .profiles import EXPERIMENT_PRIORITY_CLASS, PROFILES, WorkloadProfile
+from .profiles import EXPERIMENT_PRIORITY_CLASS, PROFILES, TierName, WorkloadProfile
 from .quantity import parse_quantity
 
 # A Deployment's rollout surges one pod above the current count (maxSurge 1, maxUnavailable 0).
@@ -30,7 +30,7 @@ def effective_profile(config: PlatformConfig, model: ModelConfig) -> WorkloadPro
     return dataclasses.replace(profile, **changes)
 
 
-def model_tiers(config: PlatformConfig, model: ModelConfig) -> tuple[str, ...]:
+def model_tiers(config: PlatformConfig, model: ModelConfig) -> tuple[TierName, ...]:
     """Tiers the model's own servers take: its own list, or its profile's."""
     return tuple(model.tiers) if model.tiers else effective_profile(config, model).tiers
 
@@ -56,7 +56,11 @@ def time_sliced_memory_share(fraction: float, replicas: int) -> float:
 def knative_container_concurrency(config: PlatformConfig, model: ModelConfig) -> int:
     """Knative's hard cap of requests in flight per replica (0: no cap)."""
     kpa = model.autoscaling.kpa
-    return kpa.container_concurrency if kpa.container_concurrency is not None else effective_profile(config, model).concurrency_per_replica
+    return (
+        kpa.container_concurrency
+        if kpa.container_concurrency is not None
+        else effective_profile(config, model).concurrency_per_replica
+    )
 
 
 def knative_target(config: PlatformConfig, model: ModelConfig) -> int:
@@ -171,5 +175,3 @@ def model_peak_demand(model: ModelConfig) -> dict[str, Decimal]:
         "cpu": (parse_quantity(model.resources.cpu) + added["cpu"]) * replicas,
         "memory": (parse_quantity(model.resources.memory) + added["memory"]) * replicas,
     }
-
-

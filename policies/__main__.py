@@ -2,6 +2,7 @@
 
 import gc
 
+from inference_governance import resources, stack
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
@@ -10,8 +11,6 @@ from pulumi_policy import (
     Severity,
     StackValidationPolicy,
 )
-
-from inference_governance import resources, stack
 
 # The policy SDK turns every resource it is sent into Python objects, once per policy, and keeps
 # few of them: with CPython's default thresholds the collector rescans the heap over and over.
@@ -50,13 +49,15 @@ PolicyPack(
         ),
         StackValidationPolicy(
             name="inference-disruption-budget",
-            description="Inference workloads (Deployments, StatefulSets, Knative services) that can run more than one replica have a PodDisruptionBudget.",
+            description="Inference workloads (Deployments, StatefulSets, Knative services) that can run more than one replica "
+            "have a PodDisruptionBudget.",
             validate=stack.pdb_for_replicated_inference,
             severity=Severity.HIGH,
         ),
         ResourceValidationPolicy(
             name="hpa-behavior",
-            description="HPAs have a valid scale-down behavior, no Resource metric on a GPU, max >= min, and min >= 2 in production.",
+            description="HPAs have a valid scale-down behavior, no Resource metric on a GPU, max >= min, and min >= 2 in "
+            "production.",
             validate=resources.hpa_behavior,
             severity=Severity.HIGH,
             config_schema=schema(
@@ -80,7 +81,8 @@ PolicyPack(
         ),
         StackValidationPolicy(
             name="gpu-quota-and-priority",
-            description="GPU namespaces have quotas on every GPU resource they use; GPU workloads name an existing PriorityClass; experiments cannot preempt production.",
+            description="GPU namespaces have quotas on every GPU resource they use; GPU workloads name an existing "
+            "PriorityClass; experiments cannot preempt production.",
             validate=stack.gpu_quota_and_priority,
             severity=Severity.HIGH,
             config_schema=schema(
@@ -96,7 +98,8 @@ PolicyPack(
         ),
         ResourceValidationPolicy(
             name="model-server-hardening",
-            description="Model servers run as non-root, without privilege escalation or capabilities, host namespaces or hostPath.",
+            description="Model servers run as non-root, without privilege escalation or capabilities, host namespaces or "
+            "hostPath.",
             validate=resources.model_server_hardening,
             severity=Severity.HIGH,
         ),
@@ -108,7 +111,8 @@ PolicyPack(
         ),
         StackValidationPolicy(
             name="stack-capacity",
-            description="Tenant GPU quotas fit the pools' capacity; every GPU resource a workload asks for exists in a pool; MIG profiles are valid for the pool's GPU.",
+            description="Tenant GPU quotas fit the pools' capacity; every GPU resource a workload asks for exists in a pool; "
+            "MIG profiles are valid for the pool's GPU.",
             validate=stack.stack_capacity,
             severity=Severity.HIGH,
             config_schema=schema(overcommitRatio={"type": "number", "default": 1.0}),

@@ -81,7 +81,15 @@ QUEUE_PROXY_SECURITY = {
 }
 
 
-def _injected(name: str, annotations: dict[str, str], keys: dict[tuple[str, str], str], default: dict[str, Any], security: dict[str, Any], *, replace: bool) -> dict[str, Any]:
+def _injected(
+    name: str,
+    annotations: dict[str, str],
+    keys: dict[tuple[str, str], str],
+    default: dict[str, Any],
+    security: dict[str, Any],
+    *,
+    replace: bool,
+) -> dict[str, Any]:
     """An injected container sized from the pod's annotations. Istio replaces its default
     resources wholesale when any annotation is set (`replace`); Knative sets each one on top."""
     stated = {where: annotations[key] for where, key in keys.items() if key in annotations}
@@ -242,13 +250,17 @@ def workloads(objects: list[dict[str, Any]]) -> list[Workload]:
             high = int(hpa["maxReplicas"]) if hpa else replicas
             surge = _max_surge(obj, high) if kind == "Deployment" else 0
             template = spec.get("template") or {}
-            found.append(Workload(kind, namespace, name, template.get("spec") or {}, *_labels_annotations(template), low, high, surge))
+            found.append(
+                Workload(kind, namespace, name, template.get("spec") or {}, *_labels_annotations(template), low, high, surge)
+            )
     for obj in _by_kind(objects, "Job", "batch/"):
         namespace, name = _ns_name(obj)
         spec = obj.get("spec") or {}
         parallel = int(spec.get("parallelism", 1))
         template = spec.get("template") or {}
-        found.append(Workload("Job", namespace, name, template.get("spec") or {}, *_labels_annotations(template), parallel, parallel, 0))
+        found.append(
+            Workload("Job", namespace, name, template.get("spec") or {}, *_labels_annotations(template), parallel, parallel, 0)
+        )
     for obj in _by_kind(objects, "Service", "serving.knative.dev/"):
         namespace, name = _ns_name(obj)
         template = (obj.get("spec") or {}).get("template") or {}
@@ -257,7 +269,17 @@ def workloads(objects: list[dict[str, Any]]) -> list[Workload]:
         high = int(annotations.get("autoscaling.knative.dev/max-scale", 0))
         initial = annotations.get("autoscaling.knative.dev/initial-scale")
         surge = knative_rollout_surge(low, None if initial is None else int(initial))
-        workload = Workload("KnativeService", namespace, name, template.get("spec") or {}, *_labels_annotations(template), low, high, surge, knative=True)
+        workload = Workload(
+            "KnativeService",
+            namespace,
+            name,
+            template.get("spec") or {},
+            *_labels_annotations(template),
+            low,
+            high,
+            surge,
+            knative=True,
+        )
         if high == 0:
             workload.findings.append("no autoscaling.knative.dev/max-scale: Knative may scale it without bound")
         found.append(workload)
@@ -292,9 +314,17 @@ def _inject(workload: Workload, namespace: Namespace | None) -> None:
     init = [json.loads(json.dumps(c)) for c in pod.get("initContainers") or []]
     annotations = workload.annotations
     if namespace is not None and namespace.labels.get("istio-injection") == "enabled":
-        containers.append(_injected("istio-proxy", annotations, ISTIO_PROXY_ANNOTATIONS, ISTIO_PROXY_DEFAULT, ISTIO_PROXY_SECURITY, replace=True))
+        containers.append(
+            _injected(
+                "istio-proxy", annotations, ISTIO_PROXY_ANNOTATIONS, ISTIO_PROXY_DEFAULT, ISTIO_PROXY_SECURITY, replace=True
+            )
+        )
     if workload.knative:
-        containers.append(_injected("queue-proxy", annotations, QUEUE_PROXY_ANNOTATIONS, QUEUE_PROXY_DEFAULT, QUEUE_PROXY_SECURITY, replace=False))
+        containers.append(
+            _injected(
+                "queue-proxy", annotations, QUEUE_PROXY_ANNOTATIONS, QUEUE_PROXY_DEFAULT, QUEUE_PROXY_SECURITY, replace=False
+            )
+        )
     workload.containers, workload.init_containers = containers, init
 
 
@@ -417,10 +447,15 @@ def _knative_webhook(workload: Workload, features: dict[str, str]) -> None:
         found.append(f"Knative refuses spec.template.spec.{KNATIVE_TERMINATION_GRACE} (it sets the grace period itself)")
     extra_security = set(pod.get("securityContext") or {}) - KNATIVE_DEFAULT_POD_SECURITY
     if extra_security and not enabled("kubernetes.podspec-securitycontext"):
-        found.append(f"Knative refuses pod securityContext fields {', '.join(sorted(extra_security))} unless kubernetes.podspec-securitycontext is enabled")
+        found.append(
+            f"Knative refuses pod securityContext fields {', '.join(sorted(extra_security))} unless "
+            "kubernetes.podspec-securitycontext is enabled"
+        )
     for volume in pod.get("volumes") or []:
         if "emptyDir" in volume and not enabled("kubernetes.podspec-volumes-emptydir"):
-            found.append(f"Knative refuses emptyDir volume {volume['name']} unless kubernetes.podspec-volumes-emptydir is enabled")
+            found.append(
+                f"Knative refuses emptyDir volume {volume['name']} unless kubernetes.podspec-volumes-emptydir is enabled"
+            )
         if "hostPath" in volume:
             found.append(f"Knative refuses hostPath volume {volume['name']}")
     serving = [c for c in pod.get("containers") or [] if c.get("ports")]
@@ -475,7 +510,9 @@ def _quota_requirements(workload: Workload, quota: dict[str, Any]) -> None:
                 continue
         for container in workload.containers + workload.init_containers:
             if resource not in ((container.get("resources") or {}).get(kind) or {}):
-                workload.findings.append(f"ResourceQuota {name}: container {container.get('name')} must specify {kind}.{resource}")
+                workload.findings.append(
+                    f"ResourceQuota {name}: container {container.get('name')} must specify {kind}.{resource}"
+                )
 
 
 def _peaks(all_workloads: list[Workload]) -> None:
@@ -509,7 +546,10 @@ def _quota_usage(all_workloads: list[Workload], namespaces: dict[str, Namespace]
                     if kind not in ("requests", "limits"):
                         kind, resource = "requests", key
                     used = sum(
-                        ((w.pod_requests() if kind == "requests" else w.pod_limits()).get(resource, Decimal(0)) * w.peak for w in scoped),
+                        (
+                            (w.pod_requests() if kind == "requests" else w.pod_limits()).get(resource, Decimal(0)) * w.peak
+                            for w in scoped
+                        ),
                         Decimal(0),
                     )
                 allowed = parse_quantity(str(text))
@@ -547,7 +587,9 @@ def _pool_for(workload: Workload, pools: list[PoolTemplate]) -> PoolTemplate | N
     tolerations = workload.pod.get("tolerations") or []
     for taint in pool.taints:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, taint):
-            workload.findings.append(f"does not tolerate pool {pool.name}'s taint {taint['key']}={taint.get('value', '')}:{taint['effect']}")
+            workload.findings.append(
+                f"does not tolerate pool {pool.name}'s taint {taint['key']}={taint.get('value', '')}:{taint['effect']}"
+            )
     return pool
 
 
@@ -555,7 +597,9 @@ def _bin_pack(pool: PoolTemplate, members: list[Workload]) -> list[str]:
     """First-fit decreasing of every pod at peak onto the pool's nodes at maxSize."""
     nodes = [dict(pool.allocatable) for _ in range(pool.max_size)]
     pods = [(w, w.pod_requests()) for w in members for _ in range(w.peak)]
-    gpu_first = sorted(pods, key=lambda p: (-sum(v for k, v in p[1].items() if k.startswith(EXTENDED_PREFIXES)), -p[1].get("cpu", 0)))
+    gpu_first = sorted(
+        pods, key=lambda p: (-sum(v for k, v in p[1].items() if k.startswith(EXTENDED_PREFIXES)), -p[1].get("cpu", 0))
+    )
     for workload, requests in gpu_first:
         need = {**requests, "pods": Decimal(1)}
         for node in nodes:
@@ -573,7 +617,8 @@ def _bin_pack(pool: PoolTemplate, members: list[Workload]) -> list[str]:
                 if amount and amount > max(node.get(r, Decimal(0)) for node in nodes)
             ]  # fmt: skip
             findings.append(
-                f"{workload.label}: {workload.peak - workload.placed} of its {workload.peak} pods at peak do not fit pool {pool.name} "
+                f"{workload.label}: {workload.peak - workload.placed} of its {workload.peak} pods at peak do not fit pool "
+                f"{pool.name} "
                 f"at maxSize {pool.max_size} (each needs {', '.join(f'{r} {_show(r, a)}' for r, a in sorted(requests.items()))}; "
                 f"short of {', '.join(short) or 'room on any single node'})"
             )

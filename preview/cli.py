@@ -20,14 +20,14 @@ import grpc
 import pulumi
 
 from . import render
-from .engine import evaluate
-from .report import Report
-from .diff import diff_resources
-from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .admission import admit_and_schedule
+from .diff import diff_resources
+from .engine import evaluate
+from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
+from .report import Report
 from .sections import admission_section, capacity_section, changes_section, policy_section, schema_section, upstream_section
-from .upstream import check_upstream, facts_dir
 from .stack_config import StackConfigError, load_project, load_stack_config
+from .upstream import check_upstream, facts_dir
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_CONFIG, EXIT_CRASH = 0, 1, 2, 3
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     except PolicyPackError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CRASH
-    policies = PolicySession(pack, project_dir, project.name, args.stack, stack_config.values, stack_config.secret_keys, overrides)
+    policies = PolicySession(
+        pack, project_dir, project.name, args.stack, stack_config.values, stack_config.secret_keys, overrides
+    )
     try:
         return _run(args, project_dir, out, progress, project.name, stack_config, policies, baseline)
     finally:
@@ -132,7 +134,9 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
     policies.analyze_stack(evaluation.resources)
     report = Report(project=project, stack=args.stack, resources=evaluation.resources, stack_outputs=evaluation.stack_outputs)
     try:
-        objects, releases = progress.run("rendering resources and manifests", lambda: render.write_outputs(out, evaluation.resources))
+        objects, releases = progress.run(
+            "rendering resources and manifests", lambda: render.write_outputs(out, evaluation.resources)
+        )
     except render.DuplicateObjectError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CRASH

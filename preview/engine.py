@@ -154,7 +154,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             additional_secret_outputs=list(request.additionalSecretOutputs),
             version=request.version,
             custom_timeouts={
-                op: getattr(request.customTimeouts, op) for op in ("create", "update", "delete") if getattr(request.customTimeouts, op)
+                op: getattr(request.customTimeouts, op)
+                for op in ("create", "update", "delete")
+                if getattr(request.customTimeouts, op)
             },
         )
         with self._lock:

@@ -28,8 +28,8 @@ from typing import Any, Iterable
 import grpc
 import yaml
 from google.protobuf import empty_pb2, json_format, struct_pb2
-from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, engine_pb2_grpc
 from pulumi.runtime import rpc
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, engine_pb2_grpc
 
 from .engine import RecordedResource
 
@@ -162,11 +162,15 @@ class PolicyPack:
         }
         env.pop("PYTHONPATH", None)
         command = [str(pack_python(self.pack_dir)), "-u", "-m", "pulumi.policy", f"127.0.0.1:{engine_port}", str(self.pack_dir)]
-        self.process = subprocess.Popen(command, cwd=self.pack_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            command, cwd=self.pack_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
     def connect(self, timeout: float = 120.0) -> PolicyPack:
         port = self._read_port(timeout)
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 400 * 1024 * 1024)])
+        self.channel = grpc.insecure_channel(
+            f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 400 * 1024 * 1024)]
+        )
         grpc.channel_ready_future(self.channel).result(timeout=timeout)
         self.stub = analyzer_pb2_grpc.AnalyzerStub(self.channel)
         return self
@@ -205,7 +209,12 @@ class PolicyPack:
     def configure_stack(self, project: str, stack: str, config: dict[str, str], secret_keys: list[str]) -> None:
         self.stub.ConfigureStack(
             analyzer_pb2.AnalyzerStackConfigureRequest(
-                stack=stack, project=project, organization="organization", dry_run=True, config=config, config_secret_keys=secret_keys
+                stack=stack,
+                project=project,
+                organization="organization",
+                dry_run=True,
+                config=config,
+                config_secret_keys=secret_keys,
             )
         )
 
@@ -256,7 +265,9 @@ class PolicyPack:
         )
         if provider is not None:
             request.provider.CopyFrom(
-                analyzer_pb2.AnalyzerProviderResource(type=provider.type, properties=_struct(provider.inputs), urn=provider.urn, name=provider.name)
+                analyzer_pb2.AnalyzerProviderResource(
+                    type=provider.type, properties=_struct(provider.inputs), urn=provider.urn, name=provider.name
+                )
             )
         return request
 
@@ -280,7 +291,9 @@ class PolicyPack:
     @staticmethod
     def _diagnostics(response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:
         return [
-            Diagnostic(policy=d.policyName, level=LEVELS[d.enforcementLevel], message=d.message, urn=d.urn, description=d.description)
+            Diagnostic(
+                policy=d.policyName, level=LEVELS[d.enforcementLevel], message=d.message, urn=d.urn, description=d.description
+            )
             for d in response.diagnostics
         ]
 
@@ -312,7 +325,9 @@ def check_policy_config(overrides: Any) -> None:
         if not isinstance(value, (str, dict)):
             raise PolicyConfigError(f"policy config {name!r}: give an enforcement level or an object")
         if level is not None and level not in LEVEL_VALUES:
-            raise PolicyConfigError(f"policy config {name!r}: unknown enforcement level {level!r}; allowed: {', '.join(LEVEL_VALUES)}")
+            raise PolicyConfigError(
+                f"policy config {name!r}: unknown enforcement level {level!r}; allowed: {', '.join(LEVEL_VALUES)}"
+            )
 
 
 def pack_version(pack_dir: Path, reported: str) -> str:

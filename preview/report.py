@@ -66,7 +66,13 @@ class Report:
                 continue
             kinds = children.get(r.urn, Counter())
             rows.append(
-                {"urn": r.urn, "type": r.type, "name": r.name, "resources": sum(kinds.values()), "byKind": dict(sorted(kinds.items()))}
+                {
+                    "urn": r.urn,
+                    "type": r.type,
+                    "name": r.name,
+                    "resources": sum(kinds.values()),
+                    "byKind": dict(sorted(kinds.items())),
+                }
             )
         return rows
 
@@ -116,7 +122,8 @@ class Report:
         out.extend(self.tree_lines())
         out.append("")
         out.append(
-            f"{counts['resources']} resources: {counts['components']} components, {counts['kubernetesObjects']} Kubernetes objects, "
+            f"{counts['resources']} resources: {counts['components']} components, {counts['kubernetesObjects']} Kubernetes "
+            "objects, "
             f"{counts['helmReleases']} Helm releases, {counts['aws']} AWS resources"
         )
         for section in self.sections.values():

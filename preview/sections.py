@@ -25,7 +25,9 @@ def capacity_section(stack_outputs: dict[str, Any]) -> Section:
         supply = ", ".join(f"{p} {v}" for p, v in row["supplyByPool"].items()) or "-"
         demand = ", ".join(f"{t} {v}" for t, v in row["demandByTenant"].items()) or "-"
         used = f"{row['utilisationPercent']}%" if row["utilisationPercent"] is not None else "-"
-        table.append(f"| `{row['resource']}` | {row['kind']} | {row['supply']} ({supply}) | {row['demand']} ({demand}) | {used} |")
+        table.append(
+            f"| `{row['resource']}` | {row['kind']} | {row['supply']} ({supply}) | {row['demand']} ({demand}) | {used} |"
+        )
         lines.append(f"{row['resource']:<26} supply {row['supply']:>8}  quotas {row['demand']:>8}  {used:>5}  {row['kind']}")
     summary = (
         f"{len(rows)} resource kinds, all quotas within pool capacity"
@@ -51,7 +53,9 @@ def schema_section(results: list[ObjectResult], kubernetes_version: str, crd_dir
     lines.extend(f"NOT VALIDATED {r.label}: {r.schema}" for r in unvalidated)
     rows = ["| object | schema | result |", "|---|---|---|"]
     for r in results:
-        verdict = {"valid": "valid", "invalid": "**invalid**: " + "; ".join(r.errors[:3]), "not-validated": "**not validated**"}[r.status]
+        verdict = {"valid": "valid", "invalid": "**invalid**: " + "; ".join(r.errors[:3]), "not-validated": "**not validated**"}[
+            r.status
+        ]
         rows.append(f"| {r.label} | {r.schema} | {verdict} |")
     data = {
         "kubernetesVersion": kubernetes_version,
@@ -66,9 +70,7 @@ def schema_section(results: list[ObjectResult], kubernetes_version: str, crd_dir
 
 def changes_section(diff: Diff, baseline: str) -> Section:
     summary = (
-        "no changes"
-        if diff.empty
-        else f"{len(diff.added)} to add, {len(diff.changed)} to change, {len(diff.removed)} to delete"
+        "no changes" if diff.empty else f"{len(diff.added)} to add, {len(diff.changed)} to change, {len(diff.removed)} to delete"
     )
     lines = [f"+ {c.type} {c.name}" for c in diff.added]
     lines += [f"~ {c.type} {c.name}: {', '.join(c.paths[:6])}{' ...' if len(c.paths) > 6 else ''}" for c in diff.changed]
@@ -90,9 +92,15 @@ def policy_section(run: PolicyRun) -> Section:
         f"pack {run.pack} {run.version}: {len(run.policies)} policies over {run.analyzed} resources and the stack, "
         f"{len(mandatory)} mandatory and {len(advisory)} advisory violations"
     )
-    lines = [f"{d.level.upper()} {d.policy}: {d.message.splitlines()[-1]}" + (f" [{d.urn.rsplit('::', 1)[-1]}]" if d.urn else "") for d in mandatory + advisory]
+    lines = [
+        f"{d.level.upper()} {d.policy}: {d.message.splitlines()[-1]}" + (f" [{d.urn.rsplit('::', 1)[-1]}]" if d.urn else "")
+        for d in mandatory + advisory
+    ]
     rows = ["| policy | level | resource | message |", "|---|---|---|---|"]
-    rows += [f"| {d.policy} | {d.level} | {d.urn.rsplit('::', 1)[-1] if d.urn else '(stack)'} | {d.message.splitlines()[-1]} |" for d in mandatory + advisory]
+    rows += [
+        f"| {d.policy} | {d.level} | {d.urn.rsplit('::', 1)[-1] if d.urn else '(stack)'} | {d.message.splitlines()[-1]} |"
+        for d in mandatory + advisory
+    ]
     if not run.diagnostics:
         rows = [f"No violations. Policies: {', '.join(p['name'] for p in run.policies)}."]
     data = {
@@ -127,7 +135,14 @@ def admission_section(result: AdmissionResult) -> Section:
         ],
         "findings": result.findings,
     }
-    return Section("Admission and scheduling", summary, failed=result.failed, data=data, markdown="\n".join(rows), lines=list(result.findings))
+    return Section(
+        "Admission and scheduling",
+        summary,
+        failed=result.failed,
+        data=data,
+        markdown="\n".join(rows),
+        lines=list(result.findings),
+    )
 
 
 def upstream_section(results: list[PinResult], facts: str) -> Section:

@@ -25,10 +25,14 @@ _StackFileLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:bool")]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_StackFileLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_StackFileLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 for _first, _resolvers in _StackFileLoader.yaml_implicit_resolvers.items():
     _StackFileLoader.yaml_implicit_resolvers[_first] = [
-        (tag, regexp) if tag != "tag:yaml.org,2002:int" else (tag, re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"))
+        (tag, regexp)
+        if tag != "tag:yaml.org,2002:int"
+        else (tag, re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"))
         for tag, regexp in _resolvers
     ]
 

@@ -152,16 +152,22 @@ def check_chart_pin(facts: Facts, pin: pins.ChartPin) -> PinResult:
     if pin.release not in released:
         result.status = FAILED
         newer = [v for v in released if v.split(".")[:2] == pin.release.split(".")[:2]]
-        result.details.append(f"{pin.version} is not a released version of {pin.chart} ({pin.source}); same minor: {', '.join(newer) or 'none'}")
+        result.details.append(
+            f"{pin.version} is not a released version of {pin.chart} ({pin.source}); same minor: {', '.join(newer) or 'none'}"
+        )
         return result
     chart = facts.chart(pin.chart, pin.release)
     if chart is None:
         result.status = UNVERIFIED
-        result.details.append(f"released, but no facts for {pin.release} (charts/{pin.chart}/{pin.release}.json): values and appVersion unchecked")
+        result.details.append(
+            f"released, but no facts for {pin.release} (charts/{pin.chart}/{pin.release}.json): values and appVersion unchecked"
+        )
         return result
     if not chart.readable:
         result.status = UNVERIFIED
-        result.details.append(f"the facts for {pin.release} are empty (no values paths, no appVersion): values and image unchecked")
+        result.details.append(
+            f"the facts for {pin.release} are empty (no values paths, no appVersion): values and image unchecked"
+        )
         return result
     if pin.image_tag is not None:
         if not chart.app_version:

@@ -77,9 +77,7 @@ class PreviewRun:
         return [yaml.safe_load(p.read_text()) for p in sorted((self.out / "manifests").rglob("*.yaml"))]
 
     def objects(self, kind: str, api_version: str | None = None) -> list[dict[str, Any]]:
-        return [
-            m for m in self.manifests() if m["kind"] == kind and (api_version is None or m["apiVersion"] == api_version)
-        ]
+        return [m for m in self.manifests() if m["kind"] == kind and (api_version is None or m["apiVersion"] == api_version)]
 
     def of_type(self, token: str) -> list[dict[str, Any]]:
         return [r for r in self.resources if r["type"] == token]
@@ -109,7 +107,15 @@ class Evaluated:
         self.records = evaluation.resources
         self.outputs = evaluation.stack_outputs
         self.resources = [
-            {"type": r.type, "name": r.name, "urn": r.urn, "parent": r.parent, "custom": r.custom, "inputs": plain(r.inputs), "outputs": plain(r.outputs)}
+            {
+                "type": r.type,
+                "name": r.name,
+                "urn": r.urn,
+                "parent": r.parent,
+                "custom": r.custom,
+                "inputs": plain(r.inputs),
+                "outputs": plain(r.outputs),
+            }
             for r in evaluation.resources
         ]
 

@@ -46,7 +46,10 @@ SECURE = {
 
 
 def pod_spec(cpu: str = "4", gpus: int = 1, limits: dict[str, str] | None = None) -> dict[str, Any]:
-    resources = {"requests": {"cpu": cpu, "memory": "16Gi", "nvidia.com/gpu": str(gpus)}, "limits": {"memory": "16Gi", "nvidia.com/gpu": str(gpus), **(limits or {})}}
+    resources = {
+        "requests": {"cpu": cpu, "memory": "16Gi", "nvidia.com/gpu": str(gpus)},
+        "limits": {"memory": "16Gi", "nvidia.com/gpu": str(gpus), **(limits or {})},
+    }
     return {
         # Pod-level seccomp also covers the sidecars the cluster injects (Istio sets none).
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
@@ -93,7 +96,11 @@ def test_the_tenants_own_limit_range_admits_the_model_servers(prod):
     from components.specs.tenancy import limit_range as tenant_limit_range
 
     tenant = prod.config.tenants[0]
-    objects = [o for o in prod.manifests if o["metadata"].get("namespace") == tenant.name or o["kind"] in ("Namespace", "PriorityClass", "KnativeServing")]
+    objects = [
+        o
+        for o in prod.manifests
+        if o["metadata"].get("namespace") == tenant.name or o["kind"] in ("Namespace", "PriorityClass", "KnativeServing")
+    ]
     assert any(o["kind"] == "LimitRange" for o in objects)
     assert "cpu" not in tenant_limit_range(tenant)["spec"]["limits"][0]["default"]
     result = admit_and_schedule(objects, prod.outputs["nodePools"])
@@ -133,7 +140,9 @@ def test_quota_counts_every_workload_at_peak():
 
 def test_quota_scope_by_priority_class():
     scoped = quota({"requests.nvidia.com/gpu": "0"})
-    scoped["spec"]["scopeSelector"] = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["experiments"]}]}
+    scoped["spec"]["scopeSelector"] = {
+        "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["experiments"]}]
+    }
     assert run(namespace(), scoped, deployment(pod_spec())).findings == []
     spec = pod_spec()
     spec["priorityClassName"] = "experiments"
@@ -164,7 +173,15 @@ def test_pod_security_restricted():
     del spec["securityContext"]
     spec["volumes"] = [{"name": "h", "hostPath": {"path": "/"}}]
     findings = run(namespace("restricted"), deployment(spec)).findings
-    for expected in ("is privileged", "adds capabilities SYS_ADMIN", "hostPath volume h", "allowPrivilegeEscalation: false", "drop ALL", "non-root", "seccompProfile"):
+    for expected in (
+        "is privileged",
+        "adds capabilities SYS_ADMIN",
+        "hostPath volume h",
+        "allowPrivilegeEscalation: false",
+        "drop ALL",
+        "non-root",
+        "seccompProfile",
+    ):
         assert any(expected in f for f in findings), expected
     # Baseline asks less; privileged asks nothing.
     assert not any("non-root" in f for f in run(namespace("baseline"), deployment(spec)).findings)
@@ -182,7 +199,11 @@ def test_injected_sidecar_counts_and_its_annotations_size_it():
 
 
 def knative_service(spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    template_annotations = {"autoscaling.knative.dev/min-scale": "1", "autoscaling.knative.dev/max-scale": "2", **(annotations or {})}
+    template_annotations = {
+        "autoscaling.knative.dev/min-scale": "1",
+        "autoscaling.knative.dev/max-scale": "2",
+        **(annotations or {}),
+    }
     return {
         "apiVersion": "serving.knative.dev/v1",
         "kind": "Service",
@@ -204,7 +225,12 @@ def test_knative_webhook_restrictions():
 
 def knative_features(*flags: str) -> dict[str, Any]:
     features = {flag: "enabled" for flag in flags}
-    return {"apiVersion": "operator.knative.dev/v1beta1", "kind": "KnativeServing", "metadata": {"name": "k"}, "spec": {"config": {"features": features}}}
+    return {
+        "apiVersion": "operator.knative.dev/v1beta1",
+        "kind": "KnativeServing",
+        "metadata": {"name": "k"},
+        "spec": {"config": {"features": features}},
+    }
 
 
 def test_knative_rollout_surge_and_queue_proxy():

@@ -22,7 +22,13 @@ def workflow(name: str) -> dict:
 
 def test_workflows_validate_against_the_github_workflow_schema():
     result = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(WORKFLOWS / "preview.yml"), str(WORKFLOWS / "deploy.yml")],
+        [
+            str(ROOT / ".venv" / "bin" / "check-jsonschema"),
+            "--builtin-schema",
+            "vendor.github-workflows",
+            str(WORKFLOWS / "preview.yml"),
+            str(WORKFLOWS / "deploy.yml"),
+        ],
         capture_output=True,
         text=True,
     )
@@ -95,7 +101,9 @@ def test_mandatory_violation_fails_the_preview(tmp_path):
 @pytest.mark.slow
 def test_advisory_violation_is_reported_without_failing(tmp_path):
     config = tmp_path / "policy-config.json"
-    config.write_text(json.dumps({"inference-graceful-drain": {"enforcementLevel": "advisory", "minTerminationGracePeriodSeconds": 600}}))
+    config.write_text(
+        json.dumps({"inference-graceful-drain": {"enforcementLevel": "advisory", "minTerminationGracePeriodSeconds": 600}})
+    )
     result = run_preview("--stack", "staging", "--out", str(tmp_path / "out"), "--policy-config", str(config))
     assert result.returncode == 0
     assert "ADVISORY inference-graceful-drain" in result.stdout

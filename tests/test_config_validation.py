@@ -101,7 +101,9 @@ def test_unknown_mig_profile_on_model(prod_raw):
 def test_mig_profile_the_pool_geometry_does_not_provide(prod_raw):
     prod_raw["models"][2]["resources"]["migProfile"] = "2g.20gb"
     message = only_issue(prod_raw)
-    assert message.startswith("inference-platform:models[2].resources.migProfile: pool 'h100' does not provide nvidia.com/mig-2g.20gb")
+    assert message.startswith(
+        "inference-platform:models[2].resources.migProfile: pool 'h100' does not provide nvidia.com/mig-2g.20gb"
+    )
     assert "nvidia.com/mig-1g.10gb (MIG slice)" in message
 
 
@@ -209,7 +211,9 @@ def test_names_built_from_model_and_version_must_not_collide(dev_raw):
     dev_raw["nodePools"][0]["sharing"]["replicas"] = 4
     found = issues(dev_raw)
     assert any(
-        m.startswith("inference-platform:models[1].versions[0].name: objects named 'qwen-small-v1' would collide in namespace 'dev-team'")
+        m.startswith(
+            "inference-platform:models[1].versions[0].name: objects named 'qwen-small-v1' would collide in namespace 'dev-team'"
+        )
         for m in found
     ), found
 
@@ -221,17 +225,23 @@ def test_profile_override_without_tiers_is_refused(prod_raw):
 
 def test_knative_window_out_of_range(dev_raw):
     dev_raw["models"][0]["autoscaling"]["kpa"]["window"] = "2s"
-    assert only_issue(dev_raw) == "inference-platform:models[0].autoscaling.kpa.window: '2s' is outside the allowed range 6s..3600s"
+    assert (
+        only_issue(dev_raw) == "inference-platform:models[0].autoscaling.kpa.window: '2s' is outside the allowed range 6s..3600s"
+    )
 
 
 def test_drain_must_leave_time_to_drain(prod_raw):
     prod_raw["models"][0]["drain"] = {"terminationGracePeriodSeconds": 60, "preStopDelaySeconds": 55}
-    assert only_issue(prod_raw).startswith("inference-platform:models[0].drain: preStopDelaySeconds 55 + 10 s leaves vLLM no time")
+    assert only_issue(prod_raw).startswith(
+        "inference-platform:models[0].drain: preStopDelaySeconds 55 + 10 s leaves vLLM no time"
+    )
 
 
 def test_production_hpa_keeps_two_replicas(prod_raw):
     prod_raw["models"][0]["autoscaling"]["minReplicas"] = 1
-    assert only_issue(prod_raw).startswith("inference-platform:models[0].autoscaling.minReplicas: production HPAs keep at least 2 replicas")
+    assert only_issue(prod_raw).startswith(
+        "inference-platform:models[0].autoscaling.minReplicas: production HPAs keep at least 2 replicas"
+    )
 
 
 def test_knative_target_above_the_hard_limit(prod_raw):
@@ -243,14 +253,19 @@ def test_knative_target_above_the_hard_limit(prod_raw):
 
 def test_gpu_utilisation_is_not_a_signal_on_time_sliced_pools(staging_raw):
     staging_raw["models"][0]["autoscaling"]["hpa"]["gpuUtilizationTarget"] = 70
-    assert only_issue(staging_raw).startswith("inference-platform:models[0].autoscaling.hpa.gpuUtilizationTarget: pool 'l4-shared' is time-sliced")
+    assert only_issue(staging_raw).startswith(
+        "inference-platform:models[0].autoscaling.hpa.gpuUtilizationTarget: pool 'l4-shared' is time-sliced"
+    )
 
 
 def test_batch_model_check_follows_profile_overrides(prod_raw):
     prod_raw["profiles"] = {"summarization": {"tiers": ["standard"]}}
     del prod_raw["models"][4]["tiers"]
     found = issues(prod_raw)
-    assert any(m.startswith("inference-platform:models[1].batchModel: model 'llama-8b-batch' does not serve the batch tier") for m in found)
+    assert any(
+        m.startswith("inference-platform:models[1].batchModel: model 'llama-8b-batch' does not serve the batch tier")
+        for m in found
+    )
 
 
 @pytest.mark.slow
@@ -273,4 +288,11 @@ def test_eks_region_must_match_the_aws_provider_region(tmp_path, staging_raw):
 def test_stack_files_are_read_like_the_cli_reads_them():
     from preview.stack_config import load_yaml
 
-    assert load_yaml("a: 2026-10-01\nb: on\nc: yes\nd: true\ne: 1:30\nf: 8") == {"a": "2026-10-01", "b": "on", "c": "yes", "d": True, "e": "1:30", "f": 8}
+    assert load_yaml("a: 2026-10-01\nb: on\nc: yes\nd: true\ne: 1:30\nf: 8") == {
+        "a": "2026-10-01",
+        "b": "on",
+        "c": "yes",
+        "d": True,
+        "e": "1:30",
+        "f": 8,
+    }

@@ -23,4 +23,6 @@ def test_resources_are_as_recorded(previews, stack):
     produced = (previews[stack].out / "resources.json").read_text()
     if produced != recorded:
         diff = difflib.unified_diff(recorded.splitlines(), produced.splitlines(), "recorded", "produced", lineterm="", n=2)
-        pytest.fail(f"{stack}: resources.json differs from tests/golden (run `make golden` if meant):\n" + "\n".join(list(diff)[:80]))
+        pytest.fail(
+            f"{stack}: resources.json differs from tests/golden (run `make golden` if meant):\n" + "\n".join(list(diff)[:80])
+        )

@@ -55,7 +55,10 @@ def test_pod_identity_or_irsa(prod, prod_raw):
     assert not irsa.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
     trust = json.loads(irsa.one("aws:iam/role:Role", "cluster-autoscaler-identity-role")["inputs"]["assumeRolePolicy"])
     condition = trust["Statement"][0]["Condition"]["StringEquals"]
-    assert any(key.endswith(":sub") and value == "system:serviceaccount:kube-system:cluster-autoscaler" for key, value in condition.items())
+    assert any(
+        key.endswith(":sub") and value == "system:serviceaccount:kube-system:cluster-autoscaler"
+        for key, value in condition.items()
+    )
     values = release(irsa, "cluster-autoscaler")["values"]
     assert values["rbac"]["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
     # The role annotations are keys the charts read (their annotation maps are passed on whole).
@@ -183,7 +186,11 @@ def test_no_helm_chart_resources_that_shell_out_at_preview(prod, dev):
 def test_priority_classes(prod):
     production = prod.k8s("PriorityClass", "inference-production")
     experiment = prod.k8s("PriorityClass", "inference-experiment")
-    assert (production["value"], production["preemptionPolicy"], production["globalDefault"]) == (1000, "PreemptLowerPriority", False)
+    assert (production["value"], production["preemptionPolicy"], production["globalDefault"]) == (
+        1000,
+        "PreemptLowerPriority",
+        False,
+    )
     assert (experiment["value"], experiment["preemptionPolicy"], experiment["globalDefault"]) == (100, "Never", False)
 
 
@@ -207,7 +214,9 @@ def test_tenant_quotas_by_priority_class(prod):
     }
     assert "scopeSelector" not in total
     production = prod.k8s("ResourceQuota", "team-a-production", "team-a")["spec"]
-    assert production["scopeSelector"]["matchExpressions"] == [{"scopeName": "PriorityClass", "operator": "In", "values": ["inference-production"]}]
+    assert production["scopeSelector"]["matchExpressions"] == [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["inference-production"]}
+    ]
     assert production["hard"]["requests.nvidia.com/gpu"] == "3" and production["hard"]["pods"] == "14"
     experiment = prod.k8s("ResourceQuota", "team-a-experiment", "team-a")["spec"]
     assert experiment["scopeSelector"]["matchExpressions"][0]["values"] == ["inference-experiment"]
@@ -218,7 +227,10 @@ def test_tenant_quotas_by_priority_class(prod):
 
 
 def test_tenant_limit_range_network_policies_and_rbac(prod):
-    assert prod.k8s("LimitRange", "team-a-defaults", "team-a")["spec"]["limits"][0]["defaultRequest"] == {"cpu": "100m", "memory": "256Mi"}
+    assert prod.k8s("LimitRange", "team-a-defaults", "team-a")["spec"]["limits"][0]["defaultRequest"] == {
+        "cpu": "100m",
+        "memory": "256Mi",
+    }
     deny = prod.k8s("NetworkPolicy", "default-deny-ingress", "team-a")["spec"]
     assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
     mesh = prod.k8s("NetworkPolicy", "allow-mesh-ingress", "team-a")["spec"]["ingress"]

@@ -14,7 +14,7 @@ from .helpers import ROOT, Evaluated, raw_stack
 BUILT_IN_GROUPS = {"", "apps", "autoscaling", "policy", "networking.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io"}
 
 # Registers each manifest twice: through KubernetesObject and through the typed class.
-TWIN_PROGRAM = '''
+TWIN_PROGRAM = """
 import json, os
 import pulumi
 import pulumi_kubernetes as k8s
@@ -28,7 +28,7 @@ for index, manifest in enumerate(json.loads(os.environ["TWIN_MANIFESTS"])):
     KubernetesObject(f"generic-{index}", manifest, pulumi.ResourceOptions())
     kwargs = {to_snake(key): value for key, value in manifest.items() if key not in ("apiVersion", "kind")}
     typed_class(f"typed-{index}", **kwargs)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +45,18 @@ def built_in(record) -> bool:
 def test_every_built_in_kind_the_platform_declares_is_covered(prod):
     kinds = {r.inputs["kind"] for r in prod.records if built_in(r)}
     assert kinds == {
-        "Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy", "RoleBinding", "Secret", "ConfigMap",
-        "PriorityClass", "Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler",
+        "Namespace",
+        "ResourceQuota",
+        "LimitRange",
+        "NetworkPolicy",
+        "RoleBinding",
+        "Secret",
+        "ConfigMap",
+        "PriorityClass",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "HorizontalPodAutoscaler",
     }
 
 

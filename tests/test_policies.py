@@ -122,7 +122,12 @@ def test_latency_sensitive_not_time_sliced(pack, baseline):
 
     hits = pack.analyze_stack(stack_with(baseline, slice_h100))
     flagged = {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "latency-sensitive-not-time-sliced"}
-    assert flagged == {"llama-70b-v1-deployment", "llama-8b-v1-knative-service", "llama-8b-v2-knative-service", "llama-1b-v1-deployment"}
+    assert flagged == {
+        "llama-70b-v1-deployment",
+        "llama-8b-v1-knative-service",
+        "llama-8b-v2-knative-service",
+        "llama-1b-v1-deployment",
+    }
 
 
 # --- rule 3 --------------------------------------------------------------------------------------
@@ -150,7 +155,14 @@ def test_pdb_for_replicated_inference(pack, baseline):
     "change",
     [
         lambda spec: spec["behavior"]["scaleDown"].update(stabilizationWindowSeconds=60),
-        lambda spec: spec.update(metrics=[{"type": "Resource", "resource": {"name": "nvidia.com/gpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]),
+        lambda spec: spec.update(
+            metrics=[
+                {
+                    "type": "Resource",
+                    "resource": {"name": "nvidia.com/gpu", "target": {"type": "Utilization", "averageUtilization": 70}},
+                }
+            ]
+        ),
         lambda spec: spec.update(maxReplicas=1),
         lambda spec: spec.update(minReplicas=1),  # the prod stack is production: at least 2
         lambda spec: spec["behavior"]["scaleDown"].update(policies=[{"type": "Percentage", "value": 50, "periodSeconds": 60}]),
@@ -212,7 +224,10 @@ def test_every_subset_exists(pack, baseline):
 
 
 def test_gpu_namespace_needs_quotas(pack, baseline):
-    without = stack_with(baseline, lambda rs: [r for r in rs if not (r.type == "kubernetes:core/v1:ResourceQuota" and r.name.startswith("team-a-"))])
+    without = stack_with(
+        baseline,
+        lambda rs: [r for r in rs if not (r.type == "kubernetes:core/v1:ResourceQuota" and r.name.startswith("team-a-"))],
+    )
     hits = analyze_stack(pack, without)
     assert hits["gpu-quota-and-priority"] == "mandatory"
 
@@ -251,7 +266,10 @@ def test_pinned_images(pack, baseline, image):
     "change",
     [
         lambda spec: spec["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True),
-        lambda spec: (spec["securityContext"].update(runAsNonRoot=False), spec["containers"][0]["securityContext"].pop("runAsNonRoot")),
+        lambda spec: (
+            spec["securityContext"].update(runAsNonRoot=False),
+            spec["containers"][0]["securityContext"].pop("runAsNonRoot"),
+        ),
         lambda spec: spec["containers"][0]["securityContext"]["capabilities"].update(drop=["NET_RAW"]),
         lambda spec: spec.update(hostNetwork=True),
         lambda spec: spec["volumes"].append({"name": "models", "hostPath": {"path": "/mnt/models"}}),
@@ -317,8 +335,12 @@ def test_policy_config_reaches_the_pack(baseline):
     config = load_stack_config(load_project(ROOT), "prod")
     stricter = PolicyPack(ROOT / "policies", config.values, "inference-platform", "prod").connect()
     try:
-        stricter.configure(stricter.info(), {"inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600}, "hpa-behavior": "advisory"})
-        assert analyze(stricter, find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")) == {"inference-graceful-drain": "mandatory"}
+        stricter.configure(
+            stricter.info(), {"inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600}, "hpa-behavior": "advisory"}
+        )
+        assert analyze(stricter, find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")) == {
+            "inference-graceful-drain": "mandatory"
+        }
         record = find(baseline, HPA, "llama-70b-v1-hpa")
         record.inputs["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] = 1
         assert analyze(stricter, record) == {"hpa-behavior": "advisory"}
@@ -357,7 +379,9 @@ def test_validators_are_pure_functions(baseline):
 def test_knative_services_need_a_disruption_budget(pack, baseline):
     without = stack_with(baseline, lambda rs: [r for r in rs if r.name != "llama-8b-v1-pdb"])
     hits = pack.analyze_stack(without)
-    assert [d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "inference-disruption-budget"] == ["llama-8b-v1-knative-service"]
+    assert [d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "inference-disruption-budget"] == [
+        "llama-8b-v1-knative-service"
+    ]
 
 
 def test_override_header_is_read_from_the_virtual_service(pack, baseline):
@@ -393,14 +417,20 @@ def test_the_packs_facts_are_generated_from_the_program():
 
 
 def test_the_packs_image_rule_is_the_programs():
+    from inference_governance.kube import image_is_pinned
     from pydantic import ValidationError
 
     from platform_config.models import ModelVersion
 
-    from inference_governance.kube import image_is_pinned
-
     source = {"huggingface": "org/name", "revision": "0" * 40}
-    for image in ("vllm/vllm-openai:v0.18.0", "vllm/vllm-openai:latest", "repo/x@sha256:" + "a" * 64, "repo/x", "registry:5000/x:1.2", "registry:5000/x"):
+    for image in (
+        "vllm/vllm-openai:v0.18.0",
+        "vllm/vllm-openai:latest",
+        "repo/x@sha256:" + "a" * 64,
+        "repo/x",
+        "registry:5000/x:1.2",
+        "registry:5000/x",
+    ):
         try:
             ModelVersion.model_validate({"name": "v1", "source": source, "image": image})
             accepted = True

@@ -21,7 +21,9 @@ def test_every_stack_previews_clean(previews, stack):
     # The policy pack ran over every resource and found nothing, mandatory or advisory.
     policies = run.report["policies"]
     assert policies["failed"] is False and policies["data"]["diagnostics"] == []
-    assert policies["data"]["analyzedResources"] == sum(1 for r in run.resources if r["custom"] and not r["type"].startswith("pulumi:providers:"))
+    assert policies["data"]["analyzedResources"] == sum(
+        1 for r in run.resources if r["custom"] and not r["type"].startswith("pulumi:providers:")
+    )
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -134,7 +136,16 @@ def test_baseline_shows_what_a_canary_promotion_changes(tmp_path, previews, prod
     extra = {"aws:region": "us-east-1"}
     prod_raw["models"][1]["release"]["canaryWeight"] = 100
     promote = write_stack(tmp_path, prod_raw, extra)
-    result = run_preview("--stack", "prod", "--config-file", str(promote), "--baseline", str(previews["prod"].out), "--out", str(tmp_path / "promote"))
+    result = run_preview(
+        "--stack",
+        "prod",
+        "--config-file",
+        str(promote),
+        "--baseline",
+        str(previews["prod"].out),
+        "--out",
+        str(tmp_path / "promote"),
+    )
     assert result.returncode == 0, result.stderr
     changes = json.loads((tmp_path / "promote" / "report.json").read_text())["changes"]["data"]
     changed = {c["urn"].rsplit("::", 1)[1]: c["paths"] for c in changes["changed"]}
@@ -149,8 +160,20 @@ def test_baseline_shows_what_a_canary_promotion_changes(tmp_path, previews, prod
     prod_raw["models"][1]["versions"] = prod_raw["models"][1]["versions"][1:]
     drop = tmp_path / "drop"
     drop.mkdir()
-    result = run_preview("--stack", "prod", "--config-file", str(write_stack(drop, prod_raw, extra)), "--baseline", str(tmp_path / "promote"), "--out", str(tmp_path / "dropped"))
-    removed = {c["urn"].rsplit("::", 1)[1] for c in json.loads((tmp_path / "dropped" / "report.json").read_text())["changes"]["data"]["removed"]}
+    result = run_preview(
+        "--stack",
+        "prod",
+        "--config-file",
+        str(write_stack(drop, prod_raw, extra)),
+        "--baseline",
+        str(tmp_path / "promote"),
+        "--out",
+        str(tmp_path / "dropped"),
+    )
+    removed = {
+        c["urn"].rsplit("::", 1)[1]
+        for c in json.loads((tmp_path / "dropped" / "report.json").read_text())["changes"]["data"]["removed"]
+    }
     assert {"llama-8b-v1", "llama-8b-v1-knative-service", "llama-8b-v1-pod-monitor"} <= removed
 
 
@@ -180,7 +203,15 @@ def test_two_resources_declaring_one_object_fail_the_render(tmp_path):
 
     obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "n"}}
     twins = [
-        RecordedResource(type="kubernetes:core/v1:ConfigMap", name=name, urn=f"urn:pulumi:s::p::kubernetes:core/v1:ConfigMap::{name}", parent=None, custom=True, provider=None, inputs=obj)
+        RecordedResource(
+            type="kubernetes:core/v1:ConfigMap",
+            name=name,
+            urn=f"urn:pulumi:s::p::kubernetes:core/v1:ConfigMap::{name}",
+            parent=None,
+            custom=True,
+            provider=None,
+            inputs=obj,
+        )
         for name in ("a", "b")
     ]
     with pytest.raises(DuplicateObjectError, match="n/ConfigMap.core.x"):
@@ -191,14 +222,19 @@ def test_secure_values_become_placeholders_that_stay_secret(tmp_path, prod_raw):
     from .helpers import write_stack
 
     ciphertext = "AAABAGNpcGhlcnRleHQtdGhhdC1tdXN0LW5ldmVyLWxlYWs="
-    stack = write_stack(tmp_path, prod_raw, {"aws:region": "us-east-1", "inference-platform:huggingFaceToken": {"secure": ciphertext}})
+    stack = write_stack(
+        tmp_path, prod_raw, {"aws:region": "us-east-1", "inference-platform:huggingFaceToken": {"secure": ciphertext}}
+    )
     out = tmp_path / "out"
     result = run_preview("--stack", "prod", "--config-file", str(stack), "--out", str(out))
     assert result.returncode == 0, result.stderr
     secrets = [r for r in json.loads((out / "resources.json").read_text()) if r["type"] == "kubernetes:core/v1:Secret"]
     assert {s["name"] for s in secrets} == {"serving-huggingface-token", "team-a-huggingface-token", "team-b-huggingface-token"}
     for secret in secrets:
-        assert secret["inputs"]["stringData"] == {"secret": True, "value": {"token": "[secret:inference-platform:huggingFaceToken]"}}
+        assert secret["inputs"]["stringData"] == {
+            "secret": True,
+            "value": {"token": "[secret:inference-platform:huggingFaceToken]"},
+        }
     manifest = yaml.safe_load((out / "manifests" / "serving" / "Secret.core.huggingface-token.yaml").read_text())
     assert manifest["stringData"] == {"token": "[secret:inference-platform:huggingFaceToken]"}
     everything = "".join(p.read_text() for p in out.rglob("*") if p.is_file())

@@ -32,7 +32,9 @@ def preview_refuses(stack, out) -> str:
 
 
 def test_a_knative_model_may_not_take_longer_than_the_activator_drains(prod_raw):
-    prod_raw["traffic"]["tiers"] = {"batch": {"timeout": "900s", "maxPendingRequests": 16, "maxRequests": 128, "retryAttempts": 0, "vllmPriority": 2}}
+    prod_raw["traffic"]["tiers"] = {
+        "batch": {"timeout": "900s", "maxPendingRequests": 16, "maxRequests": 128, "retryAttempts": 0, "vllmPriority": 2}
+    }
     found = problems(prod_raw)
     # The batch labeller and the 8B batch servers are Knative-served and take the batch tier.
     for index in (3, 4):
@@ -42,7 +44,12 @@ def test_a_knative_model_may_not_take_longer_than_the_activator_drains(prod_raw)
             for m in found
         ), found
     # A Deployment-served model may take longer: no activator in its path.
-    prod_raw["models"][3]["autoscaling"] = {"mode": "hpa", "minReplicas": 1, "maxReplicas": 2, "hpa": {"gpuUtilizationTarget": None}}
+    prod_raw["models"][3]["autoscaling"] = {
+        "mode": "hpa",
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "hpa": {"gpuUtilizationTarget": None},
+    }
     assert not any(m.startswith("inference-platform:models[3].autoscaling.mode") for m in problems(prod_raw))
 
 
@@ -109,7 +116,9 @@ def test_a_key_in_an_unknown_namespace_is_refused(tmp_path, prod_raw):
 def test_the_system_node_groups_instance_type_must_exist(prod_raw):
     prod_raw["cluster"]["eks"]["systemNodeGroup"]["instanceType"] = "p9.mega"
     (message,) = problems(prod_raw)
-    assert message.startswith("inference-platform:cluster.eks.systemNodeGroup.instanceType: 'p9.mega' is not an EC2 instance type")
+    assert message.startswith(
+        "inference-platform:cluster.eks.systemNodeGroup.instanceType: 'p9.mega' is not an EC2 instance type"
+    )
     prod_raw["cluster"]["eks"]["systemNodeGroup"]["instanceType"] = "m7i.2xlarge"
     parse_platform_config(prod_raw)
 
@@ -168,8 +177,14 @@ def test_no_load_balancer_controller_without_eks(previews):
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_metrics_server_is_installed(previews, stack):
     release = helm_values(previews[stack], "metrics-server")
-    assert release["namespace"] == "kube-system" and release["repositoryOpts"]["repo"] == "https://kubernetes-sigs.github.io/metrics-server/"
-    assert release["values"]["replicas"] == 2 and release["values"]["podDisruptionBudget"] == {"enabled": True, "maxUnavailable": 1}
+    assert (
+        release["namespace"] == "kube-system"
+        and release["repositoryOpts"]["repo"] == "https://kubernetes-sigs.github.io/metrics-server/"
+    )
+    assert release["values"]["replicas"] == 2 and release["values"]["podDisruptionBudget"] == {
+        "enabled": True,
+        "maxUnavailable": 1,
+    }
     # On EKS it runs on the system nodes; an existing cluster's nodes carry no such label.
     assert ("nodeSelector" in release["values"]) == (stack == "prod")
 

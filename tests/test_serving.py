@@ -117,7 +117,9 @@ def test_hardening(prod):
     deployment = prod.k8s("Deployment", "llama-70b-v1", "serving")
     spec, vllm = pod(deployment), container(deployment)
     assert spec["automountServiceAccountToken"] is False
-    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["seccompProfile"] == {
+        "type": "RuntimeDefault"
+    }
     security = vllm["securityContext"]
     assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
     assert security["readOnlyRootFilesystem"] is True
@@ -172,7 +174,9 @@ def ksvc(evaluated: Evaluated, name: str, namespace: str) -> dict:
     (found,) = [
         m
         for m in evaluated.manifests()
-        if m["apiVersion"] == "serving.knative.dev/v1" and m["metadata"]["name"] == name and m["metadata"]["namespace"] == namespace
+        if m["apiVersion"] == "serving.knative.dev/v1"
+        and m["metadata"]["name"] == name
+        and m["metadata"]["namespace"] == namespace
     ]
     return found
 
@@ -204,7 +208,9 @@ def test_8b_knative_service(prod):
     assert arg(container(ksvc(prod, "llama-8b-v2", "serving"))["args"], "--max-num-seqs") == "32"
     assert spec["nodeSelector"] == {"inference.platform/pool": "h100"} and spec["tolerations"]
     assert stable["metadata"]["labels"]["networking.knative.dev/visibility"] == "cluster-local"
-    assert prod.k8s("PodMonitor", "llama-8b-v1", "serving")["spec"]["selector"] == {"matchLabels": {"serving.knative.dev/service": "llama-8b-v1"}}
+    assert prod.k8s("PodMonitor", "llama-8b-v1", "serving")["spec"]["selector"] == {
+        "matchLabels": {"serving.knative.dev/service": "llama-8b-v1"}
+    }
 
 
 def test_knative_serving_installed_with_the_features_servers_need(prod):
@@ -262,7 +268,11 @@ def test_weights_from_s3_via_init_container_and_workload_role(prod_raw):
     assert spec["serviceAccountName"] == "llama-1b-weights"
     assert container(evaluated.k8s("Deployment", "llama-1b-v1", "team-a"))["args"][0] == "/models/weights/llama-1b-v1"
     policy = json.loads(evaluated.one("aws:iam/rolePolicy:RolePolicy", "llama-1b-weights-identity-policy")["inputs"]["policy"])
-    assert policy["Statement"][0] == {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": "arn:aws:s3:::model-weights/llama-1b/*"}
+    assert policy["Statement"][0] == {
+        "Effect": "Allow",
+        "Action": ["s3:GetObject"],
+        "Resource": "arn:aws:s3:::model-weights/llama-1b/*",
+    }
     association = evaluated.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "llama-1b-weights-identity-association")
     assert association["inputs"]["serviceAccount"] == "llama-1b-weights" and association["inputs"]["namespace"] == "team-a"
     # Pod Identity injects credentials at admission: the pods wait for the association.
@@ -294,7 +304,10 @@ def test_time_sliced_pool_gives_one_share_per_container(staging_raw):
 def test_latency_sensitive_profile_on_time_sliced_pool(staging_raw):
     staging_raw["models"][0]["profile"] = "chat"
     found = problems(staging_raw)
-    assert any(m.startswith("inference-platform:models[0].pool: profile 'chat' is latency-sensitive but pool 'l4-shared' shares GPUs") for m in found)
+    assert any(
+        m.startswith("inference-platform:models[0].pool: profile 'chat' is latency-sensitive but pool 'l4-shared' shares GPUs")
+        for m in found
+    )
 
 
 def test_chat_is_never_scaled_to_zero(prod_raw):
@@ -313,7 +326,9 @@ def test_batch_labelling_must_not_share_a_pool_with_real_time_models(prod_raw):
     prod_raw["models"][3]["pool"] = "h100"
     prod_raw["tenants"][2]["pools"] = ["h100", "l4-batch"]
     found = problems(prod_raw)
-    assert any(m.startswith("inference-platform:models[3].pool: batch labelling is kept apart from real-time work") for m in found), found
+    assert any(
+        m.startswith("inference-platform:models[3].pool: batch labelling is kept apart from real-time work") for m in found
+    ), found
 
 
 def test_batch_labelling_must_not_share_a_namespace_with_real_time_models(prod_raw):
@@ -325,7 +340,9 @@ def test_batch_labelling_must_not_share_a_namespace_with_real_time_models(prod_r
 def test_time_sliced_memory_share_too_large(staging_raw):
     staging_raw["models"][0]["server"]["gpuMemoryUtilization"] = 0.5
     (message,) = problems(staging_raw)
-    assert message.startswith("inference-platform:models[0].server.gpuMemoryUtilization: 0.5 of the GPU's memory, but 4 pods share")
+    assert message.startswith(
+        "inference-platform:models[0].server.gpuMemoryUtilization: 0.5 of the GPU's memory, but 4 pods share"
+    )
 
 
 def test_s3_weights_need_eks(dev_raw):
@@ -337,7 +354,9 @@ def test_s3_weights_need_eks(dev_raw):
 def test_cache_larger_than_the_node_disk(prod_raw):
     prod_raw["models"][0]["resources"]["cacheSize"] = "2Ti"
     (message,) = problems(prod_raw)
-    assert message.startswith("inference-platform:models[0].resources.cacheSize: 2Ti of weights cache does not fit the 1000 GiB disk")
+    assert message.startswith(
+        "inference-platform:models[0].resources.cacheSize: 2Ti of weights cache does not fit the 1000 GiB disk"
+    )
 
 
 # --- the README documents each profile's defaults -------------------------------------------------
@@ -427,7 +446,9 @@ def test_disk_for_the_caches_is_requested(prod):
 def test_sidecar_exits_once_drained(prod):
     annotations = prod.k8s("Deployment", "llama-70b-v1", "serving")["spec"]["template"]["metadata"]["annotations"]
     proxy = json.loads(annotations["proxy.istio.io/config"])
-    assert proxy["proxyMetadata"] == {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"} and proxy["holdApplicationUntilProxyStarts"] is True
+    assert (
+        proxy["proxyMetadata"] == {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"} and proxy["holdApplicationUntilProxyStarts"] is True
+    )
 
 
 def test_knative_services_get_a_disruption_budget(prod):
@@ -508,6 +529,8 @@ def test_pulumi_up_waits_for_each_version_to_load_its_model(prod):
     assert record.custom_timeouts == {"create": f"{deadline + 60}s", "update": f"{deadline + 60}s"}
     stable = ksvc(prod, "llama-8b-v1", "serving")
     assert stable["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
-    knative_deadline = int(stable["spec"]["template"]["metadata"]["annotations"]["serving.knative.dev/progress-deadline"].rstrip("s"))
+    knative_deadline = int(
+        stable["spec"]["template"]["metadata"]["annotations"]["serving.knative.dev/progress-deadline"].rstrip("s")
+    )
     (record,) = [r for r in prod.records if r.name == "llama-8b-v1-knative-service"]
     assert record.custom_timeouts == {"create": f"{knative_deadline + 60}s", "update": f"{knative_deadline + 60}s"}

@@ -9,8 +9,8 @@ import lupa.luajit21 as luajit
 import pytest
 import re2
 
-from platform_config import ConfigError, parse_platform_config
 from components.specs.traffic import LUA_SOURCE, range_regex, sticky_ranges
+from platform_config import ConfigError, parse_platform_config
 
 from .helpers import Evaluated, raw_stack
 
@@ -132,7 +132,9 @@ def test_bucket_is_fnv1a_and_stable(lua):
     other = luajit.LuaRuntime()
     other.execute("local CONFIG = {}\n" + LUA_SOURCE.read_text())
     for key in keys:
-        assert other.globals().GATEWAY_FILTER.bucket(key) == lua.globals().GATEWAY_FILTER.bucket(key) == fnv1a32(key.encode()) % 100
+        assert (
+            other.globals().GATEWAY_FILTER.bucket(key) == lua.globals().GATEWAY_FILTER.bucket(key) == fnv1a32(key.encode()) % 100
+        )
 
 
 def test_same_user_same_bucket_header(lua):
@@ -187,7 +189,10 @@ def test_tier_priority_written_into_the_body(lua, tier, priority):
 
 
 def test_streaming_request_body(lua):
-    raw = '{ "model" : "llama-3.1-70b-instruct",\n  "stream": true, "stream_options": {"include_usage": true},\n  "messages": [{"role": "user", "content": "say \\"priority\\": 0 {not json}"}] }\n'
+    raw = (
+        '{ "model" : "llama-3.1-70b-instruct",\n  "stream": true, "stream_options": {"include_usage": true},\n'
+        '  "messages": [{"role": "user", "content": "say \\"priority\\": 0 {not json}"}] }\n'
+    )
     request = Request(lua, {":method": "POST", "x-tier": "premium"}, raw)
     body = request.json()
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
@@ -261,13 +266,21 @@ def test_route_order_override_then_sticky_then_weighted(prod):
 
 
 def test_weights_add_up_to_100(prod):
-    for model, namespace in (("llama-8b", "serving"), ("llama-70b", "serving"), ("llama-1b", "team-a"), ("batch-labeller", "team-b")):
+    for model, namespace in (
+        ("llama-8b", "serving"),
+        ("llama-70b", "serving"),
+        ("llama-1b", "team-a"),
+        ("batch-labeller", "team-b"),
+    ):
         for route in vs(prod, model, namespace)["spec"]["http"]:
             if "route" in route:
                 weights = [d.get("weight", 100) for d in route["route"]]
                 assert sum(weights) == 100, (model, route["name"])
     weighted = next(r for r in vs(prod, "llama-8b", "serving")["spec"]["http"] if r["name"] == "standard-weighted")
-    assert [(d["destination"]["subset"], d["weight"]) for d in weighted["route"]] == [("llama-8b-v1-standard", 90), ("llama-8b-v2-standard", 10)]
+    assert [(d["destination"]["subset"], d["weight"]) for d in weighted["route"]] == [
+        ("llama-8b-v1-standard", 90),
+        ("llama-8b-v2-standard", 10),
+    ]
 
 
 def test_every_destination_subset_exists(prod):
@@ -286,7 +299,11 @@ def test_knative_versions_are_reached_through_the_local_gateway_by_host(prod):
     assert stable["destination"]["host"] == "knative-local-gateway.istio-system.svc.cluster.local"
     assert stable["headers"]["request"]["set"]["Host"] == "llama-8b-v1.serving.svc.cluster.local"
     rule = prod.k8s("DestinationRule", "knative-model-tiers", "istio-system")
-    assert {s["name"] for s in rule["spec"]["subsets"]} >= {"llama-8b-v1-premium", "llama-8b-v2-standard", "llama-8b-batch-v1-batch"}
+    assert {s["name"] for s in rule["spec"]["subsets"]} >= {
+        "llama-8b-v1-premium",
+        "llama-8b-v2-standard",
+        "llama-8b-batch-v1-batch",
+    }
 
 
 def test_tier_limits_timeouts_and_safe_retries(prod):
@@ -305,7 +322,11 @@ def test_tier_limits_timeouts_and_safe_retries(prod):
     assert outliers["consecutive5xxErrors"] == 0
     routes = {r["name"]: r for r in vs(prod, "llama-70b", "serving")["spec"]["http"]}
     assert routes["premium-weighted"]["timeout"] == "120s" and routes["standard-weighted"]["timeout"] == "300s"
-    assert routes["premium-weighted"]["retries"] == {"attempts": 1, "perTryTimeout": "120000ms", "retryOn": "connect-failure,refused-stream"}
+    assert routes["premium-weighted"]["retries"] == {
+        "attempts": 1,
+        "perTryTimeout": "120000ms",
+        "retryOn": "connect-failure,refused-stream",
+    }
     batch = next(r for r in vs(prod, "batch-labeller", "team-b")["spec"]["http"] if r["name"] == "batch-weighted")
     assert batch["retries"] == {"attempts": 0} and batch["timeout"] == "600s"
 
@@ -332,7 +353,10 @@ def test_batch_traffic_goes_to_its_own_pool(prod):
     servers = prod.k8s("Service", "llama-8b-batch-v1", "serving")
     args = servers["spec"]["template"]["spec"]["containers"][0]["args"]
     # The batch servers answer to the chat model's name too.
-    assert args[args.index("--served-model-name") + 1 : args.index("--served-model-name") + 3] == ["llama-3.1-8b-instruct-batch", "llama-3.1-8b-instruct"]
+    assert args[args.index("--served-model-name") + 1 : args.index("--served-model-name") + 3] == [
+        "llama-3.1-8b-instruct-batch",
+        "llama-3.1-8b-instruct",
+    ]
     assert servers["spec"]["template"]["spec"]["nodeSelector"] == {"inference.platform/pool": "l4-batch"}
 
 
@@ -340,7 +364,9 @@ def test_gateway_and_filter(prod):
     gateway = prod.k8s("Gateway", "inference-gateway", "istio-system")
     assert gateway["spec"]["selector"] == {"istio": "ingressgateway"}
     https = gateway["spec"]["servers"][0]
-    assert https["tls"] == {"mode": "SIMPLE", "credentialName": "inference-api-tls"} and https["hosts"] == ["api.inference.example.com"]
+    assert https["tls"] == {"mode": "SIMPLE", "credentialName": "inference-api-tls"} and https["hosts"] == [
+        "api.inference.example.com"
+    ]
     envoy_filter = prod.k8s("EnvoyFilter", "inference-gateway-filter", "istio-system")
     patches = {p["applyTo"]: p for p in envoy_filter["spec"]["configPatches"]}
     lua = patches["HTTP_FILTER"]
@@ -382,7 +408,10 @@ def test_promotion_then_dropping_the_old_version(prod_raw):
     release["canaryWeight"] = 100
     promoted = Evaluated(prod_raw)
     weighted = next(r for r in vs(promoted, "llama-8b", "serving")["spec"]["http"] if r["name"] == "premium-weighted")
-    assert [(d["destination"]["subset"], d["weight"]) for d in weighted["route"]] == [("llama-8b-v1-premium", 0), ("llama-8b-v2-premium", 100)]
+    assert [(d["destination"]["subset"], d["weight"]) for d in weighted["route"]] == [
+        ("llama-8b-v1-premium", 0),
+        ("llama-8b-v2-premium", 100),
+    ]
     prod_raw["models"][1]["release"] = {"stable": "v2"}
     prod_raw["models"][1]["versions"] = prod_raw["models"][1]["versions"][1:]
     done = Evaluated(prod_raw)
@@ -427,7 +456,9 @@ def test_unknown_tier_on_a_model(prod_raw):
 
 
 def test_unknown_tier_in_traffic_policy(prod_raw):
-    prod_raw["traffic"]["tiers"] = {"gold": {"timeout": "5s", "maxPendingRequests": 1, "maxRequests": 1, "retryAttempts": 0, "vllmPriority": 0}}
+    prod_raw["traffic"]["tiers"] = {
+        "gold": {"timeout": "5s", "maxPendingRequests": 1, "maxRequests": 1, "retryAttempts": 0, "vllmPriority": 0}
+    }
     found = problems(prod_raw)
     assert any(m.startswith("inference-platform:traffic.tiers.gold") for m in found), found
 

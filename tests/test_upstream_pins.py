@@ -47,7 +47,10 @@ def test_pins_of_the_findings_are_released_now(facts):
     # Finding 2 and 3: kube-prometheus-stack 81.4.5 and Istio 1.30.4 were never released.
     assert check_chart_pin(facts, pins.KUBE_PROMETHEUS_STACK).status == VERIFIED
     assert check_chart_pin(facts, pins.ISTIOD).status == VERIFIED
-    for never_released in (dataclasses.replace(pins.KUBE_PROMETHEUS_STACK, version="81.4.5"), dataclasses.replace(pins.ISTIOD, version="1.30.4")):
+    for never_released in (
+        dataclasses.replace(pins.KUBE_PROMETHEUS_STACK, version="81.4.5"),
+        dataclasses.replace(pins.ISTIOD, version="1.30.4"),
+    ):
         result = check_chart_pin(facts, never_released)
         assert result.status == FAILED and "not a released version" in result.details[0]
 
@@ -64,10 +67,15 @@ def test_cluster_autoscaler_chart_matches_the_image_for_each_kubernetes_minor(fa
 
 def test_values_keys_must_be_read_by_the_chart(facts):
     # Finding 13: operator.defaultRuntime is read by nothing in gpu-operator v25.10.1.
-    bad = check_release_values(facts, release(pins.GPU_OPERATOR, {"operator": {"defaultRuntime": "containerd"}, "driver": {"enabled": False}}))
+    bad = check_release_values(
+        facts, release(pins.GPU_OPERATOR, {"operator": {"defaultRuntime": "containerd"}, "driver": {"enabled": False}})
+    )
     assert bad.status == FAILED and bad.details == ["values key operator.defaultRuntime is not read by gpu-operator v25.10.1"]
     # A free-form map takes any key; a path under a plain key must exist.
-    assert check_release_values(facts, release(pins.GPU_OPERATOR, {"daemonsets": {"tolerations": [{"key": "a"}]}})).status == VERIFIED
+    assert (
+        check_release_values(facts, release(pins.GPU_OPERATOR, {"daemonsets": {"tolerations": [{"key": "a"}]}})).status
+        == VERIFIED
+    )
     assert check_release_values(facts, release(pins.ISTIO_GATEWAY, {"service": {"annotaions": {"a": "b"}}})).status == FAILED
 
 
@@ -77,7 +85,9 @@ def test_an_unreleased_chart_version_in_a_release_fails(facts):
 
 
 def test_opaque_subcharts_take_any_key(facts):
-    result = check_release_values(facts, release(pins.KUBE_PROMETHEUS_STACK, {"grafana": {"sidecar": {"anything": {"at": "all"}}}}))
+    result = check_release_values(
+        facts, release(pins.KUBE_PROMETHEUS_STACK, {"grafana": {"sidecar": {"anything": {"at": "all"}}}})
+    )
     assert result.status == VERIFIED
 
 

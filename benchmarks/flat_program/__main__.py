@@ -45,7 +45,7 @@ def register_all(recorded):
             continue
         parent = registered.get(entry["parent"])
         if type_token.startswith(PROVIDER_PREFIX):
-            package = type_token[len(PROVIDER_PREFIX):]
+            package = type_token[len(PROVIDER_PREFIX) :]
             resource = pulumi.ProviderResource(package, name, inputs, pulumi.ResourceOptions(parent=parent))
             providers[package] = resource
         elif entry["custom"]:

@@ -32,7 +32,11 @@ def adapter_rules() -> dict[str, Any]:
         "custom": [
             _rule("vllm:num_requests_waiting", QUEUE_METRIC, summed),
             _rule("vllm:num_requests_running", "vllm_num_requests_running", summed),
-            _rule("vllm:kv_cache_usage_perc", "vllm_kv_cache_usage_percent", "avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>) * 100"),
+            _rule(
+                "vllm:kv_cache_usage_perc",
+                "vllm_kv_cache_usage_percent",
+                "avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>) * 100",
+            ),
             _rule("DCGM_FI_PROF_GR_ENGINE_ACTIVE", GPU_METRIC, "avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>) * 100"),
         ],
     }

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from platform_config.capacity import instance_of
+from platform_config.models import ModelConfig, ModelVersion, NodePoolConfig, PlatformConfig, ServerArgs
+from platform_config.pins import AWS_CLI, VLLM
+from platform_config.profiles import WorkloadProfile
+from platform_config.quantity import parse_quantity
 from platform_config.serving import (
     DRAIN_MARGIN_SECONDS,
     GPU_MEMORY_UTILIZATION_DEFAULT,
@@ -30,28 +34,24 @@ from platform_config.serving import (
     time_sliced_memory_share,
     weights_service_account,
 )
-from platform_config.models import ModelConfig, ModelVersion, NodePoolConfig, PlatformConfig, ServerArgs
-from platform_config.pins import AWS_CLI, VLLM
-from platform_config.profiles import WorkloadProfile
-from platform_config.quantity import parse_quantity
 
 from ..constants import (
     GPU_RESOURCE,
     GPU_TAINT_EFFECT,
     GPU_TAINT_KEY,
     HTTP_PORT_NAME,
+    LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_LATENCY_SENSITIVE,
     LABEL_MODEL,
     LABEL_MODEL_VERSION,
     LABEL_NAME,
+    LABEL_PART_OF,
     LABEL_POOL,
     LABEL_PROFILE,
     LABEL_TENANT,
     LABEL_VERSION,
     PART_OF,
-    LABEL_PART_OF,
-    LABEL_COMPONENT,
     VLLM_PORT,
 )
 
@@ -267,9 +267,7 @@ def _env(plan: ServerPlan) -> list[dict[str, Any]]:
         {"name": "DO_NOT_TRACK", "value": "1"},
     ]
     if plan.hugging_face_token:
-        env.append(
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}}
-        )
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}})
     return env
 
 
@@ -392,7 +390,14 @@ def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
     return {
         "name": "fetch-weights",
         "image": AWS_CLI.image,
-        "command": ["aws", "s3", "sync", "--only-show-errors", f"{source.s3_uri.rstrip('/')}/{source.revision}/", f"{WEIGHTS_DIR}/{plan.name}"],
+        "command": [
+            "aws",
+            "s3",
+            "sync",
+            "--only-show-errors",
+            f"{source.s3_uri.rstrip('/')}/{source.revision}/",
+            f"{WEIGHTS_DIR}/{plan.name}",
+        ],
         "env": [{"name": "HOME", "value": HOME_DIR}],
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [m for m in mounts if m["name"] in ("model-cache", "home", "tmp")],
@@ -494,7 +499,15 @@ def service(plan: ServerPlan) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "selector": plan.selector,
-            "ports": [{"name": HTTP_PORT_NAME, "port": VLLM_PORT, "targetPort": HTTP_PORT_NAME, "protocol": "TCP", "appProtocol": "http"}],
+            "ports": [
+                {
+                    "name": HTTP_PORT_NAME,
+                    "port": VLLM_PORT,
+                    "targetPort": HTTP_PORT_NAME,
+                    "protocol": "TCP",
+                    "appProtocol": "http",
+                }
+            ],
         },
     }
 
@@ -582,13 +595,19 @@ def hpa(plan: ServerPlan) -> dict[str, Any]:
                 "scaleUp": {
                     "stabilizationWindowSeconds": settings.scale_up_stabilization_seconds,
                     "selectPolicy": "Max",
-                    "policies": [{"type": "Pods", "value": settings.scale_up_max_pods, "periodSeconds": settings.scale_up_period_seconds}],
+                    "policies": [
+                        {"type": "Pods", "value": settings.scale_up_max_pods, "periodSeconds": settings.scale_up_period_seconds}
+                    ],
                 },
                 "scaleDown": {
                     "stabilizationWindowSeconds": settings.scale_down_stabilization_seconds,
                     "selectPolicy": "Min",
                     "policies": [
-                        {"type": "Percent", "value": settings.scale_down_max_percent, "periodSeconds": settings.scale_down_period_seconds}
+                        {
+                            "type": "Percent",
+                            "value": settings.scale_down_max_percent,
+                            "periodSeconds": settings.scale_down_period_seconds,
+                        }
                     ],
                 },
             },

@@ -12,6 +12,7 @@ ResourceQuota does not list is not limited.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -71,7 +72,7 @@ def namespace(tenant: TenantConfig) -> dict[str, Any]:
                 "pod-security.kubernetes.io/warn": "restricted",
                 "pod-security.kubernetes.io/audit": "restricted",
             },
-        }
+        },
     }
 
 
@@ -88,7 +89,9 @@ def resource_quotas(tenant: TenantConfig, gpu_resources: list[str]) -> list[dict
     prod_pods = None if tenant.quota.pods is None else tenant.quota.pods - (exp_pods or 0)
     classes = [PRODUCTION_PRIORITY_CLASS, EXPERIMENT_PRIORITY_CLASS]
 
-    def quota(suffix: str, hard: dict[str, str], operator: str | None = None, values: list[str] | None = None) -> dict[str, Any]:
+    def quota(
+        suffix: str, hard: dict[str, str], operator: str | None = None, values: Sequence[str] | None = None
+    ) -> dict[str, Any]:
         spec: dict[str, Any] = {"hard": hard}
         if operator is not None:
             spec["scopeSelector"] = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": operator, "values": values}]}
@@ -123,7 +126,11 @@ def limit_range(tenant: TenantConfig) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "LimitRange",
-        "metadata": {"name": f"{tenant.name}-defaults", "namespace": tenant.name, "labels": standard_labels(tenant.name, "limits")},
+        "metadata": {
+            "name": f"{tenant.name}-defaults",
+            "namespace": tenant.name,
+            "labels": standard_labels(tenant.name, "limits"),
+        },
         "spec": {
             "limits": [
                 {

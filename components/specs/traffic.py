@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from platform_config.serving import model_tiers, running_versions
 from platform_config.models import ModelConfig, PlatformConfig, TenantConfig, TierPolicy, duration_seconds
+from platform_config.profiles import TierName
+from platform_config.serving import model_tiers, running_versions
 
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT, standard_labels
 from .model_server import server_name
@@ -35,7 +36,7 @@ GATEWAY_SELECTOR = {"istio": "ingressgateway"}
 GATEWAY_SERVICE_ACCOUNT = "istio-ingressgateway"
 KNATIVE_LOCAL_GATEWAY = f"knative-local-gateway.{ISTIO_SYSTEM_NAMESPACE}.svc.cluster.local"
 KNATIVE_LOCAL_GATEWAY_PORT = 80
-TIER_ORDER = ("premium", "standard", "batch")
+TIER_ORDER: tuple[TierName, ...] = ("premium", "standard", "batch")
 LUA_SOURCE = Path(__file__).resolve().parent.parent / "lua" / "gateway_filter.lua"
 # Retry only what never reached a server: an LLM request is not idempotent (it costs GPU time),
 # and a 503 from a full pending queue must fail fast, not come back.
@@ -124,9 +125,9 @@ def find_model(config: PlatformConfig, name: str) -> ModelConfig:
     return next(m for m in config.models if m.name == name)
 
 
-def served_tiers(config: PlatformConfig, model: ModelConfig) -> list[str]:
+def served_tiers(config: PlatformConfig, model: ModelConfig) -> list[TierName]:
     """Tiers requests for this model may use: its own, plus batch when sent to a batch model."""
-    tiers = set(model_tiers(config, model))
+    tiers: set[TierName] = set(model_tiers(config, model))
     if model.batch_model is not None:
         tiers.add("batch")
     return [t for t in TIER_ORDER if t in tiers]
@@ -139,7 +140,7 @@ def tier_owner(config: PlatformConfig, model: ModelConfig, tier: str) -> ModelCo
     return model
 
 
-def priority_tiers(config: PlatformConfig, model: ModelConfig) -> list[str]:
+def priority_tiers(config: PlatformConfig, model: ModelConfig) -> list[TierName]:
     """Tiers whose destination server runs vLLM's priority scheduling (serves several tiers)."""
     return [t for t in served_tiers(config, model) if len(model_tiers(config, tier_owner(config, model, t))) > 1]
 
@@ -175,7 +176,12 @@ def virtual_service(config: PlatformConfig, model: ModelConfig) -> dict[str, Any
         if owner is not model:
             # Batch work goes to its own pool, whatever version header or user key it carries.
             weighted.append(
-                {"name": f"{tier}-to-{owner.name}", "match": _match(config, model, tier), "route": [destination(owner, owner.release.stable, tier).route()], **policy}
+                {
+                    "name": f"{tier}-to-{owner.name}",
+                    "match": _match(config, model, tier),
+                    "route": [destination(owner, owner.release.stable, tier).route()],
+                    **policy,
+                }
             )
             continue
         for version in running_versions(model):
@@ -219,7 +225,10 @@ def virtual_service(config: PlatformConfig, model: ModelConfig) -> dict[str, Any
                 "match": [{"headers": {traffic.model_header: {"exact": model.openai_name}}}],
                 "directResponse": {
                     "status": 403,
-                    "body": {"string": f"model {model.openai_name} serves tiers {', '.join(tiers)}; set the {traffic.tier_header} header"},
+                    "body": {
+                        "string": f"model {model.openai_name} serves tiers {', '.join(tiers)}; set the {traffic.tier_header} "
+                        "header"
+                    },
                 },
             }
         )
@@ -317,7 +326,11 @@ def knative_gateway_destination_rule(config: PlatformConfig) -> dict[str, Any] |
     return {
         "apiVersion": "networking.istio.io/v1",
         "kind": "DestinationRule",
-        "metadata": {"name": "knative-model-tiers", "namespace": ISTIO_SYSTEM_NAMESPACE, "labels": standard_labels("knative-model-tiers", "routing")},
+        "metadata": {
+            "name": "knative-model-tiers",
+            "namespace": ISTIO_SYSTEM_NAMESPACE,
+            "labels": standard_labels("knative-model-tiers", "routing"),
+        },
         "spec": {"host": KNATIVE_LOCAL_GATEWAY, "subsets": subsets},
     }
 
@@ -336,13 +349,23 @@ def gateway(config: PlatformConfig) -> dict[str, Any]:
                 "tls": {"mode": "SIMPLE", "credentialName": traffic.tls_credential_name},
             }
         )
-        servers.append({"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": list(traffic.hosts), "tls": {"httpsRedirect": True}})
+        servers.append(
+            {
+                "port": {"number": 80, "name": "http", "protocol": "HTTP"},
+                "hosts": list(traffic.hosts),
+                "tls": {"httpsRedirect": True},
+            }
+        )
     else:
         servers.append({"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": list(traffic.hosts)})
     return {
         "apiVersion": "networking.istio.io/v1",
         "kind": "Gateway",
-        "metadata": {"name": GATEWAY_NAME, "namespace": ISTIO_INGRESS_NAMESPACE, "labels": standard_labels(GATEWAY_NAME, "gateway")},
+        "metadata": {
+            "name": GATEWAY_NAME,
+            "namespace": ISTIO_INGRESS_NAMESPACE,
+            "labels": standard_labels(GATEWAY_NAME, "gateway"),
+        },
         "spec": {"selector": GATEWAY_SELECTOR, "servers": servers},
     }
 
@@ -396,7 +419,11 @@ def envoy_filter(config: PlatformConfig) -> dict[str, Any]:
     return {
         "apiVersion": "networking.istio.io/v1alpha3",
         "kind": "EnvoyFilter",
-        "metadata": {"name": "inference-gateway-filter", "namespace": ISTIO_INGRESS_NAMESPACE, "labels": standard_labels("inference-gateway-filter", "gateway")},
+        "metadata": {
+            "name": "inference-gateway-filter",
+            "namespace": ISTIO_INGRESS_NAMESPACE,
+            "labels": standard_labels("inference-gateway-filter", "gateway"),
+        },
         "spec": {
             "workloadSelector": {"labels": GATEWAY_SELECTOR},
             "configPatches": [
@@ -404,14 +431,19 @@ def envoy_filter(config: PlatformConfig) -> dict[str, Any]:
                     # The filter buffers request bodies to read them: allow the largest one.
                     "applyTo": "LISTENER",
                     "match": gateway_listener,
-                    "patch": {"operation": "MERGE", "value": {"per_connection_buffer_limit_bytes": config.traffic.max_request_body_bytes}},
+                    "patch": {
+                        "operation": "MERGE",
+                        "value": {"per_connection_buffer_limit_bytes": config.traffic.max_request_body_bytes},
+                    },
                 },
                 {
                     "applyTo": "NETWORK_FILTER",
                     "match": {**gateway_listener, "listener": {"filterChain": {"filter": {"name": HCM}}}},
                     "patch": {
                         "operation": "MERGE",
-                        "value": {"typed_config": {"@type": HCM_TYPE, "stream_idle_timeout": f"{stream_idle_timeout_seconds(config)}s"}},
+                        "value": {
+                            "typed_config": {"@type": HCM_TYPE, "stream_idle_timeout": f"{stream_idle_timeout_seconds(config)}s"}
+                        },
                     },
                 },
                 {
@@ -437,7 +469,7 @@ def envoy_filter(config: PlatformConfig) -> dict[str, Any]:
                             },
                         },
                     },
-                }
+                },
             ],
         },
     }
@@ -463,7 +495,11 @@ def authorization_policy(tenant: TenantConfig, *, knative: bool) -> dict[str, An
     return {
         "apiVersion": "security.istio.io/v1",
         "kind": "AuthorizationPolicy",
-        "metadata": {"name": "allow-gateway-and-namespace", "namespace": tenant.name, "labels": standard_labels(tenant.name, "mesh-security")},
+        "metadata": {
+            "name": "allow-gateway-and-namespace",
+            "namespace": tenant.name,
+            "labels": standard_labels(tenant.name, "mesh-security"),
+        },
         "spec": {
             "action": "ALLOW",
             "rules": [

@@ -123,4 +123,4 @@ def image_is_pinned(image: str) -> bool:
     if _IMAGE_DIGEST.search(image):
         return True
     tag = _IMAGE_TAG.search(image.rsplit("/", 1)[-1])
-    return bool(tag) and tag.group(1) not in FACTS["images"]["forbiddenTags"]
+    return tag is not None and tag.group(1) not in FACTS["images"]["forbiddenTags"]

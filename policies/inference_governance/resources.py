@@ -8,11 +8,11 @@ from typing import Any, Mapping
 import pulumi
 
 from .kube import (
-    Report,
-    config,
     HPA_V2,
     KNATIVE_SERVICE,
     LATENCY_LABEL,
+    Report,
+    config,
     containers,
     get,
     gpu_resources,
@@ -25,7 +25,9 @@ from .kube import (
 )
 
 # Whole name parts only: HF_TOKEN and DB_PASSWORD are secrets, MAX_TOKENS and TOKENIZERS_* are not.
-SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)($|_)", re.IGNORECASE)
+SECRET_NAME = re.compile(
+    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)($|_)", re.IGNORECASE
+)
 DRAINED_WORKLOADS = ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet")
 
 
@@ -52,10 +54,15 @@ def gpu_requests_and_limits(args: Any, report_violation: Report) -> None:
             if resource not in limits:
                 report_violation(f"container '{name}' asks for {resource} without a limit: GPUs are allocated by limits")
             elif resource in requests and str(requests[resource]) != str(limits[resource]):
-                report_violation(f"container '{name}' requests {requests[resource]} but limits {limits[resource]} of {resource}: they must be equal")
+                report_violation(
+                    f"container '{name}' requests {requests[resource]} but limits {limits[resource]} of {resource}: they must "
+                    "be equal"
+                )
         for resource in ("cpu", "memory"):
             if resource not in requests:
-                report_violation(f"container '{name}' uses a GPU but requests no {resource}: the scheduler cannot place it fairly")
+                report_violation(
+                    f"container '{name}' uses a GPU but requests no {resource}: the scheduler cannot place it fairly"
+                )
 
 
 def graceful_drain(args: Any, report_violation: Report) -> None:
@@ -68,11 +75,14 @@ def graceful_drain(args: Any, report_violation: Report) -> None:
     minimum = int(config(args).get("minTerminationGracePeriodSeconds", 300))
     grace = get(spec, "terminationGracePeriodSeconds", default=30)
     if grace < minimum:
-        report_violation(f"terminationGracePeriodSeconds is {grace}; inference pods need at least {minimum} s to finish in-flight requests")
+        report_violation(
+            f"terminationGracePeriodSeconds is {grace}; inference pods need at least {minimum} s to finish in-flight requests"
+        )
     for container in get(spec, "containers", default=[]):
         if gpu_resources(container) and not get(container, "lifecycle", "preStop"):
             report_violation(
-                f"container '{get(container, 'name', default='?')}' has no preStop hook: it would get SIGTERM while still in the load balancers"
+                f"container '{get(container, 'name', default='?')}' has no preStop hook: it would get SIGTERM while still in "
+                "the load balancers"
             )
 
 
@@ -99,7 +109,8 @@ def hpa_behavior(args: Any, report_violation: Report) -> None:
             name = get(metric, "resource", "name") or get(metric, "containerResource", "name")
             if name not in ("cpu", "memory"):
                 report_violation(
-                    f"{kind} metric on {name!r}: Resource metrics are cpu and memory only; serve GPU metrics as Pods/Object/External metrics through prometheus-adapter"
+                    f"{kind} metric on {name!r}: Resource metrics are cpu and memory only; serve GPU metrics as "
+                    "Pods/Object/External metrics through prometheus-adapter"
                 )
     scale_down = get(spec, "behavior", "scaleDown")
     window = int(settings.get("minScaleDownStabilizationSeconds", 300))
@@ -108,13 +119,20 @@ def hpa_behavior(args: Any, report_violation: Report) -> None:
         return
     stabilization = get(scale_down, "stabilizationWindowSeconds", default=0)
     if stabilization < window:
-        report_violation(f"behavior.scaleDown.stabilizationWindowSeconds is {stabilization}; at least {window} s (model servers take minutes to come back)")
+        report_violation(
+            f"behavior.scaleDown.stabilizationWindowSeconds is {stabilization}; at least {window} s (model servers take "
+            "minutes to come back)"
+        )
     policies = get(scale_down, "policies", default=[])
     if not is_list(policies) or not policies:
         report_violation("behavior.scaleDown.policies must be a list of {type: Percent|Pods, value, periodSeconds}")
         return
     for policy in policies:
-        if get(policy, "type") not in ("Percent", "Pods") or get(policy, "value", default=0) <= 0 or not 0 < get(policy, "periodSeconds", default=0) <= 1800:
+        if (
+            get(policy, "type") not in ("Percent", "Pods")
+            or get(policy, "value", default=0) <= 0
+            or not 0 < get(policy, "periodSeconds", default=0) <= 1800
+        ):
             report_violation(f"invalid scale-down policy {dict(policy)}: type Percent or Pods, value > 0, periodSeconds 1..1800")
 
 
@@ -136,14 +154,19 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
             report_violation(f"{prefix}min-scale is {annotations.get(prefix + 'min-scale')!r}, not a whole number")
             return
         if minimum < 1:
-            report_violation(f"latency-sensitive service with min-scale {minimum}: it would cold-start a model (minutes) on the next request")
+            report_violation(
+                f"latency-sensitive service with min-scale {minimum}: it would cold-start a model (minutes) on the next request"
+            )
 
 
 def pinned_images(args: Any, report_violation: Report) -> None:
     for container in workload_containers(args.resource_type, args.props):
         image = get(container, "image", default="")
         if not image_is_pinned(image):
-            report_violation(f"container '{get(container, 'name', default='?')}' runs image {image!r}: pin a release tag or a digest, never 'latest'")
+            report_violation(
+                f"container '{get(container, 'name', default='?')}' runs image {image!r}: pin a release tag or a digest, never "
+                "'latest'"
+            )
 
 
 def model_server_hardening(args: Any, report_violation: Report) -> None:
@@ -157,11 +180,16 @@ def model_server_hardening(args: Any, report_violation: Report) -> None:
             report_violation(f"{field} is true: model servers do not share the node's namespaces")
     for volume in get(spec, "volumes", default=[]):
         if "hostPath" in volume:
-            report_violation(f"volume '{get(volume, 'name', default='?')}' is a hostPath: model servers must not mount the node's filesystem")
+            report_violation(
+                f"volume '{get(volume, 'name', default='?')}' is a hostPath: model servers must not mount the node's filesystem"
+            )
     for container in containers(spec):
         name = get(container, "name", default="?")
         security = get(container, "securityContext", default={})
-        if not (get(security, "runAsNonRoot") is True or (get(pod_security, "runAsNonRoot") is True and get(security, "runAsNonRoot") is not False)):
+        if not (
+            get(security, "runAsNonRoot") is True
+            or (get(pod_security, "runAsNonRoot") is True and get(security, "runAsNonRoot") is not False)
+        ):
             report_violation(f"container '{name}' may run as root: set runAsNonRoot")
         if get(security, "allowPrivilegeEscalation") is not False:
             report_violation(f"container '{name}' allows privilege escalation: set allowPrivilegeEscalation false")
@@ -176,7 +204,8 @@ def no_plain_secret_env(args: Any, report_violation: Report) -> None:
         for env in get(container, "env", default=[]):
             if SECRET_NAME.search(get(env, "name", default="")) and get(env, "value") not in (None, ""):
                 report_violation(
-                    f"container '{get(container, 'name', default='?')}' sets {env['name']} as a plain value: read it from a Secret (valueFrom.secretKeyRef)"
+                    f"container '{get(container, 'name', default='?')}' sets {env['name']} as a plain value: read it from a "
+                    "Secret (valueFrom.secretKeyRef)"
                 )
 
 

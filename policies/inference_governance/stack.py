@@ -6,8 +6,6 @@ from collections import defaultdict
 from typing import Any, Mapping
 
 from .kube import (
-    Report,
-    config,
     DESTINATION_RULE,
     GPU_NODE_POOL,
     GPU_SHARING_LABEL,
@@ -24,6 +22,8 @@ from .kube import (
     QUOTA,
     SERVICE_MONITOR,
     VIRTUAL_SERVICE,
+    Report,
+    config,
     get,
     is_gpu_resource,
     labels_match,
@@ -95,7 +95,8 @@ def latency_sensitive_not_time_sliced(args: Any, report_violation: Report) -> No
             continue
         if get(known.get(workload.pool, {}), "sharing") == "timeSlicing":
             report_violation(
-                f"{workload.namespace}/{workload.name} is latency-sensitive but runs on time-sliced pool '{workload.pool}': time-slicing gives no isolation",
+                f"{workload.namespace}/{workload.name} is latency-sensitive but runs on time-sliced pool '{workload.pool}': "
+                "time-slicing gives no isolation",
                 workload.resource.urn,
             )
 
@@ -117,9 +118,16 @@ def pdb_for_replicated_inference(args: Any, report_violation: Report) -> None:
     budgets: dict[str, list[Mapping[str, str]]] = defaultdict(list)
     for budget in of_type(args, PDB):
         budgets[namespace_of(budget.props)].append(get(budget.props, "spec", "selector", "matchLabels", default={}))
-    scalers = {(namespace_of(h.props), get(h.props, "spec", "scaleTargetRef", "name")): get(h.props, "spec", "maxReplicas", default=1) for h in of_type(args, HPA_V2)}
+    scalers = {
+        (namespace_of(h.props), get(h.props, "spec", "scaleTargetRef", "name")): get(h.props, "spec", "maxReplicas", default=1)
+        for h in of_type(args, HPA_V2)
+    }
     for workload in gpu_workloads(args):
-        if workload.resource.resource_type not in ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet", KNATIVE_SERVICE):
+        if workload.resource.resource_type not in (
+            "kubernetes:apps/v1:Deployment",
+            "kubernetes:apps/v1:StatefulSet",
+            KNATIVE_SERVICE,
+        ):
             continue
         replicas = _max_replicas(workload, scalers)
         if replicas <= 1:
@@ -129,7 +137,8 @@ def pdb_for_replicated_inference(args: Any, report_violation: Report) -> None:
             labels["serving.knative.dev/service"] = workload.name  # set by Knative on its pods
         if not any(labels_match(selector, labels) for selector in budgets[workload.namespace]):
             report_violation(
-                f"{workload.namespace}/{workload.name} can run {replicas} replicas but no PodDisruptionBudget covers its pods: a node drain could take them all",
+                f"{workload.namespace}/{workload.name} can run {replicas} replicas but no PodDisruptionBudget covers its pods: "
+                "a node drain could take them all",
                 workload.resource.urn,
             )
 
@@ -139,8 +148,6 @@ def pdb_for_replicated_inference(args: Any, report_violation: Report) -> None:
 
 def _fqdn(host: str, namespace: str) -> str:
     return host if "." in host else f"{host}.{namespace}.svc.cluster.local"
-
-
 
 
 def canary_routes(args: Any, report_violation: Report) -> None:
@@ -166,15 +173,24 @@ def canary_routes(args: Any, report_violation: Report) -> None:
             if len(destinations) > 1 or any("weight" in d for d in destinations):
                 total = sum(get(d, "weight", default=0) for d in destinations)
                 if total != 100:
-                    report_violation(f"{where} route {index} ('{get(route, 'name', default='')}') weights add up to {total}, not 100", service.urn)
+                    report_violation(
+                        f"{where} route {index} ('{get(route, 'name', default='')}') weights add up to {total}, not 100",
+                        service.urn,
+                    )
             for d in destinations:
                 host, subset = get(d, "destination", "host", default=""), get(d, "destination", "subset")
                 if subset is not None and (_fqdn(host, namespace), subset) not in subsets:
-                    report_violation(f"{where} route {index} sends to subset '{subset}' of {host}, which no DestinationRule defines", service.urn)
+                    report_violation(
+                        f"{where} route {index} sends to subset '{subset}' of {host}, which no DestinationRule defines",
+                        service.urn,
+                    )
         if True in kinds and False in kinds:
             last_override = len(kinds) - 1 - kinds[::-1].index(True)
             if kinds.index(False) < last_override:
-                report_violation(f"{where}: version-override route {last_override} comes after another route; override routes must come first", service.urn)
+                report_violation(
+                    f"{where}: version-override route {last_override} comes after another route; override routes must come first",
+                    service.urn,
+                )
 
 
 # --- rule 7 ------------------------------------------------------------------------------------
@@ -193,14 +209,20 @@ def gpu_quota_and_priority(args: Any, report_violation: Report) -> None:
         missing = sorted(r for r in workload.gpu_resources if r not in quotas.get(workload.namespace, set()))
         if missing:
             report_violation(
-                f"namespace {workload.namespace} runs GPU workload {workload.name} but has no ResourceQuota on {', '.join('requests.' + r for r in missing)}",
+                f"namespace {workload.namespace} runs GPU workload {workload.name} but has no ResourceQuota on "
+                f"{', '.join('requests.' + r for r in missing)}",
                 workload.resource.urn,
             )
         priority = get(workload.spec, "priorityClassName")
         if not priority:
-            report_violation(f"{workload.namespace}/{workload.name} uses a GPU but names no priorityClassName", workload.resource.urn)
+            report_violation(
+                f"{workload.namespace}/{workload.name} uses a GPU but names no priorityClassName", workload.resource.urn
+            )
         elif priority not in existing:
-            report_violation(f"{workload.namespace}/{workload.name} names PriorityClass '{priority}', which the stack does not define", workload.resource.urn)
+            report_violation(
+                f"{workload.namespace}/{workload.name} names PriorityClass '{priority}', which the stack does not define",
+                workload.resource.urn,
+            )
     production = settings.get("productionPriorityClass", "inference-production")
     if production in classes:
         top = get(classes[production], "value", default=0)
@@ -254,13 +276,15 @@ def stack_capacity(args: Any, report_violation: Report) -> None:
     for resource, amount in sorted(demand.items()):
         if amount > supply.get(resource, 0.0) * ratio:
             report_violation(
-                f"quotas on {resource} add up to {amount:g} ({', '.join(holders[resource])}) but the pools provide {supply.get(resource, 0.0):g} at max size"
-                + (f" x overcommit {ratio:g}" if ratio != 1 else "")
+                f"quotas on {resource} add up to {amount:g} ({', '.join(holders[resource])}) but the pools provide "
+                f"{supply.get(resource, 0.0):g} at max size" + (f" x overcommit {ratio:g}" if ratio != 1 else "")
             )
     for workload in gpu_workloads(args):
         for resource in sorted(workload.gpu_resources):
             if supply.get(resource, 0.0) <= 0:
-                report_violation(f"{workload.namespace}/{workload.name} asks for {resource}, which no GPU pool provides", workload.resource.urn)
+                report_violation(
+                    f"{workload.namespace}/{workload.name} asks for {resource}, which no GPU pool provides", workload.resource.urn
+                )
 
 
 # --- advisory ----------------------------------------------------------------------------------
@@ -285,11 +309,18 @@ def model_server_monitoring(args: Any, report_violation: Report) -> None:
         if workload.knative:
             labels["serving.knative.dev/service"] = workload.name  # set by Knative on its pods
         if not any(labels_match(selector, labels) for selector in scraped[workload.namespace]):
-            report_violation(f"{workload.namespace}/{workload.name} serves a model but nothing scrapes its metrics (no ServiceMonitor or PodMonitor)", workload.resource.urn)
+            report_violation(
+                f"{workload.namespace}/{workload.name} serves a model but nothing scrapes its metrics (no ServiceMonitor or "
+                "PodMonitor)",
+                workload.resource.urn,
+            )
 
 
 def latency_sensitive_on_spot(args: Any, report_violation: Report) -> None:
     known = pools(args)
     for workload in gpu_workloads(args):
         if workload.labels.get(LATENCY_LABEL) == "true" and get(known.get(workload.pool or "", {}), "capacityType") == "SPOT":
-            report_violation(f"{workload.namespace}/{workload.name} is latency-sensitive on spot pool '{workload.pool}': expect interruptions", workload.resource.urn)
+            report_violation(
+                f"{workload.namespace}/{workload.name} is latency-sensitive on spot pool '{workload.pool}': expect interruptions",
+                workload.resource.urn,
+            )
