@@ -15,7 +15,7 @@ CRD_SCHEMA_DIR ?= $(or $(wildcard $(abspath ../shared/crd-schemas)),$(CURDIR)/cr
 export CRD_SCHEMA_DIR
 export PULUMI_ERROR_OUTPUT_STRING := true
 
-.PHONY: preview preview-all test golden policy-facts bench pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
+.PHONY: preview preview-all test golden docs policy-facts bench pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
 
 help:
 	@echo "make preview [STACK=dev] [OUT=build/preview/<stack>]  offline preview of a stack"
@@ -61,6 +61,10 @@ preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 
 test: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	$(PY) -m pytest
+
+# The stack-config reference and the stack-file JSON schema, generated from the models.
+docs: $(VENV)/.installed
+	$(PY) -m platform_config.reference
 
 # The facts the policy pack shares with the program, generated from the program's modules.
 policy-facts: $(VENV)/.installed

@@ -1,0 +1,63 @@
+"""The config reference (docs/config.md) and the stack-file JSON schema are generated from the
+models' docstrings and types, and are current; the schema accepts every stack file and refuses
+what the loader refuses."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, get_args
+
+import jsonschema
+import pytest
+from pydantic import BaseModel
+
+from platform_config.models import PlatformConfig
+from platform_config.reference import MARKDOWN_FILE, SCHEMA_FILE, config_reference, rendered_schema
+from preview.stack_config import load_yaml
+
+from .helpers import STACKS, stack_file
+
+
+def test_generated_files_are_current():
+    assert MARKDOWN_FILE.read_text() == config_reference(), "stale docs/config.md: run `make docs`"
+    assert SCHEMA_FILE.read_text() == rendered_schema(), "stale docs/stack-file.schema.json: run `make docs`"
+
+
+def test_every_key_is_described():
+    def walk(model: type[BaseModel], path: str) -> list[str]:
+        missing = []
+        for name, field in model.model_fields.items():
+            key = f"{path}{field.alias or name}"
+            if not field.description:
+                missing.append(key)
+            for inner in _models_in(field.annotation):
+                missing += walk(inner, f"{key}.")
+        return missing
+
+    assert walk(PlatformConfig, "") == []
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_schema_accepts_every_stack_file(stack):
+    assert list(validator().iter_errors(load_yaml(stack_file(stack).read_text()))) == []
+
+
+def test_the_schema_refuses_what_the_loader_refuses():
+    data = load_yaml(stack_file("prod").read_text())
+    data["config"]["inference-platfrom:models"] = data["config"].pop("inference-platform:models")
+    data["config"]["inference-platform:nodePools"][0]["maxSize"] = "9"
+    data["config"]["inference-platform:traffic"]["tiers"] = {"gold": {}}
+    messages = [error.message for error in validator().iter_errors(data)]
+    assert any("inference-platfrom:models" in m for m in messages), messages
+    assert any("'9' is not of type 'integer'" in m for m in messages), messages
+    assert any("'gold'" in m for m in messages), messages
