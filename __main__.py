@@ -4,17 +4,19 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import Cluster, ClusterArgs
+from components.plan import plan_checks, resolve
 from components.platform import InferencePlatform, InferencePlatformArgs, aws_tags
 from platform_config import load_config
 
-loaded = load_config()
+loaded = load_config(extra_checks=[plan_checks])
 config = loaded.platform
+plan = resolve(config, hugging_face_token=loaded.hugging_face_token is not None)
 
 cluster = Cluster("cluster", ClusterArgs(config=config.cluster, tags=aws_tags(config)))
 kubernetes = k8s.Provider("kubernetes", **cluster.provider_args())
 platform = InferencePlatform(
     "platform",
-    InferencePlatformArgs(config=config, cluster=cluster, hugging_face_token=loaded.hugging_face_token),
+    InferencePlatformArgs(plan=plan, cluster=cluster, hugging_face_token=loaded.hugging_face_token),
     opts=pulumi.ResourceOptions(providers={"kubernetes": kubernetes}),
 )
 

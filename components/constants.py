@@ -48,6 +48,11 @@ GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "present"
 GPU_TAINT_EFFECT = "NoSchedule"
 
+# The ingress gateway's pods (istio's gateway chart labels them so); Knative's local gateway
+# Service selects the same pods.
+GATEWAY_SELECTOR = {"istio": "ingressgateway"}
+GATEWAY_SERVICE_ACCOUNT = "istio-ingressgateway"
+
 # --- namespaces the platform installs into --------------------------------------------------
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
 MONITORING_NAMESPACE = "monitoring"

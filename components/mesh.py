@@ -14,9 +14,8 @@ import pulumi_kubernetes as k8s
 
 from platform_config.pins import ISTIO_BASE, ISTIO_CNI, ISTIO_GATEWAY, ISTIOD, ChartPin
 
-from .constants import ISTIO_SYSTEM_NAMESPACE, PACKAGE, PRIVILEGED
+from .constants import GATEWAY_SELECTOR, GATEWAY_SERVICE_ACCOUNT, ISTIO_SYSTEM_NAMESPACE, PACKAGE, PRIVILEGED
 from .k8s_objects import helm_release, system_namespace
-from .specs.traffic import GATEWAY_SELECTOR, GATEWAY_SERVICE_ACCOUNT
 
 
 def istiod_values() -> dict:

@@ -1,5 +1,6 @@
 """A served model: one ModelServer per running version (stable, and canary while one is
-active), the Service that fronts all its versions, and read access to S3 weights."""
+active), what its backend's versions share (the Service that fronts them all), its routes, and
+read access to S3 weights."""
 
 from __future__ import annotations
 
@@ -9,14 +10,13 @@ from typing import Any
 
 import pulumi
 
-from platform_config.models import ModelConfig, PlatformConfig
-from platform_config.serving import running_versions, weights_service_account
+from platform_config.models import PlatformConfig
 
-from .constants import HTTP_PORT_NAME, LABEL_MODEL, PACKAGE, VLLM_PORT, standard_labels
+from .constants import PACKAGE, standard_labels
 from .k8s_objects import KubernetesObject
 from .model_route import ModelRoute, ModelRouteArgs
-from .model_server import ModelServer, ModelServerArgs
-from .specs.model_server import plan_server
+from .model_server import ModelServer, ModelServerArgs, register
+from .plan import ModelPlan
 from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
 
 
@@ -42,37 +42,11 @@ def s3_read_policy(uris: list[str]) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": statements})
 
 
-def model_service(model: ModelConfig) -> dict:
-    """Fronts every version of the model; Istio's DestinationRule subsets pick versions."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": model.name,
-            "namespace": model.tenant,
-            "labels": standard_labels(model.name, "model", **{LABEL_MODEL: model.name}),
-        },
-        "spec": {
-            "type": "ClusterIP",
-            "selector": {LABEL_MODEL: model.name},
-            "ports": [
-                {
-                    "name": HTTP_PORT_NAME,
-                    "port": VLLM_PORT,
-                    "targetPort": HTTP_PORT_NAME,
-                    "protocol": "TCP",
-                    "appProtocol": "http",
-                }
-            ],
-        },
-    }
-
-
 @dataclass(frozen=True)
 class ModelArgs:
+    plan: ModelPlan
+    # The stack's routing config, for the model's routes.
     config: PlatformConfig
-    model: ModelConfig
-    hugging_face_token: bool
     # How pods get AWS roles (S3 weights); None without EKS.
     access: WorkloadAccess | None = None
     # What every object of the model's needs first: its namespace.
@@ -80,9 +54,10 @@ class ModelArgs:
     # What its pods need besides: sidecar injection, Knative, the tenant's quotas, limits and
     # isolation.
     pod_depends_on: tuple[pulumi.Resource, ...] = ()
-    # The Prometheus Operator (its monitor CRDs) and prometheus-adapter (the HPA's metrics).
+    # The Prometheus Operator (its monitor CRDs), and what the backend's autoscaler reads its
+    # metrics from (prometheus-adapter).
     monitoring: pulumi.Resource | None = None
-    metrics_adapter: pulumi.Resource | None = None
+    autoscaler_depends_on: tuple[pulumi.Resource, ...] = ()
     # The gateway and the mesh: routes are useless before them.
     route_depends_on: tuple[pulumi.Resource, ...] = ()
 
@@ -90,19 +65,16 @@ class ModelArgs:
 class Model(pulumi.ComponentResource):
     def __init__(self, name: str, args: ModelArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:model:Model", name, None, opts)
-        config, model = args.config, args.model
+        plan = args.plan
+        model = plan.model
         pod_depends = list(args.pod_depends_on)
-        plans = [
-            plan_server(config, model, version, hugging_face_token=args.hugging_face_token) for version in running_versions(model)
-        ]
 
-        s3_uris = sorted({p.version.source.s3_uri for p in plans if p.version.source.s3_uri})
-        if s3_uris:
+        if plan.weights_service_account is not None:
             assert args.access is not None  # checks.py requires EKS for S3 weights
-            account = weights_service_account(model)
+            account = plan.weights_service_account
             identity = WorkloadIdentity(
                 f"{name}-weights-identity",
-                WorkloadIdentityArgs(args.access, model.tenant, account, s3_read_policy(s3_uris)),
+                WorkloadIdentityArgs(args.access, model.tenant, account, s3_read_policy(list(plan.s3_uris))),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             # With EKS Pod Identity, credentials are injected at pod admission only if the
@@ -128,36 +100,33 @@ class Model(pulumi.ComponentResource):
 
         self.servers = [
             ModelServer(
-                plan.name,
+                server.name,
                 ModelServerArgs(
-                    plan=plan,
+                    plan=server,
                     depends_on=args.depends_on,
                     pod_depends_on=tuple(pod_depends),
                     monitoring=args.monitoring,
-                    metrics_adapter=args.metrics_adapter,
+                    autoscaler_depends_on=args.autoscaler_depends_on,
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            for plan in plans
+            for server in plan.servers
         ]
-        # Routes wait for what they send traffic to: each version rolled out, and the model's Service.
+        # Routes wait for what they send traffic to: each version rolled out, and what the
+        # model's versions share (the model's Service).
         endpoints: list[pulumi.Resource] = [obj for server in self.servers for obj in server.serving_objects]
-        if model.autoscaling.mode == "hpa":
-            model_service_object = KubernetesObject(
-                f"{name}-service", model_service(model), pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
-            )
-            endpoints.append(model_service_object)
+        for shared in plan.backend.model_objects(plan):
+            endpoints.append(register(name, shared, pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))))
         ModelRoute(
             f"{name}-route",
-            ModelRouteArgs(config=config, model=model, depends_on=(*args.route_depends_on, *endpoints)),
+            ModelRouteArgs(config=args.config, model=model, depends_on=(*args.route_depends_on, *endpoints)),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.plans = plans
         self.register_outputs(
             {
                 "model": model.name,
                 "servedModelName": model.openai_name,
                 "tenant": model.tenant,
-                "versions": [p.version.name for p in plans],
+                "versions": [server.version.name for server in plan.servers],
             }
         )

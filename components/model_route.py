@@ -1,6 +1,6 @@
 """How requests reach a model's versions: its VirtualService (override, sticky, weighted routes
-per tier) and, for Deployment-served models, the DestinationRule with a subset per version and
-tier."""
+per tier) and, unless its backend's versions sit behind a shared gateway, the DestinationRule
+with a subset per version and tier."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from platform_config.models import ModelConfig, PlatformConfig
 
 from .constants import PACKAGE
 from .k8s_objects import custom_resource
+from .plan import backend_of
 from .specs import traffic
 
 
@@ -28,7 +29,8 @@ class ModelRoute(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
         service = traffic.virtual_service(args.config, args.model)
         custom_resource(f"{name}-virtual-service", service, child)
-        if args.model.autoscaling.mode == "hpa":
+        # The model's own subsets, unless its backend puts them on a shared gateway's rule.
+        if backend_of(args.model).shared_destination_rule is None:
             custom_resource(f"{name}-destination-rule", traffic.destination_rule(args.config, args.model), child)
         release = args.model.release
         self.register_outputs(

@@ -1,6 +1,6 @@
-"""One version of one model served by vLLM: a Deployment with Service, PDB, ServiceMonitor and
-an HPA on queue depth and GPU activity (mode `hpa`), or a Knative Service scaled by concurrency
-with a PodMonitor (mode `kpa`). Drained gracefully either way."""
+"""One version of one model served by vLLM: the objects its serving backend declares (a
+Deployment with its HPA, or a Knative Service, and their Service, PDB and monitor), registered
+with what each kind of object waits for. Drained gracefully either way."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import pulumi
 
+from .backends import ServerObject
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource
-from .specs import model_server as specs
-from .specs.model_server import ServerPlan
+from .plan import ServerPlan
+from .specs.pod import rollout_timeout_seconds
 
 
 @dataclass(frozen=True)
@@ -19,60 +20,63 @@ class ModelServerArgs:
     plan: ServerPlan
     # What every object needs first: the namespace.
     depends_on: tuple[pulumi.Resource, ...] = ()
-    # What the pods need besides: sidecar injection, Knative, the tenant's quotas, limits and
-    # isolation, the weights' service account.
+    # What the pods need besides: sidecar injection, the backend's machinery (Knative), the
+    # tenant's quotas, limits and isolation, the weights' service account.
     pod_depends_on: tuple[pulumi.Resource, ...] = ()
-    # The Prometheus Operator, whose CRDs the Service/PodMonitor are, and prometheus-adapter,
-    # which serves the HPA's metrics.
+    # The Prometheus Operator, whose CRDs the Service/PodMonitor are.
     monitoring: pulumi.Resource | None = None
-    metrics_adapter: pulumi.Resource | None = None
+    # What the backend's autoscaler reads its metrics from (prometheus-adapter).
+    autoscaler_depends_on: tuple[pulumi.Resource, ...] = ()
+
+
+def register(name: str, obj: ServerObject, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    resource_name = f"{name}-{obj.suffix}"
+    if obj.ignore_changes:
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(ignore_changes=list(obj.ignore_changes)))
+    if obj.custom:
+        return custom_resource(resource_name, obj.manifest, opts)
+    return KubernetesObject(resource_name, obj.manifest, opts)
 
 
 class ModelServer(pulumi.ComponentResource):
-    # What routes wait for before sending traffic here: the rolled-out Deployment and its
-    # Service (hpa), or the Knative Service (kpa).
+    # What routes wait for before sending traffic here (the rolled-out pods, their Service).
     serving_objects: tuple[pulumi.Resource, ...]
 
     def __init__(self, name: str, args: ModelServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:model-server:ModelServer", name, None, opts)
         plan = args.plan
-        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
         # A version is ready once its model is loaded, which can outlast Pulumi's default wait.
-        rollout = f"{specs.rollout_timeout_seconds(plan)}s"
-        pods = pulumi.ResourceOptions(
-            parent=self,
-            depends_on=[*args.depends_on, *args.pod_depends_on],
-            custom_timeouts=pulumi.CustomTimeouts(create=rollout, update=rollout),
-        )
-        monitor = pulumi.ResourceOptions(
-            parent=self, depends_on=[*args.depends_on, *([args.monitoring] if args.monitoring else [])]
-        )
-        if plan.mode == "kpa":
-            knative_service = custom_resource(f"{name}-knative-service", specs.knative_service(plan), pods)
-            self.serving_objects = (knative_service,)
-            custom_resource(f"{name}-pod-monitor", specs.pod_monitor(plan), monitor)
-            if plan.max_replicas > 1:
-                KubernetesObject(f"{name}-pdb", specs.pod_disruption_budget(plan), child)
-        else:
-            deployment = KubernetesObject(
-                f"{name}-deployment",
-                specs.deployment(plan),
-                # The HPA owns the replica count once the Deployment exists.
-                pulumi.ResourceOptions.merge(pods, pulumi.ResourceOptions(ignore_changes=["spec.replicas"])),
-            )
-            service = KubernetesObject(f"{name}-service", specs.service(plan), child)
-            self.serving_objects = (deployment, service)
-            KubernetesObject(f"{name}-pdb", specs.pod_disruption_budget(plan), child)
-            custom_resource(f"{name}-service-monitor", specs.service_monitor(plan), monitor)
-            adapter = [args.metrics_adapter] if args.metrics_adapter else []
-            KubernetesObject(
-                f"{name}-hpa", specs.hpa(plan), pulumi.ResourceOptions(parent=self, depends_on=[deployment, *adapter])
-            )
+        rollout = f"{rollout_timeout_seconds(plan)}s"
+        options = {
+            "plain": pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            "pods": pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[*args.depends_on, *args.pod_depends_on],
+                custom_timeouts=pulumi.CustomTimeouts(create=rollout, update=rollout),
+            ),
+            "monitor": pulumi.ResourceOptions(
+                parent=self, depends_on=[*args.depends_on, *([args.monitoring] if args.monitoring else [])]
+            ),
+        }
+        serving: list[pulumi.Resource] = []
+        pods: list[pulumi.Resource] = []
+        for obj in plan.backend.server_objects(plan):
+            if obj.role == "autoscaler":
+                # It scales the pods' object, with metrics from the backend's machinery.
+                opts_for = pulumi.ResourceOptions(parent=self, depends_on=[*pods, *args.autoscaler_depends_on])
+            else:
+                opts_for = options[obj.role]
+            resource = register(name, obj, opts_for)
+            if obj.role == "pods":
+                pods.append(resource)
+            if obj.serves:
+                serving.append(resource)
+        self.serving_objects = tuple(serving)
         self.register_outputs(
             {
                 "name": plan.name,
                 "namespace": plan.namespace,
-                "mode": plan.mode,
+                "mode": plan.backend.mode,
                 "version": plan.version.name,
                 "profile": plan.profile.name,
                 "gpu": {plan.gpu_resource: plan.gpu_count},

@@ -26,6 +26,7 @@ from .mesh import Mesh, MeshArgs
 from .metrics_server import MetricsServer, MetricsServerArgs
 from .model import Model, ModelArgs
 from .monitoring import PROMETHEUS_URL, Monitoring
+from .plan import Plan
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
 from .specs.traffic import stream_idle_timeout_seconds
@@ -35,7 +36,7 @@ from .workload_identity import WorkloadAccess
 
 @dataclass(frozen=True)
 class InferencePlatformArgs:
-    config: PlatformConfig
+    plan: Plan
     cluster: Cluster
     hugging_face_token: pulumi.Output[str] | None = None
 
@@ -51,7 +52,8 @@ def aws_tags(config: PlatformConfig) -> dict[str, str]:
 class InferencePlatform(pulumi.ComponentResource):
     def __init__(self, name: str, args: InferencePlatformArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:platform:InferencePlatform", name, None, opts)
-        config = args.config
+        plan = args.plan
+        config = plan.config
         cluster = args.cluster
         child = pulumi.ResourceOptions(parent=self)
         tags = aws_tags(config)
@@ -121,7 +123,7 @@ class InferencePlatform(pulumi.ComponentResource):
         )
 
         gpu_resources = tuple(sorted({r for pool in config.node_pools for r in pool_supply(pool).per_node}))
-        knative_tenants = {m.tenant for m in config.models if m.autoscaling.mode == "kpa"}
+        backends = {m.model.name: m.backend for m in plan.models}
         hf_tenants = {m.tenant for m in config.models if any(v.source.huggingface for v in m.versions)}
         token = args.hugging_face_token
         self.tenants = {
@@ -130,7 +132,16 @@ class InferencePlatform(pulumi.ComponentResource):
                 TenantArgs(
                     tenant=tenant,
                     gpu_resources=gpu_resources,
-                    uses_knative=tenant.name in knative_tenants,
+                    ingress=tuple(
+                        sorted(
+                            {
+                                entry
+                                for m in config.models
+                                if m.tenant == tenant.name
+                                for entry in backends[m.name].tenant_ingress()
+                            }
+                        )
+                    ),
                     hugging_face_token=token if tenant.name in hf_tenants else None,
                     mesh=mesh.base,
                 ),
@@ -139,15 +150,13 @@ class InferencePlatform(pulumi.ComponentResource):
             for tenant in config.tenants
         }
 
-        # Serving machinery, installed only when a model needs it. Sidecar injection must be in
-        # place before any model server's pods start; Knative before a Knative Service.
-        pod_machinery: dict[str, list[pulumi.Resource]] = {
-            "hpa": [mesh.istiod, *priority_classes.classes],
-            "kpa": [mesh.istiod, *priority_classes.classes],
-        }
-        adapter_release: pulumi.Resource | None = None
-        modes = {m.autoscaling.mode for m in config.models}
-        if "hpa" in modes:
+        # Serving machinery, installed only when a backend in use needs it: what its models' pods
+        # wait for (Knative before a Knative Service), and what their autoscalers read metrics
+        # from (prometheus-adapter). Sidecar injection and the PriorityClasses come first always.
+        needed = {name for backend in plan.backends() for name in backend.machinery}
+        pod_machinery: dict[str, list[pulumi.Resource]] = {}
+        autoscaler_machinery: dict[str, list[pulumi.Resource]] = {}
+        if "metrics-adapter" in needed:
             adapter = PrometheusAdapter(
                 "prometheus-adapter",
                 PrometheusAdapterArgs(
@@ -156,29 +165,38 @@ class InferencePlatform(pulumi.ComponentResource):
                 ),
                 opts=child,
             )
-            adapter_release = adapter.release
-        if "kpa" in modes:
+            autoscaler_machinery["metrics-adapter"] = [adapter.release]
+        if "knative" in needed:
             knative = KnativeServing("knative-serving", KnativeServingArgs(depends_on=(mesh.istiod,)), opts=child)
-            pod_machinery["kpa"].append(knative.serving)
+            pod_machinery["knative"] = [knative.serving]
 
-        self.models = [
-            Model(
-                model.name,
-                ModelArgs(
-                    config=config,
-                    model=model,
-                    hugging_face_token=token is not None,
-                    access=access,
-                    depends_on=(self.tenants[model.tenant].namespace_object,),
-                    pod_depends_on=(*pod_machinery[model.autoscaling.mode], *self.tenants[model.tenant].workload_prerequisites),
-                    monitoring=monitoring.release if monitoring is not None else None,
-                    metrics_adapter=adapter_release if model.autoscaling.mode == "hpa" else None,
-                    route_depends_on=(routing,),
-                ),
-                opts=child,
+        self.models = []
+        for model_plan in plan.models:
+            model, backend = model_plan.model, model_plan.backend
+            tenant = self.tenants[model.tenant]
+            self.models.append(
+                Model(
+                    model.name,
+                    ModelArgs(
+                        plan=model_plan,
+                        config=config,
+                        access=access,
+                        depends_on=(tenant.namespace_object,),
+                        pod_depends_on=(
+                            mesh.istiod,
+                            *priority_classes.classes,
+                            *(r for name in sorted(backend.machinery) for r in pod_machinery.get(name, [])),
+                            *tenant.workload_prerequisites,
+                        ),
+                        monitoring=monitoring.release if monitoring is not None else None,
+                        autoscaler_depends_on=tuple(
+                            r for name in sorted(backend.machinery) for r in autoscaler_machinery.get(name, [])
+                        ),
+                        route_depends_on=(routing,),
+                    ),
+                    opts=child,
+                )
             )
-            for model in config.models
-        ]
 
         self.capacity = capacity_report(config)
         self.pool_advertised = {pool.pool_name: pool.advertised for pool in self.pools}

@@ -10,8 +10,8 @@ from platform_config.models import TenantConfig
 
 from .constants import PACKAGE, standard_labels
 from .k8s_objects import KubernetesObject, custom_resource
-from .specs import tenancy, traffic
-from .specs.model_server import HF_TOKEN_KEY, HF_TOKEN_SECRET
+from .specs import tenancy
+from .specs.pod import HF_TOKEN_KEY, HF_TOKEN_SECRET
 
 
 @dataclass(frozen=True)
@@ -19,8 +19,9 @@ class TenantArgs:
     tenant: TenantConfig
     # Every GPU resource name any pool provides: quotas list them all (0 where not granted).
     gpu_resources: tuple[str, ...]
-    # Whether the tenant runs Knative services (their system pods must reach it).
-    uses_knative: bool
+    # Platform components in the data path of its models' servers, which its isolation lets in:
+    # (NetworkPolicy name, namespace) pairs from its models' serving backends.
+    ingress: tuple[tuple[str, str], ...] = ()
     # Made into the namespace's Secret when the tenant serves Hugging Face models.
     hugging_face_token: pulumi.Output[str] | None = None
     # The mesh's CRDs must exist before the tenant's mesh policies.
@@ -51,7 +52,7 @@ class Tenant(pulumi.ComponentResource):
             prerequisites.append(KubernetesObject(quota["metadata"]["name"], quota, inside))
         limits = tenancy.limit_range(tenant)
         prerequisites.append(KubernetesObject(limits["metadata"]["name"], limits, inside))
-        for policy in tenancy.network_policies(tenant, knative=args.uses_knative):
+        for policy in tenancy.network_policies(tenant, args.ingress):
             network_policy = KubernetesObject(f"{name}-{policy['metadata']['name']}", policy, inside)
             if policy["metadata"]["name"] == tenancy.DEFAULT_DENY_POLICY:
                 prerequisites.append(network_policy)
@@ -73,11 +74,9 @@ class Tenant(pulumi.ComponentResource):
             )
             prerequisites.append(token_secret)
         mesh_opts = pulumi.ResourceOptions(parent=self, depends_on=[ns, *([args.mesh] if args.mesh else [])])
-        prerequisites.append(custom_resource(f"{name}-peer-authentication", traffic.peer_authentication(tenant), mesh_opts))
+        prerequisites.append(custom_resource(f"{name}-peer-authentication", tenancy.peer_authentication(tenant), mesh_opts))
         prerequisites.append(
-            custom_resource(
-                f"{name}-authorization-policy", traffic.authorization_policy(tenant, knative=args.uses_knative), mesh_opts
-            )
+            custom_resource(f"{name}-authorization-policy", tenancy.authorization_policy(tenant, args.ingress), mesh_opts)
         )
         binding = tenancy.role_binding(tenant)
         if binding is not None:

@@ -1,12 +1,15 @@
 """Checks that span more than one field: references, uniqueness, MIG geometry, capacity.
 
-Each check is a pure function from the parsed config to the issues it finds; `CHECKS` runs them
-all, and the loader raises one ConfigError naming every offending key. Later features add their
-checks to `CHECKS`.
+Each check is a pure function from the parsed config to the issues it finds, one rule each,
+named like the policy that enforces the same rule at runtime where there is one; `CHECKS` runs
+them all, and the loader raises one ConfigError naming every offending key. The checks of each
+model at its peak (`PEAK_CHECKS`) take the peaks its serving backend sizes, and run when the
+config is resolved into the plan; rules of one serving mode only live in its backend.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Callable, Iterable, Iterator
 
@@ -19,15 +22,10 @@ from .quantity import parse_quantity
 from .serving import (
     DRAIN_MARGIN_SECONDS,
     GPU_MEMORY_UTILIZATION_MAX,
-    KNATIVE_ACTIVATOR_GRACE_SECONDS,
+    Peak,
     is_experiment,
-    knative_container_concurrency,
-    knative_target,
-    model_peak_demand,
     model_tiers,
-    peak_replicas,
     replica_gpu_request,
-    request_timeout_seconds,
     time_sliced_memory_share,
 )
 
@@ -238,7 +236,7 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 )
 
 
-def check_models_fit_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
+def check_models_fit_pools(config: PlatformConfig, peaks: Mapping[str, Peak]) -> Iterator[ConfigIssue]:
     """Every model of a pool at its peak (max replicas of one version, the others at their min,
     each rolling out) must fit what that pool's nodes offer at maxSize: H100 and L4 GPUs are both
     `nvidia.com/gpu`, so summing across pools would hide a pool that runs out (and a rollout
@@ -251,18 +249,18 @@ def check_models_fit_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
         per_node = node_allocatable(pool)
         need: dict[str, Decimal] = {}
         for _, model in models:
-            for resource, amount in model_peak_demand(model).items():
+            for resource, amount in peaks[model.name].demand.items():
                 need[resource] = need.get(resource, Decimal(0)) + amount
         for resource, amount in sorted(need.items()):
             have = per_node.get(resource, Decimal(0)) * pool.max_size
             if amount <= have:
                 continue
             names = ", ".join(
-                f"{m.name} ({peak_replicas(m)} pods, "
+                f"{m.name} ({peaks[m.name].replicas} pods, "
                 f"{format_key(('models', i, 'autoscaling', 'maxReplicas'))}={m.autoscaling.max_replicas})"
                 for i, m in models
             )
-            index, _ = max(models, key=lambda im: model_peak_demand(im[1]).get(resource, Decimal(0)))
+            index, _ = max(models, key=lambda im: peaks[im[1].name].demand.get(resource, Decimal(0)))
             yield ConfigIssue(
                 ("models", index, "autoscaling", "maxReplicas"),
                 f"at their peak the models of pool {pool.name!r} need {show_amount(resource, amount)} of {resource} "
@@ -338,8 +336,8 @@ def _check_model_fits_pool(config: PlatformConfig, index: int) -> Iterator[Confi
         yield ConfigIssue((*here, "cpu"), f"more CPU than a {pool.instance_type} node has ({instance.vcpus})")
 
 
-def check_models_fit_quotas(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    """A tenant's models, all at maxReplicas, must fit the budget of their priority class
+def check_models_fit_quotas(config: PlatformConfig, peaks: Mapping[str, Peak]) -> Iterator[ConfigIssue]:
+    """A tenant's models, all at their peak, must fit the budget of their priority class
     (production: the quota minus the experiment share; experiments: the experiment share),
     or the autoscalers would ask for pods the quota rejects."""
     pools = {p.name for p in config.node_pools}
@@ -360,7 +358,7 @@ def check_models_fit_quotas(config: PlatformConfig) -> Iterator[ConfigIssue]:
                     pods_budget -= tenant.experiment_quota.pods or 0
             need: dict[str, Decimal] = {}
             for _, model in models:
-                for resource, amount in model_peak_demand(model).items():
+                for resource, amount in peaks[model.name].demand.items():
                     need[resource] = need.get(resource, Decimal(0)) + amount
             who = "experiments" if experiment else "production"
             for resource, amount in sorted(need.items()):
@@ -368,7 +366,7 @@ def check_models_fit_quotas(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 have = budget.get(resource, Decimal(0))
                 if limited and amount > have:
                     yield _over_budget(config, models, t_index, budget_key, resource, amount, have, who)
-            replicas = sum(peak_replicas(m) for _, m in models)
+            replicas = sum(peaks[m.name].replicas for _, m in models)
             if pods_budget is not None and replicas > pods_budget:
                 yield _over_budget(config, models, t_index, budget_key, "pods", Decimal(replicas), Decimal(pods_budget), who)
 
@@ -461,55 +459,6 @@ def check_time_sliced_memory_share(config: PlatformConfig) -> Iterator[ConfigIss
                 )
 
 
-def check_gpu_activity_is_not_a_signal_on_time_sliced_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    for index, model, pool in _placed_models(config):
-        scaling = model.autoscaling
-        if scaling.mode == "hpa" and scaling.hpa.gpu_utilization_target is not None and pool.sharing.mode == "timeSlicing":
-            yield ConfigIssue(
-                ("models", index, "autoscaling", "hpa", "gpuUtilizationTarget"),
-                f"pool {pool.name!r} is time-sliced: a GPU's activity is every sharing pod's, not this model's; "
-                "scale on queueDepthTarget only (set gpuUtilizationTarget: null)",
-            )
-
-
-def check_hpa_behavior(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    """The hpa-behavior policy's production floor: at least 2 replicas."""
-    for index, model, _ in _placed_models(config):
-        scaling = model.autoscaling
-        if scaling.mode == "hpa" and config.environment == "production" and scaling.min_replicas < 2:
-            yield ConfigIssue(
-                ("models", index, "autoscaling", "minReplicas"),
-                "production HPAs keep at least 2 replicas: losing the only one means minutes of model loading",
-            )
-
-
-def check_knative_requests_within_the_activators_grace(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    for index, model, _ in _placed_models(config):
-        timeout = request_timeout_seconds(config, model)
-        if model.autoscaling.mode == "kpa" and timeout > KNATIVE_ACTIVATOR_GRACE_SECONDS:
-            yield ConfigIssue(
-                ("models", index, "autoscaling", "mode"),
-                f"requests to this model may take {timeout} s (its profile's or a tier's "
-                f"timeout), but Knative's activator, in the path of Knative-served models, drains for only "
-                f"{KNATIVE_ACTIVATOR_GRACE_SECONDS} s and the operator cannot raise it: use mode 'hpa', or lower the "
-                "timeouts (profiles.<name>.requestTimeoutSeconds, traffic.tiers.<tier>.timeout)",
-            )
-
-
-def check_knative_autoscaling(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    """The knative-autoscaling policy's target: never above the hard cap."""
-    for index, model, _ in _placed_models(config):
-        if model.autoscaling.mode != "kpa":
-            continue
-        concurrency, target = knative_container_concurrency(config, model), knative_target(config, model)
-        if concurrency and target > concurrency:
-            yield ConfigIssue(
-                ("models", index, "autoscaling", "kpa", "targetConcurrency"),
-                f"target {target} is above the hard limit containerConcurrency {concurrency}; Knative would use the limit: "
-                "raise autoscaling.kpa.containerConcurrency or lower the target",
-            )
-
-
 def check_inference_graceful_drain(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """The inference-graceful-drain policy's chain: preStop, then vLLM's drain, within the grace."""
     for index, model, _ in _placed_models(config):
@@ -599,16 +548,10 @@ CHECKS: list[Check] = [
     check_tenants,
     check_capacity,
     check_models,
-    check_models_fit_quotas,
-    check_models_fit_pools,
     check_latency_sensitive_not_time_sliced,
     check_scale_to_zero_only_where_the_profile_allows,
     check_batch_labelling_kept_apart,
     check_time_sliced_memory_share,
-    check_gpu_activity_is_not_a_signal_on_time_sliced_pools,
-    check_hpa_behavior,
-    check_knative_requests_within_the_activators_grace,
-    check_knative_autoscaling,
     check_inference_graceful_drain,
     check_s3_weights_need_eks,
     check_weights_cache_fits_the_node_disk,
@@ -622,3 +565,14 @@ def run_checks(config: PlatformConfig) -> list[ConfigIssue]:
     for check in CHECKS:
         issues.extend(check(config))
     return issues
+
+
+PeakCheck = Callable[[PlatformConfig, Mapping[str, Peak]], Iterable[ConfigIssue]]
+
+# Checks of every model at its peak, which its serving backend sizes (rollout surge, injected
+# containers): run by the plan (components/plan.py) once the config checks pass.
+PEAK_CHECKS: list[PeakCheck] = [check_models_fit_quotas, check_models_fit_pools]
+
+
+def run_peak_checks(config: PlatformConfig, peaks: Mapping[str, Peak]) -> list[ConfigIssue]:
+    return [issue for check in PEAK_CHECKS for issue in check(config, peaks)]

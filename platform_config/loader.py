@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, get_origin
+from typing import Any, Callable, Iterable, Literal, Sequence, get_origin
 
 import pulumi
 from pulumi.runtime import config as runtime_config
@@ -77,13 +77,18 @@ def _read_secrets() -> tuple[pulumi.Output[str] | None, list[ConfigIssue]]:
     return pulumi.Config(PROJECT).require_secret(key), []
 
 
-def parse_platform_config(raw: dict[str, Any]) -> PlatformConfig:
+# Checks a caller adds to the config's own: the serving backends' rules and the peak checks,
+# which need the backends' facts (components/plan.py), reported with every other problem.
+ExtraCheck = Callable[[PlatformConfig], Iterable[ConfigIssue]]
+
+
+def parse_platform_config(raw: dict[str, Any], extra_checks: Sequence[ExtraCheck] = ()) -> PlatformConfig:
     """Parse and check a raw config mapping; raise ConfigError naming every bad key."""
     try:
         platform = PlatformConfig.model_validate(raw, by_alias=True, by_name=False)
     except ValidationError as error:
         raise ConfigError(issues_from_validation(error, PlatformConfig)) from None
-    issues = run_checks(platform)
+    issues = run_checks(platform) + [issue for check in extra_checks for issue in check(platform)]
     if issues:
         raise ConfigError(issues)
     return platform
@@ -138,7 +143,7 @@ def _region_issues(platform: PlatformConfig) -> list[ConfigIssue]:
     ]
 
 
-def load_config() -> LoadedConfig:
+def load_config(extra_checks: Sequence[ExtraCheck] = ()) -> LoadedConfig:
     foreign = _foreign_keys()
     if foreign:
         raise ConfigError(foreign)
@@ -149,7 +154,7 @@ def load_config() -> LoadedConfig:
     raw = read_raw_config()
     token, secret_issues = _read_secrets()
     try:
-        platform = parse_platform_config(raw)
+        platform = parse_platform_config(raw, extra_checks)
     except ConfigError as error:
         raise ConfigError([*secret_issues, *error.issues]) from None
     issues = secret_issues + _region_issues(platform)

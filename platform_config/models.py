@@ -542,8 +542,6 @@ class AutoscalingConfig(ConfigModel):
     def _bounds(self) -> AutoscalingConfig:
         if self.max_replicas < self.min_replicas:
             raise ValueError(f"maxReplicas {self.max_replicas} is below minReplicas {self.min_replicas}")
-        if self.mode == "hpa" and self.min_replicas < 1:
-            raise ValueError("an HPA cannot scale to zero: minReplicas must be at least 1 (use mode 'kpa' for scale-to-zero)")
         return self
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 
 from .gpu_catalog import GPU_RESOURCE, mig_resource
@@ -12,8 +14,6 @@ from .models import ModelConfig, PlatformConfig, duration_seconds
 from .profiles import EXPERIMENT_PRIORITY_CLASS, PROFILES, TierName, WorkloadProfile
 from .quantity import parse_quantity
 
-# A Deployment's rollout surges one pod above the current count (maxSurge 1, maxUnavailable 0).
-ROLLOUT_SURGE = 1
 # Seconds kept between vLLM's drain deadline and the kubelet's SIGKILL.
 DRAIN_MARGIN_SECONDS = 10
 
@@ -53,30 +53,6 @@ def time_sliced_memory_share(fraction: float, replicas: int) -> float:
     return round(fraction / replicas, 3)
 
 
-def knative_container_concurrency(config: PlatformConfig, model: ModelConfig) -> int:
-    """Knative's hard cap of requests in flight per replica (0: no cap)."""
-    kpa = model.autoscaling.kpa
-    return (
-        kpa.container_concurrency
-        if kpa.container_concurrency is not None
-        else effective_profile(config, model).concurrency_per_replica
-    )
-
-
-def knative_target(config: PlatformConfig, model: ModelConfig) -> int:
-    return model.autoscaling.kpa.target_concurrency or effective_profile(config, model).concurrency_per_replica
-
-
-# Knative's activator sits in the data path of a Knative-served model (always at scale zero)
-# and drains for terminationGracePeriodSeconds: 600 (knative/serving knative-v1.23.0
-# config/core/deployments/activator.yaml: "should be at least as large as the upper bound on the
-# Revision's timeoutSeconds"). The operator's KnativeServing cannot change it (its
-# spec.workloads overrides have no terminationGracePeriodSeconds: knative/operator
-# knative-v1.23.0 pkg/apis/operator/base/common.go WorkloadOverride), so no Knative-served
-# request may be allowed longer.
-KNATIVE_ACTIVATOR_GRACE_SECONDS = 600
-
-
 def replica_gpu_request(model: ModelConfig) -> tuple[str, int]:
     """The GPU resource and count one replica of a model asks for."""
     if model.resources.mig_profile is not None:
@@ -94,22 +70,6 @@ def replica_bounds(model: ModelConfig) -> tuple[int, int]:
     return model.autoscaling.min_replicas, model.autoscaling.max_replicas
 
 
-def rollout_surge(model: ModelConfig) -> int:
-    """Pods a version's rollout adds while the old ones still serve: one for a Deployment
-    (maxSurge 1); for Knative, the new revision's first pods (its initial scale, at least its
-    minimum) while the old revision keeps serving until the new one is ready."""
-    scaling = model.autoscaling
-    if scaling.mode == "hpa":
-        return ROLLOUT_SURGE
-    return knative_rollout_surge(scaling.min_replicas, scaling.kpa.initial_scale)
-
-
-def knative_rollout_surge(min_scale: int, initial_scale: int | None) -> int:
-    """A new Knative revision starts at its initial scale (1 unless set), and at least at its
-    min-scale, while the old revision serves on."""
-    return max(min_scale, 1 if initial_scale is None else initial_scale)
-
-
 def split_peak_members(bounds: list[tuple[int, int, int]]) -> list[int]:
     """Pods at peak of each of several versions that split one model's traffic, each given as
     (min, max, surge): the load that drives one version to its max is load the others do not
@@ -120,6 +80,11 @@ def split_peak_members(bounds: list[tuple[int, int, int]]) -> list[int]:
         return []
     largest = max(range(len(bounds)), key=lambda i: bounds[i][1])
     return [(high if i == largest else low) + surge for i, (low, high, surge) in enumerate(bounds)]
+
+
+def server_name(model: ModelConfig, version: str) -> str:
+    """The name of a version's server objects (and of its Knative Service's host)."""
+    return f"{model.name}-{version}"
 
 
 def weights_service_account(model: ModelConfig) -> str:
@@ -140,38 +105,34 @@ def is_experiment(model: ModelConfig) -> bool:
     return model_priority_class(model) == EXPERIMENT_PRIORITY_CLASS
 
 
-def peak_replicas(model: ModelConfig) -> int:
-    """Pods of all running versions at the model's peak, rollouts included."""
-    surge = rollout_surge(model)
-    return sum(split_peak_members([(*replica_bounds(model), surge) for _ in running_versions(model)]))
-
-
-# Containers the cluster adds to every model-server pod, sized by annotations on the pod
-# template so quotas can count them exactly (memory request = limit, no CPU limit):
-# - Istio's sidecar (istio/istio 1.30.3 files/injection-template.yaml, "resources": the
-#   sidecar.istio.io/proxyCPU, proxyMemory and proxyMemoryLimit annotations replace
-#   global.proxy.resources, whose default is 100m/128Mi with limits 2000m/1024Mi);
-# - Knative's queue-proxy (knative/serving knative-v1.23.0
-#   pkg/reconciler/revision/resources/queue.go createQueueResources: the
-#   queue.sidecar.serving.knative.dev/* annotations; without them only 25m of CPU is requested).
+# The mesh's sidecar in every model-server pod, sized by annotations on the pod template so
+# quotas can count it exactly (memory request = limit, no CPU limit): the
+# sidecar.istio.io/proxyCPU, proxyMemory and proxyMemoryLimit annotations replace
+# global.proxy.resources (istio/istio 1.30.3 files/injection-template.yaml, "resources"), whose
+# default is 100m/128Mi with limits 2000m/1024Mi.
 MESH_PROXY_RESOURCES = {"cpu": "100m", "memory": "512Mi"}
-QUEUE_PROXY_RESOURCES = {"cpu": "25m", "memory": "256Mi"}
 
 
-def added_containers_requests(model: ModelConfig) -> dict[str, Decimal]:
-    """CPU and memory the injected containers of one replica ask for (and memory limits)."""
-    added = [MESH_PROXY_RESOURCES] + ([QUEUE_PROXY_RESOURCES] if model.autoscaling.mode == "kpa" else [])
-    return {r: sum((parse_quantity(c[r]) for c in added), Decimal(0)) for r in ("cpu", "memory")}
-
-
-def model_peak_demand(model: ModelConfig) -> dict[str, Decimal]:
+@dataclass(frozen=True)
+class Peak:
     """What all running versions of a model hold at their peak, rollouts and the containers the
-    cluster injects included."""
+    cluster injects into each pod included."""
+
+    replicas: int
+    demand: dict[str, Decimal]
+
+
+def model_peak(model: ModelConfig, surge: int, injected: tuple[Mapping[str, str], ...]) -> Peak:
+    """`surge`: pods a version's rollout adds; `injected`: CPU and memory requests (= memory
+    limits) of each container the cluster adds to a pod. Both are the model's backend's."""
+    replicas = sum(split_peak_members([(*replica_bounds(model), surge) for _ in running_versions(model)]))
     resource, per_replica = replica_gpu_request(model)
-    replicas = peak_replicas(model)
-    added = added_containers_requests(model)
-    return {
-        resource: Decimal(per_replica * replicas),
-        "cpu": (parse_quantity(model.resources.cpu) + added["cpu"]) * replicas,
-        "memory": (parse_quantity(model.resources.memory) + added["memory"]) * replicas,
-    }
+    added = {r: sum((parse_quantity(c[r]) for c in injected), Decimal(0)) for r in ("cpu", "memory")}
+    return Peak(
+        replicas=replicas,
+        demand={
+            resource: Decimal(per_replica * replicas),
+            "cpu": (parse_quantity(model.resources.cpu) + added["cpu"]) * replicas,
+            "memory": (parse_quantity(model.resources.memory) + added["memory"]) * replicas,
+        },
+    )

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Iterable
 
+from components.backends.knative import rollout_surge as knative_rollout_surge
 from platform_config.quantity import parse_quantity
-from platform_config.serving import knative_rollout_surge, split_peak_members
+from platform_config.serving import split_peak_members
 
 LABEL_MODEL = "inference.platform/model"
 EXTENDED_PREFIXES = ("nvidia.com/",)

@@ -37,6 +37,26 @@ def raw_stack(stack: str) -> dict[str, Any]:
     }
 
 
+def validate(raw: dict[str, Any]) -> Any:
+    """The whole validation the program runs on a stack's config: parse and check it, then
+    resolve it into the plan (whose backends' rules and peak checks run there). The plan."""
+    from components.plan import plan_checks, resolve
+    from platform_config.loader import parse_platform_config
+
+    return resolve(parse_platform_config(raw, [plan_checks]), hugging_face_token=False)
+
+
+def config_problems(raw: dict[str, Any]) -> list[str]:
+    """Every problem the program reports for these keys, one line each (it must find one)."""
+    import pytest
+
+    from platform_config.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        validate(raw)
+    return [str(issue) for issue in caught.value.issues]
+
+
 def write_stack(tmp_path: Path, raw: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
     """A stack file holding `raw` (project keys) plus `extra` (fully named keys)."""
     config = {f"{PROJECT}:{key}": value for key, value in raw.items()}

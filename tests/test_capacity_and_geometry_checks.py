@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
-from platform_config import ConfigError, parse_platform_config
+from platform_config import parse_platform_config
 from platform_config.capacity import capacity_report
 
-
-def problems(raw) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_platform_config(raw)
-    return [str(i) for i in caught.value.issues]
+from .helpers import config_problems
 
 
 def geometry(prod_raw) -> dict:
@@ -32,7 +26,7 @@ def test_prod_capacity_table(prod_raw):
 def test_quota_over_capacity_names_tenants_and_pools(prod_raw):
     prod_raw["tenants"][1]["quota"]["mig"]["1g.10gb"] = 130
     # Over the pools together, and over what the tenant may use alone.
-    message, alone = problems(prod_raw)
+    message, alone = config_problems(prod_raw)
     assert alone.startswith(
         'inference-platform:tenants[1].quota.mig["1g.10gb"]: 130 of nvidia.com/mig-1g.10gb is more than the pools it may use'
     )
@@ -52,7 +46,7 @@ def test_overcommit_ratio_allows_it(prod_raw):
 def test_tenant_restricted_to_a_pool_must_fit_that_pool(prod_raw):
     prod_raw["tenants"][2]["quota"]["gpu"] = 20  # team-b may only use l4-batch: 16 GPUs
     prod_raw["tenants"][2]["experimentQuota"]["gpu"] = 20
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     assert any(
         m.startswith("inference-platform:tenants[2].quota.gpu: 20 of nvidia.com/gpu is more than the pools it may use (l4-batch)")
         for m in found
@@ -61,7 +55,7 @@ def test_tenant_restricted_to_a_pool_must_fit_that_pool(prod_raw):
 
 def test_quota_for_a_mig_profile_no_pool_has(prod_raw):
     prod_raw["tenants"][1]["quota"]["mig"]["2g.20gb"] = 1
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     assert any(
         m.startswith("inference-platform:tenants[1].quota.mig[\"2g.20gb\"]: no node pool provides MIG profile '2g.20gb'")
         for m in found
@@ -70,7 +64,7 @@ def test_quota_for_a_mig_profile_no_pool_has(prod_raw):
 
 def test_experiment_quota_above_quota(prod_raw):
     prod_raw["tenants"][1]["experimentQuota"]["gpu"] = 9
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     assert any(
         m.startswith("inference-platform:tenants[1].experimentQuota.gpu: experiments may use at most the tenant's quota")
         for m in found
@@ -79,7 +73,7 @@ def test_experiment_quota_above_quota(prod_raw):
 
 def test_geometry_that_does_not_fit(prod_raw):
     geometry(prod_raw)["devices"][1]["profiles"] = {"3g.40gb": 2, "1g.10gb": 1}
-    (message,) = problems(prod_raw)
+    (message,) = config_problems(prod_raw)
     assert message.startswith(
         "inference-platform:nodePools[0].sharing.migGeometry.devices[1].profiles: 2 x 3g.40gb + 1 x 1g.10gb does not fit one "
         "H100-80GB"
@@ -89,7 +83,7 @@ def test_geometry_that_does_not_fit(prod_raw):
 
 def test_geometry_with_unknown_profile(prod_raw):
     geometry(prod_raw)["devices"][2]["profiles"] = {"1g.5gb": 7}
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     assert found[0].startswith(
         "inference-platform:nodePools[0].sharing.migGeometry.devices[2].profiles: unknown MIG profile '1g.5gb' for H100-80GB"
     )
@@ -97,7 +91,7 @@ def test_geometry_with_unknown_profile(prod_raw):
 
 def test_geometry_must_cover_every_gpu_of_the_node(prod_raw):
     geometry(prod_raw)["devices"][0]["gpus"] = 3
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     assert found[0] == (
         "inference-platform:nodePools[0].sharing.migGeometry.devices: device groups cover 7 GPUs but a p5.48xlarge node has 8; "
         "the 'gpus' counts must add up to the GPUs per node"
@@ -106,7 +100,7 @@ def test_geometry_must_cover_every_gpu_of_the_node(prod_raw):
 
 def test_mig_on_a_gpu_without_mig(prod_raw):
     prod_raw["nodePools"][1]["sharing"] = {"mode": "mig", "migConfig": "all-1g.10gb"}
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     assert found[0].startswith(
         "inference-platform:nodePools[1].sharing.mode: g6.12xlarge has L4-24GB GPUs, which do not support MIG"
     )
@@ -114,13 +108,13 @@ def test_mig_on_a_gpu_without_mig(prod_raw):
 
 def test_bottlerocket_pools_take_whole_gpus_only(staging_raw):
     staging_raw["nodePools"][0]["amiType"] = "BOTTLEROCKET_x86_64_NVIDIA"
-    found = problems(staging_raw)
+    found = config_problems(staging_raw)
     assert found[0].startswith("inference-platform:nodePools[0].amiType: GPU sharing is configured through the GPU Operator")
 
 
 def test_model_needing_more_gpus_than_a_node_has(prod_raw):
     prod_raw["models"][0]["resources"]["gpus"] = 8  # only 4 whole GPUs per node in this geometry
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     assert found[0].startswith(
         "inference-platform:models[0].resources.gpus: a replica needs 8 GPUs on one node but a p5.48xlarge node"
     )
@@ -128,7 +122,7 @@ def test_model_needing_more_gpus_than_a_node_has(prod_raw):
 
 def test_model_that_cannot_reach_max_replicas_within_quota(prod_raw):
     prod_raw["models"][0]["autoscaling"]["maxReplicas"] = 9
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     gpu = next(m for m in found if "of nvidia.com/gpu, but" in m)
     assert gpu.startswith(
         "inference-platform:tenants[0].quota.gpu: at their peak (maxReplicas, rollouts and injected sidecars included) "
@@ -141,7 +135,7 @@ def test_model_that_cannot_reach_max_replicas_within_quota(prod_raw):
 def test_cpu_memory_and_pods_budgets_are_checked_too(prod_raw):
     quota = prod_raw["tenants"][0]["quota"]
     quota.update(cpu="400", memory="3000Gi", pods=20)
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     # 70B: 9 pods x (32 + 0.1 sidecar); 8B: 26 x (8 + 0.1 + 0.025 queue-proxy); 8B batch: 5 x 8.125.
     assert any(
         m.startswith("inference-platform:tenants[0].quota.cpu: at their peak") and "hold 540.775 of cpu" in m for m in found
@@ -155,7 +149,7 @@ def test_cpu_memory_and_pods_budgets_are_checked_too(prod_raw):
 
 def test_a_single_model_over_its_tenant_budget_names_the_model_key(prod_raw):
     prod_raw["models"][2]["autoscaling"]["maxReplicas"] = 8  # llama-1b: 8 + 1 surge slices, team-a has 8
-    (message,) = problems(prod_raw)
+    (message,) = config_problems(prod_raw)
     assert message.startswith(
         "inference-platform:models[2].autoscaling.maxReplicas: at their peak (maxReplicas, rollouts and injected sidecars "
         "included) llama-1b"

@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 import pytest
 
-from platform_config import ConfigError, parse_platform_config
+from platform_config import parse_platform_config
 
-from .helpers import run_preview, write_stack
+from .helpers import config_problems, run_preview, write_stack
 
 
 def preview_refuses(stack: Path, out: Path) -> str:
@@ -22,14 +22,8 @@ def preview_refuses(stack: Path, out: Path) -> str:
     return result.stderr
 
 
-def issues(raw: dict[str, Any]) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_platform_config(raw)
-    return [str(issue) for issue in caught.value.issues]
-
-
 def only_issue(raw: dict[str, Any]) -> str:
-    found = issues(raw)
+    found = config_problems(raw)
     assert len(found) == 1, found
     return found[0]
 
@@ -111,7 +105,7 @@ def test_unknown_builtin_mig_config(prod_raw):
     sharing = prod_raw["nodePools"][0]["sharing"]
     del sharing["migGeometry"]
     sharing["migConfig"] = "all-2g.99gb"
-    found = issues(prod_raw)
+    found = config_problems(prod_raw)
     assert any(
         m.startswith("inference-platform:nodePools[0].sharing.migConfig: unknown MIG config 'all-2g.99gb' for H100-80GB")
         and "all-1g.10gb" in m
@@ -141,13 +135,13 @@ def test_model_naming_missing_pool(prod_raw):
 
 def test_duplicate_tenant_name(prod_raw):
     prod_raw["tenants"][2]["name"] = "team-a"
-    found = issues(prod_raw)
+    found = config_problems(prod_raw)
     assert "inference-platform:tenants[2].name: duplicate name 'team-a': names must be unique within tenants" in found
 
 
 def test_duplicate_version_name(prod_raw):
     prod_raw["models"][1]["versions"][1]["name"] = "v1"
-    found = issues(prod_raw)
+    found = config_problems(prod_raw)
     assert any(m.startswith("inference-platform:models[1].versions[1].name: duplicate version name 'v1'") for m in found)
 
 
@@ -155,7 +149,7 @@ def test_duplicate_version_name(prod_raw):
 def test_non_dns_1123_tenant_name(dev_raw, name: str):
     dev_raw["tenants"][0]["name"] = name
     dev_raw["models"][0]["tenant"] = name
-    found = issues(dev_raw)
+    found = config_problems(dev_raw)
     assert any(m.startswith("inference-platform:tenants[0].name: ") and "DNS-1123" in m for m in found), found
 
 
@@ -168,7 +162,7 @@ def test_canary_naming_missing_version(prod_raw):
 def test_every_problem_is_reported_at_once(dev_raw):
     dev_raw["nodePools"][0]["instanceType"] = "p9.mega"
     dev_raw["models"][0]["autoscaling"]["maxReplicas"] = "eight"
-    assert len(issues(dev_raw)) == 2
+    assert len(config_problems(dev_raw)) == 2
 
 
 def test_latest_image_tag_is_refused(prod_raw):
@@ -209,7 +203,7 @@ def test_names_built_from_model_and_version_must_not_collide(dev_raw):
     dev_raw["models"].append(twin)
     dev_raw["tenants"][0]["quota"].update(gpu=4, memory="40Gi", pods=20)
     dev_raw["nodePools"][0]["sharing"]["replicas"] = 4
-    found = issues(dev_raw)
+    found = config_problems(dev_raw)
     assert any(
         m.startswith(
             "inference-platform:models[1].versions[0].name: objects named 'qwen-small-v1' would collide in namespace 'dev-team'"
@@ -261,7 +255,7 @@ def test_gpu_utilisation_is_not_a_signal_on_time_sliced_pools(staging_raw):
 def test_batch_model_check_follows_profile_overrides(prod_raw):
     prod_raw["profiles"] = {"summarization": {"tiers": ["standard"]}}
     del prod_raw["models"][4]["tiers"]
-    found = issues(prod_raw)
+    found = config_problems(prod_raw)
     assert any(
         m.startswith("inference-platform:models[1].batchModel: model 'llama-8b-batch' does not serve the batch tier")
         for m in found

@@ -9,16 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from platform_config import ConfigError, parse_platform_config
-from platform_config.serving import KNATIVE_ACTIVATOR_GRACE_SECONDS
+from components.backends.knative import KNATIVE_ACTIVATOR_GRACE_SECONDS
+from platform_config import parse_platform_config
 
-from .helpers import ROOT, run_preview, write_stack
-
-
-def problems(raw) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_platform_config(raw)
-    return [str(issue) for issue in caught.value.issues]
+from .helpers import ROOT, config_problems, run_preview, write_stack
 
 
 def preview_refuses(stack, out) -> str:
@@ -35,7 +29,7 @@ def test_a_knative_model_may_not_take_longer_than_the_activator_drains(prod_raw)
     prod_raw["traffic"]["tiers"] = {
         "batch": {"timeout": "900s", "maxPendingRequests": 16, "maxRequests": 128, "retryAttempts": 0, "vllmPriority": 2}
     }
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     # The batch labeller and the 8B batch servers are Knative-served and take the batch tier.
     for index in (3, 4):
         assert any(
@@ -50,7 +44,7 @@ def test_a_knative_model_may_not_take_longer_than_the_activator_drains(prod_raw)
         "maxReplicas": 2,
         "hpa": {"gpuUtilizationTarget": None},
     }
-    assert not any(m.startswith("inference-platform:models[3].autoscaling.mode") for m in problems(prod_raw))
+    assert not any(m.startswith("inference-platform:models[3].autoscaling.mode") for m in config_problems(prod_raw))
 
 
 # --- 14: each model's peak against its own pool ----------------------------------------------------
@@ -61,7 +55,7 @@ def test_model_peaks_are_checked_against_their_own_pool(prod_raw):
     # rollout's surge pod (and node drains) could never be placed. Summed with the L4s the
     # GPUs looked plentiful.
     prod_raw["nodePools"][0]["maxSize"] = 8
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     (gpu,) = [m for m in found if "models of pool 'h100' need 36 of nvidia.com/gpu" in m]
     assert gpu.startswith("inference-platform:models[0].autoscaling.maxReplicas: at their peak")
     assert "offer 32 (inference-platform:nodePools[0].maxSize=8)" in gpu
@@ -115,7 +109,7 @@ def test_a_key_in_an_unknown_namespace_is_refused(tmp_path, prod_raw):
 
 def test_the_system_node_groups_instance_type_must_exist(prod_raw):
     prod_raw["cluster"]["eks"]["systemNodeGroup"]["instanceType"] = "p9.mega"
-    (message,) = problems(prod_raw)
+    (message,) = config_problems(prod_raw)
     assert message.startswith(
         "inference-platform:cluster.eks.systemNodeGroup.instanceType: 'p9.mega' is not an EC2 instance type"
     )

@@ -10,9 +10,9 @@ import pytest
 import re2
 
 from components.specs.traffic import LUA_SOURCE, range_regex, sticky_ranges
-from platform_config import ConfigError, parse_platform_config
+from platform_config import parse_platform_config
 
-from .helpers import Evaluated, raw_stack
+from .helpers import Evaluated, config_problems, raw_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 N_KEYS = 100_000
@@ -422,17 +422,11 @@ def test_promotion_then_dropping_the_old_version(prod_raw):
 # --- bad inputs ---------------------------------------------------------------------------------
 
 
-def problems(raw) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_platform_config(raw)
-    return [str(i) for i in caught.value.issues]
-
-
 def test_weights_that_do_not_add_up(prod_raw):
     release = prod_raw["models"][1]["release"]
     del release["canaryWeight"]
     release["weights"] = {"v1": 85, "v2": 10}
-    (message,) = problems(prod_raw)
+    (message,) = config_problems(prod_raw)
     assert message == "inference-platform:models[1].release: weights add up to 95, not 100: v1=85, v2=10"
 
 
@@ -445,13 +439,13 @@ def test_weights_that_add_up_set_the_canary_weight(prod_raw):
 
 def test_canary_naming_a_missing_version(prod_raw):
     prod_raw["models"][1]["release"]["canary"] = "v9"
-    (message,) = problems(prod_raw)
+    (message,) = config_problems(prod_raw)
     assert message.startswith("inference-platform:models[1].release.canary: version 'v9' is not among the model's versions")
 
 
 def test_unknown_tier_on_a_model(prod_raw):
     prod_raw["models"][0]["tiers"] = ["premium", "gold"]
-    (message,) = problems(prod_raw)
+    (message,) = config_problems(prod_raw)
     assert message.startswith("inference-platform:models[0].tiers[1]: got 'gold'; allowed: 'premium', 'standard' or 'batch'")
 
 
@@ -459,13 +453,13 @@ def test_unknown_tier_in_traffic_policy(prod_raw):
     prod_raw["traffic"]["tiers"] = {
         "gold": {"timeout": "5s", "maxPendingRequests": 1, "maxRequests": 1, "retryAttempts": 0, "vllmPriority": 0}
     }
-    found = problems(prod_raw)
+    found = config_problems(prod_raw)
     assert any(m.startswith("inference-platform:traffic.tiers.gold") for m in found), found
 
 
 def test_batch_model_must_exist_and_serve_batch(prod_raw):
     prod_raw["models"][1]["batchModel"] = "llama-70b"
-    (message,) = problems(prod_raw)
+    (message,) = config_problems(prod_raw)
     assert message.startswith("inference-platform:models[1].batchModel: model 'llama-70b' does not serve the batch tier")
     prod_raw["models"][1]["batchModel"] = "nope"
-    assert problems(prod_raw)[0].startswith("inference-platform:models[1].batchModel: unknown model 'nope'")
+    assert config_problems(prod_raw)[0].startswith("inference-platform:models[1].batchModel: unknown model 'nope'")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from platform_config.pins import KNATIVE_SERVING_VERSION
-from platform_config.serving import KNATIVE_ACTIVATOR_GRACE_SECONDS
 
+from ..backends.knative import KNATIVE_ACTIVATOR_GRACE_SECONDS
 from ..constants import KNATIVE_SERVING_NAMESPACE
 
 # Pod fields model servers use that Knative admits only behind feature flags.

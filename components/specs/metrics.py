@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .model_server import GPU_METRIC, QUEUE_METRIC
+# The custom metrics' names: what the HPAs of the `hpa` backend ask for.
+QUEUE_METRIC = "vllm_num_requests_waiting"
+GPU_METRIC = "gpu_engine_active_percent"
 
 POD_RESOURCES = {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}}
 

@@ -22,8 +22,8 @@ from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS, PRODUCTION_PRIOR
 
 from ..constants import (
     EXPERIMENT_PRIORITY,
+    GATEWAY_SERVICE_ACCOUNT,
     ISTIO_INGRESS_NAMESPACE,
-    KNATIVE_SERVING_NAMESPACE,
     LABEL_TENANT,
     MONITORING_NAMESPACE,
     PRODUCTION_PRIORITY,
@@ -143,9 +143,10 @@ def limit_range(tenant: TenantConfig) -> dict[str, Any]:
     }
 
 
-def network_policies(tenant: TenantConfig, *, knative: bool) -> list[dict[str, Any]]:
+def network_policies(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
     """Deny all ingress by default; allow the namespace itself, the mesh ingress gateway,
-    monitoring, and Knative's activator/autoscaler when the tenant runs Knative services."""
+    monitoring, and the platform components in the data path of its models' servers (`ingress`:
+    (policy name, namespace) pairs their serving backends name, e.g. Knative's)."""
 
     def policy(name: str, ingress: list[dict[str, Any]] | None) -> dict[str, Any]:
         spec: dict[str, Any] = {"podSelector": {}, "policyTypes": ["Ingress"]}
@@ -167,8 +168,7 @@ def network_policies(tenant: TenantConfig, *, knative: bool) -> list[dict[str, A
         policy("allow-mesh-ingress", from_namespace(ISTIO_INGRESS_NAMESPACE)),
         policy("allow-monitoring", from_namespace(MONITORING_NAMESPACE)),
     ]
-    if knative:
-        policies.append(policy("allow-knative-system", from_namespace(KNATIVE_SERVING_NAMESPACE)))
+    policies += [policy(name, from_namespace(namespace)) for name, namespace in ingress]
     return policies
 
 
@@ -206,3 +206,39 @@ def priority_classes() -> list[dict[str, Any]]:
             "description": "Experiments and batch work: preemptible, never preempts.",
         },
     ]
+
+
+# --- isolation -------------------------------------------------------------------------------
+
+
+def peer_authentication(tenant: TenantConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "PeerAuthentication",
+        "metadata": {"name": "default", "namespace": tenant.name, "labels": standard_labels(tenant.name, "mesh-security")},
+        "spec": {"mtls": {"mode": "STRICT"}},
+    }
+
+
+def authorization_policy(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """Only the ingress gateway and the tenant's own namespace may call its servers (and the
+    platform components in their data path, `ingress`: (policy name, namespace) pairs its
+    models' serving backends name, e.g. Knative's activator)."""
+    principals = [f"cluster.local/ns/{ISTIO_INGRESS_NAMESPACE}/sa/{GATEWAY_SERVICE_ACCOUNT}"]
+    namespaces = [tenant.name] + [namespace for _, namespace in ingress]
+    return {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {
+            "name": "allow-gateway-and-namespace",
+            "namespace": tenant.name,
+            "labels": standard_labels(tenant.name, "mesh-security"),
+        },
+        "spec": {
+            "action": "ALLOW",
+            "rules": [
+                {"from": [{"source": {"principals": principals}}]},
+                {"from": [{"source": {"namespaces": namespaces}}]},
+            ],
+        },
+    }

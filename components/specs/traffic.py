@@ -20,22 +20,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from platform_config.models import ModelConfig, PlatformConfig, TenantConfig, TierPolicy, duration_seconds
+from platform_config.models import ModelConfig, PlatformConfig, TierPolicy, duration_seconds
 from platform_config.profiles import TierName
 from platform_config.serving import model_tiers, running_versions
 
-from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT, standard_labels
-from .model_server import server_name
+from ..backends import ServingBackend
+from ..constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels
+from ..plan import backend_of
 
 GATEWAY_NAME = "inference-gateway"
-GATEWAY_SELECTOR = {"istio": "ingressgateway"}
-GATEWAY_SERVICE_ACCOUNT = "istio-ingressgateway"
-KNATIVE_LOCAL_GATEWAY = f"knative-local-gateway.{ISTIO_SYSTEM_NAMESPACE}.svc.cluster.local"
-KNATIVE_LOCAL_GATEWAY_PORT = 80
 TIER_ORDER: tuple[TierName, ...] = ("premium", "standard", "batch")
 LUA_SOURCE = Path(__file__).resolve().parent.parent / "lua" / "gateway_filter.lua"
 # Retry only what never reached a server: an LLM request is not idempotent (it costs GPU time),
@@ -85,40 +81,6 @@ def sticky_ranges(canary_weight: int) -> tuple[str | None, str | None]:
 
 
 # --- destinations ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Destination:
-    host: str
-    subset: str
-    port: int
-    # Knative versions are reached through the local gateway, addressed by Host header.
-    host_header: str | None = None
-
-    def route(self, weight: int | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"destination": {"host": self.host, "subset": self.subset, "port": {"number": self.port}}}
-        if self.host_header is not None:
-            out["headers"] = {"request": {"set": {"Host": self.host_header}}}
-        if weight is not None:
-            out["weight"] = weight
-        return out
-
-
-def subset_name(model: ModelConfig, version: str, tier: str) -> str:
-    if model.autoscaling.mode == "kpa":
-        return f"{model.name}-{version}-{tier}"
-    return f"{version}-{tier}"
-
-
-def model_host(model: ModelConfig) -> str:
-    return f"{model.name}.{model.tenant}.svc.cluster.local"
-
-
-def destination(model: ModelConfig, version: str, tier: str) -> Destination:
-    if model.autoscaling.mode == "kpa":
-        ksvc_host = f"{server_name(model, version)}.{model.tenant}.svc.cluster.local"
-        return Destination(KNATIVE_LOCAL_GATEWAY, subset_name(model, version, tier), KNATIVE_LOCAL_GATEWAY_PORT, ksvc_host)
-    return Destination(model_host(model), subset_name(model, version, tier), VLLM_PORT)
 
 
 def find_model(config: PlatformConfig, name: str) -> ModelConfig:
@@ -179,7 +141,7 @@ def virtual_service(config: PlatformConfig, model: ModelConfig) -> dict[str, Any
                 {
                     "name": f"{tier}-to-{owner.name}",
                     "match": _match(config, model, tier),
-                    "route": [destination(owner, owner.release.stable, tier).route()],
+                    "route": [backend_of(owner).destination(owner, owner.release.stable, tier).route()],
                     **policy,
                 }
             )
@@ -189,7 +151,7 @@ def virtual_service(config: PlatformConfig, model: ModelConfig) -> dict[str, Any
                 {
                     "name": f"{tier}-override-{version}",
                     "match": _match(config, model, tier, **{release.override_header: {"exact": version}}),
-                    "route": [destination(model, version, tier).route()],
+                    "route": [backend_of(model).destination(model, version, tier).route()],
                     **policy,
                 }
             )
@@ -202,7 +164,7 @@ def virtual_service(config: PlatformConfig, model: ModelConfig) -> dict[str, Any
                         {
                             "name": f"{tier}-sticky-{version}",
                             "match": _match(config, model, tier, **{traffic.bucket_header: {"regex": pattern}}),
-                            "route": [destination(model, version, tier).route()],
+                            "route": [backend_of(model).destination(model, version, tier).route()],
                             **policy,
                         }
                     )
@@ -213,7 +175,7 @@ def virtual_service(config: PlatformConfig, model: ModelConfig) -> dict[str, Any
             {
                 "name": f"{tier}-weighted",
                 "match": _match(config, model, tier),
-                "route": [destination(model, version, tier).route(weight) for version, weight in split],
+                "route": [backend_of(model).destination(model, version, tier).route(weight) for version, weight in split],
                 **policy,
             }
         )
@@ -284,7 +246,8 @@ def tier_traffic_policy(policy: TierPolicy, *, eject_hosts: bool = True) -> dict
     return traffic_policy
 
 
-def _subsets(config: PlatformConfig, model: ModelConfig, labels: dict[str, str] | None) -> list[dict[str, Any]]:
+def _subsets(config: PlatformConfig, model: ModelConfig) -> list[dict[str, Any]]:
+    backend = backend_of(model)
     subsets = []
     for version in running_versions(model):
         for tier in TIER_ORDER:
@@ -292,10 +255,9 @@ def _subsets(config: PlatformConfig, model: ModelConfig, labels: dict[str, str] 
                 continue
             subsets.append(
                 {
-                    "name": subset_name(model, version, tier),
-                    "labels": labels if labels is not None else {"inference.platform/model-version": version},
-                    # Knative versions' hosts (labels given) are the local gateway's pods.
-                    "trafficPolicy": tier_traffic_policy(config.traffic.tiers[tier], eject_hosts=labels is None),
+                    "name": backend.subset_name(model, version, tier),
+                    "labels": backend.subset_labels(model, version),
+                    "trafficPolicy": tier_traffic_policy(config.traffic.tiers[tier], eject_hosts=backend.subsets_are_servers),
                 }
             )
     return subsets
@@ -309,29 +271,27 @@ def _serves(config: PlatformConfig, model: ModelConfig, tier: str) -> bool:
 
 
 def destination_rule(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
-    """One subset per version and tier for a Deployment-served model."""
+    """One subset per version and tier, on the model's own rule."""
     return {
         "apiVersion": "networking.istio.io/v1",
         "kind": "DestinationRule",
         "metadata": {"name": model.name, "namespace": model.tenant, "labels": standard_labels(model.name, "routing")},
-        "spec": {"host": model_host(model), "subsets": _subsets(config, model, None)},
+        "spec": {"host": backend_of(model).destination_rule_host(model), "subsets": _subsets(config, model)},
     }
 
 
-def knative_gateway_destination_rule(config: PlatformConfig) -> dict[str, Any] | None:
-    """The subsets of every Knative-served model, on the one host they are all reached through."""
-    subsets = [s for m in config.models if m.autoscaling.mode == "kpa" for s in _subsets(config, m, GATEWAY_SELECTOR)]
-    if not subsets:
+def shared_destination_rule(config: PlatformConfig, backend: ServingBackend) -> dict[str, Any] | None:
+    """The subsets of every model of a backend whose versions sit behind a shared gateway, on
+    the one host they are all reached through."""
+    models = [m for m in config.models if backend_of(m) is backend]
+    if backend.shared_destination_rule is None or not models:
         return None
+    name, _ = backend.shared_destination_rule
     return {
         "apiVersion": "networking.istio.io/v1",
         "kind": "DestinationRule",
-        "metadata": {
-            "name": "knative-model-tiers",
-            "namespace": ISTIO_SYSTEM_NAMESPACE,
-            "labels": standard_labels("knative-model-tiers", "routing"),
-        },
-        "spec": {"host": KNATIVE_LOCAL_GATEWAY, "subsets": subsets},
+        "metadata": {"name": name, "namespace": ISTIO_SYSTEM_NAMESPACE, "labels": standard_labels(name, "routing")},
+        "spec": {"host": backend.destination_rule_host(models[0]), "subsets": [s for m in models for s in _subsets(config, m)]},
     }
 
 
@@ -470,41 +430,6 @@ def envoy_filter(config: PlatformConfig) -> dict[str, Any]:
                         },
                     },
                 },
-            ],
-        },
-    }
-
-
-# --- isolation -------------------------------------------------------------------------------
-
-
-def peer_authentication(tenant: TenantConfig) -> dict[str, Any]:
-    return {
-        "apiVersion": "security.istio.io/v1",
-        "kind": "PeerAuthentication",
-        "metadata": {"name": "default", "namespace": tenant.name, "labels": standard_labels(tenant.name, "mesh-security")},
-        "spec": {"mtls": {"mode": "STRICT"}},
-    }
-
-
-def authorization_policy(tenant: TenantConfig, *, knative: bool) -> dict[str, Any]:
-    """Only the ingress gateway and the tenant's own namespace may call its servers (and, for
-    Knative services, Knative's activator, which sits in their data path)."""
-    principals = [f"cluster.local/ns/{ISTIO_INGRESS_NAMESPACE}/sa/{GATEWAY_SERVICE_ACCOUNT}"]
-    namespaces = [tenant.name] + ([KNATIVE_SERVING_NAMESPACE] if knative else [])
-    return {
-        "apiVersion": "security.istio.io/v1",
-        "kind": "AuthorizationPolicy",
-        "metadata": {
-            "name": "allow-gateway-and-namespace",
-            "namespace": tenant.name,
-            "labels": standard_labels(tenant.name, "mesh-security"),
-        },
-        "spec": {
-            "action": "ALLOW",
-            "rules": [
-                {"from": [{"source": {"principals": principals}}]},
-                {"from": [{"source": {"namespaces": namespaces}}]},
             ],
         },
     }

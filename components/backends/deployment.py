@@ -1,0 +1,231 @@
+"""Serving backend `hpa`: each version is a Deployment (maxSurge 1, maxUnavailable 0) with a
+Service, a PodDisruptionBudget, a ServiceMonitor and an autoscaling/v2 HPA on vLLM's queue depth
+and DCGM's GPU activity (Pods metrics from prometheus-adapter); the model has one Service over
+all its versions, and a DestinationRule picks each version's pods by label. A replica drains in
+its pod: a preStop delay, then vLLM's own drain within the grace period."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from platform_config.errors import ConfigIssue
+from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
+
+from ..constants import HTTP_PORT_NAME, LABEL_MODEL, LABEL_MODEL_VERSION, VLLM_PORT, standard_labels
+from ..specs.metrics import GPU_METRIC, QUEUE_METRIC
+from ..specs.pod import (
+    merged_metrics_relabelings,
+    pod_annotations,
+    pod_disruption_budget,
+    pod_spec,
+    progress_deadline_seconds,
+    server_metadata,
+)
+from .base import Destination, PodShape, ServerObject, ServingBackend
+
+if TYPE_CHECKING:
+    from ..plan import ModelPlan, ServerPlan
+
+# A Deployment's rollout surges one pod above the current count (maxSurge 1, maxUnavailable 0).
+ROLLOUT_SURGE = 1
+
+
+def model_host(model: ModelConfig) -> str:
+    """The model's Service, over all its versions."""
+    return f"{model.name}.{model.tenant}.svc.cluster.local"
+
+
+def model_service(model: ModelConfig) -> dict[str, Any]:
+    """Fronts every version of the model; Istio's DestinationRule subsets pick versions."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": model.name,
+            "namespace": model.tenant,
+            "labels": standard_labels(model.name, "model", **{LABEL_MODEL: model.name}),
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {LABEL_MODEL: model.name},
+            "ports": [
+                {
+                    "name": HTTP_PORT_NAME,
+                    "port": VLLM_PORT,
+                    "targetPort": HTTP_PORT_NAME,
+                    "protocol": "TCP",
+                    "appProtocol": "http",
+                }
+            ],
+        },
+    }
+
+
+def deployment(plan: ServerPlan) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": server_metadata(plan),
+        "spec": {
+            "replicas": plan.min_replicas,
+            "selector": {"matchLabels": plan.selector},
+            # Never take a serving replica away before its replacement is ready.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "progressDeadlineSeconds": progress_deadline_seconds(plan),
+            "template": {
+                "metadata": {"labels": plan.labels, "annotations": pod_annotations(plan)},
+                "spec": pod_spec(plan),
+            },
+        },
+    }
+
+
+def service(plan: ServerPlan) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": server_metadata(plan),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": plan.selector,
+            "ports": [
+                {
+                    "name": HTTP_PORT_NAME,
+                    "port": VLLM_PORT,
+                    "targetPort": HTTP_PORT_NAME,
+                    "protocol": "TCP",
+                    "appProtocol": "http",
+                }
+            ],
+        },
+    }
+
+
+def service_monitor(plan: ServerPlan) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": server_metadata(plan),
+        "spec": {
+            "selector": {"matchLabels": plan.selector},
+            "endpoints": [
+                {
+                    "port": HTTP_PORT_NAME,
+                    "path": "/stats/prometheus",
+                    "interval": "15s",
+                    "relabelings": merged_metrics_relabelings(),
+                }
+            ],
+        },
+    }
+
+
+def hpa(plan: ServerPlan) -> dict[str, Any]:
+    """autoscaling/v2 on Pods metrics served by prometheus-adapter. GPU utilisation is not a
+    `Resource` metric (those are cpu and memory only)."""
+    settings = plan.model.autoscaling.hpa
+    metrics: list[dict[str, Any]] = []
+    if settings.queue_depth_target is not None:
+        metrics.append(
+            {
+                "type": "Pods",
+                "pods": {
+                    "metric": {"name": QUEUE_METRIC},
+                    "target": {"type": "AverageValue", "averageValue": str(settings.queue_depth_target)},
+                },
+            }
+        )
+    if settings.gpu_utilization_target is not None:
+        metrics.append(
+            {
+                "type": "Pods",
+                "pods": {
+                    "metric": {"name": GPU_METRIC},
+                    "target": {"type": "AverageValue", "averageValue": str(settings.gpu_utilization_target)},
+                },
+            }
+        )
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": server_metadata(plan),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": plan.name},
+            "minReplicas": plan.min_replicas,
+            "maxReplicas": plan.max_replicas,
+            "metrics": metrics,
+            "behavior": {
+                "scaleUp": {
+                    "stabilizationWindowSeconds": settings.scale_up_stabilization_seconds,
+                    "selectPolicy": "Max",
+                    "policies": [
+                        {"type": "Pods", "value": settings.scale_up_max_pods, "periodSeconds": settings.scale_up_period_seconds}
+                    ],
+                },
+                "scaleDown": {
+                    "stabilizationWindowSeconds": settings.scale_down_stabilization_seconds,
+                    "selectPolicy": "Min",
+                    "policies": [
+                        {
+                            "type": "Percent",
+                            "value": settings.scale_down_max_percent,
+                            "periodSeconds": settings.scale_down_period_seconds,
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+class DeploymentBackend(ServingBackend):
+    mode = "hpa"
+    machinery: ClassVar[frozenset[str]] = frozenset({"metrics-adapter"})
+    scales_to_zero = False
+    pod_shape = PodShape(port_name=HTTP_PORT_NAME, probe_port=HTTP_PORT_NAME, drains_in_pod=True)
+
+    def rollout_surge(self, model: ModelConfig) -> int:
+        return ROLLOUT_SURGE
+
+    def config_issues(
+        self, config: PlatformConfig, index: int, model: ModelConfig, pool: NodePoolConfig
+    ) -> Iterator[ConfigIssue]:
+        scaling = model.autoscaling
+        if scaling.hpa.gpu_utilization_target is not None and pool.sharing.mode == "timeSlicing":
+            yield ConfigIssue(
+                ("models", index, "autoscaling", "hpa", "gpuUtilizationTarget"),
+                f"pool {pool.name!r} is time-sliced: a GPU's activity is every sharing pod's, not this model's; "
+                "scale on queueDepthTarget only (set gpuUtilizationTarget: null)",
+            )
+        # The hpa-behavior policy's production floor.
+        if config.environment == "production" and scaling.min_replicas < 2:
+            yield ConfigIssue(
+                ("models", index, "autoscaling", "minReplicas"),
+                "production HPAs keep at least 2 replicas: losing the only one means minutes of model loading",
+            )
+
+    def server_objects(self, plan: ServerPlan) -> list[ServerObject]:
+        return [
+            # The HPA owns the replica count once the Deployment exists.
+            ServerObject("deployment", deployment(plan), "pods", serves=True, ignore_changes=("spec.replicas",)),
+            ServerObject("service", service(plan), "plain", serves=True),
+            ServerObject("pdb", pod_disruption_budget(plan, plan.selector), "plain"),
+            ServerObject("service-monitor", service_monitor(plan), "monitor", custom=True),
+            ServerObject("hpa", hpa(plan), "autoscaler"),
+        ]
+
+    def model_objects(self, model: ModelPlan) -> list[ServerObject]:
+        return [ServerObject("service", model_service(model.model), "plain", serves=True)]
+
+    def destination(self, model: ModelConfig, version: str, tier: str) -> Destination:
+        return Destination(model_host(model), self.subset_name(model, version, tier), VLLM_PORT)
+
+    def subset_name(self, model: ModelConfig, version: str, tier: str) -> str:
+        return f"{version}-{tier}"
+
+    def subset_labels(self, model: ModelConfig, version: str) -> dict[str, str]:
+        return {LABEL_MODEL_VERSION: version}
+
+    def destination_rule_host(self, model: ModelConfig) -> str:
+        return model_host(model)

@@ -1,0 +1,221 @@
+"""Serving backend `kpa`: each version is a Knative Service scaled by Knative's KPA on
+concurrency (it may scale to zero), with a PodMonitor and a PodDisruptionBudget. Versions are
+reached through Knative's local gateway by Host header (as KServe does), their tier subsets in
+one DestinationRule for that gateway. Knative's queue-proxy drains a replica (Knative admits no
+lifecycle hooks), and its activator sits in the data path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from platform_config.errors import ConfigIssue
+from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
+from platform_config.profiles import WorkloadProfile
+from platform_config.serving import effective_profile, request_timeout_seconds, server_name
+
+from ..constants import GATEWAY_SELECTOR, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT
+from ..specs.pod import (
+    merged_metrics_relabelings,
+    pod_annotations,
+    pod_disruption_budget,
+    pod_spec,
+    progress_deadline_seconds,
+    server_metadata,
+)
+from .base import Destination, PodShape, ServerObject, ServingBackend
+
+if TYPE_CHECKING:
+    from ..plan import ServerPlan
+
+# pulumi-kubernetes (4.18+): what to await on a resource it has no built-in readiness check for.
+PULUMI_WAIT_FOR = "pulumi.com/waitFor"
+# Knative names the serving port of a container http1 (or h2c), and labels every pod of a
+# Knative Service with the service's name.
+KNATIVE_HTTP_PORT_NAME = "http1"
+KNATIVE_SERVICE_LABEL = "serving.knative.dev/service"
+KNATIVE_LOCAL_GATEWAY = f"knative-local-gateway.{ISTIO_SYSTEM_NAMESPACE}.svc.cluster.local"
+KNATIVE_LOCAL_GATEWAY_PORT = 80
+
+# Knative's activator sits in the data path of a Knative-served model (always at scale zero)
+# and drains for terminationGracePeriodSeconds: 600 (knative/serving knative-v1.23.0
+# config/core/deployments/activator.yaml: "should be at least as large as the upper bound on the
+# Revision's timeoutSeconds"). The operator's KnativeServing cannot change it (its
+# spec.workloads overrides have no terminationGracePeriodSeconds: knative/operator
+# knative-v1.23.0 pkg/apis/operator/base/common.go WorkloadOverride), so no Knative-served
+# request may be allowed longer.
+KNATIVE_ACTIVATOR_GRACE_SECONDS = 600
+
+# queue-proxy, in every Knative pod, sized by the revision's annotations so quotas count it
+# exactly (knative/serving knative-v1.23.0 pkg/reconciler/revision/resources/queue.go
+# createQueueResources: the queue.sidecar.serving.knative.dev/* annotations; without them only
+# 25m of CPU is requested).
+QUEUE_PROXY_RESOURCES = {"cpu": "25m", "memory": "256Mi"}
+
+
+def container_concurrency(profile: WorkloadProfile, model: ModelConfig) -> int:
+    """Knative's hard cap of requests in flight per replica (0: no cap); `profile` is the
+    model's effective profile."""
+    kpa = model.autoscaling.kpa
+    return kpa.container_concurrency if kpa.container_concurrency is not None else profile.concurrency_per_replica
+
+
+def target(profile: WorkloadProfile, model: ModelConfig) -> int:
+    return model.autoscaling.kpa.target_concurrency or profile.concurrency_per_replica
+
+
+def rollout_surge(min_scale: int, initial_scale: int | None) -> int:
+    """A new Knative revision starts at its initial scale (1 unless set), and at least at its
+    min-scale, while the old revision serves on. The preview's admission stage reads Knative
+    Services with this very rule."""
+    return max(min_scale, 1 if initial_scale is None else initial_scale)
+
+
+def knative_service(plan: ServerPlan) -> dict[str, Any]:
+    kpa = plan.model.autoscaling.kpa
+    annotations = {
+        "autoscaling.knative.dev/class": "kpa.autoscaling.knative.dev",
+        "autoscaling.knative.dev/metric": "concurrency",
+        "autoscaling.knative.dev/target": str(target(plan.profile, plan.model)),
+        # Knative aims at 70 % of the target unless told otherwise (config-autoscaler
+        # container-concurrency-target-percentage): scale at the target the stack names.
+        "autoscaling.knative.dev/target-utilization-percentage": "100",
+        "autoscaling.knative.dev/min-scale": str(plan.min_replicas),
+        "autoscaling.knative.dev/max-scale": str(plan.max_replicas),
+        "autoscaling.knative.dev/scale-down-delay": kpa.scale_down_delay,
+        "autoscaling.knative.dev/window": kpa.window,
+        **pod_annotations(plan),
+        # queue-proxy's size, stated so quotas count it exactly (see QUEUE_PROXY_RESOURCES).
+        "queue.sidecar.serving.knative.dev/cpu-resource-request": QUEUE_PROXY_RESOURCES["cpu"],
+        "queue.sidecar.serving.knative.dev/memory-resource-request": QUEUE_PROXY_RESOURCES["memory"],
+        "queue.sidecar.serving.knative.dev/memory-resource-limit": QUEUE_PROXY_RESOURCES["memory"],
+    }
+    if kpa.initial_scale is not None:
+        annotations["autoscaling.knative.dev/initial-scale"] = str(kpa.initial_scale)
+    # Knative marks a revision failed after its progress deadline (10 minutes by default);
+    # loading a model can take longer, so the deadline outlasts the startup probe.
+    annotations["serving.knative.dev/progress-deadline"] = f"{progress_deadline_seconds(plan)}s"
+    return {
+        "apiVersion": "serving.knative.dev/v1",
+        "kind": "Service",
+        "metadata": {
+            **server_metadata(plan),
+            # Reached through the platform's Istio gateway only, never Knative's public ingress.
+            "labels": {**plan.labels, "networking.knative.dev/visibility": "cluster-local"},
+            # pulumi-kubernetes does not await custom resources by default: have `pulumi up` (and
+            # the routes that depend on this) wait until Knative reports the revision ready.
+            "annotations": {PULUMI_WAIT_FOR: "condition=Ready"},
+        },
+        "spec": {
+            "template": {
+                "metadata": {"labels": plan.labels, "annotations": annotations},
+                "spec": {
+                    # Hard cap per replica: beyond it requests queue in the activator/queue-proxy,
+                    # which answers 503 when its bounded queue is full.
+                    "containerConcurrency": container_concurrency(plan.profile, plan.model),
+                    "timeoutSeconds": plan.request_timeout_seconds,
+                    # Unset, Knative defaults the time to the first response byte from
+                    # revision-timeout-seconds (300 s) whenever that is below timeoutSeconds
+                    # (knative/serving knative-v1.23.0 pkg/apis/config/defaults.go and
+                    # pkg/apis/serving/v1/revision_defaults.go): a silent batch answer would get
+                    # a 504 at 300 s. A non-streamed answer may take the whole timeout.
+                    "responseStartTimeoutSeconds": plan.request_timeout_seconds,
+                    **pod_spec(plan),
+                },
+            }
+        },
+    }
+
+
+def pod_monitor(plan: ServerPlan) -> dict[str, Any]:
+    """Knative owns the Services of its revisions, so scrape the pods directly."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": server_metadata(plan),
+        "spec": {
+            "selector": {"matchLabels": {KNATIVE_SERVICE_LABEL: plan.name}},
+            "podMetricsEndpoints": [
+                {
+                    "path": "/stats/prometheus",
+                    "interval": "15s",
+                    "relabelings": [
+                        {"sourceLabels": ["__meta_kubernetes_pod_container_name"], "action": "keep", "regex": "istio-proxy"},
+                        *merged_metrics_relabelings(),
+                    ],
+                }
+            ],
+        },
+    }
+
+
+class KnativeBackend(ServingBackend):
+    mode = "kpa"
+    machinery: ClassVar[frozenset[str]] = frozenset({"knative"})
+    scales_to_zero = True
+    # Knative probes its container through queue-proxy and takes the port from the container.
+    pod_shape = PodShape(port_name=KNATIVE_HTTP_PORT_NAME, probe_port=VLLM_PORT, drains_in_pod=False)
+    # (object name, resource name suffix) of the gateway-wide DestinationRule of every Knative
+    # model's subsets, on the one host they are all reached through.
+    shared_destination_rule = ("knative-model-tiers", "knative-tiers")
+    subsets_are_servers = False
+
+    def rollout_surge(self, model: ModelConfig) -> int:
+        return rollout_surge(model.autoscaling.min_replicas, model.autoscaling.kpa.initial_scale)
+
+    def request_cap(self, config: PlatformConfig, model: ModelConfig) -> int | None:
+        return container_concurrency(effective_profile(config, model), model) or None
+
+    def injected_containers(self) -> tuple[Mapping[str, str], ...]:
+        return (QUEUE_PROXY_RESOURCES,)
+
+    def config_issues(
+        self, config: PlatformConfig, index: int, model: ModelConfig, pool: NodePoolConfig
+    ) -> Iterator[ConfigIssue]:
+        timeout = request_timeout_seconds(config, model)
+        if timeout > KNATIVE_ACTIVATOR_GRACE_SECONDS:
+            yield ConfigIssue(
+                ("models", index, "autoscaling", "mode"),
+                f"requests to this model may take {timeout} s (its profile's or a tier's "
+                f"timeout), but Knative's activator, in the path of Knative-served models, drains for only "
+                f"{KNATIVE_ACTIVATOR_GRACE_SECONDS} s and the operator cannot raise it: use mode 'hpa', or lower the "
+                "timeouts (profiles.<name>.requestTimeoutSeconds, traffic.tiers.<tier>.timeout)",
+            )
+        # The knative-autoscaling policy's target: never above the hard cap.
+        profile = effective_profile(config, model)
+        cap, aim = container_concurrency(profile, model), target(profile, model)
+        if cap and aim > cap:
+            yield ConfigIssue(
+                ("models", index, "autoscaling", "kpa", "targetConcurrency"),
+                f"target {aim} is above the hard limit containerConcurrency {cap}; Knative would use the limit: "
+                "raise autoscaling.kpa.containerConcurrency or lower the target",
+            )
+
+    def server_objects(self, plan: ServerPlan) -> list[ServerObject]:
+        objects = [
+            ServerObject("knative-service", knative_service(plan), "pods", custom=True, serves=True),
+            ServerObject("pod-monitor", pod_monitor(plan), "monitor", custom=True),
+        ]
+        if plan.max_replicas > 1:
+            objects.append(ServerObject("pdb", pod_disruption_budget(plan, {KNATIVE_SERVICE_LABEL: plan.name}), "plain"))
+        return objects
+
+    def destination(self, model: ModelConfig, version: str, tier: str) -> Destination:
+        service_host = f"{server_name(model, version)}.{model.tenant}.svc.cluster.local"
+        return Destination(
+            KNATIVE_LOCAL_GATEWAY, self.subset_name(model, version, tier), KNATIVE_LOCAL_GATEWAY_PORT, service_host
+        )
+
+    def subset_name(self, model: ModelConfig, version: str, tier: str) -> str:
+        # One DestinationRule holds every Knative model's subsets: the model name keeps them apart.
+        return f"{model.name}-{version}-{tier}"
+
+    def subset_labels(self, model: ModelConfig, version: str) -> dict[str, str]:
+        # The local gateway's pods: Knative's knative-local-gateway Service selects them.
+        return GATEWAY_SELECTOR
+
+    def destination_rule_host(self, model: ModelConfig) -> str:
+        return KNATIVE_LOCAL_GATEWAY
+
+    def tenant_ingress(self) -> tuple[tuple[str, str], ...]:
+        return (("allow-knative-system", KNATIVE_SERVING_NAMESPACE),)

@@ -1,0 +1,332 @@
+"""A model version's vLLM server pod, whatever backend runs it (pure functions): the vLLM
+container and its arguments, the weights init container, probes, volumes, resources, the pod's
+annotations and spec, and what every backend's objects share (metadata, disruption budget,
+scraping the merged metrics). The backend supplies the pod's shape (components/backends)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+from platform_config.capacity import instance_of
+from platform_config.pins import AWS_CLI
+from platform_config.quantity import parse_quantity
+from platform_config.serving import MESH_PROXY_RESOURCES
+
+from ..constants import GPU_RESOURCE, GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, VLLM_PORT
+
+if TYPE_CHECKING:  # the plan imports the backends, which build their pods here
+    from ..plan import ServerPlan
+
+HF_TOKEN_SECRET = "huggingface-token"
+HF_TOKEN_KEY = "token"
+MODELS_DIR = "/models"
+HF_HOME = f"{MODELS_DIR}/hf"
+WEIGHTS_DIR = f"{MODELS_DIR}/weights"
+HOME_DIR = "/home/vllm"
+RUN_AS = 1000
+
+
+# --- the container -------------------------------------------------------------------------
+
+
+def model_location(plan: ServerPlan) -> str:
+    source = plan.version.source
+    if source.huggingface is not None:
+        return source.huggingface
+    return f"{WEIGHTS_DIR}/{plan.name}"
+
+
+def vllm_args(plan: ServerPlan) -> list[str]:
+    """`vllm serve <model> ...` arguments, from the typed config."""
+    args = plan.args
+    source = plan.version.source
+    out = [
+        model_location(plan),
+        "--served-model-name",
+        plan.model.openai_name,
+        *plan.aliases,
+        "--port",
+        str(VLLM_PORT),
+        "--tensor-parallel-size",
+        str(plan.tensor_parallel_size),
+        "--gpu-memory-utilization",
+        f"{plan.gpu_memory_utilization:g}",
+        # Finish in-flight requests after SIGTERM (vLLM >= 0.18); the kubelet waits longer.
+        "--shutdown-timeout",
+        str(plan.shutdown_timeout_seconds),
+    ]
+    if source.huggingface is not None:
+        out += ["--revision", source.revision]
+    if args.max_model_len is not None:
+        out += ["--max-model-len", str(args.max_model_len)]
+    # Sequences one replica runs at once: what its profile promises (Knative's hard cap for
+    # Knative servers), unless the stack says otherwise. Requests beyond it wait in vLLM's queue,
+    # which is what the HPA scales on.
+    out += ["--max-num-seqs", str(plan.max_num_seqs)]
+    if args.quantization is not None:
+        out += ["--quantization", args.quantization]
+    if args.dtype is not None:
+        out += ["--dtype", args.dtype]
+    if plan.profile.runner == "pooling":
+        out += ["--runner", "pooling"]
+    else:
+        out.append("--enable-prefix-caching" if plan.profile.prefix_caching else "--no-enable-prefix-caching")
+    if len(plan.tiers) > 1:
+        # Several request tiers share this server: serve by the priority the gateway writes
+        # into each request (lower first).
+        out += ["--scheduling-policy", "priority"]
+    return out + list(args.extra_args)
+
+
+def _env(plan: ServerPlan) -> list[dict[str, Any]]:
+    cache = f"{HOME_DIR}/.cache"
+    env: list[dict[str, Any]] = [
+        {"name": "HOME", "value": HOME_DIR},
+        {"name": "HF_HOME", "value": HF_HOME},
+        {"name": "XDG_CACHE_HOME", "value": cache},
+        {"name": "XDG_CONFIG_HOME", "value": f"{HOME_DIR}/.config"},
+        {"name": "VLLM_CACHE_ROOT", "value": f"{cache}/vllm"},
+        {"name": "TRITON_CACHE_DIR", "value": f"{cache}/triton"},
+        {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{cache}/inductor"},
+        {"name": "NUMBA_CACHE_DIR", "value": f"{cache}/numba"},
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        {"name": "DO_NOT_TRACK", "value": "1"},
+    ]
+    if plan.hugging_face_token:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}})
+    return env
+
+
+def _probe(path: str, port: str | int, period: int, failures: int, timeout: int = 5) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": port},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def progress_deadline_seconds(plan: ServerPlan) -> int:
+    """How long a rollout may take before Kubernetes (or Knative) calls it failed: the startup
+    probe's whole budget plus five minutes to schedule the pod and pull the image."""
+    return startup_failure_threshold(plan) * 10 + 300
+
+
+def rollout_timeout_seconds(plan: ServerPlan) -> int:
+    """How long `pulumi up` waits for a version to become ready. Pulumi's default (10 minutes for
+    a Deployment) is shorter than loading a large model; waiting a minute past the progress
+    deadline lets Kubernetes' own verdict, with its reason, be what fails the update."""
+    return progress_deadline_seconds(plan) + 60
+
+
+def startup_failure_threshold(plan: ServerPlan) -> int:
+    """Probe attempts (10 s apart) allowed for downloading and loading the weights: 10 minutes
+    plus 2 minutes per 20 GiB of GPU memory the replica spans (the weights fill most of it),
+    at least 15 minutes."""
+    minutes = max(15, 10 + 2 * math.ceil(gpu_memory_per_replica_gib(plan) / 20))
+    return minutes * 6
+
+
+def _security_context() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _volumes(plan: ServerPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts): every writable path is a volume, so the root filesystem stays
+    read-only; /dev/shm is memory-backed for tensor-parallel NCCL traffic."""
+    shm = "16Gi" if plan.tensor_parallel_size > 1 else "2Gi"
+    volumes = [
+        {"name": "model-cache", "emptyDir": {"sizeLimit": plan.model.resources.cache_size}},
+        {"name": "home", "emptyDir": {"sizeLimit": "20Gi"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "10Gi"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+    ]
+    mounts = [
+        {"name": "model-cache", "mountPath": MODELS_DIR},
+        {"name": "home", "mountPath": HOME_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    return volumes, mounts
+
+
+# emptyDirs besides the weights cache: HOME (compile caches) and /tmp.
+SCRATCH_GIB = 30
+
+
+def scratch_storage(plan: ServerPlan) -> str:
+    """Node disk the pod's volumes may fill: the weights cache plus scratch, so the scheduler
+    does not put more caches on a node than its disk holds."""
+    cache_gib = parse_quantity(plan.model.resources.cache_size) / 2**30
+    return f"{math.ceil(cache_gib) + SCRATCH_GIB}Gi"
+
+
+def _resources(plan: ServerPlan) -> dict[str, Any]:
+    gpu = {plan.gpu_resource: str(plan.gpu_count)}
+    memory = plan.model.resources.memory
+    return {
+        # Extended resources need requests == limits; memory is capped, CPU is not (throttling
+        # a tokenizer hurts latency more than sharing idle cores).
+        "requests": {"cpu": plan.model.resources.cpu, "memory": memory, "ephemeral-storage": scratch_storage(plan), **gpu},
+        "limits": {"memory": memory, **gpu},
+    }
+
+
+def vllm_container(plan: ServerPlan) -> dict[str, Any]:
+    _, mounts = _volumes(plan)
+    shape = plan.backend.pod_shape
+    port_name = shape.port_name
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": plan.image,
+        "command": ["vllm", "serve"],
+        "args": vllm_args(plan),
+        "ports": [{"name": port_name, "containerPort": VLLM_PORT, "protocol": "TCP"}],
+        "env": _env(plan),
+        "resources": _resources(plan),
+        "volumeMounts": mounts,
+        "securityContext": _security_context(),
+    }
+    probe_port = shape.probe_port
+    container["startupProbe"] = _probe("/health", probe_port, 10, startup_failure_threshold(plan))
+    container["readinessProbe"] = _probe("/health", probe_port, 5, 3)
+    container["livenessProbe"] = _probe("/health", probe_port, 15, 4, timeout=10)
+    if shape.drains_in_pod:
+        # Leave the load balancers first (endpoints and the mesh notice the terminating pod),
+        # then vLLM gets SIGTERM and drains in-flight requests for --shutdown-timeout.
+        container["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(plan.pre_stop_seconds)]}}}
+    return container
+
+
+def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
+    """Copies S3 weights (s3Uri/revision) to the cache volume before vLLM starts."""
+    source = plan.version.source
+    if source.s3_uri is None:
+        return None
+    _, mounts = _volumes(plan)
+    return {
+        "name": "fetch-weights",
+        "image": AWS_CLI.image,
+        "command": [
+            "aws",
+            "s3",
+            "sync",
+            "--only-show-errors",
+            f"{source.s3_uri.rstrip('/')}/{source.revision}/",
+            f"{WEIGHTS_DIR}/{plan.name}",
+        ],
+        "env": [{"name": "HOME", "value": HOME_DIR}],
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+        "volumeMounts": [m for m in mounts if m["name"] in ("model-cache", "home", "tmp")],
+        "securityContext": _security_context(),
+    }
+
+
+def pod_annotations(plan: ServerPlan) -> dict[str, str]:
+    return {
+        # Istio merges these app metrics into the sidecar's plaintext metrics endpoint, so
+        # Prometheus can scrape them despite STRICT mTLS.
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(VLLM_PORT),
+        "prometheus.io/path": "/metrics",
+        # Keep the sidecar up while vLLM drains (and no longer: it exits once the last
+        # connection closes), and start vLLM only once the sidecar is ready.
+        "proxy.istio.io/config": json.dumps(
+            {
+                "terminationDrainDuration": f"{plan.grace_seconds}s",
+                "holdApplicationUntilProxyStarts": True,
+                "proxyMetadata": {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"},
+            }
+        ),
+        # The sidecar's size, stated so quotas count it exactly (see MESH_PROXY_RESOURCES).
+        "sidecar.istio.io/proxyCPU": MESH_PROXY_RESOURCES["cpu"],
+        "sidecar.istio.io/proxyMemory": MESH_PROXY_RESOURCES["memory"],
+        "sidecar.istio.io/proxyMemoryLimit": MESH_PROXY_RESOURCES["memory"],
+    }
+
+
+def pod_spec(plan: ServerPlan) -> dict[str, Any]:
+    volumes, _ = _volumes(plan)
+    spec: dict[str, Any] = {
+        "priorityClassName": plan.priority_class,
+        "nodeSelector": {LABEL_POOL: plan.pool.name},
+        "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}],
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [vllm_container(plan)],
+        "volumes": volumes,
+    }
+    init = weights_init_container(plan)
+    if init is not None:
+        spec["initContainers"] = [init]
+        # The IRSA / Pod Identity webhooks project their own AWS token for this account; the
+        # Kubernetes API token stays unmounted (Knative admits only false here anyway).
+        spec["serviceAccountName"] = plan.weights_service_account
+    if plan.backend.pod_shape.drains_in_pod:
+        spec["terminationGracePeriodSeconds"] = plan.grace_seconds
+        spec["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": plan.selector},
+            }
+        ]
+    return spec
+
+
+# --- what every backend's objects share ------------------------------------------------
+
+
+def server_metadata(plan: ServerPlan, name: str | None = None) -> dict[str, Any]:
+    return {"name": name or plan.name, "namespace": plan.namespace, "labels": plan.labels}
+
+
+def pod_disruption_budget(plan: ServerPlan, selector: dict[str, str]) -> dict[str, Any]:
+    """At most one replica away at a time for voluntary disruptions (node drains, upgrades)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": server_metadata(plan),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
+    }
+
+
+def merged_metrics_relabelings() -> list[dict[str, Any]]:
+    """Scrape the Istio sidecar's merged metrics (app metrics included) at the port Istio
+    writes into the pod's prometheus.io/port annotation."""
+    return [
+        {
+            "sourceLabels": ["__address__", "__meta_kubernetes_pod_annotation_prometheus_io_port"],
+            "action": "replace",
+            "regex": "([^:]+)(?::\\d+)?;(\\d+)",
+            "replacement": "$1:$2",
+            "targetLabel": "__address__",
+        },
+        {"sourceLabels": ["__meta_kubernetes_pod_label_inference_platform_model_version"], "targetLabel": "model_version"},
+    ]
+
+
+def gpu_memory_per_replica_gib(plan: ServerPlan) -> float:
+    gpu = instance_of(plan.pool).gpu
+    if plan.gpu_resource != GPU_RESOURCE:
+        profile = gpu.mig_profiles[plan.gpu_resource.rsplit("-", 1)[-1]]
+        return gpu.memory_gib * profile.memory_slices / 8
+    return gpu.memory_gib * plan.gpu_count
