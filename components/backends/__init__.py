@@ -17,11 +17,21 @@ from platform_config.profiles import AutoscalingMode
 from .base import Destination, PodShape, ServerObject, ServingBackend
 
 
+def _subclasses(cls: type) -> list[type[ServingBackend]]:
+    """Every concrete backend class, a backend built on another one included."""
+    found: list[type[ServingBackend]] = []
+    for sub in cls.__subclasses__():
+        if not getattr(sub, "__abstractmethods__", None):
+            found.append(sub)
+        found += _subclasses(sub)
+    return found
+
+
 def _discover() -> dict[str, ServingBackend]:
     for module in pkgutil.iter_modules(__path__):
         if module.name != "base":
             importlib.import_module(f"{__name__}.{module.name}")
-    found: dict[str, ServingBackend] = {cls.mode: cls() for cls in ServingBackend.__subclasses__()}  # type: ignore[abstract]
+    found: dict[str, ServingBackend] = {cls.mode: cls() for cls in _subclasses(ServingBackend)}
     return {mode: found[mode] for mode in get_args(AutoscalingMode) if mode in found}
 
 
