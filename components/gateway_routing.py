@@ -7,17 +7,20 @@ from dataclasses import dataclass
 
 import pulumi
 
-from platform_config.models import PlatformConfig
+from platform_config.models import TrafficConfig
 
 from .backends import BACKENDS
 from .constants import PACKAGE
 from .k8s_objects import custom_resource
-from .specs import traffic
+from .plan import RoutePlan
+from .specs import gateway, routes
 
 
 @dataclass(frozen=True)
 class GatewayRoutingArgs:
-    config: PlatformConfig
+    traffic: TrafficConfig
+    # Every model's routes: the filter's per-model settings, the shared gateways' subsets.
+    routes: tuple[RoutePlan, ...]
     depends_on: tuple[pulumi.Resource, ...] = ()
 
 
@@ -25,11 +28,11 @@ class GatewayRouting(pulumi.ComponentResource):
     def __init__(self, name: str, args: GatewayRoutingArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:gateway-routing:GatewayRouting", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
-        custom_resource(f"{name}-gateway", traffic.gateway(args.config), child)
-        custom_resource(f"{name}-filter", traffic.envoy_filter(args.config), child)
+        custom_resource(f"{name}-gateway", gateway.gateway(args.traffic), child)
+        custom_resource(f"{name}-filter", gateway.envoy_filter(args.traffic, args.routes), child)
         # The shared rules of backends whose versions sit behind a shared gateway (Knative's).
         for backend in BACKENDS.values():
-            rule = traffic.shared_destination_rule(args.config, backend)
+            rule = routes.shared_destination_rule(args.routes, backend)
             if rule is not None and backend.shared_destination_rule is not None:
                 custom_resource(f"{name}-{backend.shared_destination_rule[1]}", rule, child)
-        self.register_outputs({"gateway": traffic.GATEWAY_NAME, "hosts": list(args.config.traffic.hosts)})
+        self.register_outputs({"gateway": gateway.GATEWAY_NAME, "hosts": list(args.traffic.hosts)})

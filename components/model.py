@@ -10,8 +10,6 @@ from typing import Any
 
 import pulumi
 
-from platform_config.models import PlatformConfig
-
 from .constants import PACKAGE, standard_labels
 from .k8s_objects import KubernetesObject
 from .model_route import ModelRoute, ModelRouteArgs
@@ -45,8 +43,6 @@ def s3_read_policy(uris: list[str]) -> str:
 @dataclass(frozen=True)
 class ModelArgs:
     plan: ModelPlan
-    # The stack's routing config, for the model's routes.
-    config: PlatformConfig
     # How pods get AWS roles (S3 weights); None without EKS.
     access: WorkloadAccess | None = None
     # What every object of the model's needs first: its namespace.
@@ -119,7 +115,7 @@ class Model(pulumi.ComponentResource):
             endpoints.append(register(name, shared, pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))))
         ModelRoute(
             f"{name}-route",
-            ModelRouteArgs(config=args.config, model=model, depends_on=(*args.route_depends_on, *endpoints)),
+            ModelRouteArgs(route=plan.route, depends_on=(*args.route_depends_on, *endpoints)),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs(

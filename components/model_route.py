@@ -8,18 +8,15 @@ from dataclasses import dataclass
 
 import pulumi
 
-from platform_config.models import ModelConfig, PlatformConfig
-
 from .constants import PACKAGE
 from .k8s_objects import custom_resource
-from .plan import backend_of
-from .specs import traffic
+from .plan import RoutePlan, backend_of
+from .specs import routes
 
 
 @dataclass(frozen=True)
 class ModelRouteArgs:
-    config: PlatformConfig
-    model: ModelConfig
+    route: RoutePlan
     depends_on: tuple[pulumi.Resource, ...] = ()
 
 
@@ -27,15 +24,16 @@ class ModelRoute(pulumi.ComponentResource):
     def __init__(self, name: str, args: ModelRouteArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:model-route:ModelRoute", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
-        service = traffic.virtual_service(args.config, args.model)
+        model = args.route.model
+        service = routes.virtual_service(args.route)
         custom_resource(f"{name}-virtual-service", service, child)
         # The model's own subsets, unless its backend puts them on a shared gateway's rule.
-        if backend_of(args.model).shared_destination_rule is None:
-            custom_resource(f"{name}-destination-rule", traffic.destination_rule(args.config, args.model), child)
-        release = args.model.release
+        if backend_of(model).shared_destination_rule is None:
+            custom_resource(f"{name}-destination-rule", routes.destination_rule(args.route), child)
+        release = model.release
         self.register_outputs(
             {
-                "servedModelName": args.model.openai_name,
+                "servedModelName": model.openai_name,
                 "stable": release.stable,
                 "canary": release.canary,
                 "canaryWeight": release.canary_weight,

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 
 from platform_config.checks import run_peak_checks
 from platform_config.errors import ConfigIssue
-from platform_config.models import ModelConfig, ModelVersion, NodePoolConfig, PlatformConfig, ServerArgs
+from platform_config.models import (
+    ModelConfig,
+    ModelVersion,
+    NodePoolConfig,
+    PlatformConfig,
+    ServerArgs,
+    TierPolicy,
+    TrafficConfig,
+)
 from platform_config.pins import VLLM
 from platform_config.profiles import TierName, WorkloadProfile
 from platform_config.serving import (
@@ -138,6 +146,35 @@ class ServerPlan:
         return {LABEL_INSTANCE: self.name}
 
 
+# Tiers in the order routes and subsets list them.
+TIER_ORDER: tuple[TierName, ...] = ("premium", "standard", "batch")
+
+
+@dataclass(frozen=True)
+class TierRoute:
+    """One tier requests for a model may use."""
+
+    tier: TierName
+    policy: TierPolicy
+    # The model whose servers take it: the model itself, or the model its batch tier is sent to.
+    owner: ModelConfig
+    # Whether that server schedules by the priority the gateway writes (it serves several tiers).
+    by_priority: bool
+
+
+@dataclass(frozen=True)
+class RoutePlan:
+    """What a model's routes and subsets are built from."""
+
+    model: ModelConfig
+    traffic: TrafficConfig
+    # Tiers requests for the model may use (its own, plus batch when sent to a batch model).
+    tiers: tuple[TierRoute, ...]
+    # Tiers the model's own servers take, for itself or as another model's batch model: its
+    # subsets.
+    subsets: tuple[tuple[TierName, TierPolicy], ...]
+
+
 @dataclass(frozen=True)
 class ModelPlan:
     model: ModelConfig
@@ -147,12 +184,17 @@ class ModelPlan:
     s3_uris: tuple[str, ...]
     weights_service_account: str | None
     peak: Peak
+    route: RoutePlan
 
 
 @dataclass(frozen=True)
 class Plan:
     config: PlatformConfig
     models: tuple[ModelPlan, ...]
+
+    @property
+    def routes(self) -> tuple[RoutePlan, ...]:
+        return tuple(m.route for m in self.models)
 
     def model(self, name: str) -> ModelPlan:
         return next(m for m in self.models if m.model.name == name)
@@ -208,6 +250,25 @@ def _server(config: PlatformConfig, model: ModelConfig, version_name: str, *, hu
     )
 
 
+def _route(config: PlatformConfig, model: ModelConfig) -> RoutePlan:
+    by_name = {m.name: m for m in config.models}
+    own = set(model_tiers(config, model))
+    wanted = own | ({"batch"} if model.batch_model is not None else set())
+    tiers = []
+    for tier in TIER_ORDER:
+        if tier not in wanted:
+            continue
+        owner = by_name[model.batch_model] if tier == "batch" and model.batch_model is not None else model
+        tiers.append(TierRoute(tier, config.traffic.tiers[tier], owner, by_priority=len(model_tiers(config, owner)) > 1))
+    batch_for_others = any(m.batch_model == model.name for m in config.models)
+    subsets = tuple(
+        (tier, config.traffic.tiers[tier])
+        for tier in TIER_ORDER
+        if (tier in own and not (tier == "batch" and model.batch_model is not None)) or (tier == "batch" and batch_for_others)
+    )
+    return RoutePlan(model=model, traffic=config.traffic, tiers=tuple(tiers), subsets=subsets)
+
+
 def _peak(model: ModelConfig) -> Peak:
     backend = backend_of(model)
     return model_peak(model, backend.rollout_surge(model), (MESH_PROXY_RESOURCES, *backend.injected_containers()))
@@ -250,6 +311,7 @@ def resolve(config: PlatformConfig, *, hugging_face_token: bool) -> Plan:
                 s3_uris=s3_uris,
                 weights_service_account=weights_service_account(model) if s3_uris else None,
                 peak=_peak(model),
+                route=_route(config, model),
             )
         )
     return Plan(config=config, models=tuple(models))

@@ -29,7 +29,7 @@ from .monitoring import PROMETHEUS_URL, Monitoring
 from .plan import Plan
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
-from .specs.traffic import stream_idle_timeout_seconds
+from .specs.gateway import stream_idle_timeout_seconds
 from .tenant import Tenant, TenantArgs
 from .workload_identity import WorkloadAccess
 
@@ -114,12 +114,14 @@ class InferencePlatform(pulumi.ComponentResource):
                 load_balancer=load_balancer.release if load_balancer else None,
                 # The NLB's listeners keep an idle connection past the gateway's own stream idle
                 # timeout, so the gateway, not the NLB, decides when a silent answer is too late.
-                nlb_idle_timeout_seconds=stream_idle_timeout_seconds(config) + 60,
+                nlb_idle_timeout_seconds=stream_idle_timeout_seconds(config.traffic) + 60,
             ),
             opts=child,
         )
         routing = GatewayRouting(
-            "gateway-routing", GatewayRoutingArgs(config=config, depends_on=(mesh.istiod, mesh.gateway)), opts=child
+            "gateway-routing",
+            GatewayRoutingArgs(traffic=config.traffic, routes=plan.routes, depends_on=(mesh.istiod, mesh.gateway)),
+            opts=child,
         )
 
         gpu_resources = tuple(sorted({r for pool in config.node_pools for r in pool_supply(pool).per_node}))
@@ -179,7 +181,6 @@ class InferencePlatform(pulumi.ComponentResource):
                     model.name,
                     ModelArgs(
                         plan=model_plan,
-                        config=config,
                         access=access,
                         depends_on=(tenant.namespace_object,),
                         pod_depends_on=(

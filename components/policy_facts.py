@@ -17,7 +17,7 @@ from platform_config.gpu_catalog import GPU_MODELS, GPU_RESOURCE, MIG_RESOURCE_P
 from platform_config.models import FORBIDDEN_IMAGE_TAGS, IMAGE_DIGEST_PATTERN, IMAGE_TAG_PATTERN
 
 from .constants import LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_POOL
-from .specs.traffic import OVERRIDE_HEADER_ANNOTATION
+from .specs.routes import OVERRIDE_HEADER_ANNOTATION
 
 FACTS_FILE = Path(__file__).resolve().parent.parent / "policies" / "inference_governance" / "platform_facts.json"
 

@@ -9,7 +9,8 @@ import lupa.luajit21 as luajit
 import pytest
 import re2
 
-from components.specs.traffic import LUA_SOURCE, range_regex, sticky_ranges
+from components.specs.gateway import LUA_SOURCE
+from components.specs.routes import range_regex, sticky_ranges
 from platform_config import parse_platform_config
 
 from .helpers import Evaluated, config_problems, raw_stack

@@ -1,0 +1,251 @@
+"""Istio objects for model traffic (pure functions).
+
+Per model, one VirtualService on the platform Gateway, its routes in this order:
+  1. override: `<overrideHeader>: <version>` always reaches that version;
+  2. sticky: the gateway filter's bucket header (0..99, from the user key) picks a version by
+     RE2 ranges generated from the canary weight, so a user always sees the same version;
+  3. weighted: requests without a user key split by the canary weight (weights add up to 100).
+Each route is per tier (the filter normalises the tier header), and every destination is a
+`<version>-<tier>` subset whose connection pool bounds pending requests, so overload answers
+503 at once instead of queueing without end. A request for a tier the model does not serve
+gets a direct 403 saying which tiers it serves.
+
+Deployment-served models are reached through their Service and a DestinationRule with those
+subsets. Knative-served models are reached, like KServe does, through Knative's local gateway
+with the Host header of the version's Knative Service; their subsets live in one platform
+DestinationRule for that gateway host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from platform_config.models import TierPolicy, duration_seconds
+from platform_config.serving import running_versions
+
+from ..backends import ServingBackend
+from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels
+from ..plan import TIER_ORDER, RoutePlan, backend_of
+from .gateway import GATEWAY_NAME
+
+# Retry only what never reached a server: an LLM request is not idempotent (it costs GPU time),
+# and a 503 from a full pending queue must fail fast, not come back.
+SAFE_RETRY_ON = "connect-failure,refused-stream"
+OVERRIDE_HEADER_ANNOTATION = "inference.platform/override-header"
+
+
+# --- sticky buckets as RE2 ranges ----------------------------------------------------------
+
+
+def _digit_class(low: int, high: int) -> str:
+    return str(low) if low == high else f"[{low}-{high}]"
+
+
+def range_regex(low: int, high: int) -> str | None:
+    """An RE2 pattern that fully matches the decimal numbers low..high (0 <= low <= high <= 99,
+    no leading zeros); Envoy matches header regexes against the whole value."""
+    if low > high:
+        return None
+    parts: list[str] = []
+    if low <= 9:
+        parts.append(_digit_class(low, min(high, 9)))
+    first_tens, last_tens = max(low, 10) // 10, high // 10
+    tens = first_tens
+    while tens <= last_tens and high >= 10:
+        start = max(low, tens * 10) % 10
+        end = min(high, tens * 10 + 9) % 10
+        if start == 0 and end == 9:
+            # Collapse a run of whole decades: 20-49 -> [2-4][0-9]
+            run_end = tens
+            while run_end + 1 <= last_tens and min(high, (run_end + 1) * 10 + 9) % 10 == 9:
+                run_end += 1
+            parts.append(f"{_digit_class(tens, run_end)}[0-9]")
+            tens = run_end + 1
+        else:
+            parts.append(f"{tens}{_digit_class(start, end)}")
+            tens += 1
+    return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
+
+
+def sticky_ranges(canary_weight: int) -> tuple[str | None, str | None]:
+    """(canary, stable) bucket patterns: buckets below the weight go to the canary."""
+    return range_regex(0, canary_weight - 1), range_regex(canary_weight, 99)
+
+
+# --- the VirtualService ----------------------------------------------------------------------
+
+
+def _match(route: RoutePlan, tier: str, **extra: dict[str, str]) -> list[dict[str, Any]]:
+    traffic, model = route.traffic, route.model
+    headers = {traffic.model_header: {"exact": model.openai_name}, traffic.tier_header: {"exact": tier}, **extra}
+    return [{"headers": headers}]
+
+
+def _route_policy(policy: TierPolicy) -> dict[str, Any]:
+    out: dict[str, Any] = {"timeout": policy.timeout}
+    if policy.retry_attempts:
+        per_try = f"{round(duration_seconds(policy.timeout) * 1000)}ms"
+        out["retries"] = {"attempts": policy.retry_attempts, "perTryTimeout": per_try, "retryOn": SAFE_RETRY_ON}
+    else:
+        # Istio retries by default (503s included); say explicitly that this tier does not.
+        out["retries"] = {"attempts": 0}
+    return out
+
+
+def virtual_service(route: RoutePlan) -> dict[str, Any]:
+    traffic, model = route.traffic, route.model
+    release = model.release
+    tiers = [t.tier for t in route.tiers]
+    overrides, sticky, weighted = [], [], []
+    for tier_route in route.tiers:
+        tier, owner = tier_route.tier, tier_route.owner
+        policy = _route_policy(tier_route.policy)
+        if owner is not model:
+            # Batch work goes to its own pool, whatever version header or user key it carries.
+            weighted.append(
+                {
+                    "name": f"{tier}-to-{owner.name}",
+                    "match": _match(route, tier),
+                    "route": [backend_of(owner).destination(owner, owner.release.stable, tier).route()],
+                    **policy,
+                }
+            )
+            continue
+        for version in running_versions(model):
+            overrides.append(
+                {
+                    "name": f"{tier}-override-{version}",
+                    "match": _match(route, tier, **{release.override_header: {"exact": version}}),
+                    "route": [backend_of(model).destination(model, version, tier).route()],
+                    **policy,
+                }
+            )
+        canary = release.canary
+        if canary is not None:
+            canary_range, stable_range = sticky_ranges(release.canary_weight)
+            for version, pattern in ((canary, canary_range), (release.stable, stable_range)):
+                if pattern is not None:
+                    sticky.append(
+                        {
+                            "name": f"{tier}-sticky-{version}",
+                            "match": _match(route, tier, **{traffic.bucket_header: {"regex": pattern}}),
+                            "route": [backend_of(model).destination(model, version, tier).route()],
+                            **policy,
+                        }
+                    )
+            split = [(release.stable, 100 - release.canary_weight), (canary, release.canary_weight)]
+        else:
+            split = [(release.stable, 100)]
+        weighted.append(
+            {
+                "name": f"{tier}-weighted",
+                "match": _match(route, tier),
+                "route": [backend_of(model).destination(model, version, tier).route(weight) for version, weight in split],
+                **policy,
+            }
+        )
+    routes = overrides + sticky + weighted
+    if set(tiers) != set(TIER_ORDER):
+        routes.append(
+            {
+                "name": "tier-not-served",
+                "match": [{"headers": {traffic.model_header: {"exact": model.openai_name}}}],
+                "directResponse": {
+                    "status": 403,
+                    "body": {
+                        "string": f"model {model.openai_name} serves tiers {', '.join(tiers)}; set the {traffic.tier_header} "
+                        "header"
+                    },
+                },
+            }
+        )
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {
+            "name": model.name,
+            "namespace": model.tenant,
+            "labels": standard_labels(model.name, "routing"),
+            # Tells the policy pack which header marks this model's version-override routes.
+            "annotations": {OVERRIDE_HEADER_ANNOTATION: release.override_header},
+        },
+        "spec": {"hosts": list(traffic.hosts), "gateways": [f"{ISTIO_INGRESS_NAMESPACE}/{GATEWAY_NAME}"], "http": routes},
+    }
+
+
+# --- DestinationRules ------------------------------------------------------------------------
+
+
+def tier_traffic_policy(policy: TierPolicy, *, eject_hosts: bool = True) -> dict[str, Any]:
+    """Connection-pool bounds per tier, and (`eject_hosts`) outlier detection.
+
+    Outlier detection ejects replicas that fail (connection failures, 502/503/504 from the
+    server), not ones that are merely slow: local timeouts are counted apart from server
+    errors. `consecutive5xxErrors` is set to 0: unset, Envoy counts any 5 consecutive 5xx (its
+    default, which Istio keeps) and ejects before `consecutiveGatewayErrors` could matter
+    (istio/api networking/v1alpha3/destination_rule.proto, OutlierDetection: "consecutive
+    gateway errors ... have no effect if consecutive5xxErrors is set to the same or a lower
+    value"). Hosts behind Knative's local gateway are gateway pods, not model servers: a
+    model's 5xx would eject a healthy gateway, so those subsets get no outlier detection."""
+    traffic_policy: dict[str, Any] = {
+        "connectionPool": {
+            "tcp": {"maxConnections": policy.max_requests},
+            "http": {
+                # Beyond these the gateway answers 503 at once (Envoy circuit breaker).
+                "http1MaxPendingRequests": policy.max_pending_requests,
+                "http2MaxRequests": policy.max_requests,
+                "maxRetries": max(1, policy.retry_attempts * 8),
+            },
+        },
+    }
+    if eject_hosts:
+        traffic_policy["outlierDetection"] = {
+            "splitExternalLocalOriginErrors": True,
+            "consecutiveLocalOriginFailures": 5,
+            "consecutive5xxErrors": 0,
+            "consecutiveGatewayErrors": 5,
+            "interval": "10s",
+            "baseEjectionTime": "30s",
+            "maxEjectionPercent": 50,
+        }
+    return traffic_policy
+
+
+def _subsets(route: RoutePlan) -> list[dict[str, Any]]:
+    model = route.model
+    backend = backend_of(model)
+    return [
+        {
+            "name": backend.subset_name(model, version, tier),
+            "labels": backend.subset_labels(model, version),
+            "trafficPolicy": tier_traffic_policy(policy, eject_hosts=backend.subsets_are_servers),
+        }
+        for version in running_versions(model)
+        for tier, policy in route.subsets
+    ]
+
+
+def destination_rule(route: RoutePlan) -> dict[str, Any]:
+    """One subset per version and tier, on the model's own rule."""
+    model = route.model
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": model.name, "namespace": model.tenant, "labels": standard_labels(model.name, "routing")},
+        "spec": {"host": backend_of(model).destination_rule_host(model), "subsets": _subsets(route)},
+    }
+
+
+def shared_destination_rule(routes: tuple[RoutePlan, ...], backend: ServingBackend) -> dict[str, Any] | None:
+    """The subsets of every model of a backend whose versions sit behind a shared gateway, on
+    the one host they are all reached through."""
+    mine = [r for r in routes if backend_of(r.model) is backend]
+    if backend.shared_destination_rule is None or not mine:
+        return None
+    name, _ = backend.shared_destination_rule
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": name, "namespace": ISTIO_SYSTEM_NAMESPACE, "labels": standard_labels(name, "routing")},
+        "spec": {"host": backend.destination_rule_host(mine[0].model), "subsets": [s for r in mine for s in _subsets(r)]},
+    }
