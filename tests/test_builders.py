@@ -1,0 +1,104 @@
+"""Direct unit tests of the pure builders, on a plan resolved from the prod stack: the pod,
+each backend's objects, routes and subsets, the gateway filter's config, tenant isolation."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from components.backends import BACKENDS
+from components.plan import Plan, ServerPlan
+from components.specs import gateway, pod, routes, tenancy
+
+from .helpers import raw_stack, validate
+
+
+@pytest.fixture(scope="module")
+def plan() -> Plan:
+    return validate(copy.deepcopy(raw_stack("prod")))
+
+
+def server(plan: Plan, model: str, version: str = "v1") -> ServerPlan:
+    return next(s for s in plan.model(model).servers if s.version.name == version)
+
+
+def test_the_pod_takes_its_shape_from_the_backend(plan):
+    deployment_pod = pod.pod_spec(server(plan, "llama-70b"))
+    knative_pod = pod.pod_spec(server(plan, "llama-8b"))
+    vllm = deployment_pod["containers"][0]
+    # The Deployment's pod drains itself: preStop, grace period, spread over nodes.
+    assert vllm["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "15"]
+    assert deployment_pod["terminationGracePeriodSeconds"] == 300 and deployment_pod["topologySpreadConstraints"]
+    assert vllm["ports"][0]["name"] == "http" and vllm["readinessProbe"]["httpGet"]["port"] == "http"
+    # Knative's queue-proxy drains; Knative refuses hooks and the grace period.
+    knative_vllm = knative_pod["containers"][0]
+    assert "lifecycle" not in knative_vllm and "terminationGracePeriodSeconds" not in knative_pod
+    assert knative_vllm["ports"][0]["name"] == "http1" and knative_vllm["readinessProbe"]["httpGet"]["port"] == 8000
+
+
+def test_vllm_arguments_come_from_the_plan(plan):
+    args = pod.vllm_args(server(plan, "llama-70b"))
+    assert args[:3] == ["meta-llama/Llama-3.1-70B-Instruct", "--served-model-name", "llama-3.1-70b-instruct"]
+    assert args[args.index("--tensor-parallel-size") + 1] == "4"
+    # The drain chain: grace 300 - preStop 15 - margin 10.
+    assert args[args.index("--shutdown-timeout") + 1] == "275"
+    assert args[args.index("--scheduling-policy") + 1] == "priority"
+    batch = pod.vllm_args(server(plan, "llama-8b-batch"))
+    assert "--scheduling-policy" not in batch and batch[3] == "llama-3.1-8b-instruct"  # answers to the chat model too
+
+
+def test_each_backend_declares_its_objects_in_order(plan):
+    hpa = [(o.suffix, o.role, o.serves) for o in BACKENDS["hpa"].server_objects(server(plan, "llama-70b"))]
+    assert hpa == [
+        ("deployment", "pods", True),
+        ("service", "plain", True),
+        ("pdb", "plain", False),
+        ("service-monitor", "monitor", False),
+        ("hpa", "autoscaler", False),
+    ]
+    kpa = [(o.suffix, o.role, o.serves) for o in BACKENDS["kpa"].server_objects(server(plan, "llama-8b"))]
+    assert kpa == [("knative-service", "pods", True), ("pod-monitor", "monitor", False), ("pdb", "plain", False)]
+    assert [o.suffix for o in BACKENDS["hpa"].model_objects(plan.model("llama-70b"))] == ["service"]
+
+
+def test_routes_send_each_tier_to_its_owner(plan):
+    route = plan.model("llama-8b").route
+    assert [(t.tier, t.owner.name, t.by_priority) for t in route.tiers] == [
+        ("premium", "llama-8b", True),
+        ("standard", "llama-8b", True),
+        ("batch", "llama-8b-batch", False),
+    ]
+    service = routes.virtual_service(route)
+    names = [r["name"] for r in service["spec"]["http"]]
+    assert names[:2] == ["premium-override-v1", "premium-override-v2"] and "batch-to-llama-8b-batch" in names
+    # The batch model's own subsets: the batch tier it takes for the chat model.
+    assert [tier for tier, _ in plan.model("llama-8b-batch").route.subsets] == ["batch"]
+
+
+def test_subsets_eject_only_model_servers(plan):
+    rule = routes.destination_rule(plan.model("llama-70b").route)
+    assert all("outlierDetection" in s["trafficPolicy"] for s in rule["spec"]["subsets"])
+    shared = routes.shared_destination_rule(plan.routes, BACKENDS["kpa"])
+    assert shared is not None and shared["metadata"]["name"] == "knative-model-tiers"
+    assert all("outlierDetection" not in s["trafficPolicy"] for s in shared["spec"]["subsets"])
+    assert routes.shared_destination_rule(plan.routes, BACKENDS["hpa"]) is None
+
+
+def test_the_filter_config_names_priority_tiers_per_model(plan):
+    config = gateway.filter_config(plan.config.traffic, plan.routes)
+    assert config["priorities"] == {"premium": 0, "standard": 1, "batch": 2}
+    assert config["models"]["llama-3.1-8b-instruct"]["priority_tiers"] == {"premium": True, "standard": True}
+    assert config["models"]["batch-labeller"]["priority_tiers"] == {}
+    assert gateway.stream_idle_timeout_seconds(plan.config.traffic) == 630
+
+
+def test_tenant_isolation_lets_in_what_the_backends_name(plan):
+    tenant = plan.config.tenants[0]
+    ingress = BACKENDS["kpa"].tenant_ingress()
+    names = [p["metadata"]["name"] for p in tenancy.network_policies(tenant, ingress)]
+    assert names[-1] == "allow-knative-system" and "allow-knative-system" not in [
+        p["metadata"]["name"] for p in tenancy.network_policies(tenant, ())
+    ]
+    rule = tenancy.authorization_policy(tenant, ingress)["spec"]["rules"][1]
+    assert rule["from"][0]["source"]["namespaces"] == [tenant.name, "knative-serving"]
