@@ -36,30 +36,25 @@ def model_host(model: ModelConfig) -> str:
     return f"{model.name}.{model.tenant}.svc.cluster.local"
 
 
-def model_service(model: ModelConfig) -> dict[str, Any]:
-    """Fronts every version of the model; Istio's DestinationRule subsets pick versions."""
+def vllm_service(metadata: dict[str, Any], selector: dict[str, str]) -> dict[str, Any]:
+    """A ClusterIP Service on vLLM's port of the pods `selector` picks."""
+    port = {"name": HTTP_PORT_NAME, "port": VLLM_PORT, "targetPort": HTTP_PORT_NAME, "protocol": "TCP", "appProtocol": "http"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": model.name,
-            "namespace": model.tenant,
-            "labels": standard_labels(model.name, "model", **{LABEL_MODEL: model.name}),
-        },
-        "spec": {
-            "type": "ClusterIP",
-            "selector": {LABEL_MODEL: model.name},
-            "ports": [
-                {
-                    "name": HTTP_PORT_NAME,
-                    "port": VLLM_PORT,
-                    "targetPort": HTTP_PORT_NAME,
-                    "protocol": "TCP",
-                    "appProtocol": "http",
-                }
-            ],
-        },
+        "metadata": metadata,
+        "spec": {"type": "ClusterIP", "selector": selector, "ports": [port]},
     }
+
+
+def model_service(model: ModelConfig) -> dict[str, Any]:
+    """Fronts every version of the model; Istio's DestinationRule subsets pick versions."""
+    metadata = {
+        "name": model.name,
+        "namespace": model.tenant,
+        "labels": standard_labels(model.name, "model", **{LABEL_MODEL: model.name}),
+    }
+    return vllm_service(metadata, {LABEL_MODEL: model.name})
 
 
 def deployment(plan: ServerPlan) -> dict[str, Any]:
@@ -82,24 +77,8 @@ def deployment(plan: ServerPlan) -> dict[str, Any]:
 
 
 def service(plan: ServerPlan) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": server_metadata(plan),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": plan.selector,
-            "ports": [
-                {
-                    "name": HTTP_PORT_NAME,
-                    "port": VLLM_PORT,
-                    "targetPort": HTTP_PORT_NAME,
-                    "protocol": "TCP",
-                    "appProtocol": "http",
-                }
-            ],
-        },
-    }
+    """The version's own Service (what its ServiceMonitor scrapes)."""
+    return vllm_service(server_metadata(plan), plan.selector)
 
 
 def service_monitor(plan: ServerPlan) -> dict[str, Any]:
