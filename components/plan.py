@@ -28,17 +28,17 @@ from platform_config.models import (
 from platform_config.pins import VLLM
 from platform_config.profiles import TierName, WorkloadProfile
 from platform_config.serving import (
-    DRAIN_MARGIN_SECONDS,
     GPU_MEMORY_UTILIZATION_DEFAULT,
     MESH_PROXY_RESOURCES,
+    DrainChain,
     Peak,
+    drain_chain,
     effective_profile,
     model_peak,
     model_priority_class,
     model_tiers,
     replica_bounds,
     replica_gpu_request,
-    request_timeout_seconds,
     running_versions,
     server_name,
     time_sliced_memory_share,
@@ -89,9 +89,8 @@ class ServerPlan:
     gpu_memory_utilization: float
     min_replicas: int
     max_replicas: int
-    # The longest a request to this server may take: its profile's timeout, or longer when a
-    # tier it serves allows longer routes.
-    request_timeout_seconds: int
+    # Route and request timeouts, preStop, vLLM's drain and the grace period, derived together.
+    drain: DrainChain
     # Sequences vLLM runs at once: the stack's, else the backend's hard cap, else the profile's.
     max_num_seqs: int
     hugging_face_token: bool
@@ -107,21 +106,6 @@ class ServerPlan:
     @property
     def time_sliced(self) -> bool:
         return self.pool.sharing.mode == "timeSlicing"
-
-    # --- the drain chain: preStop, then vLLM's drain, within the grace period ---------------
-
-    @property
-    def grace_seconds(self) -> int:
-        return self.model.drain.termination_grace_period_seconds
-
-    @property
-    def pre_stop_seconds(self) -> int:
-        return self.model.drain.pre_stop_delay_seconds
-
-    @property
-    def shutdown_timeout_seconds(self) -> int:
-        """How long vLLM lets in-flight requests finish after SIGTERM (arrives after preStop)."""
-        return max(0, self.grace_seconds - self.pre_stop_seconds - DRAIN_MARGIN_SECONDS)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -242,7 +226,7 @@ def _server(config: PlatformConfig, model: ModelConfig, version_name: str, *, hu
         gpu_memory_utilization=memory_fraction,
         min_replicas=low,
         max_replicas=high,
-        request_timeout_seconds=request_timeout_seconds(config, model),
+        drain=drain_chain(config, model),
         max_num_seqs=args.max_num_seqs if args.max_num_seqs is not None else cap or profile.concurrency_per_replica,
         hugging_face_token=hugging_face_token and version.source.huggingface is not None,
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),

@@ -547,7 +547,8 @@ class AutoscalingConfig(ConfigModel):
 
 class DrainSettings(ConfigModel):
     termination_grace_period_seconds: Annotated[int, Field(ge=30, le=3600)] = 300
-    """Seconds a stopping replica has to finish in-flight requests."""
+    """Seconds a stopping replica has to finish in-flight requests; raised where needed to cover the preStop delay, the
+    longest request the server takes (its profile's or a tier's timeout) and a margin."""
     pre_stop_delay_seconds: Annotated[int, Field(ge=0, le=120)] = 15
     """Seconds for the endpoint to leave every load balancer before vLLM gets SIGTERM."""
 

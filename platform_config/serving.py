@@ -35,12 +35,30 @@ def model_tiers(config: PlatformConfig, model: ModelConfig) -> tuple[TierName, .
     return tuple(model.tiers) if model.tiers else effective_profile(config, model).tiers
 
 
-def request_timeout_seconds(config: PlatformConfig, model: ModelConfig) -> int:
-    """The longest a request to the model's servers may take: its profile's timeout, or longer
-    when a tier it serves allows longer routes."""
-    tiers = model_tiers(config, model)
-    profile = effective_profile(config, model)
-    return max([profile.request_timeout_seconds] + [math.ceil(duration_seconds(config.traffic.tiers[t].timeout)) for t in tiers])
+@dataclass(frozen=True)
+class DrainChain:
+    """A request's time bounds and a replica's drain, which must fit together: the gateway's
+    route timeout per tier (Envoy), the longest a request to the server may take (Knative's
+    revision and response-start timeouts), the preStop delay, vLLM's --shutdown-timeout and the
+    pod's grace period (also the sidecar's drain duration)."""
+
+    route_timeout_seconds: dict[TierName, int]
+    request_timeout_seconds: int
+    pre_stop_seconds: int
+    shutdown_timeout_seconds: int
+    grace_seconds: int
+
+
+def drain_chain(config: PlatformConfig, model: ModelConfig) -> DrainChain:
+    """The chain, derived in this one place from the tier timeouts: a request may take its
+    profile's timeout, or longer when a tier the server takes allows longer routes; vLLM lets
+    in-flight requests finish for that long after SIGTERM (which comes after the preStop delay),
+    so the grace period is at least preStop + the longest request + a margin before SIGKILL."""
+    routes = {t: math.ceil(duration_seconds(config.traffic.tiers[t].timeout)) for t in model_tiers(config, model)}
+    request = max([effective_profile(config, model).request_timeout_seconds, *routes.values()])
+    pre_stop = model.drain.pre_stop_delay_seconds
+    grace = max(model.drain.termination_grace_period_seconds, pre_stop + request + DRAIN_MARGIN_SECONDS)
+    return DrainChain(routes, request, pre_stop, grace - pre_stop - DRAIN_MARGIN_SECONDS, grace)
 
 
 # The share of a GPU's memory vLLM takes by default, and the most a stack may give it; a

@@ -29,7 +29,7 @@ def test_the_pod_takes_its_shape_from_the_backend(plan):
     vllm = deployment_pod["containers"][0]
     # The Deployment's pod drains itself: preStop, grace period, spread over nodes.
     assert vllm["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "15"]
-    assert deployment_pod["terminationGracePeriodSeconds"] == 300 and deployment_pod["topologySpreadConstraints"]
+    assert deployment_pod["terminationGracePeriodSeconds"] == 325 and deployment_pod["topologySpreadConstraints"]
     assert vllm["ports"][0]["name"] == "http" and vllm["readinessProbe"]["httpGet"]["port"] == "http"
     # Knative's queue-proxy drains; Knative refuses hooks and the grace period.
     knative_vllm = knative_pod["containers"][0]
@@ -41,8 +41,8 @@ def test_vllm_arguments_come_from_the_plan(plan):
     args = pod.vllm_args(server(plan, "llama-70b"))
     assert args[:3] == ["meta-llama/Llama-3.1-70B-Instruct", "--served-model-name", "llama-3.1-70b-instruct"]
     assert args[args.index("--tensor-parallel-size") + 1] == "4"
-    # The drain chain: grace 300 - preStop 15 - margin 10.
-    assert args[args.index("--shutdown-timeout") + 1] == "275"
+    # The drain chain: vLLM drains as long as the longest request (standard's 300 s route).
+    assert args[args.index("--shutdown-timeout") + 1] == "300"
     assert args[args.index("--scheduling-policy") + 1] == "priority"
     batch = pod.vllm_args(server(plan, "llama-8b-batch"))
     assert "--scheduling-policy" not in batch and batch[3] == "llama-3.1-8b-instruct"  # answers to the chat model too
@@ -102,3 +102,16 @@ def test_tenant_isolation_lets_in_what_the_backends_name(plan):
     ]
     rule = tenancy.authorization_policy(tenant, ingress)["spec"]["rules"][1]
     assert rule["from"][0]["source"]["namespaces"] == [tenant.name, "knative-serving"]
+
+
+def test_the_drain_chain_is_derived_from_the_tier_timeouts(plan):
+    chain = server(plan, "llama-70b").drain
+    assert chain.route_timeout_seconds == {"premium": 120, "standard": 300}
+    assert chain.request_timeout_seconds == 300 and chain.shutdown_timeout_seconds == 300
+    assert chain.grace_seconds == chain.pre_stop_seconds + chain.shutdown_timeout_seconds + 10
+    # A configured grace longer than the chain needs stays, and vLLM drains for all of it.
+    raw = copy.deepcopy(raw_stack("prod"))
+    raw["models"][2]["tiers"] = ["premium"]  # code completion at premium only: 120 s at most
+    short = server(validate(raw), "llama-1b").drain
+    assert short.request_timeout_seconds == 120
+    assert short.grace_seconds == 300 and short.shutdown_timeout_seconds == 300 - 15 - 10

@@ -85,11 +85,11 @@ def test_ci_entry_point_passes_and_fails_with_the_suite():
 @pytest.mark.slow
 def test_mandatory_violation_fails_the_preview(tmp_path):
     config = tmp_path / "policy-config.json"
-    config.write_text(json.dumps({"inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600}}))
+    config.write_text(json.dumps({"inference-graceful-drain": {"minTerminationGracePeriodSeconds": 900}}))
     out = tmp_path / "out"
     result = run_preview("--stack", "staging", "--out", str(out), "--policy-config", str(config))
     assert result.returncode == 1
-    assert "MANDATORY inference-graceful-drain: terminationGracePeriodSeconds is 300" in result.stdout
+    assert "MANDATORY inference-graceful-drain: terminationGracePeriodSeconds is 625" in result.stdout
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "failed" and report["policies"]["failed"] is True
     diagnostics = report["policies"]["data"]["diagnostics"]
@@ -102,7 +102,7 @@ def test_mandatory_violation_fails_the_preview(tmp_path):
 def test_advisory_violation_is_reported_without_failing(tmp_path):
     config = tmp_path / "policy-config.json"
     config.write_text(
-        json.dumps({"inference-graceful-drain": {"enforcementLevel": "advisory", "minTerminationGracePeriodSeconds": 600}})
+        json.dumps({"inference-graceful-drain": {"enforcementLevel": "advisory", "minTerminationGracePeriodSeconds": 900}})
     )
     result = run_preview("--stack", "staging", "--out", str(tmp_path / "out"), "--policy-config", str(config))
     assert result.returncode == 0

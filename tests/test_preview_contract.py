@@ -192,7 +192,7 @@ def test_bad_policy_config_is_an_input_error(tmp_path):
 
 def test_all_sets_every_policy_level(tmp_path):
     config = tmp_path / "policy.json"
-    config.write_text(json.dumps({"all": "advisory", "inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600}}))
+    config.write_text(json.dumps({"all": "advisory", "inference-graceful-drain": {"minTerminationGracePeriodSeconds": 900}}))
     result = run_preview("--stack", "staging", "--out", str(tmp_path / "out"), "--policy-config", str(config))
     assert result.returncode == 0 and "ADVISORY inference-graceful-drain" in result.stdout
 

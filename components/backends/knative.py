@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from platform_config.errors import ConfigIssue
 from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
 from platform_config.profiles import WorkloadProfile
-from platform_config.serving import effective_profile, request_timeout_seconds, server_name
+from platform_config.serving import drain_chain, effective_profile, server_name
 
 from ..constants import GATEWAY_SELECTOR, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT
 from ..specs.pod import (
@@ -113,13 +113,13 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
                     # Hard cap per replica: beyond it requests queue in the activator/queue-proxy,
                     # which answers 503 when its bounded queue is full.
                     "containerConcurrency": container_concurrency(plan.profile, plan.model),
-                    "timeoutSeconds": plan.request_timeout_seconds,
+                    "timeoutSeconds": plan.drain.request_timeout_seconds,
                     # Unset, Knative defaults the time to the first response byte from
                     # revision-timeout-seconds (300 s) whenever that is below timeoutSeconds
                     # (knative/serving knative-v1.23.0 pkg/apis/config/defaults.go and
                     # pkg/apis/serving/v1/revision_defaults.go): a silent batch answer would get
                     # a 504 at 300 s. A non-streamed answer may take the whole timeout.
-                    "responseStartTimeoutSeconds": plan.request_timeout_seconds,
+                    "responseStartTimeoutSeconds": plan.drain.request_timeout_seconds,
                     **pod_spec(plan),
                 },
             }
@@ -172,7 +172,7 @@ class KnativeBackend(ServingBackend):
     def config_issues(
         self, config: PlatformConfig, index: int, model: ModelConfig, pool: NodePoolConfig
     ) -> Iterator[ConfigIssue]:
-        timeout = request_timeout_seconds(config, model)
+        timeout = drain_chain(config, model).request_timeout_seconds
         if timeout > KNATIVE_ACTIVATOR_GRACE_SECONDS:
             yield ConfigIssue(
                 ("models", index, "autoscaling", "mode"),

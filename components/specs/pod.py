@@ -55,7 +55,7 @@ def vllm_args(plan: ServerPlan) -> list[str]:
         f"{plan.gpu_memory_utilization:g}",
         # Finish in-flight requests after SIGTERM (vLLM >= 0.18); the kubelet waits longer.
         "--shutdown-timeout",
-        str(plan.shutdown_timeout_seconds),
+        str(plan.drain.shutdown_timeout_seconds),
     ]
     if source.huggingface is not None:
         out += ["--revision", source.revision]
@@ -204,7 +204,7 @@ def vllm_container(plan: ServerPlan) -> dict[str, Any]:
     if shape.drains_in_pod:
         # Leave the load balancers first (endpoints and the mesh notice the terminating pod),
         # then vLLM gets SIGTERM and drains in-flight requests for --shutdown-timeout.
-        container["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(plan.pre_stop_seconds)]}}}
+        container["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(plan.drain.pre_stop_seconds)]}}}
     return container
 
 
@@ -243,7 +243,7 @@ def pod_annotations(plan: ServerPlan) -> dict[str, str]:
         # connection closes), and start vLLM only once the sidecar is ready.
         "proxy.istio.io/config": json.dumps(
             {
-                "terminationDrainDuration": f"{plan.grace_seconds}s",
+                "terminationDrainDuration": f"{plan.drain.grace_seconds}s",
                 "holdApplicationUntilProxyStarts": True,
                 "proxyMetadata": {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"},
             }
@@ -280,7 +280,7 @@ def pod_spec(plan: ServerPlan) -> dict[str, Any]:
         # Kubernetes API token stays unmounted (Knative admits only false here anyway).
         spec["serviceAccountName"] = plan.weights_service_account
     if plan.backend.pod_shape.drains_in_pod:
-        spec["terminationGracePeriodSeconds"] = plan.grace_seconds
+        spec["terminationGracePeriodSeconds"] = plan.drain.grace_seconds
         spec["topologySpreadConstraints"] = [
             {
                 "maxSkew": 1,
