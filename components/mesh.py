@@ -36,7 +36,7 @@ def nlb_annotations(idle_timeout_seconds: int) -> dict[str, str]:
     """An NLB from the AWS Load Balancer Controller (the in-tree provider ignores `external`),
     sending to pod IPs, with every listener's TCP idle timeout raised (default 350 s;
     kubernetes-sigs/aws-load-balancer-controller v3.5.0 docs/guide/service/annotations.md,
-    listener-attributes). Internet-facing as before; a later change makes internal the default."""
+    listener-attributes). Internet-facing, as the in-tree provider's NLB was."""
     annotations = {
         "service.beta.kubernetes.io/aws-load-balancer-type": "external",
         "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",

@@ -202,6 +202,18 @@ class InferencePlatform(pulumi.ComponentResource):
         self.capacity = capacity_report(config)
         self.pool_advertised = {pool.pool_name: pool.advertised for pool in self.pools}
         self.node_pool_templates = [pool.scheduling_template for pool in self.pools]
+        # Pods of each version's server at its model's peak (the preview's admission stage
+        # holds them to the quotas and pools, as the config checks do).
+        self.server_peaks = [
+            {"namespace": server.namespace, "name": server.name, "peakPods": m.peak.pods[server.version.name]}
+            for m in plan.models
+            for server in m.servers
+        ]
         self.register_outputs(
-            {"gpuCapacity": self.capacity, "poolAdvertisedPerNode": self.pool_advertised, "nodePools": self.node_pool_templates}
+            {
+                "gpuCapacity": self.capacity,
+                "poolAdvertisedPerNode": self.pool_advertised,
+                "nodePools": self.node_pool_templates,
+                "serverPeaks": self.server_peaks,
+            }
         )

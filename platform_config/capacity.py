@@ -134,7 +134,10 @@ def capacity_table(config: PlatformConfig) -> list[CapacityRow]:
     for pool in config.node_pools:
         supply = pool_supply(pool)
         for resource, per_node in supply.per_node.items():
-            row(resource, supply.kinds[resource]).supply_by_pool[pool.name] = Decimal(per_node * pool.max_size)
+            # The kind names the GPU model: H100 and L4 GPUs are both nvidia.com/gpu, and a quota
+            # cannot tell them apart (each model's peak is checked against its own pool).
+            kind = f"{supply.kinds[resource]} {supply.instance.gpu.name}"
+            row(resource, kind).supply_by_pool[pool.name] = Decimal(per_node * pool.max_size)
         instance = supply.instance
         row("cpu", "node CPU").supply_by_pool[pool.name] = Decimal(instance.vcpus * pool.max_size)
         row("memory", "node memory").supply_by_pool[pool.name] = Decimal(instance.memory_gib * pool.max_size) * 2**30
@@ -180,11 +183,16 @@ def show_amount(resource: str, value: Decimal) -> str:
 
 # --- what one node of a pool offers pods ------------------------------------------------------
 
+
 # The kubelet's reserve on the EKS-optimized AMIs (awslabs/amazon-eks-ami, nodeadm's kubelet
-# config): kube-reserved memory 11 MiB per pod + 255 MiB with max pods capped at 110 on large
-# instances, CPU 6 % of the first core, 1 % of the second, 0.5 % of the next two and 0.25 % of the
-# rest, ephemeral storage 1 GiB; hard eviction at 100 MiB of memory and 10 % of the disk.
-MAX_PODS_PER_NODE = 110
+# config): kube-reserved memory 11 MiB per pod + 255 MiB, with max pods capped at 110 on
+# instances of up to 30 vCPUs and at 250 above; CPU 6 % of the first core, 1 % of the second,
+# 0.5 % of the next two and 0.25 % of the rest; ephemeral storage 1 GiB; hard eviction at
+# 100 MiB of memory and 10 % of the disk.
+def max_pods(vcpus: int) -> int:
+    return 110 if vcpus <= 30 else 250
+
+
 EVICTION_MEMORY = Decimal(100 * 2**20)
 # What the node agents every GPU node runs ask for (aws-node, kube-proxy, the Pod Identity agent,
 # istio-cni, the GPU Operator's device plugin, GFD, DCGM exporter, MIG manager and validator,
@@ -209,13 +217,14 @@ def node_allocatable(pool: NodePoolConfig) -> dict[str, Decimal]:
     less the kubelet's reserve, eviction thresholds and the node agents, plus the GPU resources
     the pool's sharing advertises."""
     instance = instance_of(pool)
-    memory_reserved = Decimal((11 * MAX_PODS_PER_NODE + 255) * 2**20) + EVICTION_MEMORY
+    pods = max_pods(instance.vcpus)
+    memory_reserved = Decimal((11 * pods + 255) * 2**20) + EVICTION_MEMORY
     disk = Decimal(pool.disk_size_gib) * 2**30
     allocatable = {
         "cpu": Decimal(instance.vcpus) - _kube_reserved_cpu(instance.vcpus) - DAEMONSET_ALLOWANCE["cpu"],
         "memory": Decimal(instance.memory_gib) * 2**30 - memory_reserved - DAEMONSET_ALLOWANCE["memory"],
         "ephemeral-storage": disk * Decimal("0.9") - Decimal((1 + IMAGE_DISK_GIB) * 2**30),
-        "pods": Decimal(MAX_PODS_PER_NODE),
+        "pods": Decimal(pods),
     }
     allocatable.update({resource: Decimal(count) for resource, count in pool_supply(pool).per_node.items()})
     return allocatable

@@ -237,8 +237,8 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
 
 
 def check_models_fit_pools(config: PlatformConfig, peaks: Mapping[str, Peak]) -> Iterator[ConfigIssue]:
-    """Every model of a pool at its peak (max replicas of one version, the others at their min,
-    each rolling out) must fit what that pool's nodes offer at maxSize: H100 and L4 GPUs are both
+    """Every model of a pool at its peak (the heaviest version at its maximum, the others at
+    their share of the traffic, each rolling out) must fit what that pool's nodes offer at maxSize: H100 and L4 GPUs are both
     `nvidia.com/gpu`, so summing across pools would hide a pool that runs out (and a rollout
     surge or a node drain that can never be placed)."""
     runnable = [(i, m) for i, m in enumerate(config.models) if m.pool in {p.name for p in config.node_pools}]

@@ -531,8 +531,8 @@ class AutoscalingConfig(ConfigModel):
     min_replicas: NonNegativeInt
     """Fewest replicas of each running version."""
     max_replicas: PositiveInt
-    """Most replicas of each running version (versions split one model's traffic: at peak one runs at its maximum, the
-    others at their minimum)."""
+    """Most replicas of each running version (versions split one model's traffic by weight: at peak the heaviest
+    runs at its maximum, the others at their share)."""
     hpa: HpaSettings = HpaSettings()
     """Mode `hpa` settings."""
     kpa: KpaSettings = KpaSettings()

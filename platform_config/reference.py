@@ -40,10 +40,11 @@ NOTES = """## Notes
   `capacity.overcommitRatio`); each tenant's quota must fit the pools it may use; a tenant's
   models at their peak must fit its budget per priority class (GPUs, CPU, memory, pods, the
   injected sidecars included); and every pool's models at their peak must fit that pool.
-- A model's peak: one running version at `maxReplicas`, the others at `minReplicas`, each with
-  a rollout in flight (a Deployment's surge pod; a new Knative revision's first pods). Every
+- A model's peak: the heaviest running version at `maxReplicas`, each other at its share of the
+  traffic (`ceil(maxReplicas x weight / heaviest weight)`, at least `minReplicas`), each with a
+  rollout in flight (a Deployment's surge pod; a new Knative revision's first pods). Every
   version takes the model's replica bounds whatever the canary weight, so a weight step changes
-  routes only.
+  routes and what the checks require of quotas and pools, never a pod template.
 - Promotion: raise `canaryWeight` to 100, then make the canary `stable` and drop the old
   version; rollback: `canaryWeight: 0` or remove `canary`. `python -m preview --baseline
   <previous output>` shows what each step changes.

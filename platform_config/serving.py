@@ -84,20 +84,33 @@ def replica_bounds(model: ModelConfig) -> tuple[int, int]:
     annotations), so deriving them from the weight would make every weight step a new revision
     and restart every replica of both versions; a weight change must touch routes only. The
     versions split one model's traffic, so their autoscalers together follow its load (see
-    `split_peak_members`)."""
+    `version_peaks`)."""
     return model.autoscaling.min_replicas, model.autoscaling.max_replicas
 
 
-def split_peak_members(bounds: list[tuple[int, int, int]]) -> list[int]:
-    """Pods at peak of each of several versions that split one model's traffic, each given as
-    (min, max, surge): the load that drives one version to its max is load the others do not
-    get, so at peak one version runs at its max and the others at their min, and every version
-    may be rolling out (its surge) at the same time. The preview's admission stage counts
-    pods with this very function."""
-    if not bounds:
-        return []
-    largest = max(range(len(bounds)), key=lambda i: bounds[i][1])
-    return [(high if i == largest else low) + surge for i, (low, high, surge) in enumerate(bounds)]
+def version_weights(model: ModelConfig) -> dict[str, int]:
+    """Percent of the model's traffic each running version takes (stable and canary)."""
+    release = model.release
+    if release.canary is None:
+        return {release.stable: 100}
+    return {release.stable: 100 - release.canary_weight, release.canary: release.canary_weight}
+
+
+def version_peaks(model: ModelConfig, surge: int) -> dict[str, int]:
+    """Pods of each running version at the model's peak, rollouts included. The gateway splits
+    the model's load by the versions' weights, and each version's autoscaler follows its share:
+    when the heaviest version reaches its maximum, another one of weight w runs
+    ceil(max x w / heaviest weight) replicas (at least its minimum, at most its maximum); every
+    version may be rolling out (its surge) meanwhile. So a weight step changes the peak the
+    checks hold to the quotas and pools, never a version's pod template. (Requests a tester
+    forces to a version with the override header are left out: a handful.)"""
+    low, high = replica_bounds(model)
+    weights = version_weights(model)
+    heaviest = max(weights.values())
+    return {
+        version: (high if weight == heaviest else max(low, min(high, math.ceil(high * weight / heaviest)))) + surge
+        for version, weight in weights.items()
+    }
 
 
 def server_name(model: ModelConfig, version: str) -> str:
@@ -136,6 +149,8 @@ class Peak:
     """What all running versions of a model hold at their peak, rollouts and the containers the
     cluster injects into each pod included."""
 
+    # Pods of each running version, and of all of them.
+    pods: dict[str, int]
     replicas: int
     demand: dict[str, Decimal]
 
@@ -143,10 +158,12 @@ class Peak:
 def model_peak(model: ModelConfig, surge: int, injected: tuple[Mapping[str, str], ...]) -> Peak:
     """`surge`: pods a version's rollout adds; `injected`: CPU and memory requests (= memory
     limits) of each container the cluster adds to a pod. Both are the model's backend's."""
-    replicas = sum(split_peak_members([(*replica_bounds(model), surge) for _ in running_versions(model)]))
+    pods = version_peaks(model, surge)
+    replicas = sum(pods.values())
     resource, per_replica = replica_gpu_request(model)
     added = {r: sum((parse_quantity(c[r]) for c in injected), Decimal(0)) for r in ("cpu", "memory")}
     return Peak(
+        pods=pods,
         replicas=replicas,
         demand={
             resource: Decimal(per_replica * replicas),

@@ -18,9 +18,11 @@ applies them:
 6. Knative's webhook (knative/serving pkg/apis/serving/k8s_validation.go): fields Knative
    refuses, and pod-spec fields it admits only behind a `kubernetes.podspec-*` feature flag;
 7. ResourceQuota (pkg/quota/v1/evaluator/core/pods.go): a pod in scope of a quota that limits
-   `requests.cpu`/`limits.memory`/... must set them, and every workload at its peak (max
-   replicas of one version, the others at their minimum, each rolling out: the same rule as the
-   config checks, `platform_config.serving.split_peak_members`) must fit each quota in scope;
+   `requests.cpu`/`limits.memory`/... must set them, and every workload at its peak must fit
+   each quota in scope. A model server's peak is the one its plan sizes and the program exports
+   (`serverPeaks`: the heaviest version at its maximum, the others at their share of the traffic,
+   each rolling out; `platform_config.serving.version_peaks`, as the config checks count it);
+   another workload's is its maximum plus its rollout surge;
 8. scheduling onto the pool its node selector names: the selector's labels are on the pool's
    nodes, every taint of the pool is tolerated, the PriorityClass exists, and all pods at peak
    bin-pack onto the pool's nodes at maxSize (allocatable CPU, memory, disk, whole GPUs and MIG
@@ -34,13 +36,11 @@ import json
 import math
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from components.backends.knative import rollout_surge as knative_rollout_surge
 from platform_config.quantity import parse_quantity
-from platform_config.serving import split_peak_members
 
-LABEL_MODEL = "inference.platform/model"
 EXTENDED_PREFIXES = ("nvidia.com/",)
 # What Kubernetes computes quota and scheduling over for a container.
 COMPUTE = ("cpu", "memory", "ephemeral-storage")
@@ -127,9 +127,23 @@ KNATIVE_FEATURE_FIELDS = {
     "hostPID": "kubernetes.podspec-hostpid",
     "hostNetwork": "kubernetes.podspec-hostnetwork",
 }
-# Pod-level securityContext fields past the default set need kubernetes.podspec-securitycontext.
-KNATIVE_DEFAULT_POD_SECURITY = {"runAsNonRoot", "seccompProfile"}
 KNATIVE_TERMINATION_GRACE = "terminationGracePeriodSeconds"
+# Feature flags that are on unless config-features says otherwise (pkg/apis/config/features.go,
+# defaultFeaturesConfig); every other flag is off by default.
+KNATIVE_FEATURES_ON_BY_DEFAULT = {"multi-container", "kubernetes.podspec-volumes-emptydir"}
+# Volume types and the flag each needs (secret, configMap and projected need none; any other
+# type is refused whatever the flags: fieldmask.go VolumeSourceMask).
+KNATIVE_VOLUME_FLAGS = {
+    "secret": None,
+    "configMap": None,
+    "projected": None,
+    "emptyDir": "kubernetes.podspec-volumes-emptydir",
+    "persistentVolumeClaim": "kubernetes.podspec-persistent-volume-claim",
+    "hostPath": "kubernetes.podspec-volumes-hostpath",
+    "csi": "kubernetes.podspec-volumes-csi",
+    "ephemeral": "kubernetes.podspec-volumes-ephemeral",
+    "image": "kubernetes.podspec-volumes-image",
+}
 
 
 @dataclass(frozen=True)
@@ -309,24 +323,31 @@ def _namespaces(objects: list[dict[str, Any]]) -> dict[str, Namespace]:
     return out
 
 
-def _inject(workload: Workload, namespace: Namespace | None) -> None:
+def _controller_containers(workload: Workload) -> None:
+    """The pod as its controller makes it: the template's containers, and Knative's
+    queue-proxy, which Knative writes into the revision's Deployment (so LimitRanger sees it)."""
     pod = workload.pod
     containers = [json.loads(json.dumps(c)) for c in pod.get("containers") or []]
     init = [json.loads(json.dumps(c)) for c in pod.get("initContainers") or []]
-    annotations = workload.annotations
-    if namespace is not None and namespace.labels.get("istio-injection") == "enabled":
-        containers.append(
-            _injected(
-                "istio-proxy", annotations, ISTIO_PROXY_ANNOTATIONS, ISTIO_PROXY_DEFAULT, ISTIO_PROXY_SECURITY, replace=True
-            )
-        )
     if workload.knative:
-        containers.append(
-            _injected(
-                "queue-proxy", annotations, QUEUE_PROXY_ANNOTATIONS, QUEUE_PROXY_DEFAULT, QUEUE_PROXY_SECURITY, replace=False
-            )
+        queue_proxy = _injected(
+            "queue-proxy", workload.annotations, QUEUE_PROXY_ANNOTATIONS, QUEUE_PROXY_DEFAULT, QUEUE_PROXY_SECURITY, replace=False
         )
+        containers.append(queue_proxy)
     workload.containers, workload.init_containers = containers, init
+
+
+def _webhook_containers(workload: Workload, namespace: Namespace | None) -> None:
+    """Istio's injection webhook adds the sidecar after the built-in mutating plugins
+    (LimitRanger's defaults do not reach it; its own resources must satisfy the quotas). On
+    Kubernetes 1.29+ Istio 1.30 injects it as a native sidecar (an init container with
+    restartPolicy Always), which the scheduler and quotas count like an app container."""
+    if namespace is not None and namespace.labels.get("istio-injection") == "enabled":
+        sidecar = _injected(
+            "istio-proxy", workload.annotations, ISTIO_PROXY_ANNOTATIONS, ISTIO_PROXY_DEFAULT, ISTIO_PROXY_SECURITY, replace=True
+        )
+        _api_defaults(sidecar)
+        workload.containers.append(sidecar)
 
 
 def _api_defaults(container: dict[str, Any]) -> None:
@@ -337,20 +358,32 @@ def _api_defaults(container: dict[str, Any]) -> None:
         requests.setdefault(resource, amount)
 
 
-def _limit_ranger(workload: Workload, namespace: Namespace | None) -> None:
+def _limit_range_items(namespace: Namespace | None) -> list[dict[str, Any]]:
+    items = []
     for limit_range in namespace.limit_ranges if namespace else []:
-        for item in (limit_range.get("spec") or {}).get("limits") or []:
-            if item.get("type") != "Container":
-                continue
-            for container in workload.containers + workload.init_containers:
-                resources = container.setdefault("resources", {})
-                limits = resources.setdefault("limits", {})
-                requests = resources.setdefault("requests", {})
-                for resource, amount in (item.get("default") or {}).items():
-                    limits.setdefault(resource, amount)
-                for resource, amount in (item.get("defaultRequest") or {}).items():
-                    requests.setdefault(resource, amount)
-                _limit_range_bounds(workload, container, item)
+        items += [i for i in (limit_range.get("spec") or {}).get("limits") or [] if i.get("type") == "Container"]
+    return items
+
+
+def _limit_range_defaults(workload: Workload, namespace: Namespace | None) -> None:
+    """LimitRanger's mutating half: a missing limit from `default`, a missing request from
+    `defaultRequest`, for the containers the pod has when it reaches admission."""
+    for item in _limit_range_items(namespace):
+        for container in workload.containers + workload.init_containers:
+            resources = container.setdefault("resources", {})
+            limits = resources.setdefault("limits", {})
+            requests = resources.setdefault("requests", {})
+            for resource, amount in (item.get("default") or {}).items():
+                limits.setdefault(resource, amount)
+            for resource, amount in (item.get("defaultRequest") or {}).items():
+                requests.setdefault(resource, amount)
+
+
+def _limit_range_validation(workload: Workload, namespace: Namespace | None) -> None:
+    """LimitRanger's validating half, over every container of the final pod."""
+    for item in _limit_range_items(namespace):
+        for container in workload.containers + workload.init_containers:
+            _limit_range_bounds(workload, container, item)
 
 
 def _limit_range_bounds(workload: Workload, container: dict[str, Any], item: dict[str, Any]) -> None:
@@ -365,9 +398,12 @@ def _limit_range_bounds(workload: Workload, container: dict[str, Any], item: dic
         if resource not in limits or limits[resource] > high:
             workload.findings.append(f"{where}: LimitRange maximum {resource} {text} exceeded (or no limit)")
     for resource, text in (item.get("maxLimitRequestRatio") or {}).items():
-        if resource in limits and requests.get(resource):
-            if limits[resource] / requests[resource] > parse_quantity(str(text)):
-                workload.findings.append(f"{where}: {resource} limit/request ratio above the LimitRange's {text}")
+        if resource in limits and not requests.get(resource):
+            workload.findings.append(
+                f"{where}: LimitRange maxLimitRequestRatio on {resource} needs a non-zero {resource} request"
+            )
+        elif resource in limits and limits[resource] / requests[resource] > parse_quantity(str(text)):
+            workload.findings.append(f"{where}: {resource} limit/request ratio above the LimitRange's {text}")
 
 
 def _validate_resources(workload: Workload) -> None:
@@ -439,35 +475,45 @@ def _knative_webhook(workload: Workload, features: dict[str, str]) -> None:
     found = workload.findings
 
     def enabled(flag: str) -> bool:
-        return features.get(flag) in ("enabled", "allowed")
+        return features.get(flag, "enabled" if flag in KNATIVE_FEATURES_ON_BY_DEFAULT else "disabled") in ("enabled", "allowed")
 
     for key, flag in KNATIVE_FEATURE_FIELDS.items():
         if pod.get(key) not in (None, [], {}, False) and not enabled(flag):
             found.append(f"Knative refuses spec.template.spec.{key} unless config-features enables {flag}")
     if KNATIVE_TERMINATION_GRACE in pod:
         found.append(f"Knative refuses spec.template.spec.{KNATIVE_TERMINATION_GRACE} (it sets the grace period itself)")
-    extra_security = set(pod.get("securityContext") or {}) - KNATIVE_DEFAULT_POD_SECURITY
+    # Without kubernetes.podspec-securitycontext the pod's securityContext takes nothing but a
+    # seccompProfile, and that only under secure-pod-defaults (fieldmask.go PodSecurityContextMask).
+    allowed_security = {"seccompProfile"} if enabled("secure-pod-defaults") else set()
+    extra_security = set(pod.get("securityContext") or {}) - allowed_security
     if extra_security and not enabled("kubernetes.podspec-securitycontext"):
         found.append(
             f"Knative refuses pod securityContext fields {', '.join(sorted(extra_security))} unless "
             "kubernetes.podspec-securitycontext is enabled"
         )
     for volume in pod.get("volumes") or []:
-        if "emptyDir" in volume and not enabled("kubernetes.podspec-volumes-emptydir"):
-            found.append(
-                f"Knative refuses emptyDir volume {volume['name']} unless kubernetes.podspec-volumes-emptydir is enabled"
-            )
-        if "hostPath" in volume:
-            found.append(f"Knative refuses hostPath volume {volume['name']}")
+        for kind in set(volume) - {"name"}:
+            if kind not in KNATIVE_VOLUME_FLAGS:
+                found.append(f"Knative refuses {kind} volume {volume['name']}")
+            elif (volume_flag := KNATIVE_VOLUME_FLAGS[kind]) is not None and not enabled(volume_flag):
+                found.append(f"Knative refuses {kind} volume {volume['name']} unless config-features enables {volume_flag}")
     serving = [c for c in pod.get("containers") or [] if c.get("ports")]
     if len(pod.get("containers") or []) > 1 and len(serving) != 1:
         found.append("Knative needs exactly one container with a port when a revision has several containers")
     for container in pod.get("containers") or []:
+        name = container.get("name")
         for key in KNATIVE_FORBIDDEN_CONTAINER_FIELDS:
             if key in container:
-                found.append(f"Knative refuses container {container.get('name')} field {key}")
+                found.append(f"Knative refuses container {name} field {key}")
         if len(container.get("ports") or []) > 1:
-            found.append(f"Knative allows one port per container, {container.get('name')} has {len(container['ports'])}")
+            found.append(f"Knative allows one port per container, {name} has {len(container['ports'])}")
+        context = container.get("securityContext") or {}
+        if context.get("privileged"):
+            found.append(f"Knative refuses container {name} privileged: true")
+        if (context.get("capabilities") or {}).get("add") and not enabled("kubernetes.containerspec-addcapabilities"):
+            found.append(
+                f"Knative refuses container {name} capabilities.add unless kubernetes.containerspec-addcapabilities is enabled"
+            )
 
 
 def _knative_features(objects: list[dict[str, Any]]) -> dict[str, str]:
@@ -516,18 +562,12 @@ def _quota_requirements(workload: Workload, quota: dict[str, Any]) -> None:
                 )
 
 
-def _peaks(all_workloads: list[Workload]) -> None:
-    """Each workload's pods at peak. Versions of one model (same namespace, same model label)
-    split its traffic: `split_peak_members` sizes them together, as the config checks do."""
-    groups: dict[tuple[str, str], list[Workload]] = {}
+def _peaks(all_workloads: list[Workload], server_peaks: Sequence[dict[str, Any]]) -> None:
+    """Each workload's pods at peak: what the plan exports for model servers, else the
+    workload's own maximum plus its rollout surge."""
+    planned = {(p["namespace"], p["name"]): int(p["peakPods"]) for p in server_peaks}
     for workload in all_workloads:
-        model = workload.labels.get(LABEL_MODEL)
-        key = (workload.namespace, model) if model else (workload.namespace, f"workload:{workload.kind}/{workload.name}")
-        groups.setdefault(key, []).append(workload)
-    for members in groups.values():
-        peaks = split_peak_members([(m.min_replicas, m.max_replicas, m.surge) for m in members])
-        for member, peak in zip(members, peaks):
-            member.peak = peak
+        workload.peak = planned.get((workload.namespace, workload.name), workload.max_replicas + workload.surge)
 
 
 def _quota_usage(all_workloads: list[Workload], namespaces: dict[str, Namespace]) -> list[str]:
@@ -579,10 +619,12 @@ def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool
 
 def _pool_for(workload: Workload, pools: list[PoolTemplate]) -> PoolTemplate | None:
     selector = workload.pod.get("nodeSelector") or {}
+    if not selector:
+        workload.findings.append("no nodeSelector: a model server names the pool it runs on")
+        return None
     matching = [p for p in pools if all(p.labels.get(k) == v for k, v in selector.items())]
-    if not selector or not matching:
-        if selector:
-            workload.findings.append(f"no node pool has the labels of its nodeSelector {selector}")
+    if not matching:
+        workload.findings.append(f"no node pool has the labels of its nodeSelector {selector}")
         return None
     pool = matching[0]
     tolerations = workload.pod.get("tolerations") or []
@@ -639,7 +681,9 @@ class AdmissionResult:
         return bool(self.findings)
 
 
-def admit_and_schedule(objects: list[dict[str, Any]], pool_outputs: list[dict[str, Any]]) -> AdmissionResult:
+def admit_and_schedule(
+    objects: list[dict[str, Any]], pool_outputs: list[dict[str, Any]], server_peaks: Sequence[dict[str, Any]] = ()
+) -> AdmissionResult:
     namespaces = _namespaces(objects)
     features = _knative_features(objects)
     priority_classes = {_ns_name(p)[1] for p in _by_kind(objects, "PriorityClass")}
@@ -649,17 +693,22 @@ def admit_and_schedule(objects: list[dict[str, Any]], pool_outputs: list[dict[st
         namespace = namespaces.get(workload.namespace)
         if namespace is None:
             workload.findings.append(f"namespace {workload.namespace} is not declared")
-        _inject(workload, namespace)
+        # In the API server's order: the controller's pod, API defaulting, the built-in mutating
+        # plugins (LimitRanger), the mutating webhooks (Istio), then validation, the
+        # validating plugins and webhooks, and ResourceQuota last.
+        _controller_containers(workload)
         for container in workload.containers + workload.init_containers:
             _api_defaults(container)
-        _limit_ranger(workload, namespace)
+        _limit_range_defaults(workload, namespace)
+        _webhook_containers(workload, namespace)
         _validate_resources(workload)
+        _limit_range_validation(workload, namespace)
         _pod_security(workload, namespace)
         _knative_webhook(workload, features)
         klass = workload.pod.get("priorityClassName")
         if klass and klass not in priority_classes and klass not in ("system-cluster-critical", "system-node-critical"):
             workload.findings.append(f"PriorityClass {klass} does not exist")
-    _peaks(found)
+    _peaks(found, server_peaks)
     findings = _quota_usage(found, namespaces)
     by_pool: dict[str, list[Workload]] = {}
     for workload in found:
@@ -669,5 +718,7 @@ def admit_and_schedule(objects: list[dict[str, Any]], pool_outputs: list[dict[st
             by_pool.setdefault(pool.name, []).append(workload)
     for pool in pools:
         findings += _bin_pack(pool, by_pool.get(pool.name, []))
+    for workload in found:
+        workload.findings = list(dict.fromkeys(workload.findings))  # one line per problem, whichever quota saw it
     findings = [f"{w.label}: {f}" for w in found for f in w.findings] + findings
     return AdmissionResult(found, findings)

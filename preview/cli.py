@@ -143,7 +143,9 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
     report.sections["capacity"] = capacity_section(evaluation.stack_outputs)
     admission = progress.run(
         "admitting and scheduling every pod template (LimitRange, quota, Pod Security, Knative, pools)",
-        lambda: admit_and_schedule(objects, evaluation.stack_outputs.get("nodePools") or []),
+        lambda: admit_and_schedule(
+            objects, evaluation.stack_outputs.get("nodePools") or [], evaluation.stack_outputs.get("serverPeaks") or []
+        ),
     )
     report.sections["admission"] = admission_section(admission)
     pins = progress.run("checking pins and rendered values against upstream facts", lambda: check_upstream(objects, releases))

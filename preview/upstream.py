@@ -44,6 +44,10 @@ FREE_FORM_SUPPLEMENT: dict[tuple[str, str], dict[str, str]] = {
         "serviceAccount.annotations": "kubernetes-sigs/aws-load-balancer-controller v3.5.0 helm/aws-load-balancer-controller/"
         "templates/serviceaccount.yaml lines 9-11: `with .Values.serviceAccount.annotations` ... `toYaml .`",
     },
+    ("istiod", "1.30.3"): {
+        "meshConfig": "istio/istio 1.30.3 manifests/charts/istio-control/istio-discovery/templates/configmap.yaml "
+        "line 79: `mergeOverwrite $originalMesh .Values.meshConfig`, then `toYaml`",
+    },
     ("cluster-autoscaler", "9.51.0"): {
         "rbac.serviceAccount.annotations": "kubernetes/autoscaler cluster-autoscaler-chart-9.51.0 charts/cluster-autoscaler/"
         "templates/serviceaccount.yaml lines 10-12: `with .Values.rbac.serviceAccount.annotations` `range $k, $v := .`",
@@ -184,7 +188,9 @@ def check_release_values(facts: Facts, release: dict[str, Any]) -> PinResult:
     chart_name, version = str(release.get("chart")), str(release.get("version"))
     result = PinResult(f"values of {release.get('namespace')}/{release.get('name')} ({chart_name})", version, VERIFIED)
     released = facts.released_charts(chart_name)
-    if released is not None and version.removeprefix("v") not in released:
+    pinned = any(pin.chart == chart_name and pin.version == version for pin in pins.CHARTS)
+    if not pinned and released is not None and version.removeprefix("v") not in released:
+        # (A pinned version's release is the pin's own row.)
         result.status = FAILED
         result.details.append(f"{chart_name} {version} is not a released version")
         return result
@@ -257,7 +263,7 @@ def check_image_pin(facts: Facts, pin: pins.ImagePin) -> PinResult:
     return result
 
 
-def pod_templates(obj: dict[str, Any]) -> dict[str, Any] | None:
+def pod_spec_of(obj: dict[str, Any]) -> dict[str, Any] | None:
     """The pod spec of a workload object we declare (Deployment, StatefulSet, Knative Service)."""
     spec = obj.get("spec") or {}
     template = spec.get("template") or {}
@@ -268,13 +274,30 @@ def pod_templates(obj: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def check_knative_serving_pin(facts: Facts) -> PinResult:
+    """Knative Serving's version is what the pinned operator installs (KnativeServing
+    spec.version): the operator's own minor, which its facts' release verifies."""
+    result = PinResult("knative serving (through the operator)", pins.KNATIVE_SERVING_VERSION, VERIFIED)
+    operator = pins.KNATIVE_OPERATOR.release
+    if ".".join(operator.split(".")[:2]) != pins.KNATIVE_SERVING_VERSION:
+        result.status = FAILED
+        result.details.append(
+            f"the operator {operator} installs Serving {operator.rsplit('.', 1)[0]}, not {pins.KNATIVE_SERVING_VERSION}"
+        )
+    elif check_chart_pin(facts, pins.KNATIVE_OPERATOR).status != VERIFIED:
+        result.status = UNVERIFIED
+        result.details.append(f"the operator chart {pins.KNATIVE_OPERATOR.version} is not verified")
+    return result
+
+
 def check_upstream(objects: list[dict[str, Any]], releases: list[dict[str, Any]], root: Path | None = None) -> list[PinResult]:
     facts = Facts(root or facts_dir())
     results = [check_chart_pin(facts, pin) for pin in pins.CHARTS]
+    results.append(check_knative_serving_pin(facts))
     results += [check_image_pin(facts, pin) for pin in pins.IMAGES]
     results += [check_release_values(facts, release) for release in releases]
     for obj in objects:
-        pod = pod_templates(obj)
+        pod = pod_spec_of(obj)
         for container in (pod or {}).get("containers", []):
             if list(container.get("command") or [])[:2] == ["vllm", "serve"]:
                 metadata = obj.get("metadata") or {}

@@ -150,9 +150,9 @@ def test_quota_scope_by_priority_class():
     assert len(run(namespace(), scoped, pc, deployment(spec)).findings) == 1
 
 
-def test_versions_of_one_model_split_its_peak():
-    # Two versions of one model, each 1..4: one at its max and the other at its min, each with
-    # a surge pod: 4 + 1 + 1 + 1 = 7 pods, not 10.
+def test_model_servers_take_their_peak_from_the_plan():
+    # Two versions of one model, each 1..4: the plan sizes them by their traffic share (the
+    # program exports it as serverPeaks); any other workload counts its maximum and its surge.
     objects = [namespace()]
     for version in ("v1", "v2"):
         d = deployment(pod_spec(), replicas=1, name=f"m-{version}", model="m")
@@ -163,8 +163,10 @@ def test_versions_of_one_model_split_its_peak():
             "spec": {"scaleTargetRef": {"kind": "Deployment", "name": f"m-{version}"}, "minReplicas": 1, "maxReplicas": 4},
         }
         objects += [d, hpa]
-    result = run(*objects)
-    assert sorted(w.peak for w in result.workloads) == [2, 5]
+    assert sorted(w.peak for w in run(*objects).workloads) == [5, 5]
+    planned = [{"namespace": NS, "name": "m-v1", "peakPods": 5}, {"namespace": NS, "name": "m-v2", "peakPods": 2}]
+    result = admit_and_schedule(objects, [POOL], planned)
+    assert {w.name: w.peak for w in result.workloads} == {"m-v1": 5, "m-v2": 2}
 
 
 def test_pod_security_restricted():
@@ -235,7 +237,9 @@ def knative_features(*flags: str) -> dict[str, Any]:
 
 def test_knative_rollout_surge_and_queue_proxy():
     # min 1, max 2: peak is 2 + a new revision's first pod; queue-proxy adds 25m of CPU.
-    features = knative_features("kubernetes.podspec-nodeselector", "kubernetes.podspec-tolerations")
+    features = knative_features(
+        "kubernetes.podspec-nodeselector", "kubernetes.podspec-tolerations", "kubernetes.podspec-securitycontext"
+    )
     result = run(namespace(), features, quota({"requests.cpu": "12.075"}), knative_service(pod_spec(cpu="4")))
     assert result.findings == []
     assert result.workloads[0].peak == 3
@@ -262,6 +266,50 @@ def test_pods_at_peak_must_bin_pack_onto_the_pool_at_max_size():
     # CPU runs out before GPUs: 8 pods x 8 CPUs on two 30-CPU nodes.
     findings = run(namespace(), deployment(pod_spec(cpu="8", gpus=1), replicas=7)).findings
     assert "short of" in findings[0] and "cpu" in findings[0]
+
+
+def test_knative_volumes_and_security_need_their_flags():
+    spec = pod_spec()
+    spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "x"}}, {"name": "info", "downwardAPI": {}}]
+    spec["containers"][0]["securityContext"]["capabilities"]["add"] = ["NET_BIND_SERVICE"]
+    findings = run(
+        namespace(), knative_features("kubernetes.podspec-nodeselector", "kubernetes.podspec-tolerations"), knative_service(spec)
+    ).findings
+    assert any(
+        "persistentVolumeClaim volume data unless config-features enables kubernetes.podspec-persistent-volume-claim" in f
+        for f in findings
+    )
+    assert any("refuses downwardAPI volume info" in f for f in findings)
+    assert any("capabilities.add unless kubernetes.containerspec-addcapabilities" in f for f in findings)
+    # The pod's seccompProfile alone needs the securitycontext flag, unless secure-pod-defaults is on.
+    assert any("securityContext fields seccompProfile" in f for f in findings)
+
+
+def test_limit_request_ratio_needs_a_request():
+    # (A limit with no request gets the limit as its request by API defaulting; a zero request
+    # stays, and no ratio can be had to it.)
+    bounded = limit_range({"memory": "1Gi"})
+    bounded["spec"]["limits"][0]["maxLimitRequestRatio"] = {"cpu": "2"}
+    spec = pod_spec(cpu="0", limits={"cpu": "4"})
+    findings = run(namespace(), bounded, deployment(spec)).findings
+    assert any("maxLimitRequestRatio on cpu needs a non-zero cpu request" in f for f in findings)
+
+
+def test_a_pod_without_a_node_selector_is_a_finding():
+    spec = pod_spec()
+    del spec["nodeSelector"]
+    assert run(namespace(), deployment(spec)).findings == [
+        "Deployment team/server: no nodeSelector: a model server names the pool it runs on"
+    ]
+
+
+def test_the_sidecar_gets_no_limit_range_defaults():
+    # Istio injects after LimitRanger: a sidecar with no memory limit is refused by a quota
+    # that limits memory, whatever the LimitRange's default.
+    d = deployment(pod_spec())
+    d["spec"]["template"]["metadata"]["annotations"] = {"sidecar.istio.io/proxyCPU": "100m"}
+    findings = run(namespace(injected=True), limit_range({"memory": "1Gi"}), quota({"limits.memory": "1000Gi"}), d).findings
+    assert "Deployment team/server: ResourceQuota q: container istio-proxy must specify limits.memory" in findings
 
 
 def test_a_missing_priority_class_is_found():

@@ -136,15 +136,14 @@ def test_cpu_memory_and_pods_budgets_are_checked_too(prod_raw):
     quota = prod_raw["tenants"][0]["quota"]
     quota.update(cpu="400", memory="3000Gi", pods=20)
     found = config_problems(prod_raw)
-    # 70B: 9 pods x (32 + 0.1 sidecar); 8B: 26 x (8 + 0.1 + 0.025 queue-proxy); 8B batch: 5 x 8.125.
+    # 70B: 9 pods x (32 + 0.1 sidecar); 8B: 22 + 5 (v2 at 10 % of 20: 3, and 2 surge) x (8 + 0.1 + 0.025
+    # queue-proxy); 8B batch: 5 x 8.125.
+    assert any(m.startswith("inference-platform:tenants[0].quota.cpu: at their peak") and "hold 548.9 of cpu" in m for m in found)
     assert any(
-        m.startswith("inference-platform:tenants[0].quota.cpu: at their peak") and "hold 540.775 of cpu" in m for m in found
-    )
-    assert any(
-        m.startswith("inference-platform:tenants[0].quota.memory: at their peak") and "hold 4811.75Gi of memory" in m
+        m.startswith("inference-platform:tenants[0].quota.memory: at their peak") and "hold 4876.5Gi of memory" in m
         for m in found
     )
-    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at their peak") and "hold 40 of pods" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at their peak") and "hold 41 of pods" in m for m in found)
 
 
 def test_a_single_model_over_its_tenant_budget_names_the_model_key(prod_raw):
@@ -155,3 +154,12 @@ def test_a_single_model_over_its_tenant_budget_names_the_model_key(prod_raw):
         "included) llama-1b"
     )
     assert "hold 9 of nvidia.com/mig-1g.10gb" in message and 'tenants[1].quota.mig["1g.10gb"]' in message
+
+
+def test_a_canary_weight_step_raises_the_peak_the_checks_hold(prod_raw):
+    # Versions split the model's traffic by weight: at 50/50 both 8B versions peak at 20 (plus
+    # their new revisions' first 2 pods), 44 slices against a quota of 27 and a pool of 36.
+    prod_raw["models"][1]["release"]["canaryWeight"] = 50
+    found = config_problems(prod_raw)
+    assert any("hold 44 of nvidia.com/mig-3g.40gb, but tenant 'serving' has 27" in m for m in found), found
+    assert any("models of pool 'h100' need 44 of nvidia.com/mig-3g.40gb" in m for m in found), found

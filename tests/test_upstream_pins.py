@@ -133,3 +133,17 @@ def test_every_stack_previews_with_no_upstream_failure(previews, stack):
     for entry in section["data"]["pins"]:
         if entry["status"] == UNVERIFIED:
             assert entry["details"], entry
+
+
+def test_the_knative_serving_version_is_the_operators(facts, monkeypatch):
+    from preview.upstream import check_knative_serving_pin
+
+    assert check_knative_serving_pin(facts).status == VERIFIED
+    monkeypatch.setattr(pins, "KNATIVE_SERVING_VERSION", "1.21")
+    result = check_knative_serving_pin(facts)
+    assert result.status == FAILED and "installs Serving 1.23, not 1.21" in result.details[0]
+
+
+def test_istiods_mesh_config_is_passed_on_whole(facts):
+    mesh = {"meshConfig": {"defaultConfig": {"holdApplicationUntilProxyStarts": True}}}
+    assert check_release_values(facts, release(pins.ISTIOD, mesh)).status == VERIFIED

@@ -42,17 +42,15 @@ def device_plugin_config_name(pool: NodePoolConfig) -> str:
 
 def node_labels(pool: NodePoolConfig) -> dict[str, str]:
     """Labels every node of the pool carries (set on the node group, so present at boot)."""
-    labels = {
-        **pool.labels,
-        LABEL_POOL: pool.name,
-        LABEL_GPU_SHARING: pool.sharing.mode,
+    labels = {**pool.labels, LABEL_POOL: pool.name, LABEL_GPU_SHARING: pool.sharing.mode}
+    if GPU_RESOURCE in pool_supply(pool).per_node:
         # The cluster autoscaler's AWS provider treats a node with this label as a GPU node: it
-        # waits for the GPU to be advertised instead of scaling up again while the device plugin
-        # starts (kubernetes/autoscaler cluster-autoscaler/cloudprovider/aws/README.md, "GPU
-        # instances"; GPULabel in aws_cloud_provider.go). Set on the node group and, through the
-        # node-template tags, on the group while it has no nodes.
-        NODE_LABEL_ACCELERATOR: accelerator_name(pool),
-    }
+        # waits for `nvidia.com/gpu` to be advertised instead of scaling up again while the device
+        # plugin starts (kubernetes/autoscaler cluster-autoscaler/cloudprovider/aws/README.md, "GPU
+        # instances"; GPULabel in aws_cloud_provider.go). Only where the node advertises whole GPUs
+        # (or shares): a node of MIG slices alone never does, and the autoscaler would count it
+        # unready forever (gpu_processor.go FilterOutNodesWithUnreadyResources).
+        labels[NODE_LABEL_ACCELERATOR] = accelerator_name(pool)
     if pool.ami_type.startswith("BOTTLEROCKET"):
         # Bottlerocket's NVIDIA variant runs its own device plugin; the operator's must not.
         labels[NODE_LABEL_DEPLOY_DEVICE_PLUGIN] = "false"
