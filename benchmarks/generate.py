@@ -22,9 +22,10 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
             "tenant": tenant,
             "pool": "l4" if batch else "h100",
             "profile": "summarization" if batch else "chat",
-            "resources": {"gpus": 1, "cpu": "4", "memory": "16Gi"}
+            # Qwen 0.5B/1.5B checkpoints: a small weights cache, so the nodes' disks hold them all.
+            "resources": {"gpus": 1, "cpu": "4", "memory": "16Gi", "cacheSize": "10Gi"}
             if batch
-            else {"migProfile": "1g.10gb", "cpu": "4", "memory": "16Gi"},
+            else {"migProfile": "1g.10gb", "cpu": "4", "memory": "16Gi", "cacheSize": "10Gi"},
             "server": {"maxModelLen": 4096},
             "versions": [{"name": "v1", "source": QWEN}] + ([{"name": "v2", "source": QWEN_15}] if canary else []),
             "release": {"stable": "v1", **({"canary": "v2", "canaryWeight": 10} if canary else {})},
