@@ -12,7 +12,7 @@ from platform_config.models import TrafficConfig
 from .backends import BACKENDS
 from .constants import PACKAGE
 from .k8s_objects import custom_resource
-from .plan import RoutePlan
+from .serving import RoutePlan
 from .specs import gateway, routes
 
 

@@ -14,7 +14,7 @@ from .constants import PACKAGE, standard_labels
 from .k8s_objects import KubernetesObject
 from .model_route import ModelRoute, ModelRouteArgs
 from .model_server import ModelServer, ModelServerArgs, register
-from .plan import ModelPlan
+from .serving import ModelPlan
 from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
 
 

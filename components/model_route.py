@@ -10,7 +10,8 @@ import pulumi
 
 from .constants import PACKAGE
 from .k8s_objects import custom_resource
-from .plan import RoutePlan, backend_of
+from .plan import backend_of
+from .serving import RoutePlan
 from .specs import routes
 
 

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 import pulumi
 
-from .backends import ServerObject
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource
-from .plan import ServerPlan
+from .serving import ServerObject, ServerPlan
 from .specs.pod import rollout_timeout_seconds
 
 

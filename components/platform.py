@@ -26,9 +26,9 @@ from .mesh import Mesh, MeshArgs
 from .metrics_server import MetricsServer, MetricsServerArgs
 from .model import Model, ModelArgs
 from .monitoring import PROMETHEUS_URL, Monitoring
-from .plan import Plan
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
+from .serving import Plan
 from .specs.gateway import stream_idle_timeout_seconds
 from .tenant import Tenant, TenantArgs
 from .workload_identity import WorkloadAccess

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from components.backends import BACKENDS
-from components.plan import Plan, ServerPlan
+from components.serving import Plan, ServerPlan
 from components.specs import gateway, pod, routes, tenancy
 
 from .helpers import raw_stack, validate

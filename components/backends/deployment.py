@@ -13,6 +13,7 @@ from platform_config.errors import ConfigIssue
 from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
 
 from ..constants import HTTP_PORT_NAME, LABEL_MODEL, LABEL_MODEL_VERSION, VLLM_PORT, standard_labels
+from ..serving import Destination, PodShape, ServerObject, ServingBackend
 from ..specs.metrics import GPU_METRIC, QUEUE_METRIC
 from ..specs.pod import (
     merged_metrics_relabelings,
@@ -22,10 +23,9 @@ from ..specs.pod import (
     progress_deadline_seconds,
     server_metadata,
 )
-from .base import Destination, PodShape, ServerObject, ServingBackend
 
 if TYPE_CHECKING:
-    from ..plan import ModelPlan, ServerPlan
+    from ..serving import ModelPlan, ServerPlan
 
 # A Deployment's rollout surges one pod above the current count (maxSurge 1, maxUnavailable 0).
 ROLLOUT_SURGE = 1

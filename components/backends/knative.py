@@ -15,6 +15,7 @@ from platform_config.profiles import WorkloadProfile
 from platform_config.serving import drain_chain, effective_profile, server_name
 
 from ..constants import GATEWAY_SELECTOR, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT
+from ..serving import Destination, PodShape, ServerObject, ServingBackend
 from ..specs.pod import (
     merged_metrics_relabelings,
     pod_annotations,
@@ -23,10 +24,9 @@ from ..specs.pod import (
     progress_deadline_seconds,
     server_metadata,
 )
-from .base import Destination, PodShape, ServerObject, ServingBackend
 
 if TYPE_CHECKING:
-    from ..plan import ServerPlan
+    from ..serving import ServerPlan
 
 # pulumi-kubernetes (4.18+): what to await on a resource it has no built-in readiness check for.
 PULUMI_WAIT_FOR = "pulumi.com/waitFor"

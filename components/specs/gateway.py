@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from platform_config.models import TrafficConfig, duration_seconds
 
 from ..constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, standard_labels
-from ..plan import TIER_ORDER
+from ..serving import TIER_ORDER
 
 if TYPE_CHECKING:
-    from ..plan import RoutePlan
+    from ..serving import RoutePlan
 
 GATEWAY_NAME = "inference-gateway"
 LUA_SOURCE = Path(__file__).resolve().parent.parent / "lua" / "gateway_filter.lua"

@@ -17,7 +17,7 @@ from platform_config.serving import MESH_PROXY_RESOURCES
 from ..constants import GPU_RESOURCE, GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, VLLM_PORT
 
 if TYPE_CHECKING:  # the plan imports the backends, which build their pods here
-    from ..plan import ServerPlan
+    from ..serving import ServerPlan
 
 HF_TOKEN_SECRET = "huggingface-token"
 HF_TOKEN_KEY = "token"

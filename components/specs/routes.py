@@ -23,9 +23,9 @@ from typing import Any
 from platform_config.models import TierPolicy, duration_seconds
 from platform_config.serving import running_versions
 
-from ..backends import ServingBackend
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels
-from ..plan import TIER_ORDER, RoutePlan, backend_of
+from ..plan import backend_of
+from ..serving import TIER_ORDER, RoutePlan, ServingBackend
 from .gateway import GATEWAY_NAME
 
 # Retry only what never reached a server: an LLM request is not idempotent (it costs GPU time),

@@ -1,11 +1,14 @@
-"""What a serving backend is: one way of running a model version's vLLM servers.
+"""The shapes the program is built from: the resolved plan (`ServerPlan`, `ModelPlan`,
+`RoutePlan`, `Plan`) and what a serving backend is (`ServingBackend`), one way of running a
+model version's vLLM servers.
 
 A backend owns everything about its mode: the objects of a version's server and of the model,
 how a rollout surges and what the cluster injects into its pods (its capacity demand), where
 the gateway sends a version's traffic (its route target), how a replica drains (the pod's
 shape), which platform machinery it needs, and the config rules that hold only for it. The rest
 of the program asks the model's backend and never branches on the mode. A new mode is one module
-in this package and one line in its registry (`components/backends/__init__.py`).
+in `components/backends/` and its name in `AutoscalingMode`. `components/plan.py` resolves a
+config into a `Plan`; nothing here imports a backend.
 """
 
 from __future__ import annotations
@@ -13,13 +16,35 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from platform_config.errors import ConfigIssue
-from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
+from platform_config.models import (
+    ModelConfig,
+    ModelVersion,
+    NodePoolConfig,
+    PlatformConfig,
+    ServerArgs,
+    TierPolicy,
+    TrafficConfig,
+)
+from platform_config.profiles import TierName, WorkloadProfile
+from platform_config.serving import DrainChain, Peak
 
-if TYPE_CHECKING:  # the plan imports the backends
-    from ..plan import ModelPlan, ServerPlan
+from .constants import (
+    GPU_RESOURCE,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_LATENCY_SENSITIVE,
+    LABEL_MODEL,
+    LABEL_MODEL_VERSION,
+    LABEL_NAME,
+    LABEL_PART_OF,
+    LABEL_PROFILE,
+    LABEL_TENANT,
+    LABEL_VERSION,
+    PART_OF,
+)
 
 # How a server's object is registered:
 # - "pods": makes pods (waits for what pods need; `pulumi up` waits until it is ready);
@@ -144,3 +169,125 @@ class ServingBackend(ABC):
         """(NetworkPolicy name, namespace) of platform components in the data path of the
         tenant's servers, which its isolation must let in."""
         return ()
+
+
+# --- the resolved plan -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """One running version of one model: everything its server's objects are built from."""
+
+    model: ModelConfig
+    version: ModelVersion
+    backend: ServingBackend
+    profile: WorkloadProfile
+    pool: NodePoolConfig
+    name: str
+    namespace: str
+    tiers: tuple[TierName, ...]
+    priority_class: str
+    args: ServerArgs
+    image: str
+    gpu_resource: str
+    gpu_count: int
+    gpu_memory_utilization: float
+    min_replicas: int
+    max_replicas: int
+    # Route and request timeouts, preStop, vLLM's drain and the grace period, derived together.
+    drain: DrainChain
+    # Sequences vLLM runs at once: the stack's, else the backend's hard cap, else the profile's.
+    max_num_seqs: int
+    hugging_face_token: bool
+    # Served names of models whose batch tier this server takes (vLLM answers to them too).
+    aliases: tuple[str, ...]
+    # Service account with read access to the S3 weights (workload identity), if any.
+    weights_service_account: str | None
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return self.gpu_count if self.gpu_resource == GPU_RESOURCE and not self.time_sliced else 1
+
+    @property
+    def time_sliced(self) -> bool:
+        return self.pool.sharing.mode == "timeSlicing"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {
+            LABEL_NAME: self.model.name,
+            LABEL_INSTANCE: self.name,
+            LABEL_VERSION: self.version.name,
+            LABEL_COMPONENT: "model-server",
+            LABEL_PART_OF: PART_OF,
+            LABEL_MODEL: self.model.name,
+            LABEL_MODEL_VERSION: self.version.name,
+            LABEL_TENANT: self.namespace,
+            LABEL_PROFILE: self.profile.name,
+            LABEL_LATENCY_SENSITIVE: str(self.profile.latency_sensitive).lower(),
+            # Istio's conventional labels: telemetry and subsets read them.
+            "app": self.model.name,
+            "version": self.version.name,
+        }
+
+    @property
+    def selector(self) -> dict[str, str]:
+        return {LABEL_INSTANCE: self.name}
+
+
+# Tiers in the order routes and subsets list them.
+TIER_ORDER: tuple[TierName, ...] = ("premium", "standard", "batch")
+
+
+@dataclass(frozen=True)
+class TierRoute:
+    """One tier requests for a model may use."""
+
+    tier: TierName
+    policy: TierPolicy
+    # The model whose servers take it: the model itself, or the model its batch tier is sent to.
+    owner: ModelConfig
+    # Whether that server schedules by the priority the gateway writes (it serves several tiers).
+    by_priority: bool
+
+
+@dataclass(frozen=True)
+class RoutePlan:
+    """What a model's routes and subsets are built from."""
+
+    model: ModelConfig
+    traffic: TrafficConfig
+    # Tiers requests for the model may use (its own, plus batch when sent to a batch model).
+    tiers: tuple[TierRoute, ...]
+    # Tiers the model's own servers take, for itself or as another model's batch model: its
+    # subsets.
+    subsets: tuple[tuple[TierName, TierPolicy], ...]
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    model: ModelConfig
+    backend: ServingBackend
+    servers: tuple[ServerPlan, ...]
+    # S3 prefixes its versions read, and the service account whose role reads them.
+    s3_uris: tuple[str, ...]
+    weights_service_account: str | None
+    peak: Peak
+    route: RoutePlan
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: PlatformConfig
+    models: tuple[ModelPlan, ...]
+
+    @property
+    def routes(self) -> tuple[RoutePlan, ...]:
+        return tuple(m.route for m in self.models)
+
+    def model(self, name: str) -> ModelPlan:
+        return next(m for m in self.models if m.model.name == name)
+
+    def backends(self) -> tuple[ServingBackend, ...]:
+        """The backends the stack's models use, each once, in the models' order."""
+        return tuple({m.backend.mode: m.backend for m in self.models}.values())
