@@ -104,27 +104,12 @@ def hpa(plan: ServerPlan) -> dict[str, Any]:
     """autoscaling/v2 on Pods metrics served by prometheus-adapter. GPU utilisation is not a
     `Resource` metric (those are cpu and memory only)."""
     settings = plan.model.autoscaling.hpa
-    metrics: list[dict[str, Any]] = []
-    if settings.queue_depth_target is not None:
-        metrics.append(
-            {
-                "type": "Pods",
-                "pods": {
-                    "metric": {"name": QUEUE_METRIC},
-                    "target": {"type": "AverageValue", "averageValue": str(settings.queue_depth_target)},
-                },
-            }
-        )
-    if settings.gpu_utilization_target is not None:
-        metrics.append(
-            {
-                "type": "Pods",
-                "pods": {
-                    "metric": {"name": GPU_METRIC},
-                    "target": {"type": "AverageValue", "averageValue": str(settings.gpu_utilization_target)},
-                },
-            }
-        )
+    targets = ((QUEUE_METRIC, settings.queue_depth_target), (GPU_METRIC, settings.gpu_utilization_target))
+    metrics = [
+        {"type": "Pods", "pods": {"metric": {"name": name}, "target": {"type": "AverageValue", "averageValue": str(value)}}}
+        for name, value in targets
+        if value is not None
+    ]
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
