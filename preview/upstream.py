@@ -301,6 +301,7 @@ def check_upstream(objects: list[dict[str, Any]], releases: list[dict[str, Any]]
         for container in (pod or {}).get("containers", []):
             if list(container.get("command") or [])[:2] == ["vllm", "serve"]:
                 metadata = obj.get("metadata") or {}
-                owner = f"{obj.get('kind')} {metadata.get('namespace')}/{metadata.get('name')}"
+                knative = str(obj.get("apiVersion", "")).startswith("serving.knative.dev/")
+                owner = f"{'KnativeService' if knative else obj.get('kind')} {metadata.get('namespace')}/{metadata.get('name')}"
                 results.append(check_vllm_container(facts, owner, container))
     return results
