@@ -9,7 +9,6 @@ import pulumi
 
 from platform_config.models import TrafficConfig
 
-from .backends import BACKENDS
 from .constants import PACKAGE
 from .k8s_objects import custom_resource
 from .serving import RoutePlan
@@ -31,8 +30,6 @@ class GatewayRouting(pulumi.ComponentResource):
         custom_resource(f"{name}-gateway", gateway.gateway(args.traffic), child)
         custom_resource(f"{name}-filter", gateway.envoy_filter(args.traffic, args.routes), child)
         # The shared rules of backends whose versions sit behind a shared gateway (Knative's).
-        for backend in BACKENDS.values():
-            rule = routes.shared_destination_rule(args.routes, backend)
-            if rule is not None and backend.shared_destination_rule is not None:
-                custom_resource(f"{name}-{backend.shared_destination_rule[1]}", rule, child)
+        for suffix, rule in routes.shared_destination_rules(args.routes).items():
+            custom_resource(f"{name}-{suffix}", rule, child)
         self.register_outputs({"gateway": gateway.GATEWAY_NAME, "hosts": list(args.traffic.hosts)})

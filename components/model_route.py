@@ -10,7 +10,6 @@ import pulumi
 
 from .constants import PACKAGE
 from .k8s_objects import custom_resource
-from .plan import backend_of
 from .serving import RoutePlan
 from .specs import routes
 
@@ -29,7 +28,7 @@ class ModelRoute(pulumi.ComponentResource):
         service = routes.virtual_service(args.route)
         custom_resource(f"{name}-virtual-service", service, child)
         # The model's own subsets, unless its backend puts them on a shared gateway's rule.
-        if backend_of(model).shared_destination_rule is None:
+        if args.route.backend.shared_destination_rule is None:
             custom_resource(f"{name}-destination-rule", routes.destination_rule(args.route), child)
         release = model.release
         self.register_outputs(

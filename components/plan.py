@@ -104,14 +104,23 @@ def _route(config: PlatformConfig, model: ModelConfig) -> RoutePlan:
         if tier not in wanted:
             continue
         owner = by_name[model.batch_model] if tier == "batch" and model.batch_model is not None else model
-        tiers.append(TierRoute(tier, config.traffic.tiers[tier], owner, by_priority=len(model_tiers(config, owner)) > 1))
+        tiers.append(
+            TierRoute(tier, config.traffic.tiers[tier], owner, backend_of(owner), by_priority=len(model_tiers(config, owner)) > 1)
+        )
     batch_for_others = any(m.batch_model == model.name for m in config.models)
     subsets = tuple(
         (tier, config.traffic.tiers[tier])
         for tier in TIER_ORDER
         if (tier in own and not (tier == "batch" and model.batch_model is not None)) or (tier == "batch" and batch_for_others)
     )
-    return RoutePlan(model=model, traffic=config.traffic, tiers=tuple(tiers), subsets=subsets)
+    return RoutePlan(
+        model=model,
+        backend=backend_of(model),
+        versions=tuple(running_versions(model)),
+        traffic=config.traffic,
+        tiers=tuple(tiers),
+        subsets=subsets,
+    )
 
 
 def _peak(model: ModelConfig) -> Peak:

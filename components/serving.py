@@ -247,6 +247,8 @@ class TierRoute:
     policy: TierPolicy
     # The model whose servers take it: the model itself, or the model its batch tier is sent to.
     owner: ModelConfig
+    # The backend serving the owner, so routes reach it without asking the registry again.
+    owner_backend: ServingBackend
     # Whether that server schedules by the priority the gateway writes (it serves several tiers).
     by_priority: bool
 
@@ -256,6 +258,9 @@ class RoutePlan:
     """What a model's routes and subsets are built from."""
 
     model: ModelConfig
+    backend: ServingBackend
+    # The versions with servers (stable, then the canary if any).
+    versions: tuple[str, ...]
     traffic: TrafficConfig
     # Tiers requests for the model may use (its own, plus batch when sent to a batch model).
     tiers: tuple[TierRoute, ...]

@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from typing import get_args
 
-from components.backends import BACKENDS, ServingBackend
+import pytest
+
+from components.backends import BACKENDS, RegistryError, ServingBackend, registry
 from platform_config.profiles import AutoscalingMode
 
 from .helpers import ROOT
@@ -16,6 +18,20 @@ def test_every_mode_the_config_accepts_has_a_backend_and_no_other():
     assert list(BACKENDS) == list(get_args(AutoscalingMode))
     for mode, backend in BACKENDS.items():
         assert isinstance(backend, ServingBackend) and backend.mode == mode
+
+
+def test_the_registry_refuses_a_second_backend_an_unknown_mode_or_a_missing_one():
+    classes = [type(b) for b in BACKENDS.values()]
+    assert list(registry(classes)) == list(BACKENDS)
+    # A class built on a backend for a mode of its own must not take the parent's mode silently.
+    twin = type("TwinKnative", (classes[-1],), {})
+    with pytest.raises(RegistryError, match="both claim mode"):
+        registry([*classes, twin])
+    stray = type("StrayBackend", (classes[0],), {"mode": "warp"})
+    with pytest.raises(RegistryError, match="mode 'warp'"):
+        registry([*classes, stray])
+    with pytest.raises(RegistryError, match="no backend for mode"):
+        registry(classes[:1])
 
 
 def test_nothing_outside_the_backends_names_a_mode():

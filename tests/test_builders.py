@@ -4,6 +4,7 @@ each backend's objects, routes and subsets, the gateway filter's config, tenant 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -79,10 +80,25 @@ def test_routes_send_each_tier_to_its_owner(plan):
 def test_subsets_eject_only_model_servers(plan):
     rule = routes.destination_rule(plan.model("llama-70b").route)
     assert all("outlierDetection" in s["trafficPolicy"] for s in rule["spec"]["subsets"])
-    shared = routes.shared_destination_rule(plan.routes, BACKENDS["kpa"])
-    assert shared is not None and shared["metadata"]["name"] == "knative-model-tiers"
-    assert all("outlierDetection" not in s["trafficPolicy"] for s in shared["spec"]["subsets"])
-    assert routes.shared_destination_rule(plan.routes, BACKENDS["hpa"]) is None
+    shared = routes.shared_destination_rules(plan.routes)
+    assert list(shared) == ["knative-tiers"]
+    assert shared["knative-tiers"]["metadata"]["name"] == "knative-model-tiers"
+    assert all("outlierDetection" not in s["trafficPolicy"] for s in shared["knative-tiers"]["spec"]["subsets"])
+
+
+def test_a_backend_built_on_another_shares_its_rule(plan):
+    # A mode derived from Knative's puts its subsets on the same shared rule, declared once.
+    class DerivedKnative(type(BACKENDS["kpa"])):  # type: ignore[misc]
+        mode = "derived"
+
+    knative_routes = [r for r in plan.routes if r.backend is BACKENDS["kpa"]]
+    derived = dataclasses.replace(knative_routes[0], backend=DerivedKnative())
+    shared = routes.shared_destination_rules((*plan.routes, derived))
+    assert list(shared) == ["knative-tiers"]
+    subsets = [s["name"] for s in shared["knative-tiers"]["spec"]["subsets"]]
+    assert len(subsets) == len(routes.shared_destination_rules(plan.routes)["knative-tiers"]["spec"]["subsets"]) + len(
+        routes.shared_destination_rules((derived,))["knative-tiers"]["spec"]["subsets"]
+    )
 
 
 def test_the_filter_config_names_priority_tiers_per_model(plan):

@@ -27,14 +27,36 @@ def _subclasses(cls: type) -> list[type[ServingBackend]]:
     return found
 
 
+class RegistryError(Exception):
+    """The backend modules and the stack config's modes disagree: a programming error."""
+
+
+def registry(classes: list[type[ServingBackend]]) -> dict[str, ServingBackend]:
+    """One backend per mode, in the order of `AutoscalingMode`. Every mode must have exactly one
+    backend and every backend a mode the stack config offers: a second class for a mode would
+    otherwise silently replace the first, and a mode without a backend would pass the config
+    schema and fail only at preview."""
+    modes = get_args(AutoscalingMode)
+    found: dict[str, ServingBackend] = {}
+    for cls in classes:
+        mode: str = getattr(cls, "mode", "")
+        if mode not in modes:
+            raise RegistryError(f"backend {cls.__qualname__} has mode {mode!r}; AutoscalingMode offers {', '.join(modes)}")
+        if mode in found:
+            raise RegistryError(f"backends {type(found[mode]).__qualname__} and {cls.__qualname__} both claim mode {mode!r}")
+        found[mode] = cls()
+    missing = [mode for mode in modes if mode not in found]
+    if missing:
+        raise RegistryError(f"no backend for mode(s) {', '.join(missing)} of AutoscalingMode")
+    return {mode: found[mode] for mode in modes}
+
+
 def _discover() -> dict[str, ServingBackend]:
     for module in pkgutil.iter_modules(__path__):
-        if module.name != "base":
-            importlib.import_module(f"{__name__}.{module.name}")
-    found: dict[str, ServingBackend] = {cls.mode: cls() for cls in _subclasses(ServingBackend)}
-    return {mode: found[mode] for mode in get_args(AutoscalingMode) if mode in found}
+        importlib.import_module(f"{__name__}.{module.name}")
+    return registry(_subclasses(ServingBackend))
 
 
 BACKENDS: dict[str, ServingBackend] = _discover()
 
-__all__ = ["BACKENDS", "Destination", "PodShape", "ServerObject", "ServingBackend"]
+__all__ = ["BACKENDS", "RegistryError", "registry", "Destination", "PodShape", "ServerObject", "ServingBackend"]

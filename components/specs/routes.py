@@ -21,11 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from platform_config.models import TierPolicy, duration_seconds
-from platform_config.serving import running_versions
 
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels
-from ..plan import backend_of
-from ..serving import TIER_ORDER, RoutePlan, ServingBackend
+from ..serving import TIER_ORDER, RoutePlan
 from .gateway import GATEWAY_NAME
 
 # Retry only what never reached a server: an LLM request is not idempotent (it costs GPU time),
@@ -106,17 +104,17 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
                 {
                     "name": f"{tier}-to-{owner.name}",
                     "match": _match(route, tier),
-                    "route": [backend_of(owner).destination(owner, owner.release.stable, tier).route()],
+                    "route": [tier_route.owner_backend.destination(owner, owner.release.stable, tier).route()],
                     **policy,
                 }
             )
             continue
-        for version in running_versions(model):
+        for version in route.versions:
             overrides.append(
                 {
                     "name": f"{tier}-override-{version}",
                     "match": _match(route, tier, **{release.override_header: {"exact": version}}),
-                    "route": [backend_of(model).destination(model, version, tier).route()],
+                    "route": [route.backend.destination(model, version, tier).route()],
                     **policy,
                 }
             )
@@ -129,7 +127,7 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
                         {
                             "name": f"{tier}-sticky-{version}",
                             "match": _match(route, tier, **{traffic.bucket_header: {"regex": pattern}}),
-                            "route": [backend_of(model).destination(model, version, tier).route()],
+                            "route": [route.backend.destination(model, version, tier).route()],
                             **policy,
                         }
                     )
@@ -140,7 +138,7 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
             {
                 "name": f"{tier}-weighted",
                 "match": _match(route, tier),
-                "route": [backend_of(model).destination(model, version, tier).route(weight) for version, weight in split],
+                "route": [route.backend.destination(model, version, tier).route(weight) for version, weight in split],
                 **policy,
             }
         )
@@ -212,15 +210,14 @@ def tier_traffic_policy(policy: TierPolicy, *, eject_hosts: bool = True) -> dict
 
 
 def _subsets(route: RoutePlan) -> list[dict[str, Any]]:
-    model = route.model
-    backend = backend_of(model)
+    model, backend = route.model, route.backend
     return [
         {
             "name": backend.subset_name(model, version, tier),
             "labels": backend.subset_labels(model, version),
             "trafficPolicy": tier_traffic_policy(policy, eject_hosts=backend.subsets_are_servers),
         }
-        for version in running_versions(model)
+        for version in route.versions
         for tier, policy in route.subsets
     ]
 
@@ -232,20 +229,28 @@ def destination_rule(route: RoutePlan) -> dict[str, Any]:
         "apiVersion": "networking.istio.io/v1",
         "kind": "DestinationRule",
         "metadata": {"name": model.name, "namespace": model.tenant, "labels": standard_labels(model.name, "routing")},
-        "spec": {"host": backend_of(model).destination_rule_host(model), "subsets": _subsets(route)},
+        "spec": {"host": route.backend.destination_rule_host(model), "subsets": _subsets(route)},
     }
 
 
-def shared_destination_rule(routes: tuple[RoutePlan, ...], backend: ServingBackend) -> dict[str, Any] | None:
-    """The subsets of every model of a backend whose versions sit behind a shared gateway, on
-    the one host they are all reached through."""
-    mine = [r for r in routes if backend_of(r.model) is backend]
-    if backend.shared_destination_rule is None or not mine:
-        return None
-    name, _ = backend.shared_destination_rule
+def shared_destination_rules(routes: tuple[RoutePlan, ...]) -> dict[str, dict[str, Any]]:
+    """Per shared rule (keyed by its resource suffix): the subsets of every model whose backend
+    puts its versions behind a shared gateway, on the one host they are all reached through.
+    Grouped by the rule, not by the backend, so a backend built on another one shares its rule
+    instead of declaring it twice."""
+    grouped: dict[tuple[str, str], list[RoutePlan]] = {}
+    for route in routes:
+        if route.backend.shared_destination_rule is not None:
+            grouped.setdefault(route.backend.shared_destination_rule, []).append(route)
     return {
-        "apiVersion": "networking.istio.io/v1",
-        "kind": "DestinationRule",
-        "metadata": {"name": name, "namespace": ISTIO_SYSTEM_NAMESPACE, "labels": standard_labels(name, "routing")},
-        "spec": {"host": backend.destination_rule_host(mine[0].model), "subsets": [s for r in mine for s in _subsets(r)]},
+        suffix: {
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "DestinationRule",
+            "metadata": {"name": name, "namespace": ISTIO_SYSTEM_NAMESPACE, "labels": standard_labels(name, "routing")},
+            "spec": {
+                "host": mine[0].backend.destination_rule_host(mine[0].model),
+                "subsets": [s for r in mine for s in _subsets(r)],
+            },
+        }
+        for (name, suffix), mine in grouped.items()
     }
