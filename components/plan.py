@@ -34,6 +34,8 @@ from platform_config.serving import (
     replica_bounds,
     replica_gpu_request,
     running_versions,
+    schedules_by_priority,
+    served_tiers,
     server_name,
     time_sliced_memory_share,
     weights_service_account,
@@ -78,7 +80,8 @@ def _server(config: PlatformConfig, model: ModelConfig, version_name: str, *, hu
         pool=pool,
         name=server_name(model, version_name),
         namespace=model.tenant,
-        tiers=model_tiers(config, model),
+        tiers=served_tiers(config, model),
+        by_priority=schedules_by_priority(config, model),
         priority_class=model_priority_class(model),
         args=args,
         image=version.image or VLLM.image,
@@ -105,14 +108,11 @@ def _route(config: PlatformConfig, model: ModelConfig) -> RoutePlan:
             continue
         owner = by_name[model.batch_model] if tier == "batch" and model.batch_model is not None else model
         tiers.append(
-            TierRoute(tier, config.traffic.tiers[tier], owner, backend_of(owner), by_priority=len(model_tiers(config, owner)) > 1)
+            TierRoute(
+                tier, config.traffic.tiers[tier], owner, backend_of(owner), by_priority=schedules_by_priority(config, owner)
+            )
         )
-    batch_for_others = any(m.batch_model == model.name for m in config.models)
-    subsets = tuple(
-        (tier, config.traffic.tiers[tier])
-        for tier in TIER_ORDER
-        if (tier in own and not (tier == "batch" and model.batch_model is not None)) or (tier == "batch" and batch_for_others)
-    )
+    subsets = tuple((tier, config.traffic.tiers[tier]) for tier in served_tiers(config, model))
     return RoutePlan(
         model=model,
         backend=backend_of(model),

@@ -185,7 +185,9 @@ class ServerPlan:
     pool: NodePoolConfig
     name: str
     namespace: str
+    # Tiers requests reach it with (`served_tiers`), and whether it schedules by their priority.
     tiers: tuple[TierName, ...]
+    by_priority: bool
     priority_class: str
     args: ServerArgs
     image: str

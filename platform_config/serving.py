@@ -8,9 +8,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import get_args
 
 from .gpu_catalog import GPU_RESOURCE, mig_resource
-from .models import ModelConfig, PlatformConfig, duration_seconds
+from .models import ModelConfig, PlatformConfig, TierPolicy, duration_seconds
 from .profiles import EXPERIMENT_PRIORITY_CLASS, PROFILES, TierName, WorkloadProfile
 from .quantity import parse_quantity
 
@@ -35,6 +36,30 @@ def model_tiers(config: PlatformConfig, model: ModelConfig) -> tuple[TierName, .
     return tuple(model.tiers) if model.tiers else effective_profile(config, model).tiers
 
 
+def served_tiers(config: PlatformConfig, model: ModelConfig) -> tuple[TierName, ...]:
+    """Tiers requests reach the model's servers with, in tier order: its own tiers, less batch
+    when its batch tier goes to its batch model, plus batch when another model sends its batch
+    tier here. What its servers schedule by, drain for and offer subsets for."""
+    tiers = set(model_tiers(config, model))
+    if model.batch_model is not None:
+        tiers.discard("batch")
+    if any(m.batch_model == model.name for m in config.models):
+        tiers.add("batch")
+    return tuple(t for t in get_args(TierName) if t in tiers)
+
+
+def schedules_by_priority(config: PlatformConfig, model: ModelConfig) -> bool:
+    """Whether the model's servers schedule by the priority the gateway writes into each
+    request (vLLM's --scheduling-policy priority): when several tiers share them."""
+    return len(served_tiers(config, model)) > 1
+
+
+def route_timeout_seconds(policy: TierPolicy) -> int:
+    """Whole seconds a tier's route waits for a response: the gateway's route and per-try
+    timeouts, the drain chain and the gateway's stream idle timeout all read this one figure."""
+    return math.ceil(duration_seconds(policy.timeout))
+
+
 @dataclass(frozen=True)
 class DrainChain:
     """A request's time bounds and a replica's drain, which must fit together: the gateway's
@@ -54,7 +79,7 @@ def drain_chain(config: PlatformConfig, model: ModelConfig) -> DrainChain:
     profile's timeout, or longer when a tier the server takes allows longer routes; vLLM lets
     in-flight requests finish for that long after SIGTERM (which comes after the preStop delay),
     so the grace period is at least preStop + the longest request + a margin before SIGKILL."""
-    routes = {t: math.ceil(duration_seconds(config.traffic.tiers[t].timeout)) for t in model_tiers(config, model)}
+    routes = {t: route_timeout_seconds(config.traffic.tiers[t]) for t in served_tiers(config, model)}
     request = max([effective_profile(config, model).request_timeout_seconds, *routes.values()])
     pre_stop = model.drain.pre_stop_delay_seconds
     grace = max(model.drain.termination_grace_period_seconds, pre_stop + request + DRAIN_MARGIN_SECONDS)

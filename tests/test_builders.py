@@ -131,3 +131,19 @@ def test_the_drain_chain_is_derived_from_the_tier_timeouts(plan):
     short = server(validate(raw), "llama-1b").drain
     assert short.request_timeout_seconds == 120
     assert short.grace_seconds == 300 and short.shutdown_timeout_seconds == 300 - 15 - 10
+
+
+def test_servers_take_the_tiers_that_reach_them():
+    # llama-8b asks for every tier but sends batch to llama-8b-batch: its servers neither take
+    # batch nor drain for it; the batch model's servers take batch only, so they do not schedule
+    # by priority.
+    raw = copy.deepcopy(raw_stack("prod"))
+    chat_config = next(m for m in raw["models"] if m["name"] == "llama-8b")
+    chat_config["tiers"] = ["premium", "standard", "batch"]
+    plan = validate(raw)
+    chat, batch = server(plan, "llama-8b"), server(plan, "llama-8b-batch")
+    assert chat.tiers == ("premium", "standard") and chat.by_priority
+    assert set(chat.drain.route_timeout_seconds) == {"premium", "standard"}
+    assert chat.tiers == tuple(t for t, _ in plan.model("llama-8b").route.subsets)
+    assert batch.tiers == ("batch",) and not batch.by_priority
+    assert "--scheduling-policy" not in pod.vllm_args(batch)

@@ -325,7 +325,7 @@ def test_tier_limits_timeouts_and_safe_retries(prod):
     assert routes["premium-weighted"]["timeout"] == "120s" and routes["standard-weighted"]["timeout"] == "300s"
     assert routes["premium-weighted"]["retries"] == {
         "attempts": 1,
-        "perTryTimeout": "120000ms",
+        "perTryTimeout": "120s",
         "retryOn": "connect-failure,refused-stream",
     }
     batch = next(r for r in vs(prod, "batch-labeller", "team-b")["spec"]["http"] if r["name"] == "batch-weighted")

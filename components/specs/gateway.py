@@ -6,11 +6,11 @@ tier's vLLM priority for servers that schedule by priority."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from platform_config.models import TrafficConfig, duration_seconds
+from platform_config.models import TrafficConfig
+from platform_config.serving import route_timeout_seconds
 
 from ..constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, standard_labels
 from ..serving import TIER_ORDER
@@ -98,7 +98,7 @@ def lua_code(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> str:
 def stream_idle_timeout_seconds(traffic: TrafficConfig) -> int:
     """A response may be silent (not streamed) for up to the longest tier timeout; Envoy's
     default stream idle timeout (300 s) would cut it earlier."""
-    return max(math.ceil(duration_seconds(t.timeout)) for t in traffic.tiers.values()) + 30
+    return max(route_timeout_seconds(t) for t in traffic.tiers.values()) + 30
 
 
 def envoy_filter(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict[str, Any]:

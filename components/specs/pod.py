@@ -73,7 +73,7 @@ def vllm_args(plan: ServerPlan) -> list[str]:
         out += ["--runner", "pooling"]
     else:
         out.append("--enable-prefix-caching" if plan.profile.prefix_caching else "--no-enable-prefix-caching")
-    if len(plan.tiers) > 1:
+    if plan.by_priority:
         # Several request tiers share this server: serve by the priority the gateway writes
         # into each request (lower first).
         out += ["--scheduling-policy", "priority"]

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from platform_config.models import TierPolicy, duration_seconds
+from platform_config.models import TierPolicy
+from platform_config.serving import route_timeout_seconds
 
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels
 from ..serving import TIER_ORDER, RoutePlan
@@ -82,7 +83,7 @@ def _match(route: RoutePlan, tier: str, **extra: dict[str, str]) -> list[dict[st
 def _route_policy(policy: TierPolicy) -> dict[str, Any]:
     out: dict[str, Any] = {"timeout": policy.timeout}
     if policy.retry_attempts:
-        per_try = f"{round(duration_seconds(policy.timeout) * 1000)}ms"
+        per_try = f"{route_timeout_seconds(policy)}s"
         out["retries"] = {"attempts": policy.retry_attempts, "perTryTimeout": per_try, "retryOn": SAFE_RETRY_ON}
     else:
         # Istio retries by default (503s included); say explicitly that this tier does not.
