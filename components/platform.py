@@ -126,7 +126,8 @@ class InferencePlatform(pulumi.ComponentResource):
 
         gpu_resources = tuple(sorted({r for pool in config.node_pools for r in pool_supply(pool).per_node}))
         backends = {m.model.name: m.backend for m in plan.models}
-        hf_tenants = {m.tenant for m in config.models if any(v.source.huggingface for v in m.versions)}
+        # Tenants whose running servers read the Hugging Face token (the plan decided which).
+        hf_tenants = {s.namespace for m in plan.models for s in m.servers if s.hugging_face_token}
         token = args.hugging_face_token
         self.tenants = {
             tenant.name: Tenant(

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator
 
 from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, node_allocatable, pool_supply, show_amount
 from .errors import ConfigIssue, format_key
-from .gpu_catalog import GPU_RESOURCE, builtin_mig_configs, fits_on_gpu
+from .gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, builtin_mig_configs, fits_on_gpu, mig_resource
 from .models import ModelConfig, NodePoolConfig, PlatformConfig, ResourceBudget, ServerArgs
 from .profiles import PROFILES
 from .quantity import parse_quantity
@@ -26,6 +26,7 @@ from .serving import (
     is_experiment,
     model_tiers,
     replica_gpu_request,
+    server_name,
     time_sliced_memory_share,
 )
 
@@ -159,6 +160,7 @@ def _check_geometry(config: PlatformConfig, index: int) -> Iterator[ConfigIssue]
 def check_tenants(config: PlatformConfig) -> Iterator[ConfigIssue]:
     pool_names = {p.name for p in config.node_pools}
     gpu_kinds = _gpu_resources_provided(config)
+    mig_provided = sorted(r.removeprefix(MIG_RESOURCE_PREFIX) for r in gpu_kinds if r.startswith(MIG_RESOURCE_PREFIX))
     for index, tenant in enumerate(config.tenants):
         for p_index, pool in enumerate(tenant.pools or []):
             if pool not in pool_names:
@@ -168,11 +170,10 @@ def check_tenants(config: PlatformConfig) -> Iterator[ConfigIssue]:
         for key in ("quota", "experimentQuota"):
             budget: ResourceBudget = getattr(tenant, "quota" if key == "quota" else "experiment_quota")
             for profile in budget.mig:
-                if f"nvidia.com/mig-{profile}" not in gpu_kinds:
+                if mig_resource(profile) not in gpu_kinds:
                     yield ConfigIssue(
                         ("tenants", index, key, "mig", profile),
-                        f"no node pool provides MIG profile {profile!r}; provided: "
-                        f"{', '.join(sorted(r.removeprefix('nvidia.com/mig-') for r in gpu_kinds if 'mig-' in r)) or 'none'}",
+                        f"no node pool provides MIG profile {profile!r}; provided: {', '.join(mig_provided) or 'none'}",
                     )
         quota = budget_resources(tenant.quota)
         for resource, amount in budget_resources(tenant.experiment_quota).items():
@@ -192,8 +193,8 @@ def _budget_key(resource: str) -> tuple[str, ...]:
     """The key path of a resource inside a quota block: ("gpu",), ("mig", "1g.10gb"), ("cpu",)."""
     if resource == GPU_RESOURCE:
         return ("gpu",)
-    if resource.startswith("nvidia.com/mig-"):
-        return ("mig", resource.removeprefix("nvidia.com/mig-"))
+    if resource.startswith(MIG_RESOURCE_PREFIX):
+        return ("mig", resource.removeprefix(MIG_RESOURCE_PREFIX))
     return (resource,)
 
 
@@ -497,7 +498,7 @@ def check_object_names(config: PlatformConfig) -> Iterator[ConfigIssue]:
     seen: dict[tuple[str, str], tuple[int, str]] = {}
     for index, model in enumerate(config.models):
         names: list[tuple[str, tuple[str | int, ...]]] = [(model.name, ("models", index, "name"))]
-        names += [(f"{model.name}-{v.name}", ("models", index, "versions", i, "name")) for i, v in enumerate(model.versions)]
+        names += [(server_name(model, v.name), ("models", index, "versions", i, "name")) for i, v in enumerate(model.versions)]
         for name, path in names:
             key = (model.tenant, name)
             if key in seen and seen[key][0] != index:

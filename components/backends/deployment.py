@@ -66,7 +66,7 @@ def deployment(plan: ServerPlan) -> dict[str, Any]:
             "replicas": plan.min_replicas,
             "selector": {"matchLabels": plan.selector},
             # Never take a serving replica away before its replacement is ready.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": ROLLOUT_SURGE}},
             "progressDeadlineSeconds": progress_deadline_seconds(plan),
             "template": {
                 "metadata": {"labels": plan.labels, "annotations": pod_annotations(plan)},

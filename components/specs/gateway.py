@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from platform_config.models import TrafficConfig
+from platform_config.models import ReleaseConfig, TrafficConfig
 from platform_config.serving import route_timeout_seconds
 
 from ..constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, standard_labels
@@ -64,7 +64,8 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
         "default_tier": traffic.default_tier,
         "bucket_header": traffic.bucket_header,
         "model_header": traffic.model_header,
-        "default_user_header": "x-user-id",
+        # A request naming no known model is keyed by the release default user header.
+        "default_user_header": ReleaseConfig.model_fields["user_key_header"].default,
         "priorities": {tier: traffic.tiers[tier].vllm_priority for tier in TIER_ORDER},
         "models": {
             route.model.openai_name: {

@@ -31,11 +31,16 @@ RUN_AS = 1000
 # --- the container -------------------------------------------------------------------------
 
 
+def weights_path(plan: ServerPlan) -> str:
+    """Where the init container syncs a version's S3 weights on the node's cache, and vLLM reads them."""
+    return f"{WEIGHTS_DIR}/{plan.name}"
+
+
 def model_location(plan: ServerPlan) -> str:
     source = plan.version.source
     if source.huggingface is not None:
         return source.huggingface
-    return f"{WEIGHTS_DIR}/{plan.name}"
+    return weights_path(plan)
 
 
 def vllm_args(plan: ServerPlan) -> list[str]:
@@ -223,7 +228,7 @@ def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
             "sync",
             "--only-show-errors",
             f"{source.s3_uri.rstrip('/')}/{source.revision}/",
-            f"{WEIGHTS_DIR}/{plan.name}",
+            weights_path(plan),
         ],
         "env": [{"name": "HOME", "value": HOME_DIR}],
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
