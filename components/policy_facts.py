@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from platform_config.gpu_catalog import GPU_MODELS, GPU_RESOURCE, MIG_RESOURCE_PREFIX
-from platform_config.models import FORBIDDEN_IMAGE_TAGS, IMAGE_DIGEST_PATTERN, IMAGE_TAG_PATTERN
+from platform_config.models import FORBIDDEN_IMAGE_TAGS, IMAGE_DIGEST_PATTERN, IMAGE_TAG_PATTERN, ReleaseConfig
+from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 
+from .backends.knative import KNATIVE_SERVICE_LABEL
 from .constants import LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_POOL
 from .specs.routes import OVERRIDE_HEADER_ANNOTATION
 
@@ -28,7 +30,16 @@ def policy_facts() -> dict[str, Any]:
         "gpuResource": GPU_RESOURCE,
         "migResourcePrefix": MIG_RESOURCE_PREFIX,
         "migProfiles": {name: sorted(gpu.mig_profiles) for name, gpu in sorted(GPU_MODELS.items()) if gpu.mig_profiles},
-        "labels": {"pool": LABEL_POOL, "latencySensitive": LABEL_LATENCY_SENSITIVE, "gpuSharing": LABEL_GPU_SHARING},
+        "labels": {
+            "pool": LABEL_POOL,
+            "latencySensitive": LABEL_LATENCY_SENSITIVE,
+            "gpuSharing": LABEL_GPU_SHARING,
+            "knativeService": KNATIVE_SERVICE_LABEL,
+        },
+        "defaults": {
+            "overrideHeader": ReleaseConfig.model_fields["override_header"].default,
+            "productionPriorityClass": PRODUCTION_PRIORITY_CLASS,
+        },
         "annotations": {"overrideHeader": OVERRIDE_HEADER_ANNOTATION},
         "images": {
             "tagPattern": IMAGE_TAG_PATTERN,

@@ -3,6 +3,7 @@
 import gc
 
 from inference_governance import resources, stack
+from inference_governance.kube import DEFAULT_OVERRIDE_HEADER, PRODUCTION_PRIORITY_CLASS
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
@@ -77,7 +78,9 @@ PolicyPack(
             description="VirtualService weights add up to 100, version-override routes come first, every subset exists.",
             validate=stack.canary_routes,
             severity=Severity.HIGH,
-            config_schema=schema(overrideHeaders={"type": "array", "items": {"type": "string"}, "default": ["x-model-version"]}),
+            config_schema=schema(
+                overrideHeaders={"type": "array", "items": {"type": "string"}, "default": [DEFAULT_OVERRIDE_HEADER]}
+            ),
         ),
         StackValidationPolicy(
             name="gpu-quota-and-priority",
@@ -86,7 +89,7 @@ PolicyPack(
             validate=stack.gpu_quota_and_priority,
             severity=Severity.HIGH,
             config_schema=schema(
-                productionPriorityClass={"type": "string", "default": "inference-production"},
+                productionPriorityClass={"type": "string", "default": PRODUCTION_PRIORITY_CLASS},
                 externalPriorityClasses={"type": "array", "items": {"type": "string"}, "default": []},
             ),
         ),

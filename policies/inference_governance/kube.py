@@ -41,6 +41,10 @@ LATENCY_LABEL: str = FACTS["labels"]["latencySensitive"]
 POOL_LABEL: str = FACTS["labels"]["pool"]
 GPU_SHARING_LABEL: str = FACTS["labels"]["gpuSharing"]
 OVERRIDE_HEADER_ANNOTATION: str = FACTS["annotations"]["overrideHeader"]
+# Set by Knative on its pods: the pods of a Knative Service carry its name under this key.
+KNATIVE_SERVICE_LABEL: str = FACTS["labels"]["knativeService"]
+DEFAULT_OVERRIDE_HEADER: str = FACTS["defaults"]["overrideHeader"]
+PRODUCTION_PRIORITY_CLASS: str = FACTS["defaults"]["productionPriorityClass"]
 
 
 Report = Callable[..., None]

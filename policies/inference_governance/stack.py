@@ -6,11 +6,13 @@ from collections import defaultdict
 from typing import Any, Mapping
 
 from .kube import (
+    DEFAULT_OVERRIDE_HEADER,
     DESTINATION_RULE,
     GPU_NODE_POOL,
     GPU_SHARING_LABEL,
     HPA_V2,
     KNATIVE_SERVICE,
+    KNATIVE_SERVICE_LABEL,
     LATENCY_LABEL,
     MIG_PREFIX,
     MIG_PROFILES,
@@ -19,6 +21,7 @@ from .kube import (
     POD_MONITOR,
     POOL_LABEL,
     PRIORITY_CLASS,
+    PRODUCTION_PRIORITY_CLASS,
     QUOTA,
     SERVICE_MONITOR,
     VIRTUAL_SERVICE,
@@ -134,7 +137,7 @@ def pdb_for_replicated_inference(args: Any, report_violation: Report) -> None:
             continue
         labels = dict(workload.labels)
         if workload.knative:
-            labels["serving.knative.dev/service"] = workload.name  # set by Knative on its pods
+            labels[KNATIVE_SERVICE_LABEL] = workload.name
         if not any(labels_match(selector, labels) for selector in budgets[workload.namespace]):
             report_violation(
                 f"{workload.namespace}/{workload.name} can run {replicas} replicas but no PodDisruptionBudget covers its pods: "
@@ -152,7 +155,7 @@ def _fqdn(host: str, namespace: str) -> str:
 
 def canary_routes(args: Any, report_violation: Report) -> None:
     settings = config(args)
-    default_headers = set(settings.get("overrideHeaders", ["x-model-version"]))
+    default_headers = set(settings.get("overrideHeaders", [DEFAULT_OVERRIDE_HEADER]))
     subsets = {
         (_fqdn(get(rule.props, "spec", "host", default=""), namespace_of(rule.props)), get(s, "name"))
         for rule in of_type(args, DESTINATION_RULE)
@@ -223,7 +226,7 @@ def gpu_quota_and_priority(args: Any, report_violation: Report) -> None:
                 f"{workload.namespace}/{workload.name} names PriorityClass '{priority}', which the stack does not define",
                 workload.resource.urn,
             )
-    production = settings.get("productionPriorityClass", "inference-production")
+    production = settings.get("productionPriorityClass", PRODUCTION_PRIORITY_CLASS)
     if production in classes:
         top = get(classes[production], "value", default=0)
         for name, props in classes.items():
@@ -307,7 +310,7 @@ def model_server_monitoring(args: Any, report_violation: Report) -> None:
     for workload in gpu_workloads(args):
         labels = dict(workload.labels)
         if workload.knative:
-            labels["serving.knative.dev/service"] = workload.name  # set by Knative on its pods
+            labels[KNATIVE_SERVICE_LABEL] = workload.name
         if not any(labels_match(selector, labels) for selector in scraped[workload.namespace]):
             report_violation(
                 f"{workload.namespace}/{workload.name} serves a model but nothing scrapes its metrics (no ServiceMonitor or "
