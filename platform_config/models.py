@@ -87,7 +87,10 @@ def _duration(value: str) -> str:
     return value
 
 
-Duration = Annotated[str, AfterValidator(_duration)]
+# The schema carries the pattern too, so editors flag a bad duration before a preview does; the
+# validator keeps the error message that says what is allowed.
+_DURATION_SCHEMA = Field(json_schema_extra={"pattern": _DURATION.pattern})
+Duration = Annotated[str, AfterValidator(_duration), _DURATION_SCHEMA]
 
 
 def _duration_between(low: float, high: float):
@@ -516,9 +519,9 @@ class KpaSettings(ConfigModel):
     """Requests in flight per replica Knative aims at. Default: the profile's concurrency per replica."""
     container_concurrency: NonNegativeInt | None = None
     """Hard cap of requests in flight per replica (0: none). Default: the profile's concurrency per replica."""
-    scale_down_delay: Annotated[str, AfterValidator(_duration), _duration_between(0, 3600)] = "5m"
+    scale_down_delay: Annotated[Duration, _duration_between(0, 3600)] = "5m"
     """How long Knative keeps replicas after load drops (0s-1h)."""
-    window: Annotated[str, AfterValidator(_duration), _duration_between(6, 3600)] = "60s"
+    window: Annotated[Duration, _duration_between(6, 3600)] = "60s"
     """Knative's stable window (6s-1h)."""
     initial_scale: NonNegativeInt | None = None
     """Replicas a new revision starts with."""

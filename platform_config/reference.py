@@ -159,7 +159,7 @@ class _Schema:
             target = self.resolve(node)
             return "object" if "properties" in target else self.type_text(target)
         if "enum" in node:
-            return " \\| ".join(f"`{v}`" for v in node["enum"])
+            return " | ".join(f"`{v}`" for v in node["enum"])
         if "const" in node:
             return f"`{node['const']}`"
         kind = node.get("type")
@@ -198,7 +198,9 @@ def _rows(schema: _Schema, obj: dict[str, Any], prefix: str) -> list[str]:
         path = f"{prefix}{key}"
         default = "required" if key in required else _default_text(node)
         description = node.get("description") or schema.resolve(node).get("description", "")
-        rows.append(f"| `{path}` | {schema.type_text(node)} | {default} | {description} |")
+        cells = (f"`{path}`", schema.type_text(node), default, description)
+        # A pipe inside a cell (a pattern's alternatives) would end it, code span or not.
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
         nested = schema.object_of(node, key)
         if nested is not None:
             suffix, inner = nested

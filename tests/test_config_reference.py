@@ -56,8 +56,9 @@ def test_the_schema_refuses_what_the_loader_refuses():
     data = load_yaml(stack_file("prod").read_text())
     data["config"]["inference-platfrom:models"] = data["config"].pop("inference-platform:models")
     data["config"]["inference-platform:nodePools"][0]["maxSize"] = "9"
-    data["config"]["inference-platform:traffic"]["tiers"] = {"gold": {}}
+    data["config"]["inference-platform:traffic"]["tiers"] = {"gold": {}, "premium": {"timeout": "2 minutes"}}
     messages = [error.message for error in validator().iter_errors(data)]
     assert any("inference-platfrom:models" in m for m in messages), messages
     assert any("'9' is not of type 'integer'" in m for m in messages), messages
     assert any("'gold'" in m for m in messages), messages
+    assert any("'2 minutes' does not match" in m for m in messages), messages
