@@ -86,8 +86,9 @@ def drain_chain(config: PlatformConfig, model: ModelConfig) -> DrainChain:
     return DrainChain(routes, request, pre_stop, grace - pre_stop - DRAIN_MARGIN_SECONDS, grace)
 
 
-# The share of a GPU's memory vLLM takes by default, and the most a stack may give it; a
-# time-sliced GPU's memory is split between the pods that share it.
+# The share of a GPU's memory vLLM takes by default. On a time-sliced pool the GPU's memory is
+# split between the pods that share it: the default is split, and the MAX split by the same count
+# caps what a stack may set (`check_time_sliced_memory_share`); elsewhere vLLM's own bound holds.
 GPU_MEMORY_UTILIZATION_DEFAULT = 0.90
 GPU_MEMORY_UTILIZATION_MAX = 0.95
 

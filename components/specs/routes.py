@@ -6,7 +6,8 @@ Per model, one VirtualService on the platform Gateway, its routes in this order:
      RE2 ranges generated from the canary weight, so a user always sees the same version;
   3. weighted: requests without a user key split by the canary weight (weights add up to 100).
 Each route is per tier (the filter normalises the tier header), and every destination is a
-`<version>-<tier>` subset whose connection pool bounds pending requests, so overload answers
+per-version, per-tier subset (named by the model's backend: `<version>-<tier>` on the model's
+own rule, prefixed with the model on a shared one) whose connection pool bounds pending requests, so overload answers
 503 at once instead of queueing without end. A request for a tier the model does not serve
 gets a direct 403 saying which tiers it serves.
 
