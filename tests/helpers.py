@@ -121,22 +121,15 @@ class Evaluated:
 
     def __init__(self, raw: dict[str, Any], extra: dict[str, Any] | None = None, secrets: dict[str, str] | None = None):
         from preview.engine import evaluate
-        from preview.render import plain
+        from preview.render import plain, resource_entries
 
         evaluation = evaluate(ROOT, stack_config_from_raw(raw, extra, secrets))
         self.records = evaluation.resources
         self.outputs = evaluation.stack_outputs
+        # As the preview writes them (resources.json), with the mock engine's outputs beside.
         self.resources = [
-            {
-                "type": r.type,
-                "name": r.name,
-                "urn": r.urn,
-                "parent": r.parent,
-                "custom": r.custom,
-                "inputs": plain(r.inputs),
-                "outputs": plain(r.outputs),
-            }
-            for r in evaluation.resources
+            {**entry, "outputs": plain(r.outputs)}
+            for entry, r in zip(resource_entries(evaluation.resources), evaluation.resources, strict=True)
         ]
 
     def of_type(self, token: str) -> list[dict[str, Any]]:
