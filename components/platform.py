@@ -28,7 +28,7 @@ from .model import Model, ModelArgs
 from .monitoring import PROMETHEUS_URL, Monitoring
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
-from .serving import Plan
+from .serving import MachineryName, Plan
 from .specs.gateway import stream_idle_timeout_seconds
 from .tenant import Tenant, TenantArgs
 from .workload_identity import WorkloadAccess
@@ -157,8 +157,8 @@ class InferencePlatform(pulumi.ComponentResource):
         # wait for (Knative before a Knative Service), and what their autoscalers read metrics
         # from (prometheus-adapter). Sidecar injection and the PriorityClasses come first always.
         needed = {name for backend in plan.backends() for name in backend.machinery}
-        pod_machinery: dict[str, list[pulumi.Resource]] = {}
-        autoscaler_machinery: dict[str, list[pulumi.Resource]] = {}
+        pod_machinery: dict[MachineryName, list[pulumi.Resource]] = {}
+        autoscaler_machinery: dict[MachineryName, list[pulumi.Resource]] = {}
         if "metrics-adapter" in needed:
             adapter = PrometheusAdapter(
                 "prometheus-adapter",

@@ -98,11 +98,16 @@ class Destination:
         return out
 
 
+# Platform machinery a backend may need installed; `components/platform.py` installs each (the
+# type makes a name it does not know an error mypy reports).
+MachineryName = Literal["metrics-adapter", "knative"]
+
+
 class ServingBackend(ABC):
     # The `autoscaling.mode` value that selects it.
     mode: ClassVar[str]
-    # Platform machinery it needs installed ("metrics-adapter", "knative").
-    machinery: ClassVar[frozenset[str]] = frozenset()
+    # Platform machinery it needs installed.
+    machinery: ClassVar[frozenset[MachineryName]] = frozenset()
     # Whether its servers may scale to zero.
     scales_to_zero: ClassVar[bool] = False
     pod_shape: ClassVar[PodShape]

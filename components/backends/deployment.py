@@ -13,7 +13,7 @@ from platform_config.errors import ConfigIssue
 from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
 
 from ..constants import HTTP_PORT_NAME, LABEL_MODEL, LABEL_MODEL_VERSION, VLLM_PORT, standard_labels
-from ..serving import Destination, PodShape, ServerObject, ServingBackend
+from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend
 from ..specs.metrics import GPU_METRIC, QUEUE_METRIC
 from ..specs.pod import (
     merged_metrics_relabelings,
@@ -145,7 +145,7 @@ def hpa(plan: ServerPlan) -> dict[str, Any]:
 
 class DeploymentBackend(ServingBackend):
     mode = "hpa"
-    machinery: ClassVar[frozenset[str]] = frozenset({"metrics-adapter"})
+    machinery: ClassVar[frozenset[MachineryName]] = frozenset({"metrics-adapter"})
     scales_to_zero = False
     pod_shape = PodShape(port_name=HTTP_PORT_NAME, probe_port=HTTP_PORT_NAME, drains_in_pod=True)
 

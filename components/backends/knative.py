@@ -15,7 +15,7 @@ from platform_config.profiles import WorkloadProfile
 from platform_config.serving import drain_chain, effective_profile, server_name
 
 from ..constants import GATEWAY_SELECTOR, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT
-from ..serving import Destination, PodShape, ServerObject, ServingBackend
+from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend
 from ..specs.pod import (
     merged_metrics_relabelings,
     pod_annotations,
@@ -151,7 +151,7 @@ def pod_monitor(plan: ServerPlan) -> dict[str, Any]:
 
 class KnativeBackend(ServingBackend):
     mode = "kpa"
-    machinery: ClassVar[frozenset[str]] = frozenset({"knative"})
+    machinery: ClassVar[frozenset[MachineryName]] = frozenset({"knative"})
     scales_to_zero = True
     # Knative probes its container through queue-proxy and takes the port from the container.
     pod_shape = PodShape(port_name=KNATIVE_HTTP_PORT_NAME, probe_port=VLLM_PORT, drains_in_pod=False)
