@@ -119,6 +119,8 @@ RegistrationListener = Callable[[RecordedResource, "RecordedResource | None"], N
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     def __init__(self, mocks: PreviewMocks, listener: RegistrationListener | None = None):
         super().__init__(mocks)
+        # The SDK's MockMonitor types its mocks as the base class; ours records the inputs.
+        self.preview_mocks = mocks
         self.records: dict[str, RecordedResource] = {}
         self._lock = threading.Lock()
         self._listener = listener
@@ -133,10 +135,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
 
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
-        self.mocks.current.inputs = {}
+        self.preview_mocks.current.inputs = {}
         response = super().RegisterResource(request)
         urn = response.urn
-        inputs = self.mocks.current.inputs
+        inputs = self.preview_mocks.current.inputs
         outputs = {}
         if request.type != "pulumi:pulumi:Stack" and request.custom:
             outputs = self.resources[urn].state if urn in self.resources else {}

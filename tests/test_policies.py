@@ -33,8 +33,7 @@ def pack():
     running = PolicyPack(ROOT / "policies", config.values, "inference-platform", "prod").connect()
     running.handshake(ROOT)
     running.configure_stack("inference-platform", "prod", config.values, config.secret_keys)
-    running.info_ = running.info()
-    running.configure(running.info_, {})
+    running.configure(running.info(), {})
     yield running
     running.close()
 
@@ -80,7 +79,7 @@ def both(record: RecordedResource) -> list[dict]:
 
 
 def test_pack_describes_itself(pack):
-    info = pack.info_
+    info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
     assert len(names) == 15

@@ -104,9 +104,10 @@ def test_value_paths_walk_maps_to_their_leaves():
 
 
 def test_vllm_flags_must_exist_at_the_pinned_version(facts):
-    container = {"image": pins.VLLM.image, "args": ["m", "--max-num-seqs", "8", "--scheduling-policy=priority"]}
+    args = ["m", "--max-num-seqs", "8", "--scheduling-policy=priority"]
+    container = {"image": pins.VLLM.image, "args": args}
     assert check_vllm_container(facts, "x", container).status == VERIFIED
-    container["args"].append("--enable-magic")
+    args.append("--enable-magic")
     result = check_vllm_container(facts, "x", container)
     assert result.status == FAILED and result.details == ["--enable-magic is not a flag of vllm serve 0.18.0"]
     assert flags_of(["--a=1", "b", "--c"]) == ["--a", "--c"]

@@ -37,17 +37,18 @@ def revive(value):
 
 def register_all(recorded):
     # resources.json lists parents before their children (ordered by depth, then URN).
-    registered = {}
-    providers = {}
+    registered: dict[str, pulumi.Resource] = {}
+    providers: dict[str, pulumi.ProviderResource] = {}
     for entry in recorded:
         type_token, name, inputs = entry["type"], entry["name"], revive(entry["inputs"])
         if type_token == STACK_TYPE:
             continue
         parent = registered.get(entry["parent"])
+        resource: pulumi.Resource
         if type_token.startswith(PROVIDER_PREFIX):
             package = type_token[len(PROVIDER_PREFIX) :]
-            resource = pulumi.ProviderResource(package, name, inputs, pulumi.ResourceOptions(parent=parent))
-            providers[package] = resource
+            providers[package] = pulumi.ProviderResource(package, name, inputs, pulumi.ResourceOptions(parent=parent))
+            resource = providers[package]
         elif entry["custom"]:
             provider = providers.get(type_token.split(":", 1)[0])
             resource = pulumi.CustomResource(type_token, name, inputs, pulumi.ResourceOptions(parent=parent, provider=provider))
