@@ -270,28 +270,48 @@ def check_models_fit_pools(config: PlatformConfig, peaks: Mapping[str, Peak]) ->
             )
 
 
-def check_models(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    tenants = {t.name: t for t in config.tenants}
-    pools = {p.name: p for p in config.node_pools}
+def check_model_references(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A model names a tenant and a node pool that exist."""
+    tenants = [t.name for t in config.tenants]
+    pools = [p.name for p in config.node_pools]
     for index, model in enumerate(config.models):
-        here = ("models", index)
-        tenant = tenants.get(model.tenant)
-        pool = pools.get(model.pool)
-        if tenant is None:
-            yield ConfigIssue((*here, "tenant"), f"unknown tenant {model.tenant!r}; tenants: {', '.join(tenants)}")
-        if pool is None:
-            yield ConfigIssue((*here, "pool"), f"unknown node pool {model.pool!r}; pools: {', '.join(pools)}")
+        if model.tenant not in tenants:
+            yield ConfigIssue(("models", index, "tenant"), f"unknown tenant {model.tenant!r}; tenants: {', '.join(tenants)}")
+        if model.pool not in pools:
+            yield ConfigIssue(("models", index, "pool"), f"unknown node pool {model.pool!r}; pools: {', '.join(pools)}")
+
+
+def check_release_versions(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A release's stable and canary are versions the model declares."""
+    for index, model in enumerate(config.models):
         versions = {v.name for v in model.versions}
         for key, name in (("stable", model.release.stable), ("canary", model.release.canary)):
             if name is not None and name not in versions:
                 yield ConfigIssue(
-                    (*here, "release", key), f"version {name!r} is not among the model's versions ({', '.join(sorted(versions))})"
+                    ("models", index, "release", key),
+                    f"version {name!r} is not among the model's versions ({', '.join(sorted(versions))})",
                 )
-        if tenant is not None and pool is not None and tenant.pools is not None and pool.name not in tenant.pools:
-            yield ConfigIssue(
-                (*here, "pool"), f"tenant {tenant.name!r} may only use pools {', '.join(tenant.pools)}, not {pool.name!r}"
-            )
-        if pool is not None:
+
+
+def check_tenant_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A model runs on a pool its tenant may use."""
+    tenants = {t.name: t for t in config.tenants}
+    for index, model in enumerate(config.models):
+        tenant = tenants.get(model.tenant)
+        if tenant is not None and tenant.pools is not None and model.pool not in tenant.pools:
+            if model.pool in {p.name for p in config.node_pools}:
+                yield ConfigIssue(
+                    ("models", index, "pool"),
+                    f"tenant {tenant.name!r} may only use pools {', '.join(tenant.pools)}, not {model.pool!r}",
+                )
+
+
+def check_models_fit_nodes(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A replica fits one node of its pool: the GPU resource it asks for is offered there, in
+    the amount one node has, and so are its CPU and memory."""
+    pools = {p.name for p in config.node_pools}
+    for index, model in enumerate(config.models):
+        if model.pool in pools:
             yield from _check_model_fits_pool(config, index)
 
 
@@ -394,7 +414,7 @@ def _over_budget(config, models, t_index, budget_key, resource, need, have, who)
 
 
 def _placed_models(config: PlatformConfig) -> Iterator[tuple[int, ModelConfig, NodePoolConfig]]:
-    """(index, model, its pool) for every model whose pool exists (check_models reports the rest)."""
+    """(index, model, its pool) for every model whose pool exists (check_model_references reports the rest)."""
     pools = {p.name: p for p in config.node_pools}
     for index, model in enumerate(config.models):
         if model.pool in pools:
@@ -511,7 +531,8 @@ def check_object_names(config: PlatformConfig) -> Iterator[ConfigIssue]:
             seen.setdefault(key, (index, name))
 
 
-def check_traffic(config: PlatformConfig) -> Iterator[ConfigIssue]:
+def check_batch_models(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A model's batch model exists, is another model, serves the batch tier and keeps it."""
     models = {m.name: m for m in config.models}
     for index, model in enumerate(config.models):
         if model.batch_model is None:
@@ -530,6 +551,11 @@ def check_traffic(config: PlatformConfig) -> Iterator[ConfigIssue]:
             yield ConfigIssue(
                 here, f"model {target.name!r} sends its own batch tier elsewhere; point at the model that serves it"
             )
+
+
+def check_gateway_headers(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """The headers the gateway filter sets are three different ones, and no release reads one
+    of them as its override or user key (a client could not set it)."""
     headers = config.traffic
     reserved = {headers.tier_header, headers.bucket_header, headers.model_header}
     if len(reserved) != 3:
@@ -548,7 +574,10 @@ CHECKS: list[Check] = [
     check_gpu_sharing,
     check_tenants,
     check_capacity,
-    check_models,
+    check_model_references,
+    check_release_versions,
+    check_tenant_pools,
+    check_models_fit_nodes,
     check_latency_sensitive_not_time_sliced,
     check_scale_to_zero_only_where_the_profile_allows,
     check_batch_labelling_kept_apart,
@@ -556,7 +585,8 @@ CHECKS: list[Check] = [
     check_inference_graceful_drain,
     check_s3_weights_need_eks,
     check_weights_cache_fits_the_node_disk,
-    check_traffic,
+    check_batch_models,
+    check_gateway_headers,
     check_object_names,
 ]
 
