@@ -216,7 +216,8 @@ def node_allocatable(pool: NodePoolConfig) -> dict[str, Decimal]:
     """What the scheduler can place on one node of the pool: the instance's CPU, memory and disk
     less the kubelet's reserve, eviction thresholds and the node agents, plus the GPU resources
     the pool's sharing advertises."""
-    instance = instance_of(pool)
+    supply = pool_supply(pool)
+    instance = supply.instance
     pods = max_pods(instance.vcpus)
     memory_reserved = Decimal((11 * pods + 255) * 2**20) + EVICTION_MEMORY
     disk = Decimal(pool.disk_size_gib) * 2**30
@@ -226,5 +227,5 @@ def node_allocatable(pool: NodePoolConfig) -> dict[str, Decimal]:
         "ephemeral-storage": disk * Decimal("0.9") - Decimal((1 + IMAGE_DISK_GIB) * 2**30),
         "pods": Decimal(pods),
     }
-    allocatable.update({resource: Decimal(count) for resource, count in pool_supply(pool).per_node.items()})
+    allocatable.update({resource: Decimal(count) for resource, count in supply.per_node.items()})
     return allocatable

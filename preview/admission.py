@@ -312,14 +312,16 @@ class Namespace:
 
 
 def _namespaces(objects: list[dict[str, Any]]) -> dict[str, Namespace]:
+    limit_ranges: dict[str, list[dict[str, Any]]] = {}
+    quotas: dict[str, list[dict[str, Any]]] = {}
+    for kind, into in (("LimitRange", limit_ranges), ("ResourceQuota", quotas)):
+        for obj in _by_kind(objects, kind):
+            into.setdefault(_ns_name(obj)[0], []).append(obj)
     out: dict[str, Namespace] = {}
     for ns in _by_kind(objects, "Namespace"):
         name = str(ns["metadata"]["name"])
-        out[name] = Namespace(
-            labels=dict(ns["metadata"].get("labels") or {}),
-            limit_ranges=[o for o in _by_kind(objects, "LimitRange") if _ns_name(o)[0] == name],
-            quotas=[o for o in _by_kind(objects, "ResourceQuota") if _ns_name(o)[0] == name],
-        )
+        labels = dict(ns["metadata"].get("labels") or {})
+        out[name] = Namespace(labels, limit_ranges.get(name, []), quotas.get(name, []))
     return out
 
 
@@ -577,6 +579,8 @@ def _quota_usage(all_workloads: list[Workload], namespaces: dict[str, Namespace]
             scoped = [w for w in all_workloads if w.namespace == ns_name and _in_scope(quota, w)]
             for w in scoped:
                 _quota_requirements(w, quota)
+            # Each pod's totals once per quota, not once per key it limits.
+            totals = {"requests": [w.pod_requests() for w in scoped], "limits": [w.pod_limits() for w in scoped]}
             hard = (quota.get("spec") or {}).get("hard") or {}
             for key, text in sorted(hard.items()):
                 if key == "pods":
@@ -587,10 +591,7 @@ def _quota_usage(all_workloads: list[Workload], namespaces: dict[str, Namespace]
                     if kind not in ("requests", "limits"):
                         kind, resource = "requests", key
                     used = sum(
-                        (
-                            (w.pod_requests() if kind == "requests" else w.pod_limits()).get(resource, Decimal(0)) * w.peak
-                            for w in scoped
-                        ),
+                        (pod.get(resource, Decimal(0)) * w.peak for w, pod in zip(scoped, totals[kind], strict=True)),
                         Decimal(0),
                     )
                 allowed = parse_quantity(str(text))
@@ -639,7 +640,9 @@ def _pool_for(workload: Workload, pools: list[PoolTemplate]) -> PoolTemplate | N
 def _bin_pack(pool: PoolTemplate, members: list[Workload]) -> list[str]:
     """First-fit decreasing of every pod at peak onto the pool's nodes at maxSize."""
     nodes = [dict(pool.allocatable) for _ in range(pool.max_size)]
-    pods = [(w, w.pod_requests()) for w in members for _ in range(w.peak)]
+    # Each workload's pod requests once, shared by all its pods at peak.
+    requests_of = [w.pod_requests() for w in members]
+    pods = [(w, requests) for w, requests in zip(members, requests_of, strict=True) for _ in range(w.peak)]
     gpu_first = sorted(
         pods, key=lambda p: (-sum(v for k, v in p[1].items() if k.startswith(EXTENDED_PREFIXES)), -p[1].get("cpu", 0))
     )
@@ -652,9 +655,8 @@ def _bin_pack(pool: PoolTemplate, members: list[Workload]) -> list[str]:
                 workload.placed += 1
                 break
     findings = []
-    for workload in members:
+    for workload, requests in zip(members, requests_of, strict=True):
         if workload.placed < workload.peak:
-            requests = workload.pod_requests()
             short = [
                 r for r, amount in requests.items()
                 if amount and amount > max(node.get(r, Decimal(0)) for node in nodes)

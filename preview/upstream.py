@@ -113,10 +113,14 @@ class Facts:
         return None if data is None else [str(v) for v in data.get("released", [])]
 
     def vllm_flags(self, version: str) -> frozenset[str] | None:
-        path = self.root / "vllm" / f"{version}-flags.txt"
-        if not path.is_file():
-            return None
-        return frozenset(line.strip() for line in path.read_text().splitlines() if line.strip())
+        return _read_flags(self.root / "vllm" / f"{version}-flags.txt")
+
+
+@cache
+def _read_flags(path: Path) -> frozenset[str] | None:
+    if not path.is_file():
+        return None
+    return frozenset(line.strip() for line in path.read_text().splitlines() if line.strip())
 
 
 @cache
