@@ -237,21 +237,34 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 )
 
 
+def _runnable_models(config: PlatformConfig) -> list[tuple[int, ModelConfig]]:
+    """(index, model) for every model that can run on its pool. A model that cannot is reported
+    by `check_model_references` or `check_models_fit_nodes`; the peak checks leave it out so as
+    not to repeat that."""
+    return [(i, m) for i, m, _ in _placed_models(config) if not any(_check_model_fits_pool(config, i))]
+
+
+def _summed_demand(models: list[tuple[int, ModelConfig]], peaks: Mapping[str, Peak]) -> dict[str, Decimal]:
+    """What the models hold together at their peaks, per resource."""
+    need: dict[str, Decimal] = {}
+    for _, model in models:
+        for resource, amount in peaks[model.name].demand.items():
+            need[resource] = need.get(resource, Decimal(0)) + amount
+    return need
+
+
 def check_models_fit_pools(config: PlatformConfig, peaks: Mapping[str, Peak]) -> Iterator[ConfigIssue]:
     """Every model of a pool at its peak (the heaviest version at its maximum, the others at
     their share of the traffic, each rolling out) must fit what that pool's nodes offer at maxSize: H100 and L4 GPUs are both
     `nvidia.com/gpu`, so summing across pools would hide a pool that runs out (and a rollout
     surge or a node drain that can never be placed)."""
-    runnable = [(i, m) for i, m in enumerate(config.models) if m.pool in {p.name for p in config.node_pools}]
+    runnable = _runnable_models(config)
     for p_index, pool in enumerate(config.node_pools):
-        models = [(i, m) for i, m in runnable if m.pool == pool.name and not any(_check_model_fits_pool(config, i))]
+        models = [(i, m) for i, m in runnable if m.pool == pool.name]
         if not models:
             continue
         per_node = node_allocatable(pool)
-        need: dict[str, Decimal] = {}
-        for _, model in models:
-            for resource, amount in peaks[model.name].demand.items():
-                need[resource] = need.get(resource, Decimal(0)) + amount
+        need = _summed_demand(models, peaks)
         for resource, amount in sorted(need.items()):
             have = per_node.get(resource, Decimal(0)) * pool.max_size
             if amount <= have:
@@ -296,23 +309,20 @@ def check_release_versions(config: PlatformConfig) -> Iterator[ConfigIssue]:
 def check_tenant_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """A model runs on a pool its tenant may use."""
     tenants = {t.name: t for t in config.tenants}
-    for index, model in enumerate(config.models):
+    for index, model, _ in _placed_models(config):
         tenant = tenants.get(model.tenant)
         if tenant is not None and tenant.pools is not None and model.pool not in tenant.pools:
-            if model.pool in {p.name for p in config.node_pools}:
-                yield ConfigIssue(
-                    ("models", index, "pool"),
-                    f"tenant {tenant.name!r} may only use pools {', '.join(tenant.pools)}, not {model.pool!r}",
-                )
+            yield ConfigIssue(
+                ("models", index, "pool"),
+                f"tenant {tenant.name!r} may only use pools {', '.join(tenant.pools)}, not {model.pool!r}",
+            )
 
 
 def check_models_fit_nodes(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """A replica fits one node of its pool: the GPU resource it asks for is offered there, in
     the amount one node has, and so are its CPU and memory."""
-    pools = {p.name for p in config.node_pools}
-    for index, model in enumerate(config.models):
-        if model.pool in pools:
-            yield from _check_model_fits_pool(config, index)
+    for index, _, _ in _placed_models(config):
+        yield from _check_model_fits_pool(config, index)
 
 
 def _check_model_fits_pool(config: PlatformConfig, index: int) -> Iterator[ConfigIssue]:
@@ -361,9 +371,7 @@ def check_models_fit_quotas(config: PlatformConfig, peaks: Mapping[str, Peak]) -
     """A tenant's models, all at their peak, must fit the budget of their priority class
     (production: the quota minus the experiment share; experiments: the experiment share),
     or the autoscalers would ask for pods the quota rejects."""
-    pools = {p.name for p in config.node_pools}
-    # A model that cannot run on its pool is reported there; counting it here would only repeat it.
-    runnable = [(i, m) for i, m in enumerate(config.models) if m.pool in pools and not any(_check_model_fits_pool(config, i))]
+    runnable = _runnable_models(config)
     for t_index, tenant in enumerate(config.tenants):
         for experiment in (False, True):
             models = [(i, m) for i, m in runnable if m.tenant == tenant.name and is_experiment(m) == experiment]
@@ -377,10 +385,7 @@ def check_models_fit_quotas(config: PlatformConfig, peaks: Mapping[str, Peak]) -
                 budget = {r: a - reserved.get(r, Decimal(0)) for r, a in budget.items()}
                 if pods_budget is not None:
                     pods_budget -= tenant.experiment_quota.pods or 0
-            need: dict[str, Decimal] = {}
-            for _, model in models:
-                for resource, amount in peaks[model.name].demand.items():
-                    need[resource] = need.get(resource, Decimal(0)) + amount
+            need = _summed_demand(models, peaks)
             who = "experiments" if experiment else "production"
             for resource, amount in sorted(need.items()):
                 limited = resource.startswith("nvidia.com/") or resource in budget

@@ -14,13 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .loader import KNOWN_NAMESPACES
 from .models import PROJECT, SECRET_KEYS, PlatformConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKDOWN_FILE = ROOT / "docs" / "config.md"
 SCHEMA_FILE = ROOT / "docs" / "stack-file.schema.json"
-# Namespaces a stack file may also use (the loader refuses any other).
-OTHER_NAMESPACES = ("aws", "kubernetes", "pulumi")
+# Namespaces a stack file may also use: the loader's, less the project's own.
+OTHER_NAMESPACES = tuple(n for n in KNOWN_NAMESPACES if n != PROJECT)
 HUGGING_FACE_TOKEN = (
     "Hugging Face token for gated models, as a Pulumi secret (`pulumi config set --secret huggingFaceToken hf_...`; a plain "
     "value is refused). It becomes the `huggingface-token` Secret of each tenant namespace that serves Hugging Face models."
@@ -224,7 +225,7 @@ def config_reference() -> str:
         if nested is not None:
             suffix, inner = nested
             if inner.get("description"):
-                out.append(f"{_clean(inner['description'])}\n")
+                out.append(f"{inner['description']}\n")
             out.append("| key | type | default | meaning |\n|---|---|---|---|")
             out.append("\n".join(_rows(schema, inner, f"{key}{suffix}")) + "\n")
     for key in SECRET_KEYS:

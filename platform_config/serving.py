@@ -134,7 +134,8 @@ def version_peaks(model: ModelConfig, surge: int) -> dict[str, int]:
     weights = version_weights(model)
     heaviest = max(weights.values())
     return {
-        version: (high if weight == heaviest else max(low, min(high, math.ceil(high * weight / heaviest)))) + surge
+        # The heaviest version's share is 1: it runs at its maximum.
+        version: max(low, min(high, math.ceil(high * weight / heaviest))) + surge
         for version, weight in weights.items()
     }
 
