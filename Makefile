@@ -71,9 +71,8 @@ policy-facts: $(VENV)/.installed
 	$(PY) -m components.policy_facts
 
 # Record every stack's preview output as the expected one (tests/test_golden_outputs.py).
-golden: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
-	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; \
-		cp build/preview/$$stack/resources.json tests/golden/$$stack.resources.json; \
+golden: preview-all
+	@for stack in dev staging prod; do cp build/preview/$$stack/resources.json tests/golden/$$stack.resources.json; \
 		$(PY) -c 'import sys; from tests.test_golden_outputs import stack_outputs; from pathlib import Path; \
 			sys.stdout.write(stack_outputs(Path(sys.argv[1])))' build/preview/$$stack/report.json >tests/golden/$$stack.outputs.json || exit 1; done
 

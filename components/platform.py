@@ -125,7 +125,10 @@ class InferencePlatform(pulumi.ComponentResource):
         )
 
         gpu_resources = tuple(sorted({r for pool in config.node_pools for r in pool_supply(pool).per_node}))
-        backends = {m.model.name: m.backend for m in plan.models}
+        # What each tenant lets in for its models' backends (Knative's activator, for one).
+        ingress: dict[str, set[tuple[str, str]]] = {t.name: set() for t in config.tenants}
+        for model_plan in plan.models:
+            ingress[model_plan.model.tenant].update(model_plan.backend.tenant_ingress())
         # Tenants whose running servers read the Hugging Face token (the plan decided which).
         hf_tenants = {s.namespace for m in plan.models for s in m.servers if s.hugging_face_token}
         token = args.hugging_face_token
@@ -135,16 +138,7 @@ class InferencePlatform(pulumi.ComponentResource):
                 TenantArgs(
                     tenant=tenant,
                     gpu_resources=gpu_resources,
-                    ingress=tuple(
-                        sorted(
-                            {
-                                entry
-                                for m in config.models
-                                if m.tenant == tenant.name
-                                for entry in backends[m.name].tenant_ingress()
-                            }
-                        )
-                    ),
+                    ingress=tuple(sorted(ingress[tenant.name])),
                     hugging_face_token=token if tenant.name in hf_tenants else None,
                     mesh=mesh.base,
                 ),

@@ -300,8 +300,8 @@ def pod_spec(plan: ServerPlan) -> dict[str, Any]:
 # --- what every backend's objects share ------------------------------------------------
 
 
-def server_metadata(plan: ServerPlan, name: str | None = None) -> dict[str, Any]:
-    return {"name": name or plan.name, "namespace": plan.namespace, "labels": plan.labels}
+def server_metadata(plan: ServerPlan) -> dict[str, Any]:
+    return {"name": plan.name, "namespace": plan.namespace, "labels": plan.labels}
 
 
 def pod_disruption_budget(plan: ServerPlan, selector: dict[str, str]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from platform_config.models import TierPolicy
-from platform_config.serving import route_timeout_seconds
+from platform_config.serving import route_timeout_seconds, version_weights
 
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels
 from ..serving import TIER_ORDER, RoutePlan
@@ -133,14 +133,14 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
                             **policy,
                         }
                     )
-            split = [(release.stable, 100 - release.canary_weight), (canary, release.canary_weight)]
-        else:
-            split = [(release.stable, 100)]
         weighted.append(
             {
                 "name": f"{tier}-weighted",
                 "match": _match(route, tier),
-                "route": [route.backend.destination(model, version, tier).route(weight) for version, weight in split],
+                "route": [
+                    route.backend.destination(model, version, tier).route(weight)
+                    for version, weight in version_weights(model).items()
+                ],
                 **policy,
             }
         )
