@@ -4,7 +4,12 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-POLICY_VENV := policies/venv
+# The policy pack a preview runs. Pull-request CI points it at the default branch's checkout
+# (POLICY_PACK=trusted/policies), so a pull request cannot loosen the rules it is checked by; its
+# virtualenv is built from that checkout's own requirements and constraints.
+POLICY_PACK ?= policies
+POLICY_VENV := $(POLICY_PACK)/venv
+POLICY_CONSTRAINTS := $(dir $(abspath $(POLICY_PACK)))constraints.txt
 STACK ?= dev
 OUT ?= build/preview/$(STACK)
 # Upstream CRD schemas (datreeio/CRDs-catalog layout), read in place and never committed: the
@@ -30,9 +35,9 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
 	@touch $@
 
-$(POLICY_VENV)/.installed: policies/requirements.txt constraints.txt
+$(POLICY_VENV)/.installed: $(POLICY_PACK)/requirements.txt $(POLICY_CONSTRAINTS)
 	@test -x $(POLICY_VENV)/bin/python || $(PYTHON) -m venv $(POLICY_VENV)
-	$(POLICY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r policies/requirements.txt -c constraints.txt
+	$(POLICY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(POLICY_PACK)/requirements.txt -c $(POLICY_CONSTRAINTS)
 	@touch $@
 
 venv: $(VENV)/.installed
@@ -54,7 +59,7 @@ crd-schemas:
 		git -C "$(CRD_SCHEMA_DIR)" checkout --quiet $(CRD_CATALOG_REF); }
 
 preview: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
-	$(PY) -m preview --stack $(STACK) --out $(OUT)
+	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)
 
 preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done

@@ -46,14 +46,47 @@ def test_pull_request_workflow():
     assert any(s.get("run") == "make test" for s in jobs["test"]["steps"])
     offline = jobs["offline-preview"]
     assert offline["strategy"]["matrix"]["stack"] == ["dev", "staging", "prod"]
-    assert any("make preview STACK=${{ matrix.stack }}" in s.get("run", "") for s in offline["steps"])
-    (comment,) = steps_using(offline, "marocchino/sticky-pull-request-comment")
-    assert comment["with"]["path"].endswith("report.md")
-    real = jobs["pulumi-preview"]
-    assert real["needs"] == "offline-preview" and real["strategy"]["matrix"]["stack"] == ["dev", "staging", "prod"]
-    (pulumi,) = steps_using(real, "pulumi/actions")
-    assert pulumi["with"]["command"] == "preview" and pulumi["with"]["policyPacks"] == "policies"
-    assert pulumi["with"]["comment-on-pr"] is True
+    (preview,) = [s for s in offline["steps"] if "make preview" in s.get("run", "")]
+    assert "STACK=${{ matrix.stack }}" in preview["run"]
+    comment = jobs["comment"]
+    (post,) = steps_using(comment, "marocchino/sticky-pull-request-comment")
+    assert post["with"]["path"].endswith("report.md")
+
+
+def test_pull_requests_get_no_credentials_and_the_default_branchs_pack():
+    text = (WORKFLOWS / "preview.yml").read_text()
+    flow = workflow("preview.yml")
+    # Nothing that decrypts stack secrets or reaches a cloud account or cluster.
+    assert "secrets." not in text and "PULUMI_ACCESS_TOKEN" not in text
+    assert flow["permissions"] == {"contents": "read"}
+    jobs = flow["jobs"]
+    for name, job in jobs.items():
+        assert not steps_using(job, "pulumi/actions") and not steps_using(job, "aws-actions/"), name
+        for checkout in steps_using(job, "actions/checkout"):
+            assert checkout["with"]["persist-credentials"] is False, name
+    # Only the job that runs no pull-request code may write (its comment).
+    assert jobs["comment"]["permissions"] == {"pull-requests": "write"}
+    assert not steps_using(jobs["comment"], "actions/checkout")
+    assert all("permissions" not in job for name, job in jobs.items() if name != "comment")
+    # The pack the preview runs is the default branch's checkout.
+    offline = jobs["offline-preview"]
+    (trusted,) = [s for s in steps_using(offline, "actions/checkout") if s["with"].get("path") == "trusted"]
+    assert trusted["with"]["ref"] == "${{ github.event.repository.default_branch }}"
+    (preview,) = [s for s in offline["steps"] if "make preview" in s.get("run", "")]
+    assert "POLICY_PACK=trusted/policies" in preview["run"]
+
+
+def test_make_preview_runs_the_pack_it_is_given_with_that_checkouts_requirements(tmp_path):
+    pack = tmp_path / "trusted" / "policies"
+    pack.mkdir(parents=True)
+    (pack / "requirements.txt").write_text("pulumi-policy\n")
+    (tmp_path / "trusted" / "constraints.txt").write_text("")
+    result = subprocess.run(
+        ["make", "-n", "-B", "preview", f"POLICY_PACK={pack}"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"-r {pack}/requirements.txt -c {tmp_path}/trusted/constraints.txt" in result.stdout
+    assert f"-m preview --stack dev --out build/preview/dev --policy-pack {pack}" in result.stdout
 
 
 def test_deploy_workflow_staging_before_prod_behind_reviewers():
