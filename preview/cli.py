@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 import traceback
@@ -22,11 +23,11 @@ import pulumi
 from . import render
 from .admission import admit_and_schedule
 from .diff import diff_resources
-from .engine import evaluate
+from .engine import DuplicateUrnError, evaluate
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .report import Report
 from .sections import admission_section, capacity_section, changes_section, policy_section, schema_section, upstream_section
-from .stack_config import StackConfigError, load_project, load_stack_config
+from .stack_config import StackConfigError, load_project, load_stack_config, read_bounded
 from .upstream import check_upstream, facts_dir
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_CONFIG, EXIT_CRASH = 0, 1, 2, 3
@@ -65,23 +66,66 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+# A policy config or a baseline's resources.json: large for a JSON file, small for memory.
+MAX_JSON_BYTES = 16 << 20
+# Pulumi's rule for a stack name (pulumi/pulumi pkg/backend/filestate ValidateStackName:
+# `^[A-Za-z0-9_.-]{1,100}$`, "alphanumeric, hyphens, underscores, or periods");
+# the name also becomes a file name and the default output folder, so no path may hide in it.
+_STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        data = read_bounded(path, MAX_JSON_BYTES, "more than a preview's resources.json ever holds")
+    except StackConfigError as error:
+        raise StackConfigError(f"{what}: {error}") from None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else error
+        raise StackConfigError(f"cannot read {what} {path}: {reason}") from None
+
+
+def _check_baseline(baseline: Any, source: Path) -> list[dict[str, Any]]:
+    """A baseline is what a preview wrote as resources.json: a list of {urn, type, name, inputs}."""
+    if not isinstance(baseline, list):
+        raise StackConfigError(f"baseline {source}: resources.json holds {type(baseline).__name__}, not a list of resources")
+    for index, entry in enumerate(baseline):
+        fields = ("urn", "type", "name")
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(key), str) for key in fields):
+            raise StackConfigError(f"baseline {source}: resources.json[{index}] is not a resource with urn, type and name")
+        if not isinstance(entry.get("inputs"), dict):
+            raise StackConfigError(f"baseline {source}: resources.json[{index}].inputs is not a mapping")
+    return baseline
+
+
 def _read_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
     """Policy config and baseline, checked before anything runs."""
     overrides: dict[str, Any] = {}
     if args.policy_config is not None:
-        try:
-            overrides = json.loads(args.policy_config.read_text())
-        except (OSError, json.JSONDecodeError) as error:
-            raise StackConfigError(f"cannot read the policy config {args.policy_config}: {error}") from None
+        overrides = _read_json(args.policy_config, "the policy config")
         check_policy_config(overrides)
     baseline = None
     if args.baseline is not None:
         baseline_file = args.baseline / "resources.json"
-        try:
-            baseline = json.loads(baseline_file.read_text())
-        except (OSError, json.JSONDecodeError) as error:
-            raise StackConfigError(f"no usable resources.json in the baseline {args.baseline}: {error}") from None
+        baseline = _check_baseline(_read_json(baseline_file, "the baseline"), baseline_file)
     return overrides, baseline
+
+
+def _check_stack_name(stack: str) -> None:
+    if not _STACK_NAME.fullmatch(stack):
+        raise StackConfigError(
+            f"--stack {stack!r} is not a stack name: letters, digits, '-', '_' and '.', at most 100 characters"
+        )
+
+
+def _clear_verdict(out: Path) -> None:
+    """Remove the previous run's report first: a run that stops early must not leave a clean verdict
+    that is not its own (a new report is written only at the very end)."""
+    if out.exists() and not out.is_dir():
+        raise StackConfigError(f"--out {out} is a file, not a folder")
+    for name in ("report.json", "report.md"):
+        (out / name).unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     progress = Progress(total=7, quiet=args.quiet or args.json)
 
     try:
+        # Before anything can fail, so that no earlier verdict outlives this run; a default folder
+        # is named after the stack, so that name is checked first.
+        if args.out is not None:
+            _clear_verdict(out)
+        _check_stack_name(args.stack)
+        if args.out is None:
+            _clear_verdict(out)
         overrides, baseline = _read_inputs(args)
         project = load_project(project_dir)
         stack_config = progress.run("reading stack config", lambda: load_stack_config(project, args.stack, args.config_file))
@@ -125,6 +176,10 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
         # The same clean message the Pulumi CLI prints for a RunError: no traceback.
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG
+    except DuplicateUrnError as error:
+        # The config checks refuse names that would collide: one reaching the engine is a bug.
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_CRASH
     except Exception:  # noqa: BLE001 - a crash in the program is reported with its traceback
         traceback.print_exc()
         print("error: the program crashed (a bug, not a config problem)", file=sys.stderr)

@@ -111,6 +111,16 @@ def _computed_outputs(type_token: str, name: str, state: dict[str, Any]) -> dict
     return {}
 
 
+class DuplicateUrnError(Exception):
+    """Two registrations with one URN: the real engine fails the deployment with this message
+    (pulumi/pulumi pkg/resource/deploy/step_generator.go, diag.GetDuplicateResourceURNError in
+    pkg/diag/errors.go); the SDK's mock monitor would silently let the second replace the first."""
+
+    def __init__(self, urns: list[str]):
+        self.urns = urns
+        super().__init__("\n".join(f"Duplicate resource URN '{urn}'; try giving it a unique name" for urn in urns))
+
+
 # Told of each registration as it happens (the resource and its provider's record), like an
 # analyzer the CLI feeds resource by resource.
 RegistrationListener = Callable[[RecordedResource, "RecordedResource | None"], None]
@@ -122,6 +132,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         # The SDK's MockMonitor types its mocks as the base class; ours records the inputs.
         self.preview_mocks = mocks
         self.records: dict[str, RecordedResource] = {}
+        self.duplicate_urns: list[str] = []
         self._lock = threading.Lock()
         self._listener = listener
 
@@ -162,6 +173,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             },
         )
         with self._lock:
+            if urn in self.records:
+                # Kept apart and raised once the program is done, as the engine reports it.
+                self.duplicate_urns.append(urn)
+                return response
             self.records[urn] = record
             # A provider registers before the resources that name it.
             provider = self.records.get(record.provider or "")
@@ -181,7 +196,8 @@ def evaluate(program_dir: Path, config: StackConfig, listener: RegistrationListe
     """Run `<program_dir>/__main__.py` for one stack under mocks; return what it registered
     (`listener`, if given, hears of each registration as it happens).
 
-    Raises the program's own exception (a ConfigError for bad stack config) unchanged.
+    Raises the program's own exception (a ConfigError for bad stack config) unchanged, and
+    DuplicateUrnError when two registrations share a URN.
     """
     runtime_config.set_all_config(dict(config.values), list(config.secret_keys))
     settings.ROOT.set(None)
@@ -197,6 +213,8 @@ def evaluate(program_dir: Path, config: StackConfig, listener: RegistrationListe
         stack_outputs = _resolve_outputs(getattr(root, "outputs", {}))
     finally:
         sys.path.remove(str(program_dir))
+    if monitor.duplicate_urns:
+        raise DuplicateUrnError(sorted(monitor.duplicate_urns))
     # The SDK registers resources from a thread pool, so arrival order varies between runs;
     # order by depth, then URN, for output that diffs cleanly.
     resources = sorted(monitor.records.values(), key=lambda r: (r.urn.count("$"), r.urn))
