@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from platform_config.gpu_catalog import GPU_MODELS, GPU_RESOURCE, MIG_RESOURCE_PREFIX
-from platform_config.models import FORBIDDEN_IMAGE_TAGS, IMAGE_DIGEST_PATTERN, IMAGE_TAG_PATTERN, ReleaseConfig
+from platform_config.models import (
+    FORBIDDEN_IMAGE_TAGS,
+    IMAGE_DIGEST_PATTERN,
+    IMAGE_TAG_PATTERN,
+    ReleaseConfig,
+    TrafficConfig,
+)
+from platform_config.pins import IMAGES
 from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 
 from .backends.knative import KNATIVE_SERVICE_LABEL
@@ -39,12 +46,15 @@ def policy_facts() -> dict[str, Any]:
         "defaults": {
             "overrideHeader": ReleaseConfig.model_fields["override_header"].default,
             "productionPriorityClass": PRODUCTION_PRIORITY_CLASS,
+            "tierHeader": TrafficConfig.model_fields["tier_header"].default,
         },
         "annotations": {"overrideHeader": OVERRIDE_HEADER_ANNOTATION},
         "images": {
             "tagPattern": IMAGE_TAG_PATTERN,
             "digestPattern": IMAGE_DIGEST_PATTERN,
             "forbiddenTags": list(FORBIDDEN_IMAGE_TAGS),
+            # The pack allows the registries of the images the program pins, unless told otherwise.
+            "pinnedRepositories": sorted(pin.repository for pin in IMAGES),
         },
     }
 

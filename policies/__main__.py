@@ -3,7 +3,14 @@
 import gc
 
 from inference_governance import resources, stack
-from inference_governance.kube import DEFAULT_OVERRIDE_HEADER, PRODUCTION_PRIORITY_CLASS
+from inference_governance.kube import (
+    DEFAULT_OVERRIDE_HEADER,
+    DEFAULT_TIER_HEADER,
+    FORBIDDEN_TAGS,
+    PINNED_REGISTRIES,
+    PRODUCTION_PRIORITY_CLASS,
+)
+from inference_governance.resources import PRODUCTION_STACKS
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
@@ -25,6 +32,15 @@ def schema(**properties) -> PolicyConfigSchema:
     return PolicyConfigSchema(properties=properties)
 
 
+STRINGS = {"type": "array", "items": {"type": "string"}}
+PRODUCTION = {**STRINGS, "default": PRODUCTION_STACKS}
+# Which tiers make a model latency-sensitive, and the header routes match them on.
+LATENCY_TIERS = {
+    "latencySensitiveTiers": {**STRINGS, "default": ["premium"]},
+    "tierHeader": {"type": "string", "default": DEFAULT_TIER_HEADER},
+}
+
+
 PolicyPack(
     name="inference-governance",
     enforcement_level=MANDATORY,
@@ -37,41 +53,68 @@ PolicyPack(
         ),
         StackValidationPolicy(
             name="latency-sensitive-not-time-sliced",
-            description="Latency-sensitive workloads do not run on time-sliced GPU pools.",
+            description="Latency-sensitive workloads (by label, or by serving a latency-sensitive tier) do not run on "
+            "time-sliced GPU pools.",
             validate=stack.latency_sensitive_not_time_sliced,
+            severity=Severity.HIGH,
+            config_schema=schema(**LATENCY_TIERS),
+        ),
+        StackValidationPolicy(
+            name="latency-sensitive-min-scale",
+            description="Latency-sensitive Knative services (by label, or by serving a latency-sensitive tier) keep "
+            "min-scale >= 1.",
+            validate=stack.latency_sensitive_min_scale,
+            severity=Severity.HIGH,
+            config_schema=schema(**LATENCY_TIERS),
+        ),
+        StackValidationPolicy(
+            name="gpu-pod-placement",
+            description="GPU workloads name their pool (nodeSelector or required node affinity), and it is a GPU pool.",
+            validate=stack.gpu_pod_placement,
             severity=Severity.HIGH,
         ),
         ResourceValidationPolicy(
             name="inference-graceful-drain",
-            description="Inference pods have a long enough termination grace period and a preStop hook.",
+            description="Inference pods have a long enough termination grace period and a preStop hook long enough to leave "
+            "the load balancers, which with vLLM's --shutdown-timeout fits in the grace period.",
             validate=resources.graceful_drain,
             severity=Severity.HIGH,
-            config_schema=schema(minTerminationGracePeriodSeconds={"type": "integer", "default": 300}),
+            config_schema=schema(
+                minTerminationGracePeriodSeconds={"type": "integer", "default": 300},
+                minPreStopSeconds={"type": "integer", "default": 5},
+            ),
         ),
         StackValidationPolicy(
             name="inference-disruption-budget",
             description="Inference workloads (Deployments, StatefulSets, Knative services) that can run more than one replica "
-            "have a PodDisruptionBudget.",
+            "have a PodDisruptionBudget that allows an eviction.",
             validate=stack.pdb_for_replicated_inference,
             severity=Severity.HIGH,
         ),
         ResourceValidationPolicy(
             name="hpa-behavior",
-            description="HPAs have a valid scale-down behavior, no Resource metric on a GPU, max >= min, and min >= 2 in "
-            "production.",
+            description="HPAs are autoscaling/v2 with a valid, slow enough scale-down behavior, no Resource metric on a GPU, "
+            "max >= min, and min >= 2 in production.",
             validate=resources.hpa_behavior,
             severity=Severity.HIGH,
             config_schema=schema(
                 minScaleDownStabilizationSeconds={"type": "integer", "default": 300},
+                maxScaleDownPercentPerMinute={"type": "number", "default": 50},
                 minReplicasInProduction={"type": "integer", "default": 2},
-                productionStacks={"type": "array", "items": {"type": "string"}, "default": ["prod", "production"]},
+                productionStacks=PRODUCTION,
             ),
         ),
         ResourceValidationPolicy(
             name="knative-autoscaling",
-            description="Knative services set max-scale and target; latency-sensitive ones keep min-scale >= 1.",
+            description="Knative services set max-scale and target; in production a scale-down delay and window of at least "
+            "a minute and a non-zero containerConcurrency.",
             validate=resources.knative_autoscaling,
             severity=Severity.HIGH,
+            config_schema=schema(
+                minScaleDownDelaySeconds={"type": "integer", "default": 60},
+                minWindowSeconds={"type": "integer", "default": 60},
+                productionStacks=PRODUCTION,
+            ),
         ),
         StackValidationPolicy(
             name="canary-routes",
@@ -84,8 +127,8 @@ PolicyPack(
         ),
         StackValidationPolicy(
             name="gpu-quota-and-priority",
-            description="GPU namespaces have quotas on every GPU resource they use; GPU workloads name an existing "
-            "PriorityClass; experiments cannot preempt production.",
+            description="GPU workloads are bounded by a quota on every GPU resource they use that applies to their "
+            "PriorityClass; they name an existing PriorityClass; experiments cannot preempt production.",
             validate=stack.gpu_quota_and_priority,
             severity=Severity.HIGH,
             config_schema=schema(
@@ -95,14 +138,25 @@ PolicyPack(
         ),
         ResourceValidationPolicy(
             name="pinned-images",
-            description="Container images are pinned to a tag or digest, never 'latest'.",
+            description="Container images come from an allowed registry and are pinned to a digest or a tag that is not a "
+            "mutable one ('latest').",
             validate=resources.pinned_images,
             severity=Severity.HIGH,
+            config_schema=schema(
+                allowedRegistries={**STRINGS, "default": PINNED_REGISTRIES},
+                deniedTags={**STRINGS, "default": FORBIDDEN_TAGS},
+            ),
+        ),
+        ResourceValidationPolicy(
+            name="pod-security-baseline",
+            description="Every pod: no host namespaces, hostPath, hostPort, privileged containers, privilege escalation, "
+            "added capabilities but NET_BIND_SERVICE, custom SELinux options, or ephemeral containers in a template.",
+            validate=resources.pod_security_baseline,
+            severity=Severity.CRITICAL,
         ),
         ResourceValidationPolicy(
             name="model-server-hardening",
-            description="Model servers run as non-root, without privilege escalation or capabilities, host namespaces or "
-            "hostPath.",
+            description="GPU pods run as non-root, with allowPrivilegeEscalation false and every capability dropped.",
             validate=resources.model_server_hardening,
             severity=Severity.HIGH,
         ),
@@ -110,6 +164,26 @@ PolicyPack(
             name="no-plain-secret-env",
             description="No secret-looking environment variable carries a plain value.",
             validate=resources.no_plain_secret_env,
+            severity=Severity.CRITICAL,
+        ),
+        ResourceValidationPolicy(
+            name="no-secret-args",
+            description="No command line carries a credential (--api-key, --hf-token, token=..., a Hugging Face token).",
+            validate=resources.no_secret_args,
+            severity=Severity.CRITICAL,
+        ),
+        ResourceValidationPolicy(
+            name="no-secret-env-from",
+            description="Containers take the Secret keys they need (env valueFrom), never a whole Secret (envFrom), outside "
+            "the namespaces allowed.",
+            validate=resources.no_secret_env_from,
+            severity=Severity.HIGH,
+            config_schema=schema(allowedNamespaces={**STRINGS, "default": []}),
+        ),
+        ResourceValidationPolicy(
+            name="no-secrets-in-helm-values",
+            description="Helm release values carry no secret-looking value in clear.",
+            validate=resources.no_secrets_in_helm_values,
             severity=Severity.CRITICAL,
         ),
         StackValidationPolicy(
@@ -140,6 +214,7 @@ PolicyPack(
             validate=stack.latency_sensitive_on_spot,
             enforcement_level=ADVISORY,
             severity=Severity.MEDIUM,
+            config_schema=schema(**LATENCY_TIERS),
         ),
     ],
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import selectors
 import subprocess
 import sys
@@ -63,10 +64,22 @@ class Diagnostic:
 class PolicyRun:
     pack: str
     version: str
+    # Each policy's name, description, the level the pack declares and the level it ran at.
     policies: list[dict[str, str]]
     diagnostics: list[Diagnostic] = field(default_factory=list)
     analyzed: int = 0
     engine_log: list[str] = field(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        """The mandatory policies the policy config weakened: a preview that passes with them
+        says less than the pack promises."""
+        return [
+            f"policy {p['name']} is mandatory in the pack but {p['level']} by the policy config: "
+            + ("it did not run" if p["level"] == "disabled" else "its violations do not fail the preview")
+            for p in self.policies
+            if p["declaredLevel"] == "mandatory" and p["level"] != "mandatory"
+        ]
 
     @property
     def mandatory(self) -> list[Diagnostic]:
@@ -137,6 +150,95 @@ def _schema_defaults(schema: analyzer_pb2.PolicyConfigSchema | None) -> dict[str
     return {name: spec["default"] for name, spec in properties.items() if isinstance(spec, dict) and "default" in spec}
 
 
+MASK = "***"
+# A flag (`--hf-token X`, `--api-key=X`) or an assignment (`token=X`) whose name says it carries
+# a credential (whole words: --max-tokens is not one), and a Hugging Face token anywhere.
+_SECRET_WORD = r"(?:token|secret|password|passwd|api[-_]?key|access[-_]?key|private[-_]?key|credentials?)"
+_SECRET_NAME = rf"(?:[A-Za-z0-9]+[-_])*{_SECRET_WORD}(?:[-_][A-Za-z0-9]+)*"
+_SECRET_ARGUMENT = re.compile(
+    rf"(?i)((?<![A-Za-z0-9-])-{{1,2}}{_SECRET_NAME}(?:=|\s+)|(?<![A-Za-z0-9_-]){_SECRET_NAME}=)(?!\*\*\*)([^\s,;&'\"()\[\]]+)"
+)
+_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
+
+
+def secret_values(config: dict[str, str], secret_keys: list[str]) -> list[str]:
+    """The stack's secret config values as strings (an object's string leaves too), longest first."""
+    found: set[str] = set()
+
+    def leaves(value: Any) -> None:
+        if isinstance(value, dict):
+            for item in value.values():
+                leaves(item)
+        elif isinstance(value, list):
+            for item in value:
+                leaves(item)
+        elif isinstance(value, str) and len(value) >= 4:
+            found.add(value)
+
+    for key in secret_keys:
+        text = config.get(key)
+        if text is None:
+            continue
+        leaves(text)
+        try:
+            leaves(json.loads(text))
+        except ValueError:
+            pass
+    return sorted(found, key=len, reverse=True)
+
+
+def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """A message with the stack's secret values, credential-looking arguments (`--hf-token X`,
+    `api_key=X`) and Hugging Face tokens replaced by ***: whatever a policy quotes, a report
+    never repeats a secret."""
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    text = _HF_TOKEN.sub(MASK, text)
+    return _SECRET_ARGUMENT.sub(lambda m: m.group(1) + MASK, text)
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _validate_overrides(info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]) -> None:
+    """Every override against the policy's config schema, as the Pulumi CLI checks
+    `--policy-pack-config` (pulumi/pulumi pkg/resource/analyzer/config.go:
+    ReconcilePolicyPackConfig, validatePolicyConfig: JSON schema of type object with the policy's
+    properties), and stricter: a key the schema does not declare is an error too (the CLI lets it by),
+    since a misspelt key would otherwise leave the default silently in force."""
+    from jsonschema import Draft7Validator
+
+    check_policy_config(overrides)
+    policies = {p.name: p for p in info.policies}
+    unknown = sorted(set(overrides) - set(policies) - {"all"})
+    if unknown:
+        raise PolicyConfigError(
+            f"the policy config names no policy of this pack: {', '.join(unknown)}; policies: all, {', '.join(sorted(policies))}"
+        )
+    for name, override in overrides.items():
+        if not isinstance(override, dict):
+            continue
+        schema = policies[name].configSchema if name in policies and policies[name].HasField("configSchema") else None
+        properties = json_format.MessageToDict(schema.properties) if schema is not None else {}
+        for key, value in override.items():
+            if key == "enforcementLevel":
+                continue
+            if key not in properties:
+                allowed = ", ".join(["enforcementLevel", *sorted(properties)])
+                raise PolicyConfigError(f"policy config {name!r}: unknown key {key!r}; allowed: {allowed}")
+            spec = {k: v for k, v in properties[key].items() if k != "default"}
+            error = next(iter(Draft7Validator(spec).iter_errors(value)), None)
+            if error is not None:
+                expected = json.dumps(spec, sort_keys=True)
+                raise PolicyConfigError(
+                    f"policy config {name!r}: {key!r} is {_type_name(value)} {json.dumps(value)[:80]}, but the policy "
+                    f"takes {expected} ({error.message[:120]})"
+                )
+
+
 class PolicyPack:
     """A running policy pack process and a client for its Analyzer service.
 
@@ -147,6 +249,8 @@ class PolicyPack:
     def __init__(self, pack_dir: Path, stack_config: dict[str, str], project: str, stack: str):
         self.pack_dir = pack_dir.resolve()
         self.channel: grpc.Channel | None = None
+        # The stack's secret values (from ConfigureStack), masked out of every message the pack sends.
+        self.secrets: list[str] = []
         self._engine = _EngineLog()
         self._engine_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         engine_pb2_grpc.add_EngineServicer_to_server(self._engine, self._engine_server)
@@ -207,6 +311,7 @@ class PolicyPack:
                 raise
 
     def configure_stack(self, project: str, stack: str, config: dict[str, str], secret_keys: list[str]) -> None:
+        self.secrets = secret_values(config, secret_keys)
         self.stub.ConfigureStack(
             analyzer_pb2.AnalyzerStackConfigureRequest(
                 stack=stack,
@@ -221,15 +326,14 @@ class PolicyPack:
     def info(self) -> analyzer_pb2.AnalyzerInfo:
         return self.stub.GetAnalyzerInfo(empty_pb2.Empty())
 
-    def configure(self, info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]) -> None:
+    def configure(self, info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]) -> dict[str, str]:
         """Each policy's level and config: the schema's defaults, then the user's overrides
-        (the same JSON as `pulumi preview --policy-pack-config`; `all` sets every policy's level)."""
-        known = {p.name for p in info.policies} | {"all"}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise PolicyConfigError(f"the policy config names no policy of this pack: {', '.join(unknown)}")
+        (the same JSON as `pulumi preview --policy-pack-config`; `all` sets every policy's level),
+        checked against the policies' config schemas first. The level each policy runs at."""
+        _validate_overrides(info, overrides)
         every = overrides.get("all")
         policy_config = {}
+        levels = {}
         for policy in info.policies:
             override = overrides.get(policy.name, {})
             if isinstance(override, str):
@@ -243,7 +347,9 @@ class PolicyPack:
                 enforcementLevel=LEVEL_VALUES[level] if level else policy.enforcementLevel,
                 properties=_struct(properties),
             )
+            levels[policy.name] = level or LEVELS[policy.enforcementLevel]
         self.stub.Configure(analyzer_pb2.ConfigureAnalyzerRequest(policyConfig=policy_config))
+        return levels
 
     def analyze(self, resource: RecordedResource, provider: RecordedResource | None) -> list[Diagnostic]:
         return self._analyzed(resource, self.stub.Analyze(self._analyze_request(resource, provider)))
@@ -288,11 +394,14 @@ class PolicyPack:
         )
         return self._diagnostics(self.stub.AnalyzeStack(request))
 
-    @staticmethod
-    def _diagnostics(response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:
+    def _diagnostics(self, response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:
         return [
             Diagnostic(
-                policy=d.policyName, level=LEVELS[d.enforcementLevel], message=d.message, urn=d.urn, description=d.description
+                policy=d.policyName,
+                level=LEVELS[d.enforcementLevel],
+                message=mask_secrets(d.message, self.secrets),
+                urn=d.urn,
+                description=d.description,
             )
             for d in response.diagnostics
         ]
@@ -313,7 +422,7 @@ class PolicyPack:
 
     @property
     def engine_log(self) -> list[str]:
-        return list(self._engine.messages)
+        return [mask_secrets(message, self.secrets) for message in self._engine.messages]
 
 
 def check_policy_config(overrides: Any) -> None:
@@ -321,13 +430,15 @@ def check_policy_config(overrides: Any) -> None:
     if not isinstance(overrides, dict):
         raise PolicyConfigError("the policy config must be a JSON object keyed by policy name")
     for name, value in overrides.items():
-        level = value if isinstance(value, str) else value.get("enforcementLevel") if isinstance(value, dict) else None
         if not isinstance(value, (str, dict)):
             raise PolicyConfigError(f"policy config {name!r}: give an enforcement level or an object")
-        if level is not None and level not in LEVEL_VALUES:
+        level = value if isinstance(value, str) else value.get("enforcementLevel")
+        if level is not None and (not isinstance(level, str) or level not in LEVEL_VALUES):
             raise PolicyConfigError(
-                f"policy config {name!r}: unknown enforcement level {level!r}; allowed: {', '.join(LEVEL_VALUES)}"
+                f"policy config {name!r}: unknown enforcement level {level!r:.80}; allowed: {', '.join(LEVEL_VALUES)}"
             )
+        if name == "all" and isinstance(value, dict) and set(value) - {"enforcementLevel"}:
+            raise PolicyConfigError("policy config 'all' sets every policy's enforcementLevel and takes no other key")
 
 
 def pack_version(pack_dir: Path, reported: str) -> str:
@@ -419,11 +530,19 @@ class PolicySession:
         pack.handshake(project_dir)
         pack.configure_stack(project, stack, config, secret_keys)
         info = pack.info()
-        pack.configure(info, overrides)
+        levels = pack.configure(info, overrides)
         run = PolicyRun(
             pack=info.name,
             version=pack_version(pack.pack_dir, info.version),
-            policies=[{"name": p.name, "level": LEVELS[p.enforcementLevel], "description": p.description} for p in info.policies],
+            policies=[
+                {
+                    "name": p.name,
+                    "level": levels[p.name],
+                    "declaredLevel": LEVELS[p.enforcementLevel],
+                    "description": p.description,
+                }
+                for p in info.policies
+            ],
         )
         # A bounded window of calls in flight (the CLI analyzes steps concurrently too), so the
         # pack's server never queues thousands of calls.

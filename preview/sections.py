@@ -88,11 +88,16 @@ def changes_section(diff: Diff, baseline: str) -> Section:
 def policy_section(run: PolicyRun) -> Section:
     mandatory = run.mandatory
     advisory = [d for d in run.diagnostics if d not in mandatory]
+    weakened = {p["name"]: p for p in run.policies if p["level"] != p["declaredLevel"]}
     summary = (
         f"pack {run.pack} {run.version}: {len(run.policies)} policies over {run.analyzed} resources and the stack, "
         f"{len(mandatory)} mandatory and {len(advisory)} advisory violations"
     )
-    lines = [
+    disabled = sum(1 for p in run.policies if p["level"] == "disabled")
+    if disabled:
+        summary += f"; {disabled} {'policy' if disabled == 1 else 'policies'} disabled"
+    lines = [f"WARNING {w}" for w in run.warnings]
+    lines += [
         f"{d.level.upper()} {d.policy}: {d.message.splitlines()[-1]}" + (f" [{d.urn.rsplit('::', 1)[-1]}]" if d.urn else "")
         for d in mandatory + advisory
     ]
@@ -102,16 +107,33 @@ def policy_section(run: PolicyRun) -> Section:
         for d in mandatory + advisory
     ]
     if not run.diagnostics:
-        rows = [f"No violations. Policies: {', '.join(p['name'] for p in run.policies)}."]
+        rows = ["No violations. Policies: " + ", ".join(_policy_name(p) for p in run.policies) + "."]
+    if weakened:
+        rows = [
+            "Levels set by the policy config:",
+            "",
+            "| policy | pack's level | level run |",
+            "|---|---|---|",
+            *(f"| {p['name']} | {p['declaredLevel']} | **{p['level']}** |" for p in weakened.values()),
+            "",
+            *rows,
+        ]
+    rows = [*(f"- **Warning:** {w}" for w in run.warnings), *([""] if run.warnings else []), *rows]
     data = {
         "pack": run.pack,
         "version": run.version,
         "policies": run.policies,
+        "warnings": run.warnings,
         "analyzedResources": run.analyzed,
         "diagnostics": [d.to_json() for d in run.diagnostics],
         "engineLog": run.engine_log,
     }
     return Section("Policies", summary, failed=bool(mandatory), data=data, markdown="\n".join(rows), lines=lines)
+
+
+def _policy_name(policy: dict[str, str]) -> str:
+    """A policy's name, with the level it ran at when the policy config changed it."""
+    return policy["name"] if policy["level"] == policy["declaredLevel"] else f"{policy['name']} ({policy['level']})"
 
 
 def admission_section(result: AdmissionResult) -> Section:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -29,6 +29,8 @@ WORKLOAD_TYPES = {
 POD = "kubernetes:core/v1:Pod"
 KNATIVE_SERVICE = "kubernetes:serving.knative.dev/v1:Service"
 HPA_V2 = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
+HPA_V1 = "kubernetes:autoscaling/v1:HorizontalPodAutoscaler"
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 QUOTA = "kubernetes:core/v1:ResourceQuota"
 PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
@@ -45,6 +47,7 @@ OVERRIDE_HEADER_ANNOTATION: str = FACTS["annotations"]["overrideHeader"]
 KNATIVE_SERVICE_LABEL: str = FACTS["labels"]["knativeService"]
 DEFAULT_OVERRIDE_HEADER: str = FACTS["defaults"]["overrideHeader"]
 PRODUCTION_PRIORITY_CLASS: str = FACTS["defaults"]["productionPriorityClass"]
+DEFAULT_TIER_HEADER: str = FACTS["defaults"]["tierHeader"]
 
 
 Report = Callable[..., None]
@@ -86,6 +89,13 @@ def containers(pod_spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
     yield from get(pod_spec, "containers", default=[])
 
 
+def every_container(pod_spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """The containers Pod Security admission visits: init, regular and ephemeral
+    (kubernetes/pod-security-admission v0.33.0, policy/visitor.go: visitContainers)."""
+    yield from containers(pod_spec)
+    yield from get(pod_spec, "ephemeralContainers", default=[])
+
+
 def workload_containers(resource_type: str, props: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
     """Every container of the pods a workload runs (none if it runs no pods)."""
     template = pod_template(resource_type, props)
@@ -114,17 +124,77 @@ def name_of(props: Mapping[str, Any]) -> str:
     return get(props, "metadata", "name", default="?")
 
 
+def placement_pools(pod_spec: Mapping[str, Any]) -> set[str] | None:
+    """The pools a pod may be scheduled on, by its nodeSelector and its required node affinity
+    on the pool label (both must hold; the affinity's terms are ORed), or None when neither
+    names a pool: then the pod may land on any node that has what it asks for."""
+    pools: set[str] | None = None
+    selected = get(pod_spec, "nodeSelector", POOL_LABEL)
+    if selected is not None:
+        pools = {selected}
+    terms = get(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+    if terms:
+        allowed: set[str] = set()
+        for term in terms:
+            named = [
+                set(get(e, "values", default=[]))
+                for e in get(term, "matchExpressions", default=[])
+                if get(e, "key") == POOL_LABEL and get(e, "operator") == "In"
+            ]
+            if not named:
+                return pools  # a term that names no pool lets the pod go anywhere else it fits
+            allowed |= set.intersection(*named)
+        pools = allowed if pools is None else pools & allowed
+    return pools
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(value: Any) -> float | None:
+    """A Go duration ("5m", "1m30s", "0") in seconds, as Knative parses its duration annotations
+    (time.ParseDuration); None when it is not one."""
+    text = str(value).strip()
+    if text == "0":
+        return 0.0
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        return None
+    return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+
+
 def labels_match(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
+
+def image_registry(image: str) -> str:
+    """The registry an image reference pulls from: the first path part when it names a host (a
+    dot, a port, upper case, or localhost), else Docker Hub (github.com/distribution/reference,
+    normalize.go: splitDockerDomain, which also maps the legacy index.docker.io to docker.io)."""
+    first, _, rest = image.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost" or first.lower() != first):
+        return "docker.io" if first == "index.docker.io" else first
+    return "docker.io"
+
+
+PINNED_REGISTRIES: list[str] = sorted({image_registry(repository) for repository in FACTS["images"]["pinnedRepositories"]})
 
 _IMAGE_TAG = re.compile(":(" + FACTS["images"]["tagPattern"] + ")$")
 _IMAGE_DIGEST = re.compile("@" + FACTS["images"]["digestPattern"] + "$")
 
 
-def image_is_pinned(image: str) -> bool:
+FORBIDDEN_TAGS: list[str] = FACTS["images"]["forbiddenTags"]
+
+
+def image_tag(image: str) -> str | None:
+    tag = _IMAGE_TAG.search(image.rsplit("/", 1)[-1])
+    return tag.group(1) if tag else None
+
+
+def image_is_pinned(image: str, denied: Collection[str] = FORBIDDEN_TAGS) -> bool:
     """The program's rule (platform_config.models): a digest, or a tag that is not forbidden."""
     if _IMAGE_DIGEST.search(image):
         return True
-    tag = _IMAGE_TAG.search(image.rsplit("/", 1)[-1])
-    return tag is not None and tag.group(1) not in FACTS["images"]["forbiddenTags"]
+    tag = image_tag(image)
+    return tag is not None and tag not in denied

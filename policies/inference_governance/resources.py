@@ -8,17 +8,25 @@ from typing import Any, Mapping
 import pulumi
 
 from .kube import (
+    FORBIDDEN_TAGS,
+    HELM_RELEASE,
+    HPA_V1,
     HPA_V2,
     KNATIVE_SERVICE,
-    LATENCY_LABEL,
+    PINNED_REGISTRIES,
     Report,
     config,
     containers,
+    duration_seconds,
+    every_container,
     get,
     gpu_resources,
     image_is_pinned,
+    image_registry,
+    image_tag,
     is_list,
     name_of,
+    namespace_of,
     pod_gpu_resources,
     pod_template,
     workload_containers,
@@ -29,6 +37,7 @@ SECRET_NAME = re.compile(
     r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)($|_)", re.IGNORECASE
 )
 DRAINED_WORKLOADS = ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet")
+PRODUCTION_STACKS = ["prod", "production"]
 
 
 def _gpu_pod(args: Any) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
@@ -78,21 +87,71 @@ def graceful_drain(args: Any, report_violation: Report) -> None:
         report_violation(
             f"terminationGracePeriodSeconds is {grace}; inference pods need at least {minimum} s to finish in-flight requests"
         )
+    least = int(config(args).get("minPreStopSeconds", 5))
     for container in get(spec, "containers", default=[]):
-        if gpu_resources(container) and not get(container, "lifecycle", "preStop"):
+        if not gpu_resources(container):
+            continue
+        name = get(container, "name", default="?")
+        hook = get(container, "lifecycle", "preStop")
+        if not hook:
+            report_violation(f"container '{name}' has no preStop hook: it would get SIGTERM while still in the load balancers")
+            continue
+        pause = pre_stop_seconds(hook)
+        if pause is not None and pause < least:
             report_violation(
-                f"container '{get(container, 'name', default='?')}' has no preStop hook: it would get SIGTERM while still in "
-                "the load balancers"
+                f"container '{name}' waits {pause:g} s in preStop; at least {least} s, for its endpoint to leave every load "
+                "balancer before SIGTERM"
             )
+        drain = flag_value(get(container, "args", default=[]), "--shutdown-timeout")
+        if pause is not None and drain is not None and drain.isdigit() and pause + int(drain) > grace:
+            report_violation(
+                f"container '{name}': preStop {pause:g} s + vLLM --shutdown-timeout {drain} s exceed "
+                f"terminationGracePeriodSeconds {grace}: the pod is killed before its requests finish"
+            )
+
+
+_SLEEP = re.compile(r"(?:^|[\s;&|(])sleep\s+(\d+(?:\.\d+)?)(?:s)?(?=$|[\s;&|)])")
+
+
+def pre_stop_seconds(hook: Mapping[str, Any]) -> float | None:
+    """How long a preStop hook holds the container before SIGTERM: a `sleep` action
+    (lifecycle.preStop.sleep.seconds: LifecycleHandler.sleep in the Kubernetes 1.33 API schema) or an exec of
+    `sleep N`; None when the hook does something else (an HTTP call, another command)."""
+    if get(hook, "sleep") is not None:
+        seconds = get(hook, "sleep", "seconds", default=0)
+        return float(seconds) if isinstance(seconds, (int, float)) else None
+    command = get(hook, "exec", "command", default=[])
+    if not is_list(command) or not command:
+        return None
+    found = _SLEEP.search(" ".join(str(part) for part in command))
+    return float(found.group(1)) if found else None
+
+
+def flag_value(args: Any, flag: str) -> str | None:
+    """The value given to a command-line flag, as `--flag value` or `--flag=value` (the last wins)."""
+    value = None
+    items = [str(a) for a in args] if is_list(args) else []
+    for index, item in enumerate(items):
+        if item == flag and index + 1 < len(items):
+            value = items[index + 1]
+        elif item.startswith(flag + "="):
+            value = item.split("=", 1)[1]
+    return value
 
 
 def is_production(args: Any) -> bool:
     """Decided by the pack's config (the stack names that are production), never by the stack's
     own config, which the governed stack could change."""
-    return pulumi.get_stack() in config(args).get("productionStacks", ["prod", "production"])
+    return pulumi.get_stack() in config(args).get("productionStacks", PRODUCTION_STACKS)
 
 
 def hpa_behavior(args: Any, report_violation: Report) -> None:
+    if args.resource_type == HPA_V1:
+        report_violation(
+            "autoscaling/v1 HorizontalPodAutoscaler: it has no behavior (scale-down stabilization and rate) and scales on "
+            "CPU only; use autoscaling/v2 with behavior.scaleDown"
+        )
+        return
     if args.resource_type != HPA_V2:
         return
     settings = config(args)
@@ -134,6 +193,30 @@ def hpa_behavior(args: Any, report_violation: Report) -> None:
             or not 0 < get(policy, "periodSeconds", default=0) <= 1800
         ):
             report_violation(f"invalid scale-down policy {dict(policy)}: type Percent or Pods, value > 0, periodSeconds 1..1800")
+            return
+    fastest = int(settings.get("maxScaleDownPercentPerMinute", 50))
+    rate = scale_down_percent_per_minute(scale_down, high)
+    if rate is not None and rate > fastest:
+        report_violation(
+            f"behavior.scaleDown removes up to {rate:g}% of maxReplicas per minute; at most {fastest}% (a model server "
+            "takes minutes to come back)"
+        )
+
+
+def scale_down_percent_per_minute(scale_down: Mapping[str, Any], max_replicas: float) -> float | None:
+    """The fastest the HPA may scale down, in percent of maxReplicas per minute: the policies'
+    rates, of which the controller applies the largest (selectPolicy Max, the default) or the
+    smallest (Min); None when scale-down is Disabled (kubernetes
+    pkg/controller/podautoscaler/horizontal.go: calculateScaleDownLimitWithBehaviors)."""
+    select = get(scale_down, "selectPolicy", default="Max")
+    if select == "Disabled":
+        return None
+    rates = []
+    for policy in get(scale_down, "policies", default=[]):
+        per_minute = 60 / get(policy, "periodSeconds")
+        value = get(policy, "value")
+        rates.append(value * per_minute if get(policy, "type") == "Percent" else 100 * value / max(max_replicas, 1) * per_minute)
+    return (min if select == "Min" else max)(rates)
 
 
 def knative_autoscaling(args: Any, report_violation: Report) -> None:
@@ -141,48 +224,125 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
         return
     template = get(args.props, "spec", "template", default={})
     annotations = get(template, "metadata", "annotations", default={})
-    labels = get(template, "metadata", "labels", default={})
     prefix = "autoscaling.knative.dev/"
     for key in ("max-scale", "target"):
         value = annotations.get(prefix + key)
         if value in (None, "", "0"):
             report_violation(f"{prefix}{key} is not set: a Knative service must bound its scale and name its target")
-    if labels.get(LATENCY_LABEL) == "true":
-        try:
-            minimum = int(annotations.get(prefix + "min-scale", "0") or 0)
-        except ValueError:
-            report_violation(f"{prefix}min-scale is {annotations.get(prefix + 'min-scale')!r}, not a whole number")
-            return
-        if minimum < 1:
+    if not is_production(args):
+        return
+    settings = config(args)
+    # Knative's own defaults are a 0s scale-down delay, a 60s window and containerConcurrency 0
+    # (unbounded) (knative/serving knative-v1.23.0, pkg/apis/autoscaling/register.go and
+    # config/core/configmaps/autoscaler.yaml, defaults.yaml).
+    for key, floor_key, default in (("scale-down-delay", "minScaleDownDelaySeconds", 60), ("window", "minWindowSeconds", 60)):
+        floor = int(settings.get(floor_key, default))
+        raw = annotations.get(prefix + key)
+        seconds = duration_seconds(raw) if raw is not None else 0.0
+        if seconds is None:
+            report_violation(f"{prefix}{key} is {raw!r}, not a duration such as '5m'")
+        elif seconds < floor:
             report_violation(
-                f"latency-sensitive service with min-scale {minimum}: it would cold-start a model (minutes) on the next request"
+                f"{prefix}{key} is {seconds:g} s; production services keep at least {floor} s so a dip in load does not "
+                "tear down replicas that take minutes to load a model"
             )
+    concurrency = get(template, "spec", "containerConcurrency", default=0)
+    if not concurrency:
+        report_violation(
+            "containerConcurrency is 0 (unbounded): a production model server needs a hard cap on requests in flight per "
+            "replica, or one replica takes every burst"
+        )
 
 
 def pinned_images(args: Any, report_violation: Report) -> None:
-    for container in workload_containers(args.resource_type, args.props):
-        image = get(container, "image", default="")
-        if not image_is_pinned(image):
+    settings = config(args)
+    registries = set(settings.get("allowedRegistries", PINNED_REGISTRIES))
+    denied = set(settings.get("deniedTags", FORBIDDEN_TAGS))
+    template = pod_template(args.resource_type, args.props)
+    for container in every_container(get(template, "spec", default={})) if template is not None else ():
+        name = get(container, "name", default="?")
+        image = str(get(container, "image", default=""))
+        registry = image_registry(image)
+        if registry not in registries:
             report_violation(
-                f"container '{get(container, 'name', default='?')}' runs image {image!r}: pin a release tag or a digest, never "
-                "'latest'"
+                f"container '{name}' pulls from registry {registry!r}, which is not allowed; allowed: "
+                f"{', '.join(sorted(registries))}"
+            )
+        if image_is_pinned(image, denied):
+            continue
+        tag = image_tag(image)
+        if tag is None:
+            report_violation(f"container '{name}' runs image {image!r} with no tag (it means 'latest'): pin a tag or a digest")
+        else:
+            report_violation(
+                f"container '{name}' runs image {image!r}: tag {tag!r} is mutable (denied: {', '.join(sorted(denied))}); pin "
+                "a release tag or a digest"
             )
 
 
+# Pod Security Standards (kubernetes/pod-security-admission v0.33.0, policy/): SELinux types
+# a pod may ask for (check_seLinuxOptions.go, 1.31+), the one capability a container may add
+# (check_capabilities_restricted.go).
+SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+ADDABLE_CAPABILITIES = {"NET_BIND_SERVICE"}
+
+
+def pod_security_baseline(args: Any, report_violation: Report) -> None:
+    """Every pod the stack declares, GPU or not: the Pod Security Standards' baseline, plus no
+    added capability but NET_BIND_SERVICE and no privilege escalation asked for (restricted).
+    `hostUsers: false` (a user namespace) is fine: it only takes privileges away."""
+    template = pod_template(args.resource_type, args.props)
+    if template is None:
+        return
+    spec = get(template, "spec", default={})
+    for field in ("hostNetwork", "hostPID", "hostIPC"):
+        if get(spec, field) is True:
+            report_violation(f"{field} is true: pods do not share the node's namespaces")
+    for volume in get(spec, "volumes", default=[]):
+        if "hostPath" in volume:
+            report_violation(
+                f"volume '{get(volume, 'name', default='?')}' is a hostPath: pods must not mount the node's filesystem"
+            )
+    for ephemeral in get(spec, "ephemeralContainers", default=[]):
+        report_violation(
+            f"ephemeral container '{get(ephemeral, 'name', default='?')}' is declared in the pod template: debug containers "
+            "are added to a running pod (kubectl debug), never shipped in a template"
+        )
+    _selinux(get(spec, "securityContext", "seLinuxOptions"), "the pod", report_violation)
+    for container in every_container(spec):
+        name = get(container, "name", default="?")
+        security = get(container, "securityContext", default={})
+        if get(security, "privileged") is True:
+            report_violation(f"container '{name}' is privileged")
+        if get(security, "allowPrivilegeEscalation") is True:
+            report_violation(f"container '{name}' allows privilege escalation")
+        added = sorted(set(get(security, "capabilities", "add", default=[])) - ADDABLE_CAPABILITIES)
+        if added:
+            report_violation(f"container '{name}' adds capabilities {', '.join(added)}: only NET_BIND_SERVICE may be added")
+        for port in get(container, "ports", default=[]):
+            if get(port, "hostPort", default=0):
+                report_violation(f"container '{name}' binds hostPort {port['hostPort']}: pods do not take the node's ports")
+        _selinux(get(security, "seLinuxOptions"), f"container '{name}'", report_violation)
+
+
+def _selinux(options: Mapping[str, Any] | None, where: str, report_violation: Report) -> None:
+    if not options:
+        return
+    kind = get(options, "type", default="")
+    if kind not in SELINUX_TYPES:
+        report_violation(f"{where} asks for SELinux type {kind!r}; allowed: {', '.join(sorted(t for t in SELINUX_TYPES if t))}")
+    for field in ("user", "role"):
+        if get(options, field):
+            report_violation(f"{where} sets seLinuxOptions.{field}: a custom SELinux {field} is forbidden")
+
+
 def model_server_hardening(args: Any, report_violation: Report) -> None:
+    """GPU pods, on top of the baseline every pod meets: the restricted profile's identity rules."""
     found = _gpu_pod(args)
     if found is None:
         return
     spec, _ = found
     pod_security = get(spec, "securityContext", default={})
-    for field in ("hostNetwork", "hostPID", "hostIPC"):
-        if get(spec, field) is True:
-            report_violation(f"{field} is true: model servers do not share the node's namespaces")
-    for volume in get(spec, "volumes", default=[]):
-        if "hostPath" in volume:
-            report_violation(
-                f"volume '{get(volume, 'name', default='?')}' is a hostPath: model servers must not mount the node's filesystem"
-            )
     for container in containers(spec):
         name = get(container, "name", default="?")
         security = get(container, "securityContext", default={})
@@ -195,8 +355,6 @@ def model_server_hardening(args: Any, report_violation: Report) -> None:
             report_violation(f"container '{name}' allows privilege escalation: set allowPrivilegeEscalation false")
         if "ALL" not in get(security, "capabilities", "drop", default=[]):
             report_violation(f"container '{name}' keeps Linux capabilities: drop ALL")
-        if get(security, "privileged") is True:
-            report_violation(f"container '{name}' is privileged")
 
 
 def no_plain_secret_env(args: Any, report_violation: Report) -> None:
@@ -207,6 +365,105 @@ def no_plain_secret_env(args: Any, report_violation: Report) -> None:
                     f"container '{get(container, 'name', default='?')}' sets {env['name']} as a plain value: read it from a "
                     "Secret (valueFrom.secretKeyRef)"
                 )
+
+
+# A command-line flag or `key=value` whose name says it carries a credential.
+_SECRET_FLAG = re.compile(r"^-{1,2}([A-Za-z0-9][A-Za-z0-9_-]*)$")
+_SECRET_ASSIGNMENT = re.compile(r"(?:^|[\s?&;])-{0,2}([A-Za-z][A-Za-z0-9_-]*)=(\S+)")
+# Kubernetes expands $(VAR) from the container's env: a reference to a secret, not the secret.
+_ENV_REFERENCE = re.compile(r"^\$\([A-Za-z_][A-Za-z0-9_]*\)$")
+# A Hugging Face user access token, wherever it appears.
+_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
+
+
+def _secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).replace("-", "_")))
+
+
+def secrets_in_words(words: list[str]) -> list[str]:
+    """What, in a command line, passes a credential in clear: `--api-key X`, `--hf-token=X`,
+    `token=X`, or a Hugging Face token itself. Names only: the values are never repeated."""
+    found = []
+    for index, word in enumerate(words):
+        flag = _SECRET_FLAG.match(word)
+        if flag and _secret_name(flag.group(1)) and index + 1 < len(words):
+            following = words[index + 1]
+            if not following.startswith("-") and not _ENV_REFERENCE.match(following):
+                found.append(word)
+        for name, value in _SECRET_ASSIGNMENT.findall(word):
+            if _secret_name(name) and not _ENV_REFERENCE.match(value):
+                found.append(name + "=")
+        if _HF_TOKEN.search(word):
+            found.append("a Hugging Face token")
+    return found
+
+
+def no_secret_args(args: Any, report_violation: Report) -> None:
+    for container in workload_containers(args.resource_type, args.props):
+        words = [word for part in ("command", "args") for item in get(container, part, default=[]) for word in str(item).split()]
+        for what in sorted(set(secrets_in_words(words))):
+            report_violation(
+                f"container '{get(container, 'name', default='?')}' passes a credential ({what}) in its command line, where "
+                "anyone who can read the pod sees it: read it from a Secret (env valueFrom.secretKeyRef) and pass $(VAR)"
+            )
+
+
+def no_secret_env_from(args: Any, report_violation: Report) -> None:
+    """envFrom a Secret hands every key of it to the container, whatever the Secret later holds."""
+    template = pod_template(args.resource_type, args.props)
+    if template is None or namespace_of(args.props) in config(args).get("allowedNamespaces", []):
+        return
+    for container in every_container(get(template, "spec", default={})):
+        for source in get(container, "envFrom", default=[]):
+            secret = get(source, "secretRef", "name")
+            if secret is not None:
+                report_violation(
+                    f"container '{get(container, 'name', default='?')}' takes every key of Secret '{secret}' as environment "
+                    "(envFrom): name the keys it needs with env valueFrom.secretKeyRef"
+                )
+
+
+# Keys that name where a secret is, not the secret: existingSecret, secretName, tokenFile, and
+# the key inside a Secret (passwordKey; but apiKey and secretKey are credentials).
+_REFERENCE_PARTS = {"EXISTING", "NAME", "REF", "FILE", "PATH", "MOUNT", "ENABLED", "CREATE", "ANNOTATIONS"}
+_REFERENCE_SUFFIX = re.compile(r"(PASSWORD|PASSWD|TOKEN|CREDENTIALS?)_KEY$")
+
+
+def _names_a_secret(key: str) -> bool:
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).upper().replace("-", "_")
+    return _secret_name(key) and not set(words.split("_")) & _REFERENCE_PARTS and not _REFERENCE_SUFFIX.search(words)
+
+
+def _plain_secrets(value: Any, path: str) -> list[str]:
+    found = []
+    if isinstance(value, Mapping):
+        # An env entry in values: {name: HF_TOKEN, value: ...}
+        if isinstance(value.get("name"), str) and isinstance(value.get("value"), str) and value["value"]:
+            if _secret_name(value["name"]) and not _ENV_REFERENCE.match(value["value"]):
+                found.append(f"{path}[name={value['name']}].value")
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(item, str) and item and _names_a_secret(str(key)):
+                found.append(where)
+            else:
+                found += _plain_secrets(item, where)
+    elif is_list(value):
+        for index, item in enumerate(value):
+            found += _plain_secrets(item, f"{path}[{index}]")
+    elif isinstance(value, str) and _HF_TOKEN.search(value):
+        found.append(path)
+    return found
+
+
+def no_secrets_in_helm_values(args: Any, report_violation: Report) -> None:
+    """Helm values end up in the release's Secret and in the Pulumi state in clear: a chart is
+    given the name of a Secret that holds the credential (existingSecret and the like)."""
+    if args.resource_type != HELM_RELEASE:
+        return
+    for where in _plain_secrets(get(args.props, "values", default={}), ""):
+        report_violation(
+            f"Helm values {where} holds a secret-looking value in clear: give the chart the name of a Secret that holds it"
+        )
 
 
 def topology_spread(args: Any, report_violation: Report) -> None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any, Mapping
 
 from .kube import (
     DEFAULT_OVERRIDE_HEADER,
+    DEFAULT_TIER_HEADER,
     DESTINATION_RULE,
     GPU_NODE_POOL,
     GPU_SHARING_LABEL,
+    HPA_V1,
     HPA_V2,
     KNATIVE_SERVICE,
     KNATIVE_SERVICE_LABEL,
@@ -32,6 +35,7 @@ from .kube import (
     labels_match,
     name_of,
     namespace_of,
+    placement_pools,
     pod_gpu_resources,
     pod_template,
 )
@@ -53,10 +57,13 @@ class GpuWorkload:
         self.name = name_of(resource.props)
         self.gpu_resources = pod_gpu_resources(self.spec)
         self.knative = resource.resource_type == KNATIVE_SERVICE
+        self.pools = placement_pools(self.spec)
+        # Knative labels the pods of a service with its name.
+        self.pod_labels = {**self.labels, **({KNATIVE_SERVICE_LABEL: self.name} if self.knative else {})}
 
     @property
-    def pool(self) -> str | None:
-        return get(self.spec, "nodeSelector", POOL_LABEL)
+    def label(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 def gpu_workloads(args: Any) -> list[GpuWorkload]:
@@ -91,15 +98,127 @@ def pools(args: Any) -> dict[str, dict[str, Any]]:
 # --- rule 2 ----------------------------------------------------------------------------------
 
 
+def _host_name(host: str, namespace: str) -> tuple[str, str]:
+    """(namespace, name) of a Kubernetes service host: `name`, `name.ns` or `name.ns.svc...`."""
+    parts = host.split(".")
+    return (parts[1] if len(parts) > 1 else namespace), parts[0]
+
+
+def latency_sensitive(args: Any, workloads: list[GpuWorkload]) -> dict[str, str]:
+    """Why each latency-sensitive GPU workload is one, by URN: its own label, or a route that
+    sends it requests of a latency-sensitive tier (a VirtualService route matching the tier
+    header, or taking any tier, to a Service or Knative service whose pods the workload runs).
+    A model that serves premium is latency-sensitive whatever its profile's label says."""
+    settings = config(args)
+    tier_header = settings.get("tierHeader", DEFAULT_TIER_HEADER)
+    tiers = set(settings.get("latencySensitiveTiers", ["premium"]))
+    why = {w.resource.urn: "it is labelled latency-sensitive" for w in workloads if w.labels.get(LATENCY_LABEL) == "true"}
+    selectors = {
+        (namespace_of(s.props), name_of(s.props)): get(s.props, "spec", "selector", default={})
+        for s in of_type(args, "kubernetes:core/v1:Service")
+    }
+    subsets = {
+        (_fqdn(get(rule.props, "spec", "host", default=""), namespace_of(rule.props)), get(s, "name")): get(
+            s, "labels", default={}
+        )
+        for rule in of_type(args, DESTINATION_RULE)
+        for s in get(rule.props, "spec", "subsets", default=[])
+    }
+    for service in of_type(args, VIRTUAL_SERVICE):
+        namespace = namespace_of(service.props)
+        for route in get(service.props, "spec", "http", default=[]):
+            matches = get(route, "match", default=[]) or [{}]
+            asked = {get(m, "headers", tier_header, "exact") for m in matches}
+            # A match without an exact tier takes requests of every tier.
+            served = sorted(tiers if None in asked else asked & tiers)
+            if not served:
+                continue
+            for destination in get(route, "route", default=[]):
+                host = get(destination, "destination", "host", default="")
+                target = _host_name(get(destination, "headers", "request", "set", "Host") or host, namespace)
+                pods = dict(selectors.get(target, {}))
+                subset = get(destination, "destination", "subset")
+                if subset is not None:
+                    pods.update(subsets.get((_fqdn(host, namespace), subset), {}))
+                for w in workloads:
+                    reached = (w.knative and (w.namespace, w.name) == target) or (
+                        w.namespace == target[0] and labels_match(pods, w.pod_labels)
+                    )
+                    if reached and w.resource.urn not in why:
+                        why[w.resource.urn] = (
+                            f"VirtualService {namespace}/{name_of(service.props)} sends it {', '.join(served)} requests"
+                        )
+    return why
+
+
 def latency_sensitive_not_time_sliced(args: Any, report_violation: Report) -> None:
     known = pools(args)
-    for workload in gpu_workloads(args):
-        if workload.labels.get(LATENCY_LABEL) != "true" or workload.pool is None:
+    workloads = gpu_workloads(args)
+    reasons = latency_sensitive(args, workloads)
+    for workload in workloads:
+        why = reasons.get(workload.resource.urn)
+        if why is None:
             continue
-        if get(known.get(workload.pool, {}), "sharing") == "timeSlicing":
+        for pool in sorted(workload.pools or ()):
+            if get(known.get(pool, {}), "sharing") == "timeSlicing":
+                report_violation(
+                    f"{workload.label} is latency-sensitive ({why}) but may run on time-sliced pool '{pool}': time-slicing "
+                    "gives no isolation",
+                    workload.resource.urn,
+                )
+
+
+def latency_sensitive_min_scale(args: Any, report_violation: Report) -> None:
+    """Latency-sensitive Knative services keep a replica warm: scaled to zero, the next request
+    waits minutes for a model to load (Knative's min-scale defaults to 0)."""
+    workloads = [w for w in gpu_workloads(args) if w.knative]
+    reasons = latency_sensitive(args, workloads)
+    for workload in workloads:
+        why = reasons.get(workload.resource.urn)
+        if why is None:
+            continue
+        minimum = _knative_scale(workload, "min-scale", 0)  # not a whole number: Knative's default, 0
+        if minimum < 1:
             report_violation(
-                f"{workload.namespace}/{workload.name} is latency-sensitive but runs on time-sliced pool '{workload.pool}': "
-                "time-slicing gives no isolation",
+                f"{workload.label} is latency-sensitive ({why}) with min-scale {minimum}: it would cold-start a model "
+                "(minutes) on the next request",
+                workload.resource.urn,
+            )
+
+
+def gpu_pools(args: Any) -> set[str]:
+    """The pools of the stack that offer GPUs: its GPU pool components, and node groups labelled
+    with a GPU sharing mode."""
+    found = {get(c.props, "pool") for c in of_type(args, GPU_NODE_POOL) if get(c.props, "pool")}
+    for group in of_type(args, NODE_GROUP):
+        labels = get(group.props, "labels", default={})
+        if labels.get(POOL_LABEL) and labels.get(GPU_SHARING_LABEL):
+            found.add(labels[POOL_LABEL])
+    return found
+
+
+def gpu_pod_placement(args: Any, report_violation: Report) -> None:
+    """GPU pods name the pools they run on (nodeSelector or required node affinity on the pool
+    label), and those pools are GPU pools: the pool rules (time-slicing, spot, capacity) can
+    only hold for pods whose pool is known."""
+    known = gpu_pools(args)
+    for workload in gpu_workloads(args):
+        if workload.pools is None:
+            report_violation(
+                f"{workload.label} uses a GPU but names no pool: place it with a nodeSelector or a required node affinity "
+                f"on {POOL_LABEL}",
+                workload.resource.urn,
+            )
+        elif not workload.pools:
+            report_violation(
+                f"{workload.label}: its nodeSelector and required node affinity name no pool in common, so it can never be "
+                "scheduled",
+                workload.resource.urn,
+            )
+        elif known and workload.pools - known:
+            report_violation(
+                f"{workload.label} uses a GPU but may be placed on {', '.join(sorted(workload.pools - known))}, not a GPU "
+                f"pool of this stack (GPU pools: {', '.join(sorted(known))})",
                 workload.resource.urn,
             )
 
@@ -107,23 +226,59 @@ def latency_sensitive_not_time_sliced(args: Any, report_violation: Report) -> No
 # --- rule 3 (PDB part) -------------------------------------------------------------------------
 
 
-def _max_replicas(workload: GpuWorkload, scalers: dict[tuple[str, str], int]) -> int:
+def _knative_scale(workload: GpuWorkload, key: str, default: int) -> int:
+    annotations = get(workload.resource.props, "spec", "template", "metadata", "annotations", default={})
+    try:
+        return int(annotations.get(f"autoscaling.knative.dev/{key}", default) or 0)
+    except ValueError:
+        return default
+
+
+def _replica_range(workload: GpuWorkload, scalers: dict[tuple[str, str], tuple[int, int]]) -> tuple[int, int]:
+    """The fewest and the most replicas a workload runs (its autoscaler's bounds, else its
+    replicas; a Knative service's min-scale and max-scale, 0 meaning unbounded)."""
     if workload.knative:
-        annotations = get(workload.resource.props, "spec", "template", "metadata", "annotations", default={})
-        try:
-            return int(annotations.get("autoscaling.knative.dev/max-scale", "0") or 0) or 1000  # 0: unbounded
-        except ValueError:
-            return 1000
-    return max(get(workload.resource.props, "spec", "replicas", default=1), scalers.get((workload.namespace, workload.name), 1))
+        return _knative_scale(workload, "min-scale", 0), _knative_scale(workload, "max-scale", 0) or 1000
+    replicas = get(workload.resource.props, "spec", "replicas", default=1)
+    low, high = scalers.get((workload.namespace, workload.name), (replicas, replicas))
+    return low, max(replicas, high)
+
+
+def _scaled(value: Any, replicas: int) -> float:
+    """A PDB's count, or its percentage of the replicas rounded up, as the disruption controller
+    reads both fields (intstr.GetScaledValueFromIntOrPercent with roundUp true)."""
+    text = str(value)
+    if text.endswith("%"):
+        return math.ceil(float(text[:-1]) * replicas / 100)
+    return float(value)
+
+
+def _blocks_every_drain(spec: Mapping[str, Any], fewest: int) -> str | None:
+    """Why a budget lets no pod be evicted when the workload runs its fewest replicas, or None:
+    maxUnavailable 0, or minAvailable at least those replicas (kubernetes
+    pkg/controller/disruption/disruption.go: getExpectedPodCount, disruptionsAllowed =
+    currentHealthy - desiredHealthy)."""
+    unavailable, available = get(spec, "maxUnavailable"), get(spec, "minAvailable")
+    try:
+        if unavailable is not None and _scaled(unavailable, max(fewest, 1)) <= 0:
+            return f"maxUnavailable {unavailable}"
+        if available is not None and fewest > 0 and _scaled(available, fewest) >= fewest:
+            return f"minAvailable {available} with as few as {fewest} replicas"
+    except ValueError:
+        return f"a budget of {unavailable if available is None else available}, which is not a count or a percentage"
+    return None
 
 
 def pdb_for_replicated_inference(args: Any, report_violation: Report) -> None:
-    budgets: dict[str, list[Mapping[str, str]]] = defaultdict(list)
+    budgets: dict[str, list[Any]] = defaultdict(list)
     for budget in of_type(args, PDB):
-        budgets[namespace_of(budget.props)].append(get(budget.props, "spec", "selector", "matchLabels", default={}))
+        budgets[namespace_of(budget.props)].append(budget)
     scalers = {
-        (namespace_of(h.props), get(h.props, "spec", "scaleTargetRef", "name")): get(h.props, "spec", "maxReplicas", default=1)
-        for h in of_type(args, HPA_V2)
+        (namespace_of(h.props), get(h.props, "spec", "scaleTargetRef", "name")): (
+            get(h.props, "spec", "minReplicas", default=1),
+            get(h.props, "spec", "maxReplicas", default=1),
+        )
+        for h in of_type(args, HPA_V2) + of_type(args, HPA_V1)
     }
     for workload in gpu_workloads(args):
         if workload.resource.resource_type not in (
@@ -132,18 +287,28 @@ def pdb_for_replicated_inference(args: Any, report_violation: Report) -> None:
             KNATIVE_SERVICE,
         ):
             continue
-        replicas = _max_replicas(workload, scalers)
-        if replicas <= 1:
+        fewest, most = _replica_range(workload, scalers)
+        if most <= 1:
             continue
-        labels = dict(workload.labels)
-        if workload.knative:
-            labels[KNATIVE_SERVICE_LABEL] = workload.name
-        if not any(labels_match(selector, labels) for selector in budgets[workload.namespace]):
+        covering = [
+            b
+            for b in budgets[workload.namespace]
+            if labels_match(get(b.props, "spec", "selector", "matchLabels", default={}), workload.pod_labels)
+        ]
+        if not covering:
             report_violation(
-                f"{workload.namespace}/{workload.name} can run {replicas} replicas but no PodDisruptionBudget covers its pods: "
-                "a node drain could take them all",
+                f"{workload.label} can run {most} replicas but no PodDisruptionBudget covers its pods: a node drain could "
+                "take them all",
                 workload.resource.urn,
             )
+        for budget in covering:
+            why = _blocks_every_drain(get(budget.props, "spec", default={}), fewest)
+            if why is not None:
+                report_violation(
+                    f"PodDisruptionBudget {workload.namespace}/{name_of(budget.props)} ({why}) lets no pod of {workload.label} "
+                    "be evicted: every node drain and upgrade stalls; allow one (maxUnavailable 1)",
+                    budget.urn,
+                )
 
 
 # --- rule 6 ------------------------------------------------------------------------------------
@@ -201,22 +366,27 @@ def canary_routes(args: Any, report_violation: Report) -> None:
 
 def gpu_quota_and_priority(args: Any, report_violation: Report) -> None:
     settings = config(args)
-    quotas: dict[str, set[str]] = defaultdict(set)
+    quotas: dict[str, list[Any]] = defaultdict(list)
     for quota in of_type(args, QUOTA):
-        for key in get(quota.props, "spec", "hard", default={}):
-            if key.startswith("requests."):
-                quotas[namespace_of(quota.props)].add(key.removeprefix("requests."))
+        quotas[namespace_of(quota.props)].append(get(quota.props, "spec", default={}))
     classes = {name_of(c.props): c.props for c in of_type(args, PRIORITY_CLASS)}
     existing = set(classes) | set(settings.get("externalPriorityClasses", []))
     for workload in gpu_workloads(args):
-        missing = sorted(r for r in workload.gpu_resources if r not in quotas.get(workload.namespace, set()))
+        priority = get(workload.spec, "priorityClassName")
+        covered = {
+            key.removeprefix("requests.")
+            for spec in quotas.get(workload.namespace, [])
+            if quota_applies(spec, workload.spec)
+            for key in get(spec, "hard", default={})
+            if key.startswith("requests.")
+        }
+        missing = sorted(r for r in workload.gpu_resources if r not in covered)
         if missing:
             report_violation(
-                f"namespace {workload.namespace} runs GPU workload {workload.name} but has no ResourceQuota on "
-                f"{', '.join('requests.' + r for r in missing)}",
+                f"namespace {workload.namespace} runs GPU workload {workload.name} (PriorityClass {priority or 'none'}) but no "
+                f"ResourceQuota that applies to its pods bounds {', '.join('requests.' + r for r in missing)}",
                 workload.resource.urn,
             )
-        priority = get(workload.spec, "priorityClassName")
         if not priority:
             report_violation(
                 f"{workload.namespace}/{workload.name} uses a GPU but names no priorityClassName", workload.resource.urn
@@ -234,6 +404,33 @@ def gpu_quota_and_priority(args: Any, report_violation: Report) -> None:
                 report_violation(f"PriorityClass '{name}' ranks below '{production}' but may preempt: set preemptionPolicy Never")
             if get(props, "globalDefault") is True:
                 report_violation(f"PriorityClass '{name}' is the global default: GPU workloads must choose their class")
+
+
+def quota_applies(quota: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> bool:
+    """Whether a ResourceQuota counts a pod, by its scopes and scope selector (every one must
+    match) (kubernetes pkg/quota/v1/evaluator/core/pods.go: podMatchesScopeFunc and
+    podMatchesSelector; a pod with no PriorityClass has no value to match In against)."""
+    priority = get(pod_spec, "priorityClassName", default="")
+    terminating = get(pod_spec, "activeDeadlineSeconds") is not None
+    requirements = [{"scopeName": scope, "operator": "Exists"} for scope in get(quota, "scopes", default=[])]
+    requirements += list(get(quota, "scopeSelector", "matchExpressions", default=[]))
+    for requirement in requirements:
+        scope, operator = get(requirement, "scopeName"), get(requirement, "operator")
+        values = set(get(requirement, "values", default=[]))
+        if scope == "PriorityClass":
+            matched = {
+                "In": bool(priority) and priority in values,
+                "NotIn": not priority or priority not in values,
+                "Exists": bool(priority),
+                "DoesNotExist": not priority,
+            }.get(operator, False)
+        else:
+            # A GPU server asks for resources (not BestEffort), runs without a deadline unless it says so,
+            # and uses no cross-namespace pod affinity.
+            matched = {"Terminating": terminating, "NotTerminating": not terminating, "NotBestEffort": True}.get(scope, False)
+        if not matched:
+            return False
+    return True
 
 
 # --- rule 10 -----------------------------------------------------------------------------------
@@ -308,10 +505,7 @@ def model_server_monitoring(args: Any, report_violation: Report) -> None:
     for monitor in of_type(args, POD_MONITOR):
         scraped[namespace_of(monitor.props)].append(get(monitor.props, "spec", "selector", "matchLabels", default={}))
     for workload in gpu_workloads(args):
-        labels = dict(workload.labels)
-        if workload.knative:
-            labels[KNATIVE_SERVICE_LABEL] = workload.name
-        if not any(labels_match(selector, labels) for selector in scraped[workload.namespace]):
+        if not any(labels_match(selector, workload.pod_labels) for selector in scraped[workload.namespace]):
             report_violation(
                 f"{workload.namespace}/{workload.name} serves a model but nothing scrapes its metrics (no ServiceMonitor or "
                 "PodMonitor)",
@@ -321,9 +515,15 @@ def model_server_monitoring(args: Any, report_violation: Report) -> None:
 
 def latency_sensitive_on_spot(args: Any, report_violation: Report) -> None:
     known = pools(args)
-    for workload in gpu_workloads(args):
-        if workload.labels.get(LATENCY_LABEL) == "true" and get(known.get(workload.pool or "", {}), "capacityType") == "SPOT":
-            report_violation(
-                f"{workload.namespace}/{workload.name} is latency-sensitive on spot pool '{workload.pool}': expect interruptions",
-                workload.resource.urn,
-            )
+    workloads = gpu_workloads(args)
+    reasons = latency_sensitive(args, workloads)
+    for workload in workloads:
+        why = reasons.get(workload.resource.urn)
+        if why is None:
+            continue
+        for pool in sorted(workload.pools or ()):
+            if get(known.get(pool, {}), "capacityType") == "SPOT":
+                report_violation(
+                    f"{workload.label} is latency-sensitive ({why}) on spot pool '{pool}': expect interruptions",
+                    workload.resource.urn,
+                )

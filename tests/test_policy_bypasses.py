@@ -1,0 +1,502 @@
+"""The ways around the policy pack that issue 12 found, each with a violating and a compliant
+case, through the analyzer protocol against the pack running as its own process (one process
+with the pack's defaults, one with a policy config, for the whole module)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from preview.engine import RecordedResource
+from preview.policy_runner import PolicyPack
+from preview.stack_config import load_project, load_stack_config
+
+from .helpers import ROOT, Evaluated, raw_stack
+from .test_policies import DEPLOYMENT, HPA, KSVC, analyze, analyze_stack, both, find, stack_with, vllm
+
+PROJECT = "inference-platform"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+POOL = "inference.platform/pool"
+NOTHING: dict[str, str] = {}
+FAST_AND_SLOW = [{"type": "Percent", "value": 50, "periodSeconds": 60}, {"type": "Pods", "value": 8, "periodSeconds": 60}]
+
+
+@pytest.fixture(scope="module")
+def baseline() -> Evaluated:
+    return Evaluated(raw_stack("prod"))
+
+
+def _started(overrides: dict[str, Any]):
+    config = load_stack_config(load_project(ROOT), "prod")
+    running = PolicyPack(ROOT / "policies", config.values, PROJECT, "prod").connect()
+    running.configure_stack(PROJECT, "prod", config.values, config.secret_keys)
+    running.configure(running.info(), overrides)
+    return running
+
+
+@pytest.fixture(scope="module")
+def pack():
+    running = _started({})
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def configured():
+    """The same pack, with each policy config this module exercises set away from its default."""
+    running = _started(
+        {
+            "pinned-images": {"allowedRegistries": ["docker.io", "ghcr.io"], "deniedTags": ["latest", "nightly"]},
+            "no-secret-env-from": {"allowedNamespaces": ["serving"]},
+            "knative-autoscaling": {"productionStacks": []},
+            "latency-sensitive-not-time-sliced": {"latencySensitiveTiers": ["premium", "batch"]},
+        }
+    )
+    yield running
+    running.close()
+
+
+# --- hardening for every pod --------------------------------------------------------------------
+
+
+def plain_deployment(**pod: Any) -> RecordedResource:
+    """A Deployment that uses no GPU: what a tenant or an add-on could declare beside the models."""
+    container = {
+        "name": "web",
+        "image": "nginx:1.27.3",
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "ports": [{"containerPort": 8080}],
+    }
+    spec = {"containers": [container], **pod}
+    inputs = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "team-a"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {}, "spec": spec}},
+    }
+    urn = f"urn:pulumi:prod::{PROJECT}::{DEPLOYMENT}::web"
+    return RecordedResource(DEPLOYMENT, "web", urn, None, True, None, inputs, copy.deepcopy(inputs))
+
+
+def container_of(record: RecordedResource) -> dict[str, Any]:
+    return record.inputs["spec"]["template"]["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda r: container_of(r)["securityContext"]["capabilities"].update(add=["SYS_ADMIN"]),
+        lambda r: container_of(r)["ports"][0].update(hostPort=8080),
+        lambda r: r.inputs["spec"]["template"]["spec"].update(hostNetwork=True),
+        lambda r: r.inputs["spec"]["template"]["spec"].update(hostPID=True),
+        lambda r: r.inputs["spec"]["template"]["spec"].update(hostIPC=True),
+        lambda r: container_of(r)["securityContext"].update(privileged=True),
+        lambda r: container_of(r)["securityContext"].update(allowPrivilegeEscalation=True),
+        lambda r: container_of(r)["securityContext"].update(seLinuxOptions={"type": "spc_t"}),
+        lambda r: r.inputs["spec"]["template"]["spec"].update(securityContext={"seLinuxOptions": {"user": "system_u"}}),
+        lambda r: container_of(r)["securityContext"].update(seLinuxOptions={"role": "sysadm_r"}),
+        lambda r: r.inputs["spec"]["template"]["spec"].update(
+            ephemeralContainers=[{"name": "debug", "image": "busybox:1.37", "securityContext": {}}]
+        ),
+        lambda r: r.inputs["spec"]["template"]["spec"].update(volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
+    ],
+    ids=[
+        "capabilities-add",
+        "host-port",
+        "host-network",
+        "host-pid",
+        "host-ipc",
+        "privileged",
+        "privilege-escalation",
+        "selinux-type",
+        "selinux-user",
+        "selinux-role",
+        "ephemeral-container",
+        "host-path",
+    ],
+)
+def test_every_pod_meets_the_baseline(pack, change):
+    record = plain_deployment()
+    assert analyze(pack, record) == NOTHING
+    change(record)
+    assert analyze(pack, record) == {"pod-security-baseline": "mandatory"}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda r: container_of(r)["securityContext"]["capabilities"].update(add=["NET_BIND_SERVICE"]),
+        lambda r: container_of(r)["securityContext"].update(seLinuxOptions={"type": "container_t", "level": "s0:c1,c2"}),
+        lambda r: r.inputs["spec"]["template"]["spec"].update(hostUsers=False),
+        lambda r: container_of(r)["ports"][0].update(hostPort=0),
+    ],
+    ids=["net-bind-service", "selinux-container-type", "user-namespace", "host-port-0"],
+)
+def test_what_the_baseline_allows(pack, change):
+    record = plain_deployment()
+    change(record)
+    assert analyze(pack, record) == NOTHING
+
+
+def test_gpu_pods_meet_the_baseline_too(pack, baseline):
+    record = find(baseline, KSVC, "llama-8b-v1-knative-service")
+    vllm(record)["securityContext"]["capabilities"]["add"] = ["SYS_PTRACE"]
+    assert analyze(pack, record) == {"pod-security-baseline": "mandatory"}
+
+
+# --- Knative floors in production ---------------------------------------------------------------
+
+
+def template_annotations(record: RecordedResource) -> dict[str, str]:
+    return record.inputs["spec"]["template"]["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda r: template_annotations(r).update({"autoscaling.knative.dev/scale-down-delay": "0s"}),
+        lambda r: template_annotations(r).pop("autoscaling.knative.dev/scale-down-delay"),
+        lambda r: template_annotations(r).update({"autoscaling.knative.dev/window": "6s"}),
+        lambda r: template_annotations(r).update({"autoscaling.knative.dev/window": "a minute"}),
+        lambda r: r.inputs["spec"]["template"]["spec"].update(containerConcurrency=0),
+        lambda r: r.inputs["spec"]["template"]["spec"].pop("containerConcurrency"),
+    ],
+    ids=["no-delay", "delay-unset", "short-window", "window-not-a-duration", "unbounded-concurrency", "concurrency-unset"],
+)
+def test_knative_floors_in_production(pack, configured, baseline, change):
+    record = find(baseline, KSVC, "batch-labeller-v1-knative-service")
+    assert analyze(pack, record) == NOTHING
+    change(record)
+    assert analyze(pack, record) == {"knative-autoscaling": "mandatory"}
+    # A stack the pack's config does not call production keeps Knative's own defaults.
+    assert analyze(configured, record) == NOTHING
+
+
+def test_knative_floors_take_go_durations(pack, baseline):
+    record = find(baseline, KSVC, "llama-8b-v1-knative-service")
+    template_annotations(record).update(
+        {"autoscaling.knative.dev/scale-down-delay": "1m30s", "autoscaling.knative.dev/window": "1m"}
+    )
+    assert analyze(pack, record) == NOTHING
+
+
+# --- HPA: scale-down rate and API version ---------------------------------------------------------
+
+
+def scale_down(record: RecordedResource) -> dict[str, Any]:
+    return record.inputs["spec"]["behavior"]["scaleDown"]
+
+
+@pytest.mark.parametrize(
+    "change, verdict",
+    [
+        (lambda s: s.update(policies=[{"type": "Percent", "value": 100, "periodSeconds": 15}]), "hpa-behavior"),
+        (lambda s: s.update(policies=[{"type": "Pods", "value": 8, "periodSeconds": 60}]), "hpa-behavior"),
+        (lambda s: s.update(selectPolicy="Max", policies=FAST_AND_SLOW), "hpa-behavior"),
+        (lambda s: s.update(selectPolicy="Min", policies=FAST_AND_SLOW), None),
+        (lambda s: s.update(selectPolicy="Disabled"), None),
+        (lambda s: s.update(policies=[{"type": "Pods", "value": 1, "periodSeconds": 60}]), None),
+    ],
+    ids=["all-in-15s", "all-pods-a-minute", "max-of-fast-and-slow", "min-of-fast-and-slow", "disabled", "one-pod-a-minute"],
+)
+def test_hpa_scale_down_rate(pack, baseline, change, verdict):
+    record = find(baseline, HPA, "llama-70b-v1-hpa")  # maxReplicas 8
+    change(scale_down(record))
+    assert analyze(pack, record) == ({verdict: "mandatory"} if verdict else NOTHING)
+
+
+def test_autoscaling_v1_is_refused(pack, baseline):
+    v2 = find(baseline, HPA, "llama-70b-v1-hpa")
+    assert analyze(pack, v2) == NOTHING
+    token = "kubernetes:autoscaling/v1:HorizontalPodAutoscaler"
+    inputs = {
+        "apiVersion": "autoscaling/v1",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "llama-70b-v1", "namespace": "serving"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama-70b-v1"},
+            "minReplicas": 2,
+            "maxReplicas": 8,
+            "targetCPUUtilizationPercentage": 60,
+        },
+    }
+    v1 = RecordedResource(token, "llama-70b-v1-hpa", v2.urn.replace(HPA, token), None, True, None, inputs, inputs)
+    assert analyze(pack, v1) == {"hpa-behavior": "mandatory"}
+
+
+# --- preStop duration ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "hook, verdict",
+    [
+        ({"exec": {"command": ["sleep", "0"]}}, "inference-graceful-drain"),
+        ({"exec": {"command": ["sh", "-c", "sleep 2"]}}, "inference-graceful-drain"),
+        ({"exec": {"command": ["sleep", "60"]}}, "inference-graceful-drain"),  # 60 + --shutdown-timeout 300 > 325
+        ({"sleep": {"seconds": 1}}, "inference-graceful-drain"),
+        ({"sleep": {"seconds": 15}}, None),
+        ({"exec": {"command": ["sh", "-c", "sleep 20"]}}, None),
+    ],
+    ids=["sleep-0", "shell-sleep-2", "past-the-grace", "sleep-action-1", "sleep-action-15", "shell-sleep-20"],
+)
+def test_pre_stop_duration(pack, baseline, hook, verdict):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")  # grace 325, --shutdown-timeout 300
+    vllm(record)["lifecycle"] = {"preStop": hook}
+    assert analyze(pack, record) == ({verdict: "mandatory"} if verdict else NOTHING)
+
+
+# --- disruption budgets that are budgets ------------------------------------------------------------
+
+
+def _budget(spec: dict[str, Any]):
+    def change(records):
+        pdb = next(r for r in records if r.name == "llama-70b-v1-pdb")
+        pdb.outputs["spec"].pop("maxUnavailable")
+        pdb.outputs["spec"].update(spec)
+        return records
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "spec, verdict",
+    [
+        ({"maxUnavailable": 0}, "inference-disruption-budget"),
+        ({"maxUnavailable": "0%"}, "inference-disruption-budget"),
+        ({"minAvailable": 2}, "inference-disruption-budget"),  # the HPA may scale it down to 2
+        ({"minAvailable": "100%"}, "inference-disruption-budget"),
+        ({"minAvailable": "90%"}, "inference-disruption-budget"),  # 90% of 2, rounded up
+        ({"minAvailable": 1}, None),
+        ({"maxUnavailable": "50%"}, None),
+    ],
+    ids=["max-unavailable-0", "max-unavailable-0-percent", "min-available-at-min-replicas", "min-available-100-percent",
+         "min-available-90-percent", "min-available-1", "max-unavailable-50-percent"],
+)  # fmt: skip
+def test_disruption_budget_allows_an_eviction(pack, baseline, spec, verdict):
+    hits = pack.analyze_stack(stack_with(baseline, _budget(spec)))
+    flagged = {(d.policy, d.urn.rsplit("::", 1)[-1]) for d in hits}
+    assert flagged == ({(verdict, "llama-70b-v1-pdb")} if verdict else set())
+
+
+# --- quotas that apply to the workload's priority class ------------------------------------------------
+
+
+def _only_production_quota(priority_class: str):
+    def change(records):
+        kept = [r for r in records if not (r.type == "kubernetes:core/v1:ResourceQuota" and r.name.startswith("team-a-"))]
+        kept += [r for r in records if r.name == "team-a-production"]
+        for spec in both(next(r for r in kept if r.name == "llama-1b-v1-deployment")):
+            spec["priorityClassName"] = priority_class
+        return kept
+
+    return change
+
+
+def test_quota_must_apply_to_the_workloads_priority_class(pack, baseline):
+    # team-a keeps only the quota scoped to inference-production: it bounds production pods...
+    assert analyze_stack(pack, stack_with(baseline, _only_production_quota("inference-production"))) == NOTHING
+    # ...and nothing bounds an experiment's GPUs.
+    hits = pack.analyze_stack(stack_with(baseline, _only_production_quota("inference-experiment")))
+    assert [(d.policy, d.urn.rsplit("::", 1)[-1]) for d in hits] == [("gpu-quota-and-priority", "llama-1b-v1-deployment")]
+    assert "PriorityClass inference-experiment" in hits[0].message
+
+
+# --- latency class from the tiers a model serves ------------------------------------------------------
+
+
+def _time_sliced_l4(premium_to_batch_model: bool):
+    def change(records):
+        next(r for r in records if r.name == "l4-batch" and r.type.endswith("GpuNodePool")).outputs["sharing"] = "timeSlicing"
+        if premium_to_batch_model:
+            (vs,) = [r for r in records if r.name == "llama-8b-batch-route-virtual-service"]
+            for route in vs.outputs["spec"]["http"]:
+                for match in route.get("match", []):
+                    if "x-tier" in match.get("headers", {}):
+                        match["headers"]["x-tier"] = {"exact": "premium"}
+        return records
+
+    return change
+
+
+def test_latency_class_comes_from_the_tiers_served(pack, configured, baseline):
+    # The batch model's profile says it is not latency-sensitive, and it serves batch only: a
+    # time-sliced pool is fine...
+    assert analyze_stack(pack, stack_with(baseline, _time_sliced_l4(False))) == NOTHING
+    # ...unless the pack's config calls batch latency-sensitive too...
+    hits = configured.analyze_stack(stack_with(baseline, _time_sliced_l4(False)))
+    assert {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "latency-sensitive-not-time-sliced"} == {
+        "llama-8b-batch-v1-knative-service",
+        "batch-labeller-v1-knative-service",
+    }
+    # ...or its route takes premium requests, whatever its label says.
+    hits = pack.analyze_stack(stack_with(baseline, _time_sliced_l4(True)))
+    assert {(d.policy, d.level, d.urn.rsplit("::", 1)[-1]) for d in hits} == {
+        ("latency-sensitive-not-time-sliced", "mandatory", "llama-8b-batch-v1-knative-service"),
+        ("latency-sensitive-on-spot", "advisory", "llama-8b-batch-v1-knative-service"),
+    }
+    assert all("sends it premium requests" in d.message for d in hits)
+
+
+# --- images: registry allow-list, mutable tags -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "image, defaults, configured_verdict",
+    [
+        ("ghcr.io/someone/vllm:v0.18.0", "pinned-images", None),
+        ("quay.io/someone/vllm:v0.18.0", "pinned-images", "pinned-images"),
+        ("public.ecr.aws/aws-cli/aws-cli:2.27.50", None, "pinned-images"),
+        ("vllm/vllm-openai:nightly", None, "pinned-images"),
+        ("docker.io/vllm/vllm-openai:v0.18.0", None, None),
+        ("vllm/vllm-openai@sha256:" + "a" * 64, None, None),
+    ],
+    ids=["registry-not-allowed", "registry-allowed-nowhere", "pinned-registry", "mutable-tag", "docker-hub", "digest"],
+)
+def test_registries_and_mutable_tags(pack, configured, baseline, image, defaults, configured_verdict):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    vllm(record)["image"] = image
+    assert analyze(pack, record) == ({defaults: "mandatory"} if defaults else NOTHING)
+    assert analyze(configured, record) == ({configured_verdict: "mandatory"} if configured_verdict else NOTHING)
+
+
+# --- secrets in args, envFrom and Helm values -------------------------------------------------------------
+
+HF_TOKEN = "hf_" + "Q" * 34
+
+
+@pytest.mark.parametrize(
+    "extra, secret",
+    [
+        (["--api-key", "sk-live-123"], "sk-live-123"),
+        (["--hf-token", HF_TOKEN], HF_TOKEN),
+        (["--api-key=sk-live-123"], "sk-live-123"),
+        (["--download-dir", f"/models?token={HF_TOKEN}"], HF_TOKEN),
+    ],
+    ids=["api-key", "hf-token", "api-key-equals", "token-query"],
+)
+def test_secrets_in_args(pack, baseline, extra, secret):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    vllm(record)["args"] += extra
+    diagnostics = pack.analyze(record, None)
+    assert {d.policy: d.level for d in diagnostics} == {"no-secret-args": "mandatory"}
+    assert all(secret not in d.message for d in diagnostics)
+
+
+def test_secrets_in_a_shell_command(pack, baseline):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    vllm(record)["command"] = ["sh", "-c", f"HF_TOKEN={HF_TOKEN} vllm serve"]
+    assert analyze(pack, record) == {"no-secret-args": "mandatory"}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--api-key", "$(VLLM_API_KEY)"], ["--tokenizer-mode", "auto"], ["--max-num-batched-tokens", "8192"]],
+    ids=["env-reference", "tokenizer-mode", "max-tokens"],
+)
+def test_args_without_secrets(pack, baseline, extra):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    vllm(record)["args"] += extra
+    assert analyze(pack, record) == NOTHING
+
+
+def test_env_from_secrets(pack, configured, baseline):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    vllm(record)["envFrom"] = [{"configMapRef": {"name": "vllm-settings"}}]
+    assert analyze(pack, record) == NOTHING
+    vllm(record)["envFrom"].append({"secretRef": {"name": "huggingface-token"}})
+    assert analyze(pack, record) == {"no-secret-env-from": "mandatory"}
+    # The pack's config may allow it in a namespace (this one is `serving`).
+    assert analyze(configured, record) == NOTHING
+
+
+@pytest.mark.parametrize(
+    "values, verdict",
+    [
+        ({"grafana": {"adminPassword": "hunter2"}}, "no-secrets-in-helm-values"),
+        ({"env": [{"name": "HF_TOKEN", "value": "abc"}]}, "no-secrets-in-helm-values"),
+        ({"extraArgs": {"download": f"https://hf.co?x={HF_TOKEN}"}}, "no-secrets-in-helm-values"),
+        ({"grafana": {"admin": {"existingSecret": "grafana-admin", "passwordKey": "password"}}}, None),
+        ({"grafana": {"adminPassword": ""}}, None),
+        ({"env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]}, None),
+    ],
+    ids=["admin-password", "env-entry", "token-in-a-string", "existing-secret", "empty", "env-secret-ref"],
+)
+def test_secrets_in_helm_values(pack, baseline, values, verdict):
+    record = find(baseline, RELEASE, "monitoring-release")
+    assert analyze(pack, record) == NOTHING
+    record.inputs["values"].update(values)
+    diagnostics = pack.analyze(record, None)
+    assert {d.policy: d.level for d in diagnostics} == ({verdict: "mandatory"} if verdict else NOTHING)
+    assert all("hunter2" not in d.message and HF_TOKEN not in d.message for d in diagnostics)
+
+
+# --- placement by node affinity --------------------------------------------------------------------------
+
+
+def _placed(selector: dict[str, str] | None, pools: list[str] | None):
+    def change(records):
+        for spec in both(next(r for r in records if r.name == "llama-1b-v1-deployment")):
+            spec.pop("nodeSelector")
+            if selector is not None:
+                spec["nodeSelector"] = selector
+            if pools is not None:
+                terms = [{"matchExpressions": [{"key": POOL, "operator": "In", "values": pools}]}]
+                spec["affinity"] = {
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+                }
+        return records
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "selector, pools, verdict",
+    [
+        (None, ["system"], {"gpu-pod-placement"}),
+        (None, None, {"gpu-pod-placement"}),
+        ({POOL: "h100"}, ["l4-batch"], {"gpu-pod-placement"}),  # nothing satisfies both
+        (None, ["h100"], set()),
+        ({POOL: "h100"}, ["h100", "system"], set()),
+        # Both GPU pools: placed, and the pool rules see the spot pool it may land on.
+        (None, ["h100", "l4-batch"], {"latency-sensitive-on-spot"}),
+    ],
+    ids=["affinity-to-system", "no-placement", "selector-and-affinity-disjoint", "affinity-to-h100",
+         "selector-narrows-affinity", "affinity-to-gpu-pools"],
+)  # fmt: skip
+def test_gpu_pods_land_on_gpu_pools(pack, baseline, selector, pools, verdict):
+    hits = pack.analyze_stack(stack_with(baseline, _placed(selector, pools)))
+    assert {d.urn.rsplit("::", 1)[-1] for d in hits} <= {"llama-1b-v1-deployment"}
+    assert {d.policy for d in hits} == verdict
+
+
+def test_pool_rules_follow_node_affinity(pack, baseline):
+    def sliced_h100_by_affinity(records):
+        records = _placed(None, ["h100"])(records)
+        next(r for r in records if r.name == "h100" and r.type.endswith("GpuNodePool")).outputs["sharing"] = "timeSlicing"
+        return records
+
+    hits = pack.analyze_stack(stack_with(baseline, sliced_h100_by_affinity))
+    sliced = {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "latency-sensitive-not-time-sliced"}
+    assert "llama-1b-v1-deployment" in sliced
+
+
+def test_a_service_taking_premium_stays_warm(pack, baseline):
+    """The batch labeller's profile lets it scale to zero (min-scale 0); once its route takes
+    premium requests it must keep a replica."""
+
+    def premium_to_labeller(records):
+        (vs,) = [r for r in records if r.name == "batch-labeller-route-virtual-service"]
+        for route in vs.outputs["spec"]["http"]:
+            for match in route.get("match", []):
+                if "x-tier" in match.get("headers", {}):
+                    match["headers"]["x-tier"] = {"exact": "premium"}
+        return records
+
+    assert analyze_stack(pack, baseline.records) == NOTHING
+    hits = pack.analyze_stack(stack_with(baseline, premium_to_labeller))
+    assert {(d.policy, d.level, d.urn.rsplit("::", 1)[-1]) for d in hits} == {
+        ("latency-sensitive-min-scale", "mandatory", "batch-labeller-v1-knative-service"),
+        ("latency-sensitive-on-spot", "advisory", "batch-labeller-v1-knative-service"),
+    }
