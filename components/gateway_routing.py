@@ -1,5 +1,7 @@
-"""The platform's shared ingress: the Istio Gateway, the gateway filter (tiers, model header,
-sticky buckets, vLLM priorities) and the tier subsets of models behind a shared gateway."""
+"""The platform's shared ingress: the Istio Gateway, who may call it (JWT verification, a token
+required, the version override kept to named principals), the gateway filter (tiers and users
+from the token, model header, body limits, sticky buckets, vLLM priorities) and the tier subsets
+of models behind a shared gateway."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ class GatewayRouting(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
         custom_resource(f"{name}-gateway", gateway.gateway(args.traffic), child)
         custom_resource(f"{name}-filter", gateway.envoy_filter(args.traffic, args.routes), child)
+        for policy in gateway.access_policies(args.traffic, args.routes):
+            custom_resource(f"{name}-{policy['metadata']['name']}", policy, child)
         # The shared rules of backends whose versions sit behind a shared gateway (Knative's).
         for suffix, rule in routes.shared_destination_rules(args.routes).items():
             custom_resource(f"{name}-{suffix}", rule, child)

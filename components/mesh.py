@@ -12,16 +12,35 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from platform_config.models import LoadBalancerScheme
 from platform_config.pins import ISTIO_BASE, ISTIO_CNI, ISTIO_GATEWAY, ISTIOD, ChartPin
 
 from .constants import GATEWAY_SELECTOR, GATEWAY_SERVICE_ACCOUNT, ISTIO_SYSTEM_NAMESPACE, PACKAGE, PRIVILEGED
 from .k8s_objects import helm_release, system_namespace
 
+# Envoy's overload manager: Istio's bootstrap always declares the
+# `global_downstream_max_connections` resource monitor, at 2^31 - 1 connections unless the proxy
+# config's `proxyMetadata` names a number (istio/istio 1.30.3 tools/packaging/common/
+# envoy_bootstrap.json `overload_manager`, pkg/bootstrap/config.go
+# ISTIO_META_GLOBAL_DOWNSTREAM_MAX_CONNECTIONS). Past it a proxy refuses new connections instead
+# of accepting them without bound (each active one's buffer is bounded by the gateway's
+# EnvoyFilter). Set for every proxy of the mesh (the gateway's chart passes pod annotations, but
+# the platform's upstream check does not yet take `podAnnotations` as free-form); a model
+# server's sidecar is reached through the gateway pods' connection pools (`traffic.tiers`
+# maxRequests per pod and subset), so only a single replica behind a fully scaled gateway could
+# meet the cap.
+MAX_DOWNSTREAM_CONNECTIONS_PER_PROXY = 8192
+
 
 def istiod_values() -> dict:
     return {
         "pilot": {"cni": {"enabled": True}},
-        "meshConfig": {"enablePrometheusMerge": True},
+        "meshConfig": {
+            "enablePrometheusMerge": True,
+            "defaultConfig": {
+                "proxyMetadata": {"ISTIO_META_GLOBAL_DOWNSTREAM_MAX_CONNECTIONS": str(MAX_DOWNSTREAM_CONNECTIONS_PER_PROXY)}
+            },
+        },
         # Start application containers only once the sidecar is ready (the injection template
         # reads this value: istio 1.30.3 files/injection-template.yaml).
         "global": {"proxy": {"holdApplicationUntilProxyStarts": True}},
@@ -32,15 +51,16 @@ def istiod_values() -> dict:
 GATEWAY_LISTENERS = ("TCP-80", "TCP-443")
 
 
-def nlb_annotations(idle_timeout_seconds: int) -> dict[str, str]:
+def nlb_annotations(idle_timeout_seconds: int, scheme: LoadBalancerScheme) -> dict[str, str]:
     """An NLB from the AWS Load Balancer Controller (the in-tree provider ignores `external`),
     sending to pod IPs, with every listener's TCP idle timeout raised (default 350 s;
     kubernetes-sigs/aws-load-balancer-controller v3.5.0 docs/guide/service/annotations.md,
-    listener-attributes). Internet-facing, as the in-tree provider's NLB was."""
+    listener-attributes). The scheme is always written: without the annotation the controller
+    keeps an existing NLB's scheme (docs/guide/service/nlb.md, "Secure by default")."""
     annotations = {
         "service.beta.kubernetes.io/aws-load-balancer-type": "external",
         "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
-        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing",
+        "service.beta.kubernetes.io/aws-load-balancer-scheme": scheme,
     }
     for listener in GATEWAY_LISTENERS:
         annotations[f"service.beta.kubernetes.io/aws-load-balancer-listener-attributes.{listener}"] = (
@@ -49,10 +69,10 @@ def nlb_annotations(idle_timeout_seconds: int) -> dict[str, str]:
     return annotations
 
 
-def gateway_values(nlb_idle_timeout_seconds: int | None) -> dict:
+def gateway_values(nlb_idle_timeout_seconds: int | None, scheme: LoadBalancerScheme) -> dict:
     service: dict = {"type": "LoadBalancer"}
     if nlb_idle_timeout_seconds is not None:
-        service["annotations"] = nlb_annotations(nlb_idle_timeout_seconds)
+        service["annotations"] = nlb_annotations(nlb_idle_timeout_seconds, scheme)
     return {
         "labels": {**GATEWAY_SELECTOR, "app": GATEWAY_SERVICE_ACCOUNT},
         "service": service,
@@ -71,6 +91,8 @@ class MeshArgs:
     # webhook must be up before the gateway's Service is created).
     load_balancer: pulumi.Resource | None
     nlb_idle_timeout_seconds: int
+    # Reachable inside the VPC only unless the stack opts in (`traffic.loadBalancerScheme`).
+    load_balancer_scheme: LoadBalancerScheme = "internal"
 
 
 class Mesh(pulumi.ComponentResource):
@@ -105,7 +127,7 @@ class Mesh(pulumi.ComponentResource):
             "gateway",
             ISTIO_GATEWAY,
             GATEWAY_SERVICE_ACCOUNT,
-            gateway_values(args.nlb_idle_timeout_seconds if on_aws else None),
+            gateway_values(args.nlb_idle_timeout_seconds if on_aws else None, args.load_balancer_scheme),
             [self.istiod, *([args.load_balancer] if args.load_balancer else [])],
         )
         self.register_outputs({"version": ISTIOD.version})

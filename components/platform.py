@@ -6,7 +6,8 @@ inherits its Kubernetes provider.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
@@ -38,7 +39,8 @@ from .workload_identity import WorkloadAccess
 class InferencePlatformArgs:
     plan: Plan
     cluster: Cluster
-    hugging_face_token: pulumi.Output[str] | None = None
+    # Tenant name -> its own Hugging Face token.
+    hugging_face_tokens: Mapping[str, pulumi.Output[str]] = field(default_factory=dict)
 
 
 def aws_tags(config: PlatformConfig) -> dict[str, str]:
@@ -115,6 +117,7 @@ class InferencePlatform(pulumi.ComponentResource):
                 # The NLB's listeners keep an idle connection past the gateway's own stream idle
                 # timeout, so the gateway, not the NLB, decides when a silent answer is too late.
                 nlb_idle_timeout_seconds=stream_idle_timeout_seconds(config.traffic) + 60,
+                load_balancer_scheme=config.traffic.load_balancer_scheme,
             ),
             opts=child,
         )
@@ -129,9 +132,8 @@ class InferencePlatform(pulumi.ComponentResource):
         ingress: dict[str, set[tuple[str, str]]] = {t.name: set() for t in config.tenants}
         for model_plan in plan.models:
             ingress[model_plan.model.tenant].update(model_plan.backend.tenant_ingress())
-        # Tenants whose running servers read the Hugging Face token (the plan decided which).
+        # Tenants whose running servers read their own Hugging Face token (the plan decided which).
         hf_tenants = {s.namespace for m in plan.models for s in m.servers if s.hugging_face_token}
-        token = args.hugging_face_token
         self.tenants = {
             tenant.name: Tenant(
                 tenant.name,
@@ -139,7 +141,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     tenant=tenant,
                     gpu_resources=gpu_resources,
                     ingress=tuple(sorted(ingress[tenant.name])),
-                    hugging_face_token=token if tenant.name in hf_tenants else None,
+                    hugging_face_token=args.hugging_face_tokens[tenant.name] if tenant.name in hf_tenants else None,
                     mesh=mesh.base,
                 ),
                 opts=child,

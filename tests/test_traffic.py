@@ -57,8 +57,10 @@ def test_range_regex_shapes():
 # --- the gateway filter in LuaJIT -------------------------------------------------------------
 
 HARNESS = """
-function make_handle(headers_in, body_text)
-  local state = {headers = {}, body = body_text}
+-- Envoy's Lua stream handle as the filter uses it: headers, the buffered body, the stream's
+-- dynamic metadata (where jwt_authn puts a verified token's payload) and local replies.
+function make_handle(headers_in, body_text, claims)
+  local state = {headers = {}, body = body_text, body_read = false}
   for k, v in pairs(headers_in) do state.headers[k] = v end
   local headers = {}
   function headers:get(k) return state.headers[k] end
@@ -71,9 +73,21 @@ function make_handle(headers_in, body_text)
     function body:getBytes(i, n) return state.body:sub(i + 1, i + n) end
     function body:setBytes(s) state.body = s end
   end
+  local metadata = {}
+  function metadata:get(filter)
+    if filter == "envoy.filters.http.jwt_authn" and claims ~= nil then return {payload = claims} end
+    return nil
+  end
+  local info = {}
+  function info:dynamicMetadata() return metadata end
   local handle = {state = state}
   function handle:headers() return headers end
-  function handle:body() return body end
+  function handle:body() state.body_read = true return body end
+  function handle:streamInfo() return info end
+  function handle:respond(reply_headers, reply_body)
+    state.status = reply_headers[":status"]
+    state.reply = reply_body
+  end
   return handle
 end
 
@@ -97,22 +111,44 @@ def lua_code(evaluated: Evaluated) -> str:
     return patch["typed_config"]["default_source_code"]["inline_string"]
 
 
-@pytest.fixture(scope="module")
-def lua(prod):
+def lua_runtime(evaluated: Evaluated):
     runtime = luajit.LuaRuntime(unpack_returned_tuples=True)
     assert runtime.lua_implementation.startswith("LuaJIT 2.1")  # the Lua Envoy embeds
-    runtime.execute(lua_code(prod))
+    runtime.execute(lua_code(evaluated))
     runtime.execute(HARNESS)
     return runtime
 
 
+@pytest.fixture(scope="module")
+def lua(prod):
+    return lua_runtime(prod)
+
+
+def token(tier: str | None = None, sub: str | None = "user-123", **claims) -> dict:
+    """A verified token's payload as jwt_authn hands it on."""
+    payload = {"iss": "https://login.inference.example.com", "aud": "inference-api", **claims}
+    if tier is not None:
+        payload["tier"] = tier
+    if sub is not None:
+        payload["sub"] = sub
+    return payload
+
+
 class Request:
-    def __init__(self, lua, headers: dict[str, str], body: str | None = None):
-        handle = lua.globals().make_handle(lua.table_from(headers), body)
+    """One request through the filter; `claims` is the verified token's payload (by default a
+    standard-tier user's; `{}` for a request without a token)."""
+
+    def __init__(self, lua, headers: dict[str, str], body: str | None = None, claims: dict | None = None):
+        if claims is None:
+            claims = token()
+        handle = lua.globals().make_handle(lua.table_from(headers), body, lua.table_from(claims) if claims else None)
         lua.globals().envoy_on_request(handle)
         state = handle.state
         self.headers = dict(state.headers.items())
         self.body = state.body
+        self.status = state.status
+        self.reply = state.reply
+        self.body_read = state.body_read
 
     def json(self) -> dict:
         return json.loads(self.body)
@@ -139,8 +175,8 @@ def test_bucket_is_fnv1a_and_stable(lua):
 
 
 def test_same_user_same_bucket_header(lua):
-    first = Request(lua, {":method": "GET", "x-user-id": "user-123"})
-    second = Request(lua, {":method": "GET", "x-user-id": "user-123"})
+    first = Request(lua, {":method": "GET"}, claims=token(sub="user-123"))
+    second = Request(lua, {":method": "GET"}, claims=token(sub="user-123"))
     assert first.headers["x-user-bucket"] == second.headers["x-user-bucket"] == str(fnv1a32(b"user-123") % 100)
 
 
@@ -167,22 +203,22 @@ def chat_body(**extra) -> str:
     return json.dumps(body)
 
 
-def test_tier_is_normalised(lua):
-    assert Request(lua, {":method": "GET"}).headers["x-tier"] == "standard"
-    assert Request(lua, {":method": "GET", "x-tier": "platinum"}).headers["x-tier"] == "standard"
-    assert Request(lua, {":method": "GET", "x-tier": "premium"}).headers["x-tier"] == "premium"
+def test_tier_comes_from_the_token_never_the_client(lua):
+    assert Request(lua, {":method": "GET"}, claims=token()).headers["x-tier"] == "standard"
+    assert Request(lua, {":method": "GET", "x-tier": "premium"}, claims=token()).headers["x-tier"] == "standard"
+    assert Request(lua, {":method": "GET", "x-tier": "batch"}, claims=token(tier="premium")).headers["x-tier"] == "premium"
 
 
 def test_model_header_comes_from_the_body_never_the_client(lua):
     request = Request(lua, {":method": "POST", "x-model": "llama-3.1-70b-instruct"}, chat_body())
     assert request.headers["x-model"] == "llama-3.1-8b-instruct"
-    spoofed = Request(lua, {":method": "GET", "x-model": "llama-3.1-70b-instruct", "x-user-bucket": "3"})
+    spoofed = Request(lua, {":method": "GET", "x-model": "llama-3.1-70b-instruct", "x-user-bucket": "3"}, claims=token(sub=None))
     assert "x-model" not in spoofed.headers and "x-user-bucket" not in spoofed.headers
 
 
 @pytest.mark.parametrize("tier, priority", [("premium", 0), ("standard", 1)])
 def test_tier_priority_written_into_the_body(lua, tier, priority):
-    request = Request(lua, {":method": "POST", "x-tier": tier}, chat_body(priority=-5, temperature=0.2))
+    request = Request(lua, {":method": "POST"}, chat_body(priority=-5, temperature=0.2), claims=token(tier=tier))
     body = request.json()
     assert body["priority"] == priority and body["temperature"] == 0.2 and body["messages"][0]["content"] == "hi"
     # The client's own priority is gone, not merely shadowed.
@@ -194,7 +230,7 @@ def test_streaming_request_body(lua):
         '{ "model" : "llama-3.1-70b-instruct",\n  "stream": true, "stream_options": {"include_usage": true},\n'
         '  "messages": [{"role": "user", "content": "say \\"priority\\": 0 {not json}"}] }\n'
     )
-    request = Request(lua, {":method": "POST", "x-tier": "premium"}, raw)
+    request = Request(lua, {":method": "POST"}, raw, claims=token(tier="premium"))
     body = request.json()
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["priority"] == 0
@@ -203,47 +239,48 @@ def test_streaming_request_body(lua):
 
 def test_escaped_key_cannot_smuggle_a_priority(lua):
     raw = '{"model": "llama-3.1-70b-instruct", "pri\\u006frity": 0, "messages": []}'
-    body = Request(lua, {":method": "POST", "x-tier": "standard"}, raw).json()
+    body = Request(lua, {":method": "POST"}, raw, claims=token(tier="standard")).json()
     assert body["priority"] == 1
 
 
 def test_completions_body_with_nested_priority_fields(lua):
     raw = json.dumps({"model": "llama-3.1-70b-instruct", "prompt": "x", "metadata": {"priority": 99}})
-    body = Request(lua, {":method": "POST", "x-tier": "standard"}, raw).json()
+    body = Request(lua, {":method": "POST"}, raw, claims=token(tier="standard")).json()
     assert body["metadata"] == {"priority": 99} and body["priority"] == 1
 
 
 def test_client_priority_never_reaches_single_tier_servers(lua):
     # Finding 16: a single-tier (fcfs) server gets no priority, the client's included.
     raw = json.dumps({"model": "batch-labeller", "prompt": "label this", "priority": -100, "metadata": {"priority": 3}})
-    body = Request(lua, {":method": "POST", "x-tier": "batch"}, raw).json()
+    body = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch")).json()
     assert "priority" not in body and body["metadata"] == {"priority": 3} and body["prompt"] == "label this"
 
 
 def test_no_priority_for_servers_without_priority_scheduling(lua):
     # The batch labeller serves one tier: vLLM would reject a non-zero priority.
     raw = json.dumps({"model": "batch-labeller", "prompt": "label this"})
-    request = Request(lua, {":method": "POST", "x-tier": "batch"}, raw)
+    request = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch"))
     assert request.body == raw and request.headers["x-model"] == "batch-labeller"
     # The 8B chat model's batch tier goes to its batch servers, which serve one tier too.
     raw = chat_body()
-    assert Request(lua, {":method": "POST", "x-tier": "batch"}, raw).body == raw
+    assert Request(lua, {":method": "POST"}, raw, claims=token(tier="batch")).body == raw
 
 
-def test_bodies_that_are_not_json_objects_are_left_alone(lua):
+def test_bodies_that_are_not_json_objects_are_refused(lua):
     for raw in ("not json", "[1, 2]", '{"model": "llama-3.1-8b-instruct", "unterminated": "x}'):
-        request = Request(lua, {":method": "POST", "x-tier": "premium"}, raw)
-        assert request.body == raw
+        request = Request(lua, {":method": "POST"}, raw, claims=token(tier="premium"))
+        assert request.status == "400" and request.body == raw, raw
 
 
-def test_user_key_header_is_per_model(lua, prod_raw):
+def test_user_key_header_is_per_model_and_set_from_the_token(lua, prod_raw):
     prod_raw["models"][1]["release"]["userKeyHeader"] = "x-account"
-    evaluated = Evaluated(prod_raw)
-    runtime = luajit.LuaRuntime(unpack_returned_tuples=True)
-    runtime.execute(lua_code(evaluated))
-    runtime.execute(HARNESS)
-    request = Request(runtime, {":method": "POST", "x-account": "acct-9", "x-user-id": "ignored"}, chat_body())
+    runtime = lua_runtime(Evaluated(prod_raw))
+    request = Request(
+        runtime, {":method": "POST", "x-account": "forged", "x-user-id": "forged"}, chat_body(), claims=token(sub="acct-9")
+    )
     assert request.headers["x-user-bucket"] == str(fnv1a32(b"acct-9") % 100)
+    # The model's servers get the token's user in their header; the client's values are gone.
+    assert request.headers["x-account"] == "acct-9" and "x-user-id" not in request.headers
 
 
 # --- the VirtualServices and DestinationRules -------------------------------------------------
@@ -343,7 +380,9 @@ def test_knative_gateway_subsets_eject_no_hosts(prod):
 def test_tiers_a_model_does_not_serve_get_a_clear_403(prod):
     last = vs(prod, "llama-70b", "serving")["spec"]["http"][-1]
     assert last["directResponse"]["status"] == 403
-    assert "serves tiers premium, standard" in last["directResponse"]["body"]["string"]
+    assert last["directResponse"]["body"]["string"] == (
+        "model llama-3.1-70b-instruct serves tiers premium, standard; the token's tier claim names another"
+    )
 
 
 def test_batch_traffic_goes_to_its_own_pool(prod):
@@ -400,8 +439,12 @@ def test_isolation_policies(prod):
         {"from": [{"source": {"principals": ["cluster.local/ns/istio-system/sa/istio-ingressgateway"]}}]},
         {"from": [{"source": {"namespaces": ["team-a"]}}]},
     ]
+    # A Knative tenant admits Knative's activator by its service account, not all of knative-serving.
     knative_tenant = prod.k8s("AuthorizationPolicy", "allow-gateway-and-namespace", "serving")["spec"]
-    assert knative_tenant["rules"][1] == {"from": [{"source": {"namespaces": ["serving", "knative-serving"]}}]}
+    assert knative_tenant["rules"][1] == {"from": [{"source": {"namespaces": ["serving"]}}]}
+    sources = [source["source"] for rule in knative_tenant["rules"] for source in rule["from"]]
+    assert {"principals": ["cluster.local/ns/knative-serving/sa/activator"]} in sources
+    assert not any("knative-serving" in source.get("namespaces", []) for source in sources)
 
 
 def test_promotion_then_dropping_the_old_version(prod_raw):

@@ -1,7 +1,22 @@
-"""The platform's one ingress (pure functions): the Istio Gateway on the configured hosts, and
-the gateway filter (components/lua/gateway_filter.lua, run by Envoy's Lua filter) with its
-generated config: tier normalisation, the model header from the body, sticky buckets, and the
-tier's vLLM priority for servers that schedule by priority."""
+"""The platform's one ingress (pure functions): the Istio Gateway on the configured hosts, who
+may call it (a RequestAuthentication for the configured JWT issuer and AuthorizationPolicies
+requiring a token and keeping the version override to named principals), the gateway's
+resource bounds, and the gateway filter (components/lua/gateway_filter.lua, run by Envoy's Lua
+filter) with its generated config: the tier and user from the verified token, the model header
+from the body, sticky buckets, body limits, and the tier's vLLM priority for servers that
+schedule by priority.
+
+Why the filter reads claims from the JWT filter's dynamic metadata and not from headers that
+RequestAuthentication's `outputClaimToHeaders` writes: Envoy's jwt_authn filter *adds* a claim's
+header (`headers_->addCopy`) and removes nothing, and adds nothing when the claim is missing
+(envoyproxy/envoy source/extensions/filters/http/jwt_authn/authenticator.cc,
+`addJWTClaimToHeader`), so a client-sent `x-tier: premium` would survive next to, or instead of,
+the claim. The verified payload is what Istio stores as dynamic metadata
+(`payload_in_metadata: "payload"`, istio/istio 1.30.3 pilot/pkg/security/authn/policy_applier.go
+and pilot/pkg/xds/filters/filters.go `EnvoyJwtFilterPayload`) under the filter's name
+(`envoy.filters.http.jwt_authn`, jwt_authn filter.cc `setExtractedData`); a client cannot write
+it. The filter removes every client value of the headers it owns and sets them from the payload.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +24,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from platform_config.models import ReleaseConfig, TrafficConfig
+from platform_config.models import GatewayAuthentication, ReleaseConfig, TrafficConfig
 from platform_config.serving import route_timeout_seconds
 
 from ..constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, standard_labels
@@ -23,8 +38,39 @@ LUA_SOURCE = Path(__file__).resolve().parent.parent / "lua" / "gateway_filter.lu
 HCM = "envoy.filters.network.http_connection_manager"
 HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 
+# The only place a token is read from: `Authorization: Bearer`. Istio's default would also take
+# an `access_token` query parameter (istio/api v1.30.3 security/v1beta1/request_authentication.proto,
+# JWTRule "default locations"), which ends up in access logs.
+TOKEN_HEADER = {"name": "authorization", "prefix": "Bearer "}
 
-# --- the Gateway and its filter --------------------------------------------------------------
+# Bounds on what one client may hold at the gateway; every field checked against the Envoy API
+# Istio 1.30.3 builds with (envoyproxy/go-control-plane envoy module at the pseudo-version in
+# istio/istio 1.30.3 go.mod, 98966259b99a: http_connection_manager/v3 HttpConnectionManager
+# max_request_headers_kb (at most 8192), request_headers_timeout, request_timeout,
+# stream_idle_timeout, common_http_protocol_options; config/core/v3 HttpProtocolOptions
+# idle_timeout, max_headers_count; Http2ProtocolOptions max_concurrent_streams).
+MAX_REQUEST_HEADERS_KIB = 32  # Envoy's default is 60; a JWT plus the OpenAI headers fit in a few KiB
+MAX_HEADERS_COUNT = 64  # Envoy's default is 100
+MAX_CONCURRENT_STREAMS = 64  # per HTTP/2 connection; Envoy's default is 2^31 - 1
+# The request phase: headers within 10 s, the whole body within 60 s (the timer stops once the
+# request is sent upstream, so a long answer is not cut by it). A slow sender cannot hold a
+# stream for the response's long idle allowance.
+REQUEST_HEADERS_TIMEOUT_SECONDS = 10
+REQUEST_TIMEOUT_SECONDS = 60
+# A connection with no stream open is closed after this (Envoy's default is one hour).
+CONNECTION_IDLE_TIMEOUT_SECONDS = 300
+
+# The filter's own caps on the JSON body it scans: an inference request has a few dozen
+# top-level members with short names; more (or a longer name, or a longer model name) is refused
+# with 400 before any per-member work beyond the cap.
+MAX_BODY_MEMBERS = 128
+MAX_MEMBER_NAME_BYTES = 256
+MAX_MODEL_NAME_BYTES = 256
+# Nesting of brackets inside a member's value (OpenAI messages with tool calls nest a handful).
+MAX_BODY_DEPTH = 64
+
+
+# --- the Gateway and who may call it --------------------------------------------------------
 
 
 def gateway(traffic: TrafficConfig) -> dict[str, Any]:
@@ -58,15 +104,110 @@ def gateway(traffic: TrafficConfig) -> dict[str, Any]:
     }
 
 
+def _gateway_metadata(name: str) -> dict[str, Any]:
+    return {"name": name, "namespace": ISTIO_INGRESS_NAMESPACE, "labels": standard_labels(name, "gateway")}
+
+
+def request_authentication(auth: GatewayAuthentication) -> dict[str, Any]:
+    """Tokens of the configured issuer are verified at the gateway: an invalid, expired or
+    wrong-audience token gets 401 (403 for the audience) from Envoy's jwt_authn filter. A
+    request without a token passes this object; `require_token` refuses it."""
+    rule: dict[str, Any] = {"issuer": auth.issuer, "audiences": list(auth.audiences), "fromHeaders": [TOKEN_HEADER]}
+    if auth.jwks_uri is not None:
+        rule["jwksUri"] = auth.jwks_uri
+    else:
+        rule["jwks"] = auth.jwks
+    return {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "RequestAuthentication",
+        "metadata": _gateway_metadata("inference-gateway-jwt"),
+        # forwardOriginalToken stays false: Envoy strips the token, model servers never see it.
+        "spec": {"selector": {"matchLabels": GATEWAY_SELECTOR}, "jwtRules": [rule]},
+    }
+
+
+def require_token() -> dict[str, Any]:
+    """Only requests with a verified token's principal reach a route (a request without one gets
+    403 from Istio's RBAC filter)."""
+    return {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": _gateway_metadata("inference-gateway-require-token"),
+        "spec": {
+            "selector": {"matchLabels": GATEWAY_SELECTOR},
+            "action": "ALLOW",
+            "rules": [{"from": [{"source": {"requestPrincipals": ["*"]}}]}],
+        },
+    }
+
+
+def deny_version_override(auth: GatewayAuthentication, headers: list[str]) -> dict[str, Any]:
+    """A request carrying a release's override header is refused (403) unless its principal is
+    one the config names. Istio turns a `request.headers` value of `*` into a presence match
+    (istio/istio 1.30.3 pilot/pkg/security/authz/matcher/header.go, HeaderMatcher), and a DENY
+    policy is evaluated before any ALLOW one. With no principals named, the rule has no `from`:
+    it refuses everyone."""
+    principals = list(auth.version_override_principals)
+    rules = []
+    for header in headers:
+        rule: dict[str, Any] = {"when": [{"key": f"request.headers[{header}]", "values": ["*"]}]}
+        if principals:
+            rule["from"] = [{"source": {"notRequestPrincipals": principals}}]
+        rules.append(rule)
+    return {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": _gateway_metadata("inference-gateway-version-override"),
+        "spec": {"selector": {"matchLabels": GATEWAY_SELECTOR}, "action": "DENY", "rules": rules},
+    }
+
+
+def override_headers(routes: tuple[RoutePlan, ...]) -> list[str]:
+    """Every header a release reads as its version override, once each."""
+    return sorted({route.model.release.override_header for route in routes})
+
+
+def access_policies(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> list[dict[str, Any]]:
+    """The RequestAuthentication and the AuthorizationPolicies of the gateway."""
+    auth = traffic.authentication
+    policies = [request_authentication(auth), require_token()]
+    headers = override_headers(routes)
+    if headers:
+        policies.append(deny_version_override(auth, headers))
+    return policies
+
+
+# --- the gateway filter ----------------------------------------------------------------------
+
+
+def user_key_headers(routes: tuple[RoutePlan, ...]) -> list[str]:
+    """Every header a model's servers receive the user in, the release default included: the
+    filter removes client values of all of them."""
+    default = ReleaseConfig.model_fields["user_key_header"].default
+    return sorted({default, *(route.model.release.user_key_header for route in routes)})
+
+
+def max_request_body_bytes(traffic: TrafficConfig) -> int:
+    """The largest tier's body limit: what the gateway buffers per connection."""
+    return max(policy.max_request_body_bytes for policy in traffic.tiers.values())
+
+
 def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict[str, Any]:
+    auth = traffic.authentication
     return {
         "tier_header": traffic.tier_header,
         "default_tier": traffic.default_tier,
         "bucket_header": traffic.bucket_header,
         "model_header": traffic.model_header,
-        # A request naming no known model is keyed by the release default user header.
-        "default_user_header": ReleaseConfig.model_fields["user_key_header"].default,
+        "tier_claim": auth.tier_claim,
+        "user_claim": auth.user_claim,
+        "user_headers": {header: True for header in user_key_headers(routes)},
         "priorities": {tier: traffic.tiers[tier].vllm_priority for tier in TIER_ORDER},
+        "max_body_bytes": {tier: traffic.tiers[tier].max_request_body_bytes for tier in TIER_ORDER},
+        "max_members": MAX_BODY_MEMBERS,
+        "max_member_name_bytes": MAX_MEMBER_NAME_BYTES,
+        "max_model_name_bytes": MAX_MODEL_NAME_BYTES,
+        "max_depth": MAX_BODY_DEPTH,
         "models": {
             route.model.openai_name: {
                 "user_key_header": route.model.release.user_key_header,
@@ -102,6 +243,22 @@ def stream_idle_timeout_seconds(traffic: TrafficConfig) -> int:
     return max(route_timeout_seconds(t) for t in traffic.tiers.values()) + 30
 
 
+def connection_bounds(traffic: TrafficConfig) -> dict[str, Any]:
+    """The HTTP connection manager's bounds per connection and stream (see the constants)."""
+    return {
+        "@type": HCM_TYPE,
+        "max_request_headers_kb": MAX_REQUEST_HEADERS_KIB,
+        "request_headers_timeout": f"{REQUEST_HEADERS_TIMEOUT_SECONDS}s",
+        "request_timeout": f"{REQUEST_TIMEOUT_SECONDS}s",
+        "stream_idle_timeout": f"{stream_idle_timeout_seconds(traffic)}s",
+        "common_http_protocol_options": {
+            "idle_timeout": f"{CONNECTION_IDLE_TIMEOUT_SECONDS}s",
+            "max_headers_count": MAX_HEADERS_COUNT,
+        },
+        "http2_protocol_options": {"max_concurrent_streams": MAX_CONCURRENT_STREAMS},
+    }
+
+
 def envoy_filter(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict[str, Any]:
     gateway_listener = {"context": "GATEWAY"}
     return {
@@ -116,23 +273,19 @@ def envoy_filter(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict[
             "workloadSelector": {"labels": GATEWAY_SELECTOR},
             "configPatches": [
                 {
-                    # The filter buffers request bodies to read them: allow the largest one.
+                    # The filter buffers request bodies to read them: allow the largest tier's
+                    # (beyond it Envoy answers 413 itself; the filter holds each tier to its own).
                     "applyTo": "LISTENER",
                     "match": gateway_listener,
                     "patch": {
                         "operation": "MERGE",
-                        "value": {"per_connection_buffer_limit_bytes": traffic.max_request_body_bytes},
+                        "value": {"per_connection_buffer_limit_bytes": max_request_body_bytes(traffic)},
                     },
                 },
                 {
                     "applyTo": "NETWORK_FILTER",
                     "match": {**gateway_listener, "listener": {"filterChain": {"filter": {"name": HCM}}}},
-                    "patch": {
-                        "operation": "MERGE",
-                        "value": {
-                            "typed_config": {"@type": HCM_TYPE, "stream_idle_timeout": f"{stream_idle_timeout_seconds(traffic)}s"}
-                        },
-                    },
+                    "patch": {"operation": "MERGE", "value": {"typed_config": connection_bounds(traffic)}},
                 },
                 {
                     "applyTo": "HTTP_FILTER",

@@ -1,12 +1,13 @@
 """Istio objects for model traffic (pure functions).
 
 Per model, one VirtualService on the platform Gateway, its routes in this order:
-  1. override: `<overrideHeader>: <version>` always reaches that version;
-  2. sticky: the gateway filter's bucket header (0..99, from the user key) picks a version by
-     RE2 ranges generated from the canary weight, so a user always sees the same version;
-  3. weighted: requests without a user key split by the canary weight (weights add up to 100).
-Each route is per tier (the filter normalises the tier header), and every destination is a
-per-version, per-tier subset (named by the model's backend: `<version>-<tier>` on the model's
+  1. override: `<overrideHeader>: <version>` always reaches that version (only principals the
+     config names may send the header: the gateway's AuthorizationPolicy refuses the others);
+  2. sticky: the gateway filter's bucket header (0..99, from the token's user) picks a version
+     by RE2 ranges generated from the canary weight, so a user always sees the same version;
+  3. weighted: requests without a user split by the canary weight (weights add up to 100).
+Each route is per tier (the filter sets the tier header from the caller's token), and every
+destination is a per-version, per-tier subset (named by the model's backend: `<version>-<tier>` on the model's
 own rule, prefixed with the model on a shared one) whose connection pool bounds pending requests, so overload answers
 503 at once instead of queueing without end. A request for a tier the model does not serve
 gets a direct 403 saying which tiers it serves.
@@ -152,9 +153,10 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
                 "match": [{"headers": {traffic.model_header: {"exact": model.openai_name}}}],
                 "directResponse": {
                     "status": 403,
+                    # The tier is the token's (the filter sets the tier header from its claim).
                     "body": {
-                        "string": f"model {model.openai_name} serves tiers {', '.join(tiers)}; set the {traffic.tier_header} "
-                        "header"
+                        "string": f"model {model.openai_name} serves tiers {', '.join(tiers)}; the token's "
+                        f"{traffic.authentication.tier_claim} claim names another"
                     },
                 },
             }

@@ -1,0 +1,386 @@
+"""The gateway secure by default: who may call it (a verified JWT, the version override kept to
+named principals), identity from the token's claims only, bounded resources, a body scan that is
+linear, capped and fails closed, an internal load balancer unless chosen, and the config values
+behind all of it refused with a named key when they are wrong."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from components.mesh import gateway_values, istiod_values
+from components.specs import gateway
+from preview.schemas import SchemaValidator
+
+from .helpers import Evaluated, config_problems, raw_stack, validate
+from .test_traffic import Request, chat_body, fnv1a32, lua_runtime, token
+
+ISSUER = "https://login.inference.example.com"
+CANARY_ANALYSIS = f"{ISSUER}/canary-analysis"
+
+
+@pytest.fixture(scope="module")
+def prod() -> Evaluated:
+    return Evaluated(raw_stack("prod"))
+
+
+@pytest.fixture(scope="module")
+def lua(prod):
+    return lua_runtime(prod)
+
+
+def gateway_objects(evaluated: Evaluated) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (m["kind"], m["metadata"]["name"]): m
+        for m in evaluated.manifests()
+        if m["metadata"].get("namespace") == "istio-system" and m["apiVersion"].startswith(("security.istio.io", "networking"))
+    }
+
+
+# --- who may call the gateway ----------------------------------------------------------------
+
+
+def test_tokens_of_the_configured_issuer_are_verified_from_the_authorization_header_only(prod):
+    authn = prod.k8s("RequestAuthentication", "inference-gateway-jwt", "istio-system")
+    assert authn["spec"]["selector"] == {"matchLabels": {"istio": "ingressgateway"}}
+    (rule,) = authn["spec"]["jwtRules"]
+    assert rule == {
+        "issuer": ISSUER,
+        "jwksUri": f"{ISSUER}/.well-known/jwks.json",
+        "audiences": ["inference-api"],
+        "fromHeaders": [{"name": "authorization", "prefix": "Bearer "}],
+    }
+    # The claims are read from the verified payload, not copied to headers a client could send too.
+    assert "outputClaimToHeaders" not in rule and "forwardOriginalToken" not in rule
+
+
+def test_inline_jwks_is_passed_on_instead_of_a_uri(prod_raw):
+    jwks = json.dumps({"keys": [{"kty": "EC", "crv": "P-256", "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU", "y": "x"}]})
+    auth = prod_raw["traffic"]["authentication"]
+    del auth["jwksUri"]
+    auth["jwks"] = jwks
+    (rule,) = gateway.request_authentication(_traffic(prod_raw).authentication)["spec"]["jwtRules"]
+    assert rule["jwks"] == jwks and "jwksUri" not in rule
+
+
+def _traffic(raw: dict[str, Any]):
+    return validate(raw).config.traffic
+
+
+def _decide(policies: list[dict[str, Any]], principal: str | None, headers: dict[str, str]) -> str:
+    """Istio's authorization for the fields these policies use (istio.io 1.30 AuthorizationPolicy:
+    DENY policies first, then any ALLOW policy must match; a `request.headers` value of `*` is a
+    presence match, pilot/pkg/security/authz/matcher/header.go)."""
+
+    def source_matches(source: dict[str, Any]) -> bool:
+        if "requestPrincipals" in source:
+            wanted = source["requestPrincipals"]
+            if principal is None or not ("*" in wanted or principal in wanted):
+                return False
+        if "notRequestPrincipals" in source and principal in source["notRequestPrincipals"]:
+            return False
+        return True
+
+    def condition_matches(condition: dict[str, Any]) -> bool:
+        header = condition["key"].removeprefix("request.headers[").removesuffix("]")
+        assert condition["values"] == ["*"], condition  # the only form rendered
+        return header in headers
+
+    def rule_matches(rule: dict[str, Any]) -> bool:
+        sources = rule.get("from")
+        if sources is not None and not any(source_matches(s["source"]) for s in sources):
+            return False
+        return all(condition_matches(c) for c in rule.get("when", []))
+
+    gateway_policies = [p["spec"] for p in policies if p["kind"] == "AuthorizationPolicy"]
+    for spec in gateway_policies:
+        assert set(spec) <= {"selector", "action", "rules"} and set(spec["rules"][0]) <= {"from", "when"}
+    if any(spec["action"] == "DENY" and any(rule_matches(r) for r in spec["rules"]) for spec in gateway_policies):
+        return "403"
+    allows = [spec for spec in gateway_policies if spec["action"] == "ALLOW"]
+    if allows and not any(rule_matches(r) for spec in allows for r in spec["rules"]):
+        return "403"
+    return "allowed"
+
+
+def test_a_token_is_required_and_only_named_principals_may_pick_a_version(prod):
+    objects = gateway_objects(prod)
+    policies = [
+        objects[("AuthorizationPolicy", n)] for n in ("inference-gateway-require-token", "inference-gateway-version-override")
+    ]
+    tester = f"{ISSUER}/someone"
+    assert _decide(policies, None, {}) == "403"
+    assert _decide(policies, tester, {}) == "allowed"
+    assert _decide(policies, tester, {"x-model-version": "v2"}) == "403"
+    assert _decide(policies, CANARY_ANALYSIS, {"x-model-version": "v2"}) == "allowed"
+    # A principal of another issuer spelling the same subject is not the named one.
+    assert _decide(policies, "https://evil.example.com/canary-analysis", {"x-model-version": "v2"}) == "403"
+
+
+def test_with_no_override_principals_nobody_may_pick_a_version(prod_raw):
+    del prod_raw["traffic"]["authentication"]["versionOverridePrincipals"]
+    prod_raw["models"][1]["release"]["overrideHeader"] = "x-pin-version"
+    plan = validate(prod_raw)
+    policies = gateway.access_policies(plan.config.traffic, plan.routes)
+    (deny,) = [p for p in policies if p["kind"] == "AuthorizationPolicy" and p["spec"]["action"] == "DENY"]
+    # Every release's override header is covered, the changed one included.
+    assert [r["when"][0]["key"] for r in deny["spec"]["rules"]] == [
+        "request.headers[x-model-version]",
+        "request.headers[x-pin-version]",
+    ]
+    for header in ("x-model-version", "x-pin-version"):
+        assert _decide(policies, CANARY_ANALYSIS, {header: "v2"}) == "403"
+
+
+def test_gateway_objects_validate_against_their_crd_schemas(prod):
+    validator = SchemaValidator("1.33")
+    objects = gateway_objects(prod)
+    assert {kind for kind, _ in objects} >= {"RequestAuthentication", "AuthorizationPolicy", "EnvoyFilter", "Gateway"}
+    for obj in objects.values():
+        result = validator.validate(obj)
+        assert result.status == "valid", (result.label, result.schema, result.errors)
+
+
+# --- identity from the token's claims ----------------------------------------------------------
+
+
+def test_tier_and_user_come_from_claims_and_client_headers_select_nothing(lua):
+    forged = {":method": "POST", "x-tier": "premium", "x-user-id": "victim", "x-user-bucket": "0", "x-model": "other"}
+    request = Request(lua, forged, chat_body(), claims=token(tier="batch", sub="alice"))
+    assert request.headers["x-tier"] == "batch"
+    assert request.headers["x-user-bucket"] == str(fnv1a32(b"alice") % 100)
+    assert request.headers["x-user-id"] == "alice" and request.headers["x-model"] == "llama-3.1-8b-instruct"
+    # No user claim: no bucket (the weighted split) and no user header, whatever the client sent.
+    anonymous = Request(lua, forged, chat_body(), claims=token(sub=None))
+    assert anonymous.headers["x-tier"] == "standard"
+    assert "x-user-bucket" not in anonymous.headers and "x-user-id" not in anonymous.headers
+
+
+@pytest.mark.parametrize("claimed", ["platinum", "", "PREMIUM"])
+def test_a_tier_claim_naming_no_tier_is_refused(lua, claimed):
+    request = Request(lua, {":method": "GET", "x-tier": "premium"}, claims=token(tier=claimed))
+    assert request.status == "403" and "tier claim" in request.reply
+
+
+def test_a_tier_claim_that_is_not_a_string_is_refused(lua):
+    request = Request(lua, {":method": "GET"}, claims={**token(), "tier": 0})
+    assert request.status == "403"
+
+
+@pytest.mark.parametrize("user", ["alice\r\nx-tier: premium", "u" * 257])
+def test_a_user_claim_that_is_no_header_value_is_refused(lua, user):
+    request = Request(lua, {":method": "GET"}, claims=token(sub=user))
+    assert request.status == "403" and "x-user-id" not in request.headers
+
+
+def test_an_escaped_line_break_in_the_model_cannot_split_a_header(lua):
+    raw = '{"model": "llama-3.1-8b-instruct\\r\\nx-tier: premium"}'
+    request = Request(lua, {":method": "POST"}, raw)
+    assert request.status == "400" and "x-model" not in request.headers
+
+
+def test_claim_names_come_from_the_config(prod_raw):
+    auth = prod_raw["traffic"]["authentication"]
+    auth["tierClaim"], auth["userClaim"] = "https://inference.example.com/plan", "email"
+    runtime = lua_runtime(Evaluated(prod_raw))
+    claims = token(sub="ignored", **{"https://inference.example.com/plan": "premium", "email": "a@example.com", "tier": "batch"})
+    request = Request(runtime, {":method": "GET"}, claims=claims)
+    assert request.headers["x-tier"] == "premium"
+    assert request.headers["x-user-bucket"] == str(fnv1a32(b"a@example.com") % 100)
+
+
+# --- bodies: limits per tier, fail closed, linear and capped -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "not json",
+        "[1, 2]",
+        '{"model": "llama-3.1-8b-instruct"} {"model": "llama-3.1-70b-instruct"}',
+        '{"model": "llama-3.1-8b-instruct", "messages": [}',
+        '{"model": "llama-3.1-8b-instruct", "messages": [{"role": "user"]]}',
+        '{"model": "llama-3.1-8b-instruct", "n": tru}',
+        '{"model": "llama-3.1-8b-instruct" "n": 1}',
+        '{"model": "llama-3.1-8b-instruct", n: 1}',
+        '{"model": "llama-3.1-8b-instruct", "nested": ' + "[" * 65 + "]" * 65 + "}",
+        '{"model": "' + "m" * 257 + '"}',
+        '{"' + "k" * 257 + '": 1, "model": "llama-3.1-8b-instruct"}',
+    ],
+)
+def test_malformed_or_over_cap_bodies_get_400_and_are_not_forwarded(lua, raw):
+    request = Request(lua, {":method": "POST"}, raw, claims=token(tier="premium"))
+    assert request.status == "400", raw[:80]
+    assert request.body == raw and "x-model" not in request.headers
+
+
+def test_nesting_within_the_cap_is_accepted(lua):
+    raw = '{"model": "llama-3.1-8b-instruct", "nested": ' + "[" * 64 + "]" * 64 + "}"
+    assert Request(lua, {":method": "POST"}, raw, claims=token(tier="premium")).status is None
+
+
+def test_bodies_over_the_tiers_limit_get_413_before_they_are_read(lua):
+    limits = gateway.filter_config(_traffic(raw_stack("prod")), ())["max_body_bytes"]
+    assert limits == {"premium": 4 << 20, "standard": 4 << 20, "batch": 16 << 20}
+    declared = Request(lua, {":method": "POST", "content-length": str((4 << 20) + 1)}, chat_body(), claims=token(tier="premium"))
+    assert declared.status == "413" and not declared.body_read and "premium" in declared.reply
+    # Chunked (no content-length): the buffered body is measured.
+    big = chat_body(padding="x" * (4 << 20))
+    assert Request(lua, {":method": "POST"}, big, claims=token(tier="standard")).status == "413"
+    # The batch tier takes it.
+    assert Request(lua, {":method": "POST"}, big, claims=token(tier="batch")).status is None
+
+
+def test_the_listener_buffers_the_largest_tiers_body_only(prod_raw):
+    prod_raw["traffic"]["tiers"] = {
+        tier: {
+            "timeout": "60s",
+            "maxPendingRequests": 8,
+            "maxRequests": 8,
+            "retryAttempts": 0,
+            "vllmPriority": p,
+            "maxRequestBodyBytes": b,
+        }
+        for tier, p, b in (("premium", 0, 1 << 20), ("standard", 1, 2 << 20), ("batch", 2, 3 << 20))
+    }
+    assert gateway.max_request_body_bytes(_traffic(prod_raw)) == 3 << 20
+
+
+def test_a_million_tiny_members_are_refused_after_the_cap(lua):
+    members = 1_400_000
+    raw = "{" + ",".join(f'"{i % 1000}":1' for i in range(members)) + "}"
+    found, reason, stopped_at = lua.globals().GATEWAY_FILTER.members(raw)
+    assert found is None and "more than 128 top-level members" in reason
+    # The scan stopped right after the 128th member: the first ~1 KiB of an 8 MiB body.
+    assert stopped_at == len("{" + ",".join(f'"{i % 1000}":1' for i in range(128))) + 2
+    request = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch"))
+    assert request.status == "400" and "128" in request.reply
+
+
+def test_up_to_the_cap_members_are_read(lua):
+    raw = json.dumps({"model": "llama-3.1-8b-instruct", **{f"k{i}": i for i in range(127)}})
+    request = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch"))
+    assert request.status is None and request.headers["x-model"] == "llama-3.1-8b-instruct"
+
+
+# --- connection and stream bounds, overload manager, load balancer -----------------------------
+
+
+def test_the_gateway_bounds_headers_streams_and_idle_time(prod):
+    envoy_filter = prod.k8s("EnvoyFilter", "inference-gateway-filter", "istio-system")
+    patches = {p["applyTo"]: p["patch"]["value"] for p in envoy_filter["spec"]["configPatches"]}
+    assert patches["LISTENER"] == {"per_connection_buffer_limit_bytes": 16 << 20}
+    hcm = patches["NETWORK_FILTER"]["typed_config"]
+    assert hcm["max_request_headers_kb"] == 32
+    assert hcm["common_http_protocol_options"] == {"idle_timeout": "300s", "max_headers_count": 64}
+    assert hcm["http2_protocol_options"] == {"max_concurrent_streams": 64}
+    # The request phase is bounded apart from the long silence an unstreamed answer may need.
+    assert (hcm["request_headers_timeout"], hcm["request_timeout"], hcm["stream_idle_timeout"]) == ("10s", "60s", "630s")
+
+
+def test_every_proxy_caps_its_downstream_connections():
+    metadata = istiod_values()["meshConfig"]["defaultConfig"]["proxyMetadata"]
+    assert metadata == {"ISTIO_META_GLOBAL_DOWNSTREAM_MAX_CONNECTIONS": "8192"}
+
+
+@pytest.mark.parametrize("scheme", ["internal", "internet-facing"])
+def test_the_load_balancer_scheme_is_always_written(scheme):
+    annotations = gateway_values(690, scheme)["service"]["annotations"]
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == scheme
+
+
+def test_the_gateway_load_balancer_is_internal_by_default(prod):
+    (release,) = [r for r in prod.of_type("kubernetes:helm.sh/v3:Release") if r["inputs"]["name"] == "istio-ingressgateway"]
+    assert (
+        release["inputs"]["values"]["service"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+    )
+
+
+# --- config: named-key errors ------------------------------------------------------------------
+
+
+def _with(raw: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(raw)
+    target = raw
+    for key in path[:-1]:
+        target = target[key]
+    if value is ...:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return raw
+
+
+AUTH = ("traffic", "authentication")
+A = "traffic.authentication"
+# (where the value goes, the value (... removes the key), the key the error names, what it says)
+BAD_CONFIG = [
+    (AUTH, ..., A, "required key is missing"),
+    ((*AUTH, "issuer"), "http://login.inference.example.com", f"{A}.issuer", "is not an https URL"),
+    ((*AUTH, "issuer"), "https://login.example.com/\n", f"{A}.issuer", "is not an https URL"),
+    ((*AUTH, "jwksUri"), "https://user:pw@login.example.com/keys", f"{A}.jwksUri", "is not an https URL"),
+    ((*AUTH, "jwks"), '{"keys": [{"kty": "RSA", "n": "x", "e": "AQAB"}]}', A, "exactly one of 'jwksUri'"),
+    ((*AUTH, "jwksUri"), ..., A, "exactly one of 'jwksUri'"),
+    ((*AUTH, "audiences"), [], f"{A}.audiences", "at least 1"),
+    ((*AUTH, "tierClaim"), "my tier", f"{A}.tierClaim", "allowed form"),
+    ((*AUTH, "versionOverridePrincipals"), ["https://other.example.com/canary"], f"{A}.versionOverridePrincipals", "<sub>"),
+    ((*AUTH, "versionOverridePrincipals"), [f"{ISSUER}/*"], f"{A}.versionOverridePrincipals", "no wildcards"),
+    ((*AUTH, "versionOverridePrincipals"), [f"{ISSUER}/"], f"{A}.versionOverridePrincipals", "<sub>"),
+    (("traffic", "hosts"), ["api.example.com\n"], "traffic.hosts", "is not a gateway host"),
+    (("traffic", "hosts"), ["api.*.example.com"], "traffic.hosts", "is not a gateway host"),
+    (("traffic", "hosts"), ["Api.Example.com"], "traffic.hosts", "is not a gateway host"),
+    (("traffic", "hosts"), ["ns/api.example.com"], "traffic.hosts", "is not a gateway host"),
+    (("traffic", "hosts"), ["a" * 64 + ".example.com"], "traffic.hosts", "is not a gateway host"),
+    (("traffic", "hosts"), ["a.example.com", "a.example.com"], "traffic.hosts", "listed twice"),
+    (("traffic", "tlsCredentialName"), "Inference_TLS", "traffic.tlsCredentialName", "is not a Secret name"),
+    (("traffic", "tlsCredentialName"), ..., "traffic.tlsCredentialName", "production needs HTTPS"),
+    (("traffic", "plainHttp"), True, "traffic", "'plainHttp: true', not both"),
+    (("traffic", "loadBalancerScheme"), "public", "traffic.loadBalancerScheme", "internet-facing"),
+    (("traffic", "tiers", "batch", "maxRequestBodyBytes"), 1 << 30, "traffic.tiers.batch.maxRequestBodyBytes", "67108864"),
+]
+
+
+@pytest.mark.parametrize(
+    "path, value, key, message", BAD_CONFIG, ids=[f"{'.'.join(map(str, p))}={v!r:.30}" for p, v, _, _ in BAD_CONFIG]
+)
+def test_bad_gateway_config_is_refused_with_a_named_key(prod_raw, path, value, key, message):
+    prod_raw["traffic"]["tiers"] = {
+        "batch": {"timeout": "600s", "maxPendingRequests": 16, "maxRequests": 128, "retryAttempts": 0, "vllmPriority": 2}
+    }
+    problems = config_problems(_with(prod_raw, path, value))
+    named = [p for p in problems if p.startswith(f"inference-platform:{key}") and p[len(f"inference-platform:{key}")] in ":["]
+    assert any(message in p for p in named), problems
+
+
+@pytest.mark.parametrize(
+    "jwks, message",
+    [
+        ("not json", "is not JSON"),
+        ('{"keys": []}', "non-empty list"),
+        ('{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}', "only public keys"),
+        ('{"keys": [{"kty": "RSA", "n": "x", "e": "AQAB", "d": "secret"}]}', "private key material (d)"),
+    ],
+)
+def test_inline_jwks_must_be_a_public_key_set(prod_raw, jwks, message):
+    auth = prod_raw["traffic"]["authentication"]
+    del auth["jwksUri"]
+    auth["jwks"] = jwks
+    problems = config_problems(prod_raw)
+    assert any("traffic.authentication.jwks" in p and message in p for p in problems), problems
+
+
+def test_plain_http_in_production_is_an_explicit_choice(prod_raw):
+    del prod_raw["traffic"]["tlsCredentialName"]
+    prod_raw["traffic"]["plainHttp"] = True
+    servers = gateway.gateway(_traffic(prod_raw))["spec"]["servers"]
+    assert [s["port"]["number"] for s in servers] == [80] and "tls" not in servers[0]
+
+
+@pytest.mark.parametrize("host", ["*", "*.inference.example.com", "api.inference.example.com", "a-1.b2.example"])
+def test_gateway_hosts_istio_takes(prod_raw, host):
+    prod_raw["traffic"]["hosts"] = [host]
+    assert _traffic(prod_raw).hosts == [host]
