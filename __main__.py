@@ -10,13 +10,13 @@ from platform_config import load_config
 
 loaded = load_config(extra_checks=[plan_checks])
 config = loaded.platform
-plan = resolve(config, hugging_face_token=loaded.hugging_face_token is not None)
+plan = resolve(config, hugging_face_tenants=frozenset(loaded.hugging_face_tokens))
 
 cluster = Cluster("cluster", ClusterArgs(config=config.cluster, tags=aws_tags(config)))
 kubernetes = k8s.Provider("kubernetes", **cluster.provider_args())
 platform = InferencePlatform(
     "platform",
-    InferencePlatformArgs(plan=plan, cluster=cluster, hugging_face_token=loaded.hugging_face_token),
+    InferencePlatformArgs(plan=plan, cluster=cluster, hugging_face_tokens=loaded.hugging_face_tokens),
     opts=pulumi.ResourceOptions(providers={"kubernetes": kubernetes}),
 )
 

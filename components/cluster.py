@@ -26,6 +26,46 @@ NODE_POLICIES = (
 )
 CONTROL_PLANE_LOGS = ["api", "audit", "authenticator"]
 
+# Node instance metadata: IMDSv2 only, and a hop limit of 1 so a token's PUT answer dies on the
+# pod's extra hop: pods cannot read the node role's credentials. The node's own agents and
+# hostNetwork pods (kubelet, the VPC CNI, the Pod Identity Agent) are one hop away and keep it;
+# the controllers that would ask IMDS for their region or VPC are given them (the load balancer
+# controller's region and vpcId, the cluster autoscaler's awsRegion).
+NODE_METADATA_OPTIONS = aws.ec2.LaunchTemplateMetadataOptionsArgs(
+    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
+)
+# The volume EKS's `diskSize` would size, which a launch template must size instead (EKS
+# CreateNodegroup: no diskSize with a launch template): the root volume, except Bottlerocket's
+# data volume (/dev/xvda holds only its OS).
+NODE_DISK_DEVICE = {"BOTTLEROCKET_x86_64_NVIDIA": "/dev/xvdb"}
+ROOT_DISK_DEVICE = "/dev/xvda"
+
+
+def node_launch_template(
+    name: str, *, ami_type: str, disk_size_gib: int | None, tags: dict[str, str], opts: pulumi.ResourceOptions
+) -> aws.eks.NodeGroupLaunchTemplateArgs:
+    """A launch template for a managed node group: locked-down instance metadata, and the node
+    disk when `disk_size_gib` is given (EKS's default otherwise)."""
+    disks = []
+    if disk_size_gib is not None:
+        disks = [
+            aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name=NODE_DISK_DEVICE.get(ami_type, ROOT_DISK_DEVICE),
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=disk_size_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"
+                ),
+            )
+        ]
+    template = aws.ec2.LaunchTemplate(
+        name,
+        metadata_options=NODE_METADATA_OPTIONS,
+        block_device_mappings=disks or None,
+        update_default_version=True,
+        tags=tags,
+        opts=opts,
+    )
+    return aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str))
+
 
 def assume_role_policy(service: str, actions: tuple[str, ...] = ("sts:AssumeRole",)) -> str:
     return json.dumps(
@@ -177,6 +217,9 @@ class Cluster(pulumi.ComponentResource):
             subnet_ids=list(eks.subnet_ids),
             instance_types=[system.instance_type],
             ami_type="AL2023_x86_64_STANDARD",
+            launch_template=node_launch_template(
+                f"{name}-system-nodes", ami_type="AL2023_x86_64_STANDARD", disk_size_gib=None, tags=tags, opts=child
+            ),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=system.min_size, max_size=system.max_size, desired_size=system.desired_size
             ),

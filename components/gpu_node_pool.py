@@ -16,6 +16,7 @@ import pulumi_aws as aws
 from platform_config.capacity import instance_of, node_allocatable
 from platform_config.models import NodePoolConfig
 
+from .cluster import node_launch_template
 from .constants import PACKAGE
 from .specs.gpu_sharing import advertised_resources, node_labels, node_taint
 
@@ -94,7 +95,13 @@ class GpuNodePool(pulumi.ComponentResource):
                 instance_types=[pool.instance_type],
                 ami_type=pool.ami_type,
                 capacity_type=pool.capacity_type,
-                disk_size=pool.disk_size_gib,
+                launch_template=node_launch_template(
+                    f"{name}-nodes",
+                    ami_type=pool.ami_type,
+                    disk_size_gib=pool.disk_size_gib,
+                    tags=args.tags,
+                    opts=pulumi.ResourceOptions(parent=self),
+                ),
                 scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                     min_size=pool.min_size, max_size=pool.max_size, desired_size=pool.initial_size
                 ),

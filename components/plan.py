@@ -11,7 +11,7 @@ derived value.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from platform_config.checks import run_peak_checks
 from platform_config.errors import ConfigIssue
@@ -56,7 +56,9 @@ def backend_of(model: ModelConfig) -> ServingBackend:
     return BACKENDS[model.autoscaling.mode]
 
 
-def _server(config: PlatformConfig, model: ModelConfig, version_name: str, *, hugging_face_token: bool) -> ServerPlan:
+def _server(
+    config: PlatformConfig, model: ModelConfig, version_name: str, *, hugging_face_tenants: Collection[str]
+) -> ServerPlan:
     version = next(v for v in model.versions if v.name == version_name)
     pool = next(p for p in config.node_pools if p.name == model.pool)
     backend = backend_of(model)
@@ -92,7 +94,8 @@ def _server(config: PlatformConfig, model: ModelConfig, version_name: str, *, hu
         max_replicas=high,
         drain=drain_chain(config, model),
         max_num_seqs=args.max_num_seqs if args.max_num_seqs is not None else cap or profile.concurrency_per_replica,
-        hugging_face_token=hugging_face_token and version.source.huggingface is not None,
+        # Only the tenant's own token, and only where the weights come from Hugging Face.
+        hugging_face_token=model.tenant in hugging_face_tenants and version.source.huggingface is not None,
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
         weights_service_account=weights_service_account(model) if version.source.s3_uri else None,
     )
@@ -151,11 +154,12 @@ def plan_checks(config: PlatformConfig) -> list[ConfigIssue]:
     return [*_backend_issues(config), *run_peak_checks(config, peaks)]
 
 
-def resolve(config: PlatformConfig, *, hugging_face_token: bool) -> Plan:
-    """The plan of a config that passed every check, `plan_checks` included."""
+def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str]) -> Plan:
+    """The plan of a config that passed every check, `plan_checks` included;
+    `hugging_face_tenants`: the tenants that have a Hugging Face token."""
     models = []
     for model in config.models:
-        servers = tuple(_server(config, model, v, hugging_face_token=hugging_face_token) for v in running_versions(model))
+        servers = tuple(_server(config, model, v, hugging_face_tenants=hugging_face_tenants) for v in running_versions(model))
         s3_uris = tuple(sorted({s.version.source.s3_uri for s in servers if s.version.source.s3_uri}))
         models.append(
             ModelPlan(

@@ -1,4 +1,4 @@
-"""A tenant: its namespace, GPU quotas by priority class, defaults, network isolation, RBAC."""
+"""A tenant: its namespace, GPU quotas by priority class, defaults, network isolation, RBAC, its own token."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ class TenantArgs:
     # Platform components in the data path of its models' servers, which its isolation lets in:
     # (NetworkPolicy name, namespace) pairs from its models' serving backends.
     ingress: tuple[tuple[str, str], ...] = ()
-    # Made into the namespace's Secret when the tenant serves Hugging Face models.
+    # The tenant's own Hugging Face token, made into the namespace's Secret when its servers
+    # read it (models from Hugging Face).
     hugging_face_token: pulumi.Output[str] | None = None
     # The mesh's CRDs must exist before the tenant's mesh policies.
     mesh: pulumi.Resource | None = None
@@ -33,12 +34,13 @@ class Tenant(pulumi.ComponentResource):
     # The Namespace object: what any object of the tenant's needs first.
     namespace_object: KubernetesObject
     # What must be in place before a pod of the tenant's starts: its quotas and default limits
-    # (admission), the deny-by-default NetworkPolicy and the mesh's STRICT mTLS and
-    # authorization (no window in which a pod is exposed), its token Secret. The allow-policies
-    # only open traffic up, so pods need not wait for them (until they exist, traffic to a new
-    # pod is refused, never let through; and when a whole tenant is destroyed they may go before
-    # its pods finish draining). Pod-making objects depend on these, not on the whole component
-    # (which would make every object wait on all of them).
+    # (admission), the deny-by-default ingress NetworkPolicy and the mesh's STRICT mTLS and
+    # authorization (no window in which a pod is exposed), its egress policies (the deny and
+    # what a starting server needs: DNS, istiod, its weights' download), its token Secret. The
+    # ingress allow-policies only open traffic up, so pods need not wait for them (until they
+    # exist, traffic to a new pod is refused, never let through; and when a whole tenant is
+    # destroyed they may go before its pods finish draining). Pod-making objects depend on
+    # these, not on the whole component (which would make every object wait on all of them).
     workload_prerequisites: tuple[pulumi.Resource, ...]
 
     def __init__(self, name: str, args: TenantArgs, opts: pulumi.ResourceOptions | None = None):
@@ -54,7 +56,7 @@ class Tenant(pulumi.ComponentResource):
         prerequisites.append(KubernetesObject(limits["metadata"]["name"], limits, inside))
         for policy in tenancy.network_policies(tenant, args.ingress):
             network_policy = KubernetesObject(f"{name}-{policy['metadata']['name']}", policy, inside)
-            if policy["metadata"]["name"] == tenancy.DEFAULT_DENY_POLICY:
+            if policy["metadata"]["name"] == tenancy.DEFAULT_DENY_POLICY or "Egress" in policy["spec"]["policyTypes"]:
                 prerequisites.append(network_policy)
         if args.hugging_face_token is not None:
             token_secret = KubernetesObject(
@@ -78,9 +80,11 @@ class Tenant(pulumi.ComponentResource):
         prerequisites.append(
             custom_resource(f"{name}-authorization-policy", tenancy.authorization_policy(tenant, args.ingress), mesh_opts)
         )
+        role = tenancy.role(tenant)
+        tenant_role = KubernetesObject(role["metadata"]["name"], role, inside)
         binding = tenancy.role_binding(tenant)
         if binding is not None:
-            KubernetesObject(binding["metadata"]["name"], binding, inside)
+            KubernetesObject(binding["metadata"]["name"], binding, pulumi.ResourceOptions(parent=self, depends_on=[tenant_role]))
         self.namespace = ns.metadata.apply(lambda metadata: metadata["name"])
         self.namespace_object = ns
         self.workload_prerequisites = (ns, *prerequisites)

@@ -536,6 +536,25 @@ def check_object_names(config: PlatformConfig) -> Iterator[ConfigIssue]:
             seen.setdefault(key, (index, name))
 
 
+def check_server_component_names(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A version's server is a Pulumi component named `<model>-<version>`, and a URN holds the
+    name and the type chain, not the namespace: servers of one name in two tenants would share a
+    URN, which the engine refuses."""
+    seen: dict[str, int] = {}
+    for index, model in enumerate(config.models):
+        for v_index, version in enumerate(model.versions):
+            name = server_name(model, version.name)
+            first = seen.setdefault(name, index)
+            other = config.models[first]
+            # Same tenant: check_object_names reports it; same model name: check_unique_names.
+            if first != index and other.tenant != model.tenant and other.name != model.name:
+                yield ConfigIssue(
+                    ("models", index, "versions", v_index, "name"),
+                    f"this version's server would be named {name!r}, like a server of model {other.name!r} (tenant "
+                    f"{other.tenant!r}): server names are unique across tenants; rename the model or the version",
+                )
+
+
 def check_batch_models(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """A model's batch model exists, is another model, serves the batch tier and keeps it."""
     models = {m.name: m for m in config.models}
@@ -574,6 +593,18 @@ def check_gateway_headers(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 )
 
 
+def check_gateway_tls(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """Production serves HTTPS: plain HTTP there must be an explicit choice (`plainHttp`), not a
+    forgotten credential, since tokens cross it in the clear."""
+    traffic = config.traffic
+    if config.environment == "production" and traffic.tls_credential_name is None and not traffic.plain_http:
+        yield ConfigIssue(
+            ("traffic", "tlsCredentialName"),
+            "production needs HTTPS: name the TLS Secret in istio-system, or set 'plainHttp: true' to serve bearer "
+            "tokens over plain HTTP on purpose",
+        )
+
+
 CHECKS: list[Check] = [
     check_unique_names,
     check_gpu_sharing,
@@ -592,7 +623,9 @@ CHECKS: list[Check] = [
     check_weights_cache_fits_the_node_disk,
     check_batch_models,
     check_gateway_headers,
+    check_gateway_tls,
     check_object_names,
+    check_server_component_names,
 ]
 
 

@@ -7,9 +7,10 @@ here, before a single resource is registered, so a bad stack file never half-app
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal, Sequence, get_origin
+from typing import Any, Callable, Collection, Iterable, Literal, Sequence, get_origin
 
 import pulumi
 from pulumi.runtime import config as runtime_config
@@ -17,14 +18,15 @@ from pydantic import ValidationError
 
 from .checks import run_checks
 from .errors import ConfigError, ConfigIssue, issues_from_validation
-from .models import PROJECT, SECRET_KEYS, PlatformConfig
+from .models import HUGGING_FACE_TOKENS, PROJECT, SECRET_KEYS, PlatformConfig
 
 
 @dataclass(frozen=True)
 class LoadedConfig:
     platform: PlatformConfig
-    # Secret config values stay Pulumi secrets; they are never parsed into the model.
-    hugging_face_token: pulumi.Output[str] | None
+    # Secret config values stay Pulumi secrets; they are never parsed into the model. Tenant
+    # name -> that tenant's Hugging Face token.
+    hugging_face_tokens: dict[str, pulumi.Output[str]]
 
 
 def _all_config_keys() -> set[str]:
@@ -49,7 +51,7 @@ def read_raw_config() -> dict[str, Any]:
         if not full_key.startswith(prefix):
             continue
         key = full_key[len(prefix) :]
-        if key in SECRET_KEYS:
+        if key in SECRET_KEYS or key == RETIRED_SECRET_KEY:  # the retired key is reported by name, unparsed
             continue
         text = runtime_config.get_config(full_key)
         if key in strings:
@@ -62,19 +64,55 @@ def read_raw_config() -> dict[str, Any]:
     return raw
 
 
-def _read_secrets() -> tuple[pulumi.Output[str] | None, list[ConfigIssue]]:
-    key = "huggingFaceToken"
-    full_key = f"{PROJECT}:{key}"
-    if not runtime_config.get_config(full_key):
-        return None, []
+# The one token for every tenant this key held was replaced by one token per tenant.
+RETIRED_SECRET_KEY = "huggingFaceToken"
+TOKEN_COMMAND = "pulumi config set --path --secret 'huggingFaceTokens.<tenant>' hf_..."
+
+
+def _read_hugging_face_tokens() -> tuple[dict[str, Any], list[ConfigIssue]]:
+    """Each tenant's Hugging Face token: `huggingFaceTokens` is one secret object keyed by tenant
+    (`pulumi config set --path --secret 'huggingFaceTokens.team-a' ...` writes a `secure:` leaf
+    under the key, and the CLI hands the program the whole object, marked secret). Returns the
+    tenants' names (the keys are not secret) mapped to their token's JSON value, never printed."""
+    full_key = f"{PROJECT}:{HUGGING_FACE_TOKENS}"
+    text = runtime_config.get_config(full_key)
+    if not text:
+        return {}, []
     if not runtime_config.is_config_secret(full_key):
-        return None, [
-            ConfigIssue(
-                (key,),
-                "must be a secret: set it with `pulumi config set --secret huggingFaceToken <token>` so it is stored encrypted",
-            )
-        ]
-    return pulumi.Config(PROJECT).require_secret(key), []
+        return {}, [ConfigIssue((HUGGING_FACE_TOKENS,), f"must be a secret: set each tenant's token with `{TOKEN_COMMAND}`")]
+    try:
+        tokens = json.loads(text)
+    except json.JSONDecodeError:
+        tokens = None
+    if not isinstance(tokens, dict):
+        return {}, [ConfigIssue((HUGGING_FACE_TOKENS,), f"must map tenant names to tokens: `{TOKEN_COMMAND}`")]
+    issues = [
+        ConfigIssue((HUGGING_FACE_TOKENS, tenant), "must be a non-empty token string")
+        for tenant, token in tokens.items()
+        if not isinstance(token, str) or not token
+    ]
+    return tokens, issues
+
+
+def _token_tenant_issues(platform: PlatformConfig, tenants: Iterable[str]) -> list[ConfigIssue]:
+    known = [t.name for t in platform.tenants]
+    return [
+        ConfigIssue((HUGGING_FACE_TOKENS, name), f"unknown tenant {name!r}; tenants: {', '.join(known)}")
+        for name in tenants
+        if name not in known
+    ]
+
+
+def _tenant_tokens(tenants: Collection[str]) -> dict[str, pulumi.Output[str]]:
+    """One secret Output per tenant, each holding only that tenant's token."""
+    if not tenants:
+        return {}
+    tokens = pulumi.Config(PROJECT).require_secret_object(HUGGING_FACE_TOKENS)
+    return {name: tokens.apply(functools.partial(_tenant_token, name)) for name in sorted(tenants)}
+
+
+def _tenant_token(tenant: str, tokens: dict[str, str]) -> str:
+    return tokens[tenant]
 
 
 # Checks a caller adds to the config's own: the serving backends' rules and the peak checks,
@@ -143,21 +181,32 @@ def _region_issues(platform: PlatformConfig) -> list[ConfigIssue]:
     ]
 
 
+def _retired_keys() -> list[ConfigIssue]:
+    if not runtime_config.get_config(f"{PROJECT}:{RETIRED_SECRET_KEY}"):
+        return []
+    return [
+        ConfigIssue(
+            (RETIRED_SECRET_KEY,),
+            f"is no longer read: each tenant has its own token in {HUGGING_FACE_TOKENS} (`{TOKEN_COMMAND}`); remove this key",
+        )
+    ]
+
+
 def load_config(extra_checks: Sequence[ExtraCheck] = ()) -> LoadedConfig:
     foreign = _foreign_keys()
     if foreign:
         raise ConfigError(foreign)
-    misplaced = _misplaced_secrets()
+    # Reported without parsing: a parse error would echo a secret value.
+    misplaced = _retired_keys() or _misplaced_secrets()
     if misplaced:
-        # Report without parsing: a parse error would echo the secret value.
         raise ConfigError(misplaced)
     raw = read_raw_config()
-    token, secret_issues = _read_secrets()
+    tokens, secret_issues = _read_hugging_face_tokens()
     try:
         platform = parse_platform_config(raw, extra_checks)
     except ConfigError as error:
         raise ConfigError([*secret_issues, *error.issues]) from None
-    issues = secret_issues + _region_issues(platform)
+    issues = secret_issues + _token_tenant_issues(platform, tokens) + _region_issues(platform)
     if issues:
         raise ConfigError(issues)
-    return LoadedConfig(platform=platform, hugging_face_token=token)
+    return LoadedConfig(platform=platform, hugging_face_tokens=_tenant_tokens(tokens))

@@ -8,13 +8,16 @@ which reports them through the same error format.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import re
+import urllib.parse
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from .gpu_catalog import INSTANCE_TYPES
+from .gpu_catalog import COMPUTE_SLICES, INSTANCE_TYPES
 from .profiles import AutoscalingMode, PriorityClassName, ProfileName, TierName
 from .quantity import parse_quantity
 
@@ -38,9 +41,12 @@ class ConfigModel(BaseModel):
 
 
 # --- reusable field types ------------------------------------------------------------------
+# Every pattern here is applied with `fullmatch`: Python's `$` also matches before a trailing
+# newline, so `re.match(r"^...$")` would let "qwen\n" through to an object name. (Field(pattern=)
+# runs in pydantic-core's Rust regex engine, where `$` is the end of the text only.)
 
-_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def _dns_label(max_length: int, *, letter_first: bool):
@@ -48,7 +54,7 @@ def _dns_label(max_length: int, *, letter_first: bool):
     first = "a letter" if letter_first else "a letter or digit"
 
     def check(value: str) -> str:
-        if len(value) > max_length or not pattern.match(value):
+        if len(value) > max_length or not pattern.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid name: a DNS-1123 label of lowercase letters, digits and '-', starting "
                 f"with {first} and ending with a letter or digit, at most {max_length} characters"
@@ -71,15 +77,31 @@ def _quantity(value: str) -> str:
 
 Quantity = Annotated[str, AfterValidator(_quantity)]
 
-_DURATION = re.compile(r"^([0-9]+)(ms|s|m|h)$")
+
+def _positive_quantity(value: str) -> str:
+    if parse_quantity(value) <= 0:
+        raise ValueError(f"{value!r} must be more than zero: a pod with no memory or CPU request is not admitted")
+    return value
+
+
+PositiveQuantity = Annotated[str, AfterValidator(_positive_quantity)]
+
+# At most 15 digits: anything longer is beyond the protobuf Duration maximum anyway.
+_DURATION = re.compile(r"^([0-9]{1,15})(ms|s|m|h)$")
 _DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+# google.protobuf.Duration's range (protobuf src/google/protobuf/duration.proto: "+315,576,000,000
+# seconds"); Envoy and Istio refuse a longer duration.
+MAX_DURATION_SECONDS = 315_576_000_000
 
 
 def duration_seconds(value: str) -> float:
-    match = _DURATION.match(value)
+    match = _DURATION.fullmatch(value)
     if not match:
         raise ValueError(f"{value!r} is not a duration: use a whole number with ms, s, m or h, e.g. '5s' or '5m'")
-    return int(match[1]) * _DURATION_SECONDS[match[2]]
+    seconds = int(match[1]) * _DURATION_SECONDS[match[2]]
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{value!r} is longer than the largest duration, {MAX_DURATION_SECONDS} s (protobuf's Duration)")
+    return seconds
 
 
 def _duration(value: str) -> str:
@@ -108,11 +130,11 @@ IMAGE_TAG_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 IMAGE_DIGEST_PATTERN = r"sha256:[a-f0-9]{64}"
 FORBIDDEN_IMAGE_TAGS = ("latest",)
 # An optional registry host with a port (registry.example.com:5000/), the path, a tag, a digest.
-_IMAGE = re.compile(rf"^([a-z0-9.-]+:[0-9]+/)?[a-z0-9][a-z0-9._/-]*(:{IMAGE_TAG_PATTERN})?(@{IMAGE_DIGEST_PATTERN})?$")
+_IMAGE = re.compile(rf"([a-z0-9.-]+:[0-9]+/)?[a-z0-9][a-z0-9._/-]*(:{IMAGE_TAG_PATTERN})?(@{IMAGE_DIGEST_PATTERN})?")
 
 
 def _pinned_image(value: str) -> str:
-    match = _IMAGE.match(value)
+    match = _IMAGE.fullmatch(value)
     has_tag = ":" in value.split("/")[-1].split("@")[0]
     if not match or not (has_tag or "@sha256:" in value):
         raise ValueError(f"{value!r} is not a pinned image: give a tag or a digest, e.g. 'vllm/vllm-openai:v0.11.0'")
@@ -124,11 +146,11 @@ def _pinned_image(value: str) -> str:
 
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 
-_HEADER = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_HEADER = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
 def _header(value: str) -> str:
-    if not _HEADER.match(value):
+    if not _HEADER.fullmatch(value):
         raise ValueError(f"{value!r} is not an HTTP header name: use lowercase letters, digits and '-'")
     return value
 
@@ -157,31 +179,135 @@ def _ec2_instance_type(value: str) -> str:
 
 Ec2InstanceType = Annotated[str, AfterValidator(_ec2_instance_type)]
 
-_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_SUBNET = re.compile(r"subnet-[0-9a-f]{8,17}")
 
 
 def _subnet(value: str) -> str:
-    if not _SUBNET.match(value):
+    if not _SUBNET.fullmatch(value):
         raise ValueError(f"{value!r} is not a subnet ID such as 'subnet-0123456789abcdef0'")
     return value
 
 
 SubnetId = Annotated[str, AfterValidator(_subnet)]
 
-_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[\w+=,.@/-]+$")
+_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[\w+=,.@/-]+")
 
 
 def _iam_arn(value: str) -> str:
-    if not _ARN.match(value):
+    if not _ARN.fullmatch(value):
         raise ValueError(f"{value!r} is not an IAM role or user ARN such as 'arn:aws:iam::123456789012:role/admin'")
     return value
 
 
 IamPrincipalArn = Annotated[str, AfterValidator(_iam_arn)]
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
+
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]")
+
+
+def _region(value: str) -> str:
+    if not _REGION.fullmatch(value):
+        raise ValueError(f"{value!r} is not an AWS region such as 'us-east-1'")
+    return value
+
+
+AwsRegion = Annotated[str, AfterValidator(_region)]
+
+
+def _ipv4_cidr(value: str) -> str:
+    try:
+        ipaddress.IPv4Network(value, strict=True)
+    except ValueError as error:
+        raise ValueError(f"{value!r} is not an IPv4 CIDR with no host bits set, e.g. '203.0.113.0/24' ({error})") from None
+    if "/" not in value:
+        raise ValueError(f"{value!r} has no prefix length: write it as a CIDR, e.g. '{value}/32'")
+    return value
+
+
+# EKS takes IPv4 CIDR blocks for its public endpoint (pulumi-aws eks.ClusterVpcConfig.public_access_cidrs).
+Ipv4Cidr = Annotated[str, AfterValidator(_ipv4_cidr)]
+
+# Label keys and values as the API server validates them (kubernetes/apimachinery
+# pkg/util/validation/validation.go at v0.33.9: IsQualifiedName, IsValidLabelValue,
+# IsDNS1123Subdomain).
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _label_key(value: str) -> str:
+    prefix, slash, name = value.rpartition("/")
+    valid_prefix = not slash or (len(prefix) <= 253 and _DNS_1123_SUBDOMAIN.fullmatch(prefix) is not None)
+    if not (valid_prefix and len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name)):
+        raise ValueError(
+            f"{value!r} is not a label key: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, "
+            "'-', '_' or '.', starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _label_value(value: str) -> str:
+    if len(value) > 63 or (value and not _QUALIFIED_NAME.fullmatch(value)):
+        raise ValueError(
+            f"{value!r} is not a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a "
+            "letter or digit (or empty)"
+        )
+    return value
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
+
+# Node labels reach the kubelet as --node-labels, and it refuses to start (the node never joins)
+# on a label in the kubernetes.io or k8s.io namespaces other than its own: kubernetes/kubernetes
+# cmd/kubelet/app/options/options.go ValidateKubeletFlags, isKubernetesLabel; the allowed ones are
+# kubernetes/kubelet pkg/apis/well_known_labels.go at v0.33.9 (kubeletLabels, IsKubeletLabel).
+_KUBELET_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+    }
+)
+_KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def _in_namespace(namespace: str, domain: str) -> bool:
+    return namespace == domain or namespace.endswith("." + domain)
+
+
+def _kubelet_may_set(value: str) -> str:
+    namespace = value.split("/", 1)[0] if "/" in value else ""
+    reserved = _in_namespace(namespace, "kubernetes.io") or _in_namespace(namespace, "k8s.io")
+    allowed = value in _KUBELET_LABELS or any(_in_namespace(namespace, n) for n in _KUBELET_LABEL_NAMESPACES)
+    if reserved and not allowed:
+        raise ValueError(
+            f"{value!r} is in the kubernetes.io/k8s.io namespaces, where a kubelet sets only its own labels "
+            f"({', '.join(f'{n}/...' for n in _KUBELET_LABEL_NAMESPACES)} and well-known ones): the node would not join"
+        )
+    return value
+
+
+NodeLabelKey = Annotated[LabelKey, AfterValidator(_kubelet_may_set)]
+
+# Counts, sizes and seconds end up in int32 fields (replicas, node group sizes, HPA and pod
+# seconds): the API server refuses anything larger than this.
+INT32_MAX = 2**31 - 1
+PositiveInt = Annotated[int, Field(gt=0, le=INT32_MAX)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Percent = Annotated[int, Field(ge=0, le=100)]
+
+# Knative refuses a containerConcurrency above its `container-concurrency-max-limit`, 1000 by
+# default (knative/serving knative-v1.23.0: pkg/apis/config/defaults.go
+# DefaultMaxRevisionContainerConcurrency, checked in pkg/apis/serving/metadata_validation.go).
+KNATIVE_MAX_CONTAINER_CONCURRENCY = 1000
 
 
 # --- cluster -------------------------------------------------------------------------------
@@ -203,7 +329,7 @@ class SystemNodeGroup(ConfigModel):
 
 
 class EksSettings(ConfigModel):
-    region: str | None = None
+    region: AwsRegion | None = None
     """Region of the cluster, for the kubeconfig and the controllers; must equal `aws:region` when both are set.
     Default: `aws:region`."""
     subnet_ids: Annotated[list[SubnetId], Field(min_length=2)]
@@ -211,7 +337,7 @@ class EksSettings(ConfigModel):
     its subnets by their `kubernetes.io/role/elb` tags."""
     endpoint_public_access: bool = False
     """Expose the Kubernetes API endpoint publicly (restrict it with `publicAccessCidrs`)."""
-    public_access_cidrs: list[str] = []
+    public_access_cidrs: list[Ipv4Cidr] = []
     """CIDRs allowed to reach a public API endpoint."""
     admin_principal_arns: list[IamPrincipalArn] = []
     """IAM roles or users given cluster-admin through EKS access entries."""
@@ -262,7 +388,9 @@ class MigDeviceGroup(ConfigModel):
     """How many GPUs of each node, in device order, take this layout."""
     mig_enabled: bool = True
     """Split these GPUs by MIG; false keeps them whole."""
-    profiles: dict[str, PositiveInt] = {}
+    # A GPU has 7 compute slices, so no profile fits more than 7 times (and the placement search
+    # stays tiny).
+    profiles: dict[str, Annotated[int, Field(gt=0, le=COMPUTE_SLICES)]] = {}
     """MIG profile -> slices per GPU, e.g. `{3g.40gb: 2}`; must fit one GPU at non-overlapping placements."""
 
 
@@ -318,7 +446,7 @@ class NodePoolConfig(ConfigModel):
     """Nodes at creation (the cluster autoscaler owns the size after that). Default: `minSize`."""
     disk_size_gib: Annotated[int, Field(ge=50, le=16384)] = 200
     """Node disk in GiB: holds the images and the weights caches."""
-    labels: dict[str, str] = {}
+    labels: dict[NodeLabelKey, LabelValue] = {}
     """Extra node labels."""
     sharing: GpuSharing = GpuSharing()
     """How the pool's GPUs are shared."""
@@ -356,11 +484,20 @@ class ResourceBudget(ConfigModel):
     """Pods."""
 
 
+def _tenant_group(value: str) -> str:
+    # `system:` groups are Kubernetes' own (system:authenticated is every signed-in user,
+    # system:serviceaccounts every pod): binding one would open the tenant to all of them.
+    if not value or value.startswith("system:"):
+        raise ValueError(f"{value!r} is not a tenant group: give an identity-provider group, not empty or a 'system:' group")
+    return value
+
+
 class TenantConfig(ConfigModel):
     name: NamespaceName
     """The tenant's namespace (not one the platform or Kubernetes uses)."""
-    groups: list[str] = []
-    """Identity-provider groups bound to edit rights in the namespace."""
+    groups: list[Annotated[str, AfterValidator(_tenant_group)]] = []
+    """Identity-provider groups (never `system:` ones) bound to the tenant's Role in the namespace: read its workloads,
+    logs and events, restart its pods; never read Secrets, exec into or attach to pods, or create workloads."""
     quota: ResourceBudget
     """The tenant's whole budget."""
     experiment_quota: ResourceBudget = ResourceBudget()
@@ -387,9 +524,9 @@ class ModelSource(ConfigModel):
         if (self.huggingface is None) == (self.s3_uri is None):
             raise ValueError("give exactly one of 'huggingface' (org/name) or 's3Uri' (s3://bucket/prefix)")
         if self.huggingface is not None:
-            if not re.match(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", self.huggingface):
+            if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", self.huggingface):
                 raise ValueError(f"{self.huggingface!r} is not a Hugging Face repository id 'org/name'")
-            if not re.match(r"^[0-9a-f]{40}$", self.revision):
+            if not re.fullmatch(r"[0-9a-f]{40}", self.revision):
                 raise ValueError(
                     f"revision {self.revision!r} is not pinned: give the 40-character commit SHA of the model repository"
                 )
@@ -409,8 +546,45 @@ class ServerArgs(ConfigModel):
     """vLLM `--quantization`."""
     dtype: Literal["auto", "bfloat16", "float16"] | None = None
     """vLLM `--dtype`."""
-    extra_args: list[str] = []
-    """More `vllm serve` arguments, appended (checked against the pinned vLLM's flags)."""
+    # The settings below are the only other `vllm serve` flags a stack may set: each exists in
+    # vLLM 0.18.0 and is typed as its argument is there (vllm/config/{model,cache,scheduler,
+    # offload}.py at v0.18.0). Flags the platform computes (port, served names, parallelism,
+    # memory share, drain, scheduling policy, prefix caching, revision) are not settable, nor are
+    # credentials or code execution (`--api-key`, `--hf-token`, `--trust-remote-code`), nor
+    # `--kv-cache-memory-bytes` (it overrides the memory share).
+    enforce_eager: bool | None = None
+    """vLLM `--enforce-eager` when true: no CUDA graphs (less memory, slower decoding)."""
+    max_num_batched_tokens: PositiveInt | None = None
+    """vLLM `--max-num-batched-tokens`: tokens one scheduler step may process."""
+    max_num_partial_prefills: PositiveInt | None = None
+    """vLLM `--max-num-partial-prefills`: prompts prefilled in chunks at once."""
+    long_prefill_token_threshold: NonNegativeInt | None = None
+    """vLLM `--long-prefill-token-threshold`: a prompt longer than this counts as long (0: vLLM's default)."""
+    kv_cache_dtype: Literal["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"] | None = None
+    """vLLM `--kv-cache-dtype`."""
+    block_size: PositiveInt | None = None
+    """vLLM `--block-size`: tokens per KV-cache block."""
+    cpu_offload_gb: Annotated[float, Field(ge=0)] | None = None
+    """vLLM `--cpu-offload-gb`: GiB of weights kept in CPU memory per GPU."""
+    seed: NonNegativeInt | None = None
+    """vLLM `--seed`."""
+    tokenizer_mode: Literal["auto", "hf", "slow", "mistral", "deepseek_v32"] | None = None
+    """vLLM `--tokenizer-mode`."""
+    max_logprobs: NonNegativeInt | None = None
+    """vLLM `--max-logprobs`: the most log probabilities a request may ask for (vLLM's -1, no cap, is refused: it
+    can exhaust memory)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_free_form_args(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "extraArgs" in data:
+            raise ValueError(
+                "'extraArgs' is no longer read: vLLM flags are the typed settings of 'server' (enforceEager, "
+                "maxNumBatchedTokens, kvCacheDtype, ...); the platform computes --port, --served-model-name, "
+                "--tensor-parallel-size, --gpu-memory-utilization, --shutdown-timeout, --scheduling-policy and "
+                "prefix caching, and credentials (--api-key, --hf-token) or --trust-remote-code are never arguments"
+            )
+        return data
 
 
 class ModelVersion(ConfigModel):
@@ -446,9 +620,12 @@ class ReleaseConfig(ConfigModel):
         weights = data["weights"]
         if "canaryWeight" in data:
             raise ValueError("give either 'canaryWeight' or 'weights', not both")
+        versions = (data.get("stable"), data.get("canary"))
         if not isinstance(weights, dict) or not all(isinstance(w, int) for w in weights.values()):
             return data  # the field's own validation reports the type
-        expected = {data.get("stable"), data.get("canary")} - {None}
+        if not all(v is None or isinstance(v, str) for v in versions):
+            return data  # so do `stable` and `canary`'s (a list would not even hash)
+        expected = set(versions) - {None}
         if set(weights) != expected:
             raise ValueError(
                 f"'weights' must name exactly the stable and canary versions ({', '.join(sorted(map(str, expected)))}), got "
@@ -475,11 +652,11 @@ class ReplicaResources(ConfigModel):
     """Whole GPUs (or time-sliced shares) per replica: the tensor-parallel size."""
     mig_profile: str | None = None
     """One MIG slice per replica instead of `gpus`, e.g. `1g.10gb`."""
-    cpu: Quantity = "4"
+    cpu: PositiveQuantity = "4"
     """CPU request per replica (no CPU limit: throttling a tokenizer costs latency)."""
-    memory: Quantity = "32Gi"
+    memory: PositiveQuantity = "32Gi"
     """Memory request and limit per replica."""
-    cache_size: Quantity = "100Gi"
+    cache_size: PositiveQuantity = "100Gi"
     """Node-local volume the weights are downloaded to: must hold the checkpoint."""
 
     @model_validator(mode="after")
@@ -517,7 +694,7 @@ class HpaSettings(ConfigModel):
 class KpaSettings(ConfigModel):
     target_concurrency: PositiveInt | None = None
     """Requests in flight per replica Knative aims at. Default: the profile's concurrency per replica."""
-    container_concurrency: NonNegativeInt | None = None
+    container_concurrency: Annotated[int, Field(ge=0, le=KNATIVE_MAX_CONTAINER_CONCURRENCY)] | None = None
     """Hard cap of requests in flight per replica (0: none). Default: the profile's concurrency per replica."""
     scale_down_delay: Annotated[Duration, _duration_between(0, 3600)] = "5m"
     """How long Knative keeps replicas after load drops (0s-1h)."""
@@ -606,44 +783,193 @@ class TierPolicy(ConfigModel):
     """Retries of requests that never reached a server (connect failure, refused stream)."""
     vllm_priority: Annotated[int, Field(ge=0, le=100)]
     """vLLM priority written into the request body for servers that take several tiers (lower is served first)."""
+    max_request_body_bytes: Annotated[int, Field(ge=1 << 10, le=64 << 20)] = 4 << 20
+    """Largest request body of this tier, in bytes: a larger one gets 413 from the gateway filter (by its
+    content-length before the body is read). The gateway buffers up to the largest tier's limit per connection."""
 
 
 def _default_tiers() -> dict[TierName, TierPolicy]:
     # The route timeout bounds a whole response, streamed ones included, so it must cover a long
     # answer; waiting is bounded by the pending-request limits (503 at once when they are full).
     # Batch stops at 600 s: what Knative's activator drains (KNATIVE_ACTIVATOR_GRACE_SECONDS).
+    # Bodies: 4 MiB holds a 128k-token prompt several times over; batch prompts come in lists.
     return {
         "premium": TierPolicy(timeout="120s", max_pending_requests=64, max_requests=512, retry_attempts=1, vllm_priority=0),
         "standard": TierPolicy(timeout="300s", max_pending_requests=32, max_requests=256, retry_attempts=1, vllm_priority=1),
-        "batch": TierPolicy(timeout="600s", max_pending_requests=16, max_requests=128, retry_attempts=0, vllm_priority=2),
+        "batch": TierPolicy(
+            timeout="600s",
+            max_pending_requests=16,
+            max_requests=128,
+            retry_attempts=0,
+            vllm_priority=2,
+            max_request_body_bytes=16 << 20,
+        ),
     }
 
 
+# Hosts as an Istio Gateway and VirtualService take them: `*`, or a DNS name whose first label may
+# be `*` (istio/istio 1.30.3 pkg/config/validation/agent/validation.go, ValidateWildcardDomain:
+# at most 255 characters, labels of at most 63 letters, digits and '-').
+_HOST_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_GATEWAY_HOST = re.compile(rf"\*|(\*\.)?{_HOST_LABEL}(\.{_HOST_LABEL})*")
+
+
+def _gateway_host(value: str) -> str:
+    if len(value) > 253 or not _GATEWAY_HOST.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a gateway host: give a lowercase DNS name such as 'api.example.com', '*.example.com' "
+            "or '*' (labels of letters, digits and '-', at most 63 characters each)"
+        )
+    return value
+
+
+GatewayHost = Annotated[str, AfterValidator(_gateway_host)]
+
+
+def _secret_name(value: str) -> str:
+    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Secret name: a DNS-1123 subdomain of lowercase letters, digits, '-' and '.', "
+            "at most 253 characters"
+        )
+    return value
+
+
+SecretName = Annotated[str, AfterValidator(_secret_name)]
+
+
+def _https_url(value: str) -> str:
+    parts = urllib.parse.urlsplit(value) if len(value) <= 2048 and value.isascii() and value.isprintable() else None
+    if parts is None or parts.scheme != "https" or not parts.hostname or "@" in parts.netloc or " " in value or parts.fragment:
+        raise ValueError(
+            f"{value!r} is not an https URL: give 'https://host/path' (no credentials, spaces or fragment), "
+            "at most 2048 characters"
+        )
+    return value
+
+
+HttpsUrl = Annotated[str, AfterValidator(_https_url)]
+
+# Members of a JWK that hold private or shared-secret key material (RFC 7518 sections 6.2.2,
+# 6.3.2 and 6.4.1): a gateway needs only public keys, and a config file must not carry secrets.
+_PRIVATE_JWK_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
+_PUBLIC_KEY_TYPES = ("RSA", "EC", "OKP")
+
+
+def _inline_jwks(value: str) -> str:
+    if len(value) > 64 << 10:
+        raise ValueError("an inline JWKS is at most 64 KiB: publish a larger key set and give 'jwksUri'")
+    try:
+        document = json.loads(value)
+    except ValueError:
+        raise ValueError('is not JSON: give a JSON Web Key Set such as \'{"keys": [{"kty": "RSA", ...}]}\'') from None
+    keys = document.get("keys") if isinstance(document, dict) else None
+    if not isinstance(keys, list) or not keys or not all(isinstance(key, dict) for key in keys):
+        raise ValueError("is not a JSON Web Key Set: give an object whose 'keys' is a non-empty list of keys")
+    for index, key in enumerate(keys):
+        if key.get("kty") not in _PUBLIC_KEY_TYPES:
+            raise ValueError(f"key {index} has kty {key.get('kty')!r}: only public keys ({', '.join(_PUBLIC_KEY_TYPES)})")
+        private = sorted(_PRIVATE_JWK_MEMBERS & key.keys())
+        if private:
+            raise ValueError(f"key {index} holds private key material ({', '.join(private)}): give only the public key")
+    return value
+
+
+InlineJwks = Annotated[str, AfterValidator(_inline_jwks)]
+
+# A claim name as the gateway filter looks it up in the verified token's payload: printable ASCII
+# without spaces, so it is also a valid Lua string literal once JSON-quoted.
+ClaimName = Annotated[str, Field(pattern=r"^[!-~]{1,128}$")]
+Audience = Annotated[str, Field(pattern=r"^[!-~]{1,512}$")]
+
+
+class GatewayAuthentication(ConfigModel):
+    issuer: HttpsUrl
+    """The `iss` of the tokens the gateway accepts (an https URL); a token of any other issuer gets 401."""
+    jwks_uri: HttpsUrl | None = None
+    """Where the issuer publishes its public keys (an https URL). Give this or `jwks`."""
+    jwks: InlineJwks | None = None
+    """The issuer's public keys as an inline JSON Web Key Set (no private or shared-secret keys). Give this or
+    `jwksUri`."""
+    audiences: Annotated[list[Audience], Field(min_length=1)]
+    """Audiences (`aud`) a token must name one of: a token minted for another application of the same issuer is
+    refused."""
+    tier_claim: ClaimName = "tier"
+    """Claim naming the caller's tier. Missing: the default tier; naming no tier of `traffic.tiers`: 403."""
+    user_claim: ClaimName = "sub"
+    """Claim identifying the user: their sticky canary bucket and the user-key header the model servers receive."""
+    version_override_principals: list[Annotated[str, Field(pattern=r"^[!-~]{1,1024}$")]] = []
+    """Request principals (`<issuer>/<sub>`, e.g. canary analysis or testers) allowed to pick a model version with a
+    release's override header; anyone else sending that header gets 403."""
+
+    @field_validator("version_override_principals", mode="after")
+    @classmethod
+    def _principals_of_the_issuer(cls, principals: list[str], info: ValidationInfo) -> list[str]:
+        issuer = info.data.get("issuer")  # absent when the issuer itself is invalid (reported there)
+        for principal in principals if issuer is not None else []:
+            subject = principal.removeprefix(f"{issuer}/")
+            if subject == principal or not subject or "*" in principal:
+                raise ValueError(
+                    f"{principal!r} is not '<issuer>/<sub>' of the issuer {issuer!r} (no wildcards): tokens of other "
+                    "issuers never reach the gateway"
+                )
+        return principals
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> GatewayAuthentication:
+        if (self.jwks_uri is None) == (self.jwks is None):
+            raise ValueError("give exactly one of 'jwksUri' (https URL of the issuer's keys) or 'jwks' (inline key set)")
+        return self
+
+
+LoadBalancerScheme = Literal["internal", "internet-facing"]
+
+
 class TrafficConfig(ConfigModel):
-    hosts: Annotated[list[str], Field(min_length=1)] = ["*"]
-    """Hosts the gateway serves."""
-    tls_credential_name: str | None = None
-    """A TLS Secret in `istio-system`: HTTPS on 443, HTTP redirects to it."""
+    authentication: GatewayAuthentication
+    """Who may call the gateway: every request needs a valid JWT of this issuer (401 when invalid, 403 when
+    missing); its claims, never client headers, give the tier and the user."""
+    hosts: Annotated[list[GatewayHost], Field(min_length=1)] = ["*"]
+    """Hosts the gateway serves: DNS names, `*.domain` wildcards or `*`."""
+    tls_credential_name: SecretName | None = None
+    """A TLS Secret in `istio-system`: HTTPS on 443, HTTP redirects to it. Required in production unless
+    `plainHttp`."""
+    plain_http: bool = False
+    """Serve plain HTTP without TLS on purpose (a production stack must say so to have no TLS credential)."""
+    load_balancer_scheme: LoadBalancerScheme = "internal"
+    """The gateway's AWS load balancer: reachable inside the VPC only (`internal`), or from the internet."""
     tier_header: HeaderName = "x-tier"
-    """Header naming the request's tier."""
+    """Header the gateway filter sets to the token's tier, which routes match on (client values are replaced)."""
     default_tier: TierName = "standard"
-    """The tier of a request with no (or an unknown) tier header."""
+    """The tier of a token without a tier claim."""
     bucket_header: HeaderName = "x-user-bucket"
     """Header the gateway filter sets to the user's sticky bucket (client values are replaced)."""
     model_header: HeaderName = "x-model"
     """Header the gateway filter sets to the body's `model` (client values are replaced)."""
-    max_request_body_bytes: Annotated[int, Field(ge=1 << 20, le=256 << 20)] = 16 << 20
-    """Largest request body the gateway buffers (the filter reads the JSON body); larger ones get 413."""
     tiers: dict[TierName, TierPolicy] = Field(default_factory=_default_tiers)
-    """Per tier: timeout, queue bounds, retries and vLLM priority; tiers not given keep their defaults (premium
-    120s/64/512/1/0, standard 300s/32/256/1/1, batch 600s/16/128/0/2). A Knative-served model's requests may take at
-    most 600 s, what Knative's activator drains."""
+    """Per tier: timeout, queue bounds, retries, vLLM priority and largest body; tiers not given keep their defaults
+    (premium 120s/64/512/1/0/4 MiB, standard 300s/32/256/1/1/4 MiB, batch 600s/16/128/0/2/16 MiB). A Knative-served
+    model's requests may take at most 600 s, what Knative's activator drains."""
+
+    @field_validator("hosts", mode="after")
+    @classmethod
+    def _distinct_hosts(cls, hosts: list[str]) -> list[str]:
+        repeated = sorted({host for host in hosts if hosts.count(host) > 1})
+        if repeated:
+            raise ValueError(f"hosts are listed twice: {', '.join(repeated)}")
+        return hosts
 
     @field_validator("tiers", mode="after")
     @classmethod
     def _every_tier(cls, tiers: dict[TierName, TierPolicy]) -> dict[TierName, TierPolicy]:
         # A stack may tune some tiers; the others keep their defaults.
         return {**_default_tiers(), **tiers}
+
+    @model_validator(mode="after")
+    def _tls_or_plain_http(self) -> TrafficConfig:
+        if self.plain_http and self.tls_credential_name is not None:
+            raise ValueError("give either 'tlsCredentialName' (HTTPS) or 'plainHttp: true', not both")
+        return self
 
 
 # --- the rest ------------------------------------------------------------------------------
@@ -666,8 +992,8 @@ class MonitoringConfig(ConfigModel):
 
 
 class ProfileOverride(ConfigModel):
-    concurrency_per_replica: PositiveInt | None = None
-    """Requests one replica works on at once."""
+    concurrency_per_replica: Annotated[int, Field(gt=0, le=KNATIVE_MAX_CONTAINER_CONCURRENCY)] | None = None
+    """Requests one replica works on at once (Knative's `containerConcurrency` by default: at most 1000)."""
     request_timeout_seconds: PositiveInt | None = None
     """The longest a request may take."""
     prefix_caching: bool | None = None
@@ -689,8 +1015,8 @@ class PlatformConfig(ConfigModel):
     """Tenants: namespaces with GPU quotas, isolation and access."""
     models: list[ModelConfig] = []
     """Served models."""
-    traffic: TrafficConfig = TrafficConfig()
-    """The gateway: hosts, TLS, tiers."""
+    traffic: TrafficConfig
+    """The gateway: authentication, hosts, TLS, load balancer, tiers."""
     profiles: dict[ProfileName, ProfileOverride] = {}
     """Overrides of a workload profile's defaults for every model of that profile."""
     capacity: CapacityConfig = CapacityConfig()
@@ -699,5 +1025,7 @@ class PlatformConfig(ConfigModel):
     """Prometheus and metrics."""
 
 
-# Top-level keys that hold secrets: read with get_secret, never stored in the model.
-SECRET_KEYS = ("huggingFaceToken",)
+# Top-level keys that hold secrets: read as Pulumi secrets, never stored in the model. Each
+# tenant's Hugging Face token, keyed by tenant (one secret object).
+HUGGING_FACE_TOKENS = "huggingFaceTokens"
+SECRET_KEYS = (HUGGING_FACE_TOKENS,)

@@ -23,8 +23,9 @@ SCHEMA_FILE = ROOT / "docs" / "stack-file.schema.json"
 # Namespaces a stack file may also use: the loader's, less the project's own.
 OTHER_NAMESPACES = tuple(n for n in KNOWN_NAMESPACES if n != PROJECT)
 HUGGING_FACE_TOKEN = (
-    "Hugging Face token for gated models, as a Pulumi secret (`pulumi config set --secret huggingFaceToken hf_...`; a plain "
-    "value is refused). It becomes the `huggingface-token` Secret of each tenant namespace that serves Hugging Face models."
+    "Each tenant's Hugging Face token for gated models, one Pulumi secret object keyed by tenant (`pulumi config set --path "
+    "--secret 'huggingFaceTokens.<tenant>' hf_...`; a plain value is refused). A tenant's token becomes the "
+    "`huggingface-token` Secret of that tenant's namespace only, and only while it serves Hugging Face models."
 )
 
 NOTES = """## Notes
@@ -90,9 +91,12 @@ def stack_file_schema() -> dict[str, Any]:
         config_properties[f"{PROJECT}:{key}"] = {
             "description": HUGGING_FACE_TOKEN,
             "type": "object",
-            "properties": {"secure": {"type": "string"}},
-            "required": ["secure"],
-            "additionalProperties": False,
+            "additionalProperties": {
+                "type": "object",
+                "properties": {"secure": {"type": "string"}},
+                "required": ["secure"],
+                "additionalProperties": False,
+            },
         }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

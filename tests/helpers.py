@@ -43,7 +43,7 @@ def validate(raw: dict[str, Any]) -> Any:
     from components.plan import plan_checks, resolve
     from platform_config.loader import parse_platform_config
 
-    return resolve(parse_platform_config(raw, [plan_checks]), hugging_face_token=False)
+    return resolve(parse_platform_config(raw, [plan_checks]), hugging_face_tenants=())
 
 
 def config_problems(raw: dict[str, Any]) -> list[str]:

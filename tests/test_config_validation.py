@@ -187,8 +187,9 @@ def test_preview_exits_cleanly_with_one_message_per_bad_key(tmp_path, dev_raw):
 
 @pytest.mark.slow
 def test_huggingface_token_must_be_a_secret(tmp_path, dev_raw):
-    stack = write_stack(tmp_path, dev_raw, {"inference-platform:huggingFaceToken": "hf_plaintext"})
-    assert "inference-platform:huggingFaceToken: must be a secret" in preview_refuses(stack, tmp_path / "out")
+    stack = write_stack(tmp_path, dev_raw, {"inference-platform:huggingFaceTokens": {"dev-team": "hf_plaintext"}})
+    stderr = preview_refuses(stack, tmp_path / "out")
+    assert "inference-platform:huggingFaceTokens: must be a secret" in stderr and "hf_plaintext" not in stderr
 
 
 # --- checks added after review -------------------------------------------------------------------
@@ -268,7 +269,7 @@ def test_secret_inside_a_structured_key_is_refused_without_echoing_it(tmp_path, 
     text = stack.read_text().replace("context: dev", "context:\n        secure: AAABAHNlY3JldC1jb250ZXh0")
     stack.write_text(text)
     stderr = preview_refuses(stack, tmp_path / "out")
-    assert "inference-platform:cluster: holds a secret, but only huggingFaceToken may" in stderr
+    assert "inference-platform:cluster: holds a secret, but only huggingFaceTokens may" in stderr
     assert "secret:inference-platform:cluster" not in stderr
 
 
@@ -290,3 +291,60 @@ def test_stack_files_are_read_like_the_cli_reads_them():
         "e": "1:30",
         "f": 8,
     }
+
+
+def test_anchors_merge_keys_and_quoted_keys_still_read():
+    from preview.stack_config import load_yaml
+
+    text = "base: &b {a: 1, 'on': [x, y]}\nconfig:\n  x: *b\n  y: {<<: *b, c: 2}\n"
+    assert load_yaml(text)["config"] == {"x": {"a": 1, "on": ["x", "y"]}, "y": {"a": 1, "on": ["x", "y"], "c": 2}}
+
+
+def test_the_stack_file_bounds_sit_where_they_say():
+    from preview.stack_config import MAX_DEPTH, MAX_VALUES, StackConfigError, load_yaml
+
+    def nested(depth: int) -> str:
+        return "[" * depth + "]" * depth
+
+    assert load_yaml(nested(MAX_DEPTH)) == eval(nested(MAX_DEPTH))  # noqa: S307 - a literal of brackets
+    with pytest.raises(StackConfigError, match=f"nested more than {MAX_DEPTH} levels deep"):
+        load_yaml(nested(MAX_DEPTH + 1))
+    # The root list and its values: exactly MAX_VALUES is read, one more is refused.
+    assert len(load_yaml("[" + ",".join(["x"] * (MAX_VALUES - 1)) + "]")) == MAX_VALUES - 1
+    with pytest.raises(StackConfigError, match="aliases expanded"):
+        load_yaml("[" + ",".join(["x"] * MAX_VALUES) + "]")
+
+
+@pytest.mark.parametrize(
+    "model, values",
+    [
+        (
+            "NodePoolConfig",
+            {"labels": {"example.com/team": "a_b.c-1", "tier": "", "k" * 63: "v" * 63, "node.kubernetes.io/lifecycle": "spot"}},
+        ),
+        ("EksSettings", {"publicAccessCidrs": ["203.0.113.0/24", "0.0.0.0/0", "198.51.100.7/32"], "region": "eu-west-1"}),
+        ("KpaSettings", {"containerConcurrency": 1000, "scaleDownDelay": "0s"}),
+        ("ProfileOverride", {"concurrencyPerReplica": 1000}),
+        ("ReplicaResources", {"gpus": 1, "cpu": "1m", "memory": "1"}),
+        ("AutoscalingConfig", {"mode": "hpa", "minReplicas": 0, "maxReplicas": 2**31 - 1}),
+    ],
+)
+def test_values_at_the_edge_of_what_the_cluster_takes_are_accepted(model: str, values: dict[str, Any]):
+    from platform_config import models
+
+    required_keys: dict[str, dict[str, Any]] = {
+        "NodePoolConfig": {"name": "pool", "instanceType": "g6.4xlarge", "maxSize": 1},
+        "EksSettings": {"subnetIds": ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]},
+    }
+    required = required_keys.get(model, {})
+    parsed = getattr(models, model).model_validate({**required, **values}, by_alias=True, by_name=False)
+    dumped = parsed.model_dump(by_alias=True)
+    assert {key: dumped[key] for key in values} == values
+
+
+def test_durations_end_at_the_protobuf_maximum():
+    from platform_config.models import MAX_DURATION_SECONDS, duration_seconds
+
+    assert duration_seconds(f"{MAX_DURATION_SECONDS // 3600}h") == MAX_DURATION_SECONDS
+    with pytest.raises(ValueError, match="longer than the largest duration"):
+        duration_seconds(f"{MAX_DURATION_SECONDS // 3600 + 1}h")

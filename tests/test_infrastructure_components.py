@@ -82,7 +82,15 @@ def test_existing_cluster_by_kubeconfig_creates_no_aws_resources(dev):
 def test_gpu_node_group(prod):
     group = prod.one("aws:eks/nodeGroup:NodeGroup", "h100-nodes")["inputs"]
     assert group["instanceTypes"] == ["p5.48xlarge"] and group["amiType"] == "AL2023_x86_64_NVIDIA"
-    assert group["capacityType"] == "ON_DEMAND" and group["diskSize"] == 1000
+    assert group["capacityType"] == "ON_DEMAND" and "diskSize" not in group  # sized by the launch template
+    template = prod.one("aws:ec2/launchTemplate:LaunchTemplate", "h100-nodes")["inputs"]
+    assert group["launchTemplate"]["id"] == "h100-nodes-id"
+    assert template["blockDeviceMappings"] == [
+        {
+            "deviceName": "/dev/xvda",
+            "ebs": {"volumeSize": 1000, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true"},
+        }
+    ]
     assert group["scalingConfig"] == {"minSize": 2, "maxSize": 9, "desiredSize": 2}
     assert group["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}]
     assert group["labels"]["nvidia.com/mig.config"] == "h100-serving-mix"
@@ -237,8 +245,8 @@ def test_tenant_limit_range_network_policies_and_rbac(prod):
     assert mesh == [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "istio-system"}}}]}]
     assert prod.k8s("NetworkPolicy", "allow-same-namespace", "team-a")["spec"]["ingress"] == [{"from": [{"podSelector": {}}]}]
     assert prod.k8s("NetworkPolicy", "allow-monitoring", "team-a")
-    binding = prod.k8s("RoleBinding", "team-a-editors", "team-a")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}
+    binding = prod.k8s("RoleBinding", "team-a-tenant-members", "team-a")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "team-a-tenant"}
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-a-developers"}]
 
 

@@ -33,7 +33,9 @@ for index, manifest in enumerate(json.loads(os.environ["TWIN_MANIFESTS"])):
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceToken": "hf_test_token"})
+    return Evaluated(
+        raw_stack("prod"), secrets={"inference-platform:huggingFaceTokens": json.dumps({"serving": "hf_test_token"})}
+    )
 
 
 def built_in(record) -> bool:
@@ -49,6 +51,7 @@ def test_every_built_in_kind_the_platform_declares_is_covered(prod):
         "ResourceQuota",
         "LimitRange",
         "NetworkPolicy",
+        "Role",
         "RoleBinding",
         "Secret",
         "ConfigMap",

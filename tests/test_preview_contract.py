@@ -223,20 +223,26 @@ def test_secure_values_become_placeholders_that_stay_secret(tmp_path, prod_raw):
 
     ciphertext = "AAABAGNpcGhlcnRleHQtdGhhdC1tdXN0LW5ldmVyLWxlYWs="
     stack = write_stack(
-        tmp_path, prod_raw, {"aws:region": "us-east-1", "inference-platform:huggingFaceToken": {"secure": ciphertext}}
+        tmp_path,
+        prod_raw,
+        {
+            "aws:region": "us-east-1",
+            "inference-platform:huggingFaceTokens": {"serving": {"secure": ciphertext}, "team-a": {"secure": ciphertext}},
+        },
     )
     out = tmp_path / "out"
     result = run_preview("--stack", "prod", "--config-file", str(stack), "--out", str(out))
     assert result.returncode == 0, result.stderr
     secrets = [r for r in json.loads((out / "resources.json").read_text()) if r["type"] == "kubernetes:core/v1:Secret"]
-    assert {s["name"] for s in secrets} == {"serving-huggingface-token", "team-a-huggingface-token", "team-b-huggingface-token"}
+    # Each tenant's own token, only where it has one (team-b has none).
+    assert {s["name"] for s in secrets} == {"serving-huggingface-token", "team-a-huggingface-token"}
     for secret in secrets:
         assert secret["inputs"]["stringData"] == {
             "secret": True,
-            "value": {"token": "[secret:inference-platform:huggingFaceToken]"},
+            "value": {"token": "[secret:inference-platform:huggingFaceTokens]"},
         }
     manifest = yaml.safe_load((out / "manifests" / "serving" / "Secret.core.huggingface-token.yaml").read_text())
-    assert manifest["stringData"] == {"token": "[secret:inference-platform:huggingFaceToken]"}
+    assert manifest["stringData"] == {"token": "[secret:inference-platform:huggingFaceTokens]"}
     everything = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert ciphertext not in everything
 
@@ -265,3 +271,76 @@ def test_closing_a_policy_session_early_stops_the_pack(tmp_path):
     session.close(timeout=30)
     assert pack.process.poll() is not None
     assert not session._thread.is_alive()
+
+
+def _write_verdict(out) -> None:
+    """What a previous clean run left in the output folder."""
+    out.mkdir(parents=True)
+    (out / "report.json").write_text(json.dumps({"status": "clean"}))
+    (out / "report.md").write_text("result: clean\n")
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--stack", "test", "--config-file", "{stack}"], "holds a list"),
+        (["--stack", "no/such/stack"], "is not a stack name"),
+        (["--stack", "dev", "--policy-config", "{stack}"], "cannot read the policy config"),
+    ],
+)
+def test_a_refused_run_leaves_no_previous_verdict(tmp_path, capsys, arguments, message):
+    from preview.cli import main
+
+    out = tmp_path / "out"
+    _write_verdict(out)
+    stack = tmp_path / "Pulumi.test.yaml"
+    stack.write_text("- not a mapping\n")
+    argv = [argument.format(stack=stack) for argument in arguments]
+    assert main(["--quiet", *argv, "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
+def _program_registering_twice(root) -> None:
+    """A project whose program registers two components of one type and name."""
+    (root / "Pulumi.yaml").write_text("name: twins\nruntime: python\nstackConfigDir: stacks\n")
+    (root / "stacks").mkdir()
+    (root / "stacks" / "Pulumi.test.yaml").write_text("config: {}\n")
+    (root / "__main__.py").write_text(
+        "import pulumi\n\n\n"
+        "class Box(pulumi.ComponentResource):\n"
+        "    def __init__(self, name):\n"
+        "        super().__init__('twins:index:Box', name, None, None)\n"
+        "        self.register_outputs({})\n\n\n"
+        "Box('same')\nBox('other')\nBox('same')\n"
+    )
+
+
+def test_a_duplicate_urn_fails_the_evaluation_as_the_engine_does(tmp_path):
+    from preview.engine import DuplicateUrnError, evaluate
+    from preview.stack_config import StackConfig
+
+    _program_registering_twice(tmp_path)
+    with pytest.raises(DuplicateUrnError) as failed:
+        evaluate(tmp_path, StackConfig(project="twins", stack="test"))
+    assert failed.value.urns == ["urn:pulumi:test::twins::twins:index:Box::same"]
+    assert (
+        str(failed.value) == "Duplicate resource URN 'urn:pulumi:test::twins::twins:index:Box::same'; try giving it a unique name"
+    )
+
+
+def test_a_duplicate_urn_is_a_crash_and_leaves_no_verdict(tmp_path):
+    from .helpers import ROOT
+
+    project = tmp_path / "project"
+    project.mkdir()
+    _program_registering_twice(project)
+    out = tmp_path / "out"
+    _write_verdict(out)
+    result = run_preview(
+        "--project-dir", str(project), "--stack", "test", "--policy-pack", str(ROOT / "policies"), "--out", str(out)
+    )
+    assert result.returncode == 3, result.stderr
+    assert "Duplicate resource URN 'urn:pulumi:test::twins::twins:index:Box::same'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (out / "report.json").exists() and not (out / "report.md").exists()

@@ -12,11 +12,13 @@ from platform_config.profiles import PROFILES
 from .helpers import ROOT, Evaluated, config_problems, raw_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
+# Each tenant's own Hugging Face token (team-b serves an ungated model and has none).
+PROD_TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_token"})
 
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceToken": "hf_test_token"})
+    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS})
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +91,7 @@ def test_weights_from_hugging_face_with_token_from_a_secret(prod):
     assert env["HF_HOME"]["value"] == "/models/hf"
     secret = prod.one("kubernetes:core/v1:Secret", "serving-huggingface-token")["inputs"]
     # The Pulumi secret stays a secret all the way into the Kubernetes Secret's inputs.
-    assert secret["stringData"] == {"secret": True, "value": {"token": "hf_test_token"}}
+    assert secret["stringData"] == {"secret": True, "value": {"token": "hf_serving_token"}}
 
 
 def test_probes(prod):
@@ -482,12 +484,14 @@ def test_pods_wait_for_their_tenants_admission_and_isolation(prod):
         (limits,) = _tenant_children(prod, tenant, "kubernetes:core/v1:LimitRange")
         policies = _tenant_children(prod, tenant, "kubernetes:networking.k8s.io/v1:NetworkPolicy")
         deny = f"{tenant}-default-deny-ingress"
-        assert len(quotas) == 4 and deny in policies
+        # What a starting server may reach (the deny, DNS, istiod, its downloads) is in place first.
+        egress = {p for p in policies if p.endswith("-egress")}
+        assert len(quotas) == 4 and deny in policies and f"{tenant}-allow-dns-egress" in egress
         needs = _dependencies(prod, token, name)
         mesh = {f"{tenant}-peer-authentication", f"{tenant}-authorization-policy"}
-        assert {tenant, *quotas, limits, deny, *mesh} <= needs, (name, needs)
-        # Policies that only allow traffic are no reason to hold pods back.
-        assert not (policies - {deny}) & needs
+        assert {tenant, *quotas, limits, deny, *egress, *mesh} <= needs, (name, needs)
+        # Policies that only allow traffic in are no reason to hold pods back.
+        assert not (policies - {deny} - egress) & needs
         # Sidecar injection and the PriorityClasses before any pod; Knative before a Knative Service.
         assert {"mesh-istiod", "inference-production", "inference-experiment"} <= needs
         assert ("knative-serving-serving" in needs) == (token == "kubernetes:serving.knative.dev/v1:Service")

@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from platform_config.capacity import instance_of
+from platform_config.models import ServerArgs
 from platform_config.pins import AWS_CLI
 from platform_config.quantity import parse_quantity
 from platform_config.serving import MESH_PROXY_RESOURCES
@@ -82,7 +83,43 @@ def vllm_args(plan: ServerPlan) -> list[str]:
         # Several request tiers share this server: serve by the priority the gateway writes
         # into each request (lower first).
         out += ["--scheduling-policy", "priority"]
-    return out + list(args.extra_args)
+    return out + tuning_args(plan.args)
+
+
+# The stack's own vLLM settings (ServerArgs), in this order; each field's flag is its name in
+# kebab case (`max_num_batched_tokens` -> `--max-num-batched-tokens`, vllm/engine/arg_utils.py
+# at v0.18.0). A boolean is vLLM's BooleanOptionalAction: only `true` is written (`false` is
+# vLLM's default).
+TUNING_FIELDS = (
+    "enforce_eager",
+    "max_num_batched_tokens",
+    "max_num_partial_prefills",
+    "long_prefill_token_threshold",
+    "kv_cache_dtype",
+    "block_size",
+    "cpu_offload_gb",
+    "seed",
+    "tokenizer_mode",
+    "max_logprobs",
+)
+
+
+def tuning_flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def tuning_args(args: ServerArgs) -> list[str]:
+    out: list[str] = []
+    for field in TUNING_FIELDS:
+        value = getattr(args, field)
+        if value is None or value is False:
+            continue
+        out += (
+            [tuning_flag(field)]
+            if value is True
+            else [tuning_flag(field), f"{value:g}" if isinstance(value, float) else str(value)]
+        )
+    return out
 
 
 def _env(plan: ServerPlan) -> list[dict[str, Any]]:
@@ -230,7 +267,13 @@ def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
             f"{source.s3_uri.rstrip('/')}/{source.revision}/",
             weights_path(plan),
         ],
-        "env": [{"name": "HOME", "value": HOME_DIR}],
+        "env": [
+            {"name": "HOME", "value": HOME_DIR},
+            # Pods cannot reach the instance metadata service (hop limit 1, NetworkPolicy): the
+            # credentials and region come from the workload identity's injected variables, so
+            # the CLI must not spend its start probing IMDS (botocore's AWS_EC2_METADATA_DISABLED).
+            {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},
+        ],
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [m for m in mounts if m["name"] in ("model-cache", "home", "tmp")],
         "securityContext": _security_context(),

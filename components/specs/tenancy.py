@@ -24,6 +24,9 @@ from ..constants import (
     EXPERIMENT_PRIORITY,
     GATEWAY_SERVICE_ACCOUNT,
     ISTIO_INGRESS_NAMESPACE,
+    ISTIO_SYSTEM_NAMESPACE,
+    KNATIVE_SERVING_NAMESPACE,
+    KUBE_SYSTEM_NAMESPACE,
     LABEL_TENANT,
     MONITORING_NAMESPACE,
     PRODUCTION_PRIORITY,
@@ -52,8 +55,25 @@ def _hard(amounts: dict[str, Decimal], pods: int | None) -> dict[str, str]:
     return hard
 
 
-# The tenant's isolation floor: every other policy only opens traffic up.
+# The tenant's isolation floor, in and out: every other policy only opens traffic up.
 DEFAULT_DENY_POLICY = "default-deny-ingress"
+DEFAULT_DENY_EGRESS_POLICY = "default-deny-egress"
+
+# Where a tenant's pods may connect to. DNS: CoreDNS (EKS and kubeadm keep the `k8s-app:
+# kube-dns` label on its pods). The mesh: the `app: istiod` pods' xDS and certificate port
+# (15012, istio/istio manifests/charts/istio-control/istio-discovery/templates/service.yaml, the
+# sidecars' discovery address). Model downloads: HTTPS anywhere but the instance metadata
+# service (IPv4 and the Nitro IPv6 address), so no pod reads the node's credentials even where
+# the hop limit would let it. The EKS Pod Identity Agent (the weights reader's credentials)
+# answers on the node at 169.254.170.23 / fd00:ec2::23 (EKS user guide, pod-id-agent-setup),
+# port 80 (the http://169.254.170.23/v1/credentials URI it injects).
+DNS_SELECTOR = {"k8s-app": "kube-dns"}
+ISTIOD_SELECTOR = {"app": "istiod"}
+ISTIOD_XDS_PORT = 15012
+HTTPS_PORT = 443
+INSTANCE_METADATA_CIDRS = ("169.254.169.254/32", "fd00:ec2::254/128")
+POD_IDENTITY_AGENT_CIDRS = ("169.254.170.23/32", "fd00:ec2::23/128")
+POD_IDENTITY_AGENT_PORT = 80
 
 
 def namespace(tenant: TenantConfig) -> dict[str, Any]:
@@ -144,14 +164,15 @@ def limit_range(tenant: TenantConfig) -> dict[str, Any]:
 
 
 def network_policies(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
-    """Deny all ingress by default; allow the namespace itself, the mesh ingress gateway,
+    """Deny all ingress and egress by default. In: the namespace itself, the mesh ingress gateway,
     monitoring, and the platform components in the data path of its models' servers (`ingress`:
-    (policy name, namespace) pairs their serving backends name, e.g. Knative's)."""
+    (policy name, namespace) pairs their serving backends name, e.g. Knative's). Out: DNS, istiod,
+    the Pod Identity Agent and HTTPS outside the instance metadata service, nothing else."""
 
-    def policy(name: str, ingress: list[dict[str, Any]] | None) -> dict[str, Any]:
-        spec: dict[str, Any] = {"podSelector": {}, "policyTypes": ["Ingress"]}
-        if ingress is not None:
-            spec["ingress"] = ingress
+    def policy(name: str, kind: str, rules: list[dict[str, Any]] | None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"podSelector": {}, "policyTypes": [kind]}
+        if rules is not None:
+            spec[kind.lower()] = rules
         return {
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
@@ -159,17 +180,107 @@ def network_policies(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...])
             "spec": spec,
         }
 
+    def in_namespace(ns: str, pods: dict[str, str] | None = None) -> dict[str, Any]:
+        peer: dict[str, Any] = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
+        if pods is not None:
+            peer["podSelector"] = {"matchLabels": pods}
+        return peer
+
     def from_namespace(ns: str) -> list[dict[str, Any]]:
-        return [{"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}]}]
+        return [{"from": [in_namespace(ns)]}]
+
+    def tcp(*ports: int) -> list[dict[str, Any]]:
+        return [{"protocol": "TCP", "port": port} for port in ports]
 
     policies = [
-        policy(DEFAULT_DENY_POLICY, None),
-        policy("allow-same-namespace", [{"from": [{"podSelector": {}}]}]),
-        policy("allow-mesh-ingress", from_namespace(ISTIO_INGRESS_NAMESPACE)),
-        policy("allow-monitoring", from_namespace(MONITORING_NAMESPACE)),
+        policy(DEFAULT_DENY_POLICY, "Ingress", None),
+        policy(DEFAULT_DENY_EGRESS_POLICY, "Egress", None),
+        policy("allow-same-namespace", "Ingress", [{"from": [{"podSelector": {}}]}]),
+        policy("allow-mesh-ingress", "Ingress", from_namespace(ISTIO_INGRESS_NAMESPACE)),
+        policy("allow-monitoring", "Ingress", from_namespace(MONITORING_NAMESPACE)),
     ]
-    policies += [policy(name, from_namespace(namespace)) for name, namespace in ingress]
+    policies += [
+        policy(
+            "allow-dns-egress",
+            "Egress",
+            [{"to": [in_namespace(KUBE_SYSTEM_NAMESPACE, DNS_SELECTOR)], "ports": [{"protocol": "UDP", "port": 53}, *tcp(53)]}],
+        ),
+        policy(
+            "allow-mesh-egress",
+            "Egress",
+            [{"to": [in_namespace(ISTIO_SYSTEM_NAMESPACE, ISTIOD_SELECTOR)], "ports": tcp(ISTIOD_XDS_PORT)}],
+        ),
+        policy(
+            "allow-pod-identity-egress",
+            "Egress",
+            [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in POD_IDENTITY_AGENT_CIDRS], "ports": tcp(POD_IDENTITY_AGENT_PORT)}],
+        ),
+        policy(
+            "allow-https-egress",
+            "Egress",
+            [
+                {
+                    "to": [
+                        {"ipBlock": {"cidr": "0.0.0.0/0", "except": [INSTANCE_METADATA_CIDRS[0]]}},
+                        {"ipBlock": {"cidr": "::/0", "except": [INSTANCE_METADATA_CIDRS[1]]}},
+                    ],
+                    "ports": tcp(HTTPS_PORT),
+                }
+            ],
+        ),
+    ]
+    policies += [policy(name, "Ingress", from_namespace(namespace)) for name, namespace in ingress]
     return policies
+
+
+# What a tenant's groups may do in its namespace: see its workloads, their logs, events and
+# autoscaling, and restart a pod (its controller recreates it). Not Kubernetes' `edit`, which
+# reads Secrets (the namespace's Hugging Face token) and execs into pods; no pods/exec, attach,
+# portforward or proxy, no serviceaccounts/token, no escalate, bind or impersonate, and no
+# creating pods or workloads (a pod could mount the namespace's Secrets or run as its service
+# accounts, the weights reader's IAM role with them). The platform (Pulumi) owns the workloads.
+_READ = ["get", "list", "watch"]
+TENANT_ROLE_RULES: tuple[dict[str, Any], ...] = (
+    {
+        "apiGroups": [""],
+        "resources": [
+            "pods",
+            "pods/log",
+            "services",
+            "endpoints",
+            "configmaps",
+            "events",
+            "persistentvolumeclaims",
+            "resourcequotas",
+            "limitranges",
+        ],
+        "verbs": _READ,
+    },
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
+    {"apiGroups": ["apps"], "resources": ["deployments", "replicasets"], "verbs": _READ},
+    {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": _READ},
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": _READ},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": _READ},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": _READ},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _READ},
+    {"apiGroups": ["serving.knative.dev"], "resources": ["services", "configurations", "revisions", "routes"], "verbs": _READ},
+    {"apiGroups": ["networking.istio.io"], "resources": ["destinationrules", "virtualservices"], "verbs": _READ},
+    {"apiGroups": ["security.istio.io"], "resources": ["authorizationpolicies", "peerauthentications"], "verbs": _READ},
+    {"apiGroups": ["monitoring.coreos.com"], "resources": ["servicemonitors", "podmonitors"], "verbs": _READ},
+)
+
+
+def tenant_role_name(tenant: TenantConfig) -> str:
+    return f"{tenant.name}-tenant"
+
+
+def role(tenant: TenantConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": tenant_role_name(tenant), "namespace": tenant.name, "labels": standard_labels(tenant.name, "rbac")},
+        "rules": [dict(rule) for rule in TENANT_ROLE_RULES],
+    }
 
 
 def role_binding(tenant: TenantConfig) -> dict[str, Any] | None:
@@ -178,8 +289,12 @@ def role_binding(tenant: TenantConfig) -> dict[str, Any] | None:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": {"name": f"{tenant.name}-editors", "namespace": tenant.name, "labels": standard_labels(tenant.name, "rbac")},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "metadata": {
+            "name": f"{tenant_role_name(tenant)}-members",
+            "namespace": tenant.name,
+            "labels": standard_labels(tenant.name, "rbac"),
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": tenant_role_name(tenant)},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group} for group in tenant.groups],
     }
 
@@ -220,12 +335,33 @@ def peer_authentication(tenant: TenantConfig) -> dict[str, Any]:
     }
 
 
+# The mesh identities of platform components in a tenant's data path, by their namespace (the
+# namespaces backends name in `ingress`), and the ports each may call (None: any). Knative
+# 1.23 (knative/serving knative-v1.23.0 config/core/deployments/activator.yaml and
+# autoscaler.yaml, config/core/200-serviceaccount.yaml): the activator runs as `activator` and
+# proxies requests; the autoscaler runs as `controller` (with Knative's controller and webhook)
+# and only scrapes queue-proxy's autoscaling metrics (pkg/networking/constants.go
+# AutoscalingQueueMetricsPort 9090), so it gets that port alone.
+DATA_PATH_CALLERS: dict[str, tuple[tuple[str, tuple[int, ...] | None], ...]] = {
+    KNATIVE_SERVING_NAMESPACE: (("activator", None), ("controller", (9090,))),
+}
+
+
 def authorization_policy(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-    """Only the ingress gateway and the tenant's own namespace may call its servers (and the
-    platform components in their data path, `ingress`: (policy name, namespace) pairs its
-    models' serving backends name, e.g. Knative's activator)."""
-    principals = [f"cluster.local/ns/{ISTIO_INGRESS_NAMESPACE}/sa/{GATEWAY_SERVICE_ACCOUNT}"]
-    namespaces = [tenant.name] + [namespace for _, namespace in ingress]
+    """Only the ingress gateway, the tenant's own namespace and the service accounts of the
+    platform components in its models' data path (`ingress`: (policy name, namespace) pairs its
+    serving backends name; their identities in DATA_PATH_CALLERS) may call its servers. Never a
+    whole platform namespace: any pod there could call the servers."""
+    rules: list[dict[str, Any]] = [
+        {"from": [{"source": {"principals": [f"cluster.local/ns/{ISTIO_INGRESS_NAMESPACE}/sa/{GATEWAY_SERVICE_ACCOUNT}"]}}]},
+        {"from": [{"source": {"namespaces": [tenant.name]}}]},
+    ]
+    for _, namespace in ingress:
+        for account, ports in DATA_PATH_CALLERS[namespace]:
+            rule: dict[str, Any] = {"from": [{"source": {"principals": [f"cluster.local/ns/{namespace}/sa/{account}"]}}]}
+            if ports is not None:
+                rule["to"] = [{"operation": {"ports": [str(port) for port in ports]}}]
+            rules.append(rule)
     return {
         "apiVersion": "security.istio.io/v1",
         "kind": "AuthorizationPolicy",
@@ -234,11 +370,5 @@ def authorization_policy(tenant: TenantConfig, ingress: tuple[tuple[str, str], .
             "namespace": tenant.name,
             "labels": standard_labels(tenant.name, "mesh-security"),
         },
-        "spec": {
-            "action": "ALLOW",
-            "rules": [
-                {"from": [{"source": {"principals": principals}}]},
-                {"from": [{"source": {"namespaces": namespaces}}]},
-            ],
-        },
+        "spec": {"action": "ALLOW", "rules": rules},
     }

@@ -1,0 +1,254 @@
+"""Least-privilege tenants (issue 12): per-tenant tokens, the tenant Role, egress and mesh
+isolation, node metadata locked to the node, and vLLM flags only from a typed allow-list."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from components.specs import pod as pod_spec
+from platform_config.errors import ConfigError
+from platform_config.models import ServerArgs
+from platform_config.pins import VLLM
+from preview.upstream import Facts, facts_dir, vllm_version_of
+
+from .helpers import Evaluated, config_problems, raw_stack, run_preview, validate, write_stack
+
+TOKENS_KEY = "inference-platform:huggingFaceTokens"
+# Each tenant's own token; team-b serves an ungated model and has none.
+PROD_TOKENS = {"serving": "hf_serving_token", "team-a": "hf_team_a_token"}
+SECRET = "kubernetes:core/v1:Secret"
+
+
+@pytest.fixture(scope="module")
+def prod() -> Evaluated:
+    return Evaluated(raw_stack("prod"), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)})
+
+
+def manifests(evaluated: Evaluated, kind: str, namespace: str) -> list[dict]:
+    return [m for m in evaluated.manifests() if m["kind"] == kind and m["metadata"].get("namespace") == namespace]
+
+
+def vllm_env(evaluated: Evaluated, kind: str, name: str, namespace: str) -> dict[str, dict]:
+    spec = evaluated.k8s(kind, name, namespace)["spec"]["template"]["spec"]
+    (vllm,) = [c for c in spec["containers"] if c["name"] == "vllm"]
+    return {e["name"]: e for e in vllm["env"]}
+
+
+def refused(raw: dict, secrets: dict[str, str] | None = None, extra: dict | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        Evaluated(raw, extra=extra, secrets=secrets)
+    return [str(issue) for issue in caught.value.issues]
+
+
+# --- 1. secrets: one token per tenant, only where its servers read it ----------------------------
+
+
+def test_each_tenant_gets_only_its_own_token(prod):
+    secrets = {r["name"]: r["inputs"] for r in prod.of_type(SECRET)}
+    # team-b has no token: no Secret there, and its server does not ask for one.
+    assert set(secrets) == {"serving-huggingface-token", "team-a-huggingface-token"}
+    assert secrets["serving-huggingface-token"]["stringData"] == {"secret": True, "value": {"token": "hf_serving_token"}}
+    assert secrets["team-a-huggingface-token"]["stringData"] == {"secret": True, "value": {"token": "hf_team_a_token"}}
+    assert "HF_TOKEN" in vllm_env(prod, "Deployment", "llama-1b-v1", "team-a")
+    assert "HF_TOKEN" not in vllm_env(prod, "Service", "batch-labeller-v1", "team-b")
+
+
+def test_a_token_for_a_tenant_without_hugging_face_models_is_not_copied():
+    raw = raw_stack("prod")
+    for model in raw["models"]:
+        if model["tenant"] == "team-a":
+            for version in model["versions"]:
+                version["source"] = {"s3Uri": "s3://weights-bucket/llama-1b", "revision": "v1"}
+    evaluated = Evaluated(raw, secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)})
+    assert {r["name"] for r in evaluated.of_type(SECRET)} == {"serving-huggingface-token"}
+
+
+def test_token_config_errors_name_the_key_and_never_echo_a_token():
+    dev = raw_stack("dev")
+    unknown = refused(dev, secrets={TOKENS_KEY: json.dumps({"dev-team": "hf_a", "team-x": "hf_leak_me"})})
+    assert unknown == ["inference-platform:huggingFaceTokens.team-x: unknown tenant 'team-x'; tenants: dev-team"]
+    (empty,) = refused(dev, secrets={TOKENS_KEY: json.dumps({"dev-team": ""})})
+    assert empty == "inference-platform:huggingFaceTokens.dev-team: must be a non-empty token string"
+    (flat,) = refused(dev, secrets={TOKENS_KEY: "hf_leak_me"})
+    assert flat.startswith("inference-platform:huggingFaceTokens: must map tenant names to tokens")
+    (plain,) = refused(dev, extra={TOKENS_KEY: {"dev-team": "hf_leak_me"}})
+    assert plain.startswith("inference-platform:huggingFaceTokens: must be a secret")
+    (retired,) = refused(dev, secrets={"inference-platform:huggingFaceToken": "hf_leak_me"})
+    assert retired.startswith("inference-platform:huggingFaceToken: is no longer read: each tenant has its own token")
+    for message in (*unknown, empty, flat, plain, retired):
+        assert "hf_leak_me" not in message
+
+
+def test_secure_leaves_of_the_token_object_stay_secret_through_the_preview(tmp_path):
+    """`pulumi config set --path --secret 'huggingFaceTokens.dev-team' ...` writes a `secure:`
+    leaf under the key; the preview hands the program the object marked secret, as the CLI does."""
+    ciphertext = "AAABAGNpcGhlcnRleHQtdGhhdC1tdXN0LW5ldmVyLWxlYWs="
+    stack = write_stack(tmp_path, raw_stack("dev"), {TOKENS_KEY: {"dev-team": {"secure": ciphertext}}})
+    out = tmp_path / "out"
+    result = run_preview("--stack", "dev", "--config-file", str(stack), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    (secret,) = [r for r in json.loads((out / "resources.json").read_text()) if r["type"] == SECRET]
+    assert secret["name"] == "dev-team-huggingface-token"
+    assert secret["inputs"]["stringData"] == {"secret": True, "value": {"token": f"[secret:{TOKENS_KEY}]"}}
+    assert ciphertext not in "".join(p.read_text() for p in out.rglob("*") if p.is_file())
+
+
+def test_the_tenant_role_cannot_read_secrets_exec_or_escalate(prod):
+    (role,) = manifests(prod, "Role", "team-a")
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert ("", "pods/log", "get") in granted and ("", "pods", "delete") in granted
+    resources = {resource for _, resource, _ in granted}
+    assert not resources & {"secrets", "pods/exec", "pods/attach", "pods/portforward", "pods/proxy", "serviceaccounts/token"}
+    assert not {verb for _, _, verb in granted} & {"escalate", "bind", "impersonate", "*", "create", "update", "patch"}
+    assert all("*" not in rule["apiGroups"] + rule["resources"] for rule in role["rules"])
+    (binding,) = manifests(prod, "RoleBinding", "team-a")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert not [
+        m for m in prod.manifests() if m["kind"] in ("RoleBinding", "ClusterRoleBinding") and m["roleRef"]["name"] == "edit"
+    ]
+
+
+@pytest.mark.parametrize("group", ["system:authenticated", "system:serviceaccounts", ""])
+def test_tenant_groups_refuse_kubernetes_own_groups(group):
+    raw = raw_stack("prod")
+    raw["tenants"][1]["groups"] = ["team-a-developers", group]
+    (message,) = config_problems(raw)
+    assert message.startswith(f"inference-platform:tenants[1].groups[1]: {group!r} is not a tenant group")
+
+
+# --- 2. network: egress, the mesh, node metadata -----------------------------------------------
+
+
+def test_tenant_pods_reach_dns_the_mesh_and_https_but_not_instance_metadata(prod):
+    policies = {p["metadata"]["name"]: p["spec"] for p in manifests(prod, "NetworkPolicy", "serving")}
+    egress = {name: spec.get("egress") for name, spec in policies.items() if "Egress" in spec["policyTypes"]}
+    assert policies["default-deny-egress"] == {"podSelector": {}, "policyTypes": ["Egress"]}
+    assert set(egress) == {
+        "default-deny-egress",
+        "allow-dns-egress",
+        "allow-mesh-egress",
+        "allow-pod-identity-egress",
+        "allow-https-egress",
+    }
+    (dns,) = egress["allow-dns-egress"]
+    assert dns["to"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ]
+    assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {("UDP", 53), ("TCP", 53)}
+    (mesh,) = egress["allow-mesh-egress"]
+    assert mesh["to"][0]["podSelector"] == {"matchLabels": {"app": "istiod"}} and mesh["ports"] == [
+        {"protocol": "TCP", "port": 15012}
+    ]
+    (https,) = egress["allow-https-egress"]
+    assert https["ports"] == [{"protocol": "TCP", "port": 443}]
+    assert [b["ipBlock"] for b in https["to"]] == [
+        {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]},
+        {"cidr": "::/0", "except": ["fd00:ec2::254/128"]},
+    ]
+    (agent,) = egress["allow-pod-identity-egress"]
+    assert agent["ports"] == [{"protocol": "TCP", "port": 80}]
+    assert "169.254.169.254/32" not in json.dumps(agent)
+
+
+def test_only_knatives_activator_and_autoscaler_reach_tenant_servers(prod):
+    (policy,) = manifests(prod, "AuthorizationPolicy", "serving")
+    sources = [(rule["from"][0]["source"], rule.get("to")) for rule in policy["spec"]["rules"]]
+    assert ({"namespaces": ["serving"]}, None) in sources
+    assert not [s for s, _ in sources if "knative-serving" in s.get("namespaces", [])]
+    assert ({"principals": ["cluster.local/ns/knative-serving/sa/activator"]}, None) in sources
+    # The autoscaler shares the `controller` account with Knative's webhook and controller: it
+    # may only scrape queue-proxy's autoscaling metrics.
+    assert ({"principals": ["cluster.local/ns/knative-serving/sa/controller"]}, [{"operation": {"ports": ["9090"]}}]) in sources
+    # team-a runs no Knative model: no Knative identity gets in.
+    (team_a,) = manifests(prod, "AuthorizationPolicy", "team-a")
+    assert "knative-serving" not in json.dumps(team_a)
+
+
+def test_every_node_group_requires_imdsv2_with_one_hop(prod):
+    templates = {r["name"]: r["inputs"] for r in prod.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
+    groups = prod.of_type("aws:eks/nodeGroup:NodeGroup")
+    assert {g["name"] for g in groups} == {"cluster-system", "h100-nodes", "l4-batch-nodes"}
+    for group in groups:
+        template_name = group["inputs"]["launchTemplate"]["id"].removesuffix("-id")
+        assert templates[template_name]["metadataOptions"] == {
+            "httpEndpoint": "enabled",
+            "httpTokens": "required",
+            "httpPutResponseHopLimit": 1,
+        }, group["name"]
+        assert "diskSize" not in group["inputs"]
+
+
+def test_controllers_are_told_what_they_would_ask_instance_metadata(prod):
+    releases = {r["inputs"]["name"]: r["inputs"]["values"] for r in prod.of_type("kubernetes:helm.sh/v3:Release")}
+    # (vpcId is the EKS cluster's, known only once AWS has made it: the mock leaves it unknown.)
+    assert releases["aws-load-balancer-controller"]["region"] == "us-east-1"
+    assert releases["cluster-autoscaler"]["awsRegion"] == "us-east-1"
+
+
+def test_the_weights_fetcher_does_not_probe_instance_metadata():
+    raw = raw_stack("prod")
+    raw["models"][2]["versions"][0]["source"] = {"s3Uri": "s3://weights-bucket/llama-1b", "revision": "v1"}
+    server = next(s for m in validate(raw).models for s in m.servers if s.model.name == "llama-1b")
+    fetcher = pod_spec.weights_init_container(server)
+    assert fetcher is not None
+    assert {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"} in fetcher["env"]
+
+
+# --- 3. vLLM arguments: typed, allow-listed, never computed ones or credentials ------------------
+
+
+# ServerArgs fields the platform writes itself (pod.vllm_args), not through TUNING_FIELDS.
+COMPUTED = {"max_model_len", "gpu_memory_utilization", "max_num_seqs", "quantization", "dtype"}
+
+
+def test_every_settable_flag_exists_in_the_pinned_vllm():
+    version = vllm_version_of(VLLM.image)
+    assert version is not None
+    flags = Facts(facts_dir()).vllm_flags(version)
+    assert flags, f"no flag list for vLLM {version}"
+    assert set(pod_spec.TUNING_FIELDS) == set(ServerArgs.model_fields) - COMPUTED
+    for field in pod_spec.TUNING_FIELDS:
+        assert pod_spec.tuning_flag(field) in flags, field
+
+
+def test_typed_settings_become_flags_and_a_version_overrides_the_model():
+    raw = raw_stack("prod")
+    model = raw["models"][0]
+    model["server"].update({"enforceEager": True, "maxNumBatchedTokens": 8192, "kvCacheDtype": "fp8", "cpuOffloadGb": 2.5})
+    model["versions"][0]["server"] = {"enforceEager": False, "seed": 7}
+    (server,) = [s for m in validate(raw).models for s in m.servers if s.model.name == "llama-70b"]
+    args = pod_spec.vllm_args(server)
+    tail = args[args.index("--scheduling-policy") + 2 :]
+    assert tail == ["--max-num-batched-tokens", "8192", "--kv-cache-dtype", "fp8", "--cpu-offload-gb", "2.5", "--seed", "7"]
+
+
+@pytest.mark.parametrize(
+    ("server", "key", "expected"),
+    [
+        ({"extraArgs": ["--port", "9000"]}, "server", "'extraArgs' is no longer read"),
+        ({"apiKey": "sk-123"}, "server.apiKey", "unknown key 'apiKey'"),
+        ({"trustRemoteCode": True}, "server.trustRemoteCode", "unknown key 'trustRemoteCode'"),
+        ({"schedulingPolicy": "fcfs"}, "server.schedulingPolicy", "unknown key 'schedulingPolicy'"),
+        ({"maxLogprobs": -1}, "server.maxLogprobs", ""),
+        ({"kvCacheDtype": "int4"}, "server.kvCacheDtype", ""),
+        ({"maxNumBatchedTokens": "8192"}, "server.maxNumBatchedTokens", ""),
+    ],
+)
+def test_free_form_computed_and_out_of_range_flags_are_refused(server, key, expected):
+    raw = copy.deepcopy(raw_stack("dev"))
+    raw["models"][0]["server"] = server
+    (message,) = config_problems(raw)
+    assert message.startswith(f"inference-platform:models[0].{key}: "), message
+    assert expected in message
