@@ -146,16 +146,23 @@ def _pinned_image(value: str) -> str:
 
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 
-_HEADER = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+def _full_match(pattern: str, what_it_is_not: str) -> AfterValidator:
+    """A value the whole of which matches `pattern` (never a prefix, nor a match that stops
+    before a trailing newline); the error says what the value is not and gives an example."""
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(f"{value!r} {what_it_is_not}")
+        return value
+
+    return AfterValidator(check)
 
 
-def _header(value: str) -> str:
-    if not _HEADER.fullmatch(value):
-        raise ValueError(f"{value!r} is not an HTTP header name: use lowercase letters, digits and '-'")
-    return value
-
-
-HeaderName = Annotated[str, AfterValidator(_header)]
+HeaderName = Annotated[
+    str, _full_match(r"[a-z0-9][a-z0-9-]*", "is not an HTTP header name: use lowercase letters, digits and '-'")
+]
 
 
 def _instance_type(value: str) -> str:
@@ -179,39 +186,18 @@ def _ec2_instance_type(value: str) -> str:
 
 Ec2InstanceType = Annotated[str, AfterValidator(_ec2_instance_type)]
 
-_SUBNET = re.compile(r"subnet-[0-9a-f]{8,17}")
+SubnetId = Annotated[str, _full_match(r"subnet-[0-9a-f]{8,17}", "is not a subnet ID such as 'subnet-0123456789abcdef0'")]
+
+IamPrincipalArn = Annotated[
+    str,
+    _full_match(
+        r"arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[\w+=,.@/-]+",
+        "is not an IAM role or user ARN such as 'arn:aws:iam::123456789012:role/admin'",
+    ),
+]
 
 
-def _subnet(value: str) -> str:
-    if not _SUBNET.fullmatch(value):
-        raise ValueError(f"{value!r} is not a subnet ID such as 'subnet-0123456789abcdef0'")
-    return value
-
-
-SubnetId = Annotated[str, AfterValidator(_subnet)]
-
-_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[\w+=,.@/-]+")
-
-
-def _iam_arn(value: str) -> str:
-    if not _ARN.fullmatch(value):
-        raise ValueError(f"{value!r} is not an IAM role or user ARN such as 'arn:aws:iam::123456789012:role/admin'")
-    return value
-
-
-IamPrincipalArn = Annotated[str, AfterValidator(_iam_arn)]
-
-
-_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]")
-
-
-def _region(value: str) -> str:
-    if not _REGION.fullmatch(value):
-        raise ValueError(f"{value!r} is not an AWS region such as 'us-east-1'")
-    return value
-
-
-AwsRegion = Annotated[str, AfterValidator(_region)]
+AwsRegion = Annotated[str, _full_match(r"[a-z]{2}(-[a-z]+)+-[0-9]", "is not an AWS region such as 'us-east-1'")]
 
 
 def _ipv4_cidr(value: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from .kube import (
     DEFAULT_OVERRIDE_HEADER,
@@ -151,7 +151,9 @@ def latency_sensitive(args: Any, workloads: list[GpuWorkload]) -> dict[str, str]
     return why
 
 
-def latency_sensitive_not_time_sliced(args: Any, report_violation: Report) -> None:
+def _latency_sensitive_on_pools(args: Any, key: str, value: str) -> Iterator[tuple[GpuWorkload, str, str]]:
+    """(workload, why it is latency-sensitive, pool) for each pool whose `key` is `value` that a
+    latency-sensitive workload may run on."""
     known = pools(args)
     workloads = gpu_workloads(args)
     reasons = latency_sensitive(args, workloads)
@@ -160,12 +162,17 @@ def latency_sensitive_not_time_sliced(args: Any, report_violation: Report) -> No
         if why is None:
             continue
         for pool in sorted(workload.pools or ()):
-            if get(known.get(pool, {}), "sharing") == "timeSlicing":
-                report_violation(
-                    f"{workload.label} is latency-sensitive ({why}) but may run on time-sliced pool '{pool}': time-slicing "
-                    "gives no isolation",
-                    workload.resource.urn,
-                )
+            if get(known.get(pool, {}), key) == value:
+                yield workload, why, pool
+
+
+def latency_sensitive_not_time_sliced(args: Any, report_violation: Report) -> None:
+    for workload, why, pool in _latency_sensitive_on_pools(args, "sharing", "timeSlicing"):
+        report_violation(
+            f"{workload.label} is latency-sensitive ({why}) but may run on time-sliced pool '{pool}': time-slicing "
+            "gives no isolation",
+            workload.resource.urn,
+        )
 
 
 def latency_sensitive_min_scale(args: Any, report_violation: Report) -> None:
@@ -514,16 +521,8 @@ def model_server_monitoring(args: Any, report_violation: Report) -> None:
 
 
 def latency_sensitive_on_spot(args: Any, report_violation: Report) -> None:
-    known = pools(args)
-    workloads = gpu_workloads(args)
-    reasons = latency_sensitive(args, workloads)
-    for workload in workloads:
-        why = reasons.get(workload.resource.urn)
-        if why is None:
-            continue
-        for pool in sorted(workload.pools or ()):
-            if get(known.get(pool, {}), "capacityType") == "SPOT":
-                report_violation(
-                    f"{workload.label} is latency-sensitive ({why}) on spot pool '{pool}': expect interruptions",
-                    workload.resource.urn,
-                )
+    for workload, why, pool in _latency_sensitive_on_pools(args, "capacityType", "SPOT"):
+        report_violation(
+            f"{workload.label} is latency-sensitive ({why}) on spot pool '{pool}': expect interruptions",
+            workload.resource.urn,
+        )
