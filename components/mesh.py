@@ -7,16 +7,27 @@ merging lets Prometheus scrape application metrics through the sidecar while mTL
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from platform_config.models import LoadBalancerScheme
 from platform_config.pins import ISTIO_BASE, ISTIO_CNI, ISTIO_GATEWAY, ISTIOD, ChartPin
+from platform_config.quantity import parse_quantity
 
-from .constants import GATEWAY_SELECTOR, GATEWAY_SERVICE_ACCOUNT, ISTIO_SYSTEM_NAMESPACE, PACKAGE, PRIVILEGED
-from .k8s_objects import helm_release, system_namespace
+from .constants import (
+    GATEWAY_SELECTOR,
+    GATEWAY_SERVICE_ACCOUNT,
+    ISTIO_SYSTEM_NAMESPACE,
+    PACKAGE,
+    PRIVILEGED,
+    standard_labels,
+)
+from .k8s_objects import KubernetesObject, helm_release, system_namespace
 
 # Envoy's overload manager: Istio's bootstrap always declares the
 # `global_downstream_max_connections` resource monitor, at 2^31 - 1 connections unless the proxy
@@ -69,19 +80,129 @@ def nlb_annotations(idle_timeout_seconds: int, scheme: LoadBalancerScheme) -> di
     return annotations
 
 
+# No CPU limit (throttling the gateway adds latency to every request). The chart's default
+# limits.cpu (2000m) survives a values map without the key; its resources helper drops a key
+# whose value is empty (istio 1.30.3 manifests/charts/gateway/templates/_helpers.tpl,
+# "gateway.resources": `if $value`), so "" removes it. The memory limit sizes Envoy's heap
+# monitor below.
+GATEWAY_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "", "memory": "1Gi"}}
+
+# --- the gateway's memory overload triggers ---------------------------------------------------
+# Istio's bootstrap gives Envoy's overload manager the connection monitor only (see
+# MAX_DOWNSTREAM_CONNECTIONS_PER_PROXY), so a gateway pod whose buffered bodies and streams grow
+# is OOM-killed with every stream on it instead of shedding load first. pilot-agent starts Envoy
+# with the file ISTIO_BOOTSTRAP_OVERRIDE names as `--config-yaml` (istio/istio 1.30.3
+# pkg/envoy/proxy.go, `args`), which Envoy merges into Istio's bootstrap proto by MergeFrom:
+# repeated fields are appended, so this file's monitor and actions join the connection monitor
+# (tools/packaging/common/envoy_bootstrap.json `overload_manager`) rather than replace it.
+# The file is read once, when Envoy starts.
+#
+# Wired through the gateway chart's `env`, `volumes` and `volumeMounts` (read at 1.30.3:
+# manifests/charts/gateway/templates/deployment.yaml, the istio-proxy container's `env` range
+# and the pod's `volumes`/`volumeMounts`), with the same variable, volume name and mount path
+# the injection template adds for the `sidecar.istio.io/bootstrapOverride` pod annotation
+# (manifests/charts/istio-control/istio-discovery/files/gateway-injection-template.yaml): the
+# annotation would need `podAnnotations`, which the platform's upstream check does not yet take
+# as free-form. An EnvoyFilter `applyTo: BOOTSTRAP` is no way either: istiod stopped serving
+# bootstrap patches when the agent's bootstrap discovery was removed (istio/istio#48693).
+OVERLOAD_BOOTSTRAP_ENV = "ISTIO_BOOTSTRAP_OVERRIDE"
+OVERLOAD_BOOTSTRAP_DIR = "/etc/istio/custom-bootstrap"
+OVERLOAD_BOOTSTRAP_FILE = "custom_bootstrap.json"
+OVERLOAD_BOOTSTRAP_VOLUME = "custom-bootstrap-volume"
+FIXED_HEAP_MONITOR = "envoy.resource_monitors.fixed_heap"
+# What shares the container's memory limit but is not Envoy's heap: pilot-agent (its GOMEMLIMIT
+# is the whole container limit, gateway-injection-template.yaml), Envoy's binary pages and
+# thread stacks. The fixed_heap monitor measures tcmalloc's heap in use only (reserved minus
+# unmapped and free pages, envoyproxy/envoy source/extensions/resource_monitors/fixed_heap/
+# fixed_heap_monitor.cc), so the heap it is held to is the limit less this reserve.
+ENVOY_HEAP_RESERVE_BYTES = 256 << 20
+# Thresholds as fractions of that heap. First release memory and stop keeping connections
+# alive (each drained connection frees its buffers, and the client's next one may land on
+# another pod); then refuse new requests with a 503 (Istio's health and metrics
+# listeners bypass the overload manager, envoy_bootstrap.json `bypass_overload_manager`, so a
+# shedding pod stays Ready and scraped). Between them, reset the streams holding the most
+# buffer memory, largest first: the action works on HTTP/2 streams only and needs buffer
+# accounting, tracking streams of at least 2^20 bytes (1 MiB) (Envoy docs, configuration/
+# operations/overload_manager, "Reset Streams"; Envoy refuses the action without
+# `buffer_factory_config`). The four actions and the fixed_heap monitor are in the Envoy that
+# Istio 1.30.3 ships (istio/proxy 81864a1, the commit istio.deps pins:
+# bazel/extension_config/extensions_build_config.bzl builds envoy.resource_monitors.fixed_heap).
+SHRINK_HEAP_AT = 0.90
+DISABLE_KEEPALIVE_AT = 0.90
+STOP_ACCEPTING_REQUESTS_AT = 0.95
+RESET_STREAMS_FROM, RESET_STREAMS_ALL_AT = 0.85, 0.95
+TRACK_STREAM_BUFFERS_FROM_POWER_OF_TWO = 20
+OVERLOAD_REFRESH_INTERVAL = "0.25s"
+
+
+def gateway_overload_config_map(memory_limit: str = GATEWAY_RESOURCES["limits"]["memory"]) -> dict[str, Any]:
+    """The ConfigMap holding the gateway's bootstrap override: a fixed_heap monitor held to the
+    container's memory limit less ENVOY_HEAP_RESERVE_BYTES, and the overload actions it drives.
+    Its name carries a hash of the content, so a changed bootstrap rolls the gateway pods
+    (Envoy reads it only at start)."""
+    limit = parse_quantity(memory_limit)
+    heap = int(limit) - ENVOY_HEAP_RESERVE_BYTES
+    if limit != int(limit) or heap < ENVOY_HEAP_RESERVE_BYTES:
+        raise ValueError(
+            f"gateway memory limit {memory_limit!r} leaves Envoy's heap less than the "
+            f"{ENVOY_HEAP_RESERVE_BYTES >> 20}Mi kept for the rest of the container"
+        )
+
+    def threshold(value: float) -> list[dict[str, Any]]:
+        return [{"name": FIXED_HEAP_MONITOR, "threshold": {"value": value}}]
+
+    bootstrap = {
+        "overload_manager": {
+            "refresh_interval": OVERLOAD_REFRESH_INTERVAL,
+            "resource_monitors": [
+                {
+                    "name": FIXED_HEAP_MONITOR,
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
+                        "max_heap_size_bytes": heap,
+                    },
+                }
+            ],
+            "buffer_factory_config": {"minimum_account_to_track_power_of_two": TRACK_STREAM_BUFFERS_FROM_POWER_OF_TWO},
+            "actions": [
+                {"name": "envoy.overload_actions.shrink_heap", "triggers": threshold(SHRINK_HEAP_AT)},
+                {"name": "envoy.overload_actions.disable_http_keepalive", "triggers": threshold(DISABLE_KEEPALIVE_AT)},
+                {"name": "envoy.overload_actions.stop_accepting_requests", "triggers": threshold(STOP_ACCEPTING_REQUESTS_AT)},
+                {
+                    "name": "envoy.overload_actions.reset_high_memory_stream",
+                    "triggers": [
+                        {
+                            "name": FIXED_HEAP_MONITOR,
+                            "scaled": {"scaling_threshold": RESET_STREAMS_FROM, "saturation_threshold": RESET_STREAMS_ALL_AT},
+                        }
+                    ],
+                },
+            ],
+        }
+    }
+    content = json.dumps(bootstrap, indent=2, sort_keys=True) + "\n"
+    name = f"{GATEWAY_SERVICE_ACCOUNT}-overload-{hashlib.sha256(content.encode()).hexdigest()[:10]}"
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ISTIO_SYSTEM_NAMESPACE, "labels": standard_labels(name, "mesh")},
+        "data": {OVERLOAD_BOOTSTRAP_FILE: content},
+    }
+
+
 def gateway_values(nlb_idle_timeout_seconds: int | None, scheme: LoadBalancerScheme) -> dict:
     service: dict = {"type": "LoadBalancer"}
     if nlb_idle_timeout_seconds is not None:
         service["annotations"] = nlb_annotations(nlb_idle_timeout_seconds, scheme)
+    overload = gateway_overload_config_map()
     return {
         "labels": {**GATEWAY_SELECTOR, "app": GATEWAY_SERVICE_ACCOUNT},
         "service": service,
         "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 10},
-        # No CPU limit (throttling the gateway adds latency to every request). The chart's
-        # default limits.cpu (2000m) survives a values map without the key; its resources
-        # helper drops a key whose value is empty (istio 1.30.3 manifests/charts/gateway/
-        # templates/_helpers.tpl, "gateway.resources": `if $value`), so "" removes it.
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "", "memory": "1Gi"}},
+        "resources": GATEWAY_RESOURCES,
+        "env": {OVERLOAD_BOOTSTRAP_ENV: f"{OVERLOAD_BOOTSTRAP_DIR}/{OVERLOAD_BOOTSTRAP_FILE}"},
+        "volumes": [{"name": OVERLOAD_BOOTSTRAP_VOLUME, "configMap": {"name": overload["metadata"]["name"]}}],
+        "volumeMounts": [{"name": OVERLOAD_BOOTSTRAP_VOLUME, "mountPath": OVERLOAD_BOOTSTRAP_DIR, "readOnly": True}],
     }
 
 
@@ -122,12 +243,18 @@ class Mesh(pulumi.ComponentResource):
         self.base = release("base", ISTIO_BASE, "istio-base", {}, [namespace])
         cni = release("cni", ISTIO_CNI, "istio-cni", {}, [self.base])
         self.istiod = release("istiod", ISTIOD, "istiod", istiod_values(), [self.base, cni])
+        # The gateway pods mount it: it must exist before they start.
+        overload = KubernetesObject(
+            f"{name}-gateway-overload",
+            gateway_overload_config_map(),
+            pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
+        )
         on_aws = args.load_balancer is not None
         self.gateway = release(
             "gateway",
             ISTIO_GATEWAY,
             GATEWAY_SERVICE_ACCOUNT,
             gateway_values(args.nlb_idle_timeout_seconds if on_aws else None, args.load_balancer_scheme),
-            [self.istiod, *([args.load_balancer] if args.load_balancer else [])],
+            [self.istiod, overload, *([args.load_balancer] if args.load_balancer else [])],
         )
         self.register_outputs({"version": ISTIOD.version})
