@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from platform_config.floors import FLOORS
 from platform_config.gpu_catalog import GPU_MODELS, GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from platform_config.models import (
     FORBIDDEN_IMAGE_TAGS,
@@ -49,6 +50,8 @@ def policy_facts() -> dict[str, Any]:
             "tierHeader": TrafficConfig.model_fields["tier_header"].default,
         },
         "annotations": {"overrideHeader": OVERRIDE_HEADER_ANNOTATION},
+        # Policy config defaults, which the config checks hold stacks to as well.
+        "floors": FLOORS.policy_defaults(),
         "images": {
             "tagPattern": IMAGE_TAG_PATTERN,
             "digestPattern": IMAGE_DIGEST_PATTERN,

@@ -16,14 +16,15 @@ _DECIMAL: dict[str, Decimal | int] = {
     "P": 10**15,
     "E": 10**18,
 }
-_QUANTITY = re.compile(r"^(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+_QUANTITY = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?")
 
 QUANTITY_HELP = "a Kubernetes quantity such as '64', '500m', '200Gi' or '1.5Ti'"
 
 
 def parse_quantity(text: str) -> Decimal:
     """The value of a quantity in base units (bytes, cores). Raises ValueError when malformed."""
-    match = _QUANTITY.match(text)
+    # fullmatch: `$` also matches before a trailing newline, and "32Gi\n" is no quantity.
+    match = _QUANTITY.fullmatch(text)
     if not match:
         raise ValueError(f"{text!r} is not {QUANTITY_HELP}")
     number = Decimal(match["number"])

@@ -6,6 +6,7 @@ from inference_governance import resources, stack
 from inference_governance.kube import (
     DEFAULT_OVERRIDE_HEADER,
     DEFAULT_TIER_HEADER,
+    FLOORS,
     FORBIDDEN_TAGS,
     PINNED_REGISTRIES,
     PRODUCTION_PRIORITY_CLASS,
@@ -80,8 +81,8 @@ PolicyPack(
             validate=resources.graceful_drain,
             severity=Severity.HIGH,
             config_schema=schema(
-                minTerminationGracePeriodSeconds={"type": "integer", "default": 300},
-                minPreStopSeconds={"type": "integer", "default": 5},
+                minTerminationGracePeriodSeconds={"type": "integer", "default": FLOORS["minTerminationGracePeriodSeconds"]},
+                minPreStopSeconds={"type": "integer", "default": FLOORS["minPreStopSeconds"]},
             ),
         ),
         StackValidationPolicy(
@@ -98,9 +99,9 @@ PolicyPack(
             validate=resources.hpa_behavior,
             severity=Severity.HIGH,
             config_schema=schema(
-                minScaleDownStabilizationSeconds={"type": "integer", "default": 300},
-                maxScaleDownPercentPerMinute={"type": "number", "default": 50},
-                minReplicasInProduction={"type": "integer", "default": 2},
+                minScaleDownStabilizationSeconds={"type": "integer", "default": FLOORS["minScaleDownStabilizationSeconds"]},
+                maxScaleDownPercentPerMinute={"type": "number", "default": FLOORS["maxScaleDownPercentPerMinute"]},
+                minReplicasInProduction={"type": "integer", "default": FLOORS["minReplicasInProduction"]},
                 productionStacks=PRODUCTION,
             ),
         ),
@@ -111,8 +112,8 @@ PolicyPack(
             validate=resources.knative_autoscaling,
             severity=Severity.HIGH,
             config_schema=schema(
-                minScaleDownDelaySeconds={"type": "integer", "default": 60},
-                minWindowSeconds={"type": "integer", "default": 60},
+                minScaleDownDelaySeconds={"type": "integer", "default": FLOORS["minScaleDownDelaySeconds"]},
+                minWindowSeconds={"type": "integer", "default": FLOORS["minWindowSeconds"]},
                 productionStacks=PRODUCTION,
             ),
         ),

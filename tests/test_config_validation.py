@@ -10,7 +10,7 @@ import pytest
 
 from platform_config import parse_platform_config
 
-from .helpers import config_problems, run_preview, write_stack
+from .helpers import config_problems, run_preview, validate, write_stack
 
 
 def preview_refuses(stack: Path, out: Path) -> str:
@@ -237,6 +237,52 @@ def test_production_hpa_keeps_two_replicas(prod_raw):
     assert only_issue(prod_raw).startswith(
         "inference-platform:models[0].autoscaling.minReplicas: production HPAs keep at least 2 replicas"
     )
+
+
+def _set_path(raw: dict[str, Any], path: tuple, value: Any) -> None:
+    node: Any = raw
+    for key in path[:-1]:
+        node = node[key] if isinstance(key, int) else node.setdefault(key, {})
+    node[path[-1]] = value
+
+
+# The policy pack's default floors (platform_config/floors.py), one value below each: the stack
+# file is refused naming the key, where the pack would refuse the rendered object.
+@pytest.mark.parametrize(
+    "path, below, at_floor, message",
+    [
+        (("models", 0, "drain", "preStopDelaySeconds"), 4, 5, "4 s; at least 5 s, for the endpoint to leave"),
+        (("models", 0, "autoscaling", "hpa", "scaleDownStabilizationSeconds"), 299, 300, "299 s; at least 300 s"),
+        (("models", 0, "autoscaling", "hpa", "scaleDownPeriodSeconds"), 59, 60, None),
+        (("models", 1, "autoscaling", "kpa", "scaleDownDelay"), "59s", "1m", "59s; production keeps at least 60 s"),
+        (("models", 1, "autoscaling", "kpa", "window"), "59s", "60s", "59s; production keeps at least 60 s"),
+        (("models", 1, "autoscaling", "kpa", "containerConcurrency"), 0, 10, "0 (no cap) in production"),
+    ],
+)
+def test_config_refuses_what_the_pack_would(prod_raw, path: tuple, below: Any, at_floor: Any, message: str | None):
+    at = copy.deepcopy(prod_raw)
+    _set_path(at, path, at_floor)
+    validate(at)  # the floor itself is accepted
+    _set_path(prod_raw, path, below)
+    issue = only_issue(prod_raw)
+    if message is None:
+        # 50% per 59 s is just over 50% a minute; the issue names the percent key the rate is set by.
+        key, message = "models[0].autoscaling.hpa.scaleDownMaxPercent", "is 50.8475% of the replicas per minute; at most 50%"
+    else:
+        key = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path).lstrip(".")
+    assert issue.startswith(f"inference-platform:{key}: "), issue
+    assert message in issue, issue
+
+
+def test_termination_grace_floor_counts_the_drain_chain(prod_raw):
+    """A short configured grace is raised by the drain chain (preStop + longest request + margin);
+    only a chain that stays below the pack's floor is refused."""
+    prod_raw["models"][2]["drain"] = {"terminationGracePeriodSeconds": 30, "preStopDelaySeconds": 5}
+    tiers = parse_platform_config(prod_raw).traffic.tiers
+    prod_raw["traffic"]["tiers"] = {name: tier.model_dump(by_alias=True, mode="json") for name, tier in tiers.items()}
+    prod_raw["traffic"]["tiers"]["standard"]["timeout"] = "60s"
+    issues = config_problems(prod_raw)
+    assert any("models[2].drain.terminationGracePeriodSeconds" in i and "at least 300 s" in i for i in issues), issues
 
 
 def test_knative_target_above_the_hard_limit(prod_raw):

@@ -347,6 +347,7 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
     ("zero-millicpu", "dev", _set(*DEV_M, "resources", "cpu", "0m"), "models[0].resources.cpu"),
     ("zero-memory", "dev", _set(*DEV_M, "resources", "memory", "0Gi"), "models[0].resources.memory"),
     ("zero-cache", "dev", _set(*DEV_M, "resources", "cacheSize", "0"), "models[0].resources.cacheSize"),
+    ("memory-trailing-newline", "dev", _set(*DEV_M, "resources", "memory", "32Gi\n"), "models[0].resources.memory"),
     ("cpu-a-number", "dev", _set(*DEV_M, "resources", "cpu", 2), "models[0].resources.cpu"),
     # Node labels the API server would refuse.
     ("label-key-space", "dev", _set(*POOL, "labels", {"team name": "a"}), "nodePools[0].labels.team name"),

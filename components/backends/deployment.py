@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from platform_config.errors import ConfigIssue
+from platform_config.floors import FLOORS
 from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
+from platform_config.serving import drain_chain
 
 from ..constants import HTTP_PORT_NAME, LABEL_MODEL, LABEL_MODEL_VERSION, VLLM_PORT, standard_labels
 from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend
@@ -162,12 +164,8 @@ class DeploymentBackend(ServingBackend):
                 f"pool {pool.name!r} is time-sliced: a GPU's activity is every sharing pod's, not this model's; "
                 "scale on queueDepthTarget only (set gpuUtilizationTarget: null)",
             )
-        # The hpa-behavior policy's production floor.
-        if config.environment == "production" and scaling.min_replicas < 2:
-            yield ConfigIssue(
-                ("models", index, "autoscaling", "minReplicas"),
-                "production HPAs keep at least 2 replicas: losing the only one means minutes of model loading",
-            )
+        yield from _hpa_floor_issues(config, index, model)
+        yield from _drain_floor_issues(config, index, model)
 
     def server_objects(self, plan: ServerPlan) -> list[ServerObject]:
         return [
@@ -193,3 +191,47 @@ class DeploymentBackend(ServingBackend):
 
     def destination_rule_host(self, model: ModelConfig) -> str:
         return model_host(model)
+
+
+def _hpa_floor_issues(config: PlatformConfig, index: int, model: ModelConfig) -> Iterator[ConfigIssue]:
+    """The hpa-behavior policy's floors, at the pack's defaults."""
+    scaling, path = model.autoscaling, ("models", index, "autoscaling")
+    if config.environment == "production" and scaling.min_replicas < FLOORS.hpa_min_replicas_in_production:
+        yield ConfigIssue(
+            (*path, "minReplicas"),
+            f"production HPAs keep at least {FLOORS.hpa_min_replicas_in_production} replicas: losing the only one means "
+            "minutes of model loading",
+        )
+    hpa = scaling.hpa
+    if hpa.scale_down_stabilization_seconds < FLOORS.hpa_scale_down_stabilization_seconds:
+        yield ConfigIssue(
+            (*path, "hpa", "scaleDownStabilizationSeconds"),
+            f"{hpa.scale_down_stabilization_seconds} s; at least {FLOORS.hpa_scale_down_stabilization_seconds} s (a model "
+            "server takes minutes to come back)",
+        )
+    # The one Percent policy `hpa()` writes, per minute (the pack's scale_down_percent_per_minute).
+    per_minute = hpa.scale_down_max_percent * 60 / hpa.scale_down_period_seconds
+    if per_minute > FLOORS.hpa_scale_down_percent_per_minute:
+        yield ConfigIssue(
+            (*path, "hpa", "scaleDownMaxPercent"),
+            f"{hpa.scale_down_max_percent}% per {hpa.scale_down_period_seconds} s is {per_minute:g}% of the replicas per "
+            f"minute; at most {FLOORS.hpa_scale_down_percent_per_minute:g}% (lower it or raise scaleDownPeriodSeconds)",
+        )
+
+
+def _drain_floor_issues(config: PlatformConfig, index: int, model: ModelConfig) -> Iterator[ConfigIssue]:
+    """The inference-graceful-drain policy's floors, at the pack's defaults (Knative pods have
+    no lifecycle hooks; its queue-proxy drains them)."""
+    path = ("models", index, "drain")
+    if model.drain.pre_stop_delay_seconds < FLOORS.pre_stop_seconds:
+        yield ConfigIssue(
+            (*path, "preStopDelaySeconds"),
+            f"{model.drain.pre_stop_delay_seconds} s; at least {FLOORS.pre_stop_seconds} s, for the endpoint to leave every "
+            "load balancer before vLLM gets SIGTERM",
+        )
+    grace = drain_chain(config, model).grace_seconds
+    if grace < FLOORS.termination_grace_period_seconds:
+        yield ConfigIssue(
+            (*path, "terminationGracePeriodSeconds"),
+            f"{grace} s; at least {FLOORS.termination_grace_period_seconds} s for in-flight requests to finish",
+        )

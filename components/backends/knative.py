@@ -10,7 +10,8 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from platform_config.errors import ConfigIssue
-from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
+from platform_config.floors import FLOORS
+from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig, duration_seconds
 from platform_config.profiles import WorkloadProfile
 from platform_config.serving import drain_chain, effective_profile, server_name
 
@@ -191,6 +192,9 @@ class KnativeBackend(ServingBackend):
                 "raise autoscaling.kpa.containerConcurrency or lower the target",
             )
 
+        if config.environment == "production":
+            yield from _production_floor_issues(index, model, cap)
+
     def server_objects(self, plan: ServerPlan) -> list[ServerObject]:
         objects = [
             ServerObject("knative-service", knative_service(plan), "pods", custom=True, serves=True),
@@ -219,3 +223,24 @@ class KnativeBackend(ServingBackend):
 
     def tenant_ingress(self) -> tuple[tuple[str, str], ...]:
         return (("allow-knative-system", KNATIVE_SERVING_NAMESPACE),)
+
+
+def _production_floor_issues(index: int, model: ModelConfig, cap: int) -> Iterator[ConfigIssue]:
+    """The knative-autoscaling policy's production floors, at the pack's defaults."""
+    kpa, path = model.autoscaling.kpa, ("models", index, "autoscaling", "kpa")
+    for key, value, floor in (
+        ("scaleDownDelay", kpa.scale_down_delay, FLOORS.knative_scale_down_delay_seconds),
+        ("window", kpa.window, FLOORS.knative_window_seconds),
+    ):
+        if duration_seconds(value) < floor:
+            yield ConfigIssue(
+                (*path, key),
+                f"{value}; production keeps at least {floor} s, so a dip in load does not tear down replicas that take "
+                "minutes to load a model",
+            )
+    if not cap:
+        yield ConfigIssue(
+            (*path, "containerConcurrency"),
+            "0 (no cap) in production: a model server needs a hard cap on requests in flight per replica, or one replica "
+            "takes every burst",
+        )

@@ -48,6 +48,8 @@ KNATIVE_SERVICE_LABEL: str = FACTS["labels"]["knativeService"]
 DEFAULT_OVERRIDE_HEADER: str = FACTS["defaults"]["overrideHeader"]
 PRODUCTION_PRIORITY_CLASS: str = FACTS["defaults"]["productionPriorityClass"]
 DEFAULT_TIER_HEADER: str = FACTS["defaults"]["tierHeader"]
+# Policy config defaults the program's config checks share (platform_config/floors.py).
+FLOORS: dict[str, float] = FACTS["floors"]
 
 
 Report = Callable[..., None]

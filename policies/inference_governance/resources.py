@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import pulumi
 
 from .kube import (
+    FLOORS,
     FORBIDDEN_TAGS,
     HELM_RELEASE,
     HPA_V1,
@@ -81,13 +82,13 @@ def graceful_drain(args: Any, report_violation: Report) -> None:
     if found is None:
         return
     spec, _ = found
-    minimum = int(config(args).get("minTerminationGracePeriodSeconds", 300))
+    minimum = int(config(args).get("minTerminationGracePeriodSeconds", FLOORS["minTerminationGracePeriodSeconds"]))
     grace = get(spec, "terminationGracePeriodSeconds", default=30)
     if grace < minimum:
         report_violation(
             f"terminationGracePeriodSeconds is {grace}; inference pods need at least {minimum} s to finish in-flight requests"
         )
-    least = int(config(args).get("minPreStopSeconds", 5))
+    least = int(config(args).get("minPreStopSeconds", FLOORS["minPreStopSeconds"]))
     for container in get(spec, "containers", default=[]):
         if not gpu_resources(container):
             continue
@@ -159,7 +160,7 @@ def hpa_behavior(args: Any, report_violation: Report) -> None:
     low, high = get(spec, "minReplicas", default=1), get(spec, "maxReplicas", default=0)
     if high < low:
         report_violation(f"maxReplicas {high} is below minReplicas {low}")
-    floor = int(settings.get("minReplicasInProduction", 2))
+    floor = int(settings.get("minReplicasInProduction", FLOORS["minReplicasInProduction"]))
     if is_production(args) and low < floor:
         report_violation(f"minReplicas is {low}; production autoscalers keep at least {floor} replicas")
     for metric in get(spec, "metrics", default=[]):
@@ -172,7 +173,7 @@ def hpa_behavior(args: Any, report_violation: Report) -> None:
                     "Pods/Object/External metrics through prometheus-adapter"
                 )
     scale_down = get(spec, "behavior", "scaleDown")
-    window = int(settings.get("minScaleDownStabilizationSeconds", 300))
+    window = int(settings.get("minScaleDownStabilizationSeconds", FLOORS["minScaleDownStabilizationSeconds"]))
     if not scale_down:
         report_violation(f"no behavior.scaleDown: set a stabilization window of at least {window} s and scale-down policies")
         return
@@ -194,7 +195,7 @@ def hpa_behavior(args: Any, report_violation: Report) -> None:
         ):
             report_violation(f"invalid scale-down policy {dict(policy)}: type Percent or Pods, value > 0, periodSeconds 1..1800")
             return
-    fastest = int(settings.get("maxScaleDownPercentPerMinute", 50))
+    fastest = int(settings.get("maxScaleDownPercentPerMinute", FLOORS["maxScaleDownPercentPerMinute"]))
     rate = scale_down_percent_per_minute(scale_down, high)
     if rate is not None and rate > fastest:
         report_violation(
@@ -235,8 +236,8 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
     # Knative's own defaults are a 0s scale-down delay, a 60s window and containerConcurrency 0
     # (unbounded) (knative/serving knative-v1.23.0, pkg/apis/autoscaling/register.go and
     # config/core/configmaps/autoscaler.yaml, defaults.yaml).
-    for key, floor_key, default in (("scale-down-delay", "minScaleDownDelaySeconds", 60), ("window", "minWindowSeconds", 60)):
-        floor = int(settings.get(floor_key, default))
+    for key, floor_key in (("scale-down-delay", "minScaleDownDelaySeconds"), ("window", "minWindowSeconds")):
+        floor = int(settings.get(floor_key, FLOORS[floor_key]))
         raw = annotations.get(prefix + key)
         seconds = duration_seconds(raw) if raw is not None else 0.0
         if seconds is None:
