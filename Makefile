@@ -68,8 +68,9 @@ test: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	$(PY) -m pytest
 
 # The stack-config reference and the stack-file JSON schema, generated from the models.
-docs: $(VENV)/.installed
+docs: $(VENV)/.installed $(POLICY_VENV)/.installed
 	$(PY) -m platform_config.reference
+	$(PY) -m preview.policy_reference
 
 # The facts the policy pack shares with the program, generated from the program's modules.
 policy-facts: $(VENV)/.installed

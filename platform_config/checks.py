@@ -284,7 +284,7 @@ def check_models_fit_pools(config: PlatformConfig, peaks: Mapping[str, Peak]) ->
 
 
 def check_model_references(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    """A model names a tenant and a node pool that exist."""
+    """A model names a tenant, a node pool and callers that exist."""
     tenants = [t.name for t in config.tenants]
     pools = [p.name for p in config.node_pools]
     for index, model in enumerate(config.models):
@@ -292,6 +292,11 @@ def check_model_references(config: PlatformConfig) -> Iterator[ConfigIssue]:
             yield ConfigIssue(("models", index, "tenant"), f"unknown tenant {model.tenant!r}; tenants: {', '.join(tenants)}")
         if model.pool not in pools:
             yield ConfigIssue(("models", index, "pool"), f"unknown node pool {model.pool!r}; pools: {', '.join(pools)}")
+        for position, caller in enumerate(model.callers):
+            if caller not in tenants:
+                yield ConfigIssue(
+                    ("models", index, "callers", position), f"unknown tenant {caller!r}; tenants: {', '.join(tenants)}"
+                )
 
 
 def check_release_versions(config: PlatformConfig) -> Iterator[ConfigIssue]:

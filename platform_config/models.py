@@ -725,7 +725,9 @@ class ModelConfig(ConfigModel):
     served_model_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")] | None = None
     """The OpenAI `model` clients send; unique across models. Default: `name`."""
     tenant: NamespaceName
-    """Tenant (namespace) that runs it."""
+    """Tenant (namespace) that runs it; callers whose token names this tenant may call it."""
+    callers: list[NamespaceName] = []
+    """Other tenants whose members (by the token's `traffic.authentication.tenantClaim`) may call it too."""
     pool: ResourceName
     """Node pool it runs on."""
     profile: ProfileName
@@ -884,6 +886,10 @@ class GatewayAuthentication(ConfigModel):
     """Claim naming the caller's tier. Missing: the default tier; naming no tier of `traffic.tiers`: 403."""
     user_claim: ClaimName = "sub"
     """Claim identifying the user: their sticky canary bucket and the user-key header the model servers receive."""
+    tenant_claim: ClaimName | None = "tenant"
+    """Claim naming the tenant (a string) or tenants (a list of strings) the caller belongs to: a request for a model
+    gets 403 unless the claim names the model's tenant or one of its `callers`. null: any authenticated caller may
+    call any model."""
     version_override_principals: list[Annotated[str, Field(pattern=r"^[!-~]{1,1024}$")]] = []
     """Request principals (`<issuer>/<sub>`, e.g. canary analysis or testers) allowed to pick a model version with a
     release's override header; anyone else sending that header gets 403."""

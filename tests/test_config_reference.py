@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from platform_config.models import PlatformConfig
 from platform_config.reference import MARKDOWN_FILE, SCHEMA_FILE, config_reference, rendered_schema
+from preview.policy_reference import POLICIES_FILE, pack_info, policy_reference
 from preview.stack_config import load_yaml
 
 from .helpers import STACKS, stack_file
@@ -21,6 +22,10 @@ from .helpers import STACKS, stack_file
 def test_generated_files_are_current():
     assert MARKDOWN_FILE.read_text() == config_reference(), "stale docs/config.md: run `make docs`"
     assert SCHEMA_FILE.read_text() == rendered_schema(), "stale docs/stack-file.schema.json: run `make docs`"
+
+
+def test_the_policy_reference_is_what_the_pack_answers():
+    assert POLICIES_FILE.read_text() == policy_reference(pack_info()), "stale docs/policies.md: run `make docs`"
 
 
 def test_every_key_is_described():

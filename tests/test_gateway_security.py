@@ -300,6 +300,54 @@ def test_the_gateway_load_balancer_is_internal_by_default(prod):
     )
 
 
+# prod: llama-3.1-8b-instruct runs in tenant `serving` with callers team-a and team-b;
+# batch-labeller runs in team-b for itself alone.
+@pytest.mark.parametrize(
+    "model, tenant, allowed",
+    [
+        ("llama-3.1-8b-instruct", "team-a", True),
+        ("llama-3.1-8b-instruct", "serving", True),
+        ("llama-3.1-8b-instruct", ["other", "team-b"], True),
+        ("batch-labeller", "team-b", True),
+        ("batch-labeller", "team-a", False),
+        ("batch-labeller", ["team-a", "serving"], False),
+        ("llama-3.1-8b-instruct", "team-c", False),
+        ("llama-3.1-8b-instruct", None, False),
+        ("llama-3.1-8b-instruct", 7, False),
+        ("llama-3.1-8b-instruct", {"team-a": True}, False),
+    ],
+)
+def test_a_model_answers_only_tokens_naming_its_tenant_or_callers(lua, model, tenant, allowed):
+    body = json.dumps({"model": model, "prompt": "hi"})
+    request = Request(lua, {":method": "POST"}, body, claims=token(tier="batch", tenant=tenant))
+    if allowed:
+        assert request.status is None and request.headers["x-model"] == model
+    else:
+        assert request.status == "403" and "tenant claim" in request.reply
+
+
+def test_without_a_tenant_claim_every_authenticated_caller_reaches_every_model(prod_raw):
+    prod_raw["traffic"]["authentication"]["tenantClaim"] = None
+    runtime = lua_runtime(Evaluated(prod_raw))
+    body = json.dumps({"model": "batch-labeller", "prompt": "hi"})
+    assert Request(runtime, {":method": "POST"}, body, claims=token(tier="batch", tenant="team-a")).status is None
+
+
+def test_callers_must_be_tenants(prod_raw):
+    prod_raw["models"][0]["callers"] = ["team-a", "nobody"]
+    assert config_problems(prod_raw) == [
+        "inference-platform:models[0].callers[1]: unknown tenant 'nobody'; tenants: serving, team-a, team-b"
+    ]
+
+
+def test_an_internet_facing_load_balancer_is_an_explicit_choice_that_reaches_the_service(prod_raw):
+    prod_raw["traffic"]["loadBalancerScheme"] = "internet-facing"
+    program = Evaluated(prod_raw)
+    (release,) = [r for r in program.of_type("kubernetes:helm.sh/v3:Release") if r["inputs"]["name"] == "istio-ingressgateway"]
+    annotations = release["inputs"]["values"]["service"]["annotations"]
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internet-facing"
+
+
 # --- config: named-key errors ------------------------------------------------------------------
 
 

@@ -125,8 +125,9 @@ def lua(prod):
 
 
 def token(tier: str | None = None, sub: str | None = "user-123", **claims) -> dict:
-    """A verified token's payload as jwt_authn hands it on."""
-    payload = {"iss": "https://login.inference.example.com", "aud": "inference-api", **claims}
+    """A verified token's payload as jwt_authn hands it on (a member of prod's team-a unless the
+    `tenant` claim is given)."""
+    payload = {"iss": "https://login.inference.example.com", "aud": "inference-api", "tenant": "team-a", **claims}
     if tier is not None:
         payload["tier"] = tier
     if sub is not None:
@@ -141,7 +142,9 @@ class Request:
     def __init__(self, lua, headers: dict[str, str], body: str | None = None, claims: dict | None = None):
         if claims is None:
             claims = token()
-        handle = lua.globals().make_handle(lua.table_from(headers), body, lua.table_from(claims) if claims else None)
+        handle = lua.globals().make_handle(
+            lua.table_from(headers), body, lua.table_from(claims, recursive=True) if claims else None
+        )
         lua.globals().envoy_on_request(handle)
         state = handle.state
         self.headers = dict(state.headers.items())
@@ -252,7 +255,7 @@ def test_completions_body_with_nested_priority_fields(lua):
 def test_client_priority_never_reaches_single_tier_servers(lua):
     # Finding 16: a single-tier (fcfs) server gets no priority, the client's included.
     raw = json.dumps({"model": "batch-labeller", "prompt": "label this", "priority": -100, "metadata": {"priority": 3}})
-    body = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch")).json()
+    body = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch", tenant="team-b")).json()
     assert "priority" not in body and body["metadata"] == {"priority": 3} and body["prompt"] == "label this"
 
 

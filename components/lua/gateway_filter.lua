@@ -3,11 +3,13 @@
 -- The platform prepends `local CONFIG = {...}` generated from the stack config:
 --   tier_header, default_tier, bucket_header, model_header,
 --   tier_claim, user_claim                    claims of the verified token naming the tier and user
+--   tenant_claim                              claim naming the caller's tenant(s); nil: no tenant scoping
 --   user_headers = {["x-user-id"] = true}     every header a model's servers receive the user in
 --   priorities = {premium = 0, ...}           vLLM priority per tier (lower is served first)
 --   max_body_bytes = {premium = 4194304, ...} largest request body per tier
 --   max_members, max_member_name_bytes, max_model_name_bytes, max_depth   caps on the JSON body scan
---   models = {["served-name"] = {user_key_header = "x-user-id", priority_tiers = {premium = true}}}
+--   models = {["served-name"] = {user_key_header = "x-user-id", priority_tiers = {premium = true},
+--             tenants = {["team-a"] = true}}}
 --
 -- It runs after Envoy's jwt_authn and RBAC filters (Istio puts them first; this filter sits just
 -- before the router), so every request here carries a verified token. For every request it
@@ -19,7 +21,8 @@
 --   3. for a POST: refuses a body over the tier's limit (413, by content-length before reading it),
 --      and a body that is not one JSON object with at most max_members top-level members (400);
 --      the scan is linear in the body and stops at the cap, keeping no per-member state beyond it;
---   4. reads the OpenAI "model" from the body and sets the model header routes match on;
+--   4. reads the OpenAI "model" from the body and sets the model header routes match on; a model
+--      of the platform whose tenants the token's tenant claim does not name is refused (403);
 --   5. computes a stable bucket 0..99 from the user with FNV-1a (32 bit), never a per-process
 --      seeded hash, so a user always lands on the same side of a canary, and passes the user to the
 --      model's servers in its user-key header;
@@ -255,6 +258,21 @@ local function identity(claims)
   return tier, user
 end
 
+-- Whether the token's tenant claim (a string, or a list of strings) names one of `tenants`.
+-- The list is walked only up to max_members entries: the claim is the issuer's, but a token is
+-- still input.
+local function tenant_allowed(claims, tenants)
+  local claimed = claims and claims[CONFIG.tenant_claim]
+  if type(claimed) == "string" then return tenants[claimed] == true end
+  if type(claimed) ~= "table" then return false end
+  for i = 1, CONFIG.max_members do
+    local tenant = claimed[i]
+    if tenant == nil then return false end
+    if type(tenant) == "string" and tenants[tenant] == true then return true end
+  end
+  return false
+end
+
 function envoy_on_request(handle)
   local headers = handle:headers()
   headers:remove(CONFIG.tier_header)
@@ -262,7 +280,8 @@ function envoy_on_request(handle)
   headers:remove(CONFIG.model_header)
   for header in pairs(CONFIG.user_headers) do headers:remove(header) end
 
-  local tier, user = identity(token_claims(handle))
+  local claims = token_claims(handle)
+  local tier, user = identity(claims)
   if tier == nil then return reply(handle, 403, user) end  -- `user` holds the reason
   headers:replace(CONFIG.tier_header, tier)
 
@@ -286,6 +305,9 @@ function envoy_on_request(handle)
     if model ~= nil then
       headers:replace(CONFIG.model_header, model)
       local served = CONFIG.models[model]
+      if served ~= nil and CONFIG.tenant_claim ~= nil and not tenant_allowed(claims, served.tenants) then
+        return reply(handle, 403, "the token's " .. CONFIG.tenant_claim .. " claim names no tenant allowed to call this model")
+      end
       if served ~= nil then
         local priority = nil
         if served.priority_tiers[tier] then priority = CONFIG.priorities[tier] end

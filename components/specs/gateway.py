@@ -201,6 +201,8 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
         "model_header": traffic.model_header,
         "tier_claim": auth.tier_claim,
         "user_claim": auth.user_claim,
+        # Absent (nil in Lua) when tenant scoping is off.
+        **({"tenant_claim": auth.tenant_claim} if auth.tenant_claim is not None else {}),
         "user_headers": {header: True for header in user_key_headers(routes)},
         "priorities": {tier: traffic.tiers[tier].vllm_priority for tier in TIER_ORDER},
         "max_body_bytes": {tier: traffic.tiers[tier].max_request_body_bytes for tier in TIER_ORDER},
@@ -212,6 +214,7 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
             route.model.openai_name: {
                 "user_key_header": route.model.release.user_key_header,
                 "priority_tiers": {t.tier: True for t in route.tiers if t.by_priority},
+                "tenants": {tenant: True for tenant in (route.model.tenant, *route.model.callers)},
             }
             for route in routes
         },
