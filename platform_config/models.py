@@ -49,19 +49,28 @@ _DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
-def _dns_label(max_length: int, *, letter_first: bool):
-    pattern = _DNS_1035 if letter_first else _DNS_1123
-    first = "a letter" if letter_first else "a letter or digit"
+def _full_match(pattern: str | re.Pattern[str], what_it_is_not: str, max_length: int | None = None) -> AfterValidator:
+    """A value the whole of which matches `pattern` (never a prefix, nor a match that stops
+    before a trailing newline), and is at most `max_length` characters long; the error says what
+    the value is not and gives an example."""
+    compiled = re.compile(pattern)
 
     def check(value: str) -> str:
-        if len(value) > max_length or not pattern.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not a valid name: a DNS-1123 label of lowercase letters, digits and '-', starting "
-                f"with {first} and ending with a letter or digit, at most {max_length} characters"
-            )
+        if (max_length is not None and len(value) > max_length) or not compiled.fullmatch(value):
+            raise ValueError(f"{value!r} {what_it_is_not}")
         return value
 
     return AfterValidator(check)
+
+
+def _dns_label(max_length: int, *, letter_first: bool) -> AfterValidator:
+    first = "a letter" if letter_first else "a letter or digit"
+    return _full_match(
+        _DNS_1035 if letter_first else _DNS_1123,
+        f"is not a valid name: a DNS-1123 label of lowercase letters, digits and '-', starting with {first} and ending "
+        f"with a letter or digit, at most {max_length} characters",
+        max_length,
+    )
 
 
 # Names that become Kubernetes object names with suffixes (Services must be DNS-1035 labels).
@@ -145,19 +154,6 @@ def _pinned_image(value: str) -> str:
 
 
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
-
-
-def _full_match(pattern: str, what_it_is_not: str) -> AfterValidator:
-    """A value the whole of which matches `pattern` (never a prefix, nor a match that stops
-    before a trailing newline); the error says what the value is not and gives an example."""
-    compiled = re.compile(pattern)
-
-    def check(value: str) -> str:
-        if not compiled.fullmatch(value):
-            raise ValueError(f"{value!r} {what_it_is_not}")
-        return value
-
-    return AfterValidator(check)
 
 
 HeaderName = Annotated[
@@ -802,28 +798,23 @@ _HOST_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 _GATEWAY_HOST = re.compile(rf"\*|(\*\.)?{_HOST_LABEL}(\.{_HOST_LABEL})*")
 
 
-def _gateway_host(value: str) -> str:
-    if len(value) > 253 or not _GATEWAY_HOST.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a gateway host: give a lowercase DNS name such as 'api.example.com', '*.example.com' "
-            "or '*' (labels of letters, digits and '-', at most 63 characters each)"
-        )
-    return value
-
-
-GatewayHost = Annotated[str, AfterValidator(_gateway_host)]
-
-
-def _secret_name(value: str) -> str:
-    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a Secret name: a DNS-1123 subdomain of lowercase letters, digits, '-' and '.', "
-            "at most 253 characters"
-        )
-    return value
-
-
-SecretName = Annotated[str, AfterValidator(_secret_name)]
+GatewayHost = Annotated[
+    str,
+    _full_match(
+        _GATEWAY_HOST,
+        "is not a gateway host: give a lowercase DNS name such as 'api.example.com', '*.example.com' or '*' (labels of "
+        "letters, digits and '-', at most 63 characters each)",
+        max_length=253,
+    ),
+]
+SecretName = Annotated[
+    str,
+    _full_match(
+        _DNS_1123_SUBDOMAIN,
+        "is not a Secret name: a DNS-1123 subdomain of lowercase letters, digits, '-' and '.', at most 253 characters",
+        max_length=253,
+    ),
+]
 
 
 def _https_url(value: str) -> str:

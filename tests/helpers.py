@@ -57,6 +57,18 @@ def config_problems(raw: dict[str, Any]) -> list[str]:
     return [str(issue) for issue in caught.value.issues]
 
 
+def set_at(raw: Any, path: tuple[Any, ...], value: Any) -> None:
+    """Set the value at a path (keys and list indexes) of a raw stack config, in place; `...`
+    deletes it. Every step but the last must exist: a mistyped path fails the test's setup."""
+    target = raw
+    for key in path[:-1]:
+        target = target[key]
+    if value is ...:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+
+
 def write_stack(tmp_path: Path, raw: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
     """A stack file holding `raw` (project keys) plus `extra` (fully named keys)."""
     config = {f"{PROJECT}:{key}": value for key, value in raw.items()}

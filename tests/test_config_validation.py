@@ -10,7 +10,7 @@ import pytest
 
 from platform_config import parse_platform_config
 
-from .helpers import config_problems, run_preview, validate, write_stack
+from .helpers import config_problems, run_preview, set_at, validate, write_stack
 
 
 def preview_refuses(stack: Path, out: Path) -> str:
@@ -239,13 +239,6 @@ def test_production_hpa_keeps_two_replicas(prod_raw):
     )
 
 
-def _set_path(raw: dict[str, Any], path: tuple, value: Any) -> None:
-    node: Any = raw
-    for key in path[:-1]:
-        node = node[key] if isinstance(key, int) else node.setdefault(key, {})
-    node[path[-1]] = value
-
-
 # The policy pack's default floors (platform_config/floors.py), one value below each: the stack
 # file is refused naming the key, where the pack would refuse the rendered object.
 @pytest.mark.parametrize(
@@ -260,10 +253,11 @@ def _set_path(raw: dict[str, Any], path: tuple, value: Any) -> None:
     ],
 )
 def test_config_refuses_what_the_pack_would(prod_raw, path: tuple, below: Any, at_floor: Any, message: str | None):
+    prod_raw["models"][0].setdefault("drain", {})  # prod's 70B keeps the default drain settings
     at = copy.deepcopy(prod_raw)
-    _set_path(at, path, at_floor)
+    set_at(at, path, at_floor)
     validate(at)  # the floor itself is accepted
-    _set_path(prod_raw, path, below)
+    set_at(prod_raw, path, below)
     issue = only_issue(prod_raw)
     if message is None:
         # 50% per 59 s is just over 50% a minute; the issue names the percent key the rate is set by.

@@ -15,7 +15,7 @@ from components.mesh import gateway_values, istiod_values
 from components.specs import gateway
 from preview.schemas import SchemaValidator
 
-from .helpers import Evaluated, config_problems, raw_stack, validate
+from .helpers import Evaluated, config_problems, raw_stack, set_at, validate
 from .test_traffic import Request, chat_body, fnv1a32, lua_runtime, token
 
 ISSUER = "https://login.inference.example.com"
@@ -353,13 +353,7 @@ def test_an_internet_facing_load_balancer_is_an_explicit_choice_that_reaches_the
 
 def _with(raw: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
     raw = copy.deepcopy(raw)
-    target = raw
-    for key in path[:-1]:
-        target = target[key]
-    if value is ...:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
+    set_at(raw, path, value)
     return raw
 
 

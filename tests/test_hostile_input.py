@@ -23,7 +23,7 @@ import pulumi
 import pytest
 import yaml
 
-from .helpers import ROOT, raw_stack
+from .helpers import ROOT, raw_stack, set_at
 
 PROJECT = "inference-platform"
 INT32_OVER = 2**31
@@ -131,13 +131,10 @@ TEXT_CASES: list[tuple[str, str | bytes, str]] = [
 
 def _set(*path_and_value: Any) -> Callable[[dict[str, Any]], None]:
     """A mutation setting the value at a path (keys and list indexes) of a raw stack config."""
-    *path, key, value = path_and_value
+    *path, value = path_and_value
 
     def mutate(raw: dict[str, Any]) -> None:
-        target = raw
-        for part in path:
-            target = target[part]
-        target[key] = value
+        set_at(raw, tuple(path), value)
 
     return mutate
 
