@@ -195,21 +195,18 @@ def test_claim_names_come_from_the_config(prod_raw):
 # --- bodies: limits per tier, fail closed, linear and capped -------------------------------------
 
 
+# A body that is not one JSON object, or whose model cannot be a header value. Malformed objects
+# are refused by the filter's slow path (its caps too), and on its fast path by the servers
+# (vLLM's json.loads, the picker's encoding/json), which the filter's appended members never
+# make accept them: tests/test_gateway_filter_body.py.
 @pytest.mark.parametrize(
     "raw",
     [
         "",
         "not json",
         "[1, 2]",
-        '{"model": "llama-3.1-8b-instruct"} {"model": "llama-3.1-70b-instruct"}',
-        '{"model": "llama-3.1-8b-instruct", "messages": [}',
-        '{"model": "llama-3.1-8b-instruct", "messages": [{"role": "user"]]}',
-        '{"model": "llama-3.1-8b-instruct", "n": tru}',
-        '{"model": "llama-3.1-8b-instruct" "n": 1}',
-        '{"model": "llama-3.1-8b-instruct", n: 1}',
-        '{"model": "llama-3.1-8b-instruct", "nested": ' + "[" * 65 + "]" * 65 + "}",
         '{"model": "' + "m" * 257 + '"}',
-        '{"' + "k" * 257 + '": 1, "model": "llama-3.1-8b-instruct"}',
+        '{"model": "llama-3.1-8b-instruct\\u000d"}',
     ],
 )
 def test_malformed_or_over_cap_bodies_get_400_and_are_not_forwarded(lua, raw):
@@ -219,7 +216,7 @@ def test_malformed_or_over_cap_bodies_get_400_and_are_not_forwarded(lua, raw):
 
 
 def test_nesting_within_the_cap_is_accepted(lua):
-    raw = '{"model": "llama-3.1-8b-instruct", "nested": ' + "[" * 64 + "]" * 64 + "}"
+    raw = '{"m": {"model": 1}, "model": "llama-3.1-8b-instruct", "nested": ' + "[" * 64 + "]" * 64 + "}"
     assert Request(lua, {":method": "POST"}, raw, claims=token(tier="premium")).status is None
 
 
@@ -257,12 +254,15 @@ def test_a_million_tiny_members_are_refused_after_the_cap(lua):
     assert found is None and "more than 128 top-level members" in reason
     # The scan stopped right after the 128th member: the first ~1 KiB of an 8 MiB body.
     assert stopped_at == len("{" + ",".join(f'"{i % 1000}":1' for i in range(128))) + 2
-    request = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch"))
+    # The filter's slow path (a body naming the model twice, not first) holds the cap; on its
+    # fast path the tier's body limit bounds what the servers parse.
+    slow = '{"m": {"model": 1}, "model": "llama-3.1-8b-instruct", ' + raw[1:]
+    request = Request(lua, {":method": "POST"}, slow, claims=token(tier="batch"))
     assert request.status == "400" and "128" in request.reply
 
 
 def test_up_to_the_cap_members_are_read(lua):
-    raw = json.dumps({"model": "llama-3.1-8b-instruct", **{f"k{i}": i for i in range(127)}})
+    raw = json.dumps({"m": {"model": 1}, "model": "llama-3.1-8b-instruct", **{f"k{i}": i for i in range(126)}})
     request = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch"))
     assert request.status is None and request.headers["x-model"] == "llama-3.1-8b-instruct"
 
@@ -338,6 +338,36 @@ def test_callers_must_be_tenants(prod_raw):
     assert config_problems(prod_raw) == [
         "inference-platform:models[0].callers[1]: unknown tenant 'nobody'; tenants: serving, team-a, team-b"
     ]
+
+
+# --- the endpoint pickers behind the gateway ------------------------------------------------
+
+EPP_HEADERS = {
+    "x-llm-d-inference-objective": "llama-8b-v1-premium",
+    "x-gateway-inference-objective": "llama-8b-v1-premium",
+    "x-llm-d-inference-fairness-id": "me",
+    "x-gateway-destination-endpoint": "10.0.0.1:22",
+    "x-llm-d-model-name-rewrite": "other-model",
+}
+
+
+def test_clients_cannot_pick_a_queue_priority_a_server_or_a_model_rewrite(lua):
+    request = Request(lua, {":method": "POST", **EPP_HEADERS}, chat_body(), claims=token(tier="batch"))
+    assert request.status is None
+    assert not set(EPP_HEADERS) & set(request.headers), request.headers
+
+
+@pytest.mark.parametrize("tier, retry_after", [("premium", "5"), ("standard", "10"), ("batch", "60")])
+def test_a_shed_request_is_503_with_retry_after_its_tiers_queue_timeout(lua, tier, retry_after):
+    request = Request(lua, {":method": "POST"}, chat_body(), claims=token(tier=tier))
+    shed = request.response({":status": "429", "x-llm-d-request-dropped-reason": "rejected-ttl-expired"})
+    assert shed[":status"] == "503" and shed["retry-after"] == retry_after
+
+
+def test_other_429s_and_answers_pass_unchanged(lua):
+    request = Request(lua, {":method": "POST"}, chat_body(), claims=token(tier="premium"))
+    assert request.response({":status": "429"}) == {":status": "429"}
+    assert request.response({":status": "200", "content-type": "application/json"})[":status"] == "200"
 
 
 def test_an_internet_facing_load_balancer_is_an_explicit_choice_that_reaches_the_service(prod_raw):

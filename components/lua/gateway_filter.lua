@@ -7,30 +7,84 @@
 --   user_headers = {["x-user-id"] = true}     every header a model's servers receive the user in
 --   priorities = {premium = 0, ...}           vLLM priority per tier (lower is served first)
 --   max_body_bytes = {premium = 4194304, ...} largest request body per tier
---   max_members, max_member_name_bytes, max_model_name_bytes, max_depth   caps on the JSON body scan
---   models = {["served-name"] = {user_key_header = "x-user-id", priority_tiers = {premium = true},
---             tenants = {["team-a"] = true}}}
+--   max_unclaimed_body_bytes                  largest body of a token without a tier claim, before
+--                                             its model (and so its tier) is known
+--   max_user_bytes                            longest user id, from the token or the body
+--   max_model_name_bytes                      longest model name (it becomes a header value)
+--   max_members, max_member_name_bytes, max_depth   caps on the exact body scan (the slow path)
+--   models = {["served-name"] = {name_json = '"served-name"', user_key_header = "x-user-id",
+--             priority_tiers = {premium = true}, unclaimed_tier = "standard", tenants = {["team-a"] = true}}}
+--   control_headers = {["x-llm-d-inference-objective"] = true, ...}   request headers endpoint pickers act on
+--   shed_status_header                        the header an endpoint picker's refusal carries
+--   retry_after = {premium = 5, ...}          seconds a shed request of a tier is told to wait
 --
 -- It runs after Envoy's jwt_authn and RBAC filters (Istio puts them first; this filter sits just
 -- before the router), so every request here carries a verified token. For every request it
---   1. removes every client value of the headers it owns (tier, bucket, model, user keys): nothing
---      a client sends selects a tier, a version split bucket or a user;
+--   1. removes every client value of the headers it owns (tier, bucket, model, user keys) and of
+--      every header the endpoint pickers act on (objective, fairness id, destination endpoint,
+--      model rewrite): nothing a client sends selects a tier, a version split bucket, a user, a
+--      queue priority or a server;
 --   2. takes the tier and the user from the verified token's payload, which jwt_authn stores as
---      dynamic metadata (Istio: payload_in_metadata "payload"); a missing tier claim is the default
---      tier, a tier claim naming no tier is refused (403: a token must not silently change class);
---   3. for a POST: refuses a body over the tier's limit (413, by content-length before reading it),
---      and a body that is not one JSON object with at most max_members top-level members (400);
---      the scan is linear in the body and stops at the cap, keeping no per-member state beyond it;
---   4. reads the OpenAI "model" from the body and sets the model header routes match on; a model
+--      dynamic metadata (Istio: payload_in_metadata "payload"). A tier claim naming no tier is
+--      refused (403: a token must not silently change class), and a claimed tier is never
+--      changed (a model that does not serve it answers 403 from its routes). Without a tier
+--      claim the tier is the model's `unclaimed_tier`: batch for a model that serves only the
+--      batch tier, so a batch client works unchanged, else the default tier. A user claim that
+--      is present but no usable header value (control characters, over max_user_bytes) is
+--      refused (403);
+--   3. for a POST: refuses a body over the tier's limit (413), by content-length before reading it
+--      (without a tier claim: the larger limit the tier may still become) and by length once the
+--      model, and so the tier, is known; refuses a body whose first non-whitespace byte is not '{'
+--      or whose last is not '}' (400). It does not otherwise check that the body is JSON: the
+--      servers behind it refuse what is not with 400 ("Reading the body"), and for every body
+--      they accept, what they read is what the filter read. Only the slow path still refuses
+--      malformed bodies and holds the max_members, max_member_name_bytes and max_depth caps; what
+--      a body costs the servers to parse is bounded by the tier's size limit (as before: the caps
+--      never bounded an array's length);
+--   4. reads the top-level OpenAI "model" from the body and sets the model header routes match on;
+--      a model name over max_model_name_bytes or with control characters is refused (400); a model
 --      of the platform whose tenants the token's tenant claim does not name is refused (403);
 --   5. computes a stable bucket 0..99 from the user with FNV-1a (32 bit), never a per-process
 --      seeded hash, so a user always lands on the same side of a canary, and passes the user to the
---      model's servers in its user-key header;
---   6. where the destination server schedules by priority, writes the tier's priority into the
---      body as the last "priority" member (any client-sent "priority" is removed first); where
---      it does not, removes any client-sent "priority". vLLM 0.18.0 ignores a priority under
---      fcfs (vllm/v1/core/sched/request_queue.py), though its API documents that any priority
---      but 0 "will raise an error" there; a client's priority is never the platform's tier.
+--      model's servers in its user-key header. Without a user claim the user is the body's
+--      top-level OpenAI "user" when that is a usable header value (an unusable one is ignored,
+--      not refused), so a client that only sends `user` stays on one version; a claim always wins;
+--   6. for a model of the platform, appends the model and the priority as the body's last members
+--      (with_model_and_priority_last), which the servers read over anything the client sent: the
+--      tier's priority where the model's servers schedule by priority, else 0, vLLM's default,
+--      which vLLM 0.18.0 ignores under fcfs (vllm/v1/core/sched/request_queue.py; its API
+--      documents that any other priority "will raise an error" there). A client's priority is
+--      never the platform's tier, and the servers serve the very model the filter checked.
+--
+-- On the response: an endpoint picker that sheds a request (queue TTL or limit reached) answers
+-- 429 with `x-llm-d-request-dropped-reason` (llm-d-router v0.10.0 pkg/common/error/error.go,
+-- pkg/epp/requestcontrol/admission.go) and no Retry-After; the gateway answers it as 503 with
+-- `Retry-After: <the tier's queue timeout>`, the platform's contract for "overloaded, retry".
+--
+-- Reading the body. Who reads it after the gateway, and how (checked at these versions):
+--   vLLM 0.18.0: FastAPI parses the request model (vllm/entrypoints/openai/chat_completion/
+--     api_router.py); FastAPI 0.128.0 (pinned in vLLM's requirements/test.txt) takes it from
+--     Starlette 0.50.0's Request.json() (fastapi/routing.py), Python's json.loads
+--     (starlette/requests.py): malformed JSON is refused with 400, and of duplicate member names
+--     the last one counts.
+--   llm-d-router v0.10.0's endpoint picker: its OpenAI parser unmarshals the body into a Go map
+--     with encoding/json (pkg/epp/framework/plugins/requesthandling/parsers/openai/openai.go,
+--     ParseRequest): malformed JSON is refused with 400 (pkg/epp/handlers/server.go), the last of
+--     duplicate names counts, and the map is serialised again before the body goes on
+--     (pkg/epp/requestcontrol/director.go, repackage), one member per name.
+-- The fast path reads a member by name with plain string finds, linear in the body and with no
+-- per-member work: the occurrences of `"name"` whose opening quote is not escaped and which
+-- whitespace and ':' follow. In a JSON text each is a member name, at some depth: an unescaped
+-- quote followed by the name's letters cannot close a string (the letters would stand outside any
+-- string), so it opens one holding just the name, and only a member name is followed by ':'. The
+-- first occurrence is taken when it is the only one, or (for "model") when it is the body's first
+-- member, right after the opening '{': then it is top-level, and the servers read it whatever
+-- comes later because the filter appends it last. Otherwise (a name twice, neither first) the
+-- exact scan of the top-level members decides (`members`, the slow path; the last top-level one
+-- counts, as for the servers). So a nested "model" never overrides a top-level one spelt plainly.
+-- A body that spells its top-level name with \u escapes and holds a plain nested one gets the
+-- nested one, and so do the servers (the appended model); a nested "user" only ever picks the
+-- client's own bucket.
 
 -- Where jwt_authn puts the verified payload: its filter name, and the key Istio configures
 -- (istio/istio 1.30.3 pilot/pkg/xds/filters/filters.go: EnvoyJwtFilterPayload = "payload"), read
@@ -38,8 +92,19 @@
 -- http_filters/lua_filter.rst).
 local JWT_METADATA = "envoy.filters.http.jwt_authn"
 local JWT_PAYLOAD = "payload"
+-- Where the request phase leaves the tier for the response phase (this filter's own namespace).
+local GATEWAY_METADATA = "inference.gateway"
+-- The priority written for servers without priority scheduling: vLLM 0.18.0's default
+-- (vllm/entrypoints/openai/chat_completion/protocol.py, `priority: int = 0`).
+local FCFS_PRIORITY = 0
+-- A JSON \u escape is 6 bytes for at least one byte of text: a string of at most n bytes of text
+-- is at most 6n bytes in the body.
+local MAX_ESCAPED_BYTES_PER_BYTE = 6
 
 local bit = require("bit")
+
+local OPEN_BRACE, CLOSE_BRACE, QUOTE, BACKSLASH, COLON = 123, 125, 34, 92, 58
+local WHITESPACE = { [32] = true, [9] = true, [10] = true, [13] = true }
 
 local TWO_32 = 4294967296
 local FNV_OFFSET = 2166136261
@@ -60,22 +125,41 @@ local function bucket(key)
   return fnv1a32(key) % 100
 end
 
--- A minimal JSON scanner: just enough to find the top-level members of an object without
--- decoding the (possibly large) values.
+-- The index of the first byte at or after i that is not JSON whitespace. (Byte loops and plain
+-- finds here, not Lua patterns: LuaJIT compiles those, and the filter runs on every request.)
 local function skip_ws(s, i)
-  local _, e = s:find("^[ \t\r\n]*", i)
-  return e + 1
+  while WHITESPACE[s:byte(i)] do i = i + 1 end
+  return i
 end
 
-local function scan_string(s, i)
-  -- s:sub(i, i) is the opening quote; returns the index after the closing quote.
-  local j = i + 1
-  while true do
-    local k = s:find('["\\]', j)
-    if k == nil then return nil end
-    if s:sub(k, k) == '"' then return k + 1 end
-    j = k + 2
+-- Whether a text holds a control character (an escaped CR or LF must not split a header).
+local function has_control_character(text)
+  for i = 1, #text do
+    local b = text:byte(i)
+    if b < 32 or b == 127 then return true end
   end
+  return false
+end
+
+-- A minimal JSON scanner: just enough to find the top-level members of an object without
+-- decoding the (possibly large) values.
+
+-- Whether the quote at i is escaped: an odd run of backslashes before it. (Backslashes occur
+-- only inside strings, where each run pairs up from its first one.)
+local function escaped(s, i)
+  local j = i - 1
+  while s:byte(j) == BACKSLASH do j = j - 1 end
+  return (i - 1 - j) % 2 == 1
+end
+
+-- The index after the JSON string whose opening quote is at i; nil when it is not terminated.
+local function scan_string(s, i)
+  local k = i
+  repeat
+    k = s:find('"', k + 1, true)
+    if k == nil then return nil end
+  until not escaped(s, k)
+  return k + 1
 end
 
 local CLOSING = { ["{"] = "}", ["["] = "]" }
@@ -122,10 +206,19 @@ local function utf8(code)
   if code < 0x800 then
     return string.char(0xC0 + math.floor(code / 64), 0x80 + code % 64)
   end
-  return string.char(0xE0 + math.floor(code / 4096), 0x80 + math.floor(code / 64) % 64, 0x80 + code % 64)
+  if code < 0x10000 then
+    return string.char(0xE0 + math.floor(code / 4096), 0x80 + math.floor(code / 64) % 64, 0x80 + code % 64)
+  end
+  return string.char(
+    0xF0 + math.floor(code / 262144),
+    0x80 + math.floor(code / 4096) % 64,
+    0x80 + math.floor(code / 64) % 64,
+    0x80 + code % 64
+  )
 end
 
--- The text of a JSON string literal (without its quotes), escapes decoded.
+-- The text of a JSON string literal (without its quotes), escapes decoded; a surrogate pair is
+-- one character, as JSON parsers read it.
 local function decode_string(raw)
   if raw:find("\\", 1, true) == nil then return raw end
   local out, i = {}, 1
@@ -137,8 +230,13 @@ local function decode_string(raw)
     elseif raw:sub(i + 1, i + 1) == "u" then
       local code = tonumber(raw:sub(i + 2, i + 5), 16)
       if code == nil then return raw end
-      out[#out + 1] = utf8(code)
       i = i + 6
+      local low = raw:sub(i, i + 1) == "\\u" and tonumber(raw:sub(i + 2, i + 5), 16)
+      if code >= 0xD800 and code < 0xDC00 and low and low >= 0xDC00 and low < 0xE000 then
+        code = 0x10000 + (code - 0xD800) * 1024 + (low - 0xDC00)
+        i = i + 6
+      end
+      out[#out + 1] = utf8(code)
     else
       local e = raw:sub(i + 1, i + 1)
       out[#out + 1] = ESCAPES[e] or e
@@ -189,40 +287,122 @@ local function members(s)
   end
 end
 
--- The "model" of a body's members (a string), or nil; on a model name over the cap or with
--- control characters: nil and the reason.
-local function model_of(body, list)
-  local found = nil
+-- The index of the body's final '}' when its first non-whitespace byte is '{' and its last is
+-- '}', else nil: the one shape of a JSON text whose value is an object.
+local function object_close(s)
+  if s:byte(skip_ws(s, 1)) ~= OPEN_BRACE then return nil end
+  local close = #s
+  while WHITESPACE[s:byte(close)] do close = close - 1 end
+  if s:byte(close) ~= CLOSE_BRACE then return nil end
+  return close
+end
+
+-- The first occurrence of the member name `quoted` (`"name"`, see "Reading the body") at or
+-- after `from`: the index of its opening quote and of the ':' after it; nil when there is none.
+local function next_member(s, quoted, from)
+  while true do
+    local k = s:find(quoted, from, true)
+    if k == nil then return nil end
+    local colon = skip_ws(s, k + #quoted)
+    if s:byte(colon) == COLON and not escaped(s, k) then return k, colon end
+    from = k + 1
+  end
+end
+
+-- The raw text (escapes not decoded) of the JSON string starting at i; nil when the value at i is
+-- not a string; false when the string is longer than `max_bytes` (or not terminated).
+local function string_at(s, i, max_bytes)
+  if s:byte(i) ~= QUOTE then return nil end
+  local k = i
+  repeat
+    k = s:find('"', k + 1, true)
+    if k == nil or k - i - 1 > max_bytes then return false end
+  until not escaped(s, k)
+  return s:sub(i + 1, k - 1)
+end
+
+-- The fast path for the name `quoted`: the raw value of its first occurrence (nil when there is
+-- none or its value is not a string, false when it is longer than max_bytes), when the name occurs
+-- only once or, if `first_member_counts`, that occurrence is the body's first member (right after
+-- its opening '{', so a top-level member); else nil, true: the slow path must decide.
+local function member_value(s, quoted, max_bytes, first_member_counts)
+  local first, colon = next_member(s, quoted, 1)
+  if first == nil then return nil end
+  local is_first_member = first_member_counts and first == skip_ws(s, skip_ws(s, 1) + 1)
+  if not is_first_member and next_member(s, quoted, first + 1) ~= nil then return nil, true end
+  return string_at(s, skip_ws(s, colon + 1), max_bytes)
+end
+
+-- The slow path: the raw value of the last top-level member named `name` (nil when there is none
+-- or it is not a string, false when longer than max_bytes).
+local function last_member(s, list, name, max_bytes)
+  local raw = nil
   for _, m in ipairs(list) do
-    -- JSON parsers keep the last of duplicate keys; so do we.
-    if m.key == "model" then
-      found = nil
-      if body:sub(m.value_first, m.value_first) == '"' then
-        if m.value_last - m.value_first - 1 > CONFIG.max_model_name_bytes then
-          return nil, string.format("the model name is longer than %d bytes", CONFIG.max_model_name_bytes)
-        end
-        found = decode_string(body:sub(m.value_first + 1, m.value_last - 1))
-        -- It becomes a header value: an escaped CR or LF must not split it.
-        if found:find("%c") then return nil, "the model name holds control characters" end
+    if m.key == name then
+      raw = nil
+      if s:byte(m.value_first) == QUOTE then
+        raw = m.value_last - m.value_first - 1 <= max_bytes and s:sub(m.value_first + 1, m.value_last - 1)
       end
     end
   end
-  return found
+  return raw
 end
 
--- The body with every top-level "priority" removed and, unless `priority` is nil,
--- `"priority":<n>` appended last; nil when there is nothing to remove and nothing to add.
-local function with_priority(body, list, close, priority)
-  local parts = {}
-  for _, m in ipairs(list) do
-    if m.key ~= "priority" then parts[#parts + 1] = body:sub(m.first, m.value_last) end
+-- Whether a text can be a header value: not empty, at most max_bytes long, no control characters.
+local function usable_header_value(text, max_bytes)
+  return text ~= "" and #text <= max_bytes and not has_control_character(text)
+end
+
+-- What the filter reads from a body (see "Reading the body"): its top-level "model" (nil when it
+-- names none), its top-level "user" when `want_user` and that is a usable header value, and the
+-- index of its final '}'. On a body it refuses: nil and the reason.
+local function read_body(s, want_user)
+  local close = object_close(s)
+  if close == nil then return nil, "the body is not a JSON object" end
+  local max_model = CONFIG.max_model_name_bytes
+  local max_user = CONFIG.max_user_bytes * MAX_ESCAPED_BYTES_PER_BYTE
+  -- The model may be taken from the first member without looking further: the filter appends
+  -- it as the last member, which is the one the servers read.
+  local model, model_again = member_value(s, '"model"', max_model, true)
+  local user, user_again = nil, nil
+  if want_user then user, user_again = member_value(s, '"user"', max_user, false) end
+  if model_again or user_again then
+    local list, reason = members(s)
+    if list == nil then return nil, reason end
+    if model_again then model = last_member(s, list, "model", max_model) end
+    if user_again then user = last_member(s, list, "user", max_user) end
   end
-  if priority == nil then
-    if #parts == #list then return nil end
-  else
-    parts[#parts + 1] = '"priority":' .. string.format("%d", priority)
+  if model == false then
+    return nil, string.format("the model name is no terminated string of at most %d bytes", CONFIG.max_model_name_bytes)
   end
-  return "{" .. table.concat(parts, ",") .. "}" .. body:sub(close + 1)
+  local fields = { close = close }
+  if model ~= nil then
+    fields.model = decode_string(model)
+    -- It becomes a header value: an escaped CR or LF must not split it.
+    if has_control_character(fields.model) then return nil, "the model name holds control characters" end
+  end
+  if user then
+    user = decode_string(user)
+    if usable_header_value(user, CONFIG.max_user_bytes) then fields.user = user end
+  end
+  return fields
+end
+
+-- The body with `"model":<name>,"priority":<n>` as the last members of its top-level object,
+-- inserted just before its final '}' (`close`). This cannot land inside a nested value or a string
+-- of a body the servers accept as JSON: a JSON text is one value with only whitespace around it,
+-- so in a body starting with '{' the final '}' closes the top-level object. Nor can it make a body
+-- they refuse into one they accept with these members elsewhere: the quote before `model` follows
+-- ',' (or, in an empty object, '{' or whitespace), so it is not escaped, and it cannot close a
+-- string, or `model` would stand outside one; so it opens one, and what is appended reads as
+-- written: if the result is JSON, "model" and "priority" name the last two members of the object
+-- the final '}' closes, the top-level one. Parsers that keep the last of duplicate names, as both
+-- servers do ("Reading the body"), then read this model and this priority whatever the client sent.
+local function with_model_and_priority_last(s, close, model_json, priority)
+  local before = close - 1
+  while WHITESPACE[s:byte(before)] do before = before - 1 end
+  local separator = s:byte(before) == OPEN_BRACE and "" or "," -- an empty object
+  return s:sub(1, close - 1) .. separator .. string.format('"model":%s,"priority":%d', model_json, priority) .. s:sub(close)
 end
 
 local function reply(handle, status, message)
@@ -236,26 +416,21 @@ local function token_claims(handle)
   return metadata[JWT_PAYLOAD]
 end
 
--- The tier and user a verified token names; nil and the reason when its tier claim names no
--- tier, or its user claim is no usable header value (control characters, over 256 bytes).
+-- The tier a verified token claims (nil when it claims none) and the user it names (nil when it
+-- names none); false and the reason when its tier claim names no tier, or its user claim is no
+-- usable header value.
 local function identity(claims)
-  local tier, user = CONFIG.default_tier, nil
-  if claims == nil then return tier, user end
+  if claims == nil then return nil, nil end
   local claimed = claims[CONFIG.tier_claim]
-  if claimed ~= nil then
-    if type(claimed) ~= "string" or CONFIG.priorities[claimed] == nil then
-      return nil, "the token's " .. CONFIG.tier_claim .. " claim names no tier of this gateway"
-    end
-    tier = claimed
+  if claimed ~= nil and (type(claimed) ~= "string" or CONFIG.priorities[claimed] == nil) then
+    return false, "the token's " .. CONFIG.tier_claim .. " claim names no tier of this gateway"
   end
   local named = claims[CONFIG.user_claim]
-  if type(named) == "string" and named ~= "" then
-    if #named > 256 or named:find("%c") then
-      return nil, "the token's " .. CONFIG.user_claim .. " claim is no usable user id"
-    end
-    user = named
+  if type(named) ~= "string" or named == "" then return claimed, nil end
+  if not usable_header_value(named, CONFIG.max_user_bytes) then
+    return false, "the token's " .. CONFIG.user_claim .. " claim is no usable user id"
   end
-  return tier, user
+  return claimed, named
 end
 
 -- Whether the token's tenant claim (a string, or a list of strings) names one of `tenants`.
@@ -273,47 +448,61 @@ local function tenant_allowed(claims, tenants)
   return false
 end
 
+-- Why a body over `limit` is refused: the tier's limit, or (tier nil) the limit of a token
+-- without a tier claim.
+local function too_large(tier, limit)
+  if tier then return string.format("the %s tier takes request bodies of at most %d bytes", tier, limit) end
+  return string.format("a token without a %s claim may send request bodies of at most %d bytes", CONFIG.tier_claim, limit)
+end
+
+local function set_tier(handle, headers, tier)
+  headers:replace(CONFIG.tier_header, tier)
+  handle:streamInfo():dynamicMetadata():set(GATEWAY_METADATA, "tier", tier)
+end
+
 function envoy_on_request(handle)
   local headers = handle:headers()
   headers:remove(CONFIG.tier_header)
   headers:remove(CONFIG.bucket_header)
   headers:remove(CONFIG.model_header)
   for header in pairs(CONFIG.user_headers) do headers:remove(header) end
+  for header in pairs(CONFIG.control_headers) do headers:remove(header) end
 
   local claims = token_claims(handle)
-  local tier, user = identity(claims)
-  if tier == nil then return reply(handle, 403, user) end  -- `user` holds the reason
-  headers:replace(CONFIG.tier_header, tier)
+  local claimed, user = identity(claims)
+  if claimed == false then return reply(handle, 403, user) end -- `user` holds the reason
+  local tier = claimed or CONFIG.default_tier
+  set_tier(handle, headers, tier)
 
   local model = nil
   if headers:get(":method") == "POST" then
-    local limit = CONFIG.max_body_bytes[tier]
-    local declared = tonumber(headers:get("content-length"))
-    local too_large = string.format("the %s tier takes request bodies of at most %d bytes", tier, limit)
+    -- Without a tier claim the tier is known only with the model: until then the larger limit
+    -- it may become holds, and the tier's own once it is known.
+    local limit = claimed and CONFIG.max_body_bytes[tier] or CONFIG.max_unclaimed_body_bytes
     -- Refused before the body is buffered.
-    if declared ~= nil and declared > limit then return reply(handle, 413, too_large) end
+    local declared = tonumber(headers:get("content-length"))
+    if declared ~= nil and declared > limit then return reply(handle, 413, too_large(claimed and tier, limit)) end
     local body = handle:body()
     local length = body and body:length() or 0
-    if length > limit then return reply(handle, 413, too_large) end
+    if length > limit then return reply(handle, 413, too_large(claimed and tier, limit)) end
     if length == 0 then return reply(handle, 400, "an inference request needs a JSON object body") end
     local text = body:getBytes(0, length)
-    local list, close_or_reason = members(text)
-    if list == nil then return reply(handle, 400, close_or_reason) end
-    local reason
-    model, reason = model_of(text, list)
-    if reason ~= nil then return reply(handle, 400, reason) end
-    if model ~= nil then
-      headers:replace(CONFIG.model_header, model)
-      local served = CONFIG.models[model]
-      if served ~= nil and CONFIG.tenant_claim ~= nil and not tenant_allowed(claims, served.tenants) then
+    local fields, reason = read_body(text, user == nil)
+    if fields == nil then return reply(handle, 400, reason) end
+    model, user = fields.model, user or fields.user
+    local served = model and CONFIG.models[model]
+    if not claimed and served then
+      tier = served.unclaimed_tier
+      set_tier(handle, headers, tier)
+    end
+    if length > CONFIG.max_body_bytes[tier] then return reply(handle, 413, too_large(tier, CONFIG.max_body_bytes[tier])) end
+    if model ~= nil then headers:replace(CONFIG.model_header, model) end
+    if served then
+      if CONFIG.tenant_claim ~= nil and not tenant_allowed(claims, served.tenants) then
         return reply(handle, 403, "the token's " .. CONFIG.tenant_claim .. " claim names no tenant allowed to call this model")
       end
-      if served ~= nil then
-        local priority = nil
-        if served.priority_tiers[tier] then priority = CONFIG.priorities[tier] end
-        local rewritten = with_priority(text, list, close_or_reason, priority)
-        if rewritten ~= nil then body:setBytes(rewritten) end
-      end
+      local priority = served.priority_tiers[tier] and CONFIG.priorities[tier] or FCFS_PRIORITY
+      body:setBytes(with_model_and_priority_last(text, fields.close, served.name_json, priority))
     end
   end
 
@@ -323,5 +512,14 @@ function envoy_on_request(handle)
   end
 end
 
+function envoy_on_response(handle)
+  local headers = handle:headers()
+  if headers:get(":status") ~= "429" or headers:get(CONFIG.shed_status_header) == nil then return end
+  local stored = handle:streamInfo():dynamicMetadata():get(GATEWAY_METADATA)
+  local tier = stored and stored["tier"] or CONFIG.default_tier
+  headers:replace(":status", "503")
+  headers:replace("retry-after", string.format("%d", CONFIG.retry_after[tier] or CONFIG.retry_after[CONFIG.default_tier]))
+end
+
 -- Exposed for the platform's tests, which run this very source in LuaJIT.
-GATEWAY_FILTER = { fnv1a32 = fnv1a32, bucket = bucket, model_of = model_of, with_priority = with_priority, members = members }
+GATEWAY_FILTER = { fnv1a32 = fnv1a32, bucket = bucket, members = members }

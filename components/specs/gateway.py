@@ -21,14 +21,17 @@ it. The filter removes every client value of the headers it owns and sets them f
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from platform_config.models import GatewayAuthentication, ReleaseConfig, TrafficConfig
+from platform_config.models import GatewayAuthentication, ReleaseConfig, TrafficConfig, duration_seconds
+from platform_config.profiles import TierName
 from platform_config.serving import route_timeout_seconds
 
 from ..constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, standard_labels
 from ..serving import TIER_ORDER
+from .endpoint_picker import DROPPED_REASON_HEADER, EPP_CONTROL_HEADERS
 
 if TYPE_CHECKING:
     from ..serving import RoutePlan
@@ -60,12 +63,17 @@ REQUEST_TIMEOUT_SECONDS = 60
 # A connection with no stream open is closed after this (Envoy's default is one hour).
 CONNECTION_IDLE_TIMEOUT_SECONDS = 300
 
-# The filter's own caps on the JSON body it scans: an inference request has a few dozen
-# top-level members with short names; more (or a longer name, or a longer model name) is refused
-# with 400 before any per-member work beyond the cap.
+# The filter's caps on what it reads from a body. The model name and the user id become header
+# values: a longer model name is refused with 400, a longer user id is not used (from the body)
+# or refused with 403 (from the token).
+MAX_MODEL_NAME_BYTES = 256
+MAX_USER_BYTES = 256
+# Caps of the exact scan of the top-level members (the filter's slow path, for a body naming
+# "model" or "user" more than once): an inference request has a few dozen top-level members with
+# short names; more (or a longer name) is refused with 400 before any per-member work beyond the
+# cap. The fast path reads no members one by one and needs no cap beyond the tier's body limit.
 MAX_BODY_MEMBERS = 128
 MAX_MEMBER_NAME_BYTES = 256
-MAX_MODEL_NAME_BYTES = 256
 # Nesting of brackets inside a member's value (OpenAI messages with tool calls nest a handful).
 MAX_BODY_DEPTH = 64
 
@@ -192,6 +200,21 @@ def max_request_body_bytes(traffic: TrafficConfig) -> int:
     return max(policy.max_request_body_bytes for policy in traffic.tiers.values())
 
 
+def unclaimed_tier(traffic: TrafficConfig, route: RoutePlan) -> TierName:
+    """The tier of a request for the route's model whose token claims none: batch for a model that
+    serves only the batch tier (a batch client works unchanged), else the default tier. Never a
+    class above the default: a token without a claim calling a model that serves only premium
+    still gets the routes' 403."""
+    return "batch" if {t.tier for t in route.tiers} == {"batch"} else traffic.default_tier
+
+
+def max_unclaimed_body_bytes(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> int:
+    """The largest body a token without a tier claim may send before the filter knows its model:
+    the limit of any tier such a request may end up in (checked again once the tier is known)."""
+    tiers = {traffic.default_tier, *(unclaimed_tier(traffic, route) for route in routes)}
+    return max(traffic.tiers[tier].max_request_body_bytes for tier in tiers)
+
+
 def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict[str, Any]:
     auth = traffic.authentication
     return {
@@ -206,14 +229,22 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
         "user_headers": {header: True for header in user_key_headers(routes)},
         "priorities": {tier: traffic.tiers[tier].vllm_priority for tier in TIER_ORDER},
         "max_body_bytes": {tier: traffic.tiers[tier].max_request_body_bytes for tier in TIER_ORDER},
+        "max_unclaimed_body_bytes": max_unclaimed_body_bytes(traffic, routes),
+        "max_user_bytes": MAX_USER_BYTES,
+        "max_model_name_bytes": MAX_MODEL_NAME_BYTES,
         "max_members": MAX_BODY_MEMBERS,
         "max_member_name_bytes": MAX_MEMBER_NAME_BYTES,
-        "max_model_name_bytes": MAX_MODEL_NAME_BYTES,
         "max_depth": MAX_BODY_DEPTH,
+        "control_headers": {header: True for header in EPP_CONTROL_HEADERS},
+        "shed_status_header": DROPPED_REASON_HEADER,
+        "retry_after": {tier: math.ceil(duration_seconds(traffic.tiers[tier].queue_timeout)) for tier in TIER_ORDER},
         "models": {
             route.model.openai_name: {
+                # The name as a JSON string: the filter appends it to the body as its last "model".
+                "name_json": json.dumps(route.model.openai_name),
                 "user_key_header": route.model.release.user_key_header,
                 "priority_tiers": {t.tier: True for t in route.tiers if t.by_priority},
+                "unclaimed_tier": unclaimed_tier(traffic, route),
                 "tenants": {tenant: True for tenant in (route.model.tenant, *route.model.callers)},
             }
             for route in routes
