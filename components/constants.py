@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from platform_config.gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource
+from platform_config.models import SYSTEM_POOL_NAME
 
 __all__ = ["GPU_RESOURCE", "MIG_RESOURCE_PREFIX", "mig_resource"]
 
@@ -26,7 +27,7 @@ PART_OF = "inference-platform"
 
 LABEL_POOL = "inference.platform/pool"
 # The EKS system node group's pool label: where the platform's own controllers run.
-SYSTEM_POOL = "system"
+SYSTEM_POOL = SYSTEM_POOL_NAME
 SYSTEM_NODE_SELECTOR = {LABEL_POOL: SYSTEM_POOL}
 LABEL_TENANT = "inference.platform/tenant"
 LABEL_MODEL = "inference.platform/model"

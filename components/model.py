@@ -54,6 +54,8 @@ class ModelArgs:
     # metrics from (prometheus-adapter).
     monitoring: pulumi.Resource | None = None
     autoscaler_depends_on: tuple[pulumi.Resource, ...] = ()
+    # The InferencePool and InferenceObjective CRDs (when a version has an endpoint picker).
+    inference_extension: pulumi.Resource | None = None
     # The gateway and the mesh: routes are useless before them.
     route_depends_on: tuple[pulumi.Resource, ...] = ()
 
@@ -103,6 +105,7 @@ class Model(pulumi.ComponentResource):
                     pod_depends_on=tuple(pod_depends),
                     monitoring=args.monitoring,
                     autoscaler_depends_on=args.autoscaler_depends_on,
+                    inference_extension=args.inference_extension,
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )

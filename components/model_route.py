@@ -29,7 +29,11 @@ class ModelRoute(pulumi.ComponentResource):
         custom_resource(f"{name}-virtual-service", service, child)
         # The model's own subsets, unless its backend puts them on a shared gateway's rule.
         if args.route.backend.shared_destination_rule is None:
-            custom_resource(f"{name}-destination-rule", routes.destination_rule(args.route), child)
+            for rule in routes.destination_rules(args.route):
+                # The model's one rule keeps its resource name; per-version rules (`<model>-<version>-epp`)
+                # add what follows the model's name.
+                suffix = rule["metadata"]["name"].removeprefix(model.name)
+                custom_resource(f"{name}-destination-rule{suffix}", rule, child)
         release = model.release
         self.register_outputs(
             {

@@ -26,6 +26,8 @@ class ModelServerArgs:
     monitoring: pulumi.Resource | None = None
     # What the backend's autoscaler reads its metrics from (prometheus-adapter).
     autoscaler_depends_on: tuple[pulumi.Resource, ...] = ()
+    # The InferencePool and InferenceObjective CRDs, whose instances an endpoint picker reads.
+    inference_extension: pulumi.Resource | None = None
 
 
 def register(name: str, obj: ServerObject, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -55,6 +57,10 @@ class ModelServer(pulumi.ComponentResource):
             ),
             "monitor": pulumi.ResourceOptions(
                 parent=self, depends_on=[*args.depends_on, *([args.monitoring] if args.monitoring else [])]
+            ),
+            "inference-pool": pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[*args.depends_on, *([args.inference_extension] if args.inference_extension else [])],
             ),
         }
         serving: list[pulumi.Resource] = []

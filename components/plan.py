@@ -11,8 +11,11 @@ derived value.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import dataclasses
+from collections.abc import Collection, Iterator, Mapping
+from decimal import Decimal
 
+from platform_config.capacity import show_amount
 from platform_config.checks import run_peak_checks
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
@@ -22,6 +25,7 @@ from platform_config.models import (
     ServerArgs,
 )
 from platform_config.pins import VLLM
+from platform_config.quantity import parse_quantity
 from platform_config.serving import (
     GPU_MEMORY_UTILIZATION_DEFAULT,
     MESH_PROXY_RESOURCES,
@@ -31,6 +35,8 @@ from platform_config.serving import (
     model_peak,
     model_priority_class,
     model_tiers,
+    picker_priority,
+    picker_queue_ttl_seconds,
     replica_bounds,
     replica_gpu_request,
     running_versions,
@@ -42,7 +48,11 @@ from platform_config.serving import (
 )
 
 from .backends import BACKENDS
+from .backends.deployment import model_host
+from .cluster import system_scheduling_template
+from .constants import LABEL_INSTANCE, LABEL_MODEL, LABEL_TENANT, SYSTEM_NODE_SELECTOR, VLLM_PORT, standard_labels
 from .serving import TIER_ORDER, ModelPlan, Plan, RoutePlan, ServerPlan, ServingBackend, TierRoute
+from .specs.endpoint_picker import EPP_POD_RESOURCES, EndpointPickerPlan, PickerBand
 
 
 def merged_server_args(model: ModelConfig, version: ModelVersion) -> ServerArgs:
@@ -98,6 +108,40 @@ def _server(
         hugging_face_token=model.tenant in hugging_face_tenants and version.source.huggingface is not None,
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
         weights_service_account=weights_service_account(model) if version.source.s3_uri else None,
+        endpoint_picker=_endpoint_picker(config, model, server_name(model, version_name)),
+    )
+
+
+def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> EndpointPickerPlan | None:
+    """The endpoint picker of one version's servers: a band per tier they take, one queue TTL."""
+    if not backend_of(model).uses_endpoint_picker(model):
+        return None
+    drain = drain_chain(config, model)
+    bands = []
+    for tier in served_tiers(config, model):
+        policy = config.traffic.tiers[tier]
+        bands.append(
+            PickerBand(
+                tier,
+                picker_priority(tier, policy),
+                policy.max_queued_requests,
+                policy.max_queued_bytes,
+                fails_open=policy.endpoint_picker_failure == "open",
+            )
+        )
+    return EndpointPickerPlan(
+        name=name,
+        namespace=model.tenant,
+        server_labels={LABEL_INSTANCE: name},
+        target_port=VLLM_PORT,
+        replicas=model.endpoint_picker.replicas,
+        queue_ttl_seconds=picker_queue_ttl_seconds(config, model),
+        bands=tuple(bands),
+        request_timeout_seconds=drain.request_timeout_seconds,
+        priority_class=model_priority_class(model),
+        labels=standard_labels(f"{name}-epp", "endpoint-picker", **{LABEL_MODEL: model.name, LABEL_TENANT: model.tenant}),
+        node_selector=dict(SYSTEM_NODE_SELECTOR) if config.cluster.eks is not None else {},
+        server_host=model_host(model),
     )
 
 
@@ -128,7 +172,62 @@ def _route(config: PlatformConfig, model: ModelConfig) -> RoutePlan:
 
 def _peak(model: ModelConfig) -> Peak:
     backend = backend_of(model)
-    return model_peak(model, backend.rollout_surge(model), (MESH_PROXY_RESOURCES, *backend.injected_containers()))
+    peak = model_peak(model, backend.rollout_surge(model), (MESH_PROXY_RESOURCES, *backend.injected_containers()))
+    if not backend.uses_endpoint_picker(model):
+        return peak
+    # Each running version's pickers, one more while they roll (maxSurge 1), in the tenant's
+    # namespace and so in its quota; quotas bound requests.cpu/memory and limits.memory, so the
+    # larger of a container's memory request and limit is what counts.
+    pods = len(running_versions(model)) * (model.endpoint_picker.replicas + 1)
+    per_pod = picker_pod_resources("limits.memory")
+    return dataclasses.replace(peak, picker_pods=pods, picker_demand={r: amount * pods for r, amount in per_pod.items()})
+
+
+def endpoint_pickers_by_tenant(config: PlatformConfig) -> dict[str, dict[str, Decimal]]:
+    """What each tenant's endpoint pickers hold at peak (quota terms: CPU requests, memory
+    limits, pods), for the capacity report."""
+    held: dict[str, dict[str, Decimal]] = {}
+    for model in config.models:
+        peak = _peak(model)
+        if not peak.picker_pods:
+            continue
+        tenant = held.setdefault(model.tenant, {})
+        for resource, amount in [*peak.picker_demand.items(), ("pods", Decimal(peak.picker_pods))]:
+            tenant[resource] = tenant.get(resource, Decimal(0)) + amount
+    return held
+
+
+def picker_pod_resources(memory: str) -> dict[str, Decimal]:
+    """One endpoint picker pod's CPU requests and memory (`requests.memory`: what the scheduler
+    places; `limits.memory`: what quotas count, the larger), its mesh sidecar included
+    (requests = limits, MESH_PROXY_RESOURCES)."""
+    return {
+        "cpu": sum((parse_quantity(c["requests.cpu"]) for c in EPP_POD_RESOURCES.values()), Decimal(0))
+        + parse_quantity(MESH_PROXY_RESOURCES["cpu"]),
+        "memory": sum((parse_quantity(c[memory]) for c in EPP_POD_RESOURCES.values()), Decimal(0))
+        + parse_quantity(MESH_PROXY_RESOURCES["memory"]),
+    }
+
+
+def _picker_placement_issues(config: PlatformConfig, peaks: Mapping[str, Peak]) -> Iterator[ConfigIssue]:
+    """Every endpoint picker pod at peak fits the EKS system node group at maxSize, beside the
+    platform's controllers (the preview's admission stage bin-packs the same template)."""
+    eks = config.cluster.eks
+    pods = sum(peak.picker_pods for peak in peaks.values())
+    if eks is None or not pods:
+        return
+    group = eks.system_node_group
+    node = {r: parse_quantity(str(v)) for r, v in system_scheduling_template(group)["allocatable"].items()}
+    need = picker_pod_resources("requests.memory")
+    per_node = min(int(node.get(r, Decimal(0)) // amount) for r, amount in need.items())
+    if per_node * group.max_size < pods:
+        yield ConfigIssue(
+            ("cluster", "eks", "systemNodeGroup"),
+            f"the endpoint pickers run {pods} pods at peak (replicas and one rolling, per running version), each "
+            f"requesting {show_amount('cpu', need['cpu'])} CPU and {show_amount('memory', need['memory'])} of memory; "
+            f"{group.instance_type} system nodes hold {per_node} each beside the platform's controllers, "
+            f"{per_node * group.max_size} at maxSize {group.max_size}: raise maxSize or choose a larger instanceType",
+        )
 
 
 def _backend_issues(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -151,7 +250,7 @@ def plan_checks(config: PlatformConfig) -> list[ConfigIssue]:
     its peak against its tenant's budget and its pool. `load_config` runs them with the config's
     own checks (`load_config(extra_checks=[plan_checks])`), so every problem shows at once."""
     peaks = {m.name: _peak(m) for m in config.models}
-    return [*_backend_issues(config), *run_peak_checks(config, peaks)]
+    return [*_backend_issues(config), *run_peak_checks(config, peaks), *_picker_placement_issues(config, peaks)]
 
 
 def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str]) -> Plan:
@@ -172,4 +271,4 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str]) ->
                 route=_route(config, model),
             )
         )
-    return Plan(config=config, models=tuple(models))
+    return Plan(config=config, models=tuple(models), endpoint_pickers_by_tenant=endpoint_pickers_by_tenant(config))

@@ -21,6 +21,7 @@ from .constants import PACKAGE, SYSTEM_NODE_SELECTOR
 from .gateway_routing import GatewayRouting, GatewayRoutingArgs
 from .gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from .gpu_operator import GpuOperator, GpuOperatorArgs
+from .inference_extension import InferenceExtensionCrds
 from .knative_serving import KnativeServing, KnativeServingArgs
 from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from .mesh import Mesh, MeshArgs
@@ -155,12 +156,20 @@ class InferencePlatform(pulumi.ComponentResource):
         needed = {name for backend in plan.backends() for name in backend.machinery}
         pod_machinery: dict[MachineryName, list[pulumi.Resource]] = {}
         autoscaler_machinery: dict[MachineryName, list[pulumi.Resource]] = {}
+        # The InferencePool and objective CRDs, when any version has an endpoint picker: before
+        # the pickers' objects, and before prometheus-adapter, which maps its queue metric to them.
+        crds = (
+            InferenceExtensionCrds("inference-extension", opts=child)
+            if any(server.endpoint_picker for m in plan.models for server in m.servers)
+            else None
+        )
         if "metrics-adapter" in needed:
             adapter = PrometheusAdapter(
                 "prometheus-adapter",
                 PrometheusAdapterArgs(
                     prometheus_url=config.monitoring.prometheus_url or PROMETHEUS_URL,
                     depends_on=(monitoring.release,) if monitoring else (),
+                    inference_extension_crds=crds,
                 ),
                 opts=child,
             )
@@ -180,6 +189,7 @@ class InferencePlatform(pulumi.ComponentResource):
                         plan=model_plan,
                         access=access,
                         depends_on=(tenant.namespace_object,),
+                        inference_extension=crds,
                         pod_depends_on=(
                             mesh.istiod,
                             *priority_classes.classes,
@@ -196,9 +206,11 @@ class InferencePlatform(pulumi.ComponentResource):
                 )
             )
 
-        self.capacity = capacity_report(config)
+        self.capacity = capacity_report(config, plan.endpoint_pickers_by_tenant)
         self.pool_advertised = {pool.pool_name: pool.advertised for pool in self.pools}
         self.node_pool_templates = [pool.scheduling_template for pool in self.pools]
+        if cluster.system_scheduling_template is not None:
+            self.node_pool_templates.append(cluster.system_scheduling_template)
         # Pods of each version's server at its model's peak (the preview's admission stage
         # holds them to the quotas and pools, as the config checks do).
         self.server_peaks = [

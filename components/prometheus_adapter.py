@@ -1,5 +1,6 @@
 """prometheus-adapter (pinned Helm release): serves vLLM queue depth and DCGM GPU activity to
-HPAs through the custom metrics API."""
+HPAs through the custom metrics API, and, with the Inference Extension CRDs given, the endpoint
+pickers' flow-control queues as metrics of their InferencePools."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ NAMESPACE = "prometheus-adapter"
 class PrometheusAdapterArgs:
     prometheus_url: str
     depends_on: tuple[pulumi.Resource, ...] = ()
+    # The InferencePool CRD's installation (InferenceExtensionCrds). Given, the adapter also
+    # serves the EPP queue metric and is installed after the CRD: it resolves the
+    # inferencepools resource when it starts, and exits if the resource is unknown.
+    inference_extension_crds: pulumi.Resource | None = None
 
 
 class PrometheusAdapter(pulumi.ComponentResource):
@@ -28,6 +33,7 @@ class PrometheusAdapter(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: PrometheusAdapterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:prometheus-adapter:PrometheusAdapter", name, None, opts)
+        crds = args.inference_extension_crds
         namespace = system_namespace(
             f"{name}-namespace",
             NAMESPACE,
@@ -40,7 +46,7 @@ class PrometheusAdapter(pulumi.ComponentResource):
             "prometheus-adapter",
             NAMESPACE,
             PROMETHEUS_ADAPTER,
-            adapter_values(args.prometheus_url),
-            pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on]),
+            adapter_values(args.prometheus_url, epp_queue=crds is not None),
+            pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on, *([crds] if crds else [])]),
         )
         self.register_outputs({"prometheusUrl": args.prometheus_url})

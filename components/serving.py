@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from platform_config.errors import ConfigIssue
@@ -45,13 +46,14 @@ from .constants import (
     LABEL_VERSION,
     PART_OF,
 )
+from .specs.endpoint_picker import EndpointPickerPlan
 
 # How a server's object is registered:
 # - "pods": makes pods (waits for what pods need; `pulumi up` waits until it is ready);
 # - "plain": needs its namespace only;
 # - "monitor": a Prometheus Operator object (waits for its CRDs);
 # - "autoscaler": scales the "pods" object (waits for it and for the backend's machinery).
-Role = Literal["pods", "plain", "monitor", "autoscaler"]
+Role = Literal["pods", "plain", "monitor", "autoscaler", "inference-pool"]
 
 
 @dataclass(frozen=True)
@@ -86,16 +88,28 @@ class Destination:
     host: str
     subset: str
     port: int
-    # Versions reached through a shared gateway are addressed by Host header.
-    host_header: str | None = None
+    # Request headers set on the way (routes apply them after the gateway filter ran): the Host
+    # of versions reached through a shared gateway, the endpoint picker's objective.
+    set_headers: tuple[tuple[str, str], ...] = ()
 
     def route(self, weight: int | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"destination": {"host": self.host, "subset": self.subset, "port": {"number": self.port}}}
-        if self.host_header is not None:
-            out["headers"] = {"request": {"set": {"Host": self.host_header}}}
+        if self.set_headers:
+            out["headers"] = {"request": {"set": dict(self.set_headers)}}
         if weight is not None:
             out["weight"] = weight
         return out
+
+
+@dataclass(frozen=True)
+class SubsetRule:
+    """One DestinationRule of a model's subsets: its name, host, the versions whose tier subsets
+    it holds, and whether outlier detection may eject one of its hosts."""
+
+    name: str
+    host: str
+    versions: tuple[str, ...]
+    eject_hosts: bool
 
 
 # Platform machinery a backend may need installed; `components/platform.py` installs each (the
@@ -115,6 +129,13 @@ class ServingBackend(ABC):
     # DestinationRule: its (object name, resource name suffix). None: one rule per model, in
     # the model's namespace, on the versions' own pods.
     shared_destination_rule: ClassVar[tuple[str, str] | None] = None
+    # Whether an endpoint picker may stand in front of its servers, and stands there unless the
+    # model turns it off (`endpointPicker.enabled`): the picker dials pods directly.
+    picks_endpoints: ClassVar[bool] = False
+
+    def uses_endpoint_picker(self, model: ModelConfig) -> bool:
+        """Whether an endpoint picker stands in front of the model's servers."""
+        return self.picks_endpoints and model.endpoint_picker.enabled is not False
 
     # --- capacity -------------------------------------------------------------------------
 
@@ -166,6 +187,11 @@ class ServingBackend(ABC):
     def destination_rule_host(self, model: ModelConfig) -> str:
         """The host the version subsets are defined on."""
 
+    def destination_rules(self, model: ModelConfig, versions: tuple[str, ...]) -> list[SubsetRule]:
+        """The model's own DestinationRules (unless `shared_destination_rule`): by default one,
+        named after the model, with every version's subsets."""
+        return [SubsetRule(model.name, self.destination_rule_host(model), versions, self.subsets_are_servers)]
+
     # Whether a subset's hosts are the model's own servers (outlier detection may eject one)
     # or a shared gateway's pods (a model's errors must not eject a gateway).
     subsets_are_servers: ClassVar[bool] = True
@@ -210,6 +236,8 @@ class ServerPlan:
     aliases: tuple[str, ...]
     # Service account with read access to the S3 weights (workload identity), if any.
     weights_service_account: str | None
+    # The endpoint picker in front of this version's servers (flow control, endpoint picking), if any.
+    endpoint_picker: EndpointPickerPlan | None = None
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -292,6 +320,9 @@ class ModelPlan:
 class Plan:
     config: PlatformConfig
     models: tuple[ModelPlan, ...]
+    # What each tenant's endpoint pickers hold at peak (CPU requests, memory limits, pods): part
+    # of its quota, run on the system node group.
+    endpoint_pickers_by_tenant: dict[str, dict[str, Decimal]] = field(default_factory=dict)
 
     @property
     def routes(self) -> tuple[RoutePlan, ...]:

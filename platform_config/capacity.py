@@ -1,4 +1,5 @@
-"""What each GPU pool advertises, and the capacity table: tenant quotas against pool supply.
+"""What each GPU pool advertises, the capacity table (tenant quotas against pool supply), and
+what one node of a GPU pool or of the EKS system node group offers pods.
 
 Pure functions over the typed config; used by the config checks (over capacity is an error), by
 the components (what a node advertises is exported) and by the preview report.
@@ -6,9 +7,11 @@ the components (what a node advertises is exported) and by the preview report.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from .cpu_instances import CPU_INSTANCE_TYPES
 from .gpu_catalog import (
     GPU_RESOURCE,
     INSTANCE_TYPES,
@@ -18,7 +21,7 @@ from .gpu_catalog import (
     builtin_mig_configs,
     mig_resource,
 )
-from .models import MigGeometry, NodePoolConfig, PlatformConfig, ResourceBudget
+from .models import SYSTEM_POOL_NAME, MigGeometry, NodePoolConfig, PlatformConfig, ResourceBudget, SystemNodeGroup
 from .quantity import parse_quantity
 
 WHOLE_GPU = "whole GPU"
@@ -141,6 +144,12 @@ def capacity_table(config: PlatformConfig) -> list[CapacityRow]:
         instance = supply.instance
         row("cpu", "node CPU").supply_by_pool[pool.name] = Decimal(instance.vcpus * pool.max_size)
         row("memory", "node memory").supply_by_pool[pool.name] = Decimal(instance.memory_gib * pool.max_size) * 2**30
+    if config.cluster.eks is not None:
+        # The system node group runs the endpoint pickers, whose pods the tenants' quotas count.
+        group = config.cluster.eks.system_node_group
+        system = CPU_INSTANCE_TYPES[group.instance_type]
+        row("cpu", "node CPU").supply_by_pool[SYSTEM_POOL_NAME] = Decimal(system.vcpus * group.max_size)
+        row("memory", "node memory").supply_by_pool[SYSTEM_POOL_NAME] = Decimal(system.memory_gib * group.max_size) * 2**30
     for tenant in config.tenants:
         for resource, amount in budget_resources(tenant.quota).items():
             if resource not in rows:
@@ -149,11 +158,18 @@ def capacity_table(config: PlatformConfig) -> list[CapacityRow]:
     return sorted(rows.values(), key=lambda r: (r.resource in ("cpu", "memory"), r.resource))
 
 
-def capacity_report(config: PlatformConfig) -> list[dict[str, object]]:
-    """The capacity table as plain data (a stack output and a preview report section)."""
+def capacity_report(
+    config: PlatformConfig, pickers_by_tenant: Mapping[str, Mapping[str, Decimal]] | None = None
+) -> list[dict[str, object]]:
+    """The capacity table as plain data (a stack output and a preview report section);
+    `pickers_by_tenant`: what each tenant's endpoint pickers hold at peak, per resource (part of
+    its quota, on the system pool)."""
     ratio = Decimal(str(config.capacity.overcommit_ratio))
     rows = []
     for row in capacity_table(config):
+        pickers = {
+            tenant: amounts[row.resource] for tenant, amounts in (pickers_by_tenant or {}).items() if amounts.get(row.resource)
+        }
 
         def show(value: Decimal, resource: str = row.resource) -> str:
             return show_amount(resource, value)
@@ -166,6 +182,7 @@ def capacity_report(config: PlatformConfig) -> list[dict[str, object]]:
                 "supplyByPool": {pool: show(v) for pool, v in row.supply_by_pool.items()},
                 "demand": show(row.demand),
                 "demandByTenant": {tenant: show(v) for tenant, v in row.demand_by_tenant.items()},
+                "endpointPickersByTenant": {tenant: show(v) for tenant, v in pickers.items()},
                 "overcommitRatio": float(ratio),
                 "utilisationPercent": round(float(row.demand / row.supply * 100)) if row.supply else None,
                 "withinCapacity": row.demand <= row.supply * ratio,
@@ -197,9 +214,20 @@ EVICTION_MEMORY = Decimal(100 * 2**20)
 # What the node agents every GPU node runs ask for (aws-node, kube-proxy, the Pod Identity agent,
 # istio-cni, the GPU Operator's device plugin, GFD, DCGM exporter, MIG manager and validator,
 # NFD worker, node-exporter): an allowance, not a measurement; their charts set the figures.
-DAEMONSET_ALLOWANCE = {"cpu": Decimal(1), "memory": Decimal(2 * 2**30)}
+GPU_NODE_AGENTS = {"cpu": Decimal(1), "memory": Decimal(2 * 2**30)}
+# The same on a system node, which runs only the agents every node runs: aws-node (25m of CPU,
+# aws/amazon-vpc-cni-k8s v1.23.1 charts/aws-vpc-cni/values.yaml), kube-proxy, the Pod Identity
+# agent, istio-cni (100m and 100Mi, istio/istio 1.30.3 manifests/charts/istio-cni/values.yaml),
+# the GPU Operator's NFD worker and node-exporter (no requests): an allowance about twice the
+# requests known.
+SYSTEM_NODE_AGENTS = {"cpu": Decimal("0.5"), "memory": Decimal(2**30)}
 # Disk the container images (the vLLM image alone is about 10 GiB) and logs take.
 IMAGE_DISK_GIB = 40
+# A system node's disk: its launch template sizes no volume, so the AMI's root volume, which is
+# EKS's default node disk (CreateNodegroup `diskSize`: 20 GiB); the controllers' images and logs
+# take an allowance of half of it.
+SYSTEM_DISK_GIB = 20
+SYSTEM_IMAGE_DISK_GIB = 10
 
 
 def _kube_reserved_cpu(vcpus: int) -> Decimal:
@@ -212,20 +240,38 @@ def _kube_reserved_cpu(vcpus: int) -> Decimal:
     return reserved + left * Decimal("0.0025")
 
 
-def node_allocatable(pool: NodePoolConfig) -> dict[str, Decimal]:
-    """What the scheduler can place on one node of the pool: the instance's CPU, memory and disk
-    less the kubelet's reserve, eviction thresholds and the node agents, plus the GPU resources
-    the pool's sharing advertises."""
-    supply = pool_supply(pool)
-    instance = supply.instance
-    pods = max_pods(instance.vcpus)
+def eks_node_allocatable(
+    vcpus: int, memory_gib: int, disk_gib: int, *, agents: dict[str, Decimal], image_disk_gib: int
+) -> dict[str, Decimal]:
+    """What the scheduler can place on one EKS node of this size: its CPU, memory and disk less
+    the kubelet's reserve and eviction thresholds, the node `agents` and the images' disk."""
+    pods = max_pods(vcpus)
     memory_reserved = Decimal((11 * pods + 255) * 2**20) + EVICTION_MEMORY
-    disk = Decimal(pool.disk_size_gib) * 2**30
-    allocatable = {
-        "cpu": Decimal(instance.vcpus) - _kube_reserved_cpu(instance.vcpus) - DAEMONSET_ALLOWANCE["cpu"],
-        "memory": Decimal(instance.memory_gib) * 2**30 - memory_reserved - DAEMONSET_ALLOWANCE["memory"],
-        "ephemeral-storage": disk * Decimal("0.9") - Decimal((1 + IMAGE_DISK_GIB) * 2**30),
+    disk = Decimal(disk_gib) * 2**30
+    return {
+        "cpu": Decimal(vcpus) - _kube_reserved_cpu(vcpus) - agents["cpu"],
+        "memory": Decimal(memory_gib) * 2**30 - memory_reserved - agents["memory"],
+        "ephemeral-storage": disk * Decimal("0.9") - Decimal((1 + image_disk_gib) * 2**30),
         "pods": Decimal(pods),
     }
+
+
+def node_allocatable(pool: NodePoolConfig) -> dict[str, Decimal]:
+    """What the scheduler can place on one node of the pool: the EKS node's allocatable, plus the
+    GPU resources the pool's sharing advertises."""
+    supply = pool_supply(pool)
+    instance = supply.instance
+    allocatable = eks_node_allocatable(
+        instance.vcpus, instance.memory_gib, pool.disk_size_gib, agents=GPU_NODE_AGENTS, image_disk_gib=IMAGE_DISK_GIB
+    )
     allocatable.update({resource: Decimal(count) for resource, count in supply.per_node.items()})
     return allocatable
+
+
+def system_node_allocatable(group: SystemNodeGroup) -> dict[str, Decimal]:
+    """What the scheduler can place on one node of the EKS system node group, before the
+    platform's controllers (components/cluster.py reserves those)."""
+    instance = CPU_INSTANCE_TYPES[group.instance_type]
+    return eks_node_allocatable(
+        instance.vcpus, instance.memory_gib, SYSTEM_DISK_GIB, agents=SYSTEM_NODE_AGENTS, image_disk_gib=SYSTEM_IMAGE_DISK_GIB
+    )

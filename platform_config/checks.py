@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, get_args
 
 from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, node_allocatable, pool_supply, show_amount
 from .errors import ConfigIssue, format_key
 from .gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, builtin_mig_configs, fits_on_gpu, mig_resource
-from .models import ModelConfig, NodePoolConfig, PlatformConfig, ResourceBudget, ServerArgs
-from .profiles import PROFILES
+from .models import SYSTEM_POOL_NAME, ModelConfig, NodePoolConfig, PlatformConfig, ResourceBudget, ServerArgs, duration_seconds
+from .profiles import PROFILES, TierName
 from .quantity import parse_quantity
 from .serving import (
     DRAIN_MARGIN_SECONDS,
@@ -31,6 +31,9 @@ from .serving import (
 )
 
 Check = Callable[[PlatformConfig], Iterable[ConfigIssue]]
+
+# Tiers from the most to the least latency-sensitive.
+TIER_NAMES: tuple[TierName, ...] = get_args(TierName)
 
 # Namespaces the platform itself installs into; a tenant may not take one of these names.
 RESERVED_NAMESPACES = frozenset(
@@ -66,6 +69,12 @@ def check_unique_names(config: PlatformConfig) -> Iterator[ConfigIssue]:
     for m_index, model in enumerate(config.models):
         for v_index, name in _duplicates([v.name for v in model.versions]):
             yield ConfigIssue(("models", m_index, "versions", v_index, "name"), f"duplicate version name {name!r}")
+    for index, pool in enumerate(config.node_pools):
+        if pool.name == SYSTEM_POOL_NAME:
+            yield ConfigIssue(
+                ("nodePools", index, "name"),
+                f"{SYSTEM_POOL_NAME!r} is the system node group's pool label: name the GPU pool otherwise",
+            )
     for index, tenant in enumerate(config.tenants):
         if tenant.name in RESERVED_NAMESPACES:
             yield ConfigIssue(
@@ -244,11 +253,16 @@ def _runnable_models(config: PlatformConfig) -> list[tuple[int, ModelConfig]]:
     return [(i, m) for i, m, _ in _placed_models(config) if not any(_check_model_fits_pool(config, i))]
 
 
-def _summed_demand(models: list[tuple[int, ModelConfig]], peaks: Mapping[str, Peak]) -> dict[str, Decimal]:
-    """What the models hold together at their peaks, per resource."""
+def _summed_demand(
+    models: list[tuple[int, ModelConfig]], peaks: Mapping[str, Peak], *, with_pickers: bool = False
+) -> dict[str, Decimal]:
+    """What the models hold together at their peaks, per resource; `with_pickers`: their
+    endpoint pickers' pods too (in the tenant's quota, off the GPU pool)."""
     need: dict[str, Decimal] = {}
     for _, model in models:
-        for resource, amount in peaks[model.name].demand.items():
+        peak = peaks[model.name]
+        pickers = peak.picker_demand.items() if with_pickers else ()
+        for resource, amount in [*peak.demand.items(), *pickers]:
             need[resource] = need.get(resource, Decimal(0)) + amount
     return need
 
@@ -390,14 +404,14 @@ def check_models_fit_quotas(config: PlatformConfig, peaks: Mapping[str, Peak]) -
                 budget = {r: a - reserved.get(r, Decimal(0)) for r, a in budget.items()}
                 if pods_budget is not None:
                     pods_budget -= tenant.experiment_quota.pods or 0
-            need = _summed_demand(models, peaks)
+            need = _summed_demand(models, peaks, with_pickers=True)
             who = "experiments" if experiment else "production"
             for resource, amount in sorted(need.items()):
                 limited = resource.startswith("nvidia.com/") or resource in budget
                 have = budget.get(resource, Decimal(0))
                 if limited and amount > have:
                     yield _over_budget(config, models, t_index, budget_key, resource, amount, have, who)
-            replicas = sum(peaks[m.name].replicas for _, m in models)
+            replicas = sum(peaks[m.name].replicas + peaks[m.name].picker_pods for _, m in models)
             if pods_budget is not None and replicas > pods_budget:
                 yield _over_budget(config, models, t_index, budget_key, "pods", Decimal(replicas), Decimal(pods_budget), who)
 
@@ -416,7 +430,8 @@ def _over_budget(config, models, t_index, budget_key, resource, need, have, who)
     path = ("models", index, "autoscaling", "maxReplicas") if index is not None else ("tenants", t_index, budget_key, *key)
     return ConfigIssue(
         path,
-        f"at their peak (maxReplicas, rollouts and injected sidecars included) {names} hold {show_amount(resource, need)} of "
+        f"at their peak (maxReplicas, rollouts, injected sidecars and endpoint pickers included) {names} hold "
+        f"{show_amount(resource, need)} of "
         f"{resource}, but tenant {tenant.name!r} has "
         f"{show_amount(resource, have)} for {who} ({format_key(('tenants', t_index, budget_key, *key))}); "
         "lower maxReplicas or raise the quota",
@@ -610,6 +625,26 @@ def check_gateway_tls(config: PlatformConfig) -> Iterator[ConfigIssue]:
         )
 
 
+def check_tier_queues(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A tier's queue wait fits in its route timeout, and a sheddable tier never ranks above one
+    that is not (premium is never shed before standard)."""
+    tiers = config.traffic.tiers
+    for tier in TIER_NAMES:
+        policy = tiers[tier]
+        if duration_seconds(policy.queue_timeout) >= duration_seconds(policy.timeout):
+            yield ConfigIssue(
+                ("traffic", "tiers", tier, "queueTimeout"),
+                f"{policy.queue_timeout} is not below the tier's timeout {policy.timeout}: a queued request would time out "
+                "at the gateway (504) before it is answered 503",
+            )
+    for higher, lower in zip(TIER_NAMES, TIER_NAMES[1:]):
+        if tiers[higher].sheddable and not tiers[lower].sheddable:
+            yield ConfigIssue(
+                ("traffic", "tiers", higher, "sheddable"),
+                f"{higher} would be shed before {lower}, which ranks below it: make {lower} sheddable too, or {higher} not",
+            )
+
+
 CHECKS: list[Check] = [
     check_unique_names,
     check_gpu_sharing,
@@ -631,6 +666,7 @@ CHECKS: list[Check] = [
     check_gateway_tls,
     check_object_names,
     check_server_component_names,
+    check_tier_queues,
 ]
 
 

@@ -25,6 +25,9 @@ class GovernanceFloors:
     # would tear replicas down on every dip and let one replica take every burst.
     knative_scale_down_delay_seconds: int = 60
     knative_window_seconds: int = 60
+    # The endpoint picker stands in every request's path to its model version: with one replica,
+    # its restart is the version's outage.
+    endpoint_picker_replicas_in_production: int = 2
 
     def policy_defaults(self) -> dict[str, float]:
         """The floors under the policy pack's config keys."""

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from .cpu_instances import CPU_INSTANCE_TYPES, cpu_catalog_summary
 from .gpu_catalog import COMPUTE_SLICES, INSTANCE_TYPES
 from .profiles import AutoscalingMode, PriorityClassName, ProfileName, TierName
 from .quantity import parse_quantity
@@ -171,16 +172,14 @@ def _instance_type(value: str) -> str:
 InstanceTypeName = Annotated[str, AfterValidator(_instance_type)]
 
 
-def _ec2_instance_type(value: str) -> str:
-    """Any EC2 instance type pulumi-aws knows (its generated `ec2.InstanceType` list)."""
-    from pulumi_aws.ec2._enums import InstanceType  # the list alone, not the whole ec2 module
-
-    if value not in {member.value for member in InstanceType}:
-        raise ValueError(f"{value!r} is not an EC2 instance type (pulumi-aws's ec2.InstanceType), e.g. 'm6i.xlarge'")
+def _system_instance_type(value: str) -> str:
+    """A CPU type of the system node catalog, whose vCPUs and memory size the system nodes."""
+    if value not in CPU_INSTANCE_TYPES:
+        raise ValueError(f"{value!r} is not an EC2 instance type in the system node catalog; allowed: {cpu_catalog_summary()}")
     return value
 
 
-Ec2InstanceType = Annotated[str, AfterValidator(_ec2_instance_type)]
+SystemInstanceTypeName = Annotated[str, AfterValidator(_system_instance_type)]
 
 SubnetId = Annotated[str, _full_match(r"subnet-[0-9a-f]{8,17}", "is not a subnet ID such as 'subnet-0123456789abcdef0'")]
 
@@ -297,11 +296,17 @@ KNATIVE_MAX_CONTAINER_CONCURRENCY = 1000
 KubernetesVersion = Literal["1.30", "1.31", "1.32", "1.33", "1.34"]
 
 
+# The pool label value of the EKS system node group's nodes (`inference.platform/pool=system`):
+# no GPU pool may take it, or system pods could be placed on its nodes.
+SYSTEM_POOL_NAME = "system"
+
+
 class SystemNodeGroup(ConfigModel):
     """CPU nodes for the platform's own controllers (Istio, Knative, operators, autoscaler)."""
 
-    instance_type: Ec2InstanceType = "m6i.xlarge"
-    """EC2 instance type of the CPU nodes (any type pulumi-aws's `ec2.InstanceType` knows)."""
+    instance_type: SystemInstanceTypeName = "m6i.2xlarge"
+    """EC2 instance type of the CPU nodes, from the platform's catalog of CPU types (m5, m6i, m6a, m7i, m7a, c6i, c7i,
+    r6i, r7i; large to 16xlarge)."""
     min_size: PositiveInt = 2
     """Fewest system nodes."""
     max_size: PositiveInt = 4
@@ -707,6 +712,15 @@ class AutoscalingConfig(ConfigModel):
         return self
 
 
+class EndpointPickerSettings(ConfigModel):
+    enabled: bool | None = None
+    """Put the llm-d endpoint picker (flow control per tier, queue-, KV-cache- and prefix-cache-aware endpoint
+    picking) in front of each version's servers. Default: on for mode `hpa`; mode `kpa` keeps Knative's activator
+    path (the picker dials pods directly and would bypass scale from zero)."""
+    replicas: Annotated[int, Field(ge=1, le=16)] = 2
+    """Endpoint picker pods per version, active-active (each holds its own queues); at least 2 in production."""
+
+
 class DrainSettings(ConfigModel):
     termination_grace_period_seconds: Annotated[int, Field(ge=30, le=3600)] = 300
     """Seconds a stopping replica has to finish in-flight requests; raised where needed to cover the preStop delay, the
@@ -747,6 +761,8 @@ class ModelConfig(ConfigModel):
     """PriorityClass of its pods. Default: the profile's."""
     drain: DrainSettings = DrainSettings()
     """How a stopping replica drains."""
+    endpoint_picker: EndpointPickerSettings = EndpointPickerSettings()
+    """The endpoint picker in front of each version's servers."""
 
     @property
     def openai_name(self) -> str:
@@ -770,6 +786,21 @@ class TierPolicy(ConfigModel):
     max_request_body_bytes: Annotated[int, Field(ge=1 << 10, le=64 << 20)] = 4 << 20
     """Largest request body of this tier, in bytes: a larger one gets 413 from the gateway filter (by its
     content-length before the body is read). The gateway buffers up to the largest tier's limit per connection."""
+    queue_timeout: Annotated[Duration, _duration_between(1, 600)] = "10s"
+    """The longest a request of this tier waits in a model version's endpoint picker queue before the gateway answers
+    503 with `Retry-After` (1s-10m). The pinned picker keeps one queue TTL per model version: the shortest of the
+    tiers its servers take (see the README)."""
+    max_queued_requests: Annotated[int, Field(ge=1, le=100_000)] = 256
+    """Requests of this tier one endpoint picker replica holds in its queue; past it: 503 with `Retry-After`."""
+    max_queued_bytes: PositiveQuantity = "256Mi"
+    """Request bytes of this tier one endpoint picker replica holds in its queue; past it: 503 with `Retry-After`."""
+    sheddable: bool = False
+    """Whether the endpoint picker may drop this tier's queued requests first when the servers are saturated. A
+    sheddable tier may not rank above one that is not."""
+    endpoint_picker_failure: Literal["open", "closed"] = "open"
+    """What a model version's endpoint picker proxy does with this tier's requests while the picker cannot be asked
+    (its process down or failing): `open` sends them to the version's servers through their Service, unpicked and
+    unqueued (the gateway's connection-pool limits still bound them); `closed` answers 503 with `Retry-After`."""
 
 
 def _default_tiers() -> dict[TierName, TierPolicy]:
@@ -778,8 +809,12 @@ def _default_tiers() -> dict[TierName, TierPolicy]:
     # Batch stops at 600 s: what Knative's activator drains (KNATIVE_ACTIVATOR_GRACE_SECONDS).
     # Bodies: 4 MiB holds a 128k-token prompt several times over; batch prompts come in lists.
     return {
-        "premium": TierPolicy(timeout="120s", max_pending_requests=64, max_requests=512, retry_attempts=1, vllm_priority=0),
-        "standard": TierPolicy(timeout="300s", max_pending_requests=32, max_requests=256, retry_attempts=1, vllm_priority=1),
+        "premium": TierPolicy(
+            timeout="120s", max_pending_requests=64, max_requests=512, retry_attempts=1, vllm_priority=0, queue_timeout="5s"
+        ),
+        "standard": TierPolicy(
+            timeout="300s", max_pending_requests=32, max_requests=256, retry_attempts=1, vllm_priority=1, queue_timeout="10s"
+        ),
         "batch": TierPolicy(
             timeout="600s",
             max_pending_requests=16,
@@ -787,6 +822,10 @@ def _default_tiers() -> dict[TierName, TierPolicy]:
             retry_attempts=0,
             vllm_priority=2,
             max_request_body_bytes=16 << 20,
+            queue_timeout="60s",
+            max_queued_requests=128,
+            max_queued_bytes="512Mi",
+            sheddable=True,
         ),
     }
 

@@ -117,4 +117,14 @@ CHARTS: tuple[ChartPin, ...] = (
 VLLM_VERSION = "0.18.0"
 VLLM = ImagePin("vllm/vllm-openai", f"v{VLLM_VERSION}", "github.com/vllm-project/vllm")
 AWS_CLI = ImagePin("public.ecr.aws/aws-cli/aws-cli", "2.27.50", "github.com/aws/aws-cli")
-IMAGES: tuple[ImagePin, ...] = (VLLM, AWS_CLI)
+# The llm-d router's endpoint picker (EPP), github.com/llm-d/llm-d-router tag v0.10.0 (commit
+# 71f4f0999f95). Its source chart says `tag: main`; the release script hack/push-chart.sh sets
+# router.epp.image to ghcr.io/llm-d/llm-d-router-endpoint-picker:<tag> for the published chart.
+LLM_D_ROUTER_VERSION = "0.10.0"
+ENDPOINT_PICKER = ImagePin(
+    "ghcr.io/llm-d/llm-d-router-endpoint-picker", f"v{LLM_D_ROUTER_VERSION}", "github.com/llm-d/llm-d-router"
+)
+# The Envoy sidecar of the standalone chart's Envoy preset at that tag
+# (config/charts/llm-d-router-standalone/values.yaml router.proxy.presets.envoy.image).
+ENVOY_PROXY = ImagePin("docker.io/envoyproxy/envoy", "distroless-v1.33.2", "github.com/envoyproxy/envoy")
+IMAGES: tuple[ImagePin, ...] = (VLLM, AWS_CLI, ENDPOINT_PICKER, ENVOY_PROXY)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import get_args
 
@@ -180,6 +180,10 @@ class Peak:
     pods: dict[str, int]
     replicas: int
     demand: dict[str, Decimal]
+    # Pods the model's endpoint pickers add in its tenant's namespace, and their CPU and memory:
+    # they count against the tenant's quota but run off the GPU pool.
+    picker_pods: int = 0
+    picker_demand: dict[str, Decimal] = field(default_factory=dict)
 
 
 def model_peak(model: ModelConfig, surge: int, injected: tuple[Mapping[str, str], ...]) -> Peak:
@@ -198,3 +202,20 @@ def model_peak(model: ModelConfig, surge: int, injected: tuple[Mapping[str, str]
             "memory": (parse_quantity(model.resources.memory) + added["memory"]) * replicas,
         },
     )
+
+
+def picker_priority(tier: TierName, policy: TierPolicy) -> int:
+    """The endpoint picker's priority of a tier: higher is served first (the opposite of vLLM's,
+    llm-d-router v0.10.0 apix InferenceObjective spec.priority), negative is sheddable
+    (pkg/epp/util/request/sheddable.go IsSheddable: priority < 0). Tier order decides, so premium
+    is never below standard, and standard never below batch."""
+    rank = get_args(TierName).index(tier)
+    return -1 - rank if policy.sheddable else len(get_args(TierName)) - rank
+
+
+def picker_queue_ttl_seconds(config: PlatformConfig, model: ModelConfig) -> int:
+    """One queue TTL per endpoint picker (llm-d-router v0.10.0 pkg/epp/requestcontrol/admission.go:
+    a request's InitialEffectiveTTL is always 0, deferring to flowControl.defaultRequestTTL): the
+    shortest queue timeout of the tiers the servers take, so no request waits longer than its
+    tier allows."""
+    return min(math.ceil(duration_seconds(config.traffic.tiers[t].queue_timeout)) for t in served_tiers(config, model))

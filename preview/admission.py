@@ -3,8 +3,10 @@ every pod template the program declares, following the upstream semantics.
 
 For each workload (Deployment, StatefulSet, Job, Knative Service), in the order a real cluster
 applies them:
-1. the containers the cluster adds, sized as their injectors size them: Istio's sidecar in
-   injected namespaces and Knative's queue-proxy (see ISTIO_PROXY_DEFAULT, QUEUE_PROXY_DEFAULT);
+1. the containers the cluster adds, sized as their injectors size them: Istio's sidecar where
+   Istio's webhook selectors and injection rule put one (`istio_injects`: the namespace's label,
+   then the pod's `sidecar.istio.io/inject` label or annotation) and Knative's queue-proxy (see
+   ISTIO_PROXY_DEFAULT, QUEUE_PROXY_DEFAULT);
 2. API defaulting: a container with a limit and no request gets the request equal to the limit
    (kubernetes pkg/apis/core/v1/defaults.go, SetDefaults_Pod);
 3. LimitRanger (plugin/pkg/admission/limitranger/admission.go): `mergeContainerResources`
@@ -27,7 +29,11 @@ applies them:
    nodes, every taint of the pool is tolerated, the PriorityClass exists, and all pods at peak
    bin-pack onto the pool's nodes at maxSize (allocatable CPU, memory, disk, whole GPUs and MIG
    slices per node after the pool's geometry, minus the system reserve: the program exports
-   these as the `nodePools` stack output).
+   these as the `nodePools` stack output, the EKS system node group's included). A pod with no
+   node selector goes where the scheduler would put it: onto the first pool whose taints it
+   tolerates; when no pool it tolerates is known (an existing cluster's own nodes) and it asks for
+   no GPU, it is left to the cluster's scheduler, unchecked (`left_to_cluster_scheduler`); a pod
+   that asks for a GPU must name its pool.
 """
 
 from __future__ import annotations
@@ -73,6 +79,44 @@ QUEUE_PROXY_ANNOTATIONS = {
     ("limits", "cpu"): "queue.sidecar.serving.knative.dev/cpu-resource-limit",
     ("limits", "memory"): "queue.sidecar.serving.knative.dev/memory-resource-limit",
 }
+# Whether Istio 1.30.3 injects its sidecar, for the default revision (the one the platform
+# installs: istiod_values sets no `revision`). First the MutatingWebhookConfiguration's selectors
+# decide whether istiod is asked at all (manifests/charts/istio-control/istio-discovery/templates/
+# mutatingwebhook.yaml): a namespace labelled istio-injection=enabled (or, without that label,
+# istio.io/rev=default) asks for every pod but one labelled sidecar.istio.io/inject=false; a
+# namespace with neither label only for a pod labelled sidecar.istio.io/inject=true (or
+# istio.io/rev=default); istio-injection=disabled for none. Then istiod's injectRequired
+# (pkg/kube/inject/inject.go) skips hostNetwork pods and the IgnoredNamespaces
+# (pkg/kube/inject/initializer.go), and reads sidecar.istio.io/inject from the pod's label when
+# the label is present, else from the legacy annotation: "true" injects, "false" does not,
+# anything else falls to the injection policy (global.proxy.autoInject, "enabled" by default;
+# the never/always-inject selectors are empty), so injects.
+ISTIO_INJECT_KEY = "sidecar.istio.io/inject"
+ISTIO_REVISION_KEY = "istio.io/rev"
+ISTIO_NAMESPACE_INJECTION_KEY = "istio-injection"
+ISTIO_DEFAULT_REVISION = "default"
+ISTIO_IGNORED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "local-path-storage"})
+
+
+def istio_injects(
+    namespace: str, namespace_labels: dict[str, str], labels: dict[str, str], annotations: dict[str, str], host_network: bool
+) -> bool:
+    """Whether Istio adds its sidecar to a pod with these labels and annotations in this namespace."""
+    opted_out = labels.get(ISTIO_INJECT_KEY) == "false"
+    if ISTIO_NAMESPACE_INJECTION_KEY in namespace_labels:
+        asked = namespace_labels[ISTIO_NAMESPACE_INJECTION_KEY] == "enabled" and not opted_out
+    elif ISTIO_REVISION_KEY in namespace_labels:
+        asked = namespace_labels[ISTIO_REVISION_KEY] == ISTIO_DEFAULT_REVISION and not opted_out
+    else:
+        asked = (labels.get(ISTIO_INJECT_KEY) == "true" and ISTIO_REVISION_KEY not in labels) or (
+            labels.get(ISTIO_REVISION_KEY) == ISTIO_DEFAULT_REVISION and not opted_out
+        )
+    if not asked or host_network or namespace in ISTIO_IGNORED_NAMESPACES:
+        return False
+    stated = labels[ISTIO_INJECT_KEY] if ISTIO_INJECT_KEY in labels else annotations.get(ISTIO_INJECT_KEY, "")
+    return stated != "false"
+
+
 QUEUE_PROXY_SECURITY = {
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
@@ -182,6 +226,9 @@ class Workload:
     containers: list[dict[str, Any]] = field(default_factory=list)
     init_containers: list[dict[str, Any]] = field(default_factory=list)
     pool: str | None = None
+    # No node selector, no GPU, and no pool it tolerates is known: the cluster's scheduler places
+    # it on nodes the program does not describe, so its placement is not checked.
+    left_to_cluster_scheduler: bool = False
     peak: int = 0
     placed: int = 0
 
@@ -341,10 +388,13 @@ def _controller_containers(workload: Workload) -> None:
 
 def _webhook_containers(workload: Workload, namespace: Namespace | None) -> None:
     """Istio's injection webhook adds the sidecar after the built-in mutating plugins
-    (LimitRanger's defaults do not reach it; its own resources must satisfy the quotas). On
-    Kubernetes 1.29+ Istio 1.30 injects it as a native sidecar (an init container with
-    restartPolicy Always), which the scheduler and quotas count like an app container."""
-    if namespace is not None and namespace.labels.get("istio-injection") == "enabled":
+    (LimitRanger's defaults do not reach it; its own resources must satisfy the quotas), to the
+    pods `istio_injects` says it injects. On Kubernetes 1.29+ Istio 1.30 injects it as a native
+    sidecar (an init container with restartPolicy Always), which the scheduler and quotas count
+    like an app container."""
+    if namespace is not None and istio_injects(
+        workload.namespace, namespace.labels, workload.labels, workload.annotations, bool(workload.pod.get("hostNetwork"))
+    ):
         sidecar = _injected(
             "istio-proxy", workload.annotations, ISTIO_PROXY_ANNOTATIONS, ISTIO_PROXY_DEFAULT, ISTIO_PROXY_SECURITY, replace=True
         )
@@ -618,22 +668,42 @@ def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool
     return False
 
 
+def _untolerated(pool: PoolTemplate, tolerations: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The pool's taints that keep this pod off its nodes."""
+    return [t for t in pool.taints if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, t)]
+
+
+def _asks_for_extended_resources(workload: Workload) -> bool:
+    return any(
+        resource.startswith(EXTENDED_PREFIXES)
+        for container in workload.containers + workload.init_containers
+        for kind in ("requests", "limits")
+        for resource in ((container.get("resources") or {}).get(kind) or {})
+    )
+
+
 def _pool_for(workload: Workload, pools: list[PoolTemplate]) -> PoolTemplate | None:
     selector = workload.pod.get("nodeSelector") or {}
+    tolerations = workload.pod.get("tolerations") or []
     if not selector:
-        workload.findings.append("no nodeSelector: a model server names the pool it runs on")
-        return None
+        if _asks_for_extended_resources(workload):
+            workload.findings.append("no nodeSelector: a model server names the pool it runs on")
+            return None
+        # The scheduler may put it on any node whose taints it tolerates.
+        open_to_it = [p for p in pools if not _untolerated(p, tolerations)]
+        if not open_to_it:
+            workload.left_to_cluster_scheduler = True
+            return None
+        return open_to_it[0]
     matching = [p for p in pools if all(p.labels.get(k) == v for k, v in selector.items())]
     if not matching:
         workload.findings.append(f"no node pool has the labels of its nodeSelector {selector}")
         return None
     pool = matching[0]
-    tolerations = workload.pod.get("tolerations") or []
-    for taint in pool.taints:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, taint):
-            workload.findings.append(
-                f"does not tolerate pool {pool.name}'s taint {taint['key']}={taint.get('value', '')}:{taint['effect']}"
-            )
+    for taint in _untolerated(pool, tolerations):
+        workload.findings.append(
+            f"does not tolerate pool {pool.name}'s taint {taint['key']}={taint.get('value', '')}:{taint['effect']}"
+        )
     return pool
 
 
@@ -681,6 +751,22 @@ class AdmissionResult:
     @property
     def failed(self) -> bool:
         return bool(self.findings)
+
+    @property
+    def left_to_cluster_scheduler(self) -> list[Workload]:
+        return [w for w in self.workloads if w.left_to_cluster_scheduler]
+
+    @property
+    def unchecked_placement_note(self) -> str:
+        """For the stage's summary: how many pod templates the cluster's scheduler places on
+        nodes the program does not describe ("" when none)."""
+        unchecked = self.left_to_cluster_scheduler
+        if not unchecked:
+            return ""
+        return (
+            f"{len(unchecked)} without a nodeSelector or GPU placed by the cluster's scheduler on its own nodes, unchecked "
+            f"({', '.join(w.label for w in unchecked)})"
+        )
 
 
 def admit_and_schedule(

@@ -20,13 +20,19 @@ def capacity_section(stack_outputs: dict[str, Any]) -> Section:
     if not rows:
         return Section("Capacity", "no capacity table exported", data=[])
     over = [r for r in rows if not r["withinCapacity"]]
-    lines, table = [], ["| resource | kind | pools supply (at maxSize) | tenant quotas | used |", "|---|---|---|---|---:|"]
+    lines = []
+    table = [
+        "| resource | kind | pools supply (at maxSize) | tenant quotas | of which endpoint pickers at peak | used |",
+        "|---|---|---|---|---|---:|",
+    ]
     for row in rows:
         supply = ", ".join(f"{p} {v}" for p, v in row["supplyByPool"].items()) or "-"
         demand = ", ".join(f"{t} {v}" for t, v in row["demandByTenant"].items()) or "-"
+        pickers = ", ".join(f"{t} {v}" for t, v in row.get("endpointPickersByTenant", {}).items()) or "-"
         used = f"{row['utilisationPercent']}%" if row["utilisationPercent"] is not None else "-"
         table.append(
-            f"| `{row['resource']}` | {row['kind']} | {row['supply']} ({supply}) | {row['demand']} ({demand}) | {used} |"
+            f"| `{row['resource']}` | {row['kind']} | {row['supply']} ({supply}) | {row['demand']} ({demand}) | {pickers} "
+            f"| {used} |"
         )
         lines.append(f"{row['resource']:<26} supply {row['supply']:>8}  quotas {row['demand']:>8}  {used:>5}  {row['kind']}")
     summary = (
@@ -146,6 +152,8 @@ def admission_section(result: AdmissionResult) -> Section:
     )
     if result.findings:
         summary += f", {len(result.findings)} findings"
+    if result.unchecked_placement_note:
+        summary += f"; {result.unchecked_placement_note}"
     rows = ["| workload | pool | pods at peak | placed | admitted |", "|---|---|---:|---:|---|"]
     for w in result.workloads:
         verdict = "yes" if not w.findings else "**no**: " + "; ".join(w.findings[:3])
@@ -156,6 +164,7 @@ def admission_section(result: AdmissionResult) -> Section:
             for w in result.workloads
         ],
         "findings": result.findings,
+        "leftToClusterScheduler": [w.label for w in result.left_to_cluster_scheduler],
     }
     return Section(
         "Admission and scheduling",

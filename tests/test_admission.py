@@ -4,7 +4,9 @@ webhook and scheduling onto the pools, on small objects built here and on every 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -295,12 +297,50 @@ def test_limit_request_ratio_needs_a_request():
     assert any("maxLimitRequestRatio on cpu needs a non-zero cpu request" in f for f in findings)
 
 
-def test_a_pod_without_a_node_selector_is_a_finding():
+def test_a_gpu_pod_without_a_node_selector_is_a_finding():
     spec = pod_spec()
     del spec["nodeSelector"]
-    assert run(namespace(), deployment(spec)).findings == [
-        "Deployment team/server: no nodeSelector: a model server names the pool it runs on"
-    ]
+    result = run(namespace(), deployment(spec))
+    assert result.findings == ["Deployment team/server: no nodeSelector: a model server names the pool it runs on"]
+    assert result.left_to_cluster_scheduler == [] and result.unchecked_placement_note == ""
+
+
+def cpu_pod_spec(cpu: str = "1", memory: str = "2Gi") -> dict[str, Any]:
+    """A pod like the endpoint picker's on an existing cluster: no GPU, no nodeSelector, no
+    tolerations."""
+    return {
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            {
+                "name": "epp",
+                "image": "x:1",
+                "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
+                "securityContext": dict(SECURE),
+            }
+        ],
+    }
+
+
+def test_a_cpu_pod_without_a_node_selector_and_no_pool_it_tolerates_is_left_to_the_cluster():
+    # Kubeconfig mode: the only pools known are GPU pools, tainted; the cluster's own nodes are not described.
+    result = run(namespace(), deployment(cpu_pod_spec(), name="picker"))
+    assert result.findings == []
+    (workload,) = result.workloads
+    assert (workload.pool, workload.placed, workload.left_to_cluster_scheduler) == (None, 0, True)
+    assert result.left_to_cluster_scheduler == [workload]
+    assert result.unchecked_placement_note == (
+        "1 without a nodeSelector or GPU placed by the cluster's scheduler on its own nodes, unchecked (Deployment team/picker)"
+    )
+
+
+def test_a_cpu_pod_without_a_node_selector_goes_to_a_pool_it_tolerates_and_must_fit():
+    untainted = {**POOL, "name": "cpu", "labels": {"inference.platform/pool": "cpu"}, "taints": []}
+    result = run(namespace(), deployment(cpu_pod_spec(), name="picker"), pools=[POOL, untainted])
+    assert result.findings == [] and result.left_to_cluster_scheduler == []
+    assert (result.workloads[0].pool, result.workloads[0].placed) == ("cpu", 3)
+    # 3 pods of 40 CPUs on two 30-CPU nodes: checked like any other pod.
+    findings = run(namespace(), deployment(cpu_pod_spec(cpu="40"), name="picker"), pools=[POOL, untainted]).findings
+    assert len(findings) == 1 and "3 of its 3 pods at peak do not fit pool cpu" in findings[0]
 
 
 def test_the_sidecar_gets_no_limit_range_defaults():
@@ -318,12 +358,154 @@ def test_a_missing_priority_class_is_found():
     assert run(namespace(), deployment(spec)).findings == ["Deployment team/server: PriorityClass gold does not exist"]
 
 
+def sidecars(result) -> list[str]:
+    (workload,) = result.workloads
+    return [c["name"] for c in workload.containers if c["name"] == "istio-proxy"]
+
+
+def template_metadata(d: dict[str, Any], labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None):
+    d["spec"]["template"]["metadata"] = {"labels": labels or {}, "annotations": annotations or {}}
+    return d
+
+
+def test_istio_injection_opt_out_by_label_or_legacy_annotation():
+    # Opted out, the pod gets no sidecar: 3 pods x 4 CPUs fit a 12-CPU quota exactly.
+    for opt_out in ({"labels": {"sidecar.istio.io/inject": "false"}}, {"annotations": {"sidecar.istio.io/inject": "false"}}):
+        d = template_metadata(deployment(pod_spec(cpu="4")), **opt_out)
+        result = run(namespace(injected=True), quota({"requests.cpu": "12"}), d)
+        assert (sidecars(result), result.findings) == ([], []), opt_out
+    # Without the opt-out the sidecar's 100m is counted.
+    result = run(namespace(injected=True), quota({"requests.cpu": "12"}), deployment(pod_spec(cpu="4")))
+    assert sidecars(result) == ["istio-proxy"] and len(result.findings) == 1
+
+
+def test_istio_injection_precedence():
+    def injected(ns_labels: dict[str, str], labels=None, annotations=None, ns_name: str = NS) -> bool:
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns_name, "labels": ns_labels}}
+        d = template_metadata(deployment(pod_spec()), labels, annotations)
+        d["metadata"]["namespace"] = ns_name
+        return sidecars(admit_and_schedule([ns, d], [POOL])) == ["istio-proxy"]
+
+    on = {"istio-injection": "enabled"}
+    inject = "sidecar.istio.io/inject"
+    assert injected(on)
+    # The label is preferred to the legacy annotation, both ways.
+    assert injected(on, labels={inject: "true"}, annotations={inject: "false"})
+    assert not injected(on, labels={inject: "false"}, annotations={inject: "true"})
+    # An unlabelled namespace: only the pod's label asks the webhook, not the annotation.
+    assert injected({}, labels={inject: "true"})
+    assert not injected({}, annotations={inject: "true"})
+    assert not injected({})
+    # A namespace that disables injection wins over the pod's label.
+    assert not injected({"istio-injection": "disabled"}, labels={inject: "true"})
+    # The revision label selects the default revision's webhook; istiod skips kube-system.
+    assert injected({"istio.io/rev": "default"})
+    assert not injected({"istio.io/rev": "canary"})
+    assert not injected(on, ns_name="kube-system")
+
+
+# --- the EKS system node group's template -------------------------------------------------------
+
+# AWS's instance type specifications (general purpose, M6i): vCPUs and GiB.
+AWS_M6I = {"m6i.xlarge": (4, 16), "m6i.2xlarge": (8, 32)}
+
+
+def expected_system_allocatable(vcpus: int, memory_gib: int, max_size: int) -> dict[str, Decimal]:
+    """One system node by the EKS AMI's kubelet reserve, worked out here: CPU 6 % of the first
+    core, 1 % of the second, 0.5 % of the next two, 0.25 % of the rest; memory 11 MiB per pod
+    (110 pods up to 30 vCPUs) + 255 MiB, and 100 MiB eviction; then the node agents' allowance and
+    an equal share of every controller in the reserve table, rounded up to a millicore/byte/pod."""
+    from components.cluster import SYSTEM_CONTROLLERS
+    from platform_config.capacity import SYSTEM_NODE_AGENTS
+    from platform_config.quantity import parse_quantity
+
+    cpu_reserve = Decimal("0.06") + Decimal("0.01") + Decimal("0.005") * 2 + Decimal("0.0025") * (vcpus - 4)
+    memory_reserve = Decimal((11 * 110 + 255 + 100) * 2**20)
+    controllers_cpu = sum(parse_quantity(c.requests["cpu"]) * c.pods for c in SYSTEM_CONTROLLERS)
+    controllers_memory = sum(parse_quantity(c.requests["memory"]) * c.pods for c in SYSTEM_CONTROLLERS)
+    controller_pods = sum(c.pods for c in SYSTEM_CONTROLLERS)
+    return {
+        "cpu": vcpus - cpu_reserve - SYSTEM_NODE_AGENTS["cpu"] - Decimal(math.ceil(controllers_cpu * 1000 / max_size)) / 1000,
+        "memory": Decimal(
+            math.floor(
+                memory_gib * 2**30 - memory_reserve - SYSTEM_NODE_AGENTS["memory"] - math.ceil(controllers_memory / max_size)
+            )
+        ),
+        "pods": Decimal(110 - math.ceil(Decimal(controller_pods) / max_size)),
+    }
+
+
+@pytest.mark.parametrize("instance_type, max_size", [("m6i.xlarge", 4), ("m6i.2xlarge", 6)])
+def test_the_system_templates_allocatable(instance_type: str, max_size: int):
+    from components.cluster import system_scheduling_template
+    from platform_config.models import SystemNodeGroup
+    from platform_config.quantity import parse_quantity
+
+    template = system_scheduling_template(SystemNodeGroup(instance_type=instance_type, max_size=max_size))
+    assert (template["name"], template["labels"], template["taints"], template["maxSize"]) == (
+        "system",
+        {"inference.platform/pool": "system"},
+        [],
+        max_size,
+    )
+    allocatable = {resource: parse_quantity(text) for resource, text in template["allocatable"].items()}
+    expected = expected_system_allocatable(*AWS_M6I[instance_type], max_size)
+    assert {r: allocatable[r] for r in expected} == expected
+    # 20 GiB root volume, 10 % eviction, 1 GiB kube-reserved, 10 GiB of images.
+    assert allocatable["ephemeral-storage"] == Decimal(20 * 2**30) * Decimal("0.9") - 11 * 2**30
+
+
+def test_the_system_reserve_counts_the_gateway_at_its_maximum_with_the_projects_requests():
+    from components.cluster import SYSTEM_CONTROLLERS
+    from components.mesh import GATEWAY_RESOURCES, gateway_values
+
+    (gateway,) = [c for c in SYSTEM_CONTROLLERS if c.name == "istio ingress gateway"]
+    assert gateway.pods == gateway_values(None, "internal")["autoscaling"]["maxReplicas"] == 10
+    assert dict(gateway.requests) == GATEWAY_RESOURCES["requests"]
+
+
+def test_only_an_eks_stack_exports_the_system_template(previews):
+    from components.cluster import system_scheduling_template
+    from platform_config.loader import parse_platform_config
+
+    from .helpers import raw_stack
+
+    dev_pools = previews["dev"].report["stackOutputs"]["nodePools"]
+    assert dev_pools and all(p["name"] != "system" for p in dev_pools)  # kubeconfig mode: no system node group
+    eks = parse_platform_config(raw_stack("prod")).cluster.eks
+    assert eks is not None
+    prod_group = eks.system_node_group
+    (system,) = [p for p in previews["prod"].report["stackOutputs"]["nodePools"] if p["name"] == "system"]
+    assert system == system_scheduling_template(prod_group) and system["maxSize"] == 6
+
+
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
 def test_every_stack_admits_and_schedules_every_pod_template(previews, stack):
-    section = previews[stack].report["admission"]
+    run_ = previews[stack]
+    section = run_.report["admission"]
     assert not section["failed"], section["data"]["findings"]
     workloads = section["data"]["workloads"]
-    assert workloads and all(w["findings"] == [] and w["pool"] and w["placedPods"] == w["peakPods"] > 0 for w in workloads)
+    # Only a pod the cluster's own scheduler places (no nodeSelector, no GPU, no known pool it
+    # tolerates: the endpoint picker on an existing cluster) has no pool; on EKS every pod has one.
+    outputs = run_.report["stackOutputs"]
+    unchecked = {
+        w.label
+        for w in admit_and_schedule(run_.manifests(), outputs["nodePools"], outputs["serverPeaks"]).left_to_cluster_scheduler
+    }
+    assert stack == "dev" or unchecked == set()
+    assert workloads and all(w["findings"] == [] and w["peakPods"] > 0 for w in workloads)
+    assert all(
+        (w["pool"] is None and w["placedPods"] == 0)
+        if w["workload"] in unchecked
+        else (w["pool"] and w["placedPods"] == w["peakPods"])
+        for w in workloads
+    )
+
+
+def test_the_pickers_run_on_the_system_pool_on_eks(previews):
+    workloads = previews["prod"].report["admission"]["data"]["workloads"]
+    pickers = [w for w in workloads if w["workload"].endswith("-epp")]
+    assert pickers and all(w["pool"] == "system" and w["placedPods"] == w["peakPods"] == 3 for w in pickers)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from components.backends import BACKENDS
 from components.serving import Plan, ServerPlan
 from components.specs import gateway, pod, routes, tenancy
 
-from .helpers import raw_stack, validate
+from .helpers import raw_stack, set_at, validate
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,25 @@ def test_each_backend_declares_its_objects_in_order(plan):
         ("pdb", "plain", False),
         ("service-monitor", "monitor", False),
         ("hpa", "autoscaler", False),
+        # The version's endpoint picker: its identity and config, the network and mesh rules
+        # that let it reach the servers, the pool and objectives it reads (after their CRDs),
+        # then its pods.
+        ("epp-serviceaccount", "plain", False),
+        ("epp-role", "plain", False),
+        ("epp-rolebinding", "plain", False),
+        ("epp-configmap", "plain", False),
+        ("epp-envoy-configmap", "plain", False),
+        ("epp-ingress-networkpolicy", "plain", False),
+        ("epp-to-servers-networkpolicy", "plain", False),
+        ("epp-servers-from-epp-networkpolicy", "plain", False),
+        ("epp-to-servers-destinationrule", "plain", False),
+        ("inferencepool", "inference-pool", True),
+        ("premium-inferenceobjective", "inference-pool", False),
+        ("standard-inferenceobjective", "inference-pool", False),
+        ("epp-service", "plain", True),
+        ("epp-deployment", "plain", True),
+        ("epp-poddisruptionbudget", "plain", False),
+        ("epp-podmonitor", "monitor", False),
     ]
     kpa = [(o.suffix, o.role, o.serves) for o in BACKENDS["kpa"].server_objects(server(plan, "llama-8b"))]
     assert kpa == [("knative-service", "pods", True), ("pod-monitor", "monitor", False), ("pdb", "plain", False)]
@@ -78,8 +97,19 @@ def test_routes_send_each_tier_to_its_owner(plan):
 
 
 def test_subsets_eject_only_model_servers(plan):
-    rule = routes.destination_rule(plan.model("llama-70b").route)
-    assert all("outlierDetection" in s["trafficPolicy"] for s in rule["spec"]["subsets"])
+    # Behind an endpoint picker, a version's subsets are the picker's pods: its own answers (429
+    # sheds, 503 with no ready replica) must not eject it; the picker itself skips sick servers.
+    (rule,) = routes.destination_rules(plan.model("llama-70b").route)
+    assert rule["metadata"]["name"] == "llama-70b-v1-epp"
+    assert rule["spec"]["host"] == "llama-70b-v1-epp.serving.svc.cluster.local"
+    assert all("outlierDetection" not in s["trafficPolicy"] for s in rule["spec"]["subsets"])
+    # Without a picker, the subsets are the model's servers, ejected when they fail.
+    raw = copy.deepcopy(raw_stack("prod"))
+    (index,) = [i for i, m in enumerate(raw["models"]) if m["name"] == "llama-70b"]
+    set_at(raw, ("models", index, "endpointPicker"), {"enabled": False})
+    (direct,) = routes.destination_rules(validate(raw).model("llama-70b").route)
+    assert direct["spec"]["host"] == "llama-70b.serving.svc.cluster.local"
+    assert all("outlierDetection" in s["trafficPolicy"] for s in direct["spec"]["subsets"])
     shared = routes.shared_destination_rules(plan.routes)
     assert list(shared) == ["knative-tiers"]
     assert shared["knative-tiers"]["metadata"]["name"] == "knative-model-tiers"
@@ -150,3 +180,19 @@ def test_servers_take_the_tiers_that_reach_them():
     assert chat.tiers == tuple(t for t, _ in plan.model("llama-8b").route.subsets)
     assert batch.tiers == ("batch",) and not batch.by_priority
     assert "--scheduling-policy" not in pod.vllm_args(batch)
+
+
+def test_a_tiers_picker_failure_mode_reaches_its_band():
+    raw = copy.deepcopy(raw_stack("prod"))
+    raw.setdefault("traffic", {}).setdefault("tiers", {})
+    default = validate(copy.deepcopy(raw))
+    picker = server(default, "llama-70b").endpoint_picker
+    assert picker is not None and all(band.fails_open for band in picker.bands)
+    tiers = raw["traffic"]["tiers"]
+    tiers["premium"] = {**tiers.get("premium", {}), "endpointPickerFailure": "closed"}
+    if "timeout" not in tiers["premium"]:
+        # A tier given in the stack replaces the default: restate premium's required fields.
+        tiers["premium"].update(timeout="120s", maxPendingRequests=64, maxRequests=512, retryAttempts=1, vllmPriority=0)
+    changed = server(validate(raw), "llama-70b").endpoint_picker
+    assert changed is not None
+    assert {band.tier: band.fails_open for band in changed.bands} == {"premium": False, "standard": True}

@@ -53,6 +53,7 @@ def test_every_built_in_kind_the_platform_declares_is_covered(prod):
         "NetworkPolicy",
         "Role",
         "RoleBinding",
+        "ServiceAccount",
         "Secret",
         "ConfigMap",
         "PriorityClass",

@@ -233,7 +233,7 @@ def test_override_routes_come_first(pack, baseline):
 
 
 def test_every_subset_exists(pack, baseline):
-    without = stack_with(baseline, lambda rs: [r for r in rs if r.name != "llama-70b-route-destination-rule"])
+    without = stack_with(baseline, lambda rs: [r for r in rs if r.name != "llama-70b-route-destination-rule-v1-epp"])
     assert analyze_stack(pack, without) == {"canary-routes": "mandatory"}
 
 

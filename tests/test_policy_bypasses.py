@@ -48,7 +48,7 @@ def configured():
     """The same pack, with each policy config this module exercises set away from its default."""
     running = _started(
         {
-            "pinned-images": {"allowedRegistries": ["docker.io", "ghcr.io"], "deniedTags": ["latest", "nightly"]},
+            "pinned-images": {"allowedRegistries": ["docker.io", "registry.example.com"], "deniedTags": ["latest", "nightly"]},
             "no-secret-env-from": {"allowedNamespaces": ["serving"]},
             "knative-autoscaling": {"productionStacks": []},
             "latency-sensitive-not-time-sliced": {"latencySensitiveTiers": ["premium", "batch"]},
@@ -345,7 +345,7 @@ def test_latency_class_comes_from_the_tiers_served(pack, configured, baseline):
 @pytest.mark.parametrize(
     "image, defaults, configured_verdict",
     [
-        ("ghcr.io/someone/vllm:v0.18.0", "pinned-images", None),
+        ("registry.example.com/someone/vllm:v0.18.0", "pinned-images", None),
         ("quay.io/someone/vllm:v0.18.0", "pinned-images", "pinned-images"),
         ("public.ecr.aws/aws-cli/aws-cli:2.27.50", None, "pinned-images"),
         ("vllm/vllm-openai:nightly", None, "pinned-images"),

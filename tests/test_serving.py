@@ -63,10 +63,15 @@ def test_70b_vllm_args(prod):
 
 
 def test_image_is_pinned(prod):
+    servers = 0
     for obj in prod.manifests():
         if obj["kind"] in ("Deployment",) or (obj["kind"] == "Service" and obj["apiVersion"].startswith("serving.knative")):
-            image = container(obj)["image"]
-            assert re.match(r"^vllm/vllm-openai:v\d+\.\d+\.\d+$", image), image
+            for c in pod(obj)["containers"]:
+                # A model server runs a vLLM release; an endpoint picker the pinned llm-d and Envoy releases.
+                pinned = r"^(vllm/vllm-openai|ghcr\.io/llm-d/llm-d-router-endpoint-picker|docker\.io/envoyproxy/envoy):"
+                assert re.match(pinned + r"(v|distroless-v)\d+\.\d+\.\d+$", c["image"]), c["image"]
+            servers += any(c["name"] == "vllm" for c in pod(obj)["containers"])
+    assert servers >= 4
 
 
 def test_70b_resources_and_placement(prod):
@@ -149,12 +154,19 @@ def test_70b_hpa(prod):
     spec = hpa["spec"]
     assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 8)
     assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama-70b-v1"}
-    metrics = {m["pods"]["metric"]["name"]: m["pods"]["target"] for m in spec["metrics"]}
+    metrics = {m[m["type"].lower()]["metric"]["name"]: m[m["type"].lower()]["target"] for m in spec["metrics"]}
     assert metrics == {
         "vllm_num_requests_waiting": {"type": "AverageValue", "averageValue": "5"},
         "gpu_engine_active_percent": {"type": "AverageValue", "averageValue": "70"},
+        # Requests held in the endpoint picker's queue, per replica: demand the servers have not seen yet.
+        "epp_flow_control_queue_size": {"type": "AverageValue", "averageValue": "5"},
     }
-    assert all(m["type"] == "Pods" for m in spec["metrics"])  # never a Resource metric on a GPU
+    assert [m["type"] for m in spec["metrics"]] == ["Pods", "Pods", "Object"]  # never a Resource metric on a GPU
+    assert spec["metrics"][2]["object"]["describedObject"] == {
+        "apiVersion": "inference.networking.k8s.io/v1",
+        "kind": "InferencePool",
+        "name": "llama-70b-v1",
+    }
     down = spec["behavior"]["scaleDown"]
     assert down["stabilizationWindowSeconds"] == 300
     assert down["policies"] == [{"type": "Percent", "value": 50, "periodSeconds": 60}]
@@ -232,7 +244,10 @@ def test_1b_model_on_a_mig_slice(prod):
     assert vllm["resources"]["limits"]["nvidia.com/mig-1g.10gb"] == "1"
     assert arg(vllm["args"], "--tensor-parallel-size") == "1"
     hpa = prod.k8s("HorizontalPodAutoscaler", "llama-1b-v1", "team-a")["spec"]
-    assert [m["pods"]["metric"]["name"] for m in hpa["metrics"]] == ["vllm_num_requests_waiting"]
+    assert [m[m["type"].lower()]["metric"]["name"] for m in hpa["metrics"]] == [
+        "vllm_num_requests_waiting",
+        "epp_flow_control_queue_size",
+    ]
 
 
 def test_batch_labelling_is_kept_apart(prod):

@@ -9,11 +9,13 @@ import lupa.luajit21 as luajit
 import pytest
 import re2
 
+from components.specs import gateway
+from components.specs import routes as routes_spec
 from components.specs.gateway import LUA_SOURCE
 from components.specs.routes import range_regex, sticky_ranges
 from platform_config import parse_platform_config
 
-from .helpers import Evaluated, config_problems, raw_stack
+from .helpers import Evaluated, config_problems, raw_stack, validate
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 N_KEYS = 100_000
@@ -73,10 +75,15 @@ function make_handle(headers_in, body_text, claims)
     function body:getBytes(i, n) return state.body:sub(i + 1, i + n) end
     function body:setBytes(s) state.body = s end
   end
-  local metadata = {}
+  local metadata = {stored = {}}
+  state.metadata = metadata.stored
   function metadata:get(filter)
     if filter == "envoy.filters.http.jwt_authn" and claims ~= nil then return {payload = claims} end
-    return nil
+    return metadata.stored[filter]
+  end
+  function metadata:set(filter, key, value)
+    metadata.stored[filter] = metadata.stored[filter] or {}
+    metadata.stored[filter][key] = value
   end
   local info = {}
   function info:dynamicMetadata() return metadata end
@@ -91,11 +98,40 @@ function make_handle(headers_in, body_text, claims)
   return handle
 end
 
+-- The response phase of the same stream: its headers, and the metadata the request phase left.
+function make_response_handle(request_handle, headers_in)
+  local state = {headers = {}}
+  for k, v in pairs(headers_in) do state.headers[k] = v end
+  local headers = {}
+  function headers:get(k) return state.headers[k] end
+  function headers:replace(k, v) state.headers[k] = v end
+  function headers:remove(k) state.headers[k] = nil end
+  local handle = {state = state}
+  function handle:headers() return headers end
+  function handle:streamInfo() return request_handle:streamInfo() end
+  return handle
+end
+
 function bucket_counts(n)
   local counts = {}
   for b = 0, 99 do counts[b] = 0 end
   for i = 1, n do
     local b = GATEWAY_FILTER.bucket("user-" .. i)
+    counts[b] = counts[b] + 1
+  end
+  return counts
+end
+
+-- The buckets the filter gives n users who name themselves only in the body's OpenAI "user"
+-- (a token without a user claim), each request run through envoy_on_request.
+function body_user_bucket_counts(n, model, claims)
+  local counts = {}
+  for b = 0, 99 do counts[b] = 0 end
+  for i = 1, n do
+    local body = '{"model":"' .. model .. '","messages":[{"role":"user","content":"hi"}],"user":"user-' .. i .. '"}'
+    local handle = make_handle({[":method"] = "POST"}, body, claims)
+    envoy_on_request(handle)
+    local b = tonumber(handle.state.headers["x-user-bucket"])
     counts[b] = counts[b] + 1
   end
   return counts
@@ -146,6 +182,7 @@ class Request:
             lua.table_from(headers), body, lua.table_from(claims, recursive=True) if claims else None
         )
         lua.globals().envoy_on_request(handle)
+        self.handle, self.lua = handle, lua
         state = handle.state
         self.headers = dict(state.headers.items())
         self.body = state.body
@@ -155,6 +192,12 @@ class Request:
 
     def json(self) -> dict:
         return json.loads(self.body)
+
+    def response(self, headers: dict[str, str]) -> dict[str, str]:
+        """The response headers the client gets once the filter's response phase ran."""
+        handle = self.lua.globals().make_response_handle(self.handle, self.lua.table_from(headers))
+        self.lua.globals().envoy_on_response(handle)
+        return dict(handle.state.headers.items())
 
 
 def fnv1a32(data: bytes) -> int:
@@ -221,11 +264,13 @@ def test_model_header_comes_from_the_body_never_the_client(lua):
 
 @pytest.mark.parametrize("tier, priority", [("premium", 0), ("standard", 1)])
 def test_tier_priority_written_into_the_body(lua, tier, priority):
-    request = Request(lua, {":method": "POST"}, chat_body(priority=-5, temperature=0.2), claims=token(tier=tier))
+    raw = chat_body(priority=-5, temperature=0.2)
+    request = Request(lua, {":method": "POST"}, raw, claims=token(tier=tier))
     body = request.json()
     assert body["priority"] == priority and body["temperature"] == 0.2 and body["messages"][0]["content"] == "hi"
-    # The client's own priority is gone, not merely shadowed.
-    assert request.body.count('"priority"') == 1
+    # Appended, the client's bytes untouched: the client's priority is shadowed by ours, the last
+    # member, which is the one vLLM's json.loads and the picker's encoding/json keep.
+    assert request.body == raw[:-1] + f',"model":"llama-3.1-8b-instruct","priority":{priority}}}'
 
 
 def test_streaming_request_body(lua):
@@ -253,26 +298,37 @@ def test_completions_body_with_nested_priority_fields(lua):
 
 
 def test_client_priority_never_reaches_single_tier_servers(lua):
-    # Finding 16: a single-tier (fcfs) server gets no priority, the client's included.
+    # Finding 16: a single-tier (fcfs) server reads priority 0, vLLM's default, whatever the client sent.
     raw = json.dumps({"model": "batch-labeller", "prompt": "label this", "priority": -100, "metadata": {"priority": 3}})
     body = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch", tenant="team-b")).json()
-    assert "priority" not in body and body["metadata"] == {"priority": 3} and body["prompt"] == "label this"
+    assert body["priority"] == 0 and body["metadata"] == {"priority": 3} and body["prompt"] == "label this"
 
 
-def test_no_priority_for_servers_without_priority_scheduling(lua):
-    # The batch labeller serves one tier: vLLM would reject a non-zero priority.
+def test_servers_without_priority_scheduling_read_vllms_default_priority(lua):
+    # The batch labeller serves one tier: vLLM's API says a non-zero priority may be refused there.
     raw = json.dumps({"model": "batch-labeller", "prompt": "label this"})
-    request = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch"))
-    assert request.body == raw and request.headers["x-model"] == "batch-labeller"
+    request = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch", tenant="team-b"))
+    assert request.body == raw[:-1] + ',"model":"batch-labeller","priority":0}'
+    assert request.headers["x-model"] == "batch-labeller"
     # The 8B chat model's batch tier goes to its batch servers, which serve one tier too.
-    raw = chat_body()
-    assert Request(lua, {":method": "POST"}, raw, claims=token(tier="batch")).body == raw
+    assert Request(lua, {":method": "POST"}, chat_body(), claims=token(tier="batch")).json()["priority"] == 0
 
 
-def test_bodies_that_are_not_json_objects_are_refused(lua):
-    for raw in ("not json", "[1, 2]", '{"model": "llama-3.1-8b-instruct", "unterminated": "x}'):
-        request = Request(lua, {":method": "POST"}, raw, claims=token(tier="premium"))
-        assert request.status == "400" and request.body == raw, raw
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "not json",
+        "[1, 2]",
+        '"{}"',
+        '{"model": "llama-3.1-8b-instruct"} trailing',
+        '{"model": "llama-3.1-8b-instruct"',
+        "\ufeff{}",  # a byte order mark: json.loads(bytes) would take it
+        '{"model": "llama-3.1-8b-instruct"}'.encode("utf-16-le").decode("latin-1"),
+    ],
+)
+def test_bodies_that_are_not_one_json_object_are_refused(lua, raw):
+    request = Request(lua, {":method": "POST"}, raw, claims=token(tier="premium"))
+    assert request.status == "400" and request.body == raw and "x-model" not in request.headers
 
 
 def test_user_key_header_is_per_model_and_set_from_the_token(lua, prod_raw):
@@ -284,6 +340,153 @@ def test_user_key_header_is_per_model_and_set_from_the_token(lua, prod_raw):
     assert request.headers["x-user-bucket"] == str(fnv1a32(b"acct-9") % 100)
     # The model's servers get the token's user in their header; the client's values are gone.
     assert request.headers["x-account"] == "acct-9" and "x-user-id" not in request.headers
+
+
+# The sticky user from the body: a client that only sends OpenAI's `user` stays on one version.
+
+
+def test_body_user_shares_over_100k_users_are_within_one_point_of_every_weight(lua, prod):
+    no_user_claim = lua.table_from(token(sub=None))
+    counts = lua.globals().body_user_bucket_counts(N_KEYS, "llama-3.1-8b-instruct", no_user_claim)
+    buckets = [counts[b] for b in range(100)]
+    assert sum(buckets) == N_KEYS
+    for weight in range(101):
+        assert abs(100 * sum(buckets[:weight]) / N_KEYS - weight) <= 1, weight
+    # The prod canary's route regex over those buckets: its 10%.
+    sticky = next(r for r in vs(prod, "llama-8b", "serving")["spec"]["http"] if r["name"] == "premium-sticky-v2")
+    pattern = re2.compile(sticky["match"][0]["headers"]["x-user-bucket"]["regex"])
+    assert abs(100 * sum(counts[b] for b in range(100) if pattern.fullmatch(str(b))) / N_KEYS - 10) <= 1
+    # A user named in the body lands where the same user named by a token does.
+    claimed = lua.globals().bucket_counts(N_KEYS)
+    assert buckets == [claimed[b] for b in range(100)]
+
+
+def test_the_token_user_claim_beats_the_body_user(lua):
+    request = Request(lua, {":method": "POST"}, chat_body(user="bob"), claims=token(sub="alice"))
+    assert request.headers["x-user-id"] == "alice" and request.headers["x-user-bucket"] == str(fnv1a32(b"alice") % 100)
+    from_body = Request(lua, {":method": "POST"}, chat_body(user="bob"), claims=token(sub=None))
+    assert from_body.headers["x-user-id"] == "bob" and from_body.headers["x-user-bucket"] == str(fnv1a32(b"bob") % 100)
+    # The body is the servers' as the client sent it, with the filter's members appended.
+    assert from_body.json()["user"] == "bob"
+
+
+SCHEMA_WITH_USER = {"type": "object", "properties": {"user": {"type": "string", "enum": ["mallory"]}}}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # A tools schema with a "user" property, after and before the top-level user.
+        {
+            "model": "llama-3.1-8b-instruct",
+            "messages": [],
+            "user": "carol",
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": SCHEMA_WITH_USER}}],
+        },
+        {
+            "messages": [],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": SCHEMA_WITH_USER}}],
+            "model": "llama-3.1-8b-instruct",
+            "user": "carol",
+        },
+        # A nested string "user" before the top-level one, and another after it.
+        {
+            "messages": [{"role": "user", "content": "hi", "user": "mallory"}],
+            "model": "llama-3.1-8b-instruct",
+            "user": "carol",
+            "metadata": {"user": "mallory"},
+        },
+        # "user" inside message content (escaped quotes: no member at all).
+        {
+            "messages": [{"role": "user", "content": 'as json: {"user": "mallory"}'}],
+            "user": "carol",
+            "model": "llama-3.1-8b-instruct",
+        },
+        # The top-level one first.
+        {"user": "carol", "model": "llama-3.1-8b-instruct", "messages": [{"role": "user", "content": "hi", "user": "mallory"}]},
+    ],
+)
+def test_a_nested_user_is_never_used_when_a_top_level_one_differs(lua, body):
+    request = Request(lua, {":method": "POST"}, json.dumps(body), claims=token(sub=None))
+    assert request.status is None and request.headers["x-user-id"] == "carol"
+    assert request.headers["x-user-bucket"] == str(fnv1a32(b"carol") % 100)
+
+
+def test_an_escaped_body_user_is_decoded(lua):
+    raw = '{"model": "llama-3.1-8b-instruct", "user": "jos\\u00e9 \\"j\\" \\/ \\ud83d\\ude00", "messages": []}'
+    request = Request(lua, {":method": "POST"}, raw, claims=token(sub=None))
+    user = json.loads(raw)["user"]
+    assert user == 'jos\u00e9 "j" / \U0001f600'
+    assert request.headers["x-user-id"] == user
+    assert request.headers["x-user-bucket"] == str(fnv1a32(user.encode()) % 100)
+
+
+@pytest.mark.parametrize("user", ["alice\r\nx-tier: premium", "u" * 257, "", 7, None, {"id": "alice"}])
+def test_an_unusable_body_user_is_not_used_and_not_refused(lua, user):
+    request = Request(lua, {":method": "POST"}, chat_body(user=user), claims=token(sub=None))
+    assert request.status is None and request.headers["x-model"] == "llama-3.1-8b-instruct"
+    assert "x-user-bucket" not in request.headers and "x-user-id" not in request.headers
+
+
+# A batch client works unchanged: a model that serves only batch takes a token without a tier
+# claim as batch. (prod: batch-labeller serves team-b, llama-3.1-8b-instruct-batch serves the
+# chat model's callers; both serve only the batch tier.)
+
+
+@pytest.mark.parametrize("model, tenant", [("batch-labeller", "team-b"), ("llama-3.1-8b-instruct-batch", "team-a")])
+def test_a_batch_only_model_takes_a_token_without_a_tier_claim_as_batch(lua, model, tenant):
+    raw = json.dumps({"model": model, "prompt": "label this"})
+    request = Request(lua, {":method": "POST"}, raw, claims=token(tenant=tenant))
+    assert request.status is None and request.headers["x-tier"] == "batch" and request.headers["x-model"] == model
+    assert request.json()["priority"] == 0  # its servers schedule fcfs
+    # The response phase knows the tier too: a shed request waits batch's queue timeout.
+    shed = request.response({":status": "429", "x-llm-d-request-dropped-reason": "rejected-ttl-expired"})
+    assert shed == {":status": "503", "retry-after": "60", "x-llm-d-request-dropped-reason": "rejected-ttl-expired"}
+
+
+@pytest.mark.parametrize("tier", ["standard", "premium"])
+def test_an_explicit_tier_claim_is_never_changed(lua, tier):
+    raw = json.dumps({"model": "batch-labeller", "prompt": "label this"})
+    request = Request(lua, {":method": "POST"}, raw, claims=token(tier=tier, tenant="team-b"))
+    # The routes answer it 403 (tier-not-served): a claim never silently changes class.
+    assert request.status is None and request.headers["x-tier"] == tier
+
+
+def test_models_serving_other_tiers_keep_the_default_tier_without_a_claim(lua):
+    request = Request(lua, {":method": "POST"}, chat_body())
+    assert request.headers["x-tier"] == "standard" and request.json()["priority"] == 1
+    assert Request(lua, {":method": "GET"}).headers["x-tier"] == "standard"
+
+
+def test_without_a_tier_claim_the_body_limit_is_the_tier_the_model_gives(lua):
+    big = json.dumps({"model": "batch-labeller", "prompt": "x" * (5 << 20)})  # over standard's 4 MiB
+    declared = {":method": "POST", "content-length": str(len(big))}
+    batch = Request(lua, declared, big, claims=token(tenant="team-b"))
+    assert batch.status is None and batch.headers["x-tier"] == "batch"
+    standard = Request(lua, declared, big.replace("batch-labeller", "llama-3.1-8b-instruct"))
+    assert standard.status == "413" and "standard tier" in standard.reply and standard.headers["x-tier"] == "standard"
+    # A claimed tier is held to its own limit before the body is read.
+    claimed = Request(lua, declared, big, claims=token(tier="standard", tenant="team-b"))
+    assert claimed.status == "413" and not claimed.body_read
+    # Over the largest limit such a request may reach: refused before it is read.
+    huge = Request(lua, {":method": "POST", "content-length": str((16 << 20) + 1)}, "{}", claims=token(tenant="team-b"))
+    assert huge.status == "413" and not huge.body_read
+
+
+def test_the_filter_config_gives_unclaimed_tokens_batch_only_on_batch_only_models(prod_raw):
+    prod_raw["models"][2]["tiers"] = ["premium"]  # llama-1b: premium only
+    plan = validate(prod_raw)
+    config = gateway.filter_config(plan.config.traffic, plan.routes)
+    unclaimed = {name: model["unclaimed_tier"] for name, model in config["models"].items()}
+    assert unclaimed == {
+        "llama-3.1-70b-instruct": "standard",
+        "llama-3.1-8b-instruct": "standard",
+        # Never a class above the default: the routes answer such a token 403.
+        "llama-3.2-1b-instruct": "standard",
+        "batch-labeller": "batch",
+        "llama-3.1-8b-instruct-batch": "batch",
+    }
+    assert config["max_unclaimed_body_bytes"] == 16 << 20
 
 
 # --- the VirtualServices and DestinationRules -------------------------------------------------
@@ -326,7 +529,7 @@ def test_weights_add_up_to_100(prod):
 
 def test_every_destination_subset_exists(prod):
     rules = [m for m in prod.manifests() if m["kind"] == "DestinationRule"]
-    subsets = {(r["spec"]["host"], s["name"]) for r in rules for s in r["spec"]["subsets"]}
+    subsets = {(r["spec"]["host"], s["name"]) for r in rules for s in r["spec"].get("subsets", [])}
     for service in (m for m in prod.manifests() if m["kind"] == "VirtualService"):
         for route in service["spec"]["http"]:
             for destination in route.get("route", []):
@@ -348,16 +551,25 @@ def test_knative_versions_are_reached_through_the_local_gateway_by_host(prod):
 
 
 def test_tier_limits_timeouts_and_safe_retries(prod):
-    rule = prod.k8s("DestinationRule", "llama-70b", "serving")
-    assert rule["spec"]["host"] == "llama-70b.serving.svc.cluster.local"
+    # The 70B's versions sit behind endpoint pickers: each version's tier subsets are its
+    # picker's pods, with the tier's connection-pool bounds, and eject nothing.
+    rule = prod.k8s("DestinationRule", "llama-70b-v1-epp", "serving")
+    assert rule["spec"]["host"] == "llama-70b-v1-epp.serving.svc.cluster.local"
     subsets = {s["name"]: s for s in rule["spec"]["subsets"]}
     assert set(subsets) == {"v1-premium", "v1-standard"}  # chat: premium and standard
     premium = subsets["v1-premium"]
-    assert premium["labels"] == {"inference.platform/model-version": "v1"}
+    assert premium["labels"] == {"llm-d-router-gateway": "llama-70b-v1-epp"}
     pool = premium["trafficPolicy"]["connectionPool"]
     assert pool["http"]["http1MaxPendingRequests"] == 64 and pool["http"]["http2MaxRequests"] == 512
     assert subsets["v1-standard"]["trafficPolicy"]["connectionPool"]["http"]["http1MaxPendingRequests"] == 32
-    outliers = premium["trafficPolicy"]["outlierDetection"]
+    assert all("outlierDetection" not in s["trafficPolicy"] for s in subsets.values())
+    # Without its picker, the 70B's subsets are its servers, ejected when they fail.
+    raw = raw_stack("prod")
+    raw["models"][0]["endpointPicker"] = {"enabled": False}
+    (direct,) = routes_spec.destination_rules(validate(raw).model("llama-70b").route)
+    assert direct["spec"]["host"] == "llama-70b.serving.svc.cluster.local"
+    assert direct["spec"]["subsets"][0]["labels"] == {"inference.platform/model-version": "v1"}
+    outliers = direct["spec"]["subsets"][0]["trafficPolicy"]["outlierDetection"]
     assert outliers["splitExternalLocalOriginErrors"] is True and outliers["consecutiveGatewayErrors"] == 5
     # Finding 10: unset, consecutive5xxErrors is 5 and ejects first; 0 leaves gateway errors in charge.
     assert outliers["consecutive5xxErrors"] == 0

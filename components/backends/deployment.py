@@ -12,11 +12,22 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from platform_config.errors import ConfigIssue
 from platform_config.floors import FLOORS
 from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
-from platform_config.serving import drain_chain
+from platform_config.serving import drain_chain, server_name
 
 from ..constants import HTTP_PORT_NAME, LABEL_MODEL, LABEL_MODEL_VERSION, VLLM_PORT, standard_labels
-from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend
-from ..specs.metrics import GPU_METRIC, QUEUE_METRIC
+from ..serving import Destination, MachineryName, PodShape, Role, ServerObject, ServingBackend, SubsetRule
+from ..specs.endpoint_picker import (
+    EPP_PROXY_PORT,
+    OBJECTIVE_GROUP,
+    OBJECTIVE_HEADER,
+    POOL_GROUP,
+    endpoint_picker_objects,
+    epp_host_of,
+    epp_name_of,
+    epp_selector_of,
+    objective_of,
+)
+from ..specs.metrics import GPU_METRIC, QUEUE_METRIC, epp_queue_metric
 from ..specs.pod import (
     merged_metrics_relabelings,
     pod_annotations,
@@ -112,6 +123,9 @@ def hpa(plan: ServerPlan) -> dict[str, Any]:
         for name, value in targets
         if value is not None
     ]
+    # Requests the endpoint picker holds count as demand too, at the same target per replica.
+    if plan.endpoint_picker is not None and settings.queue_depth_target is not None:
+        metrics.append(epp_queue_metric(plan.name, settings.queue_depth_target))
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -149,6 +163,7 @@ class DeploymentBackend(ServingBackend):
     mode = "hpa"
     machinery: ClassVar[frozenset[MachineryName]] = frozenset({"metrics-adapter"})
     scales_to_zero = False
+    picks_endpoints = True
     pod_shape = PodShape(port_name=HTTP_PORT_NAME, probe_port=HTTP_PORT_NAME, drains_in_pod=True)
 
     def rollout_surge(self, model: ModelConfig) -> int:
@@ -166,6 +181,16 @@ class DeploymentBackend(ServingBackend):
             )
         yield from _hpa_floor_issues(config, index, model)
         yield from _drain_floor_issues(config, index, model)
+        if (
+            self.uses_endpoint_picker(model)
+            and config.environment == "production"
+            and model.endpoint_picker.replicas < FLOORS.endpoint_picker_replicas_in_production
+        ):
+            yield ConfigIssue(
+                ("models", index, "endpointPicker", "replicas"),
+                f"production keeps at least {FLOORS.endpoint_picker_replicas_in_production} endpoint picker replicas: "
+                "with one, every request to the model waits on a single pod's restart",
+            )
 
     def server_objects(self, plan: ServerPlan) -> list[ServerObject]:
         return [
@@ -175,22 +200,42 @@ class DeploymentBackend(ServingBackend):
             ServerObject("pdb", pod_disruption_budget(plan, plan.selector), "plain"),
             ServerObject("service-monitor", service_monitor(plan), "monitor", custom=True),
             ServerObject("hpa", hpa(plan), "autoscaler"),
+            *endpoint_picker_server_objects(plan),
         ]
 
     def model_objects(self, model: ModelPlan) -> list[ServerObject]:
         return [ServerObject("service", model_service(model.model), "plain", serves=True)]
 
     def destination(self, model: ModelConfig, version: str, tier: str) -> Destination:
-        return Destination(model_host(model), self.subset_name(model, version, tier), VLLM_PORT)
+        if not self.uses_endpoint_picker(model):
+            return Destination(model_host(model), self.subset_name(model, version, tier), VLLM_PORT)
+        # Through the version's endpoint picker, which queues the request in its tier's band
+        # (the objective the route names) and picks the replica.
+        name = server_name(model, version)
+        objective = ((OBJECTIVE_HEADER, objective_of(name, tier)),)
+        return Destination(epp_host_of(name, model.tenant), self.subset_name(model, version, tier), EPP_PROXY_PORT, objective)
 
     def subset_name(self, model: ModelConfig, version: str, tier: str) -> str:
         return f"{version}-{tier}"
 
     def subset_labels(self, model: ModelConfig, version: str) -> dict[str, str]:
+        if self.uses_endpoint_picker(model):
+            return epp_selector_of(server_name(model, version))
         return {LABEL_MODEL_VERSION: version}
 
     def destination_rule_host(self, model: ModelConfig) -> str:
         return model_host(model)
+
+    def destination_rules(self, model: ModelConfig, versions: tuple[str, ...]) -> list[SubsetRule]:
+        if not self.uses_endpoint_picker(model):
+            return super().destination_rules(model, versions)
+        # One rule per version, on its endpoint picker's Service. The pickers' own answers (429
+        # when a queue is full, 503 when no replica is ready) must not eject a picker pod.
+        rules = []
+        for version in versions:
+            name = server_name(model, version)
+            rules.append(SubsetRule(epp_name_of(name), epp_host_of(name, model.tenant), (version,), eject_hosts=False))
+        return rules
 
 
 def _hpa_floor_issues(config: PlatformConfig, index: int, model: ModelConfig) -> Iterator[ConfigIssue]:
@@ -235,3 +280,31 @@ def _drain_floor_issues(config: PlatformConfig, index: int, model: ModelConfig) 
             (*path, "terminationGracePeriodSeconds"),
             f"{grace} s; at least {FLOORS.termination_grace_period_seconds} s for in-flight requests to finish",
         )
+
+
+def endpoint_picker_server_objects(plan: ServerPlan) -> list[ServerObject]:
+    """The version's endpoint picker, its InferencePool and objectives, and the mesh and network
+    rules that let it reach the servers. Routes wait for the picker's pods and Service."""
+    if plan.endpoint_picker is None:
+        return []
+    objects = []
+    for manifest in endpoint_picker_objects(plan.endpoint_picker):
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        group = manifest["apiVersion"].rpartition("/")[0]
+        # Resource names stay unique per server: kinds repeat (ConfigMaps, objectives, policies).
+        suffix = "-".join(filter(None, (name.removeprefix(plan.name).strip("-"), kind.lower())))
+        role = OBJECT_ROLES.get(group, "plain")
+        serves = kind in ("Deployment", "Service", "InferencePool")
+        objects.append(ServerObject(suffix, manifest, role, custom=group not in BUILT_IN_GROUPS, serves=serves))
+    return objects
+
+
+# What the picker's custom objects wait for: their CRDs (monitors: the Prometheus Operator's).
+OBJECT_ROLES: dict[str, Role] = {
+    "monitoring.coreos.com": "monitor",
+    POOL_GROUP: "inference-pool",
+    OBJECTIVE_GROUP: "inference-pool",
+}
+
+# API groups of the kinds the API server serves itself (the rest are custom resources).
+BUILT_IN_GROUPS = frozenset({"", "apps", "policy", "networking.k8s.io", "rbac.authorization.k8s.io", "autoscaling"})

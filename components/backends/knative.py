@@ -192,6 +192,12 @@ class KnativeBackend(ServingBackend):
                 "raise autoscaling.kpa.containerConcurrency or lower the target",
             )
 
+        if model.endpoint_picker.enabled:
+            yield ConfigIssue(
+                ("models", index, "endpointPicker", "enabled"),
+                "a Knative-served model keeps Knative's activator path: the endpoint picker dials pods directly and would "
+                "bypass scale from zero; use mode 'hpa' for the picker",
+            )
         if config.environment == "production":
             yield from _production_floor_issues(index, model, cap)
 
@@ -207,7 +213,7 @@ class KnativeBackend(ServingBackend):
     def destination(self, model: ModelConfig, version: str, tier: str) -> Destination:
         service_host = f"{server_name(model, version)}.{model.tenant}.svc.cluster.local"
         return Destination(
-            KNATIVE_LOCAL_GATEWAY, self.subset_name(model, version, tier), KNATIVE_LOCAL_GATEWAY_PORT, service_host
+            KNATIVE_LOCAL_GATEWAY, self.subset_name(model, version, tier), KNATIVE_LOCAL_GATEWAY_PORT, (("Host", service_host),)
         )
 
     def subset_name(self, model: ModelConfig, version: str, tier: str) -> str:

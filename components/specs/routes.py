@@ -213,28 +213,31 @@ def tier_traffic_policy(policy: TierPolicy, *, eject_hosts: bool = True) -> dict
     return traffic_policy
 
 
-def _subsets(route: RoutePlan) -> list[dict[str, Any]]:
+def _subsets(route: RoutePlan, versions: tuple[str, ...], eject_hosts: bool) -> list[dict[str, Any]]:
     model, backend = route.model, route.backend
     return [
         {
             "name": backend.subset_name(model, version, tier),
             "labels": backend.subset_labels(model, version),
-            "trafficPolicy": tier_traffic_policy(policy, eject_hosts=backend.subsets_are_servers),
+            "trafficPolicy": tier_traffic_policy(policy, eject_hosts=eject_hosts),
         }
-        for version in route.versions
+        for version in versions
         for tier, policy in route.subsets
     ]
 
 
-def destination_rule(route: RoutePlan) -> dict[str, Any]:
-    """One subset per version and tier, on the model's own rule."""
+def destination_rules(route: RoutePlan) -> list[dict[str, Any]]:
+    """The model's own rules, as its backend groups them: one subset per version and tier."""
     model = route.model
-    return {
-        "apiVersion": "networking.istio.io/v1",
-        "kind": "DestinationRule",
-        "metadata": {"name": model.name, "namespace": model.tenant, "labels": standard_labels(model.name, "routing")},
-        "spec": {"host": route.backend.destination_rule_host(model), "subsets": _subsets(route)},
-    }
+    return [
+        {
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "DestinationRule",
+            "metadata": {"name": rule.name, "namespace": model.tenant, "labels": standard_labels(rule.name, "routing")},
+            "spec": {"host": rule.host, "subsets": _subsets(route, rule.versions, rule.eject_hosts)},
+        }
+        for rule in route.backend.destination_rules(model, route.versions)
+    ]
 
 
 def shared_destination_rules(routes: tuple[RoutePlan, ...]) -> dict[str, dict[str, Any]]:
@@ -253,7 +256,7 @@ def shared_destination_rules(routes: tuple[RoutePlan, ...]) -> dict[str, dict[st
             "metadata": {"name": name, "namespace": ISTIO_SYSTEM_NAMESPACE, "labels": standard_labels(name, "routing")},
             "spec": {
                 "host": mine[0].backend.destination_rule_host(mine[0].model),
-                "subsets": [s for r in mine for s in _subsets(r)],
+                "subsets": [s for r in mine for s in _subsets(r, r.versions, r.backend.subsets_are_servers)],
             },
         }
         for (name, suffix), mine in grouped.items()

@@ -1,0 +1,57 @@
+"""The CRDs an llm-d endpoint picker (EPP) reads: InferencePool from the Gateway API Inference
+Extension, InferenceObjective and InferenceModelRewrite from llm-d-router, each from its pinned
+release manifest."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .constants import PACKAGE
+
+# The Gateway API Inference Extension release whose InferencePool (inference.networking.k8s.io/v1)
+# llm-d-router v0.10.0 is built against: its go.mod requires
+# sigs.k8s.io/gateway-api-inference-extension v1.5.0 (tag v1.5.0, commit df9f8909fe06).
+GATEWAY_API_INFERENCE_EXTENSION_VERSION = "v1.5.0"
+# `v1-manifests.yaml`: the v1 CRDs only, i.e. InferencePool alone (Makefile `artifacts` at
+# v1.5.0: `select(.spec.versions[].name == "v1")` of config/crd; the full `manifests.yaml` adds
+# the inference.networking.x-k8s.io v1alpha CRDs, which the llm-d EPP does not need). The same
+# URL llm-d-router v0.10.0 installs from (deploy/components/crds-gie/kustomization.yaml).
+INFERENCE_POOL_CRDS_URL = (
+    "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/"
+    f"{GATEWAY_API_INFERENCE_EXTENSION_VERSION}/v1-manifests.yaml"
+)
+
+# llm-d-router's own CRDs at the EPP's release: InferenceObjective (a request's priority, by the
+# x-llm-d-inference-objective header) and InferenceModelRewrite, both llm-d.ai/v1alpha2
+# (config/crd/bases at v0.10.0, commit 71f4f0999f95). Release asset `manifests.yaml`: Makefile
+# `artifacts` keeps the `llm-d.ai` CRDs of config/crd; .github/workflows/ci-release.yaml (on a
+# v* tag) runs `make artifacts BUNDLE_VERSION=<tag>` and uploads every non-empty file with
+# `gh release upload <tag>`. (Its `v1-manifests.yaml` is empty, as both CRDs are v1alpha2, so
+# it is not uploaded.)
+LLM_D_ROUTER_VERSION = "v0.10.0"
+LLM_D_CRDS_URL = f"https://github.com/llm-d/llm-d-router/releases/download/{LLM_D_ROUTER_VERSION}/manifests.yaml"
+
+
+class InferenceExtensionCrds(pulumi.ComponentResource):
+    """Cluster-wide CRDs, no inputs (their versions are the pins above): install once, before any
+    InferencePool, EPP or prometheus-adapter rule that names the inferencepools resource (those
+    depend on this component). Without the llm-d.ai CRDs the EPP still runs, finding them absent
+    through discovery (pkg/epp/server/controller_config.go), but gives every request the default
+    priority."""
+
+    inference_pool: k8s.yaml.v2.ConfigFile
+    llm_d: k8s.yaml.v2.ConfigFile
+
+    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:inference-extension:InferenceExtensionCrds", name, None, opts)
+        self.inference_pool = k8s.yaml.v2.ConfigFile(
+            f"{name}-inference-pool", file=INFERENCE_POOL_CRDS_URL, opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.llm_d = k8s.yaml.v2.ConfigFile(f"{name}-llm-d", file=LLM_D_CRDS_URL, opts=pulumi.ResourceOptions(parent=self))
+        self.register_outputs(
+            {
+                "gatewayApiInferenceExtensionVersion": GATEWAY_API_INFERENCE_EXTENSION_VERSION,
+                "llmDRouterVersion": LLM_D_ROUTER_VERSION,
+            }
+        )

@@ -1,0 +1,1353 @@
+"""The llm-d router's endpoint picker (EPP) in front of one HPA-served model version, in
+standalone mode: the EPP and an Envoy proxy container in one pod, flow control on (pure builders).
+
+The gateway sends a version's requests to that Envoy (`<name>-epp:8081`); Envoy asks the
+EPP (ext_proc over loopback) which vLLM pod to use, the EPP queues the request by priority band
+while the pods are saturated, and Envoy then dials that pod's IP (ORIGINAL_DST on the
+`x-gateway-destination-endpoint` header the EPP sets).
+
+Security: the EPP pod is in the mesh like every tenant pod, so mTLS and the tenant's
+authorization hold on both hops with nothing relaxed. Gateway -> EPP is a mesh Service call
+(auto-mTLS). EPP -> vLLM: Envoy rewrites the Host to the model's Service (`server_host`), so the
+pod's Istio sidecar, which intercepts Envoy's connection to podIP:8000, routes it through that
+Service's cluster; a DestinationRule that only the EPP pods see makes that cluster ORIGINAL_DST
+(the connection still goes to the pod the EPP picked) with Istio mTLS stated explicitly. The
+vLLM pods see the EPP's SPIFFE identity, which the tenant's namespace rule admits. The EPP reads
+the servers' metrics, and Prometheus the EPP's, through the sidecars' merged metrics endpoint
+(15020, outside inbound capture). The NetworkPolicies open just those ports between EPP pods,
+the servers, the gateway and monitoring.
+
+Every object follows the upstream chart at tag v0.10.0 of github.com/llm-d/llm-d-router
+(LR below): `config/charts/routerlib/templates/*.yaml` and the Envoy preset of
+`config/charts/llm-d-router-standalone/values.yaml` (SA below). We render them ourselves, not
+through Helm, so each one goes through the preview's schema, admission and policy checks. Where
+we differ from the chart, the comment says so and why. Istio's behaviour is cited from
+github.com/istio/istio at tag 1.30.3 (IS below), the mesh the platform installs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import yaml
+
+from platform_config.pins import ENDPOINT_PICKER, ENVOY_PROXY
+from platform_config.quantity import parse_quantity
+from platform_config.serving import MESH_PROXY_RESOURCES
+
+from ..constants import (
+    GATEWAY_SELECTOR,
+    ISTIO_INGRESS_NAMESPACE,
+    LABEL_COMPONENT,
+    LABEL_NAME,
+    MONITORING_NAMESPACE,
+)
+from .pod import merged_metrics_relabelings
+from .tenancy import NAMESPACE_NAME_LABEL
+
+# --- ports ----------------------------------------------------------------------------------
+# Envoy's listener for the model's traffic, and the EPP Service port named "http" (SA
+# extraServicePorts {name: http, port: 8081, targetPort: 8081}; listener `vllm` port_value 8081).
+EPP_PROXY_PORT = 8081
+# The EPP's Prometheus metrics (LR pkg/epp/server/options.go NewOptions MetricsPort 9090; routerlib
+# _deployment.yaml containerPort `metrics` 9090; _service.yaml `http-metrics`).
+EPP_METRICS_PORT = 9090
+# ext_proc gRPC (LR options.go DefaultGrpcPort 9002; _deployment.yaml containerPort `grpc` 9002,
+# hard-coded there; _service.yaml `grpc-ext-proc`, appProtocol kubernetes.io/h2c).
+EPP_GRPC_PORT = 9002
+# gRPC health for the kubelet's probes (LR options.go GRPCHealthPort 9003; routerlib values
+# epp.grpcHealthPort 9003, rendered as --grpc-health-port).
+EPP_HEALTH_PORT = 9003
+# Envoy's readiness listener serving /ready, and its admin on loopback (SA envoy.yaml listener
+# `envoy-proxy-ready-0.0.0.0-19001`, admin 127.0.0.1:19000).
+PROXY_READY_PORT = 19001
+PROXY_ADMIN_PORT = 19000
+
+# --- the mesh -------------------------------------------------------------------------------
+# The Istio sidecar's status port and the merged metrics it serves there: Envoy's, the agent's
+# and the application's named by the pod's prometheus.io/port and path annotations, which the
+# injector moves into the sidecar's environment and rewrites to point here (IS
+# pkg/config/mesh/mesh.go DefaultProxyConfig StatusPort 15020; pkg/kube/inject/webhook.go
+# applyPrometheusMerge; pilot/cmd/pilot-agent/status/server.go handleStats; merging is on mesh-wide,
+# components/mesh.py istiod_values enablePrometheusMerge). The injector leaves the status port out
+# of inbound capture (manifests/charts/istio-control/istio-discovery/files/injection-template.yaml,
+# istio-iptables `-d`), so it takes plaintext scrapes under STRICT mTLS.
+MESH_STATUS_PORT = 15020
+MESH_METRICS_PATH = "/stats/prometheus"
+ISTIO_PROXY_CONTAINER = "istio-proxy"  # injection-template.yaml
+# The sidecar's uid: istio-iptables does not capture this uid's outbound traffic (`-u`, the
+# template's `.ProxyUID | default "1337"`), so a container running as it would bypass the sidecar.
+ISTIO_PROXY_UID = 1337
+
+# --- headers --------------------------------------------------------------------------------
+# The request header naming the InferenceObjective whose priority a request gets (LR
+# pkg/epp/metadata/consts.go ObjectiveKey), and the response header the EPP sets when flow
+# control drops a request (LR pkg/common/error/error.go RequestDroppedReasonHeaderKey).
+OBJECTIVE_HEADER = "x-llm-d-inference-objective"
+DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason"
+# The header the EPP answers with the chosen pod's IP:port, which Envoy routes on (consts.go
+# DestinationEndpointKey; SA original_dst_lb_config http_header_name).
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+# Every request header the EPP or its Envoy acts on, from LR pkg/epp/metadata/consts.go at
+# v0.10.0 (current names and their deprecated aliases). A client must never set one: the gateway
+# strips every header under EPP_CONTROL_HEADER_PREFIXES before it sets the objective itself.
+EPP_CONTROL_HEADERS: tuple[str, ...] = (
+    DESTINATION_HEADER,  # DestinationEndpointKey: where Envoy sends the request
+    "x-gateway-destination-endpoint-subset",  # SubsetFilterKey
+    "x-llm-d-inference-fairness-id",  # FlowFairnessIDKey
+    "x-gateway-inference-fairness-id",  # OldFlowFairnessIDKey
+    OBJECTIVE_HEADER,  # ObjectiveKey: the request's priority
+    "x-gateway-inference-objective",  # OldObjectiveKey
+    "x-llm-d-model-name-rewrite",  # ModelNameRewriteKey: the model the request is sent as
+    "x-gateway-model-name-rewrite",  # OldModelNameRewriteKey
+    "x-llm-d-slo-ttft-ms",  # TTFTSLOHeaderKey
+    "x-slo-ttft-ms",  # OldTTFTSLOHeaderKey
+    "x-llm-d-slo-tpot-ms",  # TPOTSLOHeaderKey
+    "x-slo-tpot-ms",  # OldTPOTSLOHeaderKey
+    "x-llm-d-video-fps",  # VideoFPSHeaderKey
+    "x-llm-d-video-duration-seconds",  # VideoDurationHeaderKey
+    "x-llm-d-video-resolution",  # VideoResolutionHeaderKey
+)
+# Prefixes covering every one of them: the deprecated SLO aliases are `x-slo-*`.
+EPP_CONTROL_HEADER_PREFIXES: tuple[str, ...] = ("x-llm-d-", "x-gateway-", "x-slo-")
+
+# --- names and labels -----------------------------------------------------------------------
+TIERS = ("premium", "standard", "batch")
+POOL_GROUP = "inference.networking.k8s.io"  # LR options.go --pool-group; routerlib _deployment.yaml
+OBJECTIVE_GROUP = "llm-d.ai"  # InferenceObjective, InferenceModelRewrite (LR config/crd/bases)
+EPP_CONTAINER = "epp"  # routerlib _deployment.yaml
+PROXY_CONTAINER = "envoy-proxy"  # SA presets.envoy.name
+COMPONENT = "endpoint-picker"
+# The pods' labels (routerlib _helpers.tpl selectorLabels and modeLabels, with
+# inferencePool.create true, the standalone default).
+SELECTOR_LABEL = "llm-d-router-gateway"
+MODE_LABEL = ("llm-d.ai/igw-mode", "llm-d-router-gateway")
+# The chart truncates the release name to 40 characters (_helpers.tpl llm-d-router.name); we
+# refuse a longer one instead, so every name we derive stays a valid label value.
+MAX_NAME_LENGTH = 40
+
+EPP_CONFIG_FILE = "config.yaml"
+EPP_CONFIG_DIR = "/config"  # routerlib _deployment.yaml plugins-config-volume mountPath
+PROXY_CONFIG_FILE = "envoy.yaml"
+PROXY_CONFIG_DIR = "/etc/envoy"  # SA presets.envoy.volumeMounts
+# Both images run as 65532 (LR Dockerfile.epp `USER 65532:65532`; Envoy's distroless images are
+# built on distroless `nonroot`, the same uid). Set explicitly so runAsNonRoot is checkable, and
+# never ISTIO_PROXY_UID: Envoy's connections to the picked pods must go through the sidecar, or
+# they would leave in plaintext and the servers' STRICT mTLS would refuse them.
+RUN_AS = 65532
+
+# How long the EPP keeps accepting new ext_proc streams after SIGTERM while the Service drops it
+# (LR options.go --drain-timeout, DefaultDrainTimeout 30s); in-flight streams then finish
+# (internal/runnable/grpc.go GracefulStop).
+DRAIN_SECONDS = 30
+# Time for the kubelet to kill what is left after the preStop sleep.
+GRACE_MARGIN_SECONDS = 15
+# Envoy's upstream connections end at the pod's own sidecar, which keeps an idle one open far
+# longer (Envoy's default hour: IS pilot/pkg/networking/core/listener_builder.go sets the
+# listener's idle timeout only from the proxy's IDLE_TIMEOUT metadata), so no close races a
+# reuse; Envoy still drops one idle for 4 s, so a pod that has left the pool holds no
+# connections (each picked pod IP is its own ORIGINAL_DST host).
+UPSTREAM_IDLE_SECONDS = 4
+
+# How often the EPP reads each server's metrics, and how old they may be before the saturation
+# detector counts the server as full (fail closed: LR utilization/detector.go Saturation). The
+# EPP's base tick is 50 ms (LR pkg/epp/server/options.go RefreshMetricsInterval), but each read
+# now goes through the server's sidecar, whose agent fetches Envoy's stats and vLLM's /metrics
+# for it (status/server.go handleStats) and answers with both: at 50 ms that is 20 merged scrapes
+# a second per EPP replica and server, on vLLM's API process too. Every 250 ms is 4 a second.
+# Staleness keeps upstream's ratio of 4 reads (50 ms tick, 200 ms DefaultMetricsStalenessThreshold,
+# utilization/config.go), so one slow read does not stop dispatch to a pod.
+SERVER_METRICS_INTERVAL = "250ms"
+SERVER_METRICS_STALENESS = "1s"
+
+# Resources per container, as ResourceQuota counts them (so tenant quotas count EPP pods; the
+# injected sidecar adds MESH_PROXY_RESOURCES, see pod_annotations). Sized from LR
+# docs/operations.md at v0.10.0 for one model version (a few requests per second, tens of
+# pods), far below the chart's 8 CPU/8Gi EPP and 4 CPU/8Gi proxy:
+# - EPP: 0.5-1 core per req/s of 100k-token agentic load and idle CPU growing with pods (7.5
+#   cores at 100 pods); 0.26-0.65 GiB peak at 5 req/s over 100 pods, 4-6 GiB at 50-100 req/s.
+#   1 core and 2Gi requested, CPU unbounded (no CPU limit, the platform's rule) and 4Gi of memory,
+#   of which at most half may be queued request bodies (flow control's maxBytes, checked below).
+# - Envoy: 1.2-2 cores below 10 req/s, peak memory 1.3-1.4 GiB whatever the load, "allocate at
+#   least 2 GiB": 1 core and 1Gi requested, a 2Gi limit. Its workers are fixed at 2
+#   (--concurrency) rather than the chart's --cpuset-threads, which without a CPU limit starts one
+#   per node core.
+EPP_POD_RESOURCES: dict[str, dict[str, str]] = {
+    EPP_CONTAINER: {"requests.cpu": "1", "requests.memory": "2Gi", "limits.memory": "4Gi"},
+    PROXY_CONTAINER: {"requests.cpu": "1", "requests.memory": "1Gi", "limits.memory": "2Gi"},
+}
+PROXY_WORKERS = 2
+# Queued request bodies may take at most this share of the EPP's memory limit.
+QUEUE_MEMORY_SHARE = Decimal("0.5")
+
+# --- upstream tables ------------------------------------------------------------------------
+# Every EPP flag we pass, with where v0.10.0 defines it (the tests hold the container's args to
+# this table, and, when the mirror is present, the table to the Go source).
+EPP_FLAGS: dict[str, str] = {
+    "pool-name": "pkg/epp/server/options.go",
+    "pool-namespace": "pkg/epp/server/options.go",
+    "pool-group": "pkg/epp/server/options.go",
+    "config-file": "pkg/epp/server/options.go",
+    "grpc-health-port": "pkg/epp/server/options.go",
+    "ha-enable-leader-election": "pkg/epp/server/options.go",
+    "metrics-endpoint-auth": "pkg/epp/server/options.go",
+    "health-checking": "pkg/epp/server/options.go",
+    "tracing": "pkg/epp/server/options.go",
+    "enable-pprof": "pkg/epp/server/options.go",
+    "drain-timeout": "pkg/epp/server/options.go",
+    # controller-runtime's zap flags, bound by LR pkg/common/observability/logging/options.go.
+    "zap-encoder": "pkg/common/observability/logging/options.go",
+}
+
+CONFIG_TYPES = "apix/config/v1alpha1/endpointpickerconfig_types.go"
+# The EndpointPickerConfig fields we may use, per place in the document: (Go type, file at
+# v0.10.0, json names). The tests check the config uses nothing else and, with the mirror, that
+# each Go type has exactly these json tags.
+EPP_CONFIG_FIELDS: dict[str, tuple[str, str, frozenset[str]]] = {
+    "": (
+        "EndpointPickerConfig",
+        CONFIG_TYPES,
+        frozenset(
+            {
+                "apiVersion",
+                "kind",
+                "featureGates",
+                "plugins",
+                "schedulingProfiles",
+                "dataLayer",
+                "flowControl",
+                "requestHandler",
+                "saturationDetector",
+                "parser",
+            }
+        ),
+    ),
+    "plugins[]": ("PluginSpec", CONFIG_TYPES, frozenset({"name", "type", "parameters"})),
+    "schedulingProfiles[]": ("SchedulingProfile", CONFIG_TYPES, frozenset({"name", "plugins"})),
+    "schedulingProfiles[].plugins[]": ("SchedulingPlugin", CONFIG_TYPES, frozenset({"pluginRef", "weight"})),
+    "flowControl": (
+        "FlowControlConfig",
+        CONFIG_TYPES,
+        frozenset(
+            {
+                "maxBytes",
+                "maxRequests",
+                "defaultRequestTTL",
+                "defaultPriorityBand",
+                "defaultNegativePriorityBand",
+                "priorityBands",
+                "usageLimitPolicyPluginRef",
+                "saturationDetector",
+                "enableEviction",
+            }
+        ),
+    ),
+    "flowControl.saturationDetector": ("SaturationDetectorConfig", CONFIG_TYPES, frozenset({"pluginRef"})),
+}
+_BAND_FIELDS = (
+    "PriorityBandConfig",
+    CONFIG_TYPES,
+    frozenset({"priority", "maxBytes", "maxRequests", "fairnessPolicyRef", "orderingPolicyRef"}),
+)
+for _where in ("flowControl.priorityBands[]", "flowControl.defaultPriorityBand", "flowControl.defaultNegativePriorityBand"):
+    EPP_CONFIG_FIELDS[_where] = _BAND_FIELDS
+
+# Plugin types we configure: the files at v0.10.0 that name the type and define its parameters,
+# and the parameters' json names.
+EPP_PLUGINS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
+    "queue-scorer": (("pkg/epp/framework/plugins/scheduling/scorer/queuedepth/queue.go",), frozenset()),
+    "kv-cache-utilization-scorer": (
+        ("pkg/epp/framework/plugins/scheduling/scorer/kvcacheutilization/kvcache_utilization.go",),
+        frozenset(),
+    ),
+    "prefix-cache-scorer": (("pkg/epp/framework/plugins/scheduling/scorer/prefix/plugin.go",), frozenset()),
+    "metrics-data-source": (
+        ("pkg/epp/framework/plugins/datalayer/source/metrics/datasource.go",),
+        frozenset({"scheme", "path", "port", "interval"}),
+    ),
+    "core-metrics-extractor": (("pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go",), frozenset()),
+    "utilization-detector": (
+        (
+            "pkg/epp/framework/plugins/flowcontrol/saturationdetector/utilization/detector.go",
+            "pkg/epp/framework/plugins/flowcontrol/saturationdetector/utilization/config.go",
+        ),
+        frozenset({"queueDepthThreshold", "kvCacheUtilThreshold", "metricsStalenessThreshold", "headroom"}),
+    ),
+}
+# The feature gate that turns flow control on (LR pkg/epp/flowcontrol/config.go FeatureGate;
+# registered off by default in cmd/epp/runner/runner.go).
+FLOW_CONTROL_GATE = "flowControl"
+SATURATION_DETECTOR = "utilization-detector"
+# The chart's default scheduling profile: queue 2, KV cache 2, prefix cache 3 (routerlib _config.yaml).
+SCORER_WEIGHTS = (("queue-scorer", 2), ("kv-cache-utilization-scorer", 2), ("prefix-cache-scorer", 3))
+
+
+@dataclass(frozen=True)
+class PickerBand:
+    tier: str  # premium | standard | batch
+    priority: int  # EPP priority: higher is served first; negative = sheddable (llm-d: IsSheddable p < 0)
+    max_requests: int  # per-band queued requests (PriorityBandConfig.maxRequests)
+    max_bytes: str  # per-band queued bytes, a Kubernetes quantity such as "256Mi" (PriorityBandConfig.maxBytes)
+    # When the EPP cannot be asked (ext_proc fails): True sends the request to the servers'
+    # Service without picking or queueing; False answers 503 with Retry-After.
+    fails_open: bool = True
+
+
+@dataclass(frozen=True)
+class EndpointPickerPlan:
+    name: str  # the model version's server name; EPP objects are f"{name}-epp", the InferencePool `name`
+    namespace: str  # tenant namespace (the model servers' namespace)
+    server_labels: dict[str, str]  # labels selecting this version's vLLM pods (InferencePool selector)
+    # The FQDN of a Service on target_port whose endpoints include those pods (the model's own,
+    # e.g. "llama-70b.serving.svc.cluster.local"): the EPP pod's sidecar reaches the pods through it.
+    server_host: str
+    target_port: int  # vLLM container port (8000)
+    replicas: int  # EPP pods, >= 1; 2+ run active-active (leader election off)
+    queue_ttl_seconds: int  # flowControl.defaultRequestTTL (one per EPP at v0.10.0)
+    bands: tuple[PickerBand, ...]  # one per tier the server takes
+    request_timeout_seconds: int  # the longest a request may take end to end
+    priority_class: str  # PriorityClass for EPP pods (the model's)
+    labels: dict[str, str]  # standard labels to put on every object
+    # Where the pods run: the EKS system node group's labels; empty on a cluster the platform
+    # does not build (its scheduler places them).
+    node_selector: dict[str, str]
+
+
+# --- names ----------------------------------------------------------------------------------
+
+
+# Each rule takes the version's server name, so routes (which know a model and a version, not
+# the picker's plan) and the picker's own objects name things the same way.
+
+
+def epp_name_of(server: str) -> str:
+    return f"{server}-epp"
+
+
+def epp_host_of(server: str, namespace: str) -> str:
+    return f"{epp_name_of(server)}.{namespace}.svc.cluster.local"
+
+
+def objective_of(server: str, tier: str) -> str:
+    """InferenceObjectives are looked up by name alone in the namespace (LR
+    pkg/epp/datastore/datastore.go), so each version's are prefixed with its pool's name."""
+    return f"{server}-{tier}"
+
+
+def epp_selector_of(server: str) -> dict[str, str]:
+    """The labels on EPP pods (NetworkPolicy, PDB, PodMonitor, Service, the gateway's subsets)."""
+    return {SELECTOR_LABEL: epp_name_of(server)}
+
+
+def epp_name(plan: EndpointPickerPlan) -> str:
+    return epp_name_of(plan.name)
+
+
+def proxy_config_map_name(plan: EndpointPickerPlan) -> str:
+    # The chart names it `envoy` whatever the release (SA presets.envoy.configMap.name), so two
+    # versions in one namespace would collide: ours is per version.
+    return f"{epp_name(plan)}-envoy"
+
+
+def epp_service_host(plan: EndpointPickerPlan) -> str:
+    return epp_host_of(plan.name, plan.namespace)
+
+
+def objective_name(plan: EndpointPickerPlan, tier: str) -> str:
+    return objective_of(plan.name, tier)
+
+
+def epp_selector(plan: EndpointPickerPlan) -> dict[str, str]:
+    return epp_selector_of(plan.name)
+
+
+def route_timeout_seconds(plan: EndpointPickerPlan) -> int:
+    """Envoy's route timeout: the queue wait plus the longest request."""
+    return plan.request_timeout_seconds + plan.queue_ttl_seconds
+
+
+def proxy_pre_stop_seconds(plan: EndpointPickerPlan) -> int:
+    """Envoy exits at once on SIGTERM, so it sleeps until the last request it may still have
+    accepted (up to the EPP's drain window after deletion) has run its full route timeout."""
+    return DRAIN_SECONDS + route_timeout_seconds(plan)
+
+
+def termination_grace_seconds(plan: EndpointPickerPlan) -> int:
+    # The chart fixes 130 s (routerlib _deployment.yaml); ours covers the preStop sleep.
+    return proxy_pre_stop_seconds(plan) + GRACE_MARGIN_SECONDS
+
+
+# --- validation -----------------------------------------------------------------------------
+
+
+def _bytes(quantity: str) -> Decimal:
+    return parse_quantity(quantity)
+
+
+def _quantity_text(amount: Decimal) -> str:
+    for suffix, factor in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if amount >= factor and amount % factor == 0:
+            return f"{int(amount // factor)}{suffix}"
+    return str(int(amount))
+
+
+def check_plan(plan: EndpointPickerPlan) -> None:
+    """Refuse a plan the EPP or the API server would not take, naming the input."""
+    if not plan.name or len(plan.name) > MAX_NAME_LENGTH:
+        raise ValueError(f"name {plan.name!r}: 1 to {MAX_NAME_LENGTH} characters (EPP objects are named <name>-epp)")
+    if plan.replicas < 1:
+        raise ValueError(f"replicas {plan.replicas}: at least 1")
+    if not plan.server_labels:
+        raise ValueError("server_labels: the InferencePool needs a selector")
+    if not 1 <= plan.target_port <= 65535:
+        raise ValueError(f"target_port {plan.target_port}: not a port")
+    service, _, domain = plan.server_host.partition(".")
+    if not service or domain != f"{plan.namespace}.svc.cluster.local":
+        # A Service selects pods of its own namespace only, and the DestinationRule on it is
+        # seen in the EPP's namespace only (exportTo ".").
+        raise ValueError(f"server_host {plan.server_host!r}: must be <service>.{plan.namespace}.svc.cluster.local")
+    if plan.queue_ttl_seconds < 1:
+        raise ValueError(f"queue_ttl_seconds {plan.queue_ttl_seconds}: at least 1 ('0s' would disable the TTL)")
+    if plan.request_timeout_seconds < 1:
+        raise ValueError(f"request_timeout_seconds {plan.request_timeout_seconds}: at least 1")
+    if not plan.bands:
+        raise ValueError("bands: at least one")
+    tiers = [band.tier for band in plan.bands]
+    priorities = [band.priority for band in plan.bands]
+    for band in plan.bands:
+        if band.tier not in TIERS:
+            raise ValueError(f"bands: tier {band.tier!r} is not one of {', '.join(TIERS)}")
+        if band.max_requests < 1:
+            # "0" means the system default (5000), never zero (LR PriorityBandConfig.MaxRequests).
+            raise ValueError(f"bands[{band.tier}].max_requests {band.max_requests}: at least 1")
+        if _bytes(band.max_bytes) <= 0:
+            raise ValueError(f"bands[{band.tier}].max_bytes {band.max_bytes!r}: more than 0")
+    if len(set(tiers)) != len(tiers):
+        raise ValueError(f"bands: tiers {tiers} repeat")
+    if len(set(priorities)) != len(priorities):
+        raise ValueError(f"bands: priorities {priorities} repeat (one band per priority)")
+    by_tier = {band.tier: band.priority for band in plan.bands}
+    ordered = [by_tier[tier] for tier in TIERS if tier in by_tier]
+    if ordered != sorted(ordered, reverse=True):
+        raise ValueError(f"bands: priorities {by_tier} must fall from premium to batch (higher is served first)")
+    ceiling = _bytes(EPP_POD_RESOURCES[EPP_CONTAINER]["limits.memory"]) * QUEUE_MEMORY_SHARE
+    if total_queue_bytes(plan) > ceiling:
+        raise ValueError(
+            f"bands: {_quantity_text(total_queue_bytes(plan))} of queued bytes in all; at most {_quantity_text(ceiling)}, "
+            "half the EPP's memory limit (LR docs/operations.md: keep flow control's maxBytes under it)"
+        )
+
+
+def total_queue_bytes(plan: EndpointPickerPlan) -> Decimal:
+    return sum((_bytes(band.max_bytes) for band in plan.bands), Decimal(0))
+
+
+def sorted_bands(plan: EndpointPickerPlan) -> list[PickerBand]:
+    """Highest priority first."""
+    return sorted(plan.bands, key=lambda band: band.priority, reverse=True)
+
+
+# --- labels and metadata --------------------------------------------------------------------
+
+
+def _object_labels(plan: EndpointPickerPlan) -> dict[str, str]:
+    return {**plan.labels, LABEL_NAME: epp_name(plan), LABEL_COMPONENT: COMPONENT}
+
+
+def _pod_labels(plan: EndpointPickerPlan) -> dict[str, str]:
+    """The standard labels, less any key the servers are selected by: an EPP pod must never
+    be picked by the version's Service, DestinationRule subset, InferencePool or PDB."""
+    kept = {k: v for k, v in _object_labels(plan).items() if k not in plan.server_labels}
+    return {**kept, **epp_selector(plan), MODE_LABEL[0]: MODE_LABEL[1]}
+
+
+def _metadata(plan: EndpointPickerPlan, name: str) -> dict[str, Any]:
+    return {"name": name, "namespace": plan.namespace, "labels": _object_labels(plan)}
+
+
+# --- the EPP's own configuration ------------------------------------------------------------
+
+
+def _band(priority: int, band: PickerBand) -> dict[str, Any]:
+    # Quantities as strings: resource.Quantity (PriorityBandConfig.maxBytes/maxRequests).
+    return {"priority": priority, "maxBytes": band.max_bytes, "maxRequests": str(band.max_requests)}
+
+
+def endpoint_picker_config(plan: EndpointPickerPlan) -> dict[str, Any]:
+    """The EndpointPickerConfig (LR apix/config/v1alpha1, group llm-d.ai): the chart's default
+    plugins and weights (routerlib _config.yaml default-plugins.yaml), plus flow control."""
+    check_plan(plan)
+    bands = sorted_bands(plan)
+    smallest = min(plan.bands, key=lambda band: (_bytes(band.max_bytes), band.max_requests))
+    flow_control: dict[str, Any] = {
+        # Global caps: the sums of the bands, so all queues together stay under the memory budget.
+        "maxBytes": _quantity_text(total_queue_bytes(plan)),
+        "maxRequests": str(sum(band.max_requests for band in plan.bands)),
+        # One TTL per EPP: v0.10.0 has no per-band or per-request TTL (LR
+        # pkg/epp/requestcontrol/admission.go InitialEffectiveTTL returns 0).
+        "defaultRequestTTL": f"{plan.queue_ttl_seconds}s",
+        "saturationDetector": {"pluginRef": SATURATION_DETECTOR},
+        "priorityBands": [_band(band.priority, band) for band in bands],
+        # A request with no objective, or one we did not declare, has priority 0 (LR
+        # pkg/epp/requestcontrol/director.go): it gets the smallest band's caps, not the system
+        # default of 1G and 5000 requests (LR pkg/epp/flowcontrol/registry/config.go).
+        "defaultPriorityBand": _band(0, smallest),
+    }
+    negative = [band for band in plan.bands if band.priority < 0]
+    if negative:
+        # Any other negative priority is sheddable too: it gets the lowest band's caps.
+        lowest = min(negative, key=lambda band: band.priority)
+        flow_control["defaultNegativePriorityBand"] = _band(lowest.priority, lowest)
+    return {
+        "apiVersion": "llm-d.ai/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "featureGates": [FLOW_CONTROL_GATE],
+        "plugins": [
+            {"type": "queue-scorer"},
+            {"type": "kv-cache-utilization-scorer"},
+            {"type": "prefix-cache-scorer"},
+            # vLLM's metrics through each server's sidecar (MESH_STATUS_PORT), plain HTTP there: the
+            # chart's podIP:8000/metrics is the vLLM port, which takes mTLS only. `port` overrides
+            # the pool's target port for every endpoint (datasource.go; one target port per pool).
+            {
+                "type": "metrics-data-source",
+                "parameters": {
+                    "scheme": "http",
+                    "path": MESH_METRICS_PATH,
+                    "port": MESH_STATUS_PORT,
+                    "interval": SERVER_METRICS_INTERVAL,
+                },
+            },
+            {"type": "core-metrics-extractor"},
+            # Saturation: the detector's default thresholds (config.go), stated; staleness to match
+            # the scrape interval (see SERVER_METRICS_STALENESS).
+            {
+                "type": SATURATION_DETECTOR,
+                "parameters": {
+                    "queueDepthThreshold": 5,
+                    "kvCacheUtilThreshold": 0.8,
+                    "metricsStalenessThreshold": SERVER_METRICS_STALENESS,
+                },
+            },
+        ],
+        "schedulingProfiles": [
+            {"name": "default", "plugins": [{"pluginRef": ref, "weight": weight} for ref, weight in SCORER_WEIGHTS]}
+        ],
+        "flowControl": flow_control,
+    }
+
+
+# --- Envoy ----------------------------------------------------------------------------------
+
+_HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+_ROUTER: dict[str, Any] = {
+    "name": "envoy.filters.http.router",
+    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+}
+_HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+_ACCESS_LOG_FORMAT = (
+    '{"start_time":"%START_TIME%","method":"%REQ(:METHOD)%","path":"%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",'
+    '"status":"%RESPONSE_CODE%","flags":"%RESPONSE_FLAGS%","details":"%RESPONSE_CODE_DETAILS%",'
+    '"upstream":"%UPSTREAM_HOST%","duration_ms":"%DURATION%","request_id":"%REQ(X-REQUEST-ID)%"}\n'
+)
+
+
+def _address(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def _static_cluster(name: str, host: str, port: int) -> dict[str, Any]:
+    return {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(host, port)}}]}]}
+
+
+SERVERS_CLUSTER = "servers"
+
+
+def picker_routes(plan: EndpointPickerPlan) -> list[dict[str, Any]]:
+    """The proxy's routes, first match wins. The EPP names the pod in DESTINATION_HEADER and
+    asks Envoy to clear its route cache (LR pkg/epp/handlers/request.go ClearRouteCache), so a
+    picked request takes the first route. Without it (the EPP could not be asked: ext_proc failed,
+    failure_mode_allow), the objective header the gateway's route set names the tier: a fail-open
+    tier goes to the servers' Service, a fail-closed one (and anything else) gets 503 with
+    Retry-After. No client header selects a route: the gateway and the proxy's first filter
+    remove DESTINATION_HEADER, and the gateway sets the objective header per tier."""
+    route_timeout = f"{route_timeout_seconds(plan)}s"
+
+    def forward(cluster: str) -> dict[str, Any]:
+        return {
+            "cluster": cluster,
+            "host_rewrite_literal": plan.server_host,
+            "timeout": route_timeout,
+            "idle_timeout": route_timeout,
+        }
+
+    def unavailable(retry_after_seconds: int) -> dict[str, Any]:
+        return {
+            "direct_response": {"status": 503, "body": {"inline_string": "endpoint picker unavailable; retry\n"}},
+            "response_headers_to_add": [
+                {
+                    "header": {"key": "retry-after", "value": str(retry_after_seconds)},
+                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                }
+            ],
+        }
+
+    def tier(band: PickerBand) -> dict[str, Any]:
+        return {
+            "prefix": "/",
+            "headers": [{"name": OBJECTIVE_HEADER, "string_match": {"exact": objective_of(plan.name, band.tier)}}],
+        }
+
+    picked = {"prefix": "/", "headers": [{"name": DESTINATION_HEADER, "present_match": True}]}
+    routes: list[dict[str, Any]] = [{"name": "picked", "match": picked, "route": forward("original_destination_cluster")}]
+    for band in sorted_bands(plan):
+        if band.fails_open:
+            routes.append({"name": f"{band.tier}-fails-open", "match": tier(band), "route": forward(SERVERS_CLUSTER)})
+        else:
+            routes.append({"name": f"{band.tier}-fails-closed", "match": tier(band), **unavailable(plan.queue_ttl_seconds)})
+    routes.append({"name": "unknown-objective", "match": {"prefix": "/"}, **unavailable(plan.queue_ttl_seconds)})
+    return routes
+
+
+def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
+    """Envoy's bootstrap: the chart's standalone Envoy preset (SA presets.envoy.configMap.data
+    envoy.yaml, sidecar mode), with these changes:
+    - route timeout = queue TTL + request timeout (chart 86400 s); a stream may be silent that
+      long (queued, then prefill), so the route's idle timeout is the same;
+    - the failure mode is per tier (`picker_routes`): ext_proc lets a request on when the EPP
+      cannot be asked (failure_mode_allow, as the chart), but the ORIGINAL_DST cluster alone
+      would have no host for it (Envoy original_dst_cluster.cc falls back only to a restored
+      local address, which this listener never has: 503 UH), so a fail-open tier's request goes
+      to the servers' Service and a fail-closed tier's gets 503 with Retry-After;
+    - a client's `x-gateway-destination-endpoint` is removed before ext_proc, so only the EPP
+      names the pod Envoy dials (the gateway strips it too);
+    - the Host is rewritten to the servers' Service (`server_host`): the pod's sidecar routes
+      Envoy's connection to podIP:<port> by Host (IS pilot/pkg/networking/core/httproute.go, the
+      0.0.0.0_<port> route's virtual hosts), and any other Host falls to its catch-all
+      PassthroughCluster, plaintext, which the servers' STRICT mTLS refuses;
+    - connect timeouts of seconds, not the chart's 1000 s and 86400 s; vLLM connections idle out
+      before uvicorn's keep-alive closes them; IPv4 only (no `::` listeners: the cluster is
+      IPv4, and binding `::` fails where a pod has IPv6 disabled)."""
+    route_timeout = f"{route_timeout_seconds(plan)}s"
+    ready_listener = {
+        "name": f"envoy-proxy-ready-0.0.0.0-{PROXY_READY_PORT}",
+        "address": _address("0.0.0.0", PROXY_READY_PORT),
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": {
+                            "@type": _HCM,
+                            "stat_prefix": "envoy-ready-http",
+                            "route_config": {
+                                "name": "local_route",
+                                "virtual_hosts": [
+                                    {
+                                        "name": "prometheus_stats",
+                                        "domains": ["*"],
+                                        "routes": [
+                                            {"match": {"prefix": "/stats/prometheus"}, "route": {"cluster": "prometheus_stats"}}
+                                        ],
+                                    }
+                                ],
+                            },
+                            "http_filters": [
+                                {
+                                    "name": "envoy.filters.http.health_check",
+                                    "typed_config": {
+                                        "@type": "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck",
+                                        "pass_through_mode": False,
+                                        "headers": [{"name": ":path", "string_match": {"exact": "/ready"}}],
+                                    },
+                                },
+                                _ROUTER,
+                            ],
+                        },
+                    }
+                ]
+            }
+        ],
+    }
+    access_log = {
+        "name": "envoy.access_loggers.file",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+            "path": "/dev/stdout",
+            "log_format": {"text_format_source": {"inline_string": _ACCESS_LOG_FORMAT}},
+        },
+    }
+    model_filters: list[dict[str, Any]] = [
+        {
+            "name": "envoy.filters.http.header_mutation",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+                "mutations": {"request_mutations": [{"remove": DESTINATION_HEADER}]},
+            },
+        },
+        {
+            "name": "envoy.filters.http.ext_proc",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+                # A failed EPP lets the request on (all tiers); the routes then decide by tier:
+                # fail-open tiers go to the servers' Service, fail-closed ones get 503. At 1.33
+                # the failure mode is the filter's only (ExtProcOverrides gained
+                # failure_mode_allow in 1.35, envoyproxy/envoy#40014).
+                "failure_mode_allow": True,
+                "grpc_service": {
+                    "envoy_grpc": {"cluster_name": "ext_proc", "authority": f"localhost:{EPP_GRPC_PORT}"},
+                    "timeout": "10s",
+                },
+                "processing_mode": {
+                    "request_header_mode": "SEND",
+                    "response_header_mode": "SEND",
+                    "request_body_mode": "FULL_DUPLEX_STREAMED",
+                    "response_body_mode": "FULL_DUPLEX_STREAMED",
+                    "request_trailer_mode": "SEND",
+                    "response_trailer_mode": "SEND",
+                },
+                # The EPP holds its answer while the request is queued.
+                "message_timeout": route_timeout,
+            },
+        },
+        {"name": _ROUTER["name"], "typed_config": {**_ROUTER["typed_config"], "suppress_envoy_headers": True}},
+    ]
+    model_listener = {
+        "name": "vllm",
+        "address": _address("0.0.0.0", EPP_PROXY_PORT),
+        "per_connection_buffer_limit_bytes": 32768,
+        "filter_chains": [
+            {
+                "name": "vllm",
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": {
+                            "@type": _HCM,
+                            "stat_prefix": f"http-{EPP_PROXY_PORT}",
+                            "route_config": {
+                                "name": "vllm",
+                                "virtual_hosts": [
+                                    {
+                                        "name": "vllm-default",
+                                        "domains": ["*"],
+                                        "routes": picker_routes(plan),
+                                    }
+                                ],
+                            },
+                            "http_filters": model_filters,
+                            "http2_protocol_options": {
+                                "max_concurrent_streams": 100,
+                                "initial_stream_window_size": 65536,
+                                "initial_connection_window_size": 1048576,
+                            },
+                            "use_remote_address": True,
+                            "normalize_path": True,
+                            "merge_slashes": True,
+                            "server_header_transformation": "PASS_THROUGH",
+                            "common_http_protocol_options": {
+                                "headers_with_underscores_action": "REJECT_REQUEST",
+                                # A gateway connection with no request on it for 5 minutes is closed.
+                                "idle_timeout": "300s",
+                            },
+                            "request_headers_timeout": "10s",
+                            "path_with_escaped_slashes_action": "UNESCAPE_AND_REDIRECT",
+                            "access_log": [access_log],
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+    servers = {
+        # The fail-open path: the servers' Service, resolved to its ClusterIP, through the pod's
+        # sidecar (the PASSTHROUGH DestinationRule keeps that address; kube-proxy then picks a
+        # pod) with Istio mTLS.
+        "name": SERVERS_CLUSTER,
+        "type": "STRICT_DNS",
+        "dns_lookup_family": "V4_ONLY",
+        "connect_timeout": "5s",
+        "lb_policy": "ROUND_ROBIN",
+        "load_assignment": {
+            "cluster_name": SERVERS_CLUSTER,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(plan.server_host, plan.target_port)}}]}],
+        },
+        "typed_extension_protocol_options": {
+            _HTTP_OPTIONS: {
+                "@type": f"type.googleapis.com/{_HTTP_OPTIONS}",
+                "common_http_protocol_options": {"idle_timeout": f"{UPSTREAM_IDLE_SECONDS}s"},
+                "explicit_http_config": {"http_protocol_options": {}},
+            }
+        },
+    }
+    original_destination = {
+        "name": "original_destination_cluster",
+        "type": "ORIGINAL_DST",
+        "connect_timeout": "5s",
+        "lb_policy": "CLUSTER_PROVIDED",
+        "circuit_breakers": {"thresholds": [{"max_connections": 40000, "max_pending_requests": 40000, "max_requests": 40000}]},
+        "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
+        "typed_extension_protocol_options": {
+            _HTTP_OPTIONS: {
+                "@type": f"type.googleapis.com/{_HTTP_OPTIONS}",
+                "common_http_protocol_options": {"idle_timeout": f"{UPSTREAM_IDLE_SECONDS}s"},
+                "explicit_http_config": {"http_protocol_options": {}},
+            }
+        },
+    }
+    ext_proc = {
+        "name": "ext_proc",
+        "type": "STATIC",
+        "connect_timeout": "5s",
+        "lb_policy": "LEAST_REQUEST",
+        "circuit_breakers": {
+            "thresholds": [{"max_connections": 40000, "max_pending_requests": 40000, "max_requests": 40000, "max_retries": 1024}]
+        },
+        # The EPP's gRPC health service on 9002 exists only with --health-checking (LR
+        # pkg/epp/server/runserver.go), which the EPP container sets.
+        "health_checks": [
+            {
+                "timeout": "2s",
+                "interval": "10s",
+                "unhealthy_threshold": 3,
+                "healthy_threshold": 2,
+                "reuse_connection": True,
+                "grpc_health_check": {"service_name": "envoy.service.ext_proc.v3.ExternalProcessor"},
+                "tls_options": {"alpn_protocols": ["h2"]},
+            }
+        ],
+        # The EPP serves ext_proc over TLS with a self-signed certificate (--secure-serving,
+        # default true, options.go); over loopback, unvalidated, as the chart does.
+        "transport_socket": {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "common_tls_context": {},
+            },
+        },
+        "typed_extension_protocol_options": {
+            _HTTP_OPTIONS: {
+                "@type": f"type.googleapis.com/{_HTTP_OPTIONS}",
+                "explicit_http_config": {
+                    "http2_protocol_options": {"initial_stream_window_size": 65536, "initial_connection_window_size": 1048576}
+                },
+            }
+        },
+        "load_assignment": _static_cluster("ext_proc", "127.0.0.1", EPP_GRPC_PORT),
+    }
+    return {
+        "admin": {
+            "address": _address("127.0.0.1", PROXY_ADMIN_PORT),
+            "access_log": [
+                {
+                    "name": "envoy.access_loggers.file",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+                        "path": "/dev/null",
+                    },
+                }
+            ],
+        },
+        "static_resources": {
+            "listeners": [ready_listener, model_listener],
+            "clusters": [
+                {
+                    "name": "prometheus_stats",
+                    "type": "STATIC",
+                    "connect_timeout": "0.250s",
+                    "load_assignment": _static_cluster("prometheus_stats", "127.0.0.1", PROXY_ADMIN_PORT),
+                },
+                original_destination,
+                servers,
+                ext_proc,
+            ],
+        },
+    }
+
+
+# --- Kubernetes objects ---------------------------------------------------------------------
+
+
+def service_account(plan: EndpointPickerPlan) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(plan, epp_name(plan))}
+
+
+_READ = ["get", "watch", "list"]
+# What the EPP reads at v0.10.0, all in its own namespace: pods (routerlib _rbac.yaml `-sa`
+# Role), its InferencePool and the InferenceObjectives/InferenceModelRewrites that name it (SA
+# templates/rbac.yaml `-non-sa` Role; the caches are LR pkg/epp/server/controller_manager.go).
+# Not granted: the legacy inference.networking.x-k8s.io group (the EPP prefers llm-d.ai when
+# both exist, controller_config.go, and the platform installs llm-d.ai); leases (leader election
+# off); tokenreviews/subjectaccessreviews (metrics auth off). Nothing is written.
+EPP_ROLE_RULES: tuple[dict[str, Any], ...] = (
+    {"apiGroups": [""], "resources": ["pods"], "verbs": list(_READ)},
+    {"apiGroups": [POOL_GROUP], "resources": ["inferencepools"], "verbs": list(_READ)},
+    {"apiGroups": [OBJECTIVE_GROUP], "resources": ["inferenceobjectives", "inferencemodelrewrites"], "verbs": list(_READ)},
+)
+
+
+def role(plan: EndpointPickerPlan) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _metadata(plan, epp_name(plan)),
+        "rules": json.loads(json.dumps(EPP_ROLE_RULES)),
+    }
+
+
+def role_binding(plan: EndpointPickerPlan) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _metadata(plan, epp_name(plan)),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": epp_name(plan)},
+        "subjects": [{"kind": "ServiceAccount", "name": epp_name(plan), "namespace": plan.namespace}],
+    }
+
+
+def _dump(document: dict[str, Any]) -> str:
+    # Through JSON first, so a dict used twice is written twice, never as a YAML anchor.
+    return yaml.safe_dump(json.loads(json.dumps(document)), sort_keys=False, default_flow_style=False, width=1000)
+
+
+def epp_config_map(plan: EndpointPickerPlan) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(plan, epp_name(plan)),
+        "data": {EPP_CONFIG_FILE: _dump(endpoint_picker_config(plan))},
+    }
+
+
+def proxy_config_map(plan: EndpointPickerPlan) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(plan, proxy_config_map_name(plan)),
+        "data": {PROXY_CONFIG_FILE: _dump(proxy_config(plan))},
+    }
+
+
+def epp_args(plan: EndpointPickerPlan) -> list[str]:
+    """Flags as `--name=value`, each once (see EPP_FLAGS for where each is defined)."""
+    flags = {
+        # The pool this EPP serves (routerlib _deployment.yaml, inferencePool.create true).
+        "pool-name": plan.name,
+        "pool-namespace": plan.namespace,
+        "pool-group": POOL_GROUP,
+        "zap-encoder": "json",
+        "config-file": f"{EPP_CONFIG_DIR}/{EPP_CONFIG_FILE}",
+        "grpc-health-port": str(EPP_HEALTH_PORT),
+        # Active-active: every replica is Ready and serves its own Envoy (LR
+        # config/charts/README.md HA section; cmd/epp/runner/health.go without leader election).
+        "ha-enable-leader-election": "false",
+        # The sidecar's agent fetches localhost:9090/metrics for Prometheus with no token (IS
+        # status/server.go handleStats); the chart's --metrics-endpoint-auth=false when
+        # monitoring.prometheus.auth.enabled is false.
+        "metrics-endpoint-auth": "false",
+        # Registers the gRPC health service Envoy's ext_proc cluster checks on 9002.
+        "health-checking": "true",
+        "tracing": "false",
+        # pprof is on by default on the metrics port, which monitoring can reach.
+        "enable-pprof": "false",
+        "drain-timeout": f"{DRAIN_SECONDS}s",
+    }
+    return [f"--{name}={value}" for name, value in flags.items()]
+
+
+def _resources(container: str) -> dict[str, Any]:
+    out: dict[str, dict[str, str]] = {}
+    for key, value in EPP_POD_RESOURCES[container].items():
+        kind, _, resource = key.partition(".")
+        out.setdefault(kind, {})[resource] = value
+    return out
+
+
+def _security_context() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _grpc_probe(service: str, **timing: int) -> dict[str, Any]:
+    return {"grpc": {"port": EPP_HEALTH_PORT, "service": service}, **timing}
+
+
+def epp_container(plan: EndpointPickerPlan) -> dict[str, Any]:
+    return {
+        "name": EPP_CONTAINER,
+        "image": ENDPOINT_PICKER.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": epp_args(plan),
+        "env": [
+            {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "ports": [
+            {"name": "grpc", "containerPort": EPP_GRPC_PORT, "protocol": "TCP"},
+            {"name": "grpc-health", "containerPort": EPP_HEALTH_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": EPP_METRICS_PORT, "protocol": "TCP"},
+        ],
+        # routerlib _deployment.yaml: gRPC probes on the health port. Without leader election
+        # every service name has the same answer: the pool synced, plugins ready, not draining.
+        "livenessProbe": _grpc_probe("liveness", initialDelaySeconds=5, periodSeconds=10),
+        "readinessProbe": _grpc_probe("readiness", periodSeconds=2),
+        "resources": _resources(EPP_CONTAINER),
+        "securityContext": _security_context(),
+        "volumeMounts": [{"name": "plugins-config-volume", "mountPath": EPP_CONFIG_DIR, "readOnly": True}],
+    }
+
+
+def proxy_container(plan: EndpointPickerPlan) -> dict[str, Any]:
+    ready = {"path": "/ready", "port": PROXY_READY_PORT, "scheme": "HTTP"}
+    return {
+        "name": PROXY_CONTAINER,
+        "image": ENVOY_PROXY.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["envoy"],
+        # SA presets.envoy.args, with --concurrency for --cpuset-threads (see EPP_POD_RESOURCES).
+        "args": [
+            "--service-node",
+            PROXY_CONTAINER,
+            "--log-level",
+            "warn",
+            "--concurrency",
+            str(PROXY_WORKERS),
+            "--drain-strategy",
+            "immediate",
+            "--drain-time-s",
+            "60",
+            "-c",
+            f"{PROXY_CONFIG_DIR}/{PROXY_CONFIG_FILE}",
+        ],
+        "ports": [
+            {"name": f"http-{EPP_PROXY_PORT}", "containerPort": EPP_PROXY_PORT, "protocol": "TCP"},
+            {"name": f"metrics-{PROXY_READY_PORT}", "containerPort": PROXY_READY_PORT, "protocol": "TCP"},
+        ],
+        # SA presets.envoy.readinessProbe; the liveness probe is ours (the chart has none).
+        "readinessProbe": {
+            "httpGet": ready,
+            "periodSeconds": 5,
+            "timeoutSeconds": 1,
+            "successThreshold": 1,
+            "failureThreshold": 1,
+        },
+        "livenessProbe": {
+            "httpGet": dict(ready),
+            "initialDelaySeconds": 5,
+            "periodSeconds": 10,
+            "timeoutSeconds": 1,
+            "failureThreshold": 3,
+        },
+        # Envoy stops at once on SIGTERM and drops its streams (the chart has no preStop), so it
+        # keeps serving until its last request is done. The image has no shell: the kubelet's
+        # sleep action (Kubernetes 1.30+), not `exec sleep`.
+        "lifecycle": {"preStop": {"sleep": {"seconds": proxy_pre_stop_seconds(plan)}}},
+        "resources": _resources(PROXY_CONTAINER),
+        "securityContext": _security_context(),
+        "volumeMounts": [{"name": "proxy-config", "mountPath": PROXY_CONFIG_DIR, "readOnly": True}],
+    }
+
+
+def _spread(plan: EndpointPickerPlan) -> list[dict[str, Any]]:
+    """Replicas on different nodes (required) and, where possible, zones."""
+    selector = {"matchLabels": epp_selector(plan)}
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": when,
+            "labelSelector": json.loads(json.dumps(selector)),
+            "matchLabelKeys": ["pod-template-hash"],
+        }
+        for key, when in (("kubernetes.io/hostname", "DoNotSchedule"), ("topology.kubernetes.io/zone", "ScheduleAnyway"))
+    ]
+
+
+def pod_annotations(plan: EndpointPickerPlan) -> dict[str, str]:
+    """What the sidecar the namespace injects needs, as the model servers state it
+    (components/specs/pod.py pod_annotations)."""
+    return {
+        # Istio merges the EPP's own metrics into the sidecar's MESH_STATUS_PORT, where
+        # Prometheus (outside the mesh) can scrape them under STRICT mTLS.
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(EPP_METRICS_PORT),
+        "prometheus.io/path": "/metrics",
+        # Read by the injector (IS pkg/kube/inject/webhook.go, annotation proxy.istio.io/config):
+        # - start the EPP and Envoy only once the sidecar is ready, or their first API and pod
+        #   connections fail (mesh-wide already, components/mesh.py istiod_values; stated so
+        #   the pod does not depend on it; with native sidecars the kubelet orders them anyway,
+        #   injection-template.yaml `$holdProxy`);
+        # - on SIGTERM the sidecar drains only its inbound listeners (pkg/envoy/proxy.go Drain,
+        #   admin.go `inboundonly`), so Envoy's requests to the servers go on, and exits once no
+        #   connection is left (pkg/envoy/agent.go terminate with
+        #   EXIT_ON_ZERO_ACTIVE_CONNECTIONS), within the pod's grace period: after Envoy's last
+        #   request, however long its preStop keeps it serving.
+        "proxy.istio.io/config": json.dumps(
+            {
+                "terminationDrainDuration": f"{termination_grace_seconds(plan)}s",
+                "holdApplicationUntilProxyStarts": True,
+                "proxyMetadata": {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"},
+            }
+        ),
+        # The sidecar's size, stated so quotas count it exactly (platform_config.serving
+        # MESH_PROXY_RESOURCES; components/plan.py counts it per EPP pod).
+        "sidecar.istio.io/proxyCPU": MESH_PROXY_RESOURCES["cpu"],
+        "sidecar.istio.io/proxyMemory": MESH_PROXY_RESOURCES["memory"],
+        "sidecar.istio.io/proxyMemoryLimit": MESH_PROXY_RESOURCES["memory"],
+    }
+
+
+def deployment(plan: EndpointPickerPlan) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "serviceAccountName": epp_name(plan),
+        "priorityClassName": plan.priority_class,
+        # No GPU: the system node group, where the platform's controllers run (GPU nodes are
+        # tainted, and the preview's admission stage places every pod by its nodeSelector).
+        **({"nodeSelector": dict(plan.node_selector)} if plan.node_selector else {}),
+        "terminationGracePeriodSeconds": termination_grace_seconds(plan),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [proxy_container(plan), epp_container(plan)],
+        "volumes": [
+            {"name": "plugins-config-volume", "configMap": {"name": epp_name(plan)}},
+            {
+                "name": "proxy-config",
+                "configMap": {
+                    "name": proxy_config_map_name(plan),
+                    "items": [{"key": PROXY_CONFIG_FILE, "path": PROXY_CONFIG_FILE}],
+                },
+            },
+        ],
+    }
+    if plan.replicas > 1:
+        pod["topologySpreadConstraints"] = _spread(plan)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {**_metadata(plan, epp_name(plan)), "labels": {**_object_labels(plan), MODE_LABEL[0]: MODE_LABEL[1]}},
+        "spec": {
+            "replicas": plan.replicas,
+            # The chart uses Recreate for leader election (an old leader must go first). Active-
+            # active replicas roll one at a time instead, and a replica may take the whole grace
+            # period to drain, which under Recreate would be an outage.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "selector": {"matchLabels": epp_selector(plan)},
+            "template": {
+                "metadata": {"labels": _pod_labels(plan), "annotations": pod_annotations(plan)},
+                "spec": pod,
+            },
+        },
+    }
+
+
+def service(plan: EndpointPickerPlan) -> dict[str, Any]:
+    """routerlib _service.yaml plus the standalone chart's `http` port (SA extraServicePorts).
+    Behind the sidecar every port takes mTLS only: Prometheus scrapes the merged metrics on the
+    pods instead (pod_monitor), and ext_proc is reached over loopback."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(plan, epp_name(plan)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": epp_selector(plan),
+            "ports": [
+                {"name": "grpc-ext-proc", "protocol": "TCP", "port": EPP_GRPC_PORT, "appProtocol": "kubernetes.io/h2c"},
+                {"name": "http-metrics", "protocol": "TCP", "port": EPP_METRICS_PORT},
+                {"name": "http", "protocol": "TCP", "port": EPP_PROXY_PORT, "targetPort": EPP_PROXY_PORT},
+            ],
+        },
+    }
+
+
+def inference_pool(plan: EndpointPickerPlan) -> dict[str, Any]:
+    """routerlib _inferencepool.yaml. failureMode FailClose, like our Envoy (the chart: FailOpen);
+    it is read by gateways that route to the pool, which ours does not."""
+    return {
+        "apiVersion": f"{POOL_GROUP}/v1",
+        "kind": "InferencePool",
+        "metadata": _metadata(plan, plan.name),
+        "spec": {
+            "targetPorts": [{"number": plan.target_port}],
+            "appProtocol": "http",
+            "selector": {"matchLabels": dict(plan.server_labels)},
+            "endpointPickerRef": {"name": epp_name(plan), "port": {"number": EPP_GRPC_PORT}, "failureMode": "FailClose"},
+        },
+    }
+
+
+def inference_objectives(plan: EndpointPickerPlan) -> list[dict[str, Any]]:
+    """routerlib _inferenceobjective.yaml, one per band, highest priority first."""
+    return [
+        {
+            "apiVersion": "llm-d.ai/v1alpha2",
+            "kind": "InferenceObjective",
+            "metadata": _metadata(plan, objective_name(plan, band.tier)),
+            "spec": {"priority": band.priority, "poolRef": {"group": POOL_GROUP, "name": plan.name}},
+        }
+        for band in sorted_bands(plan)
+    ]
+
+
+def pod_disruption_budget(plan: EndpointPickerPlan) -> dict[str, Any]:
+    """One EPP pod away at a time (the chart has no PDB). With one replica a drain takes the
+    version's EPP away until it is rescheduled; production runs two or more."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(plan, epp_name(plan)),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": epp_selector(plan)}},
+    }
+
+
+def pod_monitor(plan: EndpointPickerPlan) -> dict[str, Any]:
+    """The EPP's metrics (flow control's queue sizes among them) merged into its sidecar's, as
+    the Knative backend scrapes its pods (components/backends/knative.py pod_monitor): the
+    sidecar's target, moved to the port Istio writes into prometheus.io/port (MESH_STATUS_PORT;
+    the sidecar declares only 15090, Envoy's stats alone). The interval is the chart's
+    monitoring.interval (routerlib values.yaml)."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _metadata(plan, epp_name(plan)),
+        "spec": {
+            "selector": {"matchLabels": epp_selector(plan)},
+            "podMetricsEndpoints": [
+                {
+                    "path": MESH_METRICS_PATH,
+                    "interval": "10s",
+                    "relabelings": [
+                        {
+                            "sourceLabels": ["__meta_kubernetes_pod_container_name"],
+                            "action": "keep",
+                            "regex": ISTIO_PROXY_CONTAINER,
+                        },
+                        *merged_metrics_relabelings(),
+                    ],
+                }
+            ],
+        },
+    }
+
+
+# --- EPP -> servers over mTLS --------------------------------------------------------------
+
+
+def servers_destination_rule(plan: EndpointPickerPlan) -> dict[str, Any]:
+    """For the EPP pods' sidecars only, the servers' Service (`server_host`, where Envoy's
+    rewritten Host sends them) becomes:
+    - PASSTHROUGH: an ORIGINAL_DST cluster (IS pilot/pkg/networking/core/
+      cluster_traffic_policy.go applyLoadBalancer), so each connection goes to the pod IP Envoy
+      dialled, the one the EPP picked, not to one the sidecar would balance to;
+    - ISTIO_MUTUAL, stated: auto-mTLS on a passthrough cluster guesses plaintext when the
+      Service has no endpoints yet (pilot/pkg/model/push_context.go
+      BestEffortInferServiceMTLSMode) and ORIGINAL_DST clusters get no per-endpoint TLS match
+      (cluster_tls.go applyUpstreamTLSSettings); a stated mode is applied as is, with the
+      Service's accounts as the names to verify (cluster_tls.go buildUpstreamTLSSettings).
+    workloadSelector keeps it off every other pod, the servers' own and other clients'
+    (pilot/pkg/model/sidecar.go DestinationRule); such a rule may only be exported to its own
+    namespace (pkg/config/validation/validation.go)."""
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": _metadata(plan, f"{epp_name(plan)}-to-servers"),
+        "spec": {
+            "host": plan.server_host,
+            "workloadSelector": {"matchLabels": epp_selector(plan)},
+            "exportTo": ["."],
+            "trafficPolicy": {"loadBalancer": {"simple": "PASSTHROUGH"}, "tls": {"mode": "ISTIO_MUTUAL"}},
+        },
+    }
+
+
+def _network_policy(
+    plan: EndpointPickerPlan, name: str, pods: dict[str, str], kind: str, rules: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(plan, name),
+        "spec": {"podSelector": {"matchLabels": pods}, "policyTypes": [kind], kind.lower(): rules},
+    }
+
+
+def _tcp(*ports: int) -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": port} for port in ports]
+
+
+def network_policies(plan: EndpointPickerPlan) -> list[dict[str, Any]]:
+    """On top of the tenant's default deny (tenancy.network_policies): EPP pods take the
+    gateway's requests on 8081 and monitoring's scrapes of their sidecars' merged metrics, and
+    reach this version's vLLM pods on the vLLM port and their sidecars' metrics (the API server,
+    DNS, istiod and HTTPS are already open to every tenant pod); the vLLM pods take both ports
+    from EPP pods."""
+    epp = epp_selector(plan)
+    gateway = {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ISTIO_INGRESS_NAMESPACE}},
+        "podSelector": {"matchLabels": dict(GATEWAY_SELECTOR)},
+    }
+    monitoring = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: MONITORING_NAMESPACE}}}
+    return [
+        _network_policy(
+            plan,
+            f"{epp_name(plan)}-ingress",
+            epp,
+            "Ingress",
+            [{"from": [gateway], "ports": _tcp(EPP_PROXY_PORT)}, {"from": [monitoring], "ports": _tcp(MESH_STATUS_PORT)}],
+        ),
+        _network_policy(
+            plan,
+            f"{epp_name(plan)}-to-servers",
+            epp,
+            "Egress",
+            [
+                {
+                    "to": [{"podSelector": {"matchLabels": dict(plan.server_labels)}}],
+                    "ports": _tcp(plan.target_port, MESH_STATUS_PORT),
+                }
+            ],
+        ),
+        _network_policy(
+            plan,
+            f"{epp_name(plan)}-servers-from-epp",
+            dict(plan.server_labels),
+            "Ingress",
+            [{"from": [{"podSelector": {"matchLabels": epp}}], "ports": _tcp(plan.target_port, MESH_STATUS_PORT)}],
+        ),
+    ]
+
+
+def endpoint_picker_objects(plan: EndpointPickerPlan) -> list[dict[str, Any]]:
+    """Every object, in apply order: identity and config, then the network and mesh rules the
+    pods need (the DestinationRule before any request leaves a pod), the pool and objectives
+    the EPP waits for, then the pods and what watches them."""
+    check_plan(plan)
+    return [
+        service_account(plan),
+        role(plan),
+        role_binding(plan),
+        epp_config_map(plan),
+        proxy_config_map(plan),
+        *network_policies(plan),
+        servers_destination_rule(plan),
+        inference_pool(plan),
+        *inference_objectives(plan),
+        service(plan),
+        deployment(plan),
+        pod_disruption_budget(plan),
+        pod_monitor(plan),
+    ]

@@ -1,0 +1,73 @@
+"""The endpoint picker's Envoy bootstrap against Envoy's own API: parsed strictly (unknown fields,
+wrong types, unknown enum values and unknown `@type`s raise) into `envoy.config.bootstrap.v3.
+Bootstrap` with the protobuf bindings of Envoy's API, `xds-protos` 1.71.0. That release carries every
+message and field of Envoy 1.33 (the pinned proxy, docker.io/envoyproxy/envoy:distroless-v1.33.2)
+and five newer fields the bootstrap does not use (checked against envoyproxy/data-plane-api at
+cd3585ed, the last API commit before 1.33.0); 1.70.0 lacks five fields 1.33 has."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import pkgutil
+from typing import Any
+
+import pytest
+
+from components.specs import endpoint_picker as epp
+
+from .helpers import raw_stack, validate
+
+envoy = pytest.importorskip("envoy", reason="xds-protos (requirements-dev.txt) gives Envoy's API bindings")
+
+
+@pytest.fixture(scope="module")
+def bootstrap_type() -> Any:
+    # Any-typed configs resolve through the descriptor pool: load every module of Envoy's API.
+    for module in pkgutil.walk_packages(envoy.__path__, "envoy."):
+        if module.name.endswith("_pb2"):
+            importlib.import_module(module.name)
+    from envoy.config.bootstrap.v3 import bootstrap_pb2
+
+    return bootstrap_pb2.Bootstrap
+
+
+@pytest.fixture(scope="module")
+def bootstraps() -> list[dict[str, Any]]:
+    """The bootstrap of every endpoint picker prod declares, as rendered."""
+    plan = validate(raw_stack("prod"))
+    pickers = [server.endpoint_picker for model in plan.models for server in model.servers if server.endpoint_picker]
+    assert len(pickers) == 2
+    return [epp.proxy_config(picker) for picker in pickers]
+
+
+def parse(bootstrap_type: Any, document: dict[str, Any]) -> Any:
+    from google.protobuf import json_format
+
+    message = bootstrap_type()
+    json_format.ParseDict(document, message)  # ignore_unknown_fields=False: strict
+    return message
+
+
+def test_every_field_type_and_enum_is_envoys(bootstrap_type, bootstraps):
+    for bootstrap in bootstraps:
+        message = parse(bootstrap_type, bootstrap)
+        assert message.static_resources.listeners and message.static_resources.clusters
+
+
+def test_a_misspelt_field_a_wrong_enum_or_type_url_is_refused(bootstrap_type, bootstraps):
+    from google.protobuf.json_format import ParseError
+
+    listener = bootstraps[0]["static_resources"]["listeners"][-1]
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    for mutate in (
+        lambda m: m.__setitem__("stat_prefx", "x"),
+        lambda m: m.__setitem__("codec_type", "HTTP4"),
+        lambda m: m.__setitem__("@type", m["@type"] + "Typo"),
+    ):
+        broken = copy.deepcopy(bootstraps[0])
+        target = broken["static_resources"]["listeners"][-1]["filter_chains"][0]["filters"][0]["typed_config"]
+        assert target == manager
+        mutate(target)
+        with pytest.raises((ParseError, TypeError, KeyError)):
+            parse(bootstrap_type, broken)
