@@ -39,6 +39,8 @@ class GovernanceFloors:
             "minReplicasInProduction": self.hpa_min_replicas_in_production,
             "minScaleDownDelaySeconds": self.knative_scale_down_delay_seconds,
             "minWindowSeconds": self.knative_window_seconds,
+            # endpoint-picker-availability's minReplicasInProduction (hpa-behavior has that key too).
+            "minEndpointPickerReplicasInProduction": self.endpoint_picker_replicas_in_production,
         }
 
 

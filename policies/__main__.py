@@ -137,6 +137,22 @@ PolicyPack(
                 externalPriorityClasses={"type": "array", "items": {"type": "string"}, "default": []},
             ),
         ),
+        StackValidationPolicy(
+            name="endpoint-picker-availability",
+            description="Endpoint pickers: in production at least minReplicasInProduction replicas and a "
+            "PodDisruptionBudget that keeps one up through a drain; every InferencePool names an existing Service that "
+            "selects an endpoint picker's pods; picker pods stay in the mesh and no tenant PeerAuthentication accepts "
+            "plaintext (PERMISSIVE or DISABLE).",
+            validate=stack.endpoint_picker_availability,
+            severity=Severity.HIGH,
+            config_schema=schema(
+                minReplicasInProduction={
+                    "type": "integer",
+                    "default": FLOORS["minEndpointPickerReplicasInProduction"],
+                },
+                productionStacks=PRODUCTION,
+            ),
+        ),
         ResourceValidationPolicy(
             name="pinned-images",
             description="Container images come from an allowed registry and are pinned to a digest or a tag that is not a "

@@ -22,6 +22,7 @@ from .helpers import ROOT, Evaluated, raw_stack, run_preview
 
 sys.path.insert(0, str(ROOT / "policies"))
 from inference_governance import resources as resource_rules  # noqa: E402
+from inference_governance import stack as stack_rules  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 21
+    assert len(names) == 22
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):
@@ -338,6 +339,129 @@ def test_mig_profiles_valid_for_the_pool_gpu(pack, baseline):
         return records
 
     assert analyze_stack(pack, stack_with(baseline, on_a100_40)) == {"stack-capacity": "mandatory"}
+
+
+# --- endpoint pickers ----------------------------------------------------------------------------
+
+EPP = "llama-1b-v1-epp-deployment"  # team-a, 2 replicas
+EPP_PDB = "llama-1b-v1-epp-poddisruptionbudget"  # maxUnavailable 1
+EPP_SERVICE = "llama-1b-v1-epp-service"
+POOL = "llama-1b-v1-inferencepool"
+PEER = "team-a-peer-authentication"  # STRICT for the namespace
+
+
+def edit(name: str, change: Callable[[dict], Any]) -> Callable[[list[RecordedResource]], list[RecordedResource]]:
+    """Change the outputs (what AnalyzeStack sees) of the record named `name`."""
+
+    def changed(records):
+        change(next(r for r in records if r.name == name).outputs)
+        return records
+
+    return changed
+
+
+def pod_metadata(outputs: dict) -> dict:
+    return outputs["spec"]["template"]["metadata"]
+
+
+def without_maximum(**spec: Any) -> Callable[[dict], Any]:
+    return lambda pdb: (pdb["spec"].pop("maxUnavailable"), pdb["spec"].update(spec))
+
+
+@pytest.mark.parametrize(
+    "change, flagged",
+    [
+        # 1. production: enough replicas, and a budget that keeps one up through a drain
+        (edit(EPP, lambda d: d["spec"].update(replicas=1)), EPP),
+        (lambda rs: [r for r in rs if r.name != EPP_PDB], EPP),
+        (edit(EPP_PDB, lambda b: b["spec"]["selector"].update(matchExpressions=[
+            {"key": "llm-d-router-gateway", "operator": "NotIn", "values": ["llama-1b-v1-epp"]}])), EPP),
+        (edit(EPP_PDB, lambda b: b["spec"].update(maxUnavailable="100%")), EPP_PDB),
+        (edit(EPP_PDB, without_maximum(minAvailable=0)), EPP_PDB),
+        (edit(EPP_PDB, without_maximum()), EPP_PDB),
+        (edit(EPP_PDB, lambda b: b["spec"].update(maxUnavailable=0)), EPP_PDB),  # no drain can proceed
+        (edit(EPP_PDB, without_maximum(minAvailable=1)), None),
+        (edit(EPP_PDB, lambda b: b["spec"].update(maxUnavailable="50%")), None),
+        # 2. the pool names an existing Service that selects endpoint picker pods
+        (edit(POOL, lambda p: p["spec"]["endpointPickerRef"].update(name="llama-1b-v1-ep")), POOL),
+        (edit(POOL, lambda p: p["spec"]["endpointPickerRef"].update(kind="Deployment", group="apps")), POOL),
+        (lambda rs: [r for r in rs if r.name != EPP_SERVICE], POOL),
+        (edit(EPP_SERVICE, lambda s: s["spec"].update(selector={"app.kubernetes.io/instance": "llama-1b-v1"})), POOL),
+        # An endpoint picker that drops its component label escapes nothing: its pool finds no picker.
+        (edit(EPP, lambda d: (d["metadata"]["labels"].pop("app.kubernetes.io/component"),
+                              pod_metadata(d)["labels"].pop("app.kubernetes.io/component"))), POOL),
+        # 3. in the mesh, mTLS on every hop
+        (edit(EPP, lambda d: pod_metadata(d)["labels"].update({"sidecar.istio.io/inject": "false"})), EPP),
+        (edit(EPP, lambda d: pod_metadata(d)["annotations"].update({"sidecar.istio.io/inject": "no"})), EPP),
+        (edit(EPP, lambda d: (pod_metadata(d)["labels"].update({"sidecar.istio.io/inject": "disabled"}),
+                              pod_metadata(d)["annotations"].update({"sidecar.istio.io/inject": "true"}))), EPP),
+        (edit(EPP, lambda d: pod_metadata(d)["labels"].update({"sidecar.istio.io/inject": "True"})), None),
+        (edit(PEER, lambda p: p["spec"]["mtls"].update(mode="PERMISSIVE")), PEER),
+        (edit(PEER, lambda p: p["spec"].update(selector={"matchLabels": {"llm-d-router-gateway": "llama-1b-v1-epp"}},
+                                               mtls={"mode": "DISABLE"})), PEER),
+        (edit(PEER, lambda p: p["spec"].update(portLevelMtls={"8000": {"mode": "PERMISSIVE"}})), PEER),
+        (edit(PEER, lambda p: p["spec"].update(portLevelMtls={"8000": {"mode": "STRICT"}})), None),
+        # team-b runs no endpoint picker but is a tenant: its namespace is promised mTLS too.
+        (edit("team-b-peer-authentication", lambda p: p["spec"]["mtls"].update(mode="DISABLE")),
+         "team-b-peer-authentication"),
+    ],
+    ids=["one-replica", "no-budget", "budget-selects-none", "max-unavailable-100-percent", "min-available-0",
+         "budget-of-nothing", "max-unavailable-0", "min-available-1", "max-unavailable-50-percent",
+         "pool-names-no-service", "pool-names-a-deployment", "service-removed", "service-selects-the-servers",
+         "picker-unlabelled", "inject-label-false", "inject-annotation-no", "label-wins-over-annotation",
+         "inject-label-true", "namespace-permissive", "workload-disable", "port-permissive", "port-strict",
+         "tenant-without-picker"],
+)  # fmt: skip
+def test_endpoint_picker_availability(pack, baseline, change, flagged):
+    hits = pack.analyze_stack(stack_with(baseline, change))
+    found = {(d.policy, d.level, d.urn.rsplit("::", 1)[-1]) for d in hits}
+    assert found == ({("endpoint-picker-availability", "mandatory", flagged)} if flagged else set())
+
+
+def test_endpoint_picker_messages_name_the_object_and_the_fix(pack, baseline):
+    (hit,) = pack.analyze_stack(stack_with(baseline, edit(EPP, lambda d: d["spec"].update(replicas=1))))
+    assert hit.message.endswith(
+        "\nendpoint picker team-a/llama-1b-v1-epp runs 1 replica(s); production keeps at least 2, or every request to "
+        "the model waits on one pod's restart: set spec.replicas to 2 or more"
+    )
+    (hit,) = pack.analyze_stack(stack_with(baseline, edit(POOL, lambda p: p["spec"]["endpointPickerRef"].update(name="x"))))
+    assert hit.message.endswith(
+        "\nInferencePool team-a/llama-1b-v1: spec.endpointPickerRef names Service team-a/x, which the stack does not "
+        "declare: declare the endpoint picker's Service in the pool's namespace, or name it"
+    )
+
+
+def test_endpoint_pickers_outside_production(baseline):
+    """The replica floor and the budget hold in the stacks the pack's config calls production."""
+
+    def violations(records: list[RecordedResource], settings: dict[str, Any]) -> list[str]:
+        messages: list[str] = []
+        resources = [SimpleNamespace(resource_type=r.type, props=r.outputs, urn=r.urn) for r in records]
+        args = SimpleNamespace(resources=resources, get_config=lambda: settings)
+        stack_rules.endpoint_picker_availability(args, lambda message, urn=None: messages.append(message))
+        return messages
+
+    single = stack_with(
+        baseline, lambda rs: [r for r in edit(EPP, lambda d: d["spec"].update(replicas=1))(rs) if r.name != EPP_PDB]
+    )
+    this_stack = [pulumi.get_stack()]
+    assert violations(single, {"productionStacks": []}) == []
+    assert len(violations(single, {"productionStacks": this_stack})) == 2  # the floor and the budget
+    assert violations(single, {"productionStacks": this_stack, "minReplicasInProduction": 1}) == [
+        "endpoint picker team-a/llama-1b-v1-epp: no PodDisruptionBudget in team-a selects its pods, so a node drain may "
+        "take every replica at once: add one selecting its pod labels with maxUnavailable 1"
+    ]
+
+
+def test_the_packs_endpoint_picker_labels_are_the_programs():
+    from inference_governance import kube
+
+    from components.constants import LABEL_COMPONENT, LABEL_TENANT
+    from components.specs.endpoint_picker import COMPONENT
+    from platform_config.floors import FLOORS
+
+    assert (kube.COMPONENT_LABEL, kube.ENDPOINT_PICKER, kube.TENANT_LABEL) == (LABEL_COMPONENT, COMPONENT, LABEL_TENANT)
+    assert kube.FLOORS["minEndpointPickerReplicasInProduction"] == FLOORS.endpoint_picker_replicas_in_production
 
 
 # --- advisory ------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ def configured():
             "no-secret-env-from": {"allowedNamespaces": ["serving"]},
             "knative-autoscaling": {"productionStacks": []},
             "latency-sensitive-not-time-sliced": {"latencySensitiveTiers": ["premium", "batch"]},
+            "endpoint-picker-availability": {"minReplicasInProduction": 3},
         }
     )
     yield running
@@ -500,3 +501,32 @@ def test_a_service_taking_premium_stays_warm(pack, baseline):
         ("latency-sensitive-min-scale", "mandatory", "batch-labeller-v1-knative-service"),
         ("latency-sensitive-on-spot", "advisory", "batch-labeller-v1-knative-service"),
     }
+
+
+# --- endpoint picker replicas in production ------------------------------------------------------------
+
+PICKERS = {"llama-1b-v1-epp-deployment", "llama-70b-v1-epp-deployment"}
+
+
+def _pickers_run(replicas: int):
+    def change(records):
+        for record in records:
+            if record.name in PICKERS:
+                record.outputs["spec"]["replicas"] = replicas
+        return records
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "replicas, defaults, moved",
+    [(1, PICKERS, PICKERS), (2, set(), PICKERS), (3, set(), set())],
+    ids=["one", "two", "three"],
+)
+def test_endpoint_picker_replica_floor_moves_with_the_config(pack, configured, baseline, replicas, defaults, moved):
+    # The pack's default is the program's floor (2); its config may ask for more (here 3).
+    records = stack_with(baseline, _pickers_run(replicas))
+    for running, flagged in ((pack, defaults), (configured, moved)):
+        hits = [d for d in running.analyze_stack(records) if d.policy == "endpoint-picker-availability"]
+        assert {d.urn.rsplit("::", 1)[-1] for d in hits} == flagged
+        assert all(d.level == "mandatory" for d in hits)

@@ -39,6 +39,19 @@ DESTINATION_RULE = "kubernetes:networking.istio.io/v1:DestinationRule"
 SERVICE_MONITOR = "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"
 POD_MONITOR = "kubernetes:monitoring.coreos.com/v1:PodMonitor"
 GPU_NODE_POOL = "inference-platform:gpu-node-pool:GpuNodePool"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+SERVICE = "kubernetes:core/v1:Service"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+INFERENCE_POOL = "kubernetes:inference.networking.k8s.io/v1:InferencePool"
+PEER_AUTHENTICATION = "kubernetes:security.istio.io/v1:PeerAuthentication"
+# The program's labels for an endpoint picker's objects and a tenant's namespace
+# (components/constants.py LABEL_COMPONENT and LABEL_TENANT, components/specs/endpoint_picker.py
+# COMPONENT); a test holds them to the program's.
+COMPONENT_LABEL = "app.kubernetes.io/component"
+ENDPOINT_PICKER = "endpoint-picker"
+TENANT_LABEL = "inference.platform/tenant"
+# Istio's per-pod injection switch, as a pod label or (deprecated) annotation.
+SIDECAR_INJECT = "sidecar.istio.io/inject"
 LATENCY_LABEL: str = FACTS["labels"]["latencySensitive"]
 POOL_LABEL: str = FACTS["labels"]["pool"]
 GPU_SHARING_LABEL: str = FACTS["labels"]["gpuSharing"]
@@ -168,6 +181,28 @@ def duration_seconds(value: Any) -> float | None:
 
 def labels_match(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether a metav1.LabelSelector (matchLabels and matchExpressions, all must hold) selects
+    pods with these labels; an empty selector selects every pod, a missing one none (kubernetes
+    apimachinery pkg/apis/meta/v1/helpers.go LabelSelectorAsSelector, as policy/v1 reads a PDB's)."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in get(selector, "matchLabels", default={}).items()):
+        return False
+    for expression in get(selector, "matchExpressions", default=[]):
+        key, operator = get(expression, "key"), get(expression, "operator")
+        values = set(get(expression, "values", default=[]))
+        held = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }.get(operator, False)
+        if not held:
+            return False
+    return True
 
 
 def image_registry(image: str) -> str:
