@@ -48,9 +48,9 @@ from platform_config.serving import (
 )
 
 from .backends import BACKENDS
-from .backends.deployment import model_host
+from .backends.deployment import version_host
 from .cluster import system_scheduling_template
-from .constants import LABEL_INSTANCE, LABEL_MODEL, LABEL_TENANT, SYSTEM_NODE_SELECTOR, VLLM_PORT, standard_labels
+from .constants import LABEL_INSTANCE, LABEL_TENANT, SYSTEM_NODE_SELECTOR, VLLM_PORT, standard_labels
 from .serving import TIER_ORDER, ModelPlan, Plan, RoutePlan, ServerPlan, ServingBackend, TierRoute
 from .specs.endpoint_picker import EPP_POD_RESOURCES, EndpointPickerPlan, PickerBand
 
@@ -138,10 +138,11 @@ def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> E
         queue_ttl_seconds=picker_queue_ttl_seconds(config, model),
         bands=tuple(bands),
         request_timeout_seconds=drain.request_timeout_seconds,
-        priority_class=model_priority_class(model),
-        labels=standard_labels(f"{name}-epp", "endpoint-picker", **{LABEL_MODEL: model.name, LABEL_TENANT: model.tenant}),
+        # Not the model label: the model's Service selects its servers by it.
+        labels=standard_labels(f"{name}-epp", "endpoint-picker", **{LABEL_TENANT: model.tenant}),
         node_selector=dict(SYSTEM_NODE_SELECTOR) if config.cluster.eks is not None else {},
-        server_host=model_host(model),
+        # The version's own Service: a picker's fail-open path must stay on its version.
+        server_host=version_host(name, model.tenant),
     )
 
 
@@ -175,10 +176,14 @@ def _peak(model: ModelConfig) -> Peak:
     peak = model_peak(model, backend.rollout_surge(model), (MESH_PROXY_RESOURCES, *backend.injected_containers()))
     if not backend.uses_endpoint_picker(model):
         return peak
-    # Each running version's pickers, one more while they roll (maxSurge 1), in the tenant's
-    # namespace and so in its quota; quotas bound requests.cpu/memory and limits.memory, so the
-    # larger of a container's memory request and limit is what counts.
-    pods = len(running_versions(model)) * (model.endpoint_picker.replicas + 1)
+    # Each running version's pickers, in the tenant's namespace and so in its quota; quotas
+    # bound requests.cpu/memory and limits.memory, so the larger of a container's memory request
+    # and limit is what counts. A rollout (maxSurge 1) replaces each old pod once a new one is ready, and a replaced pod
+    # counts against the quota until its grace period ends (pkg/quota/v1/evaluator/core/pods.go
+    # QuotaV1Pod), which the Envoy's drain makes minutes: at worst every old pod still
+    # terminating beside every new one.
+    replicas = model.endpoint_picker.replicas
+    pods = len(running_versions(model)) * max(replicas + 1, 2 * replicas)
     per_pod = picker_pod_resources("limits.memory")
     return dataclasses.replace(peak, picker_pods=pods, picker_demand={r: amount * pods for r, amount in per_pod.items()})
 
@@ -223,8 +228,9 @@ def _picker_placement_issues(config: PlatformConfig, peaks: Mapping[str, Peak]) 
     if per_node * group.max_size < pods:
         yield ConfigIssue(
             ("cluster", "eks", "systemNodeGroup"),
-            f"the endpoint pickers run {pods} pods at peak (replicas and one rolling, per running version), each "
-            f"requesting {show_amount('cpu', need['cpu'])} CPU and {show_amount('memory', need['memory'])} of memory; "
+            f"the endpoint pickers run {pods} pods at peak (per running version its replicas and, during a rollout, as "
+            f"many draining), each requesting {show_amount('cpu', need['cpu'])} CPU and "
+            f"{show_amount('memory', need['memory'])} of memory; "
             f"{group.instance_type} system nodes hold {per_node} each beside the platform's controllers, "
             f"{per_node * group.max_size} at maxSize {group.max_size}: raise maxSize or choose a larger instanceType",
         )

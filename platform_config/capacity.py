@@ -144,12 +144,6 @@ def capacity_table(config: PlatformConfig) -> list[CapacityRow]:
         instance = supply.instance
         row("cpu", "node CPU").supply_by_pool[pool.name] = Decimal(instance.vcpus * pool.max_size)
         row("memory", "node memory").supply_by_pool[pool.name] = Decimal(instance.memory_gib * pool.max_size) * 2**30
-    if config.cluster.eks is not None:
-        # The system node group runs the endpoint pickers, whose pods the tenants' quotas count.
-        group = config.cluster.eks.system_node_group
-        system = CPU_INSTANCE_TYPES[group.instance_type]
-        row("cpu", "node CPU").supply_by_pool[SYSTEM_POOL_NAME] = Decimal(system.vcpus * group.max_size)
-        row("memory", "node memory").supply_by_pool[SYSTEM_POOL_NAME] = Decimal(system.memory_gib * group.max_size) * 2**30
     for tenant in config.tenants:
         for resource, amount in budget_resources(tenant.quota).items():
             if resource not in rows:
@@ -186,6 +180,37 @@ def capacity_report(
                 "overcommitRatio": float(ratio),
                 "utilisationPercent": round(float(row.demand / row.supply * 100)) if row.supply else None,
                 "withinCapacity": row.demand <= row.supply * ratio,
+            }
+        )
+    return rows + _system_node_rows(config, pickers_by_tenant or {})
+
+
+def _system_node_rows(config: PlatformConfig, pickers_by_tenant: Mapping[str, Mapping[str, Decimal]]) -> list[dict[str, object]]:
+    """The EKS system node group against what the tenants' endpoint pickers hold there at peak
+    (the pickers' part of the quotas; the platform's controllers run there too, which the config
+    check and the admission stage count, `components/cluster.py`)."""
+    eks = config.cluster.eks
+    if eks is None or not pickers_by_tenant:
+        return []
+    group = eks.system_node_group
+    instance = CPU_INSTANCE_TYPES[group.instance_type]
+    rows: list[dict[str, object]] = []
+    for resource, per_node in (("cpu", Decimal(instance.vcpus)), ("memory", Decimal(instance.memory_gib) * 2**30)):
+        supply = per_node * group.max_size
+        held = {tenant: amounts[resource] for tenant, amounts in pickers_by_tenant.items() if amounts.get(resource)}
+        demand = sum(held.values(), Decimal(0))
+        rows.append(
+            {
+                "resource": f"{resource} ({SYSTEM_POOL_NAME} nodes)",
+                "kind": f"node {'CPU' if resource == 'cpu' else 'memory'} {group.instance_type}",
+                "supply": show_amount(resource, supply),
+                "supplyByPool": {SYSTEM_POOL_NAME: show_amount(resource, supply)},
+                "demand": show_amount(resource, demand),
+                "demandByTenant": {tenant: show_amount(resource, v) for tenant, v in held.items()},
+                "endpointPickersByTenant": {tenant: show_amount(resource, v) for tenant, v in held.items()},
+                "overcommitRatio": 1.0,
+                "utilisationPercent": round(float(demand / supply * 100)),
+                "withinCapacity": demand <= supply,
             }
         )
     return rows

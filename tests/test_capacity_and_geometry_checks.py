@@ -20,20 +20,24 @@ def test_prod_capacity_table(prod_raw):
     assert gpu["demandByTenant"] == {"serving": "41", "team-a": "4", "team-b": "5"} and gpu["withinCapacity"]
     assert rows["nvidia.com/mig-1g.10gb"]["supply"] == "126"
     assert rows["nvidia.com/mig-3g.40gb"]["supply"] == "36"
-    # 9 p5 (2 TiB), 4 g6e.12xlarge (192 GiB) and 6 m6i.2xlarge system nodes (32 GiB, 8 vCPUs).
-    assert rows["memory"]["supply"] == f"{9 * 2048 + 4 * 192 + 6 * 32}Gi"
-    assert rows["cpu"]["supplyByPool"] == {"h100": str(9 * 192), "l4-batch": str(4 * 48), "system": str(6 * 8)}
+    # GPU pools only: 9 p5 (2 TiB) and 4 g6e.12xlarge (192 GiB); vLLM never runs on system nodes.
+    assert rows["memory"]["supply"] == f"{9 * 2048 + 4 * 192}Gi"
+    assert rows["cpu"]["supplyByPool"] == {"h100": str(9 * 192), "l4-batch": str(4 * 48)}
 
 
 def test_the_capacity_report_shows_the_endpoint_pickers():
     plan = validate(raw_stack("prod"))
     rows = {row["resource"]: row for row in capacity_report(plan.config, plan.endpoint_pickers_by_tenant)}
-    # One picker per HPA-served version (serving's 70B, team-a's 1B): 2 replicas and 1 rolling,
+    # One picker per HPA-served version (serving's 70B, team-a's 1B): 2 replicas and 2 draining,
     # each 1 + 1 CPU and 4Gi + 2Gi of memory limits for the EPP and its Envoy, and the sidecar's
     # 100m and 512Mi.
-    assert rows["cpu"]["endpointPickersByTenant"] == {"serving": "6.3", "team-a": "6.3"}
-    assert rows["memory"]["endpointPickersByTenant"] == {"serving": "19.5Gi", "team-a": "19.5Gi"}
+    assert rows["cpu"]["endpointPickersByTenant"] == {"serving": "8.4", "team-a": "8.4"}
+    assert rows["memory"]["endpointPickersByTenant"] == {"serving": "26Gi", "team-a": "26Gi"}
     assert rows["nvidia.com/gpu"]["endpointPickersByTenant"] == {}
+    # Their own rows: the 6 m6i.2xlarge system nodes (8 vCPUs, 32 GiB) against the pickers.
+    system = rows["cpu (system nodes)"]
+    assert system["supply"] == str(6 * 8) and system["demand"] == "16.8" and system["withinCapacity"]
+    assert rows["memory (system nodes)"]["supply"] == f"{6 * 32}Gi" and rows["memory (system nodes)"]["demand"] == "52Gi"
 
 
 def test_quota_over_capacity_names_tenants_and_pools(prod_raw):
@@ -150,19 +154,20 @@ def test_cpu_memory_and_pods_budgets_are_checked_too(prod_raw):
     quota.update(cpu="400", memory="3000Gi", pods=20)
     found = config_problems(prod_raw)
     # 70B: 9 pods x (32 + 0.1 sidecar); 8B: 22 + 5 (v2 at 10 % of 20: 3, and 2 surge) x (8 + 0.1 + 0.025
-    # queue-proxy); 8B batch: 5 x 8.125; the 70B's endpoint picker: 2 replicas and 1 surge, each
+    # queue-proxy); 8B batch: 5 x 8.125; the 70B's endpoint picker: 2 replicas and 2 draining, each
     # 2.1 CPU, 6.5Gi (memory limits, its sidecar included) and one pod.
-    assert any(m.startswith("inference-platform:tenants[0].quota.cpu: at their peak") and "hold 555.2 of cpu" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.cpu: at their peak") and "hold 557.3 of cpu" in m for m in found)
     assert any(
-        m.startswith("inference-platform:tenants[0].quota.memory: at their peak") and "hold 4896Gi of memory" in m for m in found
+        m.startswith("inference-platform:tenants[0].quota.memory: at their peak") and "hold 4902.5Gi of memory" in m
+        for m in found
     )
-    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at their peak") and "hold 44 of pods" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at their peak") and "hold 45 of pods" in m for m in found)
 
 
 def test_a_single_model_over_its_tenant_budget_names_the_model_key(prod_raw):
     prod_raw["models"][2]["autoscaling"]["maxReplicas"] = 8  # llama-1b: 8 + 1 surge slices, team-a has 8
     (memory, message) = config_problems(prod_raw)
-    assert "hold 168Gi of memory, but tenant 'team-a' has 152Gi" in memory
+    assert "hold 174.5Gi of memory, but tenant 'team-a' has 152Gi" in memory
     assert message.startswith(
         "inference-platform:models[2].autoscaling.maxReplicas: at their peak (maxReplicas, rollouts, injected sidecars "
         "and endpoint pickers included) llama-1b"
@@ -180,11 +185,11 @@ def test_a_canary_weight_step_raises_the_peak_the_checks_hold(prod_raw):
 
 
 def test_endpoint_pickers_must_fit_the_system_nodes():
-    # staging: two summarizer versions behind pickers, 2 replicas and 1 rolling each.
+    # staging: two summarizer versions behind pickers, 2 replicas and 2 draining each.
     raw = raw_stack("staging")
     raw["cluster"]["eks"]["systemNodeGroup"] = {"instanceType": "m6i.xlarge", "minSize": 2, "maxSize": 4}
     (message,) = config_problems(raw)
-    assert message.startswith("inference-platform:cluster.eks.systemNodeGroup: the endpoint pickers run 6 pods at peak")
+    assert message.startswith("inference-platform:cluster.eks.systemNodeGroup: the endpoint pickers run 8 pods at peak")
     # 4 vCPU less the kubelet's and agents' reserve and a quarter of the controllers' requests
     # leaves no room for a 2.1 CPU pod.
     assert "m6i.xlarge system nodes hold 0 each" in message and "raise maxSize or choose a larger instanceType" in message

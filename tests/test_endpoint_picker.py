@@ -25,7 +25,6 @@ from components.specs import pod as server_pod
 from components.specs.endpoint_picker import EndpointPickerPlan, PickerBand
 from components.specs.tenancy import NAMESPACE_NAME_LABEL
 from platform_config import pins
-from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 from platform_config.serving import MESH_PROXY_RESOURCES
 from preview.admission import istio_injects
 from preview.schemas import SchemaValidator
@@ -56,7 +55,6 @@ def make_plan(**changes: Any) -> EndpointPickerPlan:
             PickerBand("premium", 100, 1000, "512Mi"),
         ),
         request_timeout_seconds=600,
-        priority_class=PRODUCTION_PRIORITY_CLASS,
         # The model's standard labels, one of which also selects its servers.
         labels={
             "app.kubernetes.io/name": "llama-8b",
@@ -278,7 +276,7 @@ def test_queue_ttl_route_timeout_and_shutdown_cover_the_longest_request(objects,
     assert forwarding and all(r["timeout"] == "630s" and r["idle_timeout"] == "630s" for r in forwarding)
     filters = {f["name"]: f["typed_config"] for f in manager["http_filters"]}
     ext_proc = filters["envoy.filters.http.ext_proc"]
-    assert ext_proc["message_timeout"] == "630s"
+    assert "message_timeout" not in ext_proc
     spec = pod_spec(objects)
     pre_stop = container(objects, "envoy-proxy")["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert pre_stop >= 630 + epp.DRAIN_SECONDS
@@ -345,7 +343,7 @@ def test_pool_and_objectives_name_each_other(objects, plan):
     ]
     assert all(o["spec"]["poolRef"] == {"group": "inference.networking.k8s.io", "name": plan.name} for o in objectives)
     assert epp.objective_name(plan, "premium") == "llama-8b-v1-premium"
-    assert epp.epp_service_host(plan) == "llama-8b-v1-epp.team-a.svc.cluster.local"
+    assert epp.epp_host_of(plan.name, plan.namespace) == "llama-8b-v1-epp.team-a.svc.cluster.local"
     args = container(objects, "epp")["args"]
     assert {"--pool-name=llama-8b-v1", "--pool-namespace=team-a", "--pool-group=inference.networking.k8s.io"} <= set(args)
 
@@ -415,7 +413,7 @@ def test_two_replicas_roll_and_spread_one_replica_does_not_spread(objects, plan)
     assert all(c["labelSelector"] == {"matchLabels": epp.epp_selector(plan)} for c in spread)
     single = epp.deployment(make_plan(replicas=1))["spec"]["template"]["spec"]
     assert "topologySpreadConstraints" not in single
-    assert spec["template"]["spec"]["priorityClassName"] == PRODUCTION_PRIORITY_CLASS
+    assert "priorityClassName" not in spec["template"]["spec"]  # never preempts the system nodes' controllers
 
 
 def test_images_are_the_pins_and_resources_the_table(objects):
@@ -429,10 +427,14 @@ def test_images_are_the_pins_and_resources_the_table(objects):
         assert "limits.memory" in table and "requests.cpu" in table
 
 
-def test_probes_follow_the_chart(objects):
+def test_probes_follow_the_chart_and_let_the_tiers_failure_mode_decide(objects):
     epp_container = container(objects, "epp")
     assert epp_container["livenessProbe"]["grpc"]["port"] == 9003
-    assert epp_container["readinessProbe"]["grpc"]["port"] == 9003
+    # The chart's readiness check gates the pod's start only: once up, a failing EPP leaves
+    # Envoy serving, whose routes apply each tier's failure mode (not "no healthy upstream").
+    assert epp_container["startupProbe"]["grpc"] == {"port": 9003, "service": "readiness"}
+    assert epp_container["startupProbe"]["periodSeconds"] * epp_container["startupProbe"]["failureThreshold"] == 300
+    assert "readinessProbe" not in epp_container
     envoy = container(objects, "envoy-proxy")
     assert envoy["readinessProbe"]["httpGet"] == {"path": "/ready", "port": 19001, "scheme": "HTTP"}
     assert envoy["livenessProbe"]["httpGet"]["port"] == 19001
@@ -747,7 +749,19 @@ def test_each_tier_fails_as_configured(plan):
         assert route_for(routes, {"x-llm-d-inference-objective": objective[tier]})["route"]["cluster"] == "servers"
     closed = route_for(routes, {"x-llm-d-inference-objective": objective["premium"]})
     assert closed["direct_response"]["status"] == 503
-    assert closed["response_headers_to_add"][0]["header"] == {"key": "retry-after", "value": str(plan.queue_ttl_seconds)}
+    added = {h["header"]["key"]: h["header"]["value"] for h in closed["response_headers_to_add"]}
+    # Retry-After for a direct client, and the dropped reason, on which the gateway replaces it
+    # with the tier's own queue timeout.
+    assert added == {"retry-after": str(plan.queue_ttl_seconds), "x-llm-d-request-dropped-reason": "picker-unavailable"}
     # An objective no tier of this version has: 503, never an unpicked forward.
     assert "direct_response" in route_for(routes, {"x-llm-d-inference-objective": "other-v1-premium"})
     assert "direct_response" in route_for(routes, {})
+
+
+def test_sheddable_tiers_are_evicted_for_higher_ones_only_when_both_share_a_picker(plan):
+    # make_plan: premium, standard and a sheddable batch band.
+    assert epp.endpoint_picker_config(plan)["flowControl"]["enableEviction"] is True
+    alone = dataclasses.replace(plan, bands=tuple(b for b in plan.bands if b.priority < 0))
+    assert "enableEviction" not in epp.endpoint_picker_config(alone)["flowControl"]
+    unsheddable = dataclasses.replace(plan, bands=tuple(b for b in plan.bands if b.priority >= 0))
+    assert "enableEviction" not in epp.endpoint_picker_config(unsheddable)["flowControl"]

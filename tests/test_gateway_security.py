@@ -354,7 +354,25 @@ EPP_HEADERS = {
 def test_clients_cannot_pick_a_queue_priority_a_server_or_a_model_rewrite(lua):
     request = Request(lua, {":method": "POST", **EPP_HEADERS}, chat_body(), claims=token(tier="batch"))
     assert request.status is None
+    # The flow is the verified calling tenant's, never the client's value.
+    assert request.headers.pop("x-llm-d-inference-fairness-id") == "team-a"
     assert not set(EPP_HEADERS) & set(request.headers), request.headers
+
+
+def test_the_picker_flow_is_the_calling_tenant_or_else_the_tokens_user(lua, prod_raw):
+    # A list claim: the tenant of those that may call the model.
+    claims = token(tier="premium", tenant=["team-b", "team-a"])
+    request = Request(lua, {":method": "POST"}, json.dumps({"model": "llama-3.2-1b-instruct", "messages": []}), claims=claims)
+    assert request.status is None and request.headers["x-llm-d-inference-fairness-id"] == "team-a"
+    # Scoping off: the token's user; a body user never names a flow.
+    prod_raw["traffic"]["authentication"]["tenantClaim"] = None
+    runtime = lua_runtime(Evaluated(prod_raw))
+    body = json.dumps({"model": "llama-3.2-1b-instruct", "messages": [], "user": "someone-else"})
+    assert Request(runtime, {":method": "POST"}, body, claims=token(tier="premium")).headers["x-llm-d-inference-fairness-id"] == (
+        "user-123"
+    )
+    anonymous = Request(runtime, {":method": "POST"}, body, claims=token(tier="premium", sub=None))
+    assert anonymous.status is None and "x-llm-d-inference-fairness-id" not in anonymous.headers
 
 
 @pytest.mark.parametrize("tier, retry_after", [("premium", "5"), ("standard", "10"), ("batch", "60")])
@@ -362,11 +380,15 @@ def test_a_shed_request_is_503_with_retry_after_its_tiers_queue_timeout(lua, tie
     request = Request(lua, {":method": "POST"}, chat_body(), claims=token(tier=tier))
     shed = request.response({":status": "429", "x-llm-d-request-dropped-reason": "rejected-ttl-expired"})
     assert shed[":status"] == "503" and shed["retry-after"] == retry_after
+    # The picker's own 503 (no server can take it) gets the same Retry-After.
+    unavailable = request.response({":status": "503", "x-llm-d-request-dropped-reason": "rejected-no-endpoints"})
+    assert unavailable[":status"] == "503" and unavailable["retry-after"] == retry_after
 
 
 def test_other_429s_and_answers_pass_unchanged(lua):
     request = Request(lua, {":method": "POST"}, chat_body(), claims=token(tier="premium"))
     assert request.response({":status": "429"}) == {":status": "429"}
+    assert request.response({":status": "503"}) == {":status": "503"}
     assert request.response({":status": "200", "content-type": "application/json"})[":status"] == "200"
 
 

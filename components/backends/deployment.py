@@ -49,6 +49,11 @@ def model_host(model: ModelConfig) -> str:
     return f"{model.name}.{model.tenant}.svc.cluster.local"
 
 
+def version_host(server: str, namespace: str) -> str:
+    """One version's own Service (`service`), over that version's pods only."""
+    return f"{server}.{namespace}.svc.cluster.local"
+
+
 def vllm_service(metadata: dict[str, Any], selector: dict[str, str]) -> dict[str, Any]:
     """A ClusterIP Service on vLLM's port of the pods `selector` picks."""
     port = {"name": HTTP_PORT_NAME, "port": VLLM_PORT, "targetPort": HTTP_PORT_NAME, "protocol": "TCP", "appProtocol": "http"}

@@ -16,6 +16,7 @@
 --             priority_tiers = {premium = true}, unclaimed_tier = "standard", tenants = {["team-a"] = true}}}
 --   control_headers = {["x-llm-d-inference-objective"] = true, ...}   request headers endpoint pickers act on
 --   shed_status_header                        the header an endpoint picker's refusal carries
+--   fairness_header                           the header naming the picker flow (the calling tenant)
 --   retry_after = {premium = 5, ...}          seconds a shed request of a tier is told to wait
 --
 -- It runs after Envoy's jwt_authn and RBAC filters (Istio puts them first; this filter sits just
@@ -436,16 +437,16 @@ end
 -- Whether the token's tenant claim (a string, or a list of strings) names one of `tenants`.
 -- The list is walked only up to max_members entries: the claim is the issuer's, but a token is
 -- still input.
-local function tenant_allowed(claims, tenants)
+local function allowed_tenant(claims, tenants)
   local claimed = claims and claims[CONFIG.tenant_claim]
-  if type(claimed) == "string" then return tenants[claimed] == true end
-  if type(claimed) ~= "table" then return false end
+  if type(claimed) == "string" then return tenants[claimed] == true and claimed or nil end
+  if type(claimed) ~= "table" then return nil end
   for i = 1, CONFIG.max_members do
     local tenant = claimed[i]
-    if tenant == nil then return false end
-    if type(tenant) == "string" and tenants[tenant] == true then return true end
+    if tenant == nil then return nil end
+    if type(tenant) == "string" and tenants[tenant] == true then return tenant end
   end
-  return false
+  return nil
 end
 
 -- Why a body over `limit` is refused: the tier's limit, or (tier nil) the limit of a token
@@ -471,6 +472,7 @@ function envoy_on_request(handle)
   local claims = token_claims(handle)
   local claimed, user = identity(claims)
   if claimed == false then return reply(handle, 403, user) end -- `user` holds the reason
+  local verified_user = user
   local tier = claimed or CONFIG.default_tier
   set_tier(handle, headers, tier)
 
@@ -498,9 +500,18 @@ function envoy_on_request(handle)
     if length > CONFIG.max_body_bytes[tier] then return reply(handle, 413, too_large(tier, CONFIG.max_body_bytes[tier])) end
     if model ~= nil then headers:replace(CONFIG.model_header, model) end
     if served then
-      if CONFIG.tenant_claim ~= nil and not tenant_allowed(claims, served.tenants) then
-        return reply(handle, 403, "the token's " .. CONFIG.tenant_claim .. " claim names no tenant allowed to call this model")
+      local caller = nil
+      if CONFIG.tenant_claim ~= nil then
+        caller = allowed_tenant(claims, served.tenants)
+        if caller == nil then
+          return reply(handle, 403, "the token's " .. CONFIG.tenant_claim .. " claim names no tenant allowed to call this model")
+        end
       end
+      -- The endpoint picker's flow within the tier's band: the calling tenant (verified), else
+      -- the token's user; never a body value. Its fairness policy takes flows in turn, so one
+      -- tenant's burst cannot hold the band's dispatch for everyone.
+      local flow = caller or verified_user
+      if flow ~= nil then headers:replace(CONFIG.fairness_header, flow) end
       local priority = served.priority_tiers[tier] and CONFIG.priorities[tier] or FCFS_PRIORITY
       body:setBytes(with_model_and_priority_last(text, fields.close, served.name_json, priority))
     end
@@ -514,7 +525,10 @@ end
 
 function envoy_on_response(handle)
   local headers = handle:headers()
-  if headers:get(":status") ~= "429" or headers:get(CONFIG.shed_status_header) == nil then return end
+  -- The picker's refusals: 429 when a queue TTL, cap or eviction dropped the request, 503 when
+  -- no server can take it (pkg/common/error/error.go); both carry the dropped-reason header.
+  local status = headers:get(":status")
+  if (status ~= "429" and status ~= "503") or headers:get(CONFIG.shed_status_header) == nil then return end
   local stored = handle:streamInfo():dynamicMetadata():get(GATEWAY_METADATA)
   local tier = stored and stored["tier"] or CONFIG.default_tier
   headers:replace(":status", "503")

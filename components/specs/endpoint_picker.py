@@ -14,8 +14,9 @@ Service's cluster; a DestinationRule that only the EPP pods see makes that clust
 (the connection still goes to the pod the EPP picked) with Istio mTLS stated explicitly. The
 vLLM pods see the EPP's SPIFFE identity, which the tenant's namespace rule admits. The EPP reads
 the servers' metrics, and Prometheus the EPP's, through the sidecars' merged metrics endpoint
-(15020, outside inbound capture). The NetworkPolicies open just those ports between EPP pods,
-the servers, the gateway and monitoring.
+(15020, outside inbound capture). The NetworkPolicies state those paths (gateway and monitoring
+to the EPP pods, EPP pods to this version's servers); the tenant's own policies already admit its
+namespace, so they document rather than narrow what the tenant's isolation allows.
 
 Every object follows the upstream chart at tag v0.10.0 of github.com/llm-d/llm-d-router
 (LR below): `config/charts/routerlib/templates/*.yaml` and the Envoy preset of
@@ -91,13 +92,17 @@ DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason"
 # The header the EPP answers with the chosen pod's IP:port, which Envoy routes on (consts.go
 # DestinationEndpointKey; SA original_dst_lb_config http_header_name).
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
+# The flow a request joins within its priority band (consts.go FlowFairnessIDKey); the gateway
+# filter sets it from the verified caller.
+FAIRNESS_HEADER = "x-llm-d-inference-fairness-id"
 # Every request header the EPP or its Envoy acts on, from LR pkg/epp/metadata/consts.go at
 # v0.10.0 (current names and their deprecated aliases). A client must never set one: the gateway
-# strips every header under EPP_CONTROL_HEADER_PREFIXES before it sets the objective itself.
+# strips every one of them (the tests hold this list to every header of consts.go under
+# EPP_CONTROL_HEADER_PREFIXES) before the routes set the objective and the filter the flow.
 EPP_CONTROL_HEADERS: tuple[str, ...] = (
     DESTINATION_HEADER,  # DestinationEndpointKey: where Envoy sends the request
     "x-gateway-destination-endpoint-subset",  # SubsetFilterKey
-    "x-llm-d-inference-fairness-id",  # FlowFairnessIDKey
+    FAIRNESS_HEADER,  # FlowFairnessIDKey
     "x-gateway-inference-fairness-id",  # OldFlowFairnessIDKey
     OBJECTIVE_HEADER,  # ObjectiveKey: the request's priority
     "x-gateway-inference-objective",  # OldObjectiveKey
@@ -309,7 +314,6 @@ class EndpointPickerPlan:
     queue_ttl_seconds: int  # flowControl.defaultRequestTTL (one per EPP at v0.10.0)
     bands: tuple[PickerBand, ...]  # one per tier the server takes
     request_timeout_seconds: int  # the longest a request may take end to end
-    priority_class: str  # PriorityClass for EPP pods (the model's)
     labels: dict[str, str]  # standard labels to put on every object
     # Where the pods run: the EKS system node group's labels; empty on a cluster the platform
     # does not build (its scheduler places them).
@@ -350,10 +354,6 @@ def proxy_config_map_name(plan: EndpointPickerPlan) -> str:
     # The chart names it `envoy` whatever the release (SA presets.envoy.configMap.name), so two
     # versions in one namespace would collide: ours is per version.
     return f"{epp_name(plan)}-envoy"
-
-
-def epp_service_host(plan: EndpointPickerPlan) -> str:
-    return epp_host_of(plan.name, plan.namespace)
 
 
 def objective_name(plan: EndpointPickerPlan, tier: str) -> str:
@@ -501,6 +501,14 @@ def endpoint_picker_config(plan: EndpointPickerPlan) -> dict[str, Any]:
         # Any other negative priority is sheddable too: it gets the lowest band's caps.
         lowest = min(negative, key=lambda band: band.priority)
         flow_control["defaultNegativePriorityBand"] = _band(lowest.priority, lowest)
+        if len(negative) < len(plan.bands):
+            # Shedding is more than a lower band: when higher-priority requests are held by
+            # saturation, the EPP ends sheddable (priority < 0) requests already on a server to
+            # make room (apix/config/v1alpha1 endpointpickerconfig_types.go EnableEviction;
+            # pkg/epp/flowcontrol/eviction), answered with x-llm-d-request-dropped-reason
+            # `evicted-*` (pkg/common/error/error.go), which the gateway answers 503 with
+            # Retry-After. Off by default upstream; meaningless when every band is sheddable.
+            flow_control["enableEviction"] = True
     return {
         "apiVersion": "llm-d.ai/v1alpha1",
         "kind": "EndpointPickerConfig",
@@ -564,6 +572,9 @@ def _static_cluster(name: str, host: str, port: int) -> dict[str, Any]:
 
 
 SERVERS_CLUSTER = "servers"
+# The dropped reason of a fail-closed tier's 503 (the platform's; the EPP's own are in
+# pkg/common/error/error.go).
+PICKER_UNAVAILABLE = "picker-unavailable"
 
 
 def picker_routes(plan: EndpointPickerPlan) -> list[dict[str, Any]]:
@@ -588,10 +599,9 @@ def picker_routes(plan: EndpointPickerPlan) -> list[dict[str, Any]]:
         return {
             "direct_response": {"status": 503, "body": {"inline_string": "endpoint picker unavailable; retry\n"}},
             "response_headers_to_add": [
-                {
-                    "header": {"key": "retry-after", "value": str(retry_after_seconds)},
-                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-                }
+                {"header": {"key": key, "value": value}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+                # The dropped reason makes the gateway filter answer with the tier's own Retry-After.
+                for key, value in (("retry-after", str(retry_after_seconds)), (DROPPED_REASON_HEADER, PICKER_UNAVAILABLE))
             ],
         }
 
@@ -631,7 +641,6 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
     - connect timeouts of seconds, not the chart's 1000 s and 86400 s; vLLM connections idle out
       before uvicorn's keep-alive closes them; IPv4 only (no `::` listeners: the cluster is
       IPv4, and binding `::` fails where a pod has IPv6 disabled)."""
-    route_timeout = f"{route_timeout_seconds(plan)}s"
     ready_listener = {
         "name": f"envoy-proxy-ready-0.0.0.0-{PROXY_READY_PORT}",
         "address": _address("0.0.0.0", PROXY_READY_PORT),
@@ -709,8 +718,9 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
                     "request_trailer_mode": "SEND",
                     "response_trailer_mode": "SEND",
                 },
-                # The EPP holds its answer while the request is queued.
-                "message_timeout": route_timeout,
+                # No message_timeout: Envoy 1.33 does not run it for FULL_DUPLEX_STREAMED bodies,
+                # and caps it at 1 h, which a long tier timeout would exceed; the EPP's queue TTL
+                # and the route timeout bound a request.
             },
         },
         {"name": _ROUTER["name"], "typed_config": {**_ROUTER["typed_config"], "suppress_envoy_headers": True}},
@@ -999,8 +1009,12 @@ def epp_container(plan: EndpointPickerPlan) -> dict[str, Any]:
         ],
         # routerlib _deployment.yaml: gRPC probes on the health port. Without leader election
         # every service name has the same answer: the pool synced, plugins ready, not draining.
-        "livenessProbe": _grpc_probe("liveness", initialDelaySeconds=5, periodSeconds=10),
-        "readinessProbe": _grpc_probe("readiness", periodSeconds=2),
+        # A new pod joins the Service only once its EPP is up (the startup probe, up to 5
+        # minutes); after that only Envoy's readiness gates the pod (the chart's EPP readiness
+        # probe is left out), so an EPP that fails later leaves the pod serving and each tier's
+        # endpointPickerFailure decides (proxy routes), while the liveness probe restarts it.
+        "startupProbe": _grpc_probe("readiness", periodSeconds=2, failureThreshold=150),
+        "livenessProbe": _grpc_probe("liveness", periodSeconds=10, failureThreshold=3),
         "resources": _resources(EPP_CONTAINER),
         "securityContext": _security_context(),
         "volumeMounts": [{"name": "plugins-config-volume", "mountPath": EPP_CONFIG_DIR, "readOnly": True}],
@@ -1110,7 +1124,11 @@ def pod_annotations(plan: EndpointPickerPlan) -> dict[str, str]:
 def deployment(plan: EndpointPickerPlan) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "serviceAccountName": epp_name(plan),
-        "priorityClassName": plan.priority_class,
+        # No PriorityClass: the pods run on the system nodes beside the mesh's control plane,
+        # the gateway and the controllers, which run at priority 0; the model's class
+        # (inference-production, PreemptLowerPriority) would let a pending picker evict them.
+        # The tenant's quotas still count them (its `total` quota, and `unclassified`, which
+        # allows no GPU).
         # No GPU: the system node group, where the platform's controllers run (GPU nodes are
         # tainted, and the preview's admission stage places every pod by its nodeSelector).
         **({"nodeSelector": dict(plan.node_selector)} if plan.node_selector else {}),

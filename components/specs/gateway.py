@@ -31,7 +31,7 @@ from platform_config.serving import route_timeout_seconds
 
 from ..constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, standard_labels
 from ..serving import TIER_ORDER
-from .endpoint_picker import DROPPED_REASON_HEADER, EPP_CONTROL_HEADERS
+from .endpoint_picker import DROPPED_REASON_HEADER, EPP_CONTROL_HEADERS, FAIRNESS_HEADER
 
 if TYPE_CHECKING:
     from ..serving import RoutePlan
@@ -237,6 +237,7 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
         "max_depth": MAX_BODY_DEPTH,
         "control_headers": {header: True for header in EPP_CONTROL_HEADERS},
         "shed_status_header": DROPPED_REASON_HEADER,
+        "fairness_header": FAIRNESS_HEADER,
         "retry_after": {tier: math.ceil(duration_seconds(traffic.tiers[tier].queue_timeout)) for tier in TIER_ORDER},
         "models": {
             route.model.openai_name: {
