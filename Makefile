@@ -20,7 +20,7 @@ CRD_SCHEMA_DIR ?= $(or $(wildcard $(abspath ../shared/crd-schemas)),$(CURDIR)/cr
 export CRD_SCHEMA_DIR
 export PULUMI_ERROR_OUTPUT_STRING := true
 
-.PHONY: preview preview-all test golden docs policy-facts bench pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
+.PHONY: real-servers preview preview-all test golden docs policy-facts bench pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
 
 help:
 	@echo "make preview [STACK=dev] [OUT=build/preview/<stack>]  offline preview of a stack"
@@ -43,10 +43,26 @@ $(POLICY_VENV)/.installed: $(POLICY_PACK)/requirements.txt $(POLICY_CONSTRAINTS)
 venv: $(VENV)/.installed
 policy-venv: $(POLICY_VENV)/.installed
 
+# The real servers the suite starts on loopback. MLflow gets a virtualenv of its own (its many
+# dependencies would otherwise constrain the program's). Prometheus and promtool come from
+# Debian's `prometheus` package, installed when missing where we may (as root); elsewhere the
+# tests that need it skip, and `.ci/run` (REQUIRE_REAL_SERVERS=1) turns such a skip into a failure.
+MLFLOW_VENV := .venv-mlflow
+$(MLFLOW_VENV)/.installed: tests/servers/mlflow-requirements.txt
+	@test -x $(MLFLOW_VENV)/bin/python || $(PYTHON) -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r tests/servers/mlflow-requirements.txt
+	@touch $@
+
+real-servers: $(MLFLOW_VENV)/.installed
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
+		else echo "prometheus/promtool missing and not root: the Prometheus tests will skip" >&2; fi; }
+
 # Where PYTHONDONTWRITEBYTECODE is set (it is on the machines this project is built on) Python never caches
 # the project's own modules and compiles them again in every process; compile them up front
 # (quick when nothing changed; a stale cache is simply ignored).
-BYTECODE_DIRS := components platform_config preview benchmarks policies/inference_governance
+BYTECODE_DIRS := components platform_config preview platform_tools benchmarks policies/inference_governance
 BYTECODE_STAMP := build/.bytecode
 bytecode: $(BYTECODE_STAMP)
 $(BYTECODE_STAMP): $(VENV)/.installed $(shell find $(BYTECODE_DIRS) -name '*.py' 2>/dev/null)
@@ -58,13 +74,16 @@ crd-schemas:
 		git clone --quiet --filter=blob:none https://github.com/datreeio/CRDs-catalog "$(CRD_SCHEMA_DIR)" && \
 		git -C "$(CRD_SCHEMA_DIR)" checkout --quiet $(CRD_CATALOG_REF); }
 
+# PREVIOUS_STACK_FILE: the stack file as last deployed (CI: the default branch's), which the
+# canary-weight-steps policy holds each model's canary weight to.
+PREVIOUS_STACK_FILE ?=
 preview: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
-	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)
+	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))
 
 preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done
 
-test: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
+test: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas real-servers
 	$(PY) -m pytest
 
 # The stack-config reference and the stack-file JSON schema, generated from the models.

@@ -4,13 +4,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import Cluster, ClusterArgs
+from components.model_route import canary_releases
 from components.plan import plan_checks, resolve
 from components.platform import InferencePlatform, InferencePlatformArgs, aws_tags
 from platform_config import load_config
 
 loaded = load_config(extra_checks=[plan_checks])
 config = loaded.platform
-plan = resolve(config, hugging_face_tenants=frozenset(loaded.hugging_face_tokens))
+plan = resolve(config, hugging_face_tenants=frozenset(loaded.hugging_face_tokens), registry=loaded.registry)
 
 cluster = Cluster("cluster", ClusterArgs(config=config.cluster, tags=aws_tags(config)))
 kubernetes = k8s.Provider("kubernetes", **cluster.provider_args())
@@ -27,3 +28,8 @@ pulumi.export("gpuCapacity", platform.capacity)
 pulumi.export("poolAdvertisedPerNode", platform.pool_advertised)
 pulumi.export("nodePools", platform.node_pool_templates)
 pulumi.export("serverPeaks", platform.server_peaks)
+# Each model's release as deployed: what the policy pack holds the next change's canary weight to.
+pulumi.export("canaryReleases", canary_releases(plan.routes))
+if loaded.registry is not None:
+    # Per model and version: the MLflow alias or version the stack names and the registry version it resolved to.
+    pulumi.export("modelRegistry", loaded.registry.stack_output(config))

@@ -26,6 +26,7 @@ from platform_config.models import (
 )
 from platform_config.pins import VLLM
 from platform_config.quantity import parse_quantity
+from platform_config.registry import RegistryResolution
 from platform_config.serving import (
     GPU_MEMORY_UTILIZATION_DEFAULT,
     MESH_PROXY_RESOURCES,
@@ -67,9 +68,16 @@ def backend_of(model: ModelConfig) -> ServingBackend:
 
 
 def _server(
-    config: PlatformConfig, model: ModelConfig, version_name: str, *, hugging_face_tenants: Collection[str]
+    config: PlatformConfig,
+    model: ModelConfig,
+    version_name: str,
+    *,
+    hugging_face_tenants: Collection[str],
+    registry: RegistryResolution | None,
 ) -> ServerPlan:
     version = next(v for v in model.versions if v.name == version_name)
+    # The loader replaced every registry reference by the pinned source it names (platform_config/registry.py).
+    assert version.source.mlflow is None, f"{model.name}/{version_name}: an unresolved MLflow registry source reached the plan"
     pool = next(p for p in config.node_pools if p.name == model.pool)
     backend = backend_of(model)
     profile = effective_profile(config, model)
@@ -109,6 +117,7 @@ def _server(
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
         weights_service_account=weights_service_account(model) if version.source.s3_uri else None,
         endpoint_picker=_endpoint_picker(config, model, server_name(model, version_name)),
+        registry_entry=registry.entry(model.name, version_name) if registry is not None else None,
     )
 
 
@@ -259,12 +268,16 @@ def plan_checks(config: PlatformConfig) -> list[ConfigIssue]:
     return [*_backend_issues(config), *run_peak_checks(config, peaks), *_picker_placement_issues(config, peaks)]
 
 
-def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str]) -> Plan:
+def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], registry: RegistryResolution | None = None) -> Plan:
     """The plan of a config that passed every check, `plan_checks` included;
-    `hugging_face_tenants`: the tenants that have a Hugging Face token."""
+    `hugging_face_tenants`: the tenants that have a Hugging Face token; `registry`: what the stack's MLflow registry
+    references resolved to (the config already holds the sources they name)."""
     models = []
     for model in config.models:
-        servers = tuple(_server(config, model, v, hugging_face_tenants=hugging_face_tenants) for v in running_versions(model))
+        servers = tuple(
+            _server(config, model, v, hugging_face_tenants=hugging_face_tenants, registry=registry)
+            for v in running_versions(model)
+        )
         s3_uris = tuple(sorted({s.version.source.s3_uri for s in servers if s.version.source.s3_uri}))
         models.append(
             ModelPlan(

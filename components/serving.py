@@ -30,6 +30,7 @@ from platform_config.models import (
     TrafficConfig,
 )
 from platform_config.profiles import TierName, WorkloadProfile
+from platform_config.registry import RegistryEntry
 from platform_config.serving import DrainChain, Peak
 
 from .constants import (
@@ -238,6 +239,8 @@ class ServerPlan:
     weights_service_account: str | None
     # The endpoint picker in front of this version's servers (flow control, endpoint picking), if any.
     endpoint_picker: EndpointPickerPlan | None = None
+    # The MLflow registry version its weights were resolved from, when the stack names one (`source.mlflow`).
+    registry_entry: RegistryEntry | None = None
 
     @property
     def tensor_parallel_size(self) -> int:

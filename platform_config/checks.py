@@ -527,6 +527,21 @@ def check_s3_weights_need_eks(config: PlatformConfig) -> Iterator[ConfigIssue]:
             )
 
 
+def check_registry_sources(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A version named in the MLflow registry needs the registry's address (`registry`), where the preview and
+    `pulumi up` resolve it."""
+    if config.registry.tracking_uri is not None:
+        return
+    for m_index, model in enumerate(config.models):
+        for v_index, version in enumerate(model.versions):
+            if version.source.mlflow is not None:
+                yield ConfigIssue(
+                    ("models", m_index, "versions", v_index, "source", "mlflow"),
+                    "names a version in the MLflow registry, but the stack has no 'registry.trackingUri': add "
+                    "registry: {trackingUri: https://...}",
+                )
+
+
 def check_weights_cache_fits_the_node_disk(config: PlatformConfig) -> Iterator[ConfigIssue]:
     for index, model, pool in _placed_models(config):
         if parse_quantity(model.resources.cache_size) > Decimal(pool.disk_size_gib) * 2**30:
@@ -660,6 +675,7 @@ CHECKS: list[Check] = [
     check_time_sliced_memory_share,
     check_inference_graceful_drain,
     check_s3_weights_need_eks,
+    check_registry_sources,
     check_weights_cache_fits_the_node_disk,
     check_batch_models,
     check_gateway_headers,

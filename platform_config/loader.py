@@ -2,13 +2,16 @@
 
 Pulumi hands a Python program its config as strings (objects and lists JSON-encoded), through
 the runtime's config store or the PULUMI_CONFIG environment. Everything is read and validated
-here, before a single resource is registered, so a bad stack file never half-applies.
+here, before a single resource is registered, so a bad stack file never half-applies. Versions named in the
+MLflow model registry are resolved here too, once the config passed its checks (platform_config/registry.py):
+what the rest of the program reads holds only pinned sources.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Literal, Sequence, get_origin
 
@@ -18,7 +21,8 @@ from pydantic import ValidationError
 
 from .checks import run_checks
 from .errors import ConfigError, ConfigIssue, issues_from_validation
-from .models import HUGGING_FACE_TOKENS, PROJECT, SECRET_KEYS, PlatformConfig
+from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
+from .registry import REGISTRY_FILE_ENV, RegistryResolution, resolve_registry
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,9 @@ class LoadedConfig:
     # Secret config values stay Pulumi secrets; they are never parsed into the model. Tenant
     # name -> that tenant's Hugging Face token.
     hugging_face_tokens: dict[str, pulumi.Output[str]]
+    # What the stack's MLflow registry references resolved to (live, or from a recording at a preview); None when
+    # no version names one. `platform` already holds the pinned sources they resolved to.
+    registry: RegistryResolution | None = None
 
 
 def _all_config_keys() -> set[str]:
@@ -115,6 +122,34 @@ def _tenant_token(tenant: str, tokens: dict[str, str]) -> str:
     return tokens[tenant]
 
 
+REGISTRY_TOKEN_COMMAND = "pulumi config set --secret registryToken <token>"
+
+
+def _read_registry_token() -> tuple[str | None, list[ConfigIssue]]:
+    """The MLflow registry's bearer token: one secret string. Used only to ask the registry, never a resource input,
+    never printed."""
+    full_key = f"{PROJECT}:{REGISTRY_TOKEN}"
+    text = runtime_config.get_config(full_key)
+    if text is None:
+        return None, []
+    if not runtime_config.is_config_secret(full_key):
+        return None, [ConfigIssue((REGISTRY_TOKEN,), f"must be a secret: set it with `{REGISTRY_TOKEN_COMMAND}`")]
+    try:
+        structured = isinstance(json.loads(text), (dict, list))
+    except ValueError:
+        structured = False
+    # It becomes an HTTP header: no spaces or line breaks.
+    if structured or not text or not all(c.isprintable() and not c.isspace() for c in text):
+        return None, [ConfigIssue((REGISTRY_TOKEN,), f"must be one token string without spaces: `{REGISTRY_TOKEN_COMMAND}`")]
+    return text, []
+
+
+def _registry_token_issues(platform: PlatformConfig, token: str | None) -> list[ConfigIssue]:
+    if token is None or platform.registry.tracking_uri is not None:
+        return []
+    return [ConfigIssue((REGISTRY_TOKEN,), "nothing reads it: the stack has no 'registry.trackingUri'; remove it or set that")]
+
+
 # Checks a caller adds to the config's own: the serving backends' rules and the peak checks,
 # which need the backends' facts (components/plan.py), reported with every other problem.
 ExtraCheck = Callable[[PlatformConfig], Iterable[ConfigIssue]]
@@ -126,10 +161,14 @@ def parse_platform_config(raw: dict[str, Any], extra_checks: Sequence[ExtraCheck
         platform = PlatformConfig.model_validate(raw, by_alias=True, by_name=False)
     except ValidationError as error:
         raise ConfigError(issues_from_validation(error, PlatformConfig)) from None
+    _raise_check_issues(platform, extra_checks)
+    return platform
+
+
+def _raise_check_issues(platform: PlatformConfig, extra_checks: Sequence[ExtraCheck]) -> None:
     issues = run_checks(platform) + [issue for check in extra_checks for issue in check(platform)]
     if issues:
         raise ConfigError(issues)
-    return platform
 
 
 def _misplaced_secrets() -> list[ConfigIssue]:
@@ -202,11 +241,28 @@ def load_config(extra_checks: Sequence[ExtraCheck] = ()) -> LoadedConfig:
         raise ConfigError(misplaced)
     raw = read_raw_config()
     tokens, secret_issues = _read_hugging_face_tokens()
+    registry_token, token_issues = _read_registry_token()
+    secret_issues += token_issues
     try:
         platform = parse_platform_config(raw, extra_checks)
     except ConfigError as error:
         raise ConfigError([*secret_issues, *error.issues]) from None
-    issues = secret_issues + _token_tenant_issues(platform, tokens) + _region_issues(platform)
+    issues = (
+        secret_issues
+        + _token_tenant_issues(platform, tokens)
+        + _registry_token_issues(platform, registry_token)
+        + _region_issues(platform)
+    )
     if issues:
         raise ConfigError(issues)
-    return LoadedConfig(platform=platform, hugging_face_tokens=_tenant_tokens(tokens))
+    # Asked only of a config that passed every check; the sources it resolves to are checked like any other (S3
+    # weights need EKS, for one).
+    platform, registry = resolve_registry(
+        platform,
+        registry_token,
+        recording_file=os.environ.get(REGISTRY_FILE_ENV) or None,
+        dry_run=pulumi.runtime.is_dry_run(),
+    )
+    if registry is not None:
+        _raise_check_issues(platform, extra_checks)
+    return LoadedConfig(platform=platform, hugging_face_tokens=_tenant_tokens(tokens), registry=registry)

@@ -498,18 +498,62 @@ class TenantConfig(ConfigModel):
 # --- models --------------------------------------------------------------------------------
 
 
+# MLflow's own rule for an alias (mlflow/utils/validation.py `_validate_model_alias_name` at
+# v3.17.2): letters, digits, '_' and '-'; never `latest` nor `v<digits>`, which name versions.
+_MLFLOW_ALIAS = re.compile(r"(?!latest$)(?![vV]\d+$)[A-Za-z0-9_-]{1,255}")
+
+
+class MlflowReference(ConfigModel):
+    """A version in the MLflow model registry, resolved at preview and at `pulumi up`."""
+
+    model: Annotated[str, _full_match(r"[^\x00-\x1f/]{1,256}", "is not a registered model name: 1-256 characters, no '/'")]
+    """The registered model's name."""
+    alias: (
+        Annotated[
+            str, _full_match(_MLFLOW_ALIAS, "is not an MLflow alias: letters, digits, '_' and '-' (not 'latest' or 'v<n>')")
+        ]
+        | None
+    ) = None
+    """An alias of the registered model (e.g. `champion`): served is the version it points at when the stack is
+    previewed or deployed."""
+    version: PositiveInt | None = None
+    """A version number of the registered model."""
+
+    @model_validator(mode="after")
+    def _alias_or_version(self) -> MlflowReference:
+        if (self.alias is None) == (self.version is None):
+            raise ValueError("give exactly one of 'alias' (e.g. champion) or 'version' (a version number)")
+        return self
+
+
 class ModelSource(ConfigModel):
     huggingface: str | None = None
     """Hugging Face repository `org/name`."""
     s3_uri: Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")] | None = None
     """S3 prefix holding the weights (needs EKS: read with the model's workload role)."""
-    revision: Annotated[str, Field(min_length=1)]
-    """Hugging Face: the full 40-character commit SHA (never a branch); S3: the subfolder of the version."""
+    revision: Annotated[str, Field(min_length=1)] | None = None
+    """Hugging Face: the full 40-character commit SHA (never a branch); S3: the subfolder of the version. Not given
+    with `mlflow`: the registry names it."""
+    mlflow: MlflowReference | None = None
+    """A model version in the MLflow registry (`registry` config), resolved at every preview and `pulumi up`: served
+    are the weights its `registry.weightsTag` tag names, else its source URI, which must be pinned
+    (`hf://org/name@<commit SHA>`, or `s3://bucket/prefix/<folder>`: the last segment is the version's subfolder).
+    The version each reference resolved to is on its pods' annotations and in the `modelRegistry` stack output."""
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSource:
-        if (self.huggingface is None) == (self.s3_uri is None):
-            raise ValueError("give exactly one of 'huggingface' (org/name) or 's3Uri' (s3://bucket/prefix)")
+        given = [self.huggingface is not None, self.s3_uri is not None, self.mlflow is not None]
+        if sum(given) != 1:
+            raise ValueError(
+                "give exactly one of 'huggingface' (org/name), 's3Uri' (s3://bucket/prefix) or 'mlflow' ({model, alias} "
+                "or {model, version})"
+            )
+        if self.mlflow is not None:
+            if self.revision is not None:
+                raise ValueError("'revision' is not given with 'mlflow': the registry's version names the weights")
+            return self
+        if self.revision is None:
+            raise ValueError("'revision' is required: the commit SHA (Hugging Face) or the version's subfolder (S3)")
         if self.huggingface is not None:
             if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", self.huggingface):
                 raise ValueError(f"{self.huggingface!r} is not a Hugging Face repository id 'org/name'")
@@ -585,6 +629,27 @@ class ModelVersion(ConfigModel):
     """vLLM settings of this version, over the model's."""
 
 
+class StepOverride(ConfigModel):
+    reason: Annotated[str, Field(min_length=10, max_length=500)]
+    """Why this change skips the configured steps (at least 10 characters), e.g. a hotfix for an incident."""
+
+
+class CanaryAnalysis(ConfigModel):
+    """What `python -m platform_tools canary` reads from Prometheus and how it decides."""
+
+    window: Annotated[Duration, _duration_between(60, 86400)] = "30m"
+    """The window the metrics are read over (1m-24h)."""
+    min_requests: PositiveInt = 300
+    """Fewest requests each of the canary and the stable version must have served in the window for a verdict;
+    fewer: hold."""
+    max_latency_ratio: Annotated[float, Field(ge=1.0, le=10.0)] = 1.2
+    """Roll back when the canary's TTFT p95 or end-to-end p95 exceeds the stable version's by this factor."""
+    max_error_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 0.01
+    """Roll back when the canary's fraction of 5xx answers other than 503 exceeds this and the stable version's."""
+    max_shed_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
+    """Roll back when the canary's fraction of 503 (shed) answers exceeds this and the stable version's."""
+
+
 class ReleaseConfig(ConfigModel):
     stable: VersionName
     """The version that takes the traffic the canary does not."""
@@ -598,6 +663,14 @@ class ReleaseConfig(ConfigModel):
     """Header that sends a request to a named version whatever the split."""
     user_key_header: HeaderName = "x-user-id"
     """Header whose value keeps a user on one side of the split."""
+    steps: Annotated[list[Annotated[int, Field(ge=1, le=100)]], Field(min_length=1)] = [10, 25, 50, 100]
+    """The canary weights a release goes through, rising, ending at 100: the canary command moves one step at a
+    time, and the policy pack refuses a rise of more than one step per change."""
+    step_override: StepOverride | None = None
+    """Lets this change raise the canary weight by more than one step (or promote before 100): the reason is
+    recorded on the route and in the policy report. Remove it with the next change."""
+    analysis: CanaryAnalysis = CanaryAnalysis()
+    """How the canary command judges the canary against the stable version and the profile's targets."""
 
     @model_validator(mode="before")
     @classmethod
@@ -629,6 +702,12 @@ class ReleaseConfig(ConfigModel):
             raise ValueError(f"canaryWeight {self.canary_weight} needs a 'canary' version")
         if self.canary is not None and self.canary == self.stable:
             raise ValueError(f"canary {self.canary!r} is the stable version: name another version")
+        if any(low >= high for low, high in zip(self.steps, self.steps[1:])) or self.steps[-1] != 100:
+            raise ValueError(f"steps {self.steps} must rise strictly and end at 100")
+        if self.canary_weight not in (0, *self.steps):
+            raise ValueError(
+                f"canaryWeight {self.canary_weight} is not a step: give 0 or one of {', '.join(map(str, self.steps))}"
+            )
         return self
 
 
@@ -1024,6 +1103,26 @@ class ProfileOverride(ConfigModel):
     """Tiers its models serve."""
 
 
+class RegistryConfig(ConfigModel):
+    """The MLflow tracking server whose model registry names the versions; its token, if it needs one, is the
+    secret `registryToken` (`pulumi config set --secret registryToken ...`), sent as a bearer token. A live preview
+    records what it resolved as `registry-resolution.json` in its output folder; `python -m preview --registry-file
+    <that file>` (or the environment variable `INFERENCE_PLATFORM_REGISTRY_FILE`) previews from it without the
+    registry. `pulumi up` always asks the registry."""
+
+    tracking_uri: (
+        Annotated[str, _full_match(r"https?://[^\s/?#@]+(/[^\s?#]*)?", "is not an http(s) URL without query or credentials")]
+        | None
+    ) = None
+    """The tracking server's URL, e.g. `https://mlflow.example.com`; required when a version names an `mlflow`
+    source."""
+    timeout_seconds: Annotated[int, Field(ge=1, le=60)] = 10
+    """How long one registry request may take before the preview stops with an error."""
+    weights_tag: Annotated[str, Field(min_length=1, max_length=250)] = "weights"
+    """A model-version tag that names the weights (`hf://org/name@<commit SHA>` or `s3://...`) when the version's
+    source URI does not (e.g. an MLflow `runs:/` or `models:/` URI)."""
+
+
 class PlatformConfig(ConfigModel):
     """Every top-level key under `inference-platform:` in a stack file."""
 
@@ -1045,9 +1144,13 @@ class PlatformConfig(ConfigModel):
     """Capacity checks."""
     monitoring: MonitoringConfig = MonitoringConfig()
     """Prometheus and metrics."""
+    registry: RegistryConfig = RegistryConfig()
+    """The MLflow model registry that `mlflow` version sources are resolved in."""
 
 
 # Top-level keys that hold secrets: read as Pulumi secrets, never stored in the model. Each
 # tenant's Hugging Face token, keyed by tenant (one secret object).
 HUGGING_FACE_TOKENS = "huggingFaceTokens"
-SECRET_KEYS = (HUGGING_FACE_TOKENS,)
+# The MLflow registry's bearer token (one secret string).
+REGISTRY_TOKEN = "registryToken"
+SECRET_KEYS = (HUGGING_FACE_TOKENS, REGISTRY_TOKEN)

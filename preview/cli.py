@@ -1,5 +1,10 @@
 """`python -m preview --stack prod --out build/preview/prod`: the offline preview.
 
+A stack whose versions name MLflow registry versions is resolved against the live registry, and the resolution is
+recorded as <out>/registry-resolution.json; `--registry-file` previews from such a recording instead (offline, e.g.
+for a pull request). The registry's token, a secret the preview cannot decrypt, comes from the environment variable
+INFERENCE_PLATFORM_REGISTRY_TOKEN when the stack declares `registryToken`.
+
 Exit codes: 0 clean; 1 the preview found problems (schema, capacity or mandatory policy
 violations); 2 the input is invalid (stack config: one message per offending key, no
 traceback; or the policy config / baseline given); 3 something crashed (the program, with its
@@ -9,7 +14,10 @@ traceback, or the policy pack).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import json
+import os
 import re
 import sys
 import time
@@ -20,14 +28,26 @@ from typing import Any, Callable, TypeVar
 import grpc
 import pulumi
 
+from platform_config.models import PROJECT, REGISTRY_TOKEN
+from platform_config.registry import RECORDING_NAME, REGISTRY_FILE_ENV, recording
+
 from . import render
 from .admission import admit_and_schedule
 from .diff import diff_resources
 from .engine import DuplicateUrnError, evaluate
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
+from .previous_releases import previous_releases, with_previous_releases
 from .report import Report
-from .sections import admission_section, capacity_section, changes_section, policy_section, schema_section, upstream_section
-from .stack_config import StackConfigError, load_project, load_stack_config, read_bounded
+from .sections import (
+    admission_section,
+    capacity_section,
+    changes_section,
+    policy_section,
+    registry_section,
+    schema_section,
+    upstream_section,
+)
+from .stack_config import StackConfig, StackConfigError, load_project, load_stack_config, read_bounded
 from .upstream import check_upstream, facts_dir
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_CONFIG, EXIT_CRASH = 0, 1, 2, 3
@@ -61,6 +81,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--policy-pack", type=Path, help="the policy pack to run (default: <project>/policies)")
     parser.add_argument("--policy-config", type=Path, help="JSON policy config, as for `pulumi preview --policy-pack-config`")
     parser.add_argument("--baseline", type=Path, help="a previous preview's output directory: report what changes against it")
+    parser.add_argument(
+        "--previous-stack-file",
+        type=Path,
+        help="the stack file as last deployed: canary-weight-steps holds each release to it (default: --baseline's routes)",
+    )
+    parser.add_argument(
+        "--registry-file",
+        type=Path,
+        help=f"resolve MLflow registry versions from this recording (a live preview's {RECORDING_NAME}) instead of "
+        f"the registry; sets {REGISTRY_FILE_ENV} for the program",
+    )
     parser.add_argument("--json", action="store_true", help="print report.json on stdout instead of the summary")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser.parse_args(argv)
@@ -109,7 +140,67 @@ def _read_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[st
     if args.baseline is not None:
         baseline_file = args.baseline / "resources.json"
         baseline = _check_baseline(_read_json(baseline_file, "the baseline"), baseline_file)
+    # What canary-weight-steps holds each model's release to: the release as last deployed.
+    overrides = with_previous_releases(overrides, previous_releases(baseline, args.previous_stack_file))
     return overrides, baseline
+
+
+def _check_registry_file(path: Path | None) -> Path | None:
+    """The recording `--registry-file` names, made absolute; its content is the program's to check."""
+    if path is None:
+        return None
+    if not path.is_file():
+        raise StackConfigError(f"--registry-file {path}: no such file (a live preview writes <out>/{RECORDING_NAME})")
+    return path.resolve()
+
+
+# The registry token for the program: a stack's secure value is a placeholder here (no passphrase, no KMS).
+REGISTRY_TOKEN_ENV = "INFERENCE_PLATFORM_REGISTRY_TOKEN"
+
+
+def _program_config(stack_config: StackConfig) -> StackConfig:
+    """The config the program gets: the stack's, with the registry token from the environment when the stack
+    declares one (still a secret)."""
+    key = f"{PROJECT}:{REGISTRY_TOKEN}"
+    token = os.environ.get(REGISTRY_TOKEN_ENV)
+    if key not in stack_config.secret_keys:
+        return stack_config
+    if not token:
+        print(
+            f"note: {key} is a secret this preview cannot decrypt: set {REGISTRY_TOKEN_ENV} to send the registry the token",
+            file=sys.stderr,
+        )
+        return stack_config
+    return dataclasses.replace(stack_config, values={**stack_config.values, key: token})
+
+
+class _ProgramEnvironment:
+    """The environment variables the program reads, set while it runs in this process and restored after."""
+
+    def __init__(self, variables: dict[str, str]):
+        self.variables = variables
+        self.saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> None:
+        for name, value in self.variables.items():
+            self.saved[name] = os.environ.get(name)
+            os.environ[name] = value
+
+    def __exit__(self, *exc: object) -> None:
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _write_recording(out: Path, registry: Any) -> bool:
+    """A live resolution, recorded for `--registry-file` (an offline preview of the same registry state)."""
+    if not isinstance(registry, dict) or registry.get("resolvedFrom") != "live":
+        return False
+    recorded_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    (out / RECORDING_NAME).write_text(json.dumps(recording(registry, recorded_at), indent=2) + "\n")
+    return True
 
 
 def _check_stack_name(stack: str) -> None:
@@ -143,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is None:
             _clear_verdict(out)
         overrides, baseline = _read_inputs(args)
+        args.registry_file = _check_registry_file(args.registry_file)
         project = load_project(project_dir)
         stack_config = progress.run("reading stack config", lambda: load_stack_config(project, args.stack, args.config_file))
     except (StackConfigError, PolicyPackError) as error:
@@ -167,11 +259,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args, project_dir, out, progress, project, stack_config, policies: PolicySession, baseline) -> int:
+    environment = _ProgramEnvironment({REGISTRY_FILE_ENV: str(args.registry_file)} if args.registry_file else {})
     try:
-        evaluation = progress.run(
-            "evaluating the program under the mock engine (the policy pack analyzing alongside)",
-            lambda: evaluate(project_dir, stack_config, listener=policies.submit),
-        )
+        with environment:
+            evaluation = progress.run(
+                "evaluating the program under the mock engine (the policy pack analyzing alongside)",
+                lambda: evaluate(project_dir, _program_config(stack_config), listener=policies.submit),
+            )
     except pulumi.RunError as error:
         # The same clean message the Pulumi CLI prints for a RunError: no traceback.
         print(f"error: {error}", file=sys.stderr)
@@ -196,6 +290,11 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CRASH
     report.sections["capacity"] = capacity_section(evaluation.stack_outputs)
+    registry = evaluation.stack_outputs.get("modelRegistry")
+    recorded = False
+    if registry is not None:
+        report.sections["registry"] = registry_section(registry)
+        recorded = _write_recording(out, registry)
     admission = progress.run(
         "admitting and scheduling every pod template (LimitRange, quota, Pod Security, Knative, pools)",
         lambda: admit_and_schedule(
@@ -234,5 +333,5 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
         print(json.dumps(report.to_json(), indent=2, default=str))
     else:
         print(report.terminal())
-        print(f"\nwrote {out}/resources.json, manifests/, report.json, report.md")
+        print(f"\nwrote {out}/resources.json, manifests/, report.json, report.md{', ' + RECORDING_NAME if recorded else ''}")
     return EXIT_FINDINGS if report.failed else EXIT_CLEAN

@@ -43,6 +43,35 @@ def capacity_section(stack_outputs: dict[str, Any]) -> Section:
     return Section("Capacity", summary, failed=bool(over), data=rows, markdown="\n".join(table), lines=lines)
 
 
+def registry_section(registry: dict[str, Any]) -> Section:
+    """Which MLflow registry versions the stack's references resolved to, and where: the live registry or a
+    recording (the program's `modelRegistry` output)."""
+    if registry["resolvedFrom"] == "live":
+        summary = f"resolved live at {registry['trackingUri']}"
+    else:
+        summary = (
+            f"resolved from the recorded file {registry['recordingFile']} (recorded {registry['recordedAt']} from "
+            f"{registry['trackingUri']}), not the live registry"
+        )
+    rows = ["| model | version | registered model | alias or version | registry version | weights |", "|---|---|---|---|---|---|"]
+    lines = []
+    for model, versions in registry["models"].items():
+        for version, entry in versions.items():
+            if entry.get("source") != "registry":
+                rows.append(f"| {model} | {version} | - | - | - | pinned in the stack file |")
+                continue
+            asked = f"alias {entry['alias']}" if "alias" in entry else f"version {entry['version']}"
+            rows.append(
+                f"| {model} | {version} | `{entry['registeredModel']}` | {asked} | {entry['registryVersion']} "
+                f"| `{entry['weights']}` |"
+            )
+            lines.append(
+                f"{model}/{version}: {entry['registeredModel']} {asked} -> version {entry['registryVersion']} "
+                f"({entry['weights']})"
+            )
+    return Section("Model registry", summary, data=registry, markdown="\n".join(rows), lines=lines)
+
+
 def schema_section(results: list[ObjectResult], kubernetes_version: str, crd_dir: str) -> Section:
     invalid = [r for r in results if r.status == "invalid"]
     unvalidated = [r for r in results if r.status == "not-validated"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -57,3 +58,18 @@ def pytest_sessionstart(session) -> None:
             f"the upstream CRD schemas are not at {directory}: set CRD_SCHEMA_DIR to the shared crd-schemas folder "
             "(or a checkout of datreeio/CRDs-catalog)"
         )
+
+
+# `.ci/run` sets this: there, a test that needs a real server (MLflow, Prometheus) and was
+# skipped because the server could not be installed or started fails the run instead.
+REQUIRE_REAL_SERVERS = "REQUIRE_REAL_SERVERS"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and item.get_closest_marker("real_server") and os.environ.get(REQUIRE_REAL_SERVERS) == "1":
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"{item.nodeid}: skipped, but {REQUIRE_REAL_SERVERS}=1 forbids skipping real-server tests: {reason}"

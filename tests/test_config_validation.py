@@ -309,7 +309,7 @@ def test_secret_inside_a_structured_key_is_refused_without_echoing_it(tmp_path, 
     text = stack.read_text().replace("context: dev", "context:\n        secure: AAABAHNlY3JldC1jb250ZXh0")
     stack.write_text(text)
     stderr = preview_refuses(stack, tmp_path / "out")
-    assert "inference-platform:cluster: holds a secret, but only huggingFaceTokens may" in stderr
+    assert "inference-platform:cluster: holds a secret, but only huggingFaceTokens, registryToken may" in stderr
     assert "secret:inference-platform:cluster" not in stderr
 
 

@@ -28,6 +28,14 @@ WEIGHTS_DIR = f"{MODELS_DIR}/weights"
 HOME_DIR = "/home/vllm"
 RUN_AS = 1000
 
+# On the pod template of a version whose weights the MLflow registry named: which registered model, version and
+# alias, and the weights it pointed at. A moved alias changes them, so the preview's diff shows the move on the
+# version's objects (the weights change the arguments too, but say nothing of the registry).
+ANNOTATION_REGISTRY_MODEL = "inference.platform/registry-model"
+ANNOTATION_REGISTRY_VERSION = "inference.platform/registry-version"
+ANNOTATION_REGISTRY_ALIAS = "inference.platform/registry-alias"
+ANNOTATION_WEIGHTS = "inference.platform/weights"
+
 
 # --- the container -------------------------------------------------------------------------
 
@@ -39,6 +47,7 @@ def weights_path(plan: ServerPlan) -> str:
 
 def model_location(plan: ServerPlan) -> str:
     source = plan.version.source
+    assert source.mlflow is None, f"{plan.name}: an unresolved MLflow registry source reached the pod"
     if source.huggingface is not None:
         return source.huggingface
     return weights_path(plan)
@@ -63,7 +72,7 @@ def vllm_args(plan: ServerPlan) -> list[str]:
         "--shutdown-timeout",
         str(plan.drain.shutdown_timeout_seconds),
     ]
-    if source.huggingface is not None:
+    if source.huggingface is not None and source.revision is not None:
         out += ["--revision", source.revision]
     if args.max_model_len is not None:
         out += ["--max-model-len", str(args.max_model_len)]
@@ -280,8 +289,23 @@ def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
     }
 
 
+def registry_annotations(plan: ServerPlan) -> dict[str, str]:
+    entry = plan.registry_entry
+    if entry is None:
+        return {}
+    annotations = {
+        ANNOTATION_REGISTRY_MODEL: entry.registered_model,
+        ANNOTATION_REGISTRY_VERSION: entry.registry_version,
+        ANNOTATION_WEIGHTS: entry.weights,
+    }
+    if entry.alias is not None:
+        annotations[ANNOTATION_REGISTRY_ALIAS] = entry.alias
+    return annotations
+
+
 def pod_annotations(plan: ServerPlan) -> dict[str, str]:
     return {
+        **registry_annotations(plan),
         # Istio merges these app metrics into the sidecar's plaintext metrics endpoint, so
         # Prometheus can scrape them despite STRICT mTLS.
         "prometheus.io/scrape": "true",

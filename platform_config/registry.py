@@ -1,0 +1,491 @@
+"""Versions named in the MLflow model registry, resolved into pinned weights before anything else reads the config.
+
+A version's source may be `mlflow: {model, alias}` or `{model, version}`. `resolve_registry` asks the tracking
+server (`registry.trackingUri`, MLflow's REST API, plain `urllib`) which version each reference names and where its
+weights are: the version's `registry.weightsTag` tag when it has one, else its source URI. Only a pinned location is
+served: `hf://org/name@<40-character commit SHA>` (a Hugging Face repository at a commit) or `s3://bucket/prefix/<folder>`
+(the last path segment is the version's subfolder, as `s3Uri` + `revision` in a stack file). The config comes back
+with every `mlflow` source replaced by that concrete source, so the plan and the components never see a registry
+reference, and with a `RegistryResolution` that says what each reference resolved to and where.
+
+A preview may instead resolve from a recording (`registry-resolution.json`, written by a live preview) named by the
+environment variable `INFERENCE_PLATFORM_REGISTRY_FILE`, so a pull request can be previewed offline; `pulumi up` refuses
+one and always asks the registry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pulumi
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from .errors import ConfigError, ConfigIssue
+from .models import REGISTRY_TOKEN, MlflowReference, ModelSource, PlatformConfig, RegistryConfig
+
+# Names a recorded resolution for the program to use instead of the live registry (previews only).
+REGISTRY_FILE_ENV = "INFERENCE_PLATFORM_REGISTRY_FILE"
+# What a live preview writes into its output folder, for `--registry-file` later.
+RECORDING_NAME = "registry-resolution.json"
+RECORDING_FORMAT = "inference-platform/registry-resolution"
+RECORDING_FORMAT_VERSION = 1
+# A model version is a few KiB of JSON; a larger answer is not one (a hostile or broken server).
+MAX_ANSWER_BYTES = 1 << 20
+MAX_RECORDING_BYTES = 4 << 20
+# Registry answers quoted in an error message are cut to this many characters.
+MAX_QUOTE = 300
+
+_HF_PINNED = re.compile(r"hf://(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)@(?P<revision>[0-9a-f]{40})")
+_S3 = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?")
+PINNED_FORMS = "hf://org/name@<40-character commit SHA> or s3://bucket/prefix/<version folder>"
+
+
+class RegistryFileError(pulumi.RunError):
+    """A recorded resolution that cannot be used: the CLI and the preview print the message and exit 2."""
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    """What one registry reference resolved to."""
+
+    registered_model: str
+    # The reference as the stack gives it: an alias or a version number.
+    alias: str | None
+    requested_version: int | None
+    # The version the registry named (for a version reference, the same number).
+    registry_version: str
+    weights: str
+
+    @property
+    def reference(self) -> tuple[str, str | None, int | None]:
+        return (self.registered_model, self.alias, self.requested_version)
+
+    def to_json(self) -> dict[str, Any]:
+        asked: dict[str, Any] = {"alias": self.alias} if self.alias is not None else {"version": self.requested_version}
+        return {
+            "registeredModel": self.registered_model,
+            **asked,
+            "registryVersion": self.registry_version,
+            "weights": self.weights,
+        }
+
+
+def _reference_of(reference: MlflowReference) -> tuple[str, str | None, int | None]:
+    return (reference.model, reference.alias, reference.version)
+
+
+def describe_reference(reference: MlflowReference) -> str:
+    asked = f"alias {reference.alias!r}" if reference.alias is not None else f"version {reference.version}"
+    return f"registered model {reference.model!r}, {asked}"
+
+
+@dataclass(frozen=True)
+class RegistryResolution:
+    """Where the stack's registry references were resolved, and to what: per (model, version name)."""
+
+    origin: Literal["live", "recorded"]
+    tracking_uri: str
+    versions: dict[tuple[str, str], RegistryEntry] = field(default_factory=dict)
+    # A recorded resolution: its file and when the live preview that wrote it resolved.
+    recording_file: str | None = None
+    recorded_at: str | None = None
+
+    def entry(self, model: str, version: str) -> RegistryEntry | None:
+        return self.versions.get((model, version))
+
+    def stack_output(self, config: PlatformConfig) -> dict[str, Any]:
+        """The `modelRegistry` stack output: per model and version, the registered model, the alias or version the
+        stack names and the registry version it resolved to, and the weights; versions pinned in the stack file say
+        so. No resolution time: an unchanged registry must leave the outputs unchanged."""
+        origin: dict[str, Any] = {"resolvedFrom": self.origin, "trackingUri": self.tracking_uri}
+        if self.origin == "recorded":
+            origin.update(recordingFile=self.recording_file, recordedAt=self.recorded_at)
+        models = {
+            model.name: {
+                version.name: {"source": "registry", **entry.to_json()}
+                if (entry := self.entry(model.name, version.name)) is not None
+                else {"source": "stack file"}
+                for version in model.versions
+            }
+            for model in config.models
+        }
+        return {**origin, "models": models}
+
+
+def registry_references(config: PlatformConfig) -> list[tuple[int, int, MlflowReference]]:
+    """(model index, version index, reference) of every version whose source is in the registry."""
+    return [
+        (m_index, v_index, version.source.mlflow)
+        for m_index, model in enumerate(config.models)
+        for v_index, version in enumerate(model.versions)
+        if version.source.mlflow is not None
+    ]
+
+
+def pinned_source(weights: str) -> ModelSource | None:
+    """The concrete source of a pinned weights location; None when it is not pinned."""
+    hf = _HF_PINNED.fullmatch(weights)
+    if hf is not None:
+        return ModelSource(huggingface=hf["repo"], revision=hf["revision"])
+    if _S3.fullmatch(weights):
+        prefix, _, folder = weights.rstrip("/").rpartition("/")
+        if prefix.count("/") >= 2 and folder:  # `s3://bucket/<folder>` at least
+            return ModelSource(s3_uri=prefix, revision=folder)
+    return None
+
+
+def _quote(text: str, secret: str | None = None) -> str:
+    """A registry's words, safe to print: one line, bounded, and never the token even if a server echoes it."""
+    if secret:
+        text = text.replace(secret, "[secret]")
+    text = "".join(c if c.isprintable() else " " for c in text).strip()
+    return text if len(text) <= MAX_QUOTE else text[: MAX_QUOTE - 3] + "..."
+
+
+# --- asking the registry ------------------------------------------------------------------
+
+
+class _RegistryUnusable(Exception):
+    """The registry cannot answer at all (unreachable, refused the token, answered nonsense): one issue, and no
+    further requests."""
+
+    def __init__(self, issue: ConfigIssue):
+        super().__init__(str(issue))
+        self.issue = issue
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    # A redirect would carry the bearer token to wherever it points: the tracking URI must be the final one.
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, PLR0913 - urllib's signature
+        return None
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: Any  # the parsed JSON, None when the body is not JSON
+    text: str
+
+
+class LiveRegistry:
+    """The MLflow tracking server's REST API, one bounded GET at a time."""
+
+    def __init__(self, tracking_uri: str, settings: RegistryConfig, token: str | None):
+        self.tracking_uri = tracking_uri
+        self.settings = settings
+        self.token = token
+        self.base = tracking_uri.rstrip("/") + "/api/2.0/mlflow/"
+        self._opener = urllib.request.build_opener(_NoRedirects)
+
+    def where(self) -> str:
+        return self.tracking_uri
+
+    def _get(self, endpoint: str, params: dict[str, str]) -> _Answer:
+        request = urllib.request.Request(self.base + endpoint + "?" + urllib.parse.urlencode(params))
+        request.add_header("Accept", "application/json")
+        if self.token:
+            request.add_unredirected_header("Authorization", f"Bearer {self.token}")
+        timeout = self.settings.timeout_seconds
+        outcome: list[tuple[int, bytes] | BaseException] = []
+
+        def fetch() -> None:
+            try:
+                try:
+                    response = self._opener.open(request, timeout=timeout)
+                except urllib.error.HTTPError as error:
+                    response = error
+                with response:
+                    outcome.append((response.status or 0, response.read(MAX_ANSWER_BYTES + 1)))
+            except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+                outcome.append(error)
+
+        # The socket timeout bounds each read, not a server that trickles bytes: the whole request gets a deadline,
+        # in a daemon thread the program never waits for past it.
+        worker = threading.Thread(target=fetch, name="registry-request", daemon=True)
+        worker.start()
+        worker.join(timeout + 0.5)
+        if not outcome:
+            raise self._unusable(f"no answer within registry.timeoutSeconds ({timeout} s)")
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise self._unusable(_transport_error(result))
+        status, data = result
+        if len(data) > MAX_ANSWER_BYTES:
+            raise self._unusable(f"answered HTTP {status} with more than {MAX_ANSWER_BYTES >> 20} MiB: not a model version")
+        text = data.decode("utf-8", errors="replace")
+        try:
+            body = json.loads(text)
+        except (ValueError, RecursionError):
+            body = None
+        return _Answer(status, body, text)
+
+    def _unusable(self, what: str, key: tuple[str | int, ...] = ("registry", "trackingUri")) -> _RegistryUnusable:
+        return _RegistryUnusable(ConfigIssue(key, f"the registry at {self.where()} {_quote(what, self.token)}"))
+
+    def _said(self, answer: _Answer) -> str:
+        body = answer.body
+        if isinstance(body, dict) and isinstance(body.get("error_code"), str):
+            return _quote(f"HTTP {answer.status} {body['error_code']}: {body.get('message', '')}", self.token)
+        return _quote(f"HTTP {answer.status}: {answer.text or '(empty body)'}", self.token)
+
+    def resolve(self, reference: MlflowReference, key: tuple[str | int, ...]) -> RegistryEntry | ConfigIssue:
+        if reference.alias is not None:
+            endpoint, params, asked = "registered-models/alias", {"name": reference.model, "alias": reference.alias}, "alias"
+        else:
+            endpoint, params, asked = (
+                "model-versions/get",
+                {"name": reference.model, "version": str(reference.version)},
+                "version",
+            )
+        answer = self._get(endpoint, params)
+        if answer.status in (401, 403):
+            given = "refused the token registryToken" if self.token else "needs a token: set the secret registryToken"
+            raise self._unusable(f"{given} ({self._said(answer)})", (REGISTRY_TOKEN,))
+        if answer.status in (400, 404):
+            # MLflow answers an unknown model 404 and an unknown alias 400: ask for the model to say which it is.
+            exists = self._get("registered-models/get", {"name": reference.model})
+            blamed = "model" if exists.status == 404 else asked
+            return ConfigIssue((*key, blamed), f"{describe_reference(reference)}: the registry answered {self._said(answer)}")
+        if answer.status != 200:
+            raise self._unusable(f"answered {self._said(answer)}")
+        version = answer.body.get("model_version") if isinstance(answer.body, dict) else None
+        if not isinstance(version, dict):
+            raise self._unusable(f"answered something that is not a model version: {self._said(answer)}")
+        return _entry_of(version, reference, self.settings.weights_tag, (*key, asked), self.where())
+
+
+def _transport_error(error: BaseException) -> str:
+    if isinstance(error, urllib.error.URLError):
+        error = error.reason if isinstance(error.reason, BaseException) else error
+    if isinstance(error, TimeoutError):
+        return "did not answer in time (registry.timeoutSeconds)"
+    reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+    return f"cannot be reached: {reason}"
+
+
+def _entry_of(
+    version: dict[str, Any], reference: MlflowReference, weights_tag: str, key: tuple[str | int, ...], where: str
+) -> RegistryEntry | ConfigIssue:
+    """A model version as MLflow returns it, checked: the reference's, ready, with pinned weights."""
+    number, source, status, tags = (version.get(k) for k in ("version", "source", "status", "tags"))
+    tags = tags if isinstance(tags, list) else []
+    tag = next((t.get("value") for t in tags if isinstance(t, dict) and t.get("key") == weights_tag), None)
+    what = f"{describe_reference(reference)}"
+    if not isinstance(number, str) or not number.isdigit() or version.get("name") != reference.model:
+        return ConfigIssue(key, f"{what}: the registry at {where} answered a model version that is not the one asked for")
+    if reference.version is not None and number != str(reference.version):
+        return ConfigIssue(key, f"{what}: the registry at {where} answered version {_quote(number)}")
+    named = f"{what} is version {number}"
+    if status != "READY":
+        return ConfigIssue(key, f"{named}, whose status is {_quote(str(status))!r}, not READY: it cannot be served yet")
+    weights, whence = (tag, f"its {weights_tag!r} tag") if isinstance(tag, str) else (source, "its source")
+    if not isinstance(weights, str) or pinned_source(weights) is None:
+        return ConfigIssue(
+            key,
+            f"{named}, whose weights ({whence}) are {_quote(str(weights))!r}: not a pinned location ({PINNED_FORMS}); "
+            f"set the version's {weights_tag!r} tag to one",
+        )
+    return RegistryEntry(reference.model, reference.alias, reference.version, number, weights)
+
+
+# --- a recorded resolution ----------------------------------------------------------------
+
+
+class _RecordingModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, alias_generator=to_camel, validate_by_name=True)
+
+
+class RecordedEntry(_RecordingModel):
+    registered_model: Annotated[str, Field(min_length=1, max_length=256)]
+    alias: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    version: Annotated[int, Field(gt=0)] | None = None
+    registry_version: Annotated[str, Field(pattern=r"^[0-9]{1,18}$")]
+    weights: Annotated[str, Field(min_length=1, max_length=2048)]
+
+    @model_validator(mode="after")
+    def _alias_or_version(self) -> RecordedEntry:
+        if (self.alias is None) == (self.version is None):
+            raise ValueError("give exactly one of 'alias' or 'version'")
+        if self.version is not None and str(self.version) != self.registry_version:
+            raise ValueError(f"version {self.version} resolved to registryVersion {self.registry_version!r}")
+        if pinned_source(self.weights) is None:
+            raise ValueError(f"weights {self.weights!r} is not a pinned location ({PINNED_FORMS})")
+        return self
+
+
+class Recording(_RecordingModel):
+    format: Literal["inference-platform/registry-resolution"]
+    format_version: Literal[1]
+    tracking_uri: Annotated[str, Field(min_length=1, max_length=2048)]
+    recorded_at: Annotated[str, Field(pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")]
+    entries: list[RecordedEntry]
+
+
+def recording(output: dict[str, Any], recorded_at: str) -> dict[str, Any]:
+    """The recording of a live resolution, from its `modelRegistry` stack output: each reference once."""
+    entries: dict[str, dict[str, Any]] = {}
+    for versions in output["models"].values():
+        for entry in versions.values():
+            if entry.get("source") == "registry":
+                record = {k: v for k, v in entry.items() if k != "source"}
+                entries[json.dumps([record["registeredModel"], record.get("alias"), record.get("version")])] = record
+    return {
+        "format": RECORDING_FORMAT,
+        "formatVersion": RECORDING_FORMAT_VERSION,
+        "trackingUri": output["trackingUri"],
+        "recordedAt": recorded_at,
+        "entries": [entries[key] for key in sorted(entries)],
+    }
+
+
+def read_recording(path: Path) -> Recording:
+    """A recording file, strictly checked; RegistryFileError naming the file and the bad key."""
+    where = f"the recorded registry resolution {path} ({REGISTRY_FILE_ENV})"
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_RECORDING_BYTES + 1)
+    except OSError as error:
+        raise RegistryFileError(f"{where} cannot be read: {error.strerror or error}") from None
+    if len(data) > MAX_RECORDING_BYTES:
+        raise RegistryFileError(f"{where} is larger than {MAX_RECORDING_BYTES >> 20} MiB: not a recording")
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise RegistryFileError(f"{where} is not JSON: {_quote(str(error))}") from None
+    try:
+        parsed = Recording.model_validate(document, by_alias=True, by_name=False)
+    except ValidationError as error:
+        problems = [f"{_json_path(detail['loc'])}: {_quote(detail['msg'])}" for detail in error.errors(include_url=False)]
+        raise RegistryFileError(f"{where} is not a valid recording: " + "; ".join(problems[:5])) from None
+    seen: set[tuple[str, str | None, int | None]] = set()
+    for index, entry in enumerate(parsed.entries):
+        reference = (entry.registered_model, entry.alias, entry.version)
+        if reference in seen:
+            raise RegistryFileError(f"{where}: entries[{index}] records a reference an earlier entry records")
+        seen.add(reference)
+    return parsed
+
+
+def _json_path(location: tuple[Any, ...]) -> str:
+    text = ""
+    for part in location:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(the document)"
+
+
+class RecordedRegistry:
+    """A recording's answers, for a preview without the registry."""
+
+    def __init__(self, path: Path, parsed: Recording):
+        self.path = path
+        self.parsed = parsed
+        self.entries = {(e.registered_model, e.alias, e.version): e for e in parsed.entries}
+
+    def resolve(self, reference: MlflowReference, key: tuple[str | int, ...]) -> RegistryEntry | ConfigIssue:
+        found = self.entries.get(_reference_of(reference))
+        if found is None:
+            asked = "alias" if reference.alias is not None else "version"
+            return ConfigIssue(
+                (*key, asked),
+                f"the recorded registry resolution {self.path} has no entry for {describe_reference(reference)}: "
+                "preview live once to record it",
+            )
+        return RegistryEntry(reference.model, reference.alias, reference.version, found.registry_version, found.weights)
+
+
+# --- resolving a config -------------------------------------------------------------------
+
+
+def resolve_registry(
+    config: PlatformConfig, token: str | None, *, recording_file: str | None, dry_run: bool
+) -> tuple[PlatformConfig, RegistryResolution | None]:
+    """The config with every `mlflow` source replaced by the pinned source the registry names, and what each
+    resolved to; (config, None) when no version is in the registry. Raises ConfigError naming each reference the
+    registry (or the recording) cannot resolve, RegistryFileError for a recording that cannot be used."""
+    references = registry_references(config)
+    if not references:
+        return config, None
+    settings = config.registry
+    if settings.tracking_uri is None:  # the config checks report it (check_registry_sources): not through load_config
+        raise ConfigError([ConfigIssue(("registry", "trackingUri"), "is required: versions name sources in the MLflow registry")])
+    resolver: LiveRegistry | RecordedRegistry
+    if recording_file:
+        if not dry_run:
+            raise RegistryFileError(
+                f"{REGISTRY_FILE_ENV} is set ({recording_file}): a recorded registry resolution is for previews only, "
+                "and `pulumi up` always asks the registry: unset it"
+            )
+        path = Path(recording_file)
+        parsed = read_recording(path)
+        if parsed.tracking_uri.rstrip("/") != settings.tracking_uri.rstrip("/"):
+            raise ConfigError(
+                [
+                    ConfigIssue(
+                        ("registry", "trackingUri"),
+                        f"{settings.tracking_uri!r}, but the recorded registry resolution {path} is of "
+                        f"{parsed.tracking_uri!r}: record it from this registry",
+                    )
+                ]
+            )
+        resolver = RecordedRegistry(path, parsed)
+    else:
+        resolver = LiveRegistry(settings.tracking_uri, settings, token)
+
+    issues: list[ConfigIssue] = []
+    answers: dict[tuple[str, str | None, int | None], RegistryEntry | ConfigIssue] = {}
+    versions: dict[tuple[str, str], RegistryEntry] = {}
+    sources: dict[tuple[int, int], ModelSource] = {}
+    for m_index, v_index, reference in references:
+        key: tuple[str | int, ...] = ("models", m_index, "versions", v_index, "source", "mlflow")
+        cached = answers.get(_reference_of(reference))
+        if cached is None:
+            try:
+                cached = resolver.resolve(reference, key)
+            except _RegistryUnusable as error:
+                raise ConfigError([error.issue]) from None
+            answers[_reference_of(reference)] = cached
+        if isinstance(cached, ConfigIssue):
+            # The same reference in another version: the same answer, under that version's key.
+            issues.append(ConfigIssue((*key, cached.path[-1]), cached.message))
+            continue
+        model = config.models[m_index]
+        versions[(model.name, model.versions[v_index].name)] = cached
+        source = pinned_source(cached.weights)
+        assert source is not None  # checked where the entry was made
+        sources[(m_index, v_index)] = source
+    if issues:
+        raise ConfigError(issues)
+    resolved = _with_sources(config, sources)
+    if isinstance(resolver, RecordedRegistry):
+        resolution = RegistryResolution(
+            "recorded", resolver.parsed.tracking_uri, versions, str(resolver.path), resolver.parsed.recorded_at
+        )
+    else:
+        resolution = RegistryResolution("live", settings.tracking_uri, versions)
+    return resolved, resolution
+
+
+def _with_sources(config: PlatformConfig, sources: dict[tuple[int, int], ModelSource]) -> PlatformConfig:
+    models = [
+        model.model_copy(
+            update={
+                "versions": [
+                    version.model_copy(update={"source": sources[(m_index, v_index)]})
+                    if (m_index, v_index) in sources
+                    else version
+                    for v_index, version in enumerate(model.versions)
+                ]
+            }
+        )
+        for m_index, model in enumerate(config.models)
+    ]
+    return config.model_copy(update={"models": models})

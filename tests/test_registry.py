@@ -1,0 +1,438 @@
+"""Versions named in the MLflow model registry: resolved at preview into pinned weights, served, exported and
+recorded; every way the registry (or a recording) cannot answer stops the preview with exit 2 naming the key.
+
+The registry is a real MLflow tracking server started on loopback once for the module (SQLite, a temporary artifact
+folder), its models, versions, tags and aliases registered with MLflow's own client. What MLflow cannot show (the
+bearer token it does not check, a server that stalls or floods) is played by a small stdlib HTTP server.
+"""
+
+from __future__ import annotations
+
+import copy
+import http.server
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from platform_config.errors import ConfigError
+from platform_config.loader import parse_platform_config
+from platform_config.registry import RECORDING_NAME, REGISTRY_FILE_ENV, RegistryFileError, read_recording, resolve_registry
+
+from .helpers import PreviewRun, raw_stack, run_preview, write_stack
+from .servers.mlflow import MlflowServer, free_port, missing_reason, start_mlflow
+
+SHA_A = "7ae557604adf67be50417f59c2c2f167def9a775"
+SHA_B = "aa" * 20
+SHA_C = "0123456789abcdef0123456789abcdef01234567"
+REPO = "Qwen/Qwen2.5-0.5B-Instruct"
+
+# Everything the tests resolve, registered once: name -> [(source, tags, needs a run)], then aliases.
+MODELS: dict[str, list[tuple[str, dict[str, str], bool]]] = {
+    "chat": [(f"hf://{REPO}@{SHA_A}", {}, False), (f"hf://{REPO}@{SHA_B}", {}, False)],
+    "labeller": [("s3://weights-bucket/labeller/3", {}, False)],
+    "tagged": [("runs:/{run_id}/model", {"weights": f"hf://{REPO}@{SHA_C}"}, True)],
+    "unpinned": [("runs:/{run_id}/model", {}, True), ("hf://Qwen/Qwen2.5@main", {}, False)],
+    "pending": [(f"hf://{REPO}@{SHA_A}", {}, False)],
+    "mover": [(f"hf://{REPO}@{SHA_A}", {}, False), (f"hf://{REPO}@{SHA_B}", {}, False)],
+}
+ALIASES = [
+    ("chat", "champion", "1"),
+    ("chat", "challenger", "2"),
+    ("unpinned", "champion", "1"),
+    ("unpinned", "branch", "2"),
+    ("mover", "champion", "1"),
+]
+
+
+@pytest.fixture(scope="module")
+def mlflow(tmp_path_factory) -> Iterator[MlflowServer]:
+    reason = missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    server = start_mlflow(tmp_path_factory.mktemp("mlflow"))
+    try:
+        operations: list[list[Any]] = []
+        for name, versions in MODELS.items():
+            operations.append(["model", name])
+            operations += [["version", name, source, tags, run] for source, tags, run in versions]
+        operations += [["alias", *alias] for alias in ALIASES]
+        server.client(*operations)
+        # MLflow's server registers a version READY at once; one still registering is a status in its store.
+        with sqlite3.connect(server.database) as database:
+            database.execute("UPDATE model_versions SET status = 'PENDING_REGISTRATION' WHERE name = 'pending'")
+        yield server
+    finally:
+        server.stop()
+
+
+def with_registry(base: str, uri: str, sources: dict[tuple[int, int], dict[str, Any]], **registry: Any) -> dict[str, Any]:
+    """A committed stack with a registry block and some versions' sources in it ({(model, version): mlflow ref})."""
+    raw = copy.deepcopy(raw_stack(base))
+    raw["registry"] = {"trackingUri": uri, **registry}
+    for (model, version), reference in sources.items():
+        raw["models"][model]["versions"][version]["source"] = {"mlflow": reference}
+    return raw
+
+
+def preview(
+    tmp_path: Path, raw: dict[str, Any], *args: str, name: str = "out", extra: dict[str, Any] | None = None
+) -> PreviewRun:
+    folder = tmp_path / name
+    folder.mkdir()
+    stack = write_stack(folder, raw, extra)
+    out = folder / "preview"
+    result = run_preview("--stack", "test", "--config-file", str(stack), "--out", str(out), *args)
+    return PreviewRun("test", out, result)
+
+
+def refused(run: PreviewRun) -> str:
+    assert run.result.returncode == 2, run.result.stdout[-2000:] + run.result.stderr[-2000:]
+    assert "Traceback" not in run.result.stderr
+    return run.result.stderr
+
+
+def manifest(run: PreviewRun, kind: str, name: str) -> dict[str, Any]:
+    (found,) = [m for m in run.manifests() if m["kind"] == kind and m["metadata"]["name"] == name]
+    return found
+
+
+def pod_template(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj["spec"]["template"]
+
+
+# --- resolved and served --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def live_staging(mlflow, tmp_path_factory) -> tuple[dict[str, Any], PreviewRun]:
+    """staging, its summarizer's canary v2 the registry's `challenger` of `chat`, its labeller's v1 version 1 of
+    `labeller` (on S3), previewed against the live registry: the stack and the run."""
+    raw = with_registry(
+        "staging", mlflow.uri, {(0, 1): {"model": "chat", "alias": "challenger"}, (1, 0): {"model": "labeller", "version": 1}}
+    )
+    return raw, preview(tmp_path_factory.mktemp("live-staging"), raw)
+
+
+@pytest.mark.real_server
+def test_alias_and_version_references_are_resolved_served_and_exported(mlflow, live_staging):
+    _, run = live_staging
+    assert run.result.returncode == 0, run.result.stderr[-3000:]
+
+    canary = pod_template(manifest(run, "Deployment", "summarizer-v2"))
+    (vllm,) = [c for c in canary["spec"]["containers"] if c["name"] == "vllm"]
+    assert vllm["args"][0] == REPO
+    assert vllm["args"][vllm["args"].index("--revision") + 1] == SHA_B
+    assert {k: v for k, v in canary["metadata"]["annotations"].items() if "registry" in k or "weights" in k} == {
+        "inference.platform/registry-model": "chat",
+        "inference.platform/registry-version": "2",
+        "inference.platform/registry-alias": "challenger",
+        "inference.platform/weights": f"hf://{REPO}@{SHA_B}",
+    }
+    labeller = pod_template(manifest(run, "Service", "labeller-v1"))
+    (fetch,) = labeller["spec"]["initContainers"]
+    assert "s3://weights-bucket/labeller/3/" in fetch["command"]
+    assert labeller["metadata"]["annotations"]["inference.platform/registry-version"] == "1"
+    assert "inference.platform/registry-alias" not in labeller["metadata"]["annotations"]
+
+    report = run.report
+    exported = report["stackOutputs"]["modelRegistry"]
+    assert exported["resolvedFrom"] == "live" and exported["trackingUri"] == mlflow.uri
+    assert exported["models"]["summarizer"] == {
+        "v1": {"source": "stack file"},
+        "v2": {
+            "source": "registry",
+            "registeredModel": "chat",
+            "alias": "challenger",
+            "registryVersion": "2",
+            "weights": f"hf://{REPO}@{SHA_B}",
+        },
+    }
+    assert exported["models"]["labeller"]["v1"]["version"] == 1
+    assert report["registry"]["summary"] == f"resolved live at {mlflow.uri}"
+    recorded = json.loads((run.out / RECORDING_NAME).read_text())
+    assert recorded["trackingUri"] == mlflow.uri
+    assert sorted((e["registeredModel"], e["registryVersion"]) for e in recorded["entries"]) == [("chat", "2"), ("labeller", "1")]
+
+
+@pytest.mark.real_server
+def test_a_moved_alias_shows_as_a_change_of_the_models_objects(mlflow, tmp_path):
+    raw = with_registry("dev", mlflow.uri, {(0, 0): {"model": "mover", "alias": "champion"}})
+    before = preview(tmp_path, raw, name="before")
+    assert before.result.returncode == 0, before.result.stderr[-3000:]
+    mlflow.client(["alias", "mover", "champion", "2"])
+    after = preview(tmp_path, raw, "--baseline", str(before.out), name="after")
+    assert after.result.returncode == 0, after.result.stderr[-3000:]
+
+    changes = after.report["changes"]["data"]
+    assert not changes["added"] and not changes["removed"]
+    changed = {c["urn"].rsplit("::", 1)[-1]: c["paths"] for c in changes["changed"]}
+    paths = changed["qwen-small-v1-knative-service"]
+    assert "spec.template.metadata.annotations.inference.platform/registry-version" in paths
+    assert any(p.startswith("spec.template.spec.containers[0].args") for p in paths)
+    assert after.report["stackOutputs"]["modelRegistry"]["models"]["qwen-small"]["v1"]["registryVersion"] == "2"
+
+
+@pytest.mark.real_server
+def test_the_weights_tag_is_served_over_the_source(mlflow):
+    config = parse_platform_config(with_registry("dev", mlflow.uri, {(0, 0): {"model": "tagged", "version": 1}}))
+    resolved, resolution = resolve_registry(config, None, recording_file=None, dry_run=True)
+    source = resolved.models[0].versions[0].source
+    assert (source.mlflow, source.huggingface, source.revision) == (None, REPO, SHA_C)
+    entry = resolution.entry("qwen-small", "v1") if resolution is not None else None
+    assert entry is not None and (entry.registry_version, entry.weights) == ("1", f"hf://{REPO}@{SHA_C}")
+
+
+# --- what stops a preview ---------------------------------------------------------------------
+
+KEY = "inference-platform:models[0].versions[0].source.mlflow"
+
+
+def resolution_problem(raw: dict[str, Any]) -> str:
+    """What resolving the stack's references says, in-process (the preview's exit 2 is pinned below)."""
+    with pytest.raises(ConfigError) as caught:
+        resolve_registry(parse_platform_config(raw), None, recording_file=None, dry_run=True)
+    return str(caught.value)
+
+
+@pytest.mark.real_server
+def test_a_reference_the_registry_cannot_resolve_stops_the_preview(mlflow, tmp_path):
+    stderr = refused(preview(tmp_path, with_registry("dev", mlflow.uri, {(0, 0): {"model": "chat", "alias": "nope"}})))
+    assert (
+        f"{KEY}.alias: registered model 'chat', alias 'nope': the registry answered HTTP 400 INVALID_PARAMETER_VALUE: " in stderr
+    )
+    assert "Registered model alias nope not found" in stderr
+
+
+@pytest.mark.real_server
+@pytest.mark.parametrize(
+    ("reference", "key", "answer"),
+    [
+        (
+            {"model": "nope", "alias": "champion"},
+            f"{KEY}.model",
+            "RESOURCE_DOES_NOT_EXIST: Registered Model with name=nope not found",
+        ),
+        ({"model": "chat", "version": 99}, f"{KEY}.version", "Model Version (name=chat, version=99) not found"),
+        ({"model": "unpinned", "alias": "champion"}, f"{KEY}.alias", "whose weights (its source) are 'runs:/"),
+        ({"model": "unpinned", "alias": "branch"}, f"{KEY}.alias", "'hf://Qwen/Qwen2.5@main': not a pinned location"),
+        ({"model": "pending", "version": 1}, f"{KEY}.version", "status is 'PENDING_REGISTRATION', not READY"),
+    ],
+    ids=["unknown-model", "unknown-version", "runs-uri", "hf-branch", "not-ready"],
+)
+def test_each_unresolvable_reference_names_its_key_and_the_registrys_answer(mlflow, reference, key, answer):
+    message = resolution_problem(with_registry("dev", mlflow.uri, {(0, 0): reference}))
+    assert f"{key}: " in message and answer in message
+
+
+def test_an_unreachable_registry_stops_the_preview_in_time(tmp_path):
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    started = time.monotonic()
+    stderr = refused(preview(tmp_path, with_registry("dev", uri, {(0, 0): {"model": "chat", "alias": "champion"}})))
+    assert f"inference-platform:registry.trackingUri: the registry at {uri} cannot be reached: " in stderr
+    assert "refused" in stderr.lower()
+    assert time.monotonic() - started < 60
+
+
+def test_a_registry_source_needs_a_registry_block(tmp_path):
+    raw = with_registry("dev", "http://127.0.0.1:1", {(0, 0): {"model": "chat", "alias": "champion"}})
+    del raw["registry"]
+    stderr = refused(preview(tmp_path, raw))
+    assert f"{KEY}: names a version in the MLflow registry, but the stack has no 'registry.trackingUri'" in stderr
+
+
+def test_the_registry_token_must_be_a_secret(tmp_path):
+    raw = with_registry("dev", "http://127.0.0.1:1", {(0, 0): {"model": "chat", "alias": "champion"}})
+    stderr = refused(preview(tmp_path, raw, extra={"inference-platform:registryToken": "tok-in-the-clear"}))
+    assert "inference-platform:registryToken: must be a secret" in stderr and "tok-in-the-clear" not in stderr
+
+
+# --- a recorded resolution ----------------------------------------------------------------------
+
+
+def recording(uri: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "format": "inference-platform/registry-resolution",
+        "formatVersion": 1,
+        "trackingUri": uri,
+        "recordedAt": "2026-11-30T12:00:00Z",
+        "entries": entries,
+    }
+
+
+def test_a_recording_without_the_reference_stops_the_preview(tmp_path):
+    uri = "http://mlflow.invalid"
+    file = tmp_path / "recording.json"
+    file.write_text(json.dumps(recording(uri, [])))
+    raw = with_registry("dev", uri, {(0, 0): {"model": "chat", "alias": "champion"}})
+    stderr = refused(preview(tmp_path, raw, "--registry-file", str(file)))
+    assert (
+        f"{KEY}.alias: the recorded registry resolution {file} has no entry for registered model 'chat', alias 'champion'"
+        in stderr
+    )
+
+
+def test_a_malformed_recording_stops_the_preview(tmp_path):
+    file = tmp_path / "recording.json"
+    file.write_text("{not json")
+    raw = with_registry("dev", "http://mlflow.invalid", {(0, 0): {"model": "chat", "alias": "champion"}})
+    stderr = refused(preview(tmp_path, raw, "--registry-file", str(file)))
+    assert f"the recorded registry resolution {file} ({REGISTRY_FILE_ENV}) is not JSON" in stderr
+
+
+@pytest.mark.parametrize(
+    ("document", "said"),
+    [
+        ({**recording("http://mlflow.invalid", []), "formatVersion": 2}, "formatVersion: Input should be 1"),
+        (
+            recording(
+                "http://mlflow.invalid",
+                [{"registeredModel": "chat", "alias": "champion", "registryVersion": "1", "weights": "runs:/x/model"}],
+            ),
+            "entries[0]: Value error, weights 'runs:/x/model' is not a pinned location",
+        ),
+        (
+            recording("http://mlflow.invalid", [{"registeredModel": "chat", "registryVersion": "1"}]),
+            "entries[0].weights: Field required",
+        ),
+    ],
+    ids=["unknown-format-version", "unpinned-weights", "missing-key"],
+)
+def test_a_recording_is_checked_strictly(tmp_path, document, said):
+    file = tmp_path / "recording.json"
+    file.write_text(json.dumps(document))
+    with pytest.raises(RegistryFileError) as caught:
+        read_recording(file)
+    assert f"the recorded registry resolution {file} ({REGISTRY_FILE_ENV}) is not a valid recording: " in str(caught.value)
+    assert said in str(caught.value)
+
+
+def test_a_missing_registry_file_stops_the_preview(tmp_path):
+    raw = with_registry("dev", "http://mlflow.invalid", {(0, 0): {"model": "chat", "alias": "champion"}})
+    stderr = refused(preview(tmp_path, raw, "--registry-file", str(tmp_path / "absent.json")))
+    assert "--registry-file" in stderr and "no such file" in stderr
+
+
+def test_a_recording_of_another_registry_is_refused(tmp_path):
+    file = tmp_path / "recording.json"
+    file.write_text(json.dumps(recording("http://other.invalid", [])))
+    config = parse_platform_config(
+        with_registry("dev", "http://mlflow.invalid", {(0, 0): {"model": "chat", "alias": "champion"}})
+    )
+    with pytest.raises(
+        ConfigError, match=r"registry\.trackingUri: 'http://mlflow\.invalid', but the recorded registry resolution"
+    ):
+        resolve_registry(config, None, recording_file=str(file), dry_run=True)
+
+
+def test_a_deploy_refuses_a_recording(tmp_path):
+    file = tmp_path / "recording.json"
+    file.write_text(json.dumps(recording("http://mlflow.invalid", [])))
+    config = parse_platform_config(
+        with_registry("dev", "http://mlflow.invalid", {(0, 0): {"model": "chat", "alias": "champion"}})
+    )
+    with pytest.raises(RegistryFileError, match="for previews only, and `pulumi up` always asks the registry"):
+        resolve_registry(config, None, recording_file=str(file), dry_run=False)
+
+
+# --- what MLflow cannot show: the token, a stalling or flooding server --------------------------
+
+
+class _Registry(http.server.BaseHTTPRequestHandler):
+    """Answers every GET as the server's `behaviour` says, and records the requests' headers."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        server: Any = self.server
+        server.seen.append(dict(self.headers))
+        status, body, delay = server.behaviour
+        time.sleep(delay)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except OSError:
+            pass
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_registry() -> Iterator[Any]:
+    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
+    server.daemon_threads = True
+    server.seen = []
+    version = {"name": "chat", "version": "4", "source": f"hf://{REPO}@{SHA_A}", "status": "READY", "tags": []}
+    server.behaviour = (200, json.dumps({"model_version": version}).encode(), 0)
+    server.uri = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_token_is_sent_as_a_bearer_token(fake_registry, tmp_path, monkeypatch):
+    # The offline preview cannot decrypt the stack's secret: the token comes from the environment.
+    monkeypatch.setenv("INFERENCE_PLATFORM_REGISTRY_TOKEN", "tok-4711")
+    raw = with_registry("dev", fake_registry.uri, {(0, 0): {"model": "chat", "alias": "champion"}})
+    run = preview(tmp_path, raw, extra={"inference-platform:registryToken": {"secure": "AAABAKXrzOvzQ5o="}})
+    assert run.result.returncode == 0, run.result.stderr[-3000:]
+    assert [headers.get("Authorization") for headers in fake_registry.seen] == ["Bearer tok-4711"]
+    assert "tok-4711" not in run.out.joinpath("report.json").read_text() + "".join(p.read_text() for p in run.out.rglob("*.yaml"))
+
+
+def test_a_refused_token_names_the_token_key_and_never_prints_it(fake_registry):
+    fake_registry.behaviour = (401, b'{"error_code": "UNAUTHENTICATED", "message": "bad token tok-4711"}', 0)
+    config = parse_platform_config(with_registry("dev", fake_registry.uri, {(0, 0): {"model": "chat", "alias": "champion"}}))
+    with pytest.raises(ConfigError) as caught:
+        resolve_registry(config, "tok-4711", recording_file=None, dry_run=True)
+    message = str(caught.value)
+    assert "inference-platform:registryToken: the registry at" in message and "refused the token" in message
+    assert "UNAUTHENTICATED" in message and "tok-4711" not in message
+
+
+def test_a_stalling_registry_is_given_up_on_after_its_timeout(fake_registry):
+    fake_registry.behaviour = (200, b"{}", 5)
+    raw = with_registry("dev", fake_registry.uri, {(0, 0): {"model": "chat", "alias": "champion"}}, timeoutSeconds=1)
+    config = parse_platform_config(raw)
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"registry\.trackingUri: the registry at .* (did not answer in time|no answer within)"):
+        resolve_registry(config, None, recording_file=None, dry_run=True)
+    assert time.monotonic() - started < 3
+
+
+def test_a_flooding_registry_is_read_no_further_than_a_mebibyte(fake_registry):
+    fake_registry.behaviour = (200, b" " * (3 << 20), 0)
+    raw = with_registry("dev", fake_registry.uri, {(0, 0): {"model": "chat", "alias": "champion"}})
+    with pytest.raises(ConfigError, match="with more than 1 MiB: not a model version"):
+        resolve_registry(parse_platform_config(raw), None, recording_file=None, dry_run=True)
+
+
+# --- last: the server goes away ---------------------------------------------------------------
+
+
+@pytest.mark.real_server
+def test_a_preview_from_a_recording_needs_no_registry(mlflow, live_staging, tmp_path):
+    raw, live = live_staging
+    assert live.result.returncode == 0, live.result.stderr[-3000:]
+    mlflow.stop()  # the module's last use of it
+
+    offline = preview(tmp_path, raw, "--registry-file", str(live.out / RECORDING_NAME), name="offline")
+    assert offline.result.returncode == 0, offline.result.stderr[-3000:]
+    assert offline.out.joinpath("resources.json").read_text() == live.out.joinpath("resources.json").read_text()
+    section = offline.report["registry"]
+    recorded_at = json.loads((live.out / RECORDING_NAME).read_text())["recordedAt"]
+    assert section["summary"] == (
+        f"resolved from the recorded file {live.out / RECORDING_NAME} (recorded {recorded_at} from {mlflow.uri}), "
+        "not the live registry"
+    )
+    assert section["data"]["models"]["summarizer"]["v2"]["registryVersion"] == "2"
+    assert not (offline.out / RECORDING_NAME).exists()
