@@ -122,22 +122,36 @@ def version_weights(model: ModelConfig) -> dict[str, int]:
     return {release.stable: 100 - release.canary_weight, release.canary: release.canary_weight}
 
 
+def release_weights(model: ModelConfig) -> list[int]:
+    """The canary weights the release may still take: today's and every configured step above it
+    (the canary command moves it one step at a time, the policy pack refuses a longer jump)."""
+    release = model.release
+    return [release.canary_weight, *(step for step in release.steps if step > release.canary_weight)]
+
+
 def version_peaks(model: ModelConfig, surge: int) -> dict[str, int]:
     """Pods of each running version at the model's peak, rollouts included. The gateway splits
     the model's load by the versions' weights, and each version's autoscaler follows its share:
     when the heaviest version reaches its maximum, another one of weight w runs
     ceil(max x w / heaviest weight) replicas (at least its minimum, at most its maximum); every
-    version may be rolling out (its surge) meanwhile. So a weight step changes the peak the
-    checks hold to the quotas and pools, never a version's pod template. (Requests a tester
-    forces to a version with the override header are left out: a handful.)"""
+    version may be rolling out (its surge) meanwhile. A canary's peak is that of the heaviest
+    split among its remaining steps (50/50 runs both versions at their maximum), so the checks
+    hold the quotas and pools to every step the canary command may write: a release is refused
+    when it is declared, not stuck half-way. A weight step changes no pod template. (Requests a
+    tester forces to a version with the override header are left out: a handful.)"""
     low, high = replica_bounds(model)
-    weights = version_weights(model)
-    heaviest = max(weights.values())
-    return {
+    release = model.release
+    canary = release.canary
+    if canary is None:
+        return {release.stable: high + surge}
+
+    def split(canary_weight: int) -> dict[str, int]:
+        weights = {release.stable: 100 - canary_weight, canary: canary_weight}
+        heaviest = max(weights.values())
         # The heaviest version's share is 1: it runs at its maximum.
-        version: max(low, min(high, math.ceil(high * weight / heaviest))) + surge
-        for version, weight in weights.items()
-    }
+        return {v: max(low, min(high, math.ceil(high * w / heaviest))) + surge for v, w in weights.items()}
+
+    return max((split(weight) for weight in release_weights(model)), key=lambda pods: sum(pods.values()))
 
 
 def server_name(model: ModelConfig, version: str) -> str:

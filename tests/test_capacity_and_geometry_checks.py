@@ -153,15 +153,18 @@ def test_cpu_memory_and_pods_budgets_are_checked_too(prod_raw):
     quota = prod_raw["tenants"][0]["quota"]
     quota.update(cpu="400", memory="3000Gi", pods=20)
     found = config_problems(prod_raw)
-    # 70B: 9 pods x (32 + 0.1 sidecar); 8B: 22 + 5 (v2 at 10 % of 20: 3, and 2 surge) x (8 + 0.1 + 0.025
-    # queue-proxy); 8B batch: 5 x 8.125; the 70B's endpoint picker: 2 replicas and 2 draining, each
-    # 2.1 CPU, 6.5Gi (memory limits, its sidecar included) and one pod.
-    assert any(m.startswith("inference-platform:tenants[0].quota.cpu: at their peak") and "hold 557.3 of cpu" in m for m in found)
+    # 70B: 9 pods x (32 + 0.1 sidecar); 8B: 12 + 12 (its canary's 50/50 step: both versions at
+    # 10, and 2 surge each) x (8 + 0.1 + 0.025 queue-proxy); 8B batch: 5 x 8.125; the 70B's
+    # endpoint picker: 2 replicas and 2 draining, each 2.1 CPU, 6.5Gi (memory limits, its sidecar
+    # included) and one pod.
     assert any(
-        m.startswith("inference-platform:tenants[0].quota.memory: at their peak") and "hold 4902.5Gi of memory" in m
+        m.startswith("inference-platform:tenants[0].quota.cpu: at their peak") and "hold 532.925 of cpu" in m for m in found
+    )
+    assert any(
+        m.startswith("inference-platform:tenants[0].quota.memory: at their peak") and "hold 4708.25Gi of memory" in m
         for m in found
     )
-    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at their peak") and "hold 45 of pods" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at their peak") and "hold 42 of pods" in m for m in found)
 
 
 def test_a_single_model_over_its_tenant_budget_names_the_model_key(prod_raw):
@@ -175,13 +178,18 @@ def test_a_single_model_over_its_tenant_budget_names_the_model_key(prod_raw):
     assert "hold 9 of nvidia.com/mig-1g.10gb" in message and 'tenants[1].quota.mig["1g.10gb"]' in message
 
 
-def test_a_canary_weight_step_raises_the_peak_the_checks_hold(prod_raw):
-    # Versions split the model's traffic by weight: at 50/50 both 8B versions peak at 20 (plus
-    # their new revisions' first 2 pods), 44 slices against a quota of 27 and a pool of 36.
-    prod_raw["models"][1]["release"]["canaryWeight"] = 50
+def test_the_checks_hold_every_step_the_canary_may_still_take(prod_raw):
+    # Versions split the model's traffic by weight; at 10% the 8B canary at 20 replicas would fit,
+    # but its 50/50 step runs both versions at 20 (plus their new revisions' first 2 pods): 44
+    # slices against a quota of 27 and a pool of 36, refused now rather than half-way.
+    prod_raw["models"][1]["autoscaling"]["maxReplicas"] = 20
+    assert prod_raw["models"][1]["release"]["canaryWeight"] == 10
     found = config_problems(prod_raw)
     assert any("hold 44 of nvidia.com/mig-3g.40gb, but tenant 'serving' has 27" in m for m in found), found
     assert any("models of pool 'h100' need 44 of nvidia.com/mig-3g.40gb" in m for m in found), found
+    # Steps that never split evenly hold less: 10% then 100% peak at 20 + 3 (+ 2), which fits.
+    prod_raw["models"][1]["release"]["steps"] = [10, 100]
+    validate(prod_raw)
 
 
 def test_endpoint_pickers_must_fit_the_system_nodes():

@@ -134,7 +134,10 @@ def test_baseline_shows_what_a_canary_promotion_changes(tmp_path, previews, prod
     from .helpers import write_stack
 
     extra = {"aws:region": "us-east-1"}
+    # 10 -> 100 skips the steps between: the pack (canary-weight-steps, against the baseline's
+    # release) lets it through with a reason only.
     prod_raw["models"][1]["release"]["canaryWeight"] = 100
+    prod_raw["models"][1]["release"]["stepOverride"] = {"reason": "a test that promotes at once"}
     promote = write_stack(tmp_path, prod_raw, extra)
     result = run_preview(
         "--stack",

@@ -203,11 +203,11 @@ def test_8b_knative_service(prod):
     assert annotations["autoscaling.knative.dev/target"] == "10"
     # Finding 9: scale at the target the stack names, not at Knative's default 70 % of it.
     assert annotations["autoscaling.knative.dev/target-utilization-percentage"] == "100"
-    # Finding 15 (and 17's README row "KPA 2..20"): both versions take the model's bounds, whatever
+    # Finding 15 (and 17's README row "KPA 2..10"): both versions take the model's bounds, whatever
     # the weight, so a weight step never changes a revision.
     for version in ("llama-8b-v1", "llama-8b-v2"):
         bounds = ksvc(prod, version, "serving")["spec"]["template"]["metadata"]["annotations"]
-        assert (bounds["autoscaling.knative.dev/min-scale"], bounds["autoscaling.knative.dev/max-scale"]) == ("2", "20")
+        assert (bounds["autoscaling.knative.dev/min-scale"], bounds["autoscaling.knative.dev/max-scale"]) == ("2", "10")
     assert annotations["autoscaling.knative.dev/scale-down-delay"] == "5m"
     spec = pod(stable)
     # The hard cap from the stack; the timeout covers the longest tier route it serves (standard).

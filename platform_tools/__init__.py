@@ -1,0 +1,1 @@
+"""Operator commands for a running platform: `python -m platform_tools <command>`."""

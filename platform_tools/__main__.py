@@ -1,0 +1,199 @@
+"""`python -m platform_tools canary <stack> <model> [--write]`: judge a model's canary from
+Prometheus and, with --write, put the next step into its stack file.
+
+Exit codes: 0 a verdict was printed, whichever it is (promote, hold or roll back: read it from
+the last lines, or from `--json`'s "verdict", so a pipeline acts on the verdict, not on a
+failure); 2 the input is bad (unknown stack or model, a model with no canary, a stack file that
+does not validate, a bad flag) or Prometheus cannot answer: one message naming the key, flag or
+URL, no traceback. The rules and the queries: platform_tools/canary.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+from pulumi.runtime import config as runtime_config
+
+from components.plan import plan_checks
+from platform_config.errors import ConfigError
+from platform_config.loader import parse_platform_config, read_raw_config
+from platform_config.models import ModelConfig, PlatformConfig
+from platform_config.serving import effective_profile
+from preview.stack_config import MAX_FILE_BYTES, ProjectFile, StackConfigError, load_project, load_stack_config, read_bounded
+
+from .canary import PrometheusError, Report, Target, check_url, next_step, read_metrics, verdict
+from .stack_edit import Change, StackEditError, apply_change
+
+EXIT_VERDICT, EXIT_INPUT = 0, 2
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROMETHEUS_ENV = "PROMETHEUS_URL"
+# Pulumi's rule for a stack name, as the preview checks it (preview/cli.py _STACK_NAME).
+_STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
+class InputError(Exception):
+    """A bad argument or stack: exit 2 with this message."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m platform_tools", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    canary = commands.add_parser(
+        "canary",
+        help="judge a model's canary from Prometheus: promote, hold or roll back",
+        description="Compare the canary with the stable version and the profile's target over release.analysis.window; "
+        "print the verdict with its numbers; with --write, put the next step into the stack file.",
+    )
+    canary.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml")
+    canary.add_argument("model", help="the model's name (models[].name)")
+    canary.add_argument(
+        "--prometheus",
+        help=f"Prometheus base URL, e.g. http://prometheus-operated.monitoring.svc:9090 (default: ${PROMETHEUS_ENV})",
+    )
+    canary.add_argument(
+        "--at", help="evaluation time, RFC 3339 with a zone (2026-12-01T03:00:00Z) or unix seconds (default: now)"
+    )
+    canary.add_argument("--write", action="store_true", help="write the next step into the stack file (nothing on hold)")
+    canary.add_argument("--json", action="store_true", help="print the verdict, numbers and queries as JSON")
+    canary.add_argument("--project-dir", type=Path, default=PROJECT_ROOT, help="the Pulumi project (default: this repo)")
+    canary.add_argument("--stack-file", type=Path, help="use this stack file instead of stacks/Pulumi.<stack>.yaml")
+    canaries = commands.add_parser(
+        "canaries",
+        help="list the models of a stack that have a canary, one per line",
+        description="The models whose release names a canary (what the canary workflow judges), one name per line.",
+    )
+    canaries.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml")
+    canaries.add_argument("--project-dir", type=Path, default=PROJECT_ROOT, help="the Pulumi project (default: this repo)")
+    canaries.add_argument("--stack-file", type=Path, help="use this stack file instead of stacks/Pulumi.<stack>.yaml")
+    return parser.parse_args(argv)
+
+
+def parse_at(text: str | None) -> float:
+    if text is None:
+        return time.time()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(seconds) or seconds < 0:
+            raise InputError(f"--at {text!r} is not a time: give unix seconds or RFC 3339 (2026-12-01T03:00:00Z)")
+        return seconds
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError(f"--at {text!r} is neither RFC 3339 (2026-12-01T03:00:00Z) nor unix seconds") from None
+    if moment.tzinfo is None:
+        raise InputError(f"--at {text!r} has no time zone: add Z or an offset, e.g. {text}Z")
+    return moment.timestamp()
+
+
+def load_platform(project: ProjectFile, stack: str, path: Path | None) -> PlatformConfig:
+    """The stack's config read, parsed and checked as the program does (the preview's path:
+    the CLI's config strings, then the models and every check, the backends' included)."""
+    stack_config = load_stack_config(project, stack, path)
+
+    def parse() -> PlatformConfig:
+        runtime_config.set_all_config(stack_config.values, stack_config.secret_keys)
+        return parse_platform_config(read_raw_config(), [plan_checks])
+
+    # A copy of the context: the config store is not left set behind.
+    return contextvars.copy_context().run(parse)
+
+
+def find_model(config: PlatformConfig, name: str) -> ModelConfig:
+    for model in config.models:
+        if model.name == name:
+            if model.release.canary is None:
+                raise InputError(f"model {name!r} has no canary (release.canary): there is nothing to judge")
+            return model
+    raise InputError(f"no model {name!r} in the stack; models: {', '.join(m.name for m in config.models)}")
+
+
+def write_step(project: ProjectFile, stack: str, path: Path, change: Change) -> None:
+    """Edit the file in place, atomically, after checking the edited stack validates."""
+    data = read_bounded(path, MAX_FILE_BYTES, "a stack file is a few KB")
+    new_text = apply_change(data.decode("utf-8"), project.name, change)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(new_text.encode("utf-8"))
+        os.chmod(temporary, path.stat().st_mode & 0o7777)
+        try:
+            load_platform(project, stack, Path(temporary))
+        except (ConfigError, StackConfigError) as error:
+            raise StackEditError(f"the edited stack would not validate, nothing written: {error}") from None
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def check_stack_name(stack: str) -> None:
+    if not _STACK_NAME.fullmatch(stack):
+        raise InputError(f"{stack!r} is not a stack name: letters, digits, '-', '_' and '.', at most 100 characters")
+
+
+def canaries(args: argparse.Namespace) -> int:
+    check_stack_name(args.stack)
+    project = load_project(args.project_dir.resolve())
+    path = args.stack_file or project.stack_config_dir / f"Pulumi.{args.stack}.yaml"
+    for model in load_platform(project, args.stack, path).models:
+        if model.release.canary is not None:
+            print(model.name)
+    return EXIT_VERDICT
+
+
+def canary(args: argparse.Namespace) -> int:
+    check_stack_name(args.stack)
+    at = parse_at(args.at)
+    url = args.prometheus or os.environ.get(PROMETHEUS_ENV)
+    if not url:
+        raise InputError(f"no Prometheus to read: give --prometheus URL or set {PROMETHEUS_ENV}")
+    url = check_url(url)
+    project = load_project(args.project_dir.resolve())
+    path = args.stack_file or project.stack_config_dir / f"Pulumi.{args.stack}.yaml"
+    config = load_platform(project, args.stack, path)
+    model = find_model(config, args.model)
+    release = model.release
+    assert release.canary is not None  # find_model
+    profile = effective_profile(config, model)
+    target = Target(model.tenant, model.name, model.openai_name, release.stable, release.canary)
+    metrics = read_metrics(url, target, release.analysis.window, at)
+    decision = verdict(metrics, release.analysis, profile.ttft_target_ms, release.canary_weight)
+    step = next_step(release, decision.action)
+    report = Report(args.stack, model.name, model.tenant, release, profile.name, profile.ttft_target_ms, metrics, decision, step)
+    written = False
+    if args.write and step.changes:
+        write_step(project, args.stack, path, Change(model.name, release.stable, release.canary, step.new_weight))
+        written = True
+    if args.json:
+        print(json.dumps({**report.to_json(), "stackFile": str(path), "written": written}, indent=2))
+    else:
+        print(report.text())
+        if args.write:
+            print(f"wrote {path}: {step.describe(release)}" if written else f"{path} left as it is: nothing to write")
+    return EXIT_VERDICT
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return canaries(args) if args.command == "canaries" else canary(args)
+    except (InputError, PrometheusError, StackConfigError, ConfigError, StackEditError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
