@@ -4,7 +4,9 @@ with a subset per version and tier."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
@@ -12,6 +14,12 @@ from .constants import PACKAGE
 from .k8s_objects import custom_resource
 from .serving import RoutePlan
 from .specs import routes
+
+
+def canary_releases(plans: Iterable[RoutePlan]) -> dict[str, dict[str, Any]]:
+    """Every model's release, by model name: the program's `canaryReleases` output, which the next
+    deployment hands the policy pack as `previousReleases` (`python -m preview.previous_releases`)."""
+    return {plan.model.name: routes.canary_release(plan.model.release) for plan in plans}
 
 
 @dataclass(frozen=True)

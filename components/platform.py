@@ -144,6 +144,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     ingress=tuple(sorted(ingress[tenant.name])),
                     hugging_face_token=args.hugging_face_tokens[tenant.name] if tenant.name in hf_tenants else None,
                     mesh=mesh.base,
+                    tier_header=config.traffic.tier_header,
                 ),
                 opts=child,
             )

@@ -27,7 +27,14 @@ from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 
 from .backends.knative import KNATIVE_SERVICE_LABEL
 from .constants import LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_POOL
-from .specs.routes import OVERRIDE_HEADER_ANNOTATION
+from .specs.routes import (
+    CANARY_STEP_OVERRIDE_ANNOTATION,
+    CANARY_STEPS_ANNOTATION,
+    CANARY_VERSION_ANNOTATION,
+    CANARY_WEIGHT_ANNOTATION,
+    OVERRIDE_HEADER_ANNOTATION,
+    STABLE_VERSION_ANNOTATION,
+)
 
 FACTS_FILE = Path(__file__).resolve().parent.parent / "policies" / "inference_governance" / "platform_facts.json"
 
@@ -48,8 +55,16 @@ def policy_facts() -> dict[str, Any]:
             "overrideHeader": ReleaseConfig.model_fields["override_header"].default,
             "productionPriorityClass": PRODUCTION_PRIORITY_CLASS,
             "tierHeader": TrafficConfig.model_fields["tier_header"].default,
+            "canarySteps": ReleaseConfig.model_fields["steps"].default,
         },
-        "annotations": {"overrideHeader": OVERRIDE_HEADER_ANNOTATION},
+        "annotations": {
+            "overrideHeader": OVERRIDE_HEADER_ANNOTATION,
+            "stableVersion": STABLE_VERSION_ANNOTATION,
+            "canaryVersion": CANARY_VERSION_ANNOTATION,
+            "canaryWeight": CANARY_WEIGHT_ANNOTATION,
+            "canarySteps": CANARY_STEPS_ANNOTATION,
+            "canaryStepOverride": CANARY_STEP_OVERRIDE_ANNOTATION,
+        },
         # Policy config defaults, which the config checks hold stacks to as well.
         "floors": FLOORS.policy_defaults(),
         "images": {

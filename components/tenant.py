@@ -1,4 +1,5 @@
-"""A tenant: its namespace, GPU quotas by priority class, defaults, network isolation, RBAC, its own token."""
+"""A tenant: its namespace, GPU quotas by priority class, defaults, network isolation, RBAC, its own token, and its
+request metrics by tier."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from dataclasses import dataclass
 
 import pulumi
 
-from platform_config.models import TenantConfig
+from platform_config.models import TenantConfig, TrafficConfig
 
 from .constants import PACKAGE, standard_labels
 from .k8s_objects import KubernetesObject, custom_resource
-from .specs import tenancy
+from .specs import telemetry, tenancy
 from .specs.pod import HF_TOKEN_KEY, HF_TOKEN_SECRET
 
 
@@ -27,6 +28,9 @@ class TenantArgs:
     hugging_face_token: pulumi.Output[str] | None = None
     # The mesh's CRDs must exist before the tenant's mesh policies.
     mesh: pulumi.Resource | None = None
+    # The header the gateway filter sets to the caller's verified tier (`traffic.tierHeader`):
+    # the tier dimension of the namespace's request metrics.
+    tier_header: str = TrafficConfig.model_fields["tier_header"].default
 
 
 class Tenant(pulumi.ComponentResource):
@@ -80,6 +84,8 @@ class Tenant(pulumi.ComponentResource):
         prerequisites.append(
             custom_resource(f"{name}-authorization-policy", tenancy.authorization_policy(tenant, args.ingress), mesh_opts)
         )
+        # Request metrics by tier as well as by workload and version (not a prerequisite of pods).
+        custom_resource(f"{name}-tier-metrics", telemetry.tier_metrics(tenant.name, args.tier_header), mesh_opts)
         role = tenancy.role(tenant)
         tenant_role = KubernetesObject(role["metadata"]["name"], role, inside)
         binding = tenancy.role_binding(tenant)

@@ -2,7 +2,7 @@
 
 import gc
 
-from inference_governance import resources, stack
+from inference_governance import canary, resources, stack
 from inference_governance.kube import (
     DEFAULT_OVERRIDE_HEADER,
     DEFAULT_TIER_HEADER,
@@ -39,6 +39,27 @@ PRODUCTION = {**STRINGS, "default": PRODUCTION_STACKS}
 LATENCY_TIERS = {
     "latencySensitiveTiers": {**STRINGS, "default": ["premium"]},
     "tierHeader": {"type": "string", "default": DEFAULT_TIER_HEADER},
+}
+
+
+# The previous release of each model, by model name, as the program's `canaryReleases` output
+# records it; given by the preview (a baseline or `--previous-stack-file`) or by CI
+# (`python -m preview.previous_releases --from-outputs`). Without it there is nothing to compare.
+PREVIOUS_RELEASES = {
+    "previousReleases": {
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {
+                "stable": {"type": "string", "minLength": 1},
+                "canary": {"type": ["string", "null"]},
+                "canaryWeight": {"type": "integer", "minimum": 0, "maximum": 100},
+                "steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}, "minItems": 1},
+            },
+            "required": ["stable"],
+            "additionalProperties": False,
+        },
+    }
 }
 
 
@@ -125,6 +146,24 @@ PolicyPack(
             config_schema=schema(
                 overrideHeaders={"type": "array", "items": {"type": "string"}, "default": [DEFAULT_OVERRIDE_HEADER]}
             ),
+        ),
+        ResourceValidationPolicy(
+            name="canary-weight-steps",
+            description="A canary's weight rises by at most one configured step per change (a new canary starts at the "
+            "first step at most), and the canary becomes stable only from the last step (100), unless the release's "
+            "step override gives a reason. Compared with previousReleases ({model: {stable, canary, canaryWeight, "
+            "steps}}, the previous deployment's canaryReleases output); without it there is nothing to compare.",
+            validate=canary.canary_weight_steps,
+            severity=Severity.HIGH,
+            config_schema=schema(**PREVIOUS_RELEASES),
+        ),
+        ResourceValidationPolicy(
+            name="canary-step-override",
+            description="Records a change that skips canary steps under the release's step override, with its reason.",
+            validate=canary.canary_step_override,
+            enforcement_level=ADVISORY,
+            severity=Severity.LOW,
+            config_schema=schema(**PREVIOUS_RELEASES),
         ),
         StackValidationPolicy(
             name="gpu-quota-and-priority",

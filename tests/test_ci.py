@@ -28,6 +28,7 @@ def test_workflows_validate_against_the_github_workflow_schema():
             "vendor.github-workflows",
             str(WORKFLOWS / "preview.yml"),
             str(WORKFLOWS / "deploy.yml"),
+            str(WORKFLOWS / "canary.yml"),
         ],
         capture_output=True,
         text=True,
@@ -74,6 +75,8 @@ def test_pull_requests_get_no_credentials_and_the_default_branchs_pack():
     assert trusted["with"]["ref"] == "${{ github.event.repository.default_branch }}"
     (preview,) = [s for s in offline["steps"] if "make preview" in s.get("run", "")]
     assert "POLICY_PACK=trusted/policies" in preview["run"]
+    # ... and the default branch's stack file is the release a canary weight may rise one step from.
+    assert "PREVIOUS_STACK_FILE=trusted/stacks/Pulumi.${{ matrix.stack }}.yaml" in preview["run"]
 
 
 def test_make_preview_runs_the_pack_it_is_given_with_that_checkouts_requirements(tmp_path):
@@ -96,9 +99,31 @@ def test_deploy_workflow_staging_before_prod_behind_reviewers():
     assert jobs["dev"]["needs"] == "test" and jobs["staging"]["needs"] == "dev" and jobs["prod"]["needs"] == "staging"
     assert jobs["prod"]["environment"] == "production"
     for name in ("dev", "staging", "prod"):
-        (pulumi,) = steps_using(jobs[name], "pulumi/actions")
+        (pulumi,) = [s for s in steps_using(jobs[name], "pulumi/actions") if "with" in s]
         assert pulumi["with"]["command"] == "up" and pulumi["with"]["policyPacks"] == "policies"
         assert pulumi["with"]["stack-name"].endswith(f"/{name}")
+        # The release as last deployed (the stack's canaryReleases output) is what the pack holds
+        # the next canary weight to.
+        (previous,) = [s for s in jobs[name]["steps"] if "preview.previous_releases" in s.get("run", "")]
+        assert "pulumi stack output --json" in previous["run"] and previous["env"]["STACK"].endswith(f"/{name}")
+        assert pulumi["with"]["policyPackConfigs"] == "build/policy-config.json"
+
+
+def test_canary_workflow_proposes_the_step_as_a_pull_request_and_deploys_nothing():
+    flow = workflow("canary.yml")
+    assert set(flow["on"]) == {"schedule", "workflow_dispatch"}
+    assert flow["permissions"] == {"contents": "read", "id-token": "write"}
+    (job,) = flow["jobs"].values()
+    assert not steps_using(job, "pulumi/actions"), "the canary job never deploys"
+    (judge,) = [s for s in job["steps"] if "platform_tools canary" in s.get("run", "")]
+    assert '"$STACK" "$model" --write' in judge["run"] and judge["env"]["PROMETHEUS_URL"].startswith("http://127.0.0.1")
+    (pull_request,) = steps_using(job, "peter-evans/create-pull-request")
+    # Only the stack file goes into the pull request, opened with a token whose events start the
+    # preview workflow (GITHUB_TOKEN's do not).
+    assert pull_request["with"]["add-paths"] == "stacks/Pulumi.prod.yaml"
+    assert pull_request["with"]["token"] == "${{ steps.app-token.outputs.token }}"
+    for checkout in steps_using(job, "actions/checkout"):
+        assert checkout["with"]["persist-credentials"] is False
 
 
 def _ci_run(selection: str) -> subprocess.CompletedProcess[str]:

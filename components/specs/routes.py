@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from platform_config.models import TierPolicy
+from platform_config.models import ReleaseConfig, TierPolicy
 from platform_config.serving import route_timeout_seconds, version_weights
 
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels
@@ -33,6 +33,13 @@ from .gateway import GATEWAY_NAME
 # and a 503 from a full pending queue must fail fast, not come back.
 SAFE_RETRY_ON = "connect-failure,refused-stream"
 OVERRIDE_HEADER_ANNOTATION = "inference.platform/override-header"
+# The model's release as this change declares it, for the policy pack's `canary-weight-steps`
+# (which holds it to the previous release) and for whoever reads the route in the cluster.
+STABLE_VERSION_ANNOTATION = "inference.platform/stable-version"
+CANARY_VERSION_ANNOTATION = "inference.platform/canary-version"
+CANARY_WEIGHT_ANNOTATION = "inference.platform/canary-weight"
+CANARY_STEPS_ANNOTATION = "inference.platform/canary-steps"
+CANARY_STEP_OVERRIDE_ANNOTATION = "inference.platform/canary-step-override"
 
 
 # --- sticky buckets as RE2 ranges ----------------------------------------------------------
@@ -74,6 +81,33 @@ def sticky_ranges(canary_weight: int) -> tuple[str | None, str | None]:
 
 
 # --- the VirtualService ----------------------------------------------------------------------
+
+
+def release_annotations(release: ReleaseConfig) -> dict[str, str]:
+    """The release a model's VirtualService declares: its stable version, its canary and weight
+    (when it has one), the configured steps and, when set, why this change may skip them."""
+    annotations = {
+        STABLE_VERSION_ANNOTATION: release.stable,
+        CANARY_WEIGHT_ANNOTATION: str(release.canary_weight),
+        CANARY_STEPS_ANNOTATION: ",".join(str(step) for step in release.steps),
+    }
+    if release.canary is not None:
+        annotations[CANARY_VERSION_ANNOTATION] = release.canary
+    if release.step_override is not None:
+        annotations[CANARY_STEP_OVERRIDE_ANNOTATION] = release.step_override.reason
+    return annotations
+
+
+def canary_release(release: ReleaseConfig) -> dict[str, Any]:
+    """What the next change's `canary-weight-steps` check compares against: the `canaryReleases`
+    stack output's entry for a model, and `previousReleases` in the policy config (the steps
+    too: a change is held to the steps in force before it)."""
+    return {
+        "stable": release.stable,
+        "canary": release.canary,
+        "canaryWeight": release.canary_weight,
+        "steps": list(release.steps),
+    }
 
 
 def _match(route: RoutePlan, tier: str, **extra: dict[str, str]) -> list[dict[str, Any]]:
@@ -168,8 +202,9 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
             "name": model.name,
             "namespace": model.tenant,
             "labels": standard_labels(model.name, "routing"),
-            # Tells the policy pack which header marks this model's version-override routes.
-            "annotations": {OVERRIDE_HEADER_ANNOTATION: release.override_header},
+            # Tell the policy pack which header marks this model's version-override routes, and
+            # the release it holds to the previous one.
+            "annotations": {OVERRIDE_HEADER_ANNOTATION: release.override_header, **release_annotations(release)},
         },
         "spec": {"hosts": list(traffic.hosts), "gateways": [f"{ISTIO_INGRESS_NAMESPACE}/{GATEWAY_NAME}"], "http": routes},
     }

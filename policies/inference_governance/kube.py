@@ -56,6 +56,13 @@ LATENCY_LABEL: str = FACTS["labels"]["latencySensitive"]
 POOL_LABEL: str = FACTS["labels"]["pool"]
 GPU_SHARING_LABEL: str = FACTS["labels"]["gpuSharing"]
 OVERRIDE_HEADER_ANNOTATION: str = FACTS["annotations"]["overrideHeader"]
+# The release a model's VirtualService declares (components/specs/routes.py release_annotations).
+STABLE_VERSION_ANNOTATION: str = FACTS["annotations"]["stableVersion"]
+CANARY_VERSION_ANNOTATION: str = FACTS["annotations"]["canaryVersion"]
+CANARY_WEIGHT_ANNOTATION: str = FACTS["annotations"]["canaryWeight"]
+CANARY_STEPS_ANNOTATION: str = FACTS["annotations"]["canarySteps"]
+CANARY_STEP_OVERRIDE_ANNOTATION: str = FACTS["annotations"]["canaryStepOverride"]
+DEFAULT_CANARY_STEPS: list[int] = FACTS["defaults"]["canarySteps"]
 # Set by Knative on its pods: the pods of a Knative Service carry its name under this key.
 KNATIVE_SERVICE_LABEL: str = FACTS["labels"]["knativeService"]
 DEFAULT_OVERRIDE_HEADER: str = FACTS["defaults"]["overrideHeader"]

@@ -1,0 +1,198 @@
+"""Canary releases held to the previous release: a canary's weight rises by at most one
+configured step per change, and a canary becomes the stable version only from the last step.
+
+The analyzer protocol sends a policy the new resource only, never the state it replaces, so the
+previous releases come in through the policy config (`previousReleases`): the offline preview
+derives them from a baseline preview or the previous stack file, and CI from the stack's last
+`canaryReleases` output (`python -m preview.previous_releases`). Without them there is nothing to
+compare and the rule passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .kube import (
+    CANARY_STEP_OVERRIDE_ANNOTATION,
+    CANARY_STEPS_ANNOTATION,
+    CANARY_VERSION_ANNOTATION,
+    CANARY_WEIGHT_ANNOTATION,
+    DEFAULT_CANARY_STEPS,
+    STABLE_VERSION_ANNOTATION,
+    VIRTUAL_SERVICE,
+    Report,
+    config,
+    get,
+    is_list,
+    name_of,
+    namespace_of,
+)
+
+OVERRIDE_HINT = "set release.stepOverride.reason to skip steps"
+
+
+@dataclass(frozen=True)
+class Release:
+    stable: str
+    canary: str | None
+    canary_weight: int
+    # The steps configured with this release (None: not recorded).
+    steps: tuple[int, ...] | None = None
+
+
+def next_step(weight: int, steps: Sequence[int]) -> int | None:
+    """The first configured step above `weight` (None when there is none above it)."""
+    return next((step for step in sorted(steps) if step > weight), None)
+
+
+def step_violation(model: str, previous: Release | None, new: Release, steps: Sequence[int]) -> str | None:
+    """Why the change from `previous` to `new` breaks the step rule, or None if it keeps it.
+
+    The steps are the previous release's when it recorded them (a change cannot loosen the very
+    rule it is held to: new steps apply from the next change), else `steps`, the new release's.
+    Allowed: a weight that does not rise; a rise to exactly the next step above the previous
+    weight (same stable and canary); a new canary (or a new model) at no more than the first
+    step; promoting the canary to stable once it took the last step (100). Anything else needs
+    the release's step override."""
+    rule_steps = sorted(previous.steps if previous is not None and previous.steps else steps)
+    first = rule_steps[0]
+    if previous is None:
+        if new.canary is not None and new.canary_weight > first:
+            return (
+                f"model {model} is new: its canary {new.canary} starts at {new.canary_weight}%, above the first step "
+                f"{first}%; {OVERRIDE_HINT}"
+            )
+        return None
+    fresh_canary = True
+    if new.stable != previous.stable:
+        if previous.canary is None or new.stable != previous.canary:
+            return (
+                f"model {model}: stable version {previous.stable} -> {new.stable}, which was not the canary "
+                f"({previous.canary or 'none'}): a version reaches stable only through the steps; {OVERRIDE_HINT}"
+            )
+        if previous.canary_weight < rule_steps[-1]:
+            return (
+                f"model {model}: canary {previous.canary} promoted to stable at {previous.canary_weight}%; promotion needs "
+                f"the last step ({rule_steps[-1]}%), the next allowed step is {next_step(previous.canary_weight, rule_steps)}%; "
+                f"{OVERRIDE_HINT}"
+            )
+    elif new.canary is not None and new.canary == previous.canary:
+        fresh_canary = False
+    if new.canary is None or new.canary_weight == 0:
+        return None
+    if fresh_canary:
+        if new.canary_weight > first:
+            was = f"{previous.canary} at {previous.canary_weight}%" if previous.canary else "none"
+            return (
+                f"model {model}: new canary {new.canary} (was {was}) starts at {new.canary_weight}%, above the first "
+                f"step {first}%; {OVERRIDE_HINT}"
+            )
+        return None
+    if new.canary_weight <= previous.canary_weight:
+        return None
+    allowed = next_step(previous.canary_weight, rule_steps)
+    if new.canary_weight != allowed:
+        return (
+            f"model {model}: canary {new.canary} weight {previous.canary_weight}% -> {new.canary_weight}% skips steps: "
+            f"the next allowed step is {allowed}% (steps {', '.join(map(str, rule_steps))}); {OVERRIDE_HINT}"
+        )
+    return None
+
+
+def _steps(text: Any) -> tuple[int, ...] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        steps = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        return None
+    return steps if steps and all(0 < step <= 100 for step in steps) else None
+
+
+def _weight(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)) and value == int(value):
+        return int(value) if 0 <= value <= 100 else None
+    if isinstance(value, str) and value.isdigit():
+        return int(value) if int(value) <= 100 else None
+    return None
+
+
+def declared_release(annotations: Mapping[str, Any]) -> Release | str | None:
+    """The release a route's annotations declare; None when it declares none (a route the
+    platform did not build); a reason when they cannot be read."""
+    stable = annotations.get(STABLE_VERSION_ANNOTATION)
+    if stable is None:
+        return None
+    canary = annotations.get(CANARY_VERSION_ANNOTATION)
+    weight = _weight(annotations.get(CANARY_WEIGHT_ANNOTATION, "0"))
+    steps = _steps(annotations.get(CANARY_STEPS_ANNOTATION, ",".join(map(str, DEFAULT_CANARY_STEPS))))
+    if not isinstance(stable, str) or not (canary is None or isinstance(canary, str)) or weight is None or steps is None:
+        return (
+            f"its release annotations cannot be read ({STABLE_VERSION_ANNOTATION}, {CANARY_VERSION_ANNOTATION}, "
+            f"{CANARY_WEIGHT_ANNOTATION}: 0-100, {CANARY_STEPS_ANNOTATION}: comma-separated weights)"
+        )
+    return Release(stable, canary, weight, steps)
+
+
+def previous_release(entry: Any) -> Release | None:
+    """An entry of `previousReleases` ({stable, canary, canaryWeight, steps?}); None if unusable
+    (the config schema refuses such entries before the pack runs)."""
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("stable"), str):
+        return None
+    canary = entry.get("canary")
+    weight = _weight(entry.get("canaryWeight", 0))
+    steps = entry.get("steps")
+    recorded = tuple(int(s) for s in steps) if is_list(steps) and steps and all(_weight(s) for s in steps) else None
+    return Release(entry["stable"], canary if isinstance(canary, str) else None, weight or 0, recorded)
+
+
+def _checked(args: Any) -> tuple[str, Release | str, str | None, str | None] | None:
+    """(model, what the route declares or why it cannot be read, the violation, the override's
+    reason) for a route of a model with a previous release to compare with; None otherwise."""
+    if args.resource_type != VIRTUAL_SERVICE:
+        return None
+    previous_releases = config(args).get("previousReleases")
+    if not isinstance(previous_releases, Mapping):
+        return None
+    annotations = get(args.props, "metadata", "annotations", default={})
+    new = declared_release(annotations)
+    if new is None:
+        return None
+    model = name_of(args.props)
+    reason = annotations.get(CANARY_STEP_OVERRIDE_ANNOTATION) or None
+    if isinstance(new, str):
+        return model, new, None, reason
+    previous = previous_release(previous_releases.get(model))
+    assert new.steps is not None
+    return model, new, step_violation(model, previous, new, new.steps), reason
+
+
+def canary_weight_steps(args: Any, report_violation: Report) -> None:
+    checked = _checked(args)
+    if checked is None:
+        return
+    model, new, violation, reason = checked
+    where = f"VirtualService {namespace_of(args.props)}/{model}"
+    if isinstance(new, str):
+        report_violation(f"{where}: {new}")
+    elif violation is not None and not isinstance(reason, str):
+        report_violation(f"{where}: {violation}")
+
+
+def canary_step_override(args: Any, report_violation: Report) -> None:
+    """Advisory: a change that skips steps under the release's step override, with its reason,
+    so the report records who skipped what and why."""
+    checked = _checked(args)
+    if checked is None:
+        return
+    model, _, violation, reason = checked
+    if violation is not None and isinstance(reason, str):
+        hint = f"; {OVERRIDE_HINT}"
+        report_violation(
+            f"VirtualService {namespace_of(args.props)}/{model}: step override in force ({reason!r}): "
+            f"{violation.removesuffix(hint)}"
+        )

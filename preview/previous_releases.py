@@ -1,0 +1,205 @@
+"""The previous release of every model, for the policy pack's `canary-weight-steps` rule.
+
+The analyzer protocol hands a policy the new resources only, so the release each model had
+before this change reaches the pack through its policy config, `previousReleases`:
+{model: {stable, canary, canaryWeight, steps}}. Read here from
+
+- a baseline preview's resources.json (the release annotations of each model's VirtualService);
+- a previous stack file (its `<project>:models`, tolerant of older shapes: `canaryWeight` or
+  `weights`, no `steps`);
+- the program's `canaryReleases` output, in CI before `pulumi up`:
+
+      pulumi stack output --json --stack org/prod > outputs.json
+      python -m preview.previous_releases --from-outputs outputs.json > policy-config.json
+
+  which prints the policy config to pass as `--policy-pack-config` (`{}` when the stack has no
+  `canaryReleases` output yet, e.g. before its first deployment with this rule: nothing to compare).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from components.specs.routes import (
+    CANARY_STEPS_ANNOTATION,
+    CANARY_VERSION_ANNOTATION,
+    CANARY_WEIGHT_ANNOTATION,
+    STABLE_VERSION_ANNOTATION,
+)
+
+from .stack_config import StackConfigError, read_bounded, read_yaml_file
+
+# The policies that read `previousReleases` (policies/__main__.py).
+POLICIES = ("canary-weight-steps", "canary-step-override")
+CONFIG_KEY = "previousReleases"
+OUTPUT_NAME = "canaryReleases"
+PROJECT = "inference-platform"
+VIRTUAL_SERVICE = "kubernetes:networking.istio.io/v1:VirtualService"
+MAX_OUTPUTS_BYTES = 16 << 20
+
+Releases = dict[str, dict[str, Any]]
+
+
+def _weight(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and 0 <= value <= 100:
+        return value
+    if isinstance(value, str) and value.isdigit() and int(value) <= 100:
+        return int(value)
+    return None
+
+
+def _steps(value: Any) -> list[int] | None:
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list) or not value:
+        return None
+    steps = [_weight(step.strip() if isinstance(step, str) else step) for step in value]
+    return [s for s in steps if s is not None] if all(s is not None and s > 0 for s in steps) else None
+
+
+def release_entry(stable: Any, canary: Any, weight: Any, steps: Any = None) -> dict[str, Any] | None:
+    """One `previousReleases` entry, or None when `stable` is no version name."""
+    if not isinstance(stable, str) or not stable:
+        return None
+    entry: dict[str, Any] = {
+        "stable": stable,
+        "canary": canary if isinstance(canary, str) and canary else None,
+        "canaryWeight": _weight(weight) or 0,
+    }
+    if (recorded := _steps(steps)) is not None:
+        entry["steps"] = recorded
+    return entry
+
+
+def from_baseline(resources: list[dict[str, Any]]) -> Releases | None:
+    """Each model's release as a baseline preview's VirtualServices declare it; None when none
+    declares one (a baseline from before the routes carried their release)."""
+    releases: Releases = {}
+    for resource in resources:
+        if resource.get("type") != VIRTUAL_SERVICE:
+            continue
+        metadata = (resource.get("inputs") or {}).get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        if not isinstance(annotations, Mapping) or STABLE_VERSION_ANNOTATION not in annotations:
+            continue
+        entry = release_entry(
+            annotations.get(STABLE_VERSION_ANNOTATION),
+            annotations.get(CANARY_VERSION_ANNOTATION),
+            annotations.get(CANARY_WEIGHT_ANNOTATION, "0"),
+            annotations.get(CANARY_STEPS_ANNOTATION),
+        )
+        if entry is not None and isinstance(metadata.get("name"), str):
+            releases[metadata["name"]] = entry
+    return releases or None
+
+
+def _from_release(release: Mapping[str, Any]) -> dict[str, Any] | None:
+    canary = release.get("canary")
+    weight: Any = release.get("canaryWeight", 0)
+    weights = release.get("weights")
+    if isinstance(weights, Mapping):
+        weight = weights.get(canary, 0) if isinstance(canary, str) else 0
+    return release_entry(release.get("stable"), canary, weight, release.get("steps"))
+
+
+def from_stack_file(path: Path, project: str = PROJECT) -> Releases:
+    """Each model's release in a previous stack file (raw YAML: `config: <project>:models`)."""
+    document = read_yaml_file(path)
+    config = document.get("config") if isinstance(document, Mapping) else None
+    models = config.get(f"{project}:models") if isinstance(config, Mapping) else None
+    if not isinstance(models, list):
+        raise StackConfigError(f"the previous stack file {path} has no `config: {project}:models` list")
+    releases: Releases = {}
+    for model in models:
+        if not isinstance(model, Mapping) or not isinstance(model.get("name"), str):
+            continue
+        release = model.get("release")
+        entry = _from_release(release) if isinstance(release, Mapping) else None
+        if entry is not None:
+            releases[model["name"]] = entry
+    return releases
+
+
+def from_outputs(outputs: Any) -> Releases | None:
+    """The `canaryReleases` output among a stack's outputs (`pulumi stack output --json`); None
+    when the stack has none yet."""
+    if not isinstance(outputs, Mapping):
+        raise StackConfigError("the stack outputs are not a JSON object")
+    releases = outputs.get(OUTPUT_NAME)
+    if releases is None:
+        return None
+    if not isinstance(releases, Mapping):
+        raise StackConfigError(f"the stack output {OUTPUT_NAME} is not an object keyed by model")
+    out: Releases = {}
+    for name, release in releases.items():
+        entry = _from_release(release) if isinstance(release, Mapping) else None
+        if entry is None:
+            raise StackConfigError(f"the stack output {OUTPUT_NAME}.{name} is not a release {{stable, canary, canaryWeight}}")
+        out[name] = entry
+    return out
+
+
+def previous_releases(baseline_resources: list[dict[str, Any]] | None, previous_stack_file: Path | None) -> Releases | None:
+    """The previous releases from a baseline preview's resources and/or a previous stack file (the
+    stack file, named explicitly, wins for the models both know); None when neither says anything."""
+    releases: Releases = {}
+    if baseline_resources is not None:
+        releases.update(from_baseline(baseline_resources) or {})
+    if previous_stack_file is not None:
+        releases.update(from_stack_file(previous_stack_file))
+    if not releases and previous_stack_file is None:
+        return None
+    return releases
+
+
+def with_previous_releases(overrides: dict[str, Any], releases: Releases | None) -> dict[str, Any]:
+    """The policy config with `previousReleases` given to the policies that read it, unless it is
+    None or the user's policy config sets it already (the user's wins)."""
+    if releases is None:
+        return overrides
+    merged = dict(overrides)
+    for policy in POLICIES:
+        current = merged.get(policy, {})
+        if isinstance(current, str):
+            current = {"enforcementLevel": current}
+        if isinstance(current, dict) and CONFIG_KEY not in current:
+            merged[policy] = {**current, CONFIG_KEY: releases}
+    return merged
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m preview.previous_releases",
+        description="Print the policy config giving the pack each model's previous release.",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-outputs", type=Path, help="`pulumi stack output --json` of the stack's last deployment")
+    source.add_argument("--from-stack-file", type=Path, help="the previous stack file")
+    parser.add_argument("--policy-config", type=Path, help="a policy config to add previousReleases to")
+    args = parser.parse_args(argv)
+    try:
+        overrides: dict[str, Any] = {}
+        if args.policy_config is not None:
+            overrides = json.loads(read_bounded(args.policy_config, MAX_OUTPUTS_BYTES, "a policy config is small"))
+            if not isinstance(overrides, dict):
+                raise StackConfigError(f"the policy config {args.policy_config} is not a JSON object")
+        if args.from_outputs is not None:
+            releases = from_outputs(json.loads(read_bounded(args.from_outputs, MAX_OUTPUTS_BYTES, "stack outputs are small")))
+        else:
+            releases = from_stack_file(args.from_stack_file)
+    except (StackConfigError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(with_previous_releases(overrides, releases), indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
