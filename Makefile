@@ -75,10 +75,13 @@ crd-schemas:
 		git -C "$(CRD_SCHEMA_DIR)" checkout --quiet $(CRD_CATALOG_REF); }
 
 # PREVIOUS_STACK_FILE: the stack file as last deployed (CI: the default branch's), which the
-# canary-weight-steps policy holds each model's canary weight to.
+# canary-weight-steps policy holds each model's canary weight to. REGISTRY_FILE: a recorded
+# MLflow registry resolution to preview from instead of the registry (default: the stack's
+# committed stacks/Pulumi.<stack>.registry.json when there is one).
 PREVIOUS_STACK_FILE ?=
+REGISTRY_FILE ?= $(wildcard stacks/Pulumi.$(STACK).registry.json)
 preview: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
-	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))
+	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))$(if $(REGISTRY_FILE), --registry-file $(REGISTRY_FILE))
 
 preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done

@@ -32,8 +32,10 @@ from .specs.routes import (
     CANARY_STEPS_ANNOTATION,
     CANARY_VERSION_ANNOTATION,
     CANARY_WEIGHT_ANNOTATION,
+    CANARY_WEIGHTS_ANNOTATION,
     OVERRIDE_HEADER_ANNOTATION,
     STABLE_VERSION_ANNOTATION,
+    STABLE_WEIGHTS_ANNOTATION,
 )
 
 FACTS_FILE = Path(__file__).resolve().parent.parent / "policies" / "inference_governance" / "platform_facts.json"
@@ -64,6 +66,8 @@ def policy_facts() -> dict[str, Any]:
             "canaryWeight": CANARY_WEIGHT_ANNOTATION,
             "canarySteps": CANARY_STEPS_ANNOTATION,
             "canaryStepOverride": CANARY_STEP_OVERRIDE_ANNOTATION,
+            "stableWeights": STABLE_WEIGHTS_ANNOTATION,
+            "canaryWeights": CANARY_WEIGHTS_ANNOTATION,
         },
         # Policy config defaults, which the config checks hold stacks to as well.
         "floors": FLOORS.policy_defaults(),

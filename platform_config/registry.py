@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 import threading
 import urllib.error
 import urllib.parse
@@ -143,6 +144,16 @@ def pinned_source(weights: str) -> ModelSource | None:
     return None
 
 
+def weights_location(source: ModelSource) -> str | None:
+    """The weights a concrete source names, as one string (`pinned_source`'s inverse): what a
+    release records per version, so that weights changed under a version's name are seen."""
+    if source.huggingface is not None and source.revision is not None:
+        return f"hf://{source.huggingface}@{source.revision}"
+    if source.s3_uri is not None and source.revision is not None:
+        return f"{source.s3_uri.rstrip('/')}/{source.revision}"
+    return None  # a registry reference, not resolved yet
+
+
 def _quote(text: str, secret: str | None = None) -> str:
     """A registry's words, safe to print: one line, bounded, and never the token even if a server echoes it."""
     if secret:
@@ -260,7 +271,13 @@ class LiveRegistry:
         version = answer.body.get("model_version") if isinstance(answer.body, dict) else None
         if not isinstance(version, dict):
             raise self._unusable(f"answered something that is not a model version: {self._said(answer)}")
-        return _entry_of(version, reference, self.settings.weights_tag, (*key, asked), self.where())
+        return _entry_of(version, reference, self.settings.weights_tag, (*key, asked), self.where(), self.token)
+
+
+def _in_clear(uri: str) -> bool:
+    """A URL whose requests leave the machine unencrypted (http to anything but loopback)."""
+    parsed = urllib.parse.urlsplit(uri)
+    return parsed.scheme == "http" and (parsed.hostname or "") not in ("localhost", "127.0.0.1", "::1")
 
 
 def _transport_error(error: BaseException) -> str:
@@ -273,9 +290,15 @@ def _transport_error(error: BaseException) -> str:
 
 
 def _entry_of(
-    version: dict[str, Any], reference: MlflowReference, weights_tag: str, key: tuple[str | int, ...], where: str
+    version: dict[str, Any],
+    reference: MlflowReference,
+    weights_tag: str,
+    key: tuple[str | int, ...],
+    where: str,
+    token: str | None = None,
 ) -> RegistryEntry | ConfigIssue:
-    """A model version as MLflow returns it, checked: the reference's, ready, with pinned weights."""
+    """A model version as MLflow returns it, checked: the reference's, ready, with pinned weights.
+    Whatever of it an error quotes is quoted with the token blanked (a server may echo it)."""
     number, source, status, tags = (version.get(k) for k in ("version", "source", "status", "tags"))
     tags = tags if isinstance(tags, list) else []
     tag = next((t.get("value") for t in tags if isinstance(t, dict) and t.get("key") == weights_tag), None)
@@ -283,15 +306,15 @@ def _entry_of(
     if not isinstance(number, str) or not number.isdigit() or version.get("name") != reference.model:
         return ConfigIssue(key, f"{what}: the registry at {where} answered a model version that is not the one asked for")
     if reference.version is not None and number != str(reference.version):
-        return ConfigIssue(key, f"{what}: the registry at {where} answered version {_quote(number)}")
+        return ConfigIssue(key, f"{what}: the registry at {where} answered version {_quote(number, token)}")
     named = f"{what} is version {number}"
     if status != "READY":
-        return ConfigIssue(key, f"{named}, whose status is {_quote(str(status))!r}, not READY: it cannot be served yet")
+        return ConfigIssue(key, f"{named}, whose status is {_quote(str(status), token)!r}, not READY: it cannot be served yet")
     weights, whence = (tag, f"its {weights_tag!r} tag") if isinstance(tag, str) else (source, "its source")
     if not isinstance(weights, str) or pinned_source(weights) is None:
         return ConfigIssue(
             key,
-            f"{named}, whose weights ({whence}) are {_quote(str(weights))!r}: not a pinned location ({PINNED_FORMS}); "
+            f"{named}, whose weights ({whence}) are {_quote(str(weights), token)!r}: not a pinned location ({PINNED_FORMS}); "
             f"set the version's {weights_tag!r} tag to one",
         )
     return RegistryEntry(reference.model, reference.alias, reference.version, number, weights)
@@ -351,6 +374,9 @@ def read_recording(path: Path) -> Recording:
     """A recording file, strictly checked; RegistryFileError naming the file and the bad key."""
     where = f"the recorded registry resolution {path} ({REGISTRY_FILE_ENV})"
     try:
+        # Not a FIFO or a device, whose read would block or never end.
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise RegistryFileError(f"{where} is not a regular file")
         with path.open("rb") as handle:
             data = handle.read(MAX_RECORDING_BYTES + 1)
     except OSError as error:
@@ -438,6 +464,16 @@ def resolve_registry(
             )
         resolver = RecordedRegistry(path, parsed)
     else:
+        if token and _in_clear(settings.tracking_uri):
+            raise ConfigError(
+                [
+                    ConfigIssue(
+                        ("registry", "trackingUri"),
+                        f"{settings.tracking_uri!r} is plain http to another host: registryToken would cross the network "
+                        "in clear; use https (plain http is for a registry on loopback only)",
+                    )
+                ]
+            )
         resolver = LiveRegistry(settings.tracking_uri, settings, token)
 
     issues: list[ConfigIssue] = []

@@ -69,8 +69,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     canary.add_argument("--stack-file", type=Path, help="use this stack file instead of stacks/Pulumi.<stack>.yaml")
     canaries = commands.add_parser(
         "canaries",
-        help="list the models of a stack that have a canary, one per line",
-        description="The models whose release names a canary (what the canary workflow judges), one name per line.",
+        help="list the models of a stack whose canary takes traffic, one per line",
+        description="The models whose release names a canary at a weight above 0 (what the canary workflow judges; a "
+        "canary rolled back to 0 waits for a person), one name per line.",
     )
     canaries.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml")
     canaries.add_argument("--project-dir", type=Path, default=PROJECT_ROOT, help="the Pulumi project (default: this repo)")
@@ -149,7 +150,9 @@ def canaries(args: argparse.Namespace) -> int:
     project = load_project(args.project_dir.resolve())
     path = args.stack_file or project.stack_config_dir / f"Pulumi.{args.stack}.yaml"
     for model in load_platform(project, args.stack, path).models:
-        if model.release.canary is not None:
+        # A canary at weight 0 was rolled back (or not started): it stays there until a person
+        # raises it, never promoted again by a later verdict on a handful of override requests.
+        if model.release.canary is not None and model.release.canary_weight > 0:
             print(model.name)
     return EXIT_VERDICT
 

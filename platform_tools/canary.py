@@ -144,33 +144,70 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def query(url: str, promql: str, at: float, timeout: float = 15.0) -> list[dict[str, Any]]:
-    """An instant query's result vector (Prometheus HTTP API /api/v1/query)."""
+# An instant query over a few versions and tiers answers a few KiB; far more is not Prometheus.
+MAX_ANSWER_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    # None: no number (NaN, e.g. a quantile over no observations).
+    value: float | None
+
+
+def query(url: str, promql: str, at: float, timeout: float = 15.0) -> list[Sample]:
+    """An instant query's result vector (Prometheus HTTP API /api/v1/query), each sample checked:
+    an answer of any other shape is a PrometheusError, never a crash."""
     params = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
     request = urllib.request.Request(f"{url}/api/v1/query?{params}", headers={"Accept": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s) only, checked
-            body = json.load(response)
+            body = _json(response.read(MAX_ANSWER_BYTES + 1), url, promql)
     except urllib.error.HTTPError as error:
         try:
-            body = json.load(error)
-        except (ValueError, OSError):
+            body = _json(error.read(MAX_ANSWER_BYTES + 1), url, promql)
+        except (PrometheusError, OSError):
             raise PrometheusError(f"Prometheus at {url} answered HTTP {error.code} to the query {promql}") from None
-    except (urllib.error.URLError, OSError, ValueError) as error:
+    except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise PrometheusError(f"cannot query Prometheus at {url} (--prometheus / PROMETHEUS_URL): {reason}") from None
     if not isinstance(body, dict) or body.get("status") != "success":
         detail = body.get("error") if isinstance(body, dict) else body
-        raise PrometheusError(f"Prometheus at {url} refused the query {promql}: {detail}")
-    data = body.get("data") or {}
-    if data.get("resultType") != "vector":
-        raise PrometheusError(f"Prometheus at {url} answered {data.get('resultType')!r}, not a vector, to {promql}")
-    return list(data.get("result") or [])
+        raise PrometheusError(f"Prometheus at {url} refused the query {promql}: {str(detail)[:300]}")
+    data = body.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+        shown = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+        raise PrometheusError(f"Prometheus at {url} answered {str(shown)[:100]!r}, not a vector, to {promql}")
+    return [_sample(entry, url, promql) for entry in data["result"]]
 
 
-def _number(sample: dict[str, Any]) -> float | None:
-    value = float(sample["value"][1])
-    return None if math.isnan(value) else value
+def _json(data: bytes, url: str, promql: str) -> Any:
+    if len(data) > MAX_ANSWER_BYTES:
+        raise PrometheusError(f"Prometheus at {url} answered more than {MAX_ANSWER_BYTES >> 20} MiB to {promql}")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise PrometheusError(f"Prometheus at {url} answered something that is not JSON to {promql}") from None
+
+
+def _sample(entry: Any, url: str, promql: str) -> Sample:
+    """One vector sample: {"metric": {label: value}, "value": [time, "<number>"]}."""
+    labels = entry.get("metric") if isinstance(entry, dict) else None
+    pair = entry.get("value") if isinstance(entry, dict) else None
+    if (
+        isinstance(labels, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())
+        and isinstance(pair, list)
+        and len(pair) == 2
+        and isinstance(pair[1], str)
+    ):
+        try:
+            value = float(pair[1])
+        except ValueError:
+            pass
+        else:
+            return Sample(labels, None if math.isnan(value) else value)
+    raise PrometheusError(f"Prometheus at {url} answered a sample that is not one to {promql}: {str(entry)[:200]}")
 
 
 # --- the figures -------------------------------------------------------------------------------
@@ -223,23 +260,23 @@ def read_metrics(url: str, target: Target, window: str, at: float) -> CanaryMetr
     promql = queries(target, window)
     versions = {v: VersionMetrics(v) for v in (target.stable, target.canary)}
     for sample in query(url, promql["requests"], at):
-        labels = sample["metric"]
+        labels = sample.labels
         metrics = versions.get(labels.get(ISTIO_VERSION_LABEL, ""))
-        count = _number(sample)
+        count = sample.value
         if metrics is None or count is None:
             continue
         code = labels.get("response_code", "")
         metrics.total.add(code, count)
         metrics.tiers.setdefault(labels.get(TIER_LABEL) or NO_TIER, Traffic()).add(code, count)
     for sample in query(url, promql["e2e_p95_ms"], at):
-        if (metrics := versions.get(sample["metric"].get(ISTIO_VERSION_LABEL, ""))) is not None:
-            metrics.e2e_p95_ms = _number(sample)
+        if (metrics := versions.get(sample.labels.get(ISTIO_VERSION_LABEL, ""))) is not None:
+            metrics.e2e_p95_ms = sample.value
     for sample in query(url, promql["e2e_p95_ms_by_tier"], at):
-        if (metrics := versions.get(sample["metric"].get(ISTIO_VERSION_LABEL, ""))) is not None:
-            metrics.e2e_p95_ms_by_tier[sample["metric"].get(TIER_LABEL) or NO_TIER] = _number(sample)
+        if (metrics := versions.get(sample.labels.get(ISTIO_VERSION_LABEL, ""))) is not None:
+            metrics.e2e_p95_ms_by_tier[sample.labels.get(TIER_LABEL) or NO_TIER] = sample.value
     for sample in query(url, promql["ttft_p95_ms"], at):
-        if (metrics := versions.get(sample["metric"].get(VLLM_VERSION_LABEL, ""))) is not None:
-            metrics.ttft_p95_ms = _number(sample)
+        if (metrics := versions.get(sample.labels.get(VLLM_VERSION_LABEL, ""))) is not None:
+            metrics.ttft_p95_ms = sample.value
     return CanaryMetrics(versions[target.stable], versions[target.canary], window, at, promql)
 
 

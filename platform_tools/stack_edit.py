@@ -83,9 +83,13 @@ def _delete_block_entry(text: str, key: yaml.Node, value: yaml.Node) -> Edit:
     start = text.rfind("\n", 0, key.start_mark.index) + 1
     if text[start : key.start_mark.index].strip():
         raise StackEditError(f"line {key.start_mark.line + 1}: {key.value!r} does not start its line; edit the file by hand")
-    end = text.find("\n", _last_end(value))
-    end = len(text) if end < 0 else end + 1
-    rest = text[_last_end(value) : end].strip()
+    last = _last_end(value)
+    if last > 0 and text[last - 1] == "\n":
+        end = last  # a block scalar (`reason: >` ...) ends at the start of the line after it
+    else:
+        end = text.find("\n", last)
+        end = len(text) if end < 0 else end + 1
+    rest = text[last:end].strip()
     if rest and not rest.startswith("#"):
         raise StackEditError(f"line {key.start_mark.line + 1}: more follows {key.value!r} on its line; edit the file by hand")
     return start, end, ""
@@ -105,6 +109,12 @@ def _scalar(node: yaml.Node, what: str) -> yaml.ScalarNode:
     if not isinstance(node, yaml.ScalarNode):
         raise StackEditError(f"line {node.start_mark.line + 1}: {what} is not a plain value")
     return node
+
+
+def _yaml_string(value: str) -> str:
+    """`value` as YAML reads it back as that string: plain when it can be (v2), quoted when YAML
+    would read another type or value (`on`, `no`, `null`, `1e3`)."""
+    return value if yaml.safe_load(value) == value else json.dumps(value)
 
 
 def apply_change(text: str, project: str, change: Change) -> str:
@@ -127,7 +137,7 @@ def apply_change(text: str, project: str, change: Change) -> str:
     insert: str | None = None
     if change.new_weight is None:
         stable = _scalar(entries["stable"][1], "stable")
-        replace.append((stable.start_mark.index, stable.end_mark.index, change.canary))
+        replace.append((stable.start_mark.index, stable.end_mark.index, _yaml_string(change.canary)))
         delete += ["canary", "canaryWeight", "weights"]
     elif "weights" in entries:
         weights = entries["weights"][1]
@@ -145,6 +155,11 @@ def apply_change(text: str, project: str, change: Change) -> str:
     removed = [name for name in delete if name in entries]
 
     if release.flow_style:
+        if "#" in text[release.start_mark.index : release.end_mark.index]:
+            raise StackEditError(
+                f"line {release.start_mark.line + 1}: the flow-style release of {change.model!r} holds comments, which "
+                "rewriting it would drop; edit the file by hand"
+            )
         kept = []
         for key, value in release.value:
             if key.value in removed:
@@ -160,9 +175,10 @@ def apply_change(text: str, project: str, change: Change) -> str:
         if insert is not None:
             key, value = entries["canary"]
             at = text.find("\n", _last_end(value))
-            prefix = "\n" if at < 0 else ""
+            newline = "\r\n" if "\r\n" in text else "\n"  # the file's own line ends
+            prefix = newline if at < 0 else ""
             at = len(text) if at < 0 else at + 1
-            edits.append((at, at, f"{prefix}{' ' * key.start_mark.column}{insert}\n"))
+            edits.append((at, at, f"{prefix}{' ' * key.start_mark.column}{insert}{newline}"))
         new_text = _apply(text, edits)
 
     _check(before, new_text, project, change)

@@ -55,6 +55,11 @@ PREVIOUS_RELEASES = {
                 "canary": {"type": ["string", "null"]},
                 "canaryWeight": {"type": "integer", "minimum": 0, "maximum": 100},
                 "steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}, "minItems": 1},
+                # The weights each version served (hf://org/name@<sha>, s3://...; null when not known).
+                "stableWeights": {"type": ["string", "null"]},
+                "canaryWeights": {"type": ["string", "null"]},
+                # The step override's reason the previous change was deployed with, if any.
+                "stepOverride": {"type": ["string", "null"]},
             },
             "required": ["stable"],
             "additionalProperties": False,

@@ -26,13 +26,20 @@ from pathlib import Path
 from typing import Any
 
 from components.specs.routes import (
+    CANARY_STEP_OVERRIDE_ANNOTATION,
     CANARY_STEPS_ANNOTATION,
     CANARY_VERSION_ANNOTATION,
     CANARY_WEIGHT_ANNOTATION,
+    CANARY_WEIGHTS_ANNOTATION,
     STABLE_VERSION_ANNOTATION,
+    STABLE_WEIGHTS_ANNOTATION,
 )
+from platform_config.models import ModelSource, ReleaseConfig
+from platform_config.registry import weights_location
 
 from .stack_config import StackConfigError, read_bounded, read_yaml_file
+
+DEFAULT_CANARY_STEPS: list[int] = ReleaseConfig.model_fields["steps"].default
 
 # The policies that read `previousReleases` (policies/__main__.py).
 POLICIES = ("canary-weight-steps", "canary-step-override")
@@ -64,7 +71,15 @@ def _steps(value: Any) -> list[int] | None:
     return [s for s in steps if s is not None] if all(s is not None and s > 0 for s in steps) else None
 
 
-def release_entry(stable: Any, canary: Any, weight: Any, steps: Any = None) -> dict[str, Any] | None:
+def release_entry(
+    stable: Any,
+    canary: Any,
+    weight: Any,
+    steps: Any = None,
+    stable_weights: Any = None,
+    canary_weights: Any = None,
+    step_override: Any = None,
+) -> dict[str, Any] | None:
     """One `previousReleases` entry, or None when `stable` is no version name."""
     if not isinstance(stable, str) or not stable:
         return None
@@ -73,8 +88,11 @@ def release_entry(stable: Any, canary: Any, weight: Any, steps: Any = None) -> d
         "canary": canary if isinstance(canary, str) and canary else None,
         "canaryWeight": _weight(weight) or 0,
     }
-    if (recorded := _steps(steps)) is not None:
-        entry["steps"] = recorded
+    # A release without steps has the config's defaults (what the program applied to it).
+    entry["steps"] = _steps(steps) or list(DEFAULT_CANARY_STEPS)
+    for key, text in (("stableWeights", stable_weights), ("canaryWeights", canary_weights), ("stepOverride", step_override)):
+        if isinstance(text, str) and text:
+            entry[key] = text
     return entry
 
 
@@ -94,19 +112,50 @@ def from_baseline(resources: list[dict[str, Any]]) -> Releases | None:
             annotations.get(CANARY_VERSION_ANNOTATION),
             annotations.get(CANARY_WEIGHT_ANNOTATION, "0"),
             annotations.get(CANARY_STEPS_ANNOTATION),
+            annotations.get(STABLE_WEIGHTS_ANNOTATION),
+            annotations.get(CANARY_WEIGHTS_ANNOTATION),
+            annotations.get(CANARY_STEP_OVERRIDE_ANNOTATION),
         )
         if entry is not None and isinstance(metadata.get("name"), str):
             releases[metadata["name"]] = entry
     return releases or None
 
 
-def _from_release(release: Mapping[str, Any]) -> dict[str, Any] | None:
+def _from_release(release: Mapping[str, Any], served: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """An entry from a release block (a stack file's, with `served`: each version's weights as
+    its source names them) or a `canaryReleases` output entry (which records them)."""
     canary = release.get("canary")
     weight: Any = release.get("canaryWeight", 0)
     weights = release.get("weights")
     if isinstance(weights, Mapping):
         weight = weights.get(canary, 0) if isinstance(canary, str) else 0
-    return release_entry(release.get("stable"), canary, weight, release.get("steps"))
+    stable = release.get("stable")
+    if served is not None:
+        stable_weights = served.get(stable) if isinstance(stable, str) else None
+        canary_weights = served.get(canary) if isinstance(canary, str) else None
+    else:
+        stable_weights, canary_weights = release.get("stableWeights"), release.get("canaryWeights")
+    override = release.get("stepOverride")
+    if isinstance(override, Mapping):  # a stack file's {reason}; an output entry records the reason itself
+        override = override.get("reason")
+    return release_entry(stable, canary, weight, release.get("steps"), stable_weights, canary_weights, override)
+
+
+def _served(model: Mapping[str, Any]) -> dict[str, str]:
+    """Each version's weights as a stack file's pinned source names them (hf:// or s3://); a
+    registry reference says nothing here (only the registry resolves it)."""
+    served: dict[str, str] = {}
+    for version in model.get("versions") or []:
+        source = version.get("source") if isinstance(version, Mapping) else None
+        if not isinstance(source, Mapping) or not isinstance(version.get("name"), str):
+            continue
+        try:
+            location = weights_location(ModelSource.model_validate(source, by_alias=True, by_name=False))
+        except ValueError:
+            location = None  # not a source this program reads: nothing to compare
+        if location is not None:
+            served[version["name"]] = location
+    return served
 
 
 def from_stack_file(path: Path, project: str = PROJECT) -> Releases:
@@ -121,7 +170,7 @@ def from_stack_file(path: Path, project: str = PROJECT) -> Releases:
         if not isinstance(model, Mapping) or not isinstance(model.get("name"), str):
             continue
         release = model.get("release")
-        entry = _from_release(release) if isinstance(release, Mapping) else None
+        entry = _from_release(release, _served(model)) if isinstance(release, Mapping) else None
         if entry is not None:
             releases[model["name"]] = entry
     return releases

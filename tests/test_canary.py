@@ -420,4 +420,102 @@ def test_canaries_lists_the_models_with_a_canary_for_the_workflow(capsys, tmp_pa
     out = capsys.readouterr().out.split()
     raw = yaml.safe_load(stack.read_text())["config"]["inference-platform:models"]
     assert out == [m["name"] for m in raw if m.get("release", {}).get("canary")] and out
+    # Rolled back to 0: it waits for a person, the workflow does not judge it again.
+    rolled_back = _stack(tmp_path, PROD_RELEASE.replace("canaryWeight: 10", "canaryWeight: 0"))
+    assert main(["canaries", "prod", "--stack-file", str(rolled_back), "--project-dir", str(ROOT)]) == 0
+    assert capsys.readouterr().out == ""
     assert main(["canaries", "no/such", "--project-dir", str(ROOT)]) == 2
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, "abc"]}]}}',
+            "a sample that is not one",
+        ),
+        (b'{"status": "success", "data": {"resultType": "vector", "result": [{"value": [1, "1"]}]}}', "a sample that is not one"),
+        (b'{"status": "success", "data": "nope"}', "not a vector"),
+        (b'{"status": "success", "data": {"resultType": "matrix", "result": []}}', "not a vector"),
+        (b"[" * 100_000, "not JSON"),
+        (b"x" * (5 << 20), "more than 4 MiB"),
+    ],
+)
+def test_a_malformed_prometheus_answer_exits_2_without_a_traceback(capsys, tmp_path, body, message):
+    """A Prometheus (or whatever answers at that URL) sending a body of another shape: exit 2, the
+    URL and what was wrong, never a crash."""
+    import http.server
+    import threading
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        code, out, err = _run(capsys, "prod", "llama-8b", "--prometheus", url, "--stack-file", str(_stack(tmp_path)))
+    finally:
+        server.shutdown()
+    assert (code, out) == (2, "") and err.startswith(f"error: Prometheus at {url} answered") and message in err
+
+
+EDGE_STACK = """config:
+  inference-platform:models:
+    - name: m
+      release:
+        stable: v1
+        canary: {canary}
+        canaryWeight: 100
+        stepOverride:
+          reason: >
+            a hotfix for an incident,
+            over two lines
+      # the model's autoscaling follows
+      autoscaling: {{mode: hpa}}
+"""
+
+
+def test_promotion_removes_a_multi_line_step_override_and_keeps_what_follows():
+    text = EDGE_STACK.format(canary="v2")
+    promoted = apply_change(text, "inference-platform", Change("m", "v1", "v2", None))
+    assert _changed_lines(text, promoted) == [
+        "-         stable: v1",
+        "+         stable: v2",
+        "-         canary: v2",
+        "-         canaryWeight: 100",
+        "-         stepOverride:",
+        "-           reason: >",
+        "-             a hotfix for an incident,",
+        "-             over two lines",
+    ]
+
+
+def test_a_version_name_yaml_reads_as_another_type_is_written_quoted():
+    # `on` is a DNS label (a valid version name) that YAML 1.1 reads as true.
+    text = EDGE_STACK.format(canary="'on'")
+    promoted = apply_change(text, "inference-platform", Change("m", "v1", "on", None))
+    assert yaml.safe_load(promoted)["config"]["inference-platform:models"][0]["release"] == {"stable": "on"}
+
+
+def test_a_crlf_file_keeps_its_line_ends_when_a_weight_is_inserted():
+    text = "config:\n  inference-platform:models:\n    - name: m\n      release:\n        stable: v1\n        canary: v2\n"
+    crlf = text.replace("\n", "\r\n")
+    stepped = apply_change(crlf, "inference-platform", Change("m", "v1", "v2", 10))
+    assert stepped == crlf + "        canaryWeight: 10\r\n"
+
+
+def test_a_flow_style_release_with_comments_is_left_to_a_person():
+    text = (
+        "config:\n  inference-platform:models:\n    - name: m\n"
+        "      release: {stable: v1,  # why\n        canary: v2, canaryWeight: 10}\n"
+    )
+    with pytest.raises(StackEditError, match="holds comments, which rewriting it would drop"):
+        apply_change(text, "inference-platform", Change("m", "v1", "v2", 25))

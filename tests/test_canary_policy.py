@@ -27,6 +27,12 @@ from inference_governance import canary  # noqa: E402
 from inference_governance.canary import Release, step_violation  # noqa: E402
 
 STEPS = (10, 25, 50, 100)
+# staging's summarizer versions, as its stack file pins them.
+STAGING_V1_SHA, STAGING_V2_SHA = "7ae557604adf67be50417f59c2c2f167def9a775", "989aa7980e4cf806f80c7fef2b1adb7bc71aa306"
+SERVED = {
+    "stableWeights": f"hf://Qwen/Qwen2.5-0.5B-Instruct@{STAGING_V1_SHA}",
+    "canaryWeights": f"hf://Qwen/Qwen2.5-1.5B-Instruct@{STAGING_V2_SHA}",
+}
 VIRTUAL_SERVICE = "kubernetes:networking.istio.io/v1:VirtualService"
 
 
@@ -61,32 +67,33 @@ VIRTUAL_SERVICE = "kubernetes:networking.istio.io/v1:VirtualService"
          "replaced-canary-at-25", "replaced-canary-at-10", "stable-replaced-without-canary"],
 )  # fmt: skip
 def test_the_step_rule(before, after, allowed):
-    assert (step_violation("chat", before, after, STEPS) is None) is allowed
+    assert (step_violation("chat", before, after) is None) is allowed
 
 
 def test_a_new_model_starts_at_the_first_step_at_most():
-    assert step_violation("chat", None, Release("v1", "v2", 10), STEPS) is None
-    assert step_violation("chat", None, Release("v1", None, 0), STEPS) is None
-    message = step_violation("chat", None, Release("v1", "v2", 25), STEPS)
+    assert step_violation("chat", None, Release("v1", "v2", 10)) is None
+    assert step_violation("chat", None, Release("v1", None, 0)) is None
+    message = step_violation("chat", None, Release("v1", "v2", 25))
     assert message is not None and "model chat is new" in message and "first step 10%" in message
 
 
 def test_the_violation_names_model_weights_and_the_next_step():
-    message = step_violation("chat", Release("v1", "v2", 10), Release("v1", "v2", 50), STEPS)
+    message = step_violation("chat", Release("v1", "v2", 10), Release("v1", "v2", 50))
     assert message is not None
     assert "model chat: canary v2 weight 10% -> 50% skips steps: the next allowed step is 25%" in message
     assert "stepOverride" in message
-    promoted = step_violation("chat", Release("v1", "v2", 50), Release("v2", None, 0), STEPS)
+    promoted = step_violation("chat", Release("v1", "v2", 50), Release("v2", None, 0))
     assert promoted is not None and "promoted to stable at 50%" in promoted and "next allowed step is 100%" in promoted
 
 
 def test_the_previous_steps_hold_for_the_change_that_replaces_them():
     """Rewriting the steps to [100] in the same change must not let a canary jump to 100."""
     before = Release("v1", "v2", 10, steps=STEPS)
-    assert step_violation("chat", before, Release("v1", "v2", 100), (100,)) is not None
-    assert step_violation("chat", before, Release("v1", "v2", 25), (100,)) is None
-    # Without recorded steps, the new release's are the rule.
-    assert step_violation("chat", Release("v1", "v2", 10), Release("v1", "v2", 50), (10, 50, 100)) is None
+    assert step_violation("chat", before, Release("v1", "v2", 100, steps=(100,))) is not None
+    assert step_violation("chat", before, Release("v1", "v2", 25, steps=(100,))) is None
+    # Without recorded steps the config's defaults are the rule, never the new release's.
+    assert step_violation("chat", Release("v1", "v2", 10), Release("v1", "v2", 50, steps=(10, 50, 100))) is not None
+    assert step_violation("chat", Release("v1", "v2", 10), Release("v1", "v2", 25, steps=(10, 50, 100))) is None
 
 
 # --- the validators ----------------------------------------------------------------------------
@@ -181,14 +188,17 @@ def test_the_step_override_reason_is_on_the_route(staging_raw):
 
     set_at(staging_raw, ("models", 0, "release", "stepOverride"), {"reason": "incident 42: roll forward"})
     plan = validate(staging_raw)
-    annotations = release_annotations(plan.model("summarizer").model.release)
+    annotations = release_annotations(plan.model("summarizer").model)
     assert annotations["inference.platform/canary-step-override"] == "incident 42: roll forward"
+    # Each version's weights, as its source names them.
+    assert annotations["inference.platform/stable-weights"] == f"hf://Qwen/Qwen2.5-0.5B-Instruct@{STAGING_V1_SHA}"
+    assert annotations["inference.platform/canary-weights"] == f"hf://Qwen/Qwen2.5-1.5B-Instruct@{STAGING_V2_SHA}"
 
 
 def test_canary_releases_output_is_what_the_policy_config_takes(staging_raw):
     plan = validate(staging_raw)
     releases = canary_releases(plan.routes)
-    assert releases["summarizer"] == {"stable": "v1", "canary": "v2", "canaryWeight": 10, "steps": [10, 25, 50, 100]}
+    assert releases["summarizer"] == {"stable": "v1", "canary": "v2", "canaryWeight": 10, "steps": [10, 25, 50, 100], **SERVED}
     assert releases["labeller"]["canary"] is None
     # The same, read back from the stack's outputs by CI.
     assert previous.from_outputs({"canaryReleases": releases, "clusterName": "x"}) == releases
@@ -200,7 +210,7 @@ def test_canary_releases_output_is_what_the_policy_config_takes(staging_raw):
 def test_previous_releases_from_a_baseline_preview(staging):
     releases = previous.previous_releases(staging.resources, None)
     assert releases is not None
-    assert releases["summarizer"] == {"stable": "v1", "canary": "v2", "canaryWeight": 10, "steps": [10, 25, 50, 100]}
+    assert releases["summarizer"] == {"stable": "v1", "canary": "v2", "canaryWeight": 10, "steps": [10, 25, 50, 100], **SERVED}
     # A baseline from before the routes declared their release says nothing.
     old = [r for r in staging.resources if r["type"] != VIRTUAL_SERVICE]
     assert previous.previous_releases(old, None) is None
@@ -217,8 +227,9 @@ def test_previous_releases_from_an_older_stack_file(tmp_path):
     path = tmp_path / "Pulumi.prod.yaml"
     path.write_text(yaml.safe_dump({"config": {"inference-platform:models": models}}))
     assert previous.previous_releases(None, path) == {
-        "chat": {"stable": "v1", "canary": "v2", "canaryWeight": 25},
-        "embed": {"stable": "v3", "canary": None, "canaryWeight": 0},
+        # No steps in the file: the config's defaults, which the program applied.
+        "chat": {"stable": "v1", "canary": "v2", "canaryWeight": 25, "steps": [10, 25, 50, 100]},
+        "embed": {"stable": "v3", "canary": None, "canaryWeight": 0, "steps": [10, 25, 50, 100]},
     }
 
 
@@ -310,3 +321,67 @@ def test_the_pack_holds_the_release_to_the_previous_one(tmp_path, staging_raw, b
         assert record["level"] == "advisory" and "incident 42: hotfix roll-forward" in record["message"]
     else:
         assert overridden == []
+
+
+def test_a_change_cannot_loosen_the_steps_it_is_held_to_when_the_previous_file_names_none(tmp_path):
+    """The committed stacks rely on the default steps: a pull request writing `steps: [100]` and
+    weight 100 is held to the defaults the deployed release has."""
+    models = [{"name": "chat", "release": {"stable": "v1", "canary": "v2", "canaryWeight": 10}}]
+    path = tmp_path / "Pulumi.prod.yaml"
+    path.write_text(yaml.safe_dump({"config": {"inference-platform:models": models}}))
+    releases = previous.previous_releases(None, path)
+    assert releases is not None
+    entry = releases["chat"]
+    before = Release(entry["stable"], entry["canary"], entry["canaryWeight"], steps=tuple(entry["steps"]))
+    message = step_violation("chat", before, Release("v1", "v2", 100, steps=(100,)))
+    assert message is not None and "the next allowed step is 25%" in message
+
+
+def test_new_weights_under_a_version_name_are_a_release_too():
+    """A moved registry alias (or an edited revision) changes what a version serves without
+    renaming it: on the stable version it needs the steps (or a reason), on the canary it starts
+    the canary again, and a promotion must serve what the canary was judged on."""
+    a, b = "hf://org/m@" + "a" * 40, "hf://org/m@" + "b" * 40
+    before = Release("v1", "v2", 25, STEPS, stable_weights=a, canary_weights=b)
+    moved_stable = step_violation("chat", before, Release("v1", "v2", 25, STEPS, stable_weights=b, canary_weights=b))
+    assert moved_stable is not None and f"stable version v1 now serves {b} instead of {a}" in moved_stable
+    # The canary's weights moved: it is a new canary, back at the first step at most.
+    assert step_violation("chat", before, Release("v1", "v2", 25, STEPS, stable_weights=a, canary_weights=a)) is not None
+    assert step_violation("chat", before, Release("v1", "v2", 10, STEPS, stable_weights=a, canary_weights=a)) is None
+    # Promoted at 100 with the weights it was judged on; not with others.
+    at_100 = Release("v1", "v2", 100, STEPS, stable_weights=a, canary_weights=b)
+    assert step_violation("chat", at_100, Release("v2", None, 0, STEPS, stable_weights=b)) is None
+    swapped = step_violation("chat", at_100, Release("v2", None, 0, STEPS, stable_weights=a))
+    assert swapped is not None and "not the " + b in swapped
+    # Unknown weights on either side (a registry alias in a previous stack file): nothing to compare.
+    assert step_violation("chat", Release("v1", None, 0, STEPS), Release("v1", None, 0, STEPS, stable_weights=b)) is None
+
+
+def test_a_previous_stack_file_names_the_weights_its_pinned_sources_serve(tmp_path):
+    models = [
+        {
+            "name": "chat",
+            "versions": [
+                {"name": "v1", "source": {"huggingface": "org/m", "revision": "a" * 40}},
+                {"name": "v2", "source": {"mlflow": {"model": "chat", "alias": "challenger"}}},
+            ],
+            "release": {"stable": "v1", "canary": "v2", "canaryWeight": 10},
+        }
+    ]
+    path = tmp_path / "Pulumi.prod.yaml"
+    path.write_text(yaml.safe_dump({"config": {"inference-platform:models": models}}))
+    releases = previous.previous_releases(None, path)
+    assert releases is not None
+    # The registry reference is resolved by the registry only: no weights recorded for v2.
+    assert releases["chat"]["stableWeights"] == "hf://org/m@" + "a" * 40 and "canaryWeights" not in releases["chat"]
+
+
+def test_a_step_override_covers_one_change_only():
+    """The reason the previous change was deployed with does not let the next one skip steps."""
+    props = released("v1", "v2", 100, override="incident 42: roll forward")
+    entry = {"stable": "v1", "canary": "v2", "canaryWeight": 25, "stepOverride": "incident 42: roll forward"}
+    (found,) = violations(canary.canary_weight_steps, props, {"previousReleases": {"chat": entry}})
+    assert "25% -> 100% skips steps" in found and "was the previous change's: write this change's own reason" in found
+    # A new reason is this change's own: allowed (and reported by the advisory policy).
+    entry["stepOverride"] = "incident 41: the first fix"
+    assert violations(canary.canary_weight_steps, props, {"previousReleases": {"chat": entry}}) == []

@@ -90,6 +90,20 @@ def test_make_preview_runs_the_pack_it_is_given_with_that_checkouts_requirements
     assert result.returncode == 0, result.stderr
     assert f"-r {pack}/requirements.txt -c {tmp_path}/trusted/constraints.txt" in result.stdout
     assert f"-m preview --stack dev --out build/preview/dev --policy-pack {pack}" in result.stdout
+    assert "--registry-file" not in result.stdout and "--previous-stack-file" not in result.stdout
+
+
+def test_make_preview_passes_the_previous_stack_file_and_a_registry_recording(tmp_path):
+    recording = tmp_path / "Pulumi.dev.registry.json"
+    result = subprocess.run(
+        ["make", "-n", "-B", "preview", f"REGISTRY_FILE={recording}", "PREVIOUS_STACK_FILE=trusted/stacks/Pulumi.dev.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"--previous-stack-file trusted/stacks/Pulumi.dev.yaml --registry-file {recording}" in result.stdout
 
 
 def test_deploy_workflow_staging_before_prod_behind_reviewers():
@@ -112,11 +126,19 @@ def test_deploy_workflow_staging_before_prod_behind_reviewers():
 def test_canary_workflow_proposes_the_step_as_a_pull_request_and_deploys_nothing():
     flow = workflow("canary.yml")
     assert set(flow["on"]) == {"schedule", "workflow_dispatch"}
-    assert flow["permissions"] == {"contents": "read", "id-token": "write"}
+    assert flow["permissions"] == {"contents": "read", "id-token": "write", "pull-requests": "read"}
     (job,) = flow["jobs"].values()
     assert not steps_using(job, "pulumi/actions"), "the canary job never deploys"
     (judge,) = [s for s in job["steps"] if "platform_tools canary" in s.get("run", "")]
     assert '"$STACK" "$model" --write' in judge["run"] and judge["env"]["PROMETHEUS_URL"].startswith("http://127.0.0.1")
+    # The dispatch form's model is checked before use, never split or globbed as given.
+    assert judge["env"]["MODEL"] == "${{ inputs.model }}" and "${{ inputs.model }}" not in judge["run"]
+    assert '[[ "$MODEL" =~ ^[a-z][a-z0-9-]{0,29}$ ]]' in judge["run"]
+    # While a proposed step waits for review, no later run replaces it.
+    (pending,) = [s for s in job["steps"] if s.get("id") == "pending"]
+    assert "gh pr list --head canary/prod --state open" in pending["run"]
+    later = job["steps"][job["steps"].index(pending) + 2 :]
+    assert later and all(s.get("if") == "steps.pending.outputs.open == '0'" for s in later)
     (pull_request,) = steps_using(job, "peter-evans/create-pull-request")
     # Only the stack file goes into the pull request, opened with a token whose events start the
     # preview workflow (GITHUB_TOKEN's do not).

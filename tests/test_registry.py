@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import http.server
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -397,6 +398,31 @@ def test_a_refused_token_names_the_token_key_and_never_prints_it(fake_registry):
     message = str(caught.value)
     assert "inference-platform:registryToken: the registry at" in message and "refused the token" in message
     assert "UNAUTHENTICATED" in message and "tok-4711" not in message
+
+
+def test_a_token_echoed_in_a_version_field_is_never_printed(fake_registry):
+    version = {"name": "chat", "version": "4", "source": "runs:/tok-4711/model", "status": "tok-4711", "tags": []}
+    fake_registry.behaviour = (200, json.dumps({"model_version": version}).encode(), 0)
+    config = parse_platform_config(with_registry("dev", fake_registry.uri, {(0, 0): {"model": "chat", "alias": "champion"}}))
+    with pytest.raises(ConfigError) as caught:
+        resolve_registry(config, "tok-4711", recording_file=None, dry_run=True)
+    assert "not READY" in str(caught.value) and "[secret]" in str(caught.value) and "tok-4711" not in str(caught.value)
+
+
+def test_a_token_is_never_sent_in_clear_to_another_host():
+    raw = with_registry("dev", "http://mlflow.example.com", {(0, 0): {"model": "chat", "alias": "champion"}})
+    with pytest.raises(ConfigError, match=r"registry\.trackingUri: 'http://mlflow\.example\.com' is plain http to another host"):
+        resolve_registry(parse_platform_config(raw), "tok-4711", recording_file=None, dry_run=True)
+
+
+def test_a_recording_that_is_no_regular_file_is_refused_without_reading_it(tmp_path):
+    fifo = tmp_path / "recording.json"
+    os.mkfifo(fifo)
+    config = parse_platform_config(
+        with_registry("dev", "http://mlflow.invalid", {(0, 0): {"model": "chat", "alias": "champion"}})
+    )
+    with pytest.raises(RegistryFileError, match="is not a regular file"):
+        resolve_registry(config, None, recording_file=str(fifo), dry_run=True)
 
 
 def test_a_stalling_registry_is_given_up_on_after_its_timeout(fake_registry):

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from platform_config.models import ReleaseConfig, TierPolicy
+from platform_config.models import ModelConfig, TierPolicy
+from platform_config.registry import weights_location
 from platform_config.serving import route_timeout_seconds, version_weights
 
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels
@@ -40,6 +41,10 @@ CANARY_VERSION_ANNOTATION = "inference.platform/canary-version"
 CANARY_WEIGHT_ANNOTATION = "inference.platform/canary-weight"
 CANARY_STEPS_ANNOTATION = "inference.platform/canary-steps"
 CANARY_STEP_OVERRIDE_ANNOTATION = "inference.platform/canary-step-override"
+# The weights each running version serves (hf://org/name@<sha> or s3://...): a change of them
+# under the same version name is a release too (a moved registry alias, an edited revision).
+STABLE_WEIGHTS_ANNOTATION = "inference.platform/stable-weights"
+CANARY_WEIGHTS_ANNOTATION = "inference.platform/canary-weights"
 
 
 # --- sticky buckets as RE2 ranges ----------------------------------------------------------
@@ -83,31 +88,49 @@ def sticky_ranges(canary_weight: int) -> tuple[str | None, str | None]:
 # --- the VirtualService ----------------------------------------------------------------------
 
 
-def release_annotations(release: ReleaseConfig) -> dict[str, str]:
+def _served_weights(model: ModelConfig, version: str) -> str | None:
+    return next((weights_location(v.source) for v in model.versions if v.name == version), None)
+
+
+def release_annotations(model: ModelConfig) -> dict[str, str]:
     """The release a model's VirtualService declares: its stable version, its canary and weight
-    (when it has one), the configured steps and, when set, why this change may skip them."""
+    (when it has one), the weights each serves, the configured steps and, when set, why this
+    change may skip them."""
+    release = model.release
     annotations = {
         STABLE_VERSION_ANNOTATION: release.stable,
         CANARY_WEIGHT_ANNOTATION: str(release.canary_weight),
         CANARY_STEPS_ANNOTATION: ",".join(str(step) for step in release.steps),
     }
+    if (stable_weights := _served_weights(model, release.stable)) is not None:
+        annotations[STABLE_WEIGHTS_ANNOTATION] = stable_weights
     if release.canary is not None:
         annotations[CANARY_VERSION_ANNOTATION] = release.canary
+        if (canary_weights := _served_weights(model, release.canary)) is not None:
+            annotations[CANARY_WEIGHTS_ANNOTATION] = canary_weights
     if release.step_override is not None:
         annotations[CANARY_STEP_OVERRIDE_ANNOTATION] = release.step_override.reason
     return annotations
 
 
-def canary_release(release: ReleaseConfig) -> dict[str, Any]:
+def canary_release(model: ModelConfig) -> dict[str, Any]:
     """What the next change's `canary-weight-steps` check compares against: the `canaryReleases`
     stack output's entry for a model, and `previousReleases` in the policy config (the steps
-    too: a change is held to the steps in force before it)."""
-    return {
+    too: a change is held to the steps in force before it; and the weights each version serves)."""
+    release = model.release
+    entry: dict[str, Any] = {
         "stable": release.stable,
         "canary": release.canary,
         "canaryWeight": release.canary_weight,
         "steps": list(release.steps),
+        "stableWeights": _served_weights(model, release.stable),
     }
+    if release.canary is not None:
+        entry["canaryWeights"] = _served_weights(model, release.canary)
+    if release.step_override is not None:
+        # Recorded so that the next change cannot skip steps on this change's reason.
+        entry["stepOverride"] = release.step_override.reason
+    return entry
 
 
 def _match(route: RoutePlan, tier: str, **extra: dict[str, str]) -> list[dict[str, Any]]:
@@ -204,7 +227,7 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
             "labels": standard_labels(model.name, "routing"),
             # Tell the policy pack which header marks this model's version-override routes, and
             # the release it holds to the previous one.
-            "annotations": {OVERRIDE_HEADER_ANNOTATION: release.override_header, **release_annotations(release)},
+            "annotations": {OVERRIDE_HEADER_ANNOTATION: release.override_header, **release_annotations(route.model)},
         },
         "spec": {"hosts": list(traffic.hosts), "gateways": [f"{ISTIO_INGRESS_NAMESPACE}/{GATEWAY_NAME}"], "http": routes},
     }

@@ -19,8 +19,10 @@ from .kube import (
     CANARY_STEPS_ANNOTATION,
     CANARY_VERSION_ANNOTATION,
     CANARY_WEIGHT_ANNOTATION,
+    CANARY_WEIGHTS_ANNOTATION,
     DEFAULT_CANARY_STEPS,
     STABLE_VERSION_ANNOTATION,
+    STABLE_WEIGHTS_ANNOTATION,
     VIRTUAL_SERVICE,
     Report,
     config,
@@ -40,6 +42,16 @@ class Release:
     canary_weight: int
     # The steps configured with this release (None: not recorded).
     steps: tuple[int, ...] | None = None
+    # The weights each version serves (None: not known, e.g. a previous stack file naming a
+    # registry alias, which only the registry resolves).
+    stable_weights: str | None = None
+    canary_weights: str | None = None
+    # The step override's reason this release was deployed with (previous releases only).
+    step_override: str | None = None
+
+
+def _moved(before: str | None, after: str | None) -> bool:
+    return before is not None and after is not None and before != after
 
 
 def next_step(weight: int, steps: Sequence[int]) -> int | None:
@@ -47,16 +59,18 @@ def next_step(weight: int, steps: Sequence[int]) -> int | None:
     return next((step for step in sorted(steps) if step > weight), None)
 
 
-def step_violation(model: str, previous: Release | None, new: Release, steps: Sequence[int]) -> str | None:
+def step_violation(model: str, previous: Release | None, new: Release) -> str | None:
     """Why the change from `previous` to `new` breaks the step rule, or None if it keeps it.
 
-    The steps are the previous release's when it recorded them (a change cannot loosen the very
-    rule it is held to: new steps apply from the next change), else `steps`, the new release's.
+    The steps are the previous release's when it recorded them, else the defaults the config
+    applies when a stack names none; never the new release's: a change cannot loosen the very
+    rule it is held to (new steps apply from the next change), and a new model's canary starts
+    at no more than the default first step.
     Allowed: a weight that does not rise; a rise to exactly the next step above the previous
     weight (same stable and canary); a new canary (or a new model) at no more than the first
     step; promoting the canary to stable once it took the last step (100). Anything else needs
     the release's step override."""
-    rule_steps = sorted(previous.steps if previous is not None and previous.steps else steps)
+    rule_steps = sorted(previous.steps if previous is not None and previous.steps else DEFAULT_CANARY_STEPS)
     first = rule_steps[0]
     if previous is None:
         if new.canary is not None and new.canary_weight > first:
@@ -66,11 +80,22 @@ def step_violation(model: str, previous: Release | None, new: Release, steps: Se
             )
         return None
     fresh_canary = True
+    if new.stable == previous.stable and _moved(previous.stable_weights, new.stable_weights):
+        return (
+            f"model {model}: stable version {new.stable} now serves {new.stable_weights} instead of "
+            f"{previous.stable_weights} (a moved registry alias or an edited revision): new weights reach stable only "
+            f"as a canary through the steps; {OVERRIDE_HINT}"
+        )
     if new.stable != previous.stable:
         if previous.canary is None or new.stable != previous.canary:
             return (
                 f"model {model}: stable version {previous.stable} -> {new.stable}, which was not the canary "
                 f"({previous.canary or 'none'}): a version reaches stable only through the steps; {OVERRIDE_HINT}"
+            )
+        if _moved(previous.canary_weights, new.stable_weights):
+            return (
+                f"model {model}: canary {previous.canary} promoted to stable serving {new.stable_weights}, not the "
+                f"{previous.canary_weights} it was judged on (a moved registry alias?); {OVERRIDE_HINT}"
             )
         if previous.canary_weight < rule_steps[-1]:
             return (
@@ -79,12 +104,15 @@ def step_violation(model: str, previous: Release | None, new: Release, steps: Se
                 f"{OVERRIDE_HINT}"
             )
     elif new.canary is not None and new.canary == previous.canary:
-        fresh_canary = False
+        # The same canary name serving other weights is a new canary: it starts again.
+        fresh_canary = _moved(previous.canary_weights, new.canary_weights)
     if new.canary is None or new.canary_weight == 0:
         return None
     if fresh_canary:
         if new.canary_weight > first:
             was = f"{previous.canary} at {previous.canary_weight}%" if previous.canary else "none"
+            if new.canary == previous.canary:
+                was = f"{previous.canary_weights} at {previous.canary_weight}%, now {new.canary_weights}"
             return (
                 f"model {model}: new canary {new.canary} (was {was}) starts at {new.canary_weight}%, above the first "
                 f"step {first}%; {OVERRIDE_HINT}"
@@ -130,12 +158,15 @@ def declared_release(annotations: Mapping[str, Any]) -> Release | str | None:
     canary = annotations.get(CANARY_VERSION_ANNOTATION)
     weight = _weight(annotations.get(CANARY_WEIGHT_ANNOTATION, "0"))
     steps = _steps(annotations.get(CANARY_STEPS_ANNOTATION, ",".join(map(str, DEFAULT_CANARY_STEPS))))
+    stable_weights, canary_weights = (annotations.get(k) for k in (STABLE_WEIGHTS_ANNOTATION, CANARY_WEIGHTS_ANNOTATION))
+    if not all(w is None or isinstance(w, str) for w in (stable_weights, canary_weights)):
+        return f"its weights annotations ({STABLE_WEIGHTS_ANNOTATION}, {CANARY_WEIGHTS_ANNOTATION}) are not strings"
     if not isinstance(stable, str) or not (canary is None or isinstance(canary, str)) or weight is None or steps is None:
         return (
             f"its release annotations cannot be read ({STABLE_VERSION_ANNOTATION}, {CANARY_VERSION_ANNOTATION}, "
             f"{CANARY_WEIGHT_ANNOTATION}: 0-100, {CANARY_STEPS_ANNOTATION}: comma-separated weights)"
         )
-    return Release(stable, canary, weight, steps)
+    return Release(stable, canary, weight, steps, stable_weights, canary_weights)
 
 
 def previous_release(entry: Any) -> Release | None:
@@ -147,7 +178,18 @@ def previous_release(entry: Any) -> Release | None:
     weight = _weight(entry.get("canaryWeight", 0))
     steps = entry.get("steps")
     recorded = tuple(int(s) for s in steps) if is_list(steps) and steps and all(_weight(s) for s in steps) else None
-    return Release(entry["stable"], canary if isinstance(canary, str) else None, weight or 0, recorded)
+    stable_weights, canary_weights, override = (
+        entry.get(k) if isinstance(entry.get(k), str) else None for k in ("stableWeights", "canaryWeights", "stepOverride")
+    )
+    return Release(
+        entry["stable"],
+        canary if isinstance(canary, str) else None,
+        weight or 0,
+        recorded,
+        stable_weights,
+        canary_weights,
+        override,
+    )
 
 
 def _checked(args: Any) -> tuple[str, Release | str, str | None, str | None] | None:
@@ -168,7 +210,13 @@ def _checked(args: Any) -> tuple[str, Release | str, str | None, str | None] | N
         return model, new, None, reason
     previous = previous_release(previous_releases.get(model))
     assert new.steps is not None
-    return model, new, step_violation(model, previous, new, new.steps), reason
+    violation = step_violation(model, previous, new)
+    if violation is not None and previous is not None and reason is not None and reason == previous.step_override:
+        # An override covers the change it was written for: left in the file, it would switch
+        # the rule off for every change after.
+        violation = f"{violation} (the step override {reason!r} was the previous change's: write this change's own reason)"
+        reason = None
+    return model, new, violation, reason
 
 
 def canary_weight_steps(args: Any, report_violation: Report) -> None:

@@ -62,6 +62,8 @@ CANARY_VERSION_ANNOTATION: str = FACTS["annotations"]["canaryVersion"]
 CANARY_WEIGHT_ANNOTATION: str = FACTS["annotations"]["canaryWeight"]
 CANARY_STEPS_ANNOTATION: str = FACTS["annotations"]["canarySteps"]
 CANARY_STEP_OVERRIDE_ANNOTATION: str = FACTS["annotations"]["canaryStepOverride"]
+STABLE_WEIGHTS_ANNOTATION: str = FACTS["annotations"]["stableWeights"]
+CANARY_WEIGHTS_ANNOTATION: str = FACTS["annotations"]["canaryWeights"]
 DEFAULT_CANARY_STEPS: list[int] = FACTS["defaults"]["canarySteps"]
 # Set by Knative on its pods: the pods of a Knative Service carry its name under this key.
 KNATIVE_SERVICE_LABEL: str = FACTS["labels"]["knativeService"]
