@@ -15,6 +15,7 @@ from .k8s_objects import KubernetesObject
 from .model_route import ModelRoute, ModelRouteArgs
 from .model_server import ModelServer, ModelServerArgs, register
 from .serving import ModelPlan
+from .slo import ModelSlo, ModelSloArgs
 from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
 
 
@@ -119,6 +120,13 @@ class Model(pulumi.ComponentResource):
         ModelRoute(
             f"{name}-route",
             ModelRouteArgs(route=plan.route, depends_on=(*args.route_depends_on, *endpoints)),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        ModelSlo(
+            f"{name}-slo",
+            ModelSloArgs(
+                slo=plan.slo, depends_on=(*args.depends_on, *([args.monitoring] if args.monitoring is not None else []))
+            ),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs(

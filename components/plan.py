@@ -54,6 +54,7 @@ from .cluster import system_scheduling_template
 from .constants import LABEL_INSTANCE, LABEL_TENANT, SYSTEM_NODE_SELECTOR, VLLM_PORT, standard_labels
 from .serving import TIER_ORDER, ModelPlan, Plan, RoutePlan, ServerPlan, ServingBackend, TierRoute
 from .specs.endpoint_picker import EPP_POD_RESOURCES, EndpointPickerPlan, PickerBand
+from .specs.slo_rules import SloPlan, latency_slo
 
 
 def merged_server_args(model: ModelConfig, version: ModelVersion) -> ServerArgs:
@@ -260,6 +261,26 @@ def _backend_issues(config: PlatformConfig) -> Iterator[ConfigIssue]:
         yield from backend.config_issues(config, index, model, pools[model.pool])
 
 
+def _slo(config: PlatformConfig, model: ModelConfig) -> SloPlan:
+    """The model's objectives: its profile's, where its own `slo` does not say otherwise."""
+    profile = effective_profile(config, model)
+    own = model.slo
+    target = own.latency_target_ms if own.latency_target_ms is not None else profile.ttft_target_ms
+    return SloPlan(
+        model=model.name,
+        served_name=model.openai_name,
+        tenant=model.tenant,
+        availability_objective=(
+            own.availability_objective if own.availability_objective is not None else profile.availability_objective
+        ),
+        latency=latency_slo(
+            profile.latency_sli,
+            target,
+            own.latency_objective if own.latency_objective is not None else profile.latency_objective,
+        ),
+    )
+
+
 def plan_checks(config: PlatformConfig) -> list[ConfigIssue]:
     """The checks that need the serving backends: each backend's own rules, and every model at
     its peak against its tenant's budget and its pool. `load_config` runs them with the config's
@@ -288,6 +309,7 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
                 weights_service_account=weights_service_account(model) if s3_uris else None,
                 peak=_peak(model),
                 route=_route(config, model),
+                slo=_slo(config, model),
             )
         )
     return Plan(config=config, models=tuple(models), endpoint_pickers_by_tenant=endpoint_pickers_by_tenant(config))

@@ -48,6 +48,7 @@ from .constants import (
     PART_OF,
 )
 from .specs.endpoint_picker import EndpointPickerPlan
+from .specs.slo_rules import SloPlan
 
 # How a server's object is registered:
 # - "pods": makes pods (waits for what pods need; `pulumi up` waits until it is ready);
@@ -317,6 +318,8 @@ class ModelPlan:
     weights_service_account: str | None
     peak: Peak
     route: RoutePlan
+    # Its service level objectives (its PrometheusRule's recording rules and alerts).
+    slo: SloPlan
 
 
 @dataclass(frozen=True)

@@ -808,6 +808,24 @@ class DrainSettings(ConfigModel):
     """Seconds for the endpoint to leave every load balancer before vLLM gets SIGTERM."""
 
 
+# An objective is a fraction of requests over the 30-day budget: above one half (below, the
+# "objective" is a coin toss) and at most four nines (past that, one failed request spends a
+# day's budget at the traffic a model sees).
+Objective = Annotated[float, Field(gt=0.5, le=0.9999)]
+
+
+class SloOverride(ConfigModel):
+    """The model's service level objectives where they differ from its profile's (README, Service level objectives)."""
+
+    latency_target_ms: PositiveInt | None = None
+    """Latency target in milliseconds: time to first token for streaming profiles, the whole request otherwise.
+    Alerts count a request as slow above the histogram boundary at or below it. Default: the profile's target."""
+    latency_objective: Objective | None = None
+    """Fraction of requests within the latency target, e.g. `0.95`. Default: the profile's."""
+    availability_objective: Objective | None = None
+    """Fraction of answers that are not 5xx (503 included), e.g. `0.995`. Default: the profile's."""
+
+
 class ModelConfig(ConfigModel):
     name: ResourceName
     """Model name; Kubernetes names derive from it."""
@@ -842,6 +860,8 @@ class ModelConfig(ConfigModel):
     """How a stopping replica drains."""
     endpoint_picker: EndpointPickerSettings = EndpointPickerSettings()
     """The endpoint picker in front of each version's servers."""
+    slo: SloOverride = SloOverride()
+    """Service level objectives the model's alerts hold it to, where they differ from its profile's."""
 
     @property
     def openai_name(self) -> str:

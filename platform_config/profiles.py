@@ -37,6 +37,19 @@ class WorkloadProfile:
     request_timeout_seconds: int
     # vLLM runner: "generate" for LLM endpoints, "pooling" for embedding models.
     runner: Literal["generate", "pooling"] = "generate"
+    # Service level objectives over a 30-day budget (components/specs/slo_rules.py alerts on
+    # them). Availability: the fraction of answers that are not 5xx (503 included: a request the
+    # platform shed is one the caller did not get). Latency: the fraction of requests within
+    # `ttft_target_ms`, measured as the profile's `latency_sli`.
+    availability_objective: float = 0.99
+    latency_objective: float = 0.95
+
+    @property
+    def latency_sli(self) -> Literal["ttft", "duration"]:
+        """What the latency target bounds: time to first token for streaming profiles (what a
+        user watching tokens waits for); the whole request for the others, whose caller waits for
+        the full answer ("summaries < 30 s", an embedding per item), as the mesh measures it."""
+        return "ttft" if self.streaming else "duration"
 
 
 PROFILES: dict[str, WorkloadProfile] = {
@@ -54,6 +67,7 @@ PROFILES: dict[str, WorkloadProfile] = {
             priority_class=PRODUCTION_PRIORITY_CLASS,
             tiers=("premium", "standard"),
             request_timeout_seconds=120,
+            availability_objective=0.995,
         ),
         WorkloadProfile(
             name="code-completion",
@@ -67,6 +81,7 @@ PROFILES: dict[str, WorkloadProfile] = {
             priority_class=PRODUCTION_PRIORITY_CLASS,
             tiers=("premium", "standard"),
             request_timeout_seconds=30,
+            availability_objective=0.995,
         ),
         WorkloadProfile(
             name="rag",
@@ -80,6 +95,7 @@ PROFILES: dict[str, WorkloadProfile] = {
             priority_class=PRODUCTION_PRIORITY_CLASS,
             tiers=("premium", "standard"),
             request_timeout_seconds=120,
+            availability_objective=0.995,
         ),
         WorkloadProfile(
             name="summarization",
@@ -107,6 +123,7 @@ PROFILES: dict[str, WorkloadProfile] = {
             tiers=("premium", "standard", "batch"),
             request_timeout_seconds=30,
             runner="pooling",
+            availability_objective=0.995,
         ),
         WorkloadProfile(
             name="batch-labelling",
