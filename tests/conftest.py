@@ -73,3 +73,24 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"{item.nodeid}: skipped, but {REQUIRE_REAL_SERVERS}=1 forbids skipping real-server tests: {reason}"
+
+
+# The MLflow server takes seconds to import and migrate its store: spawned as soon as collection
+# finds the registry tests, it comes up while the tests before them run.
+EARLY_MLFLOW = pytest.StashKey["object"]()
+
+
+def pytest_collection_finish(session) -> None:
+    from .servers.mlflow import missing_reason, spawn_mlflow
+
+    if any(item.path.name == "test_registry.py" for item in session.items) and missing_reason() is None:
+        import tempfile
+        from pathlib import Path
+
+        session.config.stash[EARLY_MLFLOW] = spawn_mlflow(Path(tempfile.mkdtemp(prefix="mlflow-")))
+
+
+def pytest_sessionfinish(session) -> None:
+    server = session.config.stash.get(EARLY_MLFLOW, None)
+    if server is not None:
+        server.stop()  # a no-op when the registry tests stopped it already

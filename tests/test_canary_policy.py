@@ -289,12 +289,10 @@ def _release(stable: str, canary_version: str | None = None, weight: int = 0, re
         (_release("v1", "v2", 10), _release("v1", "v2", 50), 1, "weight 10% -> 50% skips steps: the next allowed step is 25%"),
         (_release("v1", "v2", 10), _release("v1", "v2", 50, "incident 42: hotfix roll-forward"), 0, None),
         (_release("v1", "v2", 50), _release("v2"), 1, "canary v2 promoted to stable at 50%"),
-        (_release("v1", "v2", 100), _release("v2"), 0, None),
-        (_release("v1", "v2", 25), _release("v1", "v2", 0), 0, None),
-        (_release("v1"), _release("v1", "v2", 25), 1, "new canary v2 (was none) starts at 25%, above the first step 10%"),
     ],
-    ids=["10-to-25", "10-to-50", "10-to-50-overridden", "promoted-at-50", "promoted-at-100", "rollback-25-to-0",
-         "new-canary-at-25"],
+    # The rule's other cases (promotion at 100, rollback, a new canary) are the table above: one
+    # preview each here would add seconds, not coverage of the path through the pack.
+    ids=["10-to-25", "10-to-50", "10-to-50-overridden", "promoted-at-50"],
 )  # fmt: skip
 def test_the_pack_holds_the_release_to_the_previous_one(tmp_path, staging_raw, before, after, exit_code, message):
     set_at(staging_raw, ("models", 0, "release"), after)

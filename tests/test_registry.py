@@ -25,8 +25,9 @@ from platform_config.errors import ConfigError
 from platform_config.loader import parse_platform_config
 from platform_config.registry import RECORDING_NAME, REGISTRY_FILE_ENV, RegistryFileError, read_recording, resolve_registry
 
+from .conftest import EARLY_MLFLOW
 from .helpers import PreviewRun, raw_stack, run_preview, write_stack
-from .servers.mlflow import MlflowServer, free_port, missing_reason, start_mlflow
+from .servers.mlflow import MlflowServer, free_port, missing_reason, start_mlflow, wait_until_healthy
 
 SHA_A = "7ae557604adf67be50417f59c2c2f167def9a775"
 SHA_B = "aa" * 20
@@ -52,11 +53,13 @@ ALIASES = [
 
 
 @pytest.fixture(scope="module")
-def mlflow(tmp_path_factory) -> Iterator[MlflowServer]:
+def mlflow(request, tmp_path_factory) -> Iterator[MlflowServer]:
     reason = missing_reason()
     if reason is not None:
         pytest.skip(reason)
-    server = start_mlflow(tmp_path_factory.mktemp("mlflow"))
+    # The one the suite spawned when it collected this module (conftest), else a new one.
+    early = request.config.stash.get(EARLY_MLFLOW, None)
+    server = wait_until_healthy(early) if early is not None else start_mlflow(tmp_path_factory.mktemp("mlflow"))
     try:
         operations: list[list[Any]] = []
         for name, versions in MODELS.items():
@@ -168,7 +171,14 @@ def test_a_moved_alias_shows_as_a_change_of_the_models_objects(mlflow, tmp_path)
     assert before.result.returncode == 0, before.result.stderr[-3000:]
     mlflow.client(["alias", "mover", "champion", "2"])
     after = preview(tmp_path, raw, "--baseline", str(before.out), name="after")
-    assert after.result.returncode == 0, after.result.stderr[-3000:]
+    # The stable version now serves other weights without a canary: the pack refuses it...
+    assert after.result.returncode == 1, after.result.stderr[-3000:]
+    (refusal,) = [d for d in after.report["policies"]["data"]["diagnostics"] if d["policy"] == "canary-weight-steps"]
+    assert "stable version v1 now serves hf://" in refusal["message"] and "instead of hf://" in refusal["message"]
+    # ... unless this change says why.
+    raw["models"][0]["release"]["stepOverride"] = {"reason": "the registry's champion is the release"}
+    overridden = preview(tmp_path, raw, "--baseline", str(before.out), name="overridden")
+    assert overridden.result.returncode == 0, overridden.result.stdout[-3000:]
 
     changes = after.report["changes"]["data"]
     assert not changes["added"] and not changes["removed"]

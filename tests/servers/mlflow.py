@@ -113,6 +113,12 @@ class MlflowServer:
 
 def start_mlflow(folder: Path) -> MlflowServer:
     """A tracking server on a free loopback port, healthy; RuntimeError with its log when it does not come up."""
+    return wait_until_healthy(spawn_mlflow(folder))
+
+
+def spawn_mlflow(folder: Path) -> MlflowServer:
+    """A tracking server starting on a free loopback port (it needs seconds to come up: the suite
+    spawns it when collection finds the registry tests, and they wait for it when they begin)."""
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = (folder / "server.log").open("wb")
@@ -136,7 +142,12 @@ def start_mlflow(folder: Path) -> MlflowServer:
         # Its own process group: stopping it stops the workers it forks.
         start_new_session=True,
     )
-    server = MlflowServer(f"http://127.0.0.1:{port}", folder, process)
+    return MlflowServer(f"http://127.0.0.1:{port}", folder, process)
+
+
+def wait_until_healthy(server: MlflowServer) -> MlflowServer:
+    """The server once its /health answers; RuntimeError with its log when it does not come up."""
+    process, folder = server.process, server.folder
     deadline = time.monotonic() + START_DEADLINE_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
