@@ -46,15 +46,21 @@ class InputError(Exception):
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    # What every command reads: a stack, from the project's stack file or another one.
+    stack_file = argparse.ArgumentParser(add_help=False)
+    stack_file.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml")
+    stack_file.add_argument("--project-dir", type=Path, default=PROJECT_ROOT, help="the Pulumi project (default: this repo)")
+    stack_file.add_argument("--stack-file", type=Path, help="use this stack file instead of stacks/Pulumi.<stack>.yaml")
+
     parser = argparse.ArgumentParser(prog="python -m platform_tools", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     canary = commands.add_parser(
         "canary",
+        parents=[stack_file],
         help="judge a model's canary from Prometheus: promote, hold or roll back",
         description="Compare the canary with the stable version and the profile's target over release.analysis.window; "
         "print the verdict with its numbers; with --write, put the next step into the stack file.",
     )
-    canary.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml")
     canary.add_argument("model", help="the model's name (models[].name)")
     canary.add_argument(
         "--prometheus",
@@ -65,17 +71,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     canary.add_argument("--write", action="store_true", help="write the next step into the stack file (nothing on hold)")
     canary.add_argument("--json", action="store_true", help="print the verdict, numbers and queries as JSON")
-    canary.add_argument("--project-dir", type=Path, default=PROJECT_ROOT, help="the Pulumi project (default: this repo)")
-    canary.add_argument("--stack-file", type=Path, help="use this stack file instead of stacks/Pulumi.<stack>.yaml")
-    canaries = commands.add_parser(
+    commands.add_parser(
         "canaries",
+        parents=[stack_file],
         help="list the models of a stack whose canary takes traffic, one per line",
         description="The models whose release names a canary at a weight above 0 (what the canary workflow judges; a "
         "canary rolled back to 0 waits for a person), one name per line.",
     )
-    canaries.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml")
-    canaries.add_argument("--project-dir", type=Path, default=PROJECT_ROOT, help="the Pulumi project (default: this repo)")
-    canaries.add_argument("--stack-file", type=Path, help="use this stack file instead of stacks/Pulumi.<stack>.yaml")
     return parser.parse_args(argv)
 
 
