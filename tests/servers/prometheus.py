@@ -48,6 +48,11 @@ class SyntheticSeries:
         samples = self.series.setdefault((name, tuple(sorted(labels.items()))), [])
         samples.extend((t, base + per_second * (t - start)) for t in range(start, end + 1, STEP))
 
+    def gauge(self, name: str, labels: Mapping[str, str], start: int, end: int, value: float) -> None:
+        """A gauge holding `value` from `start` to `end`, sampled every STEP seconds."""
+        samples = self.series.setdefault((name, tuple(sorted(labels.items()))), [])
+        samples.extend((t, value) for t in range(start, end + 1, STEP))
+
     def histogram(
         self,
         name: str,
