@@ -11,11 +11,13 @@ from typing import Any
 import pulumi
 
 from .constants import PACKAGE, standard_labels
+from .dashboards import Dashboard, DashboardArgs
 from .k8s_objects import KubernetesObject
 from .model_route import ModelRoute, ModelRouteArgs
 from .model_server import ModelServer, ModelServerArgs, register
 from .serving import ModelPlan
 from .slo import ModelSlo, ModelSloArgs
+from .specs.dashboards import model_dashboard
 from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
 
 
@@ -127,6 +129,12 @@ class Model(pulumi.ComponentResource):
             ModelSloArgs(
                 slo=plan.slo, depends_on=(*args.depends_on, *([args.monitoring] if args.monitoring is not None else []))
             ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        # Its versions side by side, read from the series the SLO rule records.
+        Dashboard(
+            f"{name}-dashboard",
+            DashboardArgs(namespace=model.tenant, dashboard=model_dashboard(plan.slo), depends_on=args.depends_on),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs(

@@ -9,7 +9,8 @@ import pulumi_kubernetes as k8s
 from platform_config.pins import KUBE_PROMETHEUS_STACK
 
 from .constants import MONITORING_NAMESPACE, PACKAGE, PRIVILEGED
-from .k8s_objects import helm_release, system_namespace
+from .k8s_objects import KubernetesObject, helm_release, system_namespace
+from .specs.dashboards import ALLOWED_NODE_LABELS
 
 # The Prometheus Operator's governing Service for every Prometheus it runs: a stable name.
 PROMETHEUS_URL = f"http://prometheus-operated.{MONITORING_NAMESPACE}.svc"
@@ -17,11 +18,12 @@ PROMETHEUS_URL = f"http://prometheus-operated.{MONITORING_NAMESPACE}.svc"
 
 class Monitoring(pulumi.ComponentResource):
     release: k8s.helm.v3.Release
+    namespace: KubernetesObject
 
     def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:monitoring:Monitoring", name, None, opts)
         # node-exporter needs host namespaces.
-        namespace = system_namespace(
+        self.namespace = namespace = system_namespace(
             f"{name}-namespace", MONITORING_NAMESPACE, "monitoring", pulumi.ResourceOptions(parent=self), **PRIVILEGED
         )
         select_all = False
@@ -39,6 +41,17 @@ class Monitoring(pulumi.ComponentResource):
                         "ruleSelectorNilUsesHelmValues": select_all,
                         "retention": "15d",
                     }
+                },
+                "grafana": {
+                    # Dashboards of every namespace: a model's lives in its tenant's namespace
+                    # (components/specs/dashboards.py). ALL is the chart's default since 45.12.0;
+                    # said here so the dashboards do not hang on a default.
+                    "sidecar": {"dashboards": {"searchNamespace": "ALL"}},
+                },
+                "kube-state-metrics": {
+                    # kube_node_labels carries no node label unless allowed: the overview groups
+                    # GPUs by pool and instance type.
+                    "metricLabelsAllowlist": [f"nodes=[{','.join(ALLOWED_NODE_LABELS)}]"],
                 },
             },
             pulumi.ResourceOptions(parent=self, depends_on=[namespace]),

@@ -17,7 +17,8 @@ from platform_config.models import PlatformConfig
 
 from .cluster import Cluster
 from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
-from .constants import PACKAGE, SYSTEM_NODE_SELECTOR
+from .constants import MONITORING_NAMESPACE, PACKAGE, SYSTEM_NODE_SELECTOR
+from .dashboards import Dashboard, DashboardArgs
 from .gateway_routing import GatewayRouting, GatewayRoutingArgs
 from .gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from .gpu_operator import GpuOperator, GpuOperatorArgs
@@ -31,6 +32,7 @@ from .monitoring import PROMETHEUS_URL, Monitoring
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
 from .serving import MachineryName, Plan
+from .specs.dashboards import platform_overview_dashboard
 from .specs.gateway import stream_idle_timeout_seconds
 from .tenant import Tenant, TenantArgs
 from .workload_identity import WorkloadAccess
@@ -63,6 +65,13 @@ class InferencePlatform(pulumi.ComponentResource):
 
         priority_classes = PriorityClasses("priority-classes", opts=child)
         monitoring = Monitoring("monitoring", opts=child) if config.monitoring.install_prometheus_stack else None
+        if monitoring is not None:
+            # Next to the Grafana that shows it; a cluster's own Grafana is left to its operator.
+            Dashboard(
+                "platform-overview",
+                DashboardArgs(MONITORING_NAMESPACE, platform_overview_dashboard(), depends_on=(monitoring.namespace,)),
+                opts=child,
+            )
 
         eks = config.cluster.eks
         self.pools = [
