@@ -94,3 +94,14 @@ def pytest_sessionfinish(session) -> None:
     server = session.config.stash.get(EARLY_MLFLOW, None)
     if server is not None:
         server.stop()  # a no-op when the registry tests stopped it already
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """The real promtool (Debian's `prometheus` package; `make real-servers` installs it)."""
+    import shutil
+
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.skip("promtool is not on PATH (Debian package `prometheus`; `make real-servers` installs it)")
+    return path

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -159,14 +158,6 @@ def test_the_preview_declares_the_dashboards_where_the_sidecar_looks(prod_previe
     values = release["inputs"]["values"]
     # Model dashboards live in their tenants' namespaces: the sidecar must search them all.
     assert values["grafana"]["sidecar"]["dashboards"]["searchNamespace"] == "ALL"
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.skip("promtool is not on PATH (Debian package `prometheus`; `make real-servers` installs it)")
-    return path
 
 
 @pytest.mark.real_server

@@ -7,7 +7,6 @@ buckets hold."""
 from __future__ import annotations
 
 import copy
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -42,14 +41,6 @@ ISTIO = (
 )
 # Requests per minute in every scenario, and how long the series run (minutes).
 PER_MINUTE, MINUTES = 100, 150
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.skip("promtool is not on PATH (Debian package `prometheus`; `make real-servers` installs it)")
-    return path
 
 
 def rules_file(tmp_path: Path, *slos: SloPlan) -> Path:
