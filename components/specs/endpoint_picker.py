@@ -37,7 +37,6 @@ import yaml
 
 from platform_config.pins import ENDPOINT_PICKER, ENVOY_PROXY
 from platform_config.quantity import parse_quantity
-from platform_config.serving import MESH_PROXY_RESOURCES
 
 from ..constants import (
     GATEWAY_SELECTOR,
@@ -46,7 +45,7 @@ from ..constants import (
     LABEL_NAME,
     MONITORING_NAMESPACE,
 )
-from .pod import merged_metrics_relabelings
+from .pod import draining_sidecar_annotations, merged_metrics_relabelings
 from .tenancy import NAMESPACE_NAME_LABEL
 
 # --- ports ----------------------------------------------------------------------------------
@@ -1106,18 +1105,9 @@ def pod_annotations(plan: EndpointPickerPlan) -> dict[str, str]:
         #   connection is left (pkg/envoy/agent.go terminate with
         #   EXIT_ON_ZERO_ACTIVE_CONNECTIONS), within the pod's grace period: after Envoy's last
         #   request, however long its preStop keeps it serving.
-        "proxy.istio.io/config": json.dumps(
-            {
-                "terminationDrainDuration": f"{termination_grace_seconds(plan)}s",
-                "holdApplicationUntilProxyStarts": True,
-                "proxyMetadata": {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"},
-            }
-        ),
-        # The sidecar's size, stated so quotas count it exactly (platform_config.serving
-        # MESH_PROXY_RESOURCES; components/plan.py counts it per EPP pod).
-        "sidecar.istio.io/proxyCPU": MESH_PROXY_RESOURCES["cpu"],
-        "sidecar.istio.io/proxyMemory": MESH_PROXY_RESOURCES["memory"],
-        "sidecar.istio.io/proxyMemoryLimit": MESH_PROXY_RESOURCES["memory"],
+        # The sidecar's size is stated so quotas count it exactly (components/plan.py counts it
+        # per EPP pod).
+        **draining_sidecar_annotations(termination_grace_seconds(plan)),
     }
 
 

@@ -311,16 +311,24 @@ def pod_annotations(plan: ServerPlan) -> dict[str, str]:
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(VLLM_PORT),
         "prometheus.io/path": "/metrics",
-        # Keep the sidecar up while vLLM drains (and no longer: it exits once the last
-        # connection closes), and start vLLM only once the sidecar is ready.
+        # Keep the sidecar up while vLLM drains, and start vLLM only once the sidecar is ready.
+        **draining_sidecar_annotations(plan.drain.grace_seconds),
+    }
+
+
+def draining_sidecar_annotations(grace_seconds: int) -> dict[str, str]:
+    """The mesh sidecar of a pod that drains: it starts before the application, outlives its
+    drain (`terminationDrainDuration`) and exits once the last connection closes
+    (EXIT_ON_ZERO_ACTIVE_CONNECTIONS) rather than at the end of the grace period; and its size,
+    stated so quotas count it exactly (MESH_PROXY_RESOURCES)."""
+    return {
         "proxy.istio.io/config": json.dumps(
             {
-                "terminationDrainDuration": f"{plan.drain.grace_seconds}s",
+                "terminationDrainDuration": f"{grace_seconds}s",
                 "holdApplicationUntilProxyStarts": True,
                 "proxyMetadata": {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"},
             }
         ),
-        # The sidecar's size, stated so quotas count it exactly (see MESH_PROXY_RESOURCES).
         "sidecar.istio.io/proxyCPU": MESH_PROXY_RESOURCES["cpu"],
         "sidecar.istio.io/proxyMemory": MESH_PROXY_RESOURCES["memory"],
         "sidecar.istio.io/proxyMemoryLimit": MESH_PROXY_RESOURCES["memory"],
