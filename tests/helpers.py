@@ -169,3 +169,13 @@ class Evaluated:
         ]
         assert len(found) == 1, (kind, name, namespace)
         return found[0]
+
+
+def mirror_show(mirror: Path, tag: str, path: str) -> str:
+    """A file of a fetched upstream mirror (a bare git repository) at a tag; the test skips when
+    this machine has no such mirror."""
+    import pytest
+
+    if not mirror.is_dir():
+        pytest.skip(f"no mirror at {mirror}")
+    return subprocess.run(["git", "-C", str(mirror), "show", f"{tag}:{path}"], check=True, capture_output=True, text=True).stdout

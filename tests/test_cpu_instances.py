@@ -4,7 +4,6 @@ name is one EC2 (and pulumi-aws) knows, and the system group's instanceType is h
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from platform_config.cpu_instances import CPU_INSTANCE_TYPES
 from platform_config.loader import parse_platform_config
 
-from .helpers import config_problems, set_at, write_stack
+from .helpers import config_problems, mirror_show, set_at, write_stack
 
 KEY = "inference-platform:cluster.eks.systemNodeGroup.instanceType"
 INSTANCE_TYPE = ("cluster", "eks", "systemNodeGroup", "instanceType")
@@ -46,14 +45,7 @@ def test_the_catalog_has_awss_figures(name: str, vcpus: int, memory_gib: int):
 def test_the_catalog_agrees_with_the_cluster_autoscalers_table():
     """Every type's vCPUs and memory as the cluster autoscaler's AWS table has them (generated
     from the AWS price list), read from the mirror at a tag."""
-    if not AUTOSCALER_MIRROR.is_dir():
-        pytest.skip(f"no kubernetes/autoscaler mirror at {AUTOSCALER_MIRROR}")
-    source = subprocess.run(
-        ["git", "-C", str(AUTOSCALER_MIRROR), "show", f"{AUTOSCALER_TAG}:{AUTOSCALER_TABLE}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    source = mirror_show(AUTOSCALER_MIRROR, AUTOSCALER_TAG, AUTOSCALER_TABLE)
     table = {
         m["name"]: (int(m["vcpu"]), int(m["memory_mb"]))
         for m in re.finditer(r'"(?P<name>[a-z0-9.-]+)": \{\s*InstanceType:\s*"[^"]+",\s*VCPU:\s*(?P<vcpu>\d+),\s*'

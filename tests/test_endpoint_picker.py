@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,7 +28,7 @@ from platform_config.serving import MESH_PROXY_RESOURCES
 from preview.admission import istio_injects
 from preview.schemas import SchemaValidator
 
-from .helpers import ROOT
+from .helpers import ROOT, mirror_show
 
 SERVER_LABELS = {"inference.platform/model": "llama-8b", "inference.platform/model-version": "v1"}
 MIRROR = Path("/work/.mirror/llm-d+llm-d-router/repo")
@@ -91,9 +90,7 @@ def container(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
 
 
 def git_show(path: str, mirror: Path = MIRROR, tag: str = TAG) -> str:
-    if not mirror.is_dir():
-        pytest.skip(f"no mirror at {mirror}")
-    return subprocess.run(["git", "-C", str(mirror), "show", f"{tag}:{path}"], check=True, capture_output=True, text=True).stdout
+    return mirror_show(mirror, tag, path)
 
 
 def istio_show(path: str) -> str:

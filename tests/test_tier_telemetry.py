@@ -9,7 +9,6 @@ That the header holds the gateway's value, never a client's, is the gateway filt
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from components.specs.telemetry import TIER_METRICS, UNKNOWN_TIER, tier_expressi
 from platform_config.pins import ISTIO_VERSION
 from preview.schemas import SchemaValidator
 
-from .helpers import Evaluated, raw_stack, set_at
+from .helpers import Evaluated, mirror_show, raw_stack, set_at
 
 TELEMETRY = "kubernetes:telemetry.istio.io/v1:Telemetry"
 ISTIO_API_MIRROR = Path("/work/.mirror/istio+api/repo")
@@ -95,14 +94,7 @@ def test_it_validates_against_the_telemetry_crd(stack):
 
 def test_the_fields_exist_in_the_pinned_istio_api():
     """istio/api at the pinned Istio tag: the metric and mode names and the tag override fields."""
-    if not ISTIO_API_MIRROR.exists():
-        pytest.skip(f"no istio/api mirror at {ISTIO_API_MIRROR}")
-    proto = subprocess.run(
-        ["git", "-C", str(ISTIO_API_MIRROR), "show", f"{ISTIO_VERSION}:telemetry/v1alpha1/telemetry.proto"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    proto = mirror_show(ISTIO_API_MIRROR, ISTIO_VERSION, "telemetry/v1alpha1/telemetry.proto")
     for metric in TIER_METRICS:
         assert re.search(rf"^\s+{metric} = \d+;", proto, re.M), metric
     assert re.search(r"^\s+SERVER = \d+;", proto, re.M)
