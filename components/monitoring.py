@@ -11,6 +11,7 @@ from platform_config.pins import KUBE_PROMETHEUS_STACK
 from .constants import MONITORING_NAMESPACE, PACKAGE, PRIVILEGED
 from .k8s_objects import KubernetesObject, helm_release, system_namespace
 from .specs.dashboards import ALLOWED_NODE_LABELS
+from .specs.slo_rules import ALLOWED_POD_LABELS
 
 # The Prometheus Operator's governing Service for every Prometheus it runs: a stable name.
 PROMETHEUS_URL = f"http://prometheus-operated.{MONITORING_NAMESPACE}.svc"
@@ -49,9 +50,12 @@ class Monitoring(pulumi.ComponentResource):
                     "sidecar": {"dashboards": {"searchNamespace": "ALL"}},
                 },
                 "kube-state-metrics": {
-                    # kube_node_labels carries no node label unless allowed: the overview groups
-                    # GPUs by pool and instance type.
-                    "metricLabelsAllowlist": [f"nodes=[{','.join(ALLOWED_NODE_LABELS)}]"],
+                    # kube_node_labels and kube_pod_labels carry no label unless allowed: the
+                    # overview groups GPUs by pool and instance type, the GPU rule pods by version.
+                    "metricLabelsAllowlist": [
+                        f"nodes=[{','.join(ALLOWED_NODE_LABELS)}]",
+                        f"pods=[{','.join(ALLOWED_POD_LABELS)}]",
+                    ],
                 },
             },
             pulumi.ResourceOptions(parent=self, depends_on=[namespace]),

@@ -69,7 +69,13 @@ class InferencePlatform(pulumi.ComponentResource):
             # Next to the Grafana that shows it; a cluster's own Grafana is left to its operator.
             Dashboard(
                 "platform-overview",
-                DashboardArgs(MONITORING_NAMESPACE, platform_overview_dashboard(), depends_on=(monitoring.namespace,)),
+                DashboardArgs(
+                    MONITORING_NAMESPACE,
+                    platform_overview_dashboard(
+                        {pool.name: pool.price_per_hour for pool in config.node_pools if pool.price_per_hour is not None}
+                    ),
+                    depends_on=(monitoring.namespace,),
+                ),
                 opts=child,
             )
 

@@ -425,6 +425,9 @@ class NodePoolConfig(ConfigModel):
     """Node image; GPU sharing needs AL2023 (the GPU Operator configures it)."""
     capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
     """On-demand or spot capacity."""
+    price_per_hour: Annotated[float, Field(gt=0, le=10_000)] | None = None
+    """What one node of the pool costs per hour, in your currency (your rate: on-demand, savings plan or spot); the
+    overview dashboard shows the pool's nodes times this. No default: prices differ by region and contract."""
     min_size: NonNegativeInt = 0
     """Fewest nodes."""
     max_size: PositiveInt

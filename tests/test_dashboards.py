@@ -23,6 +23,7 @@ from components.specs.dashboards import (
     model_dashboard,
     platform_overview_dashboard,
 )
+from components.specs.metrics import ksm_label
 from components.specs.slo_rules import SloPlan, prometheus_rule
 
 from .helpers import PreviewRun, raw_stack, run_preview, validate
@@ -57,6 +58,11 @@ def recorded(slo: SloPlan) -> set[str]:
     return {r["record"] for g in prometheus_rule(slo)["spec"]["groups"] for r in g["rules"] if "record" in r}
 
 
+PRICES = {
+    pool.name: pool.price_per_hour for pool in validate(raw_stack("prod")).config.node_pools if pool.price_per_hour is not None
+}
+
+
 @pytest.fixture(scope="module")
 def slos() -> list[SloPlan]:
     return [m.slo for m in validate(raw_stack("prod")).models]
@@ -64,7 +70,7 @@ def slos() -> list[SloPlan]:
 
 @pytest.fixture(scope="module")
 def dashboards(slos: list[SloPlan]) -> list[dict[str, Any]]:
-    return [platform_overview_dashboard(), *(model_dashboard(slo) for slo in slos)]
+    return [platform_overview_dashboard(PRICES), *(model_dashboard(slo) for slo in slos)]
 
 
 def test_the_extractor_finds_series_and_skips_functions_labels_and_keywords() -> None:
@@ -93,7 +99,7 @@ def test_a_misspelt_series_would_be_caught(slos: list[SloPlan]) -> None:
 
 def test_the_overview_reads_recorded_or_exporter_series_only(slos: list[SloPlan]) -> None:
     known = set().union(*(recorded(slo) for slo in slos)) | set(EXPORTER_SERIES)
-    used = {name for t in targets(platform_overview_dashboard()) for name in series_names(t["expr"])}
+    used = {name for t in targets(platform_overview_dashboard(PRICES)) for name in series_names(t["expr"])}
     assert used <= known, used - known
     # Every exporter series listed is used: the list is no stale allowance.
     assert set(EXPORTER_SERIES) <= used
@@ -160,6 +166,29 @@ def test_the_preview_declares_the_dashboards_where_the_sidecar_looks(prod_previe
     assert values["grafana"]["sidecar"]["dashboards"]["searchNamespace"] == "ALL"
 
 
+def test_every_kube_state_metrics_label_read_is_one_it_exports(prod_preview: PreviewRun) -> None:
+    """kube-state-metrics exports a node's or pod's label only when the allowlist the monitoring
+    release renders names it: every `label_*` a rendered rule or dashboard reads off
+    `kube_node_labels` or `kube_pod_labels` must be allowed for that kind."""
+    run = prod_preview
+    [release] = [r for r in run.of_type("kubernetes:helm.sh/v3:Release") if r["name"] == "monitoring-release"]
+    allowed: dict[str, set[str]] = {}
+    for entry in release["inputs"]["values"]["kube-state-metrics"]["metricLabelsAllowlist"]:
+        kind, _, keys = entry.partition("=")
+        allowed[kind] = {ksm_label(key) for key in keys.strip("[]").split(",")}
+    rules = [r["expr"] for rule in run.objects("PrometheusRule") for g in rule["spec"]["groups"] for r in g["rules"]]
+    queries = [t["expr"] for m in run.objects("ConfigMap") if SIDECAR_LABEL in m["metadata"].get("labels", {})
+               for d in m["data"].values() for t in targets(json.loads(d))]  # fmt: skip
+    read = 0
+    for expr in rules + queries:
+        kinds = [kind for kind, series in (("nodes", "kube_node_labels"), ("pods", "kube_pod_labels")) if series in expr]
+        labels = set(re.findall(r"\blabel_[A-Za-z0-9_]+", expr)) - {"label_replace"}
+        if kinds and labels:
+            read += 1
+            assert labels <= set().union(*(allowed.get(kind, set()) for kind in kinds)), expr
+    assert read >= 2, "no rule or query read a kube-state-metrics label"
+
+
 @pytest.mark.real_server
 def test_every_query_parses_under_promtool(promtool: str, dashboards: list[dict[str, Any]], tmp_path: Path) -> None:
     """Each query as the expression of a recording rule: `promtool check rules` parses it for real."""
@@ -172,3 +201,41 @@ def test_every_query_parses_under_promtool(promtool: str, dashboards: list[dict[
     # And a broken one fails, so the check can fail.
     path.write_text(yaml.safe_dump({"groups": [{"name": "d", "rules": [{"record": "x:y", "expr": "sum by (a (b)"}]}]}))
     assert subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60).returncode != 0
+
+
+@pytest.mark.real_server
+def test_the_cost_panel_is_each_pools_nodes_times_its_price(promtool: str, tmp_path: Path) -> None:
+    """Three nodes of a pool at 55.04 an hour cost 165.12; two of another at 2.3, 4.6; a node of
+    no pool (the system group) and a pool without a price cost nothing on the panel."""
+    [cost] = [p for p in platform_overview_dashboard({"h100": 55.04, "l4": 2.3})["panels"] if p["title"].startswith("Cost")]
+    pool = ksm_label("inference.platform/pool")
+    nodes = [("a", "h100"), ("b", "h100"), ("c", "h100"), ("d", "l4"), ("e", "l4"), ("f", "unpriced")]
+    series = [
+        {"series": f'kube_node_labels{{node="{node}", {pool}="{name}", job="kube-state-metrics"}}', "values": "1x20"}
+        for node, name in nodes
+    ]
+    series.append({"series": 'kube_node_labels{node="system-1", job="kube-state-metrics"}', "values": "1x20"})
+    rules = tmp_path / "empty.yaml"
+    rules.write_text(yaml.safe_dump({"groups": []}))
+    test = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            {
+                "expr": f"round({cost['targets'][0]['expr']}, 0.001)",
+                "eval_time": "5m",
+                "exp_samples": [
+                    {"labels": f'{{{pool}="h100"}}', "value": 165.12},
+                    {"labels": f'{{{pool}="l4"}}', "value": 4.6},
+                ],
+            }
+        ],
+    }
+    spec = tmp_path / "tests.yaml"
+    spec.write_text(yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": [test]}))
+    result = subprocess.run([promtool, "test", "rules", str(spec)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_without_prices_there_is_no_cost_panel() -> None:
+    assert not [p for p in platform_overview_dashboard({})["panels"] if p["title"].startswith("Cost")]

@@ -361,3 +361,51 @@ def strip_annotations(rules: Path) -> None:
         for rule in group["rules"]:
             rule.pop("annotations", None)
     rules.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.mark.real_server
+def test_gpu_activity_is_averaged_per_version_over_its_own_pods(promtool: str, tmp_path: Path) -> None:
+    """DCGM knows pods, not versions: two v1 pods at 50% and 90% and one v2 pod at 20% give v1
+    0.7 and v2 0.2; a pod of another model in the tenant's namespace, and a pod of the same name in
+    another namespace, are not counted."""
+    rules = rules_file(tmp_path, CHAT)
+    model_label = "label_inference_platform_model"
+    version_label = "label_inference_platform_model_version"
+
+    def pod(name: str, namespace: str, model: str, version: str, activity: float) -> list[dict[str, str]]:
+        return [
+            {
+                "series": f'kube_pod_labels{{namespace="{namespace}", pod="{name}", {model_label}="{model}", '
+                f'{version_label}="{version}", job="kube-state-metrics"}}',
+                "values": f"1x{MINUTES}",
+            },
+            {
+                "series": f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}", pod="{name}", gpu="0", '
+                f'modelName="NVIDIA H100 80GB HBM3", Hostname="node-{name}"}}',
+                "values": f"{activity}x{MINUTES}",
+            },
+        ]
+
+    series = (
+        pod("a", CHAT.tenant, CHAT.model, "v1", 0.5)
+        + pod("b", CHAT.tenant, CHAT.model, "v1", 0.9)
+        + pod("c", CHAT.tenant, CHAT.model, "v2", 0.2)
+        + pod("d", CHAT.tenant, "other-model", "v1", 1.0)
+        + pod("a", "team-b", CHAT.model, "v1", 0.0)
+    )
+    labels = {"model": CHAT.model, "tenant": CHAT.tenant}
+    test = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            {
+                "expr": "round(model_version:dcgm_gpu_engine_active:avg, 0.0001)",
+                "eval_time": "10m",
+                "exp_samples": [
+                    {"labels": prom_labels({**labels, "model_version": "v1"}), "value": 0.7},
+                    {"labels": prom_labels({**labels, "model_version": "v2"}), "value": 0.2},
+                ],
+            }
+        ],
+    }
+    passes(run_tests(promtool, tmp_path, rules, [test]))

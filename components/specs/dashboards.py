@@ -18,17 +18,19 @@ What the queries read:
 - the overview: those recorded series of every model, and exporter series listed in
   EXPORTER_SERIES with where each comes from.
 
-Cost: the platform config holds no instance prices, so the overview shows GPU-hours per hour
-(GPUs on nodes, by pool and by instance type), which a price table would turn into money.
+Cost: the overview shows GPU-hours per hour (GPUs on nodes, by pool and by instance type) and,
+for each pool whose stack config gives `pricePerHour`, its nodes times that price. No price is
+built in: they differ by region, purchase option and contract.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from ..constants import LABEL_POOL, standard_labels
-from .metrics import EPP_QUEUE_SERIES
+from .metrics import EPP_QUEUE_SERIES, ksm_label
 from .slo_rules import SloPlan, error_ratio_series
 
 # The sidecar's label (kube-prometheus-stack values `grafana.sidecar.dashboards.label` /
@@ -38,16 +40,10 @@ SIDECAR_LABEL_VALUE = "1"
 DATASOURCE_VARIABLE = "datasource"
 DATASOURCE = {"type": "prometheus", "uid": f"${{{DATASOURCE_VARIABLE}}}"}
 
-# kube-state-metrics names a Kubernetes label `label_<sanitised key>` (every character outside
-# [a-zA-Z0-9_] becomes `_`) and exports node labels only when allowed (`--metric-labels-allowlist`,
-# set in components/monitoring.py from these keys).
+# The node labels kube-state-metrics must export (`--metric-labels-allowlist`, set in
+# components/monitoring.py from these keys).
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ALLOWED_NODE_LABELS: tuple[str, ...] = (LABEL_POOL, INSTANCE_TYPE_LABEL)
-
-
-def ksm_label(key: str) -> str:
-    return "label_" + "".join(c if c.isalnum() or c == "_" else "_" for c in key)
-
 
 POOL = ksm_label(LABEL_POOL)
 INSTANCE_TYPE = ksm_label(INSTANCE_TYPE_LABEL)
@@ -174,6 +170,12 @@ def model_dashboard(slo: SloPlan) -> dict[str, Any]:
         ("KV cache usage (fullest server)", per_version("max", "model_version:vllm_kv_cache_usage_perc:max"), "percentunit", ""),
         ("Generated tokens per second", per_version("sum", "model_version:vllm_generation_tokens:rate5m"), "short", ""),
         (
+            "GPU engine activity",
+            per_version("max", "model_version:dcgm_gpu_engine_active:avg"),
+            "percentunit",
+            "DCGM engine activity of the GPUs (or MIG slices) the version's pods hold, averaged over its pods.",
+        ),
+        (
             "Availability error ratio (1 h)",
             per_version("max", error_ratio_series("availability", "1h")),
             "percentunit",
@@ -192,8 +194,16 @@ def model_dashboard(slo: SloPlan) -> dict[str, Any]:
     return _dashboard(f"model-{slo.tenant}-{slo.model}"[:40], f"Model {slo.model} ({slo.tenant})", ["model"], _layout(specs))
 
 
-def platform_overview_dashboard() -> dict[str, Any]:
-    """GPU use by pool, tenant and priority; queue depth; shed requests; GPU-hours per hour."""
+def pool_cost_per_hour(prices: Mapping[str, float]) -> str:
+    """Each priced pool's nodes times its price per node-hour, one series per pool."""
+    return " or ".join(
+        f'sum by ({POOL}) (kube_node_labels{{{POOL}="{pool}"}}) * {price:g}' for pool, price in sorted(prices.items())
+    )
+
+
+def platform_overview_dashboard(prices: Mapping[str, float]) -> dict[str, Any]:
+    """GPU use by pool, tenant and priority; queue depth; shed requests; GPU-hours per hour, and
+    the cost per hour of the pools whose `pricePerHour` is given."""
     gpu_requests = f"kube_pod_container_resource_requests{{{GPU_RESOURCE}}}"
     pools = f"max by (node, {POOL}) (kube_node_labels)"
     types = f"max by (node, {INSTANCE_TYPE}) (kube_node_labels)"
@@ -263,9 +273,18 @@ def platform_overview_dashboard() -> dict[str, Any]:
                 ),
             ],
             "short",
-            "GPUs on nodes: what is paid for each hour. The platform config holds no prices, so this is GPU-hours, not money.",
+            "GPUs on nodes: what is paid for each hour.",
         ),
     ]
+    if prices:
+        specs.append(
+            (
+                "Cost per hour by pool",
+                [(pool_cost_per_hour(prices), f"{{{{{POOL}}}}}")],
+                "short",
+                "Nodes of each pool times its `pricePerHour` (stack config), in the currency that price is in.",
+            )
+        )
     return _dashboard("inference-platform-overview", "Inference platform overview", ["overview"], _layout(specs))
 
 

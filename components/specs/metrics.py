@@ -19,6 +19,14 @@ from typing import Any
 QUEUE_METRIC = "vllm_num_requests_waiting"
 GPU_METRIC = "gpu_engine_active_percent"
 
+
+def ksm_label(key: str) -> str:
+    """kube-state-metrics' name of a Kubernetes label on its `kube_*_labels` series:
+    `label_<sanitised key>`, every character outside [a-zA-Z0-9_] becoming `_`. It exports a
+    label only when `--metric-labels-allowlist` allows it (components/monitoring.py)."""
+    return "label_" + "".join(c if c.isalnum() or c == "_" else "_" for c in key)
+
+
 POD_RESOURCES = {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}}
 
 # --- the endpoint picker's flow-control queue (llm-d/llm-d-router v0.10.0) --------------------

@@ -25,6 +25,12 @@ the pod's merged metrics: vLLM's and its Istio sidecar's):
   (envoyproxy/envoy source/common/stats/histogram_impl.h `HistogramSettingsImpl::defaultBuckets`;
   Istio sets none of its own), not checked at the Envoy of the pinned Istio.
 
+- DCGM, per version: `DCGM_FI_PROF_GR_ENGINE_ACTIVE` (0..1, also reported for MIG slices), whose
+  `namespace` and `pod` name the pod holding the GPU (the exporter's pod mapping, scraped with
+  honorLabels: components/specs/gpu_operator.py). The exporter knows no version, so the pod's
+  version comes from kube-state-metrics' `kube_pod_labels`, which exports the model and version
+  labels the monitoring component allows (ALLOWED_POD_LABELS).
+
 Recorded series follow Prometheus' `level:metric:operations` naming (prometheus.io, "Recording
 rules"): `model_version:...` per version, `model_version_tier:...` per version and tier, every one
 labelled with the model and tenant.
@@ -51,7 +57,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..constants import standard_labels
+from ..constants import LABEL_MODEL, LABEL_MODEL_VERSION, standard_labels
+from .metrics import ksm_label
 
 # vLLM's time-to-first-token buckets, in seconds: the same list before and after v0.18.0 (see above).
 VLLM_TTFT_BUCKETS_SECONDS: tuple[float, ...] = (
@@ -70,6 +77,11 @@ SEVERITIES: tuple[Severity, ...] = ("page", "ticket")
 
 # The alerts' runbooks: sections of the README's "Service level objectives".
 RUNBOOKS = {"latency": "README.md#latency-budget-burn", "availability": "README.md#availability-budget-burn"}
+
+# The pod labels kube-state-metrics must export for the GPU rule to tell versions apart
+# (`--metric-labels-allowlist`, set in components/monitoring.py).
+ALLOWED_POD_LABELS: tuple[str, ...] = (LABEL_MODEL, LABEL_MODEL_VERSION)
+GPU_ACTIVITY_SERIES = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 
 # The label alert routing reads to send a tenant's alerts to its team.
 TEAM_LABEL = "tenant"
@@ -218,6 +230,22 @@ def version_rules(slo: SloPlan, labels: dict[str, str]) -> list[dict[str, Any]]:
     return rules
 
 
+def gpu_rules(slo: SloPlan, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """How busy each version keeps its GPUs (or MIG slices): DCGM's engine activity of the pods
+    holding them, joined to each pod's version label."""
+    model_label, version_label = (ksm_label(key) for key in ALLOWED_POD_LABELS)
+    pods = f'max by (namespace, pod, {version_label}) (kube_pod_labels{{namespace="{slo.tenant}", {model_label}="{slo.model}"}})'
+    versions = f'label_replace({pods}, "model_version", "$1", "{version_label}", "(.*)")'
+    activity = f'{GPU_ACTIVITY_SERIES}{{namespace="{slo.tenant}"}}'
+    return [
+        _record(
+            "model_version:dcgm_gpu_engine_active:avg",
+            f"avg by (model_version) ({activity} * on (namespace, pod) group_left (model_version) {versions})",
+            labels,
+        )
+    ]
+
+
 def tier_rules(slo: SloPlan, labels: dict[str, str]) -> list[dict[str, Any]]:
     """What each version answers each tier, as the server's sidecar saw it."""
     sel = _istio(slo)
@@ -342,7 +370,7 @@ def prometheus_rule(slo: SloPlan) -> dict[str, Any]:
         slis.insert(0, ("latency", slo.latency.objective, latency_description(slo.latency)))
     ratios = {"latency": latency_error_ratio, "availability": availability_error_ratio}
     groups: list[dict[str, Any]] = [
-        {"name": f"{slo.model}.versions", "interval": "30s", "rules": version_rules(slo, labels)},
+        {"name": f"{slo.model}.versions", "interval": "30s", "rules": version_rules(slo, labels) + gpu_rules(slo, labels)},
         {"name": f"{slo.model}.tiers", "interval": "30s", "rules": tier_rules(slo, labels)},
         {
             "name": f"{slo.model}.slo-error-ratios",
