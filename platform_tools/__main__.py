@@ -3,8 +3,9 @@ Prometheus and, with --write, put the next step into its stack file.
 
 Exit codes: 0 a verdict was printed, whichever it is (promote, hold or roll back: read it from
 the last lines, or from `--json`'s "verdict", so a pipeline acts on the verdict, not on a
-failure); 2 the input is bad (unknown stack or model, a model with no canary, a stack file that
-does not validate, a bad flag) or Prometheus cannot answer: one message naming the key, flag or
+failure; with `--deployed`, also `wait` when the stack file's release is not the one running);
+2 the input is bad (unknown stack or model, a model with no canary, a stack file that does not
+validate, a bad flag) or Prometheus cannot answer: one message naming the key, flag or
 URL, no traceback. The rules and the queries: platform_tools/canary.py.
 """
 
@@ -29,6 +30,7 @@ from platform_config.errors import ConfigError
 from platform_config.loader import parse_platform_config, read_raw_config
 from platform_config.models import ModelConfig, PlatformConfig
 from platform_config.serving import effective_profile
+from preview.previous_releases import MAX_OUTPUTS_BYTES, OUTPUT_NAME, from_outputs
 from preview.stack_config import MAX_FILE_BYTES, ProjectFile, StackConfigError, load_project, load_stack_config, read_bounded
 
 from .canary import PrometheusError, Report, Target, check_url, next_step, read_metrics, verdict
@@ -68,6 +70,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     canary.add_argument(
         "--at", help="evaluation time, RFC 3339 with a zone (2026-12-01T03:00:00Z) or unix seconds (default: now)"
+    )
+    canary.add_argument(
+        "--deployed",
+        type=Path,
+        help="the stack's outputs as deployed (`pulumi stack output --json`): judge only when the stack file's release "
+        "of the model (stable, canary, canaryWeight) is the one its canaryReleases output says runs; otherwise print "
+        "`wait` and change nothing",
     )
     canary.add_argument("--write", action="store_true", help="write the next step into the stack file (nothing on hold)")
     canary.add_argument("--json", action="store_true", help="print the verdict, numbers and queries as JSON")
@@ -142,6 +151,32 @@ def write_step(project: ProjectFile, stack: str, path: Path, change: Change) -> 
             os.unlink(temporary)
 
 
+# What a verdict is about: the fields of a release that say which versions take what share.
+JUDGED_FIELDS = ("stable", "canary", "canaryWeight")
+
+
+def not_yet_running(model: ModelConfig, outputs_path: Path) -> list[str]:
+    """How the stack file's release of the model differs from the one deployed (its entry in the
+    `canaryReleases` output), one phrase per field; empty when they agree. A step merged but not
+    yet deployed has no metrics of its own: judging it would judge the previous step's traffic."""
+    try:
+        outputs = json.loads(read_bounded(outputs_path, MAX_OUTPUTS_BYTES, "stack outputs are a few hundred KB"))
+    except ValueError as error:
+        raise InputError(f"--deployed {outputs_path}: not JSON ({error})") from None
+    releases = from_outputs(outputs)
+    running = (releases or {}).get(model.name)
+    if running is None:
+        raise InputError(
+            f"--deployed {outputs_path}: no {OUTPUT_NAME} entry for model {model.name!r}: deploy the stack before judging"
+        )
+    declared = {"stable": model.release.stable, "canary": model.release.canary, "canaryWeight": model.release.canary_weight}
+    return [
+        f"{key} {declared[key]} in the stack file, {running[key]} deployed"
+        for key in JUDGED_FIELDS
+        if declared[key] != running[key]
+    ]
+
+
 def check_stack_name(stack: str) -> None:
     if not _STACK_NAME.fullmatch(stack):
         raise InputError(f"{stack!r} is not a stack name: letters, digits, '-', '_' and '.', at most 100 characters")
@@ -172,6 +207,19 @@ def canary(args: argparse.Namespace) -> int:
     model = find_model(config, args.model)
     release = model.release
     assert release.canary is not None  # find_model
+    if args.deployed is not None:
+        ahead = not_yet_running(model, args.deployed)
+        if ahead:
+            reason = f"the stack file's release is not deployed yet ({'; '.join(ahead)}): judge it once it runs"
+            if args.json:
+                print(
+                    json.dumps(
+                        {"stack": args.stack, "model": model.name, "verdict": "wait", "reasons": [reason], "written": False}
+                    )
+                )
+            else:
+                print(f"{model.name}: wait: {reason}; nothing written")
+            return EXIT_VERDICT
     profile = effective_profile(config, model)
     target = Target(model.tenant, model.name, model.openai_name, release.stable, release.canary)
     metrics = read_metrics(url, target, release.analysis.window, at)

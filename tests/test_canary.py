@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from components.specs.routes import canary_release
 from platform_config.models import CanaryAnalysis, ReleaseConfig
-from platform_tools.__main__ import main, write_step
+from platform_tools.__main__ import load_platform, main, write_step
 from platform_tools.canary import CanaryMetrics, Target, Traffic, VersionMetrics, next_step, read_metrics, verdict
 from platform_tools.stack_edit import Change, StackEditError, apply_change
 from preview.stack_config import load_project
@@ -519,3 +520,52 @@ def test_a_flow_style_release_with_comments_is_left_to_a_person():
     )
     with pytest.raises(StackEditError, match="holds comments, which rewriting it would drop"):
         apply_change(text, "inference-platform", Change("m", "v1", "v2", 25))
+
+
+def _deployed(tmp_path: Path, stack: Path) -> Path:
+    """The stack outputs `pulumi stack output --json` gives once `stack` is deployed: the
+    program's own `canaryReleases` for it (and another output beside it)."""
+    config = load_platform(load_project(ROOT), "prod", stack)
+    outputs = {"canaryReleases": {m.name: canary_release(m) for m in config.models}, "gatewayHost": "api.example.com"}
+    path = tmp_path / f"outputs-{stack.stem}-{len(list(tmp_path.iterdir()))}.json"
+    path.write_text(json.dumps(outputs))
+    return path
+
+
+@pytest.mark.real_server
+def test_a_step_that_runs_is_judged(prometheus, capsys, tmp_path):
+    path = _stack(tmp_path)
+    result = _canary(capsys, prometheus, path, "healthy", "--write", "--deployed", str(_deployed(tmp_path, path)))
+    assert result["verdict"] == "promote" and result["written"]
+
+
+@pytest.mark.real_server
+def test_a_merged_step_not_yet_deployed_waits_and_writes_nothing(prometheus, capsys, tmp_path):
+    # Deployed at 10%; the stack file already says 25% (the last verdict's pull request was
+    # merged, `pulumi up` has not run): the metrics are still those of 10%.
+    deployed = _deployed(tmp_path, _stack(tmp_path))
+    path = _stack(tmp_path, PROD_RELEASE.replace("canaryWeight: 10", "canaryWeight: 25"))
+    before = path.read_bytes()
+    result = _canary(capsys, prometheus, path, "healthy", "--write", "--deployed", str(deployed))
+    assert result["verdict"] == "wait" and not result["written"]
+    assert result["reasons"] == [
+        "the stack file's release is not deployed yet (canaryWeight 25 in the stack file, 10 deployed): judge it once it runs"
+    ]
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "outputs, message",
+    [
+        ("{not json", "not JSON"),
+        ('{"canaryReleases": {"llama-70b": {"stable": "v1", "canary": null, "canaryWeight": 0}}}', "no canaryReleases entry"),
+        ('{"canaryReleases": {"llama-8b": "v1"}}', "canaryReleases.llama-8b is not a release"),
+        ("[]", "not a JSON object"),
+    ],
+)
+def test_bad_deployed_outputs_exit_2_naming_the_flag_or_output(capsys, tmp_path, outputs, message):
+    deployed = tmp_path / "outputs.json"
+    deployed.write_text(outputs)
+    args = ["prod", "llama-8b", "--prometheus", "http://127.0.0.1:9", "--stack-file", str(_stack(tmp_path))]
+    code, out, err = _run(capsys, *args, "--deployed", str(deployed))
+    assert code == 2 and message in err and "Traceback" not in err, err

@@ -128,9 +128,16 @@ def test_canary_workflow_proposes_the_step_as_a_pull_request_and_deploys_nothing
     assert set(flow["on"]) == {"schedule", "workflow_dispatch"}
     assert flow["permissions"] == {"contents": "read", "id-token": "write", "pull-requests": "read"}
     (job,) = flow["jobs"].values()
-    assert not steps_using(job, "pulumi/actions"), "the canary job never deploys"
+    # The CLI is installed to read the stack's outputs, never to deploy (no `command`).
+    (pulumi,) = steps_using(job, "pulumi/actions")
+    assert "command" not in pulumi.get("with", {}), "the canary job never deploys"
+    (outputs,) = [s for s in job["steps"] if "pulumi stack output --json" in s.get("run", "")]
+    assert "> build/stack-outputs.json" in outputs["run"]
     (judge,) = [s for s in job["steps"] if "platform_tools canary" in s.get("run", "")]
-    assert '"$STACK" "$model" --write' in judge["run"] and judge["env"]["PROMETHEUS_URL"].startswith("http://127.0.0.1")
+    # Judged only against what runs: a merged step not yet deployed waits.
+    assert '"$STACK" "$model" --write --deployed build/stack-outputs.json' in judge["run"]
+    assert job["steps"].index(outputs) < job["steps"].index(judge)
+    assert judge["env"]["PROMETHEUS_URL"].startswith("http://127.0.0.1")
     # The dispatch form's model is checked before use, never split or globbed as given.
     assert judge["env"]["MODEL"] == "${{ inputs.model }}" and "${{ inputs.model }}" not in judge["run"]
     assert '[[ "$MODEL" =~ ^[a-z][a-z0-9-]{0,29}$ ]]' in judge["run"]
