@@ -23,10 +23,11 @@ from platform_config.cold_start import (
     startup_budget_seconds,
 )
 from platform_config.models import NodePoolConfig
+from platform_config.pins import CLUSTER_AUTOSCALER
 from preview.admission import admit_and_schedule
 from preview.sections import cold_start_section
 
-from .helpers import ROOT, Evaluated, config_problems, raw_stack, run_preview, write_stack
+from .helpers import ROOT, Evaluated, config_problems, mirror_show, raw_stack, run_preview, write_stack
 
 PROD_TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_token"})
 SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
@@ -301,3 +302,25 @@ def test_the_readme_shows_the_70b_arithmetic_the_code_derives():
     config = parse_platform_config(raw_stack("prod"))
     start = cold_start(config, model_named(config, "llama-70b"))
     assert start.arithmetic() in (ROOT / "README.md").read_text()
+
+
+# --- upstream: the cluster autoscaler at every pinned tag -----------------------------------
+
+AUTOSCALER_MIRROR = ROOT.parent / ".mirror" / "kubernetes+autoscaler" / "repo"
+
+
+@pytest.mark.parametrize("chart", sorted({pin.image_tag for pin in CLUSTER_AUTOSCALER.values()}))
+def test_the_autoscaler_reads_what_the_platform_writes(chart):
+    tag = f"cluster-autoscaler-{chart.removeprefix('v')}"
+    drain = mirror_show(AUTOSCALER_MIRROR, tag, "cluster-autoscaler/utils/drain/drain.go")
+    # The annotation's name, and a memory-backed emptyDir (/dev/shm) is never a blocking local volume.
+    assert f'SafeToEvictLocalVolumesKey = "{SAFE_TO_EVICT_LOCAL_VOLUMES}"' in drain
+    assert "volume.EmptyDir != nil && volume.EmptyDir.Medium != apiv1.StorageMediumMemory" in drain
+    # The flag exists (in flags/flags.go from 1.33, main.go before) and the AWS provider reads no per-group override.
+    flags = mirror_show(AUTOSCALER_MIRROR, tag, "cluster-autoscaler/main.go")
+    if '"max-node-provision-time"' not in flags:
+        flags = mirror_show(AUTOSCALER_MIRROR, tag, "cluster-autoscaler/config/flags/flags.go")
+    assert 'flag.Duration("max-node-provision-time"' in flags
+    assert "MaxNodeProvisionTime" not in mirror_show(
+        AUTOSCALER_MIRROR, tag, "cluster-autoscaler/cloudprovider/aws/aws_manager.go"
+    )
