@@ -309,7 +309,7 @@ def test_the_readme_shows_the_70b_arithmetic_the_code_derives():
 AUTOSCALER_MIRROR = ROOT.parent / ".mirror" / "kubernetes+autoscaler" / "repo"
 
 
-@pytest.mark.parametrize("chart", sorted({pin.image_tag for pin in CLUSTER_AUTOSCALER.values()}))
+@pytest.mark.parametrize("chart", sorted({pin.image_tag or pin.version for pin in CLUSTER_AUTOSCALER.values()}))
 def test_the_autoscaler_reads_what_the_platform_writes(chart):
     tag = f"cluster-autoscaler-{chart.removeprefix('v')}"
     drain = mirror_show(AUTOSCALER_MIRROR, tag, "cluster-autoscaler/utils/drain/drain.go")

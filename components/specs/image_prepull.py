@@ -74,11 +74,9 @@ def prepull_daemonset(pool: str, images: tuple[str, ...]) -> dict[str, Any]:
             # A new image version is pulled on every node at once: nothing serves from these pods.
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
             "template": {
-                "metadata": {
-                    "labels": {**labels, "sidecar.istio.io/inject": "false"},
-                    # Nothing on disk: never in the way of the autoscaler removing the node.
-                    "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"},
-                },
+                # No sidecar: it serves nothing. A DaemonSet's pod never keeps the cluster
+                # autoscaler from removing its node.
+                "metadata": {"labels": {**labels, "sidecar.istio.io/inject": "false"}},
                 "spec": {
                     "nodeSelector": {LABEL_POOL: pool},
                     "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}],
