@@ -140,10 +140,14 @@ def show_minutes(seconds: int) -> str:
     return f"{seconds // 60} min {seconds % 60:02d} s"
 
 
+def pool_named(config: PlatformConfig, name: str) -> NodePoolConfig:
+    return next(p for p in config.node_pools if p.name == name)
+
+
 def cold_start(config: PlatformConfig, model: ModelConfig) -> ColdStart:
     """A new replica of `model` on a node of its pool that has not pulled the image yet (the pre-pull DaemonSet takes
     the image part away on a node that has been up)."""
-    pool = next(p for p in config.node_pools if p.name == model.pool)
+    pool = pool_named(config, model.pool)
     rate = fill_rate(pool)
     image_rate = min(rate, config.cold_start.image_unpack_mbps * 1e6)
     image = parse_quantity(config.cold_start.image_size)
@@ -214,6 +218,8 @@ def cold_start_report(config: PlatformConfig) -> list[dict[str, object]]:
                 "weightsSeconds": start.weights_seconds,
                 "engineSeconds": start.engine_seconds,
                 "totalSeconds": start.total_seconds,
+                # When no node of the pool has room: the node's expected join first.
+                "onNewNodeSeconds": node_join_seconds(pool_named(config, model.pool)) + start.total_seconds,
                 "arithmetic": start.arithmetic(),
                 "startupProbeSeconds": startup_budget_seconds(start),
                 "progressDeadlineSeconds": progress_deadline(start, config),
