@@ -8,6 +8,7 @@ from components.model_route import canary_releases
 from components.plan import plan_checks, resolve
 from components.platform import InferencePlatform, InferencePlatformArgs, aws_tags
 from platform_config import load_config
+from platform_config.cold_start import cold_start_report
 
 loaded = load_config(extra_checks=[plan_checks])
 config = loaded.platform
@@ -28,6 +29,8 @@ pulumi.export("gpuCapacity", platform.capacity)
 pulumi.export("poolAdvertisedPerNode", platform.pool_advertised)
 pulumi.export("nodePools", platform.node_pool_templates)
 pulumi.export("serverPeaks", platform.server_peaks)
+# Per model: the expected cold start on its pool's weight cache, with the arithmetic.
+pulumi.export("coldStarts", cold_start_report(config))
 # Each model's release as deployed: what the policy pack holds the next change's canary weight to.
 pulumi.export("canaryReleases", canary_releases(plan.routes))
 if loaded.registry is not None:

@@ -6,6 +6,7 @@ from which `__main__` builds the single Kubernetes provider every Kubernetes res
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
@@ -49,11 +50,40 @@ NODE_DISK_DEVICE = {"BOTTLEROCKET_x86_64_NVIDIA": "/dev/xvdb"}
 ROOT_DISK_DEVICE = "/dev/xvda"
 
 
+# nodeadm's NodeConfig that stripes the instance store's NVMe disks as RAID0 and puts the
+# kubelet's and containerd's directories on it (awslabs/amazon-eks-ami
+# nodeadm/api/v1alpha1/nodeconfig_types.go: spec.instance.localStorage.strategy RAID0). EKS merges
+# a managed node group's MIME part of type application/node.eks.aws with its own NodeConfig.
+USER_DATA_BOUNDARY = "//inference-platform//"
+INSTANCE_STORE_RAID0_NODECONFIG = (
+    "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  instance:\n    localStorage:\n      strategy: RAID0\n"
+)
+
+
+def instance_store_user_data() -> str:
+    """The launch template's user data (MIME multi-part, base64 as EC2 takes it) with the RAID0
+    NodeConfig."""
+    mime = (
+        "MIME-Version: 1.0\n"
+        f'Content-Type: multipart/mixed; boundary="{USER_DATA_BOUNDARY}"\n\n'
+        f"--{USER_DATA_BOUNDARY}\nContent-Type: application/node.eks.aws\n\n---\n{INSTANCE_STORE_RAID0_NODECONFIG}\n"
+        f"--{USER_DATA_BOUNDARY}--\n"
+    )
+    return base64.b64encode(mime.encode()).decode()
+
+
 def node_launch_template(
-    name: str, *, ami_type: str, disk_size_gib: int | None, tags: dict[str, str], opts: pulumi.ResourceOptions
+    name: str,
+    *,
+    ami_type: str,
+    disk_size_gib: int | None,
+    tags: dict[str, str],
+    opts: pulumi.ResourceOptions,
+    instance_store_raid0: bool = False,
 ) -> aws.eks.NodeGroupLaunchTemplateArgs:
-    """A launch template for a managed node group: locked-down instance metadata, and the node
-    disk when `disk_size_gib` is given (EKS's default otherwise)."""
+    """A launch template for a managed node group: locked-down instance metadata, the node
+    disk when `disk_size_gib` is given (EKS's default otherwise), and the instance store as
+    RAID0 for the kubelet and containerd when `instance_store_raid0`."""
     disks = []
     if disk_size_gib is not None:
         disks = [
@@ -68,6 +98,7 @@ def node_launch_template(
         name,
         metadata_options=NODE_METADATA_OPTIONS,
         block_device_mappings=disks or None,
+        user_data=instance_store_user_data() if instance_store_raid0 else None,
         update_default_version=True,
         tags=tags,
         opts=opts,

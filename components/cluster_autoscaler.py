@@ -58,6 +58,8 @@ class ClusterAutoscalerArgs:
     kubernetes_version: KubernetesVersion
     region: pulumi.Input[str]
     access: WorkloadAccess
+    # `--max-node-provision-time` in seconds (platform_config/cold_start.max_node_provision_seconds).
+    max_node_provision_seconds: int
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):
@@ -94,8 +96,11 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                     # Pick the group that leaves the fewest GPUs idle.
                     "expander": "least-waste",
                     "scale-down-unneeded-time": "10m",
-                    # GPU nodes take minutes to boot and load drivers; do not give up early.
-                    "max-node-provision-time": "25m",
+                    # Derived from the pools' expected node join. A global flag: the AWS provider
+                    # reads no per-group `autoscaling-options/maxnodeprovisiontime` tag
+                    # (cloudprovider/aws/aws_manager.go GetAsgOptions at cluster-autoscaler-1.30.0,
+                    # 1.33.0 and 1.34.2 reads only the scale-down options).
+                    "max-node-provision-time": f"{args.max_node_provision_seconds}s",
                 },
                 "nodeSelector": SYSTEM_NODE_SELECTOR,
             },

@@ -14,6 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from platform_config.capacity import instance_of, node_allocatable
+from platform_config.cold_start import INSTANCE_STORE, cache_medium, node_disk_gib
 from platform_config.models import NodePoolConfig
 
 from .cluster import node_launch_template
@@ -38,7 +39,8 @@ def autoscaler_tags(cluster_name: str, pool: NodePoolConfig) -> dict[str, str]:
     tags[f"{CA_TAG_PREFIX}/node-template/taint/{taint['key']}"] = f"{taint['value']}:{taint['effect']}"
     for resource, count in advertised_resources(pool).items():
         tags[f"{CA_TAG_PREFIX}/node-template/resources/{resource}"] = str(count)
-    tags[f"{CA_TAG_PREFIX}/node-template/resources/ephemeral-storage"] = f"{pool.disk_size_gib}Gi"
+    # The kubelet's disk: the instance store's RAID0 where the weight cache is there.
+    tags[f"{CA_TAG_PREFIX}/node-template/resources/ephemeral-storage"] = f"{node_disk_gib(pool)}Gi"
     return tags
 
 
@@ -101,6 +103,7 @@ class GpuNodePool(pulumi.ComponentResource):
                     disk_size_gib=pool.disk_size_gib,
                     tags=args.tags,
                     opts=pulumi.ResourceOptions(parent=self),
+                    instance_store_raid0=cache_medium(pool) == INSTANCE_STORE,
                 ),
                 scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                     min_size=pool.min_size, max_size=pool.max_size, desired_size=pool.initial_size

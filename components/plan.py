@@ -17,6 +17,7 @@ from decimal import Decimal
 
 from platform_config.capacity import show_amount
 from platform_config.checks import run_peak_checks
+from platform_config.cold_start import cold_start, progress_deadline
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
     ModelConfig,
@@ -93,6 +94,7 @@ def _server(
     else:
         memory_fraction = GPU_MEMORY_UTILIZATION_DEFAULT
     cap = backend.request_cap(config, model)
+    start = cold_start(config, model)
     return ServerPlan(
         model=model,
         version=version,
@@ -119,6 +121,9 @@ def _server(
         weights_service_account=weights_service_account(model) if version.source.s3_uri else None,
         endpoint_picker=_endpoint_picker(config, model, server_name(model, version_name)),
         registry_entry=registry.entry(model.name, version_name) if registry is not None else None,
+        cold_start=start,
+        progress_deadline_seconds=progress_deadline(start, config),
+        evictable_local_volumes=pool.weight_cache.allow_scale_down,
     )
 
 

@@ -13,6 +13,7 @@ import pulumi
 import pulumi_aws as aws
 
 from platform_config.capacity import capacity_report, pool_supply
+from platform_config.cold_start import max_node_provision_seconds
 from platform_config.models import PlatformConfig
 
 from .cluster import Cluster
@@ -22,6 +23,7 @@ from .dashboards import Dashboard, DashboardArgs
 from .gateway_routing import GatewayRouting, GatewayRoutingArgs
 from .gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from .gpu_operator import GpuOperator, GpuOperatorArgs
+from .image_prepull import ImagePrePull, ImagePrePullArgs
 from .inference_extension import InferenceExtensionCrds
 from .knative_serving import KnativeServing, KnativeServingArgs
 from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
@@ -115,6 +117,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     kubernetes_version=config.cluster.kubernetes_version,
                     region=region,
                     access=access,
+                    max_node_provision_seconds=max_node_provision_seconds(config),
                 ),
                 opts=child,
             )
@@ -123,6 +126,17 @@ class InferencePlatform(pulumi.ComponentResource):
         GpuOperator(
             "gpu-operator",
             GpuOperatorArgs(pools=tuple(config.node_pools), monitoring=monitoring and monitoring.release),
+            opts=child,
+        )
+
+        # The servers' images on every node of the pools that run them, before a replica needs them.
+        images_by_pool = {
+            pool.name: tuple(sorted({s.image for m in plan.models for s in m.servers if s.pool.name == pool.name}))
+            for pool in config.node_pools
+        }
+        ImagePrePull(
+            "image-prepull",
+            ImagePrePullArgs(tuple((pool, images) for pool, images in images_by_pool.items() if images)),
             opts=child,
         )
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
+from platform_config.cold_start import ColdStart
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
     ModelConfig,
@@ -242,6 +243,12 @@ class ServerPlan:
     endpoint_picker: EndpointPickerPlan | None = None
     # The MLflow registry version its weights were resolved from, when the stack names one (`source.mlflow`).
     registry_entry: RegistryEntry | None = None
+    # Its expected cold start on its pool (platform_config/cold_start.py), which its startup probe's budget follows.
+    cold_start: ColdStart | None = None
+    # How long a rollout may make no progress (a new node, the image, the startup budget); None: without a cold start.
+    progress_deadline_seconds: int | None = None
+    # Whether the cluster autoscaler may remove its node (its pool's `weightCache.allowScaleDown`).
+    evictable_local_volumes: bool = True
 
     @property
     def tensor_parallel_size(self) -> int:

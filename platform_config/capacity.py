@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal
 
+from .cold_start import node_disk_gib
 from .cpu_instances import CPU_INSTANCE_TYPES
 from .gpu_catalog import (
     GPU_RESOURCE,
@@ -276,18 +277,20 @@ def eks_node_allocatable(
     return {
         "cpu": Decimal(vcpus) - _kube_reserved_cpu(vcpus) - agents["cpu"],
         "memory": Decimal(memory_gib) * 2**30 - memory_reserved - agents["memory"],
-        "ephemeral-storage": disk * Decimal("0.9") - Decimal((1 + image_disk_gib) * 2**30),
+        # Whole bytes, as the kubelet reports them.
+        "ephemeral-storage": (disk * Decimal("0.9")).to_integral_value(ROUND_FLOOR) - Decimal((1 + image_disk_gib) * 2**30),
         "pods": Decimal(pods),
     }
 
 
 def node_allocatable(pool: NodePoolConfig) -> dict[str, Decimal]:
-    """What the scheduler can place on one node of the pool: the EKS node's allocatable, plus the
-    GPU resources the pool's sharing advertises."""
+    """What the scheduler can place on one node of the pool: the EKS node's allocatable (its disk
+    the weight cache's: the instance store's RAID0 or the root volume), plus the GPU resources the
+    pool's sharing advertises."""
     supply = pool_supply(pool)
     instance = supply.instance
     allocatable = eks_node_allocatable(
-        instance.vcpus, instance.memory_gib, pool.disk_size_gib, agents=GPU_NODE_AGENTS, image_disk_gib=IMAGE_DISK_GIB
+        instance.vcpus, instance.memory_gib, node_disk_gib(pool), agents=GPU_NODE_AGENTS, image_disk_gib=IMAGE_DISK_GIB
     )
     allocatable.update({resource: Decimal(count) for resource, count in supply.per_node.items()})
     return allocatable

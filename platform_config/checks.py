@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Callable, Iterable, Iterator, get_args
 
 from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, node_allocatable, pool_supply, show_amount
+from .cold_start import cache_medium, cold_start, node_disk_gib, scale_up_budget_seconds, show_minutes
 from .errors import ConfigIssue, format_key
 from .gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, builtin_mig_configs, fits_on_gpu, mig_resource
 from .models import SYSTEM_POOL_NAME, ModelConfig, NodePoolConfig, PlatformConfig, ResourceBudget, ServerArgs, duration_seconds
@@ -543,12 +544,33 @@ def check_registry_sources(config: PlatformConfig) -> Iterator[ConfigIssue]:
 
 
 def check_weights_cache_fits_the_node_disk(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """The cache fits the disk the pool's weight cache is on (the instance store's RAID0, or the root volume)."""
     for index, model, pool in _placed_models(config):
-        if parse_quantity(model.resources.cache_size) > Decimal(pool.disk_size_gib) * 2**30:
+        disk = node_disk_gib(pool)
+        if parse_quantity(model.resources.cache_size) > Decimal(disk) * 2**30:
             yield ConfigIssue(
                 ("models", index, "resources", "cacheSize"),
-                f"{model.resources.cache_size} of weights cache does not fit the {pool.disk_size_gib} GiB disk of pool "
-                f"{pool.name!r}",
+                f"{model.resources.cache_size} of weights cache does not fit the {disk} GiB disk of pool "
+                f"{pool.name!r} ({cache_medium(pool)})",
+            )
+
+
+def check_cold_start_within_scale_up_budget(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A latency-sensitive model whose expected cold start (image, weights, engine start on its pool's weight cache)
+    is longer than the scale-up budget (`coldStart.scaleUpBudget`) keeps a warm minimum: a peak must not wait for its
+    first replica."""
+    budget = scale_up_budget_seconds(config)
+    for index, model, _ in _placed_models(config):
+        if not PROFILES[model.profile].latency_sensitive or model.autoscaling.min_replicas > 0:
+            continue
+        start = cold_start(config, model)
+        if start.total_seconds > budget:
+            yield ConfigIssue(
+                ("models", index, "autoscaling", "minReplicas"),
+                f"profile {model.profile!r} is latency-sensitive and a new replica takes {show_minutes(start.total_seconds)} "
+                f"on pool {start.pool!r} ({start.arithmetic()}), more than the scale-up budget "
+                f"coldStart.scaleUpBudget={config.cold_start.scale_up_budget}: keep a warm minimum (minReplicas > 0), or "
+                "a faster weight cache (nodePools[].weightCache)",
             )
 
 
@@ -677,6 +699,7 @@ CHECKS: list[Check] = [
     check_s3_weights_need_eks,
     check_registry_sources,
     check_weights_cache_fits_the_node_disk,
+    check_cold_start_within_scale_up_budget,
     check_batch_models,
     check_gateway_headers,
     check_gateway_tls,

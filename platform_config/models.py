@@ -416,6 +416,28 @@ class GpuSharing(ConfigModel):
         return self
 
 
+class WeightCache(ConfigModel):
+    """Where a replica's weights (and its image, and the compile caches) land on a node, and the figures its expected
+    cold start is derived from (`platform_config/cold_start.py`; the README's "Cold start" shows the arithmetic)."""
+
+    medium: Literal["instanceStore", "rootVolume"] | None = None
+    """`instanceStore`: the node's NVMe instance store, striped as RAID0 by the AL2023 AMI's nodeadm (`localStorage:
+    RAID0`), holds the kubelet's and containerd's directories, so the pod's emptyDirs and the images are on NVMe (writes
+    at GB/s, never the bottleneck). `rootVolume`: the node's gp3 root volume (`diskSizeGib`), which writes at gp3's
+    baseline 125 MiB/s (the launch template sets no throughput). Default: `instanceStore` where the instance type has an
+    instance store and the AMI is AL2023, else `rootVolume`; `rootVolume` on an existing cluster (`cluster.mode:
+    kubeconfig`), whose nodes the platform does not launch."""
+    download_gbps: Annotated[float, Field(gt=0, le=3200)] | None = None
+    """What one node sustains downloading weights and images from outside the VPC (Hugging Face, a registry), in
+    Gbit/s. Default: the lower of AWS's ceiling for traffic through an internet gateway (half the instance's bandwidth
+    with 32 or more vCPUs, else 5 Gbit/s) and 10 Gbit/s, an assumption for a Hugging Face download with its clients'
+    default parallelism: measure it on the pool and set it."""
+    allow_scale_down: bool = True
+    """Whether the cluster autoscaler may remove a node whose model pods hold only the weights cache and scratch
+    emptyDirs (listed in the pods' `cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes`): a moved replica
+    fetches its weights again. `false` keeps such a node until its pods leave by themselves."""
+
+
 class NodePoolConfig(ConfigModel):
     name: ResourceName
     """Pool name; its nodes carry `inference.platform/pool=<name>`."""
@@ -440,6 +462,8 @@ class NodePoolConfig(ConfigModel):
     """Extra node labels."""
     sharing: GpuSharing = GpuSharing()
     """How the pool's GPUs are shared."""
+    weight_cache: WeightCache = WeightCache()
+    """Where replicas' weights land on the pool's nodes, and the figures of its expected cold start."""
 
     @model_validator(mode="after")
     def _sizes(self) -> NodePoolConfig:
@@ -727,6 +751,9 @@ class ReplicaResources(ConfigModel):
     """Memory request and limit per replica."""
     cache_size: PositiveQuantity = "100Gi"
     """Node-local volume the weights are downloaded to: must hold the checkpoint."""
+    weights_size: PositiveQuantity | None = None
+    """The checkpoint's size on disk (its safetensors files), from which the expected cold start is derived. Default:
+    `cacheSize` (an upper bound)."""
 
     @model_validator(mode="after")
     def _one_gpu_kind(self) -> ReplicaResources:
@@ -1104,6 +1131,24 @@ class CapacityConfig(ConfigModel):
     """Allowed ratio of summed tenant quotas to what the pools provide at maxSize."""
 
 
+class ColdStartConfig(ConfigModel):
+    """How long adding a replica may take, and the figures of its expected cold start besides the pool's weight cache
+    (`nodePools[].weightCache`)."""
+
+    scale_up_budget: Annotated[Duration, _duration_between(30, 3600)] = "5m"
+    """How long a latency-sensitive model may take to add a replica: a model whose expected cold start (image,
+    weights, engine start) is longer must keep a warm minimum (`minReplicas` > 0)."""
+    engine_start_seconds: Annotated[int, Field(ge=1, le=3600)] = 90
+    """Seconds vLLM takes from weights on local disk to serving (loading them into GPU memory, profiling, CUDA graph
+    capture and compilation): an assumption for vLLM 0.18 with empty compile caches; measure it and set it."""
+    image_size: PositiveQuantity = "10Gi"
+    """Compressed size of the vLLM image a new node pulls (the `vllm/vllm-openai` amd64 image is about 10 GiB): the
+    image part of a cold start on a node that has not pulled it yet."""
+    image_unpack_mbps: Annotated[int, Field(ge=10, le=10000)] = 150
+    """MB/s containerd unpacks the image's layers at (one layer at a time, gzip in one thread): an assumption; an image
+    pull takes its size over the slower of this and the download."""
+
+
 class MonitoringConfig(ConfigModel):
     install_prometheus_stack: bool = True
     """Install kube-prometheus-stack; turn off where the cluster already runs a Prometheus Operator that selects
@@ -1167,8 +1212,27 @@ class PlatformConfig(ConfigModel):
     """Capacity checks."""
     monitoring: MonitoringConfig = MonitoringConfig()
     """Prometheus and metrics."""
+    cold_start: ColdStartConfig = ColdStartConfig()
+    """How long adding a replica may take, and the figures its expected cold start is derived from."""
     registry: RegistryConfig = RegistryConfig()
     """The MLflow model registry that `mlflow` version sources are resolved in."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _existing_nodes_keep_their_disk(cls, data: Any) -> Any:
+        """On an existing cluster (`cluster.mode: kubeconfig`) the platform launches no nodes, so nothing stripes an
+        instance store: a pool's weight cache defaults to its root volume there."""
+        cluster = data.get("cluster") if isinstance(data, dict) else None
+        pools = data.get("nodePools") if isinstance(data, dict) else None
+        if not isinstance(cluster, dict) or cluster.get("mode") != "kubeconfig" or not isinstance(pools, list):
+            return data
+        filled = []
+        for pool in pools:
+            cache = pool.get("weightCache", {}) if isinstance(pool, dict) and "weight_cache" not in pool else None
+            if isinstance(cache, dict) and "medium" not in cache:
+                pool = {**pool, "weightCache": {**cache, "medium": "rootVolume"}}
+            filled.append(pool)
+        return {**data, "nodePools": filled}
 
 
 # Top-level keys that hold secrets: read as Pulumi secrets, never stored in the model. Each

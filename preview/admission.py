@@ -221,6 +221,8 @@ class Workload:
     max_replicas: int
     surge: int
     knative: bool = False
+    # A DaemonSet: one pod on every node of its pool, whatever the others need.
+    daemon: bool = False
     findings: list[str] = field(default_factory=list)
     # Containers after injection, defaulting and LimitRanger.
     containers: list[dict[str, Any]] = field(default_factory=list)
@@ -315,6 +317,14 @@ def workloads(objects: list[dict[str, Any]]) -> list[Workload]:
             found.append(
                 Workload(kind, namespace, name, template.get("spec") or {}, *_labels_annotations(template), low, high, surge)
             )
+    for obj in _by_kind(objects, "DaemonSet", "apps/"):
+        namespace, name = _ns_name(obj)
+        template = (obj.get("spec") or {}).get("template") or {}
+        found.append(
+            Workload(
+                "DaemonSet", namespace, name, template.get("spec") or {}, *_labels_annotations(template), 0, 0, 0, daemon=True
+            )
+        )
     for obj in _by_kind(objects, "Job", "batch/"):
         namespace, name = _ns_name(obj)
         spec = obj.get("spec") or {}
@@ -712,7 +722,16 @@ def _bin_pack(pool: PoolTemplate, members: list[Workload]) -> list[str]:
     nodes = [dict(pool.allocatable) for _ in range(pool.max_size)]
     # Each workload's pod requests once, shared by all its pods at peak.
     requests_of = [w.pod_requests() for w in members]
-    pods = [(w, requests) for w, requests in zip(members, requests_of, strict=True) for _ in range(w.peak)]
+    # A DaemonSet's pod comes with the node, before any other pod is placed on it.
+    for workload, requests in zip(members, requests_of, strict=True):
+        if workload.daemon:
+            need = {**requests, "pods": Decimal(1)}
+            for node in nodes:
+                if all(node.get(r, Decimal(0)) >= amount for r, amount in need.items() if amount):
+                    for r, amount in need.items():
+                        node[r] = node.get(r, Decimal(0)) - amount
+                    workload.placed += 1
+    pods = [(w, requests) for w, requests in zip(members, requests_of, strict=True) if not w.daemon for _ in range(w.peak)]
     gpu_first = sorted(
         pods, key=lambda p: (-sum(v for k, v in p[1].items() if k.startswith(EXTENDED_PREFIXES)), -p[1].get("cpu", 0))
     )
@@ -797,6 +816,11 @@ def admit_and_schedule(
         if klass and klass not in priority_classes and klass not in ("system-cluster-critical", "system-node-critical"):
             workload.findings.append(f"PriorityClass {klass} does not exist")
     _peaks(found, server_peaks)
+    for workload in found:
+        if workload.daemon:
+            # A pod on each node of its pool at maxSize.
+            daemon_pool = _pool_for(workload, pools)
+            workload.peak = daemon_pool.max_size if daemon_pool is not None else 0
     findings = _quota_usage(found, namespaces)
     by_pool: dict[str, list[Workload]] = {}
     for workload in found:

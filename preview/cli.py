@@ -42,6 +42,7 @@ from .sections import (
     admission_section,
     capacity_section,
     changes_section,
+    cold_start_section,
     policy_section,
     registry_section,
     schema_section,
@@ -290,6 +291,7 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CRASH
     report.sections["capacity"] = capacity_section(evaluation.stack_outputs)
+    report.sections["coldStart"] = cold_start_section(evaluation.stack_outputs)
     registry = evaluation.stack_outputs.get("modelRegistry")
     recorded = False
     if registry is not None:

@@ -43,6 +43,59 @@ def capacity_section(stack_outputs: dict[str, Any]) -> Section:
     return Section("Capacity", summary, failed=bool(over), data=rows, markdown="\n".join(table), lines=lines)
 
 
+def cold_start_section(stack_outputs: dict[str, Any]) -> Section:
+    """Per model, the expected cold start of a new replica on its pool's weight cache (the program's `coldStarts`):
+    the image on a node that has not pulled it, the weights, the engine's start, and the arithmetic."""
+    rows = stack_outputs.get("coldStarts") or []
+    if not rows:
+        return Section("Cold start", "no models", data=[])
+    over = [r for r in rows if r["totalSeconds"] > r["scaleUpBudgetSeconds"]]
+    # What the config checks refuse (check_cold_start_within_scale_up_budget), shown should it ever get this far.
+    uncovered = [r for r in over if r["latencySensitive"] and r["minReplicas"] == 0]
+    table = [
+        "| model | pool (weight cache) | image | weights | engine start | cold start | on a new node | startup probe "
+        "| progress deadline | scale-up budget |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    lines, sums = [], []
+    for row in rows:
+        if row not in over:
+            budget = "within"
+        elif not row["latencySensitive"]:
+            budget = "over (not latency-sensitive)"
+        else:
+            budget = f"over: warm minimum {row['minReplicas']}"
+        table.append(
+            f"| {row['model']} | {row['pool']} ({row['medium']}, {row['downloadGbps']:g} Gbit/s) | {row['imageSeconds']} s "
+            f"| {row['weightsSeconds']} s | {row['engineSeconds']} s | **{_minutes(row['totalSeconds'])}** "
+            f"| {_minutes(row['onNewNodeSeconds'])} "
+            f"| {row['startupProbeSeconds']} s | {row['progressDeadlineSeconds']} s | {budget} "
+            f"({_minutes(row['scaleUpBudgetSeconds'])}) |"
+        )
+        sums.append(f"- {row['model']}: {row['arithmetic']}")
+        lines.append(f"{row['model']:<18} {row['pool']:<10} {_minutes(row['totalSeconds']):>12}  {budget}")
+    summary = (
+        f"{len(rows)} models, {len(rows) - len(over)} within the scale-up budget"
+        + (f", {len(over)} over it with a warm minimum or not latency-sensitive" if over and not uncovered else "")
+        + (f", {len(uncovered)} latency-sensitive over it without a warm minimum" if uncovered else "")
+    )
+    notes = [
+        "",
+        "Cold start: image, weights and engine start of a new replica on a node of its pool with room for it; on a "
+        "node that has been up the pre-pull DaemonSet has pulled the image already, and the image part is gone. On a "
+        "new node: the node's expected join (launch, boot, RAID0, registration) comes first.",
+        "",
+        "The arithmetic (sizes in GB of 10^9 bytes, rounded up to whole seconds):",
+        "",
+    ]
+    markdown = "\n".join([*table, *notes, *sums])
+    return Section("Cold start", summary, failed=bool(uncovered), data=rows, markdown=markdown, lines=lines)
+
+
+def _minutes(seconds: int) -> str:
+    return f"{seconds // 60} min {seconds % 60:02d} s"
+
+
 def registry_section(registry: dict[str, Any]) -> Section:
     """Which MLflow registry versions the stack's references resolved to, and where: the live registry or a
     recording (the program's `modelRegistry` output)."""

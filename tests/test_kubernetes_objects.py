@@ -58,6 +58,8 @@ def test_every_built_in_kind_the_platform_declares_is_covered(prod):
         "ConfigMap",
         "PriorityClass",
         "Deployment",
+        # The images pre-pulled on every GPU node (components/specs/image_prepull.py).
+        "DaemonSet",
         "Service",
         "PodDisruptionBudget",
         "HorizontalPodAutoscaler",

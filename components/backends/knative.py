@@ -93,8 +93,9 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
     }
     if kpa.initial_scale is not None:
         annotations["autoscaling.knative.dev/initial-scale"] = str(kpa.initial_scale)
-    # Knative marks a revision failed after its progress deadline (10 minutes by default);
-    # loading a model can take longer, so the deadline outlasts the startup probe.
+    # Knative marks a revision failed after its progress deadline (10 minutes by default); it
+    # follows the version's expected cold start (a new node, the image, the startup probe's
+    # budget), as the Deployment's progressDeadlineSeconds does.
     annotations["serving.knative.dev/progress-deadline"] = f"{progress_deadline_seconds(plan)}s"
     return {
         "apiVersion": "serving.knative.dev/v1",

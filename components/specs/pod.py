@@ -9,13 +9,13 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from platform_config.capacity import instance_of
+from platform_config.cold_start import startup_budget_seconds
 from platform_config.models import ServerArgs
 from platform_config.pins import AWS_CLI
 from platform_config.quantity import parse_quantity
 from platform_config.serving import MESH_PROXY_RESOURCES
 
-from ..constants import GPU_RESOURCE, GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, VLLM_PORT
+from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, VLLM_PORT
 
 if TYPE_CHECKING:  # the plan imports the backends, which build their pods here
     from ..serving import ServerPlan
@@ -27,6 +27,11 @@ HF_HOME = f"{MODELS_DIR}/hf"
 WEIGHTS_DIR = f"{MODELS_DIR}/weights"
 HOME_DIR = "/home/vllm"
 RUN_AS = 1000
+STARTUP_PROBE_PERIOD = 10
+# The cluster autoscaler does not remove a node whose pods hold local volumes (emptyDirs not in
+# memory) unless the pod lists them here (utils/drain/drain.go HasBlockingLocalStorage and
+# SafeToEvictLocalVolumesKey at cluster-autoscaler-1.33.0, the same at 1.30.0 and 1.34.2).
+ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
 
 # On the pod template of a version whose weights the MLflow registry named: which registered model, version and
 # alias, and the weights it pointed at. A moved alias changes them, so the preview's diff shows the move on the
@@ -160,9 +165,11 @@ def _probe(path: str, port: str | int, period: int, failures: int, timeout: int 
 
 
 def progress_deadline_seconds(plan: ServerPlan) -> int:
-    """How long a rollout may take before Kubernetes (or Knative) calls it failed: the startup
-    probe's whole budget plus five minutes to schedule the pod and pull the image."""
-    return startup_failure_threshold(plan) * 10 + 300
+    """How long a rollout may make no progress before Kubernetes (or Knative) calls it failed: a
+    new node for the pod, the image pull and the startup probe's budget, all from the version's
+    expected cold start (platform_config/cold_start.progress_deadline)."""
+    assert plan.progress_deadline_seconds is not None, f"{plan.name}: the plan derived no progress deadline"
+    return plan.progress_deadline_seconds
 
 
 def rollout_timeout_seconds(plan: ServerPlan) -> int:
@@ -173,11 +180,10 @@ def rollout_timeout_seconds(plan: ServerPlan) -> int:
 
 
 def startup_failure_threshold(plan: ServerPlan) -> int:
-    """Probe attempts (10 s apart) allowed for downloading and loading the weights: 10 minutes
-    plus 2 minutes per 20 GiB of GPU memory the replica spans (the weights fill most of it),
-    at least 15 minutes."""
-    minutes = max(15, 10 + 2 * math.ceil(gpu_memory_per_replica_gib(plan) / 20))
-    return minutes * 6
+    """Probe attempts (10 s apart) allowed for downloading and loading the weights: the budget
+    derived from the pool's weight cache path (platform_config/cold_start.startup_budget_seconds)."""
+    assert plan.cold_start is not None, f"{plan.name}: the plan derived no cold start"
+    return startup_budget_seconds(plan.cold_start) // STARTUP_PROBE_PERIOD
 
 
 def _security_context() -> dict[str, Any]:
@@ -249,7 +255,7 @@ def vllm_container(plan: ServerPlan) -> dict[str, Any]:
         "securityContext": _security_context(),
     }
     probe_port = shape.probe_port
-    container["startupProbe"] = _probe("/health", probe_port, 10, startup_failure_threshold(plan))
+    container["startupProbe"] = _probe("/health", probe_port, STARTUP_PROBE_PERIOD, startup_failure_threshold(plan))
     container["readinessProbe"] = _probe("/health", probe_port, 5, 3)
     container["livenessProbe"] = _probe("/health", probe_port, 15, 4, timeout=10)
     if shape.drains_in_pod:
@@ -313,7 +319,19 @@ def pod_annotations(plan: ServerPlan) -> dict[str, str]:
         "prometheus.io/path": "/metrics",
         # Keep the sidecar up while vLLM drains, and start vLLM only once the sidecar is ready.
         **draining_sidecar_annotations(plan.drain.grace_seconds),
+        **scale_down_annotations(plan),
     }
+
+
+def scale_down_annotations(plan: ServerPlan) -> dict[str, str]:
+    """Where the pool allows it (`weightCache.allowScaleDown`), the pod's disk-backed emptyDirs
+    (weights cache, HOME, /tmp: caches a moved replica rebuilds) do not keep the autoscaler from
+    consolidating its node; /dev/shm is in memory, which never blocks."""
+    if not plan.evictable_local_volumes:
+        return {}
+    volumes, _ = _volumes(plan)
+    local = [v["name"] for v in volumes if "emptyDir" in v and v["emptyDir"].get("medium") != "Memory"]
+    return {ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES: ",".join(local)}
 
 
 def draining_sidecar_annotations(grace_seconds: int) -> dict[str, str]:
@@ -402,11 +420,3 @@ def merged_metrics_relabelings() -> list[dict[str, Any]]:
         },
         {"sourceLabels": ["__meta_kubernetes_pod_label_inference_platform_model_version"], "targetLabel": "model_version"},
     ]
-
-
-def gpu_memory_per_replica_gib(plan: ServerPlan) -> float:
-    gpu = instance_of(plan.pool).gpu
-    if plan.gpu_resource != GPU_RESOURCE:
-        profile = gpu.mig_profiles[plan.gpu_resource.rsplit("-", 1)[-1]]
-        return gpu.memory_gib * profile.memory_slices / 8
-    return gpu.memory_gib * plan.gpu_count

@@ -1,0 +1,96 @@
+"""Pulling the model servers' images onto every GPU node before a replica needs them (pure): one
+DaemonSet per pool, in a namespace of its own at pod security `restricted`, whose only container
+runs the image with a no-op command.
+
+A replica that lands on a node which has been up finds the image there, so its cold start is the
+weights and the engine only. The container keeps running (`sleep infinity`, not an exit) so the
+image stays in use: the kubelet's image garbage collection removes only images no container uses.
+A lazy-loading snapshotter (SOCI) is not used: it needs a SOCI index pushed beside the image,
+which the vllm/vllm-openai images on Docker Hub do not have, and the EKS AL2023 NVIDIA AMI does not
+run it by default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, standard_labels
+
+PREPULL_NAMESPACE = "image-prepull"
+# Nobody: the image's own user is root, which `restricted` refuses.
+PREPULL_USER = 65534
+# `sleep` from the image's coreutils: no CPU after start, well under a MiB of memory.
+PREPULL_RESOURCES = {"requests": {"cpu": "1m", "memory": "16Mi"}, "limits": {"cpu": "10m", "memory": "16Mi"}}
+
+
+def prepull_namespace() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": PREPULL_NAMESPACE,
+            "labels": {
+                **standard_labels(PREPULL_NAMESPACE, "image-prepull"),
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/audit": "restricted",
+                "pod-security.kubernetes.io/warn": "restricted",
+            },
+        },
+    }
+
+
+def prepull_name(pool: str) -> str:
+    return f"prepull-{pool}"
+
+
+def _container(index: int, image: str) -> dict[str, Any]:
+    return {
+        "name": f"image-{index}",
+        "image": image,
+        "command": ["sleep", "infinity"],
+        "resources": PREPULL_RESOURCES,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": PREPULL_USER,
+            "runAsGroup": PREPULL_USER,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+
+
+def prepull_daemonset(pool: str, images: tuple[str, ...]) -> dict[str, Any]:
+    """One pod on every node of `pool`, one container per image its model servers run."""
+    name = prepull_name(pool)
+    labels = standard_labels(name, "image-prepull")
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": PREPULL_NAMESPACE, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            # A new image version is pulled on every node at once: nothing serves from these pods.
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
+            "template": {
+                # No sidecar: it serves nothing. A DaemonSet's pod never keeps the cluster
+                # autoscaler from removing its node.
+                "metadata": {"labels": {**labels, "sidecar.istio.io/inject": "false"}},
+                "spec": {
+                    "nodeSelector": {LABEL_POOL: pool},
+                    "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}],
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "terminationGracePeriodSeconds": 1,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": PREPULL_USER,
+                        "runAsGroup": PREPULL_USER,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [_container(i, image) for i, image in enumerate(images)],
+                },
+            },
+        },
+    }

@@ -1,0 +1,231 @@
+"""How long a new replica takes to serve, from the pool's weight cache (`nodePools[].weightCache`), the model's
+checkpoint size and the `coldStart` figures: pulling the image, fetching the weights, starting the engine. The startup
+probe, the rollout deadlines and the cluster autoscaler's node provisioning time derive from it, and the config checks
+hold latency-sensitive models to the scale-up budget with it (pure: no Pulumi imports).
+
+The figures and where they come from:
+- instance store and network bandwidth: the EC2 instance type specifications (`gpu_catalog.INSTANCE_STORAGE_AND_NETWORK`);
+- traffic leaving the VPC (Hugging Face, Docker Hub) through an internet gateway: at most half the instance's bandwidth
+  on instances with 32 or more vCPUs, 5 Gbit/s below that (EC2 User Guide, "Amazon EC2 instance network bandwidth");
+- a gp3 root volume without a throughput setting writes at gp3's baseline, 125 MiB/s (EBS User Guide, "General
+  Purpose SSD volumes"; `components/cluster.node_launch_template` sets none);
+- what a Hugging Face download sustains (ASSUMED_SOURCE_GBPS), the engine's start and the image's size are
+  assumptions, each a config value to measure and set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+
+from .gpu_catalog import INSTANCE_TYPES, InstanceType
+from .models import ModelConfig, NodePoolConfig, PlatformConfig, duration_seconds
+from .profiles import PROFILES
+from .quantity import parse_quantity
+
+INSTANCE_STORE = "instanceStore"
+ROOT_VOLUME = "rootVolume"
+# AMIs whose nodeadm can stripe the instance store (awslabs/amazon-eks-ami nodeadm/api/v1alpha1/nodeconfig_types.go:
+# spec.instance.localStorage.strategy RAID0); Bottlerocket has its own settings, not written here.
+NODEADM_AMIS = ("AL2023_x86_64_NVIDIA",)
+
+GBIT = 10**9 / 8  # bytes per second in one Gbit/s
+GP3_BASELINE_BYTES_PER_S = 125 * 2**20
+# Traffic through an internet gateway (EC2 User Guide, "Amazon EC2 instance network bandwidth").
+INTERNET_GATEWAY_SHARE = 0.5
+INTERNET_GATEWAY_MIN_VCPUS = 32
+INTERNET_GATEWAY_SMALL_GBPS = 5.0
+# An assumption, not a published figure: what one node's Hugging Face download sustains with its clients' default
+# parallelism (a handful of files at once, each one TCP flow, which AWS caps at 5 Gbit/s outside a placement group).
+ASSUMED_SOURCE_GBPS = 10.0
+
+# The startup probe allows this many times the expected weights download and engine start, and never less than
+# STARTUP_FLOOR_SECONDS: a replica that slow is stuck, and the kubelet restarts it.
+STARTUP_SAFETY_FACTOR = 3
+STARTUP_FLOOR_SECONDS = 300
+# An assumption: an EC2 GPU instance launched, booted on the AL2023 NVIDIA AMI and joined (nodeadm) until its node
+# is Ready, and the RAID0 assembly of an instance store (mdadm and mkfs before the kubelet starts) on top.
+NODE_JOIN_SECONDS = 300
+RAID0_ASSEMBLY_SECONDS = 60
+# The cluster autoscaler gives up on a node group after this many times the slowest pool's expected join.
+NODE_PROVISION_SAFETY_FACTOR = 2
+
+
+def instance_of(pool: NodePoolConfig) -> InstanceType:
+    return INSTANCE_TYPES[pool.instance_type]
+
+
+def cache_medium(pool: NodePoolConfig) -> str:
+    """The pool's weight cache medium: its own, else the instance store where the instance type has one and nodeadm
+    can stripe it, else the root volume."""
+    if pool.weight_cache.medium is not None:
+        return pool.weight_cache.medium
+    if instance_of(pool).instance_store_gb > 0 and pool.ami_type in NODEADM_AMIS:
+        return INSTANCE_STORE
+    return ROOT_VOLUME
+
+
+def download_gbps(pool: NodePoolConfig) -> float:
+    """Gbit/s one node of the pool downloads from outside the VPC at: the pool's figure, else AWS's internet gateway
+    ceiling for its instance type capped by ASSUMED_SOURCE_GBPS."""
+    if pool.weight_cache.download_gbps is not None:
+        return pool.weight_cache.download_gbps
+    instance = instance_of(pool)
+    if instance.vcpus >= INTERNET_GATEWAY_MIN_VCPUS:
+        ceiling = instance.network_gbps * INTERNET_GATEWAY_SHARE
+    else:
+        ceiling = min(instance.network_gbps, INTERNET_GATEWAY_SMALL_GBPS)
+    return min(ceiling, ASSUMED_SOURCE_GBPS)
+
+
+def fill_rate(pool: NodePoolConfig) -> float:
+    """Bytes per second the pool's cache fills at: the download, or the disk's writes where they are slower."""
+    rate = download_gbps(pool) * GBIT
+    if cache_medium(pool) == ROOT_VOLUME:
+        rate = min(rate, GP3_BASELINE_BYTES_PER_S)
+    return rate
+
+
+def node_disk_gib(pool: NodePoolConfig) -> int:
+    """The disk the kubelet's emptyDirs and containerd's images share on one node: the RAID0 of the instance store
+    (GB to GiB, rounded down), else the root volume."""
+    if cache_medium(pool) == INSTANCE_STORE:
+        return instance_of(pool).instance_store_gb * 10**9 // 2**30
+    return pool.disk_size_gib
+
+
+def weights_bytes(model: ModelConfig) -> Decimal:
+    size = model.resources.weights_size if model.resources.weights_size is not None else model.resources.cache_size
+    return parse_quantity(size)
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """A new replica's expected start on its pool: each part in whole seconds (rounded up)."""
+
+    pool: str
+    medium: str
+    download_gbps: float
+    # Bytes per second the weights arrive at (the download, or the disk's writes).
+    rate: float
+    # Bytes per second the image is pulled at: the same, or containerd's unpacking where slower.
+    image_rate: float
+    image_bytes: Decimal
+    weights_bytes: Decimal
+    image_seconds: int
+    weights_seconds: int
+    engine_seconds: int
+
+    @property
+    def total_seconds(self) -> int:
+        return self.image_seconds + self.weights_seconds + self.engine_seconds
+
+    def arithmetic(self) -> str:
+        """The sum as the report and the README show it."""
+        rate = f"{self.rate / 1e9:.3g} GB/s"
+        return (
+            f"image {_gb(self.image_bytes)} / {self.image_rate / 1e9:.3g} GB/s = {self.image_seconds} s; "
+            f"weights {_gb(self.weights_bytes)} / {rate} "
+            f"= {self.weights_seconds} s; engine start {self.engine_seconds} s; total {self.total_seconds} s "
+            f"({show_minutes(self.total_seconds)})"
+        )
+
+
+def _gb(amount: Decimal) -> str:
+    return f"{float(amount) / 1e9:.1f} GB"
+
+
+def show_minutes(seconds: int) -> str:
+    return f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+def pool_named(config: PlatformConfig, name: str) -> NodePoolConfig:
+    return next(p for p in config.node_pools if p.name == name)
+
+
+def cold_start(config: PlatformConfig, model: ModelConfig) -> ColdStart:
+    """A new replica of `model` on a node of its pool that has not pulled the image yet (the pre-pull DaemonSet takes
+    the image part away on a node that has been up)."""
+    pool = pool_named(config, model.pool)
+    rate = fill_rate(pool)
+    image_rate = min(rate, config.cold_start.image_unpack_mbps * 1e6)
+    image = parse_quantity(config.cold_start.image_size)
+    weights = weights_bytes(model)
+    return ColdStart(
+        pool=pool.name,
+        medium=cache_medium(pool),
+        download_gbps=download_gbps(pool),
+        rate=rate,
+        image_rate=image_rate,
+        image_bytes=image,
+        weights_bytes=weights,
+        image_seconds=math.ceil(float(image) / image_rate),
+        weights_seconds=math.ceil(float(weights) / rate),
+        engine_seconds=config.cold_start.engine_start_seconds,
+    )
+
+
+def startup_budget_seconds(start: ColdStart) -> int:
+    """What the startup probe allows (vLLM downloads Hugging Face weights itself, after the image is pulled):
+    STARTUP_SAFETY_FACTOR times the weights and the engine start, at least STARTUP_FLOOR_SECONDS, in whole probe
+    periods of 10 s."""
+    seconds = max(STARTUP_FLOOR_SECONDS, STARTUP_SAFETY_FACTOR * (start.weights_seconds + start.engine_seconds))
+    return math.ceil(seconds / 10) * 10
+
+
+def node_join_seconds(pool: NodePoolConfig) -> int:
+    return NODE_JOIN_SECONDS + (RAID0_ASSEMBLY_SECONDS if cache_medium(pool) == INSTANCE_STORE else 0)
+
+
+def max_node_provision_seconds(config: PlatformConfig) -> int:
+    """The cluster autoscaler's `--max-node-provision-time`: how long it waits for a node it asked for to register
+    before trying another group. Its clock stops when the node registers (clusterstate/clusterstate.go at
+    cluster-autoscaler-1.33.0), so weights and images play no part: NODE_PROVISION_SAFETY_FACTOR times the slowest
+    pool's join, in whole minutes."""
+    slowest = max(node_join_seconds(p) for p in config.node_pools)
+    return math.ceil(NODE_PROVISION_SAFETY_FACTOR * slowest / 60) * 60
+
+
+def progress_deadline(start: ColdStart, config: PlatformConfig) -> int:
+    """How long a rollout may make no progress: a new node for the pod (the autoscaler's provisioning time), the image
+    pull and the startup probe's budget."""
+    return max_node_provision_seconds(config) + start.image_seconds + startup_budget_seconds(start)
+
+
+def scale_up_budget_seconds(config: PlatformConfig) -> int:
+    return int(duration_seconds(config.cold_start.scale_up_budget))
+
+
+def cold_start_report(config: PlatformConfig) -> list[dict[str, object]]:
+    """Per model: its expected cold start on its pool, the arithmetic, what follows from it (the startup probe's
+    budget, the rollout's progress deadline) and whether it keeps to the scale-up budget (the program exports it as
+    `coldStarts`; the preview's report shows it)."""
+    budget = scale_up_budget_seconds(config)
+    rows: list[dict[str, object]] = []
+    pools = {p.name for p in config.node_pools}
+    for model in config.models:
+        if model.pool not in pools:
+            continue
+        start = cold_start(config, model)
+        rows.append(
+            {
+                "model": model.name,
+                "pool": start.pool,
+                "medium": start.medium,
+                "downloadGbps": start.download_gbps,
+                "imageSeconds": start.image_seconds,
+                "weightsSeconds": start.weights_seconds,
+                "engineSeconds": start.engine_seconds,
+                "totalSeconds": start.total_seconds,
+                # When no node of the pool has room: the node's expected join first.
+                "onNewNodeSeconds": node_join_seconds(pool_named(config, model.pool)) + start.total_seconds,
+                "arithmetic": start.arithmetic(),
+                "startupProbeSeconds": startup_budget_seconds(start),
+                "progressDeadlineSeconds": progress_deadline(start, config),
+                "latencySensitive": PROFILES[model.profile].latency_sensitive,
+                "minReplicas": model.autoscaling.min_replicas,
+                "scaleUpBudgetSeconds": budget,
+            }
+        )
+    return rows
