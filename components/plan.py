@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Collection, Iterator, Mapping
 from decimal import Decimal
 
+from platform_config.adapters import adapter_modules, lora_limits
 from platform_config.capacity import show_amount
 from platform_config.checks import run_peak_checks
 from platform_config.errors import ConfigIssue
@@ -116,10 +117,16 @@ def _server(
         # Only the tenant's own token, and only where the weights come from Hugging Face.
         hugging_face_token=model.tenant in hugging_face_tenants and version.source.huggingface is not None,
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
-        weights_service_account=weights_service_account(model) if version.source.s3_uri else None,
+        weights_service_account=weights_service_account(model) if version.source.s3_uri or _adapter_s3_uris(model) else None,
         endpoint_picker=_endpoint_picker(config, model, server_name(model, version_name)),
         registry_entry=registry.entry(model.name, version_name) if registry is not None else None,
+        lora=lora_limits(model),
     )
+
+
+def _adapter_s3_uris(model: ModelConfig) -> set[str]:
+    """The S3 prefixes of the model's adapter modules: its servers' workload role reads them too."""
+    return {m.source.s3_uri for m in adapter_modules(model) if m.source.s3_uri}
 
 
 def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> EndpointPickerPlan | None:
@@ -299,7 +306,7 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
             _server(config, model, v, hugging_face_tenants=hugging_face_tenants, registry=registry)
             for v in running_versions(model)
         )
-        s3_uris = tuple(sorted({s.version.source.s3_uri for s in servers if s.version.source.s3_uri}))
+        s3_uris = tuple(sorted({s.version.source.s3_uri for s in servers if s.version.source.s3_uri} | _adapter_s3_uris(model)))
         models.append(
             ModelPlan(
                 model=model,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
+from platform_config.adapters import LoraLimits
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
     ModelConfig,
@@ -242,6 +243,8 @@ class ServerPlan:
     endpoint_picker: EndpointPickerPlan | None = None
     # The MLflow registry version its weights were resolved from, when the stack names one (`source.mlflow`).
     registry_entry: RegistryEntry | None = None
+    # vLLM's LoRA modules and limits, when the model has adapters (platform_config/adapters.py).
+    lora: LoraLimits | None = None
 
     @property
     def tensor_parallel_size(self) -> int:
