@@ -10,7 +10,7 @@ import math
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
-from platform_config.adapters import AdapterModule
+from platform_config.adapters import AdapterModule, adapter_tenant
 from platform_config.capacity import instance_of
 from platform_config.models import ServerArgs
 from platform_config.pins import AWS_CLI
@@ -37,6 +37,9 @@ ANNOTATION_REGISTRY_MODEL = "inference.platform/registry-model"
 ANNOTATION_REGISTRY_VERSION = "inference.platform/registry-version"
 ANNOTATION_REGISTRY_ALIAS = "inference.platform/registry-alias"
 ANNOTATION_WEIGHTS = "inference.platform/weights"
+# On the pod template of a server that loads LoRA adapters: per adapter, the tenant that owns it and
+# its modules, for the policies `adapter-names-unique` and `adapter-on-own-tenants-base`.
+ANNOTATION_LORA_ADAPTERS = "inference.platform/lora-adapters"
 
 
 # --- the container -------------------------------------------------------------------------
@@ -394,9 +397,24 @@ def registry_annotations(plan: ServerPlan) -> dict[str, str]:
     return annotations
 
 
+def adapter_annotations(plan: ServerPlan) -> dict[str, str]:
+    """The adapters a server loads, by OpenAI name: the tenant that owns each and its modules."""
+    if plan.lora is None:
+        return {}
+    adapters = {
+        adapter.name: {
+            "tenant": adapter_tenant(plan.model, adapter),
+            "modules": [m.name for m in plan.lora.modules if m.adapter == adapter.name],
+        }
+        for adapter in plan.model.adapters
+    }
+    return {ANNOTATION_LORA_ADAPTERS: json.dumps(adapters, sort_keys=True, separators=(",", ":"))}
+
+
 def pod_annotations(plan: ServerPlan) -> dict[str, str]:
     return {
         **registry_annotations(plan),
+        **adapter_annotations(plan),
         # Istio merges these app metrics into the sidecar's plaintext metrics endpoint, so
         # Prometheus can scrape them despite STRICT mTLS.
         "prometheus.io/scrape": "true",
