@@ -675,7 +675,7 @@ def check_tier_queues(config: PlatformConfig) -> Iterator[ConfigIssue]:
 # --- LoRA adapters (platform_config/adapters.py) -----------------------------------------------
 
 
-def check_adapter_names(config: PlatformConfig) -> Iterator[ConfigIssue]:
+def check_adapter_names_unique(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """The rule `adapter-names-unique` (the policy of that name enforces it on the rendered
     servers): every OpenAI name a client may send, a model's or an adapter's, names one thing
     cluster-wide, so the gateway routes it to exactly one base model. (Models' own duplicates are
@@ -850,7 +850,7 @@ CHECKS: list[Check] = [
     check_object_names,
     check_server_component_names,
     check_tier_queues,
-    check_adapter_names,
+    check_adapter_names_unique,
     check_adapter_revisions,
     check_adapters_on_a_base_that_takes_them,
     check_adapter_ranks,

@@ -120,6 +120,63 @@ def test_limits_follow_the_adapters_unless_configured(prod_raw):
     assert limits.max_lora_rank in VLLM_MAX_LORA_RANKS
 
 
+def registry_recording(uri: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "format": "inference-platform/registry-resolution",
+        "formatVersion": 1,
+        "trackingUri": uri,
+        "recordedAt": "2026-11-30T12:00:00Z",
+        "entries": entries,
+    }
+
+
+def test_an_mlflow_adapter_revision_resolves_like_a_model_version(prod_raw, tmp_path):
+    from components.plan import plan_checks, resolve
+    from components.specs.pod import pod_spec
+    from platform_config.registry import recording, resolve_registry
+
+    uri = "https://mlflow.example.com"
+    weights = "s3://inference-prod-adapters/llama-3.1-8b/support/2026-11-27"
+    prod_raw["registry"] = {"trackingUri": uri}
+    adapters(prod_raw)[0]["versions"][1]["source"] = {"mlflow": {"model": "support-lora", "alias": "challenger"}}
+    entry = {"registeredModel": "support-lora", "alias": "challenger", "registryVersion": "7", "weights": weights}
+    file = tmp_path / "recording.json"
+    file.write_text(json.dumps(registry_recording(uri, [entry])))
+    config, resolution = resolve_registry(
+        parse_platform_config(prod_raw, [plan_checks]), None, recording_file=str(file), dry_run=True
+    )
+    assert resolution is not None
+    server = next(s for m in resolve(config, hugging_face_tenants=()).models for s in m.servers if s.name == "llama-8b-v1")
+    syncs = {c["command"][-1]: c["command"][-2] for c in pod_spec(server)["initContainers"]}
+    assert syncs[f"{ADAPTERS_DIR}/{SUPPORT}%40r2"] == weights + "/"
+    # Exported beside the model's versions under its module's name, and so recorded for an offline preview.
+    output = resolution.stack_output(config)
+    assert output["models"]["llama-8b"][f"{SUPPORT}@r2"] == {"source": "registry", **entry}
+    assert output["models"]["llama-8b"][f"{SUPPORT}@r1"] == {"source": "stack file"}
+    assert recording(output, "2026-12-01T00:00:00Z")["entries"] == [entry]
+
+
+def test_an_mlflow_adapter_the_registry_cannot_resolve_names_its_key(prod_raw, tmp_path):
+    from platform_config.errors import ConfigError
+    from platform_config.registry import resolve_registry
+
+    uri = "https://mlflow.example.com"
+    prod_raw["registry"] = {"trackingUri": uri}
+    adapters(prod_raw)[1].update(source={"mlflow": {"model": "sql-lora", "version": 3}})
+    file = tmp_path / "recording.json"
+    file.write_text(json.dumps(registry_recording(uri, [])))
+    with pytest.raises(ConfigError) as caught:
+        resolve_registry(parse_platform_config(prod_raw), None, recording_file=str(file), dry_run=True)
+    (issue,) = caught.value.issues
+    assert str(issue).startswith("inference-platform:models[1].adapters[1].source.mlflow.version: the recorded registry")
+
+
+def test_an_mlflow_adapter_needs_the_registry(prod_raw):
+    adapters(prod_raw)[1].update(source={"mlflow": {"model": "sql-lora", "version": 3}})
+    (problem,) = config_problems(prod_raw)
+    assert problem.startswith("inference-platform:models[1].adapters[1].source.mlflow: names a version in the MLflow")
+
+
 # --- memory -----------------------------------------------------------------------------------
 
 

@@ -131,6 +131,8 @@ def lora_args(plan: ServerPlan) -> list[str]:
     lora = plan.lora
     if lora is None:
         return []
+    # The loader replaced every registry reference by the pinned source it names (platform_config/registry.py).
+    assert all(m.source.mlflow is None for m in lora.modules), f"{plan.name}: an unresolved adapter source reached the pod"
     return [
         "--enable-lora",
         "--lora-modules",
