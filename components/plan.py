@@ -160,6 +160,7 @@ def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> E
         node_selector=dict(SYSTEM_NODE_SELECTOR) if config.cluster.eks is not None else {},
         # The version's own Service: a picker's fail-open path must stay on its version.
         server_host=version_host(name, model.tenant),
+        lora_affinity=bool(model.adapters),
     )
 
 

@@ -646,8 +646,9 @@ def test_the_epp_reads_server_metrics_from_their_sidecars(plan):
     staleness = detector["parameters"]["metricsStalenessThreshold"]
     assert milliseconds(staleness) == 4 * milliseconds(source["parameters"]["interval"])
     # The servers' sidecars merge vLLM's metrics: their pods name vLLM's port and path.
-    # All pod_annotations reads: the drain, and the registry entry (none: a version pinned in the stack).
-    server = cast(Any, SimpleNamespace(drain=SimpleNamespace(grace_seconds=600), registry_entry=None))
+    # All pod_annotations reads: the drain, the registry entry (none: a version pinned in the stack) and the LoRA
+    # adapters (none).
+    server = cast(Any, SimpleNamespace(drain=SimpleNamespace(grace_seconds=600), registry_entry=None, lora=None))
     annotations = server_pod.pod_annotations(server)
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == str(plan.target_port) and annotations["prometheus.io/path"] == "/metrics"

@@ -177,6 +177,29 @@ def test_an_mlflow_adapter_needs_the_registry(prod_raw):
     assert problem.startswith("inference-platform:models[1].adapters[1].source.mlflow: names a version in the MLflow")
 
 
+def test_the_endpoint_picker_of_an_adapter_base_scores_adapter_affinity(prod_raw):
+    from components.specs.endpoint_picker import endpoint_picker_config
+
+    def picker_config(raw: dict[str, Any]) -> dict[str, Any]:
+        server = next(s for m in validate(raw).models for s in m.servers if s.name == "llama-70b-v1")
+        assert server.endpoint_picker is not None
+        return endpoint_picker_config(server.endpoint_picker)
+
+    without = picker_config(prod_raw)
+    assert "lora-affinity-scorer" not in [p["type"] for p in without["plugins"]]
+    prod_raw["models"][0]["adapters"] = [
+        {"name": "llama-3.1-70b-legal", "rank": 8, "source": {"huggingface": "org/legal-lora", "revision": "b" * 40}}
+    ]
+    config = picker_config(prod_raw)
+    assert "lora-affinity-scorer" in [p["type"] for p in config["plugins"]]
+    (profile,) = config["schedulingProfiles"]
+    assert {"pluginRef": "lora-affinity-scorer", "weight": 1} in profile["plugins"]
+    # The other scorers keep their weights.
+    assert [p for p in profile["plugins"] if p["pluginRef"] != "lora-affinity-scorer"] == without["schedulingProfiles"][0][
+        "plugins"
+    ]
+
+
 # --- memory -----------------------------------------------------------------------------------
 
 
