@@ -90,8 +90,14 @@ def test_each_revision_is_fetched_at_its_pinned_location_before_vllm_starts(prod
         f"{ADAPTERS_DIR}/{SUPPORT}%40r2": "s3://inference-prod-adapters/llama-3.1-8b/support/2026-11-20/",
         f"{ADAPTERS_DIR}/{SQL}": "s3://inference-prod-adapters/llama-3.1-8b/sql/2026-09-14/",
     }
-    # The S3 adapters are read with the model's workload role.
+    # The S3 adapters are read with the model's workload role, which may read their prefixes and nothing else.
     assert spec["serviceAccountName"] == "llama-8b-weights"
+    policy = json.loads(prod.one("aws:iam/rolePolicy:RolePolicy", "llama-8b-weights-identity-policy")["inputs"]["policy"])
+    objects = sorted(s["Resource"] for s in policy["Statement"] if s["Action"] == ["s3:GetObject"])
+    assert objects == [
+        "arn:aws:s3:::inference-prod-adapters/llama-3.1-8b/sql/*",
+        "arn:aws:s3:::inference-prod-adapters/llama-3.1-8b/support/*",
+    ]
 
 
 def test_hugging_face_adapters_are_downloaded_at_their_commit(prod_raw):
