@@ -114,8 +114,9 @@ def _server(
         max_replicas=high,
         drain=drain_chain(config, model),
         max_num_seqs=args.max_num_seqs if args.max_num_seqs is not None else cap or profile.concurrency_per_replica,
-        # Only the tenant's own token, and only where the weights come from Hugging Face.
-        hugging_face_token=model.tenant in hugging_face_tenants and version.source.huggingface is not None,
+        # Only the tenant's own token, and only where the weights (or an adapter's) come from Hugging Face.
+        hugging_face_token=model.tenant in hugging_face_tenants
+        and (version.source.huggingface is not None or any(m.source.huggingface for m in adapter_modules(model))),
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
         weights_service_account=weights_service_account(model) if version.source.s3_uri or _adapter_s3_uris(model) else None,
         endpoint_picker=_endpoint_picker(config, model, server_name(model, version_name)),

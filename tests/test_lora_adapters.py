@@ -115,6 +115,24 @@ def test_hugging_face_adapters_are_downloaded_at_their_commit(prod_raw):
     assert fetch["image"] == server.image
 
 
+def test_a_hugging_face_adapter_is_fetched_with_the_tenants_token_only(prod_raw):
+    from components.plan import resolve
+    from components.specs.pod import pod_spec
+    from platform_config.loader import parse_platform_config as parse
+
+    # Base weights from S3, one adapter from Hugging Face: the adapter's fetch still needs the tenant's token.
+    for version in prod_raw["models"][BASE]["versions"]:
+        version["source"] = {"s3Uri": "s3://inference-prod-weights/llama-3.1-8b", "revision": "2026-07-23"}
+    prod_raw["models"][BASE]["adapters"][1]["source"] = {"huggingface": "org/sql-lora", "revision": "a" * 40}
+    config = parse(prod_raw)
+    for tenants, expected in ((("serving",), True), (("team-a",), False)):
+        server = next(
+            s for m in resolve(config, hugging_face_tenants=tenants).models for s in m.servers if s.name == "llama-8b-v1"
+        )
+        (fetch,) = [c for c in pod_spec(server)["initContainers"] if c["name"] == "fetch-adapters"]
+        assert any(e["name"] == "HF_TOKEN" for e in fetch["env"]) is expected, tenants
+
+
 def test_limits_follow_the_adapters_unless_configured(prod_raw):
     model = parse_platform_config(prod_raw).models[BASE]
     limits = lora_limits(model)
