@@ -8,6 +8,7 @@ from components.model_route import canary_releases
 from components.plan import plan_checks, resolve
 from components.platform import InferencePlatform, InferencePlatformArgs, aws_tags
 from platform_config import load_config
+from platform_config.adapters import adapters_report
 from platform_config.cold_start import cold_start_report
 
 loaded = load_config(extra_checks=[plan_checks])
@@ -33,6 +34,9 @@ pulumi.export("serverPeaks", platform.server_peaks)
 pulumi.export("coldStarts", cold_start_report(config))
 # Each model's release as deployed: what the policy pack holds the next change's canary weight to.
 pulumi.export("canaryReleases", canary_releases(plan.routes))
+if any(model.adapters for model in config.models):
+    # Per base model: its LoRA modules, vLLM's LoRA limits and the adapters' memory per replica.
+    pulumi.export("loraAdapters", adapters_report(config))
 if loaded.registry is not None:
     # Per model and version: the MLflow alias or version the stack names and the registry version it resolved to.
     pulumi.export("modelRegistry", loaded.registry.stack_output(config))

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Collection, Iterator, Mapping
 from decimal import Decimal
 
+from platform_config.adapters import adapter_modules, lora_limits
 from platform_config.capacity import show_amount
 from platform_config.checks import run_peak_checks
 from platform_config.cold_start import cold_start, progress_deadline
@@ -115,16 +116,23 @@ def _server(
         max_replicas=high,
         drain=drain_chain(config, model),
         max_num_seqs=args.max_num_seqs if args.max_num_seqs is not None else cap or profile.concurrency_per_replica,
-        # Only the tenant's own token, and only where the weights come from Hugging Face.
-        hugging_face_token=model.tenant in hugging_face_tenants and version.source.huggingface is not None,
+        # Only the tenant's own token, and only where the weights (or an adapter's) come from Hugging Face.
+        hugging_face_token=model.tenant in hugging_face_tenants
+        and (version.source.huggingface is not None or any(m.source.huggingface for m in adapter_modules(model))),
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
-        weights_service_account=weights_service_account(model) if version.source.s3_uri else None,
+        weights_service_account=weights_service_account(model) if version.source.s3_uri or _adapter_s3_uris(model) else None,
         endpoint_picker=_endpoint_picker(config, model, server_name(model, version_name)),
         registry_entry=registry.entry(model.name, version_name) if registry is not None else None,
         cold_start=start,
         progress_deadline_seconds=progress_deadline(start, config),
         evictable_local_volumes=pool.weight_cache.allow_scale_down,
+        lora=lora_limits(model),
     )
+
+
+def _adapter_s3_uris(model: ModelConfig) -> set[str]:
+    """The S3 prefixes of the model's adapter modules: its servers' workload role reads them too."""
+    return {m.source.s3_uri for m in adapter_modules(model) if m.source.s3_uri}
 
 
 def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> EndpointPickerPlan | None:
@@ -158,6 +166,7 @@ def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> E
         node_selector=dict(SYSTEM_NODE_SELECTOR) if config.cluster.eks is not None else {},
         # The version's own Service: a picker's fail-open path must stay on its version.
         server_host=version_host(name, model.tenant),
+        lora_affinity=bool(model.adapters),
     )
 
 
@@ -304,7 +313,7 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
             _server(config, model, v, hugging_face_tenants=hugging_face_tenants, registry=registry)
             for v in running_versions(model)
         )
-        s3_uris = tuple(sorted({s.version.source.s3_uri for s in servers if s.version.source.s3_uri}))
+        s3_uris = tuple(sorted({s.version.source.s3_uri for s in servers if s.version.source.s3_uri} | _adapter_s3_uris(model)))
         models.append(
             ModelPlan(
                 model=model,

@@ -26,7 +26,8 @@ from platform_config.pins import IMAGES
 from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 
 from .backends.knative import KNATIVE_SERVICE_LABEL
-from .constants import LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_POOL
+from .constants import LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_MODEL, LABEL_POOL
+from .specs.pod import ANNOTATION_LORA_ADAPTERS
 from .specs.routes import (
     CANARY_STEP_OVERRIDE_ANNOTATION,
     CANARY_STEPS_ANNOTATION,
@@ -52,6 +53,7 @@ def policy_facts() -> dict[str, Any]:
             "latencySensitive": LABEL_LATENCY_SENSITIVE,
             "gpuSharing": LABEL_GPU_SHARING,
             "knativeService": KNATIVE_SERVICE_LABEL,
+            "model": LABEL_MODEL,
         },
         "defaults": {
             "overrideHeader": ReleaseConfig.model_fields["override_header"].default,
@@ -68,6 +70,7 @@ def policy_facts() -> dict[str, Any]:
             "canaryStepOverride": CANARY_STEP_OVERRIDE_ANNOTATION,
             "stableWeights": STABLE_WEIGHTS_ANNOTATION,
             "canaryWeights": CANARY_WEIGHTS_ANNOTATION,
+            "loraAdapters": ANNOTATION_LORA_ADAPTERS,
         },
         # Policy config defaults, which the config checks hold stacks to as well.
         "floors": FLOORS.policy_defaults(),

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
+from platform_config.adapters import LoraLimits
 from platform_config.cold_start import ColdStart
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
@@ -249,6 +250,8 @@ class ServerPlan:
     progress_deadline_seconds: int | None = None
     # Whether the cluster autoscaler may remove its node (its pool's `weightCache.allowScaleDown`).
     evictable_local_volumes: bool = True
+    # vLLM's LoRA modules and limits, when the model has adapters (platform_config/adapters.py).
+    lora: LoraLimits | None = None
 
     @property
     def tensor_parallel_size(self) -> int:

@@ -13,17 +13,29 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Callable, Iterable, Iterator, get_args
 
+from .adapters import adapter_on_own_tenants_base, gib, lora_limits, lora_memory, served_names, smallest_rank_choice
 from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, node_allocatable, pool_supply, show_amount
 from .cold_start import cache_medium, cold_start, node_disk_gib, scale_up_budget_seconds, show_minutes
 from .errors import ConfigIssue, format_key
 from .gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, builtin_mig_configs, fits_on_gpu, mig_resource
-from .models import SYSTEM_POOL_NAME, ModelConfig, NodePoolConfig, PlatformConfig, ResourceBudget, ServerArgs, duration_seconds
+from .models import (
+    SYSTEM_POOL_NAME,
+    LoraAdapter,
+    ModelConfig,
+    ModelSource,
+    NodePoolConfig,
+    PlatformConfig,
+    ResourceBudget,
+    ServerArgs,
+    duration_seconds,
+)
 from .profiles import PROFILES, TierName
 from .quantity import parse_quantity
 from .serving import (
     DRAIN_MARGIN_SECONDS,
     GPU_MEMORY_UTILIZATION_MAX,
     Peak,
+    effective_profile,
     is_experiment,
     model_tiers,
     replica_gpu_request,
@@ -682,6 +694,161 @@ def check_tier_queues(config: PlatformConfig) -> Iterator[ConfigIssue]:
             )
 
 
+# --- LoRA adapters (platform_config/adapters.py) -----------------------------------------------
+
+
+def check_adapter_names_unique(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """The rule `adapter-names-unique` (the policy of that name enforces it on the rendered
+    servers): every OpenAI name a client may send, a model's or an adapter's, names one thing
+    cluster-wide, so the gateway routes it to exactly one base model. (Models' own duplicates are
+    check_unique_names'.)"""
+    first: dict[str, tuple[tuple[str | int, ...], str]] = {}
+    for key, name, what in served_names(config):
+        earlier = first.setdefault(name, (key, what))
+        if earlier[0] != key and ("adapters" in key or "adapters" in earlier[0]):
+            yield ConfigIssue(
+                key, f"{name!r} is already the OpenAI name of {earlier[1]}: clients select models and adapters by it"
+            )
+
+
+def check_adapter_revisions(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """An adapter revision's name differs from its base model's version names: the model's override header names
+    either, and must name one thing."""
+    for m_index, model in enumerate(config.models):
+        versions = {v.name for v in model.versions}
+        for a_index, adapter in enumerate(model.adapters):
+            for v_index, revision in enumerate(adapter.versions or []):
+                if revision.name in versions:
+                    yield ConfigIssue(
+                        ("models", m_index, "adapters", a_index, "versions", v_index, "name"),
+                        f"{revision.name!r} is also a version of model {model.name!r}: the override header "
+                        f"{model.release.override_header!r} names either, so name the revision otherwise",
+                    )
+
+
+def check_adapters_on_a_base_that_takes_them(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """Adapters need a generating base: vLLM 0.18.0 applies LoRA to generate runners only (an embeddings profile runs
+    `--runner pooling`)."""
+    for index, model in enumerate(config.models):
+        if model.adapters and effective_profile(config, model).runner != "generate":
+            yield ConfigIssue(
+                ("models", index, "adapters"),
+                f"profile {model.profile!r} runs vLLM's {effective_profile(config, model).runner} runner, which serves no "
+                "LoRA adapters: put them on a generating model (chat, code-completion, rag, summarization, batch-labelling)",
+            )
+
+
+def check_adapter_ranks(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """No adapter's rank exceeds the configured `lora.maxLoraRank` (vLLM refuses to load it)."""
+    for m_index, model in enumerate(config.models):
+        configured = model.lora.max_lora_rank
+        for a_index, adapter in enumerate(model.adapters):
+            if configured is not None and adapter.rank > configured:
+                yield ConfigIssue(
+                    ("models", m_index, "adapters", a_index, "rank"),
+                    f"rank {adapter.rank} is above the model's lora.maxLoraRank {configured}: vLLM would refuse the "
+                    f"adapter; raise maxLoraRank to {smallest_rank_choice(adapter.rank)} or use a lower-rank adapter",
+                )
+
+
+def check_adapters_resident(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A latency-sensitive profile needs every adapter module resident on the GPU (`lora.maxLoras` at least the
+    modules, each adapter's stable and canary revision): a request for a module without a GPU slot waits until a
+    running batch lets one go. `maxCpuLoras` is at least `maxLoras` (vLLM 0.18.0 refuses less, vllm/config/lora.py)."""
+    for index, model in enumerate(config.models):
+        limits = lora_limits(model)
+        if limits is None:
+            continue
+        here = ("models", index, "lora")
+        profile = effective_profile(config, model)
+        if profile.latency_sensitive and limits.max_loras < len(limits.modules):
+            yield ConfigIssue(
+                (*here, "maxLoras"),
+                f"{limits.max_loras} GPU slots for {len(limits.modules)} adapter modules "
+                f"({', '.join(m.name for m in limits.modules)}): profile {model.profile!r} is latency-sensitive and needs "
+                f"them all resident; raise maxLoras to {len(limits.modules)} or leave it unset",
+            )
+        if limits.max_cpu_loras < limits.max_loras:
+            yield ConfigIssue(
+                (*here, "maxCpuLoras"),
+                f"{limits.max_cpu_loras} is below maxLoras {limits.max_loras}: vLLM refuses it (max_cpu_loras must be >= "
+                "max_loras)",
+            )
+
+
+def check_adapter_on_own_tenants_base(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """The rule `adapter-on-own-tenants-base` (the policy of that name enforces it on the rendered servers)."""
+    for m_index, model in enumerate(config.models):
+        for a_index, adapter in enumerate(model.adapters):
+            if not adapter_on_own_tenants_base(model, adapter):
+                yield ConfigIssue(
+                    ("models", m_index, "adapters", a_index, "tenant"),
+                    f"{adapter.tenant!r} does not run model {model.name!r} (tenant {model.tenant!r}): an adapter never "
+                    "rides on another tenant's base model; declare it on a model of its own tenant",
+                )
+
+
+def check_adapter_sources(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """S3 adapters need EKS (the workload role reads them); MLflow adapters need the registry."""
+    for m_index, model in enumerate(config.models):
+        for a_index, adapter in enumerate(model.adapters):
+            for v_index, (_, source) in enumerate(_declared_adapter_sources(adapter)):
+                key = ("models", m_index, "adapters", a_index, *(("versions", v_index) if adapter.versions else ()), "source")
+                if source.s3_uri is not None and config.cluster.mode != "eks":
+                    yield ConfigIssue(
+                        (*key, "s3Uri"),
+                        "S3 adapters are read with an IAM role for the pod (EKS Pod Identity or IRSA): use a Hugging Face "
+                        "source on a kubeconfig cluster, or run on EKS",
+                    )
+                if source.mlflow is not None and config.registry.tracking_uri is None:
+                    yield ConfigIssue(
+                        (*key, "mlflow"),
+                        "names a version in the MLflow registry, but the stack has no 'registry.trackingUri': add "
+                        "registry: {trackingUri: https://...}",
+                    )
+
+
+def _declared_adapter_sources(adapter: LoraAdapter) -> list[tuple[str | None, ModelSource]]:
+    """Every (revision, source) an adapter declares, running or not."""
+    if adapter.source is not None:
+        return [(None, adapter.source)]
+    return [(v.name, v.source) for v in adapter.versions or []]
+
+
+def _replica_gpu_memory_bytes(model: ModelConfig, pool: NodePoolConfig) -> Decimal:
+    gpu = instance_of(pool).gpu
+    if model.resources.mig_profile is not None:
+        profile = gpu.mig_profiles.get(model.resources.mig_profile)
+        return Decimal(gpu.memory_gib * (profile.memory_slices if profile else 8)) / 8 * 2**30
+    per_gpu = Decimal(gpu.memory_gib) * 2**30
+    if pool.sharing.mode == "timeSlicing" and pool.sharing.replicas:
+        return per_gpu / pool.sharing.replicas
+    return per_gpu * (model.resources.gpus or 1)
+
+
+def check_adapter_memory(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """With `lora.baseShape`, the adapters' estimated memory (platform_config/adapters.py lora_memory) fits the replica:
+    vLLM's GPU slots within the replica's GPU memory share (it preallocates them before the KV cache) and its CPU cache
+    of modules within the replica's memory."""
+    for index, model, pool in _placed_models(config):
+        memory = lora_memory(model)
+        if memory is None:
+            continue
+        gpu = _replica_gpu_memory_bytes(model, pool) * Decimal(str(GPU_MEMORY_UTILIZATION_MAX))
+        if memory.gpu_bytes >= gpu:
+            yield ConfigIssue(
+                ("models", index, "lora"),
+                f"the adapters' GPU slots need about {gib(memory.gpu_bytes)} per replica (maxLoras x maxLoraRank), "
+                f"more than the replica's GPU memory share ({show_amount('memory', gpu)}): lower maxLoras or maxLoraRank",
+            )
+        if memory.cpu_bytes >= parse_quantity(model.resources.memory):
+            yield ConfigIssue(
+                ("models", index, "resources", "memory"),
+                f"{model.resources.memory} does not hold the adapters' CPU cache (about {gib(memory.cpu_bytes)}, "
+                "maxCpuLoras modules): raise the memory or lower lora.maxCpuLoras",
+            )
+
+
 CHECKS: list[Check] = [
     check_unique_names,
     check_gpu_sharing,
@@ -706,6 +873,14 @@ CHECKS: list[Check] = [
     check_object_names,
     check_server_component_names,
     check_tier_queues,
+    check_adapter_names_unique,
+    check_adapter_revisions,
+    check_adapters_on_a_base_that_takes_them,
+    check_adapter_ranks,
+    check_adapters_resident,
+    check_adapter_on_own_tenants_base,
+    check_adapter_sources,
+    check_adapter_memory,
 ]
 
 

@@ -30,6 +30,7 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from .adapters import REVISION_SEPARATOR
 from .errors import ConfigError, ConfigIssue
 from .models import REGISTRY_TOKEN, MlflowReference, ModelSource, PlatformConfig, RegistryConfig
 
@@ -112,14 +113,32 @@ class RegistryResolution:
             origin.update(recordingFile=self.recording_file, recordedAt=self.recorded_at)
         models = {
             model.name: {
-                version.name: {"source": "registry", **entry.to_json()}
-                if (entry := self.entry(model.name, version.name)) is not None
-                else {"source": "stack file"}
-                for version in model.versions
+                **{
+                    version.name: {"source": "registry", **entry.to_json()}
+                    if (entry := self.entry(model.name, version.name)) is not None
+                    else {"source": "stack file"}
+                    for version in model.versions
+                },
+                # Its adapters' revisions, by module name (`<adapter>@<revision>`: never a version's name).
+                **{
+                    name: {"source": "registry", **entry.to_json()}
+                    if (entry := self.entry(model.name, name)) is not None
+                    else {"source": "stack file"}
+                    for name in _adapter_entry_names(config, m_index)
+                },
             }
-            for model in config.models
+            for m_index, model in enumerate(config.models)
         }
         return {**origin, "models": models}
+
+
+def _adapter_entry_names(config: PlatformConfig, m_index: int) -> list[str]:
+    model = config.models[m_index]
+    return [
+        adapter_entry_name(config, m_index, a_index, v_index)
+        for a_index, adapter in enumerate(model.adapters)
+        for v_index in ([None] if adapter.versions is None else range(len(adapter.versions)))
+    ]
 
 
 def registry_references(config: PlatformConfig) -> list[tuple[int, int, MlflowReference]]:
@@ -130,6 +149,29 @@ def registry_references(config: PlatformConfig) -> list[tuple[int, int, MlflowRe
         for v_index, version in enumerate(model.versions)
         if version.source.mlflow is not None
     ]
+
+
+def adapter_registry_references(config: PlatformConfig) -> list[tuple[int, int, int | None, MlflowReference]]:
+    """(model index, adapter index, revision index or None for a one-`source` adapter, reference) of every adapter
+    revision whose source is in the registry: resolved like a model version's."""
+    found: list[tuple[int, int, int | None, MlflowReference]] = []
+    for m_index, model in enumerate(config.models):
+        for a_index, adapter in enumerate(model.adapters):
+            if adapter.source is not None and adapter.source.mlflow is not None:
+                found.append((m_index, a_index, None, adapter.source.mlflow))
+            for v_index, version in enumerate(adapter.versions or []):
+                if version.source.mlflow is not None:
+                    found.append((m_index, a_index, v_index, version.source.mlflow))
+    return found
+
+
+def adapter_entry_name(config: PlatformConfig, m_index: int, a_index: int, v_index: int | None) -> str:
+    """The name an adapter revision's registry entry goes by beside the model's versions: its LoRA module's
+    (`<adapter>` or `<adapter>@<revision>`, never a version name)."""
+    adapter = config.models[m_index].adapters[a_index]
+    if v_index is None or adapter.versions is None:
+        return adapter.name
+    return f"{adapter.name}{REVISION_SEPARATOR}{adapter.versions[v_index].name}"
 
 
 def pinned_source(weights: str) -> ModelSource | None:
@@ -438,7 +480,8 @@ def resolve_registry(
     resolved to; (config, None) when no version is in the registry. Raises ConfigError naming each reference the
     registry (or the recording) cannot resolve, RegistryFileError for a recording that cannot be used."""
     references = registry_references(config)
-    if not references:
+    adapter_references = adapter_registry_references(config)
+    if not references and not adapter_references:
         return config, None
     settings = config.registry
     if settings.tracking_uri is None:  # the config checks report it (check_registry_sources): not through load_config
@@ -480,8 +523,8 @@ def resolve_registry(
     answers: dict[tuple[str, str | None, int | None], RegistryEntry | ConfigIssue] = {}
     versions: dict[tuple[str, str], RegistryEntry] = {}
     sources: dict[tuple[int, int], ModelSource] = {}
-    for m_index, v_index, reference in references:
-        key: tuple[str | int, ...] = ("models", m_index, "versions", v_index, "source", "mlflow")
+
+    def answer(reference: MlflowReference, key: tuple[str | int, ...]) -> RegistryEntry | None:
         cached = answers.get(_reference_of(reference))
         if cached is None:
             try:
@@ -492,15 +535,33 @@ def resolve_registry(
         if isinstance(cached, ConfigIssue):
             # The same reference in another version: the same answer, under that version's key.
             issues.append(ConfigIssue((*key, cached.path[-1]), cached.message))
+            return None
+        return cached
+
+    for m_index, v_index, reference in references:
+        key: tuple[str | int, ...] = ("models", m_index, "versions", v_index, "source", "mlflow")
+        entry = answer(reference, key)
+        if entry is None:
             continue
         model = config.models[m_index]
-        versions[(model.name, model.versions[v_index].name)] = cached
-        source = pinned_source(cached.weights)
+        versions[(model.name, model.versions[v_index].name)] = entry
+        source = pinned_source(entry.weights)
         assert source is not None  # checked where the entry was made
         sources[(m_index, v_index)] = source
+    adapter_sources: dict[tuple[int, int, int | None], ModelSource] = {}
+    for m_index, a_index, revision_index, reference in adapter_references:
+        revision_key = ("versions", revision_index) if revision_index is not None else ()
+        key = ("models", m_index, "adapters", a_index, *revision_key, "source", "mlflow")
+        entry = answer(reference, key)
+        if entry is None:
+            continue
+        versions[(config.models[m_index].name, adapter_entry_name(config, m_index, a_index, revision_index))] = entry
+        source = pinned_source(entry.weights)
+        assert source is not None  # checked where the entry was made
+        adapter_sources[(m_index, a_index, revision_index)] = source
     if issues:
         raise ConfigError(issues)
-    resolved = _with_sources(config, sources)
+    resolved = _with_adapter_sources(_with_sources(config, sources), adapter_sources)
     if isinstance(resolver, RecordedRegistry):
         resolution = RegistryResolution(
             "recorded", resolver.parsed.tracking_uri, versions, str(resolver.path), resolver.parsed.recorded_at
@@ -524,4 +585,23 @@ def _with_sources(config: PlatformConfig, sources: dict[tuple[int, int], ModelSo
         )
         for m_index, model in enumerate(config.models)
     ]
+    return config.model_copy(update={"models": models})
+
+
+def _with_adapter_sources(config: PlatformConfig, sources: dict[tuple[int, int, int | None], ModelSource]) -> PlatformConfig:
+    """The config with each adapter revision's registry reference replaced by the pinned source it named."""
+    if not sources:
+        return config
+    models = list(config.models)
+    for (m_index, a_index, v_index), source in sources.items():
+        model = models[m_index]
+        adapters = list(model.adapters)
+        adapter = adapters[a_index]
+        if v_index is None:
+            adapters[a_index] = adapter.model_copy(update={"source": source})
+        else:
+            revisions = list(adapter.versions or [])
+            revisions[v_index] = revisions[v_index].model_copy(update={"source": source})
+            adapters[a_index] = adapter.model_copy(update={"versions": revisions})
+        models[m_index] = model.model_copy(update={"adapters": adapters})
     return config.model_copy(update={"models": models})

@@ -2,7 +2,7 @@
 
 import gc
 
-from inference_governance import canary, resources, stack
+from inference_governance import adapters, canary, resources, stack
 from inference_governance.kube import (
     DEFAULT_OVERRIDE_HEADER,
     DEFAULT_TIER_HEADER,
@@ -268,6 +268,20 @@ PolicyPack(
             validate=resources.topology_spread,
             enforcement_level=ADVISORY,
             severity=Severity.LOW,
+        ),
+        StackValidationPolicy(
+            name="adapter-names-unique",
+            description="A LoRA adapter's OpenAI name is unique cluster-wide: the adapters of one base model, never "
+            "another model's adapter or a name a server answers to as a model.",
+            validate=adapters.adapter_names_unique,
+            severity=Severity.HIGH,
+        ),
+        ResourceValidationPolicy(
+            name="adapter-on-own-tenants-base",
+            description="A model server loads only LoRA adapters its own tenant owns: an adapter never rides on another "
+            "tenant's base model.",
+            validate=adapters.adapter_on_own_tenants_base,
+            severity=Severity.HIGH,
         ),
         StackValidationPolicy(
             name="latency-sensitive-on-spot",

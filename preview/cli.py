@@ -39,6 +39,7 @@ from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, Polic
 from .previous_releases import previous_releases, with_previous_releases
 from .report import Report
 from .sections import (
+    adapters_section,
     admission_section,
     capacity_section,
     changes_section,
@@ -292,6 +293,9 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
         return EXIT_CRASH
     report.sections["capacity"] = capacity_section(evaluation.stack_outputs)
     report.sections["coldStart"] = cold_start_section(evaluation.stack_outputs)
+    adapters = evaluation.stack_outputs.get("loraAdapters")
+    if adapters:
+        report.sections["adapters"] = adapters_section(adapters)
     registry = evaluation.stack_outputs.get("modelRegistry")
     recorded = False
     if registry is not None:

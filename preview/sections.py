@@ -96,6 +96,31 @@ def _minutes(seconds: int) -> str:
     return f"{seconds // 60} min {seconds % 60:02d} s"
 
 
+def adapters_section(adapters: dict[str, Any]) -> Section:
+    """Each base model's LoRA modules, vLLM's LoRA limits and what they hold per replica (the program's `loraAdapters`
+    output): GPU = maxLoras x maxLoraRank x E x 2 bytes, CPU = the maxCpuLoras largest modules' rank x E x 2 bytes, E
+    = layers x (9 hidden + 2 kv + 3 intermediate) (platform_config/adapters.py)."""
+    rows = [
+        "| model | modules (rank) | max-loras | max-lora-rank | max-cpu-loras | GPU per replica | CPU per replica |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    lines = []
+    for model, entry in adapters.items():
+        modules = ", ".join(f"{m['module']} ({m['rank']})" for m in entry["modules"])
+        gpu, cpu = entry["gpuMemoryPerReplica"] or "not estimated", entry["cpuMemoryPerReplica"] or "not estimated"
+        rows.append(
+            f"| {model} | {modules} | {entry['maxLoras']} | {entry['maxLoraRank']} | {entry['maxCpuLoras']} | {gpu} | {cpu} |"
+        )
+        lines.append(
+            f"{model}: {modules}; --max-loras {entry['maxLoras']} --max-lora-rank {entry['maxLoraRank']} "
+            f"--max-cpu-loras {entry['maxCpuLoras']}; GPU {gpu}, CPU {cpu} per replica"
+        )
+    count = sum(len(entry["modules"]) for entry in adapters.values())
+    return Section(
+        "LoRA adapters", f"{count} modules on {len(adapters)} base models", data=adapters, markdown="\n".join(rows), lines=lines
+    )
+
+
 def registry_section(registry: dict[str, Any]) -> Section:
     """Which MLflow registry versions the stack's references resolved to, and where: the live registry or a
     recording (the program's `modelRegistry` output)."""

@@ -85,7 +85,7 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 24
+    assert len(names) == 26
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):
@@ -589,7 +589,7 @@ def test_the_packs_image_rule_is_the_programs():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"no-such-policy": "advisory"}, "names no policy of this pack: no-such-policy; policies: all, canary-routes"),
+        ({"no-such-policy": "advisory"}, "no policy of this pack: no-such-policy; policies: all, adapter-names-unique"),
         ({"hpa-behavior": {"minReplica": 3}}, "config 'hpa-behavior': unknown key 'minReplica'; allowed: enforcementLevel"),
         ({"pod-security-baseline": {"strict": True}}, "'pod-security-baseline': unknown key 'strict'; allowed: enforcementLevel"),
         ({"hpa-behavior": {"minReplicasInProduction": "two"}}, "'minReplicasInProduction' is string \"two\", but the policy"),
@@ -684,3 +684,55 @@ def test_mask_secrets(text, masked):
 def test_secret_values_include_an_objects_leaves():
     tokens = json.dumps({"team-a": "hf_aaaa1111", "team-b": "hf_bbbb2222"})
     assert set(secret_values({"p:huggingFaceTokens": tokens}, ["p:huggingFaceTokens"])) == {tokens, "hf_aaaa1111", "hf_bbbb2222"}
+
+
+# --- LoRA adapters ------------------------------------------------------------------------------
+
+LORA_ADAPTERS = "inference.platform/lora-adapters"
+
+
+def pod_annotations(record: RecordedResource) -> list[dict]:
+    """The pod template's annotations in inputs and outputs, to edit them alike."""
+    templates = [record.inputs["spec"]["template"], record.outputs["spec"]["template"]]
+    templates = templates[:1] if templates[0] is templates[1] else templates
+    return [t["metadata"]["annotations"] for t in templates]
+
+
+def test_an_adapter_on_another_tenants_base_is_refused(pack, baseline):
+    record = find(baseline, KSVC, "llama-8b-v1-knative-service")
+    for pod in pod_annotations(record):
+        adapters = json.loads(pod[LORA_ADAPTERS])
+        assert adapters["llama-3.1-8b-sql"] == {"tenant": "serving", "modules": ["llama-3.1-8b-sql"]}
+        adapters["llama-3.1-8b-sql"]["tenant"] = "team-a"
+        pod[LORA_ADAPTERS] = json.dumps(adapters)
+    assert analyze(pack, record) == {"adapter-on-own-tenants-base": "mandatory"}
+    for pod in pod_annotations(record):
+        pod[LORA_ADAPTERS] = "[not an object"
+    assert analyze(pack, record) == {"adapter-on-own-tenants-base": "mandatory"}
+
+
+def test_an_adapter_name_held_by_two_base_models_is_refused(pack, baseline):
+    def load_on_70b(records: list[RecordedResource]) -> list[RecordedResource]:
+        source = next(r for r in records if r.name == "llama-8b-v1-knative-service")
+        target = next(r for r in records if r.name == "llama-70b-v1-deployment")
+        support = json.loads(pod_annotations(source)[0][LORA_ADAPTERS])["llama-3.1-8b-support"]
+        for pod in pod_annotations(target):
+            pod[LORA_ADAPTERS] = json.dumps({"llama-3.1-8b-support": {**support, "tenant": "serving"}})
+        return records
+
+    hits = pack.analyze_stack(stack_with(baseline, load_on_70b))
+    flagged = sorted(d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "adapter-names-unique")
+    assert flagged == ["llama-70b-v1-deployment", "llama-8b-v1-knative-service", "llama-8b-v2-knative-service"]
+
+
+def test_an_adapter_named_like_a_served_model_is_refused(pack, baseline):
+    def answer_to_the_adapter(records: list[RecordedResource]) -> list[RecordedResource]:
+        target = next(r for r in records if r.name == "llama-1b-v1-deployment")
+        for spec in both(target):
+            args = spec["containers"][0]["args"]
+            args.insert(args.index("--served-model-name") + 2, "llama-3.1-8b-sql")
+        return records
+
+    hits = pack.analyze_stack(stack_with(baseline, answer_to_the_adapter))
+    assert {d.policy for d in hits} == {"adapter-names-unique"}
+    assert hits and all("also the served name of team-a/llama-1b" in d.message for d in hits)

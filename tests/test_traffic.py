@@ -485,6 +485,9 @@ def test_the_filter_config_gives_unclaimed_tokens_batch_only_on_batch_only_model
         "llama-3.2-1b-instruct": "standard",
         "batch-labeller": "batch",
         "llama-3.1-8b-instruct-batch": "batch",
+        # The 8B model's adapters take its own servers' tiers (premium, standard), not its batch model's.
+        "llama-3.1-8b-support": "standard",
+        "llama-3.1-8b-sql": "standard",
     }
     assert config["max_unclaimed_body_bytes"] == 16 << 20
 

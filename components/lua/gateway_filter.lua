@@ -14,6 +14,9 @@
 --   max_members, max_member_name_bytes, max_depth   caps on the exact body scan (the slow path)
 --   models = {["served-name"] = {name_json = '"served-name"', user_key_header = "x-user-id",
 --             priority_tiers = {premium = true}, unclaimed_tier = "standard", tenants = {["team-a"] = true}}}
+--             (a LoRA adapter's entry names its module in name_json, and an adapter with a canary has
+--             adapter_canary = {override_header = "x-model-version", modules = {r2 = '"name@r2"', ...},
+--             stable_json = '"name@r1"', canary_json = '"name@r2"', canary_weight = 10})
 --   control_headers = {["x-llm-d-inference-objective"] = true, ...}   request headers endpoint pickers act on
 --   shed_status_header                        the header an endpoint picker's refusal carries
 --   fairness_header                           the header naming the picker flow (the calling tenant)
@@ -51,6 +54,8 @@
 --      top-level OpenAI "user" when that is a usable header value (an unusable one is ignored,
 --      not refused), so a client that only sends `user` stays on one version; a claim always wins;
 --   6. for a model of the platform, appends the model and the priority as the body's last members
+--      (for a LoRA adapter, the model is its module: `adapter_module` picks an adapter canary's
+--      revision)
 --      (with_model_and_priority_last), which the servers read over anything the client sent: the
 --      tier's priority where the model's servers schedule by priority, else 0, vLLM's default,
 --      which vLLM 0.18.0 ignores under fcfs (vllm/v1/core/sched/request_queue.py; its API
@@ -406,6 +411,22 @@ local function with_model_and_priority_last(s, close, model_json, priority)
   return s:sub(1, close - 1) .. separator .. string.format('"model":%s,"priority":%d', model_json, priority) .. s:sub(close)
 end
 
+-- The LoRA module (a JSON string) that serves a request for the model `served`: its own name, or
+-- an adapter's module; for an adapter with a canary, the revision the model's override header
+-- names (only principals allowed to send it get this far: the gateway's AuthorizationPolicy), else
+-- by the user's sticky bucket: the top `canary_weight` buckets take the canary, while a base
+-- model's canary takes the bottom ones (its routes' RE2 ranges), so the two canaries share as few
+-- users as their weights allow; a request without a user is split at random by the weight.
+local function adapter_module(served, headers, user)
+  local split = served.adapter_canary
+  if split == nil then return served.name_json end
+  local forced = headers:get(split.override_header)
+  if forced ~= nil and split.modules[forced] ~= nil then return split.modules[forced] end
+  local b = user ~= nil and bucket(user) or math.random(0, 99)
+  if b >= 100 - split.canary_weight then return split.canary_json end
+  return split.stable_json
+end
+
 local function reply(handle, status, message)
   handle:respond({ [":status"] = tostring(status), ["content-type"] = "text/plain" }, message .. "\n")
 end
@@ -513,7 +534,7 @@ function envoy_on_request(handle)
       local flow = caller or verified_user
       if flow ~= nil then headers:replace(CONFIG.fairness_header, flow) end
       local priority = served.priority_tiers[tier] and CONFIG.priorities[tier] or FCFS_PRIORITY
-      body:setBytes(with_model_and_priority_last(text, fields.close, served.name_json, priority))
+      body:setBytes(with_model_and_priority_last(text, fields.close, adapter_module(served, headers, user), priority))
     end
   end
 

@@ -268,6 +268,7 @@ EPP_PLUGINS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
         frozenset(),
     ),
     "prefix-cache-scorer": (("pkg/epp/framework/plugins/scheduling/scorer/prefix/plugin.go",), frozenset()),
+    "lora-affinity-scorer": (("pkg/epp/framework/plugins/scheduling/scorer/loraaffinity/lora_affinity.go",), frozenset()),
     "metrics-data-source": (
         ("pkg/epp/framework/plugins/datalayer/source/metrics/datasource.go",),
         frozenset({"scheme", "path", "port", "interval"}),
@@ -287,6 +288,13 @@ FLOW_CONTROL_GATE = "flowControl"
 SATURATION_DETECTOR = "utilization-detector"
 # The chart's default scheduling profile: queue 2, KV cache 2, prefix cache 3 (routerlib _config.yaml).
 SCORER_WEIGHTS = (("queue-scorer", 2), ("kv-cache-utilization-scorer", 2), ("prefix-cache-scorer", 3))
+# For servers with LoRA adapters: prefer a replica where the request's adapter is already active,
+# then one with a free slot (pkg/epp/framework/plugins/scheduling/scorer/loraaffinity/README.md at
+# v0.10.0: 1.0 active, 0.8 room to load, 0.6 waiting, 0 full), from vLLM's `vllm:lora_requests_info`
+# that the core metrics extractor reads for vLLM by default (extractor/metrics/factories.go
+# defaultEngineConfigs). The chart configures no weight for it; 1, as the scorer's README and the
+# router's integration test configs (test/integration/epp/testdata/default-config.yaml) use it.
+LORA_AFFINITY_SCORER = ("lora-affinity-scorer", 1)
 
 
 @dataclass(frozen=True)
@@ -317,6 +325,8 @@ class EndpointPickerPlan:
     # Where the pods run: the EKS system node group's labels; empty on a cluster the platform
     # does not build (its scheduler places them).
     node_selector: dict[str, str]
+    # Whether the servers load LoRA adapters: then the picker scores adapter affinity too.
+    lora_affinity: bool = False
 
 
 # --- names ----------------------------------------------------------------------------------
@@ -516,6 +526,7 @@ def endpoint_picker_config(plan: EndpointPickerPlan) -> dict[str, Any]:
             {"type": "queue-scorer"},
             {"type": "kv-cache-utilization-scorer"},
             {"type": "prefix-cache-scorer"},
+            *([{"type": LORA_AFFINITY_SCORER[0]}] if plan.lora_affinity else []),
             # vLLM's metrics through each server's sidecar (MESH_STATUS_PORT), plain HTTP there: the
             # chart's podIP:8000/metrics is the vLLM port, which takes mTLS only. `port` overrides
             # the pool's target port for every endpoint (datasource.go; one target port per pool).
@@ -541,7 +552,13 @@ def endpoint_picker_config(plan: EndpointPickerPlan) -> dict[str, Any]:
             },
         ],
         "schedulingProfiles": [
-            {"name": "default", "plugins": [{"pluginRef": ref, "weight": weight} for ref, weight in SCORER_WEIGHTS]}
+            {
+                "name": "default",
+                "plugins": [
+                    {"pluginRef": ref, "weight": weight}
+                    for ref, weight in (*SCORER_WEIGHTS, *((LORA_AFFINITY_SCORER,) if plan.lora_affinity else ()))
+                ],
+            }
         ],
         "flowControl": flow_control,
     }

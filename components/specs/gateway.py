@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from platform_config.adapters import AdapterModule, adapter_revisions
 from platform_config.models import GatewayAuthentication, ReleaseConfig, TrafficConfig, duration_seconds
 from platform_config.profiles import TierName
 from platform_config.serving import route_timeout_seconds
@@ -240,17 +241,54 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
         "fairness_header": FAIRNESS_HEADER,
         "retry_after": {tier: math.ceil(duration_seconds(traffic.tiers[tier].queue_timeout)) for tier in TIER_ORDER},
         "models": {
-            route.model.openai_name: {
-                # The name as a JSON string: the filter appends it to the body as its last "model".
-                "name_json": json.dumps(route.model.openai_name),
-                "user_key_header": route.model.release.user_key_header,
-                "priority_tiers": {t.tier: True for t in route.tiers if t.by_priority},
-                "unclaimed_tier": unclaimed_tier(traffic, route),
-                "tenants": {tenant: True for tenant in (route.model.tenant, *route.model.callers)},
-            }
-            for route in routes
+            **{
+                route.model.openai_name: {
+                    # The name as a JSON string: the filter appends it to the body as its last "model".
+                    "name_json": json.dumps(route.model.openai_name),
+                    "user_key_header": route.model.release.user_key_header,
+                    "priority_tiers": {t.tier: True for t in route.tiers if t.by_priority},
+                    "unclaimed_tier": unclaimed_tier(traffic, route),
+                    "tenants": {tenant: True for tenant in (route.model.tenant, *route.model.callers)},
+                }
+                for route in routes
+            },
+            **{name: entry for route in routes for name, entry in adapter_filter_entries(traffic, route).items()},
         },
     }
+
+
+def adapter_filter_entries(traffic: TrafficConfig, route: RoutePlan) -> dict[str, dict[str, Any]]:
+    """The filter's settings for each adapter of the route's model, by its OpenAI name: the base
+    model's user key, priorities, tenants and callers, for the tiers the base model's own servers
+    take (they hold the adapters; a batch model's servers do not); the LoRA module the request's
+    `model` is rewritten to and, for an adapter with a canary, how the filter picks the revision
+    (README, LoRA adapters)."""
+    model = route.model
+    own = [t for t in route.tiers if t.owner is model]
+    entries: dict[str, dict[str, Any]] = {}
+    for adapter in model.adapters:
+        modules = {
+            revision: AdapterModule(adapter.name, revision, source, adapter.rank).name
+            for revision, source in adapter_revisions(adapter)
+        }
+        entry: dict[str, Any] = {
+            "name_json": json.dumps(next(iter(modules.values()))),
+            "user_key_header": model.release.user_key_header,
+            "priority_tiers": {t.tier: True for t in own if t.by_priority},
+            "unclaimed_tier": "batch" if {t.tier for t in own} == {"batch"} else traffic.default_tier,
+            "tenants": {tenant: True for tenant in (model.tenant, *model.callers)},
+        }
+        release = adapter.release
+        if release is not None and release.canary is not None:
+            entry["adapter_canary"] = {
+                "override_header": model.release.override_header,
+                "modules": {revision: json.dumps(name) for revision, name in modules.items() if revision is not None},
+                "stable_json": json.dumps(modules[release.stable]),
+                "canary_json": json.dumps(modules[release.canary]),
+                "canary_weight": release.canary_weight,
+            }
+        entries[adapter.name] = entry
+    return entries
 
 
 def _lua_literal(value: Any) -> str:

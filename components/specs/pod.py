@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
+from platform_config.adapters import AdapterModule, adapter_tenant
 from platform_config.cold_start import startup_budget_seconds
 from platform_config.models import ServerArgs
 from platform_config.pins import AWS_CLI
@@ -40,6 +42,9 @@ ANNOTATION_REGISTRY_MODEL = "inference.platform/registry-model"
 ANNOTATION_REGISTRY_VERSION = "inference.platform/registry-version"
 ANNOTATION_REGISTRY_ALIAS = "inference.platform/registry-alias"
 ANNOTATION_WEIGHTS = "inference.platform/weights"
+# On the pod template of a server that loads LoRA adapters: per adapter, the tenant that owns it and
+# its modules, for the policies `adapter-names-unique` and `adapter-on-own-tenants-base`.
+ANNOTATION_LORA_ADAPTERS = "inference.platform/lora-adapters"
 
 
 # --- the container -------------------------------------------------------------------------
@@ -97,7 +102,98 @@ def vllm_args(plan: ServerPlan) -> list[str]:
         # Several request tiers share this server: serve by the priority the gateway writes
         # into each request (lower first).
         out += ["--scheduling-policy", "priority"]
-    return out + tuning_args(plan.args)
+    return out + lora_args(plan) + tuning_args(plan.args)
+
+
+# --- LoRA adapters -------------------------------------------------------------------------
+# vLLM 0.18.0 resolves a `--lora-modules` path that is not a local one as a Hugging Face repository
+# and downloads it with `snapshot_download(repo_id=...)`, at no revision (vllm/lora/utils.py,
+# get_adapter_absolute_path): a pinned revision cannot be given. So every module is downloaded at its
+# pinned revision (or synced from S3) into the pod's model volume by an init container, and vLLM is
+# given that absolute path, which it takes as it is.
+
+ADAPTERS_DIR = f"{MODELS_DIR}/adapters"
+# Downloads each (repository, revision, directory) triple of its arguments; huggingface_hub is
+# vLLM's own dependency, in the image.
+_HF_ADAPTER_DOWNLOAD = (
+    "import sys\n"
+    "from huggingface_hub import snapshot_download\n"
+    "args = sys.argv[1:]\n"
+    "for repo, revision, directory in zip(args[0::3], args[1::3], args[2::3]):\n"
+    "    snapshot_download(repo_id=repo, revision=revision, local_dir=directory)\n"
+)
+
+
+def adapter_path(module: AdapterModule) -> str:
+    """Where a LoRA module's files are on the model volume (its name quoted: it may hold '/' or ':')."""
+    return f"{ADAPTERS_DIR}/{urllib.parse.quote(module.name, safe='')}"
+
+
+def lora_args(plan: ServerPlan) -> list[str]:
+    """vLLM's LoRA flags (vllm/config/lora.py and vllm/entrypoints/openai/cli_args.py at v0.18.0):
+    `--lora-modules` takes `name=path` items (an item with '=' and no ',' is read that way; names
+    never hold either, paths are quoted), and the limits sized from the adapters."""
+    lora = plan.lora
+    if lora is None:
+        return []
+    # The loader replaced every registry reference by the pinned source it names (platform_config/registry.py).
+    assert all(m.source.mlflow is None for m in lora.modules), f"{plan.name}: an unresolved adapter source reached the pod"
+    return [
+        "--enable-lora",
+        "--lora-modules",
+        *(f"{module.name}={adapter_path(module)}" for module in lora.modules),
+        "--max-loras",
+        str(lora.max_loras),
+        "--max-lora-rank",
+        str(lora.max_lora_rank),
+        "--max-cpu-loras",
+        str(lora.max_cpu_loras),
+    ]
+
+
+def adapter_init_containers(plan: ServerPlan) -> list[dict[str, Any]]:
+    """Fetch the adapter modules before vLLM starts: the Hugging Face ones at their pinned revisions
+    in one container of the server's own image, each S3 one with the CLI as the base weights are."""
+    if plan.lora is None:
+        return []
+    _, mounts = _volumes(plan)
+    volume_mounts = [m for m in mounts if m["name"] in ("model-cache", "home", "tmp")]
+    containers: list[dict[str, Any]] = []
+    hugging_face = [m for m in plan.lora.modules if m.source.huggingface is not None]
+    if hugging_face:
+        triples = [arg for m in hugging_face for arg in (m.source.huggingface, m.source.revision, adapter_path(m))]
+        containers.append(
+            {
+                "name": "fetch-adapters",
+                "image": plan.image,
+                "command": ["python3", "-c", _HF_ADAPTER_DOWNLOAD, *triples],
+                "env": [e for e in _env(plan) if e["name"] in ("HOME", "HF_HOME", "HF_TOKEN")],
+                "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+                "volumeMounts": volume_mounts,
+                "securityContext": _security_context(),
+            }
+        )
+    for index, module in enumerate(m for m in plan.lora.modules if m.source.s3_uri is not None):
+        source = module.source
+        containers.append(
+            {
+                "name": f"fetch-adapter-s3-{index}",
+                "image": AWS_CLI.image,
+                "command": [
+                    "aws",
+                    "s3",
+                    "sync",
+                    "--only-show-errors",
+                    f"{(source.s3_uri or '').rstrip('/')}/{source.revision}/",
+                    adapter_path(module),
+                ],
+                "env": [{"name": "HOME", "value": HOME_DIR}, {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}],
+                "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+                "volumeMounts": volume_mounts,
+                "securityContext": _security_context(),
+            }
+        )
+    return containers
 
 
 # The stack's own vLLM settings (ServerArgs), in this order; each field's flag is its name in
@@ -309,9 +405,24 @@ def registry_annotations(plan: ServerPlan) -> dict[str, str]:
     return annotations
 
 
+def adapter_annotations(plan: ServerPlan) -> dict[str, str]:
+    """The adapters a server loads, by OpenAI name: the tenant that owns each and its modules."""
+    if plan.lora is None:
+        return {}
+    adapters = {
+        adapter.name: {
+            "tenant": adapter_tenant(plan.model, adapter),
+            "modules": [m.name for m in plan.lora.modules if m.adapter == adapter.name],
+        }
+        for adapter in plan.model.adapters
+    }
+    return {ANNOTATION_LORA_ADAPTERS: json.dumps(adapters, sort_keys=True, separators=(",", ":"))}
+
+
 def pod_annotations(plan: ServerPlan) -> dict[str, str]:
     return {
         **registry_annotations(plan),
+        **adapter_annotations(plan),
         # Istio merges these app metrics into the sidecar's plaintext metrics endpoint, so
         # Prometheus can scrape them despite STRICT mTLS.
         "prometheus.io/scrape": "true",
@@ -372,8 +483,10 @@ def pod_spec(plan: ServerPlan) -> dict[str, Any]:
         "volumes": volumes,
     }
     init = weights_init_container(plan)
-    if init is not None:
-        spec["initContainers"] = [init]
+    inits = ([init] if init is not None else []) + adapter_init_containers(plan)
+    if inits:
+        spec["initContainers"] = inits
+    if plan.weights_service_account is not None:
         # The IRSA / Pod Identity webhooks project their own AWS token for this account; the
         # Kubernetes API token stays unmounted (Knative admits only false here anyway).
         spec["serviceAccountName"] = plan.weights_service_account

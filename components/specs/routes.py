@@ -133,10 +133,40 @@ def canary_release(model: ModelConfig) -> dict[str, Any]:
     return entry
 
 
-def _match(route: RoutePlan, tier: str, **extra: dict[str, str]) -> list[dict[str, Any]]:
+def _match(
+    route: RoutePlan, tier: str, extra: dict[str, dict[str, str]] | None = None, *, adapters: bool = True
+) -> list[dict[str, Any]]:
+    """One match per OpenAI name the route takes (any of them matches): the model's, then (with
+    `adapters`) each of its LoRA adapters', which its own servers hold."""
     traffic, model = route.traffic, route.model
-    headers = {traffic.model_header: {"exact": model.openai_name}, traffic.tier_header: {"exact": tier}, **extra}
-    return [{"headers": headers}]
+    names = [model.openai_name, *((a.name for a in model.adapters) if adapters else ())]
+    return [
+        {"headers": {traffic.model_header: {"exact": name}, traffic.tier_header: {"exact": tier}, **(extra or {})}}
+        for name in names
+    ]
+
+
+def _adapter_tier_not_served(route: RoutePlan) -> list[dict[str, Any]]:
+    """A 403 for a model's adapters in the tiers its own servers do not take (e.g. the batch tier a
+    batch model takes, whose servers hold no adapters), after the model's own routes."""
+    traffic, model = route.traffic, route.model
+    own = [t.tier for t in route.tiers if t.owner is model]
+    if not model.adapters or set(own) == set(TIER_ORDER):
+        return []
+    names = [a.name for a in model.adapters]
+    return [
+        {
+            "name": "adapter-tier-not-served",
+            "match": [{"headers": {traffic.model_header: {"exact": name}}} for name in names],
+            "directResponse": {
+                "status": 403,
+                "body": {
+                    "string": f"the adapters of model {model.openai_name} ({', '.join(names)}) serve tiers {', '.join(own)}; "
+                    f"the token's {traffic.authentication.tier_claim} claim names another"
+                },
+            },
+        }
+    ]
 
 
 def _route_policy(policy: TierPolicy) -> dict[str, Any]:
@@ -163,7 +193,7 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
             weighted.append(
                 {
                     "name": f"{tier}-to-{owner.name}",
-                    "match": _match(route, tier),
+                    "match": _match(route, tier, adapters=False),
                     "route": [tier_route.owner_backend.destination(owner, owner.release.stable, tier).route()],
                     **policy,
                 }
@@ -173,7 +203,7 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
             overrides.append(
                 {
                     "name": f"{tier}-override-{version}",
-                    "match": _match(route, tier, **{release.override_header: {"exact": version}}),
+                    "match": _match(route, tier, {release.override_header: {"exact": version}}),
                     "route": [route.backend.destination(model, version, tier).route()],
                     **policy,
                 }
@@ -186,7 +216,7 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
                     sticky.append(
                         {
                             "name": f"{tier}-sticky-{version}",
-                            "match": _match(route, tier, **{traffic.bucket_header: {"regex": pattern}}),
+                            "match": _match(route, tier, {traffic.bucket_header: {"regex": pattern}}),
                             "route": [route.backend.destination(model, version, tier).route()],
                             **policy,
                         }
@@ -202,7 +232,7 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
                 **policy,
             }
         )
-    routes = overrides + sticky + weighted
+    routes = overrides + sticky + weighted + _adapter_tier_not_served(route)
     if set(tiers) != set(TIER_ORDER):
         routes.append(
             {

@@ -1,0 +1,185 @@
+"""LoRA adapters on a base model (pure functions): the modules its servers load, vLLM's LoRA
+limits sized from them, and what they hold in GPU and CPU memory.
+
+Every running revision of every adapter is one vLLM LoRA module, loaded from the pod's model
+volume (`--lora-modules <module>=<path>`): an adapter with one `source` is the module of its own
+name; an adapter with `versions` loads its stable and canary revisions as `<adapter>@<revision>`
+(an OpenAI name never holds '@', so no module name is ever another model's), and the gateway
+filter writes the chosen module into the request (components/lua/gateway_filter.lua).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .models import VLLM_MAX_LORA_RANKS, BaseShape, LoraAdapter, ModelConfig, ModelSource, PlatformConfig
+
+# The separator of an adapter revision's module name: never in an OpenAI model name (OpenAiModelName).
+REVISION_SEPARATOR = "@"
+# LoRA weights' bytes per element: vLLM 0.18.0's `lora_dtype: auto` is the base model's dtype
+# (vllm/config/lora.py verify_with_model_config), bfloat16 or float16 for every served model here.
+LORA_BYTES_PER_ELEMENT = 2
+
+
+@dataclass(frozen=True)
+class AdapterModule:
+    """One LoRA module the base model's servers load: an adapter's revision."""
+
+    adapter: str
+    # None for an adapter with one `source`.
+    revision: str | None
+    source: ModelSource
+    rank: int
+
+    @property
+    def name(self) -> str:
+        """The module's name in vLLM, which the request's `model` names."""
+        return self.adapter if self.revision is None else f"{self.adapter}{REVISION_SEPARATOR}{self.revision}"
+
+
+def adapter_revisions(adapter: LoraAdapter) -> list[tuple[str | None, ModelSource]]:
+    """(revision, source) of each revision the servers load: the one source, or the release's stable and canary."""
+    if adapter.source is not None:
+        return [(None, adapter.source)]
+    assert adapter.versions is not None and adapter.release is not None  # the model's validator
+    by_name = {v.name: v.source for v in adapter.versions}
+    running = [adapter.release.stable] + ([adapter.release.canary] if adapter.release.canary else [])
+    return [(name, by_name[name]) for name in running]
+
+
+def adapter_modules(model: ModelConfig) -> list[AdapterModule]:
+    """Every LoRA module the model's servers load, in declaration order."""
+    return [
+        AdapterModule(adapter.name, revision, source, adapter.rank)
+        for adapter in model.adapters
+        for revision, source in adapter_revisions(adapter)
+    ]
+
+
+def adapter_tenant(model: ModelConfig, adapter: LoraAdapter) -> str:
+    """The tenant that owns an adapter: its own `tenant`, else its base model's."""
+    return adapter.tenant or model.tenant
+
+
+def adapter_on_own_tenants_base(model: ModelConfig, adapter: LoraAdapter) -> bool:
+    """The rule `adapter-on-own-tenants-base` (the config check and the policy of that name): an
+    adapter never rides on another tenant's base model."""
+    return adapter_tenant(model, adapter) == model.tenant
+
+
+def smallest_rank_choice(rank: int) -> int | None:
+    """The smallest `--max-lora-rank` vLLM 0.18.0 accepts that holds `rank`; None above its largest."""
+    return next((choice for choice in VLLM_MAX_LORA_RANKS if choice >= rank), None)
+
+
+@dataclass(frozen=True)
+class LoraLimits:
+    """vLLM's LoRA flags for a base model's servers."""
+
+    modules: tuple[AdapterModule, ...]
+    max_lora_rank: int
+    max_loras: int
+    max_cpu_loras: int
+
+
+def lora_limits(model: ModelConfig) -> LoraLimits | None:
+    """vLLM's LoRA limits for a model with adapters (None without): the configured ones, else what
+    its modules need. By default every module is resident on the GPU (`--max-loras` = modules) and
+    cached in CPU memory (`--max-cpu-loras` at least that): a request for a module that is not
+    resident waits for a slot. The rank is the smallest vLLM choice holding the highest adapter
+    rank (the config checks refuse a rank above a configured maximum, or above vLLM's)."""
+    modules = adapter_modules(model)
+    if not modules:
+        return None
+    settings = model.lora
+    highest = max(m.rank for m in modules)
+    max_rank = settings.max_lora_rank or smallest_rank_choice(highest) or VLLM_MAX_LORA_RANKS[-1]
+    max_loras = settings.max_loras or len(modules)
+    max_cpu_loras = settings.max_cpu_loras or max(max_loras, len(modules))
+    return LoraLimits(tuple(modules), max_rank, max_loras, max_cpu_loras)
+
+
+def lora_elements_per_rank(shape: BaseShape) -> int:
+    """LoRA weight elements per unit of rank over the whole base model, when the adapter (or vLLM's
+    slot) covers every projection of every layer: A is rank x input and B is output x rank, so a
+    projection holds rank x (input + output). Per layer: q (h + h), k and v (h + kv each), o (h + h),
+    gate and up (h + i each), down (i + h): 9h + 2kv + 3i, with kv = num_key_value_heads x h /
+    num_attention_heads. (vLLM 0.18.0 vllm/lora/layers/base_linear.py create_lora_weights allocates
+    `lora_a_stacked` (max_loras, 1, max_lora_rank, input) and `lora_b_stacked` (max_loras, 1, output,
+    max_lora_rank) per LoRA-wrapped linear layer.)"""
+    h, i = shape.hidden_size, shape.intermediate_size
+    kv = shape.num_key_value_heads * h // shape.num_attention_heads
+    return shape.num_hidden_layers * (9 * h + 2 * kv + 3 * i)
+
+
+@dataclass(frozen=True)
+class LoraMemory:
+    """What a model's adapters hold per replica, in bytes: vLLM's GPU slots (max_loras x
+    max_lora_rank, whatever the adapters' own ranks; preallocated at start, before the KV cache)
+    and its CPU cache of modules (max_cpu_loras modules at their own rank; the largest ones)."""
+
+    gpu_bytes: int
+    cpu_bytes: int
+
+
+def lora_memory(model: ModelConfig) -> LoraMemory | None:
+    """The estimate, per replica, for a model with adapters and a `lora.baseShape`; None otherwise.
+    GPU = max_loras x max_lora_rank x E x 2 bytes; CPU = the max_cpu_loras largest modules' rank x
+    E x 2 bytes, where E = lora_elements_per_rank(baseShape)."""
+    limits = lora_limits(model)
+    shape = model.lora.base_shape
+    if limits is None or shape is None:
+        return None
+    per_rank = lora_elements_per_rank(shape) * LORA_BYTES_PER_ELEMENT
+    cached = sorted((m.rank for m in limits.modules), reverse=True)[: limits.max_cpu_loras]
+    return LoraMemory(limits.max_loras * limits.max_lora_rank * per_rank, sum(cached) * per_rank)
+
+
+def served_names(config: PlatformConfig) -> Iterator[tuple[tuple[str | int, ...], str, str]]:
+    """(key, name, what it is) of every OpenAI name a client may send: each model's served name and
+    each adapter's, the models' first. (A batch model answers to its chat model's name too, which is
+    that model's.)"""
+    for m_index, model in enumerate(config.models):
+        yield ("models", m_index, "servedModelName"), model.openai_name, f"model {model.name!r}"
+    for m_index, model in enumerate(config.models):
+        for a_index, adapter in enumerate(model.adapters):
+            yield ("models", m_index, "adapters", a_index, "name"), adapter.name, f"an adapter of model {model.name!r}"
+
+
+def gib(value: int) -> str:
+    return f"{math.ceil(value / 2**30 * 10) / 10:g}Gi"
+
+
+def adapters_report(config: PlatformConfig) -> dict[str, dict[str, object]]:
+    """Per model with adapters: its modules (name, adapter, revision, rank, weights), vLLM's LoRA
+    limits, and the memory estimate per replica (`lora_memory`; null without `lora.baseShape`):
+    the `loraAdapters` stack output and the preview report's section."""
+    from .registry import weights_location  # the registry module imports the models; this one stays below it
+
+    report: dict[str, dict[str, object]] = {}
+    for model in config.models:
+        limits = lora_limits(model)
+        if limits is None:
+            continue
+        memory = lora_memory(model)
+        report[model.name] = {
+            "tenant": model.tenant,
+            "modules": [
+                {
+                    "module": m.name,
+                    "adapter": m.adapter,
+                    "revision": m.revision,
+                    "rank": m.rank,
+                    "weights": weights_location(m.source),
+                }
+                for m in limits.modules
+            ],
+            "maxLoras": limits.max_loras,
+            "maxLoraRank": limits.max_lora_rank,
+            "maxCpuLoras": limits.max_cpu_loras,
+            "gpuMemoryPerReplica": gib(memory.gpu_bytes) if memory else None,
+            "cpuMemoryPerReplica": gib(memory.cpu_bytes) if memory else None,
+        }
+    return report
