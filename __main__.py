@@ -28,6 +28,8 @@ pulumi.export("gpuCapacity", platform.capacity)
 pulumi.export("poolAdvertisedPerNode", platform.pool_advertised)
 pulumi.export("nodePools", platform.node_pool_templates)
 pulumi.export("serverPeaks", platform.server_peaks)
+# Per pool: each tenant's nominal batch quota in Kueue, what it may borrow and what it reclaims.
+pulumi.export("batchQueues", platform.batch_queues)
 # Each model's release as deployed: what the policy pack holds the next change's canary weight to.
 pulumi.export("canaryReleases", canary_releases(plan.routes))
 if loaded.registry is not None:

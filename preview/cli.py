@@ -40,6 +40,7 @@ from .previous_releases import previous_releases, with_previous_releases
 from .report import Report
 from .sections import (
     admission_section,
+    batch_queue_section,
     capacity_section,
     changes_section,
     policy_section,
@@ -290,6 +291,9 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CRASH
     report.sections["capacity"] = capacity_section(evaluation.stack_outputs)
+    batch_queues = batch_queue_section(evaluation.stack_outputs)
+    if batch_queues is not None:
+        report.sections["batchQueues"] = batch_queues
     registry = evaluation.stack_outputs.get("modelRegistry")
     recorded = False
     if registry is not None:
