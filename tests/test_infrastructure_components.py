@@ -47,7 +47,13 @@ def test_eks_cluster_pinned_version_api_auth_and_admin_access(prod):
 def test_pod_identity_or_irsa(prod, prod_raw):
     assert prod.one("aws:eks/addon:Addon", "cluster-pod-identity-agent")["inputs"]["addonName"] == "eks-pod-identity-agent"
     association = prod.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
-    assert sorted(a["inputs"]["serviceAccount"] for a in association) == ["aws-load-balancer-controller", "cluster-autoscaler"]
+    # The controllers', and each batch job's (it reads its input and writes its output in S3).
+    assert sorted(a["inputs"]["serviceAccount"] for a in association) == [
+        "aws-load-balancer-controller",
+        "batch-review-labels",
+        "batch-ticket-labels",
+        "cluster-autoscaler",
+    ]
     prod_raw["cluster"]["eks"]["workloadIdentity"] = "irsa"
     irsa = Evaluated(prod_raw)
     provider = irsa.one("aws:iam/openIdConnectProvider:OpenIdConnectProvider", "cluster-oidc")["inputs"]
