@@ -333,6 +333,32 @@ def test_the_runner_writes_the_openai_batch_output_format(tmp_path):
         assert result["response"]["status_code"] == 200 and result["response"]["body"]["choices"]
 
 
+def test_a_shard_does_not_resume_into_chunks_of_another_input(tmp_path):
+    shard = Shard(tmp_path, index=0, shard_lines=2, chunk_lines=1, total=2)
+    shard.write_input({"in.jsonl": [request("r0"), request("r1")]})
+    first = json.dumps({"input": {"s3Uri": "s3://b/in", "revision": "v1"}})
+    assert shard.run(BATCH_FINGERPRINT=first).returncode == 0
+    again = shard.run(BATCH_FINGERPRINT=first)
+    assert again.returncode == 0 and len(shard.calls()) == 2
+    moved = shard.run(BATCH_FINGERPRINT=json.dumps({"input": {"s3Uri": "s3://b/in", "revision": "v2"}}))
+    assert moved.returncode == 2 and "give the job a new output prefix" in moved.stderr
+    assert len(shard.calls()) == 2
+
+
+def test_the_fingerprint_changes_with_the_input_and_the_chunking():
+    from components.specs.batch_job import fingerprint
+
+    raw = prod()
+    before = fingerprint(validate(raw).batch_jobs[0])
+    raw["batchJobs"][0]["input"]["revision"] = "2026-12-01"
+    moved_input = fingerprint(validate(raw).batch_jobs[0])
+    raw["batchJobs"][0]["chunkLines"] = 500
+    rechunked = fingerprint(validate(raw).batch_jobs[0])
+    assert len({before, moved_input, rechunked}) == 3
+    raw["batchJobs"][0]["parallelism"] = 1
+    assert fingerprint(validate(raw).batch_jobs[0]) == rechunked
+
+
 def test_an_engine_that_drops_a_request_fails_the_chunk(tmp_path):
     shard = Shard(tmp_path, index=0, shard_lines=2, chunk_lines=2, total=2)
     shard.write_input({"in.jsonl": [request("r0"), request("r1")]})

@@ -125,6 +125,25 @@ def checked_output(path: Path, custom_ids: list[str]) -> None:
         raise EngineError(f"{path}: {len(seen)} answers for {len(custom_ids)} requests, or other custom_ids than asked")
 
 
+# What the shard's finished chunks were made from (model, input, shard and chunk sizes), kept
+# beside them: a chunk is only skipped when it answers the very same requests with the same model.
+FINGERPRINT_FILE = "_job.json"
+
+
+def check_fingerprint(path: Path, fingerprint: str) -> None:
+    if not fingerprint:
+        return
+    if path.exists():
+        found = path.read_text(encoding="utf-8")
+        if json.loads(found) != json.loads(fingerprint):
+            raise InputError(
+                f"{path}: the output prefix holds chunks of another model, input or chunking ({found.strip()}); "
+                "give the job a new output prefix"
+            )
+        return
+    path.write_text(fingerprint, encoding="utf-8")
+
+
 class Stop(Exception):
     """SIGTERM: Kueue evicted the shard (preemption or pause) or the pod is going away."""
 
@@ -136,6 +155,7 @@ def run(engine: list[str]) -> int:
     out_dir = Path(os.environ["BATCH_OUTPUT_DIR"]) / f"shard-{index:05d}"
     scratch = Path(os.environ.get("BATCH_SCRATCH_DIR", "/tmp"))
     out_dir.mkdir(parents=True, exist_ok=True)
+    check_fingerprint(out_dir / FINGERPRINT_FILE, os.environ.get("BATCH_FINGERPRINT", ""))
     lines = shard_lines(input_files(), start, stop)
     seen_ids: set[str] = set()
     chunk, done, ran = 0, 0, 0

@@ -178,6 +178,22 @@ def fetch_weights_container(plan: BatchJobPlan) -> dict[str, Any] | None:
     }
 
 
+def fingerprint(plan: BatchJobPlan) -> str:
+    """What a shard's chunks are made from. The runner keeps it beside them and refuses to resume
+    into an output prefix holding chunks of another model, input or chunking (a changed Job is
+    replaced, and its new pods would otherwise skip chunks the old ones wrote)."""
+    job_config = plan.job
+    return json.dumps(
+        {
+            "model": job_config.model.source.model_dump(by_alias=True, exclude_none=True),
+            "input": job_config.input.model_dump(by_alias=True, exclude_none=True),
+            "shardLines": job_config.shard_lines,
+            "chunkLines": job_config.chunk_lines,
+        },
+        sort_keys=True,
+    )
+
+
 def runner_container(plan: BatchJobPlan) -> dict[str, Any]:
     job = plan.job
     env: list[dict[str, Any]] = [
@@ -194,6 +210,7 @@ def runner_container(plan: BatchJobPlan) -> dict[str, Any]:
         {"name": "BATCH_OUTPUT_DIR", "value": OUTPUT_DIR},
         {"name": "BATCH_SCRATCH_DIR", "value": "/tmp"},
         {"name": "BATCH_STATUS_FILE", "value": STATUS_FILE},
+        {"name": "BATCH_FINGERPRINT", "value": fingerprint(plan)},
     ]
     if job.input.huggingface is not None:
         env += [
