@@ -543,3 +543,106 @@ def test_a_jobs_workload_role_reads_its_input_and_writes_only_its_output(preview
     assert [json.loads(p["inputs"]["policy"])["Statement"] for p in policies] == [statements]
     (manifest,) = [m for m in previews["prod"].objects("Job") if m["metadata"]["name"] == "batch-ticket-labels"]
     assert manifest["spec"]["template"]["spec"]["serviceAccountName"] == "batch-ticket-labels"
+
+
+# --- the pod's S3 copies, run for real by sh with a stand-in `aws` --------------------------
+
+# A stand-in for the aws CLI (no S3 here): `aws s3 sync [--only-show-errors] [--exclude P]
+# [--include P] SRC DST` over local folders, s3://<bucket>/<key> being $FAKE_S3/<bucket>/<key>;
+# filters as the CLI applies them (every file is included, then each filter in order, the last
+# that matches wins). Each call is logged.
+STAND_IN_AWS = textwrap.dedent(
+    """\
+    #!/usr/bin/env python3
+    import fnmatch, os, shutil, sys
+    args = sys.argv[1:]
+    assert args[:2] == ["s3", "sync"], args
+    args = [a for a in args[2:] if a != "--only-show-errors"]
+    filters = []
+    while args[0] in ("--exclude", "--include"):
+        filters.append((args[0], args[1]))
+        args = args[2:]
+    source, target = args
+    local = lambda p: os.path.join(os.environ["FAKE_S3"], p[5:]) if p.startswith("s3://") else p
+    with open(os.environ["AWS_LOG"], "a") as log:
+        log.write(" ".join(sys.argv[1:]) + "\\n")
+    source, target = local(source), local(target)
+    for root, _, files in os.walk(source):
+        for name in files:
+            relative = os.path.relpath(os.path.join(root, name), source)
+            keep = True
+            for kind, pattern in filters:
+                if fnmatch.fnmatch(relative, pattern):
+                    keep = kind == "--include"
+            if keep:
+                os.makedirs(os.path.dirname(os.path.join(target, relative)), exist_ok=True)
+                shutil.copy(os.path.join(root, name), os.path.join(target, relative))
+    """
+)
+
+
+class Pod:
+    """The job's stage-in and uploader scripts as rendered, their /work folder moved into tmp_path."""
+
+    def __init__(self, tmp_path: Path):
+        from components.specs.batch_job import stage_in_container, uploader_container
+
+        job_plan = next(j for j in validate(prod()).batch_jobs if j.name == "ticket-labels")
+        self.work = tmp_path / "work"
+        self.s3 = tmp_path / "s3"
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "aws").write_text(STAND_IN_AWS)
+        (bin_dir / "aws").chmod(0o755)
+        self.log = tmp_path / "aws.log"
+        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_S3": str(self.s3), "AWS_LOG": str(self.log)}
+        self.env["JOB_COMPLETION_INDEX"] = "3"
+        self.stage_in = stage_in_container(job_plan)["command"][2].replace("/work/", f"{self.work}/")
+        self.uploader = uploader_container(job_plan)["command"][2].replace("/work/", f"{self.work}/")
+        self.output = self.s3 / "team-b-batch" / "outputs" / "ticket-labels" / "2026-11-30" / "shard-00003"
+        self.shard = self.work / "output" / "shard-00003"
+
+
+def test_stage_in_brings_the_input_and_the_shards_finished_chunks(tmp_path):
+    pod = Pod(tmp_path)
+    inputs = pod.s3 / "team-b-batch" / "inputs" / "tickets" / "2026-11-30"
+    inputs.mkdir(parents=True)
+    (inputs / "a.jsonl").write_text(request("r0") + "\n")
+    (inputs / "README.md").write_text("not input")
+    pod.output.mkdir(parents=True)
+    (pod.output / "chunk-00000.jsonl").write_text("{}\n")
+    (pod.output.parent / "shard-00004").mkdir()
+    (pod.output.parent / "shard-00004" / "chunk-00000.jsonl").write_text("{}\n")
+    result = subprocess.run(["sh", "-ec", pod.stage_in], env=pod.env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (pod.work / "input").iterdir()) == ["a.jsonl"]
+    # Its own shard's chunks only.
+    assert sorted(p.name for p in pod.shard.iterdir()) == ["chunk-00000.jsonl"]
+
+
+def test_the_uploader_copies_finished_chunks_and_exits_with_the_runners_code(tmp_path):
+    pod = Pod(tmp_path)
+    pod.shard.mkdir(parents=True)
+    (pod.shard / "chunk-00000.jsonl").write_text("{}\n")
+    (pod.shard / "chunk-00001.jsonl.tmp").write_text("partial")
+    (pod.work / "status").mkdir()
+    (pod.work / "status" / "runner-exit").write_text("2")
+    result = subprocess.run(["sh", "-c", pod.uploader], env=pod.env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert sorted(p.name for p in pod.output.iterdir()) == ["chunk-00000.jsonl"]
+
+
+def test_a_stopped_uploader_copies_once_more_before_it_exits(tmp_path):
+    import signal
+    import time
+
+    pod = Pod(tmp_path)
+    process = subprocess.Popen(["sh", "-c", pod.uploader], env=pod.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not pod.log.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # A chunk finished after the last periodic copy; then the pod is stopped (preempted, paused).
+    (pod.shard / "chunk-00000.jsonl").write_text("{}\n")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == 143
+    assert (pod.output / "chunk-00000.jsonl").exists()

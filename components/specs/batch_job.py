@@ -248,10 +248,12 @@ def uploader_container(plan: BatchJobPlan) -> dict[str, Any]:
     script = "\n".join(
         [
             f"mkdir -p {_local_shard()}",
-            f"trap '{sync}; exit 143' TERM",
+            # A function, so the trap's own quoting leaves the exclude pattern quoted.
+            f"upload() {{ {sync}; }}",
+            "trap 'upload; exit 143' TERM",
             "while true; do",
-            f'  if [ -f {STATUS_FILE} ]; then {sync} && exit "$(cat {STATUS_FILE})"; exit 1; fi',
-            f"  {sync} || echo 'upload failed; retrying'",
+            f'  if [ -f {STATUS_FILE} ]; then upload && exit "$(cat {STATUS_FILE})"; exit 1; fi',
+            "  upload || echo 'upload failed; retrying'",
             "  sleep 30 & wait $!",
             "done",
         ]
