@@ -32,6 +32,8 @@ pulumi.export("nodePools", platform.node_pool_templates)
 pulumi.export("serverPeaks", platform.server_peaks)
 # Per model: the expected cold start on its pool's weight cache, with the arithmetic.
 pulumi.export("coldStarts", cold_start_report(config))
+# Per pool: each tenant's nominal batch quota in Kueue, what it may borrow and what it reclaims.
+pulumi.export("batchQueues", platform.batch_queues)
 # Each model's release as deployed: what the policy pack holds the next change's canary weight to.
 pulumi.export("canaryReleases", canary_releases(plan.routes))
 if any(model.adapters for model in config.models):

@@ -58,13 +58,16 @@ def helm_release(
 ) -> k8s.helm.v3.Release:
     """A pinned chart as a Helm release (helm.v3.Release installs at `up`; it never shells out
     to helm at preview the way helm.v3.Chart does)."""
+    # A chart in an OCI registry is named by its full reference, with no repository options
+    # (helm install oci://registry/path/chart --version x).
+    oci = chart.repo.startswith("oci://")
     return k8s.helm.v3.Release(
         name,
         name=release_name,
         namespace=namespace,
-        chart=chart.chart,
+        chart=f"{chart.repo}/{chart.chart}" if oci else chart.chart,
         version=chart.version,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
+        repository_opts=None if oci else k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
         values=values,
         opts=opts,
     )

@@ -17,10 +17,11 @@ from decimal import Decimal
 
 from platform_config.adapters import adapter_modules, lora_limits
 from platform_config.capacity import show_amount
-from platform_config.checks import run_peak_checks
+from platform_config.checks import batch_gpu_request, batch_shards, run_peak_checks
 from platform_config.cold_start import cold_start, progress_deadline
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
+    BatchJobConfig,
     ModelConfig,
     ModelVersion,
     PlatformConfig,
@@ -54,7 +55,7 @@ from .backends import BACKENDS
 from .backends.deployment import version_host
 from .cluster import system_scheduling_template
 from .constants import LABEL_INSTANCE, LABEL_TENANT, SYSTEM_NODE_SELECTOR, VLLM_PORT, standard_labels
-from .serving import TIER_ORDER, ModelPlan, Plan, RoutePlan, ServerPlan, ServingBackend, TierRoute
+from .serving import TIER_ORDER, BatchJobPlan, ModelPlan, Plan, RoutePlan, ServerPlan, ServingBackend, TierRoute
 from .specs.endpoint_picker import EPP_POD_RESOURCES, EndpointPickerPlan, PickerBand
 from .specs.slo_rules import SloPlan, latency_slo
 
@@ -326,4 +327,23 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
                 slo=_slo(config, model),
             )
         )
-    return Plan(config=config, models=tuple(models), endpoint_pickers_by_tenant=endpoint_pickers_by_tenant(config))
+    return Plan(
+        config=config,
+        models=tuple(models),
+        endpoint_pickers_by_tenant=endpoint_pickers_by_tenant(config),
+        batch_jobs=tuple(_batch_job(config, job, hugging_face_tenants) for job in config.batch_jobs),
+    )
+
+
+def _batch_job(config: PlatformConfig, job: BatchJobConfig, hugging_face_tenants: Collection[str]) -> BatchJobPlan:
+    resource, count = batch_gpu_request(job)
+    return BatchJobPlan(
+        job=job,
+        pool=next(p for p in config.node_pools if p.name == job.pool),
+        gpu_resource=resource,
+        gpu_count=count,
+        shards=batch_shards(job),
+        image=VLLM.image,
+        hugging_face_token=job.tenant in hugging_face_tenants,
+        service_account=f"batch-{job.name}",
+    )

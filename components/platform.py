@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from platform_config.capacity import capacity_report, pool_supply
+from platform_config.capacity import batch_queue_report, capacity_report, pool_supply
 from platform_config.cold_start import max_node_provision_seconds
 from platform_config.models import PlatformConfig
 
+from .batch_job import BatchJob, BatchJobArgs
 from .cluster import Cluster
 from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from .constants import MONITORING_NAMESPACE, PACKAGE, SYSTEM_NODE_SELECTOR
@@ -26,6 +27,7 @@ from .gpu_operator import GpuOperator, GpuOperatorArgs
 from .image_prepull import ImagePrePull, ImagePrePullArgs
 from .inference_extension import InferenceExtensionCrds
 from .knative_serving import KnativeServing, KnativeServingArgs
+from .kueue import Kueue, KueueArgs
 from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from .mesh import Mesh, MeshArgs
 from .metrics_server import MetricsServer, MetricsServerArgs
@@ -236,6 +238,31 @@ class InferencePlatform(pulumi.ComponentResource):
                 )
             )
 
+        # Batch jobs queued through Kueue, installed when a tenant has a batch budget or a job exists.
+        if plan.batch_jobs or any(t.batch_quota for t in config.tenants):
+            kueue = Kueue(
+                "kueue",
+                KueueArgs(
+                    config=config,
+                    system_node_selector=SYSTEM_NODE_SELECTOR if eks else None,
+                    monitoring=monitoring.release if monitoring is not None else None,
+                ),
+                opts=child,
+            )
+            for job_plan in plan.batch_jobs:
+                tenant = self.tenants[job_plan.namespace]
+                BatchJob(
+                    job_plan.name,
+                    BatchJobArgs(
+                        plan=job_plan,
+                        access=access,
+                        depends_on=(tenant.namespace_object,),
+                        pod_depends_on=(*kueue.ready, *priority_classes.classes, *tenant.workload_prerequisites),
+                    ),
+                    opts=child,
+                )
+        self.batch_queues = batch_queue_report(config)
+
         self.capacity = capacity_report(config, plan.endpoint_pickers_by_tenant)
         self.pool_advertised = {pool.pool_name: pool.advertised for pool in self.pools}
         self.node_pool_templates = [pool.scheduling_template for pool in self.pools]
@@ -254,5 +281,6 @@ class InferencePlatform(pulumi.ComponentResource):
                 "poolAdvertisedPerNode": self.pool_advertised,
                 "nodePools": self.node_pool_templates,
                 "serverPeaks": self.server_peaks,
+                "batchQueues": self.batch_queues,
             }
         )

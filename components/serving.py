@@ -23,6 +23,7 @@ from platform_config.adapters import LoraLimits
 from platform_config.cold_start import ColdStart
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
+    BatchJobConfig,
     ModelConfig,
     ModelVersion,
     NodePoolConfig,
@@ -210,6 +211,31 @@ class ServingBackend(ABC):
 
 
 @dataclass(frozen=True)
+class BatchJobPlan:
+    """One batch job as its objects need it (components/batch_job.py, components/specs/batch_job.py)."""
+
+    job: BatchJobConfig
+    pool: NodePoolConfig
+    # What one shard's pod asks for: the GPU resource and how many (vLLM's tensor-parallel size).
+    gpu_resource: str
+    gpu_count: int
+    shards: int
+    image: str
+    # The tenant's Hugging Face token is in its namespace (gated weights or datasets).
+    hugging_face_token: bool
+    # The service account whose workload role reads the input (and S3 weights) and writes the output.
+    service_account: str
+
+    @property
+    def name(self) -> str:
+        return self.job.name
+
+    @property
+    def namespace(self) -> str:
+        return self.job.tenant
+
+
+@dataclass(frozen=True)
 class ServerPlan:
     """One running version of one model: everything its server's objects are built from."""
 
@@ -339,6 +365,8 @@ class Plan:
     # What each tenant's endpoint pickers hold at peak (CPU requests, memory limits, pods): part
     # of its quota, run on the system node group.
     endpoint_pickers_by_tenant: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    # The offline batch jobs, queued through Kueue.
+    batch_jobs: tuple[BatchJobPlan, ...] = ()
 
     @property
     def routes(self) -> tuple[RoutePlan, ...]:

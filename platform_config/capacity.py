@@ -303,3 +303,91 @@ def system_node_allocatable(group: SystemNodeGroup) -> dict[str, Decimal]:
     return eks_node_allocatable(
         instance.vcpus, instance.memory_gib, SYSTEM_DISK_GIB, agents=SYSTEM_NODE_AGENTS, image_disk_gib=SYSTEM_IMAGE_DISK_GIB
     )
+
+
+# --- batch queues (Kueue) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchQueueRow:
+    """One tenant's batch quota on one pool, as its Kueue ClusterQueue states it: the nominal
+    quota per resource, and how much more it may borrow from the cohort (None: no limit)."""
+
+    tenant: str
+    pool: str
+    nominal: dict[str, Decimal]
+    borrowing_limit: dict[str, Decimal | None]
+
+
+def _pool_size(pool: NodePoolConfig) -> dict[str, Decimal]:
+    instance = instance_of(pool)
+    return {"cpu": Decimal(instance.vcpus * pool.max_size), "memory": Decimal(instance.memory_gib * pool.max_size) * 2**30}
+
+
+def batch_queue_rows(config: PlatformConfig) -> list[BatchQueueRow]:
+    """Per tenant and pool of its `batchQuota`: nominal quota = that budget (CPU or memory it does
+    not state: the pool's size at maxSize, so only the namespace quota bounds them); borrowing
+    limit = what the tenant's experiment quota leaves beyond its whole batch budget (batch pods
+    run at inference-experiment priority, so that ResourceQuota would refuse more pods anyway;
+    a resource the experiment quota does not state is not limited there, nor here)."""
+    pools = {p.name: p for p in config.node_pools}
+    rows: list[BatchQueueRow] = []
+    for tenant in config.tenants:
+        if not tenant.batch_quota:
+            continue
+        experiment = budget_resources(tenant.experiment_quota)
+        batch_total: dict[str, Decimal] = {}
+        for budget in tenant.batch_quota.values():
+            for resource, amount in budget_resources(budget).items():
+                batch_total[resource] = batch_total.get(resource, Decimal(0)) + amount
+        for pool_name, budget in tenant.batch_quota.items():
+            pool = pools.get(pool_name)
+            if pool is None:
+                continue  # an unknown pool is a config issue (check_batch_quota_pools)
+            stated = budget_resources(budget)
+            nominal = {**{r: Decimal(0) for r in pool_supply(pool).per_node}, **_pool_size(pool), **stated}
+            limits: dict[str, Decimal | None] = {}
+            for resource in nominal:
+                if resource in ("cpu", "memory") and resource not in experiment:
+                    limits[resource] = None
+                else:
+                    limits[resource] = max(
+                        Decimal(0), experiment.get(resource, Decimal(0)) - batch_total.get(resource, Decimal(0))
+                    )
+            rows.append(BatchQueueRow(tenant.name, pool_name, nominal, limits))
+    return rows
+
+
+def batch_queue_report(config: PlatformConfig) -> list[dict[str, object]]:
+    """Per pool and GPU resource: each tenant's nominal batch quota, what it may borrow (its
+    borrowing limit, at most the other tenants' nominal quota there) and what it reclaims (its
+    nominal quota, lent while idle and taken back by preemption within the cohort)."""
+    rows = batch_queue_rows(config)
+    pools = {p.name: p for p in config.node_pools}
+    report: list[dict[str, object]] = []
+    for pool_name in sorted({r.pool for r in rows}):
+        supply = pool_supply(pools[pool_name])
+        for resource in sorted(supply.per_node):
+            on_pool = [r for r in rows if r.pool == pool_name]
+            total = sum((r.nominal.get(resource, Decimal(0)) for r in on_pool), Decimal(0))
+            tenants = {}
+            for row in on_pool:
+                nominal = row.nominal.get(resource, Decimal(0))
+                others = total - nominal
+                limit = row.borrowing_limit.get(resource)
+                tenants[row.tenant] = {
+                    "nominal": int(nominal),
+                    "borrowable": int(others if limit is None else min(limit, others)),
+                    "reclaimable": int(nominal),
+                }
+            report.append(
+                {
+                    "pool": pool_name,
+                    "resource": resource,
+                    "supply": supply.at_max(resource),
+                    "nominal": int(total),
+                    "byTenant": tenants,
+                    "withinSupply": total <= supply.at_max(resource),
+                }
+            )
+    return report

@@ -520,6 +520,11 @@ class TenantConfig(ConfigModel):
     """Pools whose capacity backs the quota. Default: every pool."""
     pod_security: Literal["restricted", "baseline"] = "restricted"
     """Pod Security Standard the namespace enforces."""
+    batch_quota: dict[str, ResourceBudget] = {}
+    """Pool -> what the tenant's batch jobs are guaranteed there (Kueue's nominal quota of the tenant's ClusterQueue on
+    that pool's ResourceFlavor). Batch pods run at `inference-experiment` priority, so the sum over pools is part of
+    `experimentQuota`; beyond it a job may borrow what other tenants leave idle on the pool, up to `experimentQuota`,
+    and lent GPUs are reclaimed by preemption (README, Batch jobs)."""
 
 
 # --- models --------------------------------------------------------------------------------
@@ -1311,6 +1316,86 @@ class RegistryConfig(ConfigModel):
     source URI does not (e.g. an MLflow `runs:/` or `models:/` URI)."""
 
 
+# --- batch jobs ----------------------------------------------------------------------------
+
+
+class BatchModel(ConfigModel):
+    """The model a batch job runs: its weights, what one shard's pod asks for, and vLLM's settings."""
+
+    served_model_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")]
+    """The OpenAI `model` the input lines name (vLLM's `--served-model-name`)."""
+    source: ModelSource
+    """The weights: Hugging Face at a pinned commit or an S3 prefix and version folder (not MLflow yet)."""
+    resources: ReplicaResources
+    """What one shard's pod asks for (GPUs are vLLM's tensor-parallel size)."""
+    server: ServerArgs = ServerArgs()
+    """vLLM engine settings."""
+    adapter: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    """A LoRA adapter of the model to run the job with (by its name). Not wired yet: refused by the config checks."""
+
+
+class BatchInput(ConfigModel):
+    """An OpenAI batch-format JSONL file set (one request per line: `custom_id`, `method`, `url`, `body`), pinned."""
+
+    s3_uri: Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")] | None = None
+    """S3 prefix; the files are `<s3Uri>/<revision>/*.jsonl`, read in name order."""
+    huggingface: Annotated[str, Field(pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")] | None = None
+    """Hugging Face dataset repository `org/name`."""
+    revision: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    """Pins the input: the dataset's 40-character commit SHA (Hugging Face), or the version folder under `s3Uri` that
+    is never rewritten (S3)."""
+    files: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_./-]{1,512}\.jsonl$")]], Field(min_length=1)] | None = None
+    """Hugging Face: the JSONL files in the dataset, in order (S3 reads every `.jsonl` file of the folder)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> BatchInput:
+        if (self.s3_uri is None) == (self.huggingface is None):
+            raise ValueError("give exactly one of 's3Uri' (s3://bucket/prefix) or 'huggingface' (org/dataset)")
+        if self.huggingface is not None and self.files is None:
+            raise ValueError("a Hugging Face dataset needs 'files': its JSONL files in order")
+        if self.s3_uri is not None and self.files is not None:
+            raise ValueError("'files' is for Hugging Face datasets: an S3 input reads every .jsonl file of its folder")
+        return self
+
+
+class BatchJobConfig(ConfigModel):
+    """An offline batch job: vLLM's batch runner over an OpenAI batch-format input, queued through Kueue."""
+
+    name: ResourceName
+    """Job name (unique); its Job, LocalQueue and runner ConfigMap are named after it."""
+    tenant: NamespaceName
+    """Tenant whose namespace runs the job and whose batch quota (`tenants[].batchQuota`) it is queued against."""
+    pool: ResourceName
+    """Node pool its pods run on (one of the tenant's `pools`)."""
+    model: BatchModel
+    """The model it runs."""
+    input: BatchInput
+    """What it reads."""
+    lines: PositiveInt
+    """Requests (non-blank lines) in the input: the job has ceil(lines / shardLines) shards."""
+    output: Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")]
+    """S3 prefix the results go to: `<output>/shard-<i>/chunk-<k>.jsonl`, one OpenAI batch output line per input line."""
+    parallelism: PositiveInt = 1
+    """Shards that run at once (pods)."""
+    shard_lines: PositiveInt = 10_000
+    """Input lines per shard (one Job completion index each)."""
+    chunk_lines: PositiveInt = 1_000
+    """Lines per checkpoint: a finished chunk is uploaded and never redone; a stopped shard resumes at its first
+    unfinished chunk. Each chunk starts vLLM's batch runner once (the model loads again), so a chunk should take
+    well over the model's load time."""
+    tokens_per_line: PositiveInt = 1_000
+    """Expected prompt plus completion tokens per request (for the deadline check)."""
+    tokens_per_second: PositiveInt
+    """Tokens per second one shard's pod processes with this model on this pool (measured; for the deadline check)."""
+    deadline: Annotated[Duration, _duration_between(60, 30 * 86400)]
+    """How long the job may run once started (the Job's `activeDeadlineSeconds`); at least one shard's estimate."""
+    retries_per_shard: Annotated[int, Field(ge=0, le=100)] = 3
+    """Failed pods per shard before the shard fails (a preemption is not a failure)."""
+    paused: bool = False
+    """Hold the job: Kueue evicts its running shards (finished chunks stay done) and admits nothing until it is
+    `false` again, when it resumes where it stopped."""
+
+
 class PlatformConfig(ConfigModel):
     """Every top-level key under `inference-platform:` in a stack file."""
 
@@ -1336,6 +1421,8 @@ class PlatformConfig(ConfigModel):
     """How long adding a replica may take, and the figures its expected cold start is derived from."""
     registry: RegistryConfig = RegistryConfig()
     """The MLflow model registry that `mlflow` version sources are resolved in."""
+    batch_jobs: list[BatchJobConfig] = []
+    """Offline batch jobs, queued through Kueue on the tenants' batch quotas (README, Batch jobs)."""
 
     @model_validator(mode="before")
     @classmethod

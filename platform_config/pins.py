@@ -98,6 +98,15 @@ CLUSTER_AUTOSCALER: dict[KubernetesVersion, ChartPin] = {
     for minor, chart, app in _AUTOSCALER_CHARTS
 }
 
+# Kueue 0.19.2, the newest release in the facts (kubernetes-sigs/kueue tag v0.19.2). Published as an
+# OCI chart: hack/helm-chart-package.sh at that tag pushes it to the staging registry, promoted to
+# registry.k8s.io/kueue/charts (charts/kueue/README.md: `helm install kueue
+# oci://registry.k8s.io/kueue/charts/kueue --version="0.19.2"`); the packaging sets the manager
+# image to registry.k8s.io/kueue/kueue:v0.19.2, the appVersion. It serves and stores
+# kueue.x-k8s.io/v1beta2 (config/components/crd/bases/*.yaml: v1beta1 served, not stored).
+KUEUE = ChartPin("kueue", "0.19.2", "oci://registry.k8s.io/kueue/charts", "github.com/kubernetes-sigs/kueue")
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+
 CHARTS: tuple[ChartPin, ...] = (
     GPU_OPERATOR,
     KUBE_PROMETHEUS_STACK,
@@ -109,6 +118,7 @@ CHARTS: tuple[ChartPin, ...] = (
     KNATIVE_OPERATOR,
     METRICS_SERVER,
     AWS_LOAD_BALANCER_CONTROLLER,
+    KUEUE,
     *CLUSTER_AUTOSCALER.values(),
 )
 

@@ -41,6 +41,7 @@ from .report import Report
 from .sections import (
     adapters_section,
     admission_section,
+    batch_queue_section,
     capacity_section,
     changes_section,
     cold_start_section,
@@ -296,6 +297,9 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
     adapters = evaluation.stack_outputs.get("loraAdapters")
     if adapters:
         report.sections["adapters"] = adapters_section(adapters)
+    batch_queues = batch_queue_section(evaluation.stack_outputs)
+    if batch_queues is not None:
+        report.sections["batchQueues"] = batch_queues
     registry = evaluation.stack_outputs.get("modelRegistry")
     recorded = False
     if registry is not None:

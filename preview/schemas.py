@@ -153,7 +153,10 @@ class SchemaValidator:
             result.schema = f"CRD schema {self.crds.path(obj).relative_to(self.crds.directory)}"  # type: ignore[union-attr]
             result.errors = [_error_text(e) for e in crd.iter_errors(obj)]
             result.errors += [_error_text(e, "metadata") for e in self._object_meta.iter_errors(metadata)]
-            result.errors += [f"{key}: unknown top-level field" for key in sorted(set(obj) - CRD_TOP_LEVEL)]
+            # A CRD may declare top-level fields of its own (Kueue's WorkloadPriorityClass: `value`,
+            # `description`); anything else there is unknown.
+            declared = set((crd.schema.get("properties") or {}) if isinstance(crd.schema, dict) else {})
+            result.errors += [f"{key}: unknown top-level field" for key in sorted(set(obj) - CRD_TOP_LEVEL - declared)]
         result.status = "invalid" if result.errors else "valid"
         return result
 

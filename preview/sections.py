@@ -121,6 +121,30 @@ def adapters_section(adapters: dict[str, Any]) -> Section:
     )
 
 
+def batch_queue_section(stack_outputs: dict[str, Any]) -> Section | None:
+    """The batch quotas in Kueue the program exports as `batchQueues`: per pool and GPU resource,
+    each tenant's nominal quota, what it may borrow from the cohort and what it reclaims."""
+    rows = stack_outputs.get("batchQueues") or []
+    if not rows:
+        return None
+    over = [r for r in rows if not r["withinSupply"]]
+    table = [
+        "| pool | resource | supply (at maxSize) | nominal | tenant: nominal / borrowable / reclaimable |",
+        "|---|---|---:|---:|---|",
+    ]
+    lines = []
+    for row in rows:
+        tenants = ", ".join(f"{t} {v['nominal']} / {v['borrowable']} / {v['reclaimable']}" for t, v in row["byTenant"].items())
+        table.append(f"| {row['pool']} | `{row['resource']}` | {row['supply']} | {row['nominal']} | {tenants} |")
+        lines.append(f"{row['pool']:<12} {row['resource']:<24} supply {row['supply']:>4}  nominal {row['nominal']:>4}  {tenants}")
+    summary = (
+        f"{len(rows)} pool resources queued through Kueue, nominal quotas within supply"
+        if not over
+        else f"{len(over)} pool resources whose nominal batch quotas exceed the pool"
+    )
+    return Section("Batch queues", summary, failed=bool(over), data=rows, markdown="\n".join(table), lines=lines)
+
+
 def registry_section(registry: dict[str, Any]) -> Section:
     """Which MLflow registry versions the stack's references resolved to, and where: the live registry or a
     recording (the program's `modelRegistry` output)."""

@@ -52,6 +52,10 @@ FREE_FORM_SUPPLEMENT: dict[tuple[str, str], dict[str, str]] = {
         "rbac.serviceAccount.annotations": "kubernetes/autoscaler cluster-autoscaler-chart-9.51.0 charts/cluster-autoscaler/"
         "templates/serviceaccount.yaml lines 10-12: `with .Values.rbac.serviceAccount.annotations` `range $k, $v := .`",
     },
+    ("kueue", "0.19.2"): {
+        "controllerManager.nodeSelector": "kubernetes-sigs/kueue v0.19.2 charts/kueue/templates/manager/manager.yaml "
+        "lines 117-119: `with .Values.controllerManager.nodeSelector` ... `toYaml .`",
+    },
     ("gateway", "1.30.3"): {
         "service.annotations": "istio/istio 1.30.3 manifests/charts/gateway/templates/service.yaml line 15: "
         "`merge (deepCopy .Values.service.annotations) .Values.annotations | toYaml`",
@@ -189,7 +193,8 @@ def check_chart_pin(facts: Facts, pin: pins.ChartPin) -> PinResult:
 
 def check_release_values(facts: Facts, release: dict[str, Any]) -> PinResult:
     """The values we render for one Helm release, against what its chart reads."""
-    chart_name, version = str(release.get("chart")), str(release.get("version"))
+    # A chart from an OCI registry is named by its reference (oci://registry/path/<chart>).
+    chart_name, version = str(release.get("chart")).rsplit("/", 1)[-1], str(release.get("version"))
     result = PinResult(f"values of {release.get('namespace')}/{release.get('name')} ({chart_name})", version, VERIFIED)
     released = facts.released_charts(chart_name)
     pinned = any(pin.chart == chart_name and pin.version == version for pin in pins.CHARTS)
@@ -303,7 +308,11 @@ def check_upstream(objects: list[dict[str, Any]], releases: list[dict[str, Any]]
     for obj in objects:
         pod = pod_spec_of(obj)
         for container in (pod or {}).get("containers", []):
-            if list(container.get("command") or [])[:2] == ["vllm", "serve"]:
+            # `vllm serve ...` (model servers), or a batch runner whose arguments are the
+            # `vllm run-batch ...` command it runs per chunk (batch jobs; run-batch takes the
+            # engine flags of serve, vllm/entrypoints/openai/run_batch.py make_arg_parser).
+            command = list(container.get("command") or [])[:2]
+            if command == ["vllm", "serve"] or list(container.get("args") or [])[:2] == ["vllm", "run-batch"]:
                 metadata = obj.get("metadata") or {}
                 knative = str(obj.get("apiVersion", "")).startswith("serving.knative.dev/")
                 owner = f"{'KnativeService' if knative else obj.get('kind')} {metadata.get('namespace')}/{metadata.get('name')}"

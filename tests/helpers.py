@@ -37,6 +37,39 @@ def raw_stack(stack: str) -> dict[str, Any]:
     }
 
 
+# The batch-labelling server prod ran before its labelling became batch jobs queued through
+# Kueue: a scale-to-zero Knative service of the batch-labelling profile, batch tier only, in
+# team-b on the L4 spot pool. Tests of that kind of server (scale to zero, batch-only routes and
+# tokens, single-tier servers) put it back into prod, where it was (before llama-8b-batch).
+LABELLER_SERVER: dict[str, Any] = {
+    "name": "batch-labeller",
+    "servedModelName": "batch-labeller",
+    "tenant": "team-b",
+    "pool": "l4-batch",
+    "profile": "batch-labelling",
+    "resources": {"gpus": 1, "cpu": "8", "memory": "48Gi", "cacheSize": "40Gi"},
+    "server": {"maxModelLen": 8192},
+    "versions": [
+        {
+            "name": "v1",
+            "source": {"huggingface": "Qwen/Qwen2.5-7B-Instruct", "revision": "a09a35458c702b33eeacc393d103063234e8bc28"},
+        }
+    ],
+    "release": {"stable": "v1"},
+    "autoscaling": {"mode": "kpa", "minReplicas": 0, "maxReplicas": 2},
+}
+
+
+def prod_with_labeller_server() -> dict[str, Any]:
+    """The prod stack's config with the batch-labelling server (LABELLER_SERVER) among its models."""
+    import copy
+
+    raw = copy.deepcopy(raw_stack("prod"))
+    index = next(i for i, m in enumerate(raw["models"]) if m["name"] == "llama-8b-batch")
+    raw["models"].insert(index, copy.deepcopy(LABELLER_SERVER))
+    return raw
+
+
 def validate(raw: dict[str, Any]) -> Any:
     """The whole validation the program runs on a stack's config: parse and check it, then
     resolve it into the plan (whose backends' rules and peak checks run there). The plan."""

@@ -12,12 +12,12 @@ from components.backends import BACKENDS
 from components.serving import Plan, ServerPlan
 from components.specs import gateway, pod, routes, tenancy
 
-from .helpers import raw_stack, set_at, validate
+from .helpers import prod_with_labeller_server, raw_stack, set_at, validate
 
 
 @pytest.fixture(scope="module")
 def plan() -> Plan:
-    return validate(copy.deepcopy(raw_stack("prod")))
+    return validate(prod_with_labeller_server())
 
 
 def server(plan: Plan, model: str, version: str = "v1") -> ServerPlan:

@@ -211,7 +211,7 @@ def test_a_pool_may_keep_its_nodes():
     raw["nodePools"][0]["weightCache"]["allowScaleDown"] = False
     kept = Evaluated(raw, secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS})
     h100 = kept.k8s("Deployment", "llama-70b-v1", "serving")["spec"]["template"]["metadata"]["annotations"]
-    l4 = kept.k8s("Service", "batch-labeller-v1", "team-b")["spec"]["template"]["metadata"]["annotations"]
+    l4 = kept.k8s("Service", "llama-8b-batch-v1", "serving")["spec"]["template"]["metadata"]["annotations"]
     assert SAFE_TO_EVICT_LOCAL_VOLUMES not in h100 and SAFE_TO_EVICT_LOCAL_VOLUMES in l4
 
 
@@ -274,7 +274,7 @@ def test_instance_store_pools_stripe_it_for_the_kubelet(prod):
 
 def test_the_report_shows_each_models_cold_start_and_its_arithmetic(prod):
     section = cold_start_section(prod.outputs)
-    assert not section.failed and section.summary == "5 models, 5 within the scale-up budget"
+    assert not section.failed and section.summary == "4 models, 4 within the scale-up budget"
     (row,) = [r for r in section.data if r["model"] == "llama-70b"]
     assert row["totalSeconds"] == row["imageSeconds"] + row["weightsSeconds"] + row["engineSeconds"] < 300
     # A p5 holds one 70B replica beside its MIG slices: a replica past the warm ones waits for a node's join too.
@@ -295,7 +295,7 @@ def test_the_report_fails_a_latency_sensitive_model_over_budget_without_a_warm_m
     section = cold_start_section({"coldStarts": rows})
     assert (
         section.failed
-        and section.summary == "5 models, 3 within the scale-up budget, 1 latency-sensitive over it without a warm minimum"
+        and section.summary == "4 models, 2 within the scale-up budget, 1 latency-sensitive over it without a warm minimum"
     )
     assert "| over: warm minimum 2 (5 min 00 s) |" in section.markdown
 

@@ -296,7 +296,7 @@ def test_gpu_utilisation_is_not_a_signal_on_time_sliced_pools(staging_raw):
 
 def test_batch_model_check_follows_profile_overrides(prod_raw):
     prod_raw["profiles"] = {"summarization": {"tiers": ["standard"]}}
-    del prod_raw["models"][4]["tiers"]
+    del next(m for m in prod_raw["models"] if m["name"] == "llama-8b-batch")["tiers"]
     found = config_problems(prod_raw)
     assert any(
         m.startswith("inference-platform:models[1].batchModel: model 'llama-8b-batch' does not serve the batch tier")

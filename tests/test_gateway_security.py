@@ -15,7 +15,7 @@ from components.mesh import gateway_values, istiod_values
 from components.specs import gateway
 from preview.schemas import SchemaValidator
 
-from .helpers import Evaluated, config_problems, raw_stack, set_at, validate
+from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, set_at, validate
 from .test_traffic import Request, chat_body, fnv1a32, lua_runtime, token
 
 ISSUER = "https://login.inference.example.com"
@@ -24,7 +24,7 @@ CANARY_ANALYSIS = f"{ISSUER}/canary-analysis"
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(raw_stack("prod"))
+    return Evaluated(prod_with_labeller_server())
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from preview.policy_runner import PolicyConfigError, PolicyPack, PolicyRun, mask
 from preview.sections import policy_section
 from preview.stack_config import load_project, load_stack_config
 
-from .helpers import ROOT, Evaluated, raw_stack, run_preview
+from .helpers import ROOT, Evaluated, prod_with_labeller_server, run_preview
 
 sys.path.insert(0, str(ROOT / "policies"))
 from inference_governance import resources as resource_rules  # noqa: E402
@@ -27,7 +27,7 @@ from inference_governance import stack as stack_rules  # noqa: E402
 
 @pytest.fixture(scope="module")
 def baseline() -> Evaluated:
-    return Evaluated(raw_stack("prod"))
+    return Evaluated(prod_with_labeller_server())
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from preview.engine import RecordedResource
 from preview.policy_runner import PolicyPack
 from preview.stack_config import load_project, load_stack_config
 
-from .helpers import ROOT, Evaluated, raw_stack
+from .helpers import ROOT, Evaluated, prod_with_labeller_server
 from .test_policies import DEPLOYMENT, HPA, KSVC, analyze, analyze_stack, both, find, stack_with, vllm
 
 PROJECT = "inference-platform"
@@ -25,7 +25,7 @@ FAST_AND_SLOW = [{"type": "Percent", "value": 50, "periodSeconds": 60}, {"type":
 
 @pytest.fixture(scope="module")
 def baseline() -> Evaluated:
-    return Evaluated(raw_stack("prod"))
+    return Evaluated(prod_with_labeller_server())
 
 
 def _started(overrides: dict[str, Any]):

@@ -12,7 +12,7 @@ import pytest
 from components.backends.knative import KNATIVE_ACTIVATOR_GRACE_SECONDS
 from platform_config import parse_platform_config
 
-from .helpers import ROOT, config_problems, run_preview, write_stack
+from .helpers import ROOT, config_problems, prod_with_labeller_server, run_preview, write_stack
 
 
 def preview_refuses(stack, out) -> str:
@@ -25,7 +25,8 @@ def preview_refuses(stack, out) -> str:
 # --- 12: Knative requests within the activator's grace --------------------------------------------
 
 
-def test_a_knative_model_may_not_take_longer_than_the_activator_drains(prod_raw):
+def test_a_knative_model_may_not_take_longer_than_the_activator_drains():
+    prod_raw = prod_with_labeller_server()
     prod_raw["traffic"]["tiers"] = {
         "batch": {"timeout": "900s", "maxPendingRequests": 16, "maxRequests": 128, "retryAttempts": 0, "vllmPriority": 2}
     }

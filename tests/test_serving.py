@@ -10,7 +10,7 @@ import pytest
 
 from platform_config.profiles import PROFILES
 
-from .helpers import ROOT, Evaluated, config_problems, raw_stack
+from .helpers import ROOT, Evaluated, config_problems, prod_with_labeller_server, raw_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 # Each tenant's own Hugging Face token (team-b serves an ungated model and has none).
@@ -19,7 +19,7 @@ PROD_TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_to
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS})
+    return Evaluated(prod_with_labeller_server(), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS})
 
 
 @pytest.fixture(scope="module")
@@ -354,7 +354,8 @@ def test_hpa_cannot_scale_to_zero(prod_raw):
     assert f"{key}: mode 'hpa' cannot scale to zero: minReplicas must be at least 1 (modes that can: kpa)" in found
 
 
-def test_batch_labelling_must_not_share_a_pool_with_real_time_models(prod_raw):
+def test_batch_labelling_must_not_share_a_pool_with_real_time_models():
+    prod_raw = prod_with_labeller_server()
     prod_raw["models"][3]["pool"] = "h100"
     prod_raw["tenants"][2]["pools"] = ["h100", "l4-batch"]
     found = config_problems(prod_raw)
@@ -363,7 +364,8 @@ def test_batch_labelling_must_not_share_a_pool_with_real_time_models(prod_raw):
     ), found
 
 
-def test_batch_labelling_must_not_share_a_namespace_with_real_time_models(prod_raw):
+def test_batch_labelling_must_not_share_a_namespace_with_real_time_models():
+    prod_raw = prod_with_labeller_server()
     prod_raw["models"][3]["tenant"] = "team-a"
     found = config_problems(prod_raw)
     assert any(m.startswith("inference-platform:models[3].tenant: batch labelling is kept apart") for m in found), found

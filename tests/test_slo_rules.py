@@ -22,7 +22,7 @@ from components.specs.slo_rules import (
     prometheus_rule,
 )
 
-from .helpers import STACKS, config_problems, raw_stack, validate
+from .helpers import STACKS, config_problems, prod_with_labeller_server, raw_stack, validate
 
 # A streaming chat model at its profile's objectives: TTFT within 500 ms for 95% of requests,
 # 99.5% of answers not 5xx.
@@ -100,7 +100,7 @@ AT = "70m"
 def test_plans_follow_the_profiles_and_overrides() -> None:
     """Streaming profiles are judged on TTFT, the others on the request's duration; a target that
     is no bucket boundary is counted at the one below it, and the alert says so."""
-    plan = validate(raw_stack("prod"))
+    plan = validate(prod_with_labeller_server())
     by_name = {m.model.name: m.slo for m in plan.models}
     assert by_name["llama-8b"].latency == latency_slo("ttft", 500, 0.95)
     assert by_name["llama-8b"].availability_objective == 0.995

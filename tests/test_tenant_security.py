@@ -14,7 +14,7 @@ from platform_config.models import ServerArgs
 from platform_config.pins import VLLM
 from preview.upstream import Facts, facts_dir, vllm_version_of
 
-from .helpers import Evaluated, config_problems, raw_stack, run_preview, validate, write_stack
+from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, run_preview, validate, write_stack
 
 TOKENS_KEY = "inference-platform:huggingFaceTokens"
 # Each tenant's own token; team-b serves an ungated model and has none.
@@ -24,7 +24,7 @@ SECRET = "kubernetes:core/v1:Secret"
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(raw_stack("prod"), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)})
+    return Evaluated(prod_with_labeller_server(), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)})
 
 
 def manifests(evaluated: Evaluated, kind: str, namespace: str) -> list[dict]:

@@ -15,7 +15,7 @@ from components.specs.gateway import LUA_SOURCE
 from components.specs.routes import range_regex, sticky_ranges
 from platform_config import parse_platform_config
 
-from .helpers import Evaluated, config_problems, raw_stack, validate
+from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, validate
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 N_KEYS = 100_000
@@ -23,7 +23,7 @@ N_KEYS = 100_000
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(raw_stack("prod"))
+    return Evaluated(prod_with_labeller_server())
 
 
 def vs(evaluated: Evaluated, model: str, namespace: str) -> dict:
@@ -473,7 +473,8 @@ def test_without_a_tier_claim_the_body_limit_is_the_tier_the_model_gives(lua):
     assert huge.status == "413" and not huge.body_read
 
 
-def test_the_filter_config_gives_unclaimed_tokens_batch_only_on_batch_only_models(prod_raw):
+def test_the_filter_config_gives_unclaimed_tokens_batch_only_on_batch_only_models():
+    prod_raw = prod_with_labeller_server()
     prod_raw["models"][2]["tiers"] = ["premium"]  # llama-1b: premium only
     plan = validate(prod_raw)
     config = gateway.filter_config(plan.config.traffic, plan.routes)

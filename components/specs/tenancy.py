@@ -46,6 +46,11 @@ def _quantity(resource: str, amount: Decimal) -> str:
     return f"{int(amount)}"
 
 
+def quantity(resource: str, amount: Decimal) -> str:
+    """An amount as a Kubernetes quantity (memory in Gi where whole, CPU in cores or millicores)."""
+    return _quantity(resource, amount)
+
+
 def _hard(amounts: dict[str, Decimal], pods: int | None) -> dict[str, str]:
     hard = {f"requests.{resource}": _quantity(resource, amount) for resource, amount in sorted(amounts.items())}
     if "memory" in amounts:

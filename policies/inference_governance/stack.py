@@ -685,6 +685,9 @@ def endpoint_picker_availability(args: Any, report_violation: Report) -> None:
 # --- advisory ----------------------------------------------------------------------------------
 
 
+BATCH_JOB = "kubernetes:batch/v1:Job"
+
+
 def model_server_monitoring(args: Any, report_violation: Report) -> None:
     # Pod selectors, by namespace, of everything that scrapes pods.
     scraped: dict[str, list[Mapping[str, str]]] = defaultdict(list)
@@ -700,6 +703,9 @@ def model_server_monitoring(args: Any, report_violation: Report) -> None:
     for monitor in of_type(args, POD_MONITOR):
         scraped[namespace_of(monitor.props)].append(get(monitor.props, "spec", "selector", "matchLabels", default={}))
     for workload in gpu_workloads(args):
+        # A Job (an offline batch job) runs to completion and serves nothing to scrape.
+        if workload.resource.resource_type == BATCH_JOB:
+            continue
         if not any(labels_match(selector, workload.pod_labels) for selector in scraped[workload.namespace]):
             report_violation(
                 f"{workload.namespace}/{workload.name} serves a model but nothing scrapes its metrics (no ServiceMonitor or "

@@ -1,0 +1,108 @@
+"""One offline batch job: its workload role (read the input and S3 weights, write the output),
+service account, runner ConfigMap, LocalQueue and the Indexed Job Kueue admits shard by shard."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from .constants import PACKAGE, standard_labels
+from .k8s_objects import KubernetesObject, custom_resource
+from .serving import BatchJobPlan
+from .specs.batch_job import job, runner_config_map
+from .specs.kueue import local_queue
+from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
+
+
+def _bucket_prefix(uri: str) -> tuple[str, str]:
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    return bucket, prefix.strip("/")
+
+
+def batch_job_policy(plan: BatchJobPlan) -> str:
+    """Read the input and S3 weights; read and write under the output prefix (finished chunks
+    are read back when a shard resumes); nothing else."""
+    job_config = plan.job
+    reads = []
+    if job_config.input.s3_uri is not None:
+        reads.append(f"{job_config.input.s3_uri.rstrip('/')}/{job_config.input.revision}")
+    source = job_config.model.source
+    if source.s3_uri is not None:
+        reads.append(f"{source.s3_uri.rstrip('/')}/{source.revision}")
+    statements: list[dict[str, Any]] = []
+
+    def allow(uri: str, actions: list[str]) -> None:
+        bucket, prefix = _bucket_prefix(uri)
+        statements.append({"Effect": "Allow", "Action": actions, "Resource": f"arn:aws:s3:::{bucket}/{prefix}/*"})
+        statements.append(
+            {
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket"],
+                "Resource": f"arn:aws:s3:::{bucket}",
+                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*"]}},
+            }
+        )
+
+    for uri in reads:
+        allow(uri, ["s3:GetObject"])
+    allow(job_config.output, ["s3:GetObject", "s3:PutObject"])
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+@dataclass(frozen=True)
+class BatchJobArgs:
+    plan: BatchJobPlan
+    # How pods get AWS roles; the config checks require EKS for batch jobs.
+    access: WorkloadAccess | None
+    # The tenant's namespace.
+    depends_on: tuple[pulumi.Resource, ...] = ()
+    # Kueue (its webhooks and ClusterQueues) and what every tenant pod waits for (PriorityClasses, quotas).
+    pod_depends_on: tuple[pulumi.Resource, ...] = ()
+
+
+class BatchJob(pulumi.ComponentResource):
+    def __init__(self, name: str, args: BatchJobArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:batch-job:BatchJob", name, None, opts)
+        plan = args.plan
+        inside = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        pod_depends: list[pulumi.Resource] = [*args.pod_depends_on]
+        annotations: pulumi.Input[dict[str, str]] = {}
+        if args.access is not None:
+            identity = WorkloadIdentity(
+                f"{name}-identity",
+                WorkloadIdentityArgs(args.access, plan.namespace, plan.service_account, batch_job_policy(plan)),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            # Pod Identity injects credentials at pod admission only if the association exists.
+            pod_depends.append(identity)
+            annotations = identity.service_account_annotations
+        account = KubernetesObject(
+            f"{name}-service-account",
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {
+                    "name": plan.service_account,
+                    "namespace": plan.namespace,
+                    "labels": standard_labels(plan.service_account, "batch-job"),
+                    "annotations": annotations,
+                },
+                "automountServiceAccountToken": False,
+            },
+            inside,
+        )
+        runner = KubernetesObject(f"{name}-runner", runner_config_map(plan), inside)
+        queue = custom_resource(
+            f"{name}-queue",
+            local_queue(plan.job),
+            pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.pod_depends_on]),
+        )
+        KubernetesObject(
+            f"{name}-job",
+            job(plan),
+            pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *pod_depends, account, runner, queue]),
+        )
+        self.register_outputs({"shards": plan.shards, "paused": plan.job.paused})

@@ -1,0 +1,68 @@
+"""Kueue (pinned Helm release) and the cluster-wide queueing objects of the batch jobs: a
+ResourceFlavor per GPU pool, the WorkloadPriorityClasses, and a ClusterQueue per tenant with a
+batch budget, all in one cohort (components/specs/kueue.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from platform_config.capacity import batch_queue_rows
+from platform_config.models import PlatformConfig
+from platform_config.pins import KUEUE
+
+from .constants import PACKAGE
+from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
+from .specs.kueue import KUEUE_NAMESPACE, cluster_queue, kueue_values, resource_flavor, workload_priority_classes
+
+
+@dataclass(frozen=True)
+class KueueArgs:
+    config: PlatformConfig
+    system_node_selector: dict[str, str] | None = None
+    # The Prometheus Operator (its ServiceMonitor CRD), when installed.
+    monitoring: pulumi.Resource | None = None
+
+
+class Kueue(pulumi.ComponentResource):
+    # What a LocalQueue and a queued Job wait for: the CRDs, webhooks and ClusterQueues.
+    ready: list[pulumi.Resource]
+
+    def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:kueue:Kueue", name, None, opts)
+        config = args.config
+        namespace = system_namespace(f"{name}-namespace", KUEUE_NAMESPACE, "kueue", pulumi.ResourceOptions(parent=self))
+        release = helm_release(
+            f"{name}-release",
+            "kueue",
+            KUEUE_NAMESPACE,
+            KUEUE,
+            kueue_values(args.system_node_selector, prometheus=args.monitoring is not None),
+            pulumi.ResourceOptions(parent=self, depends_on=[namespace, *([args.monitoring] if args.monitoring else [])]),
+        )
+        after = pulumi.ResourceOptions(parent=self, depends_on=[release])
+        used_pools = {pool for t in config.tenants for pool in t.batch_quota}
+        flavors = [
+            custom_resource(f"{name}-flavor-{pool.name}", resource_flavor(pool), after)
+            for pool in config.node_pools
+            if pool.name in used_pools
+        ]
+        # A WorkloadPriorityClass has no `spec` (its `value` is top level), which
+        # apiextensions.CustomResource cannot carry: registered from its manifest under the same
+        # type token (kubernetes:kueue.x-k8s.io/v1beta2:WorkloadPriorityClass).
+        classes = [
+            KubernetesObject(f"{name}-priority-{spec['metadata']['name']}", spec, after) for spec in workload_priority_classes()
+        ]
+        rows = batch_queue_rows(config)
+        queues = [
+            custom_resource(
+                f"{name}-queue-{tenant.name}",
+                cluster_queue(config, tenant, rows),
+                pulumi.ResourceOptions(parent=self, depends_on=[release, *flavors]),
+            )
+            for tenant in config.tenants
+            if tenant.batch_quota
+        ]
+        self.ready = [release, *classes, *queues]
+        self.register_outputs({"chart": KUEUE.chart, "version": KUEUE.version})

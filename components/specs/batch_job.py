@@ -1,0 +1,360 @@
+"""A batch job's objects (pure functions): the Indexed `batch/v1` Job that runs vLLM's offline
+batch runner over one shard per completion index, queued through Kueue, and the ConfigMap that
+ships the shard runner (components/batch_runner/batch_runner.py).
+
+Per pod: `stage-in` (aws-cli) copies the input's JSONL files from S3 and the shard's finished
+chunks back from the output; `fetch-weights` copies S3 weights as the servers do; then `runner`
+(the pinned vLLM image) runs `vllm run-batch` per chunk, and `uploader` (aws-cli) copies each
+finished chunk to `<output>/shard-<index>/` as it appears and once more when the runner exits,
+exiting with the runner's code. Kueue's objects are in specs/kueue.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from platform_config.models import duration_seconds
+from platform_config.pins import AWS_CLI
+from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS
+
+from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, LABEL_TENANT, standard_labels
+from .kueue import BATCH_PRIORITY_CLASS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, local_queue_name
+from .pod import HF_HOME, HF_TOKEN_KEY, HF_TOKEN_SECRET, HOME_DIR, MODELS_DIR, RUN_AS, tuning_args
+
+if TYPE_CHECKING:
+    from ..serving import BatchJobPlan
+
+RUNNER_SOURCE = Path(__file__).resolve().parent.parent / "batch_runner" / "batch_runner.py"
+RUNNER_KEY = "batch_runner.py"
+RUNNER_DIR = "/opt/batch-runner"
+WORK_DIR = "/work"
+INPUT_DIR = f"{WORK_DIR}/input"
+OUTPUT_DIR = f"{WORK_DIR}/output"
+STATUS_FILE = f"{WORK_DIR}/status/runner-exit"
+WEIGHTS_DIR = f"{MODELS_DIR}/weights"
+# The runner's exit code for an input line that is not a batch request: retrying cannot help.
+INPUT_ERROR_EXIT_CODE = 2
+# Seconds a stopping pod has for the uploader's last copy (the runner stops at once; the chunk it
+# was running is redone on resume).
+GRACE_SECONDS = 120
+# What the two aws-cli containers ask for.
+AWS_CLI_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}}
+
+
+def runner_config_map_name(plan: BatchJobPlan) -> str:
+    return f"batch-{plan.name}-runner"
+
+
+def _labels(plan: BatchJobPlan) -> dict[str, str]:
+    return standard_labels(plan.name, "batch-job", **{LABEL_TENANT: plan.namespace, LABEL_POOL: plan.pool.name})
+
+
+def runner_config_map(plan: BatchJobPlan) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": runner_config_map_name(plan), "namespace": plan.namespace, "labels": _labels(plan)},
+        "data": {RUNNER_KEY: RUNNER_SOURCE.read_text(encoding="utf-8")},
+    }
+
+
+def _security_context() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def model_location(plan: BatchJobPlan) -> str:
+    source = plan.job.model.source
+    return source.huggingface if source.huggingface is not None else f"{WEIGHTS_DIR}/{plan.name}"
+
+
+def engine_command(plan: BatchJobPlan) -> list[str]:
+    """`vllm run-batch` with the engine flags of `vllm serve` (vllm/entrypoints/openai/run_batch.py
+    make_arg_parser adds AsyncEngineArgs' flags; the preview's upstream stage checks each against
+    vLLM 0.18.0's flags); the runner adds `-i` and `-o` per chunk."""
+    model = plan.job.model
+    args = model.server
+    out = [
+        "vllm",
+        "run-batch",
+        "--model",
+        model_location(plan),
+        "--served-model-name",
+        model.served_model_name,
+        "--tensor-parallel-size",
+        str(plan.gpu_count if plan.gpu_resource.endswith("/gpu") else 1),
+    ]
+    if model.source.huggingface is not None and model.source.revision is not None:
+        out += ["--revision", model.source.revision]
+    if args.max_model_len is not None:
+        out += ["--max-model-len", str(args.max_model_len)]
+    if args.gpu_memory_utilization is not None:
+        out += ["--gpu-memory-utilization", f"{args.gpu_memory_utilization:g}"]
+    if args.max_num_seqs is not None:
+        out += ["--max-num-seqs", str(args.max_num_seqs)]
+    if args.quantization is not None:
+        out += ["--quantization", args.quantization]
+    if args.dtype is not None:
+        out += ["--dtype", args.dtype]
+    # Batch inputs often share a long instruction prefix.
+    out.append("--enable-prefix-caching")
+    return out + tuning_args(args)
+
+
+def _shard_prefix(plan: BatchJobPlan) -> str:
+    """The shard's output prefix, in shell (the index is only known in the pod)."""
+    return f'{plan.job.output.rstrip("/")}/shard-$(printf %05d "$JOB_COMPLETION_INDEX")/'
+
+
+def _local_shard() -> str:
+    return f'{OUTPUT_DIR}/shard-$(printf %05d "$JOB_COMPLETION_INDEX")/'
+
+
+def _aws_env() -> list[dict[str, Any]]:
+    return [
+        {"name": "HOME", "value": HOME_DIR},
+        # Credentials come from the workload identity's injected variables; no IMDS probing.
+        {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},
+    ]
+
+
+def _mounts(*names: str) -> list[dict[str, Any]]:
+    paths = {"work": WORK_DIR, "models": MODELS_DIR, "home": HOME_DIR, "tmp": "/tmp", "runner": RUNNER_DIR, "dshm": "/dev/shm"}
+    return [{"name": n, "mountPath": paths[n], **({"readOnly": True} if n == "runner" else {})} for n in names]
+
+
+def stage_in_container(plan: BatchJobPlan) -> dict[str, Any]:
+    """Input from S3 (a dataset input is read by the runner itself) and the shard's finished
+    chunks, so a resumed shard skips them."""
+    source = plan.job.input
+    steps = [f"mkdir -p {_local_shard()}", f"aws s3 sync --only-show-errors {_shard_prefix(plan)} {_local_shard()}"]
+    if source.s3_uri is not None:
+        steps.insert(
+            0,
+            f"aws s3 sync --only-show-errors --exclude '*' --include '*.jsonl' "
+            f"{shlex.quote(source.s3_uri.rstrip('/') + '/' + str(source.revision) + '/')} {INPUT_DIR}/",
+        )
+    return {
+        "name": "stage-in",
+        "image": AWS_CLI.image,
+        "command": ["sh", "-ec", " && ".join(steps)],
+        "env": _aws_env(),
+        "resources": AWS_CLI_RESOURCES,
+        "volumeMounts": _mounts("work", "home", "tmp"),
+        "securityContext": _security_context(),
+    }
+
+
+def fetch_weights_container(plan: BatchJobPlan) -> dict[str, Any] | None:
+    source = plan.job.model.source
+    if source.s3_uri is None:
+        return None
+    return {
+        "name": "fetch-weights",
+        "image": AWS_CLI.image,
+        "command": [
+            "aws",
+            "s3",
+            "sync",
+            "--only-show-errors",
+            f"{source.s3_uri.rstrip('/')}/{source.revision}/",
+            model_location(plan),
+        ],
+        "env": _aws_env(),
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+        "volumeMounts": _mounts("models", "home", "tmp"),
+        "securityContext": _security_context(),
+    }
+
+
+def fingerprint(plan: BatchJobPlan) -> str:
+    """What a shard's chunks are made from. The runner keeps it beside them and refuses to resume
+    into an output prefix holding chunks of another model, input or chunking (a changed Job is
+    replaced, and its new pods would otherwise skip chunks the old ones wrote)."""
+    job_config = plan.job
+    return json.dumps(
+        {
+            "model": job_config.model.source.model_dump(by_alias=True, exclude_none=True),
+            "input": job_config.input.model_dump(by_alias=True, exclude_none=True),
+            "shardLines": job_config.shard_lines,
+            "chunkLines": job_config.chunk_lines,
+        },
+        sort_keys=True,
+    )
+
+
+def runner_container(plan: BatchJobPlan) -> dict[str, Any]:
+    job = plan.job
+    env: list[dict[str, Any]] = [
+        {"name": "HOME", "value": HOME_DIR},
+        {"name": "HF_HOME", "value": HF_HOME},
+        {"name": "XDG_CACHE_HOME", "value": f"{HOME_DIR}/.cache"},
+        {"name": "VLLM_CACHE_ROOT", "value": f"{HOME_DIR}/.cache/vllm"},
+        {"name": "TRITON_CACHE_DIR", "value": f"{HOME_DIR}/.cache/triton"},
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        {"name": "DO_NOT_TRACK", "value": "1"},
+        {"name": "BATCH_SHARD_LINES", "value": str(job.shard_lines)},
+        {"name": "BATCH_CHUNK_LINES", "value": str(job.chunk_lines)},
+        {"name": "BATCH_TOTAL_LINES", "value": str(job.lines)},
+        {"name": "BATCH_OUTPUT_DIR", "value": OUTPUT_DIR},
+        {"name": "BATCH_SCRATCH_DIR", "value": "/tmp"},
+        {"name": "BATCH_STATUS_FILE", "value": STATUS_FILE},
+        {"name": "BATCH_FINGERPRINT", "value": fingerprint(plan)},
+    ]
+    if job.input.huggingface is not None:
+        env += [
+            {"name": "BATCH_INPUT_HF_REPO", "value": job.input.huggingface},
+            {"name": "BATCH_INPUT_HF_REVISION", "value": str(job.input.revision)},
+            {"name": "BATCH_INPUT_FILES", "value": json.dumps(job.input.files)},
+        ]
+    else:
+        env.append({"name": "BATCH_INPUT_DIR", "value": INPUT_DIR})
+    if plan.hugging_face_token:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}})
+    gpu = {plan.gpu_resource: str(plan.gpu_count)}
+    resources = job.model.resources
+    return {
+        "name": "runner",
+        "image": plan.image,
+        "command": ["python3", f"{RUNNER_DIR}/{RUNNER_KEY}"],
+        "args": engine_command(plan),
+        "env": env,
+        # No ephemeral-storage request: Kueue's ClusterQueues do not cover it (specs/kueue.py);
+        # the volumes' sizeLimits bound the disk.
+        "resources": {
+            "requests": {"cpu": resources.cpu, "memory": resources.memory, **gpu},
+            "limits": {"memory": resources.memory, **gpu},
+        },
+        "volumeMounts": _mounts("work", "models", "home", "tmp", "runner", "dshm"),
+        "securityContext": _security_context(),
+    }
+
+
+def uploader_container(plan: BatchJobPlan) -> dict[str, Any]:
+    """Copies finished chunks (never the `.tmp` one being written) every 30 s; on the runner's
+    exit, or on SIGTERM, copies once more and exits with the runner's code."""
+    sync = f"aws s3 sync --only-show-errors --exclude '*.tmp' {_local_shard()} {_shard_prefix(plan)}"
+    script = "\n".join(
+        [
+            f"mkdir -p {_local_shard()}",
+            # A function, so the trap's own quoting leaves the exclude pattern quoted.
+            f"upload() {{ {sync}; }}",
+            "trap 'upload; exit 143' TERM",
+            "while true; do",
+            f'  if [ -f {STATUS_FILE} ]; then upload && exit "$(cat {STATUS_FILE})"; exit 1; fi',
+            "  upload || echo 'upload failed; retrying'",
+            "  sleep 30 & wait $!",
+            "done",
+        ]
+    )
+    return {
+        "name": "uploader",
+        "image": AWS_CLI.image,
+        "command": ["sh", "-c", script],
+        "env": _aws_env(),
+        "resources": AWS_CLI_RESOURCES,
+        "volumeMounts": _mounts("work", "home", "tmp"),
+        "securityContext": _security_context(),
+    }
+
+
+def _volumes(plan: BatchJobPlan) -> list[dict[str, Any]]:
+    resources = plan.job.model.resources
+    shm = "16Gi" if plan.gpu_count > 1 else "2Gi"
+    return [
+        {"name": "work", "emptyDir": {"sizeLimit": "20Gi"}},
+        {"name": "models", "emptyDir": {"sizeLimit": resources.cache_size}},
+        {"name": "home", "emptyDir": {"sizeLimit": "20Gi"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "10Gi"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+        {"name": "runner", "configMap": {"name": runner_config_map_name(plan), "defaultMode": 0o444}},
+    ]
+
+
+def pod_spec(plan: BatchJobPlan) -> dict[str, Any]:
+    init = [stage_in_container(plan)]
+    weights = fetch_weights_container(plan)
+    if weights is not None:
+        init.append(weights)
+    return {
+        "restartPolicy": "Never",
+        # Batch pods are experiments to the scheduler and the namespace quotas (`<tenant>-experiment`).
+        "priorityClassName": EXPERIMENT_PRIORITY_CLASS,
+        # The pool's flavor (specs/kueue.py) has these node labels and taints: Kueue assigns it.
+        "nodeSelector": {LABEL_POOL: plan.pool.name},
+        "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}],
+        "serviceAccountName": plan.service_account,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": GRACE_SECONDS,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "initContainers": init,
+        "containers": [runner_container(plan), uploader_container(plan)],
+        "volumes": _volumes(plan),
+    }
+
+
+def job(plan: BatchJobPlan) -> dict[str, Any]:
+    """The Indexed Job. No `spec.suspend`: Kueue's webhook creates it suspended and Kueue owns
+    the field from then on (it unsuspends on admission and suspends on eviction); pausing is the
+    job's LocalQueue's stopPolicy (specs/kueue.py)."""
+    job_config = plan.job
+    labels = {**_labels(plan), QUEUE_NAME_LABEL: local_queue_name(job_config), PRIORITY_CLASS_LABEL: BATCH_PRIORITY_CLASS}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"batch-{plan.name}",
+            "namespace": plan.namespace,
+            "labels": labels,
+            # `pulumi up` must not wait hours for the job to finish (pulumi-kubernetes awaits Jobs).
+            "annotations": {"pulumi.com/skipAwait": "true"},
+        },
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": plan.shards,
+            "parallelism": min(job_config.parallelism, plan.shards),
+            "backoffLimitPerIndex": job_config.retries_per_shard,
+            # The clock restarts whenever Kueue resumes the job (the Job's startTime is reset on unsuspend).
+            "activeDeadlineSeconds": math.ceil(duration_seconds(job_config.deadline)),
+            "podFailurePolicy": {
+                "rules": [
+                    # Preempted or evicted pods are not failures of the shard.
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                    # A malformed input line fails its shard at once.
+                    {
+                        "action": "FailIndex",
+                        "onExitCodes": {"containerName": "runner", "operator": "In", "values": [INPUT_ERROR_EXIT_CODE]},
+                    },
+                ]
+            },
+            "template": {
+                "metadata": {
+                    "labels": {
+                        **_labels(plan),
+                        # A Job's pods end: a mesh sidecar would keep them running. They only call
+                        # out (S3, Hugging Face), which the namespace's egress policy allows.
+                        "sidecar.istio.io/inject": "false",
+                    }
+                },
+                "spec": pod_spec(plan),
+            },
+        },
+    }

@@ -1,0 +1,154 @@
+"""Kueue's objects for the batch jobs (pure functions): a ResourceFlavor per GPU pool, a
+ClusterQueue per tenant with a batch budget (all in one cohort), a LocalQueue per batch job, the
+WorkloadPriorityClasses, and the chart's values.
+
+API: kueue.x-k8s.io/v1beta2, what Kueue 0.19.2 stores (platform_config/pins.py). Field names are
+those of apis/kueue/v1beta2/*_types.go at v0.19.2 and are validated against the CRD schemas in
+the preview.
+
+Quota: each tenant's ClusterQueue has, per pool of its `batchQuota`, that budget as nominal quota
+(GPUs, CPU and memory; a budget without CPU or memory is bounded there by the pool's size only),
+and may borrow up to what its namespace's experiment ResourceQuota leaves beyond its nominal
+quota (batch pods run at inference-experiment priority, so that quota bounds them too). Kueue's
+default quota check blocks a workload that asks for a resource its ClusterQueue does not cover
+(BlockUndeclared, apis/config/v1beta2/configuration_types.go), so a batch pod asks for nothing but
+GPUs, CPU and memory.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from platform_config.capacity import BatchQueueRow, pool_supply
+from platform_config.models import BatchJobConfig, NodePoolConfig, PlatformConfig, TenantConfig
+from platform_config.pins import KUEUE_API_VERSION
+
+from ..constants import EXPERIMENT_PRIORITY, LABEL_POOL, LABEL_TENANT, standard_labels
+from .gpu_sharing import node_taint
+from .tenancy import quantity
+
+# Every tenant's ClusterQueue is in this cohort: unused nominal quota of one is lent to the others.
+BATCH_COHORT = "batch"
+# Batch work and experiments queue below each other and far below production serving (the
+# PriorityClass inference-production is 1000, inference-experiment 100): a WorkloadPriorityClass
+# orders and preempts Kueue workloads only; the pods keep their PriorityClass, which decides at
+# the scheduler (and which the namespace quotas are scoped by).
+BATCH_PRIORITY_CLASS = "batch"
+EXPERIMENT_WORKLOAD_PRIORITY_CLASS = "experiment"
+WORKLOAD_PRIORITIES = {BATCH_PRIORITY_CLASS: EXPERIMENT_PRIORITY - 50, EXPERIMENT_WORKLOAD_PRIORITY_CLASS: EXPERIMENT_PRIORITY}
+# The labels Kueue reads on a Job (pkg/controller/constants/constants.go at v0.19.2:
+# QueueLabel, WorkloadPriorityClassLabel).
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+KUEUE_NAMESPACE = "kueue-system"
+
+
+def _meta(name: str, component: str, namespace: str | None = None, **labels: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "labels": standard_labels(name, component, **labels)}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return metadata
+
+
+def resource_flavor(pool: NodePoolConfig) -> dict[str, Any]:
+    """The pool as Kueue sees it: its nodes' pool label and GPU taint. A job's pods must tolerate
+    the taint to be given the flavor (nodeTaints without tolerations: Kueue adds none)."""
+    taint = node_taint()
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": _meta(pool.name, "batch-flavor", **{LABEL_POOL: pool.name}),
+        "spec": {"nodeLabels": {LABEL_POOL: pool.name}, "nodeTaints": [taint]},
+    }
+
+
+def covered_resources(config: PlatformConfig, tenant: TenantConfig) -> list[str]:
+    """CPU, memory and every GPU resource the tenant's batch pools provide (one resource group:
+    each flavor lists them all, in this order)."""
+    pools = {p.name: p for p in config.node_pools}
+    gpus = sorted({r for name in tenant.batch_quota for r in pool_supply(pools[name]).per_node})
+    return ["cpu", "memory", *gpus]
+
+
+def cluster_queue_name(tenant: str) -> str:
+    return tenant
+
+
+def cluster_queue(config: PlatformConfig, tenant: TenantConfig, rows: list[BatchQueueRow]) -> dict[str, Any]:
+    """The tenant's batch quota per pool, in the batch cohort; it reclaims its nominal quota from
+    borrowers by preemption whatever their priority (reclaimWithinCohort: Any), and a job that
+    borrows may preempt lower-priority borrowed work of others (borrowWithinCohort)."""
+    resources = covered_resources(config, tenant)
+    flavors = []
+    for row in (r for r in rows if r.tenant == tenant.name):
+        quotas = []
+        for resource in resources:
+            entry: dict[str, Any] = {"name": resource, "nominalQuota": quantity(resource, row.nominal.get(resource, Decimal(0)))}
+            limit = row.borrowing_limit.get(resource)
+            if limit is not None:
+                entry["borrowingLimit"] = quantity(resource, limit)
+            quotas.append(entry)
+        flavors.append({"name": row.pool, "resources": quotas})
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": _meta(cluster_queue_name(tenant.name), "batch-queue", **{LABEL_TENANT: tenant.name}),
+        "spec": {
+            "cohortName": BATCH_COHORT,
+            # Only the tenant's own namespace may queue here.
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [{"coveredResources": resources, "flavors": flavors}],
+            "preemption": {
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {"policy": "LowerPriority"},
+                "withinClusterQueue": "LowerPriority",
+            },
+        },
+    }
+
+
+def local_queue_name(job: BatchJobConfig) -> str:
+    return f"batch-{job.name}"
+
+
+def local_queue(job: BatchJobConfig) -> dict[str, Any]:
+    """One LocalQueue per job: pausing the job stops its queue (stopPolicy HoldAndDrain), which
+    Kueue honours for admitted workloads (evicts them; pkg/controller/core/workload_controller.go
+    at v0.19.2), whereas a user-set `suspend` on an admitted Job is undone by Kueue
+    (pkg/controller/jobframework/reconciler.go, "Job admitted, unsuspending")."""
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": _meta(local_queue_name(job), "batch-queue", job.tenant, **{LABEL_TENANT: job.tenant}),
+        "spec": {"clusterQueue": cluster_queue_name(job.tenant), "stopPolicy": "HoldAndDrain" if job.paused else "None"},
+    }
+
+
+def workload_priority_classes() -> list[dict[str, Any]]:
+    descriptions = {
+        BATCH_PRIORITY_CLASS: "Offline batch jobs: admitted after experiments, preempted first.",
+        EXPERIMENT_WORKLOAD_PRIORITY_CLASS: "Experiments queued through Kueue: above batch, below production serving.",
+    }
+    return [
+        {
+            "apiVersion": KUEUE_API_VERSION,
+            "kind": "WorkloadPriorityClass",
+            "metadata": _meta(name, "scheduling"),
+            "value": value,
+            "description": descriptions[name],
+        }
+        for name, value in WORKLOAD_PRIORITIES.items()
+    ]
+
+
+def kueue_values(system_node_selector: dict[str, str] | None, prometheus: bool) -> dict[str, Any]:
+    """The chart's values (keys checked against charts/kueue/values.yaml at v0.19.2 by the
+    preview's upstream stage): two managers (leader election is on in the chart's manager config)
+    with a disruption budget, on the system nodes on EKS, and a ServiceMonitor when the
+    Prometheus Operator is installed."""
+    manager: dict[str, Any] = {"replicas": 2, "podDisruptionBudget": {"enabled": True, "minAvailable": 1}}
+    if system_node_selector:
+        manager["nodeSelector"] = system_node_selector
+    return {"controllerManager": manager, "enablePrometheus": prometheus}
