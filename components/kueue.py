@@ -1,10 +1,12 @@
 """Kueue (pinned Helm release) and the cluster-wide queueing objects of the batch jobs: a
 ResourceFlavor per GPU pool, the WorkloadPriorityClasses, and a ClusterQueue per tenant with a
-batch budget, all in one cohort (components/specs/kueue.py)."""
+batch budget, all in one cohort, with a LocalQueue `batch` in the tenant's namespace for the work
+its members submit (components/specs/kueue.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 
@@ -14,7 +16,14 @@ from platform_config.pins import KUEUE
 
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
-from .specs.kueue import KUEUE_NAMESPACE, cluster_queue, kueue_values, resource_flavor, workload_priority_classes
+from .specs.kueue import (
+    KUEUE_NAMESPACE,
+    cluster_queue,
+    kueue_values,
+    resource_flavor,
+    tenant_local_queue,
+    workload_priority_classes,
+)
 
 
 @dataclass(frozen=True)
@@ -23,6 +32,8 @@ class KueueArgs:
     system_node_selector: dict[str, str] | None = None
     # The Prometheus Operator (its ServiceMonitor CRD), when installed.
     monitoring: pulumi.Resource | None = None
+    # Each tenant's Namespace object, which its own LocalQueue lives in.
+    namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)
 
 
 class Kueue(pulumi.ComponentResource):
@@ -55,14 +66,19 @@ class Kueue(pulumi.ComponentResource):
             KubernetesObject(f"{name}-priority-{spec['metadata']['name']}", spec, after) for spec in workload_priority_classes()
         ]
         rows = batch_queue_rows(config)
-        queues = [
-            custom_resource(
+        queues = []
+        for tenant in (t for t in config.tenants if t.batch_quota):
+            queue = custom_resource(
                 f"{name}-queue-{tenant.name}",
                 cluster_queue(config, tenant, rows),
                 pulumi.ResourceOptions(parent=self, depends_on=[release, *flavors]),
             )
-            for tenant in config.tenants
-            if tenant.batch_quota
-        ]
+            namespace_object = args.namespaces.get(tenant.name)
+            custom_resource(
+                f"{name}-local-queue-{tenant.name}",
+                tenant_local_queue(tenant),
+                pulumi.ResourceOptions(parent=self, depends_on=[queue, *([namespace_object] if namespace_object else [])]),
+            )
+            queues.append(queue)
         self.ready = [release, *classes, *queues]
         self.register_outputs({"chart": KUEUE.chart, "version": KUEUE.version})

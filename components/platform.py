@@ -246,6 +246,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     config=config,
                     system_node_selector=SYSTEM_NODE_SELECTOR if eks else None,
                     monitoring=monitoring.release if monitoring is not None else None,
+                    namespaces={name: tenant.namespace_object for name, tenant in self.tenants.items()},
                 ),
                 opts=child,
             )

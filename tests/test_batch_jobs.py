@@ -20,6 +20,7 @@ from components.specs.kueue import (
     BATCH_COHORT,
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
+    TENANT_LOCAL_QUEUE,
     WORKLOAD_PRIORITIES,
     cluster_queue,
     local_queue,
@@ -437,6 +438,19 @@ def test_the_namespace_quotas_admit_every_job_at_its_parallelism(previews):
     assert all(not rows[name]["findings"] and rows[name]["placedPods"] == rows[name]["peakPods"] for name in jobs)
     assert rows["Job team-b/batch-ticket-labels"]["peakPods"] == 2
     assert report["batchQueues"]["data"][0]["byTenant"]["team-b"]["nominal"] == 2
+
+
+def test_each_tenant_with_a_batch_quota_has_its_own_queue_in_its_namespace(previews):
+    """Besides each job's queue, a LocalQueue `batch` per tenant with a batch budget, feeding its
+    ClusterQueue, for the work its members submit."""
+    run = previews["prod"]
+    queues = {(q["metadata"]["namespace"], q["metadata"]["name"]): q["spec"] for q in run.objects("LocalQueue")}
+    tenants = {t.name for t in validate(raw_stack("prod")).config.tenants if t.batch_quota}
+    assert tenants == {"team-a", "team-b"}
+    for tenant in tenants:
+        assert queues[(tenant, TENANT_LOCAL_QUEUE)] == {"clusterQueue": tenant, "stopPolicy": "None"}
+    jobs = {(j["metadata"]["namespace"], j["metadata"]["labels"][QUEUE_NAME_LABEL]) for j in run.objects("Job")}
+    assert jobs and jobs <= set(queues) and not {name for _, name in jobs} & {TENANT_LOCAL_QUEUE}
 
 
 # --- config errors -------------------------------------------------------------------------

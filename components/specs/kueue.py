@@ -1,5 +1,6 @@
 """Kueue's objects for the batch jobs (pure functions): a ResourceFlavor per GPU pool, a
-ClusterQueue per tenant with a batch budget (all in one cohort), a LocalQueue per batch job, the
+ClusterQueue per tenant with a batch budget (all in one cohort), a LocalQueue per such tenant
+(for work its members submit) and per batch job, the
 WorkloadPriorityClasses, and the chart's values.
 
 API: kueue.x-k8s.io/v1beta2, what Kueue 0.19.2 stores (platform_config/pins.py). Field names are
@@ -123,6 +124,22 @@ def local_queue(job: BatchJobConfig) -> dict[str, Any]:
         "kind": "LocalQueue",
         "metadata": _meta(local_queue_name(job), "batch-queue", job.tenant, **{LABEL_TENANT: job.tenant}),
         "spec": {"clusterQueue": cluster_queue_name(job.tenant), "stopPolicy": "HoldAndDrain" if job.paused else "None"},
+    }
+
+
+# The tenant's own LocalQueue, for work its members submit themselves (a Job or JobSet labelled
+# `kueue.x-k8s.io/queue-name: batch` in the tenant's namespace); the platform's batch jobs each
+# have their own (local_queue), so that pausing one stops nothing else.
+TENANT_LOCAL_QUEUE = "batch"
+
+
+def tenant_local_queue(tenant: TenantConfig) -> dict[str, Any]:
+    """The LocalQueue of a tenant with a batch budget, in its namespace, feeding its ClusterQueue."""
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": _meta(TENANT_LOCAL_QUEUE, "batch-queue", tenant.name, **{LABEL_TENANT: tenant.name}),
+        "spec": {"clusterQueue": cluster_queue_name(tenant.name), "stopPolicy": "None"},
     }
 
 
