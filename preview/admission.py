@@ -722,27 +722,28 @@ def _bin_pack(pool: PoolTemplate, members: list[Workload]) -> list[str]:
     nodes = [dict(pool.allocatable) for _ in range(pool.max_size)]
     # Each workload's pod requests once, shared by all its pods at peak.
     requests_of = [w.pod_requests() for w in members]
+
+    def place(workload: Workload, requests: dict[str, Decimal], node: dict[str, Decimal]) -> bool:
+        """One pod onto the node, if it fits."""
+        need = {**requests, "pods": Decimal(1)}
+        if not all(node.get(r, Decimal(0)) >= amount for r, amount in need.items() if amount):
+            return False
+        for r, amount in need.items():
+            node[r] = node.get(r, Decimal(0)) - amount
+        workload.placed += 1
+        return True
+
     # A DaemonSet's pod comes with the node, before any other pod is placed on it.
     for workload, requests in zip(members, requests_of, strict=True):
         if workload.daemon:
-            need = {**requests, "pods": Decimal(1)}
             for node in nodes:
-                if all(node.get(r, Decimal(0)) >= amount for r, amount in need.items() if amount):
-                    for r, amount in need.items():
-                        node[r] = node.get(r, Decimal(0)) - amount
-                    workload.placed += 1
+                place(workload, requests, node)
     pods = [(w, requests) for w, requests in zip(members, requests_of, strict=True) if not w.daemon for _ in range(w.peak)]
     gpu_first = sorted(
         pods, key=lambda p: (-sum(v for k, v in p[1].items() if k.startswith(EXTENDED_PREFIXES)), -p[1].get("cpu", 0))
     )
     for workload, requests in gpu_first:
-        need = {**requests, "pods": Decimal(1)}
-        for node in nodes:
-            if all(node.get(r, Decimal(0)) >= amount for r, amount in need.items() if amount):
-                for r, amount in need.items():
-                    node[r] = node.get(r, Decimal(0)) - amount
-                workload.placed += 1
-                break
+        any(place(workload, requests, node) for node in nodes)
     findings = []
     for workload, requests in zip(members, requests_of, strict=True):
         if workload.placed < workload.peak:
