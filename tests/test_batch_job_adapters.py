@@ -67,7 +67,7 @@ def test_a_canaried_adapter_runs_its_stable_revision_under_the_adapters_name():
     assert fetch["command"][-2] == "s3://inference-prod-adapters/llama-3.1-8b/support/2026-10-02/"  # r1, the stable
 
 
-def test_the_jobs_lora_flags_are_vllm_run_batch_engine_flags():
+def test_the_jobs_lora_flags_are_flags_of_the_pinned_vllm():
     plan = review_labels(with_adapter_job())
     known = set(FLAGS.read_text().split())
     flags = [a for a in engine_command(plan) if a.startswith("--")]

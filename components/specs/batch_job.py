@@ -120,8 +120,11 @@ def engine_command(plan: BatchJobPlan) -> list[str]:
         out += ["--dtype", args.dtype]
     # Batch inputs often share a long instruction prefix.
     out.append("--enable-prefix-caching")
-    # The job's adapter, with the servers' flags (run-batch takes the engine's LoRA flags: the
-    # preview's upstream stage checks them against vLLM 0.18.0's).
+    # The job's adapter, with the servers' flags. `--enable-lora`, `--max-loras`, `--max-lora-rank`
+    # and `--max-cpu-loras` are engine flags (LoRAConfig), which run-batch's make_arg_parser adds.
+    # OPEN: `--lora-modules` is a frontend flag (entrypoints/openai/cli_args.py); in the run_batch.py
+    # read (not at the v0.18.0 tag) run-batch neither parses it nor passes LoRA modules
+    # (`lora_modules=None`). To be checked at v0.18.0 before a job with an adapter runs.
     lora = lora_flags(plan.lora, plan.name) if plan.lora is not None else []
     return out + lora + tuning_args(args)
 
