@@ -23,7 +23,7 @@ def _bucket_prefix(uri: str) -> tuple[str, str]:
 
 
 def batch_job_policy(plan: BatchJobPlan) -> str:
-    """Read the input and S3 weights; read and write under the output prefix (finished chunks
+    """Read the input, S3 weights and an S3 adapter; read and write under the output prefix (finished chunks
     are read back when a shard resumes); nothing else."""
     job_config = plan.job
     reads = []
@@ -32,6 +32,9 @@ def batch_job_policy(plan: BatchJobPlan) -> str:
     source = job_config.model.source
     if source.s3_uri is not None:
         reads.append(f"{source.s3_uri.rstrip('/')}/{source.revision}")
+    for module in plan.lora.modules if plan.lora is not None else ():
+        if module.source.s3_uri is not None:
+            reads.append(f"{module.source.s3_uri.rstrip('/')}/{module.source.revision}")
     statements: list[dict[str, Any]] = []
 
     def allow(uri: str, actions: list[str]) -> None:

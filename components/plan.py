@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Collection, Iterator, Mapping
 from decimal import Decimal
 
-from platform_config.adapters import adapter_modules, lora_limits
+from platform_config.adapters import adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
 from platform_config.capacity import show_amount
 from platform_config.checks import batch_gpu_request, batch_shards, run_peak_checks
 from platform_config.cold_start import cold_start, progress_deadline
@@ -346,4 +346,5 @@ def _batch_job(config: PlatformConfig, job: BatchJobConfig, hugging_face_tenants
         image=VLLM.image,
         hugging_face_token=job.tenant in hugging_face_tenants,
         service_account=f"batch-{job.name}",
+        lora=batch_lora_limits(found[1]) if (found := batch_job_adapter(config, job)) is not None else None,
     )

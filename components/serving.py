@@ -225,6 +225,8 @@ class BatchJobPlan:
     hugging_face_token: bool
     # The service account whose workload role reads the input (and S3 weights) and writes the output.
     service_account: str
+    # vLLM's LoRA flags for the job's adapter (platform_config/adapters.py batch_lora_limits); None without one.
+    lora: LoraLimits | None = None
 
     @property
     def name(self) -> str:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .models import VLLM_MAX_LORA_RANKS, BaseShape, LoraAdapter, ModelConfig, ModelSource, PlatformConfig
+from .models import VLLM_MAX_LORA_RANKS, BaseShape, BatchJobConfig, LoraAdapter, ModelConfig, ModelSource, PlatformConfig
 
 # The separator of an adapter revision's module name: never in an OpenAI model name (OpenAiModelName).
 REVISION_SEPARATOR = "@"
@@ -99,6 +99,23 @@ def lora_limits(model: ModelConfig) -> LoraLimits | None:
     max_loras = settings.max_loras or len(modules)
     max_cpu_loras = settings.max_cpu_loras or max(max_loras, len(modules))
     return LoraLimits(tuple(modules), max_rank, max_loras, max_cpu_loras)
+
+
+def batch_job_adapter(config: PlatformConfig, job: BatchJobConfig) -> tuple[ModelConfig, LoraAdapter] | None:
+    """The adapter a batch job runs (`batchJobs[].model.adapter`, an adapter's OpenAI name in
+    `models[]`) and the model that declares it; None without one or when no model declares it."""
+    if job.model.adapter is None:
+        return None
+    return next(((m, a) for m in config.models for a in m.adapters if a.name == job.model.adapter), None)
+
+
+def batch_lora_limits(adapter: LoraAdapter) -> LoraLimits:
+    """vLLM's LoRA flags for a batch job running one adapter: its stable revision (a job has no
+    traffic to split), loaded as the module of the adapter's own name, which the input lines send;
+    one GPU slot, one CPU slot, the smallest rank choice that holds it."""
+    _, source = adapter_revisions(adapter)[0]
+    module = AdapterModule(adapter.name, None, source, adapter.rank)
+    return LoraLimits((module,), smallest_rank_choice(adapter.rank) or VLLM_MAX_LORA_RANKS[-1], 1, 1)
 
 
 def lora_elements_per_rank(shape: BaseShape) -> int:

@@ -15,7 +15,17 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Callable, Iterable, Iterator, get_args
 
-from .adapters import adapter_on_own_tenants_base, gib, lora_limits, lora_memory, served_names, smallest_rank_choice
+from .adapters import (
+    adapter_on_own_tenants_base,
+    adapter_revisions,
+    adapter_tenant,
+    batch_job_adapter,
+    gib,
+    lora_limits,
+    lora_memory,
+    served_names,
+    smallest_rank_choice,
+)
 from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, node_allocatable, pool_supply, show_amount
 from .cold_start import cache_medium, cold_start, node_disk_gib, scale_up_budget_seconds, show_minutes
 from .errors import ConfigIssue, format_key
@@ -943,10 +953,6 @@ def check_batch_job_references(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 ("batchJobs", index, "model", "source", "mlflow"),
                 "batch jobs load Hugging Face or S3 weights; MLflow references are not resolved for them yet",
             )
-        if job.model.adapter is not None:
-            yield ConfigIssue(
-                ("batchJobs", index, "model", "adapter"), "LoRA adapters are not wired into batch jobs yet: leave it out"
-            )
         if config.cluster.mode != "eks":
             yield ConfigIssue(
                 ("batchJobs", index, "output"),
@@ -955,6 +961,55 @@ def check_batch_job_references(config: PlatformConfig) -> Iterator[ConfigIssue]:
         if job.chunk_lines > job.shard_lines:
             yield ConfigIssue(
                 ("batchJobs", index, "chunkLines"), f"{job.chunk_lines} is more than shardLines ({job.shard_lines})"
+            )
+
+
+def check_batch_job_adapter(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A job's adapter is one of `models[]`, of the job's own tenant (an adapter never runs for
+    another tenant), on the job's base weights, with a source the pod can fetch as pinned (batch
+    jobs resolve no MLflow references, and an S3 version folder is never a moving name)."""
+    for index, job in enumerate(config.batch_jobs):
+        if job.model.adapter is None:
+            continue
+        key = ("batchJobs", index, "model", "adapter")
+        found = batch_job_adapter(config, job)
+        if found is None:
+            known = [a.name for m in config.models for a in m.adapters]
+            yield ConfigIssue(
+                key,
+                f"unknown adapter {job.model.adapter!r}: give the name of an adapter in models[] "
+                f"({', '.join(known) or 'none is declared'})",
+            )
+            continue
+        model, adapter = found
+        owner = adapter_tenant(model, adapter)
+        if owner != job.tenant:
+            yield ConfigIssue(
+                key,
+                f"adapter {adapter.name!r} belongs to tenant {owner!r}, not the job's tenant {job.tenant!r}: "
+                "a job runs only its own tenant's adapters",
+            )
+        if job.model.source not in [v.source for v in model.versions]:
+            yield ConfigIssue(
+                ("batchJobs", index, "model", "source"),
+                f"adapter {adapter.name!r} is trained on model {model.name!r}: give the source of one of its versions "
+                "(the same base weights)",
+            )
+        _, source = adapter_revisions(adapter)[0]
+        if source.mlflow is not None:
+            yield ConfigIssue(
+                key,
+                f"adapter {adapter.name!r} is an MLflow reference, which batch jobs do not resolve yet: "
+                "give it a Hugging Face commit SHA or an S3 version folder",
+            )
+        elif source.s3_uri is not None and (
+            not _S3_VERSION_FOLDER.fullmatch(str(source.revision))
+            or str(source.revision).lower() in ("latest", "current", "main")
+        ):
+            yield ConfigIssue(
+                key,
+                f"adapter {adapter.name!r} is not pinned (S3 revision {source.revision!r}): give a version folder "
+                "that is never rewritten",
             )
 
 
@@ -1063,6 +1118,7 @@ CHECKS: list[Check] = [
     check_batch_quota_pools,
     check_batch_job_references,
     check_batch_job_pool,
+    check_batch_job_adapter,
     check_batch_input_pinned,
     check_batch_parallelism_within_quota,
     check_batch_deadline,

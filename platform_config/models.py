@@ -1331,7 +1331,9 @@ class BatchModel(ConfigModel):
     server: ServerArgs = ServerArgs()
     """vLLM engine settings."""
     adapter: Annotated[str, Field(min_length=1, max_length=128)] | None = None
-    """A LoRA adapter of the model to run the job with (by its name). Not wired yet: refused by the config checks."""
+    """A LoRA adapter to run the job with: the OpenAI name of an adapter in `models[]` of the job's tenant, on a model
+    one of whose versions has this `source` (the same base weights). The job loads its stable revision under the
+    adapter's name, which the input lines' `model` then names (README, Batch jobs on Kueue)."""
 
 
 class BatchInput(ConfigModel):

@@ -84,7 +84,23 @@ def shard_lines(files: list[Path], start: int, stop: int) -> Iterator[tuple[str,
                 index += 1
 
 
-def checked_request(where: str, line: str) -> dict[str, Any]:
+def engine_model_names(engine: list[str]) -> set[str]:
+    """The OpenAI names the engine command serves: its `--served-model-name` values and the name of
+    each `--lora-modules name=path` item (the job's adapter; vLLM 0.18.0 takes them space-separated
+    after the flag, vllm/entrypoints/openai/cli_args.py LoRAParserAction). Empty when it names none."""
+    names: set[str] = set()
+    flag = None
+    for arg in engine:
+        if arg.startswith("-"):
+            flag = arg
+        elif flag == "--served-model-name":
+            names.add(arg)
+        elif flag == "--lora-modules":
+            names.add(arg.partition("=")[0])
+    return names
+
+
+def checked_request(where: str, line: str, models: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
     try:
         request = json.loads(line)
     except json.JSONDecodeError as error:
@@ -100,6 +116,9 @@ def checked_request(where: str, line: str) -> dict[str, Any]:
         raise InputError(f"{where}: url {url!r} is not one vLLM's batch runner serves ({', '.join(URLS)}, .../score, .../rerank)")
     if not isinstance(body, dict):
         raise InputError(f"{where}: body must be a JSON object")
+    # A line without `model` runs on the base model; one naming another model would fail in vLLM.
+    if models and body.get("model") is not None and body.get("model") not in models:
+        raise InputError(f"{where}: body.model {body.get('model')!r} is not served by this job ({', '.join(sorted(models))})")
     return request
 
 
@@ -157,6 +176,7 @@ def run(engine: list[str]) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     check_fingerprint(out_dir / FINGERPRINT_FILE, os.environ.get("BATCH_FINGERPRINT", ""))
     lines = shard_lines(input_files(), start, stop)
+    models = engine_model_names(engine)
     seen_ids: set[str] = set()
     chunk, done, ran = 0, 0, 0
     while True:
@@ -165,7 +185,7 @@ def run(engine: list[str]) -> int:
         if not requests:
             break
         target = out_dir / f"chunk-{chunk:05d}.jsonl"
-        checked = [checked_request(where, line) for where, line in requests]
+        checked = [checked_request(where, line, models) for where, line in requests]
         ids = [r["custom_id"] for r in checked]
         for where, custom_id in zip((w for w, _ in requests), ids):
             if custom_id in seen_ids:

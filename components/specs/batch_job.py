@@ -3,7 +3,8 @@ batch runner over one shard per completion index, queued through Kueue, and the 
 ships the shard runner (components/batch_runner/batch_runner.py).
 
 Per pod: `stage-in` (aws-cli) copies the input's JSONL files from S3 and the shard's finished
-chunks back from the output; `fetch-weights` copies S3 weights as the servers do; then `runner`
+chunks back from the output; `fetch-weights` copies S3 weights as the servers do, and the job's LoRA adapter is fetched by
+the servers' own init containers (specs/pod.py adapter_fetch_containers); then `runner`
 (the pinned vLLM image) runs `vllm run-batch` per chunk, and `uploader` (aws-cli) copies each
 finished chunk to `<output>/shard-<index>/` as it appears and once more when the runner exits,
 exiting with the runner's code. Kueue's objects are in specs/kueue.py.
@@ -23,7 +24,17 @@ from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS
 
 from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, LABEL_TENANT, standard_labels
 from .kueue import BATCH_PRIORITY_CLASS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, local_queue_name
-from .pod import HF_HOME, HF_TOKEN_KEY, HF_TOKEN_SECRET, HOME_DIR, MODELS_DIR, RUN_AS, tuning_args
+from .pod import (
+    HF_HOME,
+    HF_TOKEN_KEY,
+    HF_TOKEN_SECRET,
+    HOME_DIR,
+    MODELS_DIR,
+    RUN_AS,
+    adapter_fetch_containers,
+    lora_flags,
+    tuning_args,
+)
 
 if TYPE_CHECKING:
     from ..serving import BatchJobPlan
@@ -109,7 +120,13 @@ def engine_command(plan: BatchJobPlan) -> list[str]:
         out += ["--dtype", args.dtype]
     # Batch inputs often share a long instruction prefix.
     out.append("--enable-prefix-caching")
-    return out + tuning_args(args)
+    # The job's adapter, with the servers' flags. `--enable-lora`, `--max-loras`, `--max-lora-rank`
+    # and `--max-cpu-loras` are engine flags (LoRAConfig), which run-batch's make_arg_parser adds.
+    # OPEN: `--lora-modules` is a frontend flag (entrypoints/openai/cli_args.py); in the run_batch.py
+    # read (not at the v0.18.0 tag) run-batch neither parses it nor passes LoRA modules
+    # (`lora_modules=None`). To be checked at v0.18.0 before a job with an adapter runs.
+    lora = lora_flags(plan.lora, plan.name) if plan.lora is not None else []
+    return out + lora + tuning_args(args)
 
 
 def _shard_prefix(plan: BatchJobPlan) -> str:
@@ -186,6 +203,11 @@ def fingerprint(plan: BatchJobPlan) -> str:
     return json.dumps(
         {
             "model": job_config.model.source.model_dump(by_alias=True, exclude_none=True),
+            **(
+                {"adapter": {m.name: m.source.model_dump(by_alias=True, exclude_none=True) for m in plan.lora.modules}}
+                if plan.lora is not None
+                else {}
+            ),
             "input": job_config.input.model_dump(by_alias=True, exclude_none=True),
             "shardLines": job_config.shard_lines,
             "chunkLines": job_config.chunk_lines,
@@ -287,6 +309,9 @@ def pod_spec(plan: BatchJobPlan) -> dict[str, Any]:
     weights = fetch_weights_container(plan)
     if weights is not None:
         init.append(weights)
+    if plan.lora is not None:
+        hf_env = [e for e in runner_container(plan)["env"] if e["name"] in ("HOME", "HF_HOME", "HF_TOKEN")]
+        init += adapter_fetch_containers(plan.lora, plan.image, hf_env, _mounts("models", "home", "tmp"))
     return {
         "restartPolicy": "Never",
         # Batch pods are experiments to the scheduler and the namespace quotas (`<tenant>-experiment`).

@@ -10,7 +10,7 @@ import math
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
-from platform_config.adapters import AdapterModule, adapter_tenant
+from platform_config.adapters import AdapterModule, LoraLimits, adapter_tenant
 from platform_config.cold_start import startup_budget_seconds
 from platform_config.models import ServerArgs
 from platform_config.pins import AWS_CLI
@@ -130,14 +130,19 @@ def adapter_path(module: AdapterModule) -> str:
 
 
 def lora_args(plan: ServerPlan) -> list[str]:
-    """vLLM's LoRA flags (vllm/config/lora.py and vllm/entrypoints/openai/cli_args.py at v0.18.0):
-    `--lora-modules` takes `name=path` items (an item with '=' and no ',' is read that way; names
-    never hold either, paths are quoted), and the limits sized from the adapters."""
-    lora = plan.lora
-    if lora is None:
+    """vLLM's LoRA flags for a server (`lora_flags`)."""
+    if plan.lora is None:
         return []
+    return lora_flags(plan.lora, plan.name)
+
+
+def lora_flags(lora: LoraLimits, owner: str) -> list[str]:
+    """vLLM's LoRA flags (vllm/config/lora.py and vllm/entrypoints/openai/cli_args.py at v0.18.0),
+    for a server and for a batch job's `vllm run-batch` alike: `--lora-modules` takes `name=path`
+    items (an item with '=' and no ',' is read that way; names never hold either, paths are
+    quoted), and the limits sized from the adapters."""
     # The loader replaced every registry reference by the pinned source it names (platform_config/registry.py).
-    assert all(m.source.mlflow is None for m in lora.modules), f"{plan.name}: an unresolved adapter source reached the pod"
+    assert all(m.source.mlflow is None for m in lora.modules), f"{owner}: an unresolved adapter source reached the pod"
     return [
         "--enable-lora",
         "--lora-modules",
@@ -152,28 +157,37 @@ def lora_args(plan: ServerPlan) -> list[str]:
 
 
 def adapter_init_containers(plan: ServerPlan) -> list[dict[str, Any]]:
-    """Fetch the adapter modules before vLLM starts: the Hugging Face ones at their pinned revisions
-    in one container of the server's own image, each S3 one with the CLI as the base weights are."""
+    """Fetch a server's adapter modules before vLLM starts (`adapter_fetch_containers`)."""
     if plan.lora is None:
         return []
     _, mounts = _volumes(plan)
     volume_mounts = [m for m in mounts if m["name"] in ("model-cache", "home", "tmp")]
+    hf_env = [e for e in _env(plan) if e["name"] in ("HOME", "HF_HOME", "HF_TOKEN")]
+    return adapter_fetch_containers(plan.lora, plan.image, hf_env, volume_mounts)
+
+
+def adapter_fetch_containers(
+    lora: LoraLimits, image: str, hf_env: list[dict[str, Any]], volume_mounts: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Fetch the adapter modules before vLLM starts, for a server and a batch job alike: the
+    Hugging Face ones at their pinned revisions in one container of the vLLM image (`image`, with
+    `hf_env`), each S3 one with the CLI as the base weights are; `volume_mounts` hold MODELS_DIR."""
     containers: list[dict[str, Any]] = []
-    hugging_face = [m for m in plan.lora.modules if m.source.huggingface is not None]
+    hugging_face = [m for m in lora.modules if m.source.huggingface is not None]
     if hugging_face:
         triples = [arg for m in hugging_face for arg in (m.source.huggingface, m.source.revision, adapter_path(m))]
         containers.append(
             {
                 "name": "fetch-adapters",
-                "image": plan.image,
+                "image": image,
                 "command": ["python3", "-c", _HF_ADAPTER_DOWNLOAD, *triples],
-                "env": [e for e in _env(plan) if e["name"] in ("HOME", "HF_HOME", "HF_TOKEN")],
+                "env": hf_env,
                 "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
                 "volumeMounts": volume_mounts,
                 "securityContext": _security_context(),
             }
         )
-    for index, module in enumerate(m for m in plan.lora.modules if m.source.s3_uri is not None):
+    for index, module in enumerate(m for m in lora.modules if m.source.s3_uri is not None):
         source = module.source
         containers.append(
             {
