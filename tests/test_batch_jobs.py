@@ -531,13 +531,11 @@ def test_a_batch_quota_beyond_the_experiment_quota_or_on_a_foreign_pool():
     )
 
 
-def test_a_batch_job_needs_eks_and_refuses_an_adapter_for_now():
+def test_a_batch_job_needs_eks():
+    """Its pods write to S3 with a workload role of their own, which a kubeconfig cluster has not."""
     raw = prod()
-    raw["batchJobs"][0]["model"]["adapter"] = "support-tone"
-    problems = config_problems(raw)
-    assert (
-        "inference-platform:batchJobs[0].model.adapter: LoRA adapters are not wired into batch jobs yet: leave it out" in problems
-    )
+    raw["cluster"] = {"name": "existing", "mode": "kubeconfig"}
+    assert any(p.startswith("inference-platform:batchJobs[0]") and "needs cluster.mode 'eks'" in p for p in config_problems(raw))
 
 
 def test_a_jobs_workload_role_reads_its_input_and_writes_only_its_output(previews):
