@@ -32,6 +32,7 @@ from .pod import (
     MODELS_DIR,
     RUN_AS,
     adapter_fetch_containers,
+    container_security_context,
     lora_flags,
     tuning_args,
 )
@@ -73,18 +74,6 @@ def runner_config_map(plan: BatchJobPlan) -> dict[str, Any]:
     }
 
 
-def _security_context() -> dict[str, Any]:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def model_location(plan: BatchJobPlan) -> str:
     source = plan.job.model.source
     return source.huggingface if source.huggingface is not None else f"{WEIGHTS_DIR}/{plan.name}"
@@ -120,11 +109,11 @@ def engine_command(plan: BatchJobPlan) -> list[str]:
         out += ["--dtype", args.dtype]
     # Batch inputs often share a long instruction prefix.
     out.append("--enable-prefix-caching")
-    # The job's adapter, with the servers' flags. `--enable-lora`, `--max-loras`, `--max-lora-rank`
-    # and `--max-cpu-loras` are engine flags (LoRAConfig), which run-batch's make_arg_parser adds.
-    # OPEN: `--lora-modules` is a frontend flag (entrypoints/openai/cli_args.py); in the run_batch.py
-    # read (not at the v0.18.0 tag) run-batch neither parses it nor passes LoRA modules
-    # (`lora_modules=None`). To be checked at v0.18.0 before a job with an adapter runs.
+    # The job's adapter, with the servers' flags. vLLM 0.18.0's run-batch parses them all
+    # (vllm/entrypoints/openai/run_batch.py make_arg_parser: BatchFrontendArgs, a BaseFrontendArgs
+    # with `lora_modules` from entrypoints/openai/cli_args.py, then AsyncEngineArgs' LoRA flags) and
+    # serves the modules through the API server's own state (build_endpoint_registry →
+    # init_app_state), read in the 0.18.0 source release on PyPI.
     lora = lora_flags(plan.lora, plan.name) if plan.lora is not None else []
     return out + lora + tuning_args(args)
 
@@ -169,7 +158,7 @@ def stage_in_container(plan: BatchJobPlan) -> dict[str, Any]:
         "env": _aws_env(),
         "resources": AWS_CLI_RESOURCES,
         "volumeMounts": _mounts("work", "home", "tmp"),
-        "securityContext": _security_context(),
+        "securityContext": container_security_context(),
     }
 
 
@@ -191,7 +180,7 @@ def fetch_weights_container(plan: BatchJobPlan) -> dict[str, Any] | None:
         "env": _aws_env(),
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": _mounts("models", "home", "tmp"),
-        "securityContext": _security_context(),
+        "securityContext": container_security_context(),
     }
 
 
@@ -259,7 +248,7 @@ def runner_container(plan: BatchJobPlan) -> dict[str, Any]:
             "limits": {"memory": resources.memory, **gpu},
         },
         "volumeMounts": _mounts("work", "models", "home", "tmp", "runner", "dshm"),
-        "securityContext": _security_context(),
+        "securityContext": container_security_context(),
     }
 
 
@@ -287,7 +276,7 @@ def uploader_container(plan: BatchJobPlan) -> dict[str, Any]:
         "env": _aws_env(),
         "resources": AWS_CLI_RESOURCES,
         "volumeMounts": _mounts("work", "home", "tmp"),
-        "securityContext": _security_context(),
+        "securityContext": container_security_context(),
     }
 
 

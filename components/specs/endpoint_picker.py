@@ -45,7 +45,7 @@ from ..constants import (
     LABEL_NAME,
     MONITORING_NAMESPACE,
 )
-from .pod import draining_sidecar_annotations, merged_metrics_relabelings
+from .pod import container_security_context, draining_sidecar_annotations, merged_metrics_relabelings
 from .tenancy import NAMESPACE_NAME_LABEL
 
 # --- ports ----------------------------------------------------------------------------------
@@ -992,18 +992,6 @@ def _resources(container: str) -> dict[str, Any]:
     return out
 
 
-def _security_context() -> dict[str, Any]:
-    return {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def _grpc_probe(service: str, **timing: int) -> dict[str, Any]:
     return {"grpc": {"port": EPP_HEALTH_PORT, "service": service}, **timing}
 
@@ -1032,7 +1020,7 @@ def epp_container(plan: EndpointPickerPlan) -> dict[str, Any]:
         "startupProbe": _grpc_probe("readiness", periodSeconds=2, failureThreshold=150),
         "livenessProbe": _grpc_probe("liveness", periodSeconds=10, failureThreshold=3),
         "resources": _resources(EPP_CONTAINER),
-        "securityContext": _security_context(),
+        "securityContext": container_security_context(RUN_AS),
         "volumeMounts": [{"name": "plugins-config-volume", "mountPath": EPP_CONFIG_DIR, "readOnly": True}],
     }
 
@@ -1083,7 +1071,7 @@ def proxy_container(plan: EndpointPickerPlan) -> dict[str, Any]:
         # sleep action (Kubernetes 1.30+), not `exec sleep`.
         "lifecycle": {"preStop": {"sleep": {"seconds": proxy_pre_stop_seconds(plan)}}},
         "resources": _resources(PROXY_CONTAINER),
-        "securityContext": _security_context(),
+        "securityContext": container_security_context(RUN_AS),
         "volumeMounts": [{"name": "proxy-config", "mountPath": PROXY_CONFIG_DIR, "readOnly": True}],
     }
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, standard_labels
+from .pod import container_security_context
 
 PREPULL_NAMESPACE = "image-prepull"
 # Nobody: the image's own user is root, which `restricted` refuses.
@@ -49,15 +50,7 @@ def _container(index: int, image: str) -> dict[str, Any]:
         "image": image,
         "command": ["sleep", "infinity"],
         "resources": PREPULL_RESOURCES,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": PREPULL_USER,
-            "runAsGroup": PREPULL_USER,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": container_security_context(PREPULL_USER),
     }
 
 

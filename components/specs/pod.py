@@ -184,7 +184,7 @@ def adapter_fetch_containers(
                 "env": hf_env,
                 "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
                 "volumeMounts": volume_mounts,
-                "securityContext": _security_context(),
+                "securityContext": container_security_context(),
             }
         )
     for index, module in enumerate(m for m in lora.modules if m.source.s3_uri is not None):
@@ -204,7 +204,7 @@ def adapter_fetch_containers(
                 "env": [{"name": "HOME", "value": HOME_DIR}, {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}],
                 "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
                 "volumeMounts": volume_mounts,
-                "securityContext": _security_context(),
+                "securityContext": container_security_context(),
             }
         )
     return containers
@@ -296,11 +296,13 @@ def startup_failure_threshold(plan: ServerPlan) -> int:
     return startup_budget_seconds(plan.cold_start) // STARTUP_PROBE_PERIOD
 
 
-def _security_context() -> dict[str, Any]:
+def container_security_context(user: int = RUN_AS) -> dict[str, Any]:
+    """What pod security `restricted` asks of a container, with a read-only root filesystem: the
+    model servers', the batch jobs' and the image pre-pull pods' containers alike."""
     return {
         "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
+        "runAsUser": user,
+        "runAsGroup": user,
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
@@ -362,7 +364,7 @@ def vllm_container(plan: ServerPlan) -> dict[str, Any]:
         "env": _env(plan),
         "resources": _resources(plan),
         "volumeMounts": mounts,
-        "securityContext": _security_context(),
+        "securityContext": container_security_context(),
     }
     probe_port = shape.probe_port
     container["startupProbe"] = _probe("/health", probe_port, STARTUP_PROBE_PERIOD, startup_failure_threshold(plan))
@@ -401,7 +403,7 @@ def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
         ],
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [m for m in mounts if m["name"] in ("model-cache", "home", "tmp")],
-        "securityContext": _security_context(),
+        "securityContext": container_security_context(),
     }
 
 
