@@ -34,6 +34,7 @@ from .pod import (
     adapter_fetch_containers,
     container_security_context,
     lora_flags,
+    s3_sync_command,
     tuning_args,
 )
 
@@ -169,14 +170,7 @@ def fetch_weights_container(plan: BatchJobPlan) -> dict[str, Any] | None:
     return {
         "name": "fetch-weights",
         "image": AWS_CLI.image,
-        "command": [
-            "aws",
-            "s3",
-            "sync",
-            "--only-show-errors",
-            f"{source.s3_uri.rstrip('/')}/{source.revision}/",
-            model_location(plan),
-        ],
+        "command": s3_sync_command(source, model_location(plan)),
         "env": _aws_env(),
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": _mounts("models", "home", "tmp"),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from platform_config.adapters import AdapterModule, LoraLimits, adapter_tenant
 from platform_config.cold_start import startup_budget_seconds
-from platform_config.models import ServerArgs
+from platform_config.models import ModelSource, ServerArgs
 from platform_config.pins import AWS_CLI
 from platform_config.quantity import parse_quantity
 from platform_config.serving import MESH_PROXY_RESOURCES
@@ -193,14 +193,7 @@ def adapter_fetch_containers(
             {
                 "name": f"fetch-adapter-s3-{index}",
                 "image": AWS_CLI.image,
-                "command": [
-                    "aws",
-                    "s3",
-                    "sync",
-                    "--only-show-errors",
-                    f"{(source.s3_uri or '').rstrip('/')}/{source.revision}/",
-                    adapter_path(module),
-                ],
+                "command": s3_sync_command(source, adapter_path(module)),
                 "env": [{"name": "HOME", "value": HOME_DIR}, {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}],
                 "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
                 "volumeMounts": volume_mounts,
@@ -377,6 +370,13 @@ def vllm_container(plan: ServerPlan) -> dict[str, Any]:
     return container
 
 
+def s3_sync_command(source: ModelSource, destination: str) -> list[str]:
+    """The aws CLI copying a pinned S3 source (its prefix's version folder) to a local path: the
+    servers' weights and adapters, and the batch jobs' weights."""
+    assert source.s3_uri is not None, "an S3 source"
+    return ["aws", "s3", "sync", "--only-show-errors", f"{source.s3_uri.rstrip('/')}/{source.revision}/", destination]
+
+
 def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
     """Copies S3 weights (s3Uri/revision) to the cache volume before vLLM starts."""
     source = plan.version.source
@@ -386,14 +386,7 @@ def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
     return {
         "name": "fetch-weights",
         "image": AWS_CLI.image,
-        "command": [
-            "aws",
-            "s3",
-            "sync",
-            "--only-show-errors",
-            f"{source.s3_uri.rstrip('/')}/{source.revision}/",
-            weights_path(plan),
-        ],
+        "command": s3_sync_command(source, weights_path(plan)),
         "env": [
             {"name": "HOME", "value": HOME_DIR},
             # Pods cannot reach the instance metadata service (hop limit 1, NetworkPolicy): the
