@@ -22,7 +22,7 @@ from platform_config.models import duration_seconds
 from platform_config.pins import AWS_CLI
 from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS
 
-from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, LABEL_TENANT, standard_labels
+from ..constants import LABEL_POOL, LABEL_TENANT, standard_labels
 from .kueue import BATCH_PRIORITY_CLASS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, local_queue_name
 from .pod import (
     HF_HOME,
@@ -30,10 +30,11 @@ from .pod import (
     HF_TOKEN_SECRET,
     HOME_DIR,
     MODELS_DIR,
-    RUN_AS,
     adapter_fetch_containers,
     container_security_context,
+    gpu_toleration,
     lora_flags,
+    pod_security_context,
     s3_sync_command,
     tuning_args,
 )
@@ -301,18 +302,12 @@ def pod_spec(plan: BatchJobPlan) -> dict[str, Any]:
         "priorityClassName": EXPERIMENT_PRIORITY_CLASS,
         # The pool's flavor (specs/kueue.py) has these node labels and taints: Kueue assigns it.
         "nodeSelector": {LABEL_POOL: plan.pool.name},
-        "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}],
+        "tolerations": [gpu_toleration()],
         "serviceAccountName": plan.service_account,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": GRACE_SECONDS,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(),
         "initContainers": init,
         "containers": [runner_container(plan), uploader_container(plan)],
         "volumes": _volumes(plan),

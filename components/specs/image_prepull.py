@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, standard_labels
-from .pod import container_security_context
+from ..constants import LABEL_POOL, standard_labels
+from .pod import container_security_context, gpu_toleration
 
 PREPULL_NAMESPACE = "image-prepull"
 # Nobody: the image's own user is root, which `restricted` refuses.
@@ -72,7 +72,7 @@ def prepull_daemonset(pool: str, images: tuple[str, ...]) -> dict[str, Any]:
                 "metadata": {"labels": {**labels, "sidecar.istio.io/inject": "false"}},
                 "spec": {
                     "nodeSelector": {LABEL_POOL: pool},
-                    "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}],
+                    "tolerations": [gpu_toleration()],
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "terminationGracePeriodSeconds": 1,

@@ -289,6 +289,22 @@ def startup_failure_threshold(plan: ServerPlan) -> int:
     return startup_budget_seconds(plan.cold_start) // STARTUP_PROBE_PERIOD
 
 
+def gpu_toleration() -> dict[str, str]:
+    """Tolerates the GPU pools' taint (components/specs/gpu_sharing.py node_taint), whatever its value."""
+    return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}
+
+
+def pod_security_context() -> dict[str, Any]:
+    """The pod-level half of pod security `restricted`; volumes writable by the containers' group."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def container_security_context(user: int = RUN_AS) -> dict[str, Any]:
     """What pod security `restricted` asks of a container, with a read-only root filesystem: the
     model servers', the batch jobs' and the image pre-pull pods' containers alike."""
@@ -478,16 +494,10 @@ def pod_spec(plan: ServerPlan) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "priorityClassName": plan.priority_class,
         "nodeSelector": {LABEL_POOL: plan.pool.name},
-        "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}],
+        "tolerations": [gpu_toleration()],
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(),
         "containers": [vllm_container(plan)],
         "volumes": volumes,
     }
