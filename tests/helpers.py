@@ -212,3 +212,15 @@ def mirror_show(mirror: Path, tag: str, path: str) -> str:
     if not mirror.is_dir():
         pytest.skip(f"no mirror at {mirror}")
     return subprocess.run(["git", "-C", str(mirror), "show", f"{tag}:{path}"], check=True, capture_output=True, text=True).stdout
+
+
+def registry_recording(uri: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A registry resolution file as a preview writes it (`--registry-file`), spelt out by hand so
+    the reader is tested against the format, not against its own writer."""
+    return {
+        "format": "inference-platform/registry-resolution",
+        "formatVersion": 1,
+        "trackingUri": uri,
+        "recordedAt": "2026-11-30T12:00:00Z",
+        "entries": entries,
+    }

@@ -15,7 +15,7 @@ from platform_config import parse_platform_config
 from platform_config.adapters import lora_elements_per_rank, lora_limits, lora_memory
 from platform_config.models import VLLM_MAX_LORA_RANKS
 
-from .helpers import ROOT, Evaluated, config_problems, raw_stack, run_preview, validate, write_stack
+from .helpers import ROOT, Evaluated, config_problems, raw_stack, registry_recording, run_preview, validate, write_stack
 from .test_traffic import Request, lua_runtime, token
 
 FLAGS = (ROOT.parent / "shared" / "upstream-facts" / "vllm" / "0.18.0-flags.txt").resolve()
@@ -142,16 +142,6 @@ def test_limits_follow_the_adapters_unless_configured(prod_raw):
     limits = lora_limits(parse_platform_config(prod_raw).models[BASE])
     assert limits is not None and (limits.max_lora_rank, limits.max_cpu_loras) == (64, 8)
     assert limits.max_lora_rank in VLLM_MAX_LORA_RANKS
-
-
-def registry_recording(uri: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "format": "inference-platform/registry-resolution",
-        "formatVersion": 1,
-        "trackingUri": uri,
-        "recordedAt": "2026-11-30T12:00:00Z",
-        "entries": entries,
-    }
 
 
 def test_an_mlflow_adapter_revision_resolves_like_a_model_version(prod_raw, tmp_path):

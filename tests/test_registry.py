@@ -26,7 +26,7 @@ from platform_config.loader import parse_platform_config
 from platform_config.registry import RECORDING_NAME, REGISTRY_FILE_ENV, RegistryFileError, read_recording, resolve_registry
 
 from .conftest import EARLY_MLFLOW
-from .helpers import PreviewRun, raw_stack, run_preview, write_stack
+from .helpers import PreviewRun, raw_stack, registry_recording, run_preview, write_stack
 from .servers.mlflow import MlflowServer, free_port, missing_reason, start_mlflow, wait_until_healthy
 
 SHA_A = "7ae557604adf67be50417f59c2c2f167def9a775"
@@ -266,20 +266,10 @@ def test_the_registry_token_must_be_a_secret(tmp_path):
 # --- a recorded resolution ----------------------------------------------------------------------
 
 
-def recording(uri: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "format": "inference-platform/registry-resolution",
-        "formatVersion": 1,
-        "trackingUri": uri,
-        "recordedAt": "2026-11-30T12:00:00Z",
-        "entries": entries,
-    }
-
-
 def test_a_recording_without_the_reference_stops_the_preview(tmp_path):
     uri = "http://mlflow.invalid"
     file = tmp_path / "recording.json"
-    file.write_text(json.dumps(recording(uri, [])))
+    file.write_text(json.dumps(registry_recording(uri, [])))
     raw = with_registry("dev", uri, {(0, 0): {"model": "chat", "alias": "champion"}})
     stderr = refused(preview(tmp_path, raw, "--registry-file", str(file)))
     assert (
@@ -299,16 +289,16 @@ def test_a_malformed_recording_stops_the_preview(tmp_path):
 @pytest.mark.parametrize(
     ("document", "said"),
     [
-        ({**recording("http://mlflow.invalid", []), "formatVersion": 2}, "formatVersion: Input should be 1"),
+        ({**registry_recording("http://mlflow.invalid", []), "formatVersion": 2}, "formatVersion: Input should be 1"),
         (
-            recording(
+            registry_recording(
                 "http://mlflow.invalid",
                 [{"registeredModel": "chat", "alias": "champion", "registryVersion": "1", "weights": "runs:/x/model"}],
             ),
             "entries[0]: Value error, weights 'runs:/x/model' is not a pinned location",
         ),
         (
-            recording("http://mlflow.invalid", [{"registeredModel": "chat", "registryVersion": "1"}]),
+            registry_recording("http://mlflow.invalid", [{"registeredModel": "chat", "registryVersion": "1"}]),
             "entries[0].weights: Field required",
         ),
     ],
@@ -331,7 +321,7 @@ def test_a_missing_registry_file_stops_the_preview(tmp_path):
 
 def test_a_recording_of_another_registry_is_refused(tmp_path):
     file = tmp_path / "recording.json"
-    file.write_text(json.dumps(recording("http://other.invalid", [])))
+    file.write_text(json.dumps(registry_recording("http://other.invalid", [])))
     config = parse_platform_config(
         with_registry("dev", "http://mlflow.invalid", {(0, 0): {"model": "chat", "alias": "champion"}})
     )
@@ -343,7 +333,7 @@ def test_a_recording_of_another_registry_is_refused(tmp_path):
 
 def test_a_deploy_refuses_a_recording(tmp_path):
     file = tmp_path / "recording.json"
-    file.write_text(json.dumps(recording("http://mlflow.invalid", [])))
+    file.write_text(json.dumps(registry_recording("http://mlflow.invalid", [])))
     config = parse_platform_config(
         with_registry("dev", "http://mlflow.invalid", {(0, 0): {"model": "chat", "alias": "champion"}})
     )
