@@ -31,6 +31,7 @@ from .pod import (
     HOME_DIR,
     MODELS_DIR,
     adapter_fetch_containers,
+    aws_cli_env,
     container_security_context,
     gpu_toleration,
     lora_flags,
@@ -129,14 +130,6 @@ def _local_shard() -> str:
     return f'{OUTPUT_DIR}/shard-$(printf %05d "$JOB_COMPLETION_INDEX")/'
 
 
-def _aws_env() -> list[dict[str, Any]]:
-    return [
-        {"name": "HOME", "value": HOME_DIR},
-        # Credentials come from the workload identity's injected variables; no IMDS probing.
-        {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},
-    ]
-
-
 def _mounts(*names: str) -> list[dict[str, Any]]:
     paths = {"work": WORK_DIR, "models": MODELS_DIR, "home": HOME_DIR, "tmp": "/tmp", "runner": RUNNER_DIR, "dshm": "/dev/shm"}
     return [{"name": n, "mountPath": paths[n], **({"readOnly": True} if n == "runner" else {})} for n in names]
@@ -157,7 +150,7 @@ def stage_in_container(plan: BatchJobPlan) -> dict[str, Any]:
         "name": "stage-in",
         "image": AWS_CLI.image,
         "command": ["sh", "-ec", " && ".join(steps)],
-        "env": _aws_env(),
+        "env": aws_cli_env(),
         "resources": AWS_CLI_RESOURCES,
         "volumeMounts": _mounts("work", "home", "tmp"),
         "securityContext": container_security_context(),
@@ -172,7 +165,7 @@ def fetch_weights_container(plan: BatchJobPlan) -> dict[str, Any] | None:
         "name": "fetch-weights",
         "image": AWS_CLI.image,
         "command": s3_sync_command(source, model_location(plan)),
-        "env": _aws_env(),
+        "env": aws_cli_env(),
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": _mounts("models", "home", "tmp"),
         "securityContext": container_security_context(),
@@ -268,7 +261,7 @@ def uploader_container(plan: BatchJobPlan) -> dict[str, Any]:
         "name": "uploader",
         "image": AWS_CLI.image,
         "command": ["sh", "-c", script],
-        "env": _aws_env(),
+        "env": aws_cli_env(),
         "resources": AWS_CLI_RESOURCES,
         "volumeMounts": _mounts("work", "home", "tmp"),
         "securityContext": container_security_context(),

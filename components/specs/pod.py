@@ -194,7 +194,7 @@ def adapter_fetch_containers(
                 "name": f"fetch-adapter-s3-{index}",
                 "image": AWS_CLI.image,
                 "command": s3_sync_command(source, adapter_path(module)),
-                "env": [{"name": "HOME", "value": HOME_DIR}, {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}],
+                "env": aws_cli_env(),
                 "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
                 "volumeMounts": volume_mounts,
                 "securityContext": container_security_context(),
@@ -386,6 +386,14 @@ def vllm_container(plan: ServerPlan) -> dict[str, Any]:
     return container
 
 
+def aws_cli_env() -> list[dict[str, str]]:
+    """The aws CLI's environment in a pod: a writable HOME, and no instance metadata. Pods cannot
+    reach the instance metadata service (hop limit 1, NetworkPolicy): the credentials and region
+    come from the workload identity's injected variables, so the CLI must not spend its start
+    probing IMDS (botocore's AWS_EC2_METADATA_DISABLED)."""
+    return [{"name": "HOME", "value": HOME_DIR}, {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}]
+
+
 def s3_sync_command(source: ModelSource, destination: str) -> list[str]:
     """The aws CLI copying a pinned S3 source (its prefix's version folder) to a local path: the
     servers' weights and adapters, and the batch jobs' weights."""
@@ -403,13 +411,7 @@ def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
         "name": "fetch-weights",
         "image": AWS_CLI.image,
         "command": s3_sync_command(source, weights_path(plan)),
-        "env": [
-            {"name": "HOME", "value": HOME_DIR},
-            # Pods cannot reach the instance metadata service (hop limit 1, NetworkPolicy): the
-            # credentials and region come from the workload identity's injected variables, so
-            # the CLI must not spend its start probing IMDS (botocore's AWS_EC2_METADATA_DISABLED).
-            {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},
-        ],
+        "env": aws_cli_env(),
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [m for m in mounts if m["name"] in ("model-cache", "home", "tmp")],
         "securityContext": container_security_context(),
