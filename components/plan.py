@@ -122,7 +122,7 @@ def _server(
         and (version.source.huggingface is not None or any(m.source.huggingface for m in adapter_modules(model))),
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
         weights_service_account=weights_service_account(model) if version.source.s3_uri or _adapter_s3_uris(model) else None,
-        endpoint_picker=_endpoint_picker(config, model, server_name(model, version_name)),
+        endpoint_picker=endpoint_picker_plan(config, model, version_name),
         registry_entry=registry.entry(model.name, version_name) if registry is not None else None,
         cold_start=start,
         progress_deadline_seconds=progress_deadline(start, config),
@@ -134,6 +134,12 @@ def _server(
 def _adapter_s3_uris(model: ModelConfig) -> set[str]:
     """The S3 prefixes of the model's adapter modules: its servers' workload role reads them too."""
     return {m.source.s3_uri for m in adapter_modules(model) if m.source.s3_uri}
+
+
+def endpoint_picker_plan(config: PlatformConfig, model: ModelConfig, version_name: str) -> EndpointPickerPlan | None:
+    """The endpoint picker in front of one version's servers, None where the backend has none: what the
+    servers' plan holds, for readers outside a preview (the canary verdict reads its flow-control counts)."""
+    return _endpoint_picker(config, model, server_name(model, version_name))
 
 
 def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> EndpointPickerPlan | None:

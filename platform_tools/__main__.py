@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pulumi.runtime import config as runtime_config
 
-from components.plan import plan_checks
+from components.plan import endpoint_picker_plan, plan_checks
 from platform_config.errors import ConfigError
 from platform_config.loader import parse_platform_config, read_raw_config
 from platform_config.models import ModelConfig, PlatformConfig
@@ -194,6 +194,21 @@ def canaries(args: argparse.Namespace) -> int:
     return EXIT_VERDICT
 
 
+def canary_target(config: PlatformConfig, model: ModelConfig) -> Target:
+    """What the verdict's queries select: the model's two running versions and, where they have endpoint
+    pickers, each picker's pool and the tiers of its bands."""
+    release = model.release
+    assert release.canary is not None  # find_model
+    pools: dict[str, str] = {}
+    band_tiers: dict[str, str] = {}
+    for version in (release.stable, release.canary):
+        picker = endpoint_picker_plan(config, model, version)
+        if picker is not None:
+            pools[picker.name] = version
+            band_tiers.update({str(band.priority): band.tier for band in picker.bands})
+    return Target(model.tenant, model.name, model.openai_name, release.stable, release.canary, pools, band_tiers)
+
+
 def canary(args: argparse.Namespace) -> int:
     check_stack_name(args.stack)
     at = parse_at(args.at)
@@ -221,7 +236,7 @@ def canary(args: argparse.Namespace) -> int:
                 print(f"{model.name}: wait: {reason}; nothing written")
             return EXIT_VERDICT
     profile = effective_profile(config, model)
-    target = Target(model.tenant, model.name, model.openai_name, release.stable, release.canary)
+    target = canary_target(config, model)
     metrics = read_metrics(url, target, release.analysis.window, at)
     decision = verdict(metrics, release.analysis, profile.ttft_target_ms, release.canary_weight)
     step = next_step(release, decision.action)

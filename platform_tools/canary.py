@@ -14,6 +14,22 @@ What is read (every query is built here, in `queries`, and nowhere else), over t
   the tier header; a request without one counts under "(no tier)". Error rate: answers 5xx
   other than 503, over all answers; shed rate: 503 answers over all answers (code 0, a
   request the client abandoned, is neither).
+- Requests the version's endpoint picker shed (Deployment-served versions only; they never
+  reach a pod, so the sidecar's counts above miss them), per version and tier:
+  `sum by (inference_pool, priority) (increase(llm_d_epp_flow_control_requests_total{
+  namespace="<tenant>", inference_pool=~"<model>-<stable>|<model>-<canary>", outcome=~"<shed>"}
+  [<window>]))`. The counter is the llm-d router's at v0.10.0 (pkg/epp/metrics/
+  llm_d_router_metrics.go llmdFlowControlRequestsTotal, labels outcome, priority, inference_pool;
+  incremented once per request as flow control finalizes it, pkg/epp/flowcontrol/controller/
+  controller.go EnqueueAndWait). `inference_pool` is the InferencePool's name, the version's
+  server name (components/plan.py endpoint_picker_plan); `priority` is the request's band
+  (strconv.Itoa of the flow key's priority), which names its tier. The shed outcomes are the ones
+  the picker answers 429 or 503 and the gateway filter answers 503 (pkg/epp/requestcontrol/
+  admission.go translateFlowControlOutcome): RejectedCapacity, RejectedNoEndpoints, EvictedTTL,
+  and RejectedOther/EvictedOther (503 while the picker shuts down; the counter cannot tell the
+  rarer internal error, 500, apart). Each counts as a request and a 503 of its version and tier.
+  Dispatched requests are counted by the pods; EvictedContextCancelled (the client left) is
+  neither, like code 0.
 - End-to-end latency p95 in ms, per version and per version and tier: `histogram_quantile(0.95,
   sum by (destination_version[, tier], le) (increase(istio_request_duration_milliseconds_bucket{
   <sel>, response_code!~"5.."}[<window>])))`: answered requests only, so that a version failing
@@ -52,6 +68,7 @@ import math
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -66,6 +83,9 @@ VLLM_TTFT_BUCKETS = "vllm:time_to_first_token_seconds_bucket"
 # The label the mesh's Telemetry adds to Istio's request metrics from the tier header.
 TIER_LABEL = "tier"
 ISTIO_VERSION_LABEL = "destination_version"
+PICKER_REQUESTS = "llm_d_epp_flow_control_requests_total"
+# Flow-control outcomes the client sees as the gateway's 503 (see the module docstring).
+PICKER_SHED_OUTCOMES = ("RejectedCapacity", "RejectedNoEndpoints", "RejectedOther", "EvictedTTL", "EvictedOther")
 # The pod label inference.platform/model-version, relabelled onto every scraped series.
 VLLM_VERSION_LABEL = "model_version"
 QUANTILE = 0.95
@@ -87,6 +107,10 @@ class Target:
     served_name: str
     stable: str
     canary: str
+    # The endpoint pickers' InferencePool names, each to its version; empty where the versions have none.
+    picker_pools: Mapping[str, str] = field(default_factory=dict)
+    # A picker band's priority (the counter's `priority` label) to its tier.
+    band_tiers: Mapping[str, str] = field(default_factory=dict)
 
 
 def _label_value(value: str) -> str:
@@ -117,8 +141,18 @@ def queries(target: Target, window: str) -> dict[str, str]:
         f"{{namespace={_label_value(target.namespace)}, model_name={_label_value(target.served_name)}, "
         f"{VLLM_VERSION_LABEL}=~{_versions(target)}}}"
     )
+    picker = (
+        f"{{namespace={_label_value(target.namespace)}, inference_pool=~{_label_value('|'.join(sorted(target.picker_pools)))}, "
+        f"outcome=~{_label_value('|'.join(PICKER_SHED_OUTCOMES))}}}"
+    )
+    picker_queries = (
+        {"picker_shed": f"sum by (inference_pool, priority) (increase({PICKER_REQUESTS}{picker}[{window}]))"}
+        if target.picker_pools
+        else {}
+    )
     return {
         "requests": f"sum by ({ISTIO_VERSION_LABEL}, {TIER_LABEL}, response_code) (increase({ISTIO_REQUESTS}{istio}[{window}]))",
+        **picker_queries,
         "e2e_p95_ms": f"histogram_quantile({QUANTILE}, sum by ({ISTIO_VERSION_LABEL}, le) "
         f"(increase({ISTIO_DURATION_BUCKETS}{answered}[{window}])))",
         "e2e_p95_ms_by_tier": f"histogram_quantile({QUANTILE}, sum by ({ISTIO_VERSION_LABEL}, {TIER_LABEL}, le) "
@@ -241,6 +275,8 @@ class VersionMetrics:
     version: str
     total: Traffic = field(default_factory=Traffic)
     tiers: dict[str, Traffic] = field(default_factory=dict)
+    # Of the 503s in `total`: those the version's endpoint picker answered.
+    picker_shed: float = 0.0
     ttft_p95_ms: float | None = None
     e2e_p95_ms: float | None = None
     e2e_p95_ms_by_tier: dict[str, float | None] = field(default_factory=dict)
@@ -268,6 +304,16 @@ def read_metrics(url: str, target: Target, window: str, at: float) -> CanaryMetr
         code = labels.get("response_code", "")
         metrics.total.add(code, count)
         metrics.tiers.setdefault(labels.get(TIER_LABEL) or NO_TIER, Traffic()).add(code, count)
+    if "picker_shed" in promql:
+        for sample in query(url, promql["picker_shed"], at):
+            metrics = versions.get(target.picker_pools.get(sample.labels.get("inference_pool", ""), ""))
+            count = sample.value
+            if metrics is None or count is None:
+                continue
+            metrics.picker_shed += count
+            metrics.total.add("503", count)
+            tier = target.band_tiers.get(sample.labels.get("priority", ""), NO_TIER)
+            metrics.tiers.setdefault(tier, Traffic()).add("503", count)
     for sample in query(url, promql["e2e_p95_ms"], at):
         if (metrics := versions.get(sample.labels.get(ISTIO_VERSION_LABEL, ""))) is not None:
             metrics.e2e_p95_ms = sample.value

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -17,12 +18,12 @@ import yaml
 
 from components.specs.routes import canary_release
 from platform_config.models import CanaryAnalysis, ReleaseConfig
-from platform_tools.__main__ import load_platform, main, write_step
-from platform_tools.canary import CanaryMetrics, Target, Traffic, VersionMetrics, next_step, read_metrics, verdict
+from platform_tools.__main__ import canary_target, load_platform, main, write_step
+from platform_tools.canary import CanaryMetrics, Target, Traffic, VersionMetrics, next_step, queries, read_metrics, verdict
 from platform_tools.stack_edit import Change, StackEditError, apply_change
 from preview.stack_config import load_project
 
-from .helpers import ROOT, stack_file
+from .helpers import ROOT, mirror_show, stack_file
 from .servers.prometheus import SyntheticSeries, prometheus_with, two_buckets
 
 NAMESPACE, APP, SERVED = "serving", "llama-8b", "llama-3.1-8b-instruct"
@@ -35,7 +36,7 @@ FAST_E2E, SLOW_E2E = two_buckets(1000, 2500), two_buckets(2500, 5000)  # p95 175
 # Every scenario ends on its own hour, hours before now (backfilled data must lie in the past).
 HOUR = 3600
 END = (int(__import__("time").time()) // HOUR - 3) * HOUR
-SCENARIOS = ("healthy", "slow", "erroring", "shedding", "little", "alone")
+SCENARIOS = ("healthy", "slow", "erroring", "shedding", "little", "alone", "picker-shedding")
 AT = {name: END - index * HOUR for index, name in enumerate(SCENARIOS)}
 
 # (requests per second by tier, share of 500s, share of 503s, TTFT, e2e) of each version.
@@ -49,7 +50,13 @@ SHAPES: dict[str, dict[str, VersionShape]] = {
     "shedding": {"v1": STABLE, "v2": (CANARY[0], 0.004, 0.10, FAST_TTFT, FAST_E2E)},
     "little": {"v1": STABLE, "v2": ({"premium": 0.05, "standard": 0.1}, 0.004, 0.01, FAST_TTFT, FAST_E2E)},
     "alone": {"v2": ({"premium": 1.0, "standard": 2.0}, 0.004, 0.01, FAST_TTFT, FAST_E2E)},
+    "picker-shedding": {"v1": STABLE, "v2": CANARY},
 }
+# prod's picker bands: premium 3, standard 2 (README, "Endpoint picking and flow control").
+BANDS = {"premium": "3", "standard": "2"}
+# Requests per second the canary's picker sheds in "picker-shedding", by tier and outcome: they
+# never reach a pod, so only the picker's counter holds them.
+PICKER_SHED = {("premium", "RejectedCapacity"): 0.02, ("standard", "EvictedTTL"): 0.05}
 
 
 def _istio(app: str, version: str, tier: str, code: str, reporter: str = "destination") -> dict[str, str]:
@@ -97,11 +104,28 @@ def _version(data: SyntheticSeries, end: int, version: str, shape: VersionShape,
     data.histogram("vllm:time_to_first_token_seconds", vllm, TTFT_BOUNDS, ttft, start, end, sum(tiers.values()))
 
 
+def _picker(data: SyntheticSeries, end: int, pool: str, tier: str, outcome: str, rate: float, namespace: str = NAMESPACE) -> None:
+    labels = {"outcome": outcome, "priority": BANDS[tier], "inference_pool": pool, "namespace": namespace, "pod": f"{pool}-epp-0"}
+    data.counter("llm_d_epp_flow_control_requests_total", labels, end - 40 * 60, end, rate, base=100)
+
+
 def synthetic() -> SyntheticSeries:
     data = SyntheticSeries()
     for name, versions in SHAPES.items():
         for version, shape in versions.items():
             _version(data, AT[name], version, shape)
+            pool = f"{APP}-{version}"
+            for tier, rate in shape[0].items():
+                # Dispatched requests are the pods' to count; a client that left is no 503.
+                _picker(data, AT[name], pool, tier, "Dispatched", rate)
+                _picker(data, AT[name], pool, tier, "EvictedContextCancelled", rate / 10)
+            # The same pool name in another tenant's namespace, shedding everything: never read.
+            _picker(data, AT[name], pool, "standard", "EvictedTTL", 5.0, namespace="other-tenant")
+        if name == "picker-shedding":
+            for (tier, outcome), rate in PICKER_SHED.items():
+                _picker(data, AT[name], f"{APP}-v2", tier, outcome, rate)
+        # Another model's canary picker, shedding everything: never read.
+        _picker(data, AT[name], "llama-1b-v2", "premium", "RejectedCapacity", 5.0)
         # Another model of the tenant with the same version names, failing and slow: never read.
         bad = ({"premium": 5.0}, 0.5, 0.3, SLOW_TTFT, SLOW_E2E)
         _version(data, AT[name], "v1", bad, app="llama-1b", served="llama-3.2-1b-instruct")
@@ -180,6 +204,57 @@ def test_the_queries_read_each_versions_numbers_and_nothing_else(prometheus):
         "premium": pytest.approx(1750),
         "standard": pytest.approx(1750),
     }
+
+
+# A Deployment-served llama-8b: its versions' pickers are pools llama-8b-v1 and llama-8b-v2.
+PICKED = Target(NAMESPACE, APP, SERVED, "v1", "v2", {f"{APP}-v1": "v1", f"{APP}-v2": "v2"}, {"3": "premium", "2": "standard"})
+
+
+@pytest.mark.real_server
+def test_requests_the_canarys_picker_shed_count_as_its_503s_in_their_tier(prometheus):
+    metrics = read_metrics(prometheus, PICKED, "30m", AT["picker-shedding"])
+    window = 30 * 60
+    stable, canary = metrics.stable, metrics.canary
+    # The stable picker sheds nothing: its figures are the pods' alone.
+    assert stable.picker_shed == 0 and stable.total.requests == pytest.approx(3.0 * window)
+    assert canary.picker_shed == pytest.approx(0.07 * window)
+    assert canary.total.requests == pytest.approx((0.5 + 0.07) * window)
+    assert canary.total.shed == pytest.approx((0.5 * 0.01 + 0.07) * window)
+    assert canary.tiers["premium"].shed == pytest.approx((0.2 * 0.01 + 0.02) * window)
+    assert canary.tiers["standard"].requests == pytest.approx((0.3 + 0.05) * window)
+    # Without pickers (a Knative-served version) the same hour reads the pods alone.
+    alone = read_metrics(prometheus, Target(NAMESPACE, APP, SERVED, "v1", "v2"), "30m", AT["picker-shedding"])
+    assert alone.canary.total.requests == pytest.approx(0.5 * window) and alone.canary.picker_shed == 0
+
+
+@pytest.mark.real_server
+def test_a_canary_whose_picker_sheds_is_rolled_back_though_its_pods_answer_well(prometheus):
+    analysis = _prod_model("llama-8b").release.analysis
+    pods_only = verdict(
+        read_metrics(prometheus, Target(NAMESPACE, APP, SERVED, "v1", "v2"), "30m", AT["picker-shedding"]), analysis, 500, 10
+    )
+    assert pods_only.action == "promote"
+    decision = verdict(read_metrics(prometheus, PICKED, "30m", AT["picker-shedding"]), analysis, 500, 10)
+    assert decision.action == "rollback"
+    assert "all tiers: canary 503 rate 13.16% > 5.00% and > stable's 1.00%" in decision.reasons, decision.reasons
+    assert any(r.startswith("standard: canary 503 rate") for r in decision.reasons)
+
+
+def _prod_model(name: str, stack: str = "prod") -> Any:
+    config = load_platform(load_project(ROOT), stack, stack_file(stack))
+    return next(m for m in config.models if m.name == name)
+
+
+def test_the_verdict_queries_a_versions_picker_only_where_it_has_one():
+    staging = load_platform(load_project(ROOT), "staging", stack_file("staging"))
+    summarizer = next(m for m in staging.models if m.name == "summarizer")  # hpa: a picker per version
+    target = canary_target(staging, summarizer)
+    assert target.picker_pools == {"summarizer-v1": "v1", "summarizer-v2": "v2"}
+    assert set(target.band_tiers.values()) <= {"premium", "standard", "batch"} and target.band_tiers
+    assert "picker_shed" in queries(target, "30m")
+    prod = load_platform(load_project(ROOT), "prod", stack_file("prod"))
+    knative = canary_target(prod, next(m for m in prod.models if m.name == "llama-8b"))  # kpa: no picker
+    assert knative.picker_pools == {} and "picker_shed" not in queries(knative, "30m")
 
 
 @pytest.mark.real_server
@@ -569,3 +644,33 @@ def test_bad_deployed_outputs_exit_2_naming_the_flag_or_output(capsys, tmp_path,
     args = ["prod", "llama-8b", "--prometheus", "http://127.0.0.1:9", "--stack-file", str(_stack(tmp_path))]
     code, out, err = _run(capsys, *args, "--deployed", str(deployed))
     assert code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_the_picker_counter_and_its_shed_outcomes_are_the_routers_at_the_pinned_tag():
+    """The counter's name and labels (pkg/epp/metrics/llm_d_router_metrics.go), the outcome names
+    (pkg/epp/flowcontrol/types/outcomes.go) and that each outcome read as shed is answered with
+    ResourceExhausted (429) or ServiceUnavailable (503), which the gateway filter answers 503
+    (pkg/epp/requestcontrol/admission.go), all at the pinned llm-d router tag."""
+    from platform_config.pins import LLM_D_ROUTER_VERSION
+    from platform_tools.canary import PICKER_REQUESTS, PICKER_SHED_OUTCOMES
+
+    from .test_endpoint_picker import MIRROR
+
+    tag = f"v{LLM_D_ROUTER_VERSION}"
+    metrics = mirror_show(MIRROR, tag, "pkg/epp/metrics/llm_d_router_metrics.go")
+    assert re.search(r'LLMDRouterEndpointPickerSubsystem\s*=\s*"llm_d_epp"', metrics)
+    counter = metrics[metrics.index("llmdFlowControlRequestsTotal = ") :]
+    counter = counter[: counter.index(")\n")]
+    assert f'Name:      "{PICKER_REQUESTS.removeprefix("llm_d_epp_")}"' in counter
+    assert '[]string{"outcome", "priority", "inference_pool"}' in counter
+    outcomes = mirror_show(MIRROR, tag, "pkg/epp/flowcontrol/types/outcomes.go")
+    admission = mirror_show(MIRROR, tag, "pkg/epp/requestcontrol/admission.go")
+    translate = admission[admission.index("func translateFlowControlOutcome") :]
+    for outcome in PICKER_SHED_OUTCOMES:
+        assert f'return "{outcome}"' in outcomes
+        # The outcome's case, up to the next one: what the picker answers for it.
+        case = translate[translate.index(f"types.QueueOutcome{outcome}") :]
+        case = case[: case.find("\n\tcase ", 1)]
+        assert "errcommon.ServiceUnavailable" in case or "errcommon.ResourceExhausted" in case, outcome
+    # A client that left is not shed: the outcome exists and is left out.
+    assert 'return "EvictedContextCancelled"' in outcomes and "EvictedContextCancelled" not in PICKER_SHED_OUTCOMES
