@@ -44,6 +44,7 @@ from .models import (
 )
 from .profiles import PROFILES, TierName
 from .quantity import parse_quantity
+from .registry import adapter_registry_references, registry_references
 from .serving import (
     DRAIN_MARGIN_SECONDS,
     GPU_MEMORY_UTILIZATION_MAX,
@@ -566,6 +567,26 @@ def check_registry_sources(config: PlatformConfig) -> Iterator[ConfigIssue]:
                     "names a version in the MLflow registry, but the stack has no 'registry.trackingUri': add "
                     "registry: {trackingUri: https://...}",
                 )
+
+
+def check_registry_lock(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """Production deploys only reviewed registry versions: a stack there whose versions or adapters name the
+    registry commits what they resolve to (`registry.lockFile`), which `pulumi up` holds the registry's answers to."""
+    # Without a tracking URI, check_registry_sources says what is missing first.
+    settings = config.registry
+    if config.environment != "production" or settings.tracking_uri is None or settings.lock_file is not None:
+        return
+    models = config.models
+    named = sorted(
+        {models[m].name for m, _, _ in registry_references(config)}
+        | {f"{models[m].name}/{models[m].adapters[a].name}" for m, a, _, _ in adapter_registry_references(config)}
+    )
+    if named:
+        yield ConfigIssue(
+            ("registry", "lockFile"),
+            f"is required in production: {', '.join(named)} name versions in the MLflow registry; preview live and "
+            "commit <out>/registry-resolution.json (e.g. as stacks/Pulumi.<stack>.registry.json), then set lockFile to it",
+        )
 
 
 def check_weights_cache_fits_the_node_disk(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -1102,6 +1123,7 @@ CHECKS: list[Check] = [
     check_weights_cache_fits_the_node_disk,
     check_cold_start_within_scale_up_budget,
     check_batch_models,
+    check_registry_lock,
     check_gateway_headers,
     check_gateway_tls,
     check_object_names,

@@ -1301,7 +1301,7 @@ class RegistryConfig(ConfigModel):
     secret `registryToken` (`pulumi config set --secret registryToken ...`), sent as a bearer token. A live preview
     records what it resolved as `registry-resolution.json` in its output folder; `python -m preview --registry-file
     <that file>` (or the environment variable `INFERENCE_PLATFORM_REGISTRY_FILE`) previews from it without the
-    registry. `pulumi up` always asks the registry."""
+    registry. `pulumi up` always asks the registry, and deploys only what `lockFile` holds when it is set."""
 
     tracking_uri: (
         Annotated[str, _full_match(r"https?://[^\s/?#@]+(/[^\s?#]*)?", "is not an http(s) URL without query or credentials")]
@@ -1314,6 +1314,23 @@ class RegistryConfig(ConfigModel):
     weights_tag: Annotated[str, Field(min_length=1, max_length=250)] = "weights"
     """A model-version tag that names the weights (`hf://org/name@<commit SHA>` or `s3://...`) when the version's
     source URI does not (e.g. an MLflow `runs:/` or `models:/` URI)."""
+    lock_file: (
+        Annotated[
+            str,
+            _full_match(
+                r"(?!.*(?:^|/)\.\.?(?:/|$))[\w.-]+(?:/[\w.-]+)*\.json",
+                "is not a relative path inside the project to a .json file, such as stacks/Pulumi.prod.registry.json",
+                max_length=512,
+            ),
+        ]
+        | None
+    ) = None
+    """The registry versions this stack may deploy: a live preview's `registry-resolution.json`, committed (e.g. as
+    `stacks/Pulumi.prod.registry.json`; relative to the project directory). `pulumi up` resolves live and stops,
+    naming the version's key, when the registry answers anything the file does not hold (a moved alias, a reference
+    it lacks), so a new registry version reaches the stack only through a reviewed change of this file; a preview
+    shows each difference in its report and fails. Required in production when a version or adapter names an
+    `mlflow` source."""
 
 
 # --- batch jobs ----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -100,6 +100,9 @@ class RegistryResolution:
     # A recorded resolution: its file and when the live preview that wrote it resolved.
     recording_file: str | None = None
     recorded_at: str | None = None
+    # `registry.lockFile`, and what a preview resolved that it does not hold (`pulumi up` stops on any).
+    lock_file: str | None = None
+    lock_differences: tuple[str, ...] = ()
 
     def entry(self, model: str, version: str) -> RegistryEntry | None:
         return self.versions.get((model, version))
@@ -111,6 +114,8 @@ class RegistryResolution:
         origin: dict[str, Any] = {"resolvedFrom": self.origin, "trackingUri": self.tracking_uri}
         if self.origin == "recorded":
             origin.update(recordingFile=self.recording_file, recordedAt=self.recorded_at)
+        if self.lock_file is not None:
+            origin.update(lockFile=self.lock_file, lockDifferences=list(self.lock_differences))
         models = {
             model.name: {
                 **{
@@ -470,15 +475,69 @@ class RecordedRegistry:
         return RegistryEntry(reference.model, reference.alias, reference.version, found.registry_version, found.weights)
 
 
+# --- the lock file --------------------------------------------------------------------------
+
+# `registry.lockFile` is relative to the project directory, the one holding Pulumi.yaml: this package's parent.
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+def read_lock(settings: RegistryConfig, project_dir: Path) -> tuple[str, Recording]:
+    """The lock file `registry.lockFile` names (its path as given, and its content), a recording of this registry."""
+    assert settings.lock_file is not None and settings.tracking_uri is not None
+    locked = read_recording(project_dir / settings.lock_file)
+    if locked.tracking_uri.rstrip("/") != settings.tracking_uri.rstrip("/"):
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    ("registry", "lockFile"),
+                    f"{settings.lock_file} records the registry at {locked.tracking_uri!r}, not the stack's "
+                    f"{settings.tracking_uri!r}: record it from this registry",
+                )
+            ]
+        )
+    return settings.lock_file, locked
+
+
+def lock_differences(
+    lock_file: str,
+    locked: Recording,
+    answered: dict[tuple[str, str | None, int | None], tuple[tuple[str | int, ...], RegistryEntry]],
+) -> list[ConfigIssue]:
+    """Each reference whose answer the lock file does not hold (its version and weights), under the stack key
+    that first asked it."""
+    held = {(e.registered_model, e.alias, e.version): e for e in locked.entries}
+    refresh = f"preview live and commit its registry-resolution.json as {lock_file} to deploy it"
+    issues = []
+    for reference, (key, entry) in answered.items():
+        answer = f"version {entry.registry_version} ({entry.weights})"
+        asked = f"alias {entry.alias!r}" if entry.alias is not None else f"version {entry.requested_version}"
+        found = held.get(reference)
+        if found is None:
+            message = (
+                f"{asked} of {entry.registered_model!r} resolves to {answer}, which the lock file {lock_file} does "
+                f"not hold: {refresh}"
+            )
+        elif (found.registry_version, found.weights) != (entry.registry_version, entry.weights):
+            message = (
+                f"{asked} of {entry.registered_model!r} now resolves to {answer}; the lock file {lock_file} holds "
+                f"version {found.registry_version} ({found.weights}): {refresh}"
+            )
+        else:
+            continue
+        issues.append(ConfigIssue(key, message))
+    return issues
+
+
 # --- resolving a config -------------------------------------------------------------------
 
 
 def resolve_registry(
-    config: PlatformConfig, token: str | None, *, recording_file: str | None, dry_run: bool
+    config: PlatformConfig, token: str | None, *, recording_file: str | None, dry_run: bool, project_dir: Path = PROJECT_DIR
 ) -> tuple[PlatformConfig, RegistryResolution | None]:
     """The config with every `mlflow` source replaced by the pinned source the registry names, and what each
     resolved to; (config, None) when no version is in the registry. Raises ConfigError naming each reference the
-    registry (or the recording) cannot resolve, RegistryFileError for a recording that cannot be used."""
+    registry (or the recording) cannot resolve, and under `pulumi up` each answer the lock file does not hold;
+    RegistryFileError for a recording or lock file that cannot be used."""
     references = registry_references(config)
     adapter_references = adapter_registry_references(config)
     if not references and not adapter_references:
@@ -518,8 +577,11 @@ def resolve_registry(
                 ]
             )
         resolver = LiveRegistry(settings.tracking_uri, settings, token)
+    lock = read_lock(settings, project_dir) if settings.lock_file is not None else None
 
     issues: list[ConfigIssue] = []
+    # Each reference answered, under the first key that asked it: what the lock file must hold.
+    answered: dict[tuple[str, str | None, int | None], tuple[tuple[str | int, ...], RegistryEntry]] = {}
     answers: dict[tuple[str, str | None, int | None], RegistryEntry | ConfigIssue] = {}
     versions: dict[tuple[str, str], RegistryEntry] = {}
     sources: dict[tuple[int, int], ModelSource] = {}
@@ -536,6 +598,7 @@ def resolve_registry(
             # The same reference in another version: the same answer, under that version's key.
             issues.append(ConfigIssue((*key, cached.path[-1]), cached.message))
             return None
+        answered.setdefault(_reference_of(reference), ((*key, "alias" if reference.alias is not None else "version"), cached))
         return cached
 
     for m_index, v_index, reference in references:
@@ -561,14 +624,18 @@ def resolve_registry(
         adapter_sources[(m_index, a_index, revision_index)] = source
     if issues:
         raise ConfigError(issues)
+    differences = lock_differences(lock[0], lock[1], answered) if lock is not None else []
+    if differences and not dry_run:
+        raise ConfigError(differences)
     resolved = _with_adapter_sources(_with_sources(config, sources), adapter_sources)
+    shown = tuple(str(issue) for issue in differences)
     if isinstance(resolver, RecordedRegistry):
         resolution = RegistryResolution(
             "recorded", resolver.parsed.tracking_uri, versions, str(resolver.path), resolver.parsed.recorded_at
         )
     else:
         resolution = RegistryResolution("live", settings.tracking_uri, versions)
-    return resolved, resolution
+    return resolved, replace(resolution, lock_file=settings.lock_file, lock_differences=shown)
 
 
 def _with_sources(config: PlatformConfig, sources: dict[tuple[int, int], ModelSource]) -> PlatformConfig:

@@ -155,8 +155,15 @@ def registry_section(registry: dict[str, Any]) -> Section:
             f"resolved from the recorded file {registry['recordingFile']} (recorded {registry['recordedAt']} from "
             f"{registry['trackingUri']}), not the live registry"
         )
+    differences = registry.get("lockDifferences", [])
+    if "lockFile" in registry:
+        summary += (
+            f"; {len(differences)} answers the lock file {registry['lockFile']} does not hold: `pulumi up` would stop"
+            if differences
+            else f"; every answer held by the lock file {registry['lockFile']}"
+        )
     rows = ["| model | version | registered model | alias or version | registry version | weights |", "|---|---|---|---|---|---|"]
-    lines = []
+    lines = list(differences)
     for model, versions in registry["models"].items():
         for version, entry in versions.items():
             if entry.get("source") != "registry":
@@ -171,7 +178,8 @@ def registry_section(registry: dict[str, Any]) -> Section:
                 f"{model}/{version}: {entry['registeredModel']} {asked} -> version {entry['registryVersion']} "
                 f"({entry['weights']})"
             )
-    return Section("Model registry", summary, data=registry, markdown="\n".join(rows), lines=lines)
+    markdown = "\n".join([*(f"- {d}" for d in differences), *([""] if differences else []), *rows])
+    return Section("Model registry", summary, failed=bool(differences), data=registry, markdown=markdown, lines=lines)
 
 
 def schema_section(results: list[ObjectResult], kubernetes_version: str, crd_dir: str) -> Section:

@@ -151,13 +151,14 @@ def test_an_mlflow_adapter_revision_resolves_like_a_model_version(prod_raw, tmp_
 
     uri = "https://mlflow.example.com"
     weights = "s3://inference-prod-adapters/llama-3.1-8b/support/2026-11-27"
-    prod_raw["registry"] = {"trackingUri": uri}
+    # Production previews from its lock file, the committed recording.
+    prod_raw["registry"] = {"trackingUri": uri, "lockFile": "recording.json"}
     adapters(prod_raw)[0]["versions"][1]["source"] = {"mlflow": {"model": "support-lora", "alias": "challenger"}}
     entry = {"registeredModel": "support-lora", "alias": "challenger", "registryVersion": "7", "weights": weights}
     file = tmp_path / "recording.json"
     file.write_text(json.dumps(registry_recording(uri, [entry])))
     config, resolution = resolve_registry(
-        parse_platform_config(prod_raw, [plan_checks]), None, recording_file=str(file), dry_run=True
+        parse_platform_config(prod_raw, [plan_checks]), None, recording_file=str(file), dry_run=True, project_dir=tmp_path
     )
     assert resolution is not None
     server = next(s for m in resolve(config, hugging_face_tenants=()).models for s in m.servers if s.name == "llama-8b-v1")
@@ -175,12 +176,12 @@ def test_an_mlflow_adapter_the_registry_cannot_resolve_names_its_key(prod_raw, t
     from platform_config.registry import resolve_registry
 
     uri = "https://mlflow.example.com"
-    prod_raw["registry"] = {"trackingUri": uri}
+    prod_raw["registry"] = {"trackingUri": uri, "lockFile": "recording.json"}
     adapters(prod_raw)[1].update(source={"mlflow": {"model": "sql-lora", "version": 3}})
     file = tmp_path / "recording.json"
     file.write_text(json.dumps(registry_recording(uri, [])))
     with pytest.raises(ConfigError) as caught:
-        resolve_registry(parse_platform_config(prod_raw), None, recording_file=str(file), dry_run=True)
+        resolve_registry(parse_platform_config(prod_raw), None, recording_file=str(file), dry_run=True, project_dir=tmp_path)
     (issue,) = caught.value.issues
     assert str(issue).startswith("inference-platform:models[1].adapters[1].source.mlflow.version: the recorded registry")
 

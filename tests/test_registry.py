@@ -23,7 +23,15 @@ import pytest
 
 from platform_config.errors import ConfigError
 from platform_config.loader import parse_platform_config
-from platform_config.registry import RECORDING_NAME, REGISTRY_FILE_ENV, RegistryFileError, read_recording, resolve_registry
+from platform_config.registry import (
+    RECORDING_NAME,
+    REGISTRY_FILE_ENV,
+    RegistryFileError,
+    read_recording,
+    recording,
+    resolve_registry,
+)
+from preview.sections import registry_section
 
 from .conftest import EARLY_MLFLOW
 from .helpers import PreviewRun, raw_stack, registry_recording, run_preview, write_stack
@@ -42,6 +50,7 @@ MODELS: dict[str, list[tuple[str, dict[str, str], bool]]] = {
     "unpinned": [("runs:/{run_id}/model", {}, True), ("hf://Qwen/Qwen2.5@main", {}, False)],
     "pending": [(f"hf://{REPO}@{SHA_A}", {}, False)],
     "mover": [(f"hf://{REPO}@{SHA_A}", {}, False), (f"hf://{REPO}@{SHA_B}", {}, False)],
+    "locked": [(f"hf://{REPO}@{SHA_A}", {}, False), (f"hf://{REPO}@{SHA_B}", {}, False)],
 }
 ALIASES = [
     ("chat", "champion", "1"),
@@ -49,6 +58,7 @@ ALIASES = [
     ("unpinned", "champion", "1"),
     ("unpinned", "branch", "2"),
     ("mover", "champion", "1"),
+    ("locked", "champion", "1"),
 ]
 
 
@@ -440,6 +450,120 @@ def test_a_flooding_registry_is_read_no_further_than_a_mebibyte(fake_registry):
     raw = with_registry("dev", fake_registry.uri, {(0, 0): {"model": "chat", "alias": "champion"}})
     with pytest.raises(ConfigError, match="with more than 1 MiB: not a model version"):
         resolve_registry(parse_platform_config(raw), None, recording_file=None, dry_run=True)
+
+
+# --- the lock file: what `pulumi up` may deploy ----------------------------------------------------
+
+LOCK = "stacks/Pulumi.test.registry.json"
+
+
+def _lock(project: Path, raw: dict[str, Any]) -> None:
+    """Record the stack's live resolution as a live preview does (its `modelRegistry` output) and commit it as LOCK."""
+    config = parse_platform_config(raw)
+    _, resolution = resolve_registry(config, None, recording_file=None, dry_run=True, project_dir=project)
+    assert resolution is not None
+    (project / "stacks").mkdir(exist_ok=True)
+    (project / LOCK).write_text(json.dumps(recording(resolution.stack_output(config), "2026-12-01T10:00:00Z")))
+
+
+@pytest.mark.real_server
+def test_pulumi_up_deploys_only_what_the_lock_file_holds(mlflow, tmp_path):
+    reference = {(0, 0): {"model": "locked", "alias": "champion"}}
+    _lock(tmp_path, with_registry("dev", mlflow.uri, reference))
+    config = parse_platform_config(with_registry("dev", mlflow.uri, reference, lockFile=LOCK))
+    _, resolution = resolve_registry(config, None, recording_file=None, dry_run=False, project_dir=tmp_path)
+    assert resolution is not None and resolution.lock_differences == ()
+    assert registry_section(resolution.stack_output(config)).summary.endswith(f"every answer held by the lock file {LOCK}")
+
+    # The alias moves in the registry; the lock file still holds version 1.
+    mlflow.client(["alias", "locked", "champion", "2"])
+    with pytest.raises(ConfigError) as refused_up:
+        resolve_registry(config, None, recording_file=None, dry_run=False, project_dir=tmp_path)
+    (issue,) = refused_up.value.issues
+    assert issue.key() == "inference-platform:models[0].versions[0].source.mlflow.alias"
+    assert f"now resolves to version 2 (hf://{REPO}@{SHA_B}); the lock file {LOCK} holds version 1 (hf://{REPO}@{SHA_A})" in (
+        issue.message
+    )
+    # A preview shows the same difference and fails, so the pull request that should move the lock shows it.
+    _, previewed = resolve_registry(config, None, recording_file=None, dry_run=True, project_dir=tmp_path)
+    assert previewed is not None and previewed.lock_differences == (str(issue),)
+    section = registry_section(previewed.stack_output(config))
+    assert section.failed and f"1 answers the lock file {LOCK} does not hold" in section.summary
+
+    # Committing the new resolution as the lock is what lets it deploy.
+    _lock(tmp_path, with_registry("dev", mlflow.uri, reference))
+    _, resolution = resolve_registry(config, None, recording_file=None, dry_run=False, project_dir=tmp_path)
+    assert resolution is not None and resolution.lock_differences == ()
+    assert resolution.entry("qwen-small", "v1") is not None
+
+
+@pytest.mark.real_server
+def test_a_reference_the_lock_file_lacks_is_not_deployed(mlflow, tmp_path):
+    _lock(tmp_path, with_registry("staging", mlflow.uri, {(1, 0): {"model": "labeller", "version": 1}}))
+    both: dict[tuple[int, int], dict[str, Any]] = {
+        (0, 1): {"model": "chat", "alias": "challenger"},
+        (1, 0): {"model": "labeller", "version": 1},
+    }
+    config = parse_platform_config(with_registry("staging", mlflow.uri, both, lockFile=LOCK))
+    with pytest.raises(ConfigError) as refused_up:
+        resolve_registry(config, None, recording_file=None, dry_run=False, project_dir=tmp_path)
+    (issue,) = refused_up.value.issues
+    assert issue.key() == "inference-platform:models[0].versions[1].source.mlflow.alias"
+    assert (
+        f"alias 'challenger' of 'chat' resolves to version 2 (hf://{REPO}@{SHA_B}), which the lock file {LOCK} does not hold"
+        in (issue.message)
+    )
+
+
+@pytest.mark.real_server
+def test_a_live_preview_whose_registry_moved_past_the_lock_fails_with_the_difference(mlflow, tmp_path):
+    """Through the preview CLI: the program reads the lock beside it (the project directory), so the stack names a
+    lock the test writes there for the run and removes after."""
+    from .helpers import ROOT
+
+    reference = {(0, 0): {"model": "chat", "alias": "champion"}}
+    lock = f"build/test-locks/{tmp_path.name}.json"
+    (ROOT / lock).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _lock(tmp_path, with_registry("dev", mlflow.uri, reference))
+        locked = json.loads((tmp_path / LOCK).read_text())
+        locked["entries"][0]["registryVersion"] = "2"  # a lock written when the alias named version 2
+        (ROOT / lock).write_text(json.dumps(locked))
+        run = preview(tmp_path, with_registry("dev", mlflow.uri, reference, lockFile=lock))
+        assert run.result.returncode == 1, run.result.stderr[-3000:]
+        section = run.report["registry"]
+        assert section["failed"] and section["data"]["lockFile"] == lock
+        (difference,) = section["data"]["lockDifferences"]
+        assert "now resolves to version 1" in difference and "holds version 2" in difference
+    finally:
+        (ROOT / lock).unlink(missing_ok=True)
+
+
+def test_a_lock_file_of_another_registry_is_refused(tmp_path):
+    (tmp_path / "stacks").mkdir()
+    entry = {"registeredModel": "chat", "alias": "champion", "registryVersion": "1", "weights": f"hf://{REPO}@{SHA_A}"}
+    (tmp_path / LOCK).write_text(json.dumps(registry_recording("https://other-registry.example.com", [entry])))
+    config = parse_platform_config(
+        with_registry("dev", "https://mlflow.example.com", {(0, 0): {"model": "chat", "alias": "champion"}}, lockFile=LOCK)
+    )
+    with pytest.raises(ConfigError, match=r"registry\.lockFile: stacks/Pulumi.test.registry.json records the registry at"):
+        resolve_registry(config, None, recording_file=None, dry_run=False, project_dir=tmp_path)
+
+
+@pytest.mark.parametrize("path", ["../outside.json", "/etc/lock.json", "stacks/../../x.json", "stacks/lock.yaml", "./lock.json"])
+def test_a_lock_file_outside_the_project_or_not_json_exits_2_naming_the_key(path):
+    raw = with_registry("dev", "https://mlflow.example.com", {(0, 0): {"model": "chat", "alias": "champion"}}, lockFile=path)
+    with pytest.raises(ConfigError, match=r"registry\.lockFile.*is not a relative path inside the project"):
+        parse_platform_config(raw)
+
+
+def test_production_needs_a_lock_file_for_registry_versions():
+    reference: dict[str, Any] = {"model": "chat", "alias": "champion"}
+    raw = with_registry("prod", "https://mlflow.example.com", {(1, 0): reference})
+    with pytest.raises(ConfigError, match=r"registry\.lockFile: is required in production: llama-8b name versions"):
+        parse_platform_config(raw)
+    raw["registry"]["lockFile"] = LOCK
+    parse_platform_config(raw)
 
 
 # --- last: the server goes away ---------------------------------------------------------------
