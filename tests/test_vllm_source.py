@@ -10,6 +10,7 @@ import copy
 import hashlib
 import re
 import shlex
+import tomllib
 from typing import Any
 
 import pytest
@@ -284,9 +285,29 @@ def literal_flags(node: ast.AST) -> set[str]:
     }
 
 
+def assert_run_batch_uses_make_arg_parser() -> None:
+    """`vllm run-batch` at 0.18.0: the `vllm` script is vllm.entrypoints.cli.main:main
+    (pyproject.toml), whose CMD_MODULES include vllm.entrypoints.cli.run_batch, whose subcommand
+    `run-batch` builds its parser with entrypoints/openai/run_batch.py `make_arg_parser`."""
+    scripts = tomllib.loads(vllm_source("pyproject.toml"))["project"]["scripts"]
+    assert scripts["vllm"] == "vllm.entrypoints.cli.main:main", scripts
+    main = ast.unparse(ast.parse(vllm_source("vllm/entrypoints/cli/main.py")))
+    assert "vllm.entrypoints.cli.run_batch" in main[main.index("CMD_MODULES") :]
+    command = ast.parse(vllm_source("vllm/entrypoints/cli/run_batch.py"))
+    names = [
+        s.value.value
+        for s in ast.walk(command)
+        if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "name" and isinstance(s.value, ast.Constant)
+    ]
+    assert names == ["run-batch"], names
+    init = ast.unparse(function(command, "RunBatchSubcommand.subparser_init"))
+    assert "from vllm.entrypoints.openai.run_batch import make_arg_parser" in init
+    assert "make_arg_parser(run_batch_parser)" in init
+
+
 def run_batch_flags() -> set[str]:
-    """Every flag `vllm run-batch` defines at 0.18.0. vllm/entrypoints/cli/run_batch.py builds its
-    parser with run_batch.py `make_arg_parser`: `BatchFrontendArgs.add_cli_args` (one `--<field>`
+    """Every flag `vllm run-batch` defines at 0.18.0. Its parser (assert_run_batch_uses_make_arg_parser)
+    is run_batch.py `make_arg_parser`: `BatchFrontendArgs.add_cli_args` (one `--<field>`
     per field of BatchFrontendArgs and its base BaseFrontendArgs, entrypoints/openai/cli_args.py
     `add_cli_args`, plus the extra flags `_customize_cli_kwargs` gives: `-i`, `-o`), then
     `AsyncEngineArgs.add_cli_args` (its own `add_argument`s and EngineArgs.add_cli_args',
@@ -358,6 +379,7 @@ def test_every_flag_the_batch_jobs_pass_is_one_run_batch_defines():
     """`vllm run-batch` + components/specs/batch_job.py engine_command (for prod's jobs, a job with
     an adapter, and a job with every engine setting) + the runner's `-i`/`-o`, against the parser
     of vllm/entrypoints/openai/run_batch.py at 0.18.0 (run_batch_flags)."""
+    assert_run_batch_uses_make_arg_parser()
     defined = run_batch_flags()
     plans = [*validate(raw_stack("prod")).batch_jobs, review_labels(with_adapter_job()), review_labels(every_setting_job())]
     ours = {arg for plan in plans for arg in engine_command(plan)[2:] if arg.startswith("-")}
