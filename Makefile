@@ -20,7 +20,7 @@ CRD_SCHEMA_DIR ?= $(or $(wildcard $(abspath ../shared/crd-schemas)),$(CURDIR)/cr
 export CRD_SCHEMA_DIR
 export PULUMI_ERROR_OUTPUT_STRING := true
 
-.PHONY: real-servers preview preview-all test golden docs policy-facts bench pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
+.PHONY: real-servers upstream-sources preview preview-all test golden docs policy-facts bench pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
 
 help:
 	@echo "make preview [STACK=dev] [OUT=build/preview/<stack>]  offline preview of a stack"
@@ -59,6 +59,12 @@ real-servers: $(MLFLOW_VENV)/.installed
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
 		else echo "prometheus/promtool missing and not root: the Prometheus tests will skip" >&2; fi; }
 
+# The upstream source releases the tests read (vLLM's, whose git repository is too large to
+# mirror), pinned by URL and sha256 in platform_config/pins.py: downloaded into
+# build/upstream-sources/ when missing, and checked against the pinned hash on every run.
+upstream-sources: $(VENV)/.installed
+	$(PY) -m tests.upstream_sources
+
 # Where PYTHONDONTWRITEBYTECODE is set (it is on the machines this project is built on) Python never caches
 # the project's own modules and compiles them again in every process; compile them up front
 # (quick when nothing changed; a stale cache is simply ignored).
@@ -86,7 +92,7 @@ preview: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done
 
-test: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas real-servers
+test: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas real-servers upstream-sources
 	$(PY) -m pytest
 
 # The stack-config reference and the stack-file JSON schema, generated from the models.

@@ -1,4 +1,5 @@
-"""Every upstream version the platform pins, in one table: Helm charts, container images, vLLM.
+"""Every upstream version the platform pins, in one table: Helm charts, container images, vLLM,
+and the upstream source releases the tests read (SOURCE_RELEASES, by URL and sha256).
 
 Change a version here, once; every component reads its pin from this module. Each pin names its
 upstream source, so the preview's upstream stage (`preview/upstream.py`) and the tests can hold
@@ -43,6 +44,23 @@ class ImagePin:
     @property
     def image(self) -> str:
         return f"{self.repository}:{self.tag}"
+
+
+@dataclass(frozen=True)
+class SourceReleasePin:
+    """An upstream source release the tests read, pinned by its download URL and sha256."""
+
+    url: str
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+    @property
+    def top_dir(self) -> str:
+        """The folder every file of the archive is under (`vllm-0.18.0`)."""
+        return self.filename.removesuffix(".tar.gz")
 
 
 ISTIO_REPO = "https://istio-release.storage.googleapis.com/charts"
@@ -126,6 +144,13 @@ CHARTS: tuple[ChartPin, ...] = (
 # SIGTERM). The vllm/vllm-openai image is tagged v<version>.
 VLLM_VERSION = "0.18.0"
 VLLM = ImagePin("vllm/vllm-openai", f"v{VLLM_VERSION}", "github.com/vllm-project/vllm")
+# vLLM's source release (sdist) at VLLM_VERSION, as PyPI lists it (https://pypi.org/simple/vllm/
+# and the project's JSON, releases["0.18.0"]): the tests read the upstream source from it (its git
+# repository is too large to mirror). `make upstream-sources` downloads it and checks the hash.
+VLLM_SOURCE = SourceReleasePin(
+    "https://files.pythonhosted.org/packages/39/a9/ed48c497572a41552cc71b5ede15291d882c546a01df27ed42944eb3b3ad/vllm-0.18.0.tar.gz",
+    "9a1bee091db8dbb4664a2a09cd9c61912e9912a44af1ce12b8593a231d05971c",
+)
 AWS_CLI = ImagePin("public.ecr.aws/aws-cli/aws-cli", "2.27.50", "github.com/aws/aws-cli")
 # The llm-d router's endpoint picker (EPP), github.com/llm-d/llm-d-router tag v0.10.0 (commit
 # 71f4f0999f95). Its source chart says `tag: main`; the release script hack/push-chart.sh sets
@@ -138,3 +163,4 @@ ENDPOINT_PICKER = ImagePin(
 # (config/charts/llm-d-router-standalone/values.yaml router.proxy.presets.envoy.image).
 ENVOY_PROXY = ImagePin("docker.io/envoyproxy/envoy", "distroless-v1.33.2", "github.com/envoyproxy/envoy")
 IMAGES: tuple[ImagePin, ...] = (VLLM, AWS_CLI, ENDPOINT_PICKER, ENVOY_PROXY)
+SOURCE_RELEASES: tuple[SourceReleasePin, ...] = (VLLM_SOURCE,)

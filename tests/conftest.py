@@ -61,18 +61,24 @@ def pytest_sessionstart(session) -> None:
 
 
 # `.ci/run` sets this: there, a test that needs a real server (MLflow, Prometheus) and was
-# skipped because the server could not be installed or started fails the run instead.
+# skipped because the server could not be installed or started, or that reads a pinned upstream
+# source release (`make upstream-sources`) and was skipped because it is not there, fails the run
+# instead.
 REQUIRE_REAL_SERVERS = "REQUIRE_REAL_SERVERS"
+NEVER_SKIPPED_IN_CI = ("real_server", "upstream_source")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and item.get_closest_marker("real_server") and os.environ.get(REQUIRE_REAL_SERVERS) == "1":
+    if not report.skipped or os.environ.get(REQUIRE_REAL_SERVERS) != "1":
+        return
+    marker = next((m for m in NEVER_SKIPPED_IN_CI if item.get_closest_marker(m)), None)
+    if marker is not None:
         reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
-        report.longrepr = f"{item.nodeid}: skipped, but {REQUIRE_REAL_SERVERS}=1 forbids skipping real-server tests: {reason}"
+        report.longrepr = f"{item.nodeid}: skipped, but {REQUIRE_REAL_SERVERS}=1 forbids skipping {marker} tests: {reason}"
 
 
 # The MLflow server takes seconds to import and migrate its store: spawned as soon as collection

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +214,33 @@ def mirror_show(mirror: Path, tag: str, path: str) -> str:
     if not mirror.is_dir():
         pytest.skip(f"no mirror at {mirror}")
     return subprocess.run(["git", "-C", str(mirror), "show", f"{tag}:{path}"], check=True, capture_output=True, text=True).stdout
+
+
+@functools.cache
+def _vllm_source_release() -> tarfile.TarFile | None:
+    from platform_config.pins import VLLM_SOURCE
+
+    from .upstream_sources import release_path
+
+    path = release_path(VLLM_SOURCE)
+    return tarfile.open(path, "r:gz") if path.is_file() else None
+
+
+def vllm_source(path: str) -> str:
+    """A file of vLLM's pinned source release (platform_config/pins.py VLLM_SOURCE, downloaded by
+    `make upstream-sources`), e.g. `docker/Dockerfile`, read from the archive. The test skips when
+    the archive was not downloaded (pytest run without make); mark it `upstream_source` so that
+    `.ci/run` fails instead (tests/conftest.py)."""
+    import pytest
+
+    from platform_config.pins import VLLM_SOURCE
+
+    release = _vllm_source_release()
+    if release is None:
+        pytest.skip(f"no vLLM source release {VLLM_SOURCE.filename} in build/upstream-sources: `make upstream-sources`")
+    member = release.extractfile(f"{VLLM_SOURCE.top_dir}/{path}")
+    assert member is not None, f"{path} is not a file of {VLLM_SOURCE.filename}"
+    return member.read().decode("utf-8")
 
 
 def registry_recording(uri: str, entries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -32,11 +32,20 @@ from platform_config.capacity import batch_queue_report, batch_queue_rows
 from platform_config.checks import shard_estimate_seconds
 from platform_config.pins import KUEUE, KUEUE_API_VERSION
 
-from .helpers import ROOT, PreviewRun, config_problems, mirror_show, raw_stack, run_preview, validate, write_stack
+from .helpers import (
+    ROOT,
+    PreviewRun,
+    config_problems,
+    mirror_show,
+    raw_stack,
+    run_preview,
+    validate,
+    vllm_source,
+    write_stack,
+)
 
 RUNNER = ROOT / "components" / "batch_runner" / "batch_runner.py"
 KUEUE_MIRROR = Path("/work/.mirror/kubernetes-sigs+kueue/repo")
-VLLM_MIRROR = Path("/work/.mirror/vllm-project+vllm/repo")
 
 
 def prod() -> dict[str, Any]:
@@ -390,10 +399,11 @@ def test_a_line_that_is_not_a_batch_request_fails_the_shard_as_an_input_error(tm
     assert shard.calls() == []
 
 
+@pytest.mark.upstream_source
 def test_the_runners_format_rules_are_vllms_at_the_pinned_tag():
     """BatchRequestInput (custom_id, method, url, body) and BatchRequestOutput (id, custom_id,
-    response, error) in vLLM's source at v0.18.0; skipped without a vLLM mirror."""
-    source = mirror_show(VLLM_MIRROR, "v0.18.0", "vllm/entrypoints/openai/run_batch.py")
+    response, error) in vLLM's source release 0.18.0, vllm/entrypoints/openai/run_batch.py."""
+    source = vllm_source("vllm/entrypoints/openai/run_batch.py")
     import ast
 
     fields: dict[str, list[str]] = {}
