@@ -244,3 +244,23 @@ def test_the_report_shows_the_stream(streamed):
     (row,) = [r for r in section.data if r["model"] == "llama-70b"]
     assert (row["medium"], row["downloadGbps"], row["totalSeconds"]) == ("s3Stream", 21.76, 215)
     assert "| llama-70b | h100 (s3Stream, 21.76 Gbit/s) | 72 s | 53 s |" in section.markdown
+
+
+def test_streamed_pods_are_admitted_scheduled_and_compliant(streamed):
+    from preview.admission import admit_and_schedule
+    from preview.policy_runner import PolicyPack
+    from preview.stack_config import load_project, load_stack_config
+
+    result = admit_and_schedule(streamed.manifests(), streamed.outputs["nodePools"])
+    assert result.findings == [] and all(w.findings == [] for w in result.workloads)
+    config = load_stack_config(load_project(ROOT), "prod")
+    pack = PolicyPack(ROOT / "policies", config.values, "inference-platform", "prod").connect()
+    try:
+        pack.handshake(ROOT)
+        pack.configure_stack("inference-platform", "prod", config.values, config.secret_keys)
+        pack.configure(pack.info(), {})
+        records = [r for r in streamed.records if r.custom and not r.type.startswith("pulumi:providers:")]
+        assert [d.policy for r in records for d in pack.analyze(r, None)] == []
+        assert list(pack.analyze_stack(records)) == []
+    finally:
+        pack.close()

@@ -94,7 +94,8 @@ def stream_loader_config(plan: ServerPlan) -> dict[str, Any]:
 
 
 def weights_load_args(plan: ServerPlan) -> list[str]:
-    """On a streaming pool: vLLM's Run:ai streamer loader and its settings (both flags in vLLM 0.18.0's `serve`)."""
+    """On a streaming pool: vLLM's Run:ai streamer loader and its settings (both flags in vLLM 0.18.0's `serve`;
+    the second is a dict field, parsed with json.loads: vllm/engine/arg_utils.py _compute_kwargs)."""
     if not plan.weights_streamed:
         return []
     config = json.dumps(stream_loader_config(plan), sort_keys=True, separators=(",", ":"))
@@ -297,7 +298,9 @@ def _env(plan: ServerPlan) -> list[dict[str, Any]]:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}})
     if plan.weights_streamed:
         # vLLM's streamer reads S3 as the aws CLI does: boto3's default credential chain (runai-model-streamer-s3
-        # 0.15.7, credentials/credentials.py), so the workload identity's injected variables, never IMDS.
+        # 0.15.7, credentials/credentials.py) hands its C++ client the resolved keys, so the workload identity's
+        # injected variables (Pod Identity's AWS_CONTAINER_CREDENTIALS_FULL_URI and token file, and the region, into
+        # every container: aws/amazon-eks-pod-identity-webhook pkg/handler/testdata), never IMDS.
         env += [e for e in aws_cli_env() if e["name"] not in {v["name"] for v in env}]
     return env
 
