@@ -14,7 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from platform_config.capacity import instance_of, node_allocatable
-from platform_config.cold_start import INSTANCE_STORE, cache_medium, node_disk_gib
+from platform_config.cold_start import INSTANCE_STORE, node_disk, node_disk_gib
 from platform_config.models import NodePoolConfig
 
 from .cluster import node_launch_template
@@ -103,7 +103,7 @@ class GpuNodePool(pulumi.ComponentResource):
                     disk_size_gib=pool.disk_size_gib,
                     tags=args.tags,
                     opts=pulumi.ResourceOptions(parent=self),
-                    instance_store_raid0=cache_medium(pool) == INSTANCE_STORE,
+                    instance_store_raid0=node_disk(pool) == INSTANCE_STORE,
                 ),
                 scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                     min_size=pool.min_size, max_size=pool.max_size, desired_size=pool.initial_size

@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from platform_config.adapters import LoraLimits
-from platform_config.cold_start import ColdStart
+from platform_config.cold_start import ColdStart, streams_weights
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
     BatchJobConfig,
@@ -288,6 +288,12 @@ class ServerPlan:
     @property
     def time_sliced(self) -> bool:
         return self.pool.sharing.mode == "timeSlicing"
+
+    @property
+    def weights_streamed(self) -> bool:
+        """vLLM streams the weights from S3 (the pool's `weightCache.medium: s3Stream`): no weights init container and
+        no weights on the node."""
+        return streams_weights(self.pool)
 
     @property
     def labels(self) -> dict[str, str]:

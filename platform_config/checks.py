@@ -27,7 +27,16 @@ from .adapters import (
     smallest_rank_choice,
 )
 from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, node_allocatable, pool_supply, show_amount
-from .cold_start import cache_medium, cold_start, node_disk_gib, scale_up_budget_seconds, show_minutes
+from .cold_start import (
+    S3_STREAM,
+    cold_start,
+    has_model_volume,
+    node_disk,
+    node_disk_gib,
+    scale_up_budget_seconds,
+    show_minutes,
+    streams_weights,
+)
 from .errors import ConfigIssue, format_key
 from .gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, builtin_mig_configs, fits_on_gpu, mig_resource
 from .models import (
@@ -590,14 +599,39 @@ def check_registry_lock(config: PlatformConfig) -> Iterator[ConfigIssue]:
 
 
 def check_weights_cache_fits_the_node_disk(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    """The cache fits the disk the pool's weight cache is on (the instance store's RAID0, or the root volume)."""
+    """The cache fits the disk the pool's weight cache is on (the instance store's RAID0, or the root volume); a
+    replica that streams its weights and loads no adapters has none."""
     for index, model, pool in _placed_models(config):
+        if not has_model_volume(model, pool):
+            continue
         disk = node_disk_gib(pool)
         if parse_quantity(model.resources.cache_size) > Decimal(disk) * 2**30:
             yield ConfigIssue(
                 ("models", index, "resources", "cacheSize"),
                 f"{model.resources.cache_size} of weights cache does not fit the {disk} GiB disk of pool "
-                f"{pool.name!r} ({cache_medium(pool)})",
+                f"{pool.name!r} ({node_disk(pool)})",
+            )
+
+
+def check_streamed_weights_come_from_s3(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """On a pool that streams weights (`weightCache.medium: s3Stream`) every version's weights are in S3: vLLM 0.18.0
+    streams only object-store URIs (`is_runai_obj_uri`, vllm/transformers_utils/runai_utils.py) and would download a
+    Hugging Face repository to local disk first, which the pod then has no room for. An `mlflow` source is checked
+    once the registry resolved it (platform_config/loader.py runs the checks again)."""
+    pool_index = {p.name: i for i, p in enumerate(config.node_pools)}
+    for m_index, model, pool in _placed_models(config):
+        if not streams_weights(pool):
+            continue
+        for v_index, version in enumerate(model.versions):
+            source = version.source
+            if source.s3_uri is not None or source.mlflow is not None:
+                continue
+            yield ConfigIssue(
+                ("models", m_index, "versions", v_index, "source"),
+                f"is Hugging Face ({source.huggingface!r}), but pool {pool.name!r} streams weights from S3 "
+                f"(nodePools[{pool_index[pool.name]}].weightCache.medium={S3_STREAM}): allowed are 's3Uri' (with the "
+                "version's subfolder as 'revision'), or 'mlflow' naming weights in S3; or put the model on a pool "
+                "that caches weights (instanceStore, rootVolume)",
             )
 
 
@@ -1121,6 +1155,7 @@ CHECKS: list[Check] = [
     check_s3_weights_need_eks,
     check_registry_sources,
     check_weights_cache_fits_the_node_disk,
+    check_streamed_weights_come_from_s3,
     check_cold_start_within_scale_up_budget,
     check_batch_models,
     check_registry_lock,

@@ -9,6 +9,9 @@ The figures and where they come from:
   on instances with 32 or more vCPUs, 5 Gbit/s below that (EC2 User Guide, "Amazon EC2 instance network bandwidth");
 - a gp3 root volume without a throughput setting writes at gp3's baseline, 125 MiB/s (EBS User Guide, "General
   Purpose SSD volumes"; `components/cluster.node_launch_template` sets none);
+- weights streamed from S3 (`s3Stream`) arrive at the streamer's connections times what one S3 connection sustains
+  (S3 User Guide, "Performance guidelines for Amazon S3": about 85-90 MB/s each), within the instance's bandwidth (traffic
+  within the Region may use all of it: EC2 User Guide, as above); there is no separate download before vLLM loads them;
 - what a Hugging Face download sustains (ASSUMED_SOURCE_GBPS), the engine's start and the image's size are
   assumptions, each a config value to measure and set.
 """
@@ -26,6 +29,9 @@ from .quantity import parse_quantity
 
 INSTANCE_STORE = "instanceStore"
 ROOT_VOLUME = "rootVolume"
+# vLLM reads the weights from S3 itself, with the Run:ai Model Streamer its image installs (docker/Dockerfile at
+# v0.18.0, stage vllm-base: `runai-model-streamer[s3,gcs,azure]>=0.15.7`).
+S3_STREAM = "s3Stream"
 # AMIs whose nodeadm can stripe the instance store (awslabs/amazon-eks-ami nodeadm/api/v1alpha1/nodeconfig_types.go:
 # spec.instance.localStorage.strategy RAID0); Bottlerocket has its own settings, not written here.
 NODEADM_AMIS = ("AL2023_x86_64_NVIDIA",)
@@ -39,6 +45,11 @@ INTERNET_GATEWAY_SMALL_GBPS = 5.0
 # An assumption, not a published figure: what one node's Hugging Face download sustains with its clients' default
 # parallelism (a handful of files at once, each one TCP flow, which AWS caps at 5 Gbit/s outside a placement group).
 ASSUMED_SOURCE_GBPS = 10.0
+# S3 connections one streaming process keeps open: the `concurrency` the platform gives vLLM's Run:ai streamer loader
+# (vllm/model_executor/model_loader/runai_streamer_loader.py at v0.18.0 sets RUNAI_STREAMER_CONCURRENCY from it), and
+# what one of them sustains: the low end of the S3 User Guide's 85-90 MB/s per connection (an assumption to measure).
+STREAM_CONCURRENCY = 32
+S3_CONNECTION_MBPS = 85
 
 # The startup probe allows this many times the expected weights download and engine start, and never less than
 # STARTUP_FLOOR_SECONDS: a replica that slow is stuck, and the kubelet restarts it.
@@ -57,13 +68,29 @@ def instance_of(pool: NodePoolConfig) -> InstanceType:
 
 
 def cache_medium(pool: NodePoolConfig) -> str:
-    """The pool's weight cache medium: its own, else the instance store where the instance type has one and nodeadm
-    can stripe it, else the root volume."""
+    """The pool's weight cache medium: its own, else the node disk the pool would have by default (`node_disk`)."""
     if pool.weight_cache.medium is not None:
         return pool.weight_cache.medium
+    return _default_disk(pool)
+
+
+def _default_disk(pool: NodePoolConfig) -> str:
+    """The instance store where the instance type has one and nodeadm can stripe it, else the root volume."""
     if instance_of(pool).instance_store_gb > 0 and pool.ami_type in NODEADM_AMIS:
         return INSTANCE_STORE
     return ROOT_VOLUME
+
+
+def streams_weights(pool: NodePoolConfig) -> bool:
+    """Whether the pool's replicas stream their weights from S3 into GPU memory rather than caching them on the node."""
+    return cache_medium(pool) == S3_STREAM
+
+
+def node_disk(pool: NodePoolConfig) -> str:
+    """Where the kubelet's and containerd's directories (the pods' emptyDirs, the images) are on the pool's nodes: the
+    weight cache's medium, or on a streaming pool, which caches no weights, the disk the default would pick."""
+    medium = cache_medium(pool)
+    return _default_disk(pool) if medium == S3_STREAM else medium
 
 
 def download_gbps(pool: NodePoolConfig) -> float:
@@ -79,20 +106,40 @@ def download_gbps(pool: NodePoolConfig) -> float:
     return min(ceiling, ASSUMED_SOURCE_GBPS)
 
 
+def stream_gbps(pool: NodePoolConfig) -> float:
+    """Gbit/s one replica of a streaming pool reads its weights from S3 at: the pool's figure, else
+    STREAM_CONCURRENCY connections at S3_CONNECTION_MBPS within the instance's network bandwidth."""
+    if pool.weight_cache.stream_gbps is not None:
+        return pool.weight_cache.stream_gbps
+    return min(instance_of(pool).network_gbps, STREAM_CONCURRENCY * S3_CONNECTION_MBPS * 8 / 1000)
+
+
 def fill_rate(pool: NodePoolConfig) -> float:
-    """Bytes per second the pool's cache fills at: the download, or the disk's writes where they are slower."""
+    """Bytes per second the node's disk fills at from outside the VPC (the weights cache, the image): the download, or
+    the disk's writes where they are slower."""
     rate = download_gbps(pool) * GBIT
-    if cache_medium(pool) == ROOT_VOLUME:
+    if node_disk(pool) == ROOT_VOLUME:
         rate = min(rate, GP3_BASELINE_BYTES_PER_S)
     return rate
+
+
+def weights_rate(pool: NodePoolConfig) -> float:
+    """Bytes per second a replica's weights arrive at: streamed from S3, else the node disk's fill."""
+    return stream_gbps(pool) * GBIT if streams_weights(pool) else fill_rate(pool)
 
 
 def node_disk_gib(pool: NodePoolConfig) -> int:
     """The disk the kubelet's emptyDirs and containerd's images share on one node: the RAID0 of the instance store
     (GB to GiB, rounded down), else the root volume."""
-    if cache_medium(pool) == INSTANCE_STORE:
+    if node_disk(pool) == INSTANCE_STORE:
         return instance_of(pool).instance_store_gb * 10**9 // 2**30
     return pool.disk_size_gib
+
+
+def has_model_volume(model: ModelConfig, pool: NodePoolConfig) -> bool:
+    """Whether a replica keeps files in a model volume (`cacheSize`) on its node: its weights, unless its pool streams
+    them, and its LoRA adapters' modules, which init containers download wherever the weights come from."""
+    return not streams_weights(pool) or bool(model.adapters)
 
 
 def weights_bytes(model: ModelConfig) -> Decimal:
@@ -106,8 +153,9 @@ class ColdStart:
 
     pool: str
     medium: str
+    # Gbit/s the weights come from their source at (a download, or streamed from S3).
     download_gbps: float
-    # Bytes per second the weights arrive at (the download, or the disk's writes).
+    # Bytes per second the weights arrive at (the download, the disk's writes, or the stream).
     rate: float
     # Bytes per second the image is pulled at: the same, or containerd's unpacking where slower.
     image_rate: float
@@ -123,7 +171,7 @@ class ColdStart:
 
     def arithmetic(self) -> str:
         """The sum as the report and the README show it."""
-        rate = f"{self.rate / 1e9:.3g} GB/s"
+        rate = f"{self.rate / 1e9:.3g} GB/s" + (" streamed from S3" if self.medium == S3_STREAM else "")
         return (
             f"image {_gb(self.image_bytes)} / {self.image_rate / 1e9:.3g} GB/s = {self.image_seconds} s; "
             f"weights {_gb(self.weights_bytes)} / {rate} "
@@ -148,14 +196,14 @@ def cold_start(config: PlatformConfig, model: ModelConfig) -> ColdStart:
     """A new replica of `model` on a node of its pool that has not pulled the image yet (the pre-pull DaemonSet takes
     the image part away on a node that has been up)."""
     pool = pool_named(config, model.pool)
-    rate = fill_rate(pool)
-    image_rate = min(rate, config.cold_start.image_unpack_mbps * 1e6)
+    rate = weights_rate(pool)
+    image_rate = min(fill_rate(pool), config.cold_start.image_unpack_mbps * 1e6)
     image = parse_quantity(config.cold_start.image_size)
     weights = weights_bytes(model)
     return ColdStart(
         pool=pool.name,
         medium=cache_medium(pool),
-        download_gbps=download_gbps(pool),
+        download_gbps=stream_gbps(pool) if streams_weights(pool) else download_gbps(pool),
         rate=rate,
         image_rate=image_rate,
         image_bytes=image,
@@ -167,7 +215,8 @@ def cold_start(config: PlatformConfig, model: ModelConfig) -> ColdStart:
 
 
 def startup_budget_seconds(start: ColdStart) -> int:
-    """What the startup probe allows (vLLM downloads Hugging Face weights itself, after the image is pulled):
+    """What the startup probe allows (vLLM downloads Hugging Face weights, or streams S3 ones, itself, after the image
+    is pulled):
     STARTUP_SAFETY_FACTOR times the weights and the engine start, at least STARTUP_FLOOR_SECONDS, in whole probe
     periods of 10 s."""
     seconds = max(STARTUP_FLOOR_SECONDS, STARTUP_SAFETY_FACTOR * (start.weights_seconds + start.engine_seconds))
@@ -175,7 +224,7 @@ def startup_budget_seconds(start: ColdStart) -> int:
 
 
 def node_join_seconds(pool: NodePoolConfig) -> int:
-    return NODE_JOIN_SECONDS + (RAID0_ASSEMBLY_SECONDS if cache_medium(pool) == INSTANCE_STORE else 0)
+    return NODE_JOIN_SECONDS + (RAID0_ASSEMBLY_SECONDS if node_disk(pool) == INSTANCE_STORE else 0)
 
 
 def max_node_provision_seconds(config: PlatformConfig) -> int:

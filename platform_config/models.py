@@ -420,22 +420,38 @@ class WeightCache(ConfigModel):
     """Where a replica's weights (and its image, and the compile caches) land on a node, and the figures its expected
     cold start is derived from (`platform_config/cold_start.py`; the README's "Cold start" shows the arithmetic)."""
 
-    medium: Literal["instanceStore", "rootVolume"] | None = None
+    medium: Literal["instanceStore", "rootVolume", "s3Stream"] | None = None
     """`instanceStore`: the node's NVMe instance store, striped as RAID0 by the AL2023 AMI's nodeadm (`localStorage:
     RAID0`), holds the kubelet's and containerd's directories, so the pod's emptyDirs and the images are on NVMe (writes
     at GB/s, never the bottleneck). `rootVolume`: the node's gp3 root volume (`diskSizeGib`), which writes at gp3's
-    baseline 125 MiB/s (the launch template sets no throughput). Default: `instanceStore` where the instance type has an
-    instance store and the AMI is AL2023, else `rootVolume`; `rootVolume` on an existing cluster (`cluster.mode:
-    kubeconfig`), whose nodes the platform does not launch."""
+    baseline 125 MiB/s (the launch template sets no throughput). `s3Stream`: no weights on the node: vLLM streams them
+    from S3 straight into GPU memory with the Run:ai Model Streamer (`--load-format runai_streamer`, vLLM 0.18.0), so
+    every model version on the pool needs S3 weights (`s3Uri`, or an `mlflow` version whose weights are in S3); the
+    images and scratch sit on the disk the default would pick. Default: `instanceStore` where the instance type has an
+    instance store and the AMI is AL2023 (p5, g6), else `rootVolume`; `rootVolume` on an existing cluster
+    (`cluster.mode: kubeconfig`), whose nodes the platform does not launch. Never `s3Stream` by default: it refuses
+    Hugging Face sources."""
     download_gbps: Annotated[float, Field(gt=0, le=3200)] | None = None
     """What one node sustains downloading weights and images from outside the VPC (Hugging Face, a registry), in
     Gbit/s. Default: the lower of AWS's ceiling for traffic through an internet gateway (half the instance's bandwidth
     with 32 or more vCPUs, else 5 Gbit/s) and 10 Gbit/s, an assumption for a Hugging Face download with its clients'
     default parallelism: measure it on the pool and set it."""
+    stream_gbps: Annotated[float, Field(gt=0, le=3200)] | None = None
+    """Medium `s3Stream` only: what one replica streams its weights from S3 at, in Gbit/s. Default: the lower of the
+    instance's network bandwidth (S3 in the Region counts against all of it, not the internet gateway's half) and 32
+    connections (the streamer's `concurrency` the platform sets) at 85 MB/s each, AWS's S3 performance guideline for
+    one connection (about 85-90 MB/s): 21.76 Gbit/s on p5 and g6.12xlarge. Reaching S3 in the Region assumes an S3
+    gateway endpoint on the nodes' route tables; measure it on the pool and set it."""
     allow_scale_down: bool = True
     """Whether the cluster autoscaler may remove a node whose model pods hold only the weights cache and scratch
     emptyDirs (listed in the pods' `cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes`): a moved replica
     fetches its weights again. `false` keeps such a node until its pods leave by themselves."""
+
+    @model_validator(mode="after")
+    def _stream_rate_only_when_streaming(self) -> WeightCache:
+        if self.stream_gbps is not None and self.medium != "s3Stream":
+            raise ValueError("'streamGbps' is read only with 'medium: s3Stream'")
+        return self
 
 
 class NodePoolConfig(ConfigModel):

@@ -1,7 +1,8 @@
 """A model version's vLLM server pod, whatever backend runs it (pure functions): the vLLM
-container and its arguments, the weights init container, probes, volumes, resources, the pod's
-annotations and spec, and what every backend's objects share (metadata, disruption budget,
-scraping the merged metrics). The backend supplies the pod's shape (components/backends)."""
+container and its arguments, the weights init container (or, on a streaming pool, vLLM's own
+S3 streaming loader), probes, volumes, resources, the pod's annotations and spec, and what every
+backend's objects share (metadata, disruption budget, scraping the merged metrics). The backend
+supplies the pod's shape (components/backends)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from platform_config.adapters import AdapterModule, LoraLimits, adapter_tenant
-from platform_config.cold_start import startup_budget_seconds
+from platform_config.cold_start import STREAM_CONCURRENCY, has_model_volume, startup_budget_seconds
 from platform_config.models import ModelSource, ServerArgs
 from platform_config.pins import AWS_CLI
 from platform_config.quantity import parse_quantity
@@ -59,8 +60,46 @@ def model_location(plan: ServerPlan) -> str:
     source = plan.version.source
     assert source.mlflow is None, f"{plan.name}: an unresolved MLflow registry source reached the pod"
     if source.huggingface is not None:
+        assert not plan.weights_streamed, f"{plan.name}: a Hugging Face source on a streaming pool reached the pod"
         return source.huggingface
+    if plan.weights_streamed:
+        # vLLM 0.18.0 takes an s3:// model as object storage (is_runai_obj_uri): it pulls the config and tokenizer
+        # files (*.json, *.model, *.py) into $VLLM_ASSETS_CACHE/model_streamer/ (under HOME here) and streams the
+        # *.safetensors from S3 (vllm/config/model.py maybe_pull_model_tokenizer_for_runai; runai_streamer_loader.py).
+        return pinned_s3_uri(source)
     return weights_path(plan)
+
+
+# The Run:ai streamer's CPU buffers together take at most this share of the container's memory limit: left alone,
+# each reading process buffers up to 40 GB, and without any limit under distributed streaming (runai-model-streamer
+# 0.15.7, file_streamer/requests_iterator.py DEFAULT_MEMORY_LIMIT_STRING, distributed_streamer.py).
+STREAM_BUFFER_MEMORY_SHARE = 4
+
+
+def stream_loader_config(plan: ServerPlan) -> dict[str, Any]:
+    """vLLM's `--model-loader-extra-config` for `--load-format runai_streamer` (vllm/model_executor/model_loader/
+    runai_streamer_loader.py at v0.18.0 reads `concurrency` and `memory_limit` as ints, `distributed` as a bool):
+    STREAM_CONCURRENCY S3 connections per reading process, a CPU buffer of a quarter of the container's memory split
+    across the tensor-parallel processes, and with tensor parallelism distributed streaming, where each rank reads its
+    part of the checkpoint once and the ranks share it over NCCL instead of every rank reading all of it."""
+    readers = plan.tensor_parallel_size
+    memory = parse_quantity(plan.model.resources.memory)
+    config: dict[str, Any] = {
+        "concurrency": STREAM_CONCURRENCY,
+        "memory_limit": int(memory / (STREAM_BUFFER_MEMORY_SHARE * readers)),
+    }
+    if readers > 1:
+        config["distributed"] = True
+    return config
+
+
+def weights_load_args(plan: ServerPlan) -> list[str]:
+    """On a streaming pool: vLLM's Run:ai streamer loader and its settings (both flags in vLLM 0.18.0's `serve`;
+    the second is a dict field, parsed with json.loads: vllm/engine/arg_utils.py _compute_kwargs)."""
+    if not plan.weights_streamed:
+        return []
+    config = json.dumps(stream_loader_config(plan), sort_keys=True, separators=(",", ":"))
+    return ["--load-format", "runai_streamer", "--model-loader-extra-config", config]
 
 
 def vllm_args(plan: ServerPlan) -> list[str]:
@@ -84,6 +123,7 @@ def vllm_args(plan: ServerPlan) -> list[str]:
     ]
     if source.huggingface is not None and source.revision is not None:
         out += ["--revision", source.revision]
+    out += weights_load_args(plan)
     if args.max_model_len is not None:
         out += ["--max-model-len", str(args.max_model_len)]
     # Sequences one replica runs at once: what its profile promises (Knative's hard cap for
@@ -243,7 +283,8 @@ def _env(plan: ServerPlan) -> list[dict[str, Any]]:
     cache = f"{HOME_DIR}/.cache"
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": HOME_DIR},
-        {"name": "HF_HOME", "value": HF_HOME},
+        # Without a model volume (streamed weights, no adapters) /models is read-only: the Hugging Face cache in HOME.
+        {"name": "HF_HOME", "value": HF_HOME if has_model_volume(plan.model, plan.pool) else f"{cache}/huggingface"},
         {"name": "XDG_CACHE_HOME", "value": cache},
         {"name": "XDG_CONFIG_HOME", "value": f"{HOME_DIR}/.config"},
         {"name": "VLLM_CACHE_ROOT", "value": f"{cache}/vllm"},
@@ -255,6 +296,12 @@ def _env(plan: ServerPlan) -> list[dict[str, Any]]:
     ]
     if plan.hugging_face_token:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}})
+    if plan.weights_streamed:
+        # vLLM's streamer reads S3 as the aws CLI does: boto3's default credential chain (runai-model-streamer-s3
+        # 0.15.7, credentials/credentials.py) hands its C++ client the resolved keys, so the workload identity's
+        # injected variables (Pod Identity's AWS_CONTAINER_CREDENTIALS_FULL_URI and token file, and the region, into
+        # every container: aws/amazon-eks-pod-identity-webhook pkg/handler/testdata), never IMDS.
+        env += [e for e in aws_cli_env() if e["name"] not in {v["name"] for v in env}]
     return env
 
 
@@ -335,6 +382,9 @@ def _volumes(plan: ServerPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
+    if not has_model_volume(plan.model, plan.pool):
+        # Streamed weights and no adapters: nothing for the model volume to hold.
+        volumes, mounts = volumes[1:], mounts[1:]
     return volumes, mounts
 
 
@@ -343,8 +393,10 @@ SCRATCH_GIB = 30
 
 
 def scratch_storage(plan: ServerPlan) -> str:
-    """Node disk the pod's volumes may fill: the weights cache plus scratch, so the scheduler
-    does not put more caches on a node than its disk holds."""
+    """Node disk the pod's volumes may fill: the weights cache (if it has one) plus scratch, so
+    the scheduler does not put more caches on a node than its disk holds."""
+    if not has_model_volume(plan.model, plan.pool):
+        return f"{SCRATCH_GIB}Gi"
     cache_gib = parse_quantity(plan.model.resources.cache_size) / 2**30
     return f"{math.ceil(cache_gib) + SCRATCH_GIB}Gi"
 
@@ -394,17 +446,23 @@ def aws_cli_env() -> list[dict[str, str]]:
     return [{"name": "HOME", "value": HOME_DIR}, {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}]
 
 
+def pinned_s3_uri(source: ModelSource) -> str:
+    """A pinned S3 source's version folder: its prefix and its revision."""
+    assert source.s3_uri is not None, "an S3 source"
+    return f"{source.s3_uri.rstrip('/')}/{source.revision}/"
+
+
 def s3_sync_command(source: ModelSource, destination: str) -> list[str]:
     """The aws CLI copying a pinned S3 source (its prefix's version folder) to a local path: the
     servers' weights and adapters, and the batch jobs' weights."""
-    assert source.s3_uri is not None, "an S3 source"
-    return ["aws", "s3", "sync", "--only-show-errors", f"{source.s3_uri.rstrip('/')}/{source.revision}/", destination]
+    return ["aws", "s3", "sync", "--only-show-errors", pinned_s3_uri(source), destination]
 
 
 def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
-    """Copies S3 weights (s3Uri/revision) to the cache volume before vLLM starts."""
+    """Copies S3 weights (s3Uri/revision) to the cache volume before vLLM starts; none where
+    vLLM streams them itself."""
     source = plan.version.source
-    if source.s3_uri is None:
+    if source.s3_uri is None or plan.weights_streamed:
         return None
     _, mounts = _volumes(plan)
     return {
@@ -463,7 +521,7 @@ def pod_annotations(plan: ServerPlan) -> dict[str, str]:
 
 def scale_down_annotations(plan: ServerPlan) -> dict[str, str]:
     """Where the pool allows it (`weightCache.allowScaleDown`), the pod's disk-backed emptyDirs
-    (weights cache, HOME, /tmp: caches a moved replica rebuilds) do not keep the autoscaler from
+    (weights cache if any, HOME, /tmp: caches a moved replica rebuilds) do not keep the autoscaler from
     consolidating its node; /dev/shm is in memory, which never blocks."""
     if not plan.evictable_local_volumes:
         return {}

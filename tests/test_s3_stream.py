@@ -1,0 +1,266 @@
+"""Streaming weights from S3 (`nodePools[].weightCache.medium: s3Stream`): vLLM 0.18.0's Run:ai streamer
+loader reads a version's S3 folder straight into GPU memory, so its pod has no weights init container
+and no weights volume; only S3 sources (or MLflow versions whose weights are in S3) may stream; the
+cold start, the startup probe, the progress deadline and the node disk follow from the stream."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from platform_config import parse_platform_config
+from platform_config.checks import run_checks
+from platform_config.cold_start import (
+    STREAM_CONCURRENCY,
+    cold_start,
+    download_gbps,
+    max_node_provision_seconds,
+    node_disk,
+    node_disk_gib,
+    startup_budget_seconds,
+    stream_gbps,
+    streams_weights,
+)
+from platform_config.models import NodePoolConfig, WeightCache
+from preview.sections import cold_start_section
+from preview.upstream import VERIFIED, Facts, check_vllm_container, facts_dir
+
+from .helpers import ROOT, Evaluated, config_problems, raw_stack, registry_recording, run_preview, write_stack
+
+PROD_TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_token"})
+WEIGHTS_BUCKET = "s3://inference-prod-weights"
+FOLDER = "2026-11-30"
+
+
+def streaming_h100(raw: dict[str, Any]) -> dict[str, Any]:
+    """The prod stack with its h100 pool streaming, and every model on it given S3 weights (prod's are Hugging Face)."""
+    pool = next(p for p in raw["nodePools"] if p["name"] == "h100")
+    pool["weightCache"] = {"medium": "s3Stream"}
+    for model in raw["models"]:
+        if model["pool"] == "h100":
+            for version in model["versions"]:
+                version["source"] = {"s3Uri": f"{WEIGHTS_BUCKET}/{model['name']}", "revision": FOLDER}
+    return raw
+
+
+def pool_named(config, name: str):
+    return next(p for p in config.node_pools if p.name == name)
+
+
+def model_named(config, name: str):
+    return next(m for m in config.models if m.name == name)
+
+
+@pytest.fixture(scope="module")
+def streamed() -> Evaluated:
+    return Evaluated(streaming_h100(raw_stack("prod")), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS})
+
+
+# --- the path and its figures ---------------------------------------------------------------
+
+
+def test_streaming_is_stated_per_pool_and_never_the_default(prod_raw):
+    for pool in prod_raw["nodePools"]:
+        del pool["weightCache"]
+    config = parse_platform_config(prod_raw)
+    # p5 and g6 cache on their instance store by default: streaming refuses Hugging Face sources, prod's all are.
+    assert not any(streams_weights(p) for p in config.node_pools)
+    config = parse_platform_config(streaming_h100(prod_raw))
+    assert streams_weights(pool_named(config, "h100")) and not streams_weights(pool_named(config, "l4-batch"))
+
+
+def test_a_streaming_pool_keeps_its_instance_store_for_images_and_scratch(prod_raw):
+    config = parse_platform_config(streaming_h100(prod_raw))
+    h100 = pool_named(config, "h100")
+    assert node_disk(h100) == "instanceStore" and node_disk_gib(h100) == 8 * 3840 * 10**9 // 2**30
+    # Its nodes still assemble the RAID0 before joining: the autoscaler's wait is unchanged.
+    assert max_node_provision_seconds(config) == 2 * (300 + 60)
+
+
+def test_the_stream_rate_is_the_streamers_connections_within_the_instances_bandwidth(prod_raw):
+    config = parse_platform_config(streaming_h100(prod_raw))
+    # 32 connections at 85 MB/s: 21.76 Gbit/s, far below p5's 3200 and within g6.12xlarge's 40 Gbit/s.
+    assert stream_gbps(pool_named(config, "h100")) == STREAM_CONCURRENCY * 85 * 8 / 1000 == 21.76
+    assert STREAM_CONCURRENCY == 32
+    # A g6.xlarge has 10 Gbit/s in all: its network is the limit.
+    small = NodePoolConfig(name="small", instance_type="g6.xlarge", max_size=1, weight_cache=WeightCache(medium="s3Stream"))
+    assert stream_gbps(small) == 10
+    # A measured figure replaces it; the internet download rate (images) is another figure.
+    prod_raw["nodePools"][0]["weightCache"]["streamGbps"] = 50
+    h100 = pool_named(parse_platform_config(prod_raw), "h100")
+    assert stream_gbps(h100) == 50 and download_gbps(h100) == 10
+
+
+def test_the_70b_streamed_on_p5_starts_in_three_and_a_half_minutes(prod_raw):
+    config = parse_platform_config(streaming_h100(prod_raw))
+    start = cold_start(config, model_named(config, "llama-70b"))
+    # 132Gi at 21.76 Gbit/s (2.72 GB/s), with no download before the load; the image as on the instance store.
+    assert start.weights_seconds == math.ceil(132 * 2**30 / 2.72e9) == 53
+    assert start.image_seconds == 72 and start.engine_seconds == 90
+    assert start.total_seconds == 72 + 53 + 90 == 215
+    assert start.arithmetic() == (
+        "image 10.7 GB / 0.15 GB/s = 72 s; weights 141.7 GB / 2.72 GB/s streamed from S3 = 53 s; engine start 90 s; "
+        "total 215 s (3 min 35 s)"
+    )
+    # The startup probe allows three streams and engine starts: 3 x (53 + 90) = 429, so 430 s.
+    assert startup_budget_seconds(start) == 430
+
+
+def test_the_readme_shows_the_streamed_70b_arithmetic_the_code_derives(prod_raw):
+    config = parse_platform_config(streaming_h100(prod_raw))
+    start = cold_start(config, model_named(config, "llama-70b"))
+    assert start.arithmetic() in (ROOT / "README.md").read_text()
+
+
+# --- config errors --------------------------------------------------------------------------
+
+
+def test_a_hugging_face_version_on_a_streaming_pool_is_refused(prod_raw):
+    prod_raw["nodePools"][0]["weightCache"] = {"medium": "s3Stream"}
+    problems = [p for p in config_problems(prod_raw) if "streams weights from S3" in p]
+    # Every Hugging Face version on h100: the 70B's, the 8B's two, the 1B's.
+    keys = sorted(p.split(": ", 1)[0] for p in problems)
+    assert keys == [
+        "inference-platform:models[0].versions[0].source",
+        "inference-platform:models[1].versions[0].source",
+        "inference-platform:models[1].versions[1].source",
+        "inference-platform:models[2].versions[0].source",
+    ]
+    assert "nodePools[0].weightCache.medium=s3Stream" in problems[0]
+    assert "allowed are 's3Uri'" in problems[0] and "'mlflow' naming weights in S3" in problems[0]
+
+
+def test_a_stream_rate_on_a_pool_that_does_not_stream_is_refused(prod_raw):
+    prod_raw["nodePools"][1]["weightCache"]["streamGbps"] = 20
+    (problem,) = config_problems(prod_raw)
+    assert problem.startswith("inference-platform:nodePools[1].weightCache: ")
+    assert "'streamGbps' is read only with 'medium: s3Stream'" in problem
+
+
+def test_the_preview_refuses_a_hugging_face_version_on_a_streaming_pool_with_exit_2(tmp_path, prod_raw):
+    prod_raw["nodePools"][1]["weightCache"] = {"medium": "s3Stream"}
+    out = tmp_path / "out"
+    result = run_preview("--stack", "test", "--config-file", str(write_stack(tmp_path, prod_raw)), "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    assert "inference-platform:models[3].versions[0].source: is Hugging Face" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_mlflow_version_streams_where_the_registry_names_s3_weights(prod_raw, tmp_path):
+    from components.plan import plan_checks, resolve
+    from components.specs.pod import pod_spec
+    from platform_config.registry import resolve_registry
+
+    uri = "https://mlflow.example.com"
+    raw = streaming_h100(prod_raw)
+    raw["registry"] = {"trackingUri": uri}
+    raw["models"][0]["versions"][0]["source"] = {"mlflow": {"model": "llama-70b", "alias": "champion"}}
+
+    def resolved(weights: str):
+        entry = {"registeredModel": "llama-70b", "alias": "champion", "registryVersion": "4", "weights": weights}
+        file = tmp_path / "recording.json"
+        file.write_text(json.dumps(registry_recording(uri, [entry])))
+        config, _ = resolve_registry(parse_platform_config(raw, [plan_checks]), None, recording_file=str(file), dry_run=True)
+        return config
+
+    config = resolved(f"{WEIGHTS_BUCKET}/llama-70b/{FOLDER}")
+    assert run_checks(config) == []
+    server = next(s for m in resolve(config, hugging_face_tenants=()).models for s in m.servers if s.name == "llama-70b-v1")
+    spec = pod_spec(server)
+    assert spec["containers"][0]["args"][0] == f"{WEIGHTS_BUCKET}/llama-70b/{FOLDER}/" and "initContainers" not in spec
+    # The same reference naming Hugging Face weights is refused once resolved (the loader checks again).
+    config = resolved("hf://meta-llama/Llama-3.1-70B-Instruct@1605565b47bb9346c5515c34102e054115b4f98b")
+    (issue,) = run_checks(config)
+    assert str(issue).startswith("inference-platform:models[0].versions[0].source: is Hugging Face")
+
+
+# --- the objects ----------------------------------------------------------------------------
+
+
+def test_a_streamed_model_gets_its_s3_folder_and_the_streamer_loader(streamed):
+    template = streamed.k8s("Deployment", "llama-70b-v1", "serving")["spec"]["template"]
+    spec = template["spec"]
+    (vllm,) = spec["containers"]
+    args = vllm["args"]
+    assert args[0] == f"{WEIGHTS_BUCKET}/llama-70b/{FOLDER}/"
+    assert args[args.index("--load-format") + 1] == "runai_streamer"
+    loader = json.loads(args[args.index("--model-loader-extra-config") + 1])
+    # Tensor parallel 4: each rank streams a quarter and shares it; the buffers take a quarter of the 320Gi.
+    assert loader == {"concurrency": 32, "distributed": True, "memory_limit": 320 * 2**30 // 16}
+    assert "--revision" not in args
+    # No weights init container, no weights volume: HOME (config, tokenizer, compile caches), /tmp and /dev/shm only.
+    assert "initContainers" not in spec
+    assert [v["name"] for v in spec["volumes"]] == ["home", "tmp", "dshm"]
+    assert {m["mountPath"] for m in vllm["volumeMounts"]} == {"/home/vllm", "/tmp", "/dev/shm"}
+    assert vllm["resources"]["requests"]["ephemeral-storage"] == "30Gi"
+    env = {e["name"]: e.get("value") for e in vllm["env"]}
+    assert env["AWS_EC2_METADATA_DISABLED"] == "true" and env["HF_HOME"].startswith("/home/vllm/")
+    assert template["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"] == "home,tmp"
+    # Its startup probe and progress deadline follow the stream: 430 s, and 720 + 72 + 430.
+    assert vllm["startupProbe"]["periodSeconds"] * vllm["startupProbe"]["failureThreshold"] == 430
+    assert streamed.k8s("Deployment", "llama-70b-v1", "serving")["spec"]["progressDeadlineSeconds"] == 720 + 72 + 430
+
+
+def test_the_streaming_pods_workload_role_reads_the_pinned_folder(streamed):
+    spec = streamed.k8s("Deployment", "llama-70b-v1", "serving")["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "llama-70b-weights"
+    policy = json.loads(streamed.one("aws:iam/rolePolicy:RolePolicy", "llama-70b-weights-identity-policy")["inputs"]["policy"])
+    reads = [s["Resource"] for s in policy["Statement"] if s["Action"] == ["s3:GetObject"]]
+    lists = [s for s in policy["Statement"] if s["Action"] == ["s3:ListBucket"]]
+    folder = spec["containers"][0]["args"][0]
+    bucket, _, key = folder.removeprefix("s3://").partition("/")
+    assert any(f"arn:aws:s3:::{bucket}/{key}".startswith(r.removesuffix("*")) for r in reads), reads
+    assert any(key.startswith(p.removesuffix("*")) for s in lists for p in s["Condition"]["StringLike"]["s3:prefix"])
+
+
+def test_adapters_still_download_beside_streamed_weights(streamed):
+    spec = streamed.k8s("Service", "llama-8b-v1", "serving")["spec"]["template"]["spec"]
+    inits = spec["initContainers"]
+    assert inits and all(c["name"].startswith("fetch-adapter") for c in inits)
+    assert [v["name"] for v in spec["volumes"]][0] == "model-cache"
+    args = spec["containers"][0]["args"]
+    assert args[0] == f"{WEIGHTS_BUCKET}/llama-8b/{FOLDER}/" and "runai_streamer" in args
+    modules = args[args.index("--lora-modules") + 1 : args.index("--max-loras")]
+    assert modules and all("=/models/adapters/" in m for m in modules)
+    # One GPU slice: one reader, no distributed streaming.
+    assert "distributed" not in json.loads(args[args.index("--model-loader-extra-config") + 1])
+
+
+def test_the_streamer_flags_are_flags_of_the_pinned_vllm(streamed):
+    facts = Facts(facts_dir())
+    known = facts.vllm_flags("0.18.0")
+    if known is None:
+        pytest.skip("no vLLM 0.18.0 flag list in the upstream facts")
+    assert {"--load-format", "--model-loader-extra-config"} <= known
+    vllm = streamed.k8s("Deployment", "llama-70b-v1", "serving")["spec"]["template"]["spec"]["containers"][0]
+    assert check_vllm_container(facts, "llama-70b-v1", vllm).status == VERIFIED
+
+
+def test_the_report_shows_the_stream(streamed):
+    section = cold_start_section(streamed.outputs)
+    (row,) = [r for r in section.data if r["model"] == "llama-70b"]
+    assert (row["medium"], row["downloadGbps"], row["totalSeconds"]) == ("s3Stream", 21.76, 215)
+    assert "| llama-70b | h100 (s3Stream, 21.76 Gbit/s) | 72 s | 53 s |" in section.markdown
+
+
+def test_streamed_pods_are_admitted_scheduled_and_compliant(streamed):
+    from preview.admission import admit_and_schedule
+    from preview.policy_runner import PolicyPack
+    from preview.stack_config import load_project, load_stack_config
+
+    result = admit_and_schedule(streamed.manifests(), streamed.outputs["nodePools"])
+    assert result.findings == [] and all(w.findings == [] for w in result.workloads)
+    config = load_stack_config(load_project(ROOT), "prod")
+    pack = PolicyPack(ROOT / "policies", config.values, "inference-platform", "prod").connect()
+    try:
+        pack.handshake(ROOT)
+        pack.configure_stack("inference-platform", "prod", config.values, config.secret_keys)
+        pack.configure(pack.info(), {})
+        records = [r for r in streamed.records if r.custom and not r.type.startswith("pulumi:providers:")]
+        assert [d.policy for r in records for d in pack.analyze(r, None)] == []
+        assert list(pack.analyze_stack(records)) == []
+    finally:
+        pack.close()
