@@ -204,8 +204,8 @@ def pool_cost_per_hour(prices: Mapping[str, float]) -> str:
 
 def batch_queue_panels() -> list[tuple[str, list[tuple[str, str]], str, str]]:
     """Per tenant ClusterQueue: workloads pending and admitted, GPUs in use against the nominal
-    quota and borrowed beyond it, evictions (the batch queues' recorded series,
-    components/specs/batch_rules.py)."""
+    quota and borrowed beyond it, evictions; per job, the share of its shards done (the batch
+    queues' recorded series, components/specs/batch_rules.py)."""
     return [
         (
             "Batch: workloads pending by tenant",
@@ -236,6 +236,12 @@ def batch_queue_panels() -> list[tuple[str, list[tuple[str, str]], str, str]]:
             [("sum by (tenant, reason) (tenant:kueue_evicted_workloads:increase1h)", "{{tenant}} {{reason}}")],
             "short",
             "Preempted: reclaimed or outranked; LocalQueueStopped: a job paused.",
+        ),
+        (
+            "Batch: shards done by job",
+            [("max by (namespace, job_name) (job:kube_job_shards_done:ratio)", "{{namespace}}/{{job_name}}")],
+            "percentunit",
+            "Completed shards over shards of each platform batch job (kube-state-metrics).",
         ),
     ]
 
