@@ -18,9 +18,12 @@ What is read, all of it scraped already:
   are on by default at 0.19.2 (feature gate LocalQueueMetrics, beta and on since 0.17,
   pkg/features/kube_features.go; `metrics.localQueueMetrics.enable` defaults to true,
   apis/config/v1beta2/defaults.go).
-- kube-state-metrics' Job metrics (kube-prometheus-stack's subchart; its jobs collector is on by
-  default; docs/metrics/workload/job-metrics.md, every one STABLE), labelled with the Job's
-  `namespace` and `job_name` (its ServiceMonitor honours labels).
+- kube-state-metrics' Job metrics (kube-prometheus-stack's subchart), labelled with the Job's
+  `namespace` and `job_name` (its ServiceMonitor honours labels): STABLE metrics in
+  kubernetes/kube-state-metrics docs/metrics/workload/job-metrics.md, and `jobs` among the
+  collectors the kube-state-metrics chart enables by default (charts/kube-state-metrics/values.yaml
+  `collectors`). Both read at the commits stored for this work (076987a and 0027117), not at the
+  versions kube-prometheus-stack 81.4.3 pins: the upstream facts hold that subchart opaque.
 
 Recorded series follow the `level:metric:operations` naming of the SLO rules: `tenant:...` per
 tenant ClusterQueue, `tenant_flavor:...` per tenant and ResourceFlavor (a GPU pool), each
