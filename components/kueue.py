@@ -1,7 +1,8 @@
 """Kueue (pinned Helm release) and the cluster-wide queueing objects of the batch jobs: a
 ResourceFlavor per GPU pool, the WorkloadPriorityClasses, and a ClusterQueue per tenant with a
 batch budget, all in one cohort, with a LocalQueue `batch` in the tenant's namespace for the work
-its members submit (components/specs/kueue.py)."""
+its members submit (components/specs/kueue.py); with Prometheus, the batch queues' recording rules
+and alerts (components/specs/batch_rules.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from platform_config.pins import KUEUE
 
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
+from .specs.batch_rules import batch_prometheus_rule
 from .specs.kueue import (
     KUEUE_NAMESPACE,
     cluster_queue,
@@ -80,5 +82,13 @@ class Kueue(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self, depends_on=[queue, *([namespace_object] if namespace_object else [])]),
             )
             queues.append(queue)
+        if args.monitoring is not None:
+            # Kueue's metrics are scraped only with the Prometheus Operator installed (its
+            # ServiceMonitor): the batch queues' rules and alerts come with them.
+            custom_resource(
+                f"{name}-rules",
+                batch_prometheus_rule([t.name for t in config.tenants if t.batch_quota], config.batch_jobs),
+                pulumi.ResourceOptions(parent=self, depends_on=[release]),
+            )
         self.ready = [release, *classes, *queues]
         self.register_outputs({"chart": KUEUE.chart, "version": KUEUE.version})

@@ -69,6 +69,8 @@ class InferencePlatform(pulumi.ComponentResource):
 
         priority_classes = PriorityClasses("priority-classes", opts=child)
         monitoring = Monitoring("monitoring", opts=child) if config.monitoring.install_prometheus_stack else None
+        # Batch jobs queued through Kueue, installed when a tenant has a batch budget or a job exists.
+        batch = bool(plan.batch_jobs) or any(t.batch_quota for t in config.tenants)
         if monitoring is not None:
             # Next to the Grafana that shows it; a cluster's own Grafana is left to its operator.
             Dashboard(
@@ -76,7 +78,8 @@ class InferencePlatform(pulumi.ComponentResource):
                 DashboardArgs(
                     MONITORING_NAMESPACE,
                     platform_overview_dashboard(
-                        {pool.name: pool.price_per_hour for pool in config.node_pools if pool.price_per_hour is not None}
+                        {pool.name: pool.price_per_hour for pool in config.node_pools if pool.price_per_hour is not None},
+                        batch=batch,
                     ),
                     depends_on=(monitoring.namespace,),
                 ),
@@ -238,8 +241,7 @@ class InferencePlatform(pulumi.ComponentResource):
                 )
             )
 
-        # Batch jobs queued through Kueue, installed when a tenant has a batch budget or a job exists.
-        if plan.batch_jobs or any(t.batch_quota for t in config.tenants):
+        if batch:
             kueue = Kueue(
                 "kueue",
                 KueueArgs(

@@ -22,11 +22,12 @@ from platform_config.models import (
     ReleaseConfig,
     TrafficConfig,
 )
-from platform_config.pins import IMAGES
+from platform_config.pins import IMAGES, KUEUE_API_VERSION
 from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 
 from .backends.knative import KNATIVE_SERVICE_LABEL
 from .constants import LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_MODEL, LABEL_POOL
+from .specs.kueue import QUEUE_NAME_LABEL
 from .specs.pod import ANNOTATION_LORA_ADAPTERS
 from .specs.routes import (
     CANARY_STEP_OVERRIDE_ANNOTATION,
@@ -72,6 +73,8 @@ def policy_facts() -> dict[str, Any]:
             "canaryWeights": CANARY_WEIGHTS_ANNOTATION,
             "loraAdapters": ANNOTATION_LORA_ADAPTERS,
         },
+        # The label a Job is queued by, and the LocalQueue's type token as the program declares it.
+        "kueue": {"queueNameLabel": QUEUE_NAME_LABEL, "localQueueType": f"kubernetes:{KUEUE_API_VERSION}:LocalQueue"},
         # Policy config defaults, which the config checks hold stacks to as well.
         "floors": FLOORS.policy_defaults(),
         "images": {

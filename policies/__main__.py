@@ -248,6 +248,16 @@ PolicyPack(
             severity=Severity.CRITICAL,
         ),
         StackValidationPolicy(
+            name="gpu-jobs-through-kueue",
+            description="A Job (or a CronJob's jobs) in a tenant namespace that asks for GPUs carries the label "
+            "kueue.x-k8s.io/queue-name naming a LocalQueue of its own namespace: without it Kueue leaves the Job alone and "
+            "it runs outside the tenant's batch quota.",
+            validate=stack.gpu_jobs_through_kueue,
+            severity=Severity.HIGH,
+            # LocalQueues declared outside the stack, as namespace/name.
+            config_schema=schema(externalLocalQueues={**STRINGS, "default": []}),
+        ),
+        StackValidationPolicy(
             name="stack-capacity",
             description="Tenant GPU quotas fit the pools' capacity; every GPU resource a workload asks for exists in a pool; "
             "MIG profiles are valid for the pool's GPU.",

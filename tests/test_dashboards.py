@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components.specs.batch_rules import batch_prometheus_rule
 from components.specs.dashboards import (
     DATASOURCE_VARIABLE,
     EXPORTER_SERIES,
@@ -70,7 +71,14 @@ def slos() -> list[SloPlan]:
 
 @pytest.fixture(scope="module")
 def dashboards(slos: list[SloPlan]) -> list[dict[str, Any]]:
-    return [platform_overview_dashboard(PRICES), *(model_dashboard(slo) for slo in slos)]
+    return [platform_overview_dashboard(PRICES, batch=True), *(model_dashboard(slo) for slo in slos)]
+
+
+def batch_recorded() -> set[str]:
+    """What the prod stack's batch queues' PrometheusRule records."""
+    config = validate(raw_stack("prod")).config
+    rule = batch_prometheus_rule([t.name for t in config.tenants if t.batch_quota], config.batch_jobs)
+    return {r["record"] for g in rule["spec"]["groups"] for r in g["rules"] if "record" in r}
 
 
 def test_the_extractor_finds_series_and_skips_functions_labels_and_keywords() -> None:
@@ -98,11 +106,31 @@ def test_a_misspelt_series_would_be_caught(slos: list[SloPlan]) -> None:
 
 
 def test_the_overview_reads_recorded_or_exporter_series_only(slos: list[SloPlan]) -> None:
-    known = set().union(*(recorded(slo) for slo in slos)) | set(EXPORTER_SERIES)
-    used = {name for t in targets(platform_overview_dashboard(PRICES)) for name in series_names(t["expr"])}
+    known = set().union(*(recorded(slo) for slo in slos)) | batch_recorded() | set(EXPORTER_SERIES)
+    used = {name for t in targets(platform_overview_dashboard(PRICES, batch=True)) for name in series_names(t["expr"])}
     assert used <= known, used - known
     # Every exporter series listed is used: the list is no stale allowance.
     assert set(EXPORTER_SERIES) <= used
+
+
+def test_the_batch_panels_show_each_tenants_queue_only_with_kueue() -> None:
+    """With Kueue, the overview shows pending and admitted workloads and GPUs in use against the
+    nominal quota and borrowed, per tenant; without it, no batch panel."""
+    panels = [p for p in platform_overview_dashboard(PRICES, batch=True)["panels"] if p["title"].startswith("Batch")]
+    read = {name for p in panels for t in p["targets"] for name in series_names(t["expr"])}
+    assert (
+        {
+            "tenant:kueue_pending_workloads:sum",
+            "tenant:kueue_admitted_active_workloads:sum",
+            "tenant_flavor:kueue_gpu_usage:sum",
+            "tenant_flavor:kueue_gpu_nominal_quota:sum",
+            "tenant_flavor:kueue_gpu_borrowed:sum",
+        }
+        <= read
+        <= batch_recorded()
+    )
+    assert all(t["expr"].startswith("sum by (tenant") for p in panels if "tenant" in p["title"] for t in p["targets"])
+    assert not [p for p in platform_overview_dashboard(PRICES)["panels"] if p["title"].startswith("Batch")]
 
 
 def test_every_panel_and_query_reads_the_datasource_variable(dashboards: list[dict[str, Any]]) -> None:

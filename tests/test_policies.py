@@ -85,7 +85,7 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 26
+    assert len(names) == 27
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):

@@ -18,7 +18,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from platform_config.models import duration_seconds
+from platform_config.models import BatchJobConfig, duration_seconds
 from platform_config.pins import AWS_CLI
 from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS
 
@@ -307,6 +307,11 @@ def pod_spec(plan: BatchJobPlan) -> dict[str, Any]:
     }
 
 
+def job_name(job_config: BatchJobConfig) -> str:
+    """The Job's name (what kube-state-metrics labels its series `job_name` with)."""
+    return f"batch-{job_config.name}"
+
+
 def job(plan: BatchJobPlan) -> dict[str, Any]:
     """The Indexed Job. No `spec.suspend`: Kueue's webhook creates it suspended and Kueue owns
     the field from then on (it unsuspends on admission and suspends on eviction); pausing is the
@@ -317,7 +322,7 @@ def job(plan: BatchJobPlan) -> dict[str, Any]:
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": f"batch-{plan.name}",
+            "name": job_name(job_config),
             "namespace": plan.namespace,
             "labels": labels,
             # `pulumi up` must not wait hours for the job to finish (pulumi-kubernetes awaits Jobs).

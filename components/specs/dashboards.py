@@ -15,8 +15,9 @@ What the queries read:
 - per model: only the series its PrometheusRule records (components/specs/slo_rules.py), every
   one labelled `model` and `tenant` and aggregated by `model_version`, so each panel draws one
   line per version;
-- the overview: those recorded series of every model, and exporter series listed in
-  EXPORTER_SERIES with where each comes from.
+- the overview: those recorded series of every model, the batch queues' (their PrometheusRule,
+  components/specs/batch_rules.py), and exporter series listed in EXPORTER_SERIES with where
+  each comes from.
 
 Cost: the overview shows GPU-hours per hour (GPUs on nodes, by pool and by instance type) and,
 for each pool whose stack config gives `pricePerHour`, its nodes times that price. No price is
@@ -201,9 +202,54 @@ def pool_cost_per_hour(prices: Mapping[str, float]) -> str:
     )
 
 
-def platform_overview_dashboard(prices: Mapping[str, float]) -> dict[str, Any]:
+def batch_queue_panels() -> list[tuple[str, list[tuple[str, str]], str, str]]:
+    """Per tenant ClusterQueue: workloads pending and admitted, GPUs in use against the nominal
+    quota and borrowed beyond it, evictions; per job, the share of its shards done (the batch
+    queues' recorded series, components/specs/batch_rules.py)."""
+    return [
+        (
+            "Batch: workloads pending by tenant",
+            [("sum by (tenant, status) (tenant:kueue_pending_workloads:sum)", "{{tenant}} ({{status}})")],
+            "short",
+            "Kueue workloads waiting in each tenant's ClusterQueue: active (queued for quota) or inadmissible "
+            "(retried only when the cluster changes).",
+        ),
+        (
+            "Batch: workloads admitted by tenant",
+            [("sum by (tenant) (tenant:kueue_admitted_active_workloads:sum)", "{{tenant}}")],
+            "short",
+            "",
+        ),
+        (
+            "Batch: GPUs in use, nominal quota and borrowed by tenant",
+            [
+                ("sum by (tenant) (tenant_flavor:kueue_gpu_usage:sum)", "{{tenant}} in use"),
+                ("sum by (tenant) (tenant_flavor:kueue_gpu_nominal_quota:sum)", "{{tenant}} nominal"),
+                ("sum by (tenant) (tenant_flavor:kueue_gpu_borrowed:sum)", "{{tenant}} borrowed"),
+            ],
+            "short",
+            "GPUs (and MIG slices) the tenant's admitted batch work holds, over all its batch pools; what is beyond its "
+            "nominal quota is borrowed from the cohort and reclaimed by preemption.",
+        ),
+        (
+            "Batch: evictions in the last hour by tenant and reason",
+            [("sum by (tenant, reason) (tenant:kueue_evicted_workloads:increase1h)", "{{tenant}} {{reason}}")],
+            "short",
+            "Preempted: reclaimed or outranked; LocalQueueStopped: a job paused.",
+        ),
+        (
+            "Batch: shards done by job",
+            [("max by (namespace, job_name) (job:kube_job_shards_done:ratio)", "{{namespace}}/{{job_name}}")],
+            "percentunit",
+            "Completed shards over shards of each platform batch job (kube-state-metrics).",
+        ),
+    ]
+
+
+def platform_overview_dashboard(prices: Mapping[str, float], batch: bool = False) -> dict[str, Any]:
     """GPU use by pool, tenant and priority; queue depth; shed requests; GPU-hours per hour, and
-    the cost per hour of the pools whose `pricePerHour` is given."""
+    the cost per hour of the pools whose `pricePerHour` is given; with `batch` (Kueue
+    installed), the batch queues per tenant."""
     gpu_requests = f"kube_pod_container_resource_requests{{{GPU_RESOURCE}}}"
     pools = f"max by (node, {POOL}) (kube_node_labels)"
     types = f"max by (node, {INSTANCE_TYPE}) (kube_node_labels)"
@@ -285,6 +331,8 @@ def platform_overview_dashboard(prices: Mapping[str, float]) -> dict[str, Any]:
                 "Nodes of each pool times its `pricePerHour` (stack config), in the currency that price is in.",
             )
         )
+    if batch:
+        specs += batch_queue_panels()
     return _dashboard("inference-platform-overview", "Inference platform overview", ["overview"], _layout(specs))
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+import yaml
+
 from platform_config.capacity import BatchQueueRow, pool_supply
 from platform_config.models import BatchJobConfig, NodePoolConfig, PlatformConfig, TenantConfig
 from platform_config.pins import KUEUE_API_VERSION
@@ -160,12 +162,62 @@ def workload_priority_classes() -> list[dict[str, Any]]:
     ]
 
 
+# The chart's manager configuration at 0.19.2 (charts/kueue/values.yaml
+# `managerConfig.controllerManagerConfigYaml`, its uncommented keys), which the values can only
+# replace whole: the metrics Kueue reports per ClusterQueue resource (usage, reservation, nominal
+# quota, borrowing limit: `kueue_cluster_queue_resource_usage`, `kueue_cluster_queue_nominal_quota`,
+# ... in pkg/metrics/metrics.go) are reported only with `metrics.enableClusterQueueResources`
+# (apis/config/v1beta2/configuration_types.go; cmd/kueue/main.go passes it to the caches), which
+# the chart leaves commented out. A test holds the rest to the chart's own text.
+KUEUE_MANAGER_CONFIG: dict[str, Any] = {
+    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+    "kind": "Configuration",
+    "health": {"healthProbeBindAddress": ":8081"},
+    "metrics": {"bindAddress": ":8443", "enableClusterQueueResources": True},
+    "webhook": {"port": 9443},
+    "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+    "controller": {
+        "groupKindConcurrency": {
+            "Job.batch": 5,
+            "Pod": 5,
+            "Workload.kueue.x-k8s.io": 10,
+            "LocalQueue.kueue.x-k8s.io": 5,
+            "ClusterQueue.kueue.x-k8s.io": 5,
+            "ResourceFlavor.kueue.x-k8s.io": 1,
+        }
+    },
+    "clientConnection": {"qps": 300, "burst": 500},
+    "integrations": {
+        "frameworks": [
+            "batch/job",
+            "kubeflow.org/mpijob",
+            "ray.io/rayjob",
+            "ray.io/rayservice",
+            "ray.io/raycluster",
+            "jobset.x-k8s.io/jobset",
+            "workload.codeflare.dev/appwrapper",
+            "trainer.kubeflow.org/trainjob",
+            "pod",
+            "deployment",
+            "statefulset",
+            "leaderworkerset.x-k8s.io/leaderworkerset",
+        ]
+    },
+}
+
+
 def kueue_values(system_node_selector: dict[str, str] | None, prometheus: bool) -> dict[str, Any]:
     """The chart's values (keys checked against charts/kueue/values.yaml at v0.19.2 by the
     preview's upstream stage): two managers (leader election is on in the chart's manager config)
-    with a disruption budget, on the system nodes on EKS, and a ServiceMonitor when the
-    Prometheus Operator is installed."""
+    with a disruption budget, on the system nodes on EKS, and, when the Prometheus Operator is
+    installed, the chart's ServiceMonitor (`enablePrometheus`: templates/prometheus/monitor.yaml,
+    https on the metrics Service with the Prometheus pod's service-account token; Prometheus
+    selects it with the monitoring component's selectors, which take every namespace) and the
+    ClusterQueue resource metrics the batch rules read (KUEUE_MANAGER_CONFIG)."""
     manager: dict[str, Any] = {"replicas": 2, "podDisruptionBudget": {"enabled": True, "minAvailable": 1}}
     if system_node_selector:
         manager["nodeSelector"] = system_node_selector
-    return {"controllerManager": manager, "enablePrometheus": prometheus}
+    values: dict[str, Any] = {"controllerManager": manager, "enablePrometheus": prometheus}
+    if prometheus:
+        values["managerConfig"] = {"controllerManagerConfigYaml": yaml.safe_dump(KUEUE_MANAGER_CONFIG, sort_keys=False)}
+    return values

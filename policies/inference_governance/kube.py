@@ -70,6 +70,12 @@ KNATIVE_SERVICE_LABEL: str = FACTS["labels"]["knativeService"]
 DEFAULT_OVERRIDE_HEADER: str = FACTS["defaults"]["overrideHeader"]
 PRODUCTION_PRIORITY_CLASS: str = FACTS["defaults"]["productionPriorityClass"]
 DEFAULT_TIER_HEADER: str = FACTS["defaults"]["tierHeader"]
+# The label Kueue queues a Job by (its LocalQueue's name), and the LocalQueue's type token
+# (components/specs/kueue.py QUEUE_NAME_LABEL, KUEUE_API_VERSION).
+QUEUE_NAME_LABEL: str = FACTS["kueue"]["queueNameLabel"]
+LOCAL_QUEUE: str = FACTS["kueue"]["localQueueType"]
+BATCH_JOB = "kubernetes:batch/v1:Job"
+CRON_JOB = "kubernetes:batch/v1:CronJob"
 # Policy config defaults the program's config checks share (platform_config/floors.py).
 FLOORS: dict[str, float] = FACTS["floors"]
 

@@ -7,7 +7,9 @@ from collections import defaultdict
 from typing import Any, Iterator, Mapping
 
 from .kube import (
+    BATCH_JOB,
     COMPONENT_LABEL,
+    CRON_JOB,
     DEFAULT_OVERRIDE_HEADER,
     DEFAULT_TIER_HEADER,
     DEPLOYMENT,
@@ -22,6 +24,7 @@ from .kube import (
     KNATIVE_SERVICE,
     KNATIVE_SERVICE_LABEL,
     LATENCY_LABEL,
+    LOCAL_QUEUE,
     MIG_PREFIX,
     MIG_PROFILES,
     NAMESPACE,
@@ -32,6 +35,7 @@ from .kube import (
     POOL_LABEL,
     PRIORITY_CLASS,
     PRODUCTION_PRIORITY_CLASS,
+    QUEUE_NAME_LABEL,
     QUOTA,
     SERVICE,
     SERVICE_MONITOR,
@@ -57,6 +61,11 @@ NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 
 def of_type(args: Any, token: str) -> list[Any]:
     return [r for r in args.resources if r.resource_type == token]
+
+
+def _tenant_namespaces(args: Any) -> set[str]:
+    """The tenants' namespaces: those the program labels with their tenant."""
+    return {name_of(n.props) for n in of_type(args, NAMESPACE) if get(n.props, "metadata", "labels", TENANT_LABEL)}
 
 
 class GpuWorkload:
@@ -650,8 +659,11 @@ def _endpoint_pickers_in_the_mesh(args: Any, pickers: list[EndpointPicker], repo
                 "gateway -> picker and picker -> server hops lose mTLS; remove it from the pod template",
                 picker.resource.urn,
             )
-    tenants = {name_of(n.props) for n in of_type(args, NAMESPACE) if get(n.props, "metadata", "labels", TENANT_LABEL)}
-    tenants |= {p.namespace for p in pickers} | {namespace_of(pool.props) for pool in of_type(args, INFERENCE_POOL)}
+    tenants = (
+        _tenant_namespaces(args)
+        | {p.namespace for p in pickers}
+        | {namespace_of(pool.props) for pool in of_type(args, INFERENCE_POOL)}
+    )
     for peer in of_type(args, PEER_AUTHENTICATION):
         namespace = namespace_of(peer.props)
         if namespace not in tenants:
@@ -682,10 +694,46 @@ def endpoint_picker_availability(args: Any, report_violation: Report) -> None:
     _endpoint_pickers_in_the_mesh(args, pickers, report_violation)
 
 
+def gpu_jobs_through_kueue(args: Any, report_violation: Report) -> None:
+    """A Job in a tenant namespace whose pods ask for GPUs (a batch/v1 Job, or the jobs a CronJob
+    makes) is labelled with the LocalQueue it is queued in, one of its own namespace. Kueue reads
+    only that label (pkg/controller/jobframework/utils.go QueueNameForObject at v0.19.2) and
+    leaves a Job without it alone (manageJobsWithoutQueueName is off: jobframework/reconciler.go),
+    so such a Job starts at once, outside the tenant's batch quota and the cohort's preemption;
+    a label naming a LocalQueue its namespace does not have leaves the Job suspended for ever."""
+    tenants = _tenant_namespaces(args)
+    queues = {(namespace_of(q.props), name_of(q.props)) for q in of_type(args, LOCAL_QUEUE)}
+    external = (str(entry).partition("/") for entry in config(args).get("externalLocalQueues", []))
+    queues |= {(ns, name) for ns, slash, name in external if slash}
+    for resource in args.resources:
+        if resource.resource_type not in (BATCH_JOB, CRON_JOB):
+            continue
+        namespace = namespace_of(resource.props)
+        template = pod_template(resource.resource_type, resource.props)
+        if namespace not in tenants or template is None or not pod_gpu_resources(get(template, "spec", default={})):
+            continue
+        # Kueue reads the Job's own labels: for a CronJob, its job template's.
+        cron = resource.resource_type == CRON_JOB
+        job_metadata = get(resource.props, "spec", "jobTemplate", "metadata") if cron else get(resource.props, "metadata")
+        queue = get(job_metadata, "labels", QUEUE_NAME_LABEL)
+        where = f"{'CronJob' if cron else 'Job'} {namespace}/{name_of(resource.props)}"
+        own = sorted(name for ns, name in queues if ns == namespace)
+        choices = f"one of {', '.join(own)}" if own else f"a LocalQueue of namespace {namespace} (it has none)"
+        if not queue:
+            report_violation(
+                f"{where} asks for GPUs without the label {QUEUE_NAME_LABEL}: Kueue leaves it alone, so it runs at once "
+                f"outside the tenant's batch quota; label it with {choices}",
+                resource.urn,
+            )
+        elif (namespace, queue) not in queues:
+            report_violation(
+                f"{where} is labelled {QUEUE_NAME_LABEL}: {queue}, a LocalQueue namespace {namespace} does not have: Kueue "
+                f"keeps it suspended for ever; name {choices}",
+                resource.urn,
+            )
+
+
 # --- advisory ----------------------------------------------------------------------------------
-
-
-BATCH_JOB = "kubernetes:batch/v1:Job"
 
 
 def model_server_monitoring(args: Any, report_violation: Report) -> None:

@@ -1,0 +1,289 @@
+"""The batch queues' rules (components/specs/batch_rules.py): they read only what Kueue 0.19.2 and
+kube-state-metrics export (or what they record themselves), Kueue's series as the leader reports
+them, and under the real `promtool` each alert fires on a breach and stays silent otherwise."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.specs.batch_rules import BATCH_SOURCE_SERIES, REPEATED_PREEMPTIONS, batch_prometheus_rule
+from components.specs.kueue import kueue_values
+from platform_config.pins import KUEUE
+
+from .helpers import mirror_show, raw_stack, validate
+from .test_batch_jobs import KUEUE_MIRROR
+from .test_dashboards import series_names
+from .test_slo_rules import fails, passes, prom_labels, run_tests, strip_annotations
+
+TAG = f"v{KUEUE.version}"
+
+
+def prod_rule(raw: dict[str, Any] | None = None) -> dict[str, Any]:
+    config = validate(raw if raw is not None else raw_stack("prod")).config
+    return batch_prometheus_rule([t.name for t in config.tenants if t.batch_quota], config.batch_jobs)
+
+
+def rules(rule: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for g in rule["spec"]["groups"] for r in g["rules"]]
+
+
+def recorded(rule: dict[str, Any]) -> set[str]:
+    return {r["record"] for r in rules(rule) if "record" in r}
+
+
+def test_every_series_read_is_recorded_or_exported_by_a_named_source() -> None:
+    rule = prod_rule()
+    used = {name for r in rules(rule) for name in series_names(r["expr"])}
+    assert used <= recorded(rule) | set(BATCH_SOURCE_SERIES), used - recorded(rule) - set(BATCH_SOURCE_SERIES)
+    # Every source listed is read: the catalog is no stale allowance.
+    assert set(BATCH_SOURCE_SERIES) <= used
+
+
+def test_kueues_series_are_metrics_of_the_pinned_release() -> None:
+    """Each `kueue_*` series the rules read is a metric of pkg/metrics/metrics.go at the tag
+    (subsystem `kueue`), with the labels the rules read."""
+    source = mirror_show(KUEUE_MIRROR, TAG, "pkg/metrics/metrics.go")
+    read = {name: text for name, text in BATCH_SOURCE_SERIES.items() if name.startswith("kueue_")}
+    assert read
+    for name in read:
+        declared = re.search(
+            r'Subsystem: constants\.KueueName,\s*Name:\s*"' + re.escape(name.removeprefix("kueue_")) + r'",.*?\}, (.*?)\n',
+            source,
+            re.S,
+        )
+        assert declared, name
+        labels = declared.group(1)
+        assert '"replica_role"' in labels, name
+        assert ('"cluster_queue"' in labels) or ('"namespace"' in labels and '"name"' in labels), (name, labels)
+    # A misspelt metric would not be found.
+    assert 'Name:      "cluster_queue_gpu_usage"' not in source
+
+
+def test_kueues_series_are_read_as_the_leader_reports_them() -> None:
+    for r in rules(prod_rule()):
+        for selector in re.findall(r"kueue_[a-z_]+\{([^}]*)\}", r["expr"]):
+            assert 'replica_role="leader"' in selector, r["expr"]
+
+
+def test_the_resource_and_local_queue_metrics_are_on() -> None:
+    """Kueue reports the ClusterQueue resource metrics only with enableClusterQueueResources, a
+    field of its Configuration at the tag, which the chart's default config leaves commented out;
+    the platform's manager config is the chart's with that one field set. LocalQueue metrics are
+    on by default at the tag."""
+    chart_values = yaml.safe_load(mirror_show(KUEUE_MIRROR, TAG, "charts/kueue/values.yaml"))
+    chart_config = yaml.safe_load(chart_values["managerConfig"]["controllerManagerConfigYaml"])
+    ours = yaml.safe_load(kueue_values(None, prometheus=True)["managerConfig"]["controllerManagerConfigYaml"])
+    assert ours["metrics"].pop("enableClusterQueueResources") is True
+    assert ours == chart_config
+    assert "enableClusterQueueResources" not in chart_config["metrics"]
+    types = mirror_show(KUEUE_MIRROR, TAG, "apis/config/v1beta2/configuration_types.go")
+    assert 'EnableClusterQueueResources bool `json:"enableClusterQueueResources,omitempty"`' in types
+    defaults = mirror_show(KUEUE_MIRROR, TAG, "apis/config/v1beta2/defaults.go")
+    assert "&LocalQueueMetrics{Enable: true}" in defaults
+    # Without Prometheus nothing reads them: the chart's own config stays.
+    assert "managerConfig" not in kueue_values(None, prometheus=False)
+
+
+def test_a_paused_job_has_no_queued_too_long_alert() -> None:
+    config = validate(raw_stack("prod")).config
+    paused = {j.name for j in config.batch_jobs if j.paused}
+    assert paused, "the prod stack has a paused job"
+    queued = {r["labels"]["batch_job"] for r in rules(prod_rule()) if r.get("alert") == "BatchJobQueuedTooLong"}
+    assert queued == {j.name for j in config.batch_jobs} - paused
+
+
+# --- under promtool -------------------------------------------------------------------------
+
+
+def one_job(deadline: str) -> dict[str, Any]:
+    """The prod stack with its running job's deadline set (and its paused one left as it is), its
+    shards fast enough for it (the config check wants a shard's estimate within the deadline)."""
+    raw = copy.deepcopy(raw_stack("prod"))
+    [job] = [j for j in raw["batchJobs"] if j["name"] == "ticket-labels"]
+    job["deadline"] = deadline
+    job["tokensPerSecond"] = 8000
+    return raw
+
+
+def rules_file(tmp_path: Path, rule: dict[str, Any]) -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
+    return path
+
+
+KSM = 'namespace="team-b", job_name="batch-ticket-labels", job="kube-state-metrics", instance="ksm:8080"'
+KUEUE_TARGET = 'namespace="kueue-system", job="kueue-controller-manager-metrics-service"'
+JOB_LABELS = {"tenant": "team-b", "batch_job": "ticket-labels", "severity": "ticket"}
+
+
+@pytest.mark.real_server
+def test_the_prod_rules_pass_promtool_check(promtool: str, tmp_path: Path) -> None:
+    result = subprocess.run([promtool, "check", "rules", str(rules_file(tmp_path, prod_rule()))], capture_output=True, text=True)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.real_server
+def test_queue_records_read_the_leader_and_split_borrowed_gpus(promtool: str, tmp_path: Path) -> None:
+    """team-b's leader reports 4 pending (active) and 2 admitted workloads and 5 GPUs in use of a
+    nominal 2 on l4-batch (3 borrowed); the follower reports the same and is not counted twice;
+    CPU usage is no GPU."""
+    series = []
+    for role in ("leader", "follower"):
+        cq = f'{KUEUE_TARGET}, cluster_queue="team-b", replica_role="{role}", pod="kueue-{role}"'
+        res = f'{cq}, cohort="batch", flavor="l4-batch"'
+        series += [
+            {"series": f'kueue_pending_workloads{{{cq}, status="active"}}', "values": "4x30"},
+            {"series": f'kueue_pending_workloads{{{cq}, status="inadmissible"}}', "values": "0x30"},
+            {"series": f"kueue_admitted_active_workloads{{{cq}}}", "values": "2x30"},
+            {"series": f'kueue_cluster_queue_resource_usage{{{res}, resource="nvidia.com/gpu"}}', "values": "5x30"},
+            {"series": f'kueue_cluster_queue_resource_usage{{{res}, resource="cpu"}}', "values": "40x30"},
+            {"series": f'kueue_cluster_queue_nominal_quota{{{res}, resource="nvidia.com/gpu"}}', "values": "2x30"},
+        ]
+    team_b = {"tenant": "team-b"}
+    flavor = {**team_b, "flavor": "l4-batch"}
+    expect = [
+        ("tenant:kueue_pending_workloads:sum", {**team_b, "status": "active"}, 4),
+        ("tenant:kueue_pending_workloads:sum", {**team_b, "status": "inadmissible"}, 0),
+        ("tenant:kueue_admitted_active_workloads:sum", team_b, 2),
+        ("tenant_flavor:kueue_gpu_usage:sum", flavor, 5),
+        ("tenant_flavor:kueue_gpu_nominal_quota:sum", flavor, 2),
+        ("tenant_flavor:kueue_gpu_borrowed:sum", flavor, 3),
+    ]
+    test = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            {
+                "expr": f"{name}{prom_labels(labels)}",
+                "eval_time": "10m",
+                "exp_samples": [{"labels": prom_labels({"__name__": name, **labels}), "value": v}],
+            }
+            for name, labels, v in expect
+        ],
+    }
+    passes(run_tests(promtool, tmp_path, rules_file(tmp_path, prod_rule()), [test]))
+
+
+def queued(pending: str) -> dict[str, Any]:
+    lq = f'{KUEUE_TARGET}, exported_namespace="team-b", name="batch-ticket-labels", replica_role="leader"'
+    return {
+        "interval": "1m",
+        "input_series": [
+            {"series": f'kueue_local_queue_pending_workloads{{{lq}, status="inadmissible"}}', "values": pending},
+            {"series": f'kueue_local_queue_pending_workloads{{{lq}, status="active"}}', "values": "0x120"},
+        ],
+    }
+
+
+@pytest.mark.real_server
+def test_a_job_queued_beyond_its_deadline_opens_a_ticket(promtool: str, tmp_path: Path) -> None:
+    """A 1 h job pending for 90 minutes: the ticket is open at 75 m; admitted after 30 minutes, no
+    ticket."""
+    path = rules_file(tmp_path, prod_rule(one_job("1h")))
+    strip_annotations(path)
+    waiting = queued("1x120")
+    waiting["alert_rule_test"] = [
+        {"eval_time": "75m", "alertname": "BatchJobQueuedTooLong", "exp_alerts": [{"exp_labels": JOB_LABELS}]}
+    ]
+    admitted = queued("1x30 0x90")
+    admitted["alert_rule_test"] = [{"eval_time": "75m", "alertname": "BatchJobQueuedTooLong", "exp_alerts": []}]
+    passes(run_tests(promtool, tmp_path, path, [waiting, admitted]))
+    # Before the deadline has passed the same wait is silent (the test can fail).
+    waiting["alert_rule_test"][0]["eval_time"] = "50m"
+    fails(run_tests(promtool, tmp_path, path, [waiting]))
+
+
+def running(succeeded: int, failed_condition: str = "false") -> dict[str, Any]:
+    """ticket-labels (12 shards) started at 0, two shards running, `succeeded` done."""
+    return {
+        "interval": "1m",
+        "input_series": [
+            {"series": f"kube_job_status_start_time{{{KSM}}}", "values": "0x60"},
+            {"series": f"kube_job_spec_completions{{{KSM}}}", "values": "12x60"},
+            {"series": f"kube_job_status_active{{{KSM}}}", "values": "2x60"},
+            {"series": f"kube_job_status_succeeded{{{KSM}}}", "values": f"{succeeded}x60"},
+            {"series": f'kube_job_failed{{{KSM}, condition="true"}}', "values": f"{int(failed_condition == 'true')}x60"},
+            {"series": f'kube_job_failed{{{KSM}, condition="false"}}', "values": f"{int(failed_condition == 'false')}x60"},
+        ],
+    }
+
+
+@pytest.mark.real_server
+def test_a_job_behind_its_deadline_opens_a_ticket_and_one_on_pace_does_not(promtool: str, tmp_path: Path) -> None:
+    """A 1 h job 50 minutes in: 2 of 12 shards done (17% for 83% of the deadline) is behind;
+    11 of 12 (92%) is on pace. The alert's value is the share done."""
+    path = rules_file(tmp_path, prod_rule(one_job("1h")))
+    strip_annotations(path)
+    behind = running(2)
+    behind["alert_rule_test"] = [
+        {
+            "eval_time": "50m",
+            "alertname": "BatchJobBehindDeadline",
+            "exp_alerts": [{"exp_labels": {**JOB_LABELS, "namespace": "team-b", "job_name": "batch-ticket-labels"}}],
+        }
+    ]
+    behind["promql_expr_test"] = [
+        {
+            "expr": "round(job:kube_job_shards_done:ratio, 0.001)",
+            "eval_time": "50m",
+            "exp_samples": [{"labels": prom_labels({"namespace": "team-b", "job_name": "batch-ticket-labels"}), "value": 0.167}],
+        }
+    ]
+    on_pace = running(11)
+    on_pace["alert_rule_test"] = [{"eval_time": "50m", "alertname": "BatchJobBehindDeadline", "exp_alerts": []}]
+    passes(run_tests(promtool, tmp_path, path, [behind, on_pace]))
+    # Within the first half of the deadline nothing is judged yet.
+    behind["alert_rule_test"][0]["eval_time"] = "25m"
+    fails(run_tests(promtool, tmp_path, path, [behind]))
+
+
+@pytest.mark.real_server
+def test_a_failed_job_opens_a_ticket(promtool: str, tmp_path: Path) -> None:
+    path = rules_file(tmp_path, prod_rule())
+    strip_annotations(path)
+    failed = running(5, failed_condition="true")
+    failed["alert_rule_test"] = [
+        {
+            "eval_time": "10m",
+            "alertname": "BatchJobFailed",
+            "exp_alerts": [{"exp_labels": {**JOB_LABELS, "namespace": "team-b", "job_name": "batch-ticket-labels"}}],
+        }
+    ]
+    healthy = running(5)
+    healthy["alert_rule_test"] = [{"eval_time": "10m", "alertname": "BatchJobFailed", "exp_alerts": []}]
+    passes(run_tests(promtool, tmp_path, path, [failed, healthy]))
+
+
+def evictions(reason: str, per_minute: float) -> dict[str, Any]:
+    cq = f'{KUEUE_TARGET}, cluster_queue="team-b", replica_role="leader", underlying_cause="", priority_class="batch"'
+    return {
+        "interval": "1m",
+        "input_series": [{"series": f'kueue_evicted_workloads_total{{{cq}, reason="{reason}"}}', "values": f"0+{per_minute}x90"}],
+    }
+
+
+@pytest.mark.real_server
+def test_repeated_preemptions_open_a_ticket_and_pausing_does_not(promtool: str, tmp_path: Path) -> None:
+    """One preemption every 10 minutes (6 an hour) is repeated; one every 30 minutes (2 an hour)
+    is not, nor are 6 an hour evicted by a stopped (paused) LocalQueue."""
+    assert REPEATED_PREEMPTIONS == 3
+    path = rules_file(tmp_path, prod_rule())
+    strip_annotations(path)
+    labels = {"tenant": "team-b", "reason": "Preempted", "severity": "ticket"}
+    tests = []
+    for reason, rate, expected in (
+        ("Preempted", 0.1, [{"exp_labels": labels}]),
+        ("Preempted", 1 / 30, []),
+        ("LocalQueueStopped", 0.1, []),
+    ):
+        test = evictions(reason, round(rate, 6))
+        test["alert_rule_test"] = [{"eval_time": "80m", "alertname": "BatchQueuePreemptedRepeatedly", "exp_alerts": expected}]
+        tests.append(test)
+    passes(run_tests(promtool, tmp_path, path, tests))
