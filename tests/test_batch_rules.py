@@ -91,12 +91,12 @@ def test_the_resource_and_local_queue_metrics_are_on() -> None:
     assert "managerConfig" not in kueue_values(None, prometheus=False)
 
 
-def test_a_paused_job_has_no_queued_too_long_alert() -> None:
+def test_every_job_has_its_queued_too_long_alert_paused_or_not() -> None:
+    """Pausing a job changes its LocalQueue alone: the alert reads the queue's stopped state from Kueue's metrics."""
     config = validate(raw_stack("prod")).config
-    paused = {j.name for j in config.batch_jobs if j.paused}
-    assert paused, "the prod stack has a paused job"
+    assert any(j.paused for j in config.batch_jobs), "the prod stack has a paused job"
     queued = {r["labels"]["batch_job"] for r in rules(prod_rule()) if r.get("alert") == "BatchJobQueuedTooLong"}
-    assert queued == {j.name for j in config.batch_jobs} - paused
+    assert queued == {j.name for j in config.batch_jobs}
 
 
 # --- under promtool -------------------------------------------------------------------------
@@ -171,13 +171,16 @@ def test_queue_records_read_the_leader_and_split_borrowed_gpus(promtool: str, tm
     passes(run_tests(promtool, tmp_path, rules_file(tmp_path, prod_rule()), [test]))
 
 
-def queued(pending: str) -> dict[str, Any]:
+def queued(pending: str, stopped: bool = False) -> dict[str, Any]:
+    """The job's LocalQueue as the leader reports it: its pending workloads and whether it is stopped (paused)."""
     lq = f'{KUEUE_TARGET}, exported_namespace="team-b", name="batch-ticket-labels", replica_role="leader"'
     return {
         "interval": "1m",
         "input_series": [
             {"series": f'kueue_local_queue_pending_workloads{{{lq}, status="inadmissible"}}', "values": pending},
             {"series": f'kueue_local_queue_pending_workloads{{{lq}, status="active"}}', "values": "0x120"},
+            {"series": f'kueue_local_queue_status{{{lq}, active="False"}}', "values": "1x120" if stopped else "0x120"},
+            {"series": f'kueue_local_queue_status{{{lq}, active="True"}}', "values": "0x120" if stopped else "1x120"},
         ],
     }
 
@@ -194,7 +197,10 @@ def test_a_job_queued_beyond_its_deadline_opens_a_ticket(promtool: str, tmp_path
     ]
     admitted = queued("1x30 0x90")
     admitted["alert_rule_test"] = [{"eval_time": "75m", "alertname": "BatchJobQueuedTooLong", "exp_alerts": []}]
-    passes(run_tests(promtool, tmp_path, path, [waiting, admitted]))
+    # Paused: its queue stopped, the same wait opens no ticket.
+    paused = queued("1x120", stopped=True)
+    paused["alert_rule_test"] = [{"eval_time": "75m", "alertname": "BatchJobQueuedTooLong", "exp_alerts": []}]
+    passes(run_tests(promtool, tmp_path, path, [waiting, admitted, paused]))
     # Before the deadline has passed the same wait is silent (the test can fail).
     waiting["alert_rule_test"][0]["eval_time"] = "50m"
     fails(run_tests(promtool, tmp_path, path, [waiting]))

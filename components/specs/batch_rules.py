@@ -33,7 +33,11 @@ Alerts (`severity: ticket`: batch work waits, nobody is paged), each with a runb
 README's "Batch jobs on Kueue":
 - BatchJobQueuedTooLong: a job's workload has waited in its LocalQueue (pending, admissible or
   not) for longer than the job's own `deadline`, the time it is allowed to run once started.
-  A paused job waits on purpose and has no such alert.
+  A paused job waits on purpose: its LocalQueue is stopped (Kueue reports the queue's Active
+  condition False, reason Stopped, pkg/controller/core/localqueue_controller.go at v0.19.2, as
+  `kueue_local_queue_status{active="False"}`, pkg/metrics/metrics.go ReportLocalQueueStatus), and
+  the alert is silent while it is. Read from the metric, not the config, so pausing a job stays a
+  change to its LocalQueue's stopPolicy alone.
 - BatchJobBehindDeadline: a running job has used more of its deadline than it has finished
   shards, once half the deadline is gone: at that pace the Job's activeDeadlineSeconds ends it
   before its last shard.
@@ -64,6 +68,7 @@ BATCH_SOURCE_SERIES: dict[str, str] = {
     "kueue_cluster_queue_nominal_quota": "Kueue ClusterQueueResourceNominalQuota (cluster_queue, flavor, resource)",
     "kueue_evicted_workloads_total": "Kueue EvictedWorkloadsTotal (cluster_queue, reason)",
     "kueue_local_queue_pending_workloads": "Kueue LocalQueuePendingWorkloads (name, namespace, status)",
+    "kueue_local_queue_status": "Kueue LocalQueueByStatus (name, namespace, active)",
     "kube_job_status_start_time": "kube-state-metrics job metrics (job_name, namespace)",
     "kube_job_status_active": "kube-state-metrics job metrics (job_name, namespace)",
     "kube_job_status_succeeded": "kube-state-metrics job metrics (job_name, namespace)",
@@ -157,27 +162,24 @@ def _alert(name: str, expr: str, for_: str, labels: dict[str, str], summary: str
 
 
 def job_alerts(job: BatchJobConfig) -> list[dict[str, Any]]:
-    """A job's alerts: queued too long (unless paused), behind its deadline, failed."""
+    """A job's alerts: queued too long (not while its queue is stopped), behind its deadline, failed."""
     labels = {TEAM_LABEL: job.tenant, "batch_job": job.name}
     sel = _job_selector(job)
     by = "namespace, job_name"
     deadline = duration_seconds(job.deadline)
     started = f"(time() - max by ({by}) (kube_job_status_start_time{{{sel}}}))"
-    alerts = []
-    if not job.paused:
-        queue = f'exported_namespace="{job.tenant}", name="{local_queue_name(job)}", {LEADER}'
-        alerts.append(
-            _alert(
-                "BatchJobQueuedTooLong",
-                f"sum(kueue_local_queue_pending_workloads{{{queue}}}) > 0",
-                job.deadline,
-                labels,
-                f"Batch job {job.name} has waited in its queue for over {job.deadline}",
-                f"The workload of batch job {job.tenant}/{job.name} has been pending in LocalQueue {local_queue_name(job)} "
-                f"for longer than its deadline ({job.deadline}), the time it may run once admitted.",
-            )
-        )
-    alerts += [
+    queue = f'exported_namespace="{job.tenant}", name="{local_queue_name(job)}", {LEADER}'
+    return [
+        _alert(
+            "BatchJobQueuedTooLong",
+            f"sum(kueue_local_queue_pending_workloads{{{queue}}}) > 0"
+            f' unless on () (kueue_local_queue_status{{{queue}, active="False"}} == 1)',
+            job.deadline,
+            labels,
+            f"Batch job {job.name} has waited in its queue for over {job.deadline}",
+            f"The workload of batch job {job.tenant}/{job.name} has been pending in LocalQueue {local_queue_name(job)} "
+            f"for longer than its deadline ({job.deadline}), the time it may run once admitted.",
+        ),
         _alert(
             "BatchJobBehindDeadline",
             f"job:kube_job_shards_done:ratio{{{sel}}} < on ({by}) ({started} / {deadline:g})"
@@ -200,7 +202,6 @@ def job_alerts(job: BatchJobConfig) -> list[dict[str, Any]]:
             f"{job.retries_per_shard} retries.",
         ),
     ]
-    return alerts
 
 
 def queue_alerts() -> list[dict[str, Any]]:
