@@ -481,21 +481,28 @@ class RecordedRegistry:
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
-def read_lock(settings: RegistryConfig, project_dir: Path) -> tuple[str, Recording]:
-    """The lock file `registry.lockFile` names (its path as given, and its content), a recording of this registry."""
-    assert settings.lock_file is not None and settings.tracking_uri is not None
-    locked = read_recording(project_dir / settings.lock_file)
-    if locked.tracking_uri.rstrip("/") != settings.tracking_uri.rstrip("/"):
+def read_recording_of(path: Path, settings: RegistryConfig, key: str, named: str) -> Recording:
+    """A recording file (`named` says which, for the message) that must be of the stack's registry: ConfigError at
+    `registry.<key>` when it records another."""
+    assert settings.tracking_uri is not None
+    parsed = read_recording(path)
+    if parsed.tracking_uri.rstrip("/") != settings.tracking_uri.rstrip("/"):
         raise ConfigError(
             [
                 ConfigIssue(
-                    ("registry", "lockFile"),
-                    f"{settings.lock_file} records the registry at {locked.tracking_uri!r}, not the stack's "
-                    f"{settings.tracking_uri!r}: record it from this registry",
+                    ("registry", key),
+                    f"{settings.tracking_uri!r}, but {named} is of {parsed.tracking_uri!r}: record it from this registry",
                 )
             ]
         )
-    return settings.lock_file, locked
+    return parsed
+
+
+def read_lock(settings: RegistryConfig, project_dir: Path) -> tuple[str, Recording]:
+    """The lock file `registry.lockFile` names (its path as given, and its content), a recording of this registry."""
+    assert settings.lock_file is not None
+    path = project_dir / settings.lock_file
+    return settings.lock_file, read_recording_of(path, settings, "lockFile", f"the lock file {settings.lock_file}")
 
 
 def lock_differences(
@@ -553,17 +560,7 @@ def resolve_registry(
                 "and `pulumi up` always asks the registry: unset it"
             )
         path = Path(recording_file)
-        parsed = read_recording(path)
-        if parsed.tracking_uri.rstrip("/") != settings.tracking_uri.rstrip("/"):
-            raise ConfigError(
-                [
-                    ConfigIssue(
-                        ("registry", "trackingUri"),
-                        f"{settings.tracking_uri!r}, but the recorded registry resolution {path} is of "
-                        f"{parsed.tracking_uri!r}: record it from this registry",
-                    )
-                ]
-            )
+        parsed = read_recording_of(path, settings, "trackingUri", f"the recorded registry resolution {path}")
         resolver = RecordedRegistry(path, parsed)
     else:
         if token and _in_clear(settings.tracking_uri):

@@ -546,7 +546,10 @@ def test_a_lock_file_of_another_registry_is_refused(tmp_path):
     config = parse_platform_config(
         with_registry("dev", "https://mlflow.example.com", {(0, 0): {"model": "chat", "alias": "champion"}}, lockFile=LOCK)
     )
-    with pytest.raises(ConfigError, match=r"registry\.lockFile: stacks/Pulumi.test.registry.json records the registry at"):
+    with pytest.raises(
+        ConfigError,
+        match=r"registry\.lockFile: 'https://mlflow.example.com', but the lock file stacks/Pulumi.test.registry.json is of 'https://other",
+    ):
         resolve_registry(config, None, recording_file=None, dry_run=False, project_dir=tmp_path)
 
 
