@@ -1003,7 +1003,8 @@ class ModelConfig(ConfigModel):
     """Tiers the model serves. Default: the profile's."""
     batch_model: ResourceName | None = None
     """Send this model's batch-tier requests to another model's servers (e.g. the same weights on a batch pool); that
-    model answers to this model's name too."""
+    model answers to this model's name too, and loads this model's LoRA adapters, whose batch tier goes there as well
+    (it must then serve the weights of one of this model's versions, in the adapters' tenant)."""
     priority_class: PriorityClassName | None = None
     """PriorityClass of its pods. Default: the profile's."""
     drain: DrainSettings = DrainSettings()

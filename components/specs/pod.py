@@ -10,7 +10,7 @@ import math
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
-from platform_config.adapters import AdapterModule, LoraLimits, adapter_tenant
+from platform_config.adapters import AdapterModule, LoraLimits
 from platform_config.cold_start import startup_budget_seconds
 from platform_config.models import ModelSource, ServerArgs
 from platform_config.pins import AWS_CLI
@@ -433,16 +433,15 @@ def registry_annotations(plan: ServerPlan) -> dict[str, str]:
 
 
 def adapter_annotations(plan: ServerPlan) -> dict[str, str]:
-    """The adapters a server loads, by OpenAI name: the tenant that owns each and its modules."""
+    """The adapters a server loads, by OpenAI name: the tenant that owns each, the OpenAI name of the model that
+    declares it (its base: another model's, which this server answers to as well, when it takes that model's batch
+    tier) and its modules."""
     if plan.lora is None:
         return {}
-    adapters = {
-        adapter.name: {
-            "tenant": adapter_tenant(plan.model, adapter),
-            "modules": [m.name for m in plan.lora.modules if m.adapter == adapter.name],
-        }
-        for adapter in plan.model.adapters
-    }
+    adapters: dict[str, dict[str, Any]] = {}
+    for module in plan.lora.modules:
+        entry = adapters.setdefault(module.adapter, {"tenant": module.tenant, "base": module.base_name, "modules": []})
+        entry["modules"].append(module.name)
     return {ANNOTATION_LORA_ADAPTERS: json.dumps(adapters, sort_keys=True, separators=(",", ":"))}
 
 

@@ -133,40 +133,19 @@ def canary_release(model: ModelConfig) -> dict[str, Any]:
     return entry
 
 
-def _match(
-    route: RoutePlan, tier: str, extra: dict[str, dict[str, str]] | None = None, *, adapters: bool = True
-) -> list[dict[str, Any]]:
-    """One match per OpenAI name the route takes (any of them matches): the model's, then (with
-    `adapters`) each of its LoRA adapters', which its own servers hold."""
+def _match(route: RoutePlan, tier: str, extra: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """One match per OpenAI name the route takes (any of them matches): the model's, then each of its
+    LoRA adapters', which the servers of every tier it routes hold (a batch model's too)."""
     traffic, model = route.traffic, route.model
-    names = [model.openai_name, *((a.name for a in model.adapters) if adapters else ())]
     return [
         {"headers": {traffic.model_header: {"exact": name}, traffic.tier_header: {"exact": tier}, **(extra or {})}}
-        for name in names
+        for name in route_names(model)
     ]
 
 
-def _adapter_tier_not_served(route: RoutePlan) -> list[dict[str, Any]]:
-    """A 403 for a model's adapters in the tiers its own servers do not take (e.g. the batch tier a
-    batch model takes, whose servers hold no adapters), after the model's own routes."""
-    traffic, model = route.traffic, route.model
-    own = [t.tier for t in route.tiers if t.owner is model]
-    if not model.adapters or set(own) == set(TIER_ORDER):
-        return []
-    names = [a.name for a in model.adapters]
-    return [
-        {
-            "name": "adapter-tier-not-served",
-            "match": [{"headers": {traffic.model_header: {"exact": name}}} for name in names],
-            "directResponse": {
-                "status": 403,
-                "body": {
-                    "string": f"the adapters of model {model.openai_name} ({', '.join(names)}) serve tiers {', '.join(own)}; "
-                    f"the token's {traffic.authentication.tier_claim} claim names another"
-                },
-            },
-        }
-    ]
+def route_names(model: ModelConfig) -> list[str]:
+    """The OpenAI names a model's route takes: its own, then its adapters'."""
+    return [model.openai_name, *(a.name for a in model.adapters)]
 
 
 def _route_policy(policy: TierPolicy) -> dict[str, Any]:
@@ -193,7 +172,7 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
             weighted.append(
                 {
                     "name": f"{tier}-to-{owner.name}",
-                    "match": _match(route, tier, adapters=False),
+                    "match": _match(route, tier),
                     "route": [tier_route.owner_backend.destination(owner, owner.release.stable, tier).route()],
                     **policy,
                 }
@@ -232,17 +211,18 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
                 **policy,
             }
         )
-    routes = overrides + sticky + weighted + _adapter_tier_not_served(route)
+    routes = overrides + sticky + weighted
     if set(tiers) != set(TIER_ORDER):
         routes.append(
             {
                 "name": "tier-not-served",
-                "match": [{"headers": {traffic.model_header: {"exact": model.openai_name}}}],
+                "match": [{"headers": {traffic.model_header: {"exact": name}}} for name in route_names(model)],
                 "directResponse": {
                     "status": 403,
                     # The tier is the token's (the filter sets the tier header from its claim).
                     "body": {
-                        "string": f"model {model.openai_name} serves tiers {', '.join(tiers)}; the token's "
+                        "string": f"model {model.openai_name}{' (and its adapters)' if model.adapters else ''} serves tiers "
+                        f"{', '.join(tiers)}; the token's "
                         f"{traffic.authentication.tier_claim} claim names another"
                     },
                 },
