@@ -29,6 +29,7 @@ from .backends.knative import KNATIVE_SERVICE_LABEL
 from .constants import LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_MODEL, LABEL_POOL
 from .specs.pod import ANNOTATION_LORA_ADAPTERS
 from .specs.routes import (
+    ADAPTER_RELEASES_ANNOTATION,
     CANARY_STEP_OVERRIDE_ANNOTATION,
     CANARY_STEPS_ANNOTATION,
     CANARY_VERSION_ANNOTATION,
@@ -70,6 +71,7 @@ def policy_facts() -> dict[str, Any]:
             "canaryStepOverride": CANARY_STEP_OVERRIDE_ANNOTATION,
             "stableWeights": STABLE_WEIGHTS_ANNOTATION,
             "canaryWeights": CANARY_WEIGHTS_ANNOTATION,
+            "adapterReleases": ADAPTER_RELEASES_ANNOTATION,
             "loraAdapters": ANNOTATION_LORA_ADAPTERS,
         },
         # Policy config defaults, which the config checks hold stacks to as well.

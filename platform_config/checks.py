@@ -43,6 +43,7 @@ from .models import (
     ResourceBudget,
     ServerArgs,
     duration_seconds,
+    off_the_steps,
 )
 from .profiles import PROFILES, TierName
 from .quantity import parse_quantity
@@ -742,6 +743,20 @@ def check_adapter_revisions(config: PlatformConfig) -> Iterator[ConfigIssue]:
                     )
 
 
+def check_adapter_canary_steps(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """An adapter's canary weight is 0 or one of its model's `release.steps`: its revisions go through the model's
+    steps, and the policy `canary-weight-steps` holds each change to one step (the model's `release.stepOverride`
+    lets a change skip them)."""
+    for m_index, model in enumerate(config.models):
+        for a_index, adapter in enumerate(model.adapters):
+            release = adapter.release
+            if release is not None and (off := off_the_steps(release.canary_weight, model.release.steps)) is not None:
+                yield ConfigIssue(
+                    ("models", m_index, "adapters", a_index, "release", "canaryWeight"),
+                    f"{off} (the release.steps of model {model.name!r}, which its adapters' canaries go through)",
+                )
+
+
 def check_adapters_on_a_base_that_takes_them(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """Adapters need a generating base: vLLM 0.18.0 applies LoRA to generate runners only (an embeddings profile runs
     `--runner pooling`)."""
@@ -1174,6 +1189,7 @@ CHECKS: list[Check] = [
     check_adapters_resident,
     check_adapter_on_own_tenants_base,
     check_batch_model_adapters,
+    check_adapter_canary_steps,
     check_adapter_sources,
     check_adapter_memory,
     check_batch_quota_pools,

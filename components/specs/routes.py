@@ -20,6 +20,7 @@ DestinationRule for that gateway host.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from platform_config.models import ModelConfig, TierPolicy
@@ -45,6 +46,9 @@ CANARY_STEP_OVERRIDE_ANNOTATION = "inference.platform/canary-step-override"
 # under the same version name is a release too (a moved registry alias, an edited revision).
 STABLE_WEIGHTS_ANNOTATION = "inference.platform/stable-weights"
 CANARY_WEIGHTS_ANNOTATION = "inference.platform/canary-weights"
+# Each LoRA adapter's release with revisions (JSON: {adapter: {stable, canary, canaryWeight,
+# stableWeights, canaryWeights}}), held by `canary-weight-steps` to the model's steps and override.
+ADAPTER_RELEASES_ANNOTATION = "inference.platform/adapter-releases"
 
 
 # --- sticky buckets as RE2 ranges ----------------------------------------------------------
@@ -92,15 +96,39 @@ def _served_weights(model: ModelConfig, version: str) -> str | None:
     return next((weights_location(v.source) for v in model.versions if v.name == version), None)
 
 
+def adapter_releases(model: ModelConfig) -> dict[str, dict[str, Any]]:
+    """The release of each of the model's adapters that has revisions, as a model's is recorded: its
+    stable and canary revisions, the canary's weight and the weights each revision serves. They go
+    through the model's steps, under the model's step override (one rule: `canary-weight-steps`)."""
+    releases: dict[str, dict[str, Any]] = {}
+    for adapter in model.adapters:
+        release = adapter.release
+        if release is None:
+            continue
+        served = {v.name: weights_location(v.source) for v in adapter.versions or []}
+        entry: dict[str, Any] = {
+            "stable": release.stable,
+            "canary": release.canary,
+            "canaryWeight": release.canary_weight,
+            "stableWeights": served[release.stable],
+        }
+        if release.canary is not None:
+            entry["canaryWeights"] = served[release.canary]
+        releases[adapter.name] = entry
+    return releases
+
+
 def release_annotations(model: ModelConfig) -> dict[str, str]:
     """The release a model's VirtualService declares: its stable version, its canary and weight
-    (when it has one), the weights each serves, the configured steps and, when set, why this
-    change may skip them."""
+    (when it has one), the weights each serves, its adapters' releases, the configured steps and,
+    when set, why this change may skip them."""
     release = model.release
     annotations = {
         STABLE_VERSION_ANNOTATION: release.stable,
         CANARY_WEIGHT_ANNOTATION: str(release.canary_weight),
         CANARY_STEPS_ANNOTATION: ",".join(str(step) for step in release.steps),
+        # Present when empty too: a later change's new adapter canary is then compared with "none".
+        ADAPTER_RELEASES_ANNOTATION: json.dumps(adapter_releases(model), sort_keys=True, separators=(",", ":")),
     }
     if (stable_weights := _served_weights(model, release.stable)) is not None:
         annotations[STABLE_WEIGHTS_ANNOTATION] = stable_weights
@@ -127,6 +155,7 @@ def canary_release(model: ModelConfig) -> dict[str, Any]:
     }
     if release.canary is not None:
         entry["canaryWeights"] = _served_weights(model, release.canary)
+    entry["adapters"] = adapter_releases(model)
     if release.step_override is not None:
         # Recorded so that the next change cannot skip steps on this change's reason.
         entry["stepOverride"] = release.step_override.reason
