@@ -119,21 +119,23 @@ def _server(
         max_num_seqs=args.max_num_seqs if args.max_num_seqs is not None else cap or profile.concurrency_per_replica,
         # Only the tenant's own token, and only where the weights (or an adapter's) come from Hugging Face.
         hugging_face_token=model.tenant in hugging_face_tenants
-        and (version.source.huggingface is not None or any(m.source.huggingface for m in adapter_modules(model))),
+        and (version.source.huggingface is not None or any(m.source.huggingface for m in adapter_modules(config, model))),
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
-        weights_service_account=weights_service_account(model) if version.source.s3_uri or _adapter_s3_uris(model) else None,
+        weights_service_account=weights_service_account(model)
+        if version.source.s3_uri or _adapter_s3_uris(config, model)
+        else None,
         endpoint_picker=endpoint_picker_plan(config, model, version_name),
         registry_entry=registry.entry(model.name, version_name) if registry is not None else None,
         cold_start=start,
         progress_deadline_seconds=progress_deadline(start, config),
         evictable_local_volumes=pool.weight_cache.allow_scale_down,
-        lora=lora_limits(model),
+        lora=lora_limits(config, model),
     )
 
 
-def _adapter_s3_uris(model: ModelConfig) -> set[str]:
-    """The S3 prefixes of the model's adapter modules: its servers' workload role reads them too."""
-    return {m.source.s3_uri for m in adapter_modules(model) if m.source.s3_uri}
+def _adapter_s3_uris(config: PlatformConfig, model: ModelConfig) -> set[str]:
+    """The S3 prefixes of the adapter modules the model's servers load: their workload role reads them too."""
+    return {m.source.s3_uri for m in adapter_modules(config, model) if m.source.s3_uri}
 
 
 def endpoint_picker_plan(config: PlatformConfig, model: ModelConfig, version_name: str) -> EndpointPickerPlan | None:
@@ -173,7 +175,7 @@ def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> E
         node_selector=dict(SYSTEM_NODE_SELECTOR) if config.cluster.eks is not None else {},
         # The version's own Service: a picker's fail-open path must stay on its version.
         server_host=version_host(name, model.tenant),
-        lora_affinity=bool(model.adapters),
+        lora_affinity=bool(adapter_modules(config, model)),
     )
 
 
@@ -320,7 +322,9 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
             _server(config, model, v, hugging_face_tenants=hugging_face_tenants, registry=registry)
             for v in running_versions(model)
         )
-        s3_uris = tuple(sorted({s.version.source.s3_uri for s in servers if s.version.source.s3_uri} | _adapter_s3_uris(model)))
+        s3_uris = tuple(
+            sorted({s.version.source.s3_uri for s in servers if s.version.source.s3_uri} | _adapter_s3_uris(config, model))
+        )
         models.append(
             ModelPlan(
                 model=model,
@@ -352,5 +356,5 @@ def _batch_job(config: PlatformConfig, job: BatchJobConfig, hugging_face_tenants
         image=VLLM.image,
         hugging_face_token=job.tenant in hugging_face_tenants,
         service_account=f"batch-{job.name}",
-        lora=batch_lora_limits(found[1]) if (found := batch_job_adapter(config, job)) is not None else None,
+        lora=batch_lora_limits(*found) if (found := batch_job_adapter(config, job)) is not None else None,
     )

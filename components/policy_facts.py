@@ -30,6 +30,7 @@ from .constants import LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_MODEL, 
 from .specs.kueue import QUEUE_NAME_LABEL
 from .specs.pod import ANNOTATION_LORA_ADAPTERS
 from .specs.routes import (
+    ADAPTER_RELEASES_ANNOTATION,
     CANARY_STEP_OVERRIDE_ANNOTATION,
     CANARY_STEPS_ANNOTATION,
     CANARY_VERSION_ANNOTATION,
@@ -71,6 +72,7 @@ def policy_facts() -> dict[str, Any]:
             "canaryStepOverride": CANARY_STEP_OVERRIDE_ANNOTATION,
             "stableWeights": STABLE_WEIGHTS_ANNOTATION,
             "canaryWeights": CANARY_WEIGHTS_ANNOTATION,
+            "adapterReleases": ADAPTER_RELEASES_ANNOTATION,
             "loraAdapters": ANNOTATION_LORA_ADAPTERS,
         },
         # The label a Job is queued by, and the LocalQueue's type token as the program declares it.

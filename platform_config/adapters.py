@@ -23,20 +23,27 @@ REVISION_SEPARATOR = "@"
 LORA_BYTES_PER_ELEMENT = 2
 
 
+def module_name(adapter: str, revision: str | None) -> str:
+    """A LoRA module's name in vLLM, which the request's `model` names: the adapter's, or `<adapter>@<revision>`."""
+    return adapter if revision is None else f"{adapter}{REVISION_SEPARATOR}{revision}"
+
+
 @dataclass(frozen=True)
 class AdapterModule:
-    """One LoRA module the base model's servers load: an adapter's revision."""
+    """One LoRA module a model's servers load: an adapter's revision."""
 
     adapter: str
     # None for an adapter with one `source`.
     revision: str | None
     source: ModelSource
     rank: int
+    # The OpenAI name of the model that declares the adapter (its base), and the tenant that owns the adapter.
+    base_name: str
+    tenant: str
 
     @property
     def name(self) -> str:
-        """The module's name in vLLM, which the request's `model` names."""
-        return self.adapter if self.revision is None else f"{self.adapter}{REVISION_SEPARATOR}{self.revision}"
+        return module_name(self.adapter, self.revision)
 
 
 def adapter_revisions(adapter: LoraAdapter) -> list[tuple[str | None, ModelSource]]:
@@ -49,11 +56,19 @@ def adapter_revisions(adapter: LoraAdapter) -> list[tuple[str | None, ModelSourc
     return [(name, by_name[name]) for name in running]
 
 
-def adapter_modules(model: ModelConfig) -> list[AdapterModule]:
-    """Every LoRA module the model's servers load, in declaration order."""
+def carried_adapters(config: PlatformConfig, model: ModelConfig) -> list[tuple[ModelConfig, LoraAdapter]]:
+    """Every adapter the model's servers load, with the model that declares it: its own, then those of each model
+    whose batch tier they take (`batchModel`): an adapter's batch requests go where its base's do, and the config
+    checks hold those servers to the adapter's base weights and tenant (`adapter_batch_servers_issue`)."""
+    senders = [m for m in config.models if m.batch_model == model.name]
+    return [(model, adapter) for adapter in model.adapters] + [(m, adapter) for m in senders for adapter in m.adapters]
+
+
+def adapter_modules(config: PlatformConfig, model: ModelConfig) -> list[AdapterModule]:
+    """Every LoRA module the model's servers load (`carried_adapters`), in declaration order."""
     return [
-        AdapterModule(adapter.name, revision, source, adapter.rank)
-        for adapter in model.adapters
+        AdapterModule(adapter.name, revision, source, adapter.rank, base.openai_name, adapter_tenant(base, adapter))
+        for base, adapter in carried_adapters(config, model)
         for revision, source in adapter_revisions(adapter)
     ]
 
@@ -63,10 +78,21 @@ def adapter_tenant(model: ModelConfig, adapter: LoraAdapter) -> str:
     return adapter.tenant or model.tenant
 
 
-def adapter_on_own_tenants_base(model: ModelConfig, adapter: LoraAdapter) -> bool:
+def adapter_on_own_tenants_base(model: ModelConfig, adapter: LoraAdapter, servers: ModelConfig | None = None) -> bool:
     """The rule `adapter-on-own-tenants-base` (the config check and the policy of that name): an
-    adapter never rides on another tenant's base model."""
-    return adapter_tenant(model, adapter) == model.tenant
+    adapter never rides on another tenant's base model, nor on another tenant's servers that take
+    its base's batch tier (`servers`, its base model's batch model)."""
+    return adapter_tenant(model, adapter) == (servers or model).tenant
+
+
+def on_adapter_base(model: ModelConfig, source: ModelSource) -> bool:
+    """Whether weights from `source` are the base an adapter of `model` was trained on: those of one
+    of the model's versions. vLLM never checks it: vLLM 0.18.0 loads a LoRA module on any base
+    whose layer names it matches (vllm/lora/peft_helper.py validate_legal checks the rank and bias,
+    vllm/lora/lora_model.py from_lora_tensors only the module names; `base_model_name_or_path` is
+    never read), so on other weights of one architecture it answers, wrongly. A batch job's base
+    and a batch model's servers are held to it."""
+    return source in [v.source for v in model.versions]
 
 
 def smallest_rank_choice(rank: int) -> int | None:
@@ -84,13 +110,13 @@ class LoraLimits:
     max_cpu_loras: int
 
 
-def lora_limits(model: ModelConfig) -> LoraLimits | None:
-    """vLLM's LoRA limits for a model with adapters (None without): the configured ones, else what
-    its modules need. By default every module is resident on the GPU (`--max-loras` = modules) and
-    cached in CPU memory (`--max-cpu-loras` at least that): a request for a module that is not
-    resident waits for a slot. The rank is the smallest vLLM choice holding the highest adapter
-    rank (the config checks refuse a rank above a configured maximum, or above vLLM's)."""
-    modules = adapter_modules(model)
+def lora_limits(config: PlatformConfig, model: ModelConfig) -> LoraLimits | None:
+    """vLLM's LoRA limits for a model whose servers load adapters (None without; `adapter_modules`):
+    the model's configured ones, else what its modules need. By default every module is resident
+    on the GPU (`--max-loras` = modules) and cached in CPU memory (`--max-cpu-loras` at least
+    that): a request for a module that is not resident waits for a slot. The rank is the smallest
+    vLLM choice holding the highest adapter rank (the config checks refuse a rank above a configured maximum, or above vLLM's)."""
+    modules = adapter_modules(config, model)
     if not modules:
         return None
     settings = model.lora
@@ -109,12 +135,12 @@ def batch_job_adapter(config: PlatformConfig, job: BatchJobConfig) -> tuple[Mode
     return next(((m, a) for m in config.models for a in m.adapters if a.name == job.model.adapter), None)
 
 
-def batch_lora_limits(adapter: LoraAdapter) -> LoraLimits:
+def batch_lora_limits(model: ModelConfig, adapter: LoraAdapter) -> LoraLimits:
     """vLLM's LoRA flags for a batch job running one adapter: its stable revision (a job has no
     traffic to split), loaded as the module of the adapter's own name, which the input lines send;
     one GPU slot, one CPU slot, the smallest rank choice that holds it."""
     _, source = adapter_revisions(adapter)[0]
-    module = AdapterModule(adapter.name, None, source, adapter.rank)
+    module = AdapterModule(adapter.name, None, source, adapter.rank, model.openai_name, adapter_tenant(model, adapter))
     return LoraLimits((module,), smallest_rank_choice(adapter.rank) or VLLM_MAX_LORA_RANKS[-1], 1, 1)
 
 
@@ -141,12 +167,15 @@ class LoraMemory:
     cpu_bytes: int
 
 
-def lora_memory(model: ModelConfig) -> LoraMemory | None:
-    """The estimate, per replica, for a model with adapters and a `lora.baseShape`; None otherwise.
-    GPU = max_loras x max_lora_rank x E x 2 bytes; CPU = the max_cpu_loras largest modules' rank x
-    E x 2 bytes, where E = lora_elements_per_rank(baseShape)."""
-    limits = lora_limits(model)
-    shape = model.lora.base_shape
+def lora_memory(config: PlatformConfig, model: ModelConfig) -> LoraMemory | None:
+    """The estimate, per replica, for a model whose servers load adapters and whose shape is known
+    (its `lora.baseShape`, else that of a model whose batch tier it takes: the same base weights);
+    None otherwise. GPU = max_loras x max_lora_rank x E x 2 bytes; CPU = the max_cpu_loras largest
+    modules' rank x E x 2 bytes, where E = lora_elements_per_rank(baseShape)."""
+    limits = lora_limits(config, model)
+    shape = model.lora.base_shape or next(
+        (base.lora.base_shape for base, _ in carried_adapters(config, model) if base.lora.base_shape is not None), None
+    )
     if limits is None or shape is None:
         return None
     per_rank = lora_elements_per_rank(shape) * LORA_BYTES_PER_ELEMENT
@@ -177,10 +206,10 @@ def adapters_report(config: PlatformConfig) -> dict[str, dict[str, object]]:
 
     report: dict[str, dict[str, object]] = {}
     for model in config.models:
-        limits = lora_limits(model)
+        limits = lora_limits(config, model)
         if limits is None:
             continue
-        memory = lora_memory(model)
+        memory = lora_memory(config, model)
         report[model.name] = {
             "tenant": model.tenant,
             "modules": [

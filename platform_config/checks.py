@@ -20,9 +20,11 @@ from .adapters import (
     adapter_revisions,
     adapter_tenant,
     batch_job_adapter,
+    carried_adapters,
     gib,
     lora_limits,
     lora_memory,
+    on_adapter_base,
     served_names,
     smallest_rank_choice,
 )
@@ -50,6 +52,7 @@ from .models import (
     ResourceBudget,
     ServerArgs,
     duration_seconds,
+    off_the_steps,
 )
 from .profiles import PROFILES, TierName
 from .quantity import parse_quantity
@@ -62,6 +65,7 @@ from .serving import (
     is_experiment,
     model_tiers,
     replica_gpu_request,
+    running_versions,
     server_name,
     time_sliced_memory_share,
 )
@@ -602,7 +606,7 @@ def check_weights_cache_fits_the_node_disk(config: PlatformConfig) -> Iterator[C
     """The cache fits the disk the pool's weight cache is on (the instance store's RAID0, or the root volume); a
     replica that streams its weights and loads no adapters has none."""
     for index, model, pool in _placed_models(config):
-        if not has_model_volume(model, pool):
+        if not has_model_volume(pool, bool(carried_adapters(config, model))):
             continue
         disk = node_disk_gib(pool)
         if parse_quantity(model.resources.cache_size) > Decimal(disk) * 2**30:
@@ -794,6 +798,20 @@ def check_adapter_revisions(config: PlatformConfig) -> Iterator[ConfigIssue]:
                     )
 
 
+def check_adapter_canary_steps(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """An adapter's canary weight is 0 or one of its model's `release.steps`: its revisions go through the model's
+    steps, and the policy `canary-weight-steps` holds each change to one step (the model's `release.stepOverride`
+    lets a change skip them)."""
+    for m_index, model in enumerate(config.models):
+        for a_index, adapter in enumerate(model.adapters):
+            release = adapter.release
+            if release is not None and (off := off_the_steps(release.canary_weight, model.release.steps)) is not None:
+                yield ConfigIssue(
+                    ("models", m_index, "adapters", a_index, "release", "canaryWeight"),
+                    f"{off} (the release.steps of model {model.name!r}, which its adapters' canaries go through)",
+                )
+
+
 def check_adapters_on_a_base_that_takes_them(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """Adapters need a generating base: vLLM 0.18.0 applies LoRA to generate runners only (an embeddings profile runs
     `--runner pooling`)."""
@@ -807,15 +825,30 @@ def check_adapters_on_a_base_that_takes_them(config: PlatformConfig) -> Iterator
 
 
 def check_adapter_ranks(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    """No adapter's rank exceeds the configured `lora.maxLoraRank` (vLLM refuses to load it)."""
+    """No adapter a model's servers load (its own, and those of the models whose batch tier they take) has a rank above
+    the model's configured `lora.maxLoraRank` (vLLM refuses to load it)."""
+    indexes = {m.name: i for i, m in enumerate(config.models)}
     for m_index, model in enumerate(config.models):
         configured = model.lora.max_lora_rank
-        for a_index, adapter in enumerate(model.adapters):
-            if configured is not None and adapter.rank > configured:
+        if configured is None:
+            continue
+        for base, adapter in carried_adapters(config, model):
+            if adapter.rank <= configured:
+                continue
+            fix = f"raise maxLoraRank to {smallest_rank_choice(adapter.rank)} or use a lower-rank adapter"
+            if base is model:
+                a_index = model.adapters.index(adapter)
                 yield ConfigIssue(
                     ("models", m_index, "adapters", a_index, "rank"),
                     f"rank {adapter.rank} is above the model's lora.maxLoraRank {configured}: vLLM would refuse the "
-                    f"adapter; raise maxLoraRank to {smallest_rank_choice(adapter.rank)} or use a lower-rank adapter",
+                    f"adapter; {fix}",
+                )
+            else:
+                yield ConfigIssue(
+                    ("models", m_index, "lora", "maxLoraRank"),
+                    f"{configured} is below the rank {adapter.rank} of adapter {adapter.name!r} of model {base.name!r} "
+                    f"(models[{indexes[base.name]}]), whose batch tier this model's servers take: vLLM would refuse the "
+                    f"adapter; {fix}",
                 )
 
 
@@ -824,7 +857,7 @@ def check_adapters_resident(config: PlatformConfig) -> Iterator[ConfigIssue]:
     modules, each adapter's stable and canary revision): a request for a module without a GPU slot waits until a
     running batch lets one go. `maxCpuLoras` is at least `maxLoras` (vLLM 0.18.0 refuses less, vllm/config/lora.py)."""
     for index, model in enumerate(config.models):
-        limits = lora_limits(model)
+        limits = lora_limits(config, model)
         if limits is None:
             continue
         here = ("models", index, "lora")
@@ -854,6 +887,48 @@ def check_adapter_on_own_tenants_base(config: PlatformConfig) -> Iterator[Config
                     f"{adapter.tenant!r} does not run model {model.name!r} (tenant {model.tenant!r}): an adapter never "
                     "rides on another tenant's base model; declare it on a model of its own tenant",
                 )
+
+
+def check_batch_model_adapters(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A model's adapters take its batch tier to its batch model's servers, which load them (README, LoRA adapters):
+    those servers must run the adapters' base weights (`on_adapter_base`: each running version serves the source of
+    one of the base model's versions), belong to the adapters' tenant (`adapter-on-own-tenants-base`) and run vLLM's
+    generate runner. Otherwise the batch tier of its adapters is refused here, naming the key."""
+    models = {m.name: m for m in config.models}
+    for index, model in enumerate(config.models):
+        target = models.get(model.batch_model) if model.batch_model is not None else None
+        if not model.adapters or target is None or target is model:
+            continue  # check_batch_models reports an unknown batch model, or the model itself
+        if "batch" not in model_tiers(config, target) or target.batch_model is not None:
+            continue  # and one that does not take the batch tier
+        here = ("models", index, "batchModel")
+        names = ", ".join(a.name for a in model.adapters)
+        carried = f"its adapters ({names}) take the batch tier to the servers of model {target.name!r}, which load them"
+        versions = {v.name: v.source for v in target.versions}
+        for version in running_versions(target):
+            if version in versions and not on_adapter_base(model, versions[version]):
+                yield ConfigIssue(
+                    here,
+                    f"{carried}, but its version {version!r} serves other weights than every version of model "
+                    f"{model.name!r}: an adapter answers correctly only on the base it was trained on (vLLM does not "
+                    f"check it); give {target.name!r} the source of a version of {model.name!r}, or remove batchModel",
+                )
+        for adapter in model.adapters:
+            # An adapter of another tenant than its base's is check_adapter_on_own_tenants_base's.
+            if adapter_on_own_tenants_base(model, adapter, target) or not adapter_on_own_tenants_base(model, adapter):
+                continue
+            yield ConfigIssue(
+                here,
+                f"{carried}, but model {target.name!r} runs in tenant {target.tenant!r}, not the tenant "
+                f"{adapter_tenant(model, adapter)!r} of adapter {adapter.name!r}: an adapter never rides on another "
+                "tenant's servers (adapter-on-own-tenants-base); send the batch tier to a model of its tenant",
+            )
+        runner = effective_profile(config, target).runner
+        if runner != "generate":
+            yield ConfigIssue(
+                here,
+                f"{carried}, but profile {target.profile!r} runs vLLM's {runner} runner, which serves no LoRA adapters",
+            )
 
 
 def check_adapter_sources(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -899,7 +974,7 @@ def check_adapter_memory(config: PlatformConfig) -> Iterator[ConfigIssue]:
     vLLM's GPU slots within the replica's GPU memory share (it preallocates them before the KV cache) and its CPU cache
     of modules within the replica's memory."""
     for index, model, pool in _placed_models(config):
-        memory = lora_memory(model)
+        memory = lora_memory(config, model)
         if memory is None:
             continue
         gpu = _replica_gpu_memory_bytes(model, pool) * Decimal(str(GPU_MEMORY_UTILIZATION_MAX))
@@ -1044,7 +1119,7 @@ def check_batch_job_adapter(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 f"adapter {adapter.name!r} belongs to tenant {owner!r}, not the job's tenant {job.tenant!r}: "
                 "a job runs only its own tenant's adapters",
             )
-        if job.model.source not in [v.source for v in model.versions]:
+        if not on_adapter_base(model, job.model.source):
             yield ConfigIssue(
                 ("batchJobs", index, "model", "source"),
                 f"adapter {adapter.name!r} is trained on model {model.name!r}: give the source of one of its versions "
@@ -1170,6 +1245,8 @@ CHECKS: list[Check] = [
     check_adapter_ranks,
     check_adapters_resident,
     check_adapter_on_own_tenants_base,
+    check_batch_model_adapters,
+    check_adapter_canary_steps,
     check_adapter_sources,
     check_adapter_memory,
     check_batch_quota_pools,

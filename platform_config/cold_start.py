@@ -136,10 +136,11 @@ def node_disk_gib(pool: NodePoolConfig) -> int:
     return pool.disk_size_gib
 
 
-def has_model_volume(model: ModelConfig, pool: NodePoolConfig) -> bool:
+def has_model_volume(pool: NodePoolConfig, loads_adapters: bool) -> bool:
     """Whether a replica keeps files in a model volume (`cacheSize`) on its node: its weights, unless its pool streams
-    them, and its LoRA adapters' modules, which init containers download wherever the weights come from."""
-    return not streams_weights(pool) or bool(model.adapters)
+    them, and the LoRA modules it loads (its model's, and those of the models whose batch tier it takes), which init
+    containers download wherever the weights come from."""
+    return not streams_weights(pool) or loads_adapters
 
 
 def weights_bytes(model: ModelConfig) -> Decimal:

@@ -698,6 +698,13 @@ class CanaryAnalysis(ConfigModel):
     """Roll back when the canary's fraction of 503 (shed) answers exceeds this and the stable version's."""
 
 
+def off_the_steps(canary_weight: int, steps: list[int]) -> str | None:
+    """Why a canary weight (a model's, or one of its adapters') is not one the release's steps allow: 0 or a step."""
+    if canary_weight in (0, *steps):
+        return None
+    return f"canaryWeight {canary_weight} is not a step: give 0 or one of {', '.join(map(str, steps))}"
+
+
 class ReleaseConfig(ConfigModel):
     stable: VersionName
     """The version that takes the traffic the canary does not."""
@@ -712,11 +719,11 @@ class ReleaseConfig(ConfigModel):
     user_key_header: HeaderName = "x-user-id"
     """Header whose value keeps a user on one side of the split."""
     steps: Annotated[list[Annotated[int, Field(ge=1, le=100)]], Field(min_length=1)] = [10, 25, 50, 100]
-    """The canary weights a release goes through, rising, ending at 100: the canary command moves one step at a
-    time, and the policy pack refuses a rise of more than one step per change."""
+    """The canary weights a release goes through, rising, ending at 100 (its LoRA adapters' canaries too): the canary
+    command moves one step at a time, and the policy pack refuses a rise of more than one step per change."""
     step_override: StepOverride | None = None
-    """Lets this change raise the canary weight by more than one step (or promote before 100): the reason is
-    recorded on the route and in the policy report. Remove it with the next change."""
+    """Lets this change raise the canary weight (the model's or its adapters') by more than one step (or promote
+    before 100): the reason is recorded on the route and in the policy report. Remove it with the next change."""
     analysis: CanaryAnalysis = CanaryAnalysis()
     """How the canary command judges the canary against the stable version and the profile's targets."""
 
@@ -752,10 +759,8 @@ class ReleaseConfig(ConfigModel):
             raise ValueError(f"canary {self.canary!r} is the stable version: name another version")
         if any(low >= high for low, high in zip(self.steps, self.steps[1:])) or self.steps[-1] != 100:
             raise ValueError(f"steps {self.steps} must rise strictly and end at 100")
-        if self.canary_weight not in (0, *self.steps):
-            raise ValueError(
-                f"canaryWeight {self.canary_weight} is not a step: give 0 or one of {', '.join(map(str, self.steps))}"
-            )
+        if (off := off_the_steps(self.canary_weight, self.steps)) is not None:
+            raise ValueError(off)
         return self
 
 
@@ -909,7 +914,9 @@ class AdapterRelease(ConfigModel):
     canary: VersionName | None = None
     """The revision under test, loaded beside the stable one on the same servers."""
     canary_weight: Percent = 0
-    """Percent of the adapter's requests (and of its sticky users) the canary gets."""
+    """Percent of the adapter's requests (and of its sticky users) the canary gets: 0 or one of the model's
+    `release.steps`, rising one step per change unless the model's `release.stepOverride` gives a reason (policy
+    `canary-weight-steps`)."""
 
     @model_validator(mode="after")
     def _canary(self) -> AdapterRelease:
@@ -1019,7 +1026,8 @@ class ModelConfig(ConfigModel):
     """Tiers the model serves. Default: the profile's."""
     batch_model: ResourceName | None = None
     """Send this model's batch-tier requests to another model's servers (e.g. the same weights on a batch pool); that
-    model answers to this model's name too."""
+    model answers to this model's name too, and loads this model's LoRA adapters, whose batch tier goes there as well
+    (it must then serve the weights of one of this model's versions, in the adapters' tenant)."""
     priority_class: PriorityClassName | None = None
     """PriorityClass of its pods. Default: the profile's."""
     drain: DrainSettings = DrainSettings()

@@ -45,6 +45,18 @@ LATENCY_TIERS = {
 # The previous release of each model, by model name, as the program's `canaryReleases` output
 # records it; given by the preview (a baseline or `--previous-stack-file`) or by CI
 # (`python -m preview.previous_releases --from-outputs`). Without it there is nothing to compare.
+ADAPTER_RELEASE = {
+    "type": "object",
+    "properties": {
+        "stable": {"type": "string", "minLength": 1},
+        "canary": {"type": ["string", "null"]},
+        "canaryWeight": {"type": "integer", "minimum": 0, "maximum": 100},
+        "stableWeights": {"type": ["string", "null"]},
+        "canaryWeights": {"type": ["string", "null"]},
+    },
+    "required": ["stable"],
+    "additionalProperties": False,
+}
 PREVIOUS_RELEASES = {
     "previousReleases": {
         "type": "object",
@@ -60,6 +72,8 @@ PREVIOUS_RELEASES = {
                 "canaryWeights": {"type": ["string", "null"]},
                 # The step override's reason the previous change was deployed with, if any.
                 "stepOverride": {"type": ["string", "null"]},
+                # The model's adapters' releases, by adapter name (held to the model's steps).
+                "adapters": {"type": "object", "additionalProperties": ADAPTER_RELEASE},
             },
             "required": ["stable"],
             "additionalProperties": False,
@@ -156,8 +170,9 @@ PolicyPack(
             name="canary-weight-steps",
             description="A canary's weight rises by at most one configured step per change (a new canary starts at the "
             "first step at most), and the canary becomes stable only from the last step (100), unless the release's "
-            "step override gives a reason. Compared with previousReleases ({model: {stable, canary, canaryWeight, "
-            "steps}}, the previous deployment's canaryReleases output); without it there is nothing to compare.",
+            "step override gives a reason; a LoRA adapter's revision canary likewise, with its model's steps and "
+            "override. Compared with previousReleases ({model: {stable, canary, canaryWeight, steps, adapters}}, the "
+            "previous deployment's canaryReleases output); without it there is nothing to compare.",
             validate=canary.canary_weight_steps,
             severity=Severity.HIGH,
             config_schema=schema(**PREVIOUS_RELEASES),

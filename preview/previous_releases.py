@@ -2,7 +2,8 @@
 
 The analyzer protocol hands a policy the new resources only, so the release each model had
 before this change reaches the pack through its policy config, `previousReleases`:
-{model: {stable, canary, canaryWeight, steps}}. Read here from
+{model: {stable, canary, canaryWeight, steps, adapters: {adapter: {stable, canary, canaryWeight}}}}.
+Read here from
 
 - a baseline preview's resources.json (the release annotations of each model's VirtualService);
 - a previous stack file (its `<project>:models`, tolerant of older shapes: `canaryWeight` or
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from components.specs.routes import (
+    ADAPTER_RELEASES_ANNOTATION,
     CANARY_STEP_OVERRIDE_ANNOTATION,
     CANARY_STEPS_ANNOTATION,
     CANARY_VERSION_ANNOTATION,
@@ -96,6 +98,35 @@ def release_entry(
     return entry
 
 
+def _adapter_entries(recorded: Any) -> dict[str, Any] | None:
+    """The adapters' releases a route annotation (JSON) or a `canaryReleases` entry records, by
+    adapter name; None when none is recorded (a release from before adapters' were)."""
+    if isinstance(recorded, str):
+        try:
+            recorded = json.loads(recorded)
+        except ValueError:
+            return None
+    if not isinstance(recorded, Mapping):
+        return None
+    adapters: dict[str, Any] = {}
+    for name, release in recorded.items():
+        entry = _from_release(release) if isinstance(release, Mapping) else None
+        if entry is not None:
+            adapters[str(name)] = _adapter_release(entry)
+    return adapters
+
+
+def _adapter_release(entry: dict[str, Any]) -> dict[str, Any]:
+    """A release entry as an adapter's: it goes through its model's steps, under its model's override."""
+    return {k: v for k, v in entry.items() if k not in ("steps", "stepOverride")}
+
+
+def _with_adapters(entry: dict[str, Any] | None, adapters: dict[str, Any] | None) -> dict[str, Any] | None:
+    if entry is not None and adapters is not None:
+        entry["adapters"] = adapters
+    return entry
+
+
 def from_baseline(resources: list[dict[str, Any]]) -> Releases | None:
     """Each model's release as a baseline preview's VirtualServices declare it; None when none
     declares one (a baseline from before the routes carried their release)."""
@@ -116,6 +147,7 @@ def from_baseline(resources: list[dict[str, Any]]) -> Releases | None:
             annotations.get(CANARY_WEIGHTS_ANNOTATION),
             annotations.get(CANARY_STEP_OVERRIDE_ANNOTATION),
         )
+        entry = _with_adapters(entry, _adapter_entries(annotations.get(ADAPTER_RELEASES_ANNOTATION)))
         if entry is not None and isinstance(metadata.get("name"), str):
             releases[metadata["name"]] = entry
     return releases or None
@@ -138,7 +170,22 @@ def _from_release(release: Mapping[str, Any], served: Mapping[str, str] | None =
     override = release.get("stepOverride")
     if isinstance(override, Mapping):  # a stack file's {reason}; an output entry records the reason itself
         override = override.get("reason")
-    return release_entry(stable, canary, weight, release.get("steps"), stable_weights, canary_weights, override)
+    entry = release_entry(stable, canary, weight, release.get("steps"), stable_weights, canary_weights, override)
+    return entry if served is not None else _with_adapters(entry, _adapter_entries(release.get("adapters")))
+
+
+def _stack_file_adapters(model: Mapping[str, Any]) -> dict[str, Any]:
+    """The releases of a stack file's model's adapters that have revisions, with the weights each revision's source
+    names (an adapter's `versions` are shaped like a model's)."""
+    adapters: dict[str, Any] = {}
+    for adapter in model.get("adapters") or []:
+        if not isinstance(adapter, Mapping) or not isinstance(adapter.get("name"), str):
+            continue
+        release = adapter.get("release")
+        entry = _from_release(release, _served(adapter)) if isinstance(release, Mapping) else None
+        if entry is not None:
+            adapters[adapter["name"]] = _adapter_release(entry)
+    return adapters
 
 
 def _served(model: Mapping[str, Any]) -> dict[str, str]:
@@ -172,7 +219,7 @@ def from_stack_file(path: Path, project: str = PROJECT) -> Releases:
         release = model.get("release")
         entry = _from_release(release, _served(model)) if isinstance(release, Mapping) else None
         if entry is not None:
-            releases[model["name"]] = entry
+            releases[model["name"]] = {**entry, "adapters": _stack_file_adapters(model)}
     return releases
 
 

@@ -47,13 +47,14 @@ def test_eks_cluster_pinned_version_api_auth_and_admin_access(prod):
 def test_pod_identity_or_irsa(prod, prod_raw):
     assert prod.one("aws:eks/addon:Addon", "cluster-pod-identity-agent")["inputs"]["addonName"] == "eks-pod-identity-agent"
     association = prod.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
-    # The controllers', the 8B model's servers (they read its LoRA adapters from S3 with a role of
-    # their own) and each batch job's (it reads its input and writes its output in S3).
+    # The controllers', the 8B model's servers and its batch model's (both read its LoRA adapters from S3,
+    # each with a role of its own) and each batch job's (it reads its input and writes its output in S3).
     assert sorted(a["inputs"]["serviceAccount"] for a in association) == [
         "aws-load-balancer-controller",
         "batch-review-labels",
         "batch-ticket-labels",
         "cluster-autoscaler",
+        "llama-8b-batch-weights",
         "llama-8b-weights",
     ]
     prod_raw["cluster"]["eks"]["workloadIdentity"] = "irsa"

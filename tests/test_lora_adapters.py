@@ -20,6 +20,7 @@ from .test_traffic import Request, lua_runtime, token
 
 FLAGS = (ROOT.parent / "shared" / "upstream-facts" / "vllm" / "0.18.0-flags.txt").resolve()
 BASE = 1  # prod's models[1]: llama-8b, the adapters' base
+BATCH = 3  # prod's models[3]: llama-8b-batch, the base's batch model
 SUPPORT, SQL = "llama-3.1-8b-support", "llama-3.1-8b-sql"
 N_USERS = 20_000
 
@@ -62,8 +63,11 @@ def test_every_version_of_the_base_loads_every_adapter_module_with_limits_sized_
         assert flag_values(args, "--max-loras") == ["3"]
         assert flag_values(args, "--max-lora-rank") == ["32"]
         assert flag_values(args, "--max-cpu-loras") == ["3"]
-    # The other models load none.
-    assert "--enable-lora" not in server_args(prod, "llama-8b-batch-v1")
+    # The models that take neither the base's tiers nor its batch tier load none.
+    assert (
+        "--enable-lora"
+        not in prod.k8s("Deployment", "llama-1b-v1", "team-a")["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
 
 
 def test_the_lora_flags_are_flags_of_the_pinned_vllm():
@@ -121,7 +125,8 @@ def test_a_hugging_face_adapter_is_fetched_with_the_tenants_token_only(prod_raw)
     from platform_config.loader import parse_platform_config as parse
 
     # Base weights from S3, one adapter from Hugging Face: the adapter's fetch still needs the tenant's token.
-    for version in prod_raw["models"][BASE]["versions"]:
+    # (The batch model, which loads the adapters too, serves the same weights.)
+    for version in prod_raw["models"][BASE]["versions"] + prod_raw["models"][BATCH]["versions"]:
         version["source"] = {"s3Uri": "s3://inference-prod-weights/llama-3.1-8b", "revision": "2026-07-23"}
     prod_raw["models"][BASE]["adapters"][1]["source"] = {"huggingface": "org/sql-lora", "revision": "a" * 40}
     config = parse(prod_raw)
@@ -134,12 +139,13 @@ def test_a_hugging_face_adapter_is_fetched_with_the_tenants_token_only(prod_raw)
 
 
 def test_limits_follow_the_adapters_unless_configured(prod_raw):
-    model = parse_platform_config(prod_raw).models[BASE]
-    limits = lora_limits(model)
+    config = parse_platform_config(prod_raw)
+    limits = lora_limits(config, config.models[BASE])
     assert limits is not None and (limits.max_loras, limits.max_lora_rank, limits.max_cpu_loras) == (3, 32, 3)
     prod_raw["models"][BASE]["adapters"][1]["rank"] = 40  # not a vLLM choice: the next one up
     prod_raw["models"][BASE]["lora"].update(maxCpuLoras=8)
-    limits = lora_limits(parse_platform_config(prod_raw).models[BASE])
+    config = parse_platform_config(prod_raw)
+    limits = lora_limits(config, config.models[BASE])
     assert limits is not None and (limits.max_lora_rank, limits.max_cpu_loras) == (64, 8)
     assert limits.max_lora_rank in VLLM_MAX_LORA_RANKS
 
@@ -219,10 +225,11 @@ def test_the_endpoint_picker_of_an_adapter_base_scores_adapter_affinity(prod_raw
 
 
 def test_the_memory_estimate_of_prod(prod_raw):
-    model = parse_platform_config(prod_raw).models[BASE]
+    config = parse_platform_config(prod_raw)
+    model = config.models[BASE]
     # Llama-3.1-8B: 32 layers x (9 x 4096 + 2 x 1024 + 3 x 14336) = 32 x 81920 elements per unit of rank.
     assert model.lora.base_shape is not None and lora_elements_per_rank(model.lora.base_shape) == 2_621_440
-    memory = lora_memory(model)
+    memory = lora_memory(config, model)
     assert memory is not None
     assert memory.gpu_bytes == 3 * 32 * 2_621_440 * 2  # 3 slots at rank 32, bfloat16
     assert memory.cpu_bytes == (16 + 16 + 32) * 2_621_440 * 2  # the three modules at their own ranks
@@ -284,14 +291,76 @@ def test_an_adapter_shares_the_base_models_tenants_and_callers(lua):
         assert request.status == status, tenant
 
 
-def test_an_adapters_batch_tier_is_refused_where_the_base_sends_batch_elsewhere(lua, prod):
+def test_an_adapters_batch_tier_goes_to_the_batch_models_servers_under_its_module(lua, prod):
     service = prod.k8s("VirtualService", "llama-8b", "serving")
-    adapter = first_route(service, adapter_request(lua, SUPPORT, tier="batch").headers)
-    assert adapter["name"] == "adapter-tier-not-served" and adapter["directResponse"]["status"] == 403
-    assert "serve tiers premium, standard" in adapter["directResponse"]["body"]["string"]
-    # The base model's own batch requests still go to its batch model's servers.
-    base = first_route(service, adapter_request(lua, "llama-3.1-8b-instruct", tier="batch").headers)
-    assert base["name"] == "batch-to-llama-8b-batch"
+    modules = set()
+    for i in range(200):
+        request = adapter_request(lua, SUPPORT, user=f"user-{i}", tier="batch")
+        assert request.status is None
+        route = first_route(service, request.headers)
+        # The base model's own batch route: its batch model's stable version, batch subset, whatever the user key.
+        assert route["name"] == "batch-to-llama-8b-batch"
+        assert route["route"][0]["destination"]["subset"] == "llama-8b-batch-v1-batch"
+        modules.add(served_model(request))
+        # llama-8b-batch takes the batch tier only: vLLM's default priority (it schedules first come, first served).
+        assert request.json()["priority"] == 0
+    # The adapter canary still splits the batch tier: both revisions, the modules the batch servers load.
+    assert modules == {f"{SUPPORT}@r1", f"{SUPPORT}@r2"}
+    sql = adapter_request(lua, SQL, tier="batch")
+    assert served_model(sql) == SQL and first_route(service, sql.headers)["name"] == "batch-to-llama-8b-batch"
+
+
+def test_the_batch_models_servers_load_the_adapters_of_the_models_whose_batch_tier_they_take(prod):
+    base = server_args(prod, "llama-8b-v1")
+    batch = server_args(prod, "llama-8b-batch-v1")
+    # The same module names the gateway filter writes, at the same paths, with limits sized from the same modules.
+    for flag in ("--lora-modules", "--max-loras", "--max-lora-rank", "--max-cpu-loras"):
+        assert flag_values(batch, flag) == flag_values(base, flag), flag
+    spec = prod.k8s("Service", "llama-8b-batch-v1", "serving")["spec"]["template"]["spec"]
+    syncs = {c["command"][-1]: c["command"][-2] for c in spec["initContainers"] if c["name"].startswith("fetch-adapter")}
+    assert syncs[f"{ADAPTERS_DIR}/{SQL}"] == "s3://inference-prod-adapters/llama-3.1-8b/sql/2026-09-14/"
+    # Its own workload role reads the adapters' prefixes beside its weights.
+    assert spec["serviceAccountName"] == "llama-8b-batch-weights"
+    policy = prod.one("aws:iam/rolePolicy:RolePolicy", "llama-8b-batch-weights-identity-policy")["inputs"]["policy"]
+    objects = sorted(s["Resource"] for s in json.loads(policy)["Statement"] if s["Action"] == ["s3:GetObject"])
+    assert objects == [
+        "arn:aws:s3:::inference-prod-adapters/llama-3.1-8b/sql/*",
+        "arn:aws:s3:::inference-prod-adapters/llama-3.1-8b/support/*",
+    ]
+    # The pods declare the adapters' base by its OpenAI name, which these servers answer to as well.
+    annotations = prod.k8s("Service", "llama-8b-batch-v1", "serving")["spec"]["template"]["metadata"]["annotations"]
+    declared = json.loads(annotations["inference.platform/lora-adapters"])
+    assert declared[SQL] == {"tenant": "serving", "base": "llama-3.1-8b-instruct", "modules": [SQL]}
+    assert "llama-3.1-8b-instruct" in flag_values(batch, "--served-model-name")
+
+
+def test_an_adapters_batch_tier_takes_the_batch_models_priority_where_it_schedules_by_priority(prod_raw):
+    batch = next(m for m in prod_raw["models"] if m["name"] == "llama-8b-batch")
+    batch["tiers"] = ["standard", "batch"]
+    evaluated = Evaluated(prod_raw)
+    lua = lua_runtime(evaluated)
+    service = evaluated.k8s("VirtualService", "llama-8b", "serving")
+    request = adapter_request(lua, SQL, tier="batch")
+    assert served_model(request) == SQL
+    # The batch tier's vLLM priority (2 by default), which the batch model's servers now schedule by.
+    assert request.json()["priority"] == parse_platform_config(prod_raw).traffic.tiers["batch"].vllm_priority == 2
+    assert "--scheduling-policy" in server_args(evaluated, "llama-8b-batch-v1")
+    assert first_route(service, request.headers)["name"] == "batch-to-llama-8b-batch"
+    # The base model's own servers keep their tiers: a standard request for the adapter stays on them.
+    standard = first_route(service, adapter_request(lua, SQL, tier="standard").headers)
+    assert standard["route"][0]["destination"]["subset"].startswith(("llama-8b-v1-", "llama-8b-v2-"))
+
+
+def test_an_adapter_is_refused_a_tier_neither_its_base_nor_the_batch_model_serves(prod_raw):
+    prod_raw["models"][BASE].pop("batchModel")
+    prod_raw["models"][BASE]["tiers"] = ["premium", "standard"]
+    evaluated = Evaluated(prod_raw)
+    lua = lua_runtime(evaluated)
+    route = first_route(
+        evaluated.k8s("VirtualService", "llama-8b", "serving"), adapter_request(lua, SUPPORT, tier="batch").headers
+    )
+    assert route["name"] == "tier-not-served" and route["directResponse"]["status"] == 403
+    assert "(and its adapters) serves tiers premium, standard" in route["directResponse"]["body"]["string"]
 
 
 def test_the_adapter_canary_is_sticky_weighted_and_apart_from_the_base_canary(lua, prod):
@@ -400,6 +469,12 @@ def test_fewer_gpu_slots_are_allowed_where_the_profile_is_not_latency_sensitive(
     prod_raw["models"][BASE].pop("batchModel")
     prod_raw["models"][BASE]["tiers"] = ["premium", "standard"]
     validate(prod_raw)
+    # So on the batch model's servers (summarization: a throughput profile), which load the base's three modules.
+    raw = raw_stack("prod")
+    raw["models"][BATCH]["lora"] = {"maxLoras": 2}
+    plan = validate(raw)
+    server = next(s for m in plan.models for s in m.servers if s.name == "llama-8b-batch-v1")
+    assert server.lora is not None and (server.lora.max_loras, len(server.lora.modules)) == (2, 3)
 
 
 def test_fewer_cpu_slots_than_gpu_slots_are_refused(prod_raw):
@@ -432,6 +507,35 @@ def test_an_adapter_of_another_tenant_is_refused(prod_raw):
     adapters(prod_raw)[1]["tenant"] = "team-a"
     (problem,) = config_problems(prod_raw)
     assert problem.startswith("inference-platform:models[1].adapters[1].tenant: 'team-a' does not run model 'llama-8b'")
+
+
+def test_a_batch_model_serving_other_weights_refuses_the_adapters_batch_tier(prod_raw):
+    prod_raw["models"][BATCH]["versions"][0]["source"]["revision"] = "f" * 40
+    (problem,) = config_problems(prod_raw)
+    assert problem.startswith("inference-platform:models[1].batchModel: its adapters (llama-3.1-8b-support, llama-3.1-8b-sql)")
+    assert "version 'v1' serves other weights than every version of model 'llama-8b'" in problem
+    # A canary of other weights on the batch model is refused too: both versions would load the adapters.
+    raw = raw_stack("prod")
+    raw["models"][BATCH]["versions"].append({"name": "v2", "source": {"huggingface": "org/other-8b", "revision": "e" * 40}})
+    raw["models"][BATCH]["release"] = {"stable": "v1", "canary": "v2", "canaryWeight": 10}
+    assert any("version 'v2' serves other weights" in p for p in config_problems(raw))
+    # Without adapters the batch model may serve anything.
+    raw["models"][BASE].pop("adapters")
+    raw["models"][BASE].pop("lora")
+    assert not any("batchModel" in p for p in config_problems(raw))
+
+
+def test_a_batch_model_of_another_tenant_refuses_the_adapters_batch_tier(prod_raw):
+    prod_raw["models"][BATCH]["tenant"] = "team-a"
+    problems = [p for p in config_problems(prod_raw) if p.startswith("inference-platform:models[1].batchModel:")]
+    assert len(problems) == 2, problems  # one per adapter
+    assert all("runs in tenant 'team-a', not the tenant 'serving' of adapter" in p for p in problems)
+
+
+def test_a_batch_model_whose_lora_limits_cannot_hold_the_adapters_is_refused(prod_raw):
+    prod_raw["models"][BATCH]["lora"] = {"maxLoraRank": 16}
+    (problem,) = config_problems(prod_raw)
+    assert problem.startswith("inference-platform:models[3].lora.maxLoraRank: 16 is below the rank 32 of adapter")
 
 
 def test_a_revision_named_like_a_base_version_is_refused(prod_raw):

@@ -702,7 +702,11 @@ def test_an_adapter_on_another_tenants_base_is_refused(pack, baseline):
     record = find(baseline, KSVC, "llama-8b-v1-knative-service")
     for pod in pod_annotations(record):
         adapters = json.loads(pod[LORA_ADAPTERS])
-        assert adapters["llama-3.1-8b-sql"] == {"tenant": "serving", "modules": ["llama-3.1-8b-sql"]}
+        assert adapters["llama-3.1-8b-sql"] == {
+            "tenant": "serving",
+            "base": "llama-3.1-8b-instruct",
+            "modules": ["llama-3.1-8b-sql"],
+        }
         adapters["llama-3.1-8b-sql"]["tenant"] = "team-a"
         pod[LORA_ADAPTERS] = json.dumps(adapters)
     assert analyze(pack, record) == {"adapter-on-own-tenants-base": "mandatory"}
@@ -722,7 +726,33 @@ def test_an_adapter_name_held_by_two_base_models_is_refused(pack, baseline):
 
     hits = pack.analyze_stack(stack_with(baseline, load_on_70b))
     flagged = sorted(d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "adapter-names-unique")
-    assert flagged == ["llama-70b-v1-deployment", "llama-8b-v1-knative-service", "llama-8b-v2-knative-service"]
+    # Every server of the adapter's base is flagged too: the base's versions and its batch model's.
+    assert flagged == [
+        "llama-70b-v1-deployment",
+        "llama-8b-batch-v1-knative-service",
+        "llama-8b-v1-knative-service",
+        "llama-8b-v2-knative-service",
+    ]
+
+
+def test_a_batch_model_loading_its_bases_adapters_is_no_second_base(pack, baseline):
+    # prod's llama-8b-batch takes llama-8b's batch tier and loads its adapters, declaring llama-8b's name as their base.
+    batch = find(baseline, KSVC, "llama-8b-batch-v1-knative-service")
+    declared = json.loads(pod_annotations(batch)[0][LORA_ADAPTERS])
+    assert {a["base"] for a in declared.values()} == {"llama-3.1-8b-instruct"}
+    assert not [d for d in pack.analyze_stack(stack_with(baseline, list)) if d.policy == "adapter-names-unique"]
+
+    # A server that does not answer to the declared base's name is another base, whatever it declares.
+    def stop_answering_to_the_base(records: list[RecordedResource]) -> list[RecordedResource]:
+        target = next(r for r in records if r.name == "llama-8b-batch-v1-knative-service")
+        for spec in both(target):
+            args = spec["containers"][0]["args"]
+            args.remove("llama-3.1-8b-instruct")
+        return records
+
+    hits = pack.analyze_stack(stack_with(baseline, stop_answering_to_the_base))
+    flagged = sorted({d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "adapter-names-unique"})
+    assert "llama-8b-batch-v1-knative-service" in flagged
 
 
 def test_an_adapter_named_like_a_served_model_is_refused(pack, baseline):

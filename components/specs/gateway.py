@@ -25,7 +25,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from platform_config.adapters import AdapterModule, adapter_revisions
+from platform_config.adapters import adapter_revisions, module_name
 from platform_config.models import GatewayAuthentication, ReleaseConfig, TrafficConfig, duration_seconds
 from platform_config.profiles import TierName
 from platform_config.serving import route_timeout_seconds
@@ -259,23 +259,20 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
 
 def adapter_filter_entries(traffic: TrafficConfig, route: RoutePlan) -> dict[str, dict[str, Any]]:
     """The filter's settings for each adapter of the route's model, by its OpenAI name: the base
-    model's user key, priorities, tenants and callers, for the tiers the base model's own servers
-    take (they hold the adapters; a batch model's servers do not); the LoRA module the request's
-    `model` is rewritten to and, for an adapter with a canary, how the filter picks the revision
-    (README, LoRA adapters)."""
+    model's user key, priorities, tenants and callers, for every tier its route takes (a batch
+    model's servers that take the batch tier load its adapters too, under the same module names,
+    with that tier's priority where they schedule by it); the LoRA module the request's `model` is
+    rewritten to and, for an adapter with a canary, how the filter picks the revision (README,
+    LoRA adapters)."""
     model = route.model
-    own = [t for t in route.tiers if t.owner is model]
     entries: dict[str, dict[str, Any]] = {}
     for adapter in model.adapters:
-        modules = {
-            revision: AdapterModule(adapter.name, revision, source, adapter.rank).name
-            for revision, source in adapter_revisions(adapter)
-        }
+        modules = {revision: module_name(adapter.name, revision) for revision, _ in adapter_revisions(adapter)}
         entry: dict[str, Any] = {
             "name_json": json.dumps(next(iter(modules.values()))),
             "user_key_header": model.release.user_key_header,
-            "priority_tiers": {t.tier: True for t in own if t.by_priority},
-            "unclaimed_tier": "batch" if {t.tier for t in own} == {"batch"} else traffic.default_tier,
+            "priority_tiers": {t.tier: True for t in route.tiers if t.by_priority},
+            "unclaimed_tier": unclaimed_tier(traffic, route),
             "tenants": {tenant: True for tenant in (model.tenant, *model.callers)},
         }
         release = adapter.release

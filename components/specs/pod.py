@@ -11,7 +11,7 @@ import math
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
-from platform_config.adapters import AdapterModule, LoraLimits, adapter_tenant
+from platform_config.adapters import AdapterModule, LoraLimits
 from platform_config.cold_start import STREAM_CONCURRENCY, has_model_volume, startup_budget_seconds
 from platform_config.models import ModelSource, ServerArgs
 from platform_config.pins import AWS_CLI
@@ -284,7 +284,7 @@ def _env(plan: ServerPlan) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": HOME_DIR},
         # Without a model volume (streamed weights, no adapters) /models is read-only: the Hugging Face cache in HOME.
-        {"name": "HF_HOME", "value": HF_HOME if has_model_volume(plan.model, plan.pool) else f"{cache}/huggingface"},
+        {"name": "HF_HOME", "value": HF_HOME if has_model_volume(plan.pool, plan.lora is not None) else f"{cache}/huggingface"},
         {"name": "XDG_CACHE_HOME", "value": cache},
         {"name": "XDG_CONFIG_HOME", "value": f"{HOME_DIR}/.config"},
         {"name": "VLLM_CACHE_ROOT", "value": f"{cache}/vllm"},
@@ -382,7 +382,7 @@ def _volumes(plan: ServerPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
-    if not has_model_volume(plan.model, plan.pool):
+    if not has_model_volume(plan.pool, plan.lora is not None):
         # Streamed weights and no adapters: nothing for the model volume to hold.
         volumes, mounts = volumes[1:], mounts[1:]
     return volumes, mounts
@@ -395,7 +395,7 @@ SCRATCH_GIB = 30
 def scratch_storage(plan: ServerPlan) -> str:
     """Node disk the pod's volumes may fill: the weights cache (if it has one) plus scratch, so
     the scheduler does not put more caches on a node than its disk holds."""
-    if not has_model_volume(plan.model, plan.pool):
+    if not has_model_volume(plan.pool, plan.lora is not None):
         return f"{SCRATCH_GIB}Gi"
     cache_gib = parse_quantity(plan.model.resources.cache_size) / 2**30
     return f"{math.ceil(cache_gib) + SCRATCH_GIB}Gi"
@@ -491,16 +491,15 @@ def registry_annotations(plan: ServerPlan) -> dict[str, str]:
 
 
 def adapter_annotations(plan: ServerPlan) -> dict[str, str]:
-    """The adapters a server loads, by OpenAI name: the tenant that owns each and its modules."""
+    """The adapters a server loads, by OpenAI name: the tenant that owns each, the OpenAI name of the model that
+    declares it (its base: another model's, which this server answers to as well, when it takes that model's batch
+    tier) and its modules."""
     if plan.lora is None:
         return {}
-    adapters = {
-        adapter.name: {
-            "tenant": adapter_tenant(plan.model, adapter),
-            "modules": [m.name for m in plan.lora.modules if m.adapter == adapter.name],
-        }
-        for adapter in plan.model.adapters
-    }
+    adapters: dict[str, dict[str, Any]] = {}
+    for module in plan.lora.modules:
+        entry = adapters.setdefault(module.adapter, {"tenant": module.tenant, "base": module.base_name, "modules": []})
+        entry["modules"].append(module.name)
     return {ANNOTATION_LORA_ADAPTERS: json.dumps(adapters, sort_keys=True, separators=(",", ":"))}
 
 

@@ -20,6 +20,7 @@ DestinationRule for that gateway host.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from platform_config.models import ModelConfig, TierPolicy
@@ -45,6 +46,9 @@ CANARY_STEP_OVERRIDE_ANNOTATION = "inference.platform/canary-step-override"
 # under the same version name is a release too (a moved registry alias, an edited revision).
 STABLE_WEIGHTS_ANNOTATION = "inference.platform/stable-weights"
 CANARY_WEIGHTS_ANNOTATION = "inference.platform/canary-weights"
+# Each LoRA adapter's release with revisions (JSON: {adapter: {stable, canary, canaryWeight,
+# stableWeights, canaryWeights}}), held by `canary-weight-steps` to the model's steps and override.
+ADAPTER_RELEASES_ANNOTATION = "inference.platform/adapter-releases"
 
 
 # --- sticky buckets as RE2 ranges ----------------------------------------------------------
@@ -92,15 +96,39 @@ def _served_weights(model: ModelConfig, version: str) -> str | None:
     return next((weights_location(v.source) for v in model.versions if v.name == version), None)
 
 
+def adapter_releases(model: ModelConfig) -> dict[str, dict[str, Any]]:
+    """The release of each of the model's adapters that has revisions, as a model's is recorded: its
+    stable and canary revisions, the canary's weight and the weights each revision serves. They go
+    through the model's steps, under the model's step override (one rule: `canary-weight-steps`)."""
+    releases: dict[str, dict[str, Any]] = {}
+    for adapter in model.adapters:
+        release = adapter.release
+        if release is None:
+            continue
+        served = {v.name: weights_location(v.source) for v in adapter.versions or []}
+        entry: dict[str, Any] = {
+            "stable": release.stable,
+            "canary": release.canary,
+            "canaryWeight": release.canary_weight,
+            "stableWeights": served[release.stable],
+        }
+        if release.canary is not None:
+            entry["canaryWeights"] = served[release.canary]
+        releases[adapter.name] = entry
+    return releases
+
+
 def release_annotations(model: ModelConfig) -> dict[str, str]:
     """The release a model's VirtualService declares: its stable version, its canary and weight
-    (when it has one), the weights each serves, the configured steps and, when set, why this
-    change may skip them."""
+    (when it has one), the weights each serves, its adapters' releases, the configured steps and,
+    when set, why this change may skip them."""
     release = model.release
     annotations = {
         STABLE_VERSION_ANNOTATION: release.stable,
         CANARY_WEIGHT_ANNOTATION: str(release.canary_weight),
         CANARY_STEPS_ANNOTATION: ",".join(str(step) for step in release.steps),
+        # Present when empty too: a later change's new adapter canary is then compared with "none".
+        ADAPTER_RELEASES_ANNOTATION: json.dumps(adapter_releases(model), sort_keys=True, separators=(",", ":")),
     }
     if (stable_weights := _served_weights(model, release.stable)) is not None:
         annotations[STABLE_WEIGHTS_ANNOTATION] = stable_weights
@@ -127,46 +155,26 @@ def canary_release(model: ModelConfig) -> dict[str, Any]:
     }
     if release.canary is not None:
         entry["canaryWeights"] = _served_weights(model, release.canary)
+    entry["adapters"] = adapter_releases(model)
     if release.step_override is not None:
         # Recorded so that the next change cannot skip steps on this change's reason.
         entry["stepOverride"] = release.step_override.reason
     return entry
 
 
-def _match(
-    route: RoutePlan, tier: str, extra: dict[str, dict[str, str]] | None = None, *, adapters: bool = True
-) -> list[dict[str, Any]]:
-    """One match per OpenAI name the route takes (any of them matches): the model's, then (with
-    `adapters`) each of its LoRA adapters', which its own servers hold."""
+def _match(route: RoutePlan, tier: str, extra: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """One match per OpenAI name the route takes (any of them matches): the model's, then each of its
+    LoRA adapters', which the servers of every tier it routes hold (a batch model's too)."""
     traffic, model = route.traffic, route.model
-    names = [model.openai_name, *((a.name for a in model.adapters) if adapters else ())]
     return [
         {"headers": {traffic.model_header: {"exact": name}, traffic.tier_header: {"exact": tier}, **(extra or {})}}
-        for name in names
+        for name in route_names(model)
     ]
 
 
-def _adapter_tier_not_served(route: RoutePlan) -> list[dict[str, Any]]:
-    """A 403 for a model's adapters in the tiers its own servers do not take (e.g. the batch tier a
-    batch model takes, whose servers hold no adapters), after the model's own routes."""
-    traffic, model = route.traffic, route.model
-    own = [t.tier for t in route.tiers if t.owner is model]
-    if not model.adapters or set(own) == set(TIER_ORDER):
-        return []
-    names = [a.name for a in model.adapters]
-    return [
-        {
-            "name": "adapter-tier-not-served",
-            "match": [{"headers": {traffic.model_header: {"exact": name}}} for name in names],
-            "directResponse": {
-                "status": 403,
-                "body": {
-                    "string": f"the adapters of model {model.openai_name} ({', '.join(names)}) serve tiers {', '.join(own)}; "
-                    f"the token's {traffic.authentication.tier_claim} claim names another"
-                },
-            },
-        }
-    ]
+def route_names(model: ModelConfig) -> list[str]:
+    """The OpenAI names a model's route takes: its own, then its adapters'."""
+    return [model.openai_name, *(a.name for a in model.adapters)]
 
 
 def _route_policy(policy: TierPolicy) -> dict[str, Any]:
@@ -193,7 +201,7 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
             weighted.append(
                 {
                     "name": f"{tier}-to-{owner.name}",
-                    "match": _match(route, tier, adapters=False),
+                    "match": _match(route, tier),
                     "route": [tier_route.owner_backend.destination(owner, owner.release.stable, tier).route()],
                     **policy,
                 }
@@ -232,17 +240,18 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
                 **policy,
             }
         )
-    routes = overrides + sticky + weighted + _adapter_tier_not_served(route)
+    routes = overrides + sticky + weighted
     if set(tiers) != set(TIER_ORDER):
         routes.append(
             {
                 "name": "tier-not-served",
-                "match": [{"headers": {traffic.model_header: {"exact": model.openai_name}}}],
+                "match": [{"headers": {traffic.model_header: {"exact": name}}} for name in route_names(model)],
                 "directResponse": {
                     "status": 403,
                     # The tier is the token's (the filter sets the tier header from its claim).
                     "body": {
-                        "string": f"model {model.openai_name} serves tiers {', '.join(tiers)}; the token's "
+                        "string": f"model {model.openai_name}{' (and its adapters)' if model.adapters else ''} serves tiers "
+                        f"{', '.join(tiers)}; the token's "
                         f"{traffic.authentication.tier_claim} claim names another"
                     },
                 },

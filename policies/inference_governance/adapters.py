@@ -1,5 +1,6 @@
 """LoRA adapter validators: what the model servers' pods declare they load (the program's
-`inference.platform/lora-adapters` pod annotation, per adapter its owning tenant and modules).
+`inference.platform/lora-adapters` pod annotation, per adapter its owning tenant, the OpenAI name
+of the model that declares it and its modules).
 Each rule has the name of the config check that holds stacks to it before anything renders
 (platform_config/checks.py)."""
 
@@ -61,15 +62,19 @@ def _model_servers(args: Any) -> Iterator[tuple[Any, tuple[str, str]]]:
 
 def adapter_names_unique(args: Any, report_violation: Report) -> None:
     """An adapter's OpenAI name names one thing cluster-wide: the adapters of one base model (its versions load the
-    same ones), never another model's adapter, nor a name a server answers to as a model."""
+    same ones, and so do its batch model's servers, which answer to the base's name as well and declare it as the
+    adapter's `base`), never another model's adapter, nor a name a server answers to as a model."""
     owners: dict[str, set[tuple[str, str]]] = defaultdict(set)
     models: dict[str, set[tuple[str, str]]] = defaultdict(set)
     carriers: dict[str, list[Any]] = defaultdict(list)
     for resource, model in _model_servers(args):
-        for name in served_names(resource.resource_type, resource.props):
+        answers_to = served_names(resource.resource_type, resource.props)
+        for name in answers_to:
             models[name].add(model)
-        for name in declared_adapters(resource.resource_type, resource.props) or {}:
-            owners[name].add(model)
+        for name, adapter in (declared_adapters(resource.resource_type, resource.props) or {}).items():
+            # Servers that answer to the adapter's base name hold the base's adapters; any other holder is another base.
+            base = adapter.get("base")
+            owners[name].add((model[0], base) if isinstance(base, str) and base in answers_to else model)
             carriers[name].append(resource)
     for name, held_by in sorted(owners.items()):
         clashes = []

@@ -1,5 +1,7 @@
 """Canary releases held to the previous release: a canary's weight rises by at most one
 configured step per change, and a canary becomes the stable version only from the last step.
+The same rule holds each LoRA adapter's revision canary (the route's adapter releases), with its
+base model's steps and step override.
 
 The analyzer protocol sends a policy the new resource only, never the state it replaces, so the
 previous releases come in through the policy config (`previousReleases`): the offline preview
@@ -10,11 +12,14 @@ compare and the rule passes.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .kube import (
+    ADAPTER_RELEASES_ANNOTATION,
     CANARY_STEP_OVERRIDE_ANNOTATION,
     CANARY_STEPS_ANNOTATION,
     CANARY_VERSION_ANNOTATION,
@@ -192,55 +197,93 @@ def previous_release(entry: Any) -> Release | None:
     )
 
 
-def _checked(args: Any) -> tuple[str, Release | str, str | None, str | None] | None:
-    """(model, what the route declares or why it cannot be read, the violation, the override's
-    reason) for a route of a model with a previous release to compare with; None otherwise."""
-    if args.resource_type != VIRTUAL_SERVICE:
+def declared_adapter_releases(annotations: Mapping[str, Any], steps: tuple[int, ...] | None) -> dict[str, Release | str] | None:
+    """Each adapter's release a route's annotations declare (with the model's `steps`), or why one
+    cannot be read; None when the route declares no adapter releases (a route from before them)."""
+    raw = annotations.get(ADAPTER_RELEASES_ANNOTATION)
+    if raw is None:
         return None
-    previous_releases = config(args).get("previousReleases")
-    if not isinstance(previous_releases, Mapping):
-        return None
-    annotations = get(args.props, "metadata", "annotations", default={})
-    new = declared_release(annotations)
-    if new is None:
-        return None
-    model = name_of(args.props)
-    reason = annotations.get(CANARY_STEP_OVERRIDE_ANNOTATION) or None
-    if isinstance(new, str):
-        return model, new, None, reason
-    previous = previous_release(previous_releases.get(model))
-    assert new.steps is not None
-    violation = step_violation(model, previous, new)
+    try:
+        entries = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        entries = None
+    if not isinstance(entries, Mapping):
+        return {"": f"{ADAPTER_RELEASES_ANNOTATION} is not a JSON object of adapter releases"}
+    releases: dict[str, Release | str] = {}
+    for name, entry in entries.items():
+        release = previous_release(entry)
+        if release is None or (isinstance(entry, Mapping) and _weight(entry.get("canaryWeight", 0)) is None):
+            releases[name] = f"{ADAPTER_RELEASES_ANNOTATION}: adapter {name!r} has no readable release"
+        else:
+            releases[name] = dataclasses.replace(release, steps=steps, step_override=None)
+    return releases
+
+
+def _held(subject: str, previous: Release | None, new: Release, reason: str | None) -> tuple[str | None, str | None]:
+    """The violation of the change from `previous` to `new` and the override's reason that covers it."""
+    violation = step_violation(subject, previous, new)
     if violation is not None and previous is not None and reason is not None and reason == previous.step_override:
         # An override covers the change it was written for: left in the file, it would switch
         # the rule off for every change after.
         violation = f"{violation} (the step override {reason!r} was the previous change's: write this change's own reason)"
         reason = None
-    return model, new, violation, reason
+    return violation, reason
+
+
+def _checked(args: Any) -> list[tuple[str, Release | str, str | None, str | None]]:
+    """(what is held: the model, or `<model> adapter <name>`; what the route declares or why it
+    cannot be read; the violation; the override's reason) for the release of a route's model and of
+    each of its adapters, when there is a previous release to compare with; none otherwise."""
+    if args.resource_type != VIRTUAL_SERVICE:
+        return []
+    previous_releases = config(args).get("previousReleases")
+    if not isinstance(previous_releases, Mapping):
+        return []
+    annotations = get(args.props, "metadata", "annotations", default={})
+    new = declared_release(annotations)
+    if new is None:
+        return []
+    model = name_of(args.props)
+    reason = annotations.get(CANARY_STEP_OVERRIDE_ANNOTATION) or None
+    if isinstance(new, str):
+        return [(model, new, None, reason)]
+    previous = previous_release(previous_releases.get(model))
+    assert new.steps is not None
+    checked: list[tuple[str, Release | str, str | None, str | None]] = [(model, new, *_held(model, previous, new, reason))]
+    # The adapters' releases, with the model's steps and override: a new model's are new too; a
+    # previous release that recorded no adapters' (one from before them) has nothing to compare.
+    adapters = declared_adapter_releases(annotations, new.steps)
+    recorded = previous_releases[model].get("adapters") if previous is not None else {}
+    if adapters is None or not isinstance(recorded, Mapping):
+        return checked
+    for name, adapter in sorted(adapters.items()):
+        subject = f"{model} adapter {name}"
+        if isinstance(adapter, str):
+            checked.append((subject, adapter, None, reason))
+            continue
+        before = previous_release(recorded.get(name))
+        if before is not None and previous is not None:
+            before = dataclasses.replace(before, steps=previous.steps, step_override=previous.step_override)
+        checked.append((subject, adapter, *_held(subject, before, adapter, reason)))
+    return checked
 
 
 def canary_weight_steps(args: Any, report_violation: Report) -> None:
-    checked = _checked(args)
-    if checked is None:
-        return
-    model, new, violation, reason = checked
-    where = f"VirtualService {namespace_of(args.props)}/{model}"
-    if isinstance(new, str):
-        report_violation(f"{where}: {new}")
-    elif violation is not None and not isinstance(reason, str):
-        report_violation(f"{where}: {violation}")
+    for _, new, violation, reason in _checked(args):
+        where = f"VirtualService {namespace_of(args.props)}/{name_of(args.props)}"
+        if isinstance(new, str):
+            report_violation(f"{where}: {new}")
+        elif violation is not None and not isinstance(reason, str):
+            report_violation(f"{where}: {violation}")
 
 
 def canary_step_override(args: Any, report_violation: Report) -> None:
     """Advisory: a change that skips steps under the release's step override, with its reason,
     so the report records who skipped what and why."""
-    checked = _checked(args)
-    if checked is None:
-        return
-    model, _, violation, reason = checked
-    if violation is not None and isinstance(reason, str):
-        hint = f"; {OVERRIDE_HINT}"
-        report_violation(
-            f"VirtualService {namespace_of(args.props)}/{model}: step override in force ({reason!r}): "
-            f"{violation.removesuffix(hint)}"
-        )
+    for _, _, violation, reason in _checked(args):
+        if violation is not None and isinstance(reason, str):
+            hint = f"; {OVERRIDE_HINT}"
+            report_violation(
+                f"VirtualService {namespace_of(args.props)}/{name_of(args.props)}: step override in force ({reason!r}): "
+                f"{violation.removesuffix(hint)}"
+            )

@@ -64,6 +64,7 @@ CANARY_STEPS_ANNOTATION: str = FACTS["annotations"]["canarySteps"]
 CANARY_STEP_OVERRIDE_ANNOTATION: str = FACTS["annotations"]["canaryStepOverride"]
 STABLE_WEIGHTS_ANNOTATION: str = FACTS["annotations"]["stableWeights"]
 CANARY_WEIGHTS_ANNOTATION: str = FACTS["annotations"]["canaryWeights"]
+ADAPTER_RELEASES_ANNOTATION: str = FACTS["annotations"]["adapterReleases"]
 DEFAULT_CANARY_STEPS: list[int] = FACTS["defaults"]["canarySteps"]
 # Set by Knative on its pods: the pods of a Knative Service carry its name under this key.
 KNATIVE_SERVICE_LABEL: str = FACTS["labels"]["knativeService"]
