@@ -39,10 +39,16 @@ def streaming_h100(raw: dict[str, Any]) -> dict[str, Any]:
     """The prod stack with its h100 pool streaming, and every model on it given S3 weights (prod's are Hugging Face)."""
     pool = next(p for p in raw["nodePools"] if p["name"] == "h100")
     pool["weightCache"] = {"medium": "s3Stream"}
+    by_name = {model["name"]: model for model in raw["models"]}
     for model in raw["models"]:
         if model["pool"] == "h100":
+            source = {"s3Uri": f"{WEIGHTS_BUCKET}/{model['name']}", "revision": FOLDER}
             for version in model["versions"]:
-                version["source"] = {"s3Uri": f"{WEIGHTS_BUCKET}/{model['name']}", "revision": FOLDER}
+                version["source"] = dict(source)
+            # Its batch model loads its adapters, so it serves the same base weights (on its own pool, downloaded).
+            if model.get("adapters") and model.get("batchModel"):
+                for version in by_name[model["batchModel"]]["versions"]:
+                    version["source"] = dict(source)
     return raw
 
 
@@ -156,14 +162,17 @@ def test_an_mlflow_version_streams_where_the_registry_names_s3_weights(prod_raw,
 
     uri = "https://mlflow.example.com"
     raw = streaming_h100(prod_raw)
-    raw["registry"] = {"trackingUri": uri}
+    # Production previews from its lock file, the committed recording.
+    raw["registry"] = {"trackingUri": uri, "lockFile": "recording.json"}
     raw["models"][0]["versions"][0]["source"] = {"mlflow": {"model": "llama-70b", "alias": "champion"}}
 
     def resolved(weights: str):
         entry = {"registeredModel": "llama-70b", "alias": "champion", "registryVersion": "4", "weights": weights}
         file = tmp_path / "recording.json"
         file.write_text(json.dumps(registry_recording(uri, [entry])))
-        config, _ = resolve_registry(parse_platform_config(raw, [plan_checks]), None, recording_file=str(file), dry_run=True)
+        config, _ = resolve_registry(
+            parse_platform_config(raw, [plan_checks]), None, recording_file=str(file), dry_run=True, project_dir=tmp_path
+        )
         return config
 
     config = resolved(f"{WEIGHTS_BUCKET}/llama-70b/{FOLDER}")
@@ -227,6 +236,19 @@ def test_adapters_still_download_beside_streamed_weights(streamed):
     assert modules and all("=/models/adapters/" in m for m in modules)
     # One GPU slice: one reader, no distributed streaming.
     assert "distributed" not in json.loads(args[args.index("--model-loader-extra-config") + 1])
+
+
+def test_a_batch_model_streaming_its_weights_keeps_a_volume_for_the_adapters_it_carries(prod_raw):
+    """llama-8b-batch takes llama-8b's batch tier and so loads its adapters: on a streaming pool it still needs the
+    model volume their init containers download into, though its own weights stream."""
+    raw = streaming_h100(prod_raw)
+    next(p for p in raw["nodePools"] if p["name"] == "l4-batch")["weightCache"] = {"medium": "s3Stream"}
+    evaluated = Evaluated(raw, secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS})
+    spec = evaluated.k8s("Service", "llama-8b-batch-v1", "serving")["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    assert "runai_streamer" in args and "--lora-modules" in args
+    assert [v["name"] for v in spec["volumes"]][0] == "model-cache"
+    assert spec["initContainers"] and all(c["name"].startswith("fetch-adapter") for c in spec["initContainers"])
 
 
 def test_the_streamer_flags_are_flags_of_the_pinned_vllm(streamed):
