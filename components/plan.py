@@ -18,7 +18,7 @@ from decimal import Decimal
 from platform_config.adapters import adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
 from platform_config.capacity import show_amount
 from platform_config.checks import batch_gpu_request, batch_shards, run_peak_checks
-from platform_config.cold_start import cold_start, progress_deadline
+from platform_config.cold_start import cold_start, progress_deadline, scale_up_budget_seconds, startup_budget_seconds
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
     BatchJobConfig,
@@ -125,6 +125,7 @@ def _server(
         endpoint_picker=endpoint_picker_plan(config, model, version_name),
         registry_entry=registry.entry(model.name, version_name) if registry is not None else None,
         cold_start=start,
+        startup_budget_seconds=startup_budget_seconds(start),
         progress_deadline_seconds=progress_deadline(start, config),
         evictable_local_volumes=pool.weight_cache.allow_scale_down,
         lora=lora_limits(model),
@@ -336,6 +337,7 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
     return Plan(
         config=config,
         models=tuple(models),
+        scale_up_budget_seconds=scale_up_budget_seconds(config),
         endpoint_pickers_by_tenant=endpoint_pickers_by_tenant(config),
         batch_jobs=tuple(_batch_job(config, job, hugging_face_tenants) for job in config.batch_jobs),
     )

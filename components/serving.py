@@ -274,6 +274,8 @@ class ServerPlan:
     registry_entry: RegistryEntry | None = None
     # Its expected cold start on its pool (platform_config/cold_start.py), which its startup probe's budget follows.
     cold_start: ColdStart | None = None
+    # What its startup probe allows (platform_config/cold_start.startup_budget_seconds); None: without a cold start.
+    startup_budget_seconds: int | None = None
     # How long a rollout may make no progress (a new node, the image, the startup budget); None: without a cold start.
     progress_deadline_seconds: int | None = None
     # Whether the cluster autoscaler may remove its node (its pool's `weightCache.allowScaleDown`).
@@ -370,6 +372,8 @@ class ModelPlan:
 class Plan:
     config: PlatformConfig
     models: tuple[ModelPlan, ...]
+    # The longest a latency-sensitive model's first replica may take to serve (`coldStart.scaleUpBudget`).
+    scale_up_budget_seconds: int
     # What each tenant's endpoint pickers hold at peak (CPU requests, memory limits, pods): part
     # of its quota, run on the system node group.
     endpoint_pickers_by_tenant: dict[str, dict[str, Decimal]] = field(default_factory=dict)
