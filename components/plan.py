@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator, Mapping
 from decimal import Decimal
 
 from platform_config.adapters import adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
-from platform_config.capacity import show_amount
+from platform_config.capacity import batch_queue_rows, show_amount
 from platform_config.checks import batch_gpu_request, batch_shards, run_peak_checks
 from platform_config.cold_start import cold_start, progress_deadline, scale_up_budget_seconds, startup_budget_seconds
 from platform_config.errors import ConfigIssue
@@ -340,6 +340,7 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
         scale_up_budget_seconds=scale_up_budget_seconds(config),
         endpoint_pickers_by_tenant=endpoint_pickers_by_tenant(config),
         batch_jobs=tuple(_batch_job(config, job, hugging_face_tenants) for job in config.batch_jobs),
+        batch_queues=tuple(batch_queue_rows(config)),
     )
 
 

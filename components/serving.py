@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from platform_config.adapters import LoraLimits
+from platform_config.capacity import BatchQueueRow
 from platform_config.cold_start import ColdStart, streams_weights
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
@@ -379,6 +380,8 @@ class Plan:
     endpoint_pickers_by_tenant: dict[str, dict[str, Decimal]] = field(default_factory=dict)
     # The offline batch jobs, queued through Kueue.
     batch_jobs: tuple[BatchJobPlan, ...] = ()
+    # Each tenant's batch quota per pool, as its Kueue ClusterQueue states it (platform_config/capacity.py).
+    batch_queues: tuple[BatchQueueRow, ...] = ()
 
     @property
     def routes(self) -> tuple[RoutePlan, ...]:
