@@ -13,7 +13,6 @@ import pulumi
 import pulumi_aws as aws
 
 from platform_config.capacity import batch_queue_report, capacity_report, pool_supply
-from platform_config.cold_start import max_node_provision_seconds
 from platform_config.models import PlatformConfig
 
 from .batch_job import BatchJob, BatchJobArgs
@@ -122,7 +121,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     kubernetes_version=config.cluster.kubernetes_version,
                     region=region,
                     access=access,
-                    max_node_provision_seconds=max_node_provision_seconds(config),
+                    max_node_provision_seconds=plan.max_node_provision_seconds,
                 ),
                 opts=child,
             )

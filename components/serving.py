@@ -375,6 +375,9 @@ class Plan:
     models: tuple[ModelPlan, ...]
     # The longest a latency-sensitive model's first replica may take to serve (`coldStart.scaleUpBudget`).
     scale_up_budget_seconds: int
+    # How long the cluster autoscaler waits for a node it asked for (platform_config/cold_start.py), which every
+    # server's progress deadline includes.
+    max_node_provision_seconds: int
     # What each tenant's endpoint pickers hold at peak (CPU requests, memory limits, pods): part
     # of its quota, run on the system node group.
     endpoint_pickers_by_tenant: dict[str, dict[str, Decimal]] = field(default_factory=dict)

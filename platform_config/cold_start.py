@@ -242,10 +242,10 @@ def max_node_provision_seconds(config: PlatformConfig) -> int:
     return math.ceil(NODE_PROVISION_SAFETY_FACTOR * slowest / 60) * 60
 
 
-def progress_deadline(start: ColdStart, config: PlatformConfig) -> int:
-    """How long a rollout may make no progress: a new node for the pod (the autoscaler's provisioning time), the image
-    pull and the startup probe's budget."""
-    return max_node_provision_seconds(config) + start.image_seconds + startup_budget_seconds(start)
+def progress_deadline(start: ColdStart, node_provision_seconds: int) -> int:
+    """How long a rollout may make no progress: a new node for the pod (the autoscaler's provisioning time,
+    `max_node_provision_seconds`), the image pull and the startup probe's budget."""
+    return node_provision_seconds + start.image_seconds + startup_budget_seconds(start)
 
 
 def scale_up_budget_seconds(config: PlatformConfig) -> int:
