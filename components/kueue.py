@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 
 import pulumi
 
-from platform_config.capacity import batch_queue_rows
-from platform_config.models import PlatformConfig
+from platform_config.capacity import BatchQueueRow
+from platform_config.models import NodePoolConfig
 from platform_config.pins import KUEUE
 
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
+from .serving import BatchJobPlan
 from .specs.batch_rules import batch_prometheus_rule
 from .specs.kueue import (
     KUEUE_NAMESPACE,
@@ -30,7 +31,12 @@ from .specs.kueue import (
 
 @dataclass(frozen=True)
 class KueueArgs:
-    config: PlatformConfig
+    # Each tenant's batch quota per pool, as the plan resolved it (`Plan.batch_queues`).
+    queues: tuple[BatchQueueRow, ...]
+    # The pools those quotas are on, each a ResourceFlavor.
+    pools: tuple[NodePoolConfig, ...]
+    # The batch jobs, whose queues' rules and alerts come with Prometheus.
+    jobs: tuple[BatchJobPlan, ...] = ()
     system_node_selector: dict[str, str] | None = None
     # The Prometheus Operator (its ServiceMonitor CRD), when installed.
     monitoring: pulumi.Resource | None = None
@@ -44,7 +50,6 @@ class Kueue(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:kueue:Kueue", name, None, opts)
-        config = args.config
         namespace = system_namespace(f"{name}-namespace", KUEUE_NAMESPACE, "kueue", pulumi.ResourceOptions(parent=self))
         release = helm_release(
             f"{name}-release",
@@ -55,29 +60,25 @@ class Kueue(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[namespace, *([args.monitoring] if args.monitoring else [])]),
         )
         after = pulumi.ResourceOptions(parent=self, depends_on=[release])
-        used_pools = {pool for t in config.tenants for pool in t.batch_quota}
-        flavors = [
-            custom_resource(f"{name}-flavor-{pool.name}", resource_flavor(pool), after)
-            for pool in config.node_pools
-            if pool.name in used_pools
-        ]
+        flavors = [custom_resource(f"{name}-flavor-{pool.name}", resource_flavor(pool), after) for pool in args.pools]
         # A WorkloadPriorityClass has no `spec` (its `value` is top level), which
         # apiextensions.CustomResource cannot carry: registered from its manifest under the same
         # type token (kubernetes:kueue.x-k8s.io/v1beta2:WorkloadPriorityClass).
         classes = [
             KubernetesObject(f"{name}-priority-{spec['metadata']['name']}", spec, after) for spec in workload_priority_classes()
         ]
-        rows = batch_queue_rows(config)
+        # The tenants with a batch quota, in the stack's order.
+        tenants = list(dict.fromkeys(row.tenant for row in args.queues))
         queues = []
-        for tenant in (t for t in config.tenants if t.batch_quota):
+        for tenant in tenants:
             queue = custom_resource(
-                f"{name}-queue-{tenant.name}",
-                cluster_queue(config, tenant, rows),
+                f"{name}-queue-{tenant}",
+                cluster_queue(tenant, args.queues),
                 pulumi.ResourceOptions(parent=self, depends_on=[release, *flavors]),
             )
-            namespace_object = args.namespaces.get(tenant.name)
+            namespace_object = args.namespaces.get(tenant)
             custom_resource(
-                f"{name}-local-queue-{tenant.name}",
+                f"{name}-local-queue-{tenant}",
                 tenant_local_queue(tenant),
                 pulumi.ResourceOptions(parent=self, depends_on=[queue, *([namespace_object] if namespace_object else [])]),
             )
@@ -87,7 +88,7 @@ class Kueue(pulumi.ComponentResource):
             # ServiceMonitor): the batch queues' rules and alerts come with them.
             custom_resource(
                 f"{name}-rules",
-                batch_prometheus_rule([t.name for t in config.tenants if t.batch_quota], config.batch_jobs),
+                batch_prometheus_rule(tenants, [job.job for job in args.jobs]),
                 pulumi.ResourceOptions(parent=self, depends_on=[release]),
             )
         self.ready = [release, *classes, *queues]

@@ -16,9 +16,15 @@ from collections.abc import Collection, Iterator, Mapping
 from decimal import Decimal
 
 from platform_config.adapters import adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
-from platform_config.capacity import show_amount
+from platform_config.capacity import batch_queue_rows, show_amount
 from platform_config.checks import batch_gpu_request, batch_shards, run_peak_checks
-from platform_config.cold_start import cold_start, progress_deadline
+from platform_config.cold_start import (
+    cold_start,
+    max_node_provision_seconds,
+    progress_deadline,
+    scale_up_budget_seconds,
+    startup_budget_seconds,
+)
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
     BatchJobConfig,
@@ -78,6 +84,7 @@ def _server(
     *,
     hugging_face_tenants: Collection[str],
     registry: RegistryResolution | None,
+    node_provision_seconds: int,
 ) -> ServerPlan:
     version = next(v for v in model.versions if v.name == version_name)
     # The loader replaced every registry reference by the pinned source it names (platform_config/registry.py).
@@ -127,7 +134,8 @@ def _server(
         endpoint_picker=endpoint_picker_plan(config, model, version_name),
         registry_entry=registry.entry(model.name, version_name) if registry is not None else None,
         cold_start=start,
-        progress_deadline_seconds=progress_deadline(start, config),
+        startup_budget_seconds=startup_budget_seconds(start),
+        progress_deadline_seconds=progress_deadline(start, node_provision_seconds),
         evictable_local_volumes=pool.weight_cache.allow_scale_down,
         lora=lora_limits(config, model),
     )
@@ -316,10 +324,18 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
     """The plan of a config that passed every check, `plan_checks` included;
     `hugging_face_tenants`: the tenants that have a Hugging Face token; `registry`: what the stack's MLflow registry
     references resolved to (the config already holds the sources they name)."""
+    node_provision_seconds = max_node_provision_seconds(config)
     models = []
     for model in config.models:
         servers = tuple(
-            _server(config, model, v, hugging_face_tenants=hugging_face_tenants, registry=registry)
+            _server(
+                config,
+                model,
+                v,
+                hugging_face_tenants=hugging_face_tenants,
+                registry=registry,
+                node_provision_seconds=node_provision_seconds,
+            )
             for v in running_versions(model)
         )
         s3_uris = tuple(
@@ -340,8 +356,11 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
     return Plan(
         config=config,
         models=tuple(models),
+        scale_up_budget_seconds=scale_up_budget_seconds(config),
+        max_node_provision_seconds=node_provision_seconds,
         endpoint_pickers_by_tenant=endpoint_pickers_by_tenant(config),
         batch_jobs=tuple(_batch_job(config, job, hugging_face_tenants) for job in config.batch_jobs),
+        batch_queues=tuple(batch_queue_rows(config)),
     )
 
 

@@ -13,7 +13,6 @@ import pulumi
 import pulumi_aws as aws
 
 from platform_config.capacity import batch_queue_report, capacity_report, pool_supply
-from platform_config.cold_start import max_node_provision_seconds
 from platform_config.models import PlatformConfig
 
 from .batch_job import BatchJob, BatchJobArgs
@@ -70,7 +69,7 @@ class InferencePlatform(pulumi.ComponentResource):
         priority_classes = PriorityClasses("priority-classes", opts=child)
         monitoring = Monitoring("monitoring", opts=child) if config.monitoring.install_prometheus_stack else None
         # Batch jobs queued through Kueue, installed when a tenant has a batch budget or a job exists.
-        batch = bool(plan.batch_jobs) or any(t.batch_quota for t in config.tenants)
+        batch = bool(plan.batch_jobs or plan.batch_queues)
         if monitoring is not None:
             # Next to the Grafana that shows it; a cluster's own Grafana is left to its operator.
             Dashboard(
@@ -122,7 +121,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     kubernetes_version=config.cluster.kubernetes_version,
                     region=region,
                     access=access,
-                    max_node_provision_seconds=max_node_provision_seconds(config),
+                    max_node_provision_seconds=plan.max_node_provision_seconds,
                 ),
                 opts=child,
             )
@@ -245,7 +244,9 @@ class InferencePlatform(pulumi.ComponentResource):
             kueue = Kueue(
                 "kueue",
                 KueueArgs(
-                    config=config,
+                    queues=plan.batch_queues,
+                    pools=tuple(p for p in config.node_pools if p.name in {q.pool for q in plan.batch_queues}),
+                    jobs=plan.batch_jobs,
                     system_node_selector=SYSTEM_NODE_SELECTOR if eks else None,
                     monitoring=monitoring.release if monitoring is not None else None,
                     namespaces={name: tenant.namespace_object for name, tenant in self.tenants.items()},
@@ -264,7 +265,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     ),
                     opts=child,
                 )
-        self.batch_queues = batch_queue_report(config)
+        self.batch_queues = batch_queue_report(plan.batch_queues)
 
         self.capacity = capacity_report(config, plan.endpoint_pickers_by_tenant)
         self.pool_advertised = {pool.pool_name: pool.advertised for pool in self.pools}

@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from platform_config.adapters import LoraLimits
+from platform_config.capacity import BatchQueueRow
 from platform_config.cold_start import ColdStart, streams_weights
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
@@ -274,6 +275,8 @@ class ServerPlan:
     registry_entry: RegistryEntry | None = None
     # Its expected cold start on its pool (platform_config/cold_start.py), which its startup probe's budget follows.
     cold_start: ColdStart | None = None
+    # What its startup probe allows (platform_config/cold_start.startup_budget_seconds); None: without a cold start.
+    startup_budget_seconds: int | None = None
     # How long a rollout may make no progress (a new node, the image, the startup budget); None: without a cold start.
     progress_deadline_seconds: int | None = None
     # Whether the cluster autoscaler may remove its node (its pool's `weightCache.allowScaleDown`).
@@ -370,11 +373,18 @@ class ModelPlan:
 class Plan:
     config: PlatformConfig
     models: tuple[ModelPlan, ...]
+    # The longest a latency-sensitive model's first replica may take to serve (`coldStart.scaleUpBudget`).
+    scale_up_budget_seconds: int
+    # How long the cluster autoscaler waits for a node it asked for (platform_config/cold_start.py), which every
+    # server's progress deadline includes.
+    max_node_provision_seconds: int
     # What each tenant's endpoint pickers hold at peak (CPU requests, memory limits, pods): part
     # of its quota, run on the system node group.
     endpoint_pickers_by_tenant: dict[str, dict[str, Decimal]] = field(default_factory=dict)
     # The offline batch jobs, queued through Kueue.
     batch_jobs: tuple[BatchJobPlan, ...] = ()
+    # Each tenant's batch quota per pool, as its Kueue ClusterQueue states it (platform_config/capacity.py).
+    batch_queues: tuple[BatchQueueRow, ...] = ()
 
     @property
     def routes(self) -> tuple[RoutePlan, ...]:

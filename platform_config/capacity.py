@@ -7,7 +7,7 @@ the components (what a node advertises is exported) and by the preview report.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 
@@ -317,6 +317,8 @@ class BatchQueueRow:
     pool: str
     nominal: dict[str, Decimal]
     borrowing_limit: dict[str, Decimal | None]
+    # What the pool offers at maxSize, which every tenant's nominal quota on it shares.
+    supply: PoolSupply
 
 
 def _pool_size(pool: NodePoolConfig) -> dict[str, Decimal]:
@@ -345,7 +347,8 @@ def batch_queue_rows(config: PlatformConfig) -> list[BatchQueueRow]:
             if pool is None:
                 continue  # an unknown pool is a config issue (check_batch_quota_pools)
             stated = budget_resources(budget)
-            nominal = {**{r: Decimal(0) for r in pool_supply(pool).per_node}, **_pool_size(pool), **stated}
+            supply = pool_supply(pool)
+            nominal = {**{r: Decimal(0) for r in supply.per_node}, **_pool_size(pool), **stated}
             limits: dict[str, Decimal | None] = {}
             for resource in nominal:
                 if resource in ("cpu", "memory") and resource not in experiment:
@@ -354,21 +357,19 @@ def batch_queue_rows(config: PlatformConfig) -> list[BatchQueueRow]:
                     limits[resource] = max(
                         Decimal(0), experiment.get(resource, Decimal(0)) - batch_total.get(resource, Decimal(0))
                     )
-            rows.append(BatchQueueRow(tenant.name, pool_name, nominal, limits))
+            rows.append(BatchQueueRow(tenant.name, pool_name, nominal, limits, supply))
     return rows
 
 
-def batch_queue_report(config: PlatformConfig) -> list[dict[str, object]]:
-    """Per pool and GPU resource: each tenant's nominal batch quota, what it may borrow (its
-    borrowing limit, at most the other tenants' nominal quota there) and what it reclaims (its
-    nominal quota, lent while idle and taken back by preemption within the cohort)."""
-    rows = batch_queue_rows(config)
-    pools = {p.name: p for p in config.node_pools}
+def batch_queue_report(rows: Sequence[BatchQueueRow]) -> list[dict[str, object]]:
+    """Per pool and GPU resource of the batch queues (`batch_queue_rows`, as the plan holds them): each tenant's
+    nominal batch quota, what it may borrow (its borrowing limit, at most the other tenants' nominal quota there) and
+    what it reclaims (its nominal quota, lent while idle and taken back by preemption within the cohort)."""
     report: list[dict[str, object]] = []
     for pool_name in sorted({r.pool for r in rows}):
-        supply = pool_supply(pools[pool_name])
+        on_pool = [r for r in rows if r.pool == pool_name]
+        supply = on_pool[0].supply
         for resource in sorted(supply.per_node):
-            on_pool = [r for r in rows if r.pool == pool_name]
             total = sum((r.nominal.get(resource, Decimal(0)) for r in on_pool), Decimal(0))
             tenants = {}
             for row in on_pool:

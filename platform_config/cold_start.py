@@ -24,7 +24,6 @@ from decimal import Decimal
 
 from .gpu_catalog import INSTANCE_TYPES, InstanceType
 from .models import ModelConfig, NodePoolConfig, PlatformConfig, duration_seconds
-from .profiles import PROFILES
 from .quantity import parse_quantity
 
 INSTANCE_STORE = "instanceStore"
@@ -165,10 +164,16 @@ class ColdStart:
     image_seconds: int
     weights_seconds: int
     engine_seconds: int
+    # When no node of the pool has room: the new node's expected join first (`node_join_seconds`).
+    node_join_seconds: int
 
     @property
     def total_seconds(self) -> int:
         return self.image_seconds + self.weights_seconds + self.engine_seconds
+
+    @property
+    def on_new_node_seconds(self) -> int:
+        return self.node_join_seconds + self.total_seconds
 
     def arithmetic(self) -> str:
         """The sum as the report and the README show it."""
@@ -212,6 +217,7 @@ def cold_start(config: PlatformConfig, model: ModelConfig) -> ColdStart:
         image_seconds=math.ceil(float(image) / image_rate),
         weights_seconds=math.ceil(float(weights) / rate),
         engine_seconds=config.cold_start.engine_start_seconds,
+        node_join_seconds=node_join_seconds(pool),
     )
 
 
@@ -237,45 +243,11 @@ def max_node_provision_seconds(config: PlatformConfig) -> int:
     return math.ceil(NODE_PROVISION_SAFETY_FACTOR * slowest / 60) * 60
 
 
-def progress_deadline(start: ColdStart, config: PlatformConfig) -> int:
-    """How long a rollout may make no progress: a new node for the pod (the autoscaler's provisioning time), the image
-    pull and the startup probe's budget."""
-    return max_node_provision_seconds(config) + start.image_seconds + startup_budget_seconds(start)
+def progress_deadline(start: ColdStart, node_provision_seconds: int) -> int:
+    """How long a rollout may make no progress: a new node for the pod (the autoscaler's provisioning time,
+    `max_node_provision_seconds`), the image pull and the startup probe's budget."""
+    return node_provision_seconds + start.image_seconds + startup_budget_seconds(start)
 
 
 def scale_up_budget_seconds(config: PlatformConfig) -> int:
     return int(duration_seconds(config.cold_start.scale_up_budget))
-
-
-def cold_start_report(config: PlatformConfig) -> list[dict[str, object]]:
-    """Per model: its expected cold start on its pool, the arithmetic, what follows from it (the startup probe's
-    budget, the rollout's progress deadline) and whether it keeps to the scale-up budget (the program exports it as
-    `coldStarts`; the preview's report shows it)."""
-    budget = scale_up_budget_seconds(config)
-    rows: list[dict[str, object]] = []
-    pools = {p.name for p in config.node_pools}
-    for model in config.models:
-        if model.pool not in pools:
-            continue
-        start = cold_start(config, model)
-        rows.append(
-            {
-                "model": model.name,
-                "pool": start.pool,
-                "medium": start.medium,
-                "downloadGbps": start.download_gbps,
-                "imageSeconds": start.image_seconds,
-                "weightsSeconds": start.weights_seconds,
-                "engineSeconds": start.engine_seconds,
-                "totalSeconds": start.total_seconds,
-                # When no node of the pool has room: the node's expected join first.
-                "onNewNodeSeconds": node_join_seconds(pool_named(config, model.pool)) + start.total_seconds,
-                "arithmetic": start.arithmetic(),
-                "startupProbeSeconds": startup_budget_seconds(start),
-                "progressDeadlineSeconds": progress_deadline(start, config),
-                "latencySensitive": PROFILES[model.profile].latency_sensitive,
-                "minReplicas": model.autoscaling.min_replicas,
-                "scaleUpBudgetSeconds": budget,
-            }
-        )
-    return rows

@@ -28,7 +28,7 @@ from components.specs.kueue import (
     workload_priority_classes,
 )
 from components.specs.tenancy import priority_classes
-from platform_config.capacity import batch_queue_report, batch_queue_rows
+from platform_config.capacity import batch_queue_report
 from platform_config.checks import shard_estimate_seconds
 from platform_config.pins import KUEUE, KUEUE_API_VERSION
 
@@ -94,8 +94,7 @@ def test_a_cluster_queue_per_tenant_from_its_batch_quota_in_one_cohort():
     raw["tenants"][tenant_index(raw, "team-b")]["batchQuota"]["l4-batch"]["gpu"] = 3
     raw["tenants"][tenant_index(raw, "team-b")]["experimentQuota"]["gpu"] = 4
     plan = validate(raw)
-    rows = batch_queue_rows(plan.config)
-    queues = {t.name: cluster_queue(plan.config, t, rows) for t in plan.config.tenants if t.batch_quota}
+    queues = {t.name: cluster_queue(t.name, plan.batch_queues) for t in plan.config.tenants if t.batch_quota}
     assert sorted(queues) == ["team-a", "team-b"]
     for queue in queues.values():
         spec = queue["spec"]
@@ -428,7 +427,7 @@ def test_the_runners_format_rules_are_vllms_at_the_pinned_tag():
 
 
 def test_the_report_shows_nominal_borrowable_and_reclaimable_gpus_per_pool():
-    (row,) = batch_queue_report(validate(prod()).config)
+    (row,) = batch_queue_report(validate(prod()).batch_queues)
     assert (row["pool"], row["resource"], row["supply"], row["nominal"]) == ("l4-batch", "nvidia.com/gpu", 16, 3)
     # team-b: 2 of its own, 1 more borrowable (its experiment quota's headroom, team-a's idle
     # GPU); team-a: 1, nothing borrowable (its experiment quota is all batch quota).

@@ -18,13 +18,14 @@ GPUs, CPU and memory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
 import yaml
 
-from platform_config.capacity import BatchQueueRow, pool_supply
-from platform_config.models import BatchJobConfig, NodePoolConfig, PlatformConfig, TenantConfig
+from platform_config.capacity import BatchQueueRow
+from platform_config.models import BatchJobConfig, NodePoolConfig
 from platform_config.pins import KUEUE_API_VERSION
 
 from ..constants import EXPERIMENT_PRIORITY, LABEL_POOL, LABEL_TENANT, standard_labels
@@ -66,11 +67,10 @@ def resource_flavor(pool: NodePoolConfig) -> dict[str, Any]:
     }
 
 
-def covered_resources(config: PlatformConfig, tenant: TenantConfig) -> list[str]:
-    """CPU, memory and every GPU resource the tenant's batch pools provide (one resource group:
+def covered_resources(rows: Sequence[BatchQueueRow]) -> list[str]:
+    """CPU, memory and every GPU resource the pools of these batch quotas provide (one resource group:
     each flavor lists them all, in this order)."""
-    pools = {p.name: p for p in config.node_pools}
-    gpus = sorted({r for name in tenant.batch_quota for r in pool_supply(pools[name]).per_node})
+    gpus = sorted({r for row in rows for r in row.supply.per_node})
     return ["cpu", "memory", *gpus]
 
 
@@ -78,13 +78,14 @@ def cluster_queue_name(tenant: str) -> str:
     return tenant
 
 
-def cluster_queue(config: PlatformConfig, tenant: TenantConfig, rows: list[BatchQueueRow]) -> dict[str, Any]:
-    """The tenant's batch quota per pool, in the batch cohort; it reclaims its nominal quota from
-    borrowers by preemption whatever their priority (reclaimWithinCohort: Any), and a job that
-    borrows may preempt lower-priority borrowed work of others (borrowWithinCohort)."""
-    resources = covered_resources(config, tenant)
+def cluster_queue(tenant: str, rows: Sequence[BatchQueueRow]) -> dict[str, Any]:
+    """The tenant's batch quota per pool (its rows of the batch queues the plan holds), in the batch cohort; it
+    reclaims its nominal quota from borrowers by preemption whatever their priority (reclaimWithinCohort: Any), and a
+    job that borrows may preempt lower-priority borrowed work of others (borrowWithinCohort)."""
+    own = [r for r in rows if r.tenant == tenant]
+    resources = covered_resources(own)
     flavors = []
-    for row in (r for r in rows if r.tenant == tenant.name):
+    for row in own:
         quotas = []
         for resource in resources:
             entry: dict[str, Any] = {"name": resource, "nominalQuota": quantity(resource, row.nominal.get(resource, Decimal(0)))}
@@ -96,11 +97,11 @@ def cluster_queue(config: PlatformConfig, tenant: TenantConfig, rows: list[Batch
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "ClusterQueue",
-        "metadata": _meta(cluster_queue_name(tenant.name), "batch-queue", **{LABEL_TENANT: tenant.name}),
+        "metadata": _meta(cluster_queue_name(tenant), "batch-queue", **{LABEL_TENANT: tenant}),
         "spec": {
             "cohortName": BATCH_COHORT,
             # Only the tenant's own namespace may queue here.
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant}},
             "queueingStrategy": "BestEffortFIFO",
             "resourceGroups": [{"coveredResources": resources, "flavors": flavors}],
             "preemption": {
@@ -135,13 +136,13 @@ def local_queue(job: BatchJobConfig) -> dict[str, Any]:
 TENANT_LOCAL_QUEUE = "batch"
 
 
-def tenant_local_queue(tenant: TenantConfig) -> dict[str, Any]:
+def tenant_local_queue(tenant: str) -> dict[str, Any]:
     """The LocalQueue of a tenant with a batch budget, in its namespace, feeding its ClusterQueue."""
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "LocalQueue",
-        "metadata": _meta(TENANT_LOCAL_QUEUE, "batch-queue", tenant.name, **{LABEL_TENANT: tenant.name}),
-        "spec": {"clusterQueue": cluster_queue_name(tenant.name), "stopPolicy": "None"},
+        "metadata": _meta(TENANT_LOCAL_QUEUE, "batch-queue", tenant, **{LABEL_TENANT: tenant}),
+        "spec": {"clusterQueue": cluster_queue_name(tenant), "stopPolicy": "None"},
     }
 
 

@@ -12,7 +12,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from platform_config.adapters import AdapterModule, LoraLimits
-from platform_config.cold_start import STREAM_CONCURRENCY, has_model_volume, startup_budget_seconds
+from platform_config.cold_start import STREAM_CONCURRENCY, has_model_volume
 from platform_config.models import ModelSource, ServerArgs
 from platform_config.pins import AWS_CLI
 from platform_config.quantity import parse_quantity
@@ -332,8 +332,8 @@ def rollout_timeout_seconds(plan: ServerPlan) -> int:
 def startup_failure_threshold(plan: ServerPlan) -> int:
     """Probe attempts (10 s apart) allowed for downloading and loading the weights: the budget
     derived from the pool's weight cache path (platform_config/cold_start.startup_budget_seconds)."""
-    assert plan.cold_start is not None, f"{plan.name}: the plan derived no cold start"
-    return startup_budget_seconds(plan.cold_start) // STARTUP_PROBE_PERIOD
+    assert plan.startup_budget_seconds is not None, f"{plan.name}: the plan derived no startup budget"
+    return plan.startup_budget_seconds // STARTUP_PROBE_PERIOD
 
 
 def gpu_toleration() -> dict[str, str]:
