@@ -38,8 +38,9 @@ What is read (every query is built here, in `queries`, and nowhere else), over t
   `1000 * histogram_quantile(0.95, sum by (model_version, le) (increase(
   vllm:time_to_first_token_seconds_bucket{namespace="<tenant>", model_name="<served name>",
   model_version=~"<stable>|<canary>"}[<window>])))`. The histogram is vLLM 0.18.0's
-  (vllm/v1/metrics/loggers.py at tag v0.18.0, PrometheusStatLogger: labels model_name, the first
-  --served-model-name, and engine); `namespace` is the scrape target's and `model_version` the
+  (its source release, vllm/v1/metrics/loggers.py PrometheusStatLogger, line 727: labels
+  model_name, the first --served-model-name (vllm/config/model.py get_served_model_name), and
+  engine; tests/test_vllm_metrics.py checks the query against it); `namespace` is the scrape target's and `model_version` the
   pod label the PodMonitor/ServiceMonitor relabels in (components/specs/pod.py
   merged_metrics_relabelings).
 

@@ -51,14 +51,25 @@ def rules_file(tmp_path: Path, *slos: SloPlan) -> Path:
     return path
 
 
+# vLLM 0.18.0's TTFT bucket boundaries as its Python client writes them (tests/test_vllm_metrics.py
+# holds them to the source release).
+TTFT_LE = (
+    "0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75", "1.0", "2.5", "5.0",
+    "7.5", "10.0", "20.0", "40.0", "80.0", "160.0", "640.0", "2560.0",
+)  # fmt: skip
+
+
 def ttft_series(slow_share: float, labels: str = TTFT) -> list[dict[str, str]]:
-    """TTFT histogram series, every request between 0.25 and 1 s: `slow_share` of them above
-    0.5 s (as vLLM's Python client spells the boundaries)."""
+    """TTFT histogram series in every bucket vLLM writes, every request between 0.25 and 1 s:
+    `slow_share` of them above 0.75 s, the rest at most 0.5 s."""
     fast = round(PER_MINUTE * (1 - slow_share))
-    cumulative = {"0.25": 0, "0.5": fast, "1.0": PER_MINUTE, "+Inf": PER_MINUTE}
+
+    def cumulative(le: str) -> int:
+        return 0 if float(le) <= 0.25 else fast if float(le) <= 0.75 else PER_MINUTE
+
     series = [
         {"series": f'vllm:time_to_first_token_seconds_bucket{{{labels}, le="{le}"}}', "values": f"0+{count}x{MINUTES}"}
-        for le, count in cumulative.items()
+        for le, count in [*((le, cumulative(le)) for le in TTFT_LE), ("+Inf", PER_MINUTE)]
     ]
     series.append({"series": f"vllm:time_to_first_token_seconds_count{{{labels}}}", "values": f"0+{PER_MINUTE}x{MINUTES}"})
     return series

@@ -286,14 +286,29 @@ EPP_PLUGINS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
 # registered off by default in cmd/epp/runner/runner.go).
 FLOW_CONTROL_GATE = "flowControl"
 SATURATION_DETECTOR = "utilization-detector"
+# What the `core-metrics-extractor`, configured without parameters, reads from each vLLM server:
+# the series of llm-d-router v0.10.0's default engine, "vllm"
+# (pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go defaultEngineConfigs), each
+# with the labels it reads (the info gauges': extractor.go LoraInfo*MetricName,
+# CacheConfig*MetricName). tests/test_vllm_metrics.py holds them to vLLM 0.18.0's source release.
+PICKER_VLLM_SERIES: dict[str, frozenset[str]] = {
+    "vllm:num_requests_waiting": frozenset(),
+    "vllm:num_requests_running": frozenset(),
+    "vllm:kv_cache_usage_perc": frozenset(),
+    "vllm:lora_requests_info": frozenset({"running_lora_adapters", "waiting_lora_adapters", "max_lora"}),
+    "vllm:cache_config_info": frozenset({"block_size", "num_gpu_blocks"}),
+}
 # The chart's default scheduling profile: queue 2, KV cache 2, prefix cache 3 (routerlib _config.yaml).
 SCORER_WEIGHTS = (("queue-scorer", 2), ("kv-cache-utilization-scorer", 2), ("prefix-cache-scorer", 3))
 # For servers with LoRA adapters: prefer a replica where the request's adapter is already active,
 # then one with a free slot (pkg/epp/framework/plugins/scheduling/scorer/loraaffinity/README.md at
 # v0.10.0: 1.0 active, 0.8 room to load, 0.6 waiting, 0 full), from vLLM's `vllm:lora_requests_info`
 # that the core metrics extractor reads for vLLM by default (extractor/metrics/factories.go
-# defaultEngineConfigs). The chart configures no weight for it; 1, as the scorer's README and the
-# router's integration test configs (test/integration/epp/testdata/default-config.yaml) use it.
+# defaultEngineConfigs). vLLM 0.18.0 defines that gauge only for a server with LoRA enabled
+# (vllm/v1/metrics/loggers.py PrometheusStatLogger, line 996 of its source release; labels
+# max_lora, waiting_lora_adapters, running_lora_adapters: tests/test_vllm_metrics.py). The chart
+# configures no weight for it; 1, as the scorer's README and the router's integration test configs
+# (test/integration/epp/testdata/default-config.yaml) use it.
 LORA_AFFINITY_SCORER = ("lora-affinity-scorer", 1)
 
 
