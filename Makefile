@@ -62,8 +62,10 @@ real-servers: $(MLFLOW_VENV)/.installed
 # The upstream source releases the tests read (vLLM's, whose git repository is too large to
 # mirror), pinned by URL and sha256 in platform_config/pins.py: downloaded into
 # build/upstream-sources/ when missing, and checked against the pinned hash on every run.
+# Offline, a developer's suite still runs (those tests skip); CI (REQUIRE_REAL_SERVERS=1) stops here.
 upstream-sources: $(VENV)/.installed
-	$(PY) -m tests.upstream_sources
+	@$(PY) -m tests.upstream_sources || { [ "$$REQUIRE_REAL_SERVERS" != 1 ] && \
+		echo "upstream source releases missing: the tests that read them will skip" >&2; }
 
 # Where PYTHONDONTWRITEBYTECODE is set (it is on the machines this project is built on) Python never caches
 # the project's own modules and compiles them again in every process; compile them up front

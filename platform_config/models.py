@@ -1342,15 +1342,16 @@ class RegistryConfig(ConfigModel):
         Annotated[
             str,
             _full_match(
-                r"(?!.*(?:^|/)\.\.?(?:/|$))[\w.-]+(?:/[\w.-]+)*\.json",
-                "is not a relative path inside the project to a .json file, such as stacks/Pulumi.prod.registry.json",
+                r"stacks/(?!\.)[\w.-]+\.json",
+                "is not a .json file in the stack files' folder, such as stacks/Pulumi.prod.registry.json (a committed "
+                "file beside the stack file, never a preview's output)",
                 max_length=512,
             ),
         ]
         | None
     ) = None
-    """The registry versions this stack may deploy: a live preview's `registry-resolution.json`, committed (e.g. as
-    `stacks/Pulumi.prod.registry.json`; relative to the project directory). `pulumi up` resolves live and stops,
+    """The registry versions this stack may deploy: a live preview's `registry-resolution.json`, committed beside the
+    stack file (`stacks/`, e.g. `stacks/Pulumi.prod.registry.json`). `pulumi up` resolves live and stops,
     naming the version's key, when the registry answers anything the file does not hold (a moved alias, a reference
     it lacks), so a new registry version reaches the stack only through a reviewed change of this file; a preview
     shows each difference in its report and fails. Required in production when a version or adapter names an

@@ -417,9 +417,10 @@ def recording(output: dict[str, Any], recorded_at: str) -> dict[str, Any]:
     }
 
 
-def read_recording(path: Path) -> Recording:
-    """A recording file, strictly checked; RegistryFileError naming the file and the bad key."""
-    where = f"the recorded registry resolution {path} ({REGISTRY_FILE_ENV})"
+def read_recording(path: Path, where: str | None = None) -> Recording:
+    """A recording file, strictly checked; RegistryFileError naming the file (`where` says which and how it was
+    named: by default the recording INFERENCE_PLATFORM_REGISTRY_FILE names) and the bad key."""
+    where = where or f"the recorded registry resolution {path} ({REGISTRY_FILE_ENV})"
     try:
         # Not a FIFO or a device, whose read would block or never end.
         if not stat.S_ISREG(path.stat().st_mode):
@@ -481,11 +482,11 @@ class RecordedRegistry:
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
-def read_recording_of(path: Path, settings: RegistryConfig, key: str, named: str) -> Recording:
-    """A recording file (`named` says which, for the message) that must be of the stack's registry: ConfigError at
-    `registry.<key>` when it records another."""
+def read_recording_of(path: Path, settings: RegistryConfig, key: str, named: str, read_as: str | None = None) -> Recording:
+    """A recording file (`named` says which, for the message; `read_as` for read_recording's) that must be of the
+    stack's registry: ConfigError at `registry.<key>` when it records another."""
     assert settings.tracking_uri is not None
-    parsed = read_recording(path)
+    parsed = read_recording(path, read_as)
     if parsed.tracking_uri.rstrip("/") != settings.tracking_uri.rstrip("/"):
         raise ConfigError(
             [
@@ -499,10 +500,15 @@ def read_recording_of(path: Path, settings: RegistryConfig, key: str, named: str
 
 
 def read_lock(settings: RegistryConfig, project_dir: Path) -> tuple[str, Recording]:
-    """The lock file `registry.lockFile` names (its path as given, and its content), a recording of this registry."""
+    """The lock file `registry.lockFile` names (its path as given, and its content), a recording of this registry;
+    ConfigError at that key when it cannot be read or is not a recording."""
     assert settings.lock_file is not None
-    path = project_dir / settings.lock_file
-    return settings.lock_file, read_recording_of(path, settings, "lockFile", f"the lock file {settings.lock_file}")
+    named = f"the lock file {settings.lock_file}"
+    try:
+        locked = read_recording_of(project_dir / settings.lock_file, settings, "lockFile", named, read_as=named)
+    except RegistryFileError as error:
+        raise ConfigError([ConfigIssue(("registry", "lockFile"), str(error))]) from None
+    return settings.lock_file, locked
 
 
 def lock_differences(

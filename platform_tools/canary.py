@@ -23,13 +23,15 @@ What is read (every query is built here, in `queries`, and nowhere else), over t
   incremented once per request as flow control finalizes it, pkg/epp/flowcontrol/controller/
   controller.go EnqueueAndWait). `inference_pool` is the InferencePool's name, the version's
   server name (components/plan.py endpoint_picker_plan); `priority` is the request's band
-  (strconv.Itoa of the flow key's priority), which names its tier. The shed outcomes are the ones
-  the picker answers 429 or 503 and the gateway filter answers 503 (pkg/epp/requestcontrol/
-  admission.go translateFlowControlOutcome): RejectedCapacity, RejectedNoEndpoints, EvictedTTL,
-  and RejectedOther/EvictedOther (503 while the picker shuts down; the counter cannot tell the
-  rarer internal error, 500, apart). Each counts as a request and a 503 of its version and tier.
-  Dispatched requests are counted by the pods; EvictedContextCancelled (the client left) is
-  neither, like code 0.
+  (strconv.Itoa of the flow key's priority), which names its tier. Shed are the outcomes that only
+  ever mean "the picker could not serve it in time" and that it answers 429 or 503, which the
+  gateway filter answers 503 (pkg/epp/requestcontrol/admission.go translateFlowControlOutcome):
+  RejectedCapacity, RejectedNoEndpoints and EvictedTTL. Each counts as a request and a 503 of its
+  version and tier. Left out: Dispatched (the pods count those); EvictedContextCancelled (the
+  client left: neither, like code 0); RejectedOther and EvictedOther, which the counter cannot
+  split into what they hold: a client that left before its request was queued, a TTL that ran out
+  before it was queued, the picker shutting down (503) and internal errors (500). So the rare
+  shed requests among those are not counted, and no client that gave up ever is.
 - End-to-end latency p95 in ms, per version and per version and tier: `histogram_quantile(0.95,
   sum by (destination_version[, tier], le) (increase(istio_request_duration_milliseconds_bucket{
   <sel>, response_code!~"5.."}[<window>])))`: answered requests only, so that a version failing
@@ -86,7 +88,7 @@ TIER_LABEL = "tier"
 ISTIO_VERSION_LABEL = "destination_version"
 PICKER_REQUESTS = "llm_d_epp_flow_control_requests_total"
 # Flow-control outcomes the client sees as the gateway's 503 (see the module docstring).
-PICKER_SHED_OUTCOMES = ("RejectedCapacity", "RejectedNoEndpoints", "RejectedOther", "EvictedTTL", "EvictedOther")
+PICKER_SHED_OUTCOMES = ("RejectedCapacity", "RejectedNoEndpoints", "EvictedTTL")
 # The pod label inference.platform/model-version, relabelled onto every scraped series.
 VLLM_VERSION_LABEL = "model_version"
 QUANTILE = 0.95

@@ -42,9 +42,7 @@ LATENCY_TIERS = {
 }
 
 
-# The previous release of each model, by model name, as the program's `canaryReleases` output
-# records it; given by the preview (a baseline or `--previous-stack-file`) or by CI
-# (`python -m preview.previous_releases --from-outputs`). Without it there is nothing to compare.
+# One LoRA adapter's release as it was last deployed (a model's `adapters` in `canaryReleases`).
 ADAPTER_RELEASE = {
     "type": "object",
     "properties": {
@@ -57,6 +55,9 @@ ADAPTER_RELEASE = {
     "required": ["stable"],
     "additionalProperties": False,
 }
+# The previous release of each model, by model name, as the program's `canaryReleases` output
+# records it; given by the preview (a baseline or `--previous-stack-file`) or by CI
+# (`python -m preview.previous_releases --from-outputs`). Without it there is nothing to compare.
 PREVIOUS_RELEASES = {
     "previousReleases": {
         "type": "object",

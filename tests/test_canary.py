@@ -17,13 +17,14 @@ import pytest
 import yaml
 
 from components.specs.routes import canary_release
+from platform_config.loader import parse_platform_config
 from platform_config.models import CanaryAnalysis, ReleaseConfig
 from platform_tools.__main__ import canary_target, load_platform, main, write_step
 from platform_tools.canary import CanaryMetrics, Target, Traffic, VersionMetrics, next_step, queries, read_metrics, verdict
 from platform_tools.stack_edit import Change, StackEditError, apply_change
 from preview.stack_config import load_project
 
-from .helpers import ROOT, mirror_show, stack_file
+from .helpers import ROOT, mirror_show, raw_stack, stack_file
 from .servers.prometheus import SyntheticSeries, prometheus_with, two_buckets
 
 NAMESPACE, APP, SERVED = "serving", "llama-8b", "llama-3.1-8b-instruct"
@@ -123,6 +124,8 @@ def synthetic() -> SyntheticSeries:
                 # Dispatched requests are the pods' to count; a client that left is no 503.
                 _picker(data, AT[name], pool, tier, "Dispatched", rate)
                 _picker(data, AT[name], pool, tier, "EvictedContextCancelled", rate / 10)
+                # Disconnects, shutdowns and internal errors mixed: never read.
+                _picker(data, AT[name], pool, tier, "RejectedOther", rate / 20)
             # The same pool name in another tenant's namespace, shedding everything: never read.
             _picker(data, AT[name], pool, "standard", "EvictedTTL", 5.0, namespace="other-tenant")
         if name == "picker-shedding":
@@ -210,8 +213,23 @@ def test_the_queries_read_each_versions_numbers_and_nothing_else(prometheus):
     }
 
 
-# A Deployment-served llama-8b: its versions' pickers are pools llama-8b-v1 and llama-8b-v2.
-PICKED = Target(NAMESPACE, APP, SERVED, "v1", "v2", {f"{APP}-v1": "v1", f"{APP}-v2": "v2"}, {"3": "premium", "2": "standard"})
+def _picked() -> Target:
+    """prod's llama-8b served by Deployments (`autoscaling.mode: hpa`), so each version has an endpoint picker: what
+    the verdict selects for it, from the code (`canary_target`)."""
+    raw = raw_stack("prod")
+    model = next(m for m in raw["models"] if m["name"] == APP)
+    model["autoscaling"] = {"mode": "hpa", "minReplicas": 2, "maxReplicas": 10, "hpa": {"queueDepthTarget": 5}}
+    config = parse_platform_config(raw)
+    return canary_target(config, next(m for m in config.models if m.name == APP))
+
+
+PICKED = _picked()
+
+
+def test_a_picked_versions_target_names_its_pickers_pools_and_their_bands_tiers():
+    assert PICKED.picker_pools == {f"{APP}-v1": "v1", f"{APP}-v2": "v2"}
+    # prod's bands: premium 3 above standard 2 (README, "Endpoint picking and flow control").
+    assert PICKED.band_tiers == {"3": "premium", "2": "standard"}
 
 
 @pytest.mark.real_server
@@ -676,5 +694,8 @@ def test_the_picker_counter_and_its_shed_outcomes_are_the_routers_at_the_pinned_
         case = translate[translate.index(f"types.QueueOutcome{outcome}") :]
         case = case[: case.find("\n\tcase ", 1)]
         assert "errcommon.ServiceUnavailable" in case or "errcommon.ResourceExhausted" in case, outcome
-    # A client that left is not shed: the outcome exists and is left out.
-    assert 'return "EvictedContextCancelled"' in outcomes and "EvictedContextCancelled" not in PICKER_SHED_OUTCOMES
+    # A client that left is not shed, and the mixed outcomes (disconnects among them) are left out.
+    for outcome in ("EvictedContextCancelled", "RejectedOther", "EvictedOther"):
+        assert f'return "{outcome}"' in outcomes and outcome not in PICKER_SHED_OUTCOMES
+    mixed = translate[translate.index("case types.QueueOutcomeRejectedOther, types.QueueOutcomeEvictedOther:") :]
+    assert "types.ErrContextCancelled" in mixed[: mixed.index("\n\tdefault:")]

@@ -158,10 +158,11 @@ def test_an_mlflow_adapter_revision_resolves_like_a_model_version(prod_raw, tmp_
     uri = "https://mlflow.example.com"
     weights = "s3://inference-prod-adapters/llama-3.1-8b/support/2026-11-27"
     # Production previews from its lock file, the committed recording.
-    prod_raw["registry"] = {"trackingUri": uri, "lockFile": "recording.json"}
+    prod_raw["registry"] = {"trackingUri": uri, "lockFile": "stacks/recording.json"}
     adapters(prod_raw)[0]["versions"][1]["source"] = {"mlflow": {"model": "support-lora", "alias": "challenger"}}
     entry = {"registeredModel": "support-lora", "alias": "challenger", "registryVersion": "7", "weights": weights}
-    file = tmp_path / "recording.json"
+    file = tmp_path / "stacks" / "recording.json"
+    file.parent.mkdir(exist_ok=True)
     file.write_text(json.dumps(registry_recording(uri, [entry])))
     config, resolution = resolve_registry(
         parse_platform_config(prod_raw, [plan_checks]), None, recording_file=str(file), dry_run=True, project_dir=tmp_path
@@ -182,9 +183,10 @@ def test_an_mlflow_adapter_the_registry_cannot_resolve_names_its_key(prod_raw, t
     from platform_config.registry import resolve_registry
 
     uri = "https://mlflow.example.com"
-    prod_raw["registry"] = {"trackingUri": uri, "lockFile": "recording.json"}
+    prod_raw["registry"] = {"trackingUri": uri, "lockFile": "stacks/recording.json"}
     adapters(prod_raw)[1].update(source={"mlflow": {"model": "sql-lora", "version": 3}})
-    file = tmp_path / "recording.json"
+    file = tmp_path / "stacks" / "recording.json"
+    file.parent.mkdir(exist_ok=True)
     file.write_text(json.dumps(registry_recording(uri, [])))
     with pytest.raises(ConfigError) as caught:
         resolve_registry(parse_platform_config(prod_raw), None, recording_file=str(file), dry_run=True, project_dir=tmp_path)

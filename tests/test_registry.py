@@ -522,7 +522,7 @@ def test_a_live_preview_whose_registry_moved_past_the_lock_fails_with_the_differ
     from .helpers import ROOT
 
     reference = {(0, 0): {"model": "chat", "alias": "champion"}}
-    lock = f"build/test-locks/{tmp_path.name}.json"
+    lock = f"stacks/test-lock-{tmp_path.name}.json"
     (ROOT / lock).parent.mkdir(parents=True, exist_ok=True)
     try:
         _lock(tmp_path, with_registry("dev", mlflow.uri, reference))
@@ -553,10 +553,21 @@ def test_a_lock_file_of_another_registry_is_refused(tmp_path):
         resolve_registry(config, None, recording_file=None, dry_run=False, project_dir=tmp_path)
 
 
-@pytest.mark.parametrize("path", ["../outside.json", "/etc/lock.json", "stacks/../../x.json", "stacks/lock.yaml", "./lock.json"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../outside.json",
+        "/etc/lock.json",
+        "stacks/../../x.json",
+        "stacks/lock.yaml",
+        "./lock.json",
+        "stacks/.hidden.json",
+        "build/preview/prod/registry-resolution.json",
+    ],
+)
 def test_a_lock_file_outside_the_project_or_not_json_exits_2_naming_the_key(path):
     raw = with_registry("dev", "https://mlflow.example.com", {(0, 0): {"model": "chat", "alias": "champion"}}, lockFile=path)
-    with pytest.raises(ConfigError, match=r"registry\.lockFile.*is not a relative path inside the project"):
+    with pytest.raises(ConfigError, match=r"registry\.lockFile.*is not a \.json file in the stack files' folder"):
         parse_platform_config(raw)
 
 
@@ -589,3 +600,18 @@ def test_a_preview_from_a_recording_needs_no_registry(mlflow, live_staging, tmp_
     )
     assert section["data"]["models"]["summarizer"]["v2"]["registryVersion"] == "2"
     assert not (offline.out / RECORDING_NAME).exists()
+
+
+@pytest.mark.parametrize(("content", "message"), [(None, "cannot be read"), ("{}", "is not a valid recording")])
+def test_a_lock_file_that_is_missing_or_no_recording_exits_2_naming_the_key(tmp_path, content, message):
+    if content is not None:
+        (tmp_path / "stacks").mkdir()
+        (tmp_path / LOCK).write_text(content)
+    config = parse_platform_config(
+        with_registry("dev", "https://mlflow.example.com", {(0, 0): {"model": "chat", "alias": "champion"}}, lockFile=LOCK)
+    )
+    with pytest.raises(ConfigError) as caught:
+        resolve_registry(config, None, recording_file=None, dry_run=True, project_dir=tmp_path)
+    (issue,) = caught.value.issues
+    assert issue.key() == "inference-platform:registry.lockFile"
+    assert issue.message.startswith(f"the lock file {LOCK} {message}") and REGISTRY_FILE_ENV not in issue.message

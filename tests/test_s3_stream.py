@@ -163,12 +163,13 @@ def test_an_mlflow_version_streams_where_the_registry_names_s3_weights(prod_raw,
     uri = "https://mlflow.example.com"
     raw = streaming_h100(prod_raw)
     # Production previews from its lock file, the committed recording.
-    raw["registry"] = {"trackingUri": uri, "lockFile": "recording.json"}
+    raw["registry"] = {"trackingUri": uri, "lockFile": "stacks/recording.json"}
     raw["models"][0]["versions"][0]["source"] = {"mlflow": {"model": "llama-70b", "alias": "champion"}}
 
     def resolved(weights: str):
         entry = {"registeredModel": "llama-70b", "alias": "champion", "registryVersion": "4", "weights": weights}
-        file = tmp_path / "recording.json"
+        file = tmp_path / "stacks" / "recording.json"
+        file.parent.mkdir(exist_ok=True)
         file.write_text(json.dumps(registry_recording(uri, [entry])))
         config, _ = resolve_registry(
             parse_platform_config(raw, [plan_checks]), None, recording_file=str(file), dry_run=True, project_dir=tmp_path
