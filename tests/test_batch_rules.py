@@ -17,7 +17,7 @@ import yaml
 from components.specs.batch_rules import BATCH_SOURCE_SERIES, REPEATED_PREEMPTIONS, batch_prometheus_rule
 from components.specs.kueue import kueue_values
 from platform_config.gpu_catalog import MIG_RESOURCE_PREFIX
-from platform_config.pins import KUEUE
+from platform_config.pins import KUBE_PROMETHEUS_STACK, KUEUE
 
 from .helpers import ROOT, mirror_show, raw_stack, validate
 from .test_batch_jobs import KUEUE_MIRROR
@@ -25,6 +25,8 @@ from .test_dashboards import series_names
 from .test_slo_rules import fails, passes, prom_labels, run_tests, strip_annotations
 
 TAG = f"v{KUEUE.version}"
+HELM_CHARTS_MIRROR = Path("/work/.mirror/prometheus-community+helm-charts/repo")
+KSM_MIRROR = Path("/work/.mirror/kubernetes+kube-state-metrics/repo")
 
 
 def prod_rule(raw: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -79,6 +81,33 @@ def test_kueues_series_are_metrics_of_the_pinned_release() -> None:
         assert ('"cluster_queue"' in labels) or ('"namespace"' in labels and '"name"' in labels), (name, labels)
     # A misspelt metric would not be found.
     assert 'Name:      "cluster_queue_gpu_usage"' not in source
+
+
+def test_kube_state_metrics_series_are_job_metrics_of_the_version_kube_prometheus_stack_runs() -> None:
+    """kube-prometheus-stack at its pin depends on one kube-state-metrics chart, which runs its
+    appVersion's image with the `jobs` collector on by default; at that version each
+    `kube_job_*` series the rules read is a STABLE Job metric labelled namespace and job_name
+    (kube_job_failed also `condition`)."""
+    stack_tag = f"kube-prometheus-stack-{KUBE_PROMETHEUS_STACK.version}"
+    stack = yaml.safe_load(mirror_show(HELM_CHARTS_MIRROR, stack_tag, "charts/kube-prometheus-stack/Chart.yaml"))
+    [dependency] = [d for d in stack["dependencies"] if d["name"] == "kube-state-metrics"]
+    chart_tag = f"kube-state-metrics-{dependency['version']}"
+    chart = yaml.safe_load(mirror_show(HELM_CHARTS_MIRROR, chart_tag, "charts/kube-state-metrics/Chart.yaml"))
+    values = yaml.safe_load(mirror_show(HELM_CHARTS_MIRROR, chart_tag, "charts/kube-state-metrics/values.yaml"))
+    assert values["image"]["tag"] == "" and "jobs" in values["collectors"]
+    # Nor does the stack's own values override the subchart's image or collectors.
+    overrides = yaml.safe_load(mirror_show(HELM_CHARTS_MIRROR, stack_tag, "charts/kube-prometheus-stack/values.yaml"))
+    assert not {"image", "collectors"} & set(overrides["kube-state-metrics"])
+    source = mirror_show(KSM_MIRROR, f"v{chart['appVersion']}", "internal/store/job.go")
+    read = [name for name in BATCH_SOURCE_SERIES if name.startswith("kube_job_")]
+    assert len(read) == 5
+    for name in read:
+        assert re.search(r'"' + name + r'",\s*"[^"]*",\s*metric\.Gauge,\s*basemetrics\.STABLE,', source), name
+    assert 'descJobLabelsDefaultLabels = []string{"namespace", "job_name"}' in source
+    failed = source[source.index('"kube_job_failed"') :]
+    assert 'metric.LabelKeys = []string{"condition"}' in failed[: failed.index("NewFamilyGenerator")]
+    # A misspelt metric would not be found.
+    assert '"kube_job_status_failed_time"' not in source
 
 
 def test_kueues_series_are_read_as_the_leader_reports_them() -> None:

@@ -19,11 +19,18 @@ What is read, all of it scraped already:
   pkg/features/kube_features.go; `metrics.localQueueMetrics.enable` defaults to true,
   apis/config/v1beta2/defaults.go).
 - kube-state-metrics' Job metrics (kube-prometheus-stack's subchart), labelled with the Job's
-  `namespace` and `job_name` (its ServiceMonitor honours labels): STABLE metrics in
-  kubernetes/kube-state-metrics docs/metrics/workload/job-metrics.md, and `jobs` among the
-  collectors the kube-state-metrics chart enables by default (charts/kube-state-metrics/values.yaml
-  `collectors`). Both read at the commits stored for this work (076987a and 0027117), not at the
-  versions kube-prometheus-stack 81.4.3 pins: the upstream facts hold that subchart opaque.
+  `namespace` and `job_name` (its ServiceMonitor honours labels: the stack's values.yaml
+  `kube-state-metrics.prometheus.monitor.http.honorLabels: true`). kube-prometheus-stack 81.4.3
+  depends on the kube-state-metrics chart 7.1.0 (prometheus-community/helm-charts tag
+  kube-prometheus-stack-81.4.3, charts/kube-prometheus-stack/Chart.yaml `dependencies`), whose
+  appVersion 2.18.0 is the image it runs (tag kube-state-metrics-7.1.0, Chart.yaml; values.yaml
+  `image.tag` empty: v + appVersion), with `jobs` among its default `collectors` (values.yaml,
+  passed as `--resources`, templates/deployment.yaml). At kubernetes/kube-state-metrics v2.18.0,
+  internal/store/job.go declares `kube_job_status_start_time`, `kube_job_status_active`,
+  `kube_job_status_succeeded`, `kube_job_spec_completions` and `kube_job_failed` (label
+  `condition`: `true`, `false` or `unknown`, each 1 or 0, internal/store/utils.go
+  addConditionMetrics), all STABLE, each with the default labels `namespace` and `job_name`
+  (docs/metrics/workload/job-metrics.md agrees).
 
 Recorded series follow the `level:metric:operations` naming of the SLO rules: `tenant:...` per
 tenant ClusterQueue, `tenant_flavor_resource:...` per tenant, ResourceFlavor (a GPU pool) and GPU
