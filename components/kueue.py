@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 
-from platform_config.capacity import BatchQueueRow
+from platform_config.capacity import BatchQueueRow, batch_tenants
 from platform_config.models import NodePoolConfig
 from platform_config.pins import KUEUE
 
@@ -68,7 +68,7 @@ class Kueue(pulumi.ComponentResource):
             KubernetesObject(f"{name}-priority-{spec['metadata']['name']}", spec, after) for spec in workload_priority_classes()
         ]
         # The tenants with a batch quota, in the stack's order.
-        tenants = list(dict.fromkeys(row.tenant for row in args.queues))
+        tenants = batch_tenants(args.queues)
         queues = []
         for tenant in tenants:
             queue = custom_resource(
@@ -88,7 +88,7 @@ class Kueue(pulumi.ComponentResource):
             # ServiceMonitor): the batch queues' rules and alerts come with them.
             custom_resource(
                 f"{name}-rules",
-                batch_prometheus_rule(tenants, [job.job for job in args.jobs]),
+                batch_prometheus_rule(args.queues, [job.job for job in args.jobs]),
                 pulumi.ResourceOptions(parent=self, depends_on=[release]),
             )
         self.ready = [release, *classes, *queues]

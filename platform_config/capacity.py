@@ -321,6 +321,11 @@ class BatchQueueRow:
     supply: PoolSupply
 
 
+def batch_tenants(rows: Sequence[BatchQueueRow]) -> list[str]:
+    """The tenants with a batch quota (one ClusterQueue each), in the stack's order."""
+    return list(dict.fromkeys(row.tenant for row in rows))
+
+
 def _pool_size(pool: NodePoolConfig) -> dict[str, Decimal]:
     instance = instance_of(pool)
     return {"cpu": Decimal(instance.vcpus * pool.max_size), "memory": Decimal(instance.memory_gib * pool.max_size) * 2**30}

@@ -35,6 +35,11 @@ def schema(**properties) -> PolicyConfigSchema:
 
 STRINGS = {"type": "array", "items": {"type": "string"}}
 PRODUCTION = {**STRINGS, "default": PRODUCTION_STACKS}
+# LocalQueues as namespace/name: a namespace (a DNS-1123 label), then a name Kueue accepts in the
+# kueue.x-k8s.io/queue-name label (a DNS-1123 subdomain: pkg/controller/jobframework/validation.go
+# ValidateQueueName at v0.19.2). An entry without the `/` would name no queue: refused here, not dropped.
+LOCAL_QUEUE_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+LOCAL_QUEUE_REFS = {"type": "array", "items": {"type": "string", "pattern": LOCAL_QUEUE_REF}}
 # Which tiers make a model latency-sensitive, and the header routes match them on.
 LATENCY_TIERS = {
     "latencySensitiveTiers": {**STRINGS, "default": ["premium"]},
@@ -271,7 +276,7 @@ PolicyPack(
             validate=stack.gpu_jobs_through_kueue,
             severity=Severity.HIGH,
             # LocalQueues declared outside the stack, as namespace/name.
-            config_schema=schema(externalLocalQueues={**STRINGS, "default": []}),
+            config_schema=schema(externalLocalQueues={**LOCAL_QUEUE_REFS, "default": []}),
         ),
         StackValidationPolicy(
             name="stack-capacity",

@@ -5,6 +5,7 @@ them, and under the real `promtool` each alert fires on a breach and stays silen
 from __future__ import annotations
 
 import copy
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -15,19 +16,35 @@ import yaml
 
 from components.specs.batch_rules import BATCH_SOURCE_SERIES, REPEATED_PREEMPTIONS, batch_prometheus_rule
 from components.specs.kueue import kueue_values
-from platform_config.pins import KUEUE
+from platform_config.gpu_catalog import MIG_RESOURCE_PREFIX
+from platform_config.pins import KUBE_PROMETHEUS_STACK, KUEUE
 
-from .helpers import mirror_show, raw_stack, validate
+from .helpers import ROOT, mirror_show, raw_stack, validate
 from .test_batch_jobs import KUEUE_MIRROR
 from .test_dashboards import series_names
 from .test_slo_rules import fails, passes, prom_labels, run_tests, strip_annotations
 
 TAG = f"v{KUEUE.version}"
+HELM_CHARTS_MIRROR = Path("/work/.mirror/prometheus-community+helm-charts/repo")
+KSM_MIRROR = Path("/work/.mirror/kubernetes+kube-state-metrics/repo")
 
 
 def prod_rule(raw: dict[str, Any] | None = None) -> dict[str, Any]:
-    config = validate(raw if raw is not None else raw_stack("prod")).config
-    return batch_prometheus_rule([t.name for t in config.tenants if t.batch_quota], config.batch_jobs)
+    """The rule as the Kueue component builds it: from the plan's batch queues and jobs."""
+    plan = validate(raw if raw is not None else raw_stack("prod"))
+    return batch_prometheus_rule(plan.batch_queues, [job.job for job in plan.batch_jobs])
+
+
+def test_the_rule_under_test_is_the_one_the_prod_preview_renders() -> None:
+    """prod_rule builds what the program declares (the recorded prod preview, itself held
+    against a fresh preview by test_golden_outputs.py), so the promtool cases below test it."""
+    resources = json.loads((ROOT / "tests" / "golden" / "prod.resources.json").read_text())
+    [rendered] = [
+        r["inputs"]
+        for r in resources
+        if r["type"] == "kubernetes:monitoring.coreos.com/v1:PrometheusRule" and r["inputs"]["metadata"]["name"] == "batch-queues"
+    ]
+    assert rendered["spec"] == prod_rule()["spec"]
 
 
 def rules(rule: dict[str, Any]) -> list[dict[str, Any]]:
@@ -64,6 +81,33 @@ def test_kueues_series_are_metrics_of_the_pinned_release() -> None:
         assert ('"cluster_queue"' in labels) or ('"namespace"' in labels and '"name"' in labels), (name, labels)
     # A misspelt metric would not be found.
     assert 'Name:      "cluster_queue_gpu_usage"' not in source
+
+
+def test_kube_state_metrics_series_are_job_metrics_of_the_version_kube_prometheus_stack_runs() -> None:
+    """kube-prometheus-stack at its pin depends on one kube-state-metrics chart, which runs its
+    appVersion's image with the `jobs` collector on by default; at that version each
+    `kube_job_*` series the rules read is a STABLE Job metric labelled namespace and job_name
+    (kube_job_failed also `condition`)."""
+    stack_tag = f"kube-prometheus-stack-{KUBE_PROMETHEUS_STACK.version}"
+    stack = yaml.safe_load(mirror_show(HELM_CHARTS_MIRROR, stack_tag, "charts/kube-prometheus-stack/Chart.yaml"))
+    [dependency] = [d for d in stack["dependencies"] if d["name"] == "kube-state-metrics"]
+    chart_tag = f"kube-state-metrics-{dependency['version']}"
+    chart = yaml.safe_load(mirror_show(HELM_CHARTS_MIRROR, chart_tag, "charts/kube-state-metrics/Chart.yaml"))
+    values = yaml.safe_load(mirror_show(HELM_CHARTS_MIRROR, chart_tag, "charts/kube-state-metrics/values.yaml"))
+    assert values["image"]["tag"] == "" and "jobs" in values["collectors"]
+    # Nor does the stack's own values override the subchart's image or collectors.
+    overrides = yaml.safe_load(mirror_show(HELM_CHARTS_MIRROR, stack_tag, "charts/kube-prometheus-stack/values.yaml"))
+    assert not {"image", "collectors"} & set(overrides["kube-state-metrics"])
+    source = mirror_show(KSM_MIRROR, f"v{chart['appVersion']}", "internal/store/job.go")
+    read = [name for name in BATCH_SOURCE_SERIES if name.startswith("kube_job_")]
+    assert len(read) == 5
+    for name in read:
+        assert re.search(r'"' + name + r'",\s*"[^"]*",\s*metric\.Gauge,\s*basemetrics\.STABLE,', source), name
+    assert 'descJobLabelsDefaultLabels = []string{"namespace", "job_name"}' in source
+    failed = source[source.index('"kube_job_failed"') :]
+    assert 'metric.LabelKeys = []string{"condition"}' in failed[: failed.index("NewFamilyGenerator")]
+    # A misspelt metric would not be found.
+    assert '"kube_job_status_failed_time"' not in source
 
 
 def test_kueues_series_are_read_as_the_leader_reports_them() -> None:
@@ -118,6 +162,7 @@ def rules_file(tmp_path: Path, rule: dict[str, Any]) -> Path:
     return path
 
 
+SMALL_MIG, LARGE_MIG = f"{MIG_RESOURCE_PREFIX}1g.10gb", f"{MIG_RESOURCE_PREFIX}3g.40gb"
 KSM = 'namespace="team-b", job_name="batch-ticket-labels", job="kube-state-metrics", instance="ksm:8080"'
 KUEUE_TARGET = 'namespace="kueue-system", job="kueue-controller-manager-metrics-service"'
 JOB_LABELS = {"tenant": "team-b", "batch_job": "ticket-labels", "severity": "ticket"}
@@ -133,7 +178,9 @@ def test_the_prod_rules_pass_promtool_check(promtool: str, tmp_path: Path) -> No
 def test_queue_records_read_the_leader_and_split_borrowed_gpus(promtool: str, tmp_path: Path) -> None:
     """team-b's leader reports 4 pending (active) and 2 admitted workloads and 5 GPUs in use of a
     nominal 2 on l4-batch (3 borrowed); the follower reports the same and is not counted twice;
-    CPU usage is no GPU."""
+    CPU usage is no GPU. On one MIG flavor it holds 5 1g.10gb slices of a nominal 2 and none of
+    its 4 3g.40gb: 3 1g.10gb slices are borrowed, not offset by the spare 3g.40gb quota (nor
+    added to them: a slice of one profile is not one of another)."""
     series = []
     for role in ("leader", "follower"):
         cq = f'{KUEUE_TARGET}, cluster_queue="team-b", replica_role="{role}", pod="kueue-{role}"'
@@ -146,15 +193,29 @@ def test_queue_records_read_the_leader_and_split_borrowed_gpus(promtool: str, tm
             {"series": f'kueue_cluster_queue_resource_usage{{{res}, resource="cpu"}}', "values": "40x30"},
             {"series": f'kueue_cluster_queue_nominal_quota{{{res}, resource="nvidia.com/gpu"}}', "values": "2x30"},
         ]
+        mig = f'{cq}, cohort="batch", flavor="a100-mig"'
+        for resource, used, nominal in ((SMALL_MIG, 5, 2), (LARGE_MIG, 0, 4)):
+            series += [
+                {"series": f'kueue_cluster_queue_resource_usage{{{mig}, resource="{resource}"}}', "values": f"{used}x30"},
+                {"series": f'kueue_cluster_queue_nominal_quota{{{mig}, resource="{resource}"}}', "values": f"{nominal}x30"},
+            ]
     team_b = {"tenant": "team-b"}
-    flavor = {**team_b, "flavor": "l4-batch"}
+    gpu = {**team_b, "flavor": "l4-batch", "resource": "nvidia.com/gpu"}
+    small = {**team_b, "flavor": "a100-mig", "resource": SMALL_MIG}
+    large = {**team_b, "flavor": "a100-mig", "resource": LARGE_MIG}
     expect = [
         ("tenant:kueue_pending_workloads:sum", {**team_b, "status": "active"}, 4),
         ("tenant:kueue_pending_workloads:sum", {**team_b, "status": "inadmissible"}, 0),
         ("tenant:kueue_admitted_active_workloads:sum", team_b, 2),
-        ("tenant_flavor:kueue_gpu_usage:sum", flavor, 5),
-        ("tenant_flavor:kueue_gpu_nominal_quota:sum", flavor, 2),
-        ("tenant_flavor:kueue_gpu_borrowed:sum", flavor, 3),
+        ("tenant_flavor_resource:kueue_gpu_usage:sum", gpu, 5),
+        ("tenant_flavor_resource:kueue_gpu_nominal_quota:sum", gpu, 2),
+        ("tenant_flavor_resource:kueue_gpu_borrowed:sum", gpu, 3),
+        ("tenant_flavor_resource:kueue_gpu_usage:sum", small, 5),
+        ("tenant_flavor_resource:kueue_gpu_nominal_quota:sum", small, 2),
+        ("tenant_flavor_resource:kueue_gpu_borrowed:sum", small, 3),
+        ("tenant_flavor_resource:kueue_gpu_usage:sum", large, 0),
+        ("tenant_flavor_resource:kueue_gpu_nominal_quota:sum", large, 4),
+        ("tenant_flavor_resource:kueue_gpu_borrowed:sum", large, 0),
     ]
     test = {
         "interval": "1m",
@@ -171,16 +232,27 @@ def test_queue_records_read_the_leader_and_split_borrowed_gpus(promtool: str, tm
     passes(run_tests(promtool, tmp_path, rules_file(tmp_path, prod_rule()), [test]))
 
 
-def queued(pending: str, stopped: bool = False) -> dict[str, Any]:
-    """The job's LocalQueue as the leader reports it: its pending workloads and whether it is stopped (paused)."""
+def queued(pending: str, inactive: bool = False, cluster_queue: str | None = "active") -> dict[str, Any]:
+    """The job's LocalQueue as the leader reports it: its pending workloads and whether it is
+    inactive (Active False: stopped, or its ClusterQueue missing or inactive); and team-b's
+    ClusterQueue status (`pending`, `active`, `terminating`; None: no such ClusterQueue, no series)."""
     lq = f'{KUEUE_TARGET}, exported_namespace="team-b", name="batch-ticket-labels", replica_role="leader"'
+    cq = f'{KUEUE_TARGET}, cluster_queue="team-b", replica_role="leader"'
+    statuses = ("pending", "active", "terminating") if cluster_queue is not None else ()
     return {
         "interval": "1m",
         "input_series": [
             {"series": f'kueue_local_queue_pending_workloads{{{lq}, status="inadmissible"}}', "values": pending},
             {"series": f'kueue_local_queue_pending_workloads{{{lq}, status="active"}}', "values": "0x120"},
-            {"series": f'kueue_local_queue_status{{{lq}, active="False"}}', "values": "1x120" if stopped else "0x120"},
-            {"series": f'kueue_local_queue_status{{{lq}, active="True"}}', "values": "0x120" if stopped else "1x120"},
+            {"series": f'kueue_local_queue_status{{{lq}, active="False"}}', "values": "1x120" if inactive else "0x120"},
+            {"series": f'kueue_local_queue_status{{{lq}, active="True"}}', "values": "0x120" if inactive else "1x120"},
+            *(
+                {
+                    "series": f'kueue_cluster_queue_status{{{cq}, status="{status}"}}',
+                    "values": f"{int(status == cluster_queue)}x120",
+                }
+                for status in statuses
+            ),
         ],
     }
 
@@ -197,10 +269,20 @@ def test_a_job_queued_beyond_its_deadline_opens_a_ticket(promtool: str, tmp_path
     ]
     admitted = queued("1x30 0x90")
     admitted["alert_rule_test"] = [{"eval_time": "75m", "alertname": "BatchJobQueuedTooLong", "exp_alerts": []}]
-    # Paused: its queue stopped, the same wait opens no ticket.
-    paused = queued("1x120", stopped=True)
+    # Paused: its queue inactive while its ClusterQueue is active (reason Stopped), the same wait
+    # opens no ticket.
+    paused = queued("1x120", inactive=True)
     paused["alert_rule_test"] = [{"eval_time": "75m", "alertname": "BatchJobQueuedTooLong", "exp_alerts": []}]
-    passes(run_tests(promtool, tmp_path, path, [waiting, admitted, paused]))
+    # Its queue inactive because the ClusterQueue is pending, terminating or missing
+    # (ClusterQueueIsInactive, ClusterQueueDoesNotExist): the job is stuck, the ticket opens.
+    stuck = []
+    for cluster_queue in ("pending", "terminating", None):
+        test = queued("1x120", inactive=True, cluster_queue=cluster_queue)
+        test["alert_rule_test"] = [
+            {"eval_time": "75m", "alertname": "BatchJobQueuedTooLong", "exp_alerts": [{"exp_labels": JOB_LABELS}]}
+        ]
+        stuck.append(test)
+    passes(run_tests(promtool, tmp_path, path, [waiting, admitted, paused, *stuck]))
     # Before the deadline has passed the same wait is silent (the test can fail).
     waiting["alert_rule_test"][0]["eval_time"] = "50m"
     fails(run_tests(promtool, tmp_path, path, [waiting]))

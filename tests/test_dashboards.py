@@ -76,8 +76,8 @@ def dashboards(slos: list[SloPlan]) -> list[dict[str, Any]]:
 
 def batch_recorded() -> set[str]:
     """What the prod stack's batch queues' PrometheusRule records."""
-    config = validate(raw_stack("prod")).config
-    rule = batch_prometheus_rule([t.name for t in config.tenants if t.batch_quota], config.batch_jobs)
+    plan = validate(raw_stack("prod"))
+    rule = batch_prometheus_rule(plan.batch_queues, [job.job for job in plan.batch_jobs])
     return {r["record"] for g in rule["spec"]["groups"] for r in g["rules"] if "record" in r}
 
 
@@ -122,14 +122,18 @@ def test_the_batch_panels_show_each_tenants_queue_only_with_kueue() -> None:
         {
             "tenant:kueue_pending_workloads:sum",
             "tenant:kueue_admitted_active_workloads:sum",
-            "tenant_flavor:kueue_gpu_usage:sum",
-            "tenant_flavor:kueue_gpu_nominal_quota:sum",
-            "tenant_flavor:kueue_gpu_borrowed:sum",
+            "tenant_flavor_resource:kueue_gpu_usage:sum",
+            "tenant_flavor_resource:kueue_gpu_nominal_quota:sum",
+            "tenant_flavor_resource:kueue_gpu_borrowed:sum",
         }
         <= read
         <= batch_recorded()
     )
     assert all(t["expr"].startswith("sum by (tenant") for p in panels if "tenant" in p["title"] for t in p["targets"])
+    # GPU units are shown per resource: a whole GPU and a slice of each MIG profile are never added.
+    gpu_targets = [t for p in panels for t in p["targets"] if "kueue_gpu" in t["expr"]]
+    assert gpu_targets
+    assert all(t["expr"].startswith("sum by (tenant, resource) (") and "{{resource}}" in t["legendFormat"] for t in gpu_targets)
     assert not [p for p in platform_overview_dashboard(PRICES)["panels"] if p["title"].startswith("Batch")]
 
 

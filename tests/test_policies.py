@@ -598,14 +598,26 @@ def test_the_packs_image_rule_is_the_programs():
         ({"hpa-behavior": {"enforcementLevel": "sometimes"}}, "'hpa-behavior': unknown enforcement level 'sometimes'"),
         ({"hpa-behavior": {"enforcementLevel": ["disabled"]}}, "'hpa-behavior': unknown enforcement level ['disabled']"),
         ({"all": {"enforcementLevel": "advisory", "minReplicasInProduction": 1}}, "'all' sets every policy's enforcementLevel"),
+        ({"gpu-jobs-through-kueue": {"externalLocalQueues": ["team-a/batch", "batch"]}}, "('batch' does not match"),
+        ({"gpu-jobs-through-kueue": {"externalLocalQueues": ["Team-A/batch"]}}, "('Team-A/batch' does not match"),
+        ({"gpu-jobs-through-kueue": {"externalLocalQueues": ["team-a/batch/x"]}}, "('team-a/batch/x' does not match"),
     ],
     ids=["unknown-policy", "unknown-key", "key-of-a-policy-without-config", "wrong-type", "string-for-array",
-         "wrong-item-type", "bad-level", "level-not-a-string", "all-with-a-key"],
+         "wrong-item-type", "bad-level", "level-not-a-string", "all-with-a-key", "local-queue-without-namespace",
+         "local-queue-not-dns", "local-queue-two-slashes"],
 )  # fmt: skip
 def test_overrides_are_checked_against_each_policys_schema(pack, overrides, message):
     with pytest.raises(PolicyConfigError) as refused:
         pack.configure(pack.info(), overrides)
     assert message in str(refused.value)
+
+
+def test_external_local_queues_of_namespace_and_name_are_accepted(pack):
+    """The pattern refuses only malformed entries: namespace/name, the name a DNS-1123 subdomain."""
+    try:
+        pack.configure(pack.info(), {"gpu-jobs-through-kueue": {"externalLocalQueues": ["team-a/batch", "ml-ops/queue.v2"]}})
+    finally:
+        pack.configure(pack.info(), {})
 
 
 def test_a_config_the_schema_refuses_is_an_input_error(tmp_path):

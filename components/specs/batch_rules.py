@@ -19,25 +19,42 @@ What is read, all of it scraped already:
   pkg/features/kube_features.go; `metrics.localQueueMetrics.enable` defaults to true,
   apis/config/v1beta2/defaults.go).
 - kube-state-metrics' Job metrics (kube-prometheus-stack's subchart), labelled with the Job's
-  `namespace` and `job_name` (its ServiceMonitor honours labels): STABLE metrics in
-  kubernetes/kube-state-metrics docs/metrics/workload/job-metrics.md, and `jobs` among the
-  collectors the kube-state-metrics chart enables by default (charts/kube-state-metrics/values.yaml
-  `collectors`). Both read at the commits stored for this work (076987a and 0027117), not at the
-  versions kube-prometheus-stack 81.4.3 pins: the upstream facts hold that subchart opaque.
+  `namespace` and `job_name` (its ServiceMonitor honours labels: the stack's values.yaml
+  `kube-state-metrics.prometheus.monitor.http.honorLabels: true`). kube-prometheus-stack 81.4.3
+  depends on the kube-state-metrics chart 7.1.0 (prometheus-community/helm-charts tag
+  kube-prometheus-stack-81.4.3, charts/kube-prometheus-stack/Chart.yaml `dependencies`), whose
+  appVersion 2.18.0 is the image it runs (tag kube-state-metrics-7.1.0, Chart.yaml; values.yaml
+  `image.tag` empty: v + appVersion), with `jobs` among its default `collectors` (values.yaml,
+  passed as `--resources`, templates/deployment.yaml). At kubernetes/kube-state-metrics v2.18.0,
+  internal/store/job.go declares `kube_job_status_start_time`, `kube_job_status_active`,
+  `kube_job_status_succeeded`, `kube_job_spec_completions` and `kube_job_failed` (label
+  `condition`: `true`, `false` or `unknown`, each 1 or 0, internal/store/utils.go
+  addConditionMetrics), all STABLE, each with the default labels `namespace` and `job_name`
+  (docs/metrics/workload/job-metrics.md agrees).
 
 Recorded series follow the `level:metric:operations` naming of the SLO rules: `tenant:...` per
-tenant ClusterQueue, `tenant_flavor:...` per tenant and ResourceFlavor (a GPU pool), each
-labelled `tenant`.
+tenant ClusterQueue, `tenant_flavor_resource:...` per tenant, ResourceFlavor (a GPU pool) and GPU
+resource (`nvidia.com/gpu` or one MIG profile, `nvidia.com/mig-...`), each labelled `tenant`. A
+whole GPU and a MIG slice are different units and Kueue's quota (and borrowing) is per flavor and
+resource, so GPU series are never added across resources: borrowing on one MIG profile is not
+netted against spare quota on another.
 
 Alerts (`severity: ticket`: batch work waits, nobody is paged), each with a runbook in the
 README's "Batch jobs on Kueue":
 - BatchJobQueuedTooLong: a job's workload has waited in its LocalQueue (pending, admissible or
   not) for longer than the job's own `deadline`, the time it is allowed to run once started.
-  A paused job waits on purpose: its LocalQueue is stopped (Kueue reports the queue's Active
-  condition False, reason Stopped, pkg/controller/core/localqueue_controller.go at v0.19.2, as
-  `kueue_local_queue_status{active="False"}`, pkg/metrics/metrics.go ReportLocalQueueStatus), and
-  the alert is silent while it is. Read from the metric, not the config, so pausing a job stays a
-  change to its LocalQueue's stopPolicy alone.
+  A paused job waits on purpose: its LocalQueue is stopped, and the alert is silent while it is.
+  Kueue reports a LocalQueue's Active condition as `kueue_local_queue_status{active="False"}`
+  (pkg/metrics/metrics.go ReportLocalQueueStatus at v0.19.2) with no reason label, and
+  pkg/controller/core/localqueue_controller.go (Reconcile, v0.19.2) sets it False for three
+  reasons: Stopped (a stopPolicy other than None), ClusterQueueDoesNotExist and
+  ClusterQueueIsInactive. So the alert is silent only while the LocalQueue is inactive *and* the
+  tenant's ClusterQueue is active (`kueue_cluster_queue_status{status="active"}`, ClusterQueueByStatus:
+  `pending`, `active` or `terminating`): then Stopped is the one reason left. A job waiting behind a
+  missing, pending or terminating ClusterQueue still opens its ticket, and so does a paused job
+  whose ClusterQueue is inactive (Reconcile checks the stopPolicy first, but the ClusterQueue is
+  broken either way). Read from the metrics, not the config, so pausing a job stays a change to
+  its LocalQueue's stopPolicy alone.
 - BatchJobBehindDeadline: a running job has used more of its deadline than it has finished
   shards, once half the deadline is gone: at that pace the Job's activeDeadlineSeconds ends it
   before its last shard.
@@ -51,6 +68,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from platform_config.capacity import BatchQueueRow, batch_tenants
 from platform_config.gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from platform_config.models import BatchJobConfig, duration_seconds
 
@@ -69,6 +87,7 @@ BATCH_SOURCE_SERIES: dict[str, str] = {
     "kueue_evicted_workloads_total": "Kueue EvictedWorkloadsTotal (cluster_queue, reason)",
     "kueue_local_queue_pending_workloads": "Kueue LocalQueuePendingWorkloads (name, namespace, status)",
     "kueue_local_queue_status": "Kueue LocalQueueByStatus (name, namespace, active)",
+    "kueue_cluster_queue_status": "Kueue ClusterQueueByStatus (cluster_queue, status)",
     "kube_job_status_start_time": "kube-state-metrics job metrics (job_name, namespace)",
     "kube_job_status_active": "kube-state-metrics job metrics (job_name, namespace)",
     "kube_job_status_succeeded": "kube-state-metrics job metrics (job_name, namespace)",
@@ -104,9 +123,12 @@ def _as_tenant(expr: str) -> str:
 
 def queue_rules(tenants: Sequence[str]) -> list[dict[str, Any]]:
     """Per tenant ClusterQueue: pending and admitted workloads, GPUs in use against the nominal
-    quota (what is beyond it is borrowed from the cohort), and evictions by reason."""
+    quota per flavor and resource (what is beyond it is borrowed from the cohort), and evictions
+    by reason."""
     queues = f'cluster_queue=~"{"|".join(cluster_queue_name(t) for t in tenants)}", {LEADER}'
-    usage, nominal = "tenant_flavor:kueue_gpu_usage:sum", "tenant_flavor:kueue_gpu_nominal_quota:sum"
+    usage, nominal = "tenant_flavor_resource:kueue_gpu_usage:sum", "tenant_flavor_resource:kueue_gpu_nominal_quota:sum"
+    # Kueue's quota is per flavor and resource: so are the sums (a whole GPU is no MIG slice).
+    by = "cluster_queue, flavor, resource"
     return [
         _record(
             "tenant:kueue_pending_workloads:sum",
@@ -118,14 +140,15 @@ def queue_rules(tenants: Sequence[str]) -> list[dict[str, Any]]:
         ),
         _record(
             usage,
-            _as_tenant(f"sum by (cluster_queue, flavor) (kueue_cluster_queue_resource_usage{{{queues}, {GPU_RESOURCES}}})"),
+            _as_tenant(f"sum by ({by}) (kueue_cluster_queue_resource_usage{{{queues}, {GPU_RESOURCES}}})"),
         ),
         _record(
             nominal,
-            _as_tenant(f"sum by (cluster_queue, flavor) (kueue_cluster_queue_nominal_quota{{{queues}, {GPU_RESOURCES}}})"),
+            _as_tenant(f"sum by ({by}) (kueue_cluster_queue_nominal_quota{{{queues}, {GPU_RESOURCES}}})"),
         ),
-        # Evaluated after the two above in the same group: it reads their fresh values.
-        _record("tenant_flavor:kueue_gpu_borrowed:sum", f"clamp_min({usage} - {nominal}, 0)"),
+        # Evaluated after the two above in the same group: it reads their fresh values. One series
+        # per flavor and resource: what one resource borrows is not offset by another's spare quota.
+        _record("tenant_flavor_resource:kueue_gpu_borrowed:sum", f"clamp_min({usage} - {nominal}, 0)"),
         _record(
             "tenant:kueue_evicted_workloads:increase1h",
             _as_tenant(f"sum by (cluster_queue, reason) (increase(kueue_evicted_workloads_total{{{queues}}}[1h]))"),
@@ -162,18 +185,24 @@ def _alert(name: str, expr: str, for_: str, labels: dict[str, str], summary: str
 
 
 def job_alerts(job: BatchJobConfig) -> list[dict[str, Any]]:
-    """A job's alerts: queued too long (not while its queue is stopped), behind its deadline, failed."""
+    """A job's alerts: queued too long (not while its queue is stopped behind an active
+    ClusterQueue), behind its deadline, failed."""
     labels = {TEAM_LABEL: job.tenant, "batch_job": job.name}
     sel = _job_selector(job)
     by = "namespace, job_name"
     deadline = duration_seconds(job.deadline)
     started = f"(time() - max by ({by}) (kube_job_status_start_time{{{sel}}}))"
     queue = f'exported_namespace="{job.tenant}", name="{local_queue_name(job)}", {LEADER}'
+    # Inactive with its ClusterQueue active: the LocalQueue's only reason left is Stopped (see above).
+    cluster_queue = f'cluster_queue="{cluster_queue_name(job.tenant)}", {LEADER}'
+    stopped = (
+        f'kueue_local_queue_status{{{queue}, active="False"}} == 1'
+        f' and on () kueue_cluster_queue_status{{{cluster_queue}, status="active"}} == 1'
+    )
     return [
         _alert(
             "BatchJobQueuedTooLong",
-            f"sum(kueue_local_queue_pending_workloads{{{queue}}}) > 0"
-            f' unless on () (kueue_local_queue_status{{{queue}, active="False"}} == 1)',
+            f"sum(kueue_local_queue_pending_workloads{{{queue}}}) > 0 unless on () ({stopped})",
             job.deadline,
             labels,
             f"Batch job {job.name} has waited in its queue for over {job.deadline}",
@@ -218,10 +247,11 @@ def queue_alerts() -> list[dict[str, Any]]:
     ]
 
 
-def batch_prometheus_rule(tenants: Sequence[str], jobs: Sequence[BatchJobConfig]) -> dict[str, Any]:
-    """The batch queues' PrometheusRule, for the tenants with a batch budget and the platform's jobs."""
+def batch_prometheus_rule(queues: Sequence[BatchQueueRow], jobs: Sequence[BatchJobConfig]) -> dict[str, Any]:
+    """The batch queues' PrometheusRule, for the tenants with a batch quota (the plan's batch
+    queues) and the platform's jobs."""
     groups: list[dict[str, Any]] = [
-        {"name": "batch.queues", "interval": "30s", "rules": queue_rules(tenants) + job_rules(jobs)},
+        {"name": "batch.queues", "interval": "30s", "rules": queue_rules(batch_tenants(queues)) + job_rules(jobs)},
         {"name": "batch.alerts", "rules": queue_alerts() + [a for job in jobs for a in job_alerts(job)]},
     ]
     return {

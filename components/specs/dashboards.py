@@ -203,8 +203,8 @@ def pool_cost_per_hour(prices: Mapping[str, float]) -> str:
 
 
 def batch_queue_panels() -> list[tuple[str, list[tuple[str, str]], str, str]]:
-    """Per tenant ClusterQueue: workloads pending and admitted, GPUs in use against the nominal
-    quota and borrowed beyond it, evictions; per job, the share of its shards done (the batch
+    """Per tenant ClusterQueue: workloads pending and admitted, units of each GPU resource in use
+    against the nominal quota and borrowed beyond it, evictions; per job, the share of its shards done (the batch
     queues' recorded series, components/specs/batch_rules.py)."""
     return [
         (
@@ -221,15 +221,19 @@ def batch_queue_panels() -> list[tuple[str, list[tuple[str, str]], str, str]]:
             "",
         ),
         (
-            "Batch: GPUs in use, nominal quota and borrowed by tenant",
+            "Batch: GPU units in use, nominal quota and borrowed by tenant and resource",
             [
-                ("sum by (tenant) (tenant_flavor:kueue_gpu_usage:sum)", "{{tenant}} in use"),
-                ("sum by (tenant) (tenant_flavor:kueue_gpu_nominal_quota:sum)", "{{tenant}} nominal"),
-                ("sum by (tenant) (tenant_flavor:kueue_gpu_borrowed:sum)", "{{tenant}} borrowed"),
+                ("sum by (tenant, resource) (tenant_flavor_resource:kueue_gpu_usage:sum)", "{{tenant}} {{resource}} in use"),
+                (
+                    "sum by (tenant, resource) (tenant_flavor_resource:kueue_gpu_nominal_quota:sum)",
+                    "{{tenant}} {{resource}} nominal",
+                ),
+                ("sum by (tenant, resource) (tenant_flavor_resource:kueue_gpu_borrowed:sum)", "{{tenant}} {{resource}} borrowed"),
             ],
             "short",
-            "GPUs (and MIG slices) the tenant's admitted batch work holds, over all its batch pools; what is beyond its "
-            "nominal quota is borrowed from the cohort and reclaimed by preemption.",
+            "Units of each GPU resource (whole GPUs, or slices of one MIG profile: never added together) the tenant's "
+            "admitted batch work holds, over all its batch pools; what is beyond its nominal quota of a pool and resource "
+            "is borrowed from the cohort and reclaimed by preemption.",
         ),
         (
             "Batch: evictions in the last hour by tenant and reason",
