@@ -776,7 +776,9 @@ class ReplicaResources(ConfigModel):
     memory: PositiveQuantity = "32Gi"
     """Memory request and limit per replica."""
     cache_size: PositiveQuantity = "100Gi"
-    """Node-local volume the weights are downloaded to: must hold the checkpoint."""
+    """Node-local volume the weights are downloaded to: must hold the checkpoint. On a pool that streams weights
+    (`weightCache.medium: s3Stream`) the volume holds only the LoRA adapters' files and is sized from them (their
+    ranks and `lora.baseShape`, with a margin); `cacheSize` sizes it there only when the base's shape is unknown."""
     weights_size: PositiveQuantity | None = None
     """The checkpoint's size on disk (its safetensors files), from which the expected cold start is derived. Default:
     `cacheSize` (an upper bound)."""
