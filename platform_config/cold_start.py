@@ -165,7 +165,8 @@ class ColdStart:
 
     pool: str
     medium: str
-    # Gbit/s the weights come from their source at (a download, or streamed from S3).
+    # Gbit/s the weights come from their source at: the download from outside the VPC (`weightCache.downloadGbps`), or
+    # on a streaming pool the S3 stream (`streamGbps`); the `coldStarts` output keeps the name `downloadGbps` for both.
     download_gbps: float
     # Bytes per second the weights arrive at (the download, the disk's writes, or the stream).
     rate: float
