@@ -21,6 +21,7 @@ from platform_config.checks import batch_gpu_request, batch_shards, run_peak_che
 from platform_config.cold_start import (
     cold_start,
     max_node_provision_seconds,
+    model_volume_size,
     progress_deadline,
     scale_up_budget_seconds,
     startup_budget_seconds,
@@ -138,6 +139,7 @@ def _server(
         progress_deadline_seconds=progress_deadline(start, node_provision_seconds),
         evictable_local_volumes=pool.weight_cache.allow_scale_down,
         lora=lora_limits(config, model),
+        model_volume_size=model_volume_size(config, model),
     )
 
 

@@ -269,6 +269,9 @@ class ServerPlan:
     aliases: tuple[str, ...]
     # Service account with read access to the S3 weights (workload identity), if any.
     weights_service_account: str | None
+    # Its model volume's size (platform_config/cold_start.model_volume_size): `cacheSize` where it holds the weights,
+    # the adapters' files where the pool streams the weights; None: no model volume (streamed weights, no adapters).
+    model_volume_size: str | None
     # The endpoint picker in front of this version's servers (flow control, endpoint picking), if any.
     endpoint_picker: EndpointPickerPlan | None = None
     # The MLflow registry version its weights were resolved from, when the stack names one (`source.mlflow`).

@@ -173,14 +173,43 @@ def lora_memory(config: PlatformConfig, model: ModelConfig) -> LoraMemory | None
     None otherwise. GPU = max_loras x max_lora_rank x E x 2 bytes; CPU = the max_cpu_loras largest
     modules' rank x E x 2 bytes, where E = lora_elements_per_rank(baseShape)."""
     limits = lora_limits(config, model)
-    shape = model.lora.base_shape or next(
-        (base.lora.base_shape for base, _ in carried_adapters(config, model) if base.lora.base_shape is not None), None
-    )
+    shape = adapters_base_shape(config, model)
     if limits is None or shape is None:
         return None
     per_rank = lora_elements_per_rank(shape) * LORA_BYTES_PER_ELEMENT
     cached = sorted((m.rank for m in limits.modules), reverse=True)[: limits.max_cpu_loras]
     return LoraMemory(limits.max_loras * limits.max_lora_rank * per_rank, sum(cached) * per_rank)
+
+
+def adapters_base_shape(config: PlatformConfig, model: ModelConfig) -> BaseShape | None:
+    """The shape of the base weights the model's servers load adapters on: its `lora.baseShape`, else that of a model
+    whose batch tier it takes (the same base weights); None when neither states it."""
+    return model.lora.base_shape or next(
+        (base.lora.base_shape for base, _ in carried_adapters(config, model) if base.lora.base_shape is not None), None
+    )
+
+
+# The adapter files' size on disk against the estimate of their LoRA weights in the base's dtype (rank x E x 2 bytes,
+# every projection of every layer, the most an adapter of its rank holds): PEFT saves the weights in the dtype they
+# were trained in, and LoRA weights trained in float32 (as QLoRA keeps them) take twice the bytes; the files beside
+# them (adapter_config.json, a tokenizer copy, a README) get ADAPTER_FILES_HEADROOM_BYTES for the whole volume. Not
+# covered: an adapter that also saves embedding layers (PEFT `save_embedding_layers`, about 1 GiB per layer on an 8B
+# Llama 3) or other large files in its folder or repository: a pod whose volume outgrows its sizeLimit is evicted, so
+# such adapters need a pool that caches weights, where the volume is `cacheSize`.
+ADAPTER_FILES_MARGIN = 2
+ADAPTER_FILES_HEADROOM_BYTES = 2**30
+
+
+def adapter_files_bytes(config: PlatformConfig, model: ModelConfig) -> int | None:
+    """What the files of the LoRA modules the model's servers load (`adapter_modules`) take on the model volume, with
+    ADAPTER_FILES_MARGIN and ADAPTER_FILES_HEADROOM_BYTES: each module's rank x E x LORA_BYTES_PER_ELEMENT, where
+    E = lora_elements_per_rank(base shape). None without modules or without the base's shape (`adapters_base_shape`)."""
+    modules = adapter_modules(config, model)
+    shape = adapters_base_shape(config, model)
+    if not modules or shape is None:
+        return None
+    per_rank = lora_elements_per_rank(shape) * LORA_BYTES_PER_ELEMENT
+    return sum(m.rank for m in modules) * per_rank * ADAPTER_FILES_MARGIN + ADAPTER_FILES_HEADROOM_BYTES
 
 
 def served_names(config: PlatformConfig) -> Iterator[tuple[tuple[str | int, ...], str, str]]:

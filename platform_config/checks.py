@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Callable, Iterable, Iterator, get_args
 
 from .adapters import (
+    adapter_files_bytes,
     adapter_on_own_tenants_base,
     adapter_revisions,
     adapter_tenant,
@@ -32,7 +33,7 @@ from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instan
 from .cold_start import (
     S3_STREAM,
     cold_start,
-    has_model_volume,
+    model_volume_size,
     node_disk,
     node_disk_gib,
     scale_up_budget_seconds,
@@ -603,17 +604,27 @@ def check_registry_lock(config: PlatformConfig) -> Iterator[ConfigIssue]:
 
 
 def check_weights_cache_fits_the_node_disk(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    """The cache fits the disk the pool's weight cache is on (the instance store's RAID0, or the root volume); a
-    replica that streams its weights and loads no adapters has none."""
+    """The model volume (`model_volume_size`) fits the disk the pool's emptyDirs are on (the instance store's RAID0,
+    or the root volume): `cacheSize` where it holds the weights; on a streaming pool, which keeps one only for the LoRA
+    modules a replica loads, their estimated files (`cacheSize` when the base's shape is unknown)."""
     for index, model, pool in _placed_models(config):
-        if not has_model_volume(pool, bool(carried_adapters(config, model))):
-            continue
+        size = model_volume_size(config, model)
         disk = node_disk_gib(pool)
-        if parse_quantity(model.resources.cache_size) > Decimal(disk) * 2**30:
+        if size is None or parse_quantity(size) <= Decimal(disk) * 2**30:
+            continue
+        where = f"the {disk} GiB disk of pool {pool.name!r} ({node_disk(pool)})"
+        if not streams_weights(pool):
+            yield ConfigIssue(("models", index, "resources", "cacheSize"), f"{size} of weights cache does not fit {where}")
+        elif adapter_files_bytes(config, model) is None:
             yield ConfigIssue(
                 ("models", index, "resources", "cacheSize"),
-                f"{model.resources.cache_size} of weights cache does not fit the {disk} GiB disk of pool "
-                f"{pool.name!r} ({node_disk(pool)})",
+                f"{size} of model volume for the LoRA adapters does not fit {where}: the pool streams the weights, and "
+                "without the base's shape the adapters' volume is cacheSize; set lora.baseShape to size it from the "
+                "adapters, or lower cacheSize",
+            )
+        else:
+            yield ConfigIssue(
+                ("models", index, "adapters"), f"the LoRA adapters' files (about {size} with margin) do not fit {where}"
             )
 
 

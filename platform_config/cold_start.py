@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal
 
+from .adapters import adapter_files_bytes, carried_adapters
 from .gpu_catalog import INSTANCE_TYPES, InstanceType
 from .models import ModelConfig, NodePoolConfig, PlatformConfig, duration_seconds
 from .quantity import parse_quantity
@@ -136,10 +137,21 @@ def node_disk_gib(pool: NodePoolConfig) -> int:
 
 
 def has_model_volume(pool: NodePoolConfig, loads_adapters: bool) -> bool:
-    """Whether a replica keeps files in a model volume (`cacheSize`) on its node: its weights, unless its pool streams
+    """Whether a replica keeps files in a model volume (`model_volume_size`) on its node: its weights, unless its pool streams
     them, and the LoRA modules it loads (its model's, and those of the models whose batch tier it takes), which init
     containers download wherever the weights come from."""
     return not streams_weights(pool) or loads_adapters
+
+
+def model_volume_size(config: PlatformConfig, model: ModelConfig) -> str | None:
+    """The size of a replica's model volume (`has_model_volume`; None without one): `cacheSize` where it holds the
+    weights; on a streaming pool, where it holds only the LoRA modules, their files (`adapter_files_bytes`) in whole
+    GiB, or `cacheSize` when the base's shape is unknown (no `lora.baseShape`) and they cannot be estimated."""
+    pool = pool_named(config, model.pool)
+    if not has_model_volume(pool, bool(carried_adapters(config, model))):
+        return None
+    modules = adapter_files_bytes(config, model) if streams_weights(pool) else None
+    return model.resources.cache_size if modules is None else f"{math.ceil(modules / 2**30)}Gi"
 
 
 def weights_bytes(model: ModelConfig) -> Decimal:
@@ -153,7 +165,8 @@ class ColdStart:
 
     pool: str
     medium: str
-    # Gbit/s the weights come from their source at (a download, or streamed from S3).
+    # Gbit/s the weights come from their source at: the download from outside the VPC (`weightCache.downloadGbps`), or
+    # on a streaming pool the S3 stream (`streamGbps`); the `coldStarts` output keeps the name `downloadGbps` for both.
     download_gbps: float
     # Bytes per second the weights arrive at (the download, the disk's writes, or the stream).
     rate: float

@@ -435,7 +435,10 @@ class WeightCache(ConfigModel):
     """What one node sustains downloading weights and images from outside the VPC (Hugging Face, a registry), in
     Gbit/s. Default: the lower of AWS's ceiling for traffic through an internet gateway (half the instance's bandwidth
     with 32 or more vCPUs, else 5 Gbit/s) and 10 Gbit/s, an assumption for a Hugging Face download with its clients'
-    default parallelism: measure it on the pool and set it."""
+    default parallelism: measure it on the pool and set it. On `instanceStore` and `rootVolume` it is the weights' rate
+    (on `rootVolume` within the disk's writes) and the images'; on `s3Stream` the images' only, the weights coming at
+    `streamGbps`. The `coldStarts` output's `downloadGbps` is the rate the weights come at: this figure, or on
+    `s3Stream` the stream's."""
     stream_gbps: Annotated[float, Field(gt=0, le=3200)] | None = None
     """Medium `s3Stream` only: what one replica streams its weights from S3 at, in Gbit/s. Default: the lower of the
     instance's network bandwidth (S3 in the Region counts against all of it, not the internet gateway's half) and 32
@@ -776,7 +779,9 @@ class ReplicaResources(ConfigModel):
     memory: PositiveQuantity = "32Gi"
     """Memory request and limit per replica."""
     cache_size: PositiveQuantity = "100Gi"
-    """Node-local volume the weights are downloaded to: must hold the checkpoint."""
+    """Node-local volume the weights are downloaded to: must hold the checkpoint. On a pool that streams weights
+    (`weightCache.medium: s3Stream`) the volume holds only the LoRA adapters' files and is sized from them (their
+    ranks and `lora.baseShape`, with a margin); `cacheSize` sizes it there only when the base's shape is unknown."""
     weights_size: PositiveQuantity | None = None
     """The checkpoint's size on disk (its safetensors files), from which the expected cold start is derived. Default:
     `cacheSize` (an upper bound)."""

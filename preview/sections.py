@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from platform_config.cold_start import S3_STREAM
+
 from .admission import AdmissionResult
 from .diff import Diff
 from .policy_runner import PolicyRun
@@ -53,7 +55,7 @@ def cold_start_section(stack_outputs: dict[str, Any]) -> Section:
     # What the config checks refuse (check_cold_start_within_scale_up_budget), shown should it ever get this far.
     uncovered = [r for r in over if r["latencySensitive"] and r["minReplicas"] == 0]
     table = [
-        "| model | pool (weight cache) | image | weights | engine start | cold start | on a new node | startup probe "
+        "| model | pool (weight cache, rate) | image | weights | engine start | cold start | on a new node | startup probe "
         "| progress deadline | scale-up budget |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -66,7 +68,7 @@ def cold_start_section(stack_outputs: dict[str, Any]) -> Section:
         else:
             budget = f"over: warm minimum {row['minReplicas']}"
         table.append(
-            f"| {row['model']} | {row['pool']} ({row['medium']}, {row['downloadGbps']:g} Gbit/s) | {row['imageSeconds']} s "
+            f"| {row['model']} | {row['pool']} ({row['medium']}, {_weights_rate(row)}) | {row['imageSeconds']} s "
             f"| {row['weightsSeconds']} s | {row['engineSeconds']} s | **{_minutes(row['totalSeconds'])}** "
             f"| {_minutes(row['onNewNodeSeconds'])} "
             f"| {row['startupProbeSeconds']} s | {row['progressDeadlineSeconds']} s | {budget} "
@@ -83,13 +85,22 @@ def cold_start_section(stack_outputs: dict[str, Any]) -> Section:
         "",
         "Cold start: image, weights and engine start of a new replica on a node of its pool with room for it; on a "
         "node that has been up the pre-pull DaemonSet has pulled the image already, and the image part is gone. On a "
-        "new node: the node's expected join (launch, boot, RAID0, registration) comes first.",
+        "new node: the node's expected join (launch, boot, RAID0, registration) comes first. The rate is what the "
+        "weights come at: downloaded from outside the VPC, or on `s3Stream` streamed from S3 into GPU memory "
+        "(`downloadGbps` in `coldStarts` carries either).",
         "",
         "The arithmetic (sizes in GB of 10^9 bytes, rounded up to whole seconds):",
         "",
     ]
     markdown = "\n".join([*table, *notes, *sums])
     return Section("Cold start", summary, failed=bool(uncovered), data=rows, markdown=markdown, lines=lines)
+
+
+def _weights_rate(row: dict[str, Any]) -> str:
+    """The rate a cold start row's weights arrive at, named for what it is: its `downloadGbps` is the S3 stream's rate
+    on a streaming pool, the download's elsewhere (platform_config/cold_start.cold_start)."""
+    what = "S3 stream" if row["medium"] == S3_STREAM else "download"
+    return f"{what} {row['downloadGbps']:g} Gbit/s"
 
 
 def _minutes(seconds: int) -> str:

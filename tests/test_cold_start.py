@@ -279,7 +279,7 @@ def test_the_report_shows_each_models_cold_start_and_its_arithmetic(prod):
     assert row["totalSeconds"] == row["imageSeconds"] + row["weightsSeconds"] + row["engineSeconds"] < 300
     # A p5 holds one 70B replica beside its MIG slices: a replica past the warm ones waits for a node's join too.
     assert row["onNewNodeSeconds"] == 300 + 60 + row["totalSeconds"]
-    assert f"| llama-70b | h100 (instanceStore, 10 Gbit/s) | {row['imageSeconds']} s | {row['weightsSeconds']} s |" in (
+    assert f"| llama-70b | h100 (instanceStore, download 10 Gbit/s) | {row['imageSeconds']} s | {row['weightsSeconds']} s |" in (
         section.markdown
     )
     assert f"- llama-70b: {row['arithmetic']}" in section.markdown

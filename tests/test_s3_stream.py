@@ -18,6 +18,7 @@ from platform_config.cold_start import (
     cold_start,
     download_gbps,
     max_node_provision_seconds,
+    model_volume_size,
     node_disk,
     node_disk_gib,
     startup_budget_seconds,
@@ -252,11 +253,62 @@ def test_a_batch_model_streaming_its_weights_keeps_a_volume_for_the_adapters_it_
     assert spec["initContainers"] and all(c["name"].startswith("fetch-adapter") for c in spec["initContainers"])
 
 
+# Llama-3.1-8B's shape (prod's llama-8b `lora.baseShape`): LoRA elements per unit of rank over every projection of
+# every layer, 32 x (9h + 2kv + 3i), and its three modules' ranks (support r1 and r2 at 16, sql at 32).
+LLAMA_8B_LORA_ELEMENTS_PER_RANK = 32 * (9 * 4096 + 2 * 1024 + 3 * 14336)
+LLAMA_8B_MODULE_RANKS = (16, 16, 32)
+
+
+def test_a_streamed_server_sizes_its_model_volume_from_the_adapters_it_loads(streamed):
+    """llama-8b streams its weights: its model volume holds only its three LoRA modules, so it is sized from them
+    (bf16 weights over every projection, twice that for float32 saves, 1 GiB for the other files), not cacheSize's
+    100Gi, and the pod asks the scheduler for that plus scratch."""
+    modules = sum(LLAMA_8B_MODULE_RANKS) * LLAMA_8B_LORA_ELEMENTS_PER_RANK * 2  # 320 MiB
+    expected_gib = math.ceil((2 * modules + 2**30) / 2**30)
+    assert expected_gib == 2
+    spec = streamed.k8s("Service", "llama-8b-v1", "serving")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["model-cache"]["emptyDir"]["sizeLimit"] == f"{expected_gib}Gi"
+    (vllm,) = spec["containers"]
+    assert vllm["resources"]["requests"]["ephemeral-storage"] == f"{expected_gib + 30}Gi"
+    # Its canary (v2) is sized alike.
+    canary = streamed.k8s("Service", "llama-8b-v2", "serving")["spec"]["template"]["spec"]
+    assert canary["containers"][0]["resources"]["requests"]["ephemeral-storage"] == f"{expected_gib + 30}Gi"
+
+
+def test_a_server_that_caches_its_weights_keeps_its_cache_size(streamed, prod_raw):
+    """llama-8b-batch loads the same adapters on l4-batch, which caches weights: its volume holds them, at cacheSize."""
+    cache_size = next(m for m in prod_raw["models"] if m["name"] == "llama-8b-batch")["resources"]["cacheSize"]
+    spec = streamed.k8s("Service", "llama-8b-batch-v1", "serving")["spec"]["template"]["spec"]
+    assert {v["name"]: v for v in spec["volumes"]}["model-cache"]["emptyDir"]["sizeLimit"] == cache_size == "40Gi"
+    assert spec["containers"][0]["resources"]["requests"]["ephemeral-storage"] == "70Gi"
+
+
+def test_the_disk_check_holds_a_streamed_model_with_adapters_to_their_files_not_its_cache_size(prod_raw):
+    # 30000Gi: more than h100's 28,610 GiB RAID0 of instance store.
+    raw = streaming_h100(prod_raw)
+    llama_8b = next(m for m in raw["models"] if m["name"] == "llama-8b")
+    llama_8b["resources"]["cacheSize"] = "30000Gi"
+    config = parse_platform_config(raw)  # every check passes
+    assert model_volume_size(config, model_named(config, "llama-8b")) == "2Gi"
+    # Where the pool caches the weights, the same cacheSize is refused.
+    cached = json.loads(json.dumps(raw))
+    next(p for p in cached["nodePools"] if p["name"] == "h100")["weightCache"] = {"medium": "instanceStore"}
+    (problem,) = [p for p in config_problems(cached) if "does not fit" in p]
+    assert problem.startswith("inference-platform:models[1].resources.cacheSize: 30000Gi of weights cache")
+    # Streamed, but without the base's shape the adapters cannot be estimated: cacheSize sizes their volume, and the
+    # error says how to size it from them.
+    del llama_8b["lora"]["baseShape"]
+    (problem,) = [p for p in config_problems(raw) if "does not fit" in p]
+    assert problem.startswith("inference-platform:models[1].resources.cacheSize: 30000Gi of model volume")
+    assert "set lora.baseShape" in problem
+
+
 def test_the_streamer_flags_are_flags_of_the_pinned_vllm(streamed):
     facts = Facts(facts_dir())
     known = facts.vllm_flags("0.18.0")
-    if known is None:
-        pytest.skip("no vLLM 0.18.0 flag list in the upstream facts")
+    # The upstream facts are always there (conftest refuses to start without them): a missing list is a failure.
+    assert known, f"no vLLM 0.18.0 flag list in the upstream facts at {facts.root}"
     assert {"--load-format", "--model-loader-extra-config"} <= known
     vllm = streamed.k8s("Deployment", "llama-70b-v1", "serving")["spec"]["template"]["spec"]["containers"][0]
     assert check_vllm_container(facts, "llama-70b-v1", vllm).status == VERIFIED
@@ -266,7 +318,13 @@ def test_the_report_shows_the_stream(streamed):
     section = cold_start_section(streamed.outputs)
     (row,) = [r for r in section.data if r["model"] == "llama-70b"]
     assert (row["medium"], row["downloadGbps"], row["totalSeconds"]) == ("s3Stream", 21.76, 215)
-    assert "| llama-70b | h100 (s3Stream, 21.76 Gbit/s) | 72 s | 53 s |" in section.markdown
+    # The figure is the stream's rate, labelled so, not a download's.
+    assert "| llama-70b | h100 (s3Stream, S3 stream 21.76 Gbit/s) | 72 s | 53 s |" in section.markdown
+    (cached,) = [r for r in section.data if r["model"] == "llama-8b-batch"]
+    assert cached["medium"] == "instanceStore" and cached["downloadGbps"] == download_gbps(
+        pool_named(parse_platform_config(streaming_h100(raw_stack("prod"))), "l4-batch")
+    )
+    assert f"| llama-8b-batch | l4-batch (instanceStore, download {cached['downloadGbps']:g} Gbit/s) |" in section.markdown
 
 
 def test_streamed_pods_are_admitted_scheduled_and_compliant(streamed):

@@ -12,7 +12,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from platform_config.adapters import AdapterModule, LoraLimits
-from platform_config.cold_start import STREAM_CONCURRENCY, has_model_volume
+from platform_config.cold_start import STREAM_CONCURRENCY
 from platform_config.models import ModelSource, ServerArgs
 from platform_config.pins import AWS_CLI
 from platform_config.quantity import parse_quantity
@@ -284,7 +284,7 @@ def _env(plan: ServerPlan) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": HOME_DIR},
         # Without a model volume (streamed weights, no adapters) /models is read-only: the Hugging Face cache in HOME.
-        {"name": "HF_HOME", "value": HF_HOME if has_model_volume(plan.pool, plan.lora is not None) else f"{cache}/huggingface"},
+        {"name": "HF_HOME", "value": HF_HOME if plan.model_volume_size is not None else f"{cache}/huggingface"},
         {"name": "XDG_CACHE_HOME", "value": cache},
         {"name": "XDG_CONFIG_HOME", "value": f"{HOME_DIR}/.config"},
         {"name": "VLLM_CACHE_ROOT", "value": f"{cache}/vllm"},
@@ -371,7 +371,7 @@ def _volumes(plan: ServerPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any
     read-only; /dev/shm is memory-backed for tensor-parallel NCCL traffic."""
     shm = "16Gi" if plan.tensor_parallel_size > 1 else "2Gi"
     volumes = [
-        {"name": "model-cache", "emptyDir": {"sizeLimit": plan.model.resources.cache_size}},
+        {"name": "model-cache", "emptyDir": {"sizeLimit": plan.model_volume_size}},
         {"name": "home", "emptyDir": {"sizeLimit": "20Gi"}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "10Gi"}},
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
@@ -382,7 +382,7 @@ def _volumes(plan: ServerPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
-    if not has_model_volume(plan.pool, plan.lora is not None):
+    if plan.model_volume_size is None:
         # Streamed weights and no adapters: nothing for the model volume to hold.
         volumes, mounts = volumes[1:], mounts[1:]
     return volumes, mounts
@@ -393,12 +393,13 @@ SCRATCH_GIB = 30
 
 
 def scratch_storage(plan: ServerPlan) -> str:
-    """Node disk the pod's volumes may fill: the weights cache (if it has one) plus scratch, so
-    the scheduler does not put more caches on a node than its disk holds."""
-    if not has_model_volume(plan.pool, plan.lora is not None):
+    """Node disk the pod's volumes may fill: the model volume (if it has one: the weights cache, or
+    on a streaming pool the adapters' files) plus scratch, so the scheduler does not put more
+    caches on a node than its disk holds."""
+    if plan.model_volume_size is None:
         return f"{SCRATCH_GIB}Gi"
-    cache_gib = parse_quantity(plan.model.resources.cache_size) / 2**30
-    return f"{math.ceil(cache_gib) + SCRATCH_GIB}Gi"
+    volume_gib = parse_quantity(plan.model_volume_size) / 2**30
+    return f"{math.ceil(volume_gib) + SCRATCH_GIB}Gi"
 
 
 def _resources(plan: ServerPlan) -> dict[str, Any]:
