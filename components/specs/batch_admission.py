@@ -78,9 +78,11 @@ GPU_JOB_VARIABLES: dict[str, str] = {
         f"(has(c.resources.requests) && {_gpu_names('c.resources.requests')}) || "
         f"(has(c.resources.limits) && {_gpu_names('c.resources.limits')})))"
     ),
-    "queueName": _queue_name(f"({_job_labels('object')})"),
+    "jobLabels": _job_labels("object"),
+    "queueName": _queue_name("variables.jobLabels"),
     # Read on UPDATE only (oldObject is null on CREATE).
-    "oldQueueName": _queue_name(f"({_job_labels('oldObject')})"),
+    "oldJobLabels": _job_labels("oldObject"),
+    "oldQueueName": _queue_name("variables.oldJobLabels"),
     "resumes": f"({_suspended('oldObject')}) && !({_suspended('object')})",
 }
 
