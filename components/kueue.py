@@ -1,7 +1,8 @@
 """Kueue (pinned Helm release) and the cluster-wide queueing objects of the batch jobs: a
 ResourceFlavor per GPU pool, the WorkloadPriorityClasses, and a ClusterQueue per tenant with a
 batch budget, all in one cohort, with a LocalQueue `batch` in the tenant's namespace for the work
-its members submit (components/specs/kueue.py); with Prometheus, the batch queues' recording rules
+its members submit (components/specs/kueue.py); the admission policy that holds the tenants' own GPU
+Jobs to a queue (components/specs/batch_admission.py); with Prometheus, the batch queues' recording rules
 and alerts (components/specs/batch_rules.py)."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from platform_config.pins import KUEUE
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
 from .serving import BatchJobPlan
+from .specs.batch_admission import gpu_jobs_policy, gpu_jobs_policy_binding
 from .specs.batch_rules import batch_prometheus_rule
 from .specs.kueue import (
     KUEUE_NAMESPACE,
@@ -83,6 +85,15 @@ class Kueue(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self, depends_on=[queue, *([namespace_object] if namespace_object else [])]),
             )
             queues.append(queue)
+        # A tenant's own GPU Job must name a queue, or the API server refuses it. No ordering
+        # against the platform's batch Jobs: each carries its queue's label
+        # (components/specs/batch_job.py), so the policy admits them whenever it is in place.
+        policy = KubernetesObject(f"{name}-gpu-jobs-policy", gpu_jobs_policy(), pulumi.ResourceOptions(parent=self))
+        KubernetesObject(
+            f"{name}-gpu-jobs-policy-binding",
+            gpu_jobs_policy_binding(),
+            pulumi.ResourceOptions(parent=self, depends_on=[policy]),
+        )
         if args.monitoring is not None:
             # Kueue's metrics are scraped only with the Prometheus Operator installed (its
             # ServiceMonitor): the batch queues' rules and alerts come with them.

@@ -11,7 +11,16 @@ import pytest
 
 from .helpers import ROOT, Evaluated, raw_stack
 
-BUILT_IN_GROUPS = {"", "apps", "autoscaling", "policy", "networking.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io"}
+BUILT_IN_GROUPS = {
+    "",
+    "apps",
+    "autoscaling",
+    "policy",
+    "networking.k8s.io",
+    "rbac.authorization.k8s.io",
+    "scheduling.k8s.io",
+    "admissionregistration.k8s.io",
+}
 
 # Registers each manifest twice: through KubernetesObject and through the typed class.
 TWIN_PROGRAM = """
@@ -63,6 +72,9 @@ def test_every_built_in_kind_the_platform_declares_is_covered(prod):
         "Service",
         "PodDisruptionBudget",
         "HorizontalPodAutoscaler",
+        # Tenants' own GPU Jobs held to a Kueue queue (components/specs/batch_admission.py).
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     }
 
 

@@ -697,10 +697,15 @@ def endpoint_picker_availability(args: Any, report_violation: Report) -> None:
 def gpu_jobs_through_kueue(args: Any, report_violation: Report) -> None:
     """A Job in a tenant namespace whose pods ask for GPUs (a batch/v1 Job, or the jobs a CronJob
     makes) is labelled with the LocalQueue it is queued in, one of its own namespace. Kueue reads
-    only that label (pkg/controller/jobframework/utils.go QueueNameForObject at v0.19.2) and
-    leaves a Job without it alone (manageJobsWithoutQueueName is off: jobframework/reconciler.go),
-    so such a Job starts at once, outside the tenant's batch quota and the cohort's preemption;
-    a label naming a LocalQueue its namespace does not have leaves the Job suspended for ever."""
+    only that label (pkg/controller/jobframework/utils.go QueueNameForObject at v0.19.2; an empty
+    value is none). Its job webhook fills it in only where the namespace has a LocalQueue named
+    `default` (jobframework/defaults.go), which the platform never declares; otherwise Kueue
+    ignores a Job without it (manageJobsWithoutQueueName is off: jobframework/reconciler.go), so
+    such a Job starts at once, outside the tenant's batch quota and the cohort's preemption. A
+    label naming a LocalQueue its namespace does not have leaves the Job suspended until one of
+    that name exists ("LocalQueue ... doesn't exist", core/workload_controller.go). This checks the
+    Jobs the stack declares; the ValidatingAdmissionPolicy `gpu-jobs-through-kueue` the Kueue
+    component installs refuses tenants' own unlabelled GPU Jobs in the cluster."""
     tenants = _tenant_namespaces(args)
     queues = {(namespace_of(q.props), name_of(q.props)) for q in of_type(args, LOCAL_QUEUE)}
     external = (str(entry).partition("/") for entry in config(args).get("externalLocalQueues", []))
