@@ -271,8 +271,9 @@ PolicyPack(
         StackValidationPolicy(
             name="gpu-jobs-through-kueue",
             description="A Job (or a CronJob's jobs) in a tenant namespace that asks for GPUs carries the label "
-            "kueue.x-k8s.io/queue-name naming a LocalQueue of its own namespace: without it Kueue leaves the Job alone and "
-            "it runs outside the tenant's batch quota.",
+            "kueue.x-k8s.io/queue-name naming a LocalQueue of its own namespace: without it (and without a LocalQueue named "
+            "default, which the platform declares none of) Kueue leaves the Job alone and it runs outside the tenant's "
+            "batch quota.",
             validate=stack.gpu_jobs_through_kueue,
             severity=Severity.HIGH,
             # LocalQueues declared outside the stack, as namespace/name.

@@ -733,7 +733,7 @@ def gpu_jobs_through_kueue(args: Any, report_violation: Report) -> None:
         elif (namespace, queue) not in queues:
             report_violation(
                 f"{where} is labelled {QUEUE_NAME_LABEL}: {queue}, a LocalQueue namespace {namespace} does not have: Kueue "
-                f"keeps it suspended for ever; name {choices}",
+                f"holds it suspended until that LocalQueue exists; name {choices}",
                 resource.urn,
             )
 
