@@ -253,3 +253,20 @@ def registry_recording(uri: str, entries: list[dict[str, Any]]) -> dict[str, Any
         "recordedAt": "2026-11-30T12:00:00Z",
         "entries": entries,
     }
+
+
+def resolved_from_lock(
+    raw: dict[str, Any], uri: str, entries: list[dict[str, Any]], project: Path, extra_checks: list[Any] | None = None
+) -> tuple[Any, Any]:
+    """A stack whose versions name the MLflow registry at `uri`, resolved as a production pull request previews it:
+    from its lock file (`registry.lockFile`, a committed recording in the project's stacks/ folder, written here by
+    hand with `entries`). Returns the resolved config and resolution; raises what the resolution raises."""
+    from platform_config.loader import parse_platform_config
+    from platform_config.registry import resolve_registry
+
+    lock = "stacks/Pulumi.test.registry.json"
+    (project / "stacks").mkdir(exist_ok=True)
+    (project / lock).write_text(json.dumps(registry_recording(uri, entries)))
+    raw["registry"] = {"trackingUri": uri, "lockFile": lock}
+    config = parse_platform_config(raw, extra_checks or [])
+    return resolve_registry(config, None, recording_file=str(project / lock), dry_run=True, project_dir=project)

@@ -15,7 +15,16 @@ from platform_config import parse_platform_config
 from platform_config.adapters import lora_elements_per_rank, lora_limits, lora_memory
 from platform_config.models import VLLM_MAX_LORA_RANKS
 
-from .helpers import ROOT, Evaluated, config_problems, raw_stack, registry_recording, run_preview, validate, write_stack
+from .helpers import (
+    ROOT,
+    Evaluated,
+    config_problems,
+    raw_stack,
+    resolved_from_lock,
+    run_preview,
+    validate,
+    write_stack,
+)
 from .test_traffic import Request, lua_runtime, token
 
 FLAGS = (ROOT.parent / "shared" / "upstream-facts" / "vllm" / "0.18.0-flags.txt").resolve()
@@ -153,20 +162,13 @@ def test_limits_follow_the_adapters_unless_configured(prod_raw):
 def test_an_mlflow_adapter_revision_resolves_like_a_model_version(prod_raw, tmp_path):
     from components.plan import plan_checks, resolve
     from components.specs.pod import pod_spec
-    from platform_config.registry import recording, resolve_registry
+    from platform_config.registry import recording
 
     uri = "https://mlflow.example.com"
     weights = "s3://inference-prod-adapters/llama-3.1-8b/support/2026-11-27"
-    # Production previews from its lock file, the committed recording.
-    prod_raw["registry"] = {"trackingUri": uri, "lockFile": "stacks/recording.json"}
     adapters(prod_raw)[0]["versions"][1]["source"] = {"mlflow": {"model": "support-lora", "alias": "challenger"}}
     entry = {"registeredModel": "support-lora", "alias": "challenger", "registryVersion": "7", "weights": weights}
-    file = tmp_path / "stacks" / "recording.json"
-    file.parent.mkdir(exist_ok=True)
-    file.write_text(json.dumps(registry_recording(uri, [entry])))
-    config, resolution = resolve_registry(
-        parse_platform_config(prod_raw, [plan_checks]), None, recording_file=str(file), dry_run=True, project_dir=tmp_path
-    )
+    config, resolution = resolved_from_lock(prod_raw, uri, [entry], tmp_path, [plan_checks])
     assert resolution is not None
     server = next(s for m in resolve(config, hugging_face_tenants=()).models for s in m.servers if s.name == "llama-8b-v1")
     syncs = {c["command"][-1]: c["command"][-2] for c in pod_spec(server)["initContainers"]}
@@ -180,16 +182,11 @@ def test_an_mlflow_adapter_revision_resolves_like_a_model_version(prod_raw, tmp_
 
 def test_an_mlflow_adapter_the_registry_cannot_resolve_names_its_key(prod_raw, tmp_path):
     from platform_config.errors import ConfigError
-    from platform_config.registry import resolve_registry
 
     uri = "https://mlflow.example.com"
-    prod_raw["registry"] = {"trackingUri": uri, "lockFile": "stacks/recording.json"}
     adapters(prod_raw)[1].update(source={"mlflow": {"model": "sql-lora", "version": 3}})
-    file = tmp_path / "stacks" / "recording.json"
-    file.parent.mkdir(exist_ok=True)
-    file.write_text(json.dumps(registry_recording(uri, [])))
     with pytest.raises(ConfigError) as caught:
-        resolve_registry(parse_platform_config(prod_raw), None, recording_file=str(file), dry_run=True, project_dir=tmp_path)
+        resolved_from_lock(prod_raw, uri, [], tmp_path)
     (issue,) = caught.value.issues
     assert str(issue).startswith("inference-platform:models[1].adapters[1].source.mlflow.version: the recorded registry")
 

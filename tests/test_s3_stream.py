@@ -29,7 +29,7 @@ from platform_config.models import NodePoolConfig, WeightCache
 from preview.sections import cold_start_section
 from preview.upstream import VERIFIED, Facts, check_vllm_container, facts_dir
 
-from .helpers import ROOT, Evaluated, config_problems, raw_stack, registry_recording, run_preview, write_stack
+from .helpers import ROOT, Evaluated, config_problems, raw_stack, resolved_from_lock, run_preview, write_stack
 
 PROD_TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_token"})
 WEIGHTS_BUCKET = "s3://inference-prod-weights"
@@ -159,22 +159,14 @@ def test_the_preview_refuses_a_hugging_face_version_on_a_streaming_pool_with_exi
 def test_an_mlflow_version_streams_where_the_registry_names_s3_weights(prod_raw, tmp_path):
     from components.plan import plan_checks, resolve
     from components.specs.pod import pod_spec
-    from platform_config.registry import resolve_registry
 
     uri = "https://mlflow.example.com"
     raw = streaming_h100(prod_raw)
-    # Production previews from its lock file, the committed recording.
-    raw["registry"] = {"trackingUri": uri, "lockFile": "stacks/recording.json"}
     raw["models"][0]["versions"][0]["source"] = {"mlflow": {"model": "llama-70b", "alias": "champion"}}
 
     def resolved(weights: str):
         entry = {"registeredModel": "llama-70b", "alias": "champion", "registryVersion": "4", "weights": weights}
-        file = tmp_path / "stacks" / "recording.json"
-        file.parent.mkdir(exist_ok=True)
-        file.write_text(json.dumps(registry_recording(uri, [entry])))
-        config, _ = resolve_registry(
-            parse_platform_config(raw, [plan_checks]), None, recording_file=str(file), dry_run=True, project_dir=tmp_path
-        )
+        config, _ = resolved_from_lock(raw, uri, [entry], tmp_path, [plan_checks])
         return config
 
     config = resolved(f"{WEIGHTS_BUCKET}/llama-70b/{FOLDER}")
