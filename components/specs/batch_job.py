@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from platform_config.models import BatchJobConfig, duration_seconds
-from platform_config.pins import AWS_CLI
 from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS
 
 from ..constants import LABEL_POOL, LABEL_TENANT, standard_labels
@@ -31,10 +30,11 @@ from .pod import (
     HOME_DIR,
     MODELS_DIR,
     adapter_fetch_containers,
-    aws_cli_env,
+    aws_cli_container,
     container_security_context,
     gpu_toleration,
     lora_flags,
+    pinned_s3_uri,
     pod_security_context,
     s3_sync_command,
     tuning_args,
@@ -143,33 +143,16 @@ def stage_in_container(plan: BatchJobPlan) -> dict[str, Any]:
     if source.s3_uri is not None:
         steps.insert(
             0,
-            f"aws s3 sync --only-show-errors --exclude '*' --include '*.jsonl' "
-            f"{shlex.quote(source.s3_uri.rstrip('/') + '/' + str(source.revision) + '/')} {INPUT_DIR}/",
+            f"aws s3 sync --only-show-errors --exclude '*' --include '*.jsonl' {shlex.quote(pinned_s3_uri(source))} {INPUT_DIR}/",
         )
-    return {
-        "name": "stage-in",
-        "image": AWS_CLI.image,
-        "command": ["sh", "-ec", " && ".join(steps)],
-        "env": aws_cli_env(),
-        "resources": AWS_CLI_RESOURCES,
-        "volumeMounts": _mounts("work", "home", "tmp"),
-        "securityContext": container_security_context(),
-    }
+    return aws_cli_container("stage-in", ["sh", "-ec", " && ".join(steps)], _mounts("work", "home", "tmp"), AWS_CLI_RESOURCES)
 
 
 def fetch_weights_container(plan: BatchJobPlan) -> dict[str, Any] | None:
     source = plan.job.model.source
     if source.s3_uri is None:
         return None
-    return {
-        "name": "fetch-weights",
-        "image": AWS_CLI.image,
-        "command": s3_sync_command(source, model_location(plan)),
-        "env": aws_cli_env(),
-        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
-        "volumeMounts": _mounts("models", "home", "tmp"),
-        "securityContext": container_security_context(),
-    }
+    return aws_cli_container("fetch-weights", s3_sync_command(source, model_location(plan)), _mounts("models", "home", "tmp"))
 
 
 def fingerprint(plan: BatchJobPlan) -> str:
@@ -257,15 +240,7 @@ def uploader_container(plan: BatchJobPlan) -> dict[str, Any]:
             "done",
         ]
     )
-    return {
-        "name": "uploader",
-        "image": AWS_CLI.image,
-        "command": ["sh", "-c", script],
-        "env": aws_cli_env(),
-        "resources": AWS_CLI_RESOURCES,
-        "volumeMounts": _mounts("work", "home", "tmp"),
-        "securityContext": container_security_context(),
-    }
+    return aws_cli_container("uploader", ["sh", "-c", script], _mounts("work", "home", "tmp"), AWS_CLI_RESOURCES)
 
 
 def _volumes(plan: BatchJobPlan) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from platform_config.adapters import AdapterModule, LoraLimits
 from platform_config.cold_start import STREAM_CONCURRENCY
-from platform_config.models import ModelSource, ServerArgs
+from platform_config.models import BatchInput, ModelSource, ServerArgs
 from platform_config.pins import AWS_CLI
 from platform_config.quantity import parse_quantity
 from platform_config.serving import MESH_PROXY_RESOURCES
@@ -222,7 +222,7 @@ def adapter_fetch_containers(
                 "image": image,
                 "command": ["python3", "-c", _HF_ADAPTER_DOWNLOAD, *triples],
                 "env": hf_env,
-                "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+                "resources": FETCH_RESOURCES,
                 "volumeMounts": volume_mounts,
                 "securityContext": container_security_context(),
             }
@@ -230,15 +230,7 @@ def adapter_fetch_containers(
     for index, module in enumerate(m for m in lora.modules if m.source.s3_uri is not None):
         source = module.source
         containers.append(
-            {
-                "name": f"fetch-adapter-s3-{index}",
-                "image": AWS_CLI.image,
-                "command": s3_sync_command(source, adapter_path(module)),
-                "env": aws_cli_env(),
-                "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
-                "volumeMounts": volume_mounts,
-                "securityContext": container_security_context(),
-            }
+            aws_cli_container(f"fetch-adapter-s3-{index}", s3_sync_command(source, adapter_path(module)), volume_mounts)
         )
     return containers
 
@@ -447,8 +439,28 @@ def aws_cli_env() -> list[dict[str, str]]:
     return [{"name": "HOME", "value": HOME_DIR}, {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}]
 
 
-def pinned_s3_uri(source: ModelSource) -> str:
-    """A pinned S3 source's version folder: its prefix and its revision."""
+# What copying weights or adapter modules in a pod's init container may use.
+FETCH_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}}
+
+
+def aws_cli_container(
+    name: str, command: list[str], volume_mounts: list[dict[str, Any]], resources: dict[str, Any] = FETCH_RESOURCES
+) -> dict[str, Any]:
+    """A container of the pinned aws CLI image running `command` with the pods' aws environment: every S3 copy of the
+    servers' and batch jobs' pods (weights, adapter modules, a job's stage-in and uploader)."""
+    return {
+        "name": name,
+        "image": AWS_CLI.image,
+        "command": command,
+        "env": aws_cli_env(),
+        "resources": resources,
+        "volumeMounts": volume_mounts,
+        "securityContext": container_security_context(),
+    }
+
+
+def pinned_s3_uri(source: ModelSource | BatchInput) -> str:
+    """A pinned S3 source's version folder: its prefix and its revision (weights, adapters, a batch job's input)."""
     assert source.s3_uri is not None, "an S3 source"
     return f"{source.s3_uri.rstrip('/')}/{source.revision}/"
 
@@ -466,15 +478,11 @@ def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
     if source.s3_uri is None or plan.weights_streamed:
         return None
     _, mounts = _volumes(plan)
-    return {
-        "name": "fetch-weights",
-        "image": AWS_CLI.image,
-        "command": s3_sync_command(source, weights_path(plan)),
-        "env": aws_cli_env(),
-        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
-        "volumeMounts": [m for m in mounts if m["name"] in ("model-cache", "home", "tmp")],
-        "securityContext": container_security_context(),
-    }
+    return aws_cli_container(
+        "fetch-weights",
+        s3_sync_command(source, weights_path(plan)),
+        [m for m in mounts if m["name"] in ("model-cache", "home", "tmp")],
+    )
 
 
 def registry_annotations(plan: ServerPlan) -> dict[str, str]:
