@@ -362,21 +362,20 @@ def _volumes(plan: ServerPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any
     """(volumes, mounts): every writable path is a volume, so the root filesystem stays
     read-only; /dev/shm is memory-backed for tensor-parallel NCCL traffic."""
     shm = "16Gi" if plan.tensor_parallel_size > 1 else "2Gi"
+    # None: streamed weights and no adapters, nothing for a model volume to hold.
+    model = plan.model_volume_size is not None
     volumes = [
-        {"name": "model-cache", "emptyDir": {"sizeLimit": plan.model_volume_size}},
+        *([{"name": "model-cache", "emptyDir": {"sizeLimit": plan.model_volume_size}}] if model else []),
         {"name": "home", "emptyDir": {"sizeLimit": "20Gi"}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "10Gi"}},
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
     ]
     mounts = [
-        {"name": "model-cache", "mountPath": MODELS_DIR},
+        *([{"name": "model-cache", "mountPath": MODELS_DIR}] if model else []),
         {"name": "home", "mountPath": HOME_DIR},
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
-    if plan.model_volume_size is None:
-        # Streamed weights and no adapters: nothing for the model volume to hold.
-        volumes, mounts = volumes[1:], mounts[1:]
     return volumes, mounts
 
 
