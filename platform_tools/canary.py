@@ -284,6 +284,11 @@ class VersionMetrics:
     e2e_p95_ms: float | None = None
     e2e_p95_ms_by_tier: dict[str, float | None] = field(default_factory=dict)
 
+    def add(self, tier: str, code: str, count: float) -> None:
+        """Answers with `code` in `tier`, counted over all tiers and in that tier."""
+        self.total.add(code, count)
+        self.tiers.setdefault(tier, Traffic()).add(code, count)
+
 
 @dataclass
 class CanaryMetrics:
@@ -305,8 +310,7 @@ def read_metrics(url: str, target: Target, window: str, at: float) -> CanaryMetr
         if metrics is None or count is None:
             continue
         code = labels.get("response_code", "")
-        metrics.total.add(code, count)
-        metrics.tiers.setdefault(labels.get(TIER_LABEL) or NO_TIER, Traffic()).add(code, count)
+        metrics.add(labels.get(TIER_LABEL) or NO_TIER, code, count)
     if "picker_shed" in promql:
         for sample in query(url, promql["picker_shed"], at):
             metrics = versions.get(target.picker_pools.get(sample.labels.get("inference_pool", ""), ""))
@@ -314,9 +318,7 @@ def read_metrics(url: str, target: Target, window: str, at: float) -> CanaryMetr
             if metrics is None or count is None:
                 continue
             metrics.picker_shed += count
-            metrics.total.add("503", count)
-            tier = target.band_tiers.get(sample.labels.get("priority", ""), NO_TIER)
-            metrics.tiers.setdefault(tier, Traffic()).add("503", count)
+            metrics.add(target.band_tiers.get(sample.labels.get("priority", ""), NO_TIER), "503", count)
     for sample in query(url, promql["e2e_p95_ms"], at):
         if (metrics := versions.get(sample.labels.get(ISTIO_VERSION_LABEL, ""))) is not None:
             metrics.e2e_p95_ms = sample.value
