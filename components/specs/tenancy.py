@@ -168,59 +168,59 @@ def limit_range(tenant: TenantConfig) -> dict[str, Any]:
     }
 
 
-def network_policies(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
-    """Deny all ingress and egress by default. In: the namespace itself, the mesh ingress gateway,
-    monitoring, and the platform components in the data path of its models' servers (`ingress`:
-    (policy name, namespace) pairs their serving backends name, e.g. Knative's). Out: DNS, istiod,
-    the Pod Identity Agent and HTTPS outside the instance metadata service, nothing else."""
+def network_policy(namespace: str, name: str, kind: str, rules: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """A NetworkPolicy over every pod of `namespace` for `kind` (Ingress or Egress); no rules: deny all of it."""
+    spec: dict[str, Any] = {"podSelector": {}, "policyTypes": [kind]}
+    if rules is not None:
+        spec[kind.lower()] = rules
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace, "labels": standard_labels(namespace, "network-policy")},
+        "spec": spec,
+    }
 
-    def policy(name: str, kind: str, rules: list[dict[str, Any]] | None) -> dict[str, Any]:
-        spec: dict[str, Any] = {"podSelector": {}, "policyTypes": [kind]}
-        if rules is not None:
-            spec[kind.lower()] = rules
-        return {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": {"name": name, "namespace": tenant.name, "labels": standard_labels(tenant.name, "network-policy")},
-            "spec": spec,
-        }
 
-    def in_namespace(ns: str, pods: dict[str, str] | None = None) -> dict[str, Any]:
-        peer: dict[str, Any] = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
-        if pods is not None:
-            peer["podSelector"] = {"matchLabels": pods}
-        return peer
+def _in_namespace(ns: str, pods: dict[str, str] | None = None) -> dict[str, Any]:
+    peer: dict[str, Any] = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
+    if pods is not None:
+        peer["podSelector"] = {"matchLabels": pods}
+    return peer
 
-    def from_namespace(ns: str) -> list[dict[str, Any]]:
-        return [{"from": [in_namespace(ns)]}]
 
-    def tcp(*ports: int) -> list[dict[str, Any]]:
-        return [{"protocol": "TCP", "port": port} for port in ports]
+def _tcp(*ports: int) -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": port} for port in ports]
 
+
+def outbound_policies(namespace: str, *, mesh: bool) -> list[dict[str, Any]]:
+    """Where pods of `namespace` may connect to: DNS, istiod where they run the mesh's sidecars (`mesh`), the Pod
+    Identity Agent and HTTPS outside the instance metadata service, nothing else."""
     policies = [
-        policy(DEFAULT_DENY_POLICY, "Ingress", None),
-        policy(DEFAULT_DENY_EGRESS_POLICY, "Egress", None),
-        policy("allow-same-namespace", "Ingress", [{"from": [{"podSelector": {}}]}]),
-        policy("allow-mesh-ingress", "Ingress", from_namespace(ISTIO_INGRESS_NAMESPACE)),
-        policy("allow-monitoring", "Ingress", from_namespace(MONITORING_NAMESPACE)),
-    ]
-    policies += [
-        policy(
+        network_policy(
+            namespace,
             "allow-dns-egress",
             "Egress",
-            [{"to": [in_namespace(KUBE_SYSTEM_NAMESPACE, DNS_SELECTOR)], "ports": [{"protocol": "UDP", "port": 53}, *tcp(53)]}],
+            [{"to": [_in_namespace(KUBE_SYSTEM_NAMESPACE, DNS_SELECTOR)], "ports": [{"protocol": "UDP", "port": 53}, *_tcp(53)]}],
         ),
-        policy(
-            "allow-mesh-egress",
-            "Egress",
-            [{"to": [in_namespace(ISTIO_SYSTEM_NAMESPACE, ISTIOD_SELECTOR)], "ports": tcp(ISTIOD_XDS_PORT)}],
-        ),
-        policy(
+    ]
+    if mesh:
+        policies.append(
+            network_policy(
+                namespace,
+                "allow-mesh-egress",
+                "Egress",
+                [{"to": [_in_namespace(ISTIO_SYSTEM_NAMESPACE, ISTIOD_SELECTOR)], "ports": _tcp(ISTIOD_XDS_PORT)}],
+            )
+        )
+    policies += [
+        network_policy(
+            namespace,
             "allow-pod-identity-egress",
             "Egress",
-            [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in POD_IDENTITY_AGENT_CIDRS], "ports": tcp(POD_IDENTITY_AGENT_PORT)}],
+            [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in POD_IDENTITY_AGENT_CIDRS], "ports": _tcp(POD_IDENTITY_AGENT_PORT)}],
         ),
-        policy(
+        network_policy(
+            namespace,
             "allow-https-egress",
             "Egress",
             [
@@ -229,13 +229,32 @@ def network_policies(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...])
                         {"ipBlock": {"cidr": "0.0.0.0/0", "except": [INSTANCE_METADATA_CIDRS[0]]}},
                         {"ipBlock": {"cidr": "::/0", "except": [INSTANCE_METADATA_CIDRS[1]]}},
                     ],
-                    "ports": tcp(HTTPS_PORT),
+                    "ports": _tcp(HTTPS_PORT),
                 }
             ],
         ),
     ]
-    policies += [policy(name, "Ingress", from_namespace(namespace)) for name, namespace in ingress]
     return policies
+
+
+def network_policies(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
+    """Deny all ingress and egress by default. In: the namespace itself, the mesh ingress gateway,
+    monitoring, and the platform components in the data path of its models' servers (`ingress`:
+    (policy name, namespace) pairs their serving backends name, e.g. Knative's). Out: `outbound_policies`."""
+    ns = tenant.name
+
+    def from_namespace(source: str) -> list[dict[str, Any]]:
+        return [{"from": [_in_namespace(source)]}]
+
+    return [
+        network_policy(ns, DEFAULT_DENY_POLICY, "Ingress", None),
+        network_policy(ns, DEFAULT_DENY_EGRESS_POLICY, "Egress", None),
+        network_policy(ns, "allow-same-namespace", "Ingress", [{"from": [{"podSelector": {}}]}]),
+        network_policy(ns, "allow-mesh-ingress", "Ingress", from_namespace(ISTIO_INGRESS_NAMESPACE)),
+        network_policy(ns, "allow-monitoring", "Ingress", from_namespace(MONITORING_NAMESPACE)),
+        *outbound_policies(ns, mesh=True),
+        *(network_policy(ns, name, "Ingress", from_namespace(source)) for name, source in ingress),
+    ]
 
 
 # What a tenant's groups may do in its namespace: see its workloads, their logs, events and
