@@ -57,6 +57,7 @@ from platform_config.serving import (
     time_sliced_memory_share,
     weights_service_account,
 )
+from platform_config.weight_mirror import mirrored_revisions, mirrored_source
 
 from .backends import BACKENDS
 from .backends.deployment import version_host
@@ -87,9 +88,13 @@ def _server(
     registry: RegistryResolution | None,
     node_provision_seconds: int,
 ) -> ServerPlan:
-    version = next(v for v in model.versions if v.name == version_name)
+    configured = next(v for v in model.versions if v.name == version_name)
     # The loader replaced every registry reference by the pinned source it names (platform_config/registry.py).
-    assert version.source.mlflow is None, f"{model.name}/{version_name}: an unresolved MLflow registry source reached the plan"
+    assert configured.source.mlflow is None, f"{model.name}/{version_name}: an unresolved MLflow registry source reached the plan"
+    # On a streaming pool with a weight mirror, a Hugging Face version is served from its copy in S3: from here on
+    # the server sees an S3 source (its args, its role, its token), and `mirrored_from` says what it copies.
+    copy = mirrored_source(config, model, configured)
+    version = configured if copy is None else configured.model_copy(update={"source": copy})
     pool = next(p for p in config.node_pools if p.name == model.pool)
     backend = backend_of(model)
     profile = effective_profile(config, model)
@@ -140,6 +145,7 @@ def _server(
         evictable_local_volumes=pool.weight_cache.allow_scale_down,
         lora=lora_limits(config, model),
         model_volume_size=model_volume_size(config, model),
+        mirrored_from=configured.source if copy is not None else None,
     )
 
 
@@ -363,6 +369,7 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
         endpoint_pickers_by_tenant=endpoint_pickers_by_tenant(config),
         batch_jobs=tuple(_batch_job(config, job, hugging_face_tenants) for job in config.batch_jobs),
         batch_queues=tuple(batch_queue_rows(config)),
+        mirrored_revisions=mirrored_revisions(config),
     )
 
 

@@ -14,6 +14,7 @@ import pulumi_aws as aws
 
 from platform_config.capacity import batch_queue_report, capacity_report, pool_supply
 from platform_config.models import PlatformConfig
+from platform_config.pins import VLLM
 
 from .batch_job import BatchJob, BatchJobArgs
 from .cluster import Cluster
@@ -38,6 +39,7 @@ from .serving import MachineryName, Plan
 from .specs.dashboards import platform_overview_dashboard
 from .specs.gateway import stream_idle_timeout_seconds
 from .tenant import Tenant, TenantArgs
+from .weight_mirror import WeightMirror, WeightMirrorArgs
 from .workload_identity import WorkloadAccess
 
 
@@ -105,6 +107,7 @@ class InferencePlatform(pulumi.ComponentResource):
         ]
         load_balancer: LoadBalancerController | None = None
         access: WorkloadAccess | None = None
+        mirror: WeightMirror | None = None
         if eks is not None:
             assert cluster.vpc_id is not None  # set whenever the cluster is EKS
             access = WorkloadAccess(cluster.name, eks.workload_identity, tags, cluster.oidc_provider_arn, cluster.oidc_issuer)
@@ -125,6 +128,22 @@ class InferencePlatform(pulumi.ComponentResource):
                 ),
                 opts=child,
             )
+            # Hugging Face revisions copied to S3 once, for the streaming pools' servers (checks.py: EKS only).
+            if config.weight_mirror is not None:
+                mirror = WeightMirror(
+                    "weight-mirror",
+                    WeightMirrorArgs(
+                        mirror=config.weight_mirror,
+                        revisions=plan.mirrored_revisions,
+                        image=VLLM.image,
+                        access=access,
+                        region=region,
+                        vpc_id=cluster.vpc_id,
+                        tags=tags,
+                        hugging_face_tokens=args.hugging_face_tokens,
+                    ),
+                    opts=child,
+                )
         if config.monitoring.install_metrics_server:
             MetricsServer("metrics-server", MetricsServerArgs(node_selector=SYSTEM_NODE_SELECTOR if eks else None), opts=child)
         GpuOperator(
@@ -229,6 +248,8 @@ class InferencePlatform(pulumi.ComponentResource):
                             *priority_classes.classes,
                             *(r for name in sorted(backend.machinery) for r in pod_machinery.get(name, [])),
                             *tenant.workload_prerequisites,
+                            # Its versions' copies in the weight mirror, complete.
+                            *(mirror.jobs_for(model.name) if mirror is not None else ()),
                         ),
                         monitoring=monitoring.release if monitoring is not None else None,
                         autoscaler_depends_on=tuple(

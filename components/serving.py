@@ -26,6 +26,7 @@ from platform_config.errors import ConfigIssue
 from platform_config.models import (
     BatchJobConfig,
     ModelConfig,
+    ModelSource,
     ModelVersion,
     NodePoolConfig,
     PlatformConfig,
@@ -36,6 +37,7 @@ from platform_config.models import (
 from platform_config.profiles import TierName, WorkloadProfile
 from platform_config.registry import RegistryEntry
 from platform_config.serving import DrainChain, Peak
+from platform_config.weight_mirror import MirroredRevision
 
 from .constants import (
     GPU_RESOURCE,
@@ -286,6 +288,9 @@ class ServerPlan:
     evictable_local_volumes: bool = True
     # vLLM's LoRA modules and limits, when the model has adapters (platform_config/adapters.py).
     lora: LoraLimits | None = None
+    # The Hugging Face revision `version.source` is the weight mirror's copy of (platform_config/weight_mirror.py);
+    # None where the version is served from its own source.
+    mirrored_from: ModelSource | None = None
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -388,6 +393,8 @@ class Plan:
     batch_jobs: tuple[BatchJobPlan, ...] = ()
     # Each tenant's batch quota per pool, as its Kueue ClusterQueue states it (platform_config/capacity.py).
     batch_queues: tuple[BatchQueueRow, ...] = ()
+    # The Hugging Face revisions the weight mirror copies to S3 for the streaming pools, each once per tenant.
+    mirrored_revisions: tuple[MirroredRevision, ...] = ()
 
     @property
     def routes(self) -> tuple[RoutePlan, ...]:

@@ -628,14 +628,27 @@ def check_weights_cache_fits_the_node_disk(config: PlatformConfig) -> Iterator[C
             )
 
 
+def check_weight_mirror_needs_eks(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """The mirror's Jobs write, and the servers read, the bucket with IAM roles for their pods (EKS Pod Identity or
+    IRSA), which only an EKS cluster the platform creates gives them."""
+    if config.weight_mirror is not None and config.cluster.mode != "eks":
+        yield ConfigIssue(
+            ("weightMirror",),
+            "needs cluster.mode 'eks': the mirror's Jobs and the servers reach the bucket with IAM roles for their pods; "
+            "on a kubeconfig cluster leave 'weightMirror' out and serve Hugging Face versions from a pool that caches "
+            "weights (rootVolume)",
+        )
+
+
 def check_streamed_weights_come_from_s3(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """On a pool that streams weights (`weightCache.medium: s3Stream`) every version's weights are in S3: vLLM 0.18.0
     streams only object-store URIs (`is_runai_obj_uri`, vllm/transformers_utils/runai_utils.py) and would download a
-    Hugging Face repository to local disk first, which the pod then has no room for. An `mlflow` source is checked
-    once the registry resolved it (platform_config/loader.py runs the checks again)."""
+    Hugging Face repository to local disk first, which the pod then has no room for; with a `weightMirror` a Hugging
+    Face version streams from its copy there (platform_config/weight_mirror.py). An `mlflow` source is checked once
+    the registry resolved it (platform_config/loader.py runs the checks again)."""
     pool_index = {p.name: i for i, p in enumerate(config.node_pools)}
     for m_index, model, pool in _placed_models(config):
-        if not streams_weights(pool):
+        if not streams_weights(pool) or config.weight_mirror is not None:
             continue
         for v_index, version in enumerate(model.versions):
             source = version.source
@@ -645,8 +658,8 @@ def check_streamed_weights_come_from_s3(config: PlatformConfig) -> Iterator[Conf
                 ("models", m_index, "versions", v_index, "source"),
                 f"is Hugging Face ({source.huggingface!r}), but pool {pool.name!r} streams weights from S3 "
                 f"(nodePools[{pool_index[pool.name]}].weightCache.medium={S3_STREAM}): allowed are 's3Uri' (with the "
-                "version's subfolder as 'revision'), or 'mlflow' naming weights in S3; or put the model on a pool "
-                "that caches weights (instanceStore, rootVolume)",
+                "version's subfolder as 'revision'), or 'mlflow' naming weights in S3; or set 'weightMirror' to copy "
+                "Hugging Face revisions to S3; or put the model on a pool that caches weights (instanceStore, rootVolume)",
             )
 
 
@@ -1241,6 +1254,7 @@ CHECKS: list[Check] = [
     check_s3_weights_need_eks,
     check_registry_sources,
     check_weights_cache_fits_the_node_disk,
+    check_weight_mirror_needs_eks,
     check_streamed_weights_come_from_s3,
     check_cold_start_within_scale_up_budget,
     check_batch_models,

@@ -426,11 +426,12 @@ class WeightCache(ConfigModel):
     at GB/s, never the bottleneck). `rootVolume`: the node's gp3 root volume (`diskSizeGib`), which writes at gp3's
     baseline 125 MiB/s (the launch template sets no throughput). `s3Stream`: no weights on the node: vLLM streams them
     from S3 straight into GPU memory with the Run:ai Model Streamer (`--load-format runai_streamer`, vLLM 0.18.0), so
-    every model version on the pool needs S3 weights (`s3Uri`, or an `mlflow` version whose weights are in S3); the
-    images and scratch sit on the disk the default would pick. Default: `instanceStore` where the instance type has an
-    instance store and the AMI is AL2023 (p5, g6), else `rootVolume`; `rootVolume` on an existing cluster
-    (`cluster.mode: kubeconfig`), whose nodes the platform does not launch. Never `s3Stream` by default: it refuses
-    Hugging Face sources."""
+    every model version on the pool needs S3 weights (`s3Uri`, an `mlflow` version whose weights are in S3, or a
+    Hugging Face revision with the stack's `weightMirror`); the
+    images and scratch sit on the disk the default would pick. Default: `s3Stream` where the stack has a
+    `weightMirror`, which copies the Hugging Face revisions to S3 once; else `instanceStore` where the instance type has
+    an instance store and the AMI is AL2023 (p5, g6), else `rootVolume`; `rootVolume` on an existing cluster
+    (`cluster.mode: kubeconfig`), whose nodes the platform does not launch."""
     download_gbps: Annotated[float, Field(gt=0, le=3200)] | None = None
     """What one node sustains downloading weights and images from outside the VPC (Hugging Face, a registry), in
     Gbit/s. Default: the lower of AWS's ceiling for traffic through an internet gateway (half the instance's bandwidth
@@ -1325,6 +1326,38 @@ class ProfileOverride(ConfigModel):
     """Tiers its models serve."""
 
 
+class S3GatewayEndpoint(ConfigModel):
+    """An S3 gateway VPC endpoint the platform creates, so that streaming and mirroring reach S3 inside the Region
+    without the NAT or internet gateway (and its per-flow and half-bandwidth limits)."""
+
+    route_table_ids: Annotated[
+        list[Annotated[str, _full_match(r"rtb-[0-9a-f]{8,17}", "is not a route table ID (rtb-...)")]], Field(min_length=1)
+    ]
+    """The route tables of the nodes' subnets (in the cluster's VPC). Leave `s3GatewayEndpoint` out where the VPC
+    already has an S3 gateway endpoint on them: AWS refuses a second one for the same route table."""
+
+
+class WeightMirrorConfig(ConfigModel):
+    """An S3 bucket that holds a copy of every Hugging Face revision the streaming pools serve, written once per
+    revision by a Job in the platform's `model-weights` namespace before any server of it starts; the servers stream
+    from the copy (README, Cold start). Needs `cluster.mode: eks` (the Job and the servers get their S3 roles through
+    the cluster's workload identity). Where it is set, pools without a `weightCache.medium` stream (`s3Stream`)."""
+
+    bucket: Annotated[
+        str,
+        _full_match(
+            r"(?!xn--)(?!.*-s3alias$)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]",
+            "is not an S3 bucket name (3-63 lowercase letters, digits and hyphens; no dots, so TLS names match)",
+        ),
+    ]
+    """The bucket's name. Each tenant's copies are under `<bucket>/<tenant>/`; a tenant's servers read only their
+    own prefix, and the mirror's role for a tenant writes only there."""
+    create: bool = True
+    """Create the bucket (private, owner-enforced, TLS-only); `false`: it exists already."""
+    s3_gateway_endpoint: S3GatewayEndpoint | None = None
+    """The S3 gateway endpoint to create on the nodes' route tables, if the VPC has none."""
+
+
 class RegistryConfig(ConfigModel):
     """The MLflow tracking server whose model registry names the versions; its token, if it needs one, is the
     secret `registryToken` (`pulumi config set --secret registryToken ...`), sent as a bearer token. A live preview
@@ -1470,23 +1503,33 @@ class PlatformConfig(ConfigModel):
     """How long adding a replica may take, and the figures its expected cold start is derived from."""
     registry: RegistryConfig = RegistryConfig()
     """The MLflow model registry that `mlflow` version sources are resolved in."""
+    weight_mirror: WeightMirrorConfig | None = None
+    """Where Hugging Face weights are copied for the streaming pools; none by default."""
     batch_jobs: list[BatchJobConfig] = []
     """Offline batch jobs, queued through Kueue on the tenants' batch quotas (README, Batch jobs)."""
 
     @model_validator(mode="before")
     @classmethod
-    def _existing_nodes_keep_their_disk(cls, data: Any) -> Any:
+    def _default_weight_cache(cls, data: Any) -> Any:
         """On an existing cluster (`cluster.mode: kubeconfig`) the platform launches no nodes, so nothing stripes an
-        instance store: a pool's weight cache defaults to its root volume there."""
+        instance store: a pool's weight cache defaults to its root volume there. With a weight mirror, a pool's
+        weights default to streaming from S3."""
         cluster = data.get("cluster") if isinstance(data, dict) else None
         pools = data.get("nodePools") if isinstance(data, dict) else None
-        if not isinstance(cluster, dict) or cluster.get("mode") != "kubeconfig" or not isinstance(pools, list):
+        if not isinstance(cluster, dict) or not isinstance(pools, list):
+            return data
+        if cluster.get("mode") == "kubeconfig":
+            default = "rootVolume"
+        elif data.get("weightMirror") is not None:
+            # Every revision a pool serves is in S3 (the mirror holds the Hugging Face ones): stream it.
+            default = "s3Stream"
+        else:
             return data
         filled = []
         for pool in pools:
             cache = pool.get("weightCache", {}) if isinstance(pool, dict) and "weight_cache" not in pool else None
             if isinstance(cache, dict) and "medium" not in cache:
-                pool = {**pool, "weightCache": {**cache, "medium": "rootVolume"}}
+                pool = {**pool, "weightCache": {**cache, "medium": default}}
             filled.append(pool)
         return {**data, "nodePools": filled}
 

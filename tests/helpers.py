@@ -39,6 +39,16 @@ def raw_stack(stack: str) -> dict[str, Any]:
     }
 
 
+def downloading_weights(raw: dict[str, Any]) -> dict[str, Any]:
+    """A stack without its weight mirror, each pool on the disk it would have by default (prod's p5 and g6: the
+    instance store): its servers download their Hugging Face weights themselves, the path tests of the download,
+    the cache volume and the token hold to (prod itself streams the mirror's copies)."""
+    raw.pop("weightMirror", None)
+    for pool in raw["nodePools"]:
+        pool.setdefault("weightCache", {})["medium"] = "instanceStore"
+    return raw
+
+
 # The batch-labelling server prod ran before its labelling became batch jobs queued through
 # Kueue: a scale-to-zero Knative service of the batch-labelling profile, batch tier only, in
 # team-b on the L4 spot pool. Tests of that kind of server (scale to zero, batch-only routes and

@@ -40,7 +40,9 @@ def test_the_pod_takes_its_shape_from_the_backend(plan):
 
 def test_vllm_arguments_come_from_the_plan(plan):
     args = pod.vllm_args(server(plan, "llama-70b"))
-    assert args[:3] == ["meta-llama/Llama-3.1-70B-Instruct", "--served-model-name", "llama-3.1-70b-instruct"]
+    # The weight mirror's copy of the pinned revision (prod streams its weights).
+    copy = "s3://inference-prod-model-weights/serving/meta-llama/Llama-3.1-70B-Instruct/1605565b47bb9346c5515c34102e054115b4f98b/"
+    assert args[:3] == [copy, "--served-model-name", "llama-3.1-70b-instruct"]
     assert args[args.index("--tensor-parallel-size") + 1] == "4"
     # The drain chain: vLLM drains as long as the longest request (standard's 300 s route).
     assert args[args.index("--shutdown-timeout") + 1] == "300"

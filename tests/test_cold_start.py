@@ -27,7 +27,7 @@ from platform_config.pins import CLUSTER_AUTOSCALER
 from preview.admission import admit_and_schedule
 from preview.sections import cold_start_section
 
-from .helpers import ROOT, Evaluated, config_problems, mirror_show, raw_stack, run_preview, write_stack
+from .helpers import ROOT, Evaluated, config_problems, downloading_weights, mirror_show, raw_stack, run_preview, write_stack
 
 PROD_TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_token"})
 SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
@@ -51,7 +51,12 @@ def model_named(config, name: str):
 
 def test_the_default_cache_is_the_instance_store_where_the_instance_has_one(prod_raw):
     for pool in prod_raw["nodePools"]:
-        del pool["weightCache"]
+        pool.pop("weightCache", None)
+    # With a weight mirror, every pool streams its copies from S3 by default.
+    config = parse_platform_config(prod_raw)
+    assert [cache_medium(p) for p in config.node_pools] == ["s3Stream", "s3Stream"]
+    # Without one, the node's own disk.
+    del prod_raw["weightMirror"]
     config = parse_platform_config(prod_raw)
     assert [cache_medium(p) for p in config.node_pools] == ["instanceStore", "instanceStore"]
     # nodeadm stripes the instance store; Bottlerocket's own settings are not written, so its pools use the root volume.
@@ -93,11 +98,18 @@ def test_a_root_volume_fills_at_gp3_baseline_throughput(prod_raw):
 
 def test_the_70b_on_p5_starts_in_under_five_minutes_with_the_default_cache(prod_raw):
     for pool in prod_raw["nodePools"]:
-        del pool["weightCache"]  # the default cache, not the one the stack states
+        pool.pop("weightCache", None)  # the default cache, not the one the stack states
     config = parse_platform_config(prod_raw)
     start = cold_start(config, model_named(config, "llama-70b"))
-    # 132Gi of weights at 10 Gbit/s; the 10Gi image unpacked at 150 MB/s; the engine's 90 s.
-    assert start.weights_seconds == math.ceil(132 * 2**30 / 1.25e9) == 114
+    # With prod's weight mirror: 132Gi streamed from S3 at 21.76 Gbit/s; the 10Gi image unpacked at 150 MB/s; the
+    # engine's 90 s.
+    assert start.medium == "s3Stream" and start.weights_seconds == math.ceil(132 * 2**30 / 2.72e9) == 53
+    assert start.total_seconds == 72 + 53 + 90 == 215 < 5 * 60
+    # Without the mirror, the instance store: 132Gi downloaded at 10 Gbit/s.
+    del prod_raw["weightMirror"]
+    config = parse_platform_config(prod_raw)
+    start = cold_start(config, model_named(config, "llama-70b"))
+    assert start.medium == "instanceStore" and start.weights_seconds == math.ceil(132 * 2**30 / 1.25e9) == 114
     assert start.image_seconds == math.ceil(10 * 2**30 / 150e6) == 72
     assert start.total_seconds == 72 + 114 + 90 < 5 * 60
     assert start.arithmetic() == (
@@ -114,7 +126,7 @@ def test_on_the_root_volume_the_same_model_takes_a_quarter_of_an_hour(prod_raw):
 
 
 def test_without_a_weights_size_the_cache_size_bounds_the_estimate(prod_raw):
-    del prod_raw["models"][0]["resources"]["weightsSize"]
+    del downloading_weights(prod_raw)["models"][0]["resources"]["weightsSize"]
     config = parse_platform_config(prod_raw)
     assert cold_start(config, model_named(config, "llama-70b")).weights_seconds == math.ceil(200 * 2**30 / 1.25e9)
 
@@ -201,7 +213,11 @@ def test_model_pods_let_the_autoscaler_consolidate_their_nodes(prod):
     template = deployment["spec"]["template"]
     disk_volumes = [v["name"] for v in template["spec"]["volumes"] if v.get("emptyDir", {}).get("medium") != "Memory"]
     assert template["metadata"]["annotations"][SAFE_TO_EVICT_LOCAL_VOLUMES] == ",".join(disk_volumes)
-    assert disk_volumes == ["model-cache", "home", "tmp"]
+    # It streams its weights: no cache volume, only scratch.
+    assert disk_volumes == ["home", "tmp"]
+    downloading = Evaluated(downloading_weights(raw_stack("prod")), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS})
+    template = downloading.k8s("Deployment", "llama-70b-v1", "serving")["spec"]["template"]
+    assert template["metadata"]["annotations"][SAFE_TO_EVICT_LOCAL_VOLUMES] == "model-cache,home,tmp"
     service = prod.k8s("Service", "llama-8b-v1", "serving")
     assert SAFE_TO_EVICT_LOCAL_VOLUMES in service["spec"]["template"]["metadata"]["annotations"]
 
@@ -279,7 +295,7 @@ def test_the_report_shows_each_models_cold_start_and_its_arithmetic(prod):
     assert row["totalSeconds"] == row["imageSeconds"] + row["weightsSeconds"] + row["engineSeconds"] < 300
     # A p5 holds one 70B replica beside its MIG slices: a replica past the warm ones waits for a node's join too.
     assert row["onNewNodeSeconds"] == 300 + 60 + row["totalSeconds"]
-    assert f"| llama-70b | h100 (instanceStore, download 10 Gbit/s) | {row['imageSeconds']} s | {row['weightsSeconds']} s |" in (
+    assert f"| llama-70b | h100 (s3Stream, S3 stream 21.76 Gbit/s) | {row['imageSeconds']} s | {row['weightsSeconds']} s |" in (
         section.markdown
     )
     assert f"- llama-70b: {row['arithmetic']}" in section.markdown

@@ -47,15 +47,20 @@ def test_eks_cluster_pinned_version_api_auth_and_admin_access(prod):
 def test_pod_identity_or_irsa(prod, prod_raw):
     assert prod.one("aws:eks/addon:Addon", "cluster-pod-identity-agent")["inputs"]["addonName"] == "eks-pod-identity-agent"
     association = prod.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
-    # The controllers', the 8B model's servers and its batch model's (both read its LoRA adapters from S3,
-    # each with a role of its own) and each batch job's (it reads its input and writes its output in S3).
+    # The controllers', every model's servers (each streams the weight mirror's copy of its revision; the 8B's and
+    # its batch model's also read its LoRA adapters from S3, each with a role of its own), the mirror's per tenant
+    # (it writes the tenant's copies) and each batch job's (it reads its input and writes its output in S3).
     assert sorted(a["inputs"]["serviceAccount"] for a in association) == [
         "aws-load-balancer-controller",
         "batch-review-labels",
         "batch-ticket-labels",
         "cluster-autoscaler",
+        "llama-1b-weights",
+        "llama-70b-weights",
         "llama-8b-batch-weights",
         "llama-8b-weights",
+        "mirror-serving",
+        "mirror-team-a",
     ]
     prod_raw["cluster"]["eks"]["workloadIdentity"] = "irsa"
     irsa = Evaluated(prod_raw)
@@ -68,6 +73,9 @@ def test_pod_identity_or_irsa(prod, prod_raw):
         key.endswith(":sub") and value == "system:serviceaccount:kube-system:cluster-autoscaler"
         for key, value in condition.items()
     )
+    # The mirror's accounts carry their roles for IRSA, as the servers' do.
+    mirror_account = irsa.k8s("ServiceAccount", "mirror-serving", "model-weights")
+    assert mirror_account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
     values = release(irsa, "cluster-autoscaler")["values"]
     assert values["rbac"]["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
     # The role annotations are keys the charts read (their annotation maps are passed on whole).

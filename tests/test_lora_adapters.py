@@ -103,13 +103,15 @@ def test_each_revision_is_fetched_at_its_pinned_location_before_vllm_starts(prod
         f"{ADAPTERS_DIR}/{SUPPORT}%40r2": "s3://inference-prod-adapters/llama-3.1-8b/support/2026-11-20/",
         f"{ADAPTERS_DIR}/{SQL}": "s3://inference-prod-adapters/llama-3.1-8b/sql/2026-09-14/",
     }
-    # The S3 adapters are read with the model's workload role, which may read their prefixes and nothing else.
+    # The S3 adapters are read with the model's workload role, which may read their prefixes, and the weight mirror's
+    # copies of its base's repository, and nothing else.
     assert spec["serviceAccountName"] == "llama-8b-weights"
     policy = json.loads(prod.one("aws:iam/rolePolicy:RolePolicy", "llama-8b-weights-identity-policy")["inputs"]["policy"])
     objects = sorted(s["Resource"] for s in policy["Statement"] if s["Action"] == ["s3:GetObject"])
     assert objects == [
         "arn:aws:s3:::inference-prod-adapters/llama-3.1-8b/sql/*",
         "arn:aws:s3:::inference-prod-adapters/llama-3.1-8b/support/*",
+        "arn:aws:s3:::inference-prod-model-weights/serving/meta-llama/Llama-3.1-8B-Instruct/*",
     ]
 
 
@@ -318,13 +320,14 @@ def test_the_batch_models_servers_load_the_adapters_of_the_models_whose_batch_ti
     spec = prod.k8s("Service", "llama-8b-batch-v1", "serving")["spec"]["template"]["spec"]
     syncs = {c["command"][-1]: c["command"][-2] for c in spec["initContainers"] if c["name"].startswith("fetch-adapter")}
     assert syncs[f"{ADAPTERS_DIR}/{SQL}"] == "s3://inference-prod-adapters/llama-3.1-8b/sql/2026-09-14/"
-    # Its own workload role reads the adapters' prefixes beside its weights.
+    # Its own workload role reads the adapters' prefixes beside its weights (the mirror's copy of the same base).
     assert spec["serviceAccountName"] == "llama-8b-batch-weights"
     policy = prod.one("aws:iam/rolePolicy:RolePolicy", "llama-8b-batch-weights-identity-policy")["inputs"]["policy"]
     objects = sorted(s["Resource"] for s in json.loads(policy)["Statement"] if s["Action"] == ["s3:GetObject"])
     assert objects == [
         "arn:aws:s3:::inference-prod-adapters/llama-3.1-8b/sql/*",
         "arn:aws:s3:::inference-prod-adapters/llama-3.1-8b/support/*",
+        "arn:aws:s3:::inference-prod-model-weights/serving/meta-llama/Llama-3.1-8B-Instruct/*",
     ]
     # The pods declare the adapters' base by its OpenAI name, which these servers answer to as well.
     annotations = prod.k8s("Service", "llama-8b-batch-v1", "serving")["spec"]["template"]["metadata"]["annotations"]

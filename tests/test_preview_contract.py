@@ -237,14 +237,14 @@ def test_secure_values_become_placeholders_that_stay_secret(tmp_path, prod_raw):
     result = run_preview("--stack", "prod", "--config-file", str(stack), "--out", str(out))
     assert result.returncode == 0, result.stderr
     secrets = [r for r in json.loads((out / "resources.json").read_text()) if r["type"] == "kubernetes:core/v1:Secret"]
-    # Each tenant's own token, only where it has one (team-b has none).
-    assert {s["name"] for s in secrets} == {"serving-huggingface-token", "team-a-huggingface-token"}
+    # Each tenant's own token, only where it has one (team-b has none), for its weight mirror Jobs.
+    assert {s["name"] for s in secrets} == {"weight-mirror-serving-huggingface-token", "weight-mirror-team-a-huggingface-token"}
     for secret in secrets:
         assert secret["inputs"]["stringData"] == {
             "secret": True,
             "value": {"token": "[secret:inference-platform:huggingFaceTokens]"},
         }
-    manifest = yaml.safe_load((out / "manifests" / "serving" / "Secret.core.huggingface-token.yaml").read_text())
+    manifest = yaml.safe_load((out / "manifests" / "model-weights" / "Secret.core.huggingface-token-serving.yaml").read_text())
     assert manifest["stringData"] == {"token": "[secret:inference-platform:huggingFaceTokens]"}
     everything = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert ciphertext not in everything

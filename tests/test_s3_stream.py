@@ -29,7 +29,16 @@ from platform_config.models import NodePoolConfig, WeightCache
 from preview.sections import cold_start_section
 from preview.upstream import VERIFIED, Facts, check_vllm_container, facts_dir
 
-from .helpers import ROOT, Evaluated, config_problems, raw_stack, resolved_from_lock, run_preview, write_stack
+from .helpers import (
+    ROOT,
+    Evaluated,
+    config_problems,
+    downloading_weights,
+    raw_stack,
+    resolved_from_lock,
+    run_preview,
+    write_stack,
+)
 
 PROD_TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_token"})
 WEIGHTS_BUCKET = "s3://inference-prod-weights"
@@ -37,7 +46,9 @@ FOLDER = "2026-11-30"
 
 
 def streaming_h100(raw: dict[str, Any]) -> dict[str, Any]:
-    """The prod stack with its h100 pool streaming, and every model on it given S3 weights (prod's are Hugging Face)."""
+    """The prod stack without its weight mirror, its h100 pool streaming and every model on it given S3 weights of
+    its own (prod's are Hugging Face revisions the mirror copies); l4-batch downloads onto its instance store."""
+    raw = downloading_weights(raw)
     pool = next(p for p in raw["nodePools"] if p["name"] == "h100")
     pool["weightCache"] = {"medium": "s3Stream"}
     by_name = {model["name"]: model for model in raw["models"]}
@@ -69,11 +80,14 @@ def streamed() -> Evaluated:
 # --- the path and its figures ---------------------------------------------------------------
 
 
-def test_streaming_is_stated_per_pool_and_never_the_default(prod_raw):
+def test_streaming_is_the_default_only_with_a_weight_mirror(prod_raw):
     for pool in prod_raw["nodePools"]:
-        del pool["weightCache"]
+        pool.pop("weightCache", None)
+    # prod's Hugging Face revisions are copied to its mirror: both pools stream by default.
+    assert all(streams_weights(p) for p in parse_platform_config(prod_raw).node_pools)
+    # Without a mirror, p5 and g6 cache on their instance store: streaming refuses Hugging Face sources.
+    del prod_raw["weightMirror"]
     config = parse_platform_config(prod_raw)
-    # p5 and g6 cache on their instance store by default: streaming refuses Hugging Face sources, prod's all are.
     assert not any(streams_weights(p) for p in config.node_pools)
     config = parse_platform_config(streaming_h100(prod_raw))
     assert streams_weights(pool_named(config, "h100")) and not streams_weights(pool_named(config, "l4-batch"))
@@ -125,8 +139,8 @@ def test_the_readme_shows_the_streamed_70b_arithmetic_the_code_derives(prod_raw)
 # --- config errors --------------------------------------------------------------------------
 
 
-def test_a_hugging_face_version_on_a_streaming_pool_is_refused(prod_raw):
-    prod_raw["nodePools"][0]["weightCache"] = {"medium": "s3Stream"}
+def test_a_hugging_face_version_on_a_streaming_pool_without_a_mirror_is_refused(prod_raw):
+    downloading_weights(prod_raw)["nodePools"][0]["weightCache"] = {"medium": "s3Stream"}
     problems = [p for p in config_problems(prod_raw) if "streams weights from S3" in p]
     # Every Hugging Face version on h100: the 70B's, the 8B's two, the 1B's.
     keys = sorted(p.split(": ", 1)[0] for p in problems)
@@ -138,17 +152,18 @@ def test_a_hugging_face_version_on_a_streaming_pool_is_refused(prod_raw):
     ]
     assert "nodePools[0].weightCache.medium=s3Stream" in problems[0]
     assert "allowed are 's3Uri'" in problems[0] and "'mlflow' naming weights in S3" in problems[0]
+    assert "or set 'weightMirror' to copy Hugging Face revisions to S3" in problems[0]
 
 
 def test_a_stream_rate_on_a_pool_that_does_not_stream_is_refused(prod_raw):
-    prod_raw["nodePools"][1]["weightCache"]["streamGbps"] = 20
+    downloading_weights(prod_raw)["nodePools"][1]["weightCache"]["streamGbps"] = 20
     (problem,) = config_problems(prod_raw)
     assert problem.startswith("inference-platform:nodePools[1].weightCache: ")
     assert "'streamGbps' is read only with 'medium: s3Stream'" in problem
 
 
 def test_the_preview_refuses_a_hugging_face_version_on_a_streaming_pool_with_exit_2(tmp_path, prod_raw):
-    prod_raw["nodePools"][1]["weightCache"] = {"medium": "s3Stream"}
+    downloading_weights(prod_raw)["nodePools"][1]["weightCache"] = {"medium": "s3Stream"}
     out = tmp_path / "out"
     result = run_preview("--stack", "test", "--config-file", str(write_stack(tmp_path, prod_raw)), "--out", str(out))
     assert result.returncode == 2, result.stderr

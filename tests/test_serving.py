@@ -10,7 +10,7 @@ import pytest
 
 from platform_config.profiles import PROFILES
 
-from .helpers import ROOT, Evaluated, config_problems, prod_with_labeller_server, raw_stack
+from .helpers import ROOT, Evaluated, config_problems, downloading_weights, prod_with_labeller_server, raw_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 # Each tenant's own Hugging Face token (team-b serves an ungated model and has none).
@@ -19,7 +19,11 @@ PROD_TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_to
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(prod_with_labeller_server(), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS})
+    """prod with its batch-labelling server, its pools downloading Hugging Face weights onto their instance store:
+    the servers' own download path (prod as shipped streams its weight mirror's copies: tests/test_weight_mirror.py)."""
+    return Evaluated(
+        downloading_weights(prod_with_labeller_server()), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +300,8 @@ def test_canary_versions_run_as_their_own_servers(staging):
 
 
 def test_weights_from_s3_via_init_container_and_workload_role(prod_raw):
-    prod_raw["models"][2]["versions"][0]["source"] = {"s3Uri": "s3://model-weights/llama-1b", "revision": "2026-10-01"}
+    source = {"s3Uri": "s3://model-weights/llama-1b", "revision": "2026-10-01"}
+    downloading_weights(prod_raw)["models"][2]["versions"][0]["source"] = source
     evaluated = Evaluated(prod_raw)
     spec = pod(evaluated.k8s("Deployment", "llama-1b-v1", "team-a"))
     (init,) = spec["initContainers"]
@@ -387,7 +392,7 @@ def test_s3_weights_need_eks(dev_raw):
 
 def test_cache_larger_than_the_node_disk(prod_raw):
     # On the instance store: p5's 8 x 3840 GB, in GiB.
-    prod_raw["models"][0]["resources"]["cacheSize"] = "30Ti"
+    downloading_weights(prod_raw)["models"][0]["resources"]["cacheSize"] = "30Ti"
     (message,) = config_problems(prod_raw)
     assert message.startswith(
         f"inference-platform:models[0].resources.cacheSize: 30Ti of weights cache does not fit the "

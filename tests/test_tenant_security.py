@@ -14,7 +14,16 @@ from platform_config.models import ServerArgs
 from platform_config.pins import VLLM
 from preview.upstream import Facts, facts_dir, vllm_version_of
 
-from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, run_preview, validate, write_stack
+from .helpers import (
+    Evaluated,
+    config_problems,
+    downloading_weights,
+    prod_with_labeller_server,
+    raw_stack,
+    run_preview,
+    validate,
+    write_stack,
+)
 
 TOKENS_KEY = "inference-platform:huggingFaceTokens"
 # Each tenant's own token; team-b serves an ungated model and has none.
@@ -24,6 +33,14 @@ SECRET = "kubernetes:core/v1:Secret"
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
+    """prod with its batch-labelling server, its pools downloading Hugging Face weights themselves (each tenant's
+    servers read the tenant's token)."""
+    return Evaluated(downloading_weights(prod_with_labeller_server()), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)})
+
+
+@pytest.fixture(scope="module")
+def mirrored() -> Evaluated:
+    """prod as shipped: its weight mirror's Jobs download the Hugging Face revisions, its servers stream the copies."""
     return Evaluated(prod_with_labeller_server(), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)})
 
 
@@ -56,8 +73,30 @@ def test_each_tenant_gets_only_its_own_token(prod):
     assert "HF_TOKEN" not in vllm_env(prod, "Service", "batch-labeller-v1", "team-b")
 
 
+def test_with_a_weight_mirror_only_the_mirror_jobs_read_the_tenants_tokens(mirrored):
+    secrets = {r["name"]: r["inputs"] for r in mirrored.of_type(SECRET)}
+    # No token in a tenant's namespace: its servers stream the copies. One per tenant in the mirror's namespace.
+    assert set(secrets) == {"weight-mirror-serving-huggingface-token", "weight-mirror-team-a-huggingface-token"}
+    assert {s["metadata"]["namespace"] for s in secrets.values()} == {"model-weights"}
+    assert secrets["weight-mirror-serving-huggingface-token"]["stringData"]["value"] == {"token": "hf_serving_token"}
+    assert secrets["weight-mirror-team-a-huggingface-token"]["stringData"]["value"] == {"token": "hf_team_a_token"}
+    assert "HF_TOKEN" not in vllm_env(mirrored, "Deployment", "llama-1b-v1", "team-a")
+    # Each Job reads its own tenant's token and runs as its own tenant's mirror account.
+    jobs = manifests(mirrored, "Job", "model-weights")
+    assert {j["metadata"]["labels"]["inference.platform/tenant"] for j in jobs} == {"serving", "team-a", "team-b"}
+    for job in jobs:
+        tenant = job["metadata"]["labels"]["inference.platform/tenant"]
+        spec = job["spec"]["template"]["spec"]
+        tokens = [e for e in spec["containers"][0]["env"] if e["name"] == "HF_TOKEN"]
+        # team-b's labeller is an ungated model, and team-b has no token.
+        assert [t["valueFrom"]["secretKeyRef"]["name"] for t in tokens] == (
+            [f"huggingface-token-{tenant}"] if tenant in PROD_TOKENS else []
+        )
+        assert spec["serviceAccountName"] == f"mirror-{tenant}"
+
+
 def test_a_token_for_a_tenant_without_hugging_face_models_is_not_copied():
-    raw = raw_stack("prod")
+    raw = downloading_weights(raw_stack("prod"))
     for model in raw["models"]:
         if model["tenant"] == "team-a":
             for version in model["versions"]:
@@ -203,7 +242,7 @@ def test_controllers_are_told_what_they_would_ask_instance_metadata(prod):
 
 
 def test_the_weights_fetcher_does_not_probe_instance_metadata():
-    raw = raw_stack("prod")
+    raw = downloading_weights(raw_stack("prod"))
     raw["models"][2]["versions"][0]["source"] = {"s3Uri": "s3://weights-bucket/llama-1b", "revision": "v1"}
     server = next(s for m in validate(raw).models for s in m.servers if s.model.name == "llama-1b")
     fetcher = pod_spec.weights_init_container(server)

@@ -43,6 +43,8 @@ ANNOTATION_REGISTRY_MODEL = "inference.platform/registry-model"
 ANNOTATION_REGISTRY_VERSION = "inference.platform/registry-version"
 ANNOTATION_REGISTRY_ALIAS = "inference.platform/registry-alias"
 ANNOTATION_WEIGHTS = "inference.platform/weights"
+# On the pod template of a server reading the weight mirror's copy: the Hugging Face revision it copies.
+ANNOTATION_WEIGHTS_MIRRORED_FROM = "inference.platform/weights-mirrored-from"
 # On the pod template of a server that loads LoRA adapters: per adapter, the tenant that owns it and
 # its modules, for the policies `adapter-names-unique` and `adapter-on-own-tenants-base`.
 ANNOTATION_LORA_ADAPTERS = "inference.platform/lora-adapters"
@@ -511,9 +513,19 @@ def adapter_annotations(plan: ServerPlan) -> dict[str, str]:
     return {ANNOTATION_LORA_ADAPTERS: json.dumps(adapters, sort_keys=True, separators=(",", ":"))}
 
 
+def mirror_annotations(plan: ServerPlan) -> dict[str, str]:
+    """On a server that streams the weight mirror's copy of a Hugging Face revision: which one (the copy is its
+    `--model`)."""
+    source = plan.mirrored_from
+    if source is None:
+        return {}
+    return {ANNOTATION_WEIGHTS_MIRRORED_FROM: f"{source.huggingface}@{source.revision}"}
+
+
 def pod_annotations(plan: ServerPlan) -> dict[str, str]:
     return {
         **registry_annotations(plan),
+        **mirror_annotations(plan),
         **adapter_annotations(plan),
         # Istio merges these app metrics into the sidecar's plaintext metrics endpoint, so
         # Prometheus can scrape them despite STRICT mTLS.

@@ -1,0 +1,143 @@
+"""Copies one pinned Hugging Face revision into the weight mirror's S3 folder (platform_config/weight_mirror.py), file
+by file, from the download straight into a multipart upload: nothing lands on the node's disk, so the Job runs on
+any system node whatever the weights' size.
+
+Runs in the platform's vLLM image, which has every module it imports: requests (vLLM 0.18.0's
+requirements/common.txt), huggingface_hub (through transformers) and boto3 (through runai-model-streamer-s3 0.15.7,
+which docker/Dockerfile's vllm-base stage installs for the streamer). Its environment (components/specs/
+weight_mirror.py mirror_job): MIRROR_REPO, MIRROR_REVISION, MIRROR_DESTINATION (s3://bucket/prefix/<revision>/),
+MIRROR_MARKER (s3://bucket/key written last), and HF_TOKEN for gated repositories.
+
+Safe to run again: a folder whose marker names the same repository and revision is complete, and the Job exits at
+once; an interrupted copy starts over, file by file. A file whose size or (for LFS files) SHA-256 differs from what
+Hugging Face lists is deleted and the Job fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+# What vLLM 0.18.0 reads from an S3 folder: the *.safetensors at its top (runai_model_streamer 0.15.7
+# safetensors_streamer.list_safetensors: "This function is not recursive"), and every other file but weights,
+# in any subfolder, for the config and tokenizer (vllm/config/model.py maybe_pull_model_tokenizer_for_runai pulls
+# everything but *.pt, *.safetensors, *.bin, *.tensors, *.pth). Other weight formats, safetensors in subfolders and
+# Meta's original checkpoint (`original/`) would be copied, and pulled by every replica, for nothing.
+VLLM_IGNORED_SUFFIXES = (".pt", ".safetensors", ".bin", ".tensors", ".pth")
+SKIPPED_SUFFIXES = (*VLLM_IGNORED_SUFFIXES, ".gguf", ".onnx", ".h5", ".msgpack", ".ckpt")
+SKIPPED_FOLDERS = ("original/",)
+# The multipart upload's part and how many parts are in flight: what the copy holds in memory.
+PART_BYTES = 64 * 2**20
+UPLOAD_THREADS = 4
+DOWNLOAD_TIMEOUT_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class RepoEntry:
+    """A file of the revision as Hugging Face lists it: its path, size and, for LFS files, SHA-256."""
+
+    path: str
+    size: int
+    sha256: str | None
+
+
+def wanted(path: str) -> bool:
+    """Whether vLLM reads the file from the mirror's folder."""
+    if path.endswith(".safetensors"):
+        return "/" not in path
+    return not path.endswith(SKIPPED_SUFFIXES) and not path.startswith(SKIPPED_FOLDERS)
+
+
+def files_to_copy(entries: list[RepoEntry]) -> list[RepoEntry]:
+    """The revision's files vLLM reads, failing where it has no safetensors to stream at its top."""
+    chosen = [e for e in entries if wanted(e.path)]
+    if not any(e.path.endswith(".safetensors") for e in chosen):
+        raise SystemExit("the revision has no *.safetensors at its top: vLLM's Run:ai streamer loader reads only those")
+    return chosen
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
+def marker_text(repo: str, revision: str) -> str:
+    return json.dumps({"repo": repo, "revision": revision}, sort_keys=True)
+
+
+class HashingReader:
+    """A file-like reader over a download that counts and hashes what passes through it."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.size = 0
+        self.digest = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.raw.read(size)
+        self.size += len(chunk)
+        self.digest.update(chunk)
+        return chunk
+
+
+def mismatch(entry: RepoEntry, reader: HashingReader) -> str | None:
+    """What differs between the copied bytes and Hugging Face's listing, if anything."""
+    if reader.size != entry.size:
+        return f"{entry.path}: copied {reader.size} bytes, Hugging Face lists {entry.size}"
+    if entry.sha256 is not None and reader.digest.hexdigest() != entry.sha256:
+        return f"{entry.path}: SHA-256 {reader.digest.hexdigest()} differs from Hugging Face's {entry.sha256}"
+    return None
+
+
+def main() -> int:  # pragma: no cover - needs Hugging Face and S3; its parts are tested one by one
+    import boto3
+    import requests
+    from boto3.s3.transfer import TransferConfig
+    from huggingface_hub import HfApi, hf_hub_url
+    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub.utils import build_hf_headers
+
+    repo, revision = os.environ["MIRROR_REPO"], os.environ["MIRROR_REVISION"]
+    bucket, prefix = split_s3_uri(os.environ["MIRROR_DESTINATION"])
+    marker_bucket, marker_key = split_s3_uri(os.environ["MIRROR_MARKER"])
+    token = os.environ.get("HF_TOKEN") or None
+    s3: Any = boto3.client("s3")
+    try:
+        done = s3.get_object(Bucket=marker_bucket, Key=marker_key)["Body"].read().decode()
+    except s3.exceptions.NoSuchKey:
+        done = None
+    if done == marker_text(repo, revision):
+        print(f"{repo}@{revision} is already in s3://{bucket}/{prefix}")
+        return 0
+    listing = HfApi(token=token).list_repo_tree(repo, revision=revision, recursive=True)
+    entries = [
+        RepoEntry(item.path, item.size, item.lfs.sha256 if item.lfs is not None else None)
+        for item in listing
+        if isinstance(item, RepoFile)
+    ]
+    transfer = TransferConfig(multipart_chunksize=PART_BYTES, max_concurrency=UPLOAD_THREADS)
+    headers = build_hf_headers(token=token)
+    for entry in files_to_copy(entries):
+        url = hf_hub_url(repo, entry.path, revision=revision)
+        with requests.get(url, headers=headers, stream=True, timeout=DOWNLOAD_TIMEOUT_SECONDS) as response:
+            response.raise_for_status()
+            response.raw.decode_content = True
+            reader = HashingReader(response.raw)
+            s3.upload_fileobj(reader, bucket, prefix + entry.path, Config=transfer)
+        problem = mismatch(entry, reader)
+        if problem is not None:
+            s3.delete_object(Bucket=bucket, Key=prefix + entry.path)
+            print(problem, file=sys.stderr)
+            return 1
+        print(f"copied {entry.path} ({entry.size} bytes)")
+    s3.put_object(Bucket=marker_bucket, Key=marker_key, Body=marker_text(repo, revision).encode())
+    print(f"{repo}@{revision} is in s3://{bucket}/{prefix}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""The weight mirror's Kubernetes objects and IAM policies (pure): the `model-weights` namespace at pod security
+`restricted` with the tenants' egress rules, per tenant a service account whose role writes only the tenant's part of
+the bucket and a copy of the tenant's Hugging Face token, and one Job per mirrored revision
+(platform_config/weight_mirror.py) that runs components/mirror_runner/mirror_runner.py in the vLLM image on a
+system node.
+
+Servers wait for their revision's Job (components/weight_mirror.py): pulumi-kubernetes holds a Job's creation until
+it completes, and a new revision is a new Job, so a version reaches its servers only once its folder is whole.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from platform_config.models import WeightMirrorConfig
+from platform_config.weight_mirror import MIRROR_NAMESPACE, MirroredRevision, tenant_prefix
+
+from ..constants import LABEL_TENANT, SYSTEM_NODE_SELECTOR, standard_labels
+from .pod import (
+    HF_TOKEN_KEY,
+    HOME_DIR,
+    aws_cli_env,
+    container_security_context,
+    pinned_s3_uri,
+    pod_security_context,
+)
+from .tenancy import DEFAULT_DENY_EGRESS_POLICY, DEFAULT_DENY_POLICY, network_policy, outbound_policies
+
+RUNNER_SOURCE = Path(__file__).resolve().parent.parent / "mirror_runner" / "mirror_runner.py"
+RUNNER_KEY = "mirror_runner.py"
+RUNNER_DIR = "/opt/mirror-runner"
+RUNNER_CONFIG_MAP = "mirror-runner"
+COMPONENT = "weight-mirror"
+# One file in flight: a 64 MiB part times four upload threads, the download's buffers and Python's own.
+MIRROR_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+# A failed copy (a dropped download, a throttled upload) is tried again from the start of the revision.
+MIRROR_BACKOFF_LIMIT = 3
+ANNOTATION_MIRROR_SOURCE = "inference.platform/mirrors"
+ANNOTATION_MIRROR_COPY = "inference.platform/mirror-copy"
+
+
+def mirror_namespace() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": MIRROR_NAMESPACE,
+            "labels": {
+                **standard_labels(MIRROR_NAMESPACE, COMPONENT),
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/audit": "restricted",
+                "pod-security.kubernetes.io/warn": "restricted",
+            },
+        },
+    }
+
+
+def mirror_network_policies() -> list[dict[str, Any]]:
+    """Nothing in; out only DNS, the Pod Identity Agent and HTTPS (Hugging Face, S3), as for the tenants' pods; the
+    namespace runs no mesh sidecars."""
+    return [
+        network_policy(MIRROR_NAMESPACE, DEFAULT_DENY_POLICY, "Ingress", None),
+        network_policy(MIRROR_NAMESPACE, DEFAULT_DENY_EGRESS_POLICY, "Egress", None),
+        *outbound_policies(MIRROR_NAMESPACE, mesh=False),
+    ]
+
+
+def mirror_service_account_name(tenant: str) -> str:
+    return f"mirror-{tenant}"
+
+
+def mirror_token_secret_name(tenant: str) -> str:
+    return f"huggingface-token-{tenant}"
+
+
+def mirror_write_policy(mirror: WeightMirrorConfig, tenant: str) -> str:
+    """The tenant's mirror role: read, write and clean up objects under the tenant's prefix only (a multipart upload
+    needs PutObject, and AbortMultipartUpload when it fails), and list that prefix (without it a missing marker
+    answers AccessDenied rather than NoSuchKey)."""
+    prefix = tenant_prefix(mirror, tenant).removeprefix(f"s3://{mirror.bucket}/")
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+                    "Resource": f"arn:aws:s3:::{mirror.bucket}/{prefix}/*",
+                },
+                {
+                    "Effect": "Allow",
+                    "Action": ["s3:ListBucket"],
+                    "Resource": f"arn:aws:s3:::{mirror.bucket}",
+                    "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*"]}},
+                },
+            ],
+        }
+    )
+
+
+def mirror_token_secret(tenant: str, token: Any) -> dict[str, Any]:
+    """A copy of the tenant's Hugging Face token (`token`: the stack's secret) for its mirror Jobs."""
+    name = mirror_token_secret_name(tenant)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": MIRROR_NAMESPACE,
+            "labels": standard_labels(name, "credentials", **{LABEL_TENANT: tenant}),
+        },
+        "type": "Opaque",
+        "stringData": {HF_TOKEN_KEY: token},
+    }
+
+
+def mirror_service_account(tenant: str, annotations: Any) -> dict[str, Any]:
+    """`annotations`: what the workload identity needs on it (IRSA's role ARN; none for Pod Identity)."""
+    name = mirror_service_account_name(tenant)
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": name,
+            "namespace": MIRROR_NAMESPACE,
+            "labels": standard_labels(name, COMPONENT, **{LABEL_TENANT: tenant}),
+            "annotations": annotations,
+        },
+        "automountServiceAccountToken": False,
+    }
+
+
+def runner_config_map() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": RUNNER_CONFIG_MAP,
+            "namespace": MIRROR_NAMESPACE,
+            "labels": standard_labels(RUNNER_CONFIG_MAP, COMPONENT),
+        },
+        "data": {RUNNER_KEY: RUNNER_SOURCE.read_text(encoding="utf-8")},
+    }
+
+
+def marker_uri(revision: MirroredRevision) -> str:
+    """Where the Job records a finished copy: beside the revision's folder, never in it, because vLLM 0.18.0 pulls
+    every file of the folder that is not a weight (vllm/config/model.py maybe_pull_model_tokenizer_for_runai)."""
+    return f"{pinned_s3_uri(revision.copy).rstrip('/')}.complete"
+
+
+def mirror_job(revision: MirroredRevision, image: str, *, token: bool) -> dict[str, Any]:
+    """The Job that copies `revision` to its folder in the mirror, on a system node, with the tenant's mirror role
+    and, for gated repositories, the tenant's own Hugging Face token (`token`)."""
+    labels = standard_labels(revision.job_name, COMPONENT, **{LABEL_TENANT: revision.tenant})
+    env: list[dict[str, Any]] = [
+        *aws_cli_env(),
+        {"name": "MIRROR_REPO", "value": revision.repo},
+        {"name": "MIRROR_REVISION", "value": revision.revision},
+        {"name": "MIRROR_DESTINATION", "value": pinned_s3_uri(revision.copy)},
+        {"name": "MIRROR_MARKER", "value": marker_uri(revision)},
+        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+    ]
+    if token:
+        secret = {"name": mirror_token_secret_name(revision.tenant), "key": HF_TOKEN_KEY}
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
+    annotations = {
+        ANNOTATION_MIRROR_SOURCE: f"{revision.repo}@{revision.revision}",
+        ANNOTATION_MIRROR_COPY: pinned_s3_uri(revision.copy),
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": revision.job_name, "namespace": MIRROR_NAMESPACE, "labels": labels, "annotations": annotations},
+        "spec": {
+            "backoffLimit": MIRROR_BACKOFF_LIMIT,
+            "activeDeadlineSeconds": revision.deadline_seconds,
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": mirror_service_account_name(revision.tenant),
+                    "automountServiceAccountToken": False,
+                    "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
+                    "securityContext": pod_security_context(),
+                    "containers": [
+                        {
+                            "name": "copy",
+                            "image": image,
+                            "command": ["python3", f"{RUNNER_DIR}/{RUNNER_KEY}"],
+                            "env": env,
+                            "resources": MIRROR_RESOURCES,
+                            "volumeMounts": [
+                                {"name": "runner", "mountPath": RUNNER_DIR, "readOnly": True},
+                                {"name": "home", "mountPath": HOME_DIR},
+                                {"name": "tmp", "mountPath": "/tmp"},
+                            ],
+                            "securityContext": container_security_context(),
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "runner", "configMap": {"name": RUNNER_CONFIG_MAP}},
+                        {"name": "home", "emptyDir": {"sizeLimit": "1Gi"}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+                    ],
+                },
+            },
+        },
+    }

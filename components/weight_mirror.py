@@ -1,0 +1,182 @@
+"""The weight mirror (`weightMirror`): the S3 bucket that holds a copy of every Hugging Face revision the streaming
+pools serve (private, owner-enforced, TLS-only, with abandoned multipart uploads cleaned up), the S3 gateway
+endpoint if the stack asks for one, and in the `model-weights` namespace one Job per revision that writes its copy
+(components/specs/weight_mirror.py). Servers of a mirrored version wait for its Job (`jobs_for`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from platform_config.models import WeightMirrorConfig
+from platform_config.weight_mirror import MirroredRevision
+
+from .constants import PACKAGE
+from .k8s_objects import KubernetesObject
+from .specs import weight_mirror as specs
+from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
+
+# Parts of an interrupted copy stay in the bucket, billed and invisible, until a rule aborts them.
+ABANDONED_UPLOAD_DAYS = 1
+# pulumi-kubernetes waits for a Job to complete before it counts as created: longer than the Job's own deadline.
+JOB_AWAIT_MARGIN_SECONDS = 600
+
+
+@dataclass(frozen=True)
+class WeightMirrorArgs:
+    mirror: WeightMirrorConfig
+    revisions: tuple[MirroredRevision, ...]
+    # The image the Jobs run (the servers' vLLM image: python3, huggingface_hub, boto3).
+    image: str
+    access: WorkloadAccess
+    region: pulumi.Input[str]
+    vpc_id: pulumi.Input[str]
+    tags: dict[str, str]
+    # Each tenant's Hugging Face token, where it has one (gated repositories need it).
+    hugging_face_tokens: Mapping[str, pulumi.Input[str]]
+
+
+class WeightMirror(pulumi.ComponentResource):
+    def __init__(self, name: str, args: WeightMirrorArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{PACKAGE}:weight-mirror:WeightMirror", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        mirror = args.mirror
+        if mirror.create:
+            self._bucket(name, mirror.bucket, args.tags)
+        if mirror.s3_gateway_endpoint is not None:
+            aws.ec2.VpcEndpoint(
+                f"{name}-s3-gateway-endpoint",
+                vpc_id=args.vpc_id,
+                service_name=pulumi.Output.from_input(args.region).apply(lambda region: f"com.amazonaws.{region}.s3"),
+                vpc_endpoint_type="Gateway",
+                route_table_ids=list(mirror.s3_gateway_endpoint.route_table_ids),
+                tags=args.tags,
+                opts=child,
+            )
+
+        namespace = KubernetesObject(f"{name}-namespace", specs.mirror_namespace(), child)
+        inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
+        # The Jobs start only once their egress is open (the default deny is in place first, like a tenant's).
+        prerequisites: list[pulumi.Resource] = [
+            KubernetesObject(f"{name}-{policy['metadata']['name']}", policy, inside) for policy in specs.mirror_network_policies()
+        ]
+        prerequisites.append(KubernetesObject(f"{name}-runner", specs.runner_config_map(), inside))
+        tenants = sorted({r.tenant for r in args.revisions})
+        for tenant in tenants:
+            identity = WorkloadIdentity(
+                f"{name}-{tenant}-identity",
+                WorkloadIdentityArgs(
+                    args.access,
+                    specs.MIRROR_NAMESPACE,
+                    specs.mirror_service_account_name(tenant),
+                    specs.mirror_write_policy(mirror, tenant),
+                ),
+                opts=child,
+            )
+            # With EKS Pod Identity, credentials are injected at admission only where the association exists.
+            prerequisites.append(identity)
+            account = specs.mirror_service_account(tenant, identity.service_account_annotations)
+            prerequisites.append(KubernetesObject(f"{name}-{tenant}-service-account", account, inside))
+            if tenant in args.hugging_face_tokens:
+                secret = specs.mirror_token_secret(tenant, args.hugging_face_tokens[tenant])
+                prerequisites.append(KubernetesObject(f"{name}-{tenant}-huggingface-token", secret, inside))
+
+        self._jobs: dict[str, list[pulumi.Resource]] = {}
+        for revision in args.revisions:
+            job = KubernetesObject(
+                f"{name}-{revision.job_name}",
+                specs.mirror_job(revision, args.image, token=revision.tenant in args.hugging_face_tokens),
+                pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[namespace, *prerequisites],
+                    custom_timeouts=pulumi.CustomTimeouts(
+                        create=f"{revision.deadline_seconds + JOB_AWAIT_MARGIN_SECONDS}s",
+                        update=f"{revision.deadline_seconds + JOB_AWAIT_MARGIN_SECONDS}s",
+                    ),
+                ),
+            )
+            for model in revision.models:
+                self._jobs.setdefault(model, []).append(job)
+        self.register_outputs(
+            {
+                "bucket": mirror.bucket,
+                "revisions": [
+                    {"tenant": r.tenant, "source": f"{r.repo}@{r.revision}", "job": r.job_name} for r in args.revisions
+                ],
+            }
+        )
+
+    def jobs_for(self, model: str) -> tuple[pulumi.Resource, ...]:
+        """The Jobs whose copies the model's servers read: its pods wait for them."""
+        return tuple(self._jobs.get(model, ()))
+
+    def _bucket(self, name: str, bucket_name: str, tags: dict[str, str]) -> None:
+        child = pulumi.ResourceOptions(parent=self)
+        bucket = aws.s3.Bucket(f"{name}-bucket", bucket=bucket_name, tags=tags, opts=child)
+        after = pulumi.ResourceOptions(parent=self, depends_on=[bucket])
+        aws.s3.BucketPublicAccessBlock(
+            f"{name}-public-access-block",
+            bucket=bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=after,
+        )
+        aws.s3.BucketOwnershipControls(
+            f"{name}-ownership",
+            bucket=bucket.id,
+            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
+            opts=after,
+        )
+        aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-encryption",
+            bucket=bucket.id,
+            rules=[
+                aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                    apply_server_side_encryption_by_default=aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                        sse_algorithm="AES256"
+                    )
+                )
+            ],
+            opts=after,
+        )
+        aws.s3.BucketLifecycleConfiguration(
+            f"{name}-lifecycle",
+            bucket=bucket.id,
+            rules=[
+                aws.s3.BucketLifecycleConfigurationRuleArgs(
+                    id="abort-abandoned-uploads",
+                    status="Enabled",
+                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+                    abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
+                        days_after_initiation=ABANDONED_UPLOAD_DAYS
+                    ),
+                )
+            ],
+            opts=after,
+        )
+        aws.s3.BucketPolicy(
+            f"{name}-tls-only",
+            bucket=bucket.id,
+            policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Sid": "DenyInsecureTransport",
+                            "Effect": "Deny",
+                            "Principal": "*",
+                            "Action": "s3:*",
+                            "Resource": [f"arn:aws:s3:::{bucket_name}", f"arn:aws:s3:::{bucket_name}/*"],
+                            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                        }
+                    ],
+                }
+            ),
+            opts=after,
+        )

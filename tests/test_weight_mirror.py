@@ -1,0 +1,365 @@
+"""The weight mirror (`weightMirror`): every Hugging Face revision a streaming pool serves is copied once to S3 by a
+Job in the `model-weights` namespace, the servers stream the copy (vLLM 0.18.0's Run:ai streamer loader) and wait
+for its Job; each tenant's copies are under its own prefix, written by its own role and read by its own servers."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import py_compile
+import re
+
+import pytest
+
+from components.mirror_runner import mirror_runner as runner
+from components.specs.weight_mirror import RUNNER_SOURCE, marker_uri
+from platform_config import parse_platform_config
+from platform_config.cold_start import cold_start, streams_weights
+from platform_config.weight_mirror import (
+    MIRROR_DEADLINE_FLOOR_SECONDS,
+    MIRROR_NAMESPACE,
+    mirror_job_name,
+    mirrored_revisions,
+)
+
+from .helpers import ROOT, Evaluated, config_problems, prod_with_labeller_server, raw_stack, run_preview, vllm_source, write_stack
+
+TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_token"})
+BUCKET = "inference-prod-model-weights"
+LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct@1605565b47bb9346c5515c34102e054115b4f98b"
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct@0e9e39f249a16976918f6564b8830bc894c89659"
+LLAMA_1B = "meta-llama/Llama-3.2-1B-Instruct@9213176726f574b556790deb65791e0c5aa438b6"
+JOB = "kubernetes:batch/v1:Job"
+
+
+@pytest.fixture(scope="module")
+def prod() -> Evaluated:
+    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceTokens": TOKENS})
+
+
+def copy_of(source: str, tenant: str) -> str:
+    repo, revision = source.split("@")
+    return f"s3://{BUCKET}/{tenant}/{repo}/{revision}/"
+
+
+def server_spec(prod: Evaluated, kind: str, name: str, namespace: str) -> dict:
+    obj = prod.k8s(kind, name, namespace)
+    return obj["spec"]["template"]["spec"]
+
+
+def jobs(prod: Evaluated) -> dict[str, dict]:
+    return {
+        job["metadata"]["annotations"]["inference.platform/mirrors"]: job
+        for job in prod.manifests()
+        if job["kind"] == "Job" and job["metadata"]["namespace"] == MIRROR_NAMESPACE
+    }
+
+
+# --- the plan -------------------------------------------------------------------------------
+
+
+def test_prod_streams_every_version_from_its_tenants_copy(prod):
+    expected = {
+        ("Deployment", "llama-70b-v1", "serving"): copy_of(LLAMA_70B, "serving"),
+        ("Service", "llama-8b-v1", "serving"): copy_of(LLAMA_8B, "serving"),
+        ("Service", "llama-8b-v2", "serving"): copy_of(LLAMA_8B, "serving"),
+        ("Deployment", "llama-1b-v1", "team-a"): copy_of(LLAMA_1B, "team-a"),
+        ("Service", "llama-8b-batch-v1", "serving"): copy_of(LLAMA_8B, "serving"),
+    }
+    for (kind, name, namespace), copy in expected.items():
+        obj = prod.k8s(kind, name, namespace)
+        (vllm,) = [c for c in obj["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
+        args = vllm["args"]
+        assert args[0] == copy and args[args.index("--load-format") + 1] == "runai_streamer", name
+        # The copy is of a pinned revision: no --revision for an S3 folder, and no token in the server.
+        assert "--revision" not in args and "HF_TOKEN" not in {e["name"] for e in vllm["env"]}
+        source = obj["spec"]["template"]["metadata"]["annotations"]["inference.platform/weights-mirrored-from"]
+        assert copy == copy_of(source, namespace)
+
+
+def test_each_revision_is_copied_once_per_tenant():
+    config = parse_platform_config(raw_stack("prod"))
+    revisions = {(r.tenant, f"{r.repo}@{r.revision}"): r for r in mirrored_revisions(config)}
+    assert set(revisions) == {("serving", LLAMA_70B), ("serving", LLAMA_8B), ("team-a", LLAMA_1B)}
+    # The 8B's stable and canary and its batch model serve the same revision: one copy, which all three wait for.
+    assert revisions[("serving", LLAMA_8B)].models == ("llama-8b", "llama-8b-batch")
+    # The same revision in another tenant is another copy, under that tenant's prefix.
+    raw = raw_stack("prod")
+    one_b = next(m for m in raw["models"] if m["name"] == "llama-1b")
+    one_b["versions"][0]["source"] = next(m for m in raw["models"] if m["name"] == "llama-8b")["versions"][0]["source"]
+    tenants = sorted(r.tenant for r in mirrored_revisions(parse_platform_config(raw)) if f"{r.repo}@{r.revision}" == LLAMA_8B)
+    assert tenants == ["serving", "team-a"]
+
+
+def test_job_names_are_dns_labels_that_change_with_the_revision():
+    name = mirror_job_name("a-very-long-tenant", "org/A.Model_Name-With-Many-Parts-And-Then-Some", "f" * 40)
+    assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
+    assert mirror_job_name("serving", "org/model", "a" * 40) != mirror_job_name("serving", "org/model", "b" * 40)
+    assert mirror_job_name("serving", "org/model", "a" * 40) != mirror_job_name("team-a", "org/model", "a" * 40)
+
+
+def test_a_pool_that_caches_its_weights_downloads_them_itself(prod_raw):
+    prod_raw["nodePools"][1]["weightCache"] = {"medium": "instanceStore"}
+    config = parse_platform_config(prod_raw)
+    assert not streams_weights(config.node_pools[1])
+    # llama-8b-batch on l4-batch downloads its revision; the 8B's copy is still made for the h100 servers.
+    revision = next(r for r in mirrored_revisions(config) if f"{r.repo}@{r.revision}" == LLAMA_8B)
+    assert revision.models == ("llama-8b",)
+
+
+def test_the_70b_on_p5_starts_in_under_five_minutes_from_the_mirror():
+    config = parse_platform_config(raw_stack("prod"))
+    start = cold_start(config, next(m for m in config.models if m.name == "llama-70b"))
+    assert start.medium == "s3Stream" and start.total_seconds == 215 < 300
+    assert start.arithmetic() in (ROOT / "README.md").read_text()
+
+
+# --- the objects ----------------------------------------------------------------------------
+
+
+def test_a_job_copies_each_revision_on_a_system_node_with_its_tenants_role(prod):
+    found = jobs(prod)
+    assert set(found) == {LLAMA_70B, LLAMA_8B, LLAMA_1B}
+    job = found[LLAMA_70B]
+    spec = job["spec"]["template"]["spec"]
+    (copier,) = spec["containers"]
+    env = {e["name"]: e for e in copier["env"]}
+    assert env["MIRROR_DESTINATION"]["value"] == copy_of(LLAMA_70B, "serving")
+    # The marker is beside the folder, never in it (vLLM pulls every non-weight file of the folder it streams).
+    marker = env["MIRROR_MARKER"]["value"]
+    assert marker == copy_of(LLAMA_70B, "serving").rstrip("/") + ".complete"
+    assert not marker.startswith(copy_of(LLAMA_70B, "serving"))
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "huggingface-token-serving", "key": "token"}
+    assert spec["serviceAccountName"] == "mirror-serving" and spec["nodeSelector"] == {"inference.platform/pool": "system"}
+    # No GPU, nothing on the node's disk but small scratch: the copy streams from the download into the upload.
+    assert not [r for r in copier["resources"]["limits"] if r.startswith("nvidia.com/")]
+    assert [v["emptyDir"]["sizeLimit"] for v in spec["volumes"] if "emptyDir" in v] == ["1Gi", "1Gi"]
+    assert copier["securityContext"]["readOnlyRootFilesystem"] and spec["securityContext"]["runAsNonRoot"]
+    assert copier["command"] == ["python3", "/opt/mirror-runner/mirror_runner.py"]
+    assert spec["restartPolicy"] == "Never" and job["spec"]["activeDeadlineSeconds"] == MIRROR_DEADLINE_FLOOR_SECONDS
+    # The runner it runs is the project's file.
+    runner_map = prod.k8s("ConfigMap", "mirror-runner", MIRROR_NAMESPACE)
+    assert runner_map["data"]["mirror_runner.py"] == RUNNER_SOURCE.read_text()
+
+
+def test_servers_wait_for_their_revisions_job_and_pulumi_waits_for_the_job(prod):
+    records = {(r.type, r.name): r for r in prod.records}
+    job_urns = {name: r.urn for (kind, name), r in records.items() if kind == JOB and name.startswith("weight-mirror-")}
+    job_of = {
+        job["metadata"]["annotations"]["inference.platform/mirrors"]: job["metadata"]["name"] for job in jobs(prod).values()
+    }
+    waits = {
+        ("kubernetes:apps/v1:Deployment", "llama-70b-v1-deployment"): LLAMA_70B,
+        ("kubernetes:apps/v1:Deployment", "llama-1b-v1-deployment"): LLAMA_1B,
+    }
+    for key, source in waits.items():
+        assert job_urns[f"weight-mirror-{job_of[source]}"] in records[key].dependencies, key
+    # pulumi-kubernetes holds a Job's creation until it completes (10 minutes unless told): longer than its deadline.
+    for name, urn in job_urns.items():
+        record = next(r for r in prod.records if r.urn == urn)
+        assert int(record.custom_timeouts["create"].removesuffix("s")) > MIRROR_DEADLINE_FLOOR_SECONDS, name
+
+
+def test_each_tenant_writes_only_its_prefix_and_its_servers_read_only_their_repository(prod):
+    def policy(name: str) -> dict:
+        return json.loads(prod.one("aws:iam/rolePolicy:RolePolicy", name)["inputs"]["policy"])
+
+    for tenant in ("serving", "team-a"):
+        statements = policy(f"weight-mirror-{tenant}-identity-policy")["Statement"]
+        assert {r for s in statements for r in [s["Resource"]]} == {f"arn:aws:s3:::{BUCKET}/{tenant}/*", f"arn:aws:s3:::{BUCKET}"}
+        (listing,) = [s for s in statements if s["Action"] == ["s3:ListBucket"]]
+        assert listing["Condition"]["StringLike"]["s3:prefix"] == [f"{tenant}/*"]
+    reads = policy("llama-1b-weights-identity-policy")["Statement"]
+    assert [s["Resource"] for s in reads if s["Action"] == ["s3:GetObject"]] == [
+        f"arn:aws:s3:::{BUCKET}/team-a/meta-llama/Llama-3.2-1B-Instruct/*"
+    ]
+    association = prod.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "weight-mirror-team-a-identity-association")
+    assert (association["inputs"]["namespace"], association["inputs"]["serviceAccount"]) == (MIRROR_NAMESPACE, "mirror-team-a")
+
+
+def test_the_bucket_is_private_encrypted_tls_only_and_cleans_up_abandoned_uploads(prod):
+    assert prod.one("aws:s3/bucket:Bucket", "weight-mirror-bucket")["inputs"]["bucket"] == BUCKET
+    block = prod.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "weight-mirror-public-access-block")["inputs"]
+    assert all(block[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
+    ownership = prod.one("aws:s3/bucketOwnershipControls:BucketOwnershipControls", "weight-mirror-ownership")["inputs"]
+    assert ownership["rule"]["objectOwnership"] == "BucketOwnerEnforced"
+    (deny,) = json.loads(prod.one("aws:s3/bucketPolicy:BucketPolicy", "weight-mirror-tls-only")["inputs"]["policy"])["Statement"]
+    assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    lifecycle = prod.one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration", "weight-mirror-lifecycle")["inputs"]
+    assert lifecycle["rules"][0]["abortIncompleteMultipartUpload"] == {"daysAfterInitiation": 1}
+    endpoint = prod.one("aws:ec2/vpcEndpoint:VpcEndpoint", "weight-mirror-s3-gateway-endpoint")["inputs"]
+    assert endpoint["vpcEndpointType"] == "Gateway" and endpoint["serviceName"] == "com.amazonaws.us-east-1.s3"
+    assert endpoint["routeTableIds"] == raw_stack("prod")["weightMirror"]["s3GatewayEndpoint"]["routeTableIds"]
+
+
+def test_an_existing_bucket_is_not_created(prod_raw):
+    prod_raw["weightMirror"] = {"bucket": "someone-elses-weights", "create": False}
+    evaluated = Evaluated(prod_raw)
+    assert evaluated.of_type("aws:s3/bucket:Bucket") == [] and evaluated.of_type("aws:ec2/vpcEndpoint:VpcEndpoint") == []
+    assert all(
+        env["value"].startswith("s3://someone-elses-weights/")
+        for job in evaluated.manifests()
+        if job["kind"] == "Job" and job["metadata"]["namespace"] == MIRROR_NAMESPACE
+        for env in job["spec"]["template"]["spec"]["containers"][0]["env"]
+        if env["name"] == "MIRROR_DESTINATION"
+    )
+
+
+def test_the_mirror_namespace_is_restricted_and_opens_only_its_egress(prod):
+    namespace = prod.k8s("Namespace", MIRROR_NAMESPACE)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    policies = {
+        p["metadata"]["name"]: p["spec"]
+        for p in prod.manifests()
+        if p["kind"] == "NetworkPolicy" and p["metadata"]["namespace"] == MIRROR_NAMESPACE
+    }
+    assert set(policies) == {
+        "default-deny-ingress",
+        "default-deny-egress",
+        "allow-dns-egress",
+        "allow-pod-identity-egress",
+        "allow-https-egress",
+    }
+    assert all(spec["policyTypes"] == ["Egress"] for name, spec in policies.items() if name != "default-deny-ingress")
+
+
+def test_without_a_mirror_nothing_of_it_is_declared(prod_raw):
+    prod_raw.pop("weightMirror")
+    for pool in prod_raw["nodePools"]:
+        pool["weightCache"] = {"medium": "instanceStore"}
+    evaluated = Evaluated(prod_raw)
+    assert not [j for j in evaluated.of_type(JOB) if j["name"].startswith("weight-mirror")] and not [
+        m for m in evaluated.manifests() if m["metadata"].get("namespace") == MIRROR_NAMESPACE
+    ]
+
+
+# --- config errors --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mirror, key, says",
+    [
+        ({"bucket": "Has_Upper"}, "weightMirror.bucket", "is not an S3 bucket name"),
+        ({"bucket": "dots.in.name"}, "weightMirror.bucket", "no dots"),
+        (
+            {"bucket": "ok-bucket", "s3GatewayEndpoint": {"routeTableIds": ["subnet-0abc12345"]}},
+            "weightMirror.s3GatewayEndpoint.routeTableIds[0]",
+            "is not a route table ID",
+        ),
+        (
+            {"bucket": "ok-bucket", "s3GatewayEndpoint": {"routeTableIds": []}},
+            "weightMirror.s3GatewayEndpoint.routeTableIds",
+            "at least 1",
+        ),
+        ({"bucket": "ok-bucket", "region": "us-east-1"}, "weightMirror.region", "unknown key 'region'"),
+    ],
+)
+def test_a_bad_mirror_key_is_named(prod_raw, mirror, key, says):
+    prod_raw["weightMirror"] = mirror
+    (problem,) = config_problems(prod_raw)
+    assert problem.startswith(f"inference-platform:{key}: ") and says in problem, problem
+
+
+def test_a_mirror_on_an_existing_cluster_is_refused_with_exit_2(tmp_path):
+    raw = raw_stack("dev")
+    raw["weightMirror"] = {"bucket": "dev-weights"}
+    out = tmp_path / "out"
+    result = run_preview("--stack", "test", "--config-file", str(write_stack(tmp_path, raw)), "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    assert "inference-platform:weightMirror: needs cluster.mode 'eks'" in result.stderr
+    assert "Traceback" not in result.stderr and not out.exists()
+
+
+# --- the runner -----------------------------------------------------------------------------
+
+LLAMA_LISTING = [
+    runner.RepoEntry(".gitattributes", 1519, None),
+    runner.RepoEntry("LICENSE", 7627, None),
+    runner.RepoEntry("config.json", 855, None),
+    runner.RepoEntry("generation_config.json", 184, None),
+    *(runner.RepoEntry(f"model-{i:05d}-of-00004.safetensors", 4_976_698_672, "ab" * 32) for i in range(1, 5)),
+    runner.RepoEntry("model.safetensors.index.json", 23950, None),
+    runner.RepoEntry("original/consolidated.00.pth", 16_060_617_592, "cd" * 32),
+    runner.RepoEntry("original/params.json", 199, None),
+    runner.RepoEntry("original/tokenizer.model", 2_183_982, "ef" * 32),
+    runner.RepoEntry("special_tokens_map.json", 296, None),
+    runner.RepoEntry("tokenizer.json", 9_085_657, "01" * 32),
+    runner.RepoEntry("tokenizer_config.json", 55351, None),
+    runner.RepoEntry("1_Pooling/config.json", 190, None),
+    runner.RepoEntry("onnx/model.onnx", 1_000_000, "23" * 32),
+    runner.RepoEntry("pytorch_model.bin", 16_000_000_000, "45" * 32),
+]
+
+
+def test_the_runner_copies_what_vllm_reads_from_the_folder():
+    chosen = [e.path for e in runner.files_to_copy(LLAMA_LISTING)]
+    assert chosen == [
+        ".gitattributes",
+        "LICENSE",
+        "config.json",
+        "generation_config.json",
+        *(f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5)),
+        "model.safetensors.index.json",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "1_Pooling/config.json",
+    ]
+    # A revision without safetensors at its top cannot stream: the Job fails at once, naming why.
+    with pytest.raises(SystemExit, match="no \\*.safetensors at its top"):
+        runner.files_to_copy([e for e in LLAMA_LISTING if not e.path.endswith(".safetensors")])
+
+
+def test_the_runner_checks_each_copy_against_hugging_faces_listing():
+    data = b"weights" * 1000
+    good = runner.RepoEntry("model.safetensors", len(data), hashlib.sha256(data).hexdigest())
+    reader = runner.HashingReader(io.BytesIO(data))
+    while reader.read(4096):
+        pass
+    assert runner.mismatch(good, reader) is None
+    assert "SHA-256" in (runner.mismatch(runner.RepoEntry("model.safetensors", len(data), "0" * 64), reader) or "")
+    assert runner.mismatch(runner.RepoEntry("x", 7001, None), reader) == "x: copied 7000 bytes, Hugging Face lists 7001"
+
+
+def test_the_runner_is_valid_python_and_finds_a_finished_copy_by_its_marker(tmp_path):
+    py_compile.compile(str(RUNNER_SOURCE), cfile=str(tmp_path / "runner.pyc"), doraise=True)
+    assert runner.split_s3_uri(copy_of(LLAMA_8B, "serving")) == (BUCKET, "serving/" + LLAMA_8B.replace("@", "/") + "/")
+    assert json.loads(runner.marker_text("org/name", "a" * 40)) == {"repo": "org/name", "revision": "a" * 40}
+
+
+def test_the_marker_is_never_inside_the_folder_vllm_streams():
+    config = parse_platform_config(raw_stack("prod"))
+    for revision in mirrored_revisions(config):
+        folder = f"{revision.copy.s3_uri}/{revision.revision}/"
+        assert marker_uri(revision) == folder.rstrip("/") + ".complete" and not marker_uri(revision).startswith(folder)
+
+
+@pytest.mark.upstream_source
+def test_the_runner_skips_exactly_the_weights_vllm_does_not_pull():
+    """vllm/config/model.py at 0.18.0 maybe_pull_model_tokenizer_for_runai: for an S3 model, every file but these
+    weight formats is pulled for the config and tokenizer; the runner skips the same formats (and copies the
+    top-level safetensors, which the streamer reads)."""
+    source = vllm_source("vllm/config/model.py")
+    body = source[source.index("def maybe_pull_model_tokenizer_for_runai") :]
+    ignored = re.search(r"ignore_pattern=\[([^\]]*)\]", body)
+    assert ignored is not None
+    patterns = re.findall(r'"\*(\.[a-z]+)"', ignored.group(1))
+    assert tuple(patterns) == runner.VLLM_IGNORED_SUFFIXES
+    assert set(runner.VLLM_IGNORED_SUFFIXES) <= set(runner.SKIPPED_SUFFIXES)
+
+
+@pytest.mark.upstream_source
+def test_the_runners_imports_are_in_the_vllm_image():
+    """requests is a requirement of vLLM 0.18.0 itself (requirements/common.txt); huggingface_hub comes with
+    transformers, boto3 with runai-model-streamer-s3 (tests/test_vllm_source.py checks both are in the image)."""
+    common = vllm_source("requirements/common.txt")
+    assert re.search(r"^requests\b", common, re.MULTILINE)
+    imported = set(re.findall(r"^ +(?:import|from) (\w+)", RUNNER_SOURCE.read_text(), re.MULTILINE))
+    assert imported == {"boto3", "requests", "huggingface_hub"}
+
+
+def test_prod_with_the_labeller_copies_its_ungated_model_without_a_token():
+    evaluated = Evaluated(prod_with_labeller_server(), secrets={"inference-platform:huggingFaceTokens": TOKENS})
+    (labeller,) = [j for j in jobs(evaluated).values() if j["metadata"]["labels"]["inference.platform/tenant"] == "team-b"]
+    assert "HF_TOKEN" not in {e["name"] for e in labeller["spec"]["template"]["spec"]["containers"][0]["env"]}
