@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..constants import LABEL_POOL, standard_labels
-from .pod import container_security_context, gpu_toleration
+from .pod import container_security_context, gpu_toleration, restricted_namespace
 
 PREPULL_NAMESPACE = "image-prepull"
 # Nobody: the image's own user is root, which `restricted` refuses.
@@ -25,19 +25,7 @@ PREPULL_RESOURCES = {"requests": {"cpu": "1m", "memory": "16Mi"}, "limits": {"cp
 
 
 def prepull_namespace() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": PREPULL_NAMESPACE,
-            "labels": {
-                **standard_labels(PREPULL_NAMESPACE, "image-prepull"),
-                "pod-security.kubernetes.io/enforce": "restricted",
-                "pod-security.kubernetes.io/audit": "restricted",
-                "pod-security.kubernetes.io/warn": "restricted",
-            },
-        },
-    }
+    return restricted_namespace(PREPULL_NAMESPACE, "image-prepull")
 
 
 def prepull_name(pool: str) -> str:

@@ -18,7 +18,7 @@ from platform_config.pins import AWS_CLI
 from platform_config.quantity import parse_quantity
 from platform_config.serving import MESH_PROXY_RESOURCES
 
-from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, VLLM_PORT
+from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, VLLM_PORT, standard_labels
 
 if TYPE_CHECKING:  # the plan imports the backends, which build their pods here
     from ..serving import ServerPlan
@@ -357,6 +357,24 @@ def container_security_context(user: int = RUN_AS) -> dict[str, Any]:
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def restricted_namespace(name: str, component: str) -> dict[str, Any]:
+    """A platform namespace whose pods must meet pod security `restricted` (enforced, audited and warned), like
+    every pod the builders here make: the image pre-pull's and the weight mirror's."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": {
+                **standard_labels(name, component),
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/audit": "restricted",
+                "pod-security.kubernetes.io/warn": "restricted",
+            },
+        },
     }
 
 

@@ -25,6 +25,7 @@ from .pod import (
     container_security_context,
     pinned_s3_uri,
     pod_security_context,
+    restricted_namespace,
 )
 from .tenancy import DEFAULT_DENY_EGRESS_POLICY, DEFAULT_DENY_POLICY, network_policy, outbound_policies
 
@@ -42,19 +43,7 @@ ANNOTATION_MIRROR_COPY = "inference.platform/mirror-copy"
 
 
 def mirror_namespace() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": MIRROR_NAMESPACE,
-            "labels": {
-                **standard_labels(MIRROR_NAMESPACE, COMPONENT),
-                "pod-security.kubernetes.io/enforce": "restricted",
-                "pod-security.kubernetes.io/audit": "restricted",
-                "pod-security.kubernetes.io/warn": "restricted",
-            },
-        },
-    }
+    return restricted_namespace(MIRROR_NAMESPACE, COMPONENT)
 
 
 def mirror_network_policies() -> list[dict[str, Any]]:
