@@ -3,9 +3,7 @@ service account, runner ConfigMap, LocalQueue and the Indexed Job Kueue admits s
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 
@@ -14,12 +12,8 @@ from .k8s_objects import KubernetesObject, custom_resource
 from .serving import BatchJobPlan
 from .specs.batch_job import job, runner_config_map
 from .specs.kueue import local_queue
+from .specs.s3_access import s3_policy
 from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
-
-
-def _bucket_prefix(uri: str) -> tuple[str, str]:
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    return bucket, prefix.strip("/")
 
 
 def batch_job_policy(plan: BatchJobPlan) -> str:
@@ -35,24 +29,7 @@ def batch_job_policy(plan: BatchJobPlan) -> str:
     for module in plan.lora.modules if plan.lora is not None else ():
         if module.source.s3_uri is not None:
             reads.append(f"{module.source.s3_uri.rstrip('/')}/{module.source.revision}")
-    statements: list[dict[str, Any]] = []
-
-    def allow(uri: str, actions: list[str]) -> None:
-        bucket, prefix = _bucket_prefix(uri)
-        statements.append({"Effect": "Allow", "Action": actions, "Resource": f"arn:aws:s3:::{bucket}/{prefix}/*"})
-        statements.append(
-            {
-                "Effect": "Allow",
-                "Action": ["s3:ListBucket"],
-                "Resource": f"arn:aws:s3:::{bucket}",
-                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*"]}},
-            }
-        )
-
-    for uri in reads:
-        allow(uri, ["s3:GetObject"])
-    allow(job_config.output, ["s3:GetObject", "s3:PutObject"])
-    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+    return s3_policy([*((uri, ["s3:GetObject"]) for uri in reads), (job_config.output, ["s3:GetObject", "s3:PutObject"])])
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,8 @@ read access to S3 weights."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 
@@ -18,29 +17,8 @@ from .model_server import ModelServer, ModelServerArgs, register
 from .serving import ModelPlan
 from .slo import ModelSlo, ModelSloArgs
 from .specs.dashboards import model_dashboard
+from .specs.s3_access import s3_policy
 from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
-
-
-def s3_read_policy(uris: list[str]) -> str:
-    statements: list[dict[str, Any]] = []
-    for uri in uris:
-        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-        statements.append(
-            {
-                "Effect": "Allow",
-                "Action": ["s3:GetObject"],
-                "Resource": f"arn:aws:s3:::{bucket}/{prefix.rstrip('/')}/*".replace("//*", "/*"),
-            }
-        )
-        statements.append(
-            {
-                "Effect": "Allow",
-                "Action": ["s3:ListBucket"],
-                "Resource": f"arn:aws:s3:::{bucket}",
-                "Condition": {"StringLike": {"s3:prefix": [f"{prefix.rstrip('/')}/*" if prefix else "*"]}},
-            }
-        )
-    return json.dumps({"Version": "2012-10-17", "Statement": statements})
 
 
 @dataclass(frozen=True)
@@ -61,6 +39,8 @@ class ModelArgs:
     inference_extension: pulumi.Resource | None = None
     # The gateway and the mesh: routes are useless before them.
     route_depends_on: tuple[pulumi.Resource, ...] = ()
+    # The weight mirror's Jobs by name: a server whose version is a copy waits for its own (ServerPlan.mirror_job).
+    mirror_jobs: Mapping[str, pulumi.Resource] = field(default_factory=dict)
 
 
 class Model(pulumi.ComponentResource):
@@ -75,7 +55,9 @@ class Model(pulumi.ComponentResource):
             account = plan.weights_service_account
             identity = WorkloadIdentity(
                 f"{name}-weights-identity",
-                WorkloadIdentityArgs(args.access, model.tenant, account, s3_read_policy(list(plan.s3_uris))),
+                WorkloadIdentityArgs(
+                    args.access, model.tenant, account, s3_policy((uri, ["s3:GetObject"]) for uri in plan.s3_uris)
+                ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             # With EKS Pod Identity, credentials are injected at pod admission only if the
@@ -105,7 +87,7 @@ class Model(pulumi.ComponentResource):
                 ModelServerArgs(
                     plan=server,
                     depends_on=args.depends_on,
-                    pod_depends_on=tuple(pod_depends),
+                    pod_depends_on=(*pod_depends, *([args.mirror_jobs[server.mirror_job]] if server.mirror_job else [])),
                     monitoring=args.monitoring,
                     autoscaler_depends_on=args.autoscaler_depends_on,
                     inference_extension=args.inference_extension,

@@ -57,7 +57,7 @@ from platform_config.serving import (
     time_sliced_memory_share,
     weights_service_account,
 )
-from platform_config.weight_mirror import mirrored_revisions, mirrored_source
+from platform_config.weight_mirror import hugging_face_revision, mirror_job_name, mirrored_revisions, mirrored_source
 
 from .backends import BACKENDS
 from .backends.deployment import version_host
@@ -146,6 +146,7 @@ def _server(
         lora=lora_limits(config, model),
         model_volume_size=model_volume_size(config, model),
         mirrored_from=configured.source if copy is not None else None,
+        mirror_job=mirror_job_name(model.tenant, *hugging_face_revision(configured)) if copy is not None else None,
     )
 
 

@@ -14,7 +14,6 @@ import pulumi_aws as aws
 
 from platform_config.capacity import batch_queue_report, capacity_report, pool_supply
 from platform_config.models import PlatformConfig
-from platform_config.pins import VLLM
 
 from .batch_job import BatchJob, BatchJobArgs
 from .cluster import Cluster
@@ -135,7 +134,6 @@ class InferencePlatform(pulumi.ComponentResource):
                     WeightMirrorArgs(
                         mirror=config.weight_mirror,
                         revisions=plan.mirrored_revisions,
-                        image=VLLM.image,
                         access=access,
                         region=region,
                         vpc_id=cluster.vpc_id,
@@ -248,14 +246,13 @@ class InferencePlatform(pulumi.ComponentResource):
                             *priority_classes.classes,
                             *(r for name in sorted(backend.machinery) for r in pod_machinery.get(name, [])),
                             *tenant.workload_prerequisites,
-                            # Its versions' copies in the weight mirror, complete.
-                            *(mirror.jobs_for(model.name) if mirror is not None else ()),
                         ),
                         monitoring=monitoring.release if monitoring is not None else None,
                         autoscaler_depends_on=tuple(
                             r for name in sorted(backend.machinery) for r in autoscaler_machinery.get(name, [])
                         ),
                         route_depends_on=(routing,),
+                        mirror_jobs=mirror.jobs if mirror is not None else {},
                     ),
                     opts=child,
                 )

@@ -291,6 +291,8 @@ class ServerPlan:
     # The Hugging Face revision `version.source` is the weight mirror's copy of (platform_config/weight_mirror.py);
     # None where the version is served from its own source.
     mirrored_from: ModelSource | None = None
+    # The weight mirror's Job that copies it, which its pods wait for (platform_config/weight_mirror.py).
+    mirror_job: str | None = None
 
     @property
     def tensor_parallel_size(self) -> int:

@@ -1,7 +1,7 @@
 """The weight mirror (`weightMirror`): the S3 bucket that holds a copy of every Hugging Face revision the streaming
 pools serve (private, owner-enforced, TLS-only, with abandoned multipart uploads cleaned up), the S3 gateway
 endpoint if the stack asks for one, and in the `model-weights` namespace one Job per revision that writes its copy
-(components/specs/weight_mirror.py). Servers of a mirrored version wait for its Job (`jobs_for`)."""
+(components/specs/weight_mirror.py). A server of a mirrored version waits for its Job (`jobs`, by name)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,6 @@ JOB_AWAIT_MARGIN_SECONDS = 600
 class WeightMirrorArgs:
     mirror: WeightMirrorConfig
     revisions: tuple[MirroredRevision, ...]
-    # The image the Jobs run (the servers' vLLM image: python3, huggingface_hub, boto3).
-    image: str
     access: WorkloadAccess
     region: pulumi.Input[str]
     vpc_id: pulumi.Input[str]
@@ -85,22 +83,18 @@ class WeightMirror(pulumi.ComponentResource):
                 secret = specs.mirror_token_secret(tenant, args.hugging_face_tokens[tenant])
                 prerequisites.append(KubernetesObject(f"{name}-{tenant}-huggingface-token", secret, inside))
 
-        self._jobs: dict[str, list[pulumi.Resource]] = {}
+        self.jobs: dict[str, pulumi.Resource] = {}
         for revision in args.revisions:
-            job = KubernetesObject(
+            await_seconds = f"{revision.deadline_seconds + JOB_AWAIT_MARGIN_SECONDS}s"
+            self.jobs[revision.job_name] = KubernetesObject(
                 f"{name}-{revision.job_name}",
-                specs.mirror_job(revision, args.image, token=revision.tenant in args.hugging_face_tokens),
+                specs.mirror_job(revision, token=revision.tenant in args.hugging_face_tokens),
                 pulumi.ResourceOptions(
                     parent=self,
                     depends_on=[namespace, *prerequisites],
-                    custom_timeouts=pulumi.CustomTimeouts(
-                        create=f"{revision.deadline_seconds + JOB_AWAIT_MARGIN_SECONDS}s",
-                        update=f"{revision.deadline_seconds + JOB_AWAIT_MARGIN_SECONDS}s",
-                    ),
+                    custom_timeouts=pulumi.CustomTimeouts(create=await_seconds, update=await_seconds),
                 ),
             )
-            for model in revision.models:
-                self._jobs.setdefault(model, []).append(job)
         self.register_outputs(
             {
                 "bucket": mirror.bucket,
@@ -110,15 +104,16 @@ class WeightMirror(pulumi.ComponentResource):
             }
         )
 
-    def jobs_for(self, model: str) -> tuple[pulumi.Resource, ...]:
-        """The Jobs whose copies the model's servers read: its pods wait for them."""
-        return tuple(self._jobs.get(model, ()))
-
     def _bucket(self, name: str, bucket_name: str, tags: dict[str, str]) -> None:
-        child = pulumi.ResourceOptions(parent=self)
-        bucket = aws.s3.Bucket(f"{name}-bucket", bucket=bucket_name, tags=tags, opts=child)
+        # Kept when the stack drops it: the copies are data, and S3 refuses to delete a bucket that holds objects.
+        bucket = aws.s3.Bucket(
+            f"{name}-bucket",
+            bucket=bucket_name,
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+        )
         after = pulumi.ResourceOptions(parent=self, depends_on=[bucket])
-        aws.s3.BucketPublicAccessBlock(
+        public_access_block = aws.s3.BucketPublicAccessBlock(
             f"{name}-public-access-block",
             bucket=bucket.id,
             block_public_acls=True,
@@ -178,5 +173,6 @@ class WeightMirror(pulumi.ComponentResource):
                     ],
                 }
             ),
-            opts=after,
+            # S3 answers 409 OperationAborted to a bucket policy put while the public access block is being set.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[bucket, public_access_block]),
         )

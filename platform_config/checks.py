@@ -70,6 +70,7 @@ from .serving import (
     server_name,
     time_sliced_memory_share,
 )
+from .weight_mirror import mirrored_source
 
 Check = Callable[[PlatformConfig], Iterable[ConfigIssue]]
 
@@ -648,11 +649,11 @@ def check_streamed_weights_come_from_s3(config: PlatformConfig) -> Iterator[Conf
     the registry resolved it (platform_config/loader.py runs the checks again)."""
     pool_index = {p.name: i for i, p in enumerate(config.node_pools)}
     for m_index, model, pool in _placed_models(config):
-        if not streams_weights(pool) or config.weight_mirror is not None:
+        if not streams_weights(pool):
             continue
         for v_index, version in enumerate(model.versions):
             source = version.source
-            if source.s3_uri is not None or source.mlflow is not None:
+            if source.s3_uri is not None or source.mlflow is not None or mirrored_source(config, model, version):
                 continue
             yield ConfigIssue(
                 ("models", m_index, "versions", v_index, "source"),

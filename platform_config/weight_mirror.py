@@ -10,7 +10,6 @@ Region's S3 at the stream's rate (platform_config/cold_start.py), never from Hug
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 import re
@@ -19,14 +18,18 @@ from decimal import Decimal
 
 from .cold_start import GBIT, INTERNET_GATEWAY_SMALL_GBPS, pool_named, streams_weights, weights_bytes
 from .models import ModelConfig, ModelSource, ModelVersion, PlatformConfig, WeightMirrorConfig
+from .pins import VLLM
+from .serving import running_versions
 
-# The platform's namespace where the mirror Jobs run: outside the tenants' quotas, on the system nodes.
+# The platform's namespace where the mirror Jobs run: outside the tenants' quotas.
 MIRROR_NAMESPACE = "model-weights"
-# A Job copies from Hugging Face through the NAT or internet gateway (5 Gbit/s per flow, and at most 5 Gbit/s below
-# 32 vCPUs: EC2 User Guide, "Amazon EC2 instance network bandwidth"), one file at a time: its deadline allows this
-# many times the copy at that rate, and never less than MIRROR_DEADLINE_FLOOR_SECONDS.
+# A Job copies one file at a time from Hugging Face through the NAT or internet gateway: one flow, which AWS caps at
+# 5 Gbit/s outside a placement group (EC2 User Guide, "Amazon EC2 instance network bandwidth"). Its deadline allows
+# this many times the copy at that rate, and never less than MIRROR_DEADLINE_FLOOR_SECONDS.
 MIRROR_DEADLINE_FACTOR = 4
 MIRROR_DEADLINE_FLOOR_SECONDS = 3600
+# Kubernetes names a Job's pods' `job-name` label after it: a DNS label of at most 63 characters.
+JOB_NAME_MAX = 63
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,23 @@ class MirroredRevision:
     copy: ModelSource
     job_name: str
     weights_bytes: Decimal
-    # The models whose servers read it (their pods wait for the Job).
+    # The models whose servers read it, in config order.
     models: tuple[str, ...]
+    # The GPU pool whose nodes run the Job (`copy_pool`), and the image it runs (the pinned vLLM image, which the
+    # pool's nodes pre-pull for its servers and which has the runner's modules).
+    pool: str
+    image: str
+
+    @property
+    def folder(self) -> str:
+        """The copy's folder, which its servers stream: `s3://<bucket>/<tenant>/<org>/<name>/<revision>/`."""
+        return f"{self.copy.s3_uri}/{self.revision}/"
+
+    @property
+    def marker(self) -> str:
+        """Where the Job records a finished copy: beside the folder, never in it, because vLLM 0.18.0 pulls every file
+        of the folder that is not a weight (vllm/config/model.py maybe_pull_model_tokenizer_for_runai)."""
+        return f"{self.copy.s3_uri}/{self.revision}.complete"
 
     @property
     def deadline_seconds(self) -> int:
@@ -67,41 +85,54 @@ def mirrored_source(config: PlatformConfig, model: ModelConfig, version: ModelVe
     )
 
 
+def hugging_face_revision(version: ModelVersion) -> tuple[str, str]:
+    """A mirrored version's repository and commit (mirrored_source copies pinned Hugging Face versions only)."""
+    source = version.source
+    assert source.huggingface is not None and source.revision is not None, f"{version.name}: not a Hugging Face version"
+    return source.huggingface, source.revision
+
+
 def mirror_job_name(tenant: str, repo: str, revision: str) -> str:
     """A DNS label naming the copy (tenant, repository, revision): the same copy keeps its Job across changes of the
     models that read it, and a new revision is a new Job (a Job's pod template cannot change)."""
     digest = hashlib.sha256(f"{tenant}/{repo}@{revision}".encode()).hexdigest()[:8]
-    name = re.sub(r"[^a-z0-9]+", "-", repo.split("/")[-1].lower()).strip("-")[:34].strip("-")
-    return f"{tenant[:12].strip('-')}-{name}-{revision[:7]}-{digest}"
+    suffix = f"-{revision[:7]}-{digest}"
+    readable = re.sub(r"[^a-z0-9]+", "-", f"{tenant}-{repo.split('/')[-1]}".lower())
+    return readable[: JOB_NAME_MAX - len(suffix)].strip("-") + suffix
+
+
+def copy_pool(config: PlatformConfig, models: tuple[str, ...]) -> str:
+    """The pool a copy's Job runs on: the first of its readers' pools that keeps nodes up (`minSize` > 0), where the
+    vLLM image is already pulled and no node starts for the copy alone; else the first reader's pool, which starts a
+    node its servers need next anyway. Not the system nodes: their disk (EKS's default 20 GiB) has no room for the
+    image."""
+    pools = [pool_named(config, next(m.pool for m in config.models if m.name == name)) for name in models]
+    return next((p.name for p in pools if p.min_size > 0), pools[0].name)
 
 
 def mirrored_revisions(config: PlatformConfig) -> tuple[MirroredRevision, ...]:
     """Every revision the running versions read from the mirror, once per tenant, in config order."""
-    found: dict[tuple[str, str, str], MirroredRevision] = {}
+    found: dict[tuple[str, str, str], tuple[ModelSource, Decimal, tuple[str, ...]]] = {}
     for model in config.models:
-        running = {model.release.stable, model.release.canary}
+        running = set(running_versions(model))
         for version in model.versions:
             copy = mirrored_source(config, model, version)
             if version.name not in running or copy is None:
                 continue
-            repo, revision = version.source.huggingface, version.source.revision
-            assert repo is not None and revision is not None  # mirrored_source copies pinned Hugging Face versions only
-            key = (model.tenant, repo, revision)
-            known = found.get(key)
-            if known is not None:
-                found[key] = dataclasses.replace(
-                    known,
-                    weights_bytes=max(known.weights_bytes, weights_bytes(model)),
-                    models=tuple(dict.fromkeys((*known.models, model.name))),
-                )
-                continue
-            found[key] = MirroredRevision(
-                tenant=model.tenant,
-                repo=repo,
-                revision=revision,
-                copy=copy,
-                job_name=mirror_job_name(*key),
-                weights_bytes=weights_bytes(model),
-                models=(model.name,),
-            )
-    return tuple(found.values())
+            key = (model.tenant, *hugging_face_revision(version))
+            _, size, models = found.get(key, (copy, Decimal(0), ()))
+            found[key] = (copy, max(size, weights_bytes(model)), tuple(dict.fromkeys((*models, model.name))))
+    return tuple(
+        MirroredRevision(
+            tenant=tenant,
+            repo=repo,
+            revision=revision,
+            copy=copy,
+            job_name=mirror_job_name(tenant, repo, revision),
+            weights_bytes=size,
+            models=models,
+            pool=copy_pool(config, models),
+            image=VLLM.image,
+        )
+        for (tenant, repo, revision), (copy, size, models) in found.items()
+    )

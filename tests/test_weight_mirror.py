@@ -13,12 +13,13 @@ import re
 import pytest
 
 from components.mirror_runner import mirror_runner as runner
-from components.specs.weight_mirror import RUNNER_SOURCE, marker_uri
+from components.specs.weight_mirror import RUNNER_SOURCE, mirror_write_policy
 from platform_config import parse_platform_config
 from platform_config.cold_start import cold_start, streams_weights
 from platform_config.weight_mirror import (
     MIRROR_DEADLINE_FLOOR_SECONDS,
     MIRROR_NAMESPACE,
+    copy_pool,
     mirror_job_name,
     mirrored_revisions,
 )
@@ -92,11 +93,28 @@ def test_each_revision_is_copied_once_per_tenant():
     assert tenants == ["serving", "team-a"]
 
 
-def test_job_names_are_dns_labels_that_change_with_the_revision():
-    name = mirror_job_name("a-very-long-tenant", "org/A.Model_Name-With-Many-Parts-And-Then-Some", "f" * 40)
+@pytest.mark.parametrize(
+    "tenant, repo",
+    [
+        ("analytics-team", "meta-llama/Llama-3.1-Nemotron-70B-Instruct-HF"),
+        ("a" * 30, "org/" + "x" * 96),
+        ("serving", "meta-llama/Llama-3.1-70B-Instruct"),
+    ],
+)
+def test_job_names_are_dns_labels_that_change_with_the_revision(tenant, repo):
+    name = mirror_job_name(tenant, repo, "f" * 40)
     assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
-    assert mirror_job_name("serving", "org/model", "a" * 40) != mirror_job_name("serving", "org/model", "b" * 40)
-    assert mirror_job_name("serving", "org/model", "a" * 40) != mirror_job_name("team-a", "org/model", "a" * 40)
+    assert name != mirror_job_name(tenant, repo, "e" * 40)
+    assert name != mirror_job_name(tenant + "x", repo, "f" * 40)
+
+
+def test_the_copy_runs_on_a_pool_that_serves_it_and_keeps_nodes_up():
+    config = parse_platform_config(raw_stack("prod"))
+    # The 8B's copy: read on h100 (2 nodes at least) and l4-batch (none at rest): h100, where no node starts for it.
+    assert copy_pool(config, ("llama-8b-batch", "llama-8b")) == "h100"
+    # Read only on l4-batch: its first node starts for the copy, which the servers would start next.
+    assert copy_pool(config, ("llama-8b-batch",)) == "l4-batch"
+    assert {r.pool for r in mirrored_revisions(config)} == {"h100"}
 
 
 def test_a_pool_that_caches_its_weights_downloads_them_itself(prod_raw):
@@ -118,7 +136,7 @@ def test_the_70b_on_p5_starts_in_under_five_minutes_from_the_mirror():
 # --- the objects ----------------------------------------------------------------------------
 
 
-def test_a_job_copies_each_revision_on_a_system_node_with_its_tenants_role(prod):
+def test_a_job_copies_each_revision_on_a_gpu_node_without_a_gpu_with_its_tenants_role(prod):
     found = jobs(prod)
     assert set(found) == {LLAMA_70B, LLAMA_8B, LLAMA_1B}
     job = found[LLAMA_70B]
@@ -131,34 +149,53 @@ def test_a_job_copies_each_revision_on_a_system_node_with_its_tenants_role(prod)
     assert marker == copy_of(LLAMA_70B, "serving").rstrip("/") + ".complete"
     assert not marker.startswith(copy_of(LLAMA_70B, "serving"))
     assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "huggingface-token-serving", "key": "token"}
-    assert spec["serviceAccountName"] == "mirror-serving" and spec["nodeSelector"] == {"inference.platform/pool": "system"}
-    # No GPU, nothing on the node's disk but small scratch: the copy streams from the download into the upload.
+    assert spec["serviceAccountName"] == "mirror-serving"
+    # On the h100 pool, whose nodes pre-pull the image it runs (the system nodes' 20 GiB disk has no room for it),
+    # asking for no GPU.
+    assert spec["nodeSelector"] == {"inference.platform/pool": "h100"}
+    assert [t["key"] for t in spec["tolerations"]] == ["nvidia.com/gpu"]
+    prepulled = prod.k8s("DaemonSet", "prepull-h100", "image-prepull")["spec"]["template"]["spec"]["containers"]
+    assert copier["image"] in {c["image"] for c in prepulled}
     assert not [r for r in copier["resources"]["limits"] if r.startswith("nvidia.com/")]
+    # Nothing on the node's disk but scratch: the copy streams from the download into the upload.
     assert [v["emptyDir"]["sizeLimit"] for v in spec["volumes"] if "emptyDir" in v] == ["1Gi", "1Gi"]
     assert copier["securityContext"]["readOnlyRootFilesystem"] and spec["securityContext"]["runAsNonRoot"]
     assert copier["command"] == ["python3", "/opt/mirror-runner/mirror_runner.py"]
     assert spec["restartPolicy"] == "Never" and job["spec"]["activeDeadlineSeconds"] == MIRROR_DEADLINE_FLOOR_SECONDS
-    # The runner it runs is the project's file.
+    # A revision that can never stream fails the Job at once rather than three more times.
+    (rule,) = job["spec"]["podFailurePolicy"]["rules"]
+    assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [runner.PERMANENT_FAILURE_EXIT_CODE]
+    # The runner it runs is the project's file, and a new runner is a new pod template (the Job is replaced).
     runner_map = prod.k8s("ConfigMap", "mirror-runner", MIRROR_NAMESPACE)
     assert runner_map["data"]["mirror_runner.py"] == RUNNER_SOURCE.read_text()
+    digest = job["spec"]["template"]["metadata"]["annotations"]["inference.platform/mirror-runner-sha256"]
+    assert hashlib.sha256(RUNNER_SOURCE.read_bytes()).hexdigest().startswith(digest)
 
 
-def test_servers_wait_for_their_revisions_job_and_pulumi_waits_for_the_job(prod):
-    records = {(r.type, r.name): r for r in prod.records}
-    job_urns = {name: r.urn for (kind, name), r in records.items() if kind == JOB and name.startswith("weight-mirror-")}
-    job_of = {
-        job["metadata"]["annotations"]["inference.platform/mirrors"]: job["metadata"]["name"] for job in jobs(prod).values()
+def test_each_server_waits_for_its_own_revisions_job_and_pulumi_waits_for_the_job(prod):
+    job_urns = {
+        job["metadata"]["annotations"]["inference.platform/mirrors"]: next(
+            r.urn for r in prod.records if r.type == JOB and r.name == f"weight-mirror-{job['metadata']['name']}"
+        )
+        for job in jobs(prod).values()
     }
-    waits = {
+    servers = {
         ("kubernetes:apps/v1:Deployment", "llama-70b-v1-deployment"): LLAMA_70B,
         ("kubernetes:apps/v1:Deployment", "llama-1b-v1-deployment"): LLAMA_1B,
+        ("kubernetes:serving.knative.dev/v1:Service", "llama-8b-v1-knative-service"): LLAMA_8B,
+        ("kubernetes:serving.knative.dev/v1:Service", "llama-8b-v2-knative-service"): LLAMA_8B,
+        ("kubernetes:serving.knative.dev/v1:Service", "llama-8b-batch-v1-knative-service"): LLAMA_8B,
     }
-    for key, source in waits.items():
-        assert job_urns[f"weight-mirror-{job_of[source]}"] in records[key].dependencies, key
+    for (kind, name), source in servers.items():
+        (record,) = [r for r in prod.records if r.type == kind and r.name == name]
+        waits = {s for s, urn in job_urns.items() if urn in record.dependencies}
+        assert waits == {source}, name
     # pulumi-kubernetes holds a Job's creation until it completes (10 minutes unless told): longer than its deadline.
-    for name, urn in job_urns.items():
-        record = next(r for r in prod.records if r.urn == urn)
-        assert int(record.custom_timeouts["create"].removesuffix("s")) > MIRROR_DEADLINE_FLOOR_SECONDS, name
+    for job in jobs(prod).values():
+        (record,) = [r for r in prod.records if r.type == JOB and r.name == f"weight-mirror-{job['metadata']['name']}"]
+        deadline = job["spec"]["activeDeadlineSeconds"]
+        assert int(record.custom_timeouts["create"].removesuffix("s")) > deadline
+        assert record.custom_timeouts["create"] == record.custom_timeouts["update"]
 
 
 def test_each_tenant_writes_only_its_prefix_and_its_servers_read_only_their_repository(prod):
@@ -167,6 +204,7 @@ def test_each_tenant_writes_only_its_prefix_and_its_servers_read_only_their_repo
 
     for tenant in ("serving", "team-a"):
         statements = policy(f"weight-mirror-{tenant}-identity-policy")["Statement"]
+        assert {"s3:PutObject", "s3:AbortMultipartUpload"} <= set(statements[0]["Action"])
         assert {r for s in statements for r in [s["Resource"]]} == {f"arn:aws:s3:::{BUCKET}/{tenant}/*", f"arn:aws:s3:::{BUCKET}"}
         (listing,) = [s for s in statements if s["Action"] == ["s3:ListBucket"]]
         assert listing["Condition"]["StringLike"]["s3:prefix"] == [f"{tenant}/*"]
@@ -197,13 +235,14 @@ def test_an_existing_bucket_is_not_created(prod_raw):
     prod_raw["weightMirror"] = {"bucket": "someone-elses-weights", "create": False}
     evaluated = Evaluated(prod_raw)
     assert evaluated.of_type("aws:s3/bucket:Bucket") == [] and evaluated.of_type("aws:ec2/vpcEndpoint:VpcEndpoint") == []
-    assert all(
-        env["value"].startswith("s3://someone-elses-weights/")
+    destinations = [
+        env["value"]
         for job in evaluated.manifests()
         if job["kind"] == "Job" and job["metadata"]["namespace"] == MIRROR_NAMESPACE
         for env in job["spec"]["template"]["spec"]["containers"][0]["env"]
         if env["name"] == "MIRROR_DESTINATION"
-    )
+    ]
+    assert len(destinations) == 3 and all(d.startswith("s3://someone-elses-weights/") for d in destinations)
 
 
 def test_the_mirror_namespace_is_restricted_and_opens_only_its_egress(prod):
@@ -279,6 +318,7 @@ LLAMA_LISTING = [
     runner.RepoEntry("config.json", 855, None),
     runner.RepoEntry("generation_config.json", 184, None),
     *(runner.RepoEntry(f"model-{i:05d}-of-00004.safetensors", 4_976_698_672, "ab" * 32) for i in range(1, 5)),
+    runner.RepoEntry("consolidated.safetensors", 16_060_617_592, "cc" * 32),
     runner.RepoEntry("model.safetensors.index.json", 23950, None),
     runner.RepoEntry("original/consolidated.00.pth", 16_060_617_592, "cd" * 32),
     runner.RepoEntry("original/params.json", 199, None),
@@ -293,7 +333,8 @@ LLAMA_LISTING = [
 
 
 def test_the_runner_copies_what_vllm_reads_from_the_folder():
-    chosen = [e.path for e in runner.files_to_copy(LLAMA_LISTING)]
+    shards = {f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5)}
+    chosen = [e.path for e in runner.files_to_copy(LLAMA_LISTING, shards)]
     assert chosen == [
         ".gitattributes",
         "LICENSE",
@@ -306,9 +347,20 @@ def test_the_runner_copies_what_vllm_reads_from_the_folder():
         "tokenizer_config.json",
         "1_Pooling/config.json",
     ]
-    # A revision without safetensors at its top cannot stream: the Job fails at once, naming why.
-    with pytest.raises(SystemExit, match="no \\*.safetensors at its top"):
-        runner.files_to_copy([e for e in LLAMA_LISTING if not e.path.endswith(".safetensors")])
+    # Without an index every top-level safetensors is copied, as vLLM streams every one it lists.
+    assert "consolidated.safetensors" in [e.path for e in runner.files_to_copy(LLAMA_LISTING, None)]
+    # A revision without safetensors at its top, or whose index maps a missing file, cannot stream: the Job fails
+    # at once, naming why.
+    with pytest.raises(runner.PermanentFailure, match="no \\*.safetensors at its top"):
+        runner.files_to_copy([e for e in LLAMA_LISTING if not e.path.endswith(".safetensors")], None)
+    with pytest.raises(runner.PermanentFailure, match="model-00005-of-00004.safetensors"):
+        runner.files_to_copy(LLAMA_LISTING, shards | {"model-00005-of-00004.safetensors"})
+
+
+def test_the_runner_reads_the_shards_from_the_index():
+    weight_map = {"a.weight": "model-1.safetensors", "b.weight": "model-2.safetensors", "c.weight": "model-1.safetensors"}
+    index = {"metadata": {"total_size": 1}, "weight_map": weight_map}
+    assert runner.indexed_shards(json.dumps(index)) == {"model-1.safetensors", "model-2.safetensors"}
 
 
 def test_the_runner_checks_each_copy_against_hugging_faces_listing():
@@ -322,7 +374,7 @@ def test_the_runner_checks_each_copy_against_hugging_faces_listing():
     assert runner.mismatch(runner.RepoEntry("x", 7001, None), reader) == "x: copied 7000 bytes, Hugging Face lists 7001"
 
 
-def test_the_runner_is_valid_python_and_finds_a_finished_copy_by_its_marker(tmp_path):
+def test_the_runner_is_valid_python_and_knows_a_finished_copy_by_its_marker(tmp_path):
     py_compile.compile(str(RUNNER_SOURCE), cfile=str(tmp_path / "runner.pyc"), doraise=True)
     assert runner.split_s3_uri(copy_of(LLAMA_8B, "serving")) == (BUCKET, "serving/" + LLAMA_8B.replace("@", "/") + "/")
     assert json.loads(runner.marker_text("org/name", "a" * 40)) == {"repo": "org/name", "revision": "a" * 40}
@@ -331,8 +383,33 @@ def test_the_runner_is_valid_python_and_finds_a_finished_copy_by_its_marker(tmp_
 def test_the_marker_is_never_inside_the_folder_vllm_streams():
     config = parse_platform_config(raw_stack("prod"))
     for revision in mirrored_revisions(config):
-        folder = f"{revision.copy.s3_uri}/{revision.revision}/"
-        assert marker_uri(revision) == folder.rstrip("/") + ".complete" and not marker_uri(revision).startswith(folder)
+        assert revision.marker.endswith(".complete") and not revision.marker.startswith(revision.folder)
+        assert revision.folder == copy_of(f"{revision.repo}@{revision.revision}", revision.tenant)
+
+
+def test_the_mirror_role_allows_every_s3_call_the_runner_makes():
+    """Each boto3 call in the runner's source needs these actions (S3 API reference: ListObjectsV2 needs
+    s3:ListBucket; upload_fileobj's multipart upload PutObject, and AbortMultipartUpload when it fails)."""
+    needs = {
+        "list_objects_v2": {"s3:ListBucket"},
+        "get_object": {"s3:GetObject"},
+        "put_object": {"s3:PutObject"},
+        "delete_object": {"s3:DeleteObject"},
+        "upload_fileobj": {"s3:PutObject", "s3:AbortMultipartUpload"},
+    }
+    calls = set(re.findall(r"\bs3\.(\w+)\(", RUNNER_SOURCE.read_text()))
+    assert calls == set(needs)
+    config = parse_platform_config(raw_stack("prod"))
+    assert config.weight_mirror is not None
+    statements = json.loads(mirror_write_policy(config.weight_mirror, "serving"))["Statement"]
+    allowed = {action for s in statements for action in s["Action"]}
+    assert set().union(*needs.values()) <= allowed
+    # The marker's lookup lists a prefix the listing grant covers: the tenant's.
+    (listing,) = [s for s in statements if s["Action"] == ["s3:ListBucket"]]
+    for revision in mirrored_revisions(config):
+        if revision.tenant == "serving":
+            key = runner.split_s3_uri(revision.marker)[1]
+            assert any(re.fullmatch(p.replace("*", ".*"), key) for p in listing["Condition"]["StringLike"]["s3:prefix"])
 
 
 @pytest.mark.upstream_source
@@ -359,7 +436,8 @@ def test_the_runners_imports_are_in_the_vllm_image():
     assert imported == {"boto3", "requests", "huggingface_hub"}
 
 
-def test_prod_with_the_labeller_copies_its_ungated_model_without_a_token():
+def test_a_tenant_without_a_token_copies_without_one():
+    # team-b has no Hugging Face token (its labeller's model is not gated): its Job reads none.
     evaluated = Evaluated(prod_with_labeller_server(), secrets={"inference-platform:huggingFaceTokens": TOKENS})
     (labeller,) = [j for j in jobs(evaluated).values() if j["metadata"]["labels"]["inference.platform/tenant"] == "team-b"]
     assert "HF_TOKEN" not in {e["name"] for e in labeller["spec"]["template"]["spec"]["containers"][0]["env"]}

@@ -1,16 +1,18 @@
 """Copies one pinned Hugging Face revision into the weight mirror's S3 folder (platform_config/weight_mirror.py), file
-by file, from the download straight into a multipart upload: nothing lands on the node's disk, so the Job runs on
-any system node whatever the weights' size.
+by file, from the download straight into a multipart upload: nothing lands on the node's disk, whatever the
+weights' size.
 
 Runs in the platform's vLLM image, which has every module it imports: requests (vLLM 0.18.0's
-requirements/common.txt), huggingface_hub (through transformers) and boto3 (through runai-model-streamer-s3 0.15.7,
-which docker/Dockerfile's vllm-base stage installs for the streamer). Its environment (components/specs/
+requirements/common.txt), huggingface_hub (through transformers <5, which needs huggingface-hub >=0.34,<1.0: every
+call below exists with these arguments at 0.34.0) and boto3 (through runai-model-streamer-s3 0.15.7, which
+docker/Dockerfile's vllm-base stage installs for the streamer). Its environment (components/specs/
 weight_mirror.py mirror_job): MIRROR_REPO, MIRROR_REVISION, MIRROR_DESTINATION (s3://bucket/prefix/<revision>/),
 MIRROR_MARKER (s3://bucket/key written last), and HF_TOKEN for gated repositories.
 
 Safe to run again: a folder whose marker names the same repository and revision is complete, and the Job exits at
 once; an interrupted copy starts over, file by file. A file whose size or (for LFS files) SHA-256 differs from what
-Hugging Face lists is deleted and the Job fails.
+Hugging Face lists is deleted and the Job fails (and is retried). A revision vLLM cannot stream exits with
+PERMANENT_FAILURE_EXIT_CODE, which the Job's podFailurePolicy does not retry.
 """
 
 from __future__ import annotations
@@ -22,15 +24,22 @@ import sys
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-# What vLLM 0.18.0 reads from an S3 folder: the *.safetensors at its top (runai_model_streamer 0.15.7
-# safetensors_streamer.list_safetensors: "This function is not recursive"), and every other file but weights,
-# in any subfolder, for the config and tokenizer (vllm/config/model.py maybe_pull_model_tokenizer_for_runai pulls
-# everything but *.pt, *.safetensors, *.bin, *.tensors, *.pth). Other weight formats, safetensors in subfolders and
-# Meta's original checkpoint (`original/`) would be copied, and pulled by every replica, for nothing.
+# What vLLM 0.18.0 reads from an S3 folder: every *.safetensors at its top (runai_model_streamer 0.15.7
+# safetensors_streamer.list_safetensors: "This function is not recursive"; vLLM's runai_streamer_loader.py
+# _prepare_weights streams all it lists, without the index), and every other file but weights, in any subfolder, for
+# the config and tokenizer (vllm/config/model.py maybe_pull_model_tokenizer_for_runai pulls everything but *.pt,
+# *.safetensors, *.bin, *.tensors, *.pth). Other weight formats, safetensors in subfolders and Meta's original
+# checkpoint (`original/`) would be copied, and pulled by every replica, for nothing; and where the revision has a
+# safetensors index, only the files it maps are copied, or a consolidated checkpoint beside the shards (as some
+# repositories ship) would be streamed twice.
 VLLM_IGNORED_SUFFIXES = (".pt", ".safetensors", ".bin", ".tensors", ".pth")
 SKIPPED_SUFFIXES = (*VLLM_IGNORED_SUFFIXES, ".gguf", ".onnx", ".h5", ".msgpack", ".ckpt")
 SKIPPED_FOLDERS = ("original/",)
-# The multipart upload's part and how many parts are in flight: what the copy holds in memory.
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+# A revision that can never stream: the Job fails at once (components/specs/weight_mirror.py podFailurePolicy).
+PERMANENT_FAILURE_EXIT_CODE = 3
+# The multipart upload's part, how many are uploaded at once and how many may wait in memory (s3transfer buffers up
+# to max_in_memory_upload_chunks parts, 10 by default, plus one per reading thread: s3transfer/manager.py).
 PART_BYTES = 64 * 2**20
 UPLOAD_THREADS = 4
 DOWNLOAD_TIMEOUT_SECONDS = 60
@@ -45,18 +54,31 @@ class RepoEntry:
     sha256: str | None
 
 
-def wanted(path: str) -> bool:
-    """Whether vLLM reads the file from the mirror's folder."""
+class PermanentFailure(Exception):
+    """The revision cannot be streamed whatever the retries."""
+
+
+def wanted(path: str, shards: set[str] | None) -> bool:
+    """Whether vLLM reads the file from the mirror's folder; `shards`: the files the safetensors index maps, if any."""
     if path.endswith(".safetensors"):
-        return "/" not in path
+        return "/" not in path and (shards is None or path in shards)
     return not path.endswith(SKIPPED_SUFFIXES) and not path.startswith(SKIPPED_FOLDERS)
 
 
-def files_to_copy(entries: list[RepoEntry]) -> list[RepoEntry]:
-    """The revision's files vLLM reads, failing where it has no safetensors to stream at its top."""
-    chosen = [e for e in entries if wanted(e.path)]
-    if not any(e.path.endswith(".safetensors") for e in chosen):
-        raise SystemExit("the revision has no *.safetensors at its top: vLLM's Run:ai streamer loader reads only those")
+def indexed_shards(index_text: str) -> set[str]:
+    """The files a safetensors index (`weight_map`: tensor -> file) maps tensors to."""
+    return set(json.loads(index_text)["weight_map"].values())
+
+
+def files_to_copy(entries: list[RepoEntry], shards: set[str] | None) -> list[RepoEntry]:
+    """The revision's files vLLM reads, failing where it has no safetensors to stream at its top, or its index maps
+    tensors to files the revision does not have."""
+    chosen = [e for e in entries if wanted(e.path, shards)]
+    streamed = {e.path for e in chosen if e.path.endswith(".safetensors")}
+    if not streamed:
+        raise PermanentFailure("the revision has no *.safetensors at its top: vLLM's Run:ai streamer loader reads only those")
+    if shards is not None and shards - streamed:
+        raise PermanentFailure(f"{SAFETENSORS_INDEX} maps tensors to files the revision lacks: {sorted(shards - streamed)}")
     return chosen
 
 
@@ -106,26 +128,43 @@ def main() -> int:  # pragma: no cover - needs Hugging Face and S3; its parts ar
     marker_bucket, marker_key = split_s3_uri(os.environ["MIRROR_MARKER"])
     token = os.environ.get("HF_TOKEN") or None
     s3: Any = boto3.client("s3")
-    try:
+    # Listed first rather than read blindly: the role lists only under the tenant's prefix, so reading a missing key
+    # would answer AccessDenied, not NoSuchKey.
+    listed = s3.list_objects_v2(Bucket=marker_bucket, Prefix=marker_key, MaxKeys=1).get("Contents", [])
+    if any(item["Key"] == marker_key for item in listed):
         done = s3.get_object(Bucket=marker_bucket, Key=marker_key)["Body"].read().decode()
-    except s3.exceptions.NoSuchKey:
-        done = None
-    if done == marker_text(repo, revision):
-        print(f"{repo}@{revision} is already in s3://{bucket}/{prefix}")
-        return 0
+        if done == marker_text(repo, revision):
+            print(f"{repo}@{revision} is already in s3://{bucket}/{prefix}")
+            return 0
+    headers = build_hf_headers(token=token)
+
+    def download(path: str) -> Any:
+        response = requests.get(
+            hf_hub_url(repo, path, revision=revision), headers=headers, stream=True, timeout=DOWNLOAD_TIMEOUT_SECONDS
+        )
+        response.raise_for_status()
+        response.raw.decode_content = True
+        return response
+
     listing = HfApi(token=token).list_repo_tree(repo, revision=revision, recursive=True)
     entries = [
         RepoEntry(item.path, item.size, item.lfs.sha256 if item.lfs is not None else None)
         for item in listing
         if isinstance(item, RepoFile)
     ]
+    shards = None
+    if any(e.path == SAFETENSORS_INDEX for e in entries):
+        with download(SAFETENSORS_INDEX) as response:
+            shards = indexed_shards(response.text)
+    try:
+        chosen = files_to_copy(entries, shards)
+    except PermanentFailure as failure:
+        print(f"{repo}@{revision}: {failure}", file=sys.stderr)
+        return PERMANENT_FAILURE_EXIT_CODE
     transfer = TransferConfig(multipart_chunksize=PART_BYTES, max_concurrency=UPLOAD_THREADS)
-    headers = build_hf_headers(token=token)
-    for entry in files_to_copy(entries):
-        url = hf_hub_url(repo, entry.path, revision=revision)
-        with requests.get(url, headers=headers, stream=True, timeout=DOWNLOAD_TIMEOUT_SECONDS) as response:
-            response.raise_for_status()
-            response.raw.decode_content = True
+    transfer.max_in_memory_upload_chunks = UPLOAD_THREADS
+    for entry in chosen:
+        with download(entry.path) as response:
             reader = HashingReader(response.raw)
             s3.upload_fileobj(reader, bucket, prefix + entry.path, Config=transfer)
         problem = mismatch(entry, reader)

@@ -2,7 +2,7 @@
 `restricted` with the tenants' egress rules, per tenant a service account whose role writes only the tenant's part of
 the bucket and a copy of the tenant's Hugging Face token, and one Job per mirrored revision
 (platform_config/weight_mirror.py) that runs components/mirror_runner/mirror_runner.py in the vLLM image on a
-system node.
+node of a pool that serves it.
 
 Servers wait for their revision's Job (components/weight_mirror.py): pulumi-kubernetes holds a Job's creation until
 it completes, and a new revision is a new Job, so a version reaches its servers only once its folder is whole.
@@ -10,23 +10,25 @@ it completes, and a new revision is a new Job, so a version reaches its servers 
 
 from __future__ import annotations
 
-import json
+import hashlib
 from pathlib import Path
 from typing import Any
 
 from platform_config.models import WeightMirrorConfig
 from platform_config.weight_mirror import MIRROR_NAMESPACE, MirroredRevision, tenant_prefix
 
-from ..constants import LABEL_TENANT, SYSTEM_NODE_SELECTOR, standard_labels
+from ..constants import LABEL_POOL, LABEL_TENANT, standard_labels
+from ..mirror_runner.mirror_runner import PERMANENT_FAILURE_EXIT_CODE
 from .pod import (
     HF_TOKEN_KEY,
     HOME_DIR,
     aws_cli_env,
     container_security_context,
-    pinned_s3_uri,
+    gpu_toleration,
     pod_security_context,
     restricted_namespace,
 )
+from .s3_access import s3_policy
 from .tenancy import DEFAULT_DENY_EGRESS_POLICY, DEFAULT_DENY_POLICY, network_policy, outbound_policies
 
 RUNNER_SOURCE = Path(__file__).resolve().parent.parent / "mirror_runner" / "mirror_runner.py"
@@ -34,12 +36,14 @@ RUNNER_KEY = "mirror_runner.py"
 RUNNER_DIR = "/opt/mirror-runner"
 RUNNER_CONFIG_MAP = "mirror-runner"
 COMPONENT = "weight-mirror"
-# One file in flight: a 64 MiB part times four upload threads, the download's buffers and Python's own.
+# One file in flight: up to 4 parts of 64 MiB waiting and 5 being read (s3transfer's in-memory upload, with the
+# runner's max_in_memory_upload_chunks), about 576 MiB, the download's buffers and Python's own.
 MIRROR_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
 # A failed copy (a dropped download, a throttled upload) is tried again from the start of the revision.
 MIRROR_BACKOFF_LIMIT = 3
 ANNOTATION_MIRROR_SOURCE = "inference.platform/mirrors"
 ANNOTATION_MIRROR_COPY = "inference.platform/mirror-copy"
+ANNOTATION_RUNNER_DIGEST = "inference.platform/mirror-runner-sha256"
 
 
 def mirror_namespace() -> dict[str, Any]:
@@ -65,28 +69,11 @@ def mirror_token_secret_name(tenant: str) -> str:
 
 
 def mirror_write_policy(mirror: WeightMirrorConfig, tenant: str) -> str:
-    """The tenant's mirror role: read, write and clean up objects under the tenant's prefix only (a multipart upload
-    needs PutObject, and AbortMultipartUpload when it fails), and list that prefix (without it a missing marker
-    answers AccessDenied rather than NoSuchKey)."""
-    prefix = tenant_prefix(mirror, tenant).removeprefix(f"s3://{mirror.bucket}/")
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-                    "Resource": f"arn:aws:s3:::{mirror.bucket}/{prefix}/*",
-                },
-                {
-                    "Effect": "Allow",
-                    "Action": ["s3:ListBucket"],
-                    "Resource": f"arn:aws:s3:::{mirror.bucket}",
-                    "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*"]}},
-                },
-            ],
-        }
-    )
+    """The tenant's mirror role: under the tenant's prefix only, list (the marker's lookup), read (the marker), write
+    (a multipart upload needs PutObject, and AbortMultipartUpload when it fails) and delete (a copy that does not
+    match Hugging Face's listing)."""
+    actions = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+    return s3_policy([(tenant_prefix(mirror, tenant), actions)])
 
 
 def mirror_token_secret(tenant: str, token: Any) -> dict[str, Any]:
@@ -134,32 +121,30 @@ def runner_config_map() -> dict[str, Any]:
     }
 
 
-def marker_uri(revision: MirroredRevision) -> str:
-    """Where the Job records a finished copy: beside the revision's folder, never in it, because vLLM 0.18.0 pulls
-    every file of the folder that is not a weight (vllm/config/model.py maybe_pull_model_tokenizer_for_runai)."""
-    return f"{pinned_s3_uri(revision.copy).rstrip('/')}.complete"
+def runner_digest() -> str:
+    """The runner's content, on the Job's pod template: a new runner replaces the Jobs (a Job's template cannot change
+    in place), which the marker makes cheap where the copy is complete."""
+    return hashlib.sha256(RUNNER_SOURCE.read_bytes()).hexdigest()[:16]
 
 
-def mirror_job(revision: MirroredRevision, image: str, *, token: bool) -> dict[str, Any]:
-    """The Job that copies `revision` to its folder in the mirror, on a system node, with the tenant's mirror role
-    and, for gated repositories, the tenant's own Hugging Face token (`token`)."""
-    labels = standard_labels(revision.job_name, COMPONENT, **{LABEL_TENANT: revision.tenant})
+def mirror_job(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
+    """The Job that copies `revision` to its folder in the mirror, on a node of its pool (no GPU: the node has the
+    image pre-pulled, and room for it), with the tenant's mirror role and, for gated repositories, the tenant's own
+    Hugging Face token (`token`)."""
+    labels = standard_labels(revision.job_name, COMPONENT, **{LABEL_TENANT: revision.tenant, LABEL_POOL: revision.pool})
     env: list[dict[str, Any]] = [
         *aws_cli_env(),
         {"name": "MIRROR_REPO", "value": revision.repo},
         {"name": "MIRROR_REVISION", "value": revision.revision},
-        {"name": "MIRROR_DESTINATION", "value": pinned_s3_uri(revision.copy)},
-        {"name": "MIRROR_MARKER", "value": marker_uri(revision)},
+        {"name": "MIRROR_DESTINATION", "value": revision.folder},
+        {"name": "MIRROR_MARKER", "value": revision.marker},
         {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
         {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
     ]
     if token:
         secret = {"name": mirror_token_secret_name(revision.tenant), "key": HF_TOKEN_KEY}
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
-    annotations = {
-        ANNOTATION_MIRROR_SOURCE: f"{revision.repo}@{revision.revision}",
-        ANNOTATION_MIRROR_COPY: pinned_s3_uri(revision.copy),
-    }
+    annotations = {ANNOTATION_MIRROR_SOURCE: f"{revision.repo}@{revision.revision}", ANNOTATION_MIRROR_COPY: revision.folder}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -167,18 +152,28 @@ def mirror_job(revision: MirroredRevision, image: str, *, token: bool) -> dict[s
         "spec": {
             "backoffLimit": MIRROR_BACKOFF_LIMIT,
             "activeDeadlineSeconds": revision.deadline_seconds,
+            # A revision that cannot stream fails the same way every time: no retries for it.
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {"containerName": "copy", "operator": "In", "values": [PERMANENT_FAILURE_EXIT_CODE]},
+                    }
+                ]
+            },
             "template": {
-                "metadata": {"labels": labels, "annotations": annotations},
+                "metadata": {"labels": labels, "annotations": {**annotations, ANNOTATION_RUNNER_DIGEST: runner_digest()}},
                 "spec": {
                     "restartPolicy": "Never",
                     "serviceAccountName": mirror_service_account_name(revision.tenant),
                     "automountServiceAccountToken": False,
-                    "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
+                    "nodeSelector": {LABEL_POOL: revision.pool},
+                    "tolerations": [gpu_toleration()],
                     "securityContext": pod_security_context(),
                     "containers": [
                         {
                             "name": "copy",
-                            "image": image,
+                            "image": revision.image,
                             "command": ["python3", f"{RUNNER_DIR}/{RUNNER_KEY}"],
                             "env": env,
                             "resources": MIRROR_RESOURCES,
