@@ -112,7 +112,8 @@ class WeightMirror(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
         )
-        after = pulumi.ResourceOptions(parent=self, depends_on=[bucket])
+        # Its settings stay with it: a kept bucket must not lose its access block, encryption or TLS-only policy.
+        after = pulumi.ResourceOptions(parent=self, depends_on=[bucket], retain_on_delete=True)
         public_access_block = aws.s3.BucketPublicAccessBlock(
             f"{name}-public-access-block",
             bucket=bucket.id,
@@ -174,5 +175,5 @@ class WeightMirror(pulumi.ComponentResource):
                 }
             ),
             # S3 answers 409 OperationAborted to a bucket policy put while the public access block is being set.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[bucket, public_access_block]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[bucket, public_access_block], retain_on_delete=True),
         )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import py_compile
 import re
 
 import pytest
@@ -162,14 +161,40 @@ def test_a_job_copies_each_revision_on_a_gpu_node_without_a_gpu_with_its_tenants
     assert copier["securityContext"]["readOnlyRootFilesystem"] and spec["securityContext"]["runAsNonRoot"]
     assert copier["command"] == ["python3", "/opt/mirror-runner/mirror_runner.py"]
     assert spec["restartPolicy"] == "Never" and job["spec"]["activeDeadlineSeconds"] == MIRROR_DEADLINE_FLOOR_SECONDS
-    # A revision that can never stream fails the Job at once rather than three more times.
-    (rule,) = job["spec"]["podFailurePolicy"]["rules"]
-    assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [runner.PERMANENT_FAILURE_EXIT_CODE]
-    # The runner it runs is the project's file, and a new runner is a new pod template (the Job is replaced).
+    # The node's GPUs stay out of it, whatever the image's NVIDIA_VISIBLE_DEVICES.
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "void"
+    # An eviction costs no retry; what no retry mends (the runner's exit code for it) fails the Job at once.
+    evicted, permanent = job["spec"]["podFailurePolicy"]["rules"]
+    assert evicted == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert permanent["action"] == "FailJob" and permanent["onExitCodes"]["containerName"] == copier["name"]
+    assert permanent["onExitCodes"]["values"] == [runner.PERMANENT_FAILURE_EXIT_CODE]
+    # A Job left failed is replaced by the next `pulumi up`, not awaited again.
+    assert job["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"
+    # The runner it runs is the project's file.
     runner_map = prod.k8s("ConfigMap", "mirror-runner", MIRROR_NAMESPACE)
     assert runner_map["data"]["mirror_runner.py"] == RUNNER_SOURCE.read_text()
-    digest = job["spec"]["template"]["metadata"]["annotations"]["inference.platform/mirror-runner-sha256"]
-    assert hashlib.sha256(RUNNER_SOURCE.read_bytes()).hexdigest().startswith(digest)
+
+
+def test_a_new_runner_is_a_new_pod_template(tmp_path, monkeypatch):
+    from components.specs import weight_mirror as specs
+
+    revision = mirrored_revisions(parse_platform_config(raw_stack("prod")))[0]
+
+    def digest() -> str:
+        return specs.mirror_job(revision, token=False)["spec"]["template"]["metadata"]["annotations"][
+            "inference.platform/mirror-runner-sha256"
+        ]
+
+    before = digest()
+    changed = tmp_path / "mirror_runner.py"
+    changed.write_text(RUNNER_SOURCE.read_text() + "\n# changed\n")
+    monkeypatch.setattr(specs, "RUNNER_SOURCE", changed)
+    assert digest() != before
+
+
+def test_the_pre_pull_pods_see_no_gpu(prod):
+    spec = prod.k8s("DaemonSet", "prepull-h100", "image-prepull")["spec"]["template"]["spec"]
+    assert all({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in c["env"] for c in spec["containers"])
 
 
 def test_each_server_waits_for_its_own_revisions_job_and_pulumi_waits_for_the_job(prod):
@@ -374,10 +399,16 @@ def test_the_runner_checks_each_copy_against_hugging_faces_listing():
     assert runner.mismatch(runner.RepoEntry("x", 7001, None), reader) == "x: copied 7000 bytes, Hugging Face lists 7001"
 
 
-def test_the_runner_is_valid_python_and_knows_a_finished_copy_by_its_marker(tmp_path):
-    py_compile.compile(str(RUNNER_SOURCE), cfile=str(tmp_path / "runner.pyc"), doraise=True)
-    assert runner.split_s3_uri(copy_of(LLAMA_8B, "serving")) == (BUCKET, "serving/" + LLAMA_8B.replace("@", "/") + "/")
-    assert json.loads(runner.marker_text("org/name", "a" * 40)) == {"repo": "org/name", "revision": "a" * 40}
+def test_a_copy_is_complete_only_for_the_same_files_and_keeps_no_others():
+    shards = {f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5)}
+    now = runner.files_to_copy(LLAMA_LISTING, shards)
+    before = runner.files_to_copy(LLAMA_LISTING, None)  # an earlier rule: no index, so the consolidated file too
+    assert json.loads(runner.marker_text("org/name", "a" * 40, now))["files"] == sorted(e.path for e in now)
+    assert runner.marker_text("org/name", "a" * 40, now) != runner.marker_text("org/name", "a" * 40, before)
+    prefix = "serving/org/name/" + "a" * 40 + "/"
+    existing = [prefix + e.path for e in before]
+    assert runner.stale_keys(existing, prefix, now) == [prefix + "consolidated.safetensors"]
+    assert runner.split_s3_uri("s3://" + BUCKET + "/" + prefix) == (BUCKET, prefix)
 
 
 def test_the_marker_is_never_inside_the_folder_vllm_streams():
@@ -397,7 +428,8 @@ def test_the_mirror_role_allows_every_s3_call_the_runner_makes():
         "delete_object": {"s3:DeleteObject"},
         "upload_fileobj": {"s3:PutObject", "s3:AbortMultipartUpload"},
     }
-    calls = set(re.findall(r"\bs3\.(\w+)\(", RUNNER_SOURCE.read_text()))
+    source = RUNNER_SOURCE.read_text()
+    calls = set(re.findall(r"\bs3\.(\w+)\(", source)) - {"get_paginator"} | set(re.findall(r'get_paginator\("(\w+)"\)', source))
     assert calls == set(needs)
     config = parse_platform_config(raw_stack("prod"))
     assert config.weight_mirror is not None

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..constants import LABEL_POOL, standard_labels
-from .pod import container_security_context, gpu_toleration, restricted_namespace
+from .pod import NO_GPU_ENV, container_security_context, gpu_toleration, restricted_namespace
 
 PREPULL_NAMESPACE = "image-prepull"
 # Nobody: the image's own user is root, which `restricted` refuses.
@@ -37,6 +37,8 @@ def _container(index: int, image: str) -> dict[str, Any]:
         "name": f"image-{index}",
         "image": image,
         "command": ["sleep", "infinity"],
+        # It runs on GPU nodes and needs none of their GPUs.
+        "env": list(NO_GPU_ENV),
         "resources": PREPULL_RESOURCES,
         "securityContext": container_security_context(PREPULL_USER),
     }

@@ -330,6 +330,12 @@ def startup_failure_threshold(plan: ServerPlan) -> int:
     return plan.startup_budget_seconds // STARTUP_PROBE_PERIOD
 
 
+# For a container on a GPU node that asks for no GPU: the CUDA base images set NVIDIA_VISIBLE_DEVICES=all, and where
+# the node's default container runtime is NVIDIA's (the EKS NVIDIA AMIs') the toolkit would give such a container
+# every GPU of the node; `void` gives it none (NVIDIA Container Toolkit, "Specialized configurations": void).
+NO_GPU_ENV = ({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},)
+
+
 def gpu_toleration() -> dict[str, str]:
     """Tolerates the GPU pools' taint (components/specs/gpu_sharing.py node_taint), whatever its value."""
     return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}

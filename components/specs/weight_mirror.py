@@ -22,6 +22,7 @@ from ..mirror_runner.mirror_runner import PERMANENT_FAILURE_EXIT_CODE
 from .pod import (
     HF_TOKEN_KEY,
     HOME_DIR,
+    NO_GPU_ENV,
     aws_cli_env,
     container_security_context,
     gpu_toleration,
@@ -36,14 +37,16 @@ RUNNER_KEY = "mirror_runner.py"
 RUNNER_DIR = "/opt/mirror-runner"
 RUNNER_CONFIG_MAP = "mirror-runner"
 COMPONENT = "weight-mirror"
-# One file in flight: up to 4 parts of 64 MiB waiting and 5 being read (s3transfer's in-memory upload, with the
-# runner's max_in_memory_upload_chunks), about 576 MiB, the download's buffers and Python's own.
+# One file in flight: at most 4 parts of 64 MiB queued or uploading (the runner's max_in_memory_upload_chunks) and one
+# being read, about 320 MiB (576 MiB at s3transfer's worst, one part per reading thread), the download's buffers and
+# Python's own.
 MIRROR_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
 # A failed copy (a dropped download, a throttled upload) is tried again from the start of the revision.
 MIRROR_BACKOFF_LIMIT = 3
 ANNOTATION_MIRROR_SOURCE = "inference.platform/mirrors"
 ANNOTATION_MIRROR_COPY = "inference.platform/mirror-copy"
 ANNOTATION_RUNNER_DIGEST = "inference.platform/mirror-runner-sha256"
+COPY_CONTAINER = "copy"
 
 
 def mirror_namespace() -> dict[str, Any]:
@@ -140,6 +143,7 @@ def mirror_job(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
         {"name": "MIRROR_MARKER", "value": revision.marker},
         {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
         {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+        *NO_GPU_ENV,
     ]
     if token:
         secret = {"name": mirror_token_secret_name(revision.tenant), "key": HF_TOKEN_KEY}
@@ -148,17 +152,30 @@ def mirror_job(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": revision.job_name, "namespace": MIRROR_NAMESPACE, "labels": labels, "annotations": annotations},
+        "metadata": {
+            "name": revision.job_name,
+            "namespace": MIRROR_NAMESPACE,
+            "labels": labels,
+            # A Job that failed (an outage, its retries spent) is replaced by the next `pulumi up` rather than awaited
+            # again: pulumi-kubernetes replaces a resource left unready when it carries this annotation.
+            "annotations": {**annotations, "pulumi.com/replaceUnready": "true"},
+        },
         "spec": {
             "backoffLimit": MIRROR_BACKOFF_LIMIT,
             "activeDeadlineSeconds": revision.deadline_seconds,
-            # A revision that cannot stream fails the same way every time: no retries for it.
             "podFailurePolicy": {
                 "rules": [
+                    # An evicted pod (preempted by a server, its node drained or taken back) is not the copy's fault.
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                    # What no retry mends fails the Job at once.
                     {
                         "action": "FailJob",
-                        "onExitCodes": {"containerName": "copy", "operator": "In", "values": [PERMANENT_FAILURE_EXIT_CODE]},
-                    }
+                        "onExitCodes": {
+                            "containerName": COPY_CONTAINER,
+                            "operator": "In",
+                            "values": [PERMANENT_FAILURE_EXIT_CODE],
+                        },
+                    },
                 ]
             },
             "template": {
@@ -172,7 +189,7 @@ def mirror_job(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
                     "securityContext": pod_security_context(),
                     "containers": [
                         {
-                            "name": "copy",
+                            "name": COPY_CONTAINER,
                             "image": revision.image,
                             "command": ["python3", f"{RUNNER_DIR}/{RUNNER_KEY}"],
                             "env": env,
