@@ -19,12 +19,12 @@ PROD_TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_to
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(prod_with_labeller_server(), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS})
+    return Evaluated(prod_with_labeller_server(), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS}, shared=True)
 
 
 @pytest.fixture(scope="module")
 def staging() -> Evaluated:
-    return Evaluated(raw_stack("staging"))
+    return Evaluated(raw_stack("staging"), shared=True)
 
 
 def pod(deployment_or_ksvc: dict) -> dict:

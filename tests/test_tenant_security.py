@@ -24,7 +24,7 @@ SECRET = "kubernetes:core/v1:Secret"
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(prod_with_labeller_server(), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)})
+    return Evaluated(prod_with_labeller_server(), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)}, shared=True)
 
 
 def manifests(evaluated: Evaluated, kind: str, namespace: str) -> list[dict]:
