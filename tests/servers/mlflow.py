@@ -142,6 +142,10 @@ def spawn_mlflow(folder: Path) -> MlflowServer:
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        # Without the job runner and its Huey consumers (some ten processes that import MLflow and poll, for
+        # GenAI jobs the registry never runs): MLFLOW_SERVER_ENABLE_JOB_EXECUTION, mlflow 3.17.2
+        # mlflow/environment_variables.py, read by `mlflow server` in mlflow/server/__init__.py.
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         # Its own process group: stopping it stops the workers it forks.
         start_new_session=True,
     )
