@@ -203,6 +203,8 @@ def pytest_sessionfinish(session) -> None:
     server = session.config.stash.get(EARLY_MLFLOW, None)
     if server is not None:
         server.stop()  # a no-op when the registry tests stopped it already
+    elif EARLY_MLFLOW_FOLDER in session.config.stash:
+        os.rmdir(session.config.stash[EARLY_MLFLOW_FOLDER])  # named to the workers, never used
 
 
 @pytest.fixture(scope="session")
