@@ -94,8 +94,12 @@ preview: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done
 
+# The test files run side by side in pytest-xdist workers, one per CPU up to four (TEST_WORKERS=0:
+# none). A file runs whole in one worker, so its module's servers and previews start once; the
+# stacks' shared previews run once for all workers (tests/conftest.py).
+TEST_WORKERS ?= auto
 test: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas real-servers upstream-sources
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 
 # The stack-config reference and the stack-file JSON schema, generated from the models.
 docs: $(VENV)/.installed $(POLICY_VENV)/.installed

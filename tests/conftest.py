@@ -1,9 +1,18 @@
-"""Shared fixtures: each stack file's project config as a fresh mapping."""
+"""Shared fixtures (each stack file's project config as a fresh mapping, each stack's preview) and the run's
+hooks: skips CI forbids, the early MLflow server, pytest-xdist's workers."""
 
 from __future__ import annotations
 
 import copy
+import fcntl
+import json
 import os
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -12,6 +21,7 @@ from .helpers import raw_stack
 
 if TYPE_CHECKING:
     from .helpers import PreviewRun
+    from .servers.mlflow import MlflowServer
 
 
 @pytest.fixture
@@ -31,15 +41,45 @@ def prod_raw() -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def previews(tmp_path_factory) -> dict[str, "PreviewRun"]:
-    """Each stack previewed once per session, as a user runs it (`python -m preview`)."""
+    """Each stack previewed once per run, as a user runs it (`python -m preview`): the three at
+    once, and under pytest-xdist by the first worker that asks, into the run's shared temporary
+    folder, for every worker."""
+    folder = tmp_path_factory.getbasetemp()
+    if XDIST_WORKER in os.environ:
+        folder = folder.parent  # the run's folder; each worker's is a folder in it
+    with exclusive(folder / "previews.lock"):
+        return previewed_stacks(folder / "previews")
+
+
+XDIST_WORKER = "PYTEST_XDIST_WORKER"
+
+
+@contextmanager
+def exclusive(lock: Path) -> Iterator[None]:
+    """Held by one process of the run at a time (pytest-xdist's workers)."""
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def previewed_stacks(folder: Path) -> dict[str, "PreviewRun"]:
+    """Every stack previewed into `folder/<stack>`, or read back from there when a process of
+    this run did so already (`runs.json`: each preview's exit code and output)."""
     from .helpers import STACKS, PreviewRun, run_preview
 
-    runs = {}
-    for stack in STACKS:
-        out = tmp_path_factory.mktemp(f"preview-{stack}")
-        result = run_preview("--stack", stack, "--out", str(out))
-        runs[stack] = PreviewRun(stack=stack, out=out, result=result)
-    return runs
+    runs_file = folder / "runs.json"
+    if not runs_file.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        with ThreadPoolExecutor(len(STACKS)) as pool:
+            done = dict(zip(STACKS, pool.map(lambda s: run_preview("--stack", s, "--out", str(folder / s)), STACKS)))
+        runs_file.write_text(json.dumps({s: [r.args, r.returncode, r.stdout, r.stderr] for s, r in done.items()}))
+    return {
+        stack: PreviewRun(stack=stack, out=folder / stack, result=subprocess.CompletedProcess(*run))
+        for stack, run in json.loads(runs_file.read_text()).items()
+    }
 
 
 def pytest_sessionstart(session) -> None:
@@ -58,6 +98,20 @@ def pytest_sessionstart(session) -> None:
             f"the upstream CRD schemas are not at {directory}: set CRD_SCHEMA_DIR to the shared crd-schemas folder "
             "(or a checkout of datreeio/CRDs-catalog)"
         )
+
+
+# Where PYTHONDONTWRITEBYTECODE is set (see the Makefile's `bytecode`), pytest would rewrite the
+# asserts of every test module again in each process: seconds in this run, in each pytest-xdist
+# worker and in each run tests/test_ci.py starts. While collecting, it may cache them
+# (__pycache__, git-ignored); a stale cache is ignored.
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    writes = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = writes
 
 
 # `.ci/run` sets this: there, a test that needs a real server (MLflow, Prometheus) and was
@@ -82,24 +136,75 @@ def pytest_runtest_makereport(item, call):
 
 
 # The MLflow server takes seconds to import and migrate its store: spawned as soon as collection
-# finds the registry tests, it comes up while the tests before them run.
-EARLY_MLFLOW = pytest.StashKey["object"]()
+# finds the registry tests, it comes up while the tests before them run. Under pytest-xdist the
+# controller spawns it, once, when a worker's collection has them (each worker collects every
+# test, and which one runs the registry tests is decided later), into a folder it names to the
+# workers beforehand; it outlives the workers and stops it at the end.
+EARLY_MLFLOW = pytest.StashKey["MlflowServer"]()
+EARLY_MLFLOW_FOLDER = pytest.StashKey[str]()  # the controller's, named to each worker in its workerinput
+WORKERINPUT_MLFLOW_FOLDER = "early_mlflow_folder"
+
+
+def has_registry_tests(node_ids: Iterable[str]) -> bool:
+    return any(node_id.split("::", 1)[0].endswith("test_registry.py") for node_id in node_ids)
 
 
 def pytest_collection_finish(session) -> None:
     from .servers.mlflow import missing_reason, spawn_mlflow
 
-    if any(item.path.name == "test_registry.py" for item in session.items) and missing_reason() is None:
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: the controller spawns it
+    if has_registry_tests(item.nodeid for item in session.items) and missing_reason() is None:
         import tempfile
-        from pathlib import Path
 
         session.config.stash[EARLY_MLFLOW] = spawn_mlflow(Path(tempfile.mkdtemp(prefix="mlflow-")))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist's controller, before starting a worker: where the early server will be."""
+    if EARLY_MLFLOW_FOLDER not in node.config.stash:
+        import tempfile
+
+        node.config.stash[EARLY_MLFLOW_FOLDER] = tempfile.mkdtemp(prefix="mlflow-")
+    node.workerinput[WORKERINPUT_MLFLOW_FOLDER] = node.config.stash[EARLY_MLFLOW_FOLDER]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    from .servers.mlflow import missing_reason, spawn_mlflow
+
+    config = node.config
+    if EARLY_MLFLOW in config.stash or not has_registry_tests(ids) or missing_reason() is not None:
+        return
+    server = spawn_mlflow(Path(config.stash[EARLY_MLFLOW_FOLDER]))
+    config.stash[EARLY_MLFLOW] = server
+    (server.folder / "uri").write_text(server.uri)
+
+
+def early_mlflow(config) -> "MlflowServer | None":
+    """The server the suite spawned early, if it did: this process's, or under pytest-xdist the
+    controller's (not this worker's to stop)."""
+    from .servers.mlflow import MlflowServer
+
+    server = config.stash.get(EARLY_MLFLOW, None)
+    if server is None and hasattr(config, "workerinput"):
+        folder = Path(config.workerinput[WORKERINPUT_MLFLOW_FOLDER])
+        if (folder / "uri").is_file():
+            try:  # the first worker to ask registers models in it; another starts its own
+                os.close(os.open(folder / "claimed", os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return None
+            server = MlflowServer((folder / "uri").read_text(), folder, process=None)
+    return server
 
 
 def pytest_sessionfinish(session) -> None:
     server = session.config.stash.get(EARLY_MLFLOW, None)
     if server is not None:
         server.stop()  # a no-op when the registry tests stopped it already
+    elif EARLY_MLFLOW_FOLDER in session.config.stash:
+        os.rmdir(session.config.stash[EARLY_MLFLOW_FOLDER])  # named to the workers, never used
 
 
 @pytest.fixture(scope="session")

@@ -173,14 +173,41 @@ def stack_config_from_raw(
     return StackConfig(project=PROJECT, stack=stack, values=values, secret_keys=list(secrets or {}))
 
 
-class Evaluated:
-    """The program evaluated in-process under the mock engine, for component-level assertions."""
+def _evaluation(raw: dict[str, Any], extra: dict[str, Any] | None, secrets: dict[str, str] | None) -> Any:
+    from preview.engine import evaluate
 
-    def __init__(self, raw: dict[str, Any], extra: dict[str, Any] | None = None, secrets: dict[str, str] | None = None):
-        from preview.engine import evaluate
+    return evaluate(ROOT, stack_config_from_raw(raw, extra, secrets))
+
+
+_EVALUATIONS: dict[str, Any] = {}
+
+
+def _shared_evaluation(raw: dict[str, Any], extra: dict[str, Any] | None, secrets: dict[str, str] | None) -> Any:
+    """The program run once per test process for the same keys (several modules' fixtures evaluate the same
+    committed stack), each caller getting a copy of its own."""
+    import copy
+
+    key = json.dumps([raw, extra, secrets], sort_keys=True)
+    if key not in _EVALUATIONS:
+        _EVALUATIONS[key] = _evaluation(raw, extra, secrets)
+    return copy.deepcopy(_EVALUATIONS[key])
+
+
+class Evaluated:
+    """The program evaluated in-process under the mock engine, for component-level assertions.
+    `shared=True` (a module's fixture of a committed stack): see _shared_evaluation."""
+
+    def __init__(
+        self,
+        raw: dict[str, Any],
+        extra: dict[str, Any] | None = None,
+        secrets: dict[str, str] | None = None,
+        *,
+        shared: bool = False,
+    ):
         from preview.render import plain, resource_entries
 
-        evaluation = evaluate(ROOT, stack_config_from_raw(raw, extra, secrets))
+        evaluation = _shared_evaluation(raw, extra, secrets) if shared else _evaluation(raw, extra, secrets)
         self.records = evaluation.resources
         self.outputs = evaluation.stack_outputs
         # As the preview writes them (resources.json), with the mock engine's outputs beside.

@@ -522,5 +522,5 @@ def prod() -> Stack:
     from .helpers import Evaluated, raw_stack
 
     raw = copy.deepcopy(raw_stack("prod"))
-    evaluated = Evaluated(raw)
+    evaluated = Evaluated(raw, shared=True)
     return Stack(parse_platform_config(raw), evaluated.manifests(), evaluated.outputs)

@@ -177,7 +177,7 @@ def test_unreadable_release_annotations_are_a_violation(weight):
 
 @pytest.fixture(scope="module")
 def staging() -> Evaluated:
-    return Evaluated(raw_stack("staging"))
+    return Evaluated(raw_stack("staging"), shared=True)
 
 
 def test_each_route_declares_its_release(staging):

@@ -35,7 +35,7 @@ SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-lo
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS})
+    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS}, shared=True)
 
 
 def pool_named(config, name: str):

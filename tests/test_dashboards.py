@@ -27,7 +27,7 @@ from components.specs.dashboards import (
 from components.specs.metrics import ksm_label
 from components.specs.slo_rules import SloPlan, prometheus_rule
 
-from .helpers import PreviewRun, raw_stack, run_preview, validate
+from .helpers import PreviewRun, raw_stack, validate
 
 # A ConfigMap's data is limited to 1 MiB (Kubernetes validation, MaxSecretSize/ConfigMap size).
 CONFIG_MAP_LIMIT = 1024 * 1024
@@ -176,10 +176,9 @@ def test_config_maps_carry_the_sidecar_label_and_fit(dashboards: list[dict[str, 
 
 
 @pytest.fixture(scope="module")
-def prod_preview(tmp_path_factory: pytest.TempPathFactory) -> PreviewRun:
-    """The prod stack previewed alone (the session's `previews` runs every stack: slower)."""
-    out = tmp_path_factory.mktemp("dashboards-prod")
-    return PreviewRun("prod", out, run_preview("--stack", "prod", "--out", str(out)))
+def prod_preview(previews: dict[str, PreviewRun]) -> PreviewRun:
+    """The prod stack as previewed for the run (the session's `previews`, the stacks side by side, once)."""
+    return previews["prod"]
 
 
 def test_the_preview_declares_the_dashboards_where_the_sidecar_looks(prod_preview: PreviewRun) -> None:

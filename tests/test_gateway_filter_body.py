@@ -22,7 +22,7 @@ STANDARD = 1
 
 @pytest.fixture(scope="module")
 def lua():
-    return lua_runtime(Evaluated(raw_stack("prod")))
+    return lua_runtime(Evaluated(raw_stack("prod"), shared=True))
 
 
 def post(lua, raw: str, **claims: Any) -> Request:

@@ -33,7 +33,7 @@ def actions(overload: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(raw_stack("prod"))
+    return Evaluated(raw_stack("prod"), shared=True)
 
 
 def test_the_heap_monitor_is_the_gateway_memory_limit_less_the_reserve():

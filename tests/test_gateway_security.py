@@ -24,7 +24,7 @@ CANARY_ANALYSIS = f"{ISSUER}/canary-analysis"
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(prod_with_labeller_server())
+    return Evaluated(prod_with_labeller_server(), shared=True)
 
 
 @pytest.fixture(scope="module")

@@ -16,14 +16,14 @@ RELEASE = "kubernetes:helm.sh/v3:Release"
 def prod(request) -> Evaluated:
     from .helpers import raw_stack
 
-    return Evaluated(raw_stack("prod"))
+    return Evaluated(raw_stack("prod"), shared=True)
 
 
 @pytest.fixture(scope="module")
 def dev() -> Evaluated:
     from .helpers import raw_stack
 
-    return Evaluated(raw_stack("dev"))
+    return Evaluated(raw_stack("dev"), shared=True)
 
 
 def release(evaluated: Evaluated, name: str) -> dict:

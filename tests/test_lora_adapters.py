@@ -36,7 +36,7 @@ N_USERS = 20_000
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(raw_stack("prod"))
+    return Evaluated(raw_stack("prod"), shared=True)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from inference_governance import stack as stack_rules  # noqa: E402
 
 @pytest.fixture(scope="module")
 def baseline() -> Evaluated:
-    return Evaluated(prod_with_labeller_server())
+    return Evaluated(prod_with_labeller_server(), shared=True)
 
 
 @pytest.fixture(scope="module")

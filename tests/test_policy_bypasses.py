@@ -25,7 +25,7 @@ FAST_AND_SLOW = [{"type": "Percent", "value": 50, "periodSeconds": 60}, {"type":
 
 @pytest.fixture(scope="module")
 def baseline() -> Evaluated:
-    return Evaluated(prod_with_labeller_server())
+    return Evaluated(prod_with_labeller_server(), shared=True)
 
 
 def _started(overrides: dict[str, Any]):

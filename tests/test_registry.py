@@ -33,7 +33,7 @@ from platform_config.registry import (
 )
 from preview.sections import registry_section
 
-from .conftest import EARLY_MLFLOW
+from .conftest import early_mlflow
 from .helpers import PreviewRun, raw_stack, registry_recording, run_preview, write_stack
 from .servers.mlflow import MlflowServer, free_port, missing_reason, start_mlflow, wait_until_healthy
 
@@ -68,7 +68,7 @@ def mlflow(request, tmp_path_factory) -> Iterator[MlflowServer]:
     if reason is not None:
         pytest.skip(reason)
     # The one the suite spawned when it collected this module (conftest), else a new one.
-    early = request.config.stash.get(EARLY_MLFLOW, None)
+    early = early_mlflow(request.config)
     server = wait_until_healthy(early) if early is not None else start_mlflow(tmp_path_factory.mktemp("mlflow"))
     try:
         operations: list[list[Any]] = []

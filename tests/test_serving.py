@@ -22,13 +22,15 @@ def prod() -> Evaluated:
     """prod with its batch-labelling server, its pools downloading Hugging Face weights onto their instance store:
     the servers' own download path (prod as shipped streams its weight mirror's copies: tests/test_weight_mirror.py)."""
     return Evaluated(
-        downloading_weights(prod_with_labeller_server()), secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS}
+        downloading_weights(prod_with_labeller_server()),
+        secrets={"inference-platform:huggingFaceTokens": PROD_TOKENS},
+        shared=True,
     )
 
 
 @pytest.fixture(scope="module")
 def staging() -> Evaluated:
-    return Evaluated(raw_stack("staging"))
+    return Evaluated(raw_stack("staging"), shared=True)
 
 
 def pod(deployment_or_ksvc: dict) -> dict:

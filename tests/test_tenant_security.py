@@ -35,13 +35,13 @@ SECRET = "kubernetes:core/v1:Secret"
 def prod() -> Evaluated:
     """prod with its batch-labelling server, its pools downloading Hugging Face weights themselves (each tenant's
     servers read the tenant's token)."""
-    return Evaluated(downloading_weights(prod_with_labeller_server()), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)})
+    return Evaluated(downloading_weights(prod_with_labeller_server()), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)}, shared=True)
 
 
 @pytest.fixture(scope="module")
 def mirrored() -> Evaluated:
     """prod as shipped: its weight mirror's Jobs download the Hugging Face revisions, its servers stream the copies."""
-    return Evaluated(prod_with_labeller_server(), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)})
+    return Evaluated(prod_with_labeller_server(), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)}, shared=True)
 
 
 def manifests(evaluated: Evaluated, kind: str, namespace: str) -> list[dict]:

@@ -28,7 +28,7 @@ ISTIO_API_MIRROR = Path("/work/.mirror/istio+api/repo")
 @pytest.fixture(scope="module", params=["staging", "prod"])
 def stack(request) -> tuple[dict[str, Any], Evaluated]:
     raw = raw_stack(request.param)
-    return raw, Evaluated(raw)
+    return raw, Evaluated(raw, shared=True)
 
 
 def telemetries(evaluated: Evaluated) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ N_KEYS = 100_000
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(prod_with_labeller_server())
+    return Evaluated(prod_with_labeller_server(), shared=True)
 
 
 def vs(evaluated: Evaluated, model: str, namespace: str) -> dict:

@@ -35,7 +35,7 @@ JOB = "kubernetes:batch/v1:Job"
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceTokens": TOKENS})
+    return Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceTokens": TOKENS}, shared=True)
 
 
 def copy_of(source: str, tenant: str) -> str:
@@ -470,6 +470,6 @@ def test_the_runners_imports_are_in_the_vllm_image():
 
 def test_a_tenant_without_a_token_copies_without_one():
     # team-b has no Hugging Face token (its labeller's model is not gated): its Job reads none.
-    evaluated = Evaluated(prod_with_labeller_server(), secrets={"inference-platform:huggingFaceTokens": TOKENS})
+    evaluated = Evaluated(prod_with_labeller_server(), secrets={"inference-platform:huggingFaceTokens": TOKENS}, shared=True)
     (labeller,) = [j for j in jobs(evaluated).values() if j["metadata"]["labels"]["inference.platform/tenant"] == "team-b"]
     assert "HF_TOKEN" not in {e["name"] for e in labeller["spec"]["template"]["spec"]["containers"][0]["env"]}

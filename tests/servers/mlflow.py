@@ -76,7 +76,8 @@ print(json.dumps(results))
 class MlflowServer:
     uri: str
     folder: Path
-    process: subprocess.Popen[bytes]
+    # None: started by another process of the run (pytest-xdist's controller, tests/conftest.py), which stops it.
+    process: subprocess.Popen[bytes] | None
 
     @property
     def database(self) -> Path:
@@ -97,6 +98,8 @@ class MlflowServer:
 
     def stop(self) -> None:
         """Stop the server and the workers it forked (its own process group, started here)."""
+        if self.process is None:
+            return
         try:
             os.killpg(self.process.pid, signal.SIGTERM)
             self.process.wait(timeout=15)
@@ -139,6 +142,10 @@ def spawn_mlflow(folder: Path) -> MlflowServer:
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        # Without the job runner and its Huey consumers (some ten processes that import MLflow and poll, for
+        # GenAI jobs the registry never runs): MLFLOW_SERVER_ENABLE_JOB_EXECUTION, mlflow 3.17.2
+        # mlflow/environment_variables.py, read by `mlflow server` in mlflow/server/__init__.py.
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         # Its own process group: stopping it stops the workers it forks.
         start_new_session=True,
     )
@@ -150,7 +157,7 @@ def wait_until_healthy(server: MlflowServer) -> MlflowServer:
     process, folder = server.process, server.folder
     deadline = time.monotonic() + START_DEADLINE_SECONDS
     while time.monotonic() < deadline:
-        if process.poll() is not None:
+        if process is not None and process.poll() is not None:
             break
         try:
             with urllib.request.urlopen(f"{server.uri}/health", timeout=2) as answer:
