@@ -43,10 +43,10 @@ class WeightMirror(pulumi.ComponentResource):
         super().__init__(f"{PACKAGE}:weight-mirror:WeightMirror", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         mirror = args.mirror
-        if mirror.create:
-            self._bucket(name, mirror.bucket, args.tags)
+        # What the Jobs write through: the bucket with its settings, and the route to S3 where the stack adds one.
+        storage: list[pulumi.Resource] = self._bucket(name, mirror.bucket, args.tags) if mirror.create else []
         if mirror.s3_gateway_endpoint is not None:
-            aws.ec2.VpcEndpoint(
+            endpoint = aws.ec2.VpcEndpoint(
                 f"{name}-s3-gateway-endpoint",
                 vpc_id=args.vpc_id,
                 service_name=pulumi.Output.from_input(args.region).apply(lambda region: f"com.amazonaws.{region}.s3"),
@@ -55,12 +55,14 @@ class WeightMirror(pulumi.ComponentResource):
                 tags=args.tags,
                 opts=child,
             )
+            storage.append(endpoint)
 
         namespace = KubernetesObject(f"{name}-namespace", specs.mirror_namespace(), child)
         inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
-        # The Jobs start only once their egress is open (the default deny is in place first, like a tenant's).
+        # The Jobs start only once their egress rules, runner, accounts, roles and tokens exist, and the storage.
         prerequisites: list[pulumi.Resource] = [
-            KubernetesObject(f"{name}-{policy['metadata']['name']}", policy, inside) for policy in specs.mirror_network_policies()
+            *storage,
+            *(KubernetesObject(f"{name}-{p['metadata']['name']}", p, inside) for p in specs.mirror_network_policies()),
         ]
         prerequisites.append(KubernetesObject(f"{name}-runner", specs.runner_config_map(), inside))
         tenants = sorted({r.tenant for r in args.revisions})
@@ -104,7 +106,8 @@ class WeightMirror(pulumi.ComponentResource):
             }
         )
 
-    def _bucket(self, name: str, bucket_name: str, tags: dict[str, str]) -> None:
+    def _bucket(self, name: str, bucket_name: str, tags: dict[str, str]) -> list[pulumi.Resource]:
+        """The bucket and its settings."""
         # Kept when the stack drops it: the copies are data, and S3 refuses to delete a bucket that holds objects.
         bucket = aws.s3.Bucket(
             f"{name}-bucket",
@@ -123,13 +126,13 @@ class WeightMirror(pulumi.ComponentResource):
             restrict_public_buckets=True,
             opts=after,
         )
-        aws.s3.BucketOwnershipControls(
+        ownership = aws.s3.BucketOwnershipControls(
             f"{name}-ownership",
             bucket=bucket.id,
             rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
             opts=after,
         )
-        aws.s3.BucketServerSideEncryptionConfiguration(
+        encryption = aws.s3.BucketServerSideEncryptionConfiguration(
             f"{name}-encryption",
             bucket=bucket.id,
             rules=[
@@ -141,7 +144,7 @@ class WeightMirror(pulumi.ComponentResource):
             ],
             opts=after,
         )
-        aws.s3.BucketLifecycleConfiguration(
+        lifecycle = aws.s3.BucketLifecycleConfiguration(
             f"{name}-lifecycle",
             bucket=bucket.id,
             rules=[
@@ -156,7 +159,7 @@ class WeightMirror(pulumi.ComponentResource):
             ],
             opts=after,
         )
-        aws.s3.BucketPolicy(
+        tls_only = aws.s3.BucketPolicy(
             f"{name}-tls-only",
             bucket=bucket.id,
             policy=json.dumps(
@@ -177,3 +180,4 @@ class WeightMirror(pulumi.ComponentResource):
             # S3 answers 409 OperationAborted to a bucket policy put while the public access block is being set.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[bucket, public_access_block], retain_on_delete=True),
         )
+        return [bucket, public_access_block, ownership, encryption, lifecycle, tls_only]

@@ -427,11 +427,11 @@ class WeightCache(ConfigModel):
     baseline 125 MiB/s (the launch template sets no throughput). `s3Stream`: no weights on the node: vLLM streams them
     from S3 straight into GPU memory with the Run:ai Model Streamer (`--load-format runai_streamer`, vLLM 0.18.0), so
     every model version on the pool needs S3 weights (`s3Uri`, an `mlflow` version whose weights are in S3, or a
-    Hugging Face revision with the stack's `weightMirror`); the
-    images and scratch sit on the disk the default would pick. Default: `s3Stream` where the stack has a
-    `weightMirror`, which copies the Hugging Face revisions to S3 once; else `instanceStore` where the instance type has
-    an instance store and the AMI is AL2023 (p5, g6), else `rootVolume`; `rootVolume` on an existing cluster
-    (`cluster.mode: kubeconfig`), whose nodes the platform does not launch."""
+    Hugging Face revision with the stack's `weightMirror`); the images and scratch sit on the disk the default would
+    pick. Default: `s3Stream` where the stack has a `weightMirror`, which copies the Hugging Face revisions to S3
+    once; else `instanceStore` where the instance type has an instance store and the AMI is AL2023 (p5, g6), else
+    `rootVolume`; `rootVolume` on an existing cluster (`cluster.mode: kubeconfig`), whose nodes the platform does not
+    launch."""
     download_gbps: Annotated[float, Field(gt=0, le=3200)] | None = None
     """What one node sustains downloading weights and images from outside the VPC (Hugging Face, a registry), in
     Gbit/s. Default: the lower of AWS's ceiling for traffic through an internet gateway (half the instance's bandwidth

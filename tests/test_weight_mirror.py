@@ -215,6 +215,12 @@ def test_each_server_waits_for_its_own_revisions_job_and_pulumi_waits_for_the_jo
         (record,) = [r for r in prod.records if r.type == kind and r.name == name]
         waits = {s for s, urn in job_urns.items() if urn in record.dependencies}
         assert waits == {source}, name
+    # The Jobs write only once the bucket, its settings and the gateway endpoint exist.
+    storage = {r.urn for r in prod.records if r.type.startswith("aws:s3/bucket") or r.type == "aws:ec2/vpcEndpoint:VpcEndpoint"}
+    assert len(storage) == 7
+    for job in jobs(prod).values():
+        (record,) = [r for r in prod.records if r.type == JOB and r.name == f"weight-mirror-{job['metadata']['name']}"]
+        assert storage <= set(record.dependencies), job["metadata"]["name"]
     # pulumi-kubernetes holds a Job's creation until it completes (10 minutes unless told): longer than its deadline.
     for job in jobs(prod).values():
         (record,) = [r for r in prod.records if r.type == JOB and r.name == f"weight-mirror-{job['metadata']['name']}"]
