@@ -26,9 +26,9 @@ from platform_config.pins import IMAGES, KUEUE_API_VERSION
 from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 
 from .backends.knative import KNATIVE_SERVICE_LABEL
-from .constants import LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_MODEL, LABEL_POOL
+from .constants import GPU_TAINT_KEY, LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_MODEL, LABEL_POOL
 from .specs.kueue import QUEUE_NAME_LABEL
-from .specs.pod import ANNOTATION_LORA_ADAPTERS
+from .specs.pod import ANNOTATION_LORA_ADAPTERS, NO_GPU_ENV
 from .specs.routes import (
     ADAPTER_RELEASES_ANNOTATION,
     CANARY_STEP_OVERRIDE_ANNOTATION,
@@ -76,6 +76,9 @@ def policy_facts() -> dict[str, Any]:
             "loraAdapters": ANNOTATION_LORA_ADAPTERS,
         },
         # The label a Job is queued by, and the LocalQueue's type token as the program declares it.
+        # GPU nodes' taint, and what a container that may run on one without asking for a GPU sets to see none.
+        "gpuTaint": {"key": GPU_TAINT_KEY},
+        "noGpuEnv": dict(NO_GPU_ENV[0]),
         "kueue": {"queueNameLabel": QUEUE_NAME_LABEL, "localQueueType": f"kubernetes:{KUEUE_API_VERSION}:LocalQueue"},
         # Policy config defaults, which the config checks hold stacks to as well.
         "floors": FLOORS.policy_defaults(),

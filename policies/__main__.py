@@ -114,6 +114,14 @@ PolicyPack(
             severity=Severity.HIGH,
             config_schema=schema(**LATENCY_TIERS),
         ),
+        ResourceValidationPolicy(
+            name="gpu-less-pods-see-no-gpu",
+            description="A pod that may run on a GPU node (it tolerates the GPU taint) but asks for no GPU sets "
+            "NVIDIA_VISIBLE_DEVICES=void in every container, so the node's GPUs stay with the pods the device plugin "
+            "gave them to.",
+            validate=resources.gpu_less_pods_see_no_gpu,
+            severity=Severity.HIGH,
+        ),
         StackValidationPolicy(
             name="gpu-pod-placement",
             description="GPU workloads name their pool (nodeSelector or required node affinity), and it is a GPU pool.",

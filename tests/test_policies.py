@@ -85,7 +85,7 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 27
+    assert len(names) == 28
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):
@@ -301,6 +301,37 @@ def test_model_server_hardening(pack, baseline, change):
     # Asking for escalation outright is also below the baseline every pod meets.
     escalates = vllm(record)["securityContext"].get("allowPrivilegeEscalation")
     assert hits == ({"pod-security-baseline": "mandatory"} if escalates else {})
+
+
+DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+JOB = "kubernetes:batch/v1:Job"
+MIRROR_JOB = "weight-mirror-serving-llama-3-1-70b-instruct-1605565-140979da"
+
+
+def pod_spec_of(record: RecordedResource) -> dict:
+    return record.inputs["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(("type_", "name"), [(DAEMONSET, "image-prepull-prepull-h100"), (JOB, MIRROR_JOB)])
+def test_gpu_less_pods_on_gpu_nodes_see_no_gpu(pack, baseline, type_, name):
+    record = find(baseline, type_, name)
+    # As declared: it tolerates the GPU taint, asks for no GPU and hides the node's GPUs.
+    assert analyze(pack, record) == {}
+    for container in pod_spec_of(record)["containers"]:
+        container["env"] = [e for e in container["env"] if e["name"] != "NVIDIA_VISIBLE_DEVICES"]
+    assert analyze(pack, record) == {"gpu-less-pods-see-no-gpu": "mandatory"}
+    for container in pod_spec_of(record)["containers"]:
+        container["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
+    assert analyze(pack, record) == {"gpu-less-pods-see-no-gpu": "mandatory"}
+
+
+def test_a_pod_that_tolerates_every_taint_may_land_on_a_gpu_node(pack, baseline):
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-epp-deployment")
+    assert analyze(pack, record) == {}
+    pod_spec_of(record)["tolerations"] = [{"operator": "Exists"}]
+    assert analyze(pack, record) == {"gpu-less-pods-see-no-gpu": "mandatory"}
+    # A pod with a GPU is the device plugin's to give GPUs to: not this rule's.
+    assert "gpu-less-pods-see-no-gpu" not in analyze(pack, find(baseline, DEPLOYMENT, "llama-70b-v1-deployment"))
 
 
 def test_no_plain_secret_env(pack, baseline):

@@ -55,6 +55,8 @@ SIDECAR_INJECT = "sidecar.istio.io/inject"
 LATENCY_LABEL: str = FACTS["labels"]["latencySensitive"]
 POOL_LABEL: str = FACTS["labels"]["pool"]
 GPU_SHARING_LABEL: str = FACTS["labels"]["gpuSharing"]
+GPU_TAINT_KEY: str = FACTS["gpuTaint"]["key"]
+NO_GPU_ENV: dict[str, str] = FACTS["noGpuEnv"]
 OVERRIDE_HEADER_ANNOTATION: str = FACTS["annotations"]["overrideHeader"]
 # The release a model's VirtualService declares (components/specs/routes.py release_annotations).
 STABLE_VERSION_ANNOTATION: str = FACTS["annotations"]["stableVersion"]

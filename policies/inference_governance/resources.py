@@ -10,10 +10,12 @@ import pulumi
 from .kube import (
     FLOORS,
     FORBIDDEN_TAGS,
+    GPU_TAINT_KEY,
     HELM_RELEASE,
     HPA_V1,
     HPA_V2,
     KNATIVE_SERVICE,
+    NO_GPU_ENV,
     PINNED_REGISTRIES,
     Report,
     config,
@@ -278,6 +280,34 @@ def pinned_images(args: Any, report_violation: Report) -> None:
             report_violation(
                 f"container '{name}' runs image {image!r}: tag {tag!r} is mutable (denied: {', '.join(sorted(denied))}); pin "
                 "a release tag or a digest"
+            )
+
+
+def tolerates_gpu_nodes(pod_spec: Mapping[str, Any]) -> bool:
+    """Whether a pod may be scheduled onto the GPU pools' nodes, which carry the GPU taint: it tolerates that key,
+    or every taint (a toleration with no key and operator Exists)."""
+    for toleration in get(pod_spec, "tolerations", default=[]) or []:
+        key = get(toleration, "key")
+        if key == GPU_TAINT_KEY or (not key and get(toleration, "operator") == "Exists"):
+            return True
+    return False
+
+
+def gpu_less_pods_see_no_gpu(args: Any, report_violation: Report) -> None:
+    """A pod that may run on a GPU node but asks for no GPU sets NVIDIA_VISIBLE_DEVICES=void in every container: the
+    CUDA images set it to `all`, and where the node's default runtime is NVIDIA's the container would be given every
+    GPU of the node, outside the device plugin's accounting and any tenant's quota."""
+    template = pod_template(args.resource_type, args.props)
+    spec = get(template, "spec", default={}) if template is not None else {}
+    if template is None or not tolerates_gpu_nodes(spec) or pod_gpu_resources(spec):
+        return
+    for container in every_container(spec):
+        env = {get(e, "name"): get(e, "value") for e in get(container, "env", default=[]) or []}
+        if env.get(NO_GPU_ENV["name"]) != NO_GPU_ENV["value"]:
+            report_violation(
+                f"container '{get(container, 'name', default='?')}' may run on a GPU node (the pod tolerates "
+                f"{GPU_TAINT_KEY}) without asking for a GPU: set {NO_GPU_ENV['name']}={NO_GPU_ENV['value']} so it "
+                "sees none of the node's GPUs"
             )
 
 
