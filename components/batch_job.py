@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import pulumi
 
+from platform_config.models import pinned_s3_uri
+
 from .constants import PACKAGE, standard_labels
 from .k8s_objects import KubernetesObject, custom_resource
 from .serving import BatchJobPlan
@@ -22,13 +24,13 @@ def batch_job_policy(plan: BatchJobPlan) -> str:
     job_config = plan.job
     reads = []
     if job_config.input.s3_uri is not None:
-        reads.append(f"{job_config.input.s3_uri.rstrip('/')}/{job_config.input.revision}")
+        reads.append(pinned_s3_uri(job_config.input))
     source = job_config.model.source
     if source.s3_uri is not None:
-        reads.append(f"{source.s3_uri.rstrip('/')}/{source.revision}")
+        reads.append(pinned_s3_uri(source))
     for module in plan.lora.modules if plan.lora is not None else ():
         if module.source.s3_uri is not None:
-            reads.append(f"{module.source.s3_uri.rstrip('/')}/{module.source.revision}")
+            reads.append(pinned_s3_uri(module.source))
     return s3_policy([*((uri, ["s3:GetObject"]) for uri in reads), (job_config.output, ["s3:GetObject", "s3:PutObject"])])
 
 

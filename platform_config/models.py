@@ -1440,6 +1440,13 @@ class BatchInput(ConfigModel):
         return self
 
 
+def pinned_s3_uri(source: ModelSource | BatchInput) -> str:
+    """A pinned S3 source's version folder: its prefix and its revision (weights, adapters, a batch job's input, the
+    weight mirror's copies)."""
+    assert source.s3_uri is not None, "an S3 source"
+    return f"{source.s3_uri.rstrip('/')}/{source.revision}/"
+
+
 class BatchJobConfig(ConfigModel):
     """An offline batch job: vLLM's batch runner over an OpenAI batch-format input, queued through Kueue."""
 

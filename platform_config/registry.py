@@ -32,7 +32,7 @@ from pydantic.alias_generators import to_camel
 
 from .adapters import REVISION_SEPARATOR
 from .errors import ConfigError, ConfigIssue
-from .models import REGISTRY_TOKEN, MlflowReference, ModelSource, PlatformConfig, RegistryConfig
+from .models import REGISTRY_TOKEN, MlflowReference, ModelSource, PlatformConfig, RegistryConfig, pinned_s3_uri
 
 # Names a recorded resolution for the program to use instead of the live registry (previews only).
 REGISTRY_FILE_ENV = "INFERENCE_PLATFORM_REGISTRY_FILE"
@@ -197,7 +197,7 @@ def weights_location(source: ModelSource) -> str | None:
     if source.huggingface is not None and source.revision is not None:
         return f"hf://{source.huggingface}@{source.revision}"
     if source.s3_uri is not None and source.revision is not None:
-        return f"{source.s3_uri.rstrip('/')}/{source.revision}"
+        return pinned_s3_uri(source).rstrip("/")
     return None  # a registry reference, not resolved yet
 
 

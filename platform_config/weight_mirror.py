@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from .cold_start import GBIT, INTERNET_GATEWAY_SMALL_GBPS, pool_named, streams_weights, weights_bytes
-from .models import ModelConfig, ModelSource, ModelVersion, PlatformConfig, WeightMirrorConfig
+from .models import ModelConfig, ModelSource, ModelVersion, PlatformConfig, WeightMirrorConfig, pinned_s3_uri
 from .pins import VLLM
 from .serving import running_versions
 
@@ -53,13 +53,13 @@ class MirroredRevision:
     @property
     def folder(self) -> str:
         """The copy's folder, which its servers stream: `s3://<bucket>/<tenant>/<org>/<name>/<revision>/`."""
-        return f"{self.copy.s3_uri}/{self.revision}/"
+        return pinned_s3_uri(self.copy)
 
     @property
     def marker(self) -> str:
         """Where the Job records a finished copy: beside the folder, never in it, because vLLM 0.18.0 pulls every file
         of the folder that is not a weight (vllm/config/model.py maybe_pull_model_tokenizer_for_runai)."""
-        return f"{self.copy.s3_uri}/{self.revision}.complete"
+        return f"{pinned_s3_uri(self.copy).rstrip('/')}.complete"
 
     @property
     def deadline_seconds(self) -> int:

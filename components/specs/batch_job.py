@@ -18,7 +18,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from platform_config.models import BatchJobConfig, duration_seconds
+from platform_config.models import BatchJobConfig, duration_seconds, pinned_s3_uri
 from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS
 
 from ..constants import LABEL_POOL, LABEL_TENANT, standard_labels
@@ -34,7 +34,6 @@ from .pod import (
     container_security_context,
     gpu_toleration,
     lora_flags,
-    pinned_s3_uri,
     pod_security_context,
     s3_sync_command,
     tuning_args,

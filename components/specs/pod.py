@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from platform_config.adapters import AdapterModule, LoraLimits
 from platform_config.cold_start import STREAM_CONCURRENCY
-from platform_config.models import BatchInput, ModelSource, ServerArgs
+from platform_config.models import ModelSource, ServerArgs, pinned_s3_uri
 from platform_config.pins import AWS_CLI
 from platform_config.quantity import parse_quantity
 from platform_config.serving import MESH_PROXY_RESOURCES
@@ -482,12 +482,6 @@ def aws_cli_container(
         "volumeMounts": volume_mounts,
         "securityContext": container_security_context(),
     }
-
-
-def pinned_s3_uri(source: ModelSource | BatchInput) -> str:
-    """A pinned S3 source's version folder: its prefix and its revision (weights, adapters, a batch job's input)."""
-    assert source.s3_uri is not None, "an S3 source"
-    return f"{source.s3_uri.rstrip('/')}/{source.revision}/"
 
 
 def s3_sync_command(source: ModelSource, destination: str) -> list[str]:
