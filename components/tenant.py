@@ -9,10 +9,10 @@ import pulumi
 
 from platform_config.models import TenantConfig, TrafficConfig
 
-from .constants import PACKAGE, standard_labels
+from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource
 from .specs import telemetry, tenancy
-from .specs.pod import HF_TOKEN_KEY, HF_TOKEN_SECRET
+from .specs.pod import HF_TOKEN_SECRET, token_secret
 
 
 @dataclass(frozen=True)
@@ -63,22 +63,8 @@ class Tenant(pulumi.ComponentResource):
             if policy["metadata"]["name"] == tenancy.DEFAULT_DENY_POLICY or "Egress" in policy["spec"]["policyTypes"]:
                 prerequisites.append(network_policy)
         if args.hugging_face_token is not None:
-            token_secret = KubernetesObject(
-                f"{name}-huggingface-token",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "metadata": {
-                        "name": HF_TOKEN_SECRET,
-                        "namespace": tenant.name,
-                        "labels": standard_labels(HF_TOKEN_SECRET, "credentials"),
-                    },
-                    "type": "Opaque",
-                    "stringData": {HF_TOKEN_KEY: args.hugging_face_token},
-                },
-                inside,
-            )
-            prerequisites.append(token_secret)
+            secret = token_secret(HF_TOKEN_SECRET, tenant.name, args.hugging_face_token)
+            prerequisites.append(KubernetesObject(f"{name}-huggingface-token", secret, inside))
         mesh_opts = pulumi.ResourceOptions(parent=self, depends_on=[ns, *([args.mesh] if args.mesh else [])])
         prerequisites.append(custom_resource(f"{name}-peer-authentication", tenancy.peer_authentication(tenant), mesh_opts))
         prerequisites.append(

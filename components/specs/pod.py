@@ -336,6 +336,17 @@ def startup_failure_threshold(plan: ServerPlan) -> int:
 NO_GPU_ENV = ({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},)
 
 
+def token_secret(name: str, namespace: str, token: Any, **labels: str) -> dict[str, Any]:
+    """A Hugging Face token as a Secret (`token`: the stack's secret), read by pods through `env.valueFrom`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": standard_labels(name, "credentials", **labels)},
+        "type": "Opaque",
+        "stringData": {HF_TOKEN_KEY: token},
+    }
+
+
 def gpu_toleration() -> dict[str, str]:
     """Tolerates the GPU pools' taint (components/specs/gpu_sharing.py node_taint), whatever its value."""
     return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}

@@ -28,6 +28,7 @@ from .pod import (
     gpu_toleration,
     pod_security_context,
     restricted_namespace,
+    token_secret,
 )
 from .s3_access import s3_policy
 from .tenancy import DEFAULT_DENY_EGRESS_POLICY, DEFAULT_DENY_POLICY, network_policy, outbound_policies
@@ -72,27 +73,16 @@ def mirror_token_secret_name(tenant: str) -> str:
 
 
 def mirror_write_policy(mirror: WeightMirrorConfig, tenant: str) -> str:
-    """The tenant's mirror role: under the tenant's prefix only, list (the marker's lookup), read (the marker), write
-    (a multipart upload needs PutObject, and AbortMultipartUpload when it fails) and delete (a copy that does not
-    match Hugging Face's listing)."""
+    """The tenant's mirror role, under the tenant's prefix only: list (the marker's lookup, the folder's keys), read
+    (the marker), write (a multipart upload needs PutObject, and AbortMultipartUpload when it fails) and delete (a copy
+    that does not match Hugging Face's listing, a key an earlier selection left)."""
     actions = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
     return s3_policy([(tenant_prefix(mirror, tenant), actions)])
 
 
 def mirror_token_secret(tenant: str, token: Any) -> dict[str, Any]:
     """A copy of the tenant's Hugging Face token (`token`: the stack's secret) for its mirror Jobs."""
-    name = mirror_token_secret_name(tenant)
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": name,
-            "namespace": MIRROR_NAMESPACE,
-            "labels": standard_labels(name, "credentials", **{LABEL_TENANT: tenant}),
-        },
-        "type": "Opaque",
-        "stringData": {HF_TOKEN_KEY: token},
-    }
+    return token_secret(mirror_token_secret_name(tenant), MIRROR_NAMESPACE, token, **{LABEL_TENANT: tenant})
 
 
 def mirror_service_account(tenant: str, annotations: Any) -> dict[str, Any]:
