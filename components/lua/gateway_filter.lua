@@ -17,7 +17,9 @@
 --             (a LoRA adapter's entry names its module in name_json, and an adapter with a canary has
 --             adapter_canary = {override_header = "x-model-version", modules = {r2 = '"name@r2"', ...},
 --             stable_json = '"name@r1"', canary_json = '"name@r2"', canary_weight = 10})
---   control_headers = {["x-llm-d-inference-objective"] = true, ...}   request headers endpoint pickers act on
+--   owned_headers = {["x-tier"] = true, ...}  the headers this filter sets (tier, bucket, model, user keys)
+--   control_header_prefixes = {"x-llm-d-", ...}   prefixes of every request header another component
+--                                             acts on (the endpoint pickers, vLLM): none is the client's
 --   shed_status_header                        the header an endpoint picker's refusal carries
 --   fairness_header                           the header naming the picker flow (the calling tenant)
 --   retry_after = {premium = 5, ...}          seconds a shed request of a tier is told to wait
@@ -25,9 +27,10 @@
 -- It runs after Envoy's jwt_authn and RBAC filters (Istio puts them first; this filter sits just
 -- before the router), so every request here carries a verified token. For every request it
 --   1. removes every client value of the headers it owns (tier, bucket, model, user keys) and of
---      every header the endpoint pickers act on (objective, fairness id, destination endpoint,
---      model rewrite): nothing a client sends selects a tier, a version split bucket, a user, a
---      queue priority or a server;
+--      every header under a prefix another component acts on (the endpoint pickers' objective,
+--      fairness id, destination endpoint, model rewrite and queue TTL; vLLM's priority): nothing
+--      a client sends selects a tier, a version split bucket, a user, a queue priority, a queue
+--      time or a server;
 --   2. takes the tier and the user from the verified token's payload, which jwt_authn stores as
 --      dynamic metadata (Istio: payload_in_metadata "payload"). A tier claim naming no tier is
 --      refused (403: a token must not silently change class), and a claimed tier is never
@@ -64,8 +67,9 @@
 --
 -- On the response: an endpoint picker that sheds a request (queue TTL or limit reached) answers
 -- 429 with `x-llm-d-request-dropped-reason` (llm-d-router v0.10.0 pkg/common/error/error.go,
--- pkg/epp/requestcontrol/admission.go) and no Retry-After; the gateway answers it as 503 with
--- `Retry-After: <the tier's queue timeout>`, the platform's contract for "overloaded, retry".
+-- pkg/epp/requestcontrol/admission.go) and no Retry-After; the gateway answers it, and every
+-- other 503 without a Retry-After, as 503 with `Retry-After: <the tier's queue timeout>`, the
+-- platform's contract for "overloaded, retry".
 --
 -- Reading the body. Who reads it after the gateway, and how (checked at these versions):
 --   vLLM 0.18.0: FastAPI parses the request model (vllm/entrypoints/openai/chat_completion/
@@ -482,13 +486,30 @@ local function set_tier(handle, headers, tier)
   handle:streamInfo():dynamicMetadata():set(GATEWAY_METADATA, "tier", tier)
 end
 
+-- Whether a header name begins with one of the prefixes of the headers other components act on.
+local function control_header(name)
+  for _, prefix in ipairs(CONFIG.control_header_prefixes) do
+    if name:sub(1, #prefix) == prefix then return true end
+  end
+  return false
+end
+
+-- Removes every client value of the headers this filter owns and of every header a component
+-- behind it acts on. The names are collected first: Envoy forbids changing a header map while
+-- iterating it (lua_filter.rst, headers:__pairs()).
+local function strip_client_headers(headers)
+  local doomed = {}
+  for name, _ in pairs(headers) do
+    if CONFIG.owned_headers[name] or control_header(name) then doomed[#doomed + 1] = name end
+  end
+  for _, name in ipairs(doomed) do headers:remove(name) end
+end
+
 function envoy_on_request(handle)
+  -- Envoy's wrappers live until the script yields: a header map taken before handle:body()
+  -- is dead after it ("object used outside of proper scope"), so it is taken again there.
   local headers = handle:headers()
-  headers:remove(CONFIG.tier_header)
-  headers:remove(CONFIG.bucket_header)
-  headers:remove(CONFIG.model_header)
-  for header in pairs(CONFIG.user_headers) do headers:remove(header) end
-  for header in pairs(CONFIG.control_headers) do headers:remove(header) end
+  strip_client_headers(headers)
 
   local claims = token_claims(handle)
   local claimed, user = identity(claims)
@@ -503,9 +524,13 @@ function envoy_on_request(handle)
     -- it may become holds, and the tier's own once it is known.
     local limit = claimed and CONFIG.max_body_bytes[tier] or CONFIG.max_unclaimed_body_bytes
     -- Refused before the body is buffered.
-    local declared = tonumber(headers:get("content-length"))
+    -- (Envoy's headers:get returns no value at all for a missing header, and LuaJIT's tonumber
+    -- raises on no argument: a chunked body has no content-length.)
+    local declared = headers:get("content-length")
+    declared = declared and tonumber(declared)
     if declared ~= nil and declared > limit then return reply(handle, 413, too_large(claimed and tier, limit)) end
-    local body = handle:body()
+    local body = handle:body() -- yields until the whole body is buffered
+    headers = handle:headers()
     local length = body and body:length() or 0
     if length > limit then return reply(handle, 413, too_large(claimed and tier, limit)) end
     if length == 0 then return reply(handle, 400, "an inference request needs a JSON object body") end
@@ -548,8 +573,12 @@ function envoy_on_response(handle)
   local headers = handle:headers()
   -- The picker's refusals: 429 when a queue TTL, cap or eviction dropped the request, 503 when
   -- no server can take it (pkg/common/error/error.go); both carry the dropped-reason header.
+  -- Every other 503 is a shed answer too (Envoy's circuit breaker or overload manager, no
+  -- healthy server, Knative's activator or queue-proxy at capacity): the client is told when to
+  -- come back, unless the answer says so itself.
   local status = headers:get(":status")
-  if (status ~= "429" and status ~= "503") or headers:get(CONFIG.shed_status_header) == nil then return end
+  local picker_shed = (status == "429" or status == "503") and headers:get(CONFIG.shed_status_header) ~= nil
+  if not picker_shed and (status ~= "503" or headers:get("retry-after") ~= nil) then return end
   local stored = handle:streamInfo():dynamicMetadata():get(GATEWAY_METADATA)
   local tier = stored and stored["tier"] or CONFIG.default_tier
   headers:replace(":status", "503")

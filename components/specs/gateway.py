@@ -30,9 +30,16 @@ from platform_config.models import GatewayAuthentication, ReleaseConfig, Traffic
 from platform_config.profiles import TierName
 from platform_config.serving import route_timeout_seconds
 
-from ..constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, standard_labels
+from ..constants import (
+    GATEWAY_LISTENER_PORTS,
+    GATEWAY_SELECTOR,
+    ISTIO_INGRESS_NAMESPACE,
+    KNATIVE_LOCAL_GATEWAY_LISTENER_PORT,
+    gateway_principal,
+    standard_labels,
+)
 from ..serving import TIER_ORDER
-from .endpoint_picker import DROPPED_REASON_HEADER, EPP_CONTROL_HEADERS, FAIRNESS_HEADER
+from .endpoint_picker import DROPPED_REASON_HEADER, EPP_CONTROL_HEADER_PREFIXES, FAIRNESS_HEADER
 
 if TYPE_CHECKING:
     from ..serving import RoutePlan
@@ -63,6 +70,14 @@ REQUEST_HEADERS_TIMEOUT_SECONDS = 10
 REQUEST_TIMEOUT_SECONDS = 60
 # A connection with no stream open is closed after this (Envoy's default is one hour).
 CONNECTION_IDLE_TIMEOUT_SECONDS = 300
+
+# Request headers vLLM acts on: from 0.28.0 it takes the request's priority from
+# `X-Vllm-Priority` over the body's (vllm/entrypoints/generate/base/serving.py PRIORITY_HEADER).
+VLLM_HEADER_PREFIX = "x-vllm-"
+# Every request header under these prefixes is another component's control (the endpoint
+# pickers' and their proxies', vLLM's): the filter removes every client value of them, so a
+# header a newer release adds (the picker's `x-llm-d-inference-ttl`) is covered before it is used.
+CONTROL_HEADER_PREFIXES: tuple[str, ...] = (*EPP_CONTROL_HEADER_PREFIXES, VLLM_HEADER_PREFIX)
 
 # The filter's caps on what it reads from a body. The model name and the user id become header
 # values: a longer model name is refused with 400, a longer user id is not used (from the body)
@@ -135,9 +150,34 @@ def request_authentication(auth: GatewayAuthentication) -> dict[str, Any]:
     }
 
 
-def require_token() -> dict[str, Any]:
-    """Only requests with a verified token's principal reach a route (a request without one gets
-    403 from Istio's RBAC filter)."""
+def public_listener_ports(traffic: TrafficConfig, *, redirects: bool = False) -> list[int]:
+    """The gateway pods' listener ports (GATEWAY_LISTENER_PORTS) of the platform's Gateway servers
+    that serve requests, or (`redirects`) of those that only redirect to HTTPS: where clients'
+    requests arrive, as opposed to Knative's local gateway on the same pods."""
+    return sorted(
+        {
+            GATEWAY_LISTENER_PORTS[server["port"]["number"]]
+            for server in gateway(traffic)["spec"]["servers"]
+            if bool(server.get("tls", {}).get("httpsRedirect")) == redirects
+        }
+    )
+
+
+def _to_ports(ports: list[int]) -> list[dict[str, Any]]:
+    return [{"operation": {"ports": [str(port) for port in ports]}}]
+
+
+def require_token(traffic: TrafficConfig) -> dict[str, Any]:
+    """On the public listeners that serve, only requests with a verified token's principal reach a
+    route (a request without one gets 403 from Istio's RBAC filter); one that only redirects to
+    HTTPS takes every request (its one route is the redirect: nothing reaches a server). On Knative's local gateway listener,
+    where the gateway sends the requests of Knative-served versions back into its own pods (the
+    token already checked and stripped), only the gateway's own mesh identity: that server
+    terminates ISTIO_MUTUAL (specs/knative.py), so no other workload can send requests through it
+    in the gateway's name. Istio ANDs a rule's `from` and `to` and ORs its rules; a request on
+    any other listener matches no rule and is refused (istio/istio 1.30.3
+    pilot/pkg/security/authz/model/model.go New; `ports` is the listener's port,
+    generator.go destPortGenerator)."""
     return {
         "apiVersion": "security.istio.io/v1",
         "kind": "AuthorizationPolicy",
@@ -145,21 +185,32 @@ def require_token() -> dict[str, Any]:
         "spec": {
             "selector": {"matchLabels": GATEWAY_SELECTOR},
             "action": "ALLOW",
-            "rules": [{"from": [{"source": {"requestPrincipals": ["*"]}}]}],
+            "rules": [
+                {"from": [{"source": {"requestPrincipals": ["*"]}}], "to": _to_ports(public_listener_ports(traffic))},
+                {
+                    "from": [{"source": {"principals": [gateway_principal()]}}],
+                    "to": _to_ports([KNATIVE_LOCAL_GATEWAY_LISTENER_PORT]),
+                },
+                *([{"to": _to_ports(redirecting)}] if (redirecting := public_listener_ports(traffic, redirects=True)) else []),
+            ],
         },
     }
 
 
-def deny_version_override(auth: GatewayAuthentication, headers: list[str]) -> dict[str, Any]:
-    """A request carrying a release's override header is refused (403) unless its principal is
-    one the config names. Istio turns a `request.headers` value of `*` into a presence match
-    (istio/istio 1.30.3 pilot/pkg/security/authz/matcher/header.go, HeaderMatcher), and a DENY
-    policy is evaluated before any ALLOW one. With no principals named, the rule has no `from`:
-    it refuses everyone."""
-    principals = list(auth.version_override_principals)
+def deny_version_override(traffic: TrafficConfig, headers: list[str]) -> dict[str, Any]:
+    """A request carrying a release's override header is refused (403) on the public listeners
+    unless its principal is one the config names. Istio turns a `request.headers` value of `*`
+    into a presence match (istio/istio 1.30.3 pilot/pkg/security/authz/matcher/header.go,
+    HeaderMatcher), and a DENY policy is evaluated before any ALLOW one. With no principals
+    named, the rule has no `from`: it refuses everyone. Knative's local gateway listener is left
+    out: a request the public listener let through still carries the header there, with no token."""
+    principals = list(traffic.authentication.version_override_principals)
     rules = []
     for header in headers:
-        rule: dict[str, Any] = {"when": [{"key": f"request.headers[{header}]", "values": ["*"]}]}
+        rule: dict[str, Any] = {
+            "to": _to_ports(public_listener_ports(traffic)),
+            "when": [{"key": f"request.headers[{header}]", "values": ["*"]}],
+        }
         if principals:
             rule["from"] = [{"source": {"notRequestPrincipals": principals}}]
         rules.append(rule)
@@ -179,10 +230,10 @@ def override_headers(routes: tuple[RoutePlan, ...]) -> list[str]:
 def access_policies(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> list[dict[str, Any]]:
     """The RequestAuthentication and the AuthorizationPolicies of the gateway."""
     auth = traffic.authentication
-    policies = [request_authentication(auth), require_token()]
+    policies = [request_authentication(auth), require_token(traffic)]
     headers = override_headers(routes)
     if headers:
-        policies.append(deny_version_override(auth, headers))
+        policies.append(deny_version_override(traffic, headers))
     return policies
 
 
@@ -194,6 +245,12 @@ def user_key_headers(routes: tuple[RoutePlan, ...]) -> list[str]:
     filter removes client values of all of them."""
     default = ReleaseConfig.model_fields["user_key_header"].default
     return sorted({default, *(route.model.release.user_key_header for route in routes)})
+
+
+def owned_headers(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> list[str]:
+    """The headers the filter sets (tier, bucket, model, every user key): it removes every client
+    value of them first."""
+    return sorted({traffic.tier_header, traffic.bucket_header, traffic.model_header, *user_key_headers(routes)})
 
 
 def max_request_body_bytes(traffic: TrafficConfig) -> int:
@@ -227,7 +284,7 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
         "user_claim": auth.user_claim,
         # Absent (nil in Lua) when tenant scoping is off.
         **({"tenant_claim": auth.tenant_claim} if auth.tenant_claim is not None else {}),
-        "user_headers": {header: True for header in user_key_headers(routes)},
+        "owned_headers": {header: True for header in owned_headers(traffic, routes)},
         "priorities": {tier: traffic.tiers[tier].vllm_priority for tier in TIER_ORDER},
         "max_body_bytes": {tier: traffic.tiers[tier].max_request_body_bytes for tier in TIER_ORDER},
         "max_unclaimed_body_bytes": max_unclaimed_body_bytes(traffic, routes),
@@ -236,7 +293,7 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
         "max_members": MAX_BODY_MEMBERS,
         "max_member_name_bytes": MAX_MEMBER_NAME_BYTES,
         "max_depth": MAX_BODY_DEPTH,
-        "control_headers": {header: True for header in EPP_CONTROL_HEADERS},
+        "control_header_prefixes": list(CONTROL_HEADER_PREFIXES),
         "shed_status_header": DROPPED_REASON_HEADER,
         "fairness_header": FAIRNESS_HEADER,
         "retry_after": {tier: math.ceil(duration_seconds(traffic.tiers[tier].queue_timeout)) for tier in TIER_ORDER},
@@ -295,6 +352,8 @@ def _lua_literal(value: Any) -> str:
         return json.dumps(value)
     if isinstance(value, str):
         return json.dumps(value)  # a JSON string is a valid Lua string literal for these values
+    if isinstance(value, (list, tuple)):
+        return "{" + ", ".join(_lua_literal(item) for item in value) + "}"
     if isinstance(value, dict):
         if not value:
             return "{}"
@@ -329,6 +388,34 @@ def connection_bounds(traffic: TrafficConfig) -> dict[str, Any]:
     }
 
 
+def lua_filter_patch(traffic: TrafficConfig, routes: tuple[RoutePlan, ...], port: int) -> dict[str, Any]:
+    """The gateway filter just before the router on one public listener that serves (a listener
+    that only redirects to HTTPS needs none). Not on Knative's local gateway listener: there the
+    request is the gateway's own second pass, already filtered (run again, it would take the
+    default tier and no tenant from the stripped token). istiod matches `portNumber` against the
+    listener's port (pilot/pkg/networking/core/envoyfilter/listener_patch.go listenerMatch)."""
+    return {
+        "applyTo": "HTTP_FILTER",
+        "match": {
+            "context": "GATEWAY",
+            "listener": {
+                "portNumber": port,
+                "filterChain": {"filter": {"name": HCM, "subFilter": {"name": "envoy.filters.http.router"}}},
+            },
+        },
+        "patch": {
+            "operation": "INSERT_BEFORE",
+            "value": {
+                "name": "envoy.filters.http.lua",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                    "default_source_code": {"inline_string": lua_code(traffic, routes)},
+                },
+            },
+        },
+    }
+
+
 def envoy_filter(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict[str, Any]:
     gateway_listener = {"context": "GATEWAY"}
     return {
@@ -357,30 +444,7 @@ def envoy_filter(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict[
                     "match": {**gateway_listener, "listener": {"filterChain": {"filter": {"name": HCM}}}},
                     "patch": {"operation": "MERGE", "value": {"typed_config": connection_bounds(traffic)}},
                 },
-                {
-                    "applyTo": "HTTP_FILTER",
-                    "match": {
-                        "context": "GATEWAY",
-                        "listener": {
-                            "filterChain": {
-                                "filter": {
-                                    "name": HCM,
-                                    "subFilter": {"name": "envoy.filters.http.router"},
-                                }
-                            }
-                        },
-                    },
-                    "patch": {
-                        "operation": "INSERT_BEFORE",
-                        "value": {
-                            "name": "envoy.filters.http.lua",
-                            "typed_config": {
-                                "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-                                "default_source_code": {"inline_string": lua_code(traffic, routes)},
-                            },
-                        },
-                    },
-                },
+                *(lua_filter_patch(traffic, routes, port) for port in public_listener_ports(traffic)),
             ],
         },
     }

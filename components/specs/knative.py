@@ -7,7 +7,7 @@ from typing import Any
 from platform_config.pins import KNATIVE_SERVING_VERSION
 
 from ..backends.knative import KNATIVE_ACTIVATOR_GRACE_SECONDS
-from ..constants import KNATIVE_SERVING_NAMESPACE
+from ..constants import GATEWAY_SELECTOR, KNATIVE_LOCAL_GATEWAY_LISTENER_PORT, KNATIVE_SERVING_NAMESPACE
 
 # Pod fields model servers use that Knative admits only behind feature flags.
 REQUIRED_FEATURES = (
@@ -21,6 +21,30 @@ REQUIRED_FEATURES = (
 )
 
 
+def local_gateway() -> dict[str, Any]:
+    """Knative's local gateway, on the ingress gateway's pods as net-istio ships it, but serving
+    ISTIO_MUTUAL instead of plaintext: the gateway sends Knative-served versions there (the
+    second pass through its own pods), and the gateway's authorization admits only the gateway's
+    own mesh identity on that port (specs/gateway.py require_token), so no other workload can
+    reach tenants' models through it without a token. The operator replaces the Gateway's
+    servers with these (knative/operator knative-v1.23.0 pkg/reconciler/knativeserving/ingress/
+    istio.go updateIstioGateway; IstioGatewayOverride in pkg/apis/operator/base/
+    ingressconfiguration.go); the selector is net-istio's own, stated so the Service keeps it
+    (ingress_service.go). net-istio's prober finds no Service port 8081 on the pods' labelled
+    Service and so never probes this server (net-istio pkg/reconciler/ingress/lister.go
+    listGatewayTargets), as before."""
+    return {
+        "selector": dict(GATEWAY_SELECTOR),
+        "servers": [
+            {
+                "port": {"number": KNATIVE_LOCAL_GATEWAY_LISTENER_PORT, "name": "https", "protocol": "HTTPS"},
+                "hosts": ["*"],
+                "tls": {"mode": "ISTIO_MUTUAL"},
+            }
+        ],
+    }
+
+
 def knative_serving() -> dict[str, Any]:
     return {
         "apiVersion": "operator.knative.dev/v1beta1",
@@ -28,7 +52,7 @@ def knative_serving() -> dict[str, Any]:
         "metadata": {"name": "knative-serving", "namespace": KNATIVE_SERVING_NAMESPACE},
         "spec": {
             "version": KNATIVE_SERVING_VERSION,
-            "ingress": {"istio": {"enabled": True}},
+            "ingress": {"istio": {"enabled": True, "knative-local-gateway": local_gateway()}},
             "config": {
                 # Every value is a string: spec.config is map[string]map[string]string.
                 "features": {feature: "enabled" for feature in REQUIRED_FEATURES},

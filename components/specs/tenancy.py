@@ -22,7 +22,6 @@ from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS, PRODUCTION_PRIOR
 
 from ..constants import (
     EXPERIMENT_PRIORITY,
-    GATEWAY_SERVICE_ACCOUNT,
     ISTIO_INGRESS_NAMESPACE,
     ISTIO_SYSTEM_NAMESPACE,
     KNATIVE_SERVING_NAMESPACE,
@@ -30,6 +29,7 @@ from ..constants import (
     LABEL_TENANT,
     MONITORING_NAMESPACE,
     PRODUCTION_PRIORITY,
+    gateway_principal,
     standard_labels,
 )
 
@@ -377,7 +377,7 @@ def authorization_policy(tenant: TenantConfig, ingress: tuple[tuple[str, str], .
     serving backends name; their identities in DATA_PATH_CALLERS) may call its servers. Never a
     whole platform namespace: any pod there could call the servers."""
     rules: list[dict[str, Any]] = [
-        {"from": [{"source": {"principals": [f"cluster.local/ns/{ISTIO_INGRESS_NAMESPACE}/sa/{GATEWAY_SERVICE_ACCOUNT}"]}}]},
+        {"from": [{"source": {"principals": [gateway_principal()]}}]},
         {"from": [{"source": {"namespaces": [tenant.name]}}]},
     ]
     for _, namespace in ingress:
