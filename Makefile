@@ -25,7 +25,7 @@ export PULUMI_ERROR_OUTPUT_STRING := true
 help:
 	@echo "make preview [STACK=dev] [OUT=build/preview/<stack>]  offline preview of a stack"
 	@echo "make test                                            the whole test suite"
-	@echo "make bench                                           preview and gateway filter benchmarks (figures for the README)"
+	@echo "make bench                                           preview and gateway benchmarks (figures for the README)"
 	@echo "make golden                                          record every stack's preview output as expected"
 	@echo "make pulumi-preview STACK=prod                       real 'pulumi preview' with the policy pack"
 	@echo "make pulumi-up STACK=prod                            real 'pulumi up' with the policy pack"
@@ -118,6 +118,7 @@ golden: preview-all
 
 bench: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	$(PY) benchmarks/bench_preview.py
+	$(PY) benchmarks/bench_gateway.py
 	$(PY) benchmarks/bench_filter.py
 
 # The real path, for users with the Pulumi CLI, a backend and cloud credentials.

@@ -60,20 +60,29 @@ CASES = (
     Case("model after messages, user in body", model_first=False, user_in_body=True),
 )
 
-# The floor: read the body as the filter must, and find the model's value; nothing else.
-FLOOR = """
-function floor_on_request(handle)
+
+def floor_lua(name: str) -> str:
+    """The floor as a Lua request function called `name`: read the body as the filter must, and
+    find the model's value; nothing else (benchmarks/bench_gateway.py runs it in Envoy too)."""
+    return f"""
+function {name}(handle)
   local body = handle:body()
   local text = body:getBytes(0, body:length())
   local k = text:find('"model"', 1, true)
   local _, _, model = text:find('^%s*:%s*"([^"]*)"', k + 7)
   handle:headers():replace("x-model", model)
 end
+"""
 
+
+FLOOR = (
+    floor_lua("floor_on_request")
+    + """
 function run(on_request, n, headers, body, claims)
   for _ = 1, n do on_request(make_handle(headers, body, claims)) end
 end
 """
+)
 
 WORDS = (
     "the of and to in is that for it as with was on be by this are from or an at which have not "

@@ -532,9 +532,19 @@ def server_routes(objects: GatewayObjects, gateway: Mapping[str, Any], server: M
         for vhost in vhosts:
             vhost["require_tls"] = "ALL"
     if "*" not in hosts:
-        vhosts.append({"name": f"blackhole:{port}", "domains": ["*"], "routes": []})
+        vhosts.append(_blackhole(port))
+    return _route_configuration(f"{server['port']['protocol'].lower()}.{port}", vhosts)
+
+
+def _blackhole(port: int) -> dict[str, Any]:
+    """The virtual host of every other host: no routes, so 404 (gateway.go buildGatewayHTTPRouteConfig)."""
+    return {"name": f"blackhole:{port}", "domains": ["*"], "routes": []}
+
+
+def _route_configuration(name: str, vhosts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A gateway RouteConfiguration as istiod writes it (gateway.go buildGatewayHTTPRouteConfig)."""
     return {
-        "name": f"{server['port']['protocol'].lower()}.{port}",
+        "name": name,
         "virtual_hosts": vhosts,
         "validate_clusters": False,
         "ignore_port_in_host_matching": True,
@@ -553,13 +563,8 @@ def knative_local_routes(knative_hosts: Mapping[str, str]) -> dict[str, Any]:
         }
         for host, cluster in sorted(knative_hosts.items())
     ]
-    vhosts.append({"name": f"blackhole:{KNATIVE_LOCAL_GATEWAY_PORT}", "domains": ["*"], "routes": []})
-    return {
-        "name": f"http.{KNATIVE_LOCAL_GATEWAY_PORT}",
-        "virtual_hosts": vhosts,
-        "validate_clusters": False,
-        "ignore_port_in_host_matching": True,
-    }
+    vhosts.append(_blackhole(KNATIVE_LOCAL_GATEWAY_PORT))
+    return _route_configuration(f"http.{KNATIVE_LOCAL_GATEWAY_PORT}", vhosts)
 
 
 def knative_local_server(objects: GatewayObjects) -> Mapping[str, Any]:

@@ -15,7 +15,6 @@ import http.client
 import http.server
 import json
 import os
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -30,6 +29,7 @@ from typing import Any
 from components.constants import GATEWAY_LISTENER_PORTS, GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, gateway_principal
 
 from . import istio_gateway
+from .servers.processes import free_ports, stop
 
 START_TIMEOUT_SECONDS = 20
 
@@ -45,20 +45,6 @@ def envoy_version() -> str:
     """The version the binary reports (`envoy --version`: `<sha>/<version>/<status>/...`)."""
     out = subprocess.run([str(envoy_binary()), "--version"], capture_output=True, text=True, timeout=30, check=True).stdout
     return out.split("version:", 1)[1].strip().split("/")[1]
-
-
-def free_ports(count: int) -> list[int]:
-    """Loopback ports nothing listens on now (bound, then released, together)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 # --- tokens -----------------------------------------------------------------------------------
@@ -270,10 +256,16 @@ class Gateway:
         return connection.getresponse().read().decode()
 
     def cpu_seconds(self) -> float:
-        """User and system CPU the Envoy process has used so far (/proc/<pid>/stat)."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        """CPU the Envoy process's threads have run so far, in nanosecond resolution: the sum of
+        each thread's run time (/proc/<pid>/task/*/schedstat, first field; the process's
+        /proc/<pid>/stat counts only in clock ticks of 10 ms)."""
+        total = 0
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # a thread that ended meanwhile
+        return total / 1e9
 
 
 @functools.cache
@@ -381,12 +373,7 @@ def running_gateway(
             _wait_ready(gateway)
             yield gateway
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
             upstreams.stop()
 
 

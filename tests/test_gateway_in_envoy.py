@@ -501,3 +501,14 @@ def test_todays_filter_source_is_what_the_envoy_runs(prod):
     assert [p["match"]["listener"]["portNumber"] for p in patches] == [443]
     code = patches[0]["patch"]["value"]["typed_config"]["default_source_code"]["inline_string"]
     assert code.endswith(Path(gateway_spec.LUA_SOURCE).read_text())
+
+
+def test_the_gateway_benchmark_runs_and_measures_each_variant():
+    """`make bench`'s real-Envoy benchmark at a tiny size, so it cannot rot."""
+    from benchmarks.bench_filter import CASES
+    from benchmarks.bench_gateway import VARIANTS, measure
+
+    results = measure(1, {"1KB": 1 << 10}, most=5)
+    # Every case ran through every variant (each request answered 200, run_batch checks it).
+    assert [(label, case.label) for label, case, _ in results] == [("1KB", case.label) for case in CASES]
+    assert all(set(cpu) == set(VARIANTS) and min(cpu.values()) >= 0 for _, _, cpu in results)

@@ -10,7 +10,6 @@ so queries name their evaluation time. Without the binaries the caller's test is
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from .processes import free_ports, stop
 
 READY_SECONDS = 30.0
 # Seconds between synthetic samples (a scrape interval).
@@ -86,9 +87,8 @@ def two_buckets(low: float, high: float) -> Callable[[float], float]:
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    (port,) = free_ports(1)
+    return port
 
 
 def _binaries() -> tuple[str, str]:
@@ -148,10 +148,5 @@ def prometheus_with(data: SyntheticSeries, directory: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
         log.close()
