@@ -47,6 +47,11 @@ class ConfigModel(BaseModel):
 # runs in pydantic-core's Rust regex engine, where `$` is the end of the text only.)
 
 _DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+# An S3 location the platform puts into shell scripts, IAM policy resources and annotations: a bucket
+# name by S3's rules, then a key of letters, digits and `-_.=/` only (S3's safe characters less those a
+# shell, an IAM ARN or a glob reads specially: `*`, `'`, `(`, `)`, `!`, and no space, `$`, `;` or `|`),
+# at most 1,024 characters (S3's key limit).
+S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._=/-]{0,1024})?$"
 _DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
@@ -581,7 +586,7 @@ class MlflowReference(ConfigModel):
 class ModelSource(ConfigModel):
     huggingface: str | None = None
     """Hugging Face repository `org/name`."""
-    s3_uri: Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")] | None = None
+    s3_uri: Annotated[str, Field(pattern=S3_URI_PATTERN)] | None = None
     """S3 prefix holding the weights (needs EKS: read with the model's workload role)."""
     revision: Annotated[str, Field(min_length=1)] | None = None
     """Hugging Face: the full 40-character commit SHA (never a branch); S3: the subfolder of the version. Not given
@@ -1419,7 +1424,7 @@ class BatchModel(ConfigModel):
 class BatchInput(ConfigModel):
     """An OpenAI batch-format JSONL file set (one request per line: `custom_id`, `method`, `url`, `body`), pinned."""
 
-    s3_uri: Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")] | None = None
+    s3_uri: Annotated[str, Field(pattern=S3_URI_PATTERN)] | None = None
     """S3 prefix; the files are `<s3Uri>/<revision>/*.jsonl`, read in name order."""
     huggingface: Annotated[str, Field(pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")] | None = None
     """Hugging Face dataset repository `org/name`."""
@@ -1462,7 +1467,7 @@ class BatchJobConfig(ConfigModel):
     """What it reads."""
     lines: PositiveInt
     """Requests (non-blank lines) in the input: the job has ceil(lines / shardLines) shards."""
-    output: Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")]
+    output: Annotated[str, Field(pattern=S3_URI_PATTERN)]
     """S3 prefix the results go to: `<output>/shard-<i>/chunk-<k>.jsonl`, one OpenAI batch output line per input line."""
     parallelism: PositiveInt = 1
     """Shards that run at once (pods)."""

@@ -32,7 +32,7 @@ from pydantic.alias_generators import to_camel
 
 from .adapters import REVISION_SEPARATOR
 from .errors import ConfigError, ConfigIssue
-from .models import REGISTRY_TOKEN, MlflowReference, ModelSource, PlatformConfig, RegistryConfig, pinned_s3_uri
+from .models import REGISTRY_TOKEN, S3_URI_PATTERN, MlflowReference, ModelSource, PlatformConfig, RegistryConfig, pinned_s3_uri
 
 # Names a recorded resolution for the program to use instead of the live registry (previews only).
 REGISTRY_FILE_ENV = "INFERENCE_PLATFORM_REGISTRY_FILE"
@@ -47,7 +47,7 @@ MAX_RECORDING_BYTES = 4 << 20
 MAX_QUOTE = 300
 
 _HF_PINNED = re.compile(r"hf://(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)@(?P<revision>[0-9a-f]{40})")
-_S3 = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?")
+_S3 = re.compile(S3_URI_PATTERN.removeprefix("^").removesuffix("$"))
 PINNED_FORMS = "hf://org/name@<40-character commit SHA> or s3://bucket/prefix/<version folder>"
 
 

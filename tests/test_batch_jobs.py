@@ -672,3 +672,34 @@ def test_a_stopped_uploader_copies_once_more_before_it_exits(tmp_path):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 143
     assert (pod.output / "chunk-00000.jsonl").exists()
+
+
+def test_a_prefix_that_slipped_past_its_pattern_is_still_one_word_to_the_shell(tmp_path):
+    """The scripts quote the configured output prefix, though its pattern admits no shell syntax: a
+    value that reached the builder anyway (here built past validation) runs no command."""
+    import dataclasses
+
+    from components.specs.batch_job import stage_in_container, uploader_container
+
+    job_plan = next(j for j in validate(prod()).batch_jobs if j.name == "ticket-labels")
+    marker = tmp_path / "ran"
+    hostile = job_plan.job.model_copy(update={"output": f"s3://team-b-batch/out/$(touch {marker})`touch {marker}`"})
+    plan = dataclasses.replace(job_plan, job=hostile)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aws").write_text('#!/bin/sh\nprintf "%s\\n" "$@" >> "$AWS_LOG"\n')
+    (bin_dir / "aws").chmod(0o755)
+    work = tmp_path / "work"
+    (work / "status").mkdir(parents=True)
+    (work / "status" / "runner-exit").write_text("0")
+    log = tmp_path / "aws.log"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "AWS_LOG": str(log), "JOB_COMPLETION_INDEX": "3"}
+    for container in (stage_in_container(plan), uploader_container(plan)):
+        shell, flags, script = container["command"]
+        result = subprocess.run(
+            [shell, flags, script.replace("/work/", f"{work}/")], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    # The aws CLI got the prefix as one argument, the index expanded.
+    assert f"s3://team-b-batch/out/$(touch {marker})`touch {marker}`/shard-00003/" in log.read_text().splitlines()

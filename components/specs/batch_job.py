@@ -121,8 +121,9 @@ def engine_command(plan: BatchJobPlan) -> list[str]:
 
 
 def _shard_prefix(plan: BatchJobPlan) -> str:
-    """The shard's output prefix, in shell (the index is only known in the pod)."""
-    return f'{plan.job.output.rstrip("/")}/shard-$(printf %05d "$JOB_COMPLETION_INDEX")/'
+    """The shard's output prefix, in shell (the index is only known in the pod): the configured
+    prefix quoted (its pattern already admits no shell metacharacter), the index's expansion not."""
+    return f'{shlex.quote(plan.job.output.rstrip("/"))}/shard-$(printf %05d "$JOB_COMPLETION_INDEX")/'
 
 
 def _local_shard() -> str:
