@@ -84,7 +84,6 @@ def measure(rounds: int, sizes: dict[str, int], most: int = 500) -> list[tuple[s
     requests (and about 8 MiB of bodies, at least 40 requests)."""
     manifests = Evaluated(raw_stack("prod")).manifests()
     ports = dict(zip(VARIANTS, real_envoy.free_ports(len(VARIANTS)), strict=True))
-    state: dict[str, int] = {}
 
     def hook(config: dict[str, Any]) -> None:
         serving = next(
@@ -92,7 +91,6 @@ def measure(rounds: int, sizes: dict[str, int], most: int = 500) -> list[tuple[s
             for lis in config["static_resources"]["listeners"]
             if lis["name"] == "0.0.0.0_443"
         )
-        state["serving"] = serving
         _variant_listeners(config, serving, ports)
 
     results = []

@@ -137,6 +137,8 @@ class ServingBackend(ABC):
     # DestinationRule: its (object name, resource name suffix). None: one rule per model, in
     # the model's namespace, on the versions' own pods.
     shared_destination_rule: ClassVar[tuple[str, str] | None] = None
+    # The shared rule's host-wide traffic policy (subsets keep it unless they set the same field).
+    shared_traffic_policy: ClassVar[Mapping[str, Any]] = {}
     # Whether an endpoint picker may stand in front of its servers, and stands there unless the
     # model turns it off (`endpointPicker.enabled`): the picker dials pods directly.
     picks_endpoints: ClassVar[bool] = False

@@ -41,11 +41,13 @@ ROUTER_FILTER = "envoy.filters.http.router"
 # pilot/pkg/xds/filters/filters.go EnvoyJwtFilterPayload.
 JWT_PAYLOAD_KEY = "payload"
 
-# Knative's local gateway: the Service the gateway's routes name, its port's protocol (net-istio
-# names it http2: h2c, or h2 inside ISTIO_MUTUAL; pilot/pkg/networking/core/cluster_builder.go
-# setUpstreamProtocol), and the listener port on the gateway's pods.
-KNATIVE_LOCAL_GATEWAY_HOST = "knative-local-gateway.istio-system.svc.cluster.local"
-KNATIVE_LOCAL_GATEWAY_PORT = 8081
+# Knative's local gateway as net-istio ships it (knative/operator knative-v1.23.0
+# cmd/operator/kodata/ingress/1.23/istio/net-istio.yaml): the Service the gateway's routes name, whose
+# port is named http2 (h2c, or h2 inside ISTIO_MUTUAL: pilot/pkg/networking/core/cluster_builder.go
+# setUpstreamProtocol) and carries disable-gateway-port-translation, and its Gateway's server, port
+# 8081 HTTP, which the KnativeServing may override. Read here from net-istio, not from the platform.
+NET_ISTIO_LOCAL_GATEWAY_HOST = "knative-local-gateway.istio-system.svc.cluster.local"
+NET_ISTIO_LOCAL_GATEWAY_SERVER: dict[str, Any] = {"port": {"number": 8081, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}
 SPIFFE_PREFIX = "spiffe://"
 
 
@@ -136,10 +138,6 @@ def _selector_labels(spec: Mapping[str, Any]) -> dict[str, str]:
 
 def _selects(labels: Mapping[str, str], pod_labels: Mapping[str, str]) -> bool:
     return all(pod_labels.get(key) == value for key, value in labels.items())
-
-
-def _name(manifest: Mapping[str, Any]) -> str:
-    return f"{manifest['metadata'].get('namespace', 'default')}/{manifest['metadata']['name']}"
 
 
 # --- authentication ---------------------------------------------------------------------------
@@ -290,14 +288,31 @@ def _when_ids(conditions: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return ids
 
 
+def _host_matcher(value: str) -> dict[str, Any]:
+    """matcher/header.go HostMatcher: `:authority`, case-insensitive; `*` present, `*x` a suffix,
+    `x*` a prefix, else exact."""
+    if value == "*":
+        return {"name": ":authority", "present_match": True}
+    if value.startswith("*"):
+        match: dict[str, Any] = {"suffix": value[1:]}
+    elif value.endswith("*"):
+        match = {"prefix": value[:-1]}
+    else:
+        match = {"exact": value}
+    return {"name": ":authority", "string_match": {**match, "ignore_case": True}}
+
+
 def _operation_permission(operation: Mapping[str, Any]) -> dict[str, Any]:
-    """One `to` entry (model.go New, generatePermission): its ports ORed as the listener's
-    destination port (generator.go destPortGenerator), ANDed with its other fields."""
+    """One `to` entry (model.go New, generatePermission): its hosts ORed as :authority matchers
+    (generator.go hostGenerator), its ports ORed as the listener's destination port
+    (destPortGenerator), the two ANDed."""
     ands: list[dict[str, Any]] = []
+    if "hosts" in operation:
+        ands.append({"or_rules": {"rules": [{"header": _host_matcher(h)} for h in operation["hosts"]]}})
     if "ports" in operation:
         ands.append({"or_rules": {"rules": [{"destination_port": int(p)} for p in operation["ports"]]}})
-    if set(operation) - {"ports"}:
-        raise ValueError(f"operation fields the test tier does not translate: {sorted(set(operation) - {'ports'})}")
+    if set(operation) - {"ports", "hosts"}:
+        raise ValueError(f"operation fields the test tier does not translate: {sorted(set(operation) - {'ports', 'hosts'})}")
     return {"and_rules": {"rules": ands or [{"any": True}]}}
 
 
@@ -362,8 +377,8 @@ def _listener_matches(patch: Mapping[str, Any], number: int) -> bool:
 
 
 def _merge(base: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """A MERGE patch (proto merge: maps and messages merged, scalars and lists replaced... lists
-    appended as protobuf's MergeFrom does)."""
+    """A MERGE patch as protobuf's MergeFrom does it: messages and maps merged, scalars replaced,
+    lists appended."""
     for key, value in patch.items():
         if isinstance(value, Mapping) and isinstance(base.get(key), dict):
             _merge(base[key], value)
@@ -537,7 +552,9 @@ def server_routes(objects: GatewayObjects, gateway: Mapping[str, Any], server: M
 
 
 def _blackhole(port: int) -> dict[str, Any]:
-    """The virtual host of every other host: no routes, so 404 (gateway.go buildGatewayHTTPRouteConfig)."""
+    """A virtual host of every other host, with no routes: 404. (istiod adds `blackhole:<port>` only
+    when a server has no virtual host at all, gateway.go buildGatewayHTTPRouteConfig, and otherwise
+    answers an unknown host with no virtual host matched: the same 404.)"""
     return {"name": f"blackhole:{port}", "domains": ["*"], "routes": []}
 
 
@@ -552,19 +569,20 @@ def _route_configuration(name: str, vhosts: list[dict[str, Any]]) -> dict[str, A
     }
 
 
-def knative_local_routes(knative_hosts: Mapping[str, str]) -> dict[str, Any]:
+def knative_local_routes(knative_hosts: Mapping[str, str], port: int) -> dict[str, Any]:
     """net-istio's KIngress VirtualService on the local gateway (pkg/reconciler/ingress/resources/
-    virtual_service.go): each cluster-local host routed to its revision."""
+    virtual_service.go): each cluster-local host routed to its revision, without retries (it sets
+    `Retries: &HTTPRetry{}`, "Override default istio behaviour of retrying twice")."""
     vhosts = [
         {
-            "name": f"{host}:{KNATIVE_LOCAL_GATEWAY_PORT}",
+            "name": f"{host}:{port}",
             "domains": [host],
             "routes": [{"match": {"prefix": "/"}, "route": {"cluster": cluster, "timeout": "0s"}}],
         }
         for host, cluster in sorted(knative_hosts.items())
     ]
-    vhosts.append(_blackhole(KNATIVE_LOCAL_GATEWAY_PORT))
-    return _route_configuration(f"http.{KNATIVE_LOCAL_GATEWAY_PORT}", vhosts)
+    vhosts.append(_blackhole(port))
+    return _route_configuration(f"http.{port}", vhosts)
 
 
 def knative_local_server(objects: GatewayObjects) -> Mapping[str, Any]:
@@ -575,7 +593,7 @@ def knative_local_server(objects: GatewayObjects) -> Mapping[str, Any]:
         if override.get("servers"):
             (server,) = override["servers"]
             return server
-    return {"port": {"number": KNATIVE_LOCAL_GATEWAY_PORT, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}
+    return NET_ISTIO_LOCAL_GATEWAY_SERVER
 
 
 # --- the whole bootstrap ----------------------------------------------------------------------
@@ -792,7 +810,7 @@ def knative_hosts(objects: GatewayObjects) -> dict[str, str]:
     for vs in objects.virtual_services:
         for http in vs["spec"].get("http", []):
             for d in http.get("route", []):
-                if d["destination"]["host"] == KNATIVE_LOCAL_GATEWAY_HOST:
+                if d["destination"]["host"] == NET_ISTIO_LOCAL_GATEWAY_HOST:
                     host = d.get("headers", {}).get("request", {}).get("set", {}).get("Host")
                     if host:
                         hosts[host] = f"knative|{host}"
@@ -802,7 +820,7 @@ def knative_hosts(objects: GatewayObjects) -> dict[str, str]:
 def upstream_names(objects: GatewayObjects) -> list[str]:
     """The clusters that end at an upstream of the test (not at the local gateway)."""
     return [
-        *[n for n in cluster_names(objects) if not n.endswith(f"|{KNATIVE_LOCAL_GATEWAY_HOST}")],
+        *[n for n in cluster_names(objects) if not n.endswith(f"|{NET_ISTIO_LOCAL_GATEWAY_HOST}")],
         *sorted(set(knative_hosts(objects).values())),
     ]
 
@@ -817,7 +835,9 @@ def listeners(objects: GatewayObjects, listener_ports: Mapping[int, int]) -> lis
             out.append(Listener(listener_ports[server["port"]["number"]], server_routes(objects, gateway, server), tls))
     local = knative_local_server(objects)
     local_tls = local.get("tls", {}).get("mode") if local["port"]["protocol"] == "HTTPS" else None
-    out.append(Listener(local["port"]["number"], knative_local_routes(knative_hosts(objects)), local_tls))
+    out.append(
+        Listener(local["port"]["number"], knative_local_routes(knative_hosts(objects), local["port"]["number"]), local_tls)
+    )
     return out
 
 
@@ -841,7 +861,7 @@ def bootstrap(
     clusters = []
     for name in cluster_names(objects):
         _, port, subset, host = name.split("|", 3)
-        local = host == KNATIVE_LOCAL_GATEWAY_HOST
+        local = host == NET_ISTIO_LOCAL_GATEWAY_HOST
         address = ("127.0.0.1", local_port) if local else upstreams[name]
         clusters.append(envoy_cluster(name, address, policies.get((host, subset), {}), certificates, http2=local))
     for cluster in sorted(set(knative_hosts(objects).values())):

@@ -28,7 +28,7 @@ from .real_envoy import Gateway, Received, Response, signed_token
 ISSUER = "https://login.inference.example.com"
 AUDIENCE = "inference-api"
 CANARY_ANALYSIS_SUBJECT = "canary-analysis"
-LOCAL_GATEWAY = 8081
+LOCAL_GATEWAY = 8081  # the local gateway's listener (net-istio's server port, as the KnativeServing keeps it)
 SERVERS_70B = "outbound|8081|v1-{tier}|llama-70b-v1-epp.serving.svc.cluster.local"
 KNATIVE_8B = "knative|llama-8b-{version}.serving.svc.cluster.local"
 USERS = 10_000
@@ -142,7 +142,7 @@ def test_the_local_gateway_takes_only_the_gateways_own_mesh_identity(envoy):
     body = chat("llama-3.1-8b-instruct")
     host = "llama-8b-v1.serving.svc.cluster.local"
     # No client certificate: the ISTIO_MUTUAL server refuses the handshake.
-    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+    with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
         envoy.request(body=body, server_port=LOCAL_GATEWAY, host=host, reuse=False)
     # Another workload of the mesh (a tenant's pod) cannot send requests through it in the
     # gateway's name, token or not.
@@ -160,6 +160,13 @@ def test_the_http_listener_redirects_to_https_without_a_token(envoy):
     assert received == []
     posted, received = send(envoy, chat("llama-3.1-70b-instruct"), token(), server_port=80)
     assert posted.status == 301 and received == []
+    # A client claiming HTTPS is still redirected (Envoy sets x-forwarded-proto itself).
+    forged, received = send(envoy, chat("llama-3.1-70b-instruct"), None, server_port=80, headers={"x-forwarded-proto": "https"})
+    assert forged.status == 301 and received == []
+    # Another host on that port is not the redirect's: it needs a token (Knative's own
+    # knative-ingress-gateway serves port 80 for every host on these pods).
+    other, received = send(envoy, None, None, method="GET", path="/", server_port=80, host="public-service.example.com")
+    assert other.status == 403 and received == []
 
 
 def test_an_unknown_model_or_host_is_not_found(envoy):
@@ -178,7 +185,7 @@ def test_a_request_without_a_verified_token_is_refused(envoy):
         response, received = send(envoy, body, bad)
         assert response.status == 401 and received == [], response.body
     response, received = send(envoy, body, signed_token({"iss": ISSUER, "aud": "another-api", "sub": "x"}))
-    assert response.status in (401, 403) and received == []
+    assert response.status == 403 and received == [] and b"Audiences in Jwt are not allowed" in response.body
     # Only the Authorization header carries a token.
     query, received = send(envoy, body, None, path=f"/v1/chat/completions?access_token={token()}")
     assert query.status == 403 and received == []
@@ -490,17 +497,36 @@ def test_the_gateways_own_overflow_answer_is_told_when_to_come_back(prod):
 # --- the stand-in's successor ----------------------------------------------------------------------
 
 
-def test_todays_filter_source_is_what_the_envoy_runs(prod):
-    """The Lua the Envoy runs is the rendered EnvoyFilter's, byte for byte: the tier of record
-    tests the shipped filter, not a copy."""
-    (envoy_filter,) = [
-        m for m in prod.manifests() if m["kind"] == "EnvoyFilter" and m["metadata"]["name"] == "inference-gateway-filter"
-    ]
-    patches = [p for p in envoy_filter["spec"]["configPatches"] if p["applyTo"] == "HTTP_FILTER"]
-    # One patch per serving public listener (prod: 443; its port 80 only redirects).
-    assert [p["match"]["listener"]["portNumber"] for p in patches] == [443]
-    code = patches[0]["patch"]["value"]["typed_config"]["default_source_code"]["inline_string"]
-    assert code.endswith(Path(gateway_spec.LUA_SOURCE).read_text())
+def test_the_envoy_runs_the_rendered_filter_on_the_serving_listener_only(prod):
+    """The Lua in the Envoy's config is the rendered EnvoyFilter's, byte for byte, on the public
+    serving listener; neither the redirect listener nor Knative's local gateway runs it."""
+    from components.constants import GATEWAY_LISTENER_PORTS, GATEWAY_SELECTOR
+
+    from .istio_gateway import Certificates, GatewayObjects, bootstrap, listeners, upstream_names
+
+    objects = GatewayObjects.from_manifests(prod.manifests(), GATEWAY_SELECTOR)
+    numbers = [listener.number for listener in listeners(objects, GATEWAY_LISTENER_PORTS)]
+    config = bootstrap(
+        objects,
+        jwks="{}",
+        listener_ports=GATEWAY_LISTENER_PORTS,
+        bound={number: 20000 + number for number in numbers},
+        admin_port=1,
+        upstreams={name: ("127.0.0.1", 1) for name in upstream_names(objects)},
+        certificates=Certificates("c", "k", "ca", "mc", "mk"),
+    )
+    codes = {
+        listener["name"]: [
+            f["typed_config"]["default_source_code"]["inline_string"]
+            for f in listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
+            if f["name"] == "envoy.filters.http.lua"
+        ]
+        for listener in config["static_resources"]["listeners"]
+    }
+    assert set(codes) == {"0.0.0.0_443", "0.0.0.0_80", f"0.0.0.0_{LOCAL_GATEWAY}"}
+    (code,) = codes["0.0.0.0_443"]
+    assert code.endswith(Path(gateway_spec.LUA_SOURCE).read_text()) and code.startswith("local CONFIG = {")
+    assert codes["0.0.0.0_80"] == [] and codes[f"0.0.0.0_{LOCAL_GATEWAY}"] == []
 
 
 def test_the_gateway_benchmark_runs_and_measures_each_variant():
@@ -512,3 +538,47 @@ def test_the_gateway_benchmark_runs_and_measures_each_variant():
     # Every case ran through every variant (each request answered 200, run_batch checks it).
     assert [(label, case.label) for label, case, _ in results] == [("1KB", case.label) for case in CASES]
     assert all(set(cpu) == set(VARIANTS) and min(cpu.values()) >= 0 for _, _, cpu in results)
+
+
+@pytest.fixture(scope="module")
+def envoy_without_override_principals() -> Iterator[Gateway]:
+    """prod with no `versionOverridePrincipals` and a second release override header."""
+    raw = prod_with_labeller_server()
+    del raw["traffic"]["authentication"]["versionOverridePrincipals"]
+    raw["models"][0]["release"]["overrideHeader"] = "x-pin-version"
+    with real_envoy.running_gateway(Evaluated(raw).manifests()) as running:
+        yield running
+
+
+def test_with_no_override_principals_nobody_may_pick_a_version(envoy_without_override_principals):
+    envoy = envoy_without_override_principals
+    for header, model in (("x-model-version", "llama-3.1-8b-instruct"), ("x-pin-version", "llama-3.1-70b-instruct")):
+        for tok in (token(), token(sub=CANARY_ANALYSIS_SUBJECT)):
+            response, received = send(envoy, chat(model), tok, headers={header: "v1"})
+            assert response.status == 403 and received == [], (header, response.body)
+        # Without the header both are served.
+        assert send(envoy, chat(model), token())[0].status == 200
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging"])
+def test_every_model_of_the_other_stacks_is_served_through_its_gateway(stack):
+    """dev and staging serve plain HTTP on port 80 (the filter there, no redirect): each model, on
+    each tier it serves, reaches its servers with a token of its tenant, and only so."""
+    from .helpers import raw_stack, validate
+
+    raw = raw_stack(stack)
+    plan = validate(raw)
+    auth = plan.config.traffic.authentication
+    with real_envoy.running_gateway(Evaluated(raw).manifests()) as envoy:
+        for route in plan.routes:
+            for tier in {t.tier for t in route.tiers}:
+                claims = {"iss": auth.issuer, "aud": auth.audiences[0], "sub": "u-1", "tier": tier, "tenant": route.model.tenant}
+                response, received = send(envoy, chat(route.model.openai_name), signed_token(claims), server_port=80)
+                assert response.status == 200, (route.model.openai_name, tier, response.body)
+                got = only(received)
+                assert got.header("x-tier") == tier and last_wins(got.body)["model"] == route.model.openai_name
+        anyone = next(iter(plan.routes)).model.openai_name
+        assert send(envoy, chat(anyone), None, server_port=80)[0].status == 403
+        body = chat(anyone)
+        refused, received = send(envoy, body, None, server_port=LOCAL_GATEWAY, host="x.svc", client_certificate=envoy.intruder)
+        assert refused.status == 403 and received == []

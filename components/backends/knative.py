@@ -160,6 +160,11 @@ class KnativeBackend(ServingBackend):
     # (object name, resource name suffix) of the gateway-wide DestinationRule of every Knative
     # model's subsets, on the one host they are all reached through.
     shared_destination_rule = ("knative-model-tiers", "knative-tiers")
+    # Knative's local gateway serves ISTIO_MUTUAL only (specs/knative.py local_gateway): its pods
+    # carry no tlsMode label, so auto mTLS would send plaintext and be refused. The rule is in the
+    # root namespace, so every proxy calling the local gateway uses mTLS; only the gateway's own
+    # identity is admitted there.
+    shared_traffic_policy: ClassVar[Mapping[str, Any]] = {"tls": {"mode": "ISTIO_MUTUAL"}}
     subsets_are_servers = False
 
     def rollout_surge(self, model: ModelConfig) -> int:

@@ -573,9 +573,10 @@ function envoy_on_response(handle)
   local headers = handle:headers()
   -- The picker's refusals: 429 when a queue TTL, cap or eviction dropped the request, 503 when
   -- no server can take it (pkg/common/error/error.go); both carry the dropped-reason header.
-  -- Every other 503 is a shed answer too (Envoy's circuit breaker or overload manager, no
-  -- healthy server, Knative's activator or queue-proxy at capacity): the client is told when to
-  -- come back, unless the answer says so itself.
+  -- Every other 503 is a shed answer too (Envoy's circuit breaker, no healthy server, Knative's
+  -- activator or queue-proxy at capacity): the client is told when to come back, unless the
+  -- answer says so itself. (The overload manager's own 503 is answered before any filter runs,
+  -- so it carries none.)
   local status = headers:get(":status")
   local picker_shed = (status == "429" or status == "503") and headers:get(CONFIG.shed_status_header) ~= nil
   if not picker_shed and (status ~= "503" or headers:get("retry-after") ~= nil) then return end

@@ -167,6 +167,20 @@ def _to_ports(ports: list[int]) -> list[dict[str, Any]]:
     return [{"operation": {"ports": [str(port) for port in ports]}}]
 
 
+def redirect_rules(traffic: TrafficConfig) -> list[dict[str, Any]]:
+    """Any caller on a listener that only redirects to HTTPS, for the Gateway's own hosts: their
+    one route there is the redirect. Another host on that port (Knative's knative-ingress-gateway
+    also serves port 80, `*`, on these pods; a public Knative Service would be routed there) still
+    needs a token. `hosts` match the request's :authority, case-insensitively, `host:*` with any
+    port (istio 1.30.3 pilot/pkg/security/authz/model/generator.go hostGenerator, matcher/header.go
+    HostMatcher)."""
+    ports = public_listener_ports(traffic, redirects=True)
+    if not ports:
+        return []
+    hosts = [name for host in traffic.hosts for name in ((host,) if host == "*" else (host, f"{host}:*"))]
+    return [{"to": [{"operation": {"ports": [str(port) for port in ports], "hosts": hosts}}]}]
+
+
 def require_token(traffic: TrafficConfig) -> dict[str, Any]:
     """On the public listeners that serve, only requests with a verified token's principal reach a
     route (a request without one gets 403 from Istio's RBAC filter); one that only redirects to
@@ -191,7 +205,7 @@ def require_token(traffic: TrafficConfig) -> dict[str, Any]:
                     "from": [{"source": {"principals": [gateway_principal()]}}],
                     "to": _to_ports([KNATIVE_LOCAL_GATEWAY_LISTENER_PORT]),
                 },
-                *([{"to": _to_ports(redirecting)}] if (redirecting := public_listener_ports(traffic, redirects=True)) else []),
+                *redirect_rules(traffic),
             ],
         },
     }

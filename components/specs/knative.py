@@ -29,10 +29,11 @@ def local_gateway() -> dict[str, Any]:
     reach tenants' models through it without a token. The operator replaces the Gateway's
     servers with these (knative/operator knative-v1.23.0 pkg/reconciler/knativeserving/ingress/
     istio.go updateIstioGateway; IstioGatewayOverride in pkg/apis/operator/base/
-    ingressconfiguration.go); the selector is net-istio's own, stated so the Service keeps it
-    (ingress_service.go). net-istio's prober finds no Service port 8081 on the pods' labelled
-    Service and so never probes this server (net-istio pkg/reconciler/ingress/lister.go
-    listGatewayTargets), as before."""
+    ingressconfiguration.go). The selector is net-istio's own, stated to tie the local gateway to
+    the pods the platform's gateway objects select (the operator sets it on the
+    knative-local-gateway Service too, ingress_service.go updateIstioService). net-istio's prober
+    finds no Service port 8081 on the pods' labelled Service and so never probes this server
+    (net-istio pkg/reconciler/ingress/lister.go listGatewayTargets), as before."""
     return {
         "selector": dict(GATEWAY_SELECTOR),
         "servers": [

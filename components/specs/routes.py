@@ -353,10 +353,7 @@ def shared_destination_rules(routes: tuple[RoutePlan, ...]) -> dict[str, dict[st
             "metadata": {"name": name, "namespace": ISTIO_SYSTEM_NAMESPACE, "labels": standard_labels(name, "routing")},
             "spec": {
                 "host": mine[0].backend.destination_rule_host(mine[0].model),
-                # The shared gateway's server takes ISTIO_MUTUAL only (specs/knative.py
-                # local_gateway): its pods carry no tlsMode label, so without this the hop would
-                # be plaintext (auto mTLS) and refused. Subsets keep it (they set no tls).
-                "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}},
+                **({"trafficPolicy": dict(policy)} if (policy := mine[0].backend.shared_traffic_policy) else {}),
                 "subsets": [s for r in mine for s in _subsets(r, r.versions, r.backend.subsets_are_servers)],
             },
         }
