@@ -59,6 +59,7 @@ from .profiles import PROFILES, TierName
 from .quantity import parse_quantity
 from .registry import adapter_registry_references, registry_references
 from .serving import (
+    CONTROL_HEADER_PREFIXES,
     DRAIN_MARGIN_SECONDS,
     GPU_MEMORY_UTILIZATION_MAX,
     Peak,
@@ -744,12 +745,32 @@ def check_batch_models(config: PlatformConfig) -> Iterator[ConfigIssue]:
 
 
 def check_gateway_headers(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    """The headers the gateway filter sets are three different ones, and no release reads one
-    of them as its override or user key (a client could not set it)."""
+    """The headers the gateway filter sets are three different ones, no release reads one of them
+    as its override or user key (a client could not set it), and none of these is under a prefix
+    whose client values the filter strips (CONTROL_HEADER_PREFIXES: an override would never arrive)."""
     headers = config.traffic
     reserved = {headers.tier_header, headers.bucket_header, headers.model_header}
     if len(reserved) != 3:
         yield ConfigIssue(("traffic",), "tierHeader, bucketHeader and modelHeader must be three different headers")
+    named = [
+        (("traffic", key), value)
+        for key, value in (
+            ("tierHeader", headers.tier_header),
+            ("bucketHeader", headers.bucket_header),
+            ("modelHeader", headers.model_header),
+        )
+    ] + [
+        (("models", index, "release", key), value)
+        for index, model in enumerate(config.models)
+        for key, value in (("overrideHeader", model.release.override_header), ("userKeyHeader", model.release.user_key_header))
+    ]
+    for path, value in named:
+        if value.startswith(CONTROL_HEADER_PREFIXES):
+            yield ConfigIssue(
+                path,
+                f"{value!r} is under a prefix the endpoint pickers or vLLM act on ({', '.join(CONTROL_HEADER_PREFIXES)}), "
+                "whose client values the gateway strips: use another header",
+            )
     for index, model in enumerate(config.models):
         for key in ("overrideHeader", "userKeyHeader"):
             value = model.release.override_header if key == "overrideHeader" else model.release.user_key_header

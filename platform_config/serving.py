@@ -15,6 +15,15 @@ from .models import ModelConfig, PlatformConfig, TierPolicy, duration_seconds
 from .profiles import EXPERIMENT_PRIORITY_CLASS, PROFILES, TierName, WorkloadProfile
 from .quantity import parse_quantity
 
+# Request headers other components act on, by prefix: the endpoint pickers' and their proxies'
+# (llm-d-router v0.10.0 pkg/epp/metadata/consts.go: `x-llm-d-*`, `x-gateway-*` and the deprecated
+# `x-slo-*`) and vLLM's (0.28.0 and later read `X-Vllm-Priority`, vllm/entrypoints/generate/base/
+# serving.py). The gateway filter strips every client value under them, so none can be a header
+# the platform's own config names (the filter would strip it too).
+EPP_HEADER_PREFIXES: tuple[str, ...] = ("x-llm-d-", "x-gateway-", "x-slo-")
+VLLM_HEADER_PREFIX = "x-vllm-"
+CONTROL_HEADER_PREFIXES: tuple[str, ...] = (*EPP_HEADER_PREFIXES, VLLM_HEADER_PREFIX)
+
 # Seconds kept between vLLM's drain deadline and the kubelet's SIGKILL.
 DRAIN_MARGIN_SECONDS = 10
 

@@ -26,12 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.constants import GATEWAY_LISTENER_PORTS, GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, gateway_principal
+from components.constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, gateway_principal
 
 from . import istio_gateway
 from .servers.processes import free_ports, stop
 
 START_TIMEOUT_SECONDS = 20
+# The pod port each Service port of the gateway chart maps to, as the chart ships it (istio/istio
+# 1.30.3 manifests/charts/gateway/values.yaml service.ports: 80 -> 80, 443 -> 443; the platform sets
+# no service.ports, which test_gateway_in_envoy checks). Read here from the chart, not from the
+# platform's own constant, so a wrong one fails the tier's port-scoped rules.
+CHART_LISTENER_PORTS = {80: 80, 443: 443}
 
 
 def envoy_binary() -> Path:
@@ -330,7 +335,7 @@ def running_gateway(
     upstreams = Upstreams(names)
     upstreams.start()
     host = gateway_host(objects)
-    built = istio_gateway.listeners(objects, GATEWAY_LISTENER_PORTS)
+    built = istio_gateway.listeners(objects, CHART_LISTENER_PORTS)
     with tempfile.TemporaryDirectory(prefix="real-envoy-") as work:
         directory = Path(work)
         admin, *ports = free_ports(1 + len(built))
@@ -342,7 +347,7 @@ def running_gateway(
         config = istio_gateway.bootstrap(
             objects,
             jwks=jwks(),
-            listener_ports=GATEWAY_LISTENER_PORTS,
+            listener_ports=CHART_LISTENER_PORTS,
             bound=bound,
             admin_port=admin,
             upstreams={n: upstreams.address(n) for n in names},
@@ -365,7 +370,7 @@ def running_gateway(
             if not s.get("tls", {}).get("httpsRedirect")
         ]
         gateway = Gateway(
-            process, admin, bound, GATEWAY_LISTENER_PORTS, upstreams, log_path, host, mesh, intruder,
+            process, admin, bound, CHART_LISTENER_PORTS, upstreams, log_path, host, mesh, intruder,
             tls_listeners=frozenset(listener.number for listener in built if listener.tls),
             default_server_port=max(serving),
         )  # fmt: skip

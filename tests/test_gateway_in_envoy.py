@@ -96,6 +96,15 @@ def test_the_envoy_is_the_pinned_release_of_the_line_istios_proxy_is_built_on():
     assert ENVOY.version == f"{major}.{minor}.{patch - 1}"
 
 
+def test_the_gateway_keeps_the_charts_service_ports():
+    """The tier binds listeners where the chart's Service sends (real_envoy.CHART_LISTENER_PORTS);
+    the platform's gateway values leave the chart's ports as they are."""
+    from components.mesh import gateway_values
+
+    assert "ports" not in gateway_values(350, "internal")["service"]
+    assert "ports" not in gateway_values(None, "internal")["service"]
+
+
 # --- a served model, end to end --------------------------------------------------------------
 
 
@@ -500,16 +509,16 @@ def test_the_gateways_own_overflow_answer_is_told_when_to_come_back(prod):
 def test_the_envoy_runs_the_rendered_filter_on_the_serving_listener_only(prod):
     """The Lua in the Envoy's config is the rendered EnvoyFilter's, byte for byte, on the public
     serving listener; neither the redirect listener nor Knative's local gateway runs it."""
-    from components.constants import GATEWAY_LISTENER_PORTS, GATEWAY_SELECTOR
+    from components.constants import GATEWAY_SELECTOR
 
     from .istio_gateway import Certificates, GatewayObjects, bootstrap, listeners, upstream_names
 
     objects = GatewayObjects.from_manifests(prod.manifests(), GATEWAY_SELECTOR)
-    numbers = [listener.number for listener in listeners(objects, GATEWAY_LISTENER_PORTS)]
+    numbers = [listener.number for listener in listeners(objects, real_envoy.CHART_LISTENER_PORTS)]
     config = bootstrap(
         objects,
         jwks="{}",
-        listener_ports=GATEWAY_LISTENER_PORTS,
+        listener_ports=real_envoy.CHART_LISTENER_PORTS,
         bound={number: 20000 + number for number in numbers},
         admin_port=1,
         upstreams={name: ("127.0.0.1", 1) for name in upstream_names(objects)},

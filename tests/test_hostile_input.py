@@ -429,6 +429,15 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
     ("overcommit-nan", "dev", _set("capacity", {"overcommitRatio": float("nan")}), "capacity.overcommitRatio"),
     ("overcommit-infinite", "dev", _set("capacity", {"overcommitRatio": float("inf")}), "capacity.overcommitRatio"),
     ("replicas-a-boolean", "dev", _set(*DEV_M, "autoscaling", "minReplicas", True), "models[0].autoscaling.minReplicas"),
+    # Headers under a prefix the gateway strips from clients would never arrive.
+    (
+        "override-header-a-picker-header",
+        "dev",
+        _set(*DEV_M, "release", "overrideHeader", "x-llm-d-version"),
+        "models[0].release.overrideHeader",
+    ),
+    ("user-key-a-vllm-header", "dev", _set(*DEV_M, "release", "userKeyHeader", "x-vllm-user"), "models[0].release.userKeyHeader"),
+    ("tier-header-a-gateway-header", "dev", _set("traffic", "tierHeader", "x-gateway-tier"), "traffic.tierHeader"),
     # S3 locations go into the batch jobs' shell scripts and into IAM resources: no shell syntax.
     *(
         (f"s3-{where}-{name}", "prod", _set(*path, value), key)

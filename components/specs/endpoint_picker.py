@@ -37,6 +37,7 @@ import yaml
 
 from platform_config.pins import ENDPOINT_PICKER, ENVOY_PROXY
 from platform_config.quantity import parse_quantity
+from platform_config.serving import EPP_HEADER_PREFIXES
 
 from ..constants import (
     GATEWAY_SELECTOR,
@@ -116,7 +117,7 @@ EPP_CONTROL_HEADERS: tuple[str, ...] = (
     "x-llm-d-video-resolution",  # VideoResolutionHeaderKey
 )
 # Prefixes covering every one of them: the deprecated SLO aliases are `x-slo-*`.
-EPP_CONTROL_HEADER_PREFIXES: tuple[str, ...] = ("x-llm-d-", "x-gateway-", "x-slo-")
+EPP_CONTROL_HEADER_PREFIXES = EPP_HEADER_PREFIXES
 
 # --- names and labels -----------------------------------------------------------------------
 TIERS = ("premium", "standard", "batch")

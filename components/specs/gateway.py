@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from platform_config.adapters import adapter_revisions, module_name
 from platform_config.models import GatewayAuthentication, ReleaseConfig, TrafficConfig, duration_seconds
 from platform_config.profiles import TierName
-from platform_config.serving import route_timeout_seconds
+from platform_config.serving import CONTROL_HEADER_PREFIXES, route_timeout_seconds
 
 from ..constants import (
     GATEWAY_LISTENER_PORTS,
@@ -39,7 +39,7 @@ from ..constants import (
     standard_labels,
 )
 from ..serving import TIER_ORDER
-from .endpoint_picker import DROPPED_REASON_HEADER, EPP_CONTROL_HEADER_PREFIXES, FAIRNESS_HEADER
+from .endpoint_picker import DROPPED_REASON_HEADER, FAIRNESS_HEADER
 
 if TYPE_CHECKING:
     from ..serving import RoutePlan
@@ -71,13 +71,9 @@ REQUEST_TIMEOUT_SECONDS = 60
 # A connection with no stream open is closed after this (Envoy's default is one hour).
 CONNECTION_IDLE_TIMEOUT_SECONDS = 300
 
-# Request headers vLLM acts on: from 0.28.0 it takes the request's priority from
-# `X-Vllm-Priority` over the body's (vllm/entrypoints/generate/base/serving.py PRIORITY_HEADER).
-VLLM_HEADER_PREFIX = "x-vllm-"
-# Every request header under these prefixes is another component's control (the endpoint
-# pickers' and their proxies', vLLM's): the filter removes every client value of them, so a
-# header a newer release adds (the picker's `x-llm-d-inference-ttl`) is covered before it is used.
-CONTROL_HEADER_PREFIXES: tuple[str, ...] = (*EPP_CONTROL_HEADER_PREFIXES, VLLM_HEADER_PREFIX)
+# Every request header under CONTROL_HEADER_PREFIXES is another component's control (the endpoint
+# pickers' and their proxies', vLLM's): the filter removes every client value of them, so a header
+# a newer release adds (the picker's `x-llm-d-inference-ttl`) is covered before it is used.
 
 # The filter's caps on what it reads from a body. The model name and the user id become header
 # values: a longer model name is refused with 400, a longer user id is not used (from the body)
