@@ -64,6 +64,9 @@ class Listener:
     number: int
     routes: dict[str, Any]
     tls: str | None = None
+    # The TLS server names its filter chain answers (the server's hosts unless `*`: model/gateway.go
+    # GetSNIHostsForServer, listener.go buildGatewayListener filter_chain_match.server_names).
+    server_names: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -692,6 +695,8 @@ def envoy_listener(
     ISTIO_MUTUAL with the mesh certificate and a client certificate of the mesh required
     (gateway.go buildGatewayListenerTLSContext), with the EnvoyFilter's LISTENER MERGE patches."""
     chain: dict[str, Any] = {"filters": [{"name": HCM, "typed_config": connection_manager(objects, jwks, listener)}]}
+    if listener.server_names:
+        chain["filter_chain_match"] = {"server_names": list(listener.server_names)}
     if listener.tls == "SIMPLE":
         chain["transport_socket"] = _tls_socket(
             "DownstreamTlsContext",
@@ -718,6 +723,13 @@ def envoy_listener(
         "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
         "filter_chains": [chain],
     }
+    if listener.server_names:
+        out["listener_filters"] = [
+            {
+                "name": "envoy.filters.listener.tls_inspector",
+                "typed_config": typed("envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"),
+            }
+        ]
     for patch in _patches(objects.envoy_filters, "LISTENER"):
         if _listener_matches(patch, listener.number) and patch["patch"]["operation"] == "MERGE":
             _merge(out, patch["patch"]["value"])
@@ -832,7 +844,8 @@ def listeners(objects: GatewayObjects, listener_ports: Mapping[int, int]) -> lis
     for gateway in objects.gateways:
         for server in gateway["spec"]["servers"]:
             tls = server.get("tls", {}).get("mode") if server["port"]["protocol"] == "HTTPS" else None
-            out.append(Listener(listener_ports[server["port"]["number"]], server_routes(objects, gateway, server), tls))
+            names = tuple(h for h in server.get("hosts", []) if h != "*") if tls else ()
+            out.append(Listener(listener_ports[server["port"]["number"]], server_routes(objects, gateway, server), tls, names))
     local = knative_local_server(objects)
     local_tls = local.get("tls", {}).get("mode") if local["port"]["protocol"] == "HTTPS" else None
     out.append(

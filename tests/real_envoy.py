@@ -217,12 +217,12 @@ class Gateway:
         number = self.default_server_port if server_port is None else server_port
         listener = self.listener_ports.get(number, number)
         port = self.bound[listener]
-        key = (port, client_certificate)
+        key = (port, client_certificate, host or self.host)
         connection = self.connections.pop(key, None) if reuse else None
         if connection is None:
             if listener in self.tls_listeners:
                 context = _client_context(client_certificate)
-                connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=context)
+                connection = _HTTPSConnection("127.0.0.1", port, host or self.host, timeout=timeout, context=context)
             else:
                 connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         items = list(headers.items()) if isinstance(headers, Mapping) else list(headers or [])
@@ -249,7 +249,9 @@ class Gateway:
         return response
 
     tls_listeners: frozenset[int] = frozenset()
-    connections: dict[tuple[int, istio_gateway.Certificates | None], http.client.HTTPConnection] = field(default_factory=dict)
+    connections: dict[tuple[int, istio_gateway.Certificates | None, str], http.client.HTTPConnection] = field(
+        default_factory=dict
+    )
     default_server_port: int = 80
 
     def log(self) -> str:
@@ -271,6 +273,19 @@ class Gateway:
             except (FileNotFoundError, ProcessLookupError):
                 continue  # a thread that ended meanwhile
         return total / 1e9
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS to a loopback address that sends the gateway's host as its TLS server name (SNI), as a
+    client of that host does."""
+
+    def __init__(self, address: str, port: int, server_name: str, **kwargs: Any):
+        super().__init__(address, port, **kwargs)
+        self.server_name = server_name
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._context.wrap_socket(self.sock, server_hostname=self.server_name)  # type: ignore[attr-defined]
 
 
 @functools.cache
