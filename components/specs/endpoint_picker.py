@@ -734,9 +734,9 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
                 # A failed EPP lets the request on (all tiers); the routes then decide by tier:
-                # fail-open tiers go to the servers' Service, fail-closed ones get 503. At 1.33
-                # the failure mode is the filter's only (ExtProcOverrides gained
-                # failure_mode_allow in 1.35, envoyproxy/envoy#40014).
+                # fail-open tiers go to the servers' Service, fail-closed ones get 503. Set on the
+                # filter, which 1.33 (the chart preset's Envoy) required; from 1.35 a route could
+                # override it (ExtProcOverrides failure_mode_allow, envoyproxy/envoy#40014).
                 "failure_mode_allow": True,
                 "grpc_service": {
                     "envoy_grpc": {"cluster_name": "ext_proc", "authority": f"localhost:{EPP_GRPC_PORT}"},
@@ -750,9 +750,9 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
                     "request_trailer_mode": "SEND",
                     "response_trailer_mode": "SEND",
                 },
-                # No message_timeout: Envoy 1.33 does not run it for FULL_DUPLEX_STREAMED bodies,
-                # and caps it at 1 h, which a long tier timeout would exceed; the EPP's queue TTL
-                # and the route timeout bound a request.
+                # No message_timeout: Envoy 1.33 did not run it for FULL_DUPLEX_STREAMED bodies (not
+                # checked again at 1.38), and it is capped at 1 h, which a long tier timeout would
+                # exceed; the EPP's queue TTL and the route timeout bound a request.
             },
         },
         {"name": _ROUTER["name"], "typed_config": {**_ROUTER["typed_config"], "suppress_envoy_headers": True}},
