@@ -71,10 +71,6 @@ REQUEST_TIMEOUT_SECONDS = 60
 # A connection with no stream open is closed after this (Envoy's default is one hour).
 CONNECTION_IDLE_TIMEOUT_SECONDS = 300
 
-# Every request header under CONTROL_HEADER_PREFIXES is another component's control (the endpoint
-# pickers' and their proxies', vLLM's): the filter removes every client value of them, so a header
-# a newer release adds (the picker's `x-llm-d-inference-ttl`) is covered before it is used.
-
 # The filter's caps on what it reads from a body. The model name and the user id become header
 # values: a longer model name is refused with 400, a longer user id is not used (from the body)
 # or refused with 403 (from the token).
@@ -180,11 +176,11 @@ def redirect_rules(traffic: TrafficConfig) -> list[dict[str, Any]]:
 def require_token(traffic: TrafficConfig) -> dict[str, Any]:
     """On the public listeners that serve, only requests with a verified token's principal reach a
     route (a request without one gets 403 from Istio's RBAC filter); one that only redirects to
-    HTTPS takes every request (its one route is the redirect: nothing reaches a server). On Knative's local gateway listener,
-    where the gateway sends the requests of Knative-served versions back into its own pods (the
-    token already checked and stripped), only the gateway's own mesh identity: that server
-    terminates ISTIO_MUTUAL (specs/knative.py), so no other workload can send requests through it
-    in the gateway's name. Istio ANDs a rule's `from` and `to` and ORs its rules; a request on
+    HTTPS takes every request for the Gateway's hosts (redirect_rules). On Knative's local gateway
+    listener, where the gateway sends the requests of Knative-served versions back into its own
+    pods (the token already checked and stripped), only the gateway's own mesh identity: that
+    server terminates ISTIO_MUTUAL (specs/knative.py), so no other workload can send requests
+    through it in the gateway's name. Istio ANDs a rule's `from` and `to` and ORs its rules; a request on
     any other listener matches no rule and is refused (istio/istio 1.30.3
     pilot/pkg/security/authz/model/model.go New; `ports` is the listener's port,
     generator.go destPortGenerator)."""
@@ -303,6 +299,9 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
         "max_members": MAX_BODY_MEMBERS,
         "max_member_name_bytes": MAX_MEMBER_NAME_BYTES,
         "max_depth": MAX_BODY_DEPTH,
+        # Every request header under these is another component's control (the endpoint pickers' and
+        # their proxies', vLLM's): the filter removes every client value of them, so a header a newer
+        # release adds (the picker's `x-llm-d-inference-ttl`) is covered before it is used.
         "control_header_prefixes": list(CONTROL_HEADER_PREFIXES),
         "shed_status_header": DROPPED_REASON_HEADER,
         "fairness_header": FAIRNESS_HEADER,
