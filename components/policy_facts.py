@@ -26,7 +26,16 @@ from platform_config.pins import IMAGES, KUEUE_API_VERSION
 from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 
 from .backends.knative import KNATIVE_SERVICE_LABEL
-from .constants import GPU_TAINT_KEY, LABEL_GPU_SHARING, LABEL_LATENCY_SENSITIVE, LABEL_MODEL, LABEL_POOL
+from .constants import (
+    GATEWAY_LISTENER_PORTS,
+    GATEWAY_SELECTOR,
+    GPU_TAINT_KEY,
+    ISTIO_INGRESS_NAMESPACE,
+    LABEL_GPU_SHARING,
+    LABEL_LATENCY_SENSITIVE,
+    LABEL_MODEL,
+    LABEL_POOL,
+)
 from .specs.kueue import QUEUE_NAME_LABEL
 from .specs.pod import ANNOTATION_LORA_ADAPTERS, NO_GPU_ENV
 from .specs.routes import (
@@ -74,6 +83,12 @@ def policy_facts() -> dict[str, Any]:
             "canaryWeights": CANARY_WEIGHTS_ANNOTATION,
             "adapterReleases": ADAPTER_RELEASES_ANNOTATION,
             "loraAdapters": ANNOTATION_LORA_ADAPTERS,
+        },
+        # The ingress gateway's pods, and the listener port each Gateway server port is served on.
+        "gateway": {
+            "namespace": ISTIO_INGRESS_NAMESPACE,
+            "selector": dict(GATEWAY_SELECTOR),
+            "listenerPorts": {str(port): listener for port, listener in GATEWAY_LISTENER_PORTS.items()},
         },
         # The label a Job is queued by, and the LocalQueue's type token as the program declares it.
         # GPU nodes' taint, and what a container that may run on one without asking for a GPU sets to see none.

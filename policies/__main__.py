@@ -211,6 +211,14 @@ PolicyPack(
             ),
         ),
         StackValidationPolicy(
+            name="gateway-requires-a-token",
+            description="The ingress gateway verifies tokens (a RequestAuthentication selects it) and admits only "
+            "identified callers: an ALLOW AuthorizationPolicy selects it and each of its rules names request principals "
+            "or a mesh identity, except rules limited to the ports and hosts of servers that only redirect to HTTPS.",
+            validate=stack.gateway_requires_a_token,
+            severity=Severity.CRITICAL,
+        ),
+        StackValidationPolicy(
             name="endpoint-picker-availability",
             description="Endpoint pickers: in production at least minReplicasInProduction replicas and a "
             "PodDisruptionBudget that keeps one up through a drain; every InferencePool names an existing Service that "

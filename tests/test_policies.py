@@ -85,7 +85,7 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 28
+    assert len(names) == 29 and "gateway-requires-a-token" in names
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):
@@ -809,3 +809,53 @@ def test_an_adapter_named_like_a_served_model_is_refused(pack, baseline):
     hits = pack.analyze_stack(stack_with(baseline, answer_to_the_adapter))
     assert {d.policy for d in hits} == {"adapter-names-unique"}
     assert hits and all("also the served name of team-a/llama-1b" in d.message for d in hits)
+
+
+# --- the gateway requires a token ------------------------------------------------------------------
+
+REQUIRE_TOKEN = "gateway-routing-inference-gateway-require-token"
+GATEWAY_JWT = "gateway-routing-inference-gateway-jwt"
+
+
+def _gateway_violations(records: list[RecordedResource]) -> list[str]:
+    """The rule itself over the records (the analyzer run is test_the_gateway_token_rule_is_mandatory)."""
+    messages: list[str] = []
+    resources = [SimpleNamespace(resource_type=r.type, props=r.outputs, urn=r.urn) for r in records]
+    stack_rules.gateway_requires_a_token(SimpleNamespace(resources=resources), lambda m, urn=None: messages.append(m))
+    return messages
+
+
+def _rules(change: Callable[[list[dict]], Any]) -> Callable[[list[RecordedResource]], list[RecordedResource]]:
+    return edit(REQUIRE_TOKEN, lambda d: change(d["spec"]["rules"]))
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda rs: rs, None),
+        (lambda rs: [r for r in rs if r.name != GATEWAY_JWT], "no RequestAuthentication"),
+        (lambda rs: [r for r in rs if r.name != REQUIRE_TOKEN], "no ALLOW AuthorizationPolicy"),
+        (edit(REQUIRE_TOKEN, lambda d: d["spec"].update(action="DENY")), "no ALLOW AuthorizationPolicy"),
+        (_rules(lambda rules: rules[0].pop("from")), "rule 0 admits requests without a token"),
+        (_rules(lambda rules: rules[0]["from"][0]["source"].update(requestPrincipals=[])), "rule 0 admits a source"),
+        (_rules(lambda rules: rules.append({"from": [{"source": {"notRequestPrincipals": ["x/y"]}}]})), "rule 3 admits a source"),
+        (_rules(lambda rules: rules[2]["to"][0]["operation"].update(hosts=["*"])), "rule 2 admits requests without a token"),
+        (_rules(lambda rules: rules[2]["to"][0]["operation"].update(ports=["443"])), "rule 2 admits requests without a token"),
+        (_rules(lambda rules: rules[2]["to"][0]["operation"].pop("hosts")), "rule 2 admits requests without a token"),
+        (_rules(lambda rules: rules[2].pop("to")), "rule 2 admits requests without a token"),
+    ],
+    ids=["as-declared", "no-request-authentication", "no-allow-policy", "allow-turned-deny", "token-rule-without-from",
+         "empty-principals", "not-principals-only", "redirect-rule-any-host", "redirect-rule-on-the-serving-port",
+         "redirect-rule-without-hosts", "redirect-rule-everywhere"],
+)  # fmt: skip
+def test_the_gateway_admits_only_identified_callers(baseline, change, expected):
+    found = _gateway_violations(stack_with(baseline, change))
+    if expected is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and expected in found[0], found
+
+
+def test_the_gateway_token_rule_is_mandatory(pack, baseline):
+    hits = pack.analyze_stack(stack_with(baseline, _rules(lambda rules: rules[0].pop("from"))))
+    assert {(d.policy, d.level) for d in hits} == {("gateway-requires-a-token", "mandatory")}

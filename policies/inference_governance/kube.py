@@ -44,6 +44,12 @@ SERVICE = "kubernetes:core/v1:Service"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 INFERENCE_POOL = "kubernetes:inference.networking.k8s.io/v1:InferencePool"
 PEER_AUTHENTICATION = "kubernetes:security.istio.io/v1:PeerAuthentication"
+AUTHORIZATION_POLICY = "kubernetes:security.istio.io/v1:AuthorizationPolicy"
+REQUEST_AUTHENTICATION = "kubernetes:security.istio.io/v1:RequestAuthentication"
+ISTIO_GATEWAY = "kubernetes:networking.istio.io/v1:Gateway"
+GATEWAY_NAMESPACE: str = FACTS["gateway"]["namespace"]
+GATEWAY_SELECTOR: dict[str, str] = FACTS["gateway"]["selector"]
+GATEWAY_LISTENER_PORTS: dict[int, int] = {int(k): v for k, v in FACTS["gateway"]["listenerPorts"].items()}
 # The program's labels for an endpoint picker's objects and a tenant's namespace
 # (components/constants.py LABEL_COMPONENT and LABEL_TENANT, components/specs/endpoint_picker.py
 # COMPONENT); a test holds them to the program's.
