@@ -6,7 +6,7 @@ import pulumi_kubernetes as k8s
 from components.cluster import Cluster, ClusterArgs
 from components.model_route import canary_releases
 from components.plan import plan_checks, resolve
-from components.plan_reports import cold_start_report
+from components.plan_reports import cold_start_report, queue_bound_report
 from components.platform import InferencePlatform, InferencePlatformArgs, aws_tags
 from platform_config import load_config
 from platform_config.adapters import adapters_report
@@ -32,6 +32,8 @@ pulumi.export("nodePools", platform.node_pool_templates)
 pulumi.export("serverPeaks", platform.server_peaks)
 # Per model: the expected cold start on its pool's weight cache, with the arithmetic.
 pulumi.export("coldStarts", cold_start_report(plan))
+# Per model, tier and path: how long and how many requests may wait for a server, and the answer past it.
+pulumi.export("queueBounds", queue_bound_report(plan))
 # Per pool: each tenant's nominal batch quota in Kueue, what it may borrow and what it reclaims.
 pulumi.export("batchQueues", platform.batch_queues)
 # Each model's release as deployed: what the policy pack holds the next change's canary weight to.

@@ -3,6 +3,11 @@ Pulumi imports)."""
 
 from __future__ import annotations
 
+import math
+
+from platform_config.models import duration_seconds
+from platform_config.serving import route_timeout_seconds
+
 from .serving import Plan
 
 
@@ -36,4 +41,47 @@ def cold_start_report(plan: Plan) -> list[dict[str, object]]:
                 "scaleUpBudgetSeconds": plan.scale_up_budget_seconds,
             }
         )
+    return rows
+
+
+def queue_bound_report(plan: Plan) -> list[dict[str, object]]:
+    """Per model, tier and serving path: how long and how many of the tier's requests may wait for
+    a server, who bounds it, and what a client past the bound gets (the program exports it as
+    `queueBounds`; the preview's report shows it). A version with an endpoint picker queues in the
+    picker, bounded in time by its queue TTL; without one a request waits where the backend holds it
+    (`queue_holder`) until the tier's route timeout. Every path is also bounded per gateway pod by
+    the tier's pending requests (Envoy's circuit breaker: 503 at once)."""
+    by_name = {model_plan.model.name: model_plan for model_plan in plan.models}
+    rows: list[dict[str, object]] = []
+    for model_plan in plan.models:
+        for tier in model_plan.route.tiers:
+            owner = by_name[tier.owner.name]
+            retry_after = math.ceil(duration_seconds(tier.policy.queue_timeout))
+            timeout = route_timeout_seconds(tier.policy)
+            picker = next((s.endpoint_picker for s in owner.servers if s.endpoint_picker is not None), None)
+            row: dict[str, object] = {"model": model_plan.model.openai_name, "tier": tier.tier, "servedBy": owner.model.name}
+            if picker is not None:
+                band = next(b for b in picker.bands if b.tier == tier.tier)
+                row |= {
+                    "path": "endpoint picker",
+                    "boundSeconds": picker.queue_ttl_seconds,
+                    "boundRequests": band.max_requests,
+                    "boundRequestsPer": "picker",
+                    "enforcedBy": "the version's endpoint picker (queue TTL, band size)",
+                    "answer": f"503, Retry-After {retry_after} s",
+                }
+            else:
+                per_replica = owner.backend.queued_requests_per_replica(plan.config, owner.model)
+                row |= {
+                    "path": owner.backend.queue_holder,
+                    "boundSeconds": None,
+                    "boundRequests": per_replica,
+                    "boundRequestsPer": "replica" if per_replica is not None else None,
+                    "enforcedBy": f"nothing in time: the route timeout ({timeout} s)",
+                    "answer": f"503 with Retry-After {retry_after} s when the queue is full, else 504 after {timeout} s"
+                    if per_replica is not None
+                    else f"504 after {timeout} s",
+                }
+            row["gatewayPendingPerPod"] = tier.policy.max_pending_requests
+            rows.append(row)
     return rows

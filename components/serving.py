@@ -157,6 +157,13 @@ class ServingBackend(ABC):
         """A hard cap of requests in flight per replica, if the backend enforces one."""
         return None
 
+    # What holds a request that waits for a replica when no endpoint picker stands in front.
+    queue_holder: ClassVar[str] = "the servers' Service (vLLM's own queue, unbounded)"
+
+    def queued_requests_per_replica(self, config: PlatformConfig, model: ModelConfig) -> int | None:
+        """Requests a replica's own queue takes beyond those it runs, if the backend bounds it."""
+        return None
+
     def injected_containers(self) -> tuple[Mapping[str, str], ...]:
         """Requests (= memory limits) of the containers the backend's platform adds to each pod,
         besides the mesh's sidecar."""

@@ -46,6 +46,7 @@ from .sections import (
     changes_section,
     cold_start_section,
     policy_section,
+    queue_bound_section,
     registry_section,
     schema_section,
     upstream_section,
@@ -297,6 +298,9 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
     adapters = evaluation.stack_outputs.get("loraAdapters")
     if adapters:
         report.sections["adapters"] = adapters_section(adapters)
+    queue_bounds = queue_bound_section(evaluation.stack_outputs)
+    if queue_bounds is not None:
+        report.sections["queueBounds"] = queue_bounds
     batch_queues = batch_queue_section(evaluation.stack_outputs)
     if batch_queues is not None:
         report.sections["batchQueues"] = batch_queues

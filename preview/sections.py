@@ -132,6 +132,30 @@ def adapters_section(adapters: dict[str, Any]) -> Section:
     )
 
 
+def queue_bound_section(stack_outputs: dict[str, Any]) -> Section | None:
+    """The queue bounds the program exports as `queueBounds`: per model, tier and path, how long and
+    how many requests wait for a server, who bounds it and what the client gets past it."""
+    rows = stack_outputs.get("queueBounds") or []
+    if not rows:
+        return None
+    table = [
+        "| model | tier | path | wait at most | queued at most | gateway pending per pod | past it |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    lines = []
+    for row in rows:
+        seconds = f"{row['boundSeconds']} s" if row["boundSeconds"] is not None else "no time bound"
+        queued = f"{row['boundRequests']} per {row['boundRequestsPer']}" if row["boundRequests"] is not None else "unbounded"
+        table.append(
+            f"| {row['model']} | {row['tier']} | {row['path']} | {seconds} | {queued} | {row['gatewayPendingPerPod']} | "
+            f"{row['answer']} |"
+        )
+        lines.append(f"{row['model']:<32} {row['tier']:<9} {seconds:>14}  {queued:>18}  {row['answer']}")
+    bounded = sum(1 for row in rows if row["boundSeconds"] is not None)
+    summary = f"{bounded} of {len(rows)} model tiers wait at most a queue TTL; the others until their route timeout"
+    return Section("Queue bounds", summary, data=rows, markdown="\n".join(table), lines=lines)
+
+
 def batch_queue_section(stack_outputs: dict[str, Any]) -> Section | None:
     """The batch quotas in Kueue the program exports as `batchQueues`: per pool and GPU resource,
     each tenant's nominal quota, what it may borrow from the cohort and what it reclaims."""

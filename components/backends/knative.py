@@ -52,6 +52,8 @@ KNATIVE_ACTIVATOR_GRACE_SECONDS = 600
 # createQueueResources: the queue.sidecar.serving.knative.dev/* annotations; without them only
 # 25m of CPU is requested).
 QUEUE_PROXY_RESOURCES = {"cpu": "25m", "memory": "256Mi"}
+# queue-proxy's breaker queue: this many times containerConcurrency (pkg/queue/sharedmain/main.go).
+QUEUE_PROXY_QUEUE_DEPTH_FACTOR = 10
 
 
 def container_concurrency(profile: WorkloadProfile, model: ModelConfig) -> int:
@@ -172,6 +174,17 @@ class KnativeBackend(ServingBackend):
 
     def request_cap(self, config: PlatformConfig, model: ModelConfig) -> int | None:
         return container_concurrency(effective_profile(config, model), model) or None
+
+    # Knative's activator (in the path of every request: target-burst-capacity with target
+    # utilization 100) and each replica's queue-proxy.
+    queue_holder = "Knative's activator and each replica's queue-proxy"
+
+    def queued_requests_per_replica(self, config: PlatformConfig, model: ModelConfig) -> int | None:
+        """queue-proxy waits at most 10 x containerConcurrency requests beyond those running, then
+        answers 503 (knative/serving knative-v1.23.0 pkg/queue/sharedmain/main.go buildBreaker);
+        with no containerConcurrency it has no breaker at all."""
+        cap = container_concurrency(effective_profile(config, model), model)
+        return QUEUE_PROXY_QUEUE_DEPTH_FACTOR * cap if cap else None
 
     def injected_containers(self) -> tuple[Mapping[str, str], ...]:
         return (QUEUE_PROXY_RESOURCES,)
