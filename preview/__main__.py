@@ -7,7 +7,16 @@ from .gc_tuning import tune_for_batch
 # Before the heavy imports: importing the provider SDKs alone builds a large object graph.
 tune_for_batch()
 
-from .cli import main  # noqa: E402
+try:
+    from .cli import main  # noqa: E402
+except ModuleNotFoundError as missing:
+    # Run with a Python that lacks the pinned requirements (not the project's .venv).
+    print(
+        f"error: {sys.executable} has no module {missing.name!r}: run `make preview` (it builds .venv from the "
+        "pinned requirements), or .venv/bin/python -m preview",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 try:
     code = main()

@@ -660,3 +660,13 @@ def test_refused_through_the_cli(tmp_path):
         if process.returncode != 2 or key not in stderr or "Traceback" in stderr:
             failures.append(f"{case}: exit {process.returncode}: {stderr[-400:]}")
     assert failures == []
+
+
+def test_a_python_without_the_requirements_is_told_how_to_run_the_preview():
+    """`python -m preview` with an interpreter that lacks the pinned packages (here: no site
+    packages at all) says what to run instead, with exit 2 and no traceback."""
+    result = subprocess.run(
+        [sys.executable, "-S", "-m", "preview", "--stack", "dev"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "run `make preview`" in result.stderr
