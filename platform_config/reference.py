@@ -15,18 +15,34 @@ from pathlib import Path
 from typing import Any
 
 from .loader import KNOWN_NAMESPACES
-from .models import PROJECT, SECRET_KEYS, PlatformConfig
+from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKDOWN_FILE = ROOT / "docs" / "config.md"
 SCHEMA_FILE = ROOT / "docs" / "stack-file.schema.json"
 # Namespaces a stack file may also use: the loader's, less the project's own.
 OTHER_NAMESPACES = tuple(n for n in KNOWN_NAMESPACES if n != PROJECT)
-HUGGING_FACE_TOKEN = (
-    "Each tenant's Hugging Face token for gated models, one Pulumi secret object keyed by tenant (`pulumi config set --path "
-    "--secret 'huggingFaceTokens.<tenant>' hf_...`; a plain value is refused). A tenant's token becomes the "
-    "`huggingface-token` Secret of that tenant's namespace only, and only while it serves Hugging Face models."
-)
+# A Pulumi secret as a stack file holds it: the encrypted value under `secure`.
+_SECURE_VALUE: dict[str, Any] = {
+    "type": "object",
+    "properties": {"secure": {"type": "string"}},
+    "required": ["secure"],
+    "additionalProperties": False,
+}
+# Each secret key: what it is, and its shape in a stack file.
+SECRETS: dict[str, tuple[str, dict[str, Any]]] = {
+    HUGGING_FACE_TOKENS: (
+        "Each tenant's Hugging Face token for gated models, one Pulumi secret object keyed by tenant (`pulumi config set "
+        "--path --secret 'huggingFaceTokens.<tenant>' hf_...`; a plain value is refused). A tenant's token becomes the "
+        "`huggingface-token` Secret of that tenant's namespace only, and only while it serves Hugging Face models.",
+        {"type": "object", "additionalProperties": _SECURE_VALUE},
+    ),
+    REGISTRY_TOKEN: (
+        "The MLflow registry's bearer token, if it needs one: one Pulumi secret (`pulumi config set --secret "
+        "registryToken <token>`; a plain value is refused), sent only to `registry.trackingUri`.",
+        _SECURE_VALUE,
+    ),
+}
 
 NOTES = """## Notes
 
@@ -88,16 +104,8 @@ def stack_file_schema() -> dict[str, Any]:
     defs = model.pop("$defs", {})
     config_properties = {f"{PROJECT}:{key}": value for key, value in model["properties"].items()}
     for key in SECRET_KEYS:
-        config_properties[f"{PROJECT}:{key}"] = {
-            "description": HUGGING_FACE_TOKEN,
-            "type": "object",
-            "additionalProperties": {
-                "type": "object",
-                "properties": {"secure": {"type": "string"}},
-                "required": ["secure"],
-                "additionalProperties": False,
-            },
-        }
+        description, shape = SECRETS[key]
+        config_properties[f"{PROJECT}:{key}"] = {"description": description, **shape}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"{PROJECT} stack file (stacks/Pulumi.<stack>.yaml)",
@@ -233,7 +241,7 @@ def config_reference() -> str:
             out.append("| key | type | default | meaning |\n|---|---|---|---|")
             out.append("\n".join(_rows(schema, inner, f"{key}{suffix}")) + "\n")
     for key in SECRET_KEYS:
-        out.append(f"## `{key}` (secret)\n\n{HUGGING_FACE_TOKEN}\n")
+        out.append(f"## `{key}` (secret)\n\n{SECRETS[key][0]}\n")
     out.append(NOTES)
     return "\n".join(out)
 
