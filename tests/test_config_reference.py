@@ -67,3 +67,16 @@ def test_the_schema_refuses_what_the_loader_refuses():
     assert any("'9' is not of type 'integer'" in m for m in messages), messages
     assert any("'gold'" in m for m in messages), messages
     assert any("'2 minutes' does not match" in m for m in messages), messages
+
+
+def test_the_schema_takes_each_secret_in_its_own_shape():
+    """registryToken is one secret value; huggingFaceTokens one secret per tenant; plain values of
+    either are refused (as the loader refuses them)."""
+    data = load_yaml(stack_file("staging").read_text())
+    config = data["config"]
+    config["inference-platform:registryToken"] = {"secure": "v1:registry"}
+    config["inference-platform:huggingFaceTokens"] = {"team-a": {"secure": "v1:hf"}}
+    assert list(validator().iter_errors(data)) == []
+    for key, plain in (("registryToken", "a-token"), ("huggingFaceTokens", {"team-a": "hf_plain"})):
+        wrong = {**config, f"inference-platform:{key}": plain}
+        assert list(validator().iter_errors({**data, "config": wrong})), key
