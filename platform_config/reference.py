@@ -50,10 +50,10 @@ NOTES = """## Notes
   on `all-1g.10gb`: 56 x `nvidia.com/mig-1g.10gb`; `g6.12xlarge` time-sliced 4 ways: 16 x
   `nvidia.com/gpu`. What the scheduler can place on one node (after the kubelet's reserve and the
   node agents) is exported as `nodePools`.
-- On a `kubeconfig` cluster the pools describe existing nodes: label them as the pool's
-  `nodeLabels` output says (`inference.platform/pool`, `nvidia.com/mig.config`,
-  `nvidia.com/device-plugin.config`, `k8s.amazonaws.com/accelerator`) and taint them
-  `nvidia.com/gpu=present:NoSchedule`.
+- On a `kubeconfig` cluster the pools describe existing nodes: label and taint them as the pool's
+  entry of the `nodePools` output says (its `labels`: `inference.platform/pool`,
+  `nvidia.com/mig.config`, `nvidia.com/device-plugin.config`, `k8s.amazonaws.com/accelerator`, and
+  `taints`: `nvidia.com/gpu=present:NoSchedule`).
 - Quotas: summed quotas per GPU resource must fit what the pools provide at `maxSize` (times
   `capacity.overcommitRatio`); each tenant's quota must fit the pools it may use; a tenant's
   models at their peak must fit its budget per priority class (GPUs, CPU, memory, pods, the

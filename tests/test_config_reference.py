@@ -16,7 +16,7 @@ from platform_config.reference import MARKDOWN_FILE, SCHEMA_FILE, config_referen
 from preview.policy_reference import POLICIES_FILE, pack_info, policy_reference
 from preview.stack_config import load_yaml
 
-from .helpers import STACKS, stack_file
+from .helpers import ROOT, STACKS, stack_file
 
 
 def test_generated_files_are_current():
@@ -80,3 +80,14 @@ def test_the_schema_takes_each_secret_in_its_own_shape():
     for key, plain in (("registryToken", "a-token"), ("huggingFaceTokens", {"team-a": "hf_plain"})):
         wrong = {**config, f"inference-platform:{key}": plain}
         assert list(validator().iter_errors({**data, "config": wrong})), key
+
+
+def test_the_notes_name_only_outputs_the_program_exports():
+    """Every output the reference's notes name in backticks is one the program exports."""
+    import re
+
+    from platform_config.reference import NOTES
+
+    exported = set(re.findall(r'pulumi\.export\("([A-Za-z]+)"', (ROOT / "__main__.py").read_text()))
+    named = set(re.findall(r"`([A-Za-z]+)` output", NOTES))
+    assert named and named <= exported, named - exported
