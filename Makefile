@@ -20,7 +20,7 @@ CRD_SCHEMA_DIR ?= $(or $(wildcard $(abspath ../shared/crd-schemas)),$(CURDIR)/cr
 export CRD_SCHEMA_DIR
 export PULUMI_ERROR_OUTPUT_STRING := true
 
-.PHONY: real-servers upstream-sources preview preview-all test golden docs policy-facts bench pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
+.PHONY: real-servers upstream-sources preview preview-all test golden docs policy-facts bench pulumi-policy-config pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
 
 help:
 	@echo "make preview [STACK=dev] [OUT=build/preview/<stack>]  offline preview of a stack"
@@ -121,14 +121,21 @@ bench: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	$(PY) benchmarks/bench_gateway.py
 	$(PY) benchmarks/bench_filter.py
 
-# The real path, for users with the Pulumi CLI, a backend and cloud credentials.
-pulumi-preview: $(VENV)/.installed $(POLICY_VENV)/.installed
+# The real path, for users with the Pulumi CLI, a backend and cloud credentials. As the deploy
+# workflow does, the stack's last `canaryReleases` output becomes the pack's policy config
+# (`previousReleases`), so the canary-weight-steps policy holds a hand-run change too.
+POLICY_CONFIG := build/policy-config.$(STACK).json
+pulumi-policy-config: $(VENV)/.installed
 	pulumi stack select $(STACK)
-	pulumi preview --policy-pack policies
+	@mkdir -p build
+	pulumi stack output --json > build/stack-outputs.$(STACK).json
+	$(PY) -m preview.previous_releases --from-outputs build/stack-outputs.$(STACK).json > $(POLICY_CONFIG)
 
-pulumi-up: $(VENV)/.installed $(POLICY_VENV)/.installed
-	pulumi stack select $(STACK)
-	pulumi up --policy-pack policies
+pulumi-preview: $(VENV)/.installed $(POLICY_VENV)/.installed pulumi-policy-config
+	pulumi preview --policy-pack policies --policy-pack-config $(POLICY_CONFIG)
+
+pulumi-up: $(VENV)/.installed $(POLICY_VENV)/.installed pulumi-policy-config
+	pulumi up --policy-pack policies --policy-pack-config $(POLICY_CONFIG)
 
 clean:
 	rm -rf build .pytest_cache

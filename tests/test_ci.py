@@ -205,3 +205,17 @@ def test_ci_script_runs_make_test():
     script = (ROOT / ".ci" / "run").read_text()
     assert "set -euo pipefail" in script and script.strip().endswith("make test")
     assert os.access(ROOT / ".ci" / "run", os.X_OK)
+
+
+def test_a_hand_run_up_gives_the_pack_the_releases_deployed_last():
+    """`make pulumi-up` (and `pulumi-preview`) build the policy config from the stack's last
+    outputs, as the deploy workflow does, and pass it to the pack."""
+    for target, command in (("pulumi-up", "pulumi up"), ("pulumi-preview", "pulumi preview")):
+        lines = subprocess.run(
+            ["make", "-n", target, "STACK=prod"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+        ).stdout.splitlines()
+        outputs = lines.index("pulumi stack output --json > build/stack-outputs.prod.json")
+        config = next(i for i, line in enumerate(lines) if "-m preview.previous_releases --from-outputs" in line)
+        run = next(i for i, line in enumerate(lines) if line.startswith(command))
+        assert outputs < config < run and lines[config].endswith("> build/policy-config.prod.json")
+        assert "--policy-pack policies --policy-pack-config build/policy-config.prod.json" in lines[run]
