@@ -317,7 +317,9 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
     )
     report.sections["admission"] = admission_section(admission)
     pins = progress.run("checking pins and rendered values against upstream facts", lambda: check_upstream(objects, releases))
-    report.sections["upstream"] = upstream_section(pins, str(facts_dir()))
+    # Named relative to the project (`../shared/upstream-facts`): the report goes into pull requests,
+    # where the runner's own paths say nothing.
+    report.sections["upstream"] = upstream_section(pins, os.path.relpath(facts_dir(), PROJECT_ROOT))
     version = str(evaluation.stack_outputs.get("kubernetesVersion") or "1.33")
     # Imported only now: jsonschema and the schemas load while the policy pack is busy with the
     # stack, not before the program can start.

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from .helpers import STACKS, run_preview
+from .helpers import ROOT, STACKS, run_preview
 
 pytestmark = pytest.mark.slow
 
@@ -90,6 +90,8 @@ def test_report_files_and_terminal_summary(previews, stack):
     assert {row["type"] for row in report["byComponent"]} >= {"inference-platform:tenant:Tenant"}
     markdown = (run.out / "report.md").read_text()
     assert markdown.startswith(f"# Offline preview: `{stack}`") and "## Resources by kind" in markdown
+    # Nothing of the machine that ran it: the report goes into pull requests.
+    assert str(ROOT) not in markdown and str(ROOT.parent) + "/" not in markdown
     # The terminal shows the component tree and the counts.
     assert "platform (inference-platform:platform:InferencePlatform)" in run.result.stdout
     assert f"{counts['resources']} resources:" in run.result.stdout
