@@ -88,8 +88,11 @@ crd-schemas:
 # committed stacks/Pulumi.<stack>.registry.json when there is one).
 PREVIOUS_STACK_FILE ?=
 REGISTRY_FILE ?= $(wildcard stacks/Pulumi.$(STACK).registry.json)
+# BASELINE: another preview's output folder (CI: the default branch's) that the report's changes
+# section compares this one with.
+BASELINE ?=
 preview: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
-	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))$(if $(REGISTRY_FILE), --registry-file $(REGISTRY_FILE))
+	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))$(if $(REGISTRY_FILE), --registry-file $(REGISTRY_FILE))$(if $(BASELINE), --baseline $(BASELINE))
 
 preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done

@@ -47,8 +47,13 @@ def test_pull_request_workflow():
     assert any(s.get("run") == "make test" for s in jobs["test"]["steps"])
     offline = jobs["offline-preview"]
     assert offline["strategy"]["matrix"]["stack"] == ["dev", "staging", "prod"]
+    (baseline,) = [s for s in offline["steps"] if "make -C trusted preview" in s.get("run", "")]
+    assert "OUT=${{ github.workspace }}/build/baseline/${{ matrix.stack }}" in baseline["run"]
     (preview,) = [s for s in offline["steps"] if "make preview" in s.get("run", "")]
     assert "STACK=${{ matrix.stack }}" in preview["run"]
+    # The pull request's report shows what changed against the default branch's preview.
+    assert offline["steps"].index(baseline) < offline["steps"].index(preview)
+    assert "BASELINE=build/baseline/{0}" in preview["run"]
     comment = jobs["comment"]
     (post,) = steps_using(comment, "marocchino/sticky-pull-request-comment")
     assert post["with"]["path"].endswith("report.md")
@@ -205,6 +210,15 @@ def test_ci_script_runs_make_test():
     script = (ROOT / ".ci" / "run").read_text()
     assert "set -euo pipefail" in script and script.strip().endswith("make test")
     assert os.access(ROOT / ".ci" / "run", os.X_OK)
+
+
+def test_make_preview_passes_a_baseline_on():
+    lines = subprocess.run(
+        ["make", "-n", "preview", "STACK=dev", "BASELINE=build/baseline/dev"], cwd=ROOT, capture_output=True, text=True,
+        timeout=60, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    (run,) = [line for line in lines if " -m preview --stack dev" in line]
+    assert run.endswith("--baseline build/baseline/dev")
 
 
 def test_a_hand_run_up_gives_the_pack_the_releases_deployed_last():
