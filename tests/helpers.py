@@ -243,14 +243,20 @@ class Evaluated:
         return found[0]
 
 
-def mirror_show(mirror: Path, tag: str, path: str) -> str:
-    """A file of a fetched upstream mirror (a bare git repository) at a tag; the test skips when
-    this machine has no such mirror."""
-    import pytest
+# The upstream files the tests read at pinned tags, in place (../shared/upstream-sources:
+# `<owner>+<name>/<tag>/<path>`, byte for byte as at the tag).
+UPSTREAM_SOURCES = (ROOT.parent / "shared" / "upstream-sources").resolve()
 
-    if not mirror.is_dir():
-        pytest.skip(f"no mirror at {mirror}")
-    return subprocess.run(["git", "-C", str(mirror), "show", f"{tag}:{path}"], check=True, capture_output=True, text=True).stdout
+
+def mirror_show(mirror: Path, tag: str, path: str) -> str:
+    """An upstream repository's file at a tag, read in place from ../shared/upstream-sources
+    (`mirror` names the repository, `<owner>+<name>`; no fetched mirror is read). A file that is not
+    there fails the test, naming it, so it can be added."""
+    repository = mirror.name
+    source = UPSTREAM_SOURCES / repository / tag / path
+    if not source.is_file():
+        raise AssertionError(f"upstream file not in ../shared/upstream-sources: {repository}/{tag}/{path}")
+    return source.read_text()
 
 
 @functools.cache

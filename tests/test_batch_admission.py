@@ -26,7 +26,7 @@ from preview.schemas import SchemaValidator
 
 from .helpers import mirror_show
 
-KUEUE_MIRROR = Path("/work/.mirror/kubernetes-sigs+kueue/repo")
+KUEUE_MIRROR = Path("kubernetes-sigs+kueue")  # read in ../shared/upstream-sources
 ENV = celpy.Environment()
 
 

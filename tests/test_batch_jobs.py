@@ -45,7 +45,7 @@ from .helpers import (
 )
 
 RUNNER = ROOT / "components" / "batch_runner" / "batch_runner.py"
-KUEUE_MIRROR = Path("/work/.mirror/kubernetes-sigs+kueue/repo")
+KUEUE_MIRROR = Path("kubernetes-sigs+kueue")  # read in ../shared/upstream-sources
 
 
 def prod() -> dict[str, Any]:

@@ -25,8 +25,8 @@ from .test_dashboards import series_names
 from .test_slo_rules import fails, passes, prom_labels, run_tests, strip_annotations
 
 TAG = f"v{KUEUE.version}"
-HELM_CHARTS_MIRROR = Path("/work/.mirror/prometheus-community+helm-charts/repo")
-KSM_MIRROR = Path("/work/.mirror/kubernetes+kube-state-metrics/repo")
+HELM_CHARTS_MIRROR = Path("prometheus-community+helm-charts")  # read in ../shared/upstream-sources
+KSM_MIRROR = Path("kubernetes+kube-state-metrics")  # read in ../shared/upstream-sources
 
 
 def prod_rule(raw: dict[str, Any] | None = None) -> dict[str, Any]:

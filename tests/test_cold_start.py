@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -324,7 +325,7 @@ def test_the_readme_shows_the_70b_arithmetic_the_code_derives():
 
 # --- upstream: the cluster autoscaler at every pinned tag -----------------------------------
 
-AUTOSCALER_MIRROR = ROOT.parent / ".mirror" / "kubernetes+autoscaler" / "repo"
+AUTOSCALER_MIRROR = Path("kubernetes+autoscaler")  # read in ../shared/upstream-sources
 
 
 @pytest.mark.parametrize("chart", sorted({pin.image_tag or pin.version for pin in CLUSTER_AUTOSCALER.values()}))

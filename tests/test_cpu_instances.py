@@ -15,7 +15,7 @@ from .helpers import config_problems, mirror_show, set_at, write_stack
 
 KEY = "inference-platform:cluster.eks.systemNodeGroup.instanceType"
 INSTANCE_TYPE = ("cluster", "eks", "systemNodeGroup", "instanceType")
-AUTOSCALER_MIRROR = Path("/work/.mirror/kubernetes+autoscaler/repo")
+AUTOSCALER_MIRROR = Path("kubernetes+autoscaler")  # read in ../shared/upstream-sources
 AUTOSCALER_TAG = "cluster-autoscaler-1.33.0"
 AUTOSCALER_TABLE = "cluster-autoscaler/cloudprovider/aws/ec2_instance_types.go"
 

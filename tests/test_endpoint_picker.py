@@ -31,9 +31,9 @@ from preview.schemas import SchemaValidator
 from .helpers import ROOT, mirror_show
 
 SERVER_LABELS = {"inference.platform/model": "llama-8b", "inference.platform/model-version": "v1"}
-MIRROR = Path("/work/.mirror/llm-d+llm-d-router/repo")
+MIRROR = Path("llm-d+llm-d-router")  # read in ../shared/upstream-sources
 TAG = "v0.10.0"
-ISTIO_MIRROR = Path("/work/.mirror/istio+istio/repo")
+ISTIO_MIRROR = Path("istio+istio")  # read in ../shared/upstream-sources
 ISTIO_TAG = "1.30.3"
 SERVER_HOST = "llama-8b.team-a.svc.cluster.local"
 

@@ -22,7 +22,7 @@ from preview.schemas import SchemaValidator
 from .helpers import Evaluated, mirror_show, raw_stack, set_at
 
 TELEMETRY = "kubernetes:telemetry.istio.io/v1:Telemetry"
-ISTIO_API_MIRROR = Path("/work/.mirror/istio+api/repo")
+ISTIO_API_MIRROR = Path("istio+api")  # read in ../shared/upstream-sources
 
 
 @pytest.fixture(scope="module", params=["staging", "prod"])
