@@ -8,7 +8,7 @@ from inference_governance.kube import (
     DEFAULT_TIER_HEADER,
     FLOORS,
     FORBIDDEN_TAGS,
-    PINNED_REGISTRIES,
+    PINNED_REPOSITORIES,
     PRODUCTION_PRIORITY_CLASS,
 )
 from inference_governance.resources import PRODUCTION_STACKS
@@ -236,12 +236,12 @@ PolicyPack(
         ),
         ResourceValidationPolicy(
             name="pinned-images",
-            description="Container images come from an allowed registry and are pinned to a digest or a tag that is not a "
-            "mutable one ('latest').",
+            description="Container images come from an allowed repository (by default those of the images the program "
+            "pins, not their whole registries) and are pinned to a digest or a tag that is not a mutable one ('latest').",
             validate=resources.pinned_images,
             severity=Severity.HIGH,
             config_schema=schema(
-                allowedRegistries={**STRINGS, "default": PINNED_REGISTRIES},
+                allowedRepositories={**STRINGS, "default": PINNED_REPOSITORIES},
                 deniedTags={**STRINGS, "default": FORBIDDEN_TAGS},
             ),
         ),

@@ -507,11 +507,11 @@ def test_the_packs_pod_rules_pass(objects):
         args = SimpleNamespace(resource_type="kubernetes:apps/v1:Deployment", props=deployment, get_config=lambda: {})
         validator(args, lambda message, urn=None: messages.append(message))
         assert messages == [], validator.__name__
-    # Images: pinned tags, from the registries of the pinned images.
+    # Images: pinned tags, from the repositories of the pinned images.
     messages = []
-    registries = sorted({rules.image_registry(pin.repository) for pin in pins.IMAGES})
+    repositories = sorted({rules.image_repository(pin.repository) for pin in pins.IMAGES})
     args = SimpleNamespace(
-        resource_type="kubernetes:apps/v1:Deployment", props=deployment, get_config=lambda: {"allowedRegistries": registries}
+        resource_type="kubernetes:apps/v1:Deployment", props=deployment, get_config=lambda: {"allowedRepositories": repositories}
     )
     rules.pinned_images(args, lambda message, urn=None: messages.append(message))
     assert messages == []

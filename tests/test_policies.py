@@ -624,7 +624,7 @@ def test_the_packs_image_rule_is_the_programs():
         ({"hpa-behavior": {"minReplica": 3}}, "config 'hpa-behavior': unknown key 'minReplica'; allowed: enforcementLevel"),
         ({"pod-security-baseline": {"strict": True}}, "'pod-security-baseline': unknown key 'strict'; allowed: enforcementLevel"),
         ({"hpa-behavior": {"minReplicasInProduction": "two"}}, "'minReplicasInProduction' is string \"two\", but the policy"),
-        ({"pinned-images": {"allowedRegistries": "ghcr.io"}}, "'allowedRegistries' is string \"ghcr.io\", but the policy"),
+        ({"pinned-images": {"allowedRepositories": "ghcr.io"}}, "'allowedRepositories' is string \"ghcr.io\", but the policy"),
         ({"pinned-images": {"deniedTags": ["latest", 3]}}, "'deniedTags' is array"),
         ({"hpa-behavior": {"enforcementLevel": "sometimes"}}, "'hpa-behavior': unknown enforcement level 'sometimes'"),
         ({"hpa-behavior": {"enforcementLevel": ["disabled"]}}, "'hpa-behavior': unknown enforcement level ['disabled']"),

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from platform_config.pins import ENVOY_PROXY
 from preview.engine import RecordedResource
 from preview.policy_runner import PolicyPack
 from preview.stack_config import load_project, load_stack_config
@@ -48,7 +49,10 @@ def configured():
     """The same pack, with each policy config this module exercises set away from its default."""
     running = _started(
         {
-            "pinned-images": {"allowedRegistries": ["docker.io", "registry.example.com"], "deniedTags": ["latest", "nightly"]},
+            "pinned-images": {
+                "allowedRepositories": ["docker.io/vllm", "registry.example.com"],
+                "deniedTags": ["latest", "nightly"],
+            },
             "no-secret-env-from": {"allowedNamespaces": ["serving"]},
             "knative-autoscaling": {"productionStacks": []},
             "latency-sensitive-not-time-sliced": {"latencySensitiveTiers": ["premium", "batch"]},
@@ -64,10 +68,11 @@ def configured():
 
 
 def plain_deployment(**pod: Any) -> RecordedResource:
-    """A Deployment that uses no GPU: what a tenant or an add-on could declare beside the models."""
+    """A Deployment that uses no GPU: what a tenant or an add-on could declare beside the models
+    (its image one of the repositories the pack allows by default)."""
     container = {
         "name": "web",
-        "image": "nginx:1.27.3",
+        "image": ENVOY_PROXY.image,
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "ports": [{"containerPort": 8080}],
     }
@@ -100,7 +105,7 @@ def container_of(record: RecordedResource) -> dict[str, Any]:
         lambda r: r.inputs["spec"]["template"]["spec"].update(securityContext={"seLinuxOptions": {"user": "system_u"}}),
         lambda r: container_of(r)["securityContext"].update(seLinuxOptions={"role": "sysadm_r"}),
         lambda r: r.inputs["spec"]["template"]["spec"].update(
-            ephemeralContainers=[{"name": "debug", "image": "busybox:1.37", "securityContext": {}}]
+            ephemeralContainers=[{"name": "debug", "image": ENVOY_PROXY.image, "securityContext": {}}]
         ),
         lambda r: r.inputs["spec"]["template"]["spec"].update(volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
     ],
@@ -341,7 +346,7 @@ def test_latency_class_comes_from_the_tiers_served(pack, configured, baseline):
     assert all("sends it premium requests" in d.message for d in hits)
 
 
-# --- images: registry allow-list, mutable tags -----------------------------------------------------------
+# --- images: repository allow-list, mutable tags -----------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -353,10 +358,15 @@ def test_latency_class_comes_from_the_tiers_served(pack, configured, baseline):
         ("vllm/vllm-openai:nightly", None, "pinned-images"),
         ("docker.io/vllm/vllm-openai:v0.18.0", None, None),
         ("vllm/vllm-openai@sha256:" + "a" * 64, None, None),
+        # A pinned image's registry is not its repository: nothing else from ghcr.io or Docker Hub.
+        ("ghcr.io/attacker/miner:v1", "pinned-images", "pinned-images"),
+        ("docker.io/vllm/vllm-openai-miner:v1", "pinned-images", None),
+        ("index.docker.io/vllm/vllm-openai:v0.18.0", None, None),
     ],
-    ids=["registry-not-allowed", "registry-allowed-nowhere", "pinned-registry", "mutable-tag", "docker-hub", "digest"],
-)
-def test_registries_and_mutable_tags(pack, configured, baseline, image, defaults, configured_verdict):
+    ids=["registry-not-allowed", "registry-allowed-nowhere", "pinned-registry", "mutable-tag", "docker-hub", "digest",
+         "another-repository-of-a-pinned-registry", "a-lookalike-repository", "legacy-docker-hub-name"],
+)  # fmt: skip
+def test_repositories_and_mutable_tags(pack, configured, baseline, image, defaults, configured_verdict):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     vllm(record)["image"] = image
     assert analyze(pack, record) == ({defaults: "mandatory"} if defaults else NOTHING)

@@ -239,7 +239,24 @@ def image_registry(image: str) -> str:
     return "docker.io"
 
 
-PINNED_REGISTRIES: list[str] = sorted({image_registry(repository) for repository in FACTS["images"]["pinnedRepositories"]})
+def image_repository(image: str) -> str:
+    """The repository an image reference names, with its registry and without tag or digest:
+    `vllm/vllm-openai:v1` is `docker.io/vllm/vllm-openai` (github.com/distribution/reference
+    normalize.go: a Docker Hub name without a namespace is under `library/`)."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
+    registry = image_registry(name)
+    first, _, rest = name.partition("/")
+    path = rest if rest and first in (registry, "index.docker.io") else name
+    if registry == "docker.io" and "/" not in path:
+        path = f"library/{path}"
+    return f"{registry}/{path}"
+
+
+# The repositories of the images the program pins: what the pack allows by default.
+PINNED_REPOSITORIES: list[str] = sorted({image_repository(repository) for repository in FACTS["images"]["pinnedRepositories"]})
 
 _IMAGE_TAG = re.compile(":(" + FACTS["images"]["tagPattern"] + ")$")
 _IMAGE_DIGEST = re.compile("@" + FACTS["images"]["digestPattern"] + "$")

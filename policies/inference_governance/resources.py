@@ -16,7 +16,7 @@ from .kube import (
     HPA_V2,
     KNATIVE_SERVICE,
     NO_GPU_ENV,
-    PINNED_REGISTRIES,
+    PINNED_REPOSITORIES,
     Report,
     config,
     containers,
@@ -25,7 +25,7 @@ from .kube import (
     get,
     gpu_resources,
     image_is_pinned,
-    image_registry,
+    image_repository,
     image_tag,
     is_list,
     name_of,
@@ -257,19 +257,27 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
         )
 
 
+def _repository_allowed(repository: str, allowed: set[str]) -> bool:
+    """An allowed entry names a repository, or everything under a prefix of whole path parts (a
+    registry, an account's registry, an organisation)."""
+    return any(repository == entry or repository.startswith(entry.rstrip("/") + "/") for entry in allowed)
+
+
 def pinned_images(args: Any, report_violation: Report) -> None:
+    """Images come from allowed repositories (by default the repositories of the images the
+    program pins, not their whole registries: ghcr.io/llm-d/... allows no other ghcr.io image)."""
     settings = config(args)
-    registries = set(settings.get("allowedRegistries", PINNED_REGISTRIES))
+    allowed = set(settings.get("allowedRepositories", PINNED_REPOSITORIES))
     denied = set(settings.get("deniedTags", FORBIDDEN_TAGS))
     template = pod_template(args.resource_type, args.props)
     for container in every_container(get(template, "spec", default={})) if template is not None else ():
         name = get(container, "name", default="?")
         image = str(get(container, "image", default=""))
-        registry = image_registry(image)
-        if registry not in registries:
+        repository = image_repository(image)
+        if not _repository_allowed(repository, allowed):
             report_violation(
-                f"container '{name}' pulls from registry {registry!r}, which is not allowed; allowed: "
-                f"{', '.join(sorted(registries))}"
+                f"container '{name}' pulls from repository {repository!r}, which is not allowed; allowed: "
+                f"{', '.join(sorted(allowed))}"
             )
         if image_is_pinned(image, denied):
             continue
