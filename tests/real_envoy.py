@@ -194,6 +194,12 @@ class Gateway:
     host: str
     certificates: istio_gateway.Certificates
     intruder: istio_gateway.Certificates
+    tls_listeners: frozenset[int] = frozenset()
+    default_server_port: int = 80
+    # Kept-alive connections by (port, client certificate, host).
+    connections: dict[tuple[int, istio_gateway.Certificates | None, str], http.client.HTTPConnection] = field(
+        default_factory=dict
+    )
 
     def request(
         self,
@@ -247,12 +253,6 @@ class Gateway:
         else:
             connection.close()
         return response
-
-    tls_listeners: frozenset[int] = frozenset()
-    connections: dict[tuple[int, istio_gateway.Certificates | None, str], http.client.HTTPConnection] = field(
-        default_factory=dict
-    )
-    default_server_port: int = 80
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -155,8 +155,9 @@ def public_listener_ports(traffic: TrafficConfig, *, redirects: bool = False) ->
     )
 
 
-def _to_ports(ports: list[int]) -> list[dict[str, Any]]:
-    return [{"operation": {"ports": [str(port) for port in ports]}}]
+def _to_ports(ports: list[int], hosts: list[str] | None = None) -> list[dict[str, Any]]:
+    """An authorization rule's `to`: these listener ports (and, if given, these hosts only)."""
+    return [{"operation": {"ports": [str(port) for port in ports], **({"hosts": hosts} if hosts is not None else {})}}]
 
 
 def redirect_rules(traffic: TrafficConfig) -> list[dict[str, Any]]:
@@ -170,7 +171,7 @@ def redirect_rules(traffic: TrafficConfig) -> list[dict[str, Any]]:
     if not ports:
         return []
     hosts = [name for host in traffic.hosts for name in ((host,) if host == "*" else (host, f"{host}:*"))]
-    return [{"to": [{"operation": {"ports": [str(port) for port in ports], "hosts": hosts}}]}]
+    return [{"to": _to_ports(ports, hosts)}]
 
 
 def require_token(traffic: TrafficConfig) -> dict[str, Any]:
@@ -180,8 +181,8 @@ def require_token(traffic: TrafficConfig) -> dict[str, Any]:
     listener, where the gateway sends the requests of Knative-served versions back into its own
     pods (the token already checked and stripped), only the gateway's own mesh identity: that
     server terminates ISTIO_MUTUAL (specs/knative.py), so no other workload can send requests
-    through it in the gateway's name. Istio ANDs a rule's `from` and `to` and ORs its rules; a request on
-    any other listener matches no rule and is refused (istio/istio 1.30.3
+    through it in the gateway's name. Istio ANDs a rule's `from` and `to` and ORs its rules; a
+    request on any other listener matches no rule and is refused (istio/istio 1.30.3
     pilot/pkg/security/authz/model/model.go New; `ports` is the listener's port,
     generator.go destPortGenerator)."""
     return {
@@ -397,7 +398,7 @@ def connection_bounds(traffic: TrafficConfig) -> dict[str, Any]:
     }
 
 
-def lua_filter_patch(traffic: TrafficConfig, routes: tuple[RoutePlan, ...], port: int) -> dict[str, Any]:
+def lua_filter_patch(code: str, port: int) -> dict[str, Any]:
     """The gateway filter just before the router on one public listener that serves (a listener
     that only redirects to HTTPS needs none). Not on Knative's local gateway listener: there the
     request is the gateway's own second pass, already filtered (run again, it would take the
@@ -418,7 +419,7 @@ def lua_filter_patch(traffic: TrafficConfig, routes: tuple[RoutePlan, ...], port
                 "name": "envoy.filters.http.lua",
                 "typed_config": {
                     "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-                    "default_source_code": {"inline_string": lua_code(traffic, routes)},
+                    "default_source_code": {"inline_string": code},
                 },
             },
         },
@@ -427,6 +428,8 @@ def lua_filter_patch(traffic: TrafficConfig, routes: tuple[RoutePlan, ...], port
 
 def envoy_filter(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict[str, Any]:
     gateway_listener = {"context": "GATEWAY"}
+    # Built once: every serving listener's patch carries the same filter.
+    code = lua_code(traffic, routes)
     return {
         "apiVersion": "networking.istio.io/v1alpha3",
         "kind": "EnvoyFilter",
@@ -453,7 +456,7 @@ def envoy_filter(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict[
                     "match": {**gateway_listener, "listener": {"filterChain": {"filter": {"name": HCM}}}},
                     "patch": {"operation": "MERGE", "value": {"typed_config": connection_bounds(traffic)}},
                 },
-                *(lua_filter_patch(traffic, routes, port) for port in public_listener_ports(traffic)),
+                *(lua_filter_patch(code, port) for port in public_listener_ports(traffic)),
             ],
         },
     }
