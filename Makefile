@@ -59,9 +59,10 @@ real-servers: $(MLFLOW_VENV)/.installed
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
 		else echo "prometheus/promtool missing and not root: the Prometheus tests will skip" >&2; fi; }
 
-# The upstream source releases the tests read (vLLM's, whose git repository is too large to
-# mirror), pinned by URL and sha256 in platform_config/pins.py: downloaded into
-# build/upstream-sources/ when missing, and checked against the pinned hash on every run.
+# The upstream source releases the tests and the preview's upstream stage read (vLLM's, whose git
+# repository is too large to mirror; the stage reads `vllm serve`'s flags from the pinned one), pinned
+# by URL and sha256 in platform_config/pins.py: downloaded into build/upstream-sources/ when
+# missing, and checked against the pinned hash on every run.
 # Offline, a developer's suite still runs (those tests skip); CI (REQUIRE_REAL_SERVERS=1) stops here.
 upstream-sources: $(VENV)/.installed
 	@$(PY) -m tests.upstream_sources || { [ "$$REQUIRE_REAL_SERVERS" != 1 ] && \
@@ -91,10 +92,10 @@ REGISTRY_FILE ?= $(wildcard stacks/Pulumi.$(STACK).registry.json)
 # BASELINE: another preview's output folder (CI: the default branch's) that the report's changes
 # section compares this one with.
 BASELINE ?=
-preview: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
+preview: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas upstream-sources
 	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))$(if $(REGISTRY_FILE), --registry-file $(REGISTRY_FILE))$(if $(BASELINE), --baseline $(BASELINE))
 
-preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
+preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas upstream-sources
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done
 
 # The test files run side by side in pytest-xdist workers, one per CPU up to four (TEST_WORKERS=0:

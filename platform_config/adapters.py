@@ -18,7 +18,7 @@ from .models import VLLM_MAX_LORA_RANKS, BaseShape, BatchJobConfig, LoraAdapter,
 
 # The separator of an adapter revision's module name: never in an OpenAI model name (OpenAiModelName).
 REVISION_SEPARATOR = "@"
-# LoRA weights' bytes per element: vLLM 0.18.0's `lora_dtype: auto` is the base model's dtype
+# LoRA weights' bytes per element: vLLM 0.33.0's `lora_dtype: auto` is the base model's dtype
 # (vllm/config/lora.py verify_with_model_config), bfloat16 or float16 for every served model here.
 LORA_BYTES_PER_ELEMENT = 2
 
@@ -87,7 +87,7 @@ def adapter_on_own_tenants_base(model: ModelConfig, adapter: LoraAdapter, server
 
 def on_adapter_base(model: ModelConfig, source: ModelSource) -> bool:
     """Whether weights from `source` are the base an adapter of `model` was trained on: those of one
-    of the model's versions. vLLM never checks it: vLLM 0.18.0 loads a LoRA module on any base
+    of the model's versions. vLLM never checks it: vLLM 0.33.0 loads a LoRA module on any base
     whose layer names it matches (vllm/lora/peft_helper.py validate_legal checks the rank and bias,
     vllm/lora/lora_model.py from_lora_tensors only the module names; `base_model_name_or_path` is
     never read), so on other weights of one architecture it answers, wrongly. A batch job's base
@@ -96,7 +96,7 @@ def on_adapter_base(model: ModelConfig, source: ModelSource) -> bool:
 
 
 def smallest_rank_choice(rank: int) -> int | None:
-    """The smallest `--max-lora-rank` vLLM 0.18.0 accepts that holds `rank`; None above its largest."""
+    """The smallest `--max-lora-rank` vLLM 0.33.0 accepts that holds `rank`; None above its largest."""
     return next((choice for choice in VLLM_MAX_LORA_RANKS if choice >= rank), None)
 
 
@@ -149,7 +149,7 @@ def lora_elements_per_rank(shape: BaseShape) -> int:
     slot) covers every projection of every layer: A is rank x input and B is output x rank, so a
     projection holds rank x (input + output). Per layer: q (h + h), k and v (h + kv each), o (h + h),
     gate and up (h + i each), down (i + h): 9h + 2kv + 3i, with kv = num_key_value_heads x h /
-    num_attention_heads. (vLLM 0.18.0 vllm/lora/layers/base_linear.py create_lora_weights allocates
+    num_attention_heads. (vLLM 0.33.0 vllm/lora/layers/base_linear.py create_lora_weights allocates
     `lora_a_stacked` (max_loras, 1, max_lora_rank, input) and `lora_b_stacked` (max_loras, 1, output,
     max_lora_rank) per LoRA-wrapped linear layer.)"""
     h, i = shape.hidden_size, shape.intermediate_size

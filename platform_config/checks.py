@@ -643,7 +643,7 @@ def check_weight_mirror_needs_eks(config: PlatformConfig) -> Iterator[ConfigIssu
 
 
 def check_streamed_weights_come_from_s3(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    """On a pool that streams weights (`weightCache.medium: s3Stream`) every version's weights are in S3: vLLM 0.18.0
+    """On a pool that streams weights (`weightCache.medium: s3Stream`) every version's weights are in S3: vLLM 0.33.0
     streams only object-store URIs (`is_runai_obj_uri`, vllm/transformers_utils/runai_utils.py) and would download a
     Hugging Face repository to local disk first, which the pod then has no room for; with a `weightMirror` a Hugging
     Face version streams from its copy there (platform_config/weight_mirror.py). An `mlflow` source is checked once
@@ -859,8 +859,8 @@ def check_adapter_canary_steps(config: PlatformConfig) -> Iterator[ConfigIssue]:
 
 
 def check_adapters_on_a_base_that_takes_them(config: PlatformConfig) -> Iterator[ConfigIssue]:
-    """Adapters need a generating base: vLLM 0.18.0 applies LoRA to generate runners only (an embeddings profile runs
-    `--runner pooling`)."""
+    """Adapters need a generating base: a platform rule (an embeddings profile runs `--runner pooling`; vLLM 0.33.0
+    also takes LoRA on pooling models that support it, vllm/config/lora.py, which the platform does not offer)."""
     for index, model in enumerate(config.models):
         if model.adapters and effective_profile(config, model).runner != "generate":
             yield ConfigIssue(
@@ -901,7 +901,7 @@ def check_adapter_ranks(config: PlatformConfig) -> Iterator[ConfigIssue]:
 def check_adapters_resident(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """A latency-sensitive profile needs every adapter module resident on the GPU (`lora.maxLoras` at least the
     modules, each adapter's stable and canary revision): a request for a module without a GPU slot waits until a
-    running batch lets one go. `maxCpuLoras` is at least `maxLoras` (vLLM 0.18.0 refuses less, vllm/config/lora.py)."""
+    running batch lets one go. `maxCpuLoras` is at least `maxLoras` (vLLM 0.33.0 refuses less, vllm/config/lora.py)."""
     for index, model in enumerate(config.models):
         limits = lora_limits(config, model)
         if limits is None:

@@ -30,7 +30,7 @@ from .quantity import parse_quantity
 INSTANCE_STORE = "instanceStore"
 ROOT_VOLUME = "rootVolume"
 # vLLM reads the weights from S3 itself, with the Run:ai Model Streamer its image installs (docker/Dockerfile at
-# v0.18.0, stage vllm-base: `runai-model-streamer[s3,gcs,azure]>=0.15.7`).
+# v0.33.0, stage vllm-runtime-base: `runai-model-streamer[s3,gcs,azure]>=0.15.7`).
 S3_STREAM = "s3Stream"
 # AMIs whose nodeadm can stripe the instance store (awslabs/amazon-eks-ami nodeadm/api/v1alpha1/nodeconfig_types.go:
 # spec.instance.localStorage.strategy RAID0); Bottlerocket has its own settings, not written here.
@@ -46,7 +46,7 @@ INTERNET_GATEWAY_SMALL_GBPS = 5.0
 # parallelism (a handful of files at once, each one TCP flow, which AWS caps at 5 Gbit/s outside a placement group).
 ASSUMED_SOURCE_GBPS = 10.0
 # S3 connections one streaming process keeps open: the `concurrency` the platform gives vLLM's Run:ai streamer loader
-# (vllm/model_executor/model_loader/runai_streamer_loader.py at v0.18.0 sets RUNAI_STREAMER_CONCURRENCY from it), and
+# (vllm/model_executor/model_loader/runai_streamer_loader.py at v0.33.0 sets RUNAI_STREAMER_CONCURRENCY from it), and
 # what one of them sustains: the low end of the S3 User Guide's 85-90 MB/s per connection (an assumption to measure).
 STREAM_CONCURRENCY = 32
 S3_CONNECTION_MBPS = 85

@@ -430,7 +430,7 @@ class WeightCache(ConfigModel):
     RAID0`), holds the kubelet's and containerd's directories, so the pod's emptyDirs and the images are on NVMe (writes
     at GB/s, never the bottleneck). `rootVolume`: the node's gp3 root volume (`diskSizeGib`), which writes at gp3's
     baseline 125 MiB/s (the launch template sets no throughput). `s3Stream`: no weights on the node: vLLM streams them
-    from S3 straight into GPU memory with the Run:ai Model Streamer (`--load-format runai_streamer`, vLLM 0.18.0), so
+    from S3 straight into GPU memory with the Run:ai Model Streamer (`--load-format runai_streamer`, vLLM 0.33.0), so
     every model version on the pool needs S3 weights (`s3Uri`, an `mlflow` version whose weights are in S3, or a
     Hugging Face revision with the stack's `weightMirror`); the images and scratch sit on the disk the default would
     pick. Default: `s3Stream` where the stack has a `weightMirror`, which copies the Hugging Face revisions to S3
@@ -630,13 +630,14 @@ class ServerArgs(ConfigModel):
     """vLLM `--gpu-memory-utilization`. Default: 0.90, divided by the sharing pods on time-sliced pools."""
     max_num_seqs: PositiveInt | None = None
     """vLLM `--max-num-seqs`. Default: Knative's `containerConcurrency`, else the profile's concurrency per replica."""
-    quantization: Literal["fp8", "awq", "gptq", "bitsandbytes", "compressed-tensors"] | None = None
+    # vLLM 0.28.0 moved bitsandbytes out of tree (a plugin the image does not hold): not offered.
+    quantization: Literal["fp8", "awq", "gptq", "compressed-tensors"] | None = None
     """vLLM `--quantization`."""
     dtype: Literal["auto", "bfloat16", "float16"] | None = None
     """vLLM `--dtype`."""
     # The settings below are the only other `vllm serve` flags a stack may set: each exists in
-    # vLLM 0.18.0 and is typed as its argument is there (vllm/config/{model,cache,scheduler,
-    # offload}.py at v0.18.0). Flags the platform computes (port, served names, parallelism,
+    # vLLM 0.33.0 and is typed as its argument is there (vllm/config/{model,cache,scheduler,
+    # offload}.py at v0.33.0). Flags the platform computes (port, served names, parallelism,
     # memory share, drain, scheduling policy, prefix caching, revision) are not settable, nor are
     # credentials or code execution (`--api-key`, `--hf-token`, `--trust-remote-code`), nor
     # `--kv-cache-memory-bytes` (it overrides the memory share).
@@ -644,8 +645,6 @@ class ServerArgs(ConfigModel):
     """vLLM `--enforce-eager` when true: no CUDA graphs (less memory, slower decoding)."""
     max_num_batched_tokens: PositiveInt | None = None
     """vLLM `--max-num-batched-tokens`: tokens one scheduler step may process."""
-    max_num_partial_prefills: PositiveInt | None = None
-    """vLLM `--max-num-partial-prefills`: prompts prefilled in chunks at once."""
     long_prefill_token_threshold: NonNegativeInt | None = None
     """vLLM `--long-prefill-token-threshold`: a prompt longer than this counts as long (0: vLLM's default)."""
     kv_cache_dtype: Literal["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"] | None = None
@@ -656,7 +655,8 @@ class ServerArgs(ConfigModel):
     """vLLM `--cpu-offload-gb`: GiB of weights kept in CPU memory per GPU."""
     seed: NonNegativeInt | None = None
     """vLLM `--seed`."""
-    tokenizer_mode: Literal["auto", "hf", "slow", "mistral", "deepseek_v32"] | None = None
+    # vLLM 0.31.0 removed the `slow` mode.
+    tokenizer_mode: Literal["auto", "hf", "mistral", "deepseek_v32"] | None = None
     """vLLM `--tokenizer-mode`."""
     max_logprobs: NonNegativeInt | None = None
     """vLLM `--max-logprobs`: the most log probabilities a request may ask for (vLLM's -1, no cap, is refused: it
@@ -671,6 +671,11 @@ class ServerArgs(ConfigModel):
                 "maxNumBatchedTokens, kvCacheDtype, ...); the platform computes --port, --served-model-name, "
                 "--tensor-parallel-size, --gpu-memory-utilization, --shutdown-timeout, --scheduling-policy and "
                 "prefix caching, and credentials (--api-key, --hf-token) or --trust-remote-code are never arguments"
+            )
+        if isinstance(data, dict) and "maxNumPartialPrefills" in data:
+            raise ValueError(
+                "'maxNumPartialPrefills' is no longer read: vLLM 0.27.0 removed --max-num-partial-prefills, and the "
+                "pinned vLLM would refuse to start with it"
             )
         return data
 
@@ -895,11 +900,11 @@ class SloOverride(ConfigModel):
 
 # --- LoRA adapters ---------------------------------------------------------------------------
 
-# What `--max-lora-rank` accepts in vLLM 0.18.0 (vllm/config/lora.py at v0.18.0, `MaxLoRARanks`).
+# What `--max-lora-rank` accepts in vLLM 0.33.0 (vllm/config/lora.py at v0.33.0, `MaxLoRARanks`).
 VLLM_MAX_LORA_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 MaxLoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
-# The OpenAI `model` a client sends: no '=' or ',' (vLLM 0.18.0 reads `--lora-modules name=path`
-# as the old form only when the item holds '=' and no ',', vllm/entrypoints/openai/cli_args.py
+# The OpenAI `model` a client sends: no '=' or ',' (vLLM 0.33.0 reads `--lora-modules name=path`
+# as the old form only when the item holds '=' and no ',', vllm/entrypoints/common/cli_args.py
 # LoRAParserAction) and no '@', which the platform keeps for adapter revisions' module names.
 OpenAiModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")]
 
@@ -997,7 +1002,7 @@ class LoraSettings(ConfigModel):
     adapters)."""
 
     max_lora_rank: MaxLoraRank | None = None
-    """vLLM `--max-lora-rank`, one of 1, 8, 16, 32, 64, 128, 256, 320, 512 (vLLM 0.18.0's choices): no adapter may have
+    """vLLM `--max-lora-rank`, one of 1, 8, 16, 32, 64, 128, 256, 320, 512 (vLLM 0.33.0's choices): no adapter may have
     a higher rank. Default: the smallest choice that holds the highest adapter rank."""
     max_loras: Annotated[int, Field(ge=1, le=64)] | None = None
     """vLLM `--max-loras`: adapter modules resident on the GPU at once (one batch mixes at most this many). Default:
@@ -1300,7 +1305,7 @@ class ColdStartConfig(ConfigModel):
     weights, engine start) is longer must keep a warm minimum (`minReplicas` > 0)."""
     engine_start_seconds: Annotated[int, Field(ge=1, le=3600)] = 90
     """Seconds vLLM takes from weights on local disk to serving (loading them into GPU memory, profiling, CUDA graph
-    capture and compilation): an assumption for vLLM 0.18 with empty compile caches; measure it and set it."""
+    capture and compilation): an assumption for vLLM 0.33 with empty compile caches; measure it and set it."""
     image_size: PositiveQuantity = "10Gi"
     """Compressed size of the vLLM image a new node pulls (the `vllm/vllm-openai` amd64 image is about 10 GiB): the
     image part of a cold start on a node that has not pulled it yet."""

@@ -160,14 +160,25 @@ CHARTS: tuple[ChartPin, ...] = (
     *CLUSTER_AUTOSCALER.values(),
 )
 
-# vLLM: v0.18.0 is the first release with --shutdown-timeout (drain in-flight requests on
-# SIGTERM). The vllm/vllm-openai image is tagged v<version>.
-VLLM_VERSION = "0.18.0"
+# vLLM 0.33.0, the newest release on PyPI (https://pypi.org/simple/vllm/); the vllm/vllm-openai image is tagged
+# v<version>. What the platform relies on, read in this release: --shutdown-timeout (drain in-flight requests on
+# SIGTERM, since 0.18.0), the X-Vllm-Priority request header (since 0.28.0, vllm/entrypoints/generate/base/
+# serving.py PRIORITY_HEADER, _get_priority: an integer there overrides the body's `priority`), every flag the
+# servers and batch jobs pass (the upstream stage and tests/test_vllm_source.py) and every series the platform
+# reads (tests/test_vllm_metrics.py).
+VLLM_VERSION = "0.33.0"
 VLLM = ImagePin("vllm/vllm-openai", f"v{VLLM_VERSION}", "github.com/vllm-project/vllm")
-# vLLM's source release (sdist) at VLLM_VERSION, as PyPI lists it (https://pypi.org/simple/vllm/
-# and the project's JSON, releases["0.18.0"]): the tests read the upstream source from it (its git
-# repository is too large to mirror). `make upstream-sources` downloads it and checks the hash.
+# vLLM's source release (sdist) at VLLM_VERSION, as PyPI lists it (https://pypi.org/simple/vllm/ and the
+# project's JSON): the tests read the upstream source from it (its git repository is too large to mirror), and
+# the upstream stage reads `vllm serve`'s flags from it where the facts have no list for the version.
+# `make upstream-sources` downloads it and checks the hash.
 VLLM_SOURCE = SourceReleasePin(
+    "https://files.pythonhosted.org/packages/f7/25/aa5684e9c59d6fc75f78926b7f15e8d9adc7de2d9e6e7575b80776ad8169/vllm-0.33.0.tar.gz",
+    "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112",
+)
+# vLLM 0.18.0's source release, the last version the facts list flags for (vllm/0.18.0-flags.txt): the test of
+# the flag parse (preview/vllm_release.py) holds what it reads in this release to that list.
+VLLM_FLAGS_CALIBRATION_SOURCE = SourceReleasePin(
     "https://files.pythonhosted.org/packages/39/a9/ed48c497572a41552cc71b5ede15291d882c546a01df27ed42944eb3b3ad/vllm-0.18.0.tar.gz",
     "9a1bee091db8dbb4664a2a09cd9c61912e9912a44af1ce12b8593a231d05971c",
 )
@@ -187,4 +198,4 @@ ENDPOINT_PICKER = ImagePin(
 # envoyproxy/envoy:distroless-v1.38.3 (linux/amd64 c8fecdf5574f, linux/arm64 324ab621ff5a).
 ENVOY_PROXY = ImagePin("docker.io/envoyproxy/envoy", f"distroless-v{ENVOY.version}", "github.com/envoyproxy/envoy")
 IMAGES: tuple[ImagePin, ...] = (VLLM, AWS_CLI, ENDPOINT_PICKER, ENVOY_PROXY)
-SOURCE_RELEASES: tuple[SourceReleasePin, ...] = (VLLM_SOURCE,)
+SOURCE_RELEASES: tuple[SourceReleasePin, ...] = (VLLM_SOURCE, VLLM_FLAGS_CALIBRATION_SOURCE)

@@ -2,7 +2,7 @@
 in S3 is, and the Job that writes each copy once (pure: no Pulumi imports).
 
 A server on a streaming pool (`weightCache.medium: s3Stream`) reads its weights from S3 with vLLM's Run:ai streamer
-loader, which takes object-store URIs only (vllm/transformers_utils/runai_utils.py is_runai_obj_uri, v0.18.0). With
+loader, which takes object-store URIs only (vllm/transformers_utils/runai_utils.py is_runai_obj_uri, v0.33.0). With
 a mirror, a Hugging Face version is served from `s3://<bucket>/<tenant>/<org>/<name>/<revision>/`, the folder the
 mirror Job fills from that revision before any of its servers starts; every replica after that streams from the
 Region's S3 at the stream's rate (platform_config/cold_start.py), never from Hugging Face.
@@ -57,7 +57,7 @@ class MirroredRevision:
 
     @property
     def marker(self) -> str:
-        """Where the Job records a finished copy: beside the folder, never in it, because vLLM 0.18.0 pulls every file
+        """Where the Job records a finished copy: beside the folder, never in it, because vLLM 0.33.0 pulls every file
         of the folder that is not a weight (vllm/config/model.py maybe_pull_model_tokenizer_for_runai)."""
         return f"{pinned_s3_uri(self.copy).rstrip('/')}.complete"
 

@@ -39,8 +39,8 @@ What is read (every query is built here, in `queries`, and nowhere else), over t
 - Time to first token p95 in ms, per version (vLLM has no tier label: one figure for all tiers):
   `1000 * histogram_quantile(0.95, sum by (model_version, le) (increase(
   vllm:time_to_first_token_seconds_bucket{namespace="<tenant>", model_name="<served name>",
-  model_version=~"<stable>|<canary>"}[<window>])))`. The histogram is vLLM 0.18.0's
-  (its source release, vllm/v1/metrics/loggers.py PrometheusStatLogger, line 727: labels
+  model_version=~"<stable>|<canary>"}[<window>])))`. The histogram is vLLM 0.33.0's
+  (its source release, vllm/v1/metrics/loggers.py PrometheusStatLogger, line 931: labels
   model_name, the first --served-model-name (vllm/config/model.py get_served_model_name), and
   engine; tests/test_vllm_metrics.py checks the query against it); `namespace` is the scrape target's and `model_version` the
   pod label the PodMonitor/ServiceMonitor relabels in (components/specs/pod.py

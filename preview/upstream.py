@@ -23,6 +23,8 @@ from typing import Any, Iterator
 
 from platform_config import pins
 
+from .vllm_release import open_release, serve_flags
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 VERIFIED, UNVERIFIED, FAILED = "verified", "unverified", "failed"
 
@@ -219,7 +221,7 @@ VLLM_REPOSITORY = pins.VLLM.repository
 
 
 def vllm_version_of(image: str) -> str | None:
-    """`vllm/vllm-openai:v0.18.0` -> `0.18.0`; None for another image or a digest-only pin."""
+    """`vllm/vllm-openai:v0.33.0` -> `0.33.0`; None for another image or a digest-only pin."""
     name, _, tag = image.partition(":")
     if name != VLLM_REPOSITORY or not tag or "@" in tag:
         return None
@@ -244,16 +246,33 @@ def check_vllm_container(facts: Facts, owner: str, container: dict[str, Any]) ->
         result.status = FAILED
         result.details.append(f"vLLM {version} is not a released version")
         return result
-    known = facts.vllm_flags(version)
+    known = vllm_serve_flags(facts, version)
     if known is None:
         result.status = UNVERIFIED
-        result.details.append(f"no flag list for vLLM {version} (vllm/{version}-flags.txt)")
+        result.details.append(
+            f"no flag list for vLLM {version} (vllm/{version}-flags.txt) and no source release of it in "
+            f"build/upstream-sources (`make upstream-sources`)"
+        )
         return result
-    unknown = sorted({flag for flag in flags_of(list(container.get("args") or [])) if flag not in known})
+    flags, where = known
+    unknown = sorted({flag for flag in flags_of(list(container.get("args") or [])) if flag not in flags})
     if unknown:
         result.status = FAILED
-        result.details.extend(f"{flag} is not a flag of vllm serve {version}" for flag in unknown)
+        result.details.extend(f"{flag} is not a flag of vllm serve {version} ({where})" for flag in unknown)
     return result
+
+
+def vllm_serve_flags(facts: Facts, version: str) -> tuple[frozenset[str], str] | None:
+    """The flags `vllm serve` takes at `version` and where they were read: the facts' list, else (for the pinned
+    version) the pinned source release's own parsers (preview/vllm_release.py serve_flags); None when neither is
+    here."""
+    listed = facts.vllm_flags(version)
+    if listed is not None:
+        return listed, f"vllm/{version}-flags.txt"
+    release = open_release(pins.VLLM_SOURCE) if version == pins.VLLM_VERSION else None
+    if release is None:
+        return None
+    return serve_flags(release), pins.VLLM_SOURCE.filename
 
 
 def check_image_pin(facts: Facts, pin: pins.ImagePin) -> PinResult:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from platform_config.pins import SourceReleasePin
+    from preview.vllm_release import SourceRelease
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -259,31 +261,40 @@ def mirror_show(mirror: Path, tag: str, path: str) -> str:
     return source.read_text()
 
 
-@functools.cache
-def _vllm_source_release() -> tarfile.TarFile | None:
-    from platform_config.pins import VLLM_SOURCE
-
-    from .upstream_sources import release_path
-
-    path = release_path(VLLM_SOURCE)
-    return tarfile.open(path, "r:gz") if path.is_file() else None
-
-
-def vllm_source(path: str) -> str:
-    """A file of vLLM's pinned source release (platform_config/pins.py VLLM_SOURCE, downloaded by
-    `make upstream-sources`), e.g. `docker/Dockerfile`, read from the archive. The test skips when
-    the archive was not downloaded (pytest run without make); mark it `upstream_source` so that
-    `.ci/run` fails instead (tests/conftest.py)."""
+def vllm_release(pin: SourceReleasePin | None = None) -> SourceRelease:
+    """vLLM's pinned source release (platform_config/pins.py VLLM_SOURCE, or another pinned one, downloaded by
+    `make upstream-sources`). The test skips when the archive was not downloaded (pytest run without make); mark it
+    `upstream_source` so that `.ci/run` fails instead (tests/conftest.py)."""
     import pytest
 
     from platform_config.pins import VLLM_SOURCE
+    from preview.vllm_release import open_release
 
-    release = _vllm_source_release()
+    wanted = pin or VLLM_SOURCE
+    release = open_release(wanted)
     if release is None:
-        pytest.skip(f"no vLLM source release {VLLM_SOURCE.filename} in build/upstream-sources: `make upstream-sources`")
-    member = release.extractfile(f"{VLLM_SOURCE.top_dir}/{path}")
-    assert member is not None, f"{path} is not a file of {VLLM_SOURCE.filename}"
-    return member.read().decode("utf-8")
+        pytest.skip(f"no vLLM source release {wanted.filename} in build/upstream-sources: `make upstream-sources`")
+    return release
+
+
+def pinned_vllm_flags() -> frozenset[str]:
+    """The flags `vllm serve` takes at the pinned version, where the upstream stage reads them
+    (preview/upstream.py vllm_serve_flags: the facts' list, else the pinned source release's parsers). Mark the
+    test `upstream_source`: without the release (pytest run without make) it skips."""
+    from platform_config.pins import VLLM_VERSION
+    from preview.upstream import Facts, facts_dir, vllm_serve_flags
+
+    vllm_release()
+    found = vllm_serve_flags(Facts(facts_dir()), VLLM_VERSION)
+    assert found is not None, f"no flags for vLLM {VLLM_VERSION} in the facts or its source release"
+    return found[0]
+
+
+def vllm_source(path: str) -> str:
+    """A file of vLLM's pinned source release, e.g. `docker/Dockerfile`, read from the archive (`vllm_release`)."""
+    release = vllm_release()
+    assert release.has(path), f"{path} is not a file of {release.pin.filename}"
+    return release.text(path)
 
 
 def registry_recording(uri: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -313,3 +324,21 @@ def resolved_from_lock(
     raw["registry"] = {"trackingUri": uri, "lockFile": lock}
     config = parse_platform_config(raw, extra_checks or [])
     return resolve_registry(config, None, recording_file=str(project / lock), dry_run=True, project_dir=project)
+
+
+def vllm_reads(headers: Any, body: bytes | str) -> dict[str, Any]:
+    """A request as vLLM 0.33.0's generate endpoints read it: the body with Python's json.loads (the last of
+    duplicate names counting: FastAPI's request model from Starlette's Request.json()), with `priority` as
+    `_get_priority` takes it (vllm/entrypoints/generate/base/serving.py: `int()` of the X-Vllm-Priority header
+    when that parses, else the body's, whose default is 0). `headers`: (name, value) pairs or a mapping."""
+    pairs = headers.items() if hasattr(headers, "items") else headers
+    read = json.loads(body)
+    assert isinstance(read, dict)
+    priority = read.get("priority", 0)
+    header = next((value for name, value in pairs if name.lower() == "x-vllm-priority"), None)
+    if header is not None:
+        try:
+            priority = int(header)
+        except ValueError:
+            pass
+    return {**read, "priority": priority}

@@ -8,14 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from components.batch_job import batch_job_policy
 from components.specs.batch_job import engine_command, fingerprint, job
 from components.specs.pod import ADAPTERS_DIR
 
-from .helpers import config_problems, raw_stack, validate
+from .helpers import config_problems, pinned_vllm_flags, raw_stack, validate
 from .test_batch_jobs import Shard, request
-
-FLAGS = Path(__file__).resolve().parents[2] / "shared" / "upstream-facts" / "vllm" / "0.18.0-flags.txt"
 
 
 def with_adapter_job(adapter: str = "llama-3.1-8b-sql") -> dict[str, Any]:
@@ -67,9 +67,10 @@ def test_a_canaried_adapter_runs_its_stable_revision_under_the_adapters_name():
     assert fetch["command"][-2] == "s3://inference-prod-adapters/llama-3.1-8b/support/2026-10-02/"  # r1, the stable
 
 
+@pytest.mark.upstream_source
 def test_the_jobs_lora_flags_are_flags_of_the_pinned_vllm():
     plan = review_labels(with_adapter_job())
-    known = set(FLAGS.read_text().split())
+    known = pinned_vllm_flags()
     flags = [a for a in engine_command(plan) if a.startswith("--")]
     assert {"--enable-lora", "--lora-modules", "--max-loras", "--max-lora-rank", "--max-cpu-loras"} <= set(flags)
     assert [f for f in flags if f not in known] == []

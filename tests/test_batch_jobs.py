@@ -37,6 +37,7 @@ from .helpers import (
     PreviewRun,
     config_problems,
     mirror_show,
+    pinned_vllm_flags,
     raw_stack,
     run_preview,
     validate,
@@ -145,11 +146,11 @@ def test_the_job_is_indexed_queued_and_leaves_suspend_to_kueue():
     assert runner_config_map(by_name["ticket-labels"])["data"]["batch_runner.py"] == RUNNER.read_text()
 
 
+@pytest.mark.upstream_source
 def test_the_engine_flags_are_flags_of_the_pinned_vllm():
-    from preview.upstream import Facts, facts_dir, flags_of
+    from preview.upstream import flags_of
 
-    known = Facts(facts_dir()).vllm_flags("0.18.0")
-    assert known, "no vLLM 0.18.0 flag list in the upstream facts"
+    known = pinned_vllm_flags()
     for job_plan in validate(prod()).batch_jobs:
         assert set(flags_of(engine_command(job_plan))) <= known
 
@@ -400,8 +401,9 @@ def test_a_line_that_is_not_a_batch_request_fails_the_shard_as_an_input_error(tm
 @pytest.mark.upstream_source
 def test_the_runners_format_rules_are_vllms_at_the_pinned_tag():
     """BatchRequestInput (custom_id, method, url, body) and BatchRequestOutput (id, custom_id,
-    response, error) in vLLM's source release 0.18.0, vllm/entrypoints/openai/run_batch.py."""
-    source = vllm_source("vllm/entrypoints/openai/run_batch.py")
+    response, error) in vLLM's source release 0.33.0, vllm/entrypoints/launchers/run_batch.py (moved there from
+    vllm/entrypoints/openai/run_batch.py, 0.18.0's)."""
+    source = vllm_source("vllm/entrypoints/launchers/run_batch.py")
     import ast
 
     fields: dict[str, list[str]] = {}

@@ -16,9 +16,9 @@ from platform_config.adapters import lora_elements_per_rank, lora_limits, lora_m
 from platform_config.models import VLLM_MAX_LORA_RANKS
 
 from .helpers import (
-    ROOT,
     Evaluated,
     config_problems,
+    pinned_vllm_flags,
     raw_stack,
     resolved_from_lock,
     run_preview,
@@ -27,7 +27,6 @@ from .helpers import (
 )
 from .test_traffic import Request, lua_runtime, token
 
-FLAGS = (ROOT.parent / "shared" / "upstream-facts" / "vllm" / "0.18.0-flags.txt").resolve()
 BASE = 1  # prod's models[1]: llama-8b, the adapters' base
 BATCH = 3  # prod's models[3]: llama-8b-batch, the base's batch model
 SUPPORT, SQL = "llama-3.1-8b-support", "llama-3.1-8b-sql"
@@ -79,16 +78,15 @@ def test_every_version_of_the_base_loads_every_adapter_module_with_limits_sized_
     )
 
 
+@pytest.mark.upstream_source
 def test_the_lora_flags_are_flags_of_the_pinned_vllm():
-    if not FLAGS.is_file():
-        pytest.skip(f"no upstream facts at {FLAGS}")
-    known = set(FLAGS.read_text().split())
+    known = pinned_vllm_flags()
     for flag in ("--enable-lora", "--lora-modules", "--max-loras", "--max-lora-rank", "--max-cpu-loras"):
         assert flag in known, flag
 
 
 def test_module_items_are_read_by_vllm_as_name_equals_path(prod):
-    # vLLM 0.18.0 LoRAParserAction: an item with '=' and no ',' is `name=path`, split on '='.
+    # vLLM 0.33.0 LoRAParserAction: an item with '=' and no ',' is `name=path`, split on '='.
     for item in flag_values(server_args(prod, "llama-8b-v1"), "--lora-modules"):
         assert "," not in item and item.count("=") == 1
         name, path = item.split("=")

@@ -34,6 +34,7 @@ from .helpers import (
     Evaluated,
     config_problems,
     downloading_weights,
+    pinned_vllm_flags,
     raw_stack,
     resolved_from_lock,
     run_preview,
@@ -311,11 +312,10 @@ def test_the_disk_check_holds_a_streamed_model_with_adapters_to_their_files_not_
     assert "set lora.baseShape" in problem
 
 
+@pytest.mark.upstream_source
 def test_the_streamer_flags_are_flags_of_the_pinned_vllm(streamed):
     facts = Facts(facts_dir())
-    known = facts.vllm_flags("0.18.0")
-    # The upstream facts are always there (conftest refuses to start without them): a missing list is a failure.
-    assert known, f"no vLLM 0.18.0 flag list in the upstream facts at {facts.root}"
+    known = pinned_vllm_flags()
     assert {"--load-format", "--model-loader-extra-config"} <= known
     vllm = streamed.k8s("Deployment", "llama-70b-v1", "serving")["spec"]["template"]["spec"]["containers"][0]
     assert check_vllm_container(facts, "llama-70b-v1", vllm).status == VERIFIED

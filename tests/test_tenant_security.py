@@ -11,13 +11,14 @@ import pytest
 from components.specs import pod as pod_spec
 from platform_config.errors import ConfigError
 from platform_config.models import ServerArgs
-from platform_config.pins import VLLM
-from preview.upstream import Facts, facts_dir, vllm_version_of
+from platform_config.pins import VLLM, VLLM_VERSION
+from preview.upstream import vllm_version_of
 
 from .helpers import (
     Evaluated,
     config_problems,
     downloading_weights,
+    pinned_vllm_flags,
     prod_with_labeller_server,
     raw_stack,
     run_preview,
@@ -257,11 +258,10 @@ def test_the_weights_fetcher_does_not_probe_instance_metadata():
 COMPUTED = {"max_model_len", "gpu_memory_utilization", "max_num_seqs", "quantization", "dtype"}
 
 
+@pytest.mark.upstream_source
 def test_every_settable_flag_exists_in_the_pinned_vllm():
-    version = vllm_version_of(VLLM.image)
-    assert version is not None
-    flags = Facts(facts_dir()).vllm_flags(version)
-    assert flags, f"no flag list for vLLM {version}"
+    assert vllm_version_of(VLLM.image) == VLLM_VERSION
+    flags = pinned_vllm_flags()
     assert set(pod_spec.TUNING_FIELDS) == set(ServerArgs.model_fields) - COMPUTED
     for field in pod_spec.TUNING_FIELDS:
         assert pod_spec.tuning_flag(field) in flags, field

@@ -23,6 +23,8 @@ from preview.upstream import (
     value_paths,
 )
 
+from .helpers import vllm_release
+
 
 @pytest.fixture(scope="module")
 def facts() -> Facts:
@@ -103,13 +105,17 @@ def test_value_paths_walk_maps_to_their_leaves():
     assert sorted(value_paths({"a": {"b": 1, "c": {"d": [1]}}, "e": {}})) == ["a.b", "a.c.d", "e"]
 
 
+@pytest.mark.upstream_source
 def test_vllm_flags_must_exist_at_the_pinned_version(facts):
+    vllm_release()
     args = ["m", "--max-num-seqs", "8", "--scheduling-policy=priority"]
     container = {"image": pins.VLLM.image, "args": args}
     assert check_vllm_container(facts, "x", container).status == VERIFIED
     args.append("--enable-magic")
     result = check_vllm_container(facts, "x", container)
-    assert result.status == FAILED and result.details == ["--enable-magic is not a flag of vllm serve 0.18.0"]
+    assert result.status == FAILED and result.details == [
+        f"--enable-magic is not a flag of vllm serve {pins.VLLM_VERSION} ({pins.VLLM_SOURCE.filename})"
+    ]
     assert flags_of(["--a=1", "b", "--c"]) == ["--a", "--c"]
 
 

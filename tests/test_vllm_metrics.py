@@ -1,8 +1,9 @@
-"""Every vLLM series the platform reads, checked against what vLLM 0.18.0 exposes, in its pinned
+"""Every vLLM series the platform reads, checked against what vLLM 0.33.0 exposes, in its pinned
 source release (platform_config/pins.py VLLM_SOURCE, read through tests/helpers.py vllm_source).
 
-vLLM 0.18.0 defines the `vllm:` metrics of its OpenAI server in vllm/v1/metrics/loggers.py,
-PrometheusStatLogger (`self._gauge_cls(name="vllm:...", labelnames=..., buckets=...)`, the
+vLLM 0.33.0 defines the `vllm:` metrics of its OpenAI server in vllm/v1/metrics/loggers.py,
+PrometheusStatLogger (`self._gauge_cls(name="vllm:...", labelnames=..., buckets=...)`, with the
+default boundaries in vllm/v1/metrics/buckets.py since 0.2x; the
 classes being prometheus_client's Gauge, Counter and Histogram; spec-decoding, KV-connector and
 perf metrics live in other files, none of which the platform reads). prometheus_client exposes a
 Counter as `<name>_total` and a Histogram as `<name>_bucket` (with `le`), `<name>_sum` and
@@ -78,18 +79,54 @@ def _class(tree: ast.Module, name: str) -> ast.ClassDef:
     return found
 
 
+BUCKETS = "vllm/v1/metrics/buckets.py"
+
+
+def default_buckets() -> dict[str, tuple[float, ...]]:
+    """Each histogram family's default boundaries (vLLM 0.33.0 vllm/v1/metrics/buckets.py
+    `_STATIC_FAMILY_DEFAULTS`, whose values are the module's literal tuples such as
+    TIME_TO_FIRST_TOKEN_BUCKETS). They hold for the platform's servers, which pass no
+    `--custom-histogram-buckets`."""
+    tree = ast.parse(vllm_source(BUCKETS))
+    tuples: dict[str, tuple[float, ...]] = {}
+    families: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            if node.target.id == "_STATIC_FAMILY_DEFAULTS":
+                assert isinstance(node.value, ast.Dict)
+                families = {ast.literal_eval(k): ast.unparse(v) for k, v in zip(node.value.keys, node.value.values) if k}
+                continue
+            try:
+                tuples[node.target.id] = tuple(float(b) for b in ast.literal_eval(node.value))
+            except (ValueError, TypeError):
+                continue
+    assert families, f"{BUCKETS} has no _STATIC_FAMILY_DEFAULTS"
+    return {family: tuples[name] for family, name in families.items() if name in tuples}
+
+
 def _bindings(cls: ast.ClassDef) -> dict[str, Any]:
     """The literal values the class binds to a local name or a `self.` attribute
-    (`labelnames = ["model_name", "engine"]`, `self.labelname_max_lora = "max_lora"`,
-    `request_latency_buckets = [...]`)."""
+    (`labelnames = ["model_name", "engine"]`, `self.labelname_max_lora = "max_lora"`), and the
+    boundaries a `histogram_buckets("<family>", overrides=custom_buckets)` call gives a name: its
+    family's defaults (`default_buckets`). Boundaries computed from the model
+    (`histogram_buckets("request_tokens", max_model_len=...)`) stay unbound."""
     found: dict[str, Any] = {}
+    defaults: dict[str, tuple[float, ...]] | None = None
     for node in ast.walk(cls):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
-                continue
-            found[ast.unparse(node.targets[0])] = value
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        value = node.value
+        if isinstance(value, ast.Call) and ast.unparse(value.func) == "histogram_buckets":
+            if defaults is None:
+                defaults = default_buckets()
+            family = ast.literal_eval(value.args[0])
+            if family in defaults and not any(k.arg == "max_model_len" for k in value.keywords):
+                found[ast.unparse(node.targets[0])] = list(defaults[family])
+            continue
+        try:
+            found[ast.unparse(node.targets[0])] = ast.literal_eval(value)
+        except ValueError:
+            continue
     return found
 
 
@@ -107,7 +144,7 @@ def _value(node: ast.expr, bindings: dict[str, Any]) -> Any:
 
 
 def vllm_metrics() -> dict[str, VllmMetric]:
-    """Every `vllm:` metric PrometheusStatLogger defines in vLLM 0.18.0, by name."""
+    """Every `vllm:` metric PrometheusStatLogger defines in vLLM 0.33.0, by name."""
     tree = ast.parse(vllm_source(LOGGERS))
     imports = {a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "prometheus_client" for a in n.names}
     assert {"Gauge", "Counter", "Histogram"} <= imports
@@ -263,7 +300,7 @@ def monitor_target_labels() -> frozenset[str]:
 
 @pytest.mark.upstream_source
 def test_every_vllm_series_the_platform_reads_is_one_vllm_exposes_with_those_labels(exposed):
-    """Each series read is a name prometheus_client exposes for a 0.18.0 metric (the type's
+    """Each series read is a name prometheus_client exposes for a 0.33.0 metric (the type's
     suffix included), defined unconditionally (a metric defined under an `if` may be absent), and
     every label it matches or groups on is the metric's own, `le` on a bucket, or one the scrape adds."""
     series = exposed_series(exposed)
@@ -282,7 +319,7 @@ def test_every_vllm_series_the_platform_reads_is_one_vllm_exposes_with_those_lab
     problems = []
     for read in reads:
         if read.series not in series:
-            problems.append(f"{read.where}: {read.series} is no series vLLM 0.18.0 exposes")
+            problems.append(f"{read.where}: {read.series} is no series vLLM 0.33.0 exposes")
             continue
         metric, labels = series[read.series]
         if metric.condition is not None:
@@ -349,7 +386,7 @@ def exposition_le(bound: float) -> str:
 
 @pytest.mark.upstream_source
 def test_every_bucket_the_rules_pick_is_a_boundary_of_its_vllm_histogram(exposed):
-    """An `le` matcher on a vLLM bucket series matches exactly one of that histogram's 0.18.0
+    """An `le` matcher on a vLLM bucket series matches exactly one of that histogram's 0.33.0
     boundaries, spelt as vLLM's client writes it (`1.0`, which Prometheus 3 keeps: an integral
     boundary's float spelling is already normalised)."""
     picked = [r for r in rendered_reads() + canary_reads() if r.le is not None]
@@ -376,7 +413,7 @@ def test_every_bucket_the_rules_pick_is_a_boundary_of_its_vllm_histogram(exposed
 @pytest.mark.upstream_source
 def test_the_ttft_buckets_the_platform_and_its_tests_assume_are_vllms(exposed):
     """components/specs/slo_rules.py's TTFT list (the boundaries targets are rounded to), the canary
-    test's synthetic histogram and the SLO rule tests' series are vLLM 0.18.0's TTFT buckets."""
+    test's synthetic histogram and the SLO rule tests' series are vLLM 0.33.0's TTFT buckets."""
     buckets = exposed["vllm:time_to_first_token_seconds"].buckets
     assert buckets is not None and len(buckets) == 22
     assert VLLM_TTFT_BUCKETS_SECONDS == buckets
@@ -386,7 +423,7 @@ def test_the_ttft_buckets_the_platform_and_its_tests_assume_are_vllms(exposed):
 
 @pytest.mark.upstream_source
 def test_streaming_targets_are_judged_at_the_vllm_boundary_at_or_below_them(exposed):
-    """A streaming profile's TTFT target is counted at the largest 0.18.0 boundary not above it:
+    """A streaming profile's TTFT target is counted at the largest 0.33.0 boundary not above it:
     chat 500 ms and RAG 1 s are boundaries; code completion's 200 ms falls between 0.1 and 0.25 s
     and is judged at 100 ms (stricter), as the README's "Service level objectives" says."""
     buckets = exposed["vllm:time_to_first_token_seconds"].buckets

@@ -1,5 +1,5 @@
 """What the platform relies on in vLLM, checked in vLLM's pinned source release (platform_config/pins.py
-VLLM_SOURCE: PyPI's vllm-0.18.0.tar.gz, downloaded by `make upstream-sources` and read through
+VLLM_SOURCE: PyPI's vllm-0.33.0.tar.gz, downloaded by `make upstream-sources` and read through
 tests/helpers.py vllm_source): what the `vllm/vllm-openai` image installs (docker/Dockerfile), what
 its pods' python3 imports from huggingface_hub, and the flags `vllm run-batch` takes."""
 
@@ -18,11 +18,22 @@ import pytest
 from components.specs.batch_job import RUNNER_SOURCE, engine_command
 from components.specs.pod import _HF_ADAPTER_DOWNLOAD
 from platform_config.models import ServerArgs
-from platform_config.pins import VLLM, VLLM_SOURCE, VLLM_VERSION, SourceReleasePin
+from platform_config.pins import VLLM, VLLM_FLAGS_CALIBRATION_SOURCE, VLLM_SOURCE, VLLM_VERSION, SourceReleasePin
+from preview.upstream import Facts, facts_dir
+from preview.vllm_release import (
+    frontend_args_module,
+    function,
+    release_path,
+    run_batch_module,
+    serve_flags,
+)
+from preview.vllm_release import (
+    run_batch_flags as release_run_batch_flags,
+)
 
-from .helpers import raw_stack, validate, vllm_source
+from .helpers import raw_stack, validate, vllm_release, vllm_source
 from .test_batch_job_adapters import review_labels, with_adapter_job
-from .upstream_sources import fetch, release_path
+from .upstream_sources import fetch
 
 # --- the pin and its download ---------------------------------------------------------------
 
@@ -122,11 +133,12 @@ def pip_installs(command: list[str]) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def openai_image() -> dict[str, list[str]]:
     """The instructions of each stage the `vllm-openai` target (the `vllm/vllm-openai` image) is
-    built from, in docker/Dockerfile at 0.18.0."""
+    built from, in docker/Dockerfile at 0.33.0."""
     stages = dockerfile_stages(vllm_source("docker/Dockerfile"))
     chain = stage_chain(stages, "vllm-openai")
-    # vllm-openai FROM vllm-openai-base FROM vllm-base FROM ${FINAL_BASE_IMAGE} (the CUDA base image).
-    assert chain == ["vllm-openai", "vllm-openai-base", "vllm-base"], chain
+    # vllm-openai FROM vllm-openai-base FROM vllm-base FROM vllm-runtime-base FROM ${FINAL_BASE_IMAGE} (the CUDA
+    # base image); 0.18.0 had no vllm-runtime-base.
+    assert chain == ["vllm-openai", "vllm-openai-base", "vllm-base", "vllm-runtime-base"], chain
     return {name: stages[name][1] for name in chain}
 
 
@@ -143,30 +155,32 @@ def installed_in(openai_image: dict[str, list[str]]) -> dict[str, tuple[str, str
 
 
 @pytest.mark.upstream_source
-def test_the_vllm_image_installs_the_runai_streamer_with_s3_and_hf_transfer(openai_image):
-    """docker/Dockerfile at 0.18.0, stage `vllm-base` ("Install vllm-openai dependencies"):
-    `uv pip install --system accelerate hf_transfer modelscope ... "runai-model-streamer[s3,gcs,azure]
-    ${RUNAI_MODEL_STREAMER_VERSION}"` (>=0.15.7), which `--load-format runai_streamer` from S3 needs.
-    Only the stages the image is built from count: the `test` stage installs hf_transfer as well."""
+def test_the_vllm_image_installs_the_runai_streamer_with_s3(openai_image):
+    """docker/Dockerfile at 0.33.0, stage `vllm-runtime-base`: `uv pip install --system accelerate modelscope ...
+    "runai-model-streamer[s3,gcs,azure]${RUNAI_MODEL_STREAMER_VERSION}"`, which `--load-format runai_streamer`
+    from S3 needs. Only the stages the image is built from count. (hf_transfer, which 0.18.0's image installed, is
+    gone since 0.19.1; the platform never used it.)"""
     installed = installed_in(openai_image)
     stage, streamer = installed["runai-model-streamer"]
     extras = re.search(r"\[([^\]]*)\]", streamer)
-    assert stage == "vllm-base" and extras is not None and "s3" in extras.group(1).split(","), streamer
-    assert installed["hf-transfer"][0] == "vllm-base"
+    assert stage == "vllm-runtime-base" and extras is not None and "s3" in extras.group(1).split(","), streamer
 
 
 @pytest.mark.upstream_source
 def test_the_vllm_image_runs_python3_with_vllm_installed_into_it(openai_image):
     """The adapter fetch and the batch runner run `python3` in the vLLM image (components/specs/pod.py
     adapter_fetch_containers, components/specs/batch_job.py runner_container). docker/Dockerfile at
-    0.18.0, stage `vllm-base`: `update-alternatives --install /usr/bin/python3 python3
-    /usr/bin/python${PYTHON_VERSION}`, then `uv pip install --system -r requirements/cuda.txt` and the
-    vLLM wheel with `--system`, into that interpreter."""
-    commands = [c for instruction in openai_image["vllm-base"] for c in shell_commands(instruction)]
-    assert any(c[:4] == ["update-alternatives", "--install", "/usr/bin/python3", "python3"] for c in commands)
-    installs = [c for c in commands if pip_installs(c) or "-r" in c]
-    assert any("--system" in c and "/tmp/requirements-cuda.txt" in c for c in installs)
-    assert any("--system" in c and "dist/*.whl" in c for c in installs)
+    0.33.0, stage `vllm-runtime-base`: `update-alternatives --install /usr/bin/python3 python3
+    /usr/bin/python${PYTHON_VERSION}`, then `uv pip install --system -r /tmp/requirements-cuda.txt`; stage
+    `vllm-base` (FROM it) installs the vLLM wheel with `--system`, into that interpreter."""
+
+    def commands(stage: str) -> list[list[str]]:
+        return [c for instruction in openai_image[stage] for c in shell_commands(instruction)]
+
+    runtime, base = commands("vllm-runtime-base"), commands("vllm-base")
+    assert any(c[:4] == ["update-alternatives", "--install", "/usr/bin/python3", "python3"] for c in runtime)
+    assert any("--system" in c and "/tmp/requirements-cuda.txt" in c for c in runtime if pip_installs(c) or "-r" in c)
+    assert any("--system" in c and "dist/*.whl" in c for c in base if pip_installs(c))
 
 
 def requirement_names(text: str) -> dict[str, str]:
@@ -194,7 +208,9 @@ def locked_via(lock: str, name: str) -> set[str]:
 
 def huggingface_hub_calls(source: str) -> dict[str, set[str]]:
     """The huggingface_hub functions a module calls, each with the keywords it passes
-    (`from huggingface_hub import f` then `f(...)`, or `huggingface_hub.f(...)`)."""
+    (`from huggingface_hub import f` then `f(...)`, or `huggingface_hub.f(...)`), and the methods of
+    huggingface_hub's HfApi it calls on vLLM's shared client (`hf_api().f(...)`, vllm/transformers_utils/
+    repo_utils.py `hf_api`, which returns an `HfApi`: its methods take the module functions' parameters)."""
     tree = ast.parse(source)
     imported = {
         alias.asname or alias.name: alias.name
@@ -211,18 +227,20 @@ def huggingface_hub_calls(source: str) -> dict[str, set[str]]:
             name = imported[func.id]
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "huggingface_hub":
             name = func.attr
+        elif isinstance(func, ast.Attribute) and ast.unparse(func.value) == "hf_api()":
+            name = func.attr
         else:
             continue
         calls.setdefault(name, set()).update(k.arg for k in node.keywords if k.arg)
     return calls
 
 
-# vLLM 0.18.0's own calls of the huggingface_hub functions the platform calls, with their keywords.
+# vLLM 0.33.0's own calls of the huggingface_hub functions the platform calls, with their keywords.
 VLLM_HUGGINGFACE_HUB_CALLERS = (
-    "vllm/lora/utils.py",  # huggingface_hub.snapshot_download(repo_id=...)
-    "vllm/model_executor/model_loader/weight_utils.py",  # snapshot_download(revision=), hf_hub_download(revision=)
-    "vllm/model_executor/model_loader/tensorizer.py",  # snapshot_download(local_dir=)
-    "vllm/assets/video.py",  # hf_hub_download(repo_type="dataset")
+    "vllm/lora/utils.py",  # hf_api().snapshot_download(repo_id=...)
+    "vllm/model_executor/model_loader/weight_utils.py",  # hf_api().snapshot_download(revision=), hf_hub_download
+    "vllm/model_executor/model_loader/tensorizer.py",  # hf_api().snapshot_download(local_dir=)
+    "vllm/assets/video.py",  # hf_api().hf_hub_download(repo_type="dataset")
 )
 
 
@@ -232,16 +250,15 @@ def test_the_huggingface_hub_calls_of_the_pods_are_ones_vllm_makes():
     `huggingface_hub.snapshot_download(repo_id=, revision=, local_dir=)` and the batch runner
     `hf_hub_download(repo, file, repo_type=, revision=)`, in the vLLM image.
 
-    huggingface_hub is not a requirement of vLLM itself: requirements/common.txt at 0.18.0 (which
-    requirements/cuda.txt includes, `-r common.txt`) names `transformers >= 4.56.0, < 5` and
-    `tokenizers`, and vLLM's own lock (requirements/test.txt, uv-compiled) pulls huggingface-hub in
-    "via" transformers and tokenizers. Its source is not in vLLM's release, so what is checked is
-    that vLLM 0.18.0 itself makes these calls with these keywords: any huggingface_hub vLLM runs
+    At 0.33.0 huggingface_hub is a requirement of vLLM itself: requirements/common.txt (which
+    requirements/cuda.txt includes, `-r common.txt`) names `huggingface_hub >= 1.31.0`, and vLLM's own lock
+    (requirements/test/cuda.txt, uv-compiled) pins 1.31.0. Its source is not in vLLM's release, so what is
+    checked is that vLLM 0.33.0 itself makes these calls with these keywords: any huggingface_hub vLLM runs
     with takes them."""
     common = requirement_names(vllm_source("requirements/common.txt"))
-    assert "huggingface-hub" not in common and common["transformers"] == "transformers >= 4.56.0, < 5"
-    assert "tokenizers" in common and vllm_source("requirements/cuda.txt").splitlines()[1] == "-r common.txt"
-    assert {"transformers", "tokenizers"} <= locked_via(vllm_source("requirements/test.txt"), "huggingface-hub")
+    assert common["huggingface-hub"].startswith("huggingface_hub >= 1.31.0"), common["huggingface-hub"]
+    assert vllm_source("requirements/cuda.txt").splitlines()[1] == "-r common.txt"
+    assert "huggingface-hub==1.31.0" in vllm_source("requirements/test/cuda.txt").splitlines()
 
     ours = huggingface_hub_calls(_HF_ADAPTER_DOWNLOAD)
     for name, keywords in huggingface_hub_calls(RUNNER_SOURCE.read_text()).items():
@@ -255,45 +272,23 @@ def test_the_huggingface_hub_calls_of_the_pods_are_ones_vllm_makes():
         assert keywords <= vllms.get(name, set()), (name, keywords - vllms.get(name, set()))
 
 
-# --- `vllm run-batch`: vllm/entrypoints/openai/run_batch.py ----------------------------------
-
-
-def class_fields(tree: ast.Module, name: str) -> list[str]:
-    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
-    return [s.target.id for s in cls.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
-
-
-def function(tree: ast.Module, qualified: str) -> ast.FunctionDef:
-    """A module-level function, or a method as `Class.method`."""
-    *owner, name = qualified.split(".")
-    body = tree.body
-    if owner:
-        (cls,) = [n for n in body if isinstance(n, ast.ClassDef) and n.name == owner[0]]
-        body = cls.body
-    (found,) = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == name]
-    return found
-
-
-def literal_flags(node: ast.AST) -> set[str]:
-    """The flags the `add_argument("--flag", "-f", ...)` calls in a function spell out."""
-    return {
-        arg.value
-        for call in ast.walk(node)
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"
-        for arg in call.args
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("-")
-    }
+# --- `vllm run-batch` and `vllm serve`: their parsers, read by preview/vllm_release.py ----------------------------
 
 
 def assert_run_batch_uses_make_arg_parser() -> None:
-    """`vllm run-batch` at 0.18.0: the `vllm` script is vllm.entrypoints.cli.main:main
+    """`vllm run-batch` at 0.33.0: the `vllm` script is vllm.entrypoints.cli.main:main
     (pyproject.toml), whose CMD_MODULES include vllm.entrypoints.cli.run_batch, whose subcommand
-    `run-batch` builds its parser with entrypoints/openai/run_batch.py `make_arg_parser`."""
-    scripts = tomllib.loads(vllm_source("pyproject.toml"))["project"]["scripts"]
+    `run-batch` builds its parser with entrypoints/launchers/run_batch.py `make_arg_parser`, which registers
+    `BatchFrontendArgs.add_cli_args` (one `--<field>` per field of BatchFrontendArgs and its base
+    BaseFrontendArgs, entrypoints/common/cli_args.py `add_cli_args`, plus the extra flags
+    `_customize_cli_kwargs` gives: `-i`, `-o`), then `AsyncEngineArgs.add_cli_args` (its own `add_argument`s and
+    EngineArgs.add_cli_args', engine/arg_utils.py, each flag spelt out): what run_batch_flags reads."""
+    release = vllm_release()
+    scripts = tomllib.loads(release.text("pyproject.toml"))["project"]["scripts"]
     assert scripts["vllm"] == "vllm.entrypoints.cli.main:main", scripts
-    main = ast.unparse(ast.parse(vllm_source("vllm/entrypoints/cli/main.py")))
+    main = ast.unparse(release.tree("vllm/entrypoints/cli/main.py"))
     assert "vllm.entrypoints.cli.run_batch" in main[main.index("CMD_MODULES") :]
-    command = ast.parse(vllm_source("vllm/entrypoints/cli/run_batch.py"))
+    command = release.tree("vllm/entrypoints/cli/run_batch.py")
     names = [
         s.value.value
         for s in ast.walk(command)
@@ -301,39 +296,73 @@ def assert_run_batch_uses_make_arg_parser() -> None:
     ]
     assert names == ["run-batch"], names
     init = ast.unparse(function(command, "RunBatchSubcommand.subparser_init"))
-    assert "from vllm.entrypoints.openai.run_batch import make_arg_parser" in init
+    assert run_batch_module(release) == "vllm/entrypoints/launchers/run_batch.py"
+    assert "from vllm.entrypoints.launchers.run_batch import make_arg_parser" in init
     assert "make_arg_parser(run_batch_parser)" in init
-
-
-def run_batch_flags() -> set[str]:
-    """Every flag `vllm run-batch` defines at 0.18.0. Its parser (assert_run_batch_uses_make_arg_parser)
-    is run_batch.py `make_arg_parser`: `BatchFrontendArgs.add_cli_args` (one `--<field>`
-    per field of BatchFrontendArgs and its base BaseFrontendArgs, entrypoints/openai/cli_args.py
-    `add_cli_args`, plus the extra flags `_customize_cli_kwargs` gives: `-i`, `-o`), then
-    `AsyncEngineArgs.add_cli_args` (its own `add_argument`s and EngineArgs.add_cli_args',
-    engine/arg_utils.py, each flag spelt out). Not listed: the `--no-` forms argparse adds to
-    boolean flags (the jobs pass none)."""
-    run_batch = ast.parse(vllm_source("vllm/entrypoints/openai/run_batch.py"))
     registered = [
         ast.unparse(call.func)
-        for call in ast.walk(function(run_batch, "make_arg_parser"))
+        for call in ast.walk(function(release.tree(run_batch_module(release)), "make_arg_parser"))
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
     ]
     assert registered == ["BatchFrontendArgs.add_cli_args", "AsyncEngineArgs.add_cli_args"], registered
-    cli_args = ast.parse(vllm_source("vllm/entrypoints/openai/cli_args.py"))
-    add_cli_args = ast.unparse(function(cli_args, "BaseFrontendArgs.add_cli_args"))
+    add_cli_args = ast.unparse(function(release.tree(frontend_args_module(release)), "BaseFrontendArgs.add_cli_args"))
     assert "*extra_flags, f\"--{key.replace('_', '-')}\"" in add_cli_args, "BaseFrontendArgs names its flags otherwise"
-    fields = class_fields(run_batch, "BatchFrontendArgs") + class_fields(cli_args, "BaseFrontendArgs")
-    flags = {"--" + f.replace("_", "-") for f in fields}
-    customize = function(run_batch, "BatchFrontendArgs._customize_cli_kwargs")
-    for node in ast.walk(customize):
-        # frontend_kwargs["input_file"]["flags"] = ["-i"]
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List) and "['flags']" in ast.unparse(node.targets[0]):
-            flags |= {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-    arg_utils = ast.parse(vllm_source("vllm/engine/arg_utils.py"))
-    engine = function(arg_utils, "AsyncEngineArgs.add_cli_args")
-    assert "EngineArgs.add_cli_args" in ast.unparse(engine)
-    return flags | literal_flags(engine) | literal_flags(function(arg_utils, "EngineArgs.add_cli_args"))
+    engine = ast.unparse(function(release.tree("vllm/engine/arg_utils.py"), "AsyncEngineArgs.add_cli_args"))
+    assert "EngineArgs.add_cli_args" in engine
+
+
+# Flags of vLLM 0.18.0's facts list (../shared/upstream-facts/vllm/0.18.0-flags.txt) that `vllm serve`'s parsers
+# do not define, each checked in the 0.18.0 release: EngineArgs fields without a flag of their own
+# (vllm/engine/arg_utils.py `_api_process_count`, `_api_process_rank`, `model_weights`,
+# `enable_mm_processor_stats`), the top-level parser's (vllm/entrypoints/cli/main.py `--version`; argparse's
+# `--help`), `vllm chat`/`vllm complete`'s (vllm/entrypoints/cli/openai.py `--url`, `--model-name`,
+# `--system-prompt`, `--quick`, `--max-tokens`) and the one `--no-` form it lists.
+NOT_SERVE_FLAGS_IN_THE_0_18_0_FACTS = {
+    "---api-process-count",
+    "---api-process-rank",
+    "--model-weights",
+    "--enable-mm-processor-stats",
+    "--version",
+    "--help",
+    "--url",
+    "--model-name",
+    "--system-prompt",
+    "--quick",
+    "--max-tokens",
+    "--no-enable-prefix-caching",
+}
+
+
+@pytest.mark.upstream_source
+def test_the_serve_flag_parse_reads_what_the_facts_list_at_0_18_0():
+    """The parse the upstream stage falls back to (preview/vllm_release.py serve_flags), held to the facts' list
+    where both exist: in vLLM 0.18.0's release it finds no flag the list lacks, and misses only flags that are not
+    `vllm serve`'s (NOT_SERVE_FLAGS_IN_THE_0_18_0_FACTS). So at 0.33.0, with no list in the facts, the stage
+    checks against the same kind of set."""
+    listed = Facts(facts_dir()).vllm_flags("0.18.0")
+    assert listed, "no vLLM 0.18.0 flag list in the upstream facts"
+    parsed = serve_flags(vllm_release(VLLM_FLAGS_CALIBRATION_SOURCE))
+    long_flags = {flag for flag in parsed if flag.startswith("--")}
+    assert sorted(long_flags - listed) == []
+    assert listed - long_flags == NOT_SERVE_FLAGS_IN_THE_0_18_0_FACTS
+    # Short aliases are the parsers' too (`-tp`), which the list does not hold.
+    assert {"-tp", "-pp"} <= parsed - listed
+
+
+@pytest.mark.upstream_source
+def test_the_pinned_release_defines_the_flags_the_platform_relies_on():
+    """At 0.33.0 `vllm serve` still takes the flags the servers are built with, and no longer takes
+    `--max-num-partial-prefills` (gone since 0.27.0), which the stack config therefore no longer offers."""
+    flags = serve_flags(vllm_release())
+    assert {"--shutdown-timeout", "--scheduling-policy", "--served-model-name", "--max-num-seqs"} <= flags
+    assert {"--load-format", "--model-loader-extra-config", "--enable-lora", "--max-lora-rank"} <= flags
+    assert "--max-num-partial-prefills" not in flags and "max_num_partial_prefills" not in ServerArgs.model_fields
+
+
+def run_batch_flags() -> frozenset[str]:
+    """Every flag `vllm run-batch` defines at the pinned release (assert_run_batch_uses_make_arg_parser). Not
+    listed: the `--no-` forms argparse adds to boolean flags (the jobs pass none)."""
+    return release_run_batch_flags(vllm_release())
 
 
 def every_setting_job() -> dict[str, Any]:
@@ -348,7 +377,6 @@ def every_setting_job() -> dict[str, Any]:
         "dtype": "bfloat16",
         "enforceEager": True,
         "maxNumBatchedTokens": 8192,
-        "maxNumPartialPrefills": 2,
         "longPrefillTokenThreshold": 1024,
         "kvCacheDtype": "fp8",
         "blockSize": 16,
@@ -378,7 +406,7 @@ def runner_chunk_flags() -> set[str]:
 def test_every_flag_the_batch_jobs_pass_is_one_run_batch_defines():
     """`vllm run-batch` + components/specs/batch_job.py engine_command (for prod's jobs, a job with
     an adapter, and a job with every engine setting) + the runner's `-i`/`-o`, against the parser
-    of vllm/entrypoints/openai/run_batch.py at 0.18.0 (run_batch_flags)."""
+    of vllm/entrypoints/launchers/run_batch.py at 0.33.0 (run_batch_flags)."""
     assert_run_batch_uses_make_arg_parser()
     defined = run_batch_flags()
     plans = [*validate(raw_stack("prod")).batch_jobs, review_labels(with_adapter_job()), review_labels(every_setting_job())]

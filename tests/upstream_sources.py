@@ -13,13 +13,9 @@ import urllib.request
 from pathlib import Path
 
 from platform_config.pins import SOURCE_RELEASES, SourceReleasePin
+from preview.vllm_release import SOURCES_DIR, release_path
 
-SOURCES_DIR = Path(__file__).resolve().parent.parent / "build" / "upstream-sources"
 TIMEOUT_SECONDS = 120
-
-
-def release_path(pin: SourceReleasePin, directory: Path = SOURCES_DIR) -> Path:
-    return directory / pin.filename
 
 
 def sha256_of(path: Path) -> str:

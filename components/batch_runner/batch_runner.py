@@ -86,8 +86,8 @@ def shard_lines(files: list[Path], start: int, stop: int) -> Iterator[tuple[str,
 
 def engine_model_names(engine: list[str]) -> set[str]:
     """The OpenAI names the engine command serves: its `--served-model-name` values and the name of
-    each `--lora-modules name=path` item (the job's adapter; vLLM 0.18.0 takes them space-separated
-    after the flag, vllm/entrypoints/openai/cli_args.py LoRAParserAction). Empty when it names none."""
+    each `--lora-modules name=path` item (the job's adapter; vLLM 0.33.0 takes them space-separated
+    after the flag, vllm/entrypoints/common/cli_args.py LoRAParserAction). Empty when it names none."""
     names: set[str] = set()
     flag = None
     for arg in engine:

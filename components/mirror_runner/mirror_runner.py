@@ -2,11 +2,11 @@
 by file, from the download straight into a multipart upload: nothing lands on the node's disk, whatever the
 weights' size.
 
-Runs in the platform's vLLM image, which has every module it imports: requests (vLLM 0.18.0's
-requirements/common.txt), huggingface_hub (through transformers <5, which needs huggingface-hub >=0.34,<1.0: every
-call below exists with these arguments at 0.34.0) and boto3 (through runai-model-streamer-s3 0.15.7, which
-docker/Dockerfile's vllm-base stage installs for the streamer). Its environment (components/specs/
-weight_mirror.py mirror_job): MIRROR_REPO, MIRROR_REVISION, MIRROR_DESTINATION (s3://bucket/prefix/<revision>/),
+Runs in the platform's vLLM image, which has every module it imports: requests (vLLM 0.33.0's
+requirements/common.txt), huggingface_hub (the same file: `huggingface_hub >= 1.31.0`, 1.31.0 in vLLM's lock; every
+call below was written against 0.34.0's API and is not yet checked again at 1.31.0) and boto3 (through
+runai-model-streamer-s3, which docker/Dockerfile's vllm-runtime-base stage installs for the streamer). Its
+environment (components/specs/weight_mirror.py mirror_job): MIRROR_REPO, MIRROR_REVISION, MIRROR_DESTINATION (s3://bucket/prefix/<revision>/),
 MIRROR_MARKER (s3://bucket/key written last), and HF_TOKEN for gated repositories.
 
 Safe to run again: a folder whose marker names the same repository, revision and files is complete, and the Job
@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-# What vLLM 0.18.0 reads from an S3 folder: every *.safetensors at its top (runai_model_streamer 0.15.7
+# What vLLM 0.33.0 reads from an S3 folder: every *.safetensors at its top (runai_model_streamer 0.15.7
 # safetensors_streamer.list_safetensors: "This function is not recursive"; vLLM's runai_streamer_loader.py
 # _prepare_weights streams all it lists, without the index), and every other file but weights, in any subfolder, for
 # the config and tokenizer (vllm/config/model.py maybe_pull_model_tokenizer_for_runai pulls everything but *.pt,

@@ -82,9 +82,9 @@ def model_location(plan: BatchJobPlan) -> str:
 
 
 def engine_command(plan: BatchJobPlan) -> list[str]:
-    """`vllm run-batch` with the engine flags of `vllm serve` (vllm/entrypoints/openai/run_batch.py
+    """`vllm run-batch` with the engine flags of `vllm serve` (vllm/entrypoints/launchers/run_batch.py
     make_arg_parser adds AsyncEngineArgs' flags; the preview's upstream stage checks each against
-    vLLM 0.18.0's flags); the runner adds `-i` and `-o` per chunk."""
+    vLLM 0.33.0's flags); the runner adds `-i` and `-o` per chunk."""
     model = plan.job.model
     args = model.server
     out = [
@@ -111,11 +111,11 @@ def engine_command(plan: BatchJobPlan) -> list[str]:
         out += ["--dtype", args.dtype]
     # Batch inputs often share a long instruction prefix.
     out.append("--enable-prefix-caching")
-    # The job's adapter, with the servers' flags. vLLM 0.18.0's run-batch parses them all
-    # (vllm/entrypoints/openai/run_batch.py make_arg_parser: BatchFrontendArgs, a BaseFrontendArgs
-    # with `lora_modules` from entrypoints/openai/cli_args.py, then AsyncEngineArgs' LoRA flags) and
+    # The job's adapter, with the servers' flags. vLLM 0.33.0's run-batch parses them all
+    # (vllm/entrypoints/launchers/run_batch.py make_arg_parser: BatchFrontendArgs, a BaseFrontendArgs
+    # with `lora_modules` from entrypoints/common/cli_args.py, then AsyncEngineArgs' LoRA flags) and
     # serves the modules through the API server's own state (build_endpoint_registry →
-    # init_app_state), read in the 0.18.0 source release on PyPI.
+    # init_app_state), read in the 0.33.0 source release on PyPI.
     lora = lora_flags(plan.lora, plan.name) if plan.lora is not None else []
     return out + lora + tuning_args(args)
 

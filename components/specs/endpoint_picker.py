@@ -291,7 +291,7 @@ SATURATION_DETECTOR = "utilization-detector"
 # the series of llm-d-router v0.10.0's default engine, "vllm"
 # (pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go defaultEngineConfigs), each
 # with the labels it reads (the info gauges': extractor.go LoraInfo*MetricName,
-# CacheConfig*MetricName). tests/test_vllm_metrics.py holds them to vLLM 0.18.0's source release.
+# CacheConfig*MetricName). tests/test_vllm_metrics.py holds them to vLLM 0.33.0's source release.
 PICKER_VLLM_SERIES: dict[str, frozenset[str]] = {
     "vllm:num_requests_waiting": frozenset(),
     "vllm:num_requests_running": frozenset(),
@@ -305,8 +305,8 @@ SCORER_WEIGHTS = (("queue-scorer", 2), ("kv-cache-utilization-scorer", 2), ("pre
 # then one with a free slot (pkg/epp/framework/plugins/scheduling/scorer/loraaffinity/README.md at
 # v0.10.0: 1.0 active, 0.8 room to load, 0.6 waiting, 0 full), from vLLM's `vllm:lora_requests_info`
 # that the core metrics extractor reads for vLLM by default (extractor/metrics/factories.go
-# defaultEngineConfigs). vLLM 0.18.0 defines that gauge only for a server with LoRA enabled
-# (vllm/v1/metrics/loggers.py PrometheusStatLogger, line 996 of its source release; labels
+# defaultEngineConfigs). vLLM 0.33.0 defines that gauge only for a server with LoRA enabled
+# (vllm/v1/metrics/loggers.py PrometheusStatLogger, line 1104 of its source release; labels
 # max_lora, waiting_lora_adapters, running_lora_adapters: tests/test_vllm_metrics.py). The chart
 # configures no weight for it; 1, as the scorer's README and the router's integration test configs
 # (test/integration/epp/testdata/default-config.yaml) use it.

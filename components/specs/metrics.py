@@ -6,7 +6,7 @@ this adapter. DCGM_FI_PROF_GR_ENGINE_ACTIVE (0..1) is used for GPU activity beca
 DCGM_FI_DEV_GPU_UTIL is not reported for MIG slices; with honorLabels the exporter's `pod` and
 `namespace` labels name the pod that holds the GPU.
 
-The vLLM series are gauges of vLLM 0.18.0 (its source release, vllm/v1/metrics/loggers.py
+The vLLM series are gauges of vLLM 0.33.0 (its source release, vllm/v1/metrics/loggers.py
 PrometheusStatLogger: `vllm:num_requests_waiting`, `vllm:num_requests_running`,
 `vllm:kv_cache_usage_perc` with labels model_name and engine; `namespace` and `pod` come from the
 scrape), checked there by tests/test_vllm_metrics.py.

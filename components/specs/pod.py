@@ -65,7 +65,7 @@ def model_location(plan: ServerPlan) -> str:
         assert not plan.weights_streamed, f"{plan.name}: a Hugging Face source on a streaming pool reached the pod"
         return source.huggingface
     if plan.weights_streamed:
-        # vLLM 0.18.0 takes an s3:// model as object storage (is_runai_obj_uri): it pulls the config and tokenizer
+        # vLLM 0.33.0 takes an s3:// model as object storage (is_runai_obj_uri): it pulls the config and tokenizer
         # files (*.json, *.model, *.py) into $VLLM_ASSETS_CACHE/model_streamer/ (under HOME here) and streams the
         # *.safetensors from S3 (vllm/config/model.py maybe_pull_model_tokenizer_for_runai; runai_streamer_loader.py).
         return pinned_s3_uri(source)
@@ -80,7 +80,7 @@ STREAM_BUFFER_MEMORY_SHARE = 4
 
 def stream_loader_config(plan: ServerPlan) -> dict[str, Any]:
     """vLLM's `--model-loader-extra-config` for `--load-format runai_streamer` (vllm/model_executor/model_loader/
-    runai_streamer_loader.py at v0.18.0 reads `concurrency` and `memory_limit` as ints, `distributed` as a bool):
+    runai_streamer_loader.py at v0.33.0 reads `concurrency` and `memory_limit` as ints, `distributed` as a bool):
     STREAM_CONCURRENCY S3 connections per reading process, a CPU buffer of a quarter of the container's memory split
     across the tensor-parallel processes, and with tensor parallelism distributed streaming, where each rank reads its
     part of the checkpoint once and the ranks share it over NCCL instead of every rank reading all of it."""
@@ -96,7 +96,7 @@ def stream_loader_config(plan: ServerPlan) -> dict[str, Any]:
 
 
 def weights_load_args(plan: ServerPlan) -> list[str]:
-    """On a streaming pool: vLLM's Run:ai streamer loader and its settings (both flags in vLLM 0.18.0's `serve`;
+    """On a streaming pool: vLLM's Run:ai streamer loader and its settings (both flags in vLLM 0.33.0's `serve`;
     the second is a dict field, parsed with json.loads: vllm/engine/arg_utils.py _compute_kwargs)."""
     if not plan.weights_streamed:
         return []
@@ -148,7 +148,7 @@ def vllm_args(plan: ServerPlan) -> list[str]:
 
 
 # --- LoRA adapters -------------------------------------------------------------------------
-# vLLM 0.18.0 resolves a `--lora-modules` path that is not a local one as a Hugging Face repository
+# vLLM 0.33.0 resolves a `--lora-modules` path that is not a local one as a Hugging Face repository
 # and downloads it with `snapshot_download(repo_id=...)`, at no revision (vllm/lora/utils.py,
 # get_adapter_absolute_path): a pinned revision cannot be given. So every module is downloaded at its
 # pinned revision (or synced from S3) into the pod's model volume by an init container, and vLLM is
@@ -179,7 +179,7 @@ def lora_args(plan: ServerPlan) -> list[str]:
 
 
 def lora_flags(lora: LoraLimits, owner: str) -> list[str]:
-    """vLLM's LoRA flags (vllm/config/lora.py and vllm/entrypoints/openai/cli_args.py at v0.18.0),
+    """vLLM's LoRA flags (vllm/config/lora.py and vllm/entrypoints/common/cli_args.py at v0.33.0),
     for a server and for a batch job's `vllm run-batch` alike: `--lora-modules` takes `name=path`
     items (an item with '=' and no ',' is read that way; names never hold either, paths are
     quoted), and the limits sized from the adapters."""
@@ -239,12 +239,11 @@ def adapter_fetch_containers(
 
 # The stack's own vLLM settings (ServerArgs), in this order; each field's flag is its name in
 # kebab case (`max_num_batched_tokens` -> `--max-num-batched-tokens`, vllm/engine/arg_utils.py
-# at v0.18.0). A boolean is vLLM's BooleanOptionalAction: only `true` is written (`false` is
+# at v0.33.0). A boolean is vLLM's BooleanOptionalAction: only `true` is written (`false` is
 # vLLM's default).
 TUNING_FIELDS = (
     "enforce_eager",
     "max_num_batched_tokens",
-    "max_num_partial_prefills",
     "long_prefill_token_threshold",
     "kv_cache_dtype",
     "block_size",

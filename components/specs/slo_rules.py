@@ -8,15 +8,17 @@ the pod's merged metrics: vLLM's and its Istio sidecar's):
 - vLLM, per version: `namespace` (the scrape target's), `model_version` (the pod label the
   monitors relabel in, components/specs/pod.py merged_metrics_relabelings) and vLLM's own
   `model_name` (the first --served-model-name: the model's OpenAI name). vLLM has no tier label.
-  Names, types, labels and buckets: vLLM 0.18.0's source release (PyPI vllm-0.18.0.tar.gz,
+  Names, types, labels and buckets: vLLM 0.33.0's source release (PyPI vllm-0.33.0.tar.gz,
   platform_config/pins.py VLLM_SOURCE), vllm/v1/metrics/loggers.py PrometheusStatLogger, every
-  one with labels `model_name`, `engine`: gauges `vllm:num_requests_running` (line 436),
-  `vllm:num_requests_waiting` (446), `vllm:kv_cache_usage_perc` (482); counter
-  `vllm:generation_tokens` (635, exposed as `_total`); histograms
-  `vllm:time_to_first_token_seconds` (727), `vllm:inter_token_latency_seconds` (760),
-  `vllm:e2e_request_latency_seconds` (843) and `vllm:request_queue_time_seconds` (853), the last
-  two on `request_latency_buckets`. tests/test_vllm_metrics.py holds every series and bucket the
-  rules read to that file. The older `vllm:time_per_output_token_seconds` is gone from 0.18.0.
+  one with labels `model_name`, `engine`: gauges `vllm:num_requests_running` (line 528),
+  `vllm:num_requests_waiting` (538), `vllm:kv_cache_usage_perc` (620); counter
+  `vllm:generation_tokens` (799, exposed as `_total`); histograms
+  `vllm:time_to_first_token_seconds` (931), `vllm:inter_token_latency_seconds` (941),
+  `vllm:e2e_request_latency_seconds` (961) and `vllm:request_queue_time_seconds` (971), the last
+  two on the `request_latency` bucket family (vllm/v1/metrics/buckets.py REQUEST_LATENCY_BUCKETS,
+  the default: the servers pass no --custom-histogram-buckets). tests/test_vllm_metrics.py holds
+  every series and bucket the rules read to those files. The older `vllm:time_per_output_token_seconds`
+  is gone since 0.18.0.
 - Istio, per version and tier: `istio_requests_total` (`response_code`) and
   `istio_request_duration_milliseconds` as the server's sidecar reports them
   (`reporter="destination"`, `destination_app` = the model, `destination_version` = the version,
@@ -60,7 +62,8 @@ from typing import Any, Literal
 from ..constants import LABEL_MODEL, LABEL_MODEL_VERSION, standard_labels
 from .metrics import ksm_label
 
-# vLLM 0.18.0's time-to-first-token buckets, in seconds (loggers.py `vllm:time_to_first_token_seconds`, see above).
+# vLLM 0.33.0's time-to-first-token buckets, in seconds (vllm/v1/metrics/buckets.py TIME_TO_FIRST_TOKEN_BUCKETS, the
+# default of `vllm:time_to_first_token_seconds`, see above).
 VLLM_TTFT_BUCKETS_SECONDS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
