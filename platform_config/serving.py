@@ -22,6 +22,11 @@ from .quantity import parse_quantity
 # the platform's own config names (the filter would strip it too).
 EPP_HEADER_PREFIXES: tuple[str, ...] = ("x-llm-d-", "x-gateway-", "x-slo-")
 VLLM_HEADER_PREFIX = "x-vllm-"
+# The request priority vLLM's generate endpoints read over the body's (vLLM 0.33.0
+# vllm/entrypoints/generate/base/serving.py PRIORITY_HEADER "X-Vllm-Priority", `_get_priority`: an integer
+# there wins, anything else falls back to the body). Under the prefix above, so a client's is always stripped
+# before the gateway sets its own.
+VLLM_PRIORITY_HEADER = "x-vllm-priority"
 CONTROL_HEADER_PREFIXES: tuple[str, ...] = (*EPP_HEADER_PREFIXES, VLLM_HEADER_PREFIX)
 
 # Seconds kept between vLLM's drain deadline and the kubelet's SIGKILL.

@@ -22,7 +22,7 @@ from components.specs import gateway as gateway_spec
 from platform_config.pins import ENVOY, ISTIO_PROXY_ENVOY_VERSION
 
 from . import real_envoy
-from .helpers import ROOT, Evaluated, prod_with_labeller_server
+from .helpers import ROOT, Evaluated, prod_with_labeller_server, vllm_reads
 from .real_envoy import Gateway, Received, Response, signed_token
 
 ISSUER = "https://login.inference.example.com"
@@ -74,12 +74,9 @@ def only(received: list[Received]) -> Received:
     return received[0]
 
 
-def last_wins(body: bytes) -> dict[str, Any]:
-    """The body as vLLM reads it: Python's json.loads, the last of duplicate names counting
-    (vLLM's FastAPI request model from Starlette's Request.json())."""
-    parsed = json.loads(body)
-    assert isinstance(parsed, dict)
-    return parsed
+def served(got: Received) -> dict[str, Any]:
+    """The request as the server that received it reads it (tests/helpers.py vllm_reads)."""
+    return vllm_reads(got.headers, got.body)
 
 
 # --- the pins ---------------------------------------------------------------------------------
@@ -119,7 +116,10 @@ def test_a_request_for_a_served_model_reaches_its_servers_with_what_the_gateway_
     assert got.header("x-llm-d-inference-objective") == "llama-70b-v1-premium"
     # The token never reaches a server.
     assert got.header("authorization") is None
-    assert last_wins(got.body)["model"] == "llama-3.1-70b-instruct" and last_wins(got.body)["priority"] == 0
+    assert served(got)["model"] == "llama-3.1-70b-instruct" and served(got)["priority"] == 0
+    # The priority in vLLM's header, and the same one in the body for the endpoints that read only the body.
+    assert got.all("x-vllm-priority") == ["0"]
+    assert got.body.rstrip().endswith(b'"model":"llama-3.1-70b-instruct","priority":0}')
     # The route's timeout, as Envoy enforces it.
     assert got.header("x-envoy-expected-rq-timeout-ms") == "120000"
 
@@ -135,7 +135,8 @@ def test_a_knative_served_model_takes_its_second_pass_through_the_local_gateway(
     assert got.header("host") == f"llama-8b-{version}.serving.svc.cluster.local"
     assert got.header("x-tier") == "standard" and got.header("x-user-id") == "user-42"
     assert got.header("x-llm-d-inference-fairness-id") == "team-a"
-    assert last_wins(got.body)["priority"] == 1 and last_wins(got.body)["model"] == "llama-3.1-8b-instruct"
+    assert served(got)["priority"] == 1 and served(got)["model"] == "llama-3.1-8b-instruct"
+    assert got.all("x-vllm-priority") == ["1"]
 
 
 def test_a_batch_only_knative_model_of_another_tenant_is_served_as_batch(envoy):
@@ -239,7 +240,7 @@ def test_the_tier_comes_from_the_token_never_from_the_client(envoy, tier, priori
     got = only(received)
     assert got.upstream == SERVERS_70B.format(tier=tier)
     assert got.all("x-tier") == [tier]
-    assert last_wins(got.body)["priority"] == priority
+    assert got.all("x-vllm-priority") == [str(priority)] and served(got)["priority"] == priority
 
 
 def test_a_token_without_a_tier_claim_gets_the_default_tier(envoy):
@@ -283,7 +284,8 @@ def test_every_client_supplied_control_header_is_stripped(envoy):
     for name, value in got.headers:
         assert sent.get(name.lower()) != value, (name, value)
     assert got.all("x-llm-d-inference-objective") == ["llama-70b-v1-standard"]
-    assert got.header("x-vllm-priority") is None and got.header("x-llm-d-inference-ttl") is None
+    # vLLM's priority is the gateway's (standard: 1), never the client's; the picker's TTL header is nobody's.
+    assert got.all("x-vllm-priority") == ["1"] and got.header("x-llm-d-inference-ttl") is None
 
 
 SERVERS_OF = {
@@ -309,7 +311,7 @@ def test_the_servers_serve_the_model_the_filter_checked_at_the_tiers_priority(en
     response, received = send(envoy, body, token(tier="premium"))
     assert response.status == 200, (body, response.body)
     got = only(received)
-    read = last_wins(got.body)
+    read = served(got)
     assert SERVERS_OF[read["model"]] == got.upstream and got.header("x-model") == read["model"], body
     assert read["priority"] == 0
 
@@ -320,7 +322,7 @@ def test_an_adapter_request_names_its_module_and_its_canary_is_sticky(envoy):
         user = f"adapter-user-{i}"
         response, received = send(envoy, chat("llama-3.1-8b-support"), token(sub=user))
         assert response.status == 200
-        module = last_wins(only(received).body)["model"]
+        module = served(only(received))["model"]
         expected = "llama-3.1-8b-support@r2" if real_envoy_bucket(user) >= 90 else "llama-3.1-8b-support@r1"
         assert module == expected, user
         canary, stable = canary + (module.endswith("@r2")), stable + (module.endswith("@r1"))
@@ -329,7 +331,7 @@ def test_an_adapter_request_names_its_module_and_its_canary_is_sticky(envoy):
     response, received = send(
         envoy, chat("llama-3.1-8b-support"), token(sub=CANARY_ANALYSIS_SUBJECT), headers={"x-model-version": "r2"}
     )
-    assert response.status == 200 and last_wins(only(received).body)["model"] == "llama-3.1-8b-support@r2"
+    assert response.status == 200 and served(only(received))["model"] == "llama-3.1-8b-support@r2"
 
 
 def real_envoy_bucket(user: str) -> int:
@@ -448,12 +450,12 @@ def test_hostile_bodies_are_refused_or_read_as_the_servers_read_them(envoy):
     # A huge string value.
     huge = json.dumps({"model": "llama-3.1-70b-instruct", "messages": [{"role": "user", "content": "\u00e9" * 500_000}]})
     response, received = send(envoy, huge, tok)
-    assert response.status == 200 and last_wins(only(received).body)["model"] == "llama-3.1-70b-instruct"
+    assert response.status == 200 and served(only(received))["model"] == "llama-3.1-70b-instruct"
     # Unicode escapes in the model name are read as a JSON parser reads them.
     escaped = '{"model":"llama\\u002d3.1\\u002d70b-instruct","messages":[]}'
     response, received = send(envoy, escaped, tok)
     assert response.status == 200 and only(received).upstream == SERVERS_70B.format(tier="premium")
-    assert last_wins(only_body(received))["model"] == "llama-3.1-70b-instruct"
+    assert served(only(received))["model"] == "llama-3.1-70b-instruct"
     # An escaped line break cannot split the model header.
     response, received = send(envoy, '{"model":"llama-3.1-70b-instruct\\r\\nx-tier: premium"}', tok)
     assert response.status == 400 and received == []
@@ -587,7 +589,7 @@ def test_every_model_of_the_other_stacks_is_served_through_its_gateway(stack):
                 response, received = send(envoy, chat(route.model.openai_name), signed_token(claims), server_port=80)
                 assert response.status == 200, (route.model.openai_name, tier, response.body)
                 got = only(received)
-                assert got.header("x-tier") == tier and last_wins(got.body)["model"] == route.model.openai_name
+                assert got.header("x-tier") == tier and served(got)["model"] == route.model.openai_name
         anyone = next(iter(plan.routes)).model.openai_name
         assert send(envoy, chat(anyone), None, server_port=80)[0].status == 403
         body = chat(anyone)

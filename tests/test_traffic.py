@@ -15,7 +15,7 @@ from components.specs.gateway import LUA_SOURCE
 from components.specs.routes import range_regex, sticky_ranges
 from platform_config import parse_platform_config
 
-from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, validate
+from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, validate, vllm_reads
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 N_KEYS = 100_000
@@ -218,6 +218,10 @@ class Request:
     def json(self) -> dict:
         return json.loads(self.body)
 
+    def served(self) -> dict:
+        """The request as the servers read it (tests/helpers.py vllm_reads): the priority header over the body."""
+        return vllm_reads(self.headers, self.body)
+
     def response(self, headers: dict[str, str]) -> dict[str, str]:
         """The response headers the client gets once the filter's response phase ran."""
         handle = self.lua.globals().make_response_handle(self.handle, self.lua.table_from(headers))
@@ -294,8 +298,9 @@ def test_tier_priority_written_into_the_body(lua, tier, priority):
     body = request.json()
     assert body["priority"] == priority and body["temperature"] == 0.2 and body["messages"][0]["content"] == "hi"
     # Appended, the client's bytes untouched: the client's priority is shadowed by ours, the last
-    # member, which is the one vLLM's json.loads and the picker's encoding/json keep.
+    # member, which is the one vLLM's json.loads and the picker's encoding/json keep; the header says the same.
     assert request.body == raw[:-1] + f',"model":"llama-3.1-8b-instruct","priority":{priority}}}'
+    assert request.headers["x-vllm-priority"] == str(priority) and request.served()["priority"] == priority
 
 
 def test_streaming_request_body(lua):
@@ -304,7 +309,7 @@ def test_streaming_request_body(lua):
         '  "messages": [{"role": "user", "content": "say \\"priority\\": 0 {not json}"}] }\n'
     )
     request = Request(lua, {":method": "POST"}, raw, claims=token(tier="premium"))
-    body = request.json()
+    body = request.served()
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["priority"] == 0
     assert body["messages"][0]["content"] == 'say "priority": 0 {not json}'  # strings are not touched
@@ -312,20 +317,20 @@ def test_streaming_request_body(lua):
 
 def test_escaped_key_cannot_smuggle_a_priority(lua):
     raw = '{"model": "llama-3.1-70b-instruct", "pri\\u006frity": 0, "messages": []}'
-    body = Request(lua, {":method": "POST"}, raw, claims=token(tier="standard")).json()
+    body = Request(lua, {":method": "POST"}, raw, claims=token(tier="standard")).served()
     assert body["priority"] == 1
 
 
 def test_completions_body_with_nested_priority_fields(lua):
     raw = json.dumps({"model": "llama-3.1-70b-instruct", "prompt": "x", "metadata": {"priority": 99}})
-    body = Request(lua, {":method": "POST"}, raw, claims=token(tier="standard")).json()
+    body = Request(lua, {":method": "POST"}, raw, claims=token(tier="standard")).served()
     assert body["metadata"] == {"priority": 99} and body["priority"] == 1
 
 
 def test_client_priority_never_reaches_single_tier_servers(lua):
     # Finding 16: a single-tier (fcfs) server reads priority 0, vLLM's default, whatever the client sent.
     raw = json.dumps({"model": "batch-labeller", "prompt": "label this", "priority": -100, "metadata": {"priority": 3}})
-    body = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch", tenant="team-b")).json()
+    body = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch", tenant="team-b")).served()
     assert body["priority"] == 0 and body["metadata"] == {"priority": 3} and body["prompt"] == "label this"
 
 
@@ -334,9 +339,9 @@ def test_servers_without_priority_scheduling_read_vllms_default_priority(lua):
     raw = json.dumps({"model": "batch-labeller", "prompt": "label this"})
     request = Request(lua, {":method": "POST"}, raw, claims=token(tier="batch", tenant="team-b"))
     assert request.body == raw[:-1] + ',"model":"batch-labeller","priority":0}'
-    assert request.headers["x-model"] == "batch-labeller"
+    assert request.headers["x-vllm-priority"] == "0" and request.headers["x-model"] == "batch-labeller"
     # The 8B chat model's batch tier goes to its batch servers, which serve one tier too.
-    assert Request(lua, {":method": "POST"}, chat_body(), claims=token(tier="batch")).json()["priority"] == 0
+    assert Request(lua, {":method": "POST"}, chat_body(), claims=token(tier="batch")).served()["priority"] == 0
 
 
 @pytest.mark.parametrize(
@@ -463,7 +468,7 @@ def test_a_batch_only_model_takes_a_token_without_a_tier_claim_as_batch(lua, mod
     raw = json.dumps({"model": model, "prompt": "label this"})
     request = Request(lua, {":method": "POST"}, raw, claims=token(tenant=tenant))
     assert request.status is None and request.headers["x-tier"] == "batch" and request.headers["x-model"] == model
-    assert request.json()["priority"] == 0  # its servers schedule fcfs
+    assert request.served()["priority"] == 0  # its servers schedule fcfs
     # The response phase knows the tier too: a shed request waits batch's queue timeout.
     shed = request.response({":status": "429", "x-llm-d-request-dropped-reason": "rejected-ttl-expired"})
     assert shed == {":status": "503", "retry-after": "60", "x-llm-d-request-dropped-reason": "rejected-ttl-expired"}
@@ -479,7 +484,7 @@ def test_an_explicit_tier_claim_is_never_changed(lua, tier):
 
 def test_models_serving_other_tiers_keep_the_default_tier_without_a_claim(lua):
     request = Request(lua, {":method": "POST"}, chat_body())
-    assert request.headers["x-tier"] == "standard" and request.json()["priority"] == 1
+    assert request.headers["x-tier"] == "standard" and request.served()["priority"] == 1
     assert Request(lua, {":method": "GET"}).headers["x-tier"] == "standard"
 
 

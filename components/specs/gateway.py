@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from platform_config.adapters import adapter_revisions, module_name
 from platform_config.models import GatewayAuthentication, ReleaseConfig, TrafficConfig, duration_seconds
 from platform_config.profiles import TierName
-from platform_config.serving import CONTROL_HEADER_PREFIXES, route_timeout_seconds
+from platform_config.serving import CONTROL_HEADER_PREFIXES, VLLM_PRIORITY_HEADER, route_timeout_seconds
 
 from ..constants import (
     GATEWAY_LISTENER_PORTS,
@@ -293,6 +293,7 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
         **({"tenant_claim": auth.tenant_claim} if auth.tenant_claim is not None else {}),
         "owned_headers": {header: True for header in owned_headers(traffic, routes)},
         "priorities": {tier: traffic.tiers[tier].vllm_priority for tier in TIER_ORDER},
+        "priority_header": VLLM_PRIORITY_HEADER,
         "max_body_bytes": {tier: traffic.tiers[tier].max_request_body_bytes for tier in TIER_ORDER},
         "max_unclaimed_body_bytes": max_unclaimed_body_bytes(traffic, routes),
         "max_user_bytes": MAX_USER_BYTES,
