@@ -161,8 +161,9 @@ PolicyPack(
         ),
         ResourceValidationPolicy(
             name="knative-autoscaling",
-            description="Knative services set max-scale and target; in production a scale-down delay and window of at least "
-            "a minute and a non-zero containerConcurrency.",
+            description="Knative services set max-scale and target, and target-burst-capacity 0 (Knative's activator, "
+            "whose queue has no bound, leaves the path once a replica is ready); in production a scale-down delay and "
+            "window of at least a minute and a non-zero containerConcurrency.",
             validate=resources.knative_autoscaling,
             severity=Severity.HIGH,
             config_schema=schema(

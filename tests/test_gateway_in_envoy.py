@@ -482,8 +482,14 @@ def test_a_picker_shed_is_503_with_the_tiers_retry_after(envoy, tier, retry_afte
 
 
 def test_a_servers_503_is_told_when_to_come_back_and_not_retried(envoy):
+    """A Knative replica whose queue-proxy queue is full (10 x containerConcurrency waiting) answers at once, as
+    knative/serving knative-v1.23.0 pkg/queue/sharedmain/handlers.go writes it: `http.Error(w, err.Error(),
+    http.StatusServiceUnavailable)` with pkg/queue/breaker.go ErrRequestQueueFull, no Retry-After. With no burst
+    capacity (components/backends/knative.py) that is where a Knative-served request waits once a replica is
+    ready; the client is told the tier's Retry-After."""
+
     def unavailable(_: Received) -> tuple[int, dict[str, str], bytes]:
-        return 503, {}, b"overload"
+        return 503, {"content-type": "text/plain; charset=utf-8"}, b"pending request queue full\n"
 
     envoy.upstreams.answers[KNATIVE_8B.format(version="v1")] = unavailable
     user = next(f"u{i}" for i in range(100) if real_envoy_bucket(f"u{i}") >= 10)

@@ -187,6 +187,18 @@ def test_knative_autoscaling(pack, baseline):
     assert analyze(pack, record) == {"knative-autoscaling": "mandatory"}
 
 
+@pytest.mark.parametrize("burst", [None, "211", "-1", "0.0"])
+def test_knative_services_keep_the_activator_out_of_the_path(pack, baseline, burst):
+    record = find(baseline, KSVC, "llama-8b-v1-knative-service")
+    assert analyze(pack, record) == {}
+    annotations = record.inputs["spec"]["template"]["metadata"]["annotations"]
+    if burst is None:
+        del annotations["autoscaling.knative.dev/target-burst-capacity"]
+    else:
+        annotations["autoscaling.knative.dev/target-burst-capacity"] = burst
+    assert analyze(pack, record) == {"knative-autoscaling": "mandatory"}
+
+
 @pytest.mark.parametrize("min_scale", ["0", "", "one"])
 def test_latency_sensitive_min_scale(pack, baseline, min_scale):
     def cold(records):

@@ -41,7 +41,7 @@ def test_a_knative_path_has_no_time_bound_and_queue_proxys_depth(prod):
     for tier in ("premium", "standard"):
         row = rows[tier]
         assert row["boundSeconds"] is None and row["boundRequests"] == 10 * concurrency and row["boundRequestsPer"] == "replica"
-        assert "activator" in row["path"] and row["answer"].endswith(("after 120 s", "after 300 s"))
+        assert row["path"].startswith("each replica's queue-proxy") and row["answer"].endswith(("after 120 s", "after 300 s"))
     # The batch tier is the batch model's, queued there.
     assert rows["batch"]["servedBy"] == "llama-8b-batch"
 
@@ -65,7 +65,8 @@ def test_the_report_section_shows_every_row(prod):
     assert section is not None and section.markdown.count("\n") == len(rows) + 1
     bounded = sum(1 for r in rows if r["boundSeconds"] is not None)
     assert section.summary.startswith(f"{bounded} of {len(rows)} model tiers")
-    assert "| llama-3.1-8b-instruct | standard | Knative's activator and each replica's queue-proxy | no time bound |" in (
-        section.markdown
+    assert (
+        "| llama-3.1-8b-instruct | standard | each replica's queue-proxy (Knative's activator while no replica is ready) "
+        "| no time bound |" in section.markdown
     )
     assert queue_bound_section({}) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -224,6 +225,9 @@ def test_8b_knative_service(prod):
     assert annotations["autoscaling.knative.dev/target"] == "10"
     # Finding 9: scale at the target the stack names, not at Knative's default 70 % of it.
     assert annotations["autoscaling.knative.dev/target-utilization-percentage"] == "100"
+    # No burst capacity: the activator (whose queue has no practical bound) leaves the path once a replica is
+    # ready, so a request waits only in a replica's queue-proxy (10 x containerConcurrency), then 503.
+    assert annotations["autoscaling.knative.dev/target-burst-capacity"] == "0"
     # Finding 15 (and 17's README row "KPA 2..10"): both versions take the model's bounds, whatever
     # the weight, so a weight step never changes a revision.
     for version in ("llama-8b-v1", "llama-8b-v2"):
@@ -596,3 +600,21 @@ def test_pulumi_up_waits_for_each_version_to_load_its_model(prod):
     )
     (record,) = [r for r in prod.records if r.name == "llama-8b-v1-knative-service"]
     assert record.custom_timeouts == {"create": f"{knative_deadline + 60}s", "update": f"{knative_deadline + 60}s"}
+
+
+def test_without_the_activator_the_mesh_balances_knative_replicas_by_least_requests():
+    """With no burst capacity (components/backends/knative.py TARGET_BURST_CAPACITY) Knative's local gateway, an
+    Istio gateway, sends to the ready replicas itself: by Istio's default load balancer, which is least requests
+    (istio/istio 1.30.3 pilot/pkg/networking/core/cluster_traffic_policy.go), and the platform's Knative
+    DestinationRules set none."""
+    from components.backends.knative import TARGET_BURST_CAPACITY
+
+    from .helpers import mirror_show
+
+    source = mirror_show(Path("istio+istio"), "1.30.3", "pilot/pkg/networking/core/cluster_traffic_policy.go")
+    assert "func defaultLBAlgorithm() cluster.Cluster_LbPolicy {\n\treturn cluster.Cluster_LEAST_REQUEST\n}" in source
+    assert TARGET_BURST_CAPACITY == 0
+    evaluated = Evaluated(raw_stack("prod"), shared=True)
+    for rule in (m for m in evaluated.manifests() if m["kind"] == "DestinationRule"):
+        if rule["spec"]["host"].startswith("llama-8b"):
+            assert "loadBalancer" not in rule["spec"].get("trafficPolicy", {}), rule["metadata"]["name"]

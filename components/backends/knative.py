@@ -38,8 +38,8 @@ KNATIVE_SERVICE_LABEL = "serving.knative.dev/service"
 KNATIVE_LOCAL_GATEWAY = f"knative-local-gateway.{ISTIO_SYSTEM_NAMESPACE}.svc.cluster.local"
 KNATIVE_LOCAL_GATEWAY_PORT = 80
 
-# Knative's activator sits in the data path of a Knative-served model (always at scale zero)
-# and drains for terminationGracePeriodSeconds: 600 (knative/serving knative-v1.23.0
+# Knative's activator sits in the data path of a Knative-served model while no replica is ready
+# (scale from zero, see TARGET_BURST_CAPACITY) and drains for terminationGracePeriodSeconds: 600 (knative/serving knative-v1.23.0
 # config/core/deployments/activator.yaml: "should be at least as large as the upper bound on the
 # Revision's timeoutSeconds"). The operator's KnativeServing cannot change it (its
 # spec.workloads overrides have no terminationGracePeriodSeconds: knative/operator
@@ -54,6 +54,22 @@ KNATIVE_ACTIVATOR_GRACE_SECONDS = 600
 QUEUE_PROXY_RESOURCES = {"cpu": "25m", "memory": "256Mi"}
 # queue-proxy's breaker queue: this many times containerConcurrency (pkg/queue/sharedmain/main.go).
 QUEUE_PROXY_QUEUE_DEPTH_FACTOR = 10
+# No burst capacity: Knative takes the activator out of the request path whenever the revision wants
+# a replica (knative/serving knative-v1.23.0 config/core/configmaps/autoscaler.yaml: "If this
+# setting is 0, then Activator will be in the request path only when the revision is scaled to 0";
+# pkg/autoscaler/scaling/autoscaler.go: excess burst capacity 0, and pkg/reconciler/autoscaling/
+# kpa/kpa.go: Serve mode when want > 0 and it is >= 0; pkg/reconciler/serverlessservice/
+# serverlessservice.go still forces Proxy mode while no replica is ready). With the default 211
+# and the target utilization of 100 % the platform sets, the activator would stay in the path of
+# every request, and its per-revision queue has no practical bound (pkg/activator/net/
+# throttler.go: a breaker of depth 10000 over a capacity of 2^31-1) and no time bound: a request
+# waited there until the revision's timeout (504). Without it a request waits only in one
+# replica's queue-proxy, bounded to 10 x containerConcurrency, and overflow is answered 503 at
+# once (with the tier's Retry-After from the gateway). Knative's local gateway (an Istio gateway)
+# then spreads requests over the ready replicas by least requests, Istio's default (istio/istio
+# 1.30.3 pilot/pkg/networking/core/cluster_traffic_policy.go defaultLBAlgorithm), which is the
+# balancing the activator gave.
+TARGET_BURST_CAPACITY = 0
 
 
 def container_concurrency(profile: WorkloadProfile, model: ModelConfig) -> int:
@@ -83,6 +99,7 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
         # Knative aims at 70 % of the target unless told otherwise (config-autoscaler
         # container-concurrency-target-percentage): scale at the target the stack names.
         "autoscaling.knative.dev/target-utilization-percentage": "100",
+        "autoscaling.knative.dev/target-burst-capacity": str(TARGET_BURST_CAPACITY),
         "autoscaling.knative.dev/min-scale": str(plan.min_replicas),
         "autoscaling.knative.dev/max-scale": str(plan.max_replicas),
         "autoscaling.knative.dev/scale-down-delay": kpa.scale_down_delay,
@@ -114,8 +131,8 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": plan.labels, "annotations": annotations},
                 "spec": {
-                    # Hard cap per replica: beyond it requests queue in the activator/queue-proxy,
-                    # which answers 503 when its bounded queue is full.
+                    # Hard cap per replica: beyond it requests queue in the replica's queue-proxy,
+                    # which answers 503 when its bounded queue is full (TARGET_BURST_CAPACITY).
                     "containerConcurrency": container_concurrency(plan.profile, plan.model),
                     "timeoutSeconds": plan.drain.request_timeout_seconds,
                     # Unset, Knative defaults the time to the first response byte from
@@ -175,9 +192,9 @@ class KnativeBackend(ServingBackend):
     def request_cap(self, config: PlatformConfig, model: ModelConfig) -> int | None:
         return container_concurrency(effective_profile(config, model), model) or None
 
-    # Knative's activator (in the path of every request: target-burst-capacity with target
-    # utilization 100) and each replica's queue-proxy.
-    queue_holder = "Knative's activator and each replica's queue-proxy"
+    # Each replica's queue-proxy; Knative's activator only while no replica is ready
+    # (TARGET_BURST_CAPACITY).
+    queue_holder = "each replica's queue-proxy (Knative's activator while no replica is ready)"
 
     def queued_requests_per_replica(self, config: PlatformConfig, model: ModelConfig) -> int | None:
         """queue-proxy waits at most 10 x containerConcurrency requests beyond those running, then
@@ -197,7 +214,8 @@ class KnativeBackend(ServingBackend):
             yield ConfigIssue(
                 ("models", index, "autoscaling", "mode"),
                 f"requests to this model may take {timeout} s (its profile's or a tier's "
-                f"timeout), but Knative's activator, in the path of Knative-served models, drains for only "
+                f"timeout), but Knative's activator, in the path of Knative-served models while no replica is ready, "
+                f"drains for only "
                 f"{KNATIVE_ACTIVATOR_GRACE_SECONDS} s and the operator cannot raise it: use mode 'hpa', or lower the "
                 "timeouts (profiles.<name>.requestTimeoutSeconds, traffic.tiers.<tier>.timeout)",
             )
