@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 from platform_config import pins
 
-from .vllm_release import open_release, serve_flags
+from .vllm_release import pinned_serve_flags
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 VERIFIED, UNVERIFIED, FAILED = "verified", "unverified", "failed"
@@ -269,10 +269,10 @@ def vllm_serve_flags(facts: Facts, version: str) -> tuple[frozenset[str], str] |
     listed = facts.vllm_flags(version)
     if listed is not None:
         return listed, f"vllm/{version}-flags.txt"
-    release = open_release(pins.VLLM_SOURCE) if version == pins.VLLM_VERSION else None
-    if release is None:
+    parsed = pinned_serve_flags(pins.VLLM_SOURCE) if version == pins.VLLM_VERSION else None
+    if parsed is None:
         return None
-    return serve_flags(release), pins.VLLM_SOURCE.filename
+    return parsed, pins.VLLM_SOURCE.filename
 
 
 def check_image_pin(facts: Facts, pin: pins.ImagePin) -> PinResult:

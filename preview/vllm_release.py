@@ -146,6 +146,25 @@ def serve_flags(release: SourceRelease) -> frozenset[str]:
     return frozenset(flags | engine_flags(release))
 
 
+def pinned_serve_flags(pin: SourceReleasePin, directory: Path = SOURCES_DIR) -> frozenset[str] | None:
+    """`serve_flags` of a downloaded release, kept beside it (`<archive>.serve-flags.txt`, its first line the
+    archive's pinned sha256) so that a preview does not parse the archive again (reading its members takes
+    seconds); None when the release was not downloaded. A list kept for another hash is parsed again."""
+    kept = release_path(pin, directory).with_name(pin.filename + ".serve-flags.txt")
+    if kept.is_file():
+        lines = kept.read_text().splitlines()
+        if lines and lines[0] == pin.sha256:
+            return frozenset(lines[1:])
+    release = open_release(pin, directory)
+    if release is None:
+        return None
+    flags = serve_flags(release)
+    partial = kept.with_name(kept.name + ".part")
+    partial.write_text("\n".join([pin.sha256, *sorted(flags)]) + "\n")
+    partial.replace(kept)
+    return flags
+
+
 def run_batch_flags(release: SourceRelease) -> frozenset[str]:
     """Every flag `vllm run-batch` defines: its `make_arg_parser` registers BatchFrontendArgs (with the
     BaseFrontendArgs fields) and AsyncEngineArgs."""

@@ -416,3 +416,24 @@ def test_every_flag_the_batch_jobs_pass_is_one_run_batch_defines():
     assert sorted(ours - defined) == []
     # The parse is not vacuous: flags run-batch does not take are not found.
     assert not {"--port-offset", "--enable-magic"} & defined and {"--host", "--output-tmp-dir"} <= defined
+
+
+@pytest.mark.upstream_source
+def test_the_parsed_flags_are_kept_beside_the_release_for_its_hash_only(tmp_path):
+    """preview/vllm_release.py pinned_serve_flags: parsed once, then read from the kept list; a list kept for
+    another hash is parsed again (and replaced)."""
+    import shutil
+
+    from preview.vllm_release import pinned_serve_flags
+
+    release = vllm_release()
+    shutil.copy(release_path(release.pin), tmp_path / release.pin.filename)
+    kept = tmp_path / f"{release.pin.filename}.serve-flags.txt"
+    parsed = pinned_serve_flags(release.pin, tmp_path)
+    assert parsed == serve_flags(release) and kept.read_text().splitlines()[0] == release.pin.sha256
+    kept.write_text(f"{release.pin.sha256}\n--only-this\n")
+    assert pinned_serve_flags(release.pin, tmp_path) == {"--only-this"}
+    kept.write_text("0" * 64 + "\n--only-this\n")
+    assert pinned_serve_flags(release.pin, tmp_path) == parsed
+    assert kept.read_text().splitlines()[0] == release.pin.sha256
+    assert pinned_serve_flags(release.pin, tmp_path / "nothing-here") is None
