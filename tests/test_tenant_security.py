@@ -296,3 +296,20 @@ def test_free_form_computed_and_out_of_range_flags_are_refused(server, key, expe
     (message,) = config_problems(raw)
     assert message.startswith(f"inference-platform:models[0].{key}: "), message
     assert expected in message
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("maxNumPartialPrefills", 2, "'maxNumPartialPrefills' is no longer read: vLLM 0.27.0 removed --max-num-partial-prefills"),
+        ("quantization", "bitsandbytes", "quantization: got 'bitsandbytes'; allowed: 'fp8', 'awq', 'gptq' or"),
+        ("tokenizerMode", "slow", "tokenizerMode: got 'slow'; allowed:"),
+    ],
+)
+def test_settings_the_pinned_vllm_dropped_are_refused_naming_the_key(key, value, message):
+    """vLLM 0.33.0 has no --max-num-partial-prefills (gone in 0.27.0), no in-tree bitsandbytes (0.28.0) and no
+    `slow` tokenizer mode (0.31.0): a stack naming them gets an error for the key, not a server that will not start."""
+    raw = raw_stack("dev")
+    raw["models"][0].setdefault("server", {})[key] = value
+    (problem,) = config_problems(raw)
+    assert problem.startswith("inference-platform:models[0].server") and message in problem, problem

@@ -68,7 +68,10 @@ QUEUE_PROXY_QUEUE_DEPTH_FACTOR = 10
 # once (with the tier's Retry-After from the gateway). Knative's local gateway (an Istio gateway)
 # then spreads requests over the ready replicas by least requests, Istio's default (istio/istio
 # 1.30.3 pilot/pkg/networking/core/cluster_traffic_policy.go defaultLBAlgorithm), which is the
-# balancing the activator gave.
+# balancing the activator gave. The autoscaler still sees the requests waiting there: queue-proxy
+# counts a request in before its breaker admits it (pkg/queue/handler.go ProxyHandler: ReqIn, then
+# breaker.Maybe), and the KPA scrapes every replica's queue-proxy in either mode (pkg/autoscaler/
+# metrics/collector.go, stats_scraper.go).
 TARGET_BURST_CAPACITY = 0
 
 
