@@ -290,3 +290,16 @@ def test_the_gateway_waits_for_the_load_balancer_controller(prod):
     assert controller.urn in gateway.dependencies
     role = prod.one("aws:iam/rolePolicy:RolePolicy", "load-balancer-controller-identity-policy")
     assert "elasticloadbalancing:ModifyListenerAttributes" in role["inputs"]["policy"]
+
+
+def test_knative_services_wait_until_knative_serving_and_its_webhook_are_ready(prod):
+    """The KnativeServing resource carries `pulumi.com/waitFor: condition=Ready` (the operator reports Ready only once
+    every Deployment of Serving's manifest is available, the webhook included: knative/operator knative-v1.23.0
+    knativeserving_lifecycle.go, deployments.go), and every model's Knative Service depends on it, so a first
+    `pulumi up` never sends a Knative Service that Knative's webhook cannot yet admit."""
+    (serving,) = [r for r in prod.records if r.name == "knative-serving-serving"]
+    assert serving.inputs["metadata"]["annotations"] == {"pulumi.com/waitFor": "condition=Ready"}
+    services = [r for r in prod.records if r.type == "kubernetes:serving.knative.dev/v1:Service"]
+    assert services, "prod serves Knative models"
+    for service in services:
+        assert serving.urn in service.dependencies, service.name

@@ -6,7 +6,7 @@ from typing import Any
 
 from platform_config.pins import KNATIVE_SERVING_VERSION
 
-from ..backends.knative import KNATIVE_ACTIVATOR_GRACE_SECONDS
+from ..backends.knative import KNATIVE_ACTIVATOR_GRACE_SECONDS, PULUMI_WAIT_FOR
 from ..constants import GATEWAY_SELECTOR, KNATIVE_LOCAL_GATEWAY_LISTENER_PORT, KNATIVE_SERVING_NAMESPACE
 
 # Pod fields model servers use that Knative admits only behind feature flags.
@@ -50,7 +50,17 @@ def knative_serving() -> dict[str, Any]:
     return {
         "apiVersion": "operator.knative.dev/v1beta1",
         "kind": "KnativeServing",
-        "metadata": {"name": "knative-serving", "namespace": KNATIVE_SERVING_NAMESPACE},
+        "metadata": {
+            "name": "knative-serving",
+            "namespace": KNATIVE_SERVING_NAMESPACE,
+            # `pulumi up` waits until the operator reports Serving ready, which it does only once every
+            # Deployment of its manifest is available, Knative's webhook included (knative/operator
+            # knative-v1.23.0 pkg/apis/operator/v1beta1/knativeserving_lifecycle.go servingCondSet:
+            # DeploymentsAvailable; pkg/reconciler/common/deployments.go CheckDeployments). The model
+            # servers' Knative Services depend on this resource: without the wait they were sent before
+            # the webhook could admit them, and pulumi-kubernetes retries a create only on NotFound/NoMatch.
+            "annotations": {PULUMI_WAIT_FOR: "condition=Ready"},
+        },
         "spec": {
             "version": KNATIVE_SERVING_VERSION,
             "ingress": {"istio": {"enabled": True, "knative-local-gateway": local_gateway()}},
