@@ -162,6 +162,17 @@ class LoadBalancerController(pulumi.ComponentResource):
                 "vpcId": args.vpc_id,
                 "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT, "annotations": identity.service_account_annotations},
                 "nodeSelector": SYSTEM_NODE_SELECTOR,
+                # No Service webhook. The chart's default registers `mservice.elbv2.k8s.aws` with
+                # failurePolicy Fail for every Service of the cluster (kubernetes-sigs/aws-load-balancer-
+                # controller v3.5.0 helm/aws-load-balancer-controller/templates/webhook.yaml, values.yaml
+                # `enableServiceMutatorWebhook: true`, `serviceMutatorWebhookConfig.failurePolicy: Fail`),
+                # only to make the controller the default for LoadBalancer Services: on a first `pulumi up`
+                # any Service created before the controller is ready (a chart's, a model's) would be
+                # refused. The platform's one LoadBalancer Service, the gateway's, names the controller
+                # itself (`aws-load-balancer-type: external` with an NLB target type: docs/guide/service/
+                # nlb.md at v3.5.0, "the LBC takes charge"), and waits for it. The chart's other webhooks
+                # match only pods in namespaces or with labels the platform never sets.
+                "enableServiceMutatorWebhook": False,
             },
             pulumi.ResourceOptions(parent=self, depends_on=[identity]),
         )

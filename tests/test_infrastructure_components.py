@@ -303,3 +303,19 @@ def test_knative_services_wait_until_knative_serving_and_its_webhook_are_ready(p
     assert services, "prod serves Knative models"
     for service in services:
         assert serving.urn in service.dependencies, service.name
+
+
+def test_the_load_balancer_controller_registers_no_webhook_on_every_service(prod):
+    """The controller's chart (v3.5.0) would register a Service webhook with failurePolicy Fail for every Service,
+    which refuses any Service created before the controller is ready on a first `pulumi up`; the platform turns it
+    off (a key the chart reads, per the upstream facts), and the gateway's Service still names the controller by
+    its annotations."""
+    from preview.upstream import Facts, facts_dir
+
+    release = prod.one("kubernetes:helm.sh/v3:Release", "load-balancer-controller-release")
+    assert release["inputs"]["values"]["enableServiceMutatorWebhook"] is False
+    chart = Facts(facts_dir()).chart("aws-load-balancer-controller", "3.5.0")
+    assert chart is not None and chart.reads("enableServiceMutatorWebhook")
+    gateway = prod.one("kubernetes:helm.sh/v3:Release", "mesh-gateway")["inputs"]["values"]["service"]["annotations"]
+    assert gateway["service.beta.kubernetes.io/aws-load-balancer-type"] == "external"
+    assert gateway["service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"] == "ip"
