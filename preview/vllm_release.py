@@ -40,10 +40,14 @@ class SourceRelease:
         return True
 
     def text(self, path: str) -> str:
-        member = self._archive.extractfile(f"{self.pin.top_dir}/{path}")
+        member = self._archive.extractfile(f"{self.pin.top_dir}/{path}") if self.has(path) else None
         if member is None:
             raise KeyError(f"{path} is not a file of {self.pin.filename}")
         return member.read().decode("utf-8")
+
+    def first_of(self, *paths: str) -> str:
+        """The first of `paths` the release holds (a file upstream moved, newest place first)."""
+        return next(path for path in paths if self.has(path))
 
     def tree(self, path: str) -> ast.Module:
         return ast.parse(self.text(path))
@@ -115,15 +119,13 @@ def frontend_flags(tree: ast.Module, *classes: str) -> set[str]:
 def frontend_args_module(release: SourceRelease) -> str:
     """Where the frontends' arguments are defined: vllm/entrypoints/common/cli_args.py from 0.2x (moved there from
     vllm/entrypoints/openai/cli_args.py, where 0.18.0 has them)."""
-    moved = "vllm/entrypoints/common/cli_args.py"
-    return moved if release.has(moved) else "vllm/entrypoints/openai/cli_args.py"
+    return release.first_of("vllm/entrypoints/common/cli_args.py", "vllm/entrypoints/openai/cli_args.py")
 
 
 def run_batch_module(release: SourceRelease) -> str:
     """Where `vllm run-batch`'s parser is built: vllm/entrypoints/launchers/run_batch.py at 0.33.0 (the
     vllm/entrypoints/openai/run_batch.py of 0.18.0 is a deprecated shim there)."""
-    moved = "vllm/entrypoints/launchers/run_batch.py"
-    return moved if release.has(moved) else "vllm/entrypoints/openai/run_batch.py"
+    return release.first_of("vllm/entrypoints/launchers/run_batch.py", "vllm/entrypoints/openai/run_batch.py")
 
 
 def engine_flags(release: SourceRelease) -> set[str]:

@@ -111,14 +111,12 @@ def _bindings(cls: ast.ClassDef) -> dict[str, Any]:
     family's defaults (`default_buckets`). Boundaries computed from the model
     (`histogram_buckets("request_tokens", max_model_len=...)`) stay unbound."""
     found: dict[str, Any] = {}
-    defaults: dict[str, tuple[float, ...]] | None = None
+    defaults = default_buckets()
     for node in ast.walk(cls):
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
         value = node.value
         if isinstance(value, ast.Call) and ast.unparse(value.func) == "histogram_buckets":
-            if defaults is None:
-                defaults = default_buckets()
             family = ast.literal_eval(value.args[0])
             if family in defaults and not any(k.arg == "max_model_len" for k in value.keywords):
                 found[ast.unparse(node.targets[0])] = list(defaults[family])
