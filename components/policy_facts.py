@@ -25,7 +25,7 @@ from platform_config.models import (
 from platform_config.pins import IMAGES, KUEUE_API_VERSION
 from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 
-from .backends.knative import KNATIVE_SERVICE_LABEL
+from .backends.knative import KNATIVE_SERVICE_LABEL, TARGET_BURST_CAPACITY
 from .constants import (
     GATEWAY_LISTENER_PORTS,
     GATEWAY_SELECTOR,
@@ -91,6 +91,8 @@ def policy_facts() -> dict[str, Any]:
             "listenerPorts": {str(port): listener for port, listener in GATEWAY_LISTENER_PORTS.items()},
         },
         # The label a Job is queued by, and the LocalQueue's type token as the program declares it.
+        # The burst capacity every Knative Service sets (the activator out of the path once a replica is ready).
+        "knative": {"targetBurstCapacity": str(TARGET_BURST_CAPACITY)},
         # GPU nodes' taint, and what a container that may run on one without asking for a GPU sets to see none.
         "gpuTaint": {"key": GPU_TAINT_KEY},
         "noGpuEnv": dict(NO_GPU_ENV[0]),

@@ -218,7 +218,7 @@ class KnativeBackend(ServingBackend):
                 ("models", index, "autoscaling", "mode"),
                 f"requests to this model may take {timeout} s (its profile's or a tier's "
                 f"timeout), but Knative's activator, in the path of Knative-served models while no replica is ready, "
-                f"drains for only "
+                "drains for only "
                 f"{KNATIVE_ACTIVATOR_GRACE_SECONDS} s and the operator cannot raise it: use mode 'hpa', or lower the "
                 "timeouts (profiles.<name>.requestTimeoutSeconds, traffic.tiers.<tier>.timeout)",
             )

@@ -59,6 +59,7 @@ TENANT_LABEL = "inference.platform/tenant"
 # Istio's per-pod injection switch, as a pod label or (deprecated) annotation.
 SIDECAR_INJECT = "sidecar.istio.io/inject"
 LATENCY_LABEL: str = FACTS["labels"]["latencySensitive"]
+KNATIVE_TARGET_BURST_CAPACITY: str = FACTS["knative"]["targetBurstCapacity"]
 POOL_LABEL: str = FACTS["labels"]["pool"]
 GPU_SHARING_LABEL: str = FACTS["labels"]["gpuSharing"]
 GPU_TAINT_KEY: str = FACTS["gpuTaint"]["key"]

@@ -15,6 +15,7 @@ from .kube import (
     HPA_V1,
     HPA_V2,
     KNATIVE_SERVICE,
+    KNATIVE_TARGET_BURST_CAPACITY,
     NO_GPU_ENV,
     PINNED_REPOSITORIES,
     Report,
@@ -232,14 +233,15 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
         value = annotations.get(prefix + key)
         if value in (None, "", "0"):
             report_violation(f"{prefix}{key} is not set: a Knative service must bound its scale and name its target")
-    # Any burst capacity but 0 keeps Knative's activator in the request path (with a 100 % target
-    # utilization, always), whose queue has no practical bound and no time bound (knative/serving
-    # knative-v1.23.0 config/core/configmaps/autoscaler.yaml, pkg/activator/net/throttler.go).
+    # Any burst capacity but the program's 0 keeps Knative's activator in the request path (with a
+    # 100 % target utilization, always), whose queue has no practical bound and no time bound
+    # (knative/serving knative-v1.23.0 config/core/configmaps/autoscaler.yaml, pkg/activator/net/throttler.go).
     burst = annotations.get(prefix + "target-burst-capacity")
-    if burst != "0":
+    if burst != KNATIVE_TARGET_BURST_CAPACITY:
         report_violation(
-            f"{prefix}target-burst-capacity is {burst!r}, not '0': Knative's activator would hold requests in a "
-            "queue with no bound in requests or time instead of each replica's queue-proxy answering 503 when full"
+            f"{prefix}target-burst-capacity is {burst!r}, not {KNATIVE_TARGET_BURST_CAPACITY!r}: Knative's activator "
+            "would hold requests in a queue with no bound in requests or time instead of each replica's queue-proxy "
+            "answering 503 when full"
         )
     if not is_production(args):
         return
