@@ -269,10 +269,16 @@ def vllm_serve_flags(facts: Facts, version: str) -> tuple[frozenset[str], str] |
     listed = facts.vllm_flags(version)
     if listed is not None:
         return listed, f"vllm/{version}-flags.txt"
-    parsed = pinned_serve_flags(pins.VLLM_SOURCE) if version == pins.VLLM_VERSION else None
+    parsed = _pinned_release_flags() if version == pins.VLLM_VERSION else None
     if parsed is None:
         return None
     return parsed, pins.VLLM_SOURCE.filename
+
+
+@cache
+def _pinned_release_flags() -> frozenset[str] | None:
+    """The pinned release's flags, read once per process (the stage asks for every vLLM container)."""
+    return pinned_serve_flags(pins.VLLM_SOURCE)
 
 
 def check_image_pin(facts: Facts, pin: pins.ImagePin) -> PinResult:
