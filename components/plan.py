@@ -47,7 +47,7 @@ from platform_config.serving import (
     model_priority_class,
     model_tiers,
     picker_priority,
-    picker_queue_ttl_seconds,
+    queue_seconds,
     replica_bounds,
     replica_gpu_request,
     running_versions,
@@ -162,7 +162,7 @@ def endpoint_picker_plan(config: PlatformConfig, model: ModelConfig, version_nam
 
 
 def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> EndpointPickerPlan | None:
-    """The endpoint picker of one version's servers: a band per tier they take, one queue TTL."""
+    """The endpoint picker of one version's servers: a band per tier they take, each with its bound."""
     if not backend_of(model).uses_endpoint_picker(model):
         return None
     drain = drain_chain(config, model)
@@ -175,7 +175,7 @@ def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> E
                 picker_priority(tier, policy),
                 policy.max_queued_requests,
                 policy.max_queued_bytes,
-                fails_open=policy.endpoint_picker_failure == "open",
+                queue_seconds=queue_seconds(policy),
             )
         )
     return EndpointPickerPlan(
@@ -184,7 +184,6 @@ def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> E
         server_labels={LABEL_INSTANCE: name},
         target_port=VLLM_PORT,
         replicas=model.endpoint_picker.replicas,
-        queue_ttl_seconds=picker_queue_ttl_seconds(config, model),
         bands=tuple(bands),
         request_timeout_seconds=drain.request_timeout_seconds,
         # Not the model label: the model's Service selects its servers by it.

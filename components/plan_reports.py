@@ -3,10 +3,7 @@ Pulumi imports)."""
 
 from __future__ import annotations
 
-import math
-
-from platform_config.models import duration_seconds
-from platform_config.serving import route_timeout_seconds
+from platform_config.serving import queue_seconds, route_timeout_seconds
 
 from .serving import Plan
 
@@ -48,15 +45,16 @@ def queue_bound_report(plan: Plan) -> list[dict[str, object]]:
     """Per model, tier and serving path: how long and how many of the tier's requests may wait for
     a server, who bounds it, and what a client past the bound gets (the program exports it as
     `queueBounds`; the preview's report shows it). A version with an endpoint picker queues in the
-    picker, bounded in time by its queue TTL; without one a request waits where the backend holds it
-    (`queue_holder`) until the tier's route timeout. Every path is also bounded per gateway pod by
+    picker, bounded in time by the tier's queue timeout (the picker's proxy times each tier);
+    without one a request waits where the backend holds it (`queue_holder`) until the tier's
+    route timeout. Every path is also bounded per gateway pod by
     the tier's pending requests (Envoy's circuit breaker: 503 at once)."""
     by_name = {model_plan.model.name: model_plan for model_plan in plan.models}
     rows: list[dict[str, object]] = []
     for model_plan in plan.models:
         for tier in model_plan.route.tiers:
             owner = by_name[tier.owner.name]
-            retry_after = math.ceil(duration_seconds(tier.policy.queue_timeout))
+            retry_after = queue_seconds(tier.policy)
             timeout = route_timeout_seconds(tier.policy)
             picker = next((s.endpoint_picker for s in owner.servers if s.endpoint_picker is not None), None)
             row: dict[str, object] = {"model": model_plan.model.openai_name, "tier": tier.tier, "servedBy": owner.model.name}
@@ -64,10 +62,10 @@ def queue_bound_report(plan: Plan) -> list[dict[str, object]]:
                 band = next(b for b in picker.bands if b.tier == tier.tier)
                 row |= {
                     "path": "endpoint picker",
-                    "boundSeconds": picker.queue_ttl_seconds,
+                    "boundSeconds": band.queue_seconds,
                     "boundRequests": band.max_requests,
                     "boundRequestsPer": "picker",
-                    "enforcedBy": "the version's endpoint picker (queue TTL, band size)",
+                    "enforcedBy": "the version's endpoint picker proxy (the tier's queue timeout) and picker (band size)",
                     "answer": f"503, Retry-After {retry_after} s",
                 }
             else:

@@ -1082,8 +1082,8 @@ class TierPolicy(ConfigModel):
     content-length before the body is read). The gateway buffers up to the largest tier's limit per connection."""
     queue_timeout: Annotated[Duration, _duration_between(1, 600)] = "10s"
     """The longest a request of this tier waits in a model version's endpoint picker queue before the gateway answers
-    503 with `Retry-After` (1s-10m). The pinned picker keeps one queue TTL per model version: the shortest of the
-    tiers its servers take (see the README)."""
+    503 with `Retry-After` (1s-10m), and that `Retry-After`. Each tier waits its own: the picker's proxy times it per
+    tier, the picker's own queue TTL is the longest of the tiers its servers take (see the README)."""
     max_queued_requests: Annotated[int, Field(ge=1, le=100_000)] = 256
     """Requests of this tier one endpoint picker replica holds in its queue; past it: 503 with `Retry-After`."""
     max_queued_bytes: PositiveQuantity = "256Mi"
@@ -1091,10 +1091,18 @@ class TierPolicy(ConfigModel):
     sheddable: bool = False
     """Whether the endpoint picker may drop this tier's queued requests first when the servers are saturated. A
     sheddable tier may not rank above one that is not."""
-    endpoint_picker_failure: Literal["open", "closed"] = "open"
-    """What a model version's endpoint picker proxy does with this tier's requests while the picker cannot be asked
-    (its process down or failing): `open` sends them to the version's servers through their Service, unpicked and
-    unqueued (the gateway's connection-pool limits still bound them); `closed` answers 503 with `Retry-After`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_failure_mode(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "endpointPickerFailure" in data:
+            raise ValueError(
+                "'endpointPickerFailure' is no longer read: a request whose picker cannot be asked always gets 503 with "
+                "Retry-After. The picker's proxy streams the request body to the picker (ext_proc FULL_DUPLEX_STREAMED, "
+                "as llm-d-router v0.10.0 needs), so once the picker fails Envoy 1.38 holds no body to send on unpicked "
+                "(see the README, Request tiers)"
+            )
+        return data
 
 
 def _default_tiers() -> dict[TierName, TierPolicy]:

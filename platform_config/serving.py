@@ -241,9 +241,7 @@ def picker_priority(tier: TierName, policy: TierPolicy) -> int:
     return -1 - rank if policy.sheddable else len(get_args(TierName)) - rank
 
 
-def picker_queue_ttl_seconds(config: PlatformConfig, model: ModelConfig) -> int:
-    """One queue TTL per endpoint picker (llm-d-router v0.10.0 pkg/epp/requestcontrol/admission.go:
-    a request's InitialEffectiveTTL is always 0, deferring to flowControl.defaultRequestTTL): the
-    shortest queue timeout of the tiers the servers take, so no request waits longer than its
-    tier allows."""
-    return min(math.ceil(duration_seconds(config.traffic.tiers[t].queue_timeout)) for t in served_tiers(config, model))
+def queue_seconds(policy: TierPolicy) -> int:
+    """A tier's queue bound in whole seconds (`queueTimeout`, rounded up): how long its requests may
+    wait for a server, and the Retry-After of its 503s."""
+    return math.ceil(duration_seconds(policy.queue_timeout))

@@ -127,9 +127,21 @@ class Upstreams:
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True  # answers in one segment: no delayed-ACK stall per request
 
-            def _handle(self) -> None:
+            def _body(self) -> bytes:
+                if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+                    # As uvicorn reads it: an endpoint picker's proxy forwards a streamed body chunked.
+                    chunks = []
+                    while size := int(self.rfile.readline().split(b";")[0].strip(), 16):
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(chunks)
                 length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
+                return self.rfile.read(length) if length else b""
+
+            def _handle(self) -> None:
+                body = self._body()
                 got = Received(name, self.command, self.path, list(self.headers.items()), body)
                 with upstreams.lock:
                     upstreams.received.append(got)
@@ -423,3 +435,104 @@ def validate(config: Mapping[str, Any]) -> subprocess.CompletedProcess[str]:
             [str(envoy_binary()), "--mode", "validate", "-c", str(path), "--disable-hot-restart", "--log-level", "warning"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
+
+
+# --- an endpoint picker's proxy ---------------------------------------------------------------
+
+
+@dataclass
+class PickerProxy:
+    """One running Envoy with an endpoint picker's proxy configuration (components/specs/
+    endpoint_picker.py proxy_config), its fake picker and the servers' upstream."""
+
+    process: subprocess.Popen[bytes]
+    port: int  # the model listener's loopback port
+    upstreams: Upstreams  # "servers": the version's Service and every pod the picker names
+    picker: Any  # tests/servers/fake_picker.FakePicker, or None while the picker is down
+    log_path: Path
+
+    def send(self, headers: Mapping[str, str], body: bytes = b'{"model":"m"}', timeout: float = 30) -> Response:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            connection.request("POST", "/v1/chat/completions", body=body, headers={"content-type": "application/json", **headers})
+            answer = connection.getresponse()
+            return Response(answer.status, answer.getheaders(), answer.read())
+        finally:
+            connection.close()
+
+    def server(self) -> str:
+        """Where the servers' upstream listens, as the picker names a pod ("host:port")."""
+        host, port = self.upstreams.address("servers")
+        return f"{host}:{port}"
+
+
+def _rebind(address: dict[str, Any], port: int) -> None:
+    address["socket_address"].update(address="127.0.0.1", port_value=port)
+
+
+@contextmanager
+def running_picker_proxy(bootstrap: dict[str, Any], decide: Callable[[dict[str, str]], Any] | None) -> Iterator[PickerProxy]:
+    """Envoy running `bootstrap` as rendered, but bound to loopback: its listeners and admin on
+    free ports, its ext_proc cluster on a fake picker over TLS (`decide` answers each request;
+    None: no picker listens, as when the EPP is down), and its servers' Service on an echo
+    upstream. Only addresses are changed."""
+    from .servers import fake_picker
+
+    config = json.loads(json.dumps(bootstrap))
+    upstreams = Upstreams(["servers"])
+    upstreams.start()
+    with tempfile.TemporaryDirectory(prefix="picker-proxy-") as work:
+        directory = Path(work)
+        ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+        cert, key = directory / "epp.crt", directory / "epp.key"
+        _openssl("req", "-x509", *ec, "-days", "1", "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert))
+        server, picker, picker_port = (None, None, free_ports(1)[0])
+        if decide is not None:
+            server, picker, picker_port = fake_picker.serve(decide, cert, key)
+        listeners = config["static_resources"]["listeners"]
+        admin, *ports = free_ports(1 + len(listeners))
+        _rebind(config["admin"]["address"], admin)
+        model_port = 0
+        for listener, port in zip(listeners, ports, strict=True):
+            _rebind(listener["address"], port)
+            if listener["name"] == "vllm":
+                model_port = port
+        host, servers_port = upstreams.address("servers")
+        for cluster in config["static_resources"]["clusters"]:
+            endpoints = cluster.get("load_assignment", {}).get("endpoints", [])
+            for endpoint in (e["endpoint"] for group in endpoints for e in group["lb_endpoints"]):
+                target = {"ext_proc": picker_port, "servers": servers_port, "prometheus_stats": admin}[cluster["name"]]
+                endpoint["address"]["socket_address"].update(address=host, port_value=target)
+        path = directory / "envoy.json"
+        path.write_text(json.dumps(config))
+        log_path = directory / "envoy.log"
+        process = subprocess.Popen(
+            [str(envoy_binary()), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
+             "--log-level", os.environ.get("REAL_ENVOY_LOG_LEVEL", "warning"), "--log-path", str(log_path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        proxy = PickerProxy(process, model_port, upstreams, picker, log_path)
+        try:
+            _wait_admin_ready(process, admin, log_path)
+            yield proxy
+        finally:
+            stop(process)
+            if server is not None:
+                server.stop(0)
+            upstreams.stop()
+
+
+def _wait_admin_ready(process: subprocess.Popen[bytes], admin_port: int, log_path: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"envoy exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=2)
+            connection.request("GET", "/ready")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"envoy was not ready within {START_TIMEOUT_SECONDS} s:\n{log_path.read_text()[-4000:]}")

@@ -12,7 +12,7 @@ from components.backends import BACKENDS
 from components.serving import Plan, ServerPlan
 from components.specs import gateway, pod, routes, tenancy
 
-from .helpers import prod_with_labeller_server, raw_stack, set_at, validate
+from .helpers import config_problems, prod_with_labeller_server, raw_stack, set_at, validate
 
 
 @pytest.fixture(scope="module")
@@ -184,17 +184,11 @@ def test_servers_take_the_tiers_that_reach_them():
     assert "--scheduling-policy" not in pod.vllm_args(batch)
 
 
-def test_a_tiers_picker_failure_mode_reaches_its_band():
+def test_a_picker_failure_mode_is_refused_naming_why():
     raw = copy.deepcopy(raw_stack("prod"))
-    raw.setdefault("traffic", {}).setdefault("tiers", {})
-    default = validate(copy.deepcopy(raw))
-    picker = server(default, "llama-70b").endpoint_picker
-    assert picker is not None and all(band.fails_open for band in picker.bands)
-    tiers = raw["traffic"]["tiers"]
-    tiers["premium"] = {**tiers.get("premium", {}), "endpointPickerFailure": "closed"}
-    if "timeout" not in tiers["premium"]:
-        # A tier given in the stack replaces the default: restate premium's required fields.
-        tiers["premium"].update(timeout="120s", maxPendingRequests=64, maxRequests=512, retryAttempts=1, vllmPriority=0)
-    changed = server(validate(raw), "llama-70b").endpoint_picker
-    assert changed is not None
-    assert {band.tier: band.fails_open for band in changed.bands} == {"premium": False, "standard": True}
+    # A tier given in the stack replaces the default: premium's required fields, then the key.
+    premium = {"timeout": "120s", "maxPendingRequests": 64, "maxRequests": 512, "retryAttempts": 1, "vllmPriority": 0}
+    raw.setdefault("traffic", {})["tiers"] = {"premium": {**premium, "endpointPickerFailure": "open"}}
+    (problem,) = config_problems(raw)
+    assert "traffic.tiers.premium" in problem and "'endpointPickerFailure' is no longer read" in problem
+    assert "FULL_DUPLEX_STREAMED" in problem

@@ -46,12 +46,11 @@ def make_plan(**changes: Any) -> EndpointPickerPlan:
         server_host=SERVER_HOST,
         target_port=8000,
         replicas=2,
-        queue_ttl_seconds=30,
         # Deliberately out of order: the builders sort.
         bands=(
-            PickerBand("standard", 10, 500, "256Mi"),
-            PickerBand("batch", -1, 100, "128Mi"),
-            PickerBand("premium", 100, 1000, "512Mi"),
+            PickerBand("standard", 10, 500, "256Mi", 10),
+            PickerBand("batch", -1, 100, "128Mi", 30),
+            PickerBand("premium", 100, 1000, "512Mi", 5),
         ),
         request_timeout_seconds=600,
         # The model's standard labels, one of which also selects its servers.
@@ -240,15 +239,15 @@ def test_bands_are_sorted_with_their_caps_and_the_global_caps_are_their_sums(pla
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"bands": (PickerBand("premium", 10, 1, "1Mi"), PickerBand("standard", 10, 1, "1Mi"))}, "priorities"),
-        ({"bands": (PickerBand("premium", 1, 1, "1Mi"), PickerBand("batch", 5, 1, "1Mi"))}, "must fall"),
-        ({"bands": (PickerBand("gold", 1, 1, "1Mi"),)}, "tier 'gold'"),
-        ({"bands": (PickerBand("premium", 1, 0, "1Mi"),)}, "max_requests"),
-        ({"bands": (PickerBand("premium", 1, 1, "3Gi"),)}, "half the EPP's memory limit"),
-        ({"bands": (PickerBand("premium", 1, 1, "lots"),)}, "not a Kubernetes quantity"),
+        ({"bands": (PickerBand("premium", 10, 1, "1Mi", 5), PickerBand("standard", 10, 1, "1Mi", 5))}, "priorities"),
+        ({"bands": (PickerBand("premium", 1, 1, "1Mi", 5), PickerBand("batch", 5, 1, "1Mi", 5))}, "must fall"),
+        ({"bands": (PickerBand("gold", 1, 1, "1Mi", 5),)}, "tier 'gold'"),
+        ({"bands": (PickerBand("premium", 1, 0, "1Mi", 5),)}, "max_requests"),
+        ({"bands": (PickerBand("premium", 1, 1, "3Gi", 5),)}, "half the EPP's memory limit"),
+        ({"bands": (PickerBand("premium", 1, 1, "lots", 5),)}, "not a Kubernetes quantity"),
+        ({"bands": (PickerBand("premium", 1, 1, "1Mi", 0),)}, r"bands\[premium\].queue_seconds 0"),
         ({"bands": ()}, "at least one"),
         ({"replicas": 0}, "replicas"),
-        ({"queue_ttl_seconds": 0}, "queue_ttl_seconds"),
         ({"name": "x" * 41}, "40 characters"),
         ({"server_labels": {}}, "selector"),
         ({"server_host": "llama-8b.team-b.svc.cluster.local"}, "server_host"),
@@ -264,13 +263,24 @@ def test_plans_the_epp_would_refuse_are_refused(changes, message):
 
 
 def test_queue_ttl_route_timeout_and_shutdown_cover_the_longest_request(objects, plan):
+    # The EPP's one TTL is the longest band's (batch, 30 s); each tier's own is timed by the proxy.
     assert epp.endpoint_picker_config(plan)["flowControl"]["defaultRequestTTL"] == "30s"
     envoy = yaml.safe_load(one(objects, "ConfigMap", "llama-8b-v1-epp-envoy")["data"]["envoy.yaml"])
     assert envoy == epp.proxy_config(plan)
     (listener,) = [l for l in envoy["static_resources"]["listeners"] if l["name"] == "vllm"]
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    forwarding = [r["route"] for r in manager["route_config"]["virtual_hosts"][0]["routes"] if "route" in r]
-    assert forwarding and all(r["timeout"] == "630s" and r["idle_timeout"] == "630s" for r in forwarding)
+    routes = {r["name"]: r for r in manager["route_config"]["virtual_hosts"][0]["routes"]}
+    forwarding = {name: r["route"] for name, r in routes.items() if "route" in r}
+    assert forwarding and all(r["timeout"] == "630s" for r in forwarding.values())
+    # A request on its way to a server may be silent the whole route timeout; one still queued
+    # only its tier's bound (two idle periods: see test_picker_proxy_in_envoy).
+    idle = {name: r["idle_timeout"] for name, r in forwarding.items()}
+    assert idle == {
+        "picked": "630s",
+        "premium-queued": "2.5s",
+        "standard-queued": "5s",
+        "batch-queued": "15s",
+    }
     filters = {f["name"]: f["typed_config"] for f in manager["http_filters"]}
     ext_proc = filters["envoy.filters.http.ext_proc"]
     assert "message_timeout" not in ext_proc
@@ -287,11 +297,12 @@ def test_envoy_routes_only_where_the_epp_says(objects, plan):
     assert listener["address"]["socket_address"] == {"address": "0.0.0.0", "port_value": 8081}
     filters = listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
     names = [f["name"] for f in filters]
-    # A client's destination header is removed before ext_proc, which lets a request on when the
-    # EPP cannot be asked: the routes then decide by tier (test_each_tier_fails_as_configured).
-    assert names == ["envoy.filters.http.header_mutation", "envoy.filters.http.ext_proc", "envoy.filters.http.router"]
-    assert filters[0]["typed_config"]["mutations"]["request_mutations"] == [{"remove": "x-gateway-destination-endpoint"}]
-    assert filters[1]["typed_config"]["failure_mode_allow"] is True
+    # A client's destination header is removed, and the route chosen again, before ext_proc; an
+    # EPP that cannot be asked fails the request (answered 503: test_picker_proxy_in_envoy).
+    assert names == ["envoy.filters.http.lua", "envoy.filters.http.ext_proc", "envoy.filters.http.router"]
+    arrival = filters[0]["typed_config"]["default_source_code"]["inline_string"]
+    assert 'remove("x-gateway-destination-endpoint")' in arrival and "clearRouteCache()" in arrival
+    assert filters[1]["typed_config"]["failure_mode_allow"] is False
     assert filters[1]["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"] == "ext_proc"
     clusters = {c["name"]: c for c in envoy["static_resources"]["clusters"]}
     original = clusters["original_destination_cluster"]
@@ -428,14 +439,14 @@ def test_images_are_the_pins_and_resources_the_table(objects):
         assert "limits.memory" in table and "requests.cpu" in table
 
 
-def test_probes_follow_the_chart_and_let_the_tiers_failure_mode_decide(objects):
+def test_probes_follow_the_chart_and_take_a_pod_whose_epp_fails_out_of_the_service(objects):
     epp_container = container(objects, "epp")
     assert epp_container["livenessProbe"]["grpc"]["port"] == 9003
-    # The chart's readiness check gates the pod's start only: once up, a failing EPP leaves
-    # Envoy serving, whose routes apply each tier's failure mode (not "no healthy upstream").
+    # The chart's readiness check gates the pod's start and, as in the chart (every 2 s), its
+    # place in the Service: its proxy could only answer 503 while the EPP is not ready.
     assert epp_container["startupProbe"]["grpc"] == {"port": 9003, "service": "readiness"}
     assert epp_container["startupProbe"]["periodSeconds"] * epp_container["startupProbe"]["failureThreshold"] == 300
-    assert "readinessProbe" not in epp_container
+    assert epp_container["readinessProbe"] == {"grpc": {"port": 9003, "service": "readiness"}, "periodSeconds": 2}
     envoy = container(objects, "envoy-proxy")
     assert envoy["readinessProbe"]["httpGet"] == {"path": "/ready", "port": 19001, "scheme": "HTTP"}
     assert envoy["livenessProbe"]["httpGet"]["port"] == 19001
@@ -627,11 +638,7 @@ def test_the_pickers_requests_reach_the_picked_pod_over_istio_mtls(objects, plan
     routes = listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
     forwarding = [r["route"] for r in routes if "route" in r]
     assert {r["host_rewrite_literal"] for r in forwarding} == {rule["spec"]["host"]}
-    assert forwarding[0]["cluster"] == "original_destination_cluster"
-    # The fail-open path dials the Service's name: its ClusterIP, kept by the same rule.
-    servers = next(c for c in envoy["static_resources"]["clusters"] if c["name"] == "servers")
-    address = servers["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
-    assert (address["address"], address["port_value"]) == (rule["spec"]["host"], plan.target_port)
+    assert {r["cluster"] for r in forwarding} == {"original_destination_cluster"}
 
 
 def milliseconds(duration: str) -> int:
@@ -748,27 +755,37 @@ def route_for(routes: list[dict[str, Any]], headers: dict[str, str]) -> dict[str
     raise AssertionError(f"no route for {headers}")
 
 
-def test_each_tier_fails_as_configured(plan):
-    # premium fails closed, standard and batch open (the platform's default is open for all).
-    bands = tuple(dataclasses.replace(b, fails_open=b.tier != "premium") for b in plan.bands)
-    routes = epp.picker_routes(dataclasses.replace(plan, bands=bands))
+def test_a_request_is_routed_to_its_tiers_wait_then_to_the_pod_the_epp_names(plan):
+    routes = epp.picker_routes(plan)
     objective = {tier: epp.objective_of(plan.name, tier) for tier in ("premium", "standard", "batch")}
     # Picked: to the pod the EPP named, whatever the tier.
     for tier in objective.values():
         picked = route_for(routes, {"x-llm-d-inference-objective": tier, "x-gateway-destination-endpoint": "10.0.0.7:8000"})
-        assert picked["route"]["cluster"] == "original_destination_cluster"
-    # The EPP could not be asked (no destination): open tiers to the Service, premium 503.
-    for tier in ("standard", "batch"):
-        assert route_for(routes, {"x-llm-d-inference-objective": objective[tier]})["route"]["cluster"] == "servers"
-    closed = route_for(routes, {"x-llm-d-inference-objective": objective["premium"]})
-    assert closed["direct_response"]["status"] == 503
-    added = {h["header"]["key"]: h["header"]["value"] for h in closed["response_headers_to_add"]}
-    # Retry-After for a direct client, and the dropped reason, on which the gateway replaces it
-    # with the tier's own queue timeout.
-    assert added == {"retry-after": str(plan.queue_ttl_seconds), "x-llm-d-request-dropped-reason": "picker-unavailable"}
-    # An objective no tier of this version has: 503, never an unpicked forward.
-    assert "direct_response" in route_for(routes, {"x-llm-d-inference-objective": "other-v1-premium"})
-    assert "direct_response" in route_for(routes, {})
+        assert picked["name"] == "picked" and picked["route"]["cluster"] == "original_destination_cluster"
+    # Waiting for the EPP: the tier's queued route, which only times the wait; nothing unpicked
+    # is forwarded (no destination header: the ORIGINAL_DST cluster has no host).
+    for tier, name in objective.items():
+        queued = route_for(routes, {"x-llm-d-inference-objective": name})
+        assert queued["name"] == f"{tier}-queued" and queued["route"]["cluster"] == "original_destination_cluster"
+    # An objective no tier of this version has: 503 with the longest tier's Retry-After.
+    for headers in ({"x-llm-d-inference-objective": "other-v1-premium"}, {}):
+        unknown = route_for(routes, headers)
+        added = {h["header"]["key"]: h["header"]["value"] for h in unknown["response_headers_to_add"]}
+        assert unknown["direct_response"]["status"] == 503
+        assert added == {"retry-after": "30", "x-llm-d-request-dropped-reason": "picker-unavailable"}
+    clusters = {c["name"] for c in epp.proxy_config(plan)["static_resources"]["clusters"]}
+    assert clusters == {"prometheus_stats", "original_destination_cluster", "ext_proc"}
+
+
+def test_the_proxys_own_answers_are_each_tiers_503(plan):
+    mappers = epp.proxy_replies(plan)["mappers"]
+    assert len(mappers) == 2 * len(plan.bands)
+    for mapper in mappers:
+        expression = mapper["filter"]["extension_filter"]["typed_config"]["expression"]
+        tier = next(b for b in plan.bands if f"== '{epp.objective_of(plan.name, b.tier)}'" in expression)
+        headers = {h["header"]["key"]: h["header"]["value"] for h in mapper["headers_to_add"]}
+        assert mapper["status_code"] == 503 and headers["retry-after"] == str(tier.queue_seconds)
+        assert headers["x-llm-d-request-dropped-reason"] in {epp.QUEUE_BOUND_EXCEEDED, epp.PICKER_UNAVAILABLE}
 
 
 def test_sheddable_tiers_are_evicted_for_higher_ones_only_when_both_share_a_picker(plan):

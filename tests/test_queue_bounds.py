@@ -20,16 +20,27 @@ def rows_of(evaluated: Evaluated, model: str) -> dict[str, dict]:
     return {row["tier"]: row for row in evaluated.outputs["queueBounds"] if row["model"] == model}
 
 
-def test_a_picker_path_waits_at_most_its_pickers_queue_ttl_and_band(prod):
+def test_a_picker_path_waits_at_most_its_tiers_bound_and_band(prod):
     rows = rows_of(prod, "llama-3.1-70b-instruct")
     assert set(rows) == {"premium", "standard"}
-    config = next(m for m in prod.manifests() if m["kind"] == "ConfigMap" and m["metadata"]["name"] == "llama-70b-v1-epp")
-    flow = yaml.safe_load(next(iter(config["data"].values())))["flowControl"]
+
+    def config_map(name: str) -> dict:
+        found = next(m for m in prod.manifests() if m["kind"] == "ConfigMap" and m["metadata"]["name"] == name)
+        return yaml.safe_load(next(iter(found["data"].values())))
+
+    flow = config_map("llama-70b-v1-epp")["flowControl"]
+    (listener,) = [l for l in config_map("llama-70b-v1-epp-envoy")["static_resources"]["listeners"] if l["name"] == "vllm"]
+    routes = listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    # Each tier's wait is two idle periods of its queued route (test_picker_proxy_in_envoy).
+    waits = {r["name"].removesuffix("-queued"): 2 * float(r["route"]["idle_timeout"].removesuffix("s"))
+             for r in routes if r["name"].endswith("-queued")}  # fmt: skip
     bands = {int(band["maxRequests"]) for band in flow["priorityBands"]}
-    for row in rows.values():
-        assert row["path"] == "endpoint picker" and flow["defaultRequestTTL"] == f"{row['boundSeconds']}s"
+    for tier, row in rows.items():
+        assert row["path"] == "endpoint picker" and waits[tier] == row["boundSeconds"]
         assert row["boundRequests"] in bands
-    # Each tier's Retry-After is its own queue timeout, though the picker's TTL is one for the pool.
+    assert (rows["premium"]["boundSeconds"], rows["standard"]["boundSeconds"]) == (5, 10)
+    # The picker's own TTL, one for the pool, is the longest tier's: it never drops a request first.
+    assert flow["defaultRequestTTL"] == "10s"
     assert rows["premium"]["answer"] == "503, Retry-After 5 s" and rows["standard"]["answer"] == "503, Retry-After 10 s"
 
 

@@ -319,9 +319,9 @@ class PickerBand:
     priority: int  # EPP priority: higher is served first; negative = sheddable (llm-d: IsSheddable p < 0)
     max_requests: int  # per-band queued requests (PriorityBandConfig.maxRequests)
     max_bytes: str  # per-band queued bytes, a Kubernetes quantity such as "256Mi" (PriorityBandConfig.maxBytes)
-    # When the EPP cannot be asked (ext_proc fails): True sends the request to the servers'
-    # Service without picking or queueing; False answers 503 with Retry-After.
-    fails_open: bool = True
+    # The longest a request of this tier waits for the EPP to pick a server (the tier's
+    # queueTimeout): timed by the proxy per tier (`picker_routes`), since the EPP has one TTL.
+    queue_seconds: int
 
 
 @dataclass(frozen=True)
@@ -334,7 +334,6 @@ class EndpointPickerPlan:
     server_host: str
     target_port: int  # vLLM container port (8000)
     replicas: int  # EPP pods, >= 1; 2+ run active-active (leader election off)
-    queue_ttl_seconds: int  # flowControl.defaultRequestTTL (one per EPP at v0.10.0)
     bands: tuple[PickerBand, ...]  # one per tier the server takes
     request_timeout_seconds: int  # the longest a request may take end to end
     labels: dict[str, str]  # standard labels to put on every object
@@ -389,9 +388,16 @@ def epp_selector(plan: EndpointPickerPlan) -> dict[str, str]:
     return epp_selector_of(plan.name)
 
 
+def queue_ttl_seconds(plan: EndpointPickerPlan) -> int:
+    """flowControl.defaultRequestTTL, one per EPP at v0.10.0 (LR pkg/epp/requestcontrol/admission.go:
+    a request's InitialEffectiveTTL is always 0): the longest tier's bound, so the EPP never drops a
+    request its tier would still let wait; the proxy times each tier's own, shorter bound."""
+    return max(band.queue_seconds for band in plan.bands)
+
+
 def route_timeout_seconds(plan: EndpointPickerPlan) -> int:
     """Envoy's route timeout: the queue wait plus the longest request."""
-    return plan.request_timeout_seconds + plan.queue_ttl_seconds
+    return plan.request_timeout_seconds + queue_ttl_seconds(plan)
 
 
 def proxy_pre_stop_seconds(plan: EndpointPickerPlan) -> int:
@@ -434,8 +440,6 @@ def check_plan(plan: EndpointPickerPlan) -> None:
         # A Service selects pods of its own namespace only, and the DestinationRule on it is
         # seen in the EPP's namespace only (exportTo ".").
         raise ValueError(f"server_host {plan.server_host!r}: must be <service>.{plan.namespace}.svc.cluster.local")
-    if plan.queue_ttl_seconds < 1:
-        raise ValueError(f"queue_ttl_seconds {plan.queue_ttl_seconds}: at least 1 ('0s' would disable the TTL)")
     if plan.request_timeout_seconds < 1:
         raise ValueError(f"request_timeout_seconds {plan.request_timeout_seconds}: at least 1")
     if not plan.bands:
@@ -450,6 +454,9 @@ def check_plan(plan: EndpointPickerPlan) -> None:
             raise ValueError(f"bands[{band.tier}].max_requests {band.max_requests}: at least 1")
         if _bytes(band.max_bytes) <= 0:
             raise ValueError(f"bands[{band.tier}].max_bytes {band.max_bytes!r}: more than 0")
+        if band.queue_seconds < 1:
+            # The EPP's TTL is the longest band's, and "0s" would disable it.
+            raise ValueError(f"bands[{band.tier}].queue_seconds {band.queue_seconds}: at least 1")
     if len(set(tiers)) != len(tiers):
         raise ValueError(f"bands: tiers {tiers} repeat")
     if len(set(priorities)) != len(priorities):
@@ -511,9 +518,7 @@ def endpoint_picker_config(plan: EndpointPickerPlan) -> dict[str, Any]:
         # Global caps: the sums of the bands, so all queues together stay under the memory budget.
         "maxBytes": _quantity_text(total_queue_bytes(plan)),
         "maxRequests": str(sum(band.max_requests for band in plan.bands)),
-        # One TTL per EPP: v0.10.0 has no per-band or per-request TTL (LR
-        # pkg/epp/requestcontrol/admission.go InitialEffectiveTTL returns 0).
-        "defaultRequestTTL": f"{plan.queue_ttl_seconds}s",
+        "defaultRequestTTL": f"{queue_ttl_seconds(plan)}s",
         "saturationDetector": {"pluginRef": SATURATION_DETECTOR},
         "priorityBands": [_band(band.priority, band) for band in bands],
         # A request with no objective, or one we did not declare, has priority 0 (LR
@@ -603,55 +608,128 @@ def _static_cluster(name: str, host: str, port: int) -> dict[str, Any]:
     return {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(host, port)}}]}]}
 
 
-SERVERS_CLUSTER = "servers"
-# The dropped reason of a fail-closed tier's 503 (the platform's; the EPP's own are in
-# pkg/common/error/error.go).
+# The dropped reasons of the platform's own 503s (the EPP's are in pkg/common/error/error.go): a
+# request whose picker could not be asked, and one that waited its tier's whole bound.
 PICKER_UNAVAILABLE = "picker-unavailable"
+QUEUE_BOUND_EXCEEDED = "queue-bound-exceeded"
+
+
+def queued_idle_timeout(band: PickerBand) -> str:
+    """The idle timeout of a tier's `queued` route: half the tier's bound. While the EPP holds a
+    request nothing moves on its stream. When the idle timer fires, Envoy's 408 goes first through
+    ext_proc (FULL_DUPLEX_STREAMED, so no message timer) to the EPP, which does not read its stream
+    while it holds the request (LR pkg/epp/handlers/server.go handles one message at a time, and
+    HandleRequest blocks in flow control); the timer runs once more and the reply then goes to the
+    client directly. So a request still unpicked at half its bound is refused (a later pick gets
+    the 503 at once, no server sees it), and the client has its 503 by the whole bound, as the
+    real-Envoy tests measure (tests/test_picker_proxy_in_envoy.py)."""
+    return f"{band.queue_seconds / 2:g}s"
 
 
 def picker_routes(plan: EndpointPickerPlan) -> list[dict[str, Any]]:
-    """The proxy's routes, first match wins. The EPP names the pod in DESTINATION_HEADER and
-    asks Envoy to clear its route cache (LR pkg/epp/handlers/request.go ClearRouteCache), so a
-    picked request takes the first route. Without it (the EPP could not be asked: ext_proc failed,
-    failure_mode_allow), the objective header the gateway's route set names the tier: a fail-open
-    tier goes to the servers' Service, a fail-closed one (and anything else) gets 503 with
-    Retry-After. No client header selects a route: the gateway and the proxy's first filter
-    remove DESTINATION_HEADER, and the gateway sets the objective header per tier."""
+    """The proxy's routes, first match wins. A request is routed on arrival, by the objective
+    header the gateway's route set, to its tier's `queued` route: that route only times the wait
+    for the EPP (its idle timeout, `queued_idle_timeout`), so a request held longer than its tier
+    allows gets 503 with the tier's Retry-After (`proxy_replies`), each tier after its own bound
+    though the EPP has one TTL. The EPP names the pod in DESTINATION_HEADER and has the route
+    chosen again (LR pkg/epp/handlers/request.go, ClearRouteCache), so a picked request takes
+    `picked`, with the full route timeout. A request the EPP refuses or cannot take never reaches
+    the router: the EPP answers it itself, and a failed EPP is answered by the proxy. No client
+    header selects a route: the gateway strips the EPP's headers and the proxy's first filter
+    DESTINATION_HEADER, before the route is chosen, and the gateway sets the objective header per
+    tier."""
     route_timeout = f"{route_timeout_seconds(plan)}s"
 
-    def forward(cluster: str) -> dict[str, Any]:
+    def forward(cluster: str, idle_timeout: str = route_timeout) -> dict[str, Any]:
         return {
             "cluster": cluster,
             "host_rewrite_literal": plan.server_host,
             "timeout": route_timeout,
-            "idle_timeout": route_timeout,
-        }
-
-    def unavailable(retry_after_seconds: int) -> dict[str, Any]:
-        return {
-            "direct_response": {"status": 503, "body": {"inline_string": "endpoint picker unavailable; retry\n"}},
-            "response_headers_to_add": [
-                {"header": {"key": key, "value": value}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
-                # The dropped reason makes the gateway filter answer with the tier's own Retry-After.
-                for key, value in (("retry-after", str(retry_after_seconds)), (DROPPED_REASON_HEADER, PICKER_UNAVAILABLE))
-            ],
-        }
-
-    def tier(band: PickerBand) -> dict[str, Any]:
-        return {
-            "prefix": "/",
-            "headers": [{"name": OBJECTIVE_HEADER, "string_match": {"exact": objective_of(plan.name, band.tier)}}],
+            "idle_timeout": idle_timeout,
         }
 
     picked = {"prefix": "/", "headers": [{"name": DESTINATION_HEADER, "present_match": True}]}
     routes: list[dict[str, Any]] = [{"name": "picked", "match": picked, "route": forward("original_destination_cluster")}]
     for band in sorted_bands(plan):
-        if band.fails_open:
-            routes.append({"name": f"{band.tier}-fails-open", "match": tier(band), "route": forward(SERVERS_CLUSTER)})
-        else:
-            routes.append({"name": f"{band.tier}-fails-closed", "match": tier(band), **unavailable(plan.queue_ttl_seconds)})
-    routes.append({"name": "unknown-objective", "match": {"prefix": "/"}, **unavailable(plan.queue_ttl_seconds)})
+        # A route action for its idle timeout. Were the EPP to let a request on without naming a
+        # pod (v0.10.0 does not), the ORIGINAL_DST cluster would have no host for it (Envoy
+        # original_dst_cluster.cc falls back only to a restored local address, which this
+        # listener never has): 503, never an unpicked forward.
+        objective = {"name": OBJECTIVE_HEADER, "string_match": {"exact": objective_of(plan.name, band.tier)}}
+        routes.append(
+            {
+                "name": f"{band.tier}-queued",
+                "match": {"prefix": "/", "headers": [objective]},
+                "route": forward("original_destination_cluster", queued_idle_timeout(band)),
+            }
+        )
+    longest = queue_ttl_seconds(plan)
+    routes.append(
+        {
+            "name": "unknown-objective",
+            "match": {"prefix": "/"},
+            "direct_response": {"status": 503, "body": {"inline_string": "no such tier on this version; retry\n"}},
+            "response_headers_to_add": [_header("retry-after", str(longest)), _header(DROPPED_REASON_HEADER, PICKER_UNAVAILABLE)],
+        }
+    )
     return routes
+
+
+def _header(key: str, value: str) -> dict[str, Any]:
+    return {"header": {"key": key, "value": value}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+
+
+def proxy_replies(plan: EndpointPickerPlan) -> dict[str, Any]:
+    """The proxy's own answers, as 503 with the tier's Retry-After and a dropped reason, as the
+    EPP's refusals carry one (so the gateway filter answers them alike), per tier:
+    - a request still unpicked when its `queued` route's idle timer ends it (Envoy's 408, response
+      code details `stream_idle_timeout`, no destination yet): QUEUE_BOUND_EXCEEDED. A picked
+      request's idle timeout is the route timeout's, and stays a 408.
+    - a request whose EPP could not be asked or failed (Envoy's ext_proc answers 500, details
+      `ext_proc_error_*`): PICKER_UNAVAILABLE. In FULL_DUPLEX_STREAMED mode the body has gone to
+      the EPP, so Envoy 1.38 fails the request whatever failure_mode_allow says (measured:
+      tests/test_picker_proxy_in_envoy.py)."""
+
+    def mapper(band: PickerBand, condition: str, reason: str, text: str) -> dict[str, Any]:
+        objective = objective_of(plan.name, band.tier)
+        return {
+            "filter": {
+                "extension_filter": {
+                    "name": "envoy.access_loggers.extension_filters.cel",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+                        "expression": f"{condition} && request.headers['{OBJECTIVE_HEADER}'] == '{objective}'",
+                    },
+                }
+            },
+            "status_code": 503,
+            "headers_to_add": [_header("retry-after", str(band.queue_seconds)), _header(DROPPED_REASON_HEADER, reason)],
+            "body": {"inline_string": f"{text}; retry\n"},
+        }
+
+    waited = f"response.code_details == 'stream_idle_timeout' && !('{DESTINATION_HEADER}' in request.headers)"
+    failed = "response.code_details.startsWith('ext_proc_error')"
+    return {
+        "mappers": [
+            *(
+                mapper(band, waited, QUEUE_BOUND_EXCEEDED, f"queued longer than the {band.tier} tier's {band.queue_seconds} s")
+                for band in sorted_bands(plan)
+            ),
+            *(mapper(band, failed, PICKER_UNAVAILABLE, "endpoint picker unavailable") for band in sorted_bands(plan)),
+        ]
+    }
+
+
+# The proxy's first filter: a client's DESTINATION_HEADER is removed and the route chosen again
+# without it (Envoy chooses a request's route before its filters run: a forged header would
+# otherwise have it skip its tier's wait). Headers only, so it holds no body.
+_ARRIVAL_FILTER = f"""function envoy_on_request(handle)
+  if handle:headers():get("{DESTINATION_HEADER}") ~= nil then
+    handle:headers():remove("{DESTINATION_HEADER}")
+    handle:clearRouteCache()
+  end
+end
+"""
 
 
 def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
@@ -659,13 +737,13 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
     envoy.yaml, sidecar mode), with these changes:
     - route timeout = queue TTL + request timeout (chart 86400 s); a stream may be silent that
       long (queued, then prefill), so the route's idle timeout is the same;
-    - the failure mode is per tier (`picker_routes`): ext_proc lets a request on when the EPP
-      cannot be asked (failure_mode_allow, as the chart), but the ORIGINAL_DST cluster alone
-      would have no host for it (Envoy original_dst_cluster.cc falls back only to a restored
-      local address, which this listener never has: 503 UH), so a fail-open tier's request goes
-      to the servers' Service and a fail-closed tier's gets 503 with Retry-After;
-    - a client's `x-gateway-destination-endpoint` is removed before ext_proc, so only the EPP
-      names the pod Envoy dials (the gateway strips it too);
+    - each tier's wait for the EPP is bounded by its own queueTimeout (`picker_routes`, the
+      `queued` routes; `proxy_replies`): 503 with the tier's Retry-After;
+    - an EPP that cannot be asked fails the request, answered 503 with the tier's Retry-After
+      (`proxy_replies`; the chart lets it on with failure_mode_allow, but with the body streamed
+      to the EPP Envoy 1.38 fails it all the same, with 500);
+    - a client's `x-gateway-destination-endpoint` is removed, and the route chosen again, before
+      ext_proc, so only the EPP names the pod Envoy dials (the gateway strips it too);
     - the Host is rewritten to the servers' Service (`server_host`): the pod's sidecar routes
       Envoy's connection to podIP:<port> by Host (IS pilot/pkg/networking/core/httproute.go, the
       0.0.0.0_<port> route's virtual hosts), and any other Host falls to its catch-all
@@ -723,21 +801,20 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
     }
     model_filters: list[dict[str, Any]] = [
         {
-            "name": "envoy.filters.http.header_mutation",
+            "name": "envoy.filters.http.lua",
             "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
-                "mutations": {"request_mutations": [{"remove": DESTINATION_HEADER}]},
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                "default_source_code": {"inline_string": _ARRIVAL_FILTER},
             },
         },
         {
             "name": "envoy.filters.http.ext_proc",
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
-                # A failed EPP lets the request on (all tiers); the routes then decide by tier:
-                # fail-open tiers go to the servers' Service, fail-closed ones get 503. Set on the
-                # filter, which 1.33 (the chart preset's Envoy) required; from 1.35 a route could
-                # override it (ExtProcOverrides failure_mode_allow, envoyproxy/envoy#40014).
-                "failure_mode_allow": True,
+                # An EPP that cannot be asked fails the request (answered 503 by proxy_replies):
+                # the streamed body has gone to it, so Envoy 1.38 would fail the request even if
+                # allowed to go on.
+                "failure_mode_allow": False,
                 "grpc_service": {
                     "envoy_grpc": {"cluster_name": "ext_proc", "authority": f"localhost:{EPP_GRPC_PORT}"},
                     "timeout": "10s",
@@ -750,9 +827,9 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
                     "request_trailer_mode": "SEND",
                     "response_trailer_mode": "SEND",
                 },
-                # No message_timeout: Envoy 1.33 did not run it for FULL_DUPLEX_STREAMED bodies (not
-                # checked again at 1.38), and it is capped at 1 h, which a long tier timeout would
-                # exceed; the EPP's queue TTL and the route timeout bound a request.
+                # No message_timeout: Envoy runs none for FULL_DUPLEX_STREAMED bodies, and it is
+                # capped at 1 h, which a long tier timeout would exceed; each tier's `queued`
+                # route, the EPP's queue TTL and the route timeout bound a request.
             },
         },
         {"name": _ROUTER["name"], "typed_config": {**_ROUTER["typed_config"], "suppress_envoy_headers": True}},
@@ -796,6 +873,7 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
                                 "idle_timeout": "300s",
                             },
                             "request_headers_timeout": "10s",
+                            "local_reply_config": proxy_replies(plan),
                             "path_with_escaped_slashes_action": "UNESCAPE_AND_REDIRECT",
                             "access_log": [access_log],
                         },
@@ -803,27 +881,6 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
                 ],
             }
         ],
-    }
-    servers = {
-        # The fail-open path: the servers' Service, resolved to its ClusterIP, through the pod's
-        # sidecar (the PASSTHROUGH DestinationRule keeps that address; kube-proxy then picks a
-        # pod) with Istio mTLS.
-        "name": SERVERS_CLUSTER,
-        "type": "STRICT_DNS",
-        "dns_lookup_family": "V4_ONLY",
-        "connect_timeout": "5s",
-        "lb_policy": "ROUND_ROBIN",
-        "load_assignment": {
-            "cluster_name": SERVERS_CLUSTER,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(plan.server_host, plan.target_port)}}]}],
-        },
-        "typed_extension_protocol_options": {
-            _HTTP_OPTIONS: {
-                "@type": f"type.googleapis.com/{_HTTP_OPTIONS}",
-                "common_http_protocol_options": {"idle_timeout": f"{UPSTREAM_IDLE_SECONDS}s"},
-                "explicit_http_config": {"http_protocol_options": {}},
-            }
-        },
     }
     original_destination = {
         "name": "original_destination_cluster",
@@ -903,7 +960,6 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
                     "load_assignment": _static_cluster("prometheus_stats", "127.0.0.1", PROXY_ADMIN_PORT),
                 },
                 original_destination,
-                servers,
                 ext_proc,
             ],
         },
@@ -1030,10 +1086,11 @@ def epp_container(plan: EndpointPickerPlan) -> dict[str, Any]:
         # routerlib _deployment.yaml: gRPC probes on the health port. Without leader election
         # every service name has the same answer: the pool synced, plugins ready, not draining.
         # A new pod joins the Service only once its EPP is up (the startup probe, up to 5
-        # minutes); after that only Envoy's readiness gates the pod (the chart's EPP readiness
-        # probe is left out), so an EPP that fails later leaves the pod serving and each tier's
-        # endpointPickerFailure decides (proxy routes), while the liveness probe restarts it.
+        # minutes), and leaves it while its EPP is not ready (the chart's readiness probe,
+        # every 2 s): its proxy would answer every request 503 (proxy_replies), so the gateway
+        # sends them to the other replicas; the liveness probe restarts a stuck EPP.
         "startupProbe": _grpc_probe("readiness", periodSeconds=2, failureThreshold=150),
+        "readinessProbe": _grpc_probe("readiness", periodSeconds=2),
         "livenessProbe": _grpc_probe("liveness", periodSeconds=10, failureThreshold=3),
         "resources": _resources(EPP_CONTAINER),
         "securityContext": container_security_context(RUN_AS),

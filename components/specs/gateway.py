@@ -21,14 +21,13 @@ it. The filter removes every client value of the headers it owns and sets them f
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from platform_config.adapters import adapter_revisions, module_name
-from platform_config.models import GatewayAuthentication, ReleaseConfig, TrafficConfig, duration_seconds
+from platform_config.models import GatewayAuthentication, ReleaseConfig, TrafficConfig
 from platform_config.profiles import TierName
-from platform_config.serving import CONTROL_HEADER_PREFIXES, VLLM_PRIORITY_HEADER, route_timeout_seconds
+from platform_config.serving import CONTROL_HEADER_PREFIXES, VLLM_PRIORITY_HEADER, queue_seconds, route_timeout_seconds
 
 from ..constants import (
     GATEWAY_LISTENER_PORTS,
@@ -307,7 +306,7 @@ def filter_config(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> dict
         "control_header_prefixes": list(CONTROL_HEADER_PREFIXES),
         "shed_status_header": DROPPED_REASON_HEADER,
         "fairness_header": FAIRNESS_HEADER,
-        "retry_after": {tier: math.ceil(duration_seconds(traffic.tiers[tier].queue_timeout)) for tier in TIER_ORDER},
+        "retry_after": {tier: queue_seconds(traffic.tiers[tier]) for tier in TIER_ORDER},
         "models": {
             **{
                 route.model.openai_name: {

