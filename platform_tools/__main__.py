@@ -26,6 +26,7 @@ from pathlib import Path
 from pulumi.runtime import config as runtime_config
 
 from components.plan import endpoint_picker_plan, plan_checks
+from components.specs.endpoint_picker import epp_name
 from platform_config.errors import ConfigError
 from platform_config.loader import parse_platform_config, read_raw_config
 from platform_config.models import ModelConfig, PlatformConfig
@@ -196,17 +197,15 @@ def canaries(args: argparse.Namespace) -> int:
 
 def canary_target(config: PlatformConfig, model: ModelConfig) -> Target:
     """What the verdict's queries select: the model's two running versions and, where they have endpoint
-    pickers, each picker's pool and the tiers of its bands."""
+    pickers, each picker's Deployment."""
     release = model.release
     assert release.canary is not None  # find_model
-    pools: dict[str, str] = {}
-    band_tiers: dict[str, str] = {}
+    pickers: dict[str, str] = {}
     for version in (release.stable, release.canary):
         picker = endpoint_picker_plan(config, model, version)
         if picker is not None:
-            pools[picker.name] = version
-            band_tiers.update({str(band.priority): band.tier for band in picker.bands})
-    return Target(model.tenant, model.name, model.openai_name, release.stable, release.canary, pools, band_tiers)
+            pickers[epp_name(picker)] = version
+    return Target(model.tenant, model.name, model.openai_name, release.stable, release.canary, pickers)
 
 
 def canary(args: argparse.Namespace) -> int:

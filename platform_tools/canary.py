@@ -14,24 +14,19 @@ What is read (every query is built here, in `queries`, and nowhere else), over t
   the tier header; a request without one counts under "(no tier)". Error rate: answers 5xx
   other than 503, over all answers; shed rate: 503 answers over all answers (code 0, a
   request the client abandoned, is neither).
-- Requests the version's endpoint picker shed (Deployment-served versions only; they never
-  reach a pod, so the sidecar's counts above miss them), per version and tier:
-  `sum by (inference_pool, priority) (increase(llm_d_epp_flow_control_requests_total{
-  namespace="<tenant>", inference_pool=~"<model>-<stable>|<model>-<canary>", outcome=~"<shed>"}
-  [<window>]))`. The counter is the llm-d router's at v0.10.0 (pkg/epp/metrics/
-  llm_d_router_metrics.go llmdFlowControlRequestsTotal, labels outcome, priority, inference_pool;
-  incremented once per request as flow control finalizes it, pkg/epp/flowcontrol/controller/
-  controller.go EnqueueAndWait). `inference_pool` is the InferencePool's name, the version's
-  server name (components/plan.py endpoint_picker_plan); `priority` is the request's band
-  (strconv.Itoa of the flow key's priority), which names its tier. Shed are the outcomes that only
-  ever mean "the picker could not serve it in time" and that it answers 429 or 503, which the
-  gateway filter answers 503 (pkg/epp/requestcontrol/admission.go translateFlowControlOutcome):
-  RejectedCapacity, RejectedNoEndpoints and EvictedTTL. Each counts as a request and a 503 of its
-  version and tier. Left out: Dispatched (the pods count those); EvictedContextCancelled (the
-  client left: neither, like code 0); RejectedOther and EvictedOther, which the counter cannot
-  split into what they hold: a client that left before its request was queued, a TTL that ran out
-  before it was queued, the picker shutting down (503) and internal errors (500). So the rare
-  shed requests among those are not counted, and no client that gave up ever is.
+- Requests the version's endpoint picker path refused (Deployment-served versions only; they never
+  reach a pod, so the sidecar's counts above miss them), per version and tier: `sum by
+  (destination_workload, tier) (increase(istio_requests_total{reporter="destination",
+  destination_workload_namespace="<tenant>", destination_workload=~"<pickers>", response_code="429"}
+  [<window>]))`, what the sidecar of each version's picker pods reports. Every refusal of the picker
+  path leaves the picker's proxy as 429 with `x-llm-d-request-dropped-reason`, which the gateway
+  filter answers 503 (components/specs/endpoint_picker.py REFUSED): the picker's own (a queue TTL or
+  a band's cap, 429; no endpoints, 503 turned 429 by the proxy; llm-d router v0.10.0
+  pkg/common/error/error.go) and the proxy's (the tier's queue timeout, the picker unreachable). The
+  servers never answer 429 (vLLM 0.33.0's OpenAI server has no such answer), so the picked
+  requests' own answers, which pass the same sidecar, are never counted twice. Each counts as a
+  request and a 503 of its version and tier. `destination_workload` is the picker's Deployment
+  (components/specs/endpoint_picker.py epp_name_of); `tier` is the Telemetry's, as above.
 - End-to-end latency p95 in ms, per version and per version and tier: `histogram_quantile(0.95,
   sum by (destination_version[, tier], le) (increase(istio_request_duration_milliseconds_bucket{
   <sel>, response_code!~"5.."}[<window>])))`: answered requests only, so that a version failing
@@ -86,9 +81,8 @@ VLLM_TTFT_BUCKETS = "vllm:time_to_first_token_seconds_bucket"
 # The label the mesh's Telemetry adds to Istio's request metrics from the tier header.
 TIER_LABEL = "tier"
 ISTIO_VERSION_LABEL = "destination_version"
-PICKER_REQUESTS = "llm_d_epp_flow_control_requests_total"
-# Flow-control outcomes the client sees as the gateway's 503 (see the module docstring).
-PICKER_SHED_OUTCOMES = ("RejectedCapacity", "RejectedNoEndpoints", "EvictedTTL")
+# What the picker's proxy answers for every refusal of the picker path (see the module docstring).
+PICKER_REFUSED_CODE = "429"
 # The pod label inference.platform/model-version, relabelled onto every scraped series.
 VLLM_VERSION_LABEL = "model_version"
 QUANTILE = 0.95
@@ -110,10 +104,9 @@ class Target:
     served_name: str
     stable: str
     canary: str
-    # The endpoint pickers' InferencePool names, each to its version; empty where the versions have none.
-    picker_pools: Mapping[str, str] = field(default_factory=dict)
-    # A picker band's priority (the counter's `priority` label) to its tier.
-    band_tiers: Mapping[str, str] = field(default_factory=dict)
+    # The endpoint pickers' Deployments (Istio's destination_workload), each to its version; empty
+    # where the versions have none.
+    picker_workloads: Mapping[str, str] = field(default_factory=dict)
 
 
 def _label_value(value: str) -> str:
@@ -136,6 +129,17 @@ def _istio_selector(target: Target, *extra: str) -> str:
     return "{" + ", ".join(matchers) + "}"
 
 
+def _picker_selector(target: Target) -> str:
+    # Deployment names are DNS labels: no regular-expression metacharacters.
+    matchers = [
+        'reporter="destination"',
+        f"destination_workload_namespace={_label_value(target.namespace)}",
+        f"destination_workload=~{_label_value('|'.join(sorted(target.picker_workloads)))}",
+        f"response_code={_label_value(PICKER_REFUSED_CODE)}",
+    ]
+    return "{" + ", ".join(matchers) + "}"
+
+
 def queries(target: Target, window: str) -> dict[str, str]:
     """The PromQL of every figure, by name (see the module docstring)."""
     istio = _istio_selector(target)
@@ -144,13 +148,12 @@ def queries(target: Target, window: str) -> dict[str, str]:
         f"{{namespace={_label_value(target.namespace)}, model_name={_label_value(target.served_name)}, "
         f"{VLLM_VERSION_LABEL}=~{_versions(target)}}}"
     )
-    picker = (
-        f"{{namespace={_label_value(target.namespace)}, inference_pool=~{_label_value('|'.join(sorted(target.picker_pools)))}, "
-        f"outcome=~{_label_value('|'.join(PICKER_SHED_OUTCOMES))}}}"
-    )
     picker_queries = (
-        {"picker_shed": f"sum by (inference_pool, priority) (increase({PICKER_REQUESTS}{picker}[{window}]))"}
-        if target.picker_pools
+        {
+            "picker_shed": f"sum by (destination_workload, {TIER_LABEL}) "
+            f"(increase({ISTIO_REQUESTS}{_picker_selector(target)}[{window}]))"
+        }
+        if target.picker_workloads
         else {}
     )
     return {
@@ -278,7 +281,7 @@ class VersionMetrics:
     version: str
     total: Traffic = field(default_factory=Traffic)
     tiers: dict[str, Traffic] = field(default_factory=dict)
-    # Of the 503s in `total`: those the version's endpoint picker answered.
+    # Of the 503s in `total`: those the version's endpoint picker path answered.
     picker_shed: float = 0.0
     ttft_p95_ms: float | None = None
     e2e_p95_ms: float | None = None
@@ -313,12 +316,12 @@ def read_metrics(url: str, target: Target, window: str, at: float) -> CanaryMetr
         metrics.add(labels.get(TIER_LABEL) or NO_TIER, code, count)
     if "picker_shed" in promql:
         for sample in query(url, promql["picker_shed"], at):
-            metrics = versions.get(target.picker_pools.get(sample.labels.get("inference_pool", ""), ""))
+            metrics = versions.get(target.picker_workloads.get(sample.labels.get("destination_workload", ""), ""))
             count = sample.value
             if metrics is None or count is None:
                 continue
             metrics.picker_shed += count
-            metrics.add(target.band_tiers.get(sample.labels.get("priority", ""), NO_TIER), "503", count)
+            metrics.add(sample.labels.get(TIER_LABEL) or NO_TIER, "503", count)
     for sample in query(url, promql["e2e_p95_ms"], at):
         if (metrics := versions.get(sample.labels.get(ISTIO_VERSION_LABEL, ""))) is not None:
             metrics.e2e_p95_ms = sample.value

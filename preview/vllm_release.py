@@ -45,6 +45,11 @@ class SourceRelease:
             raise KeyError(f"{path} is not a file of {self.pin.filename}")
         return member.read().decode("utf-8")
 
+    def files(self, under: str) -> list[str]:
+        """The paths of the release's files under a folder (`vllm/entrypoints/`)."""
+        top = f"{self.pin.top_dir}/"
+        return [m.name.removeprefix(top) for m in self._archive.getmembers() if m.isfile() and m.name.startswith(top + under)]
+
     def first_of(self, *paths: str) -> str:
         """The first of `paths` the release holds (a file upstream moved, newest place first)."""
         return next(path for path in paths if self.has(path))

