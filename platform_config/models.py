@@ -866,8 +866,9 @@ class AutoscalingConfig(ConfigModel):
 class EndpointPickerSettings(ConfigModel):
     enabled: bool | None = None
     """Put the llm-d endpoint picker (flow control per tier, queue-, KV-cache- and prefix-cache-aware endpoint
-    picking) in front of each version's servers. Default: on for mode `hpa`; mode `kpa` keeps Knative's activator
-    path (the picker dials pods directly and would bypass scale from zero)."""
+    picking) in front of each version's servers. Default: on for mode `hpa`, and production refuses it off there (the
+    picker's queue is the only one on that path bounded in time); mode `kpa` keeps Knative's activator path (the
+    picker dials pods directly and would bypass scale from zero)."""
     replicas: Annotated[int, Field(ge=1, le=16)] = 2
     """Endpoint picker pods per version, active-active (each holds its own queues); at least 2 in production."""
 

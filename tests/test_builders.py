@@ -109,6 +109,8 @@ def test_subsets_eject_only_model_servers(plan):
     raw = copy.deepcopy(raw_stack("prod"))
     (index,) = [i for i, m in enumerate(raw["models"]) if m["name"] == "llama-70b"]
     set_at(raw, ("models", index, "endpointPicker"), {"enabled": False})
+    # Production refuses a Deployment without its picker (test_production_keeps_every_deployments_picker).
+    raw["environment"] = "staging"
     (direct,) = routes.destination_rules(validate(raw).model("llama-70b").route)
     assert direct["spec"]["host"] == "llama-70b.serving.svc.cluster.local"
     assert all("outlierDetection" in s["trafficPolicy"] for s in direct["spec"]["subsets"])
@@ -182,6 +184,16 @@ def test_servers_take_the_tiers_that_reach_them():
     assert chat.tiers == tuple(t for t, _ in plan.model("llama-8b").route.subsets)
     assert batch.tiers == ("batch",) and not batch.by_priority
     assert "--scheduling-policy" not in pod.vllm_args(batch)
+
+
+def test_production_keeps_every_deployments_picker():
+    raw = copy.deepcopy(raw_stack("prod"))
+    (index,) = [i for i, m in enumerate(raw["models"]) if m["name"] == "llama-70b"]
+    set_at(raw, ("models", index, "endpointPicker"), {"enabled": False})
+    (problem,) = config_problems(raw)
+    assert f"models[{index}].endpointPicker.enabled" in problem and "neither timed" in problem
+    raw["environment"] = "staging"
+    assert validate(raw).model("llama-70b").servers[0].endpoint_picker is None
 
 
 def test_a_picker_failure_mode_is_refused_naming_why():

@@ -158,7 +158,10 @@ def test_a_picker_that_cannot_be_asked_gets_each_tier_refused_at_once(plan):
 
 
 def test_with_failure_mode_allow_envoy_fails_the_request_all_the_same(plan):
-    """Why the platform does not offer a fail-open tier: what the chart's setting does here."""
+    """Why the platform does not offer a fail-open tier: what the chart's setting does here. Once
+    the body went to the picker, Envoy fails the request with 500; only when the picker's stream
+    failed before that (its host already known down) does the request go on, unpicked, so whether
+    a fail-open route could take it depends on timing."""
     bootstrap = epp.proxy_config(plan)
     (listener,) = [l for l in bootstrap["static_resources"]["listeners"] if l["name"] == "vllm"]
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
@@ -167,4 +170,5 @@ def test_with_failure_mode_allow_envoy_fails_the_request_all_the_same(plan):
     manager.pop("local_reply_config")
     with running_picker_proxy(bootstrap, None) as proxy:
         answer = proxy.send(objective(plan, "standard"))
-        assert answer.status == 500 and proxy.upstreams.take() == []
+        # 503: on unpicked, with no pod named (the ORIGINAL_DST cluster has no host for it).
+        assert answer.status in (500, 503) and proxy.upstreams.take() == []

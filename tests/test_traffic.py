@@ -600,6 +600,7 @@ def test_tier_limits_timeouts_and_safe_retries(prod):
     # Without its picker, the 70B's subsets are its servers, ejected when they fail.
     raw = raw_stack("prod")
     raw["models"][0]["endpointPicker"] = {"enabled": False}
+    raw["environment"] = "staging"  # production keeps every Deployment's picker
     (direct,) = routes_spec.destination_rules(validate(raw).model("llama-70b").route)
     assert direct["spec"]["host"] == "llama-70b.serving.svc.cluster.local"
     assert direct["spec"]["subsets"][0]["labels"] == {"inference.platform/model-version": "v1"}

@@ -186,6 +186,13 @@ class DeploymentBackend(ServingBackend):
             )
         yield from _hpa_floor_issues(config, index, model)
         yield from _drain_floor_issues(config, index, model)
+        if config.environment == "production" and not self.uses_endpoint_picker(model):
+            yield ConfigIssue(
+                ("models", index, "endpointPicker", "enabled"),
+                "production bounds every request's wait in time, which only the endpoint picker's queue does on this "
+                "path: without it a request waits in the gateway's pending queue and vLLM's scheduler, neither timed, "
+                "until its tier's route timeout (504); remove `enabled: false`",
+            )
         if (
             self.uses_endpoint_picker(model)
             and config.environment == "production"
