@@ -50,6 +50,7 @@ from .models import (
     ModelSource,
     NodePoolConfig,
     PlatformConfig,
+    ReleaseConfig,
     ResourceBudget,
     ServerArgs,
     duration_seconds,
@@ -746,8 +747,10 @@ def check_batch_models(config: PlatformConfig) -> Iterator[ConfigIssue]:
 
 def check_gateway_headers(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """The headers the gateway filter sets are three different ones, no release reads one of them
-    as its override or user key (a client could not set it), and none of these is under a prefix
-    whose client values the filter strips (CONTROL_HEADER_PREFIXES: an override would never arrive)."""
+    as its override or user key (a client could not set it), a release's override and user key
+    differ, and none of these is under a prefix whose client values the filter strips
+    (CONTROL_HEADER_PREFIXES: an override would never arrive). What a header name may not be at
+    all (hop-by-hop, framing, credential, the proxies' own) is the HeaderName type's rule."""
     headers = config.traffic
     reserved = {headers.tier_header, headers.bucket_header, headers.model_header}
     if len(reserved) != 3:
@@ -778,6 +781,22 @@ def check_gateway_headers(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 yield ConfigIssue(
                     ("models", index, "release", key), f"{value!r} is set by the gateway filter; use another header"
                 )
+    # The filter strips every model's user key header from clients and sets the verified caller in
+    # it: an override header that is one would never arrive, or would name a user.
+    # (The release default is always among them: components/specs/gateway.py user_key_headers.)
+    default = ReleaseConfig.model_fields["user_key_header"].default
+    user_keys = {
+        default: "the default userKeyHeader",
+        **{m.release.user_key_header: f"the userKeyHeader of model {m.name!r}" for m in config.models},
+    }
+    for index, model in enumerate(config.models):
+        owner = user_keys.get(model.release.override_header)
+        if owner is not None:
+            yield ConfigIssue(
+                ("models", index, "release", "overrideHeader"),
+                f"{model.release.override_header!r} is {owner}, which the gateway filter sets to the verified caller; "
+                "use another header",
+            )
 
 
 def check_gateway_tls(config: PlatformConfig) -> Iterator[ConfigIssue]:

@@ -389,3 +389,20 @@ def test_durations_end_at_the_protobuf_maximum():
     assert duration_seconds(f"{MAX_DURATION_SECONDS // 3600}h") == MAX_DURATION_SECONDS
     with pytest.raises(ValueError, match="longer than the largest duration"):
         duration_seconds(f"{MAX_DURATION_SECONDS // 3600 + 1}h")
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("upgrade", "a hop-by-hop header"),
+        ("content-type", "a representation or framing header"),
+        ("proxy-authorization", "a credential header"),
+        ("traceparent", "a header the mesh's proxies set"),
+        ("x-b3-traceid", "under a prefix Envoy or Istio set or act on"),
+    ],
+)
+def test_a_header_setting_names_why_a_header_is_not_the_platforms_to_take(dev_raw, name: str, why: str):
+    raw = copy.deepcopy(dev_raw)
+    set_at(raw, ("traffic", "tierHeader"), name)
+    problem = only_issue(raw)
+    assert problem.startswith("inference-platform:traffic.tierHeader:") and why in problem, problem

@@ -438,6 +438,29 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
     ),
     ("user-key-a-vllm-header", "dev", _set(*DEV_M, "release", "userKeyHeader", "x-vllm-user"), "models[0].release.userKeyHeader"),
     ("tier-header-a-gateway-header", "dev", _set("traffic", "tierHeader", "x-gateway-tier"), "traffic.tierHeader"),
+    # Header names that mean something else on the path: hop-by-hop, framing, credentials, the
+    # proxies' own; and one setting's header taken by another.
+    *(
+        (f"header-{name}", "dev", _set(*path, name), key)
+        for name, path, key in (
+            ("connection", ("traffic", "tierHeader"), "traffic.tierHeader"),
+            ("transfer-encoding", ("traffic", "bucketHeader"), "traffic.bucketHeader"),
+            ("content-length", ("traffic", "modelHeader"), "traffic.modelHeader"),
+            ("host", (*DEV_M, "release", "overrideHeader"), "models[0].release.overrideHeader"),
+            ("authorization", (*DEV_M, "release", "userKeyHeader"), "models[0].release.userKeyHeader"),
+            ("cookie", (*DEV_M, "release", "overrideHeader"), "models[0].release.overrideHeader"),
+            ("x-envoy-original-path", ("traffic", "tierHeader"), "traffic.tierHeader"),
+            ("x-forwarded-for", (*DEV_M, "release", "userKeyHeader"), "models[0].release.userKeyHeader"),
+            ("x-request-id", ("traffic", "bucketHeader"), "traffic.bucketHeader"),
+            ("x" * 65, ("traffic", "modelHeader"), "traffic.modelHeader"),
+        )
+    ),
+    (
+        "override-header-is-the-user-key",
+        "dev",
+        _set(*DEV_M, "release", "overrideHeader", "x-user-id"),
+        "models[0].release.overrideHeader",
+    ),
     # S3 locations go into the batch jobs' shell scripts and into IAM resources: no shell syntax.
     *(
         (f"s3-{where}-{name}", "prod", _set(*path, value), key)
