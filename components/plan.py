@@ -189,7 +189,8 @@ def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> E
         # Not the model label: the model's Service selects its servers by it.
         labels=standard_labels(f"{name}-epp", "endpoint-picker", **{LABEL_TENANT: model.tenant}),
         node_selector=dict(SYSTEM_NODE_SELECTOR) if config.cluster.eks is not None else {},
-        # The version's own Service: a picker's fail-open path must stay on its version.
+        # The version's own Service: the Host the picker's proxy sends, by which the picker pod's
+        # sidecar routes to the picked pod through a rule of this version's.
         server_host=version_host(name, model.tenant),
         lora_affinity=bool(adapter_modules(config, model)),
     )

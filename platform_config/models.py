@@ -1165,7 +1165,7 @@ class TierPolicy(ConfigModel):
                 "'endpointPickerFailure' is no longer read: a request whose picker cannot be asked always gets 503 with "
                 "Retry-After. The picker's proxy streams the request body to the picker (ext_proc FULL_DUPLEX_STREAMED, "
                 "as llm-d-router v0.10.0 needs), so once the picker fails Envoy 1.38 holds no body to send on unpicked "
-                "(see the README, Request tiers)"
+                "(see the README, Endpoint picking and flow control)"
             )
         return data
 

@@ -152,7 +152,7 @@ def queue_bound_section(stack_outputs: dict[str, Any]) -> Section | None:
         )
         lines.append(f"{row['model']:<32} {row['tier']:<9} {seconds:>14}  {queued:>18}  {row['answer']}")
     bounded = sum(1 for row in rows if row["boundSeconds"] is not None)
-    summary = f"{bounded} of {len(rows)} model tiers wait at most a queue TTL; the others until their route timeout"
+    summary = f"{bounded} of {len(rows)} model tiers wait at most their queue timeout; the others until their route timeout"
     return Section("Queue bounds", summary, data=rows, markdown="\n".join(table), lines=lines)
 
 

@@ -298,7 +298,7 @@ def test_envoy_routes_only_where_the_epp_says(objects, plan):
     filters = listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
     names = [f["name"] for f in filters]
     # A client's destination header is removed, and the route chosen again, before ext_proc; an
-    # EPP that cannot be asked fails the request (answered 503: test_picker_proxy_in_envoy).
+    # EPP that cannot be asked fails the request (refused: test_picker_proxy_in_envoy).
     assert names == ["envoy.filters.http.lua", "envoy.filters.http.ext_proc", "envoy.filters.http.router"]
     arrival = filters[0]["typed_config"]["default_source_code"]["inline_string"]
     assert 'remove("x-gateway-destination-endpoint")' in arrival and "clearRouteCache()" in arrival
@@ -443,7 +443,7 @@ def test_probes_follow_the_chart_and_take_a_pod_whose_epp_fails_out_of_the_servi
     epp_container = container(objects, "epp")
     assert epp_container["livenessProbe"]["grpc"]["port"] == 9003
     # The chart's readiness check gates the pod's start and, as in the chart (every 2 s), its
-    # place in the Service: its proxy could only answer 503 while the EPP is not ready.
+    # place in the Service: its proxy could only refuse requests while the EPP is not ready.
     assert epp_container["startupProbe"]["grpc"] == {"port": 9003, "service": "readiness"}
     assert epp_container["startupProbe"]["periodSeconds"] * epp_container["startupProbe"]["failureThreshold"] == 300
     assert epp_container["readinessProbe"] == {"grpc": {"port": 9003, "service": "readiness"}, "periodSeconds": 2}
@@ -780,12 +780,15 @@ def test_a_request_is_routed_to_its_tiers_wait_then_to_the_pod_the_epp_names(pla
 def test_every_refusal_of_the_proxy_is_a_429_with_a_reason_and_its_own_tiers_retry_after(plan):
     *own, passed_on = epp.proxy_replies(plan)["mappers"]
     assert len(own) == 2 * len(plan.bands) and all(m["status_code"] == epp.REFUSED == 429 for m in (*own, passed_on))
+    cause = {epp.QUEUE_BOUND_EXCEEDED: "'stream_idle_timeout'", epp.PICKER_UNAVAILABLE: "startsWith('ext_proc_error')"}
     for mapper in own:
         expression = mapper["filter"]["extension_filter"]["typed_config"]["expression"]
         (band,) = [b for b in plan.bands if f"== '{epp.objective_of(plan.name, b.tier)}'" in expression]
         headers = {h["header"]["key"]: h["header"]["value"] for h in mapper["headers_to_add"]}
         assert headers["retry-after"] == str(band.queue_seconds)
-        assert headers["x-llm-d-request-dropped-reason"] in {epp.QUEUE_BOUND_EXCEEDED, epp.PICKER_UNAVAILABLE}
+        # Each reason for its own cause, and only for a request no pod was named for.
+        assert cause[headers["x-llm-d-request-dropped-reason"]] in expression
+        assert "!('x-gateway-destination-endpoint' in request.headers)" in expression
     # The EPP's own 503s keep their reason and Retry-After; only the code changes.
     assert "headers_to_add" not in passed_on and "body" not in passed_on
 

@@ -22,7 +22,7 @@ from components.specs import endpoint_picker as epp
 
 from .helpers import raw_stack, validate
 from .real_envoy import Received, Response, running_picker_proxy
-from .servers.fake_picker import Hold, Pick, Shed
+from .servers.fake_picker import Hold, Pick, PickThenFail, Shed
 
 # Short bounds, so the suite waits seconds, not a tier's real 5 s and 10 s; the builder under
 # test turns them into the routes and replies.
@@ -132,6 +132,31 @@ def test_a_servers_own_503_passes_as_it_is(plan):
         proxy.upstreams.answers["servers"] = lambda _: (503, {"content-type": "application/json"}, b'{"error":"busy"}')
         answer = proxy.send(objective(plan, "premium"))
         assert answer.status == 503 and answer.header(epp.DROPPED_REASON_HEADER) is None
+
+
+def test_a_request_whose_picker_fails_after_naming_its_pod_is_no_refusal(plan):
+    """The server may have taken it: a 500, which the gateway does not answer as "retry"."""
+    holder: dict[str, str] = {}
+    with running_picker_proxy(epp.proxy_config(plan), lambda headers: PickThenFail(holder["server"])) as proxy:
+        holder["server"] = proxy.server()
+        answer = proxy.send(objective(plan, "premium"))
+        assert answer.status == 500 and answer.header(epp.DROPPED_REASON_HEADER) is None
+        assert len(proxy.upstreams.take()) == 1
+
+
+def test_a_picked_requests_own_timeout_is_no_refusal(plan):
+    holder: dict[str, str] = {}
+    # A route timeout of a few seconds: the picker's bound plus the longest request.
+    short = dataclasses.replace(plan, request_timeout_seconds=1)
+    timeout = epp.route_timeout_seconds(short)
+    assert timeout == 1 + BOUNDS["standard"]
+    with running_picker_proxy(epp.proxy_config(short), lambda headers: Pick(holder["server"])) as proxy:
+        holder["server"] = proxy.server()
+        proxy.upstreams.answers["servers"] = slow(timeout + 1)
+        answer, waited = timed(proxy.send, objective(plan, "premium"))
+        # Envoy's own answer to a server silent for the whole route timeout, not a queue refusal.
+        assert answer.status in (408, 504) and answer.header(epp.DROPPED_REASON_HEADER) is None
+        assert timeout - SLACK_SECONDS <= waited <= timeout + SLACK_SECONDS
 
 
 def test_a_client_cannot_name_the_pod_or_skip_the_wait(plan):

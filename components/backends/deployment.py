@@ -241,8 +241,9 @@ class DeploymentBackend(ServingBackend):
     def destination_rules(self, model: ModelConfig, versions: tuple[str, ...]) -> list[SubsetRule]:
         if not self.uses_endpoint_picker(model):
             return super().destination_rules(model, versions)
-        # One rule per version, on its endpoint picker's Service. The pickers' own answers (429
-        # when a queue is full, 503 when no replica is ready) must not eject a picker pod.
+        # One rule per version, on its endpoint picker's Service. The picker path's refusals
+        # (429 with a dropped reason: a queue full or timed out, no replica ready, the picker
+        # unreachable) must not eject a picker pod.
         rules = []
         for version in versions:
             name = server_name(model, version)

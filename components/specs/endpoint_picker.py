@@ -608,7 +608,7 @@ def _static_cluster(name: str, host: str, port: int) -> dict[str, Any]:
     return {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(host, port)}}]}]}
 
 
-# The dropped reasons of the platform's own 503s (the EPP's are in pkg/common/error/error.go): a
+# The dropped reasons of the proxy's own refusals (the EPP's are in pkg/common/error/error.go): a
 # request whose picker could not be asked, and one that waited its tier's whole bound.
 PICKER_UNAVAILABLE = "picker-unavailable"
 QUEUE_BOUND_EXCEEDED = "queue-bound-exceeded"
@@ -621,8 +621,9 @@ def queued_idle_timeout(band: PickerBand) -> str:
     while it holds the request (LR pkg/epp/handlers/server.go handles one message at a time, and
     HandleRequest blocks in flow control); the timer runs once more and the reply then goes to the
     client directly. So a request still unpicked at half its bound is refused (a later pick gets
-    the 503 at once, no server sees it), and the client has its 503 by the whole bound, as the
-    real-Envoy tests measure (tests/test_picker_proxy_in_envoy.py)."""
+    the refusal at once, no server sees it), and the client has it by the whole bound, as the
+    real-Envoy tests measure with a stand-in that, like the EPP, holds its stream (tests/
+    test_picker_proxy_in_envoy.py). An EPP that did read it would only refuse sooner."""
     return f"{band.queue_seconds / 2:g}s"
 
 
@@ -630,37 +631,38 @@ def picker_routes(plan: EndpointPickerPlan) -> list[dict[str, Any]]:
     """The proxy's routes, first match wins. A request is routed on arrival, by the objective
     header the gateway's route set, to its tier's `queued` route: that route only times the wait
     for the EPP (its idle timeout, `queued_idle_timeout`), so a request held longer than its tier
-    allows gets 503 with the tier's Retry-After (`proxy_replies`), each tier after its own bound
+    allows is refused with the tier's Retry-After (`proxy_replies`), each tier after its own bound
     though the EPP has one TTL. The EPP names the pod in DESTINATION_HEADER and has the route
     chosen again (LR pkg/epp/handlers/request.go, ClearRouteCache), so a picked request takes
     `picked`, with the full route timeout. A request the EPP refuses or cannot take never reaches
     the router: the EPP answers it itself, and a failed EPP is answered by the proxy. No client
     header selects a route: the gateway strips the EPP's headers and the proxy's first filter
     DESTINATION_HEADER, before the route is chosen, and the gateway sets the objective header per
-    tier."""
+    tier (a request with an objective no tier of this version has, which the gateway never sends,
+    would wait in the EPP's default band, bounded by its TTL alone)."""
     route_timeout = f"{route_timeout_seconds(plan)}s"
 
-    def forward(cluster: str, idle_timeout: str = route_timeout) -> dict[str, Any]:
+    def forward(idle_timeout: str) -> dict[str, Any]:
         return {
-            "cluster": cluster,
+            "cluster": "original_destination_cluster",
             "host_rewrite_literal": plan.server_host,
             "timeout": route_timeout,
             "idle_timeout": idle_timeout,
         }
 
     picked = {"prefix": "/", "headers": [{"name": DESTINATION_HEADER, "present_match": True}]}
-    routes: list[dict[str, Any]] = [{"name": "picked", "match": picked, "route": forward("original_destination_cluster")}]
+    routes: list[dict[str, Any]] = [{"name": "picked", "match": picked, "route": forward(route_timeout)}]
     for band in sorted_bands(plan):
         # A route action for its idle timeout. Were the EPP to let a request on without naming a
         # pod (v0.10.0 does not), the ORIGINAL_DST cluster would have no host for it (Envoy
         # original_dst_cluster.cc falls back only to a restored local address, which this
-        # listener never has): 503, never an unpicked forward.
+        # listener never has): 503 no healthy upstream, never an unpicked forward.
         objective = {"name": OBJECTIVE_HEADER, "string_match": {"exact": objective_of(plan.name, band.tier)}}
         routes.append(
             {
                 "name": f"{band.tier}-queued",
                 "match": {"prefix": "/", "headers": [objective]},
-                "route": forward("original_destination_cluster", queued_idle_timeout(band)),
+                "route": forward(queued_idle_timeout(band)),
             }
         )
     longest = queue_ttl_seconds(plan)
@@ -693,10 +695,11 @@ def proxy_replies(plan: EndpointPickerPlan) -> dict[str, Any]:
     - a request still unpicked when its `queued` route's idle timer ends it (Envoy's 408, response
       code details `stream_idle_timeout`, no destination yet): QUEUE_BOUND_EXCEEDED. A picked
       request's idle timeout is the route timeout's, and stays a 408.
-    - a request whose EPP could not be asked or failed (Envoy's ext_proc answers 500, details
-      `ext_proc_error_*`): PICKER_UNAVAILABLE. In FULL_DUPLEX_STREAMED mode the body has gone to
-      the EPP, so Envoy 1.38 fails the request whatever failure_mode_allow says (measured:
-      tests/test_picker_proxy_in_envoy.py).
+    - a request whose EPP could not be asked or failed before it named a pod (Envoy's ext_proc
+      answers 500, details `ext_proc_error_*`): PICKER_UNAVAILABLE. In FULL_DUPLEX_STREAMED mode
+      the body has gone to the EPP, so Envoy 1.38 fails the request whatever failure_mode_allow
+      says (measured: tests/test_picker_proxy_in_envoy.py). One the EPP fails after naming its pod
+      stays a 500: the server may have taken it, so a retry is not the client's to make.
     - the EPP's own 503 refusals (no endpoints), and the proxy's route for an unknown objective:
       REFUSED too, their reason and Retry-After kept."""
 
@@ -724,8 +727,9 @@ def proxy_replies(plan: EndpointPickerPlan) -> dict[str, Any]:
         headers = [_header("retry-after", str(band.queue_seconds)), _header(DROPPED_REASON_HEADER, reason)]
         return refusal(expression, headers, text)
 
-    waited = f"response.code_details == 'stream_idle_timeout' && !('{DESTINATION_HEADER}' in request.headers)"
-    failed = "response.code_details.startsWith('ext_proc_error')"
+    unpicked = f"!('{DESTINATION_HEADER}' in request.headers)"
+    waited = f"response.code_details == 'stream_idle_timeout' && {unpicked}"
+    failed = f"response.code_details.startsWith('ext_proc_error') && {unpicked}"
     return {
         "mappers": [
             *(
@@ -756,8 +760,8 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
     - route timeout = queue TTL + request timeout (chart 86400 s); a stream may be silent that
       long (queued, then prefill), so the route's idle timeout is the same;
     - each tier's wait for the EPP is bounded by its own queueTimeout (`picker_routes`, the
-      `queued` routes; `proxy_replies`): 503 with the tier's Retry-After;
-    - an EPP that cannot be asked fails the request, answered 503 with the tier's Retry-After
+      `queued` routes; `proxy_replies`): refused with the tier's Retry-After;
+    - an EPP that cannot be asked fails the request, refused with the tier's Retry-After
       (`proxy_replies`; the chart lets it on with failure_mode_allow, but with the body streamed
       to the EPP Envoy 1.38 fails it all the same, with 500);
     - a client's `x-gateway-destination-endpoint` is removed, and the route chosen again, before
@@ -829,7 +833,7 @@ def proxy_config(plan: EndpointPickerPlan) -> dict[str, Any]:
             "name": "envoy.filters.http.ext_proc",
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
-                # An EPP that cannot be asked fails the request (answered 503 by proxy_replies):
+                # An EPP that cannot be asked fails the request (refused by proxy_replies):
                 # the streamed body has gone to it, so Envoy 1.38 would fail the request even if
                 # allowed to go on.
                 "failure_mode_allow": False,
@@ -1105,7 +1109,7 @@ def epp_container(plan: EndpointPickerPlan) -> dict[str, Any]:
         # every service name has the same answer: the pool synced, plugins ready, not draining.
         # A new pod joins the Service only once its EPP is up (the startup probe, up to 5
         # minutes), and leaves it while its EPP is not ready (the chart's readiness probe,
-        # every 2 s): its proxy would answer every request 503 (proxy_replies), so the gateway
+        # every 2 s): its proxy would refuse every request (proxy_replies), so the gateway
         # sends them to the other replicas; the liveness probe restarts a stuck EPP.
         "startupProbe": _grpc_probe("readiness", periodSeconds=2, failureThreshold=150),
         "readinessProbe": _grpc_probe("readiness", periodSeconds=2),

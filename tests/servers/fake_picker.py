@@ -47,6 +47,14 @@ class Pick:
 
 
 @dataclass(frozen=True)
+class PickThenFail:
+    """Dispatch to `destination`, then fail the stream when the server's answer comes (the EPP's
+    process dying while the server answers)."""
+
+    destination: str
+
+
+@dataclass(frozen=True)
 class Shed:
     """Refuse as the EPP's flow control does (429 for a TTL or a full band, 503 with no endpoints)."""
 
@@ -55,7 +63,7 @@ class Shed:
     body: str = "inference error: ResourceExhausted - request timed out in queue"
 
 
-Decision = Hold | Pick | Shed
+Decision = Hold | Pick | PickThenFail | Shed
 
 
 @dataclass
@@ -105,6 +113,8 @@ class FakePicker(ext_proc_grpc.ExternalProcessorServicer):
             elif kind == "response_headers":
                 if seen is not None:
                     seen.response_headers = _headers(message.response_headers)
+                    if isinstance(seen.decision, PickThenFail):
+                        context.abort(grpc.StatusCode.UNAVAILABLE, "endpoint picker stopped")
                 yield ext_proc.ProcessingResponse(response_headers=ext_proc.HeadersResponse())
             elif kind == "response_body":
                 chunk = message.response_body
@@ -132,7 +142,7 @@ class FakePicker(ext_proc_grpc.ExternalProcessorServicer):
                 )
             )
             return
-        deadline = time.monotonic() + decision.after_seconds
+        deadline = time.monotonic() + (decision.after_seconds if isinstance(decision, Pick) else 0)
         while time.monotonic() < deadline:
             if not context.is_active():
                 seen.cancelled.set()
