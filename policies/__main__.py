@@ -221,7 +221,9 @@ PolicyPack(
         ),
         StackValidationPolicy(
             name="endpoint-picker-availability",
-            description="Endpoint pickers: in production at least minReplicasInProduction replicas and a "
+            description="Endpoint pickers: in production every Deployment of a model server is picked by one (an "
+            "InferencePool of its namespace selects its pods: only the picker's queue is bounded in time there), with "
+            "at least minReplicasInProduction replicas and a "
             "PodDisruptionBudget that keeps one up through a drain; every InferencePool names an existing Service that "
             "selects an endpoint picker's pods; picker pods stay in the mesh and no tenant PeerAuthentication accepts "
             "plaintext (PERMISSIVE or DISABLE).",

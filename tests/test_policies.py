@@ -444,6 +444,10 @@ def without_maximum(**spec: Any) -> Callable[[dict], Any]:
                                                mtls={"mode": "DISABLE"})), PEER),
         (edit(PEER, lambda p: p["spec"].update(portLevelMtls={"8000": {"mode": "PERMISSIVE"}})), PEER),
         (edit(PEER, lambda p: p["spec"].update(portLevelMtls={"8000": {"mode": "STRICT"}})), None),
+        # 4. in production, a model's Deployment-served pods are picked (only its queue is timed)
+        (lambda rs: [r for r in rs if r.name != POOL], "llama-1b-v1-deployment"),
+        (edit(POOL, lambda p: p["spec"]["selector"]["matchLabels"].update({"app.kubernetes.io/instance": "llama-1b-v9"})),
+         "llama-1b-v1-deployment"),
         # team-b runs no endpoint picker but is a tenant: its namespace is promised mTLS too.
         (edit("team-b-peer-authentication", lambda p: p["spec"]["mtls"].update(mode="DISABLE")),
          "team-b-peer-authentication"),
@@ -453,7 +457,7 @@ def without_maximum(**spec: Any) -> Callable[[dict], Any]:
          "pool-names-no-service", "pool-names-a-deployment", "service-removed", "service-selects-the-servers",
          "picker-unlabelled", "inject-label-false", "inject-annotation-no", "label-wins-over-annotation",
          "inject-label-true", "namespace-permissive", "workload-disable", "port-permissive", "port-strict",
-         "tenant-without-picker"],
+         "pool-removed", "pool-selects-another-version", "tenant-without-picker"],
 )  # fmt: skip
 def test_endpoint_picker_availability(pack, baseline, change, flagged):
     hits = pack.analyze_stack(stack_with(baseline, change))

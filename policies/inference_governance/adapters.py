@@ -10,10 +10,9 @@ import json
 from collections import defaultdict
 from typing import Any, Iterator, Mapping
 
-from .kube import FACTS, Report, get, name_of, namespace_of, pod_template
+from .kube import FACTS, MODEL_LABEL, Report, get, name_of, namespace_of, pod_template
 
 ADAPTERS_ANNOTATION: str = FACTS["annotations"]["loraAdapters"]
-MODEL_LABEL: str = FACTS["labels"]["model"]
 SERVED_NAME_FLAG = "--served-model-name"
 
 

@@ -59,6 +59,8 @@ TENANT_LABEL = "inference.platform/tenant"
 # Istio's per-pod injection switch, as a pod label or (deprecated) annotation.
 SIDECAR_INJECT = "sidecar.istio.io/inject"
 LATENCY_LABEL: str = FACTS["labels"]["latencySensitive"]
+# The label on a model server's pods naming its model.
+MODEL_LABEL: str = FACTS["labels"]["model"]
 KNATIVE_TARGET_BURST_CAPACITY: str = FACTS["knative"]["targetBurstCapacity"]
 POOL_LABEL: str = FACTS["labels"]["pool"]
 GPU_SHARING_LABEL: str = FACTS["labels"]["gpuSharing"]

@@ -32,6 +32,7 @@ from .kube import (
     LOCAL_QUEUE,
     MIG_PREFIX,
     MIG_PROFILES,
+    MODEL_LABEL,
     NAMESPACE,
     OVERRIDE_HEADER_ANNOTATION,
     PDB,
@@ -692,10 +693,35 @@ def _endpoint_pickers_in_the_mesh(args: Any, pickers: list[EndpointPicker], repo
             )
 
 
+def _production_servers_behind_pickers(args: Any, report_violation: Report) -> None:
+    """In production a model's Deployment-served pods are picked by an endpoint picker: on that path
+    only the picker's queue is bounded in time (the gateway's pending queue and vLLM's scheduler
+    have no timer), so each such Deployment's pods are selected by an InferencePool of their
+    namespace. Knative Services keep Knative's path."""
+    pools = defaultdict(list)
+    for pool in of_type(args, INFERENCE_POOL):
+        pools[namespace_of(pool.props)].append(get(pool.props, "spec", "selector"))
+    for deployment in of_type(args, DEPLOYMENT):
+        template = pod_template(DEPLOYMENT, deployment.props)
+        labels = get(template, "metadata", "labels", default={}) if template is not None else {}
+        model = labels.get(MODEL_LABEL)
+        if model is None:
+            continue
+        namespace = namespace_of(deployment.props)
+        if not any(selector_matches(selector, labels) for selector in pools[namespace]):
+            report_violation(
+                f"Deployment {namespace}/{name_of(deployment.props)} serves model {model!r} with no InferencePool selecting "
+                "its pods: in production every request's wait is bounded in time, which on this path only the endpoint "
+                "picker's queue does; keep the model's endpoint picker (endpointPicker.enabled)",
+                deployment.urn,
+            )
+
+
 def endpoint_picker_availability(args: Any, report_violation: Report) -> None:
     pickers = endpoint_pickers(args)
     if is_production(args):
         _production_endpoint_pickers(args, pickers, report_violation)
+        _production_servers_behind_pickers(args, report_violation)
     _pools_name_endpoint_pickers(args, pickers, report_violation)
     _endpoint_pickers_in_the_mesh(args, pickers, report_violation)
 
