@@ -64,7 +64,7 @@ from .backends.deployment import version_host
 from .cluster import system_scheduling_template
 from .constants import LABEL_INSTANCE, LABEL_TENANT, SYSTEM_NODE_SELECTOR, VLLM_PORT, standard_labels
 from .serving import TIER_ORDER, BatchJobPlan, ModelPlan, Plan, RoutePlan, ServerPlan, ServingBackend, TierRoute
-from .specs.endpoint_picker import EPP_POD_RESOURCES, EndpointPickerPlan, PickerBand
+from .specs.endpoint_picker import EPP_POD_RESOURCES, EndpointPickerPlan, PickerBand, epp_name_of
 from .specs.slo_rules import SloPlan, latency_slo
 
 
@@ -317,6 +317,11 @@ def _slo(config: PlatformConfig, model: ModelConfig) -> SloPlan:
             profile.latency_sli,
             target,
             own.latency_objective if own.latency_objective is not None else profile.latency_objective,
+        ),
+        picker_workloads=tuple(
+            epp_name_of(server_name(model, version))
+            for version in running_versions(model)
+            if backend_of(model).uses_endpoint_picker(model)
         ),
     )
 

@@ -420,3 +420,76 @@ def test_gpu_activity_is_averaged_per_version_over_its_own_pods(promtool: str, t
         ],
     }
     passes(run_tests(promtool, tmp_path, rules, [test]))
+
+
+PICKED = SloPlan(
+    model=CHAT.model,
+    served_name=CHAT.served_name,
+    tenant=CHAT.tenant,
+    availability_objective=CHAT.availability_objective,
+    latency=CHAT.latency,
+    picker_workloads=(f"{CHAT.model}-{VERSION}-epp", f"{CHAT.model}-v2-epp"),
+)
+# What the sidecar of a version's picker pods reports (tests/test_canary.py has the same shape).
+PICKER = (
+    f'reporter="destination", destination_workload_namespace="{CHAT.tenant}", destination_app="{CHAT.model}-{VERSION}-epp", '
+    f'destination_version="unknown", destination_workload="{CHAT.model}-{VERSION}-epp", tier="premium"'
+)
+
+
+def test_the_plan_names_each_versions_picker_where_it_has_one() -> None:
+    plan = validate(raw_stack("prod"))
+    by_name = {m.model.name: m.slo for m in plan.models}
+    assert by_name["llama-70b"].picker_workloads == ("llama-70b-v1-epp",)
+    assert by_name["llama-8b"].picker_workloads == ()  # Knative-served: no picker
+
+
+@pytest.mark.real_server
+def test_requests_the_picker_path_refuses_burn_the_availability_budget(promtool: str, tmp_path: Path) -> None:
+    """The servers answer every request they see; the picker refuses as many again (429 at its
+    sidecar, 503 to the client): the version pages, and its recorded 503 share counts them."""
+    rules = rules_file(tmp_path, PICKED)
+    refused = PER_MINUTE
+    # The picked requests' own answers pass the picker pods too: never counted twice.
+    picker = [
+        {"series": f'istio_requests_total{{{PICKER}, response_code="429"}}', "values": f"0+{refused}x{MINUTES}"},
+        {"series": f'istio_requests_total{{{PICKER}, response_code="200"}}', "values": f"0+{PER_MINUTE}x{MINUTES}"},
+    ]
+    storm = {
+        "interval": "1m",
+        "input_series": request_series(0.0) + picker,
+        "alert_rule_test": [
+            {
+                "eval_time": AT,
+                "alertname": "ModelAvailabilityBudgetBurn",
+                "exp_alerts": [
+                    {"exp_labels": alert_labels(PICKED, "availability", "page")},
+                    {"exp_labels": alert_labels(PICKED, "availability", "ticket")},
+                ],
+            }
+        ],
+        "promql_expr_test": [
+            {
+                "expr": "model_version_tier:istio_requests_503:ratio_rate5m",
+                "eval_time": AT,
+                "exp_samples": [
+                    {
+                        "labels": 'model_version_tier:istio_requests_503:ratio_rate5m{model="chat-model", '
+                        'model_version="v1", tenant="team-a", tier="premium"}',
+                        "value": 0.5,
+                    }
+                ],
+            }
+        ],
+    }
+    # Without the picker's workload named, the same hour looks healthy: the servers saw no error.
+    unseen: dict[str, Any] = {
+        "interval": "1m",
+        "input_series": request_series(0.0) + picker,
+        "alert_rule_test": [{"eval_time": AT, "alertname": "ModelAvailabilityBudgetBurn", "exp_alerts": []}],
+    }
+    strip_annotations(rules)
+    passes(run_tests(promtool, tmp_path, rules, [storm]))
+    plain = rules_file(tmp_path, CHAT)
+    strip_annotations(plain)
+    passes(run_tests(promtool, tmp_path, plain, [unseen]))

@@ -40,7 +40,9 @@ labelled with the model and tenant.
 SLOs (each over a 30-day budget, per version, so a failing canary is not hidden by the stable
 version's traffic):
 - availability: answers that are not 5xx (a 503 the platform shed included), over answers (a
-  request the caller abandoned, code 0, is neither);
+  request the caller abandoned, code 0, is neither). A version behind an endpoint picker also counts
+  the requests its picker path refused, which never reach a server: its pickers' sidecars report
+  them as 429 (the gateway answers 503), per version by the picker's Deployment name;
 - latency: requests within the latency target, over requests. Streaming profiles are judged on
   vLLM's time to first token; the others (summaries, embeddings) on the whole request as the
   server's sidecar measures it, answered requests only. A histogram can only count requests at a
@@ -141,6 +143,10 @@ class SloPlan:
     availability_objective: float
     # None: no latency objective (a profile without a target, e.g. batch labelling).
     latency: LatencySlo | None
+    # The Deployments of the versions' endpoint pickers (`<model>-<version>-epp`), none where the
+    # versions have none: the requests their proxy refuses never reach a server, so the servers'
+    # sidecars never count them (components/specs/endpoint_picker.py REFUSED).
+    picker_workloads: tuple[str, ...] = ()
 
 
 def buckets_ms(sli: LatencySli) -> tuple[float, ...]:
@@ -172,6 +178,29 @@ def _vllm(slo: SloPlan) -> str:
 
 def _istio(slo: SloPlan) -> str:
     return f'reporter="destination", destination_workload_namespace="{slo.tenant}", destination_app="{slo.model}"'
+
+
+def _refusals(slo: SloPlan, by: str, window: str) -> str | None:
+    """The requests the versions' picker path refused, as their pickers' sidecars report them (429:
+    every refusal of the picker path, which the gateway answers 503), by `by`, the version named
+    `destination_version` as on the servers' series; None without pickers."""
+    if not slo.picker_workloads:
+        return None
+    workloads = "|".join(slo.picker_workloads)
+    series = (
+        f'rate(istio_requests_total{{reporter="destination", destination_workload_namespace="{slo.tenant}", '
+        f'destination_workload=~"{workloads}", response_code="429"}}[{window}])'
+    )
+    # The picker pods carry no version label; their Deployment's name does (exact names above).
+    named = f'label_replace({series}, "destination_version", "$1", "destination_workload", "{slo.model}-(.+)-epp")'
+    return f"sum by ({by}) ({named})"
+
+
+def _with_refusals(counted: str, refusals: str | None) -> str:
+    """`counted` plus the refusals of the same version (and tier), either alone where the other has no series."""
+    if refusals is None:
+        return counted
+    return f"(({counted}) + ({refusals}) or ({counted}) or ({refusals}))"
 
 
 def _as_version(expr: str) -> str:
@@ -253,18 +282,16 @@ def tier_rules(slo: SloPlan, labels: dict[str, str]) -> list[dict[str, Any]]:
     """What each version answers each tier, as the server's sidecar saw it."""
     sel = _istio(slo)
     by = "destination_version, tier"
-    answers = f'sum by ({by}) (rate(istio_requests_total{{{sel}, response_code!="0"}}[5m]))'
+    refused = _refusals(slo, by, "5m")
+    answers = _with_refusals(f'sum by ({by}) (rate(istio_requests_total{{{sel}, response_code!="0"}}[5m]))', refused)
+    shed = _with_refusals(f'sum by ({by}) (rate(istio_requests_total{{{sel}, response_code="503"}}[5m]))', refused)
     rules = [
         _record(
             "model_version_tier:istio_requests:rate5m",
-            _as_version(f"sum by ({by}) (rate(istio_requests_total{{{sel}}}[5m]))"),
+            _as_version(_with_refusals(f"sum by ({by}) (rate(istio_requests_total{{{sel}}}[5m]))", refused)),
             labels,
         ),
-        _record(
-            "model_version_tier:istio_requests_503:ratio_rate5m",
-            _as_version(f'sum by ({by}) (rate(istio_requests_total{{{sel}, response_code="503"}}[5m])) / {answers}'),
-            labels,
-        ),
+        _record("model_version_tier:istio_requests_503:ratio_rate5m", _as_version(f"{shed} / {answers}"), labels),
         _record(
             "model_version_tier:istio_requests_5xx_not_503:ratio_rate5m",
             _as_version(
@@ -301,11 +328,13 @@ def latency_error_ratio(slo: SloPlan, window: str) -> str:
 
 
 def availability_error_ratio(slo: SloPlan, window: str) -> str:
-    """5xx answers (503 included) over answers, per version."""
+    """5xx answers (503 included) over answers, per version, the picker path's refusals counted as
+    the 503s their clients get."""
     sel = _istio(slo)
+    refused = _refusals(slo, "destination_version", window)
     errors = f'sum by (destination_version) (rate(istio_requests_total{{{sel}, response_code=~"5.."}}[{window}]))'
     answers = f'sum by (destination_version) (rate(istio_requests_total{{{sel}, response_code!="0"}}[{window}]))'
-    return _as_version(f"{errors} / {answers}")
+    return _as_version(f"{_with_refusals(errors, refused)} / {_with_refusals(answers, refused)}")
 
 
 def error_ratio_series(slo_name: str, window: str) -> str:
