@@ -19,6 +19,7 @@ from platform_config.models import (
     FORBIDDEN_IMAGE_TAGS,
     IMAGE_DIGEST_PATTERN,
     IMAGE_TAG_PATTERN,
+    S3_URI_PATTERN,
     ReleaseConfig,
     TrafficConfig,
 )
@@ -99,6 +100,9 @@ def policy_facts() -> dict[str, Any]:
         "kueue": {"queueNameLabel": QUEUE_NAME_LABEL, "localQueueType": f"kubernetes:{KUEUE_API_VERSION}:LocalQueue"},
         # Policy config defaults, which the config checks hold stacks to as well.
         "floors": FLOORS.policy_defaults(),
+        # What an S3 location config may give (platform_config/models.py): the pack holds every one
+        # a shell script names to it, single-quoted.
+        "s3UriPattern": S3_URI_PATTERN,
         "images": {
             "tagPattern": IMAGE_TAG_PATTERN,
             "digestPattern": IMAGE_DIGEST_PATTERN,

@@ -274,6 +274,13 @@ PolicyPack(
             severity=Severity.CRITICAL,
         ),
         ResourceValidationPolicy(
+            name="shell-scripts-quote-config",
+            description="Every S3 location a container's shell script (sh -c) names is single-quoted and one config may "
+            "give (s3://<bucket>/<letters, digits and -_.=/>), so none can become shell syntax.",
+            validate=resources.shell_scripts_quote_config,
+            severity=Severity.CRITICAL,
+        ),
+        ResourceValidationPolicy(
             name="no-secret-env-from",
             description="Containers take the Secret keys they need (env valueFrom), never a whole Secret (envFrom), outside "
             "the namespaces allowed.",

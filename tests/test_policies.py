@@ -85,7 +85,7 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 29 and "gateway-requires-a-token" in names
+    assert len(names) == 30 and "gateway-requires-a-token" in names
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):
@@ -353,6 +353,33 @@ def test_no_plain_secret_env(pack, baseline):
 
 
 # --- rule 10 -------------------------------------------------------------------------------------
+
+
+def _stage_in(record: RecordedResource) -> list[dict]:
+    return [c for spec in both(record) for c in spec["initContainers"] if c["name"] == "stage-in"]
+
+
+@pytest.mark.parametrize(
+    ("rewrite", "flagged"),
+    [
+        # As rendered: each location single-quoted, of what config may give.
+        (lambda script: script, False),
+        # Unquoted, or in double quotes (the shell expands `$(...)` there): refused either way.
+        (lambda script: script.replace("'s3://", "s3://").replace("'/shard-", "/shard-"), True),
+        (lambda script: script.replace("'s3://", '"s3://').replace("'/shard-", '"/shard-'), True),
+        # Quoted but holding what no config gives: the program interpolated something else.
+        (lambda script: script.replace("'s3://", "'s3://team-b-batch/$(id)/", 1), True),
+        (lambda script: script.replace("'s3://", "'s3://Not_A_Bucket/", 1), True),
+    ],
+    ids=["as-rendered", "unquoted", "double-quoted", "command-substitution-inside-quotes", "not-a-bucket"],
+)
+def test_shell_scripts_quote_every_s3_location(pack, baseline, rewrite, flagged):
+    record = find(baseline, JOB, "ticket-labels-job")
+    containers = _stage_in(record)
+    assert containers and all("'s3://" in c["command"][2] for c in containers)
+    for container in containers:
+        container["command"][2] = rewrite(container["command"][2])
+    assert analyze(pack, record) == ({"shell-scripts-quote-config": "mandatory"} if flagged else {})
 
 
 def test_quotas_over_pool_capacity(pack, baseline):

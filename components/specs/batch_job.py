@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,10 +119,19 @@ def engine_command(plan: BatchJobPlan) -> list[str]:
     return out + lora + tuning_args(args)
 
 
+def _shell_s3(location: str) -> str:
+    """An S3 location in a shell script: always in single quotes, where the shell expands nothing
+    (shlex.quote leaves a word of safe characters bare). Its pattern already admits no quote and no
+    shell metacharacter; the pack's shell-scripts-quote-config holds every script to both."""
+    if "'" in location:
+        raise ValueError(f"S3 location {location!r} holds a quote")
+    return f"'{location}'"
+
+
 def _shard_prefix(plan: BatchJobPlan) -> str:
     """The shard's output prefix, in shell (the index is only known in the pod): the configured
-    prefix quoted (its pattern already admits no shell metacharacter), the index's expansion not."""
-    return f'{shlex.quote(plan.job.output.rstrip("/"))}/shard-$(printf %05d "$JOB_COMPLETION_INDEX")/'
+    prefix quoted, the index's expansion not."""
+    return f'{_shell_s3(plan.job.output.rstrip("/"))}/shard-$(printf %05d "$JOB_COMPLETION_INDEX")/'
 
 
 def _local_shard() -> str:
@@ -143,7 +151,7 @@ def stage_in_container(plan: BatchJobPlan) -> dict[str, Any]:
     if source.s3_uri is not None:
         steps.insert(
             0,
-            f"aws s3 sync --only-show-errors --exclude '*' --include '*.jsonl' {shlex.quote(pinned_s3_uri(source))} {INPUT_DIR}/",
+            f"aws s3 sync --only-show-errors --exclude '*' --include '*.jsonl' {_shell_s3(pinned_s3_uri(source))} {INPUT_DIR}/",
         )
     return aws_cli_container("stage-in", ["sh", "-ec", " && ".join(steps)], _mounts("work", "home", "tmp"), AWS_CLI_RESOURCES)
 

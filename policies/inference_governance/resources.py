@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import pulumi
 
 from .kube import (
+    FACTS,
     FLOORS,
     FORBIDDEN_TAGS,
     GPU_TAINT_KEY,
@@ -456,6 +457,50 @@ def no_secret_args(args: Any, report_violation: Report) -> None:
                 f"container '{get(container, 'name', default='?')}' passes a credential ({what}) in its command line, where "
                 "anyone who can read the pod sees it: read it from a Secret (env valueFrom.secretKeyRef) and pass $(VAR)"
             )
+
+
+# A shell run with a script (`sh -c`, `sh -ec`, `bash -xc`): the word after its first option with a `c`.
+_SHELLS = frozenset({"sh", "bash", "ash", "dash"})
+_S3_URI = re.compile(FACTS["s3UriPattern"])
+# An S3 location as a script should name it: in single quotes (shlex.quote's form), which nothing
+# inside can leave and the shell expands nothing in.
+_QUOTED_S3 = re.compile(r"'(s3://[^']*)'")
+
+
+def _shell_script(container: Mapping[str, Any]) -> str | None:
+    words = [str(word) for part in ("command", "args") for word in get(container, part, default=[]) or []]
+    if not words or words[0].rsplit("/", 1)[-1] not in _SHELLS:
+        return None
+    for index, word in enumerate(words[1:], 1):
+        if not word.startswith("-") or word.startswith("--"):
+            return None
+        if "c" in word[1:]:
+            return words[index + 1] if index + 1 < len(words) else ""
+    return None
+
+
+def shell_scripts_quote_config(args: Any, report_violation: Report) -> None:
+    """The S3 locations config gives (models', adapters', batch input and output) reach the batch
+    jobs' shell scripts: each is single-quoted there and is what config may give (letters, digits
+    and `-_.=/` after the bucket), so no location can become shell syntax, however the program came
+    to write it."""
+    for container in workload_containers(args.resource_type, args.props):
+        script = _shell_script(container)
+        if script is None:
+            continue
+        name = get(container, "name", default="?")
+        quoted = _QUOTED_S3.findall(script)
+        if script.count("s3://") > len(quoted):
+            report_violation(
+                f"container '{name}' names an S3 location in its shell script outside single quotes, where the shell "
+                "expands what it holds: quote it (shlex.quote)"
+            )
+        for location in quoted:
+            if not _S3_URI.match(location):
+                report_violation(
+                    f"container '{name}' names S3 location {location!r} in its shell script: a location config may give "
+                    "is s3://<bucket>/<letters, digits and -_.=/>, so this one came from somewhere else"
+                )
 
 
 def no_secret_env_from(args: Any, report_violation: Report) -> None:
