@@ -369,6 +369,20 @@ def check_release_versions(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 )
 
 
+def check_tenant_groups(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A group belongs to one tenant: its members would otherwise see, and restart, another
+    tenant's workloads as well."""
+    owners: dict[str, str] = {}
+    for index, tenant in enumerate(config.tenants):
+        for g_index, group in enumerate(tenant.groups):
+            owner = owners.setdefault(group, tenant.name)
+            if owner != tenant.name:
+                yield ConfigIssue(
+                    ("tenants", index, "groups", g_index),
+                    f"group {group!r} is already tenant {owner!r}'s: a group belongs to one tenant",
+                )
+
+
 def check_tenant_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """A model runs on a pool its tenant may use."""
     tenants = {t.name: t for t in config.tenants}
@@ -1301,6 +1315,7 @@ CHECKS: list[Check] = [
     check_batch_models,
     check_registry_lock,
     check_gateway_headers,
+    check_tenant_groups,
     check_gateway_tls,
     check_object_names,
     check_server_component_names,

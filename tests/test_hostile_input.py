@@ -455,6 +455,13 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
             ("x" * 65, ("traffic", "modelHeader"), "traffic.modelHeader"),
         )
     ),
+    # A group bound to two tenants' Roles would see and restart both tenants' workloads.
+    (
+        "group-of-two-tenants",
+        "prod",
+        lambda raw: raw["tenants"][0].update(groups=["ml-platform"]) or raw["tenants"][1].update(groups=["ml-platform"]),
+        "tenants[1].groups[0]",
+    ),
     (
         "override-header-is-the-user-key",
         "dev",
