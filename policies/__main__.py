@@ -251,7 +251,9 @@ PolicyPack(
         ResourceValidationPolicy(
             name="pod-security-baseline",
             description="Every pod: no host namespaces, hostPath, hostPort, privileged containers, privilege escalation, "
-            "added capabilities but NET_BIND_SERVICE, custom SELinux options, or ephemeral containers in a template.",
+            "added capabilities but NET_BIND_SERVICE, custom SELinux options, AppArmor or seccomp profiles other than "
+            "RuntimeDefault or Localhost (fields and annotations), procMount other than Default, Windows hostProcess, "
+            "sysctls outside the baseline's safe set, or ephemeral containers in a template.",
             validate=resources.pod_security_baseline,
             severity=Severity.CRITICAL,
         ),

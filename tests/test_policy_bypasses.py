@@ -108,6 +108,20 @@ def container_of(record: RecordedResource) -> dict[str, Any]:
             ephemeralContainers=[{"name": "debug", "image": ENVOY_PROXY.image, "securityContext": {}}]
         ),
         lambda r: r.inputs["spec"]["template"]["spec"].update(volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
+        # The rest of the baseline (kubernetes/pod-security-admission v0.33.0 policy/).
+        lambda r: container_of(r)["securityContext"].update(appArmorProfile={"type": "Unconfined"}),
+        lambda r: r.inputs["spec"]["template"]["spec"].update(securityContext={"seccompProfile": {"type": "Unconfined"}}),
+        lambda r: container_of(r)["securityContext"].update(procMount="Unmasked"),
+        lambda r: container_of(r)["securityContext"].update(windowsOptions={"hostProcess": True}),
+        lambda r: r.inputs["spec"]["template"]["spec"].update(
+            securityContext={"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}
+        ),
+        lambda r: r.inputs["spec"]["template"]["metadata"].update(
+            annotations={"container.apparmor.security.beta.kubernetes.io/web": "unconfined"}
+        ),
+        lambda r: r.inputs["spec"]["template"]["metadata"].update(
+            annotations={"seccomp.security.alpha.kubernetes.io/pod": "unconfined"}
+        ),
     ],
     ids=[
         "capabilities-add",
@@ -122,6 +136,13 @@ def container_of(record: RecordedResource) -> dict[str, Any]:
         "selinux-role",
         "ephemeral-container",
         "host-path",
+        "apparmor-unconfined",
+        "seccomp-unconfined",
+        "proc-mount-unmasked",
+        "windows-host-process",
+        "unsafe-sysctl",
+        "apparmor-annotation-unconfined",
+        "seccomp-annotation-unconfined",
     ],
 )
 def test_every_pod_meets_the_baseline(pack, change):
@@ -138,8 +159,23 @@ def test_every_pod_meets_the_baseline(pack, change):
         lambda r: container_of(r)["securityContext"].update(seLinuxOptions={"type": "container_t", "level": "s0:c1,c2"}),
         lambda r: r.inputs["spec"]["template"]["spec"].update(hostUsers=False),
         lambda r: container_of(r)["ports"][0].update(hostPort=0),
+        lambda r: container_of(r)["securityContext"].update(seccompProfile={"type": "RuntimeDefault"}, procMount="Default"),
+        lambda r: r.inputs["spec"]["template"]["spec"].update(
+            securityContext={"sysctls": [{"name": "net.ipv4.tcp_keepalive_time", "value": "60"}]}
+        ),
+        lambda r: r.inputs["spec"]["template"]["metadata"].update(
+            annotations={"container.apparmor.security.beta.kubernetes.io/web": "runtime/default"}
+        ),
     ],
-    ids=["net-bind-service", "selinux-container-type", "user-namespace", "host-port-0"],
+    ids=[
+        "net-bind-service",
+        "selinux-container-type",
+        "user-namespace",
+        "host-port-0",
+        "runtime-default-profiles",
+        "safe-sysctl",
+        "apparmor-annotation-runtime-default",
+    ],
 )
 def test_what_the_baseline_allows(pack, change):
     record = plain_deployment()
