@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from platform_config.credentials import CREDENTIAL_FORMATS
 from platform_config.floors import FLOORS
 from platform_config.gpu_catalog import GPU_MODELS, GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from platform_config.models import (
@@ -103,6 +104,8 @@ def policy_facts() -> dict[str, Any]:
         # What an S3 location config may give (platform_config/models.py): the pack holds every one
         # a shell script names to it, single-quoted.
         "s3UriPattern": S3_URI_PATTERN,
+        # What a credential looks like in clear (platform_config/credentials.py).
+        "credentialFormats": dict(CREDENTIAL_FORMATS),
         "images": {
             "tagPattern": IMAGE_TAG_PATTERN,
             "digestPattern": IMAGE_DIGEST_PATTERN,

@@ -20,6 +20,7 @@ from pulumi.runtime import config as runtime_config
 from pydantic import ValidationError
 
 from .checks import run_checks
+from .credentials import credentials_in
 from .errors import ConfigError, ConfigIssue, issues_from_validation
 from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
 from .registry import REGISTRY_FILE_ENV, RegistryResolution, resolve_registry
@@ -157,12 +158,29 @@ ExtraCheck = Callable[[PlatformConfig], Iterable[ConfigIssue]]
 
 def parse_platform_config(raw: dict[str, Any], extra_checks: Sequence[ExtraCheck] = ()) -> PlatformConfig:
     """Parse and check a raw config mapping; raise ConfigError naming every bad key."""
+    leaked = _credentials_in_clear(raw)
+    if leaked:
+        # Reported alone: a validation error of the same value would echo the credential.
+        raise ConfigError(leaked)
     try:
         platform = PlatformConfig.model_validate(raw, by_alias=True, by_name=False)
     except ValidationError as error:
         raise ConfigError(issues_from_validation(error, PlatformConfig)) from None
     _raise_check_issues(platform, extra_checks)
     return platform
+
+
+def _credentials_in_clear(raw: dict[str, Any]) -> list[ConfigIssue]:
+    """A credential anywhere but the secret keys: every other value becomes resource inputs, the
+    state and the PR's report in clear (platform_config/credentials.py names the formats)."""
+    plain = {key: value for key, value in raw.items() if key not in SECRET_KEYS}
+    return [
+        ConfigIssue(
+            path,
+            f"holds a {found} in clear: credentials go only in {', '.join(SECRET_KEYS)}, set with `pulumi config set --secret`",
+        )
+        for path, found in credentials_in(plain)
+    ]
 
 
 def _raise_check_issues(platform: PlatformConfig, extra_checks: Sequence[ExtraCheck]) -> None:

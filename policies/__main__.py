@@ -271,7 +271,8 @@ PolicyPack(
         ),
         ResourceValidationPolicy(
             name="no-secret-args",
-            description="No command line carries a credential (--api-key, --hf-token, token=..., a Hugging Face token).",
+            description="No command line carries a credential (--api-key, --hf-token, token=..., or a token of a known "
+            "format: Hugging Face, AWS, GitHub, Slack, OpenAI, Google, a private key, a JWT).",
             validate=resources.no_secret_args,
             severity=Severity.CRITICAL,
         ),

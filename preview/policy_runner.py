@@ -32,6 +32,8 @@ from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, engine_pb2_grpc
 
+from platform_config.credentials import ANY_CREDENTIAL
+
 from .engine import RecordedResource
 
 LEVELS = {value: name.lower() for name, value in analyzer_pb2.EnforcementLevel.items()}
@@ -152,13 +154,12 @@ def _schema_defaults(schema: analyzer_pb2.PolicyConfigSchema | None) -> dict[str
 
 MASK = "***"
 # A flag (`--hf-token X`, `--api-key=X`) or an assignment (`token=X`) whose name says it carries
-# a credential (whole words: --max-tokens is not one), and a Hugging Face token anywhere.
+# a credential (whole words: --max-tokens is not one), and a credential of a known format anywhere.
 _SECRET_WORD = r"(?:token|secret|password|passwd|api[-_]?key|access[-_]?key|private[-_]?key|credentials?)"
 _SECRET_NAME = rf"(?:[A-Za-z0-9]+[-_])*{_SECRET_WORD}(?:[-_][A-Za-z0-9]+)*"
 _SECRET_ARGUMENT = re.compile(
     rf"(?i)((?<![A-Za-z0-9-])-{{1,2}}{_SECRET_NAME}(?:=|\s+)|(?<![A-Za-z0-9_-]){_SECRET_NAME}=)(?!\*\*\*)([^\s,;&'\"()\[\]]+)"
 )
-_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
 
 
 def secret_values(config: dict[str, str], secret_keys: list[str]) -> list[str]:
@@ -189,11 +190,11 @@ def secret_values(config: dict[str, str], secret_keys: list[str]) -> list[str]:
 
 def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
     """A message with the stack's secret values, credential-looking arguments (`--hf-token X`,
-    `api_key=X`) and Hugging Face tokens replaced by ***: whatever a policy quotes, a report
-    never repeats a secret."""
+    `api_key=X`) and credentials of the known formats (platform_config/credentials.py) replaced by
+    ***: whatever a policy quotes, a report never repeats a secret."""
     for secret in secrets:
         text = text.replace(secret, MASK)
-    text = _HF_TOKEN.sub(MASK, text)
+    text = ANY_CREDENTIAL.sub(MASK, text)
     return _SECRET_ARGUMENT.sub(lambda m: m.group(1) + MASK, text)
 
 

@@ -406,3 +406,28 @@ def test_a_header_setting_names_why_a_header_is_not_the_platforms_to_take(dev_ra
     set_at(raw, ("traffic", "tierHeader"), name)
     problem = only_issue(raw)
     assert problem.startswith("inference-platform:traffic.tierHeader:") and why in problem, problem
+
+
+@pytest.mark.parametrize(
+    ("token", "kind"),
+    [
+        ("AKIA" + "Z" * 16, "AWS access key ID"),
+        ("xoxb-" + "1234567890-abc", "Slack token"),
+        ("sk-proj-" + "x" * 40, "OpenAI API key"),
+        ("AIza" + "y" * 35, "Google API key"),
+        ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyIn0.c2lnbmF0dXJlLXZhbHVl", "JSON Web Token"),
+    ],
+)
+def test_a_credential_in_clear_is_refused_without_being_echoed(dev_raw, token: str, kind: str):
+    raw = copy.deepcopy(dev_raw)
+    set_at(raw, ("tenants", 0, "groups"), [f"ops-{token}"])
+    problem = only_issue(raw)
+    assert problem.startswith("inference-platform:tenants[0].groups[0]:") and f"holds a {kind} in clear" in problem
+    assert token not in problem
+
+
+def test_names_that_merely_contain_a_prefix_are_no_credential():
+    from platform_config.credentials import credential_format
+
+    for text in ("/models/hf_cache", "task-classification-model-v1", "eyJ", "ghp_short", "s3://team-a/AKIA-notes/"):
+        assert credential_format(text) is None, text

@@ -455,6 +455,26 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
             ("x" * 65, ("traffic", "modelHeader"), "traffic.modelHeader"),
         )
     ),
+    # A credential anywhere but the secret keys (it would reach resource inputs and the report).
+    *(
+        (f"credential-{kind}", "prod", _set(*path, value), key)
+        for kind, path, value, key in (
+            ("aws-key-in-a-tenant-group", ("tenants", 0, "groups", 0), "AKIA" + "Q" * 16, "tenants[0].groups[0]"),
+            ("github-token-as-a-header", ("traffic", "tierHeader"), "ghp_" + "a1" * 18, "traffic.tierHeader"),
+            (
+                "hf-token-in-a-revision",
+                ("models", 0, "versions", 0, "source", "revision"),
+                "hf_" + "b2" * 12,
+                "models[0].versions[0].source.revision",
+            ),
+            (
+                "private-key-in-jwks",
+                ("traffic", "authentication", "jwksUri"),
+                "-----BEGIN RSA PRIVATE KEY-----",
+                "traffic.authentication.jwksUri",
+            ),
+        )
+    ),  # fmt: skip
     # A group bound to two tenants' Roles would see and restart both tenants' workloads.
     (
         "group-of-two-tenants",

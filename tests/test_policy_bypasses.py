@@ -421,8 +421,11 @@ HF_TOKEN = "hf_" + "Q" * 34
         (["--hf-token", HF_TOKEN], HF_TOKEN),
         (["--api-key=sk-live-123"], "sk-live-123"),
         (["--download-dir", f"/models?token={HF_TOKEN}"], HF_TOKEN),
+        # Any known format, wherever it stands (platform_config/credentials.py, in the pack's facts).
+        (["--download-dir", "AKIA" + "Q" * 16], "AKIA" + "Q" * 16),
+        (["--served-model-name", "ghp_" + "r" * 36], "ghp_" + "r" * 36),
     ],
-    ids=["api-key", "hf-token", "api-key-equals", "token-query"],
+    ids=["api-key", "hf-token", "api-key-equals", "token-query", "aws-access-key", "github-token"],
 )
 def test_secrets_in_args(pack, baseline, extra, secret):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")

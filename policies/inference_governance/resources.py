@@ -487,7 +487,12 @@ _SECRET_ASSIGNMENT = re.compile(r"(?:^|[\s?&;])-{0,2}([A-Za-z][A-Za-z0-9_-]*)=(\
 # Kubernetes expands $(VAR) from the container's env: a reference to a secret, not the secret.
 _ENV_REFERENCE = re.compile(r"^\$\([A-Za-z_][A-Za-z0-9_]*\)$")
 # A Hugging Face user access token, wherever it appears.
-_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
+# What a credential looks like in clear, by format (the program's platform_config/credentials.py).
+_CREDENTIALS = {name: re.compile(pattern) for name, pattern in FACTS["credentialFormats"].items()}
+
+
+def credential_format(text: str) -> str | None:
+    return next((name for name, pattern in _CREDENTIALS.items() if pattern.search(text)), None)
 
 
 def _secret_name(name: str) -> bool:
@@ -507,8 +512,9 @@ def secrets_in_words(words: list[str]) -> list[str]:
         for name, value in _SECRET_ASSIGNMENT.findall(word):
             if _secret_name(name) and not _ENV_REFERENCE.match(value):
                 found.append(name + "=")
-        if _HF_TOKEN.search(word):
-            found.append("a Hugging Face token")
+        credential = credential_format(word)
+        if credential is not None:
+            found.append(credential)
     return found
 
 
@@ -608,7 +614,7 @@ def _plain_secrets(value: Any, path: str) -> list[str]:
     elif is_list(value):
         for index, item in enumerate(value):
             found += _plain_secrets(item, f"{path}[{index}]")
-    elif isinstance(value, str) and _HF_TOKEN.search(value):
+    elif isinstance(value, str) and credential_format(value) is not None:
         found.append(path)
     return found
 
