@@ -105,7 +105,7 @@ def policy_facts() -> dict[str, Any]:
         # a shell script names to it, single-quoted.
         "s3UriPattern": S3_URI_PATTERN,
         # What a credential looks like in clear (platform_config/credentials.py).
-        "credentialFormats": dict(CREDENTIAL_FORMATS),
+        "credentialFormats": [list(entry) for entry in CREDENTIAL_FORMATS],
         "images": {
             "tagPattern": IMAGE_TAG_PATTERN,
             "digestPattern": IMAGE_DIGEST_PATTERN,

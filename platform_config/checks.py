@@ -50,7 +50,6 @@ from .models import (
     ModelSource,
     NodePoolConfig,
     PlatformConfig,
-    ReleaseConfig,
     ResourceBudget,
     ServerArgs,
     duration_seconds,
@@ -71,6 +70,7 @@ from .serving import (
     running_versions,
     server_name,
     time_sliced_memory_share,
+    user_key_headers,
 )
 from .weight_mirror import mirrored_source
 
@@ -797,19 +797,13 @@ def check_gateway_headers(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 )
     # The filter strips every model's user key header from clients and sets the verified caller in
     # it: an override header that is one would never arrive, or would name a user.
-    # (The release default is always among them: components/specs/gateway.py user_key_headers.)
-    default = ReleaseConfig.model_fields["user_key_header"].default
-    user_keys = {
-        default: "the default userKeyHeader",
-        **{m.release.user_key_header: f"the userKeyHeader of model {m.name!r}" for m in config.models},
-    }
+    user_keys = user_key_headers(config.models)
     for index, model in enumerate(config.models):
-        owner = user_keys.get(model.release.override_header)
-        if owner is not None:
+        if model.release.override_header in user_keys:
             yield ConfigIssue(
                 ("models", index, "release", "overrideHeader"),
-                f"{model.release.override_header!r} is {owner}, which the gateway filter sets to the verified caller; "
-                "use another header",
+                f"{model.release.override_header!r} is a userKeyHeader (of a model, or the default), which the gateway "
+                "filter sets to the verified caller; use another header",
             )
 
 

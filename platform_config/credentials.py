@@ -11,33 +11,45 @@ from typing import Any
 
 # Each issuer's documented prefix and the token's alphabet. Word boundaries keep a longer name
 # that merely contains a prefix (a path `.../hf_cache`, a model `task-...`) from matching.
-CREDENTIAL_FORMATS: dict[str, str] = {
-    "Hugging Face token": r"\bhf_[A-Za-z0-9]{20,}\b",
-    "AWS access key ID": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-    "GitHub token": r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b",
-    "Slack token": r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
-    "OpenAI API key": r"\bsk-(?:proj-)?[A-Za-z0-9_-]{32,}",
-    "Google API key": r"\bAIza[0-9A-Za-z_-]{35}\b",
-    "private key": r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----",
-    "JSON Web Token": r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-}
-_COMPILED = {name: re.compile(pattern) for name, pattern in CREDENTIAL_FORMATS.items()}
-ANY_CREDENTIAL = re.compile("|".join(f"(?:{pattern})" for pattern in CREDENTIAL_FORMATS.values()))
+# A list, not a mapping: the first format that matches names a value, in this order, in the
+# program and in the pack alike (the pack's facts keep it).
+CREDENTIAL_FORMATS: tuple[tuple[str, str], ...] = (
+    # The whole block, so that masking one leaves none of the key.
+    ("private key", r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z]+ )*PRIVATE KEY-----)?"),
+    ("Hugging Face token", r"\b(?:hf_[A-Za-z0-9]{20,}|api_org_[A-Za-z0-9]{20,})\b"),
+    ("AWS access key ID", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("GitHub token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b"),
+    ("GitLab token", r"\bglpat-[A-Za-z0-9_-]{20,}"),
+    ("Pulumi access token", r"\bpul-[a-f0-9]{40}\b"),
+    ("Slack token", r"\b(?:xox[abeprs]|xapp)-[A-Za-z0-9-]{10,}"),
+    ("OpenAI API key", r"\bsk-(?:proj-)?[A-Za-z0-9_-]{32,}"),
+    # No closing boundary: a key may end in '-'.
+    ("Google API key", r"\bAIza[0-9A-Za-z_-]{35}"),
+    ("JSON Web Token", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+)
+_COMPILED = [(name, re.compile(pattern)) for name, pattern in CREDENTIAL_FORMATS]
+ANY_CREDENTIAL = re.compile("|".join(f"(?:{pattern})" for _, pattern in CREDENTIAL_FORMATS))
 
 
 def credential_format(text: str) -> str | None:
     """The name of the first credential format `text` holds, or None."""
-    return next((name for name, pattern in _COMPILED.items() if pattern.search(text)), None)
+    return next((name for name, pattern in _COMPILED if pattern.search(text)), None)
 
 
 def credentials_in(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...], str]]:
-    """(path, format) of every string in a nested config value that holds a credential."""
+    """(path, format) of every string in a nested config value that holds a credential, a mapping's
+    keys included (a key of the path, the entry's own)."""
     if isinstance(value, str):
         found = credential_format(value)
         if found is not None:
             yield path, found
     elif isinstance(value, Mapping):
         for key, item in value.items():
+            found = credential_format(str(key))
+            if found is not None:
+                # Named by its parent: the key itself is the secret.
+                yield path, found
+                continue
             yield from credentials_in(item, (*path, str(key)))
     elif isinstance(value, list):
         for index, item in enumerate(value):

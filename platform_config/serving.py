@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import get_args
 
 from .gpu_catalog import GPU_RESOURCE, mig_resource
-from .models import ModelConfig, PlatformConfig, TierPolicy, duration_seconds
+from .models import ModelConfig, PlatformConfig, ReleaseConfig, TierPolicy, duration_seconds
 from .profiles import EXPERIMENT_PRIORITY_CLASS, PROFILES, TierName, WorkloadProfile
 from .quantity import parse_quantity
 
@@ -245,3 +245,10 @@ def queue_seconds(policy: TierPolicy) -> int:
     """A tier's queue bound in whole seconds (`queueTimeout`, rounded up): how long its requests may
     wait for a server, and the Retry-After of its 503s."""
     return math.ceil(duration_seconds(policy.queue_timeout))
+
+
+def user_key_headers(models: Iterable[ModelConfig]) -> list[str]:
+    """Every header a model's servers receive the user in, the release default included: the
+    gateway filter removes client values of all of them and sets the verified caller."""
+    default = ReleaseConfig.model_fields["user_key_header"].default
+    return sorted({default, *(model.release.user_key_header for model in models)})

@@ -16,6 +16,8 @@ from typing import Any, NoReturn
 
 import yaml
 
+from platform_config.credentials import ANY_CREDENTIAL
+
 
 class _StackFileLoader(yaml.SafeLoader):
     """YAML as the Pulumi CLI (Go, YAML 1.2) reads it: `2024-06-01`, `on`, `yes` and `1:30`
@@ -191,7 +193,8 @@ def load_yaml(text: str) -> Any:
         # Checked: bounded in depth and size, no recursion, only JSON's types.
         return yaml.load(text, Loader=_StackFileLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as error:
-        raise StackConfigError(f"not valid YAML: {error}") from None
+        # PyYAML quotes the offending line: a credential on it is masked.
+        raise StackConfigError(f"not valid YAML: {ANY_CREDENTIAL.sub('***', str(error))}") from None
 
 
 def read_bounded(path: Path, limit: int, hint: str) -> bytes:

@@ -426,8 +426,21 @@ def test_a_credential_in_clear_is_refused_without_being_echoed(dev_raw, token: s
     assert token not in problem
 
 
-def test_names_that_merely_contain_a_prefix_are_no_credential():
+def test_a_full_length_token_body_counts_only_from_a_word_boundary():
     from platform_config.credentials import credential_format
 
-    for text in ("/models/hf_cache", "task-classification-model-v1", "eyJ", "ghp_short", "s3://team-a/AKIA-notes/"):
+    hf, aws = "hf_" + "a1" * 15, "AKIA" + "Q" * 16
+    # Preceded by a letter or digit, the prefix is part of another word.
+    for text in (f"x{hf}", f"X{aws}", "task-" + "b" * 40, "/models/hf_cache", "ghp_short"):
         assert credential_format(text) is None, text
+    # After a separator, or ending in '-' (a Google key may), it is one.
+    assert credential_format(f"/models/{hf}") == "Hugging Face token"
+    assert credential_format(f"key={aws}") == "AWS access key ID"
+    assert credential_format("AIza" + "c" * 34 + "-") == "Google API key"
+
+
+def test_a_private_key_is_masked_whole():
+    from preview.policy_runner import mask_secrets
+
+    block = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA0Z3VS5JJcds3xfn\n-----END RSA PRIVATE KEY-----"
+    assert mask_secrets(f"value {block} here") == "value *** here"

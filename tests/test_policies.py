@@ -382,6 +382,25 @@ def test_shell_scripts_quote_every_s3_location(pack, baseline, rewrite, flagged)
     assert analyze(pack, record) == ({"shell-scripts-quote-config": "mandatory"} if flagged else {})
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bash", "-euo", "pipefail", "-c"],
+        ["/usr/bin/env", "sh", "-c"],
+        ["busybox", "sh", "-c"],
+        ["sh", "-c", "--"],
+        ["/bin/bash", "--noprofile", "-c"],
+    ],
+    ids=["options-with-arguments", "env", "busybox", "double-dash", "long-option"],
+)
+def test_every_way_to_start_a_shell_script_is_read(pack, baseline, command):
+    record = find(baseline, JOB, "ticket-labels-job")
+    for container in _stage_in(record):
+        script = container["command"][2].replace("'s3://", "s3://").replace("'/shard-", "/shard-")
+        container["command"] = [*command, script]
+    assert analyze(pack, record) == {"shell-scripts-quote-config": "mandatory"}
+
+
 def test_quotas_over_pool_capacity(pack, baseline):
     def grow(records):
         quota = next(r for r in records if r.name == "team-a-total")

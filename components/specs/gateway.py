@@ -25,9 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from platform_config.adapters import adapter_revisions, module_name
-from platform_config.models import GatewayAuthentication, ReleaseConfig, TrafficConfig
+from platform_config.models import GatewayAuthentication, TrafficConfig
 from platform_config.profiles import TierName
-from platform_config.serving import CONTROL_HEADER_PREFIXES, VLLM_PRIORITY_HEADER, queue_seconds, route_timeout_seconds
+from platform_config.serving import (
+    CONTROL_HEADER_PREFIXES,
+    VLLM_PRIORITY_HEADER,
+    queue_seconds,
+    route_timeout_seconds,
+    user_key_headers,
+)
 
 from ..constants import (
     GATEWAY_LISTENER_PORTS,
@@ -246,17 +252,12 @@ def access_policies(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> li
 # --- the gateway filter ----------------------------------------------------------------------
 
 
-def user_key_headers(routes: tuple[RoutePlan, ...]) -> list[str]:
-    """Every header a model's servers receive the user in, the release default included: the
-    filter removes client values of all of them."""
-    default = ReleaseConfig.model_fields["user_key_header"].default
-    return sorted({default, *(route.model.release.user_key_header for route in routes)})
-
-
 def owned_headers(traffic: TrafficConfig, routes: tuple[RoutePlan, ...]) -> list[str]:
     """The headers the filter sets (tier, bucket, model, every user key): it removes every client
     value of them first."""
-    return sorted({traffic.tier_header, traffic.bucket_header, traffic.model_header, *user_key_headers(routes)})
+    return sorted(
+        {traffic.tier_header, traffic.bucket_header, traffic.model_header, *user_key_headers(route.model for route in routes)}
+    )
 
 
 def max_request_body_bytes(traffic: TrafficConfig) -> int:

@@ -258,9 +258,9 @@ def network_policies(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...])
 
 
 # What a tenant's groups may do in its namespace: see its workloads, their logs, events and
-# autoscaling, and restart a pod (its controller recreates it) by evicting it, which honours the
-# pod's disruption budget (the Eviction API answers 429 while the budget allows none), never by
-# deleting it, which would take a version's last ready server. Not Kubernetes' `edit`, which
+# autoscaling, and restart a pod (its controller recreates it) through the Eviction API, which
+# answers 429 while the pod's disruption budget allows no disruption, never by deleting it
+# outright, which ignores the budget. Not Kubernetes' `edit`, which
 # reads Secrets (the namespace's Hugging Face token) and execs into pods; no pods/exec, attach,
 # portforward or proxy, no serviceaccounts/token, no escalate, bind or impersonate, and no
 # creating pods or workloads (a pod could mount the namespace's Secrets or run as its service

@@ -337,8 +337,9 @@ def gpu_less_pods_see_no_gpu(args: Any, report_violation: Report) -> None:
 SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
 ADDABLE_CAPABILITIES = {"NET_BIND_SERVICE"}
 # The rest of the baseline, as kubernetes/pod-security-admission v0.33.0 checks it (policy/, with
-# k8s.io/api v0.33.0's constants): AppArmor and seccomp profiles RuntimeDefault or Localhost, in the
-# fields and in the deprecated annotations (check_appArmorProfile.go, check_seccompProfile_baseline.go);
+# k8s.io/api v0.33.0's constants), stricter in one place: AppArmor and seccomp profiles
+# RuntimeDefault or Localhost, in the fields and in the deprecated annotations, which v0.33.0 reads
+# for seccomp only at levels before 1.19 (check_appArmorProfile.go, check_seccompProfile_baseline.go);
 # procMount Default (check_procMount.go); no Windows hostProcess (check_windowsHostProcess.go);
 # only the safe sysctls of its newest level, 1.32 (check_sysctls.go sysctlsAllowedV1Dot32).
 PROFILE_TYPES = {"RuntimeDefault", "Localhost"}
@@ -486,13 +487,13 @@ _SECRET_FLAG = re.compile(r"^-{1,2}([A-Za-z0-9][A-Za-z0-9_-]*)$")
 _SECRET_ASSIGNMENT = re.compile(r"(?:^|[\s?&;])-{0,2}([A-Za-z][A-Za-z0-9_-]*)=(\S+)")
 # Kubernetes expands $(VAR) from the container's env: a reference to a secret, not the secret.
 _ENV_REFERENCE = re.compile(r"^\$\([A-Za-z_][A-Za-z0-9_]*\)$")
-# A Hugging Face user access token, wherever it appears.
-# What a credential looks like in clear, by format (the program's platform_config/credentials.py).
-_CREDENTIALS = {name: re.compile(pattern) for name, pattern in FACTS["credentialFormats"].items()}
+# What a credential looks like in clear, by format, in the program's order so that both name a
+# value alike (platform_config/credentials.py).
+_CREDENTIALS = [(str(name), re.compile(pattern)) for name, pattern in FACTS["credentialFormats"]]
 
 
 def credential_format(text: str) -> str | None:
-    return next((name for name, pattern in _CREDENTIALS.items() if pattern.search(text)), None)
+    return next((name for name, pattern in _CREDENTIALS if pattern.search(text)), None)
 
 
 def _secret_name(name: str) -> bool:
@@ -520,16 +521,26 @@ def secrets_in_words(words: list[str]) -> list[str]:
 
 def no_secret_args(args: Any, report_violation: Report) -> None:
     for container in workload_containers(args.resource_type, args.props):
-        words = [word for part in ("command", "args") for item in get(container, part, default=[]) for word in str(item).split()]
-        for what in sorted(set(secrets_in_words(words))):
+        items = [str(item) for part in ("command", "args") for item in get(container, part, default=[])]
+        words = [word for item in items for word in item.split()]
+        found = set(secrets_in_words(words))
+        # A format with spaces in it (a private key block) spans words.
+        spanning = credential_format("\n".join(items))
+        if spanning is not None and not found:
+            found.add(spanning)
+        for what in sorted(found):
             report_violation(
                 f"container '{get(container, 'name', default='?')}' passes a credential ({what}) in its command line, where "
                 "anyone who can read the pod sees it: read it from a Secret (env valueFrom.secretKeyRef) and pass $(VAR)"
             )
 
 
-# A shell run with a script (`sh -c`, `sh -ec`, `bash -xc`): the word after its first option with a `c`.
-_SHELLS = frozenset({"sh", "bash", "ash", "dash"})
+# A shell run with a script (`sh -c`, `sh -ec`, `bash -euo pipefail -c`, `env sh -c`, `busybox
+# sh -c`): the word after its first option with a `c`.
+_SHELLS = frozenset({"sh", "bash", "ash", "dash", "zsh", "ksh", "mksh"})
+_WRAPPERS = frozenset({"env", "busybox"})
+# Shell options that take the next word as their argument.
+_OPTIONS_WITH_ARGUMENT = frozenset({"--rcfile", "--init-file"})
 _S3_URI = re.compile(FACTS["s3UriPattern"])
 # An S3 location as a script should name it: in single quotes (shlex.quote's form), which nothing
 # inside can leave and the shell expands nothing in.
@@ -538,13 +549,28 @@ _QUOTED_S3 = re.compile(r"'(s3://[^']*)'")
 
 def _shell_script(container: Mapping[str, Any]) -> str | None:
     words = [str(word) for part in ("command", "args") for word in get(container, part, default=[]) or []]
+    # `env [-i] [VAR=value ...] sh`, `busybox sh`: the shell is the first other word.
+    while words and words[0].rsplit("/", 1)[-1] in _WRAPPERS:
+        words = words[1:]
+        while words and (words[0].startswith("-") or "=" in words[0]):
+            words = words[1:]
     if not words or words[0].rsplit("/", 1)[-1] not in _SHELLS:
         return None
-    for index, word in enumerate(words[1:], 1):
-        if not word.startswith("-") or word.startswith("--"):
-            return None
-        if "c" in word[1:]:
-            return words[index + 1] if index + 1 < len(words) else ""
+    index = 1
+    while index < len(words):
+        word = words[index]
+        if word in _OPTIONS_WITH_ARGUMENT:
+            index += 2
+        elif word.startswith("--"):
+            index += 1  # --noprofile, --login, and `--` before the script
+        elif word.startswith(("-", "+")) and "c" in word[1:]:
+            rest = [w for w in words[index + 1 :] if w != "--"]
+            return rest[0] if rest else ""
+        elif word.startswith(("-", "+")):
+            # In a cluster (`-euo pipefail`), `o` takes the next word too.
+            index += 2 if set(word[1:]) & {"o", "O"} else 1
+        else:
+            return None  # a script file, not a command string
     return None
 
 
@@ -562,10 +588,10 @@ def shell_scripts_quote_config(args: Any, report_violation: Report) -> None:
         if script.count("s3://") > len(quoted):
             report_violation(
                 f"container '{name}' names an S3 location in its shell script outside single quotes, where the shell "
-                "expands what it holds: quote it (shlex.quote)"
+                "expands what it holds: put it in single quotes (shlex.quote leaves a word of safe characters bare)"
             )
         for location in quoted:
-            if not _S3_URI.match(location):
+            if not _S3_URI.fullmatch(location):
                 report_violation(
                     f"container '{name}' names S3 location {location!r} in its shell script: a location config may give "
                     "is s3://<bucket>/<letters, digits and -_.=/>, so this one came from somewhere else"
