@@ -19,6 +19,9 @@ from .specs.knative import knative_serving
 class KnativeServingArgs:
     # The Istio control plane (Knative's net-istio needs its CRDs).
     depends_on: tuple[pulumi.Resource, ...] = ()
+    # Replicas of Serving's control plane where more than the manifest's one are wanted
+    # (production: FLOORS.control_plane_replicas_in_production).
+    high_availability: int | None = None
 
 
 class KnativeServing(pulumi.ComponentResource):
@@ -40,7 +43,7 @@ class KnativeServing(pulumi.ComponentResource):
         serving_ns = system_namespace(
             f"{name}-namespace", KNATIVE_SERVING_NAMESPACE, "knative", child, **{"istio-injection": "enabled"}
         )
-        spec = knative_serving()
+        spec = knative_serving(args.high_availability)
         self.serving = custom_resource(
             f"{name}-serving", spec, pulumi.ResourceOptions(parent=self, depends_on=[operator, serving_ns, *args.depends_on])
         )

@@ -43,8 +43,12 @@ from .k8s_objects import KubernetesObject, helm_release, system_namespace
 MAX_DOWNSTREAM_CONNECTIONS_PER_PROXY = 8192
 
 
-def istiod_values() -> dict:
+def istiod_values(replicas: int) -> dict:
+    """`replicas`: the fewest istiod pods its autoscaler keeps (the chart's `autoscaleMin`, default
+    1; istio 1.30.3 manifests/charts/istio-control/istio-discovery: the HPA's minReplicas, and the
+    chart's PodDisruptionBudget keeps one up through a drain)."""
     return {
+        "autoscaleMin": replicas,
         "pilot": {"cni": {"enabled": True}},
         "meshConfig": {
             "enablePrometheusMerge": True,
@@ -214,6 +218,8 @@ class MeshArgs:
     nlb_idle_timeout_seconds: int
     # Reachable inside the VPC only unless the stack opts in (`traffic.loadBalancerScheme`).
     load_balancer_scheme: LoadBalancerScheme = "internal"
+    # The fewest istiod replicas (production: FLOORS.control_plane_replicas_in_production).
+    control_plane_replicas: int = 1
 
 
 class Mesh(pulumi.ComponentResource):
@@ -242,7 +248,7 @@ class Mesh(pulumi.ComponentResource):
 
         self.base = release("base", ISTIO_BASE, "istio-base", {}, [namespace])
         cni = release("cni", ISTIO_CNI, "istio-cni", {}, [self.base])
-        self.istiod = release("istiod", ISTIOD, "istiod", istiod_values(), [self.base, cni])
+        self.istiod = release("istiod", ISTIOD, "istiod", istiod_values(args.control_plane_replicas), [self.base, cni])
         # The gateway pods mount it: it must exist before they start.
         overload = KubernetesObject(
             f"{name}-gateway-overload",

@@ -13,6 +13,7 @@ import pulumi
 import pulumi_aws as aws
 
 from platform_config.capacity import batch_queue_report, capacity_report, pool_supply
+from platform_config.floors import FLOORS
 from platform_config.models import PlatformConfig
 
 from .batch_job import BatchJob, BatchJobArgs
@@ -161,6 +162,8 @@ class InferencePlatform(pulumi.ComponentResource):
             opts=child,
         )
 
+        # What every request depends on runs more than once in production (control-plane-availability).
+        control_plane_replicas = FLOORS.control_plane_replicas_in_production if config.environment == "production" else None
         mesh = Mesh(
             "mesh",
             MeshArgs(
@@ -169,6 +172,7 @@ class InferencePlatform(pulumi.ComponentResource):
                 # timeout, so the gateway, not the NLB, decides when a silent answer is too late.
                 nlb_idle_timeout_seconds=stream_idle_timeout_seconds(config.traffic) + 60,
                 load_balancer_scheme=config.traffic.load_balancer_scheme,
+                control_plane_replicas=control_plane_replicas or 1,
             ),
             opts=child,
         )
@@ -226,7 +230,11 @@ class InferencePlatform(pulumi.ComponentResource):
             )
             autoscaler_machinery["metrics-adapter"] = [adapter.release]
         if "knative" in needed:
-            knative = KnativeServing("knative-serving", KnativeServingArgs(depends_on=(mesh.istiod,)), opts=child)
+            knative = KnativeServing(
+                "knative-serving",
+                KnativeServingArgs(depends_on=(mesh.istiod,), high_availability=control_plane_replicas),
+                opts=child,
+            )
             pod_machinery["knative"] = [knative.serving]
 
         self.models = []

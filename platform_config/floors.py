@@ -28,6 +28,10 @@ class GovernanceFloors:
     # The endpoint picker stands in every request's path to its model version: with one replica,
     # its restart is the version's outage.
     endpoint_picker_replicas_in_production: int = 2
+    # control-plane-availability: what every request depends on (istiod, the gateway, Knative's
+    # activator, autoscaler, controller and webhook, Kueue's manager) runs this many replicas in
+    # production, so a node drain or a crash takes none of it away.
+    control_plane_replicas_in_production: int = 2
 
     def policy_defaults(self) -> dict[str, float]:
         """The floors under the policy pack's config keys."""
@@ -41,6 +45,7 @@ class GovernanceFloors:
             "minWindowSeconds": self.knative_window_seconds,
             # endpoint-picker-availability's minReplicasInProduction (hpa-behavior has that key too).
             "minEndpointPickerReplicasInProduction": self.endpoint_picker_replicas_in_production,
+            "minControlPlaneReplicasInProduction": self.control_plane_replicas_in_production,
         }
 
 

@@ -220,6 +220,22 @@ PolicyPack(
             severity=Severity.CRITICAL,
         ),
         StackValidationPolicy(
+            name="control-plane-availability",
+            description="In production what every request depends on runs at least minReplicasInProduction replicas: "
+            "istiod (autoscaleMin), the ingress gateway (autoscaling.minReplicas), Kueue's manager "
+            "(controllerManager.replicas, with its PodDisruptionBudget) and Knative Serving's control plane "
+            "(KnativeServing spec.high-availability.replicas).",
+            validate=stack.control_plane_availability,
+            severity=Severity.HIGH,
+            config_schema=schema(
+                minReplicasInProduction={
+                    "type": "integer",
+                    "default": FLOORS["minControlPlaneReplicasInProduction"],
+                },
+                productionStacks=PRODUCTION,
+            ),
+        ),
+        StackValidationPolicy(
             name="endpoint-picker-availability",
             description="Endpoint pickers: in production every Deployment of a model server is picked by one (an "
             "InferencePool of its namespace selects its pods: only the picker's queue is bounded in time there), with "

@@ -233,7 +233,7 @@ def test_the_gateway_bounds_headers_streams_and_idle_time(prod):
 
 
 def test_every_proxy_caps_its_downstream_connections():
-    metadata = istiod_values()["meshConfig"]["defaultConfig"]["proxyMetadata"]
+    metadata = istiod_values(1)["meshConfig"]["defaultConfig"]["proxyMetadata"]
     assert metadata == {"ISTIO_META_GLOBAL_DOWNSTREAM_MAX_CONNECTIONS": "8192"}
 
 

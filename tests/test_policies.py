@@ -18,7 +18,7 @@ from preview.policy_runner import PolicyConfigError, PolicyPack, PolicyRun, mask
 from preview.sections import policy_section
 from preview.stack_config import load_project, load_stack_config
 
-from .helpers import ROOT, Evaluated, prod_with_labeller_server, run_preview
+from .helpers import ROOT, Evaluated, prod_with_labeller_server, raw_stack, run_preview
 
 sys.path.insert(0, str(ROOT / "policies"))
 from inference_governance import resources as resource_rules  # noqa: E402
@@ -85,7 +85,7 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 30 and "gateway-requires-a-token" in names
+    assert len(names) == 31 and "gateway-requires-a-token" in names
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):
@@ -509,6 +509,42 @@ def test_endpoint_picker_availability(pack, baseline, change, flagged):
     hits = pack.analyze_stack(stack_with(baseline, change))
     found = {(d.policy, d.level, d.urn.rsplit("::", 1)[-1]) for d in hits}
     assert found == ({("endpoint-picker-availability", "mandatory", flagged)} if flagged else set())
+
+
+@pytest.mark.parametrize(
+    ("change", "flagged"),
+    [
+        (edit("mesh-istiod", lambda r: r["values"].update(autoscaleMin=1)), "mesh-istiod"),
+        (edit("mesh-istiod", lambda r: r["values"].update(autoscaleEnabled=False)), "mesh-istiod"),  # replicaCount 1
+        (edit("mesh-istiod", lambda r: r["values"].update(autoscaleEnabled=False, replicaCount=3)), None),
+        (edit("mesh-gateway", lambda r: r["values"]["autoscaling"].update(minReplicas=1)), "mesh-gateway"),
+        (edit("kueue-release", lambda r: r["values"]["controllerManager"].update(replicas=1)), "kueue-release"),
+        (edit("kueue-release", lambda r: r["values"]["controllerManager"].pop("podDisruptionBudget")), "kueue-release"),
+        (edit("knative-serving-serving", lambda r: r["spec"].pop("high-availability")), "knative-serving-serving"),
+        (edit("knative-serving-serving", lambda r: r["spec"].update({"high-availability": {"replicas": 3}})), None),
+    ],
+    ids=["istiod-one", "istiod-fixed-one", "istiod-fixed-three", "gateway-one", "kueue-one", "kueue-no-budget",
+         "knative-no-ha", "knative-three"],
+)  # fmt: skip
+def test_control_plane_availability(pack, baseline, change, flagged):
+    found = {(d.policy, d.urn.rsplit("::", 1)[-1]) for d in pack.analyze_stack(stack_with(baseline, change))}
+    assert found == ({("control-plane-availability", flagged)} if flagged else set())
+
+
+def test_the_control_plane_runs_twice_in_production_only():
+    from components.mesh import istiod_values
+    from components.specs.knative import knative_serving
+
+    prod = Evaluated(raw_stack("prod"), shared=True)
+    dev = Evaluated(raw_stack("dev"), shared=True)
+
+    def of(evaluated: Evaluated, name: str) -> dict:
+        return next(r for r in evaluated.records if r.name == name).outputs
+
+    assert of(prod, "mesh-istiod")["values"]["autoscaleMin"] == 2 and of(dev, "mesh-istiod")["values"]["autoscaleMin"] == 1
+    assert of(prod, "knative-serving-serving")["spec"]["high-availability"] == {"replicas": 2}
+    assert "high-availability" not in of(dev, "knative-serving-serving")["spec"]
+    assert istiod_values(3)["autoscaleMin"] == 3 and knative_serving(3)["spec"]["high-availability"] == {"replicas": 3}
 
 
 def test_endpoint_picker_messages_name_the_object_and_the_fix(pack, baseline):

@@ -46,8 +46,12 @@ def local_gateway() -> dict[str, Any]:
     }
 
 
-def knative_serving() -> dict[str, Any]:
-    return {
+def knative_serving(high_availability: int | None = None) -> dict[str, Any]:
+    """`high_availability`: the replicas of every Deployment of Serving's control plane the
+    operator scales (activator, autoscaler, controller, webhook, net-istio's; knative/operator
+    knative-v1.23.0 pkg/reconciler/common/ha.go HighAvailabilityTransform, the HPAs' minimum
+    too), None for the manifest's one each."""
+    serving: dict[str, Any] = {
         "apiVersion": "operator.knative.dev/v1beta1",
         "kind": "KnativeServing",
         "metadata": {
@@ -81,3 +85,6 @@ def knative_serving() -> dict[str, Any]:
             },
         },
     }
+    if high_availability is not None:
+        serving["spec"]["high-availability"] = {"replicas": high_availability}
+    return serving

@@ -22,6 +22,7 @@ from .kube import (
     GATEWAY_SELECTOR,
     GPU_NODE_POOL,
     GPU_SHARING_LABEL,
+    HELM_RELEASE,
     HPA_V1,
     HPA_V2,
     INFERENCE_POOL,
@@ -724,6 +725,77 @@ def endpoint_picker_availability(args: Any, report_violation: Report) -> None:
         _production_servers_behind_pickers(args, report_violation)
     _pools_name_endpoint_pickers(args, pickers, report_violation)
     _endpoint_pickers_in_the_mesh(args, pickers, report_violation)
+
+
+KNATIVE_SERVING_CR = "kubernetes:operator.knative.dev/v1beta1:KnativeServing"
+
+
+def _replicas_of(values: Mapping[str, Any], enabled: tuple[str, ...], minimum: tuple[str, ...]) -> Any:
+    """A chart's replica floor from its values: the autoscaler's minimum unless it is turned off,
+    then the fixed count (`replicaCount`); the chart's default (1) where neither is given."""
+    if get(values, *enabled, default=True) is not False:
+        return get(values, *minimum, default=1)
+    return get(values, "replicaCount", default=1)
+
+
+def _count(value: Any) -> int | None:
+    """A replica count as the analyzer hands it over (numbers come as floats), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        return None
+    return int(value)
+
+
+def control_plane_availability(args: Any, report_violation: Report) -> None:
+    """In production every request depends on istiod (certificates, configuration), the ingress
+    gateway, Knative Serving's control plane (activator, autoscaler, controller, webhook) and Kueue's
+    manager (its webhook admits every batch Job): each runs at least minReplicasInProduction
+    replicas, so one crash or node drain takes none of it away. Read where the program sets them:
+    the istiod chart's `autoscaleMin` (istio 1.30.3), the gateway chart's
+    `autoscaling.minReplicas`, Kueue's `controllerManager.replicas` with its PodDisruptionBudget
+    enabled (kueue 0.19.2), and KnativeServing's `spec.high-availability.replicas` (knative/operator
+    knative-v1.23.0)."""
+    if not is_production(args):
+        return
+    floor = int(config(args).get("minReplicasInProduction", FLOORS["minControlPlaneReplicasInProduction"]))
+    for release in of_type(args, HELM_RELEASE):
+        chart = str(get(release.props, "chart", default="")).rsplit("/", 1)[-1]
+        values = get(release.props, "values", default={}) or {}
+        where = f"Helm release {get(release.props, 'namespace', default='?')}/{get(release.props, 'name', default='?')} ({chart})"
+        if chart == "istiod":
+            replicas = _replicas_of(values, ("autoscaleEnabled",), ("autoscaleMin",))
+            key = "autoscaleMin"
+        elif chart == "gateway":
+            replicas = _replicas_of(values, ("autoscaling", "enabled"), ("autoscaling", "minReplicas"))
+            key = "autoscaling.minReplicas"
+        elif chart == "kueue":
+            replicas = get(values, "controllerManager", "replicas", default=1)
+            key = "controllerManager.replicas"
+            if get(values, "controllerManager", "podDisruptionBudget", "enabled") is not True:
+                report_violation(
+                    f"{where}: no PodDisruptionBudget for Kueue's manager, so a drain may take every replica: set "
+                    "controllerManager.podDisruptionBudget.enabled",
+                    release.urn,
+                )
+        else:
+            continue
+        count = _count(replicas)
+        if (count or 0) < floor:
+            shown = count if count is not None else repr(replicas)
+            report_violation(
+                f"{where} runs {shown} replica(s) at least; production keeps at least {floor} of what every request "
+                f"depends on: set {key} to {floor} or more",
+                release.urn,
+            )
+    for serving in of_type(args, KNATIVE_SERVING_CR):
+        replicas = get(serving.props, "spec", "high-availability", "replicas", default=1)
+        if (_count(replicas) or 0) < floor:
+            replicas = _count(replicas) if _count(replicas) is not None else replicas
+            report_violation(
+                f"KnativeServing {namespace_of(serving.props)}/{name_of(serving.props)} runs its control plane (activator, "
+                f"autoscaler, controller, webhook) at {replicas!r} replica(s); production keeps at least {floor}: set "
+                f"spec.high-availability.replicas to {floor} or more",
+                serving.urn,
+            )
 
 
 def gpu_jobs_through_kueue(args: Any, report_violation: Report) -> None:
