@@ -201,14 +201,31 @@ FORBIDDEN_HEADER_NAMES: dict[str, frozenset[str]] = {
             "x-amz-security-token",
         }
     ),  # fmt: skip
-    # Set by the mesh's proxies on every request (Envoy's x-forwarded-*, x-request-id, tracing).
+    # Set by the mesh's proxies on every request (Envoy's x-forwarded-*, x-request-id, tracing:
+    # W3C, B3, Jaeger, AWS X-Ray, Google Cloud, SkyWalking; Envoy's x-client-trace-id).
     "a header the mesh's proxies set": frozenset(
-        {"forwarded", "via", "x-request-id", "x-real-ip", "traceparent", "tracestate", "b3"}
-    ),
+        {
+            "forwarded",
+            "via",
+            "x-request-id",
+            "x-real-ip",
+            "traceparent",
+            "tracestate",
+            "b3",
+            "uber-trace-id",
+            "x-amzn-trace-id",
+            "x-cloud-trace-context",
+            "grpc-trace-bin",
+            "sw8",
+            "x-client-trace-id",
+        }
+    ),  # fmt: skip
+    # Rewrites what the request means to a proxy or framework in front of the servers.
+    "a method or route override": frozenset({"x-http-method-override", "x-http-method", "x-method-override", "x-original-url"}),
 }
 # Prefixes of headers Envoy and Istio set or act on (x-envoy-*: Envoy's router and filters;
 # x-forwarded-*: the connection manager; x-b3-*: tracing; x-istio-*, x-ot-*).
-FORBIDDEN_HEADER_PREFIXES: tuple[str, ...] = ("x-envoy-", "x-forwarded-", "x-b3-", "x-istio-", "x-ot-")
+FORBIDDEN_HEADER_PREFIXES: tuple[str, ...] = ("x-envoy-", "x-forwarded-", "x-b3-", "x-istio-", "x-ot-", "uberctx-", "x-datadog-")
 HEADER_NAME_MAX_LENGTH = 64
 
 

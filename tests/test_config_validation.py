@@ -399,6 +399,9 @@ def test_durations_end_at_the_protobuf_maximum():
         ("proxy-authorization", "a credential header"),
         ("traceparent", "a header the mesh's proxies set"),
         ("x-b3-traceid", "under a prefix Envoy or Istio set or act on"),
+        ("x-amzn-trace-id", "a header the mesh's proxies set"),
+        ("x-http-method-override", "a method or route override"),
+        ("x-datadog-trace-id", "under a prefix Envoy or Istio set or act on"),
     ],
 )
 def test_a_header_setting_names_why_a_header_is_not_the_platforms_to_take(dev_raw, name: str, why: str):
