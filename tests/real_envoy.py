@@ -382,14 +382,7 @@ def running_gateway(
         )
         if bootstrap_hook is not None:
             bootstrap_hook(config)
-        path = directory / "envoy.json"
-        path.write_text(istio_gateway.to_json(config))
-        log_path = directory / "envoy.log"
-        process = subprocess.Popen(
-            [str(envoy_binary()), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
-             "--log-level", os.environ.get("REAL_ENVOY_LOG_LEVEL", "warning"), "--log-path", str(log_path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        process, log_path = _start_envoy(istio_gateway.to_json(config), directory)
         serving = [
             s["port"]["number"]
             for g in objects.gateways
@@ -409,20 +402,20 @@ def running_gateway(
             upstreams.stop()
 
 
+def _start_envoy(config: str, directory: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """The pinned Envoy running `config` (JSON), one worker, logging to a file in `directory`."""
+    path, log_path = directory / "envoy.json", directory / "envoy.log"
+    path.write_text(config)
+    process = subprocess.Popen(
+        [str(envoy_binary()), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
+         "--log-level", os.environ.get("REAL_ENVOY_LOG_LEVEL", "warning"), "--log-path", str(log_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    return process, log_path
+
+
 def _wait_ready(gateway: Gateway) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if gateway.process.poll() is not None:
-            raise RuntimeError(f"envoy exited with {gateway.process.returncode}:\n{gateway.log()[-4000:]}")
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", gateway.admin_port, timeout=2)
-            connection.request("GET", "/ready")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"envoy was not ready within {START_TIMEOUT_SECONDS} s:\n{gateway.log()[-4000:]}")
+    _wait_admin_ready(gateway.process, gateway.admin_port, gateway.log_path)
 
 
 def validate(config: Mapping[str, Any]) -> subprocess.CompletedProcess[str]:
@@ -473,8 +466,8 @@ def _rebind(address: dict[str, Any], port: int) -> None:
 @contextmanager
 def running_picker_proxy(bootstrap: dict[str, Any], decide: Callable[[dict[str, str]], Any] | None) -> Iterator[PickerProxy]:
     """Envoy running `bootstrap` as rendered, but bound to loopback: its listeners and admin on
-    free ports, its ext_proc cluster on a fake picker over TLS (`decide` answers each request;
-    None: no picker listens, as when the EPP is down), and its servers' Service on an echo
+    free ports, and its ext_proc cluster on a fake picker over TLS (`decide` answers each request;
+    None: no picker listens, as when the EPP is down); the pods the picker names are an echo
     upstream. Only addresses are changed."""
     from .servers import fake_picker
 
@@ -497,20 +490,13 @@ def running_picker_proxy(bootstrap: dict[str, Any], decide: Callable[[dict[str, 
             _rebind(listener["address"], port)
             if listener["name"] == "vllm":
                 model_port = port
-        host, servers_port = upstreams.address("servers")
+        host = upstreams.address("servers")[0]
         for cluster in config["static_resources"]["clusters"]:
             endpoints = cluster.get("load_assignment", {}).get("endpoints", [])
             for endpoint in (e["endpoint"] for group in endpoints for e in group["lb_endpoints"]):
-                target = {"ext_proc": picker_port, "servers": servers_port, "prometheus_stats": admin}[cluster["name"]]
+                target = {"ext_proc": picker_port, "prometheus_stats": admin}[cluster["name"]]
                 endpoint["address"]["socket_address"].update(address=host, port_value=target)
-        path = directory / "envoy.json"
-        path.write_text(json.dumps(config))
-        log_path = directory / "envoy.log"
-        process = subprocess.Popen(
-            [str(envoy_binary()), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
-             "--log-level", os.environ.get("REAL_ENVOY_LOG_LEVEL", "warning"), "--log-path", str(log_path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        process, log_path = _start_envoy(json.dumps(config), directory)
         proxy = PickerProxy(process, model_port, upstreams, picker, log_path)
         try:
             _wait_admin_ready(process, admin, log_path)
@@ -526,7 +512,7 @@ def _wait_admin_ready(process: subprocess.Popen[bytes], admin_port: int, log_pat
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"envoy exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
+            raise RuntimeError(f"envoy exited with {process.returncode}:\n{log_path.read_text(errors='replace')[-4000:]}")
         try:
             connection = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=2)
             connection.request("GET", "/ready")
@@ -535,4 +521,4 @@ def _wait_admin_ready(process: subprocess.Popen[bytes], admin_port: int, log_pat
         except OSError:
             pass
         time.sleep(0.05)
-    raise RuntimeError(f"envoy was not ready within {START_TIMEOUT_SECONDS} s:\n{log_path.read_text()[-4000:]}")
+    raise RuntimeError(f"envoy was not ready within {START_TIMEOUT_SECONDS} s:\n{log_path.read_text(errors='replace')[-4000:]}")
