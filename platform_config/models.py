@@ -12,6 +12,7 @@ import ipaddress
 import json
 import re
 import urllib.parse
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -160,6 +161,16 @@ def _pinned_image(value: str) -> str:
 
 
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
+
+
+def _refuse_retired_keys(data: Any, retired: Mapping[str, str]) -> Any:
+    """A model's raw input, refused when it holds a key the platform no longer reads, with why
+    (a `before` validator: an unknown key would only list the allowed ones)."""
+    if isinstance(data, dict):
+        for key, why in retired.items():
+            if key in data:
+                raise ValueError(f"'{key}' is no longer read: {why}")
+    return data
 
 
 # Header names no setting may name, by why (RFC 9110 and what the gateway's proxies own): the
@@ -745,20 +756,18 @@ class ServerArgs(ConfigModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_free_form_args(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "extraArgs" in data:
-            raise ValueError(
-                "'extraArgs' is no longer read: vLLM flags are the typed settings of 'server' (enforceEager, "
-                "maxNumBatchedTokens, kvCacheDtype, ...); the platform computes --port, --served-model-name, "
-                "--tensor-parallel-size, --gpu-memory-utilization, --shutdown-timeout, --scheduling-policy and "
-                "prefix caching, and credentials (--api-key, --hf-token) or --trust-remote-code are never arguments"
-            )
-        if isinstance(data, dict) and "maxNumPartialPrefills" in data:
-            raise ValueError(
-                "'maxNumPartialPrefills' is no longer read: vLLM 0.27.0 removed --max-num-partial-prefills, and the "
-                "pinned vLLM would refuse to start with it"
-            )
-        return data
+    def _no_retired_keys(cls, data: Any) -> Any:
+        return _refuse_retired_keys(
+            data,
+            {
+                "extraArgs": "vLLM flags are the typed settings of 'server' (enforceEager, maxNumBatchedTokens, "
+                "kvCacheDtype, ...); the platform computes --port, --served-model-name, --tensor-parallel-size, "
+                "--gpu-memory-utilization, --shutdown-timeout, --scheduling-policy and prefix caching, and credentials "
+                "(--api-key, --hf-token) or --trust-remote-code are never arguments",
+                "maxNumPartialPrefills": "vLLM 0.27.0 removed --max-num-partial-prefills, and the pinned vLLM would "
+                "refuse to start with it",
+            },
+        )
 
 
 class ModelVersion(ConfigModel):
@@ -1176,15 +1185,16 @@ class TierPolicy(ConfigModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_failure_mode(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "endpointPickerFailure" in data:
-            raise ValueError(
-                "'endpointPickerFailure' is no longer read: a request whose picker cannot be asked always gets 503 with "
-                "Retry-After. The picker's proxy streams the request body to the picker (ext_proc FULL_DUPLEX_STREAMED, "
-                "as llm-d-router v0.10.0 needs), so once the picker fails Envoy 1.38 holds no body to send on unpicked "
-                "(see the README, Endpoint picking and flow control)"
-            )
-        return data
+    def _no_retired_keys(cls, data: Any) -> Any:
+        return _refuse_retired_keys(
+            data,
+            {
+                "endpointPickerFailure": "a request whose picker cannot be asked always gets 503 with Retry-After. The "
+                "picker's proxy streams the request body to the picker (ext_proc FULL_DUPLEX_STREAMED, as llm-d-router "
+                "v0.10.0 needs), so once the picker fails Envoy 1.38 holds no body to send on unpicked (see the README, "
+                "Endpoint picking and flow control)",
+            },
+        )
 
 
 def _default_tiers() -> dict[TierName, TierPolicy]:
