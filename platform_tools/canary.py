@@ -118,26 +118,25 @@ def _versions(target: Target) -> str:
     return _label_value(f"{target.stable}|{target.canary}")
 
 
+def _reported_by_destination(target: Target, *matchers: str) -> str:
+    """A selector of the requests the sidecars in the tenant's namespace report as received."""
+    every = ['reporter="destination"', f"destination_workload_namespace={_label_value(target.namespace)}", *matchers]
+    return "{" + ", ".join(every) + "}"
+
+
 def _istio_selector(target: Target, *extra: str) -> str:
-    matchers = [
-        'reporter="destination"',
-        f"destination_workload_namespace={_label_value(target.namespace)}",
-        f"destination_app={_label_value(target.app)}",
-        f"{ISTIO_VERSION_LABEL}=~{_versions(target)}",
-        *extra,
-    ]
-    return "{" + ", ".join(matchers) + "}"
+    return _reported_by_destination(
+        target, f"destination_app={_label_value(target.app)}", f"{ISTIO_VERSION_LABEL}=~{_versions(target)}", *extra
+    )
 
 
 def _picker_selector(target: Target) -> str:
     # Deployment names are DNS labels: no regular-expression metacharacters.
-    matchers = [
-        'reporter="destination"',
-        f"destination_workload_namespace={_label_value(target.namespace)}",
+    return _reported_by_destination(
+        target,
         f"destination_workload=~{_label_value('|'.join(sorted(target.picker_workloads)))}",
         f"response_code={_label_value(PICKER_REFUSED_CODE)}",
-    ]
-    return "{" + ", ".join(matchers) + "}"
+    )
 
 
 def queries(target: Target, window: str) -> dict[str, str]:
