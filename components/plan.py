@@ -53,6 +53,7 @@ from platform_config.serving import (
     running_versions,
     schedules_by_priority,
     served_tiers,
+    server_admission,
     server_name,
     time_sliced_memory_share,
     weights_service_account,
@@ -109,6 +110,7 @@ def _server(
     else:
         memory_fraction = GPU_MEMORY_UTILIZATION_DEFAULT
     cap = backend.request_cap(config, model)
+    running = args.max_num_seqs if args.max_num_seqs is not None else cap or profile.concurrency_per_replica
     start = cold_start(config, model)
     return ServerPlan(
         model=model,
@@ -129,7 +131,11 @@ def _server(
         min_replicas=low,
         max_replicas=high,
         drain=drain_chain(config, model),
-        max_num_seqs=args.max_num_seqs if args.max_num_seqs is not None else cap or profile.concurrency_per_replica,
+        max_num_seqs=running,
+        # Where no endpoint picker times the queue, the servers bound their own.
+        admission=None
+        if backend.uses_endpoint_picker(model)
+        else server_admission(config, model, running, args.prefill_tokens_per_second),
         # Only the tenant's own token, and only where the weights (or an adapter's) come from Hugging Face.
         hugging_face_token=model.tenant in hugging_face_tenants
         and (version.source.huggingface is not None or any(m.source.huggingface for m in adapter_modules(config, model))),

@@ -3,7 +3,7 @@ Pulumi imports)."""
 
 from __future__ import annotations
 
-from platform_config.serving import queue_seconds, route_timeout_seconds
+from platform_config.serving import ServerAdmission, queue_seconds, route_timeout_seconds
 
 from .serving import Plan
 
@@ -41,13 +41,32 @@ def cold_start_report(plan: Plan) -> list[dict[str, object]]:
     return rows
 
 
+def _admission_row(path: str, admissions: list[ServerAdmission], timeout: int) -> dict[str, object]:
+    """A path no endpoint picker times: each replica's vLLM bounds its queue (ServerAdmission) in requests and, given
+    a measured prefill rate, in prompt tokens still to prefill; a request it admits may still wait for a running
+    request to finish, which nothing times (no `boundSeconds`)."""
+    measured = bool(admissions) and all(a.max_prefill_tokens is not None for a in admissions)
+    prefill = f", or {admissions[0].bound_seconds} s of prompts to prefill (--max-num-queued-tokens)" if measured else ""
+    return {
+        "path": path,
+        "boundSeconds": None,
+        "prefillBacklogSeconds": admissions[0].bound_seconds if measured else None,
+        "boundRequests": max(a.waiting for a in admissions) if admissions else None,
+        "boundRequestsPer": "replica" if admissions else None,
+        "enforcedBy": f"each replica's vLLM: its waiting requests (--max-num-queued-reqs){prefill}; nothing times a wait "
+        f"for a running request to finish but the route timeout ({timeout} s)",
+    }
+
+
 def queue_bound_report(plan: Plan) -> list[dict[str, object]]:
     """Per model, tier and serving path: how long and how many of the tier's requests may wait for
     a server, who bounds it, and what a client past the bound gets (the program exports it as
     `queueBounds`; the preview's report shows it). A version with an endpoint picker queues in the
     picker, bounded in time by the tier's queue timeout (the picker's proxy times each tier);
-    without one a request waits where the backend holds it (`queue_holder`) until the tier's
-    route timeout. Every path is also bounded per gateway pod by
+    without one each replica's vLLM admits it only within its bounds (ten waiting requests per
+    running one and, given a measured prefill rate, the shortest served tier's queue timeout of
+    prompts to prefill), else 503 at once; a request it admits is not timed. Every path is also
+    bounded per gateway pod by
     the tier's pending requests (Envoy's circuit breaker: 503 at once)."""
     by_name = {model_plan.model.name: model_plan for model_plan in plan.models}
     rows: list[dict[str, object]] = []
@@ -69,17 +88,12 @@ def queue_bound_report(plan: Plan) -> list[dict[str, object]]:
                     "answer": f"503, Retry-After {retry_after} s",
                 }
             else:
-                per_replica = owner.backend.queued_requests_per_replica(plan.config, owner.model)
-                row |= {
-                    "path": owner.backend.queue_holder,
-                    "boundSeconds": None,
-                    "boundRequests": per_replica,
-                    "boundRequestsPer": "replica" if per_replica is not None else None,
-                    "enforcedBy": f"nothing in time: the route timeout ({timeout} s)",
-                    "answer": f"503 with Retry-After {retry_after} s when the queue is full, else 504 after {timeout} s"
-                    if per_replica is not None
-                    else f"504 after {timeout} s",
-                }
+                row |= _admission_row(owner.backend.queue_holder, [s.admission for s in owner.servers if s.admission], timeout)
+                answer = f"503 with Retry-After {retry_after} s at once when the queue is full, else 504 after {timeout} s"
+                if owner.backend.scales_to_zero and min(s.min_replicas for s in owner.servers) == 0:
+                    # No replica ready: the activator holds the request, untimed (components/backends/knative.py).
+                    answer += f"; from zero replicas it waits for one, 504 after {timeout} s"
+                row["answer"] = answer
             row["gatewayPendingPerPod"] = tier.policy.max_pending_requests
             rows.append(row)
     return rows

@@ -36,7 +36,7 @@ from platform_config.models import (
 )
 from platform_config.profiles import TierName, WorkloadProfile
 from platform_config.registry import RegistryEntry
-from platform_config.serving import DrainChain, Peak
+from platform_config.serving import DrainChain, Peak, ServerAdmission
 from platform_config.weight_mirror import MirroredRevision
 
 from .constants import (
@@ -154,15 +154,11 @@ class ServingBackend(ABC):
         """Pods a version's rollout adds while the old ones still serve."""
 
     def request_cap(self, config: PlatformConfig, model: ModelConfig) -> int | None:
-        """A hard cap of requests in flight per replica, if the backend enforces one."""
+        """Requests one replica runs at once, if the backend sets them (vLLM's `--max-num-seqs` by default)."""
         return None
 
     # What holds a request that waits for a replica when no endpoint picker stands in front.
-    queue_holder: ClassVar[str] = "the servers' Service (vLLM's own queue, unbounded)"
-
-    def queued_requests_per_replica(self, config: PlatformConfig, model: ModelConfig) -> int | None:
-        """Requests a replica's own queue takes beyond those it runs, if the backend bounds it."""
-        return None
+    queue_holder: ClassVar[str] = "each replica's vLLM, through the servers' Service"
 
     def injected_containers(self) -> tuple[Mapping[str, str], ...]:
         """Requests (= memory limits) of the containers the backend's platform adds to each pod,
@@ -273,7 +269,7 @@ class ServerPlan:
     max_replicas: int
     # Route and request timeouts, preStop, vLLM's drain and the grace period, derived together.
     drain: DrainChain
-    # Sequences vLLM runs at once: the stack's, else the backend's hard cap, else the profile's.
+    # Sequences vLLM runs at once: the stack's, else the backend's (`kpa.containerConcurrency`), else the profile's.
     max_num_seqs: int
     hugging_face_token: bool
     # Served names of models whose batch tier this server takes (vLLM answers to them too).
@@ -285,6 +281,8 @@ class ServerPlan:
     model_volume_size: str | None
     # The endpoint picker in front of this version's servers (flow control, endpoint picking), if any.
     endpoint_picker: EndpointPickerPlan | None = None
+    # vLLM's admission bounds where no endpoint picker stands in front (platform_config/serving.py).
+    admission: ServerAdmission | None = None
     # The MLflow registry version its weights were resolved from, when the stack names one (`source.mlflow`).
     registry_entry: RegistryEntry | None = None
     # Its expected cold start on its pool (platform_config/cold_start.py), which its startup probe's budget follows.

@@ -21,8 +21,8 @@ class GovernanceFloors:
     hpa_scale_down_stabilization_seconds: int = 300
     hpa_scale_down_percent_per_minute: float = 50
     hpa_min_replicas_in_production: int = 2
-    # knative-autoscaling (production): Knative's defaults (0 s delay, containerConcurrency 0)
-    # would tear replicas down on every dip and let one replica take every burst.
+    # knative-autoscaling (production): Knative's defaults (0 s delay, a 60 s window)
+    # would tear replicas down on every dip.
     knative_scale_down_delay_seconds: int = 60
     knative_window_seconds: int = 60
     # The endpoint picker stands in every request's path to its model version: with one replica,

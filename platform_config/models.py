@@ -721,7 +721,8 @@ class ServerArgs(ConfigModel):
     gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.98)] | None = None
     """vLLM `--gpu-memory-utilization`. Default: 0.90, divided by the sharing pods on time-sliced pools."""
     max_num_seqs: PositiveInt | None = None
-    """vLLM `--max-num-seqs`. Default: Knative's `containerConcurrency`, else the profile's concurrency per replica."""
+    """vLLM `--max-num-seqs`. Default: `autoscaling.kpa.containerConcurrency` (mode `kpa`), else the profile's
+    concurrency per replica."""
     # vLLM 0.28.0 moved bitsandbytes out of tree (a plugin the image does not hold): not offered.
     quantization: Literal["fp8", "awq", "gptq", "compressed-tensors"] | None = None
     """vLLM `--quantization`."""
@@ -753,6 +754,12 @@ class ServerArgs(ConfigModel):
     max_logprobs: NonNegativeInt | None = None
     """vLLM `--max-logprobs`: the most log probabilities a request may ask for (vLLM's -1, no cap, is refused: it
     can exhaust memory)."""
+    prefill_tokens_per_second: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    """Prompt tokens one replica prefills per second, as measured on its GPU (e.g. `vllm bench serve`). Where no
+    endpoint picker times the queue (mode `kpa`, or `endpointPicker.enabled: false`), vLLM then admits a request only
+    while the prompts it still has to prefill take at most the shortest served tier's `queueTimeout`
+    (`--max-num-queued-tokens`), and answers 503 at once otherwise. Required there in production; a batch job has no
+    such queue and refuses it."""
 
     @model_validator(mode="before")
     @classmethod
@@ -922,8 +929,10 @@ class HpaSettings(ConfigModel):
 class KpaSettings(ConfigModel):
     target_concurrency: PositiveInt | None = None
     """Requests in flight per replica Knative aims at. Default: the profile's concurrency per replica."""
-    container_concurrency: Annotated[int, Field(ge=0, le=KNATIVE_MAX_CONTAINER_CONCURRENCY)] | None = None
-    """Hard cap of requests in flight per replica (0: none). Default: the profile's concurrency per replica."""
+    container_concurrency: Annotated[int, Field(ge=1, le=KNATIVE_MAX_CONTAINER_CONCURRENCY)] | None = None
+    """Requests one replica runs at once (vLLM `--max-num-seqs` unless `server.maxNumSeqs` says otherwise); its vLLM
+    takes 10 times as many waiting, then answers 503 at once. Default: the profile's concurrency per replica. The
+    Knative Service's own `containerConcurrency` is always 0: queue-proxy's queue has no time bound."""
     scale_down_delay: Annotated[Duration, _duration_between(0, 3600)] = "5m"
     """How long Knative keeps replicas after load drops (0s-1h)."""
     window: Annotated[Duration, _duration_between(6, 3600)] = "60s"
@@ -1427,7 +1436,7 @@ class MonitoringConfig(ConfigModel):
 
 class ProfileOverride(ConfigModel):
     concurrency_per_replica: Annotated[int, Field(gt=0, le=KNATIVE_MAX_CONTAINER_CONCURRENCY)] | None = None
-    """Requests one replica works on at once (Knative's `containerConcurrency` by default: at most 1000)."""
+    """Requests one replica works on at once (vLLM's `--max-num-seqs` and Knative's target by default: at most 1000)."""
     request_timeout_seconds: PositiveInt | None = None
     """The longest a request may take."""
     prefix_caching: bool | None = None
@@ -1524,6 +1533,13 @@ class BatchModel(ConfigModel):
     """A LoRA adapter to run the job with: the OpenAI name of an adapter in `models[]` of the job's tenant, on a model
     one of whose versions has this `source` (the same base weights). The job loads its stable revision under the
     adapter's name, which the input lines' `model` then names (README, Batch jobs on Kueue)."""
+
+    @field_validator("server")
+    @classmethod
+    def _no_admission_rate(cls, server: ServerArgs) -> ServerArgs:
+        if server.prefill_tokens_per_second is not None:
+            raise ValueError("prefillTokensPerSecond bounds a serving queue; a batch job has none (its runner feeds vLLM)")
+        return server
 
 
 class BatchInput(ConfigModel):

@@ -247,6 +247,45 @@ def queue_seconds(policy: TierPolicy) -> int:
     return math.ceil(duration_seconds(policy.queue_timeout))
 
 
+# Where no endpoint picker holds the queue, each replica's vLLM takes this many waiting requests per
+# sequence it runs before it answers 503: the ratio Knative's queue-proxy keeps "to allow the
+# autoscaler time to react" (knative/serving knative-v1.23.0 pkg/queue/sharedmain/main.go buildBreaker).
+WAITING_PER_RUNNING = 10
+
+
+@dataclass(frozen=True)
+class ServerAdmission:
+    """vLLM 0.33.0's own admission control on a server no endpoint picker times (vllm/v1/engine/
+    async_llm.py check_admission: 503 at once, before the request is queued, when `--max-num-queued-reqs`
+    requests are unfinished or the prompts still in prefill hold `--max-num-queued-tokens`; the
+    API server's check, before the scheduler ever sees the request). It is one bound for the whole
+    server, not one per priority, so every tier gets the shortest served tier's."""
+
+    running: int  # `--max-num-seqs`
+    max_requests: int  # `--max-num-queued-reqs`: running and waiting
+    bound_seconds: int  # the shortest served tier's queue bound
+    # `--max-num-queued-tokens`: the prompt tokens the replica prefills in `bound_seconds` (vLLM's
+    # "target_TTFT * prefill_throughput", vllm/config/scheduler.py); None without a measured rate.
+    max_prefill_tokens: int | None
+
+    @property
+    def waiting(self) -> int:
+        return self.max_requests - self.running
+
+
+def server_admission(
+    config: PlatformConfig, model: ModelConfig, running: int, prefill_tokens_per_second: int | None
+) -> ServerAdmission:
+    """The admission bounds of a server of `model` that runs `running` sequences at once."""
+    bound = min(queue_seconds(config.traffic.tiers[tier]) for tier in served_tiers(config, model))
+    return ServerAdmission(
+        running=running,
+        max_requests=running * (1 + WAITING_PER_RUNNING),
+        bound_seconds=bound,
+        max_prefill_tokens=None if prefill_tokens_per_second is None else prefill_tokens_per_second * bound,
+    )
+
+
 def user_key_headers(models: Iterable[ModelConfig]) -> list[str]:
     """Every header a model's servers receive the user in, the release default included: the
     gateway filter removes client values of all of them and sets the verified caller."""

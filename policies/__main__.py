@@ -161,9 +161,10 @@ PolicyPack(
         ),
         ResourceValidationPolicy(
             name="knative-autoscaling",
-            description="Knative services set max-scale and target, and target-burst-capacity 0 (Knative's activator, "
-            "whose queue has no bound, leaves the path once a replica is ready); in production a scale-down delay and "
-            "window of at least a minute and a non-zero containerConcurrency.",
+            description="Knative services set max-scale and target, target-burst-capacity 0 (Knative's activator, "
+            "whose queue has no bound, leaves the path once a replica is ready) and containerConcurrency 0 (queue-proxy's "
+            "queue has no time bound); in production a scale-down delay and window of at least a minute, and vLLM's "
+            "--max-num-queued-reqs and --max-num-queued-tokens on the model server.",
             validate=resources.knative_autoscaling,
             severity=Severity.HIGH,
             config_schema=schema(

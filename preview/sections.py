@@ -144,7 +144,12 @@ def queue_bound_section(stack_outputs: dict[str, Any]) -> Section | None:
     ]
     lines = []
     for row in rows:
-        seconds = f"{row['boundSeconds']} s" if row["boundSeconds"] is not None else "no time bound"
+        if row["boundSeconds"] is not None:
+            seconds = f"{row['boundSeconds']} s"
+        elif row.get("prefillBacklogSeconds") is not None:
+            seconds = f"untimed ({row['prefillBacklogSeconds']} s of prefill)"
+        else:
+            seconds = "no time bound"
         queued = f"{row['boundRequests']} per {row['boundRequestsPer']}" if row["boundRequests"] is not None else "unbounded"
         table.append(
             f"| {row['model']} | {row['tier']} | {row['path']} | {seconds} | {queued} | {row['gatewayPendingPerPod']} | "
@@ -152,7 +157,11 @@ def queue_bound_section(stack_outputs: dict[str, Any]) -> Section | None:
         )
         lines.append(f"{row['model']:<32} {row['tier']:<9} {seconds:>14}  {queued:>18}  {row['answer']}")
     bounded = sum(1 for row in rows if row["boundSeconds"] is not None)
-    summary = f"{bounded} of {len(rows)} model tiers wait at most their queue timeout; the others until their route timeout"
+    summary = (
+        f"every model tier ({bounded}) waits at most its queue timeout"
+        if bounded == len(rows)
+        else f"{bounded} of {len(rows)} model tiers wait at most their queue timeout; the others until their route timeout"
+    )
     return Section("Queue bounds", summary, data=rows, markdown="\n".join(table), lines=lines)
 
 

@@ -62,7 +62,7 @@ LABELLER_SERVER: dict[str, Any] = {
     "pool": "l4-batch",
     "profile": "batch-labelling",
     "resources": {"gpus": 1, "cpu": "8", "memory": "48Gi", "cacheSize": "40Gi"},
-    "server": {"maxModelLen": 8192},
+    "server": {"maxModelLen": 8192, "prefillTokensPerSecond": 3000},
     "versions": [
         {
             "name": "v1",

@@ -191,9 +191,14 @@ def test_production_keeps_every_deployments_picker():
     (index,) = [i for i, m in enumerate(raw["models"]) if m["name"] == "llama-70b"]
     set_at(raw, ("models", index, "endpointPicker"), {"enabled": False})
     (problem,) = config_problems(raw)
-    assert f"models[{index}].endpointPicker.enabled" in problem and "neither timed" in problem
+    assert f"models[{index}].endpointPicker.enabled" in problem and "only vLLM's admission bounds the queue" in problem
     raw["environment"] = "staging"
-    assert validate(raw).model("llama-70b").servers[0].endpoint_picker is None
+    server = validate(raw).model("llama-70b").servers[0]
+    assert server.endpoint_picker is None
+    # Without its picker the Deployment's vLLM bounds its own queue, in requests (no measured prefill rate here).
+    args = pod.vllm_args(server)
+    assert args[args.index("--max-num-queued-reqs") + 1] == str(11 * server.max_num_seqs)
+    assert "--max-num-queued-tokens" not in args
 
 
 def test_a_picker_failure_mode_is_refused_naming_why():

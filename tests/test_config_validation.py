@@ -250,7 +250,6 @@ def test_production_hpa_keeps_two_replicas(prod_raw):
         (("models", 0, "autoscaling", "hpa", "scaleDownPeriodSeconds"), 59, 60, None),
         (("models", 1, "autoscaling", "kpa", "scaleDownDelay"), "59s", "1m", "59s; production keeps at least 60 s"),
         (("models", 1, "autoscaling", "kpa", "window"), "59s", "60s", "59s; production keeps at least 60 s"),
-        (("models", 1, "autoscaling", "kpa", "containerConcurrency"), 0, 10, "0 (no cap) in production"),
     ],
 )
 def test_config_refuses_what_the_pack_would(prod_raw, path: tuple, below: Any, at_floor: Any, message: str | None):
@@ -280,11 +279,29 @@ def test_termination_grace_floor_counts_the_drain_chain(prod_raw):
     assert any("models[2].drain.terminationGracePeriodSeconds" in i and "at least 300 s" in i for i in issues), issues
 
 
-def test_knative_target_above_the_hard_limit(prod_raw):
+def test_knative_target_above_what_a_replica_runs(prod_raw):
     prod_raw["models"][1]["autoscaling"]["kpa"]["containerConcurrency"] = 8
     assert only_issue(prod_raw).startswith(
-        "inference-platform:models[1].autoscaling.kpa.targetConcurrency: target 10 is above the hard limit containerConcurrency 8"
+        "inference-platform:models[1].autoscaling.kpa.targetConcurrency: target 10 is above containerConcurrency 8, the "
+        "requests one replica runs: Knative would add replicas only once requests wait"
     )
+
+
+def test_production_measures_the_prefill_rate_its_knative_bound_is_made_of(prod_raw):
+    del prod_raw["models"][1]["server"]["prefillTokensPerSecond"]
+    issue = only_issue(prod_raw)
+    assert issue.startswith("inference-platform:models[1].server.prefillTokensPerSecond: not set (versions v1, v2): ")
+    assert "only vLLM's admission does" in issue
+    # A version's own measurement counts for that version (its own hardware, say).
+    for version in prod_raw["models"][1]["versions"]:
+        version.setdefault("server", {})["prefillTokensPerSecond"] = 9000
+    validate(prod_raw)
+
+
+def test_a_batch_job_has_no_serving_queue_to_bound(prod_raw):
+    prod_raw["batchJobs"][0]["model"]["server"] = {"prefillTokensPerSecond": 1000}
+    issue = only_issue(prod_raw)
+    assert issue.startswith("inference-platform:batchJobs[0].model.server: ") and "a batch job has none" in issue
 
 
 def test_gpu_utilisation_is_not_a_signal_on_time_sliced_pools(staging_raw):

@@ -481,22 +481,61 @@ def test_a_picker_shed_is_503_with_the_tiers_retry_after(envoy, tier, retry_afte
     assert response.status == 503 and response.header("retry-after") == retry_after
 
 
+# vLLM 0.33.0's admission refusals (vllm/exceptions.py MaxQueuedTokensError, QueueOverflowError).
+PREFILL_BACKLOG_FULL = (
+    "The engine has reached its prefill token backlog limit. Please try again later or on a different instance."
+)
+REQUEST_QUEUE_FULL = (
+    "The engine is currently busy and cannot accept new requests. Please try again later or on a different instance."
+)
+
+
+def vllm_refusal(message: str) -> real_envoy.Answer:
+    """What vLLM answers past an admission bound: a GracefulHTTPError as the OpenAI error body with code 503
+    (vllm/entrypoints/serve/exception_handling/error_response.py), no Retry-After."""
+    error = {"message": message, "type": "Service Unavailable", "param": None, "code": 503}
+    return lambda _: (503, {"content-type": "application/json"}, json.dumps({"error": error}).encode())
+
+
 def test_a_servers_503_is_told_when_to_come_back_and_not_retried(envoy):
-    """A Knative replica whose queue-proxy queue is full (10 x containerConcurrency waiting) answers at once, as
-    knative/serving knative-v1.23.0 pkg/queue/sharedmain/handlers.go writes it: `http.Error(w, err.Error(),
-    http.StatusServiceUnavailable)` with pkg/queue/breaker.go ErrRequestQueueFull, no Retry-After. With no burst
-    capacity (components/backends/knative.py) that is where a Knative-served request waits once a replica is
-    ready; the client is told the tier's Retry-After."""
+    """A Knative replica whose vLLM is at its admission bound answers at once, before it queues the request, as vLLM
+    0.33.0 writes it (tests/test_vllm_source.py: QueueOverflowError or MaxQueuedTokensError, a GracefulHTTPError
+    rendered by vllm/entrypoints/serve/exception_handling/error_response.py as the OpenAI error body with code 503),
+    no Retry-After. With no breaker in queue-proxy and no burst capacity (components/backends/knative.py) that is the
+    Knative path's bound once a replica is ready; the client is told the tier's Retry-After."""
 
-    def unavailable(_: Received) -> tuple[int, dict[str, str], bytes]:
-        return 503, {"content-type": "text/plain; charset=utf-8"}, b"pending request queue full\n"
-
-    envoy.upstreams.answers[KNATIVE_8B.format(version="v1")] = unavailable
+    envoy.upstreams.answers[KNATIVE_8B.format(version="v1")] = vllm_refusal(PREFILL_BACKLOG_FULL)
     user = next(f"u{i}" for i in range(100) if real_envoy_bucket(f"u{i}") >= 10)
     response, received = send(envoy, chat("llama-3.1-8b-instruct"), token(tier="standard", sub=user))
     assert response.status == 503 and response.header("retry-after") == "10"
     # The routes retry only what never reached a server (connect-failure, refused-stream).
     assert len(received) == 1
+
+
+def test_a_deployment_without_its_picker_is_bounded_by_its_vllm_and_told_when_to_come_back():
+    """The third path: a Deployment served without its endpoint picker (staging's summarizer with
+    `endpointPicker.enabled: false`) is reached through its model's Service, and its vLLM's admission refusal
+    reaches the client as 503 with each tier's Retry-After, once (no retry of an answered request)."""
+    from .helpers import raw_stack, validate
+
+    raw = raw_stack("staging")
+    (summarizer,) = [m for m in raw["models"] if m["name"] == "summarizer"]
+    summarizer["endpointPicker"] = {"enabled": False}
+    plan = validate(raw)
+    (route,) = [r for r in plan.routes if r.model.name == "summarizer"]
+    servers = plan.model("summarizer").servers
+    assert all(s.endpoint_picker is None and s.admission is not None for s in servers)
+    auth = plan.config.traffic.authentication
+    with real_envoy.running_gateway(Evaluated(raw).manifests()) as envoy:
+        for name in envoy.upstreams.names:
+            envoy.upstreams.answers[name] = vllm_refusal(REQUEST_QUEUE_FULL)
+        for tier in sorted({t.tier for t in route.tiers}):
+            claims = {"iss": auth.issuer, "aud": auth.audiences[0], "sub": "u-1", "tier": tier, "tenant": route.model.tenant}
+            response, received = send(envoy, chat(route.model.openai_name), signed_token(claims), server_port=80)
+            expected = str(plan.config.traffic.tiers[tier].queue_timeout).removesuffix("s")
+            assert (response.status, response.header("retry-after")) == (503, expected), (tier, response.body)
+            (got,) = received
+            assert got.upstream.endswith("|summarizer.team-a.svc.cluster.local"), got.upstream
 
 
 def test_the_gateways_own_overflow_answer_is_told_when_to_come_back(prod):

@@ -196,6 +196,22 @@ def template_annotations(record: RecordedResource) -> dict[str, str]:
     return record.inputs["spec"]["template"]["metadata"]["annotations"]
 
 
+def vllm_args(record: RecordedResource) -> list[str]:
+    (container,) = [c for c in record.inputs["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
+    return container["args"]
+
+
+def drop_flag(record: RecordedResource, flag: str) -> None:
+    words = vllm_args(record)
+    at = words.index(flag)
+    del words[at : at + 2]
+
+
+def set_flag(record: RecordedResource, flag: str, value: str) -> None:
+    words = vllm_args(record)
+    words[words.index(flag) + 1] = value
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -203,10 +219,21 @@ def template_annotations(record: RecordedResource) -> dict[str, str]:
         lambda r: template_annotations(r).pop("autoscaling.knative.dev/scale-down-delay"),
         lambda r: template_annotations(r).update({"autoscaling.knative.dev/window": "6s"}),
         lambda r: template_annotations(r).update({"autoscaling.knative.dev/window": "a minute"}),
-        lambda r: r.inputs["spec"]["template"]["spec"].update(containerConcurrency=0),
-        lambda r: r.inputs["spec"]["template"]["spec"].pop("containerConcurrency"),
+        lambda r: drop_flag(r, "--max-num-queued-reqs"),
+        lambda r: drop_flag(r, "--max-num-queued-tokens"),
+        lambda r: set_flag(r, "--max-num-queued-tokens", "0"),
+        lambda r: set_flag(r, "--max-num-queued-reqs", "many"),
     ],
-    ids=["no-delay", "delay-unset", "short-window", "window-not-a-duration", "unbounded-concurrency", "concurrency-unset"],
+    ids=[
+        "no-delay",
+        "delay-unset",
+        "short-window",
+        "window-not-a-duration",
+        "no-request-bound",
+        "no-time-bound",
+        "zero-time-bound",
+        "bound-not-a-number",
+    ],  # fmt: skip
 )
 def test_knative_floors_in_production(pack, configured, baseline, change):
     record = find(baseline, KSVC, "batch-labeller-v1-knative-service")
@@ -215,6 +242,18 @@ def test_knative_floors_in_production(pack, configured, baseline, change):
     assert analyze(pack, record) == {"knative-autoscaling": "mandatory"}
     # A stack the pack's config does not call production keeps Knative's own defaults.
     assert analyze(configured, record) == NOTHING
+
+
+@pytest.mark.parametrize("stack_pack", ["pack", "configured"])
+def test_a_knative_service_keeps_no_queue_in_queue_proxy_in_any_stack(request, stack_pack, baseline):
+    """queue-proxy's breaker queue has no time bound (knative/serving knative-v1.23.0 pkg/queue/sharedmain/main.go):
+    any containerConcurrency is refused, production or not."""
+    record = find(baseline, KSVC, "llama-8b-v1-knative-service")
+    running = request.getfixturevalue(stack_pack)
+    record.inputs["spec"]["template"]["spec"]["containerConcurrency"] = 12
+    assert analyze(running, record).get("knative-autoscaling") == "mandatory"
+    record.inputs["spec"]["template"]["spec"].pop("containerConcurrency")
+    assert "knative-autoscaling" not in analyze(running, record)
 
 
 def test_knative_floors_take_go_durations(pack, baseline):

@@ -44,17 +44,65 @@ def test_a_picker_path_waits_at_most_its_tiers_bound_and_band(prod):
     assert rows["premium"]["answer"] == "503, Retry-After 5 s" and rows["standard"]["answer"] == "503, Retry-After 10 s"
 
 
-def test_a_knative_path_has_no_time_bound_and_queue_proxys_depth(prod):
+def _vllm_flags(manifest: dict) -> dict[str, str]:
+    (container,) = [c for c in manifest["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
+    words = container["args"]
+    return {w: words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("--max-num-")}
+
+
+def _server(evaluated: Evaluated, kind: str, name: str) -> dict:
+    (found,) = [m for m in evaluated.manifests() if m["kind"] == kind and m["metadata"]["name"] == name]
+    return found
+
+
+def test_a_knative_path_is_bounded_by_each_replicas_vllm(prod):
+    """Nothing waits in Knative (no queue-proxy breaker); vLLM admits ten waiting requests per running one, and only
+    while the prompts ahead prefill within the shortest served tier's bound at the stack's measured rate; every tier of
+    the server gets that one bound (vLLM's admission has no priority). None of it times a wait for a running request
+    to finish, so the row has no time bound."""
     rows = rows_of(prod, "llama-3.1-8b-instruct")
-    (service,) = [m for m in prod.manifests() if m["kind"] == "Service" and m["metadata"]["name"] == "llama-8b-v1"
-                  and m["apiVersion"].startswith("serving.knative.dev")]  # fmt: skip
-    concurrency = service["spec"]["template"]["spec"]["containerConcurrency"]
+    service = _server(prod, "Service", "llama-8b-v1")
+    assert service["apiVersion"].startswith("serving.knative.dev")
+    assert service["spec"]["template"]["spec"]["containerConcurrency"] == 0
+    flags = _vllm_flags(service)
+    running = int(flags["--max-num-seqs"])
+    assert int(flags["--max-num-queued-reqs"]) == 11 * running
+    rate = raw_stack("prod")["models"][1]["server"]["prefillTokensPerSecond"]
+    # premium's 5 s is the shortest of the two tiers this server takes.
+    assert int(flags["--max-num-queued-tokens"]) == 5 * rate
     for tier in ("premium", "standard"):
         row = rows[tier]
-        assert row["boundSeconds"] is None and row["boundRequests"] == 10 * concurrency and row["boundRequestsPer"] == "replica"
-        assert row["path"].startswith("each replica's queue-proxy") and row["answer"].endswith(("after 120 s", "after 300 s"))
-    # The batch tier is the batch model's, queued there.
-    assert rows["batch"]["servedBy"] == "llama-8b-batch"
+        # Bounded in requests and in prefill backlog; a wait for a running request to finish is not timed.
+        assert (row["boundSeconds"], row["prefillBacklogSeconds"], row["boundRequestsPer"]) == (None, 5, "replica")
+        # v2 runs more sequences (its own maxNumSeqs): the row names the larger queue.
+        assert row["boundRequests"] >= 10 * running
+        assert row["path"].startswith("each replica's vLLM") and "--max-num-queued-tokens" in row["enforcedBy"]
+    assert rows["premium"]["answer"] == "503 with Retry-After 5 s at once when the queue is full, else 504 after 120 s"
+    assert rows["standard"]["answer"] == "503 with Retry-After 10 s at once when the queue is full, else 504 after 300 s"
+    # The batch tier is the batch model's, bounded there by batch's own 60 s.
+    assert rows["batch"]["servedBy"] == "llama-8b-batch" and rows["batch"]["prefillBacklogSeconds"] == 60
+    batch_flags = _vllm_flags(_server(prod, "Service", "llama-8b-batch-v1"))
+    assert int(batch_flags["--max-num-queued-tokens"]) == 60 * 3000
+
+
+def test_a_picker_path_leaves_vllms_queue_to_the_picker(prod):
+    flags = _vllm_flags(_server(prod, "Deployment", "llama-70b-v1"))
+    assert "--max-num-queued-reqs" not in flags and "--max-num-queued-tokens" not in flags
+
+
+def test_without_a_measured_rate_the_knative_path_is_bounded_in_requests_only():
+    raw = raw_stack("staging")
+    models = raw["models"]
+    labeller = next(m for m in models if m["name"] == "labeller")
+    del labeller["server"]["prefillTokensPerSecond"]
+    staging = Evaluated(raw)
+    (row,) = [r for r in staging.outputs["queueBounds"] if r["model"] == "labeller"]
+    assert row["prefillBacklogSeconds"] is None and row["boundRequests"] is not None
+    assert "--max-num-queued-tokens" not in row["enforcedBy"] and "else 504 after 600 s" in row["answer"]
+    # It scales to zero: from there Knative's activator holds the request, untimed.
+    assert row["answer"].endswith("; from zero replicas it waits for one, 504 after 600 s")
+    flags = _vllm_flags(_server(staging, "Service", "labeller-v1"))
+    assert "--max-num-queued-reqs" in flags and "--max-num-queued-tokens" not in flags
 
 
 def test_every_row_names_the_gateways_pending_bound(prod):
@@ -75,9 +123,10 @@ def test_the_report_section_shows_every_row(prod):
     section = queue_bound_section({"queueBounds": rows})
     assert section is not None and section.markdown.count("\n") == len(rows) + 1
     bounded = sum(1 for r in rows if r["boundSeconds"] is not None)
-    assert section.summary.startswith(f"{bounded} of {len(rows)} model tiers")
+    assert 0 < bounded < len(rows)
+    assert section.summary.startswith(f"{bounded} of {len(rows)} model tiers wait at most their queue timeout")
     assert (
-        "| llama-3.1-8b-instruct | standard | each replica's queue-proxy (Knative's activator while no replica is ready) "
-        "| no time bound |" in section.markdown
+        "| llama-3.1-8b-instruct | standard | each replica's vLLM (Knative's activator while no replica is ready) "
+        "| untimed (5 s of prefill) |" in section.markdown
     )
     assert queue_bound_section({}) is None

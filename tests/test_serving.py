@@ -226,7 +226,7 @@ def test_8b_knative_service(prod):
     # Finding 9: scale at the target the stack names, not at Knative's default 70 % of it.
     assert annotations["autoscaling.knative.dev/target-utilization-percentage"] == "100"
     # No burst capacity: the activator (whose queue has no practical bound) leaves the path once a replica is
-    # ready, so a request waits only in a replica's queue-proxy (10 x containerConcurrency), then 503.
+    # ready, so a request goes straight to a replica's vLLM, whose admission answers 503 past its bounds.
     assert annotations["autoscaling.knative.dev/target-burst-capacity"] == "0"
     # Finding 15 (and 17's README row "KPA 2..10"): both versions take the model's bounds, whatever
     # the weight, so a weight step never changes a revision.
@@ -235,12 +235,14 @@ def test_8b_knative_service(prod):
         assert (bounds["autoscaling.knative.dev/min-scale"], bounds["autoscaling.knative.dev/max-scale"]) == ("2", "10")
     assert annotations["autoscaling.knative.dev/scale-down-delay"] == "5m"
     spec = pod(stable)
-    # The hard cap from the stack; the timeout covers the longest tier route it serves (standard).
-    assert spec["containerConcurrency"] == 12 and spec["timeoutSeconds"] == 300
+    # No breaker in queue-proxy (its queue has no time bound); the timeout covers the longest tier route it
+    # serves (standard).
+    assert spec["containerConcurrency"] == 0 and spec["timeoutSeconds"] == 300
     # Finding 5: the first byte may take the whole timeout, not revision-timeout-seconds.
     assert spec["responseStartTimeoutSeconds"] == spec["timeoutSeconds"]
-    # vLLM runs what Knative admits: containerConcurrency sequences (v2 sets its own).
+    # vLLM runs the stack's containerConcurrency sequences (v2 sets its own) and admits ten waiting per running one.
     assert arg(container(stable)["args"], "--max-num-seqs") == "12"
+    assert arg(container(stable)["args"], "--max-num-queued-reqs") == "132"
     # A new node (the autoscaler's provisioning time), the image and the startup probe's budget.
     startup = container(stable)["startupProbe"]
     image_seconds = next(r["imageSeconds"] for r in prod.outputs["coldStarts"] if r["model"] == "llama-8b")
@@ -493,7 +495,9 @@ def test_every_prod_server(prod, name, namespace, mode):
         annotations = obj["spec"]["template"]["metadata"]["annotations"]
         assert annotations["autoscaling.knative.dev/class"] == "kpa.autoscaling.knative.dev"
         assert int(annotations["autoscaling.knative.dev/max-scale"]) >= int(annotations["autoscaling.knative.dev/min-scale"])
-        assert spec["containerConcurrency"] > 0 and spec["timeoutSeconds"] > 0
+        assert spec["containerConcurrency"] == 0 and spec["timeoutSeconds"] > 0
+        assert int(arg(vllm["args"], "--max-num-queued-reqs")) > int(arg(vllm["args"], "--max-num-seqs"))
+        assert int(arg(vllm["args"], "--max-num-queued-tokens")) > 0
         assert prod.k8s("PodMonitor", name, namespace)
 
 

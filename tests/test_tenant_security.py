@@ -257,8 +257,8 @@ def test_the_weights_fetcher_does_not_probe_instance_metadata():
 # --- 3. vLLM arguments: typed, allow-listed, never computed ones or credentials ------------------
 
 
-# ServerArgs fields the platform writes itself (pod.vllm_args), not through TUNING_FIELDS.
-COMPUTED = {"max_model_len", "gpu_memory_utilization", "max_num_seqs", "quantization", "dtype"}
+# ServerArgs fields the platform writes itself (pod.vllm_args) or derives a flag from, not through TUNING_FIELDS.
+COMPUTED = {"max_model_len", "gpu_memory_utilization", "max_num_seqs", "quantization", "dtype", "prefill_tokens_per_second"}
 
 
 @pytest.mark.upstream_source

@@ -385,8 +385,9 @@ def every_setting_job() -> dict[str, Any]:
         "tokenizerMode": "auto",
         "maxLogprobs": 20,
     }
-    # A setting added to ServerArgs must be added here too.
-    assert ServerArgs.model_validate(job["model"]["server"]).model_fields_set == set(ServerArgs.model_fields)
+    # A setting added to ServerArgs must be added here too; the admission rate bounds a serving queue only.
+    serving_only = {"prefill_tokens_per_second"}
+    assert ServerArgs.model_validate(job["model"]["server"]).model_fields_set == set(ServerArgs.model_fields) - serving_only
     return raw
 
 
@@ -437,3 +438,42 @@ def test_the_parsed_flags_are_kept_beside_the_release_for_its_hash_only(tmp_path
     assert pinned_serve_flags(release.pin, tmp_path) == parsed
     assert kept.read_text().splitlines()[0] == release.pin.sha256
     assert pinned_serve_flags(release.pin, tmp_path / "nothing-here") is None
+
+
+# --- admission control: the queue bound of servers no endpoint picker times ---------------------------
+
+
+def test_vllms_admission_answers_503_before_a_request_is_queued_whatever_its_priority():
+    """The bound Knative-served models (and Deployments without a picker) keep on their queue
+    (platform_config/serving.py ServerAdmission), as vLLM 0.33.0 enforces it: `AsyncLLM.check_admission`
+    compares the unfinished requests with `--max-num-queued-reqs` and the prompt tokens still in prefill with
+    `--max-num-queued-tokens`, raising errors that carry 503; the chat and completion endpoints call it in
+    `_preflight`, before they render the prompt or start a response (streamed or not), and `_add_request` calls it
+    again when the request joins the engine, which for a streamed request is inside its 200 stream (the README's race:
+    a burst that passed the first check together is refused there as an error event); and it reads no priority, so
+    one bound holds for every tier of a server."""
+    admission = ast.unparse(function(ast.parse(vllm_source("vllm/v1/engine/async_llm.py")), "AsyncLLM.check_admission"))
+    assert "self.scheduler_config.max_num_queued_reqs" in admission
+    assert "self.scheduler_config.max_num_queued_tokens" in admission
+    assert "raise QueueOverflowError()" in admission and "raise MaxQueuedTokensError()" in admission
+    assert "priority" not in admission
+
+    exceptions = ast.parse(vllm_source("vllm/exceptions.py"))
+    for name in ("QueueOverflowError", "MaxQueuedTokensError"):
+        (cls,) = [n for n in exceptions.body if isinstance(n, ast.ClassDef) and n.name == name]
+        assert [ast.unparse(b) for b in cls.bases] == ["GracefulHTTPError"]
+        assert "HTTPStatus.SERVICE_UNAVAILABLE" in ast.unparse(cls)
+    rendered = vllm_source("vllm/entrypoints/serve/exception_handling/error_response.py")
+    assert "if isinstance(exc, GracefulHTTPError):" in rendered and "status_code = exc.http_status" in rendered
+
+    preflight = ast.unparse(
+        function(ast.parse(vllm_source("vllm/entrypoints/generate/base/serving.py")), "GenerateBaseServing._preflight")
+    )
+    assert "self.engine_client.check_admission(n)" in preflight
+    for endpoint in ("vllm/entrypoints/openai/chat_completion/serving.py", "vllm/entrypoints/openai/completion/serving.py"):
+        assert "self._preflight(request.n or 1)" in vllm_source(endpoint)
+    (engine,) = [n for n in ast.parse(vllm_source("vllm/v1/engine/async_llm.py")).body if getattr(n, "name", "") == "AsyncLLM"]
+    (add_request,) = [n for n in ast.walk(engine) if isinstance(n, ast.AsyncFunctionDef) and n.name == "_add_request"]
+    add = ast.unparse(add_request)
+    assert "self.check_admission(request_id=request.request_id)" in add
+    assert {"--max-num-queued-reqs", "--max-num-queued-tokens"} <= serve_flags(vllm_release())

@@ -189,9 +189,9 @@ class DeploymentBackend(ServingBackend):
         if config.environment == "production" and not self.uses_endpoint_picker(model):
             yield ConfigIssue(
                 ("models", index, "endpointPicker", "enabled"),
-                "production bounds every request's wait in time, which only the endpoint picker's queue does on this "
-                "path: without it a request waits in the gateway's pending queue and vLLM's scheduler, neither timed, "
-                "until its tier's route timeout (504); remove `enabled: false`",
+                "production times every tier's wait, which only the endpoint picker's queue does on this path: without "
+                "it only vLLM's admission bounds the queue, one prediction for every tier (and none without "
+                "server.prefillTokensPerSecond); remove `enabled: false`",
             )
         if (
             self.uses_endpoint_picker(model)

@@ -2,7 +2,8 @@
 concurrency (it may scale to zero), with a PodMonitor and a PodDisruptionBudget. Versions are
 reached through Knative's local gateway by Host header (as KServe does), their tier subsets in
 one DestinationRule for that gateway. Knative's queue-proxy drains a replica (Knative admits no
-lifecycle hooks), and its activator sits in the data path."""
+lifecycle hooks), its activator sits in the data path only while no replica is ready, and each
+replica's vLLM bounds its own queue (admission control: 503 at once)."""
 
 from __future__ import annotations
 
@@ -52,8 +53,14 @@ KNATIVE_ACTIVATOR_GRACE_SECONDS = 600
 # createQueueResources: the queue.sidecar.serving.knative.dev/* annotations; without them only
 # 25m of CPU is requested).
 QUEUE_PROXY_RESOURCES = {"cpu": "25m", "memory": "256Mi"}
-# queue-proxy's breaker queue: this many times containerConcurrency (pkg/queue/sharedmain/main.go).
-QUEUE_PROXY_QUEUE_DEPTH_FACTOR = 10
+# queue-proxy's breaker would hold 10 x containerConcurrency waiting requests with no time bound
+# (pkg/queue/sharedmain/main.go buildBreaker; the request waits until the revision's timeout), and
+# builds none for 0. So the platform renders 0: nothing waits in queue-proxy, every request reaches
+# vLLM at once, and vLLM's admission control (platform_config/serving.py ServerAdmission) answers
+# 503 at once past its bounds, before the request is queued. queue-proxy still counts every request
+# in flight for the KPA (pkg/queue/handler.go ProxyHandler), so the autoscaler sees all of vLLM's
+# running and waiting requests.
+NO_QUEUE_PROXY_BREAKER = 0
 # No burst capacity: Knative takes the activator out of the request path whenever the revision wants
 # a replica (knative/serving knative-v1.23.0 config/core/configmaps/autoscaler.yaml: "If this
 # setting is 0, then Activator will be in the request path only when the revision is scaled to 0";
@@ -63,21 +70,20 @@ QUEUE_PROXY_QUEUE_DEPTH_FACTOR = 10
 # and the target utilization of 100 % the platform sets, the activator would stay in the path of
 # every request, and its per-revision queue has no practical bound (pkg/activator/net/
 # throttler.go: a breaker of depth 10000 over a capacity of 2^31-1) and no time bound: a request
-# waited there until the revision's timeout (504). Without it a request waits only in one
-# replica's queue-proxy, bounded to 10 x containerConcurrency, and overflow is answered 503 at
-# once (with the tier's Retry-After from the gateway). Knative's local gateway (an Istio gateway)
-# then spreads requests over the ready replicas by least requests, Istio's default (istio/istio
-# 1.30.3 pilot/pkg/networking/core/cluster_traffic_policy.go defaultLBAlgorithm), which is the
-# balancing the activator gave. The autoscaler still sees the requests waiting there: queue-proxy
-# counts a request in before its breaker admits it (pkg/queue/handler.go ProxyHandler: ReqIn, then
-# breaker.Maybe), and the KPA scrapes every replica's queue-proxy in either mode (pkg/autoscaler/
-# metrics/collector.go, stats_scraper.go).
+# waited there until the revision's timeout (504). Without it a request goes to a replica's vLLM
+# at once (NO_QUEUE_PROXY_BREAKER), whose admission answers overflow 503 at once (with the tier's
+# Retry-After from the gateway). Knative's local gateway (an Istio gateway) then spreads requests
+# over the ready replicas by least requests, Istio's default (istio/istio 1.30.3 pilot/pkg/
+# networking/core/cluster_traffic_policy.go defaultLBAlgorithm). The autoscaler still sees every
+# request vLLM runs or queues: queue-proxy counts it in (pkg/queue/handler.go ProxyHandler: ReqIn,
+# with no breaker after it), and the KPA scrapes every replica's queue-proxy in either mode
+# (pkg/autoscaler/metrics/collector.go, stats_scraper.go).
 TARGET_BURST_CAPACITY = 0
 
 
 def container_concurrency(profile: WorkloadProfile, model: ModelConfig) -> int:
-    """Knative's hard cap of requests in flight per replica (0: no cap); `profile` is the
-    model's effective profile."""
+    """Requests one replica runs at once (`kpa.containerConcurrency`, else the profile's); `profile`
+    is the model's effective profile."""
     kpa = model.autoscaling.kpa
     return kpa.container_concurrency if kpa.container_concurrency is not None else profile.concurrency_per_replica
 
@@ -134,9 +140,9 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": plan.labels, "annotations": annotations},
                 "spec": {
-                    # Hard cap per replica: beyond it requests queue in the replica's queue-proxy,
-                    # which answers 503 when its bounded queue is full (TARGET_BURST_CAPACITY).
-                    "containerConcurrency": container_concurrency(plan.profile, plan.model),
+                    # No breaker in queue-proxy, whose queue has no time bound: vLLM's admission
+                    # bounds the replica's queue (NO_QUEUE_PROXY_BREAKER).
+                    "containerConcurrency": NO_QUEUE_PROXY_BREAKER,
                     "timeoutSeconds": plan.drain.request_timeout_seconds,
                     # Unset, Knative defaults the time to the first response byte from
                     # revision-timeout-seconds (300 s) whenever that is below timeoutSeconds
@@ -193,18 +199,11 @@ class KnativeBackend(ServingBackend):
         return rollout_surge(model.autoscaling.min_replicas, model.autoscaling.kpa.initial_scale)
 
     def request_cap(self, config: PlatformConfig, model: ModelConfig) -> int | None:
-        return container_concurrency(effective_profile(config, model), model) or None
+        return container_concurrency(effective_profile(config, model), model)
 
-    # Each replica's queue-proxy; Knative's activator only while no replica is ready
-    # (TARGET_BURST_CAPACITY).
-    queue_holder = "each replica's queue-proxy (Knative's activator while no replica is ready)"
-
-    def queued_requests_per_replica(self, config: PlatformConfig, model: ModelConfig) -> int | None:
-        """queue-proxy waits at most 10 x containerConcurrency requests beyond those running, then
-        answers 503 (knative/serving knative-v1.23.0 pkg/queue/sharedmain/main.go buildBreaker);
-        with no containerConcurrency it has no breaker at all."""
-        cap = container_concurrency(effective_profile(config, model), model)
-        return QUEUE_PROXY_QUEUE_DEPTH_FACTOR * cap if cap else None
+    # Each replica's vLLM (NO_QUEUE_PROXY_BREAKER); Knative's activator only while no replica is
+    # ready (TARGET_BURST_CAPACITY), with no time bound.
+    queue_holder = "each replica's vLLM (Knative's activator while no replica is ready)"
 
     def injected_containers(self) -> tuple[Mapping[str, str], ...]:
         return (QUEUE_PROXY_RESOURCES,)
@@ -222,14 +221,15 @@ class KnativeBackend(ServingBackend):
                 f"{KNATIVE_ACTIVATOR_GRACE_SECONDS} s and the operator cannot raise it: use mode 'hpa', or lower the "
                 "timeouts (profiles.<name>.requestTimeoutSeconds, traffic.tiers.<tier>.timeout)",
             )
-        # The knative-autoscaling policy's target: never above the hard cap.
+        # Knative scales on requests in flight, vLLM's waiting ones included: a target above what a
+        # replica runs would add replicas only once requests wait.
         profile = effective_profile(config, model)
         cap, aim = container_concurrency(profile, model), target(profile, model)
-        if cap and aim > cap:
+        if aim > cap:
             yield ConfigIssue(
                 ("models", index, "autoscaling", "kpa", "targetConcurrency"),
-                f"target {aim} is above the hard limit containerConcurrency {cap}; Knative would use the limit: "
-                "raise autoscaling.kpa.containerConcurrency or lower the target",
+                f"target {aim} is above containerConcurrency {cap}, the requests one replica runs: Knative would add "
+                "replicas only once requests wait; raise autoscaling.kpa.containerConcurrency or lower the target",
             )
 
         if model.endpoint_picker.enabled:
@@ -239,7 +239,7 @@ class KnativeBackend(ServingBackend):
                 "bypass scale from zero; use mode 'hpa' for the picker",
             )
         if config.environment == "production":
-            yield from _production_floor_issues(index, model, cap)
+            yield from _production_floor_issues(index, model)
 
     def server_objects(self, plan: ServerPlan) -> list[ServerObject]:
         objects = [
@@ -271,8 +271,9 @@ class KnativeBackend(ServingBackend):
         return (("allow-knative-system", KNATIVE_SERVING_NAMESPACE),)
 
 
-def _production_floor_issues(index: int, model: ModelConfig, cap: int) -> Iterator[ConfigIssue]:
-    """The knative-autoscaling policy's production floors, at the pack's defaults."""
+def _production_floor_issues(index: int, model: ModelConfig) -> Iterator[ConfigIssue]:
+    """The knative-autoscaling policy's production floors, at the pack's defaults, and the queue
+    bounds production keeps on this path."""
     kpa, path = model.autoscaling.kpa, ("models", index, "autoscaling", "kpa")
     for key, value, floor in (
         ("scaleDownDelay", kpa.scale_down_delay, FLOORS.knative_scale_down_delay_seconds),
@@ -284,9 +285,13 @@ def _production_floor_issues(index: int, model: ModelConfig, cap: int) -> Iterat
                 f"{value}; production keeps at least {floor} s, so a dip in load does not tear down replicas that take "
                 "minutes to load a model",
             )
-    if not cap:
+    unmeasured = [
+        v.name for v in model.versions if (v.server.prefill_tokens_per_second or model.server.prefill_tokens_per_second) is None
+    ]
+    if unmeasured:
         yield ConfigIssue(
-            (*path, "containerConcurrency"),
-            "0 (no cap) in production: a model server needs a hard cap on requests in flight per replica, or one replica "
-            "takes every burst",
+            ("models", index, "server", "prefillTokensPerSecond"),
+            f"not set (versions {', '.join(unmeasured)}): production bounds every request's wait in time, which on this "
+            "path only vLLM's admission does, from the prompt tokens a replica prefills per second (measure them, e.g. "
+            "with `vllm bench serve`)",
         )

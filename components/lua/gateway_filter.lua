@@ -589,8 +589,8 @@ function envoy_on_response(handle)
   local headers = handle:headers()
   -- The picker's refusals: 429 when a queue TTL, cap or eviction dropped the request, 503 when
   -- no server can take it (pkg/common/error/error.go); both carry the dropped-reason header.
-  -- Every other 503 is a shed answer too (Envoy's circuit breaker, no healthy server, Knative's
-  -- activator or queue-proxy at capacity): the client is told when to come back, unless the
+  -- Every other 503 is a shed answer too (Envoy's circuit breaker, no healthy server, vLLM's
+  -- admission control, Knative's activator): the client is told when to come back, unless the
   -- answer says so itself. (The overload manager's own 503 is answered before any filter runs,
   -- so it carries none.)
   local status = headers:get(":status")

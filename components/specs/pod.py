@@ -128,10 +128,16 @@ def vllm_args(plan: ServerPlan) -> list[str]:
     out += weights_load_args(plan)
     if args.max_model_len is not None:
         out += ["--max-model-len", str(args.max_model_len)]
-    # Sequences one replica runs at once: what its profile promises (Knative's hard cap for
-    # Knative servers), unless the stack says otherwise. Requests beyond it wait in vLLM's queue,
-    # which is what the HPA scales on.
+    # Sequences one replica runs at once: what its profile promises (`kpa.containerConcurrency`
+    # for Knative servers), unless the stack says otherwise. Requests beyond it wait in vLLM's
+    # queue, which is what the HPA scales on.
     out += ["--max-num-seqs", str(plan.max_num_seqs)]
+    if plan.admission is not None:
+        # No endpoint picker times this server's queue: vLLM refuses a request with 503, before
+        # queueing it, when its backlog is full (platform_config/serving.py ServerAdmission).
+        out += ["--max-num-queued-reqs", str(plan.admission.max_requests)]
+        if plan.admission.max_prefill_tokens is not None:
+            out += ["--max-num-queued-tokens", str(plan.admission.max_prefill_tokens)]
     if args.quantization is not None:
         out += ["--quantization", args.quantization]
     if args.dtype is not None:

@@ -241,15 +241,22 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
     if burst != KNATIVE_TARGET_BURST_CAPACITY:
         report_violation(
             f"{prefix}target-burst-capacity is {burst!r}, not {KNATIVE_TARGET_BURST_CAPACITY!r}: Knative's activator "
-            "would hold requests in a queue with no bound in requests or time instead of each replica's queue-proxy "
-            "answering 503 when full"
+            "would hold requests in a queue with no bound in requests or time instead of each replica's vLLM answering "
+            "503 past its admission bounds"
+        )
+    # queue-proxy's breaker holds 10 x containerConcurrency waiting requests with no time bound, and
+    # builds none for 0 (knative/serving knative-v1.23.0 pkg/queue/sharedmain/main.go buildBreaker).
+    concurrency = get(template, "spec", "containerConcurrency", default=0)
+    if concurrency:
+        report_violation(
+            f"containerConcurrency is {concurrency}: queue-proxy would hold requests beyond it with no time bound, until "
+            "the revision's timeout (504); set 0 and let vLLM bound the replica's queue (--max-num-queued-reqs)"
         )
     if not is_production(args):
         return
     settings = config(args)
-    # Knative's own defaults are a 0s scale-down delay, a 60s window and containerConcurrency 0
-    # (unbounded) (knative/serving knative-v1.23.0, pkg/apis/autoscaling/register.go and
-    # config/core/configmaps/autoscaler.yaml, defaults.yaml).
+    # Knative's own defaults are a 0s scale-down delay and a 60s window (knative/serving
+    # knative-v1.23.0, pkg/apis/autoscaling/register.go and config/core/configmaps/autoscaler.yaml).
     for key, floor_key in (("scale-down-delay", "minScaleDownDelaySeconds"), ("window", "minWindowSeconds")):
         floor = int(settings.get(floor_key, FLOORS[floor_key]))
         raw = annotations.get(prefix + key)
@@ -261,12 +268,19 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
                 f"{prefix}{key} is {seconds:g} s; production services keep at least {floor} s so a dip in load does not "
                 "tear down replicas that take minutes to load a model"
             )
-    concurrency = get(template, "spec", "containerConcurrency", default=0)
-    if not concurrency:
-        report_violation(
-            "containerConcurrency is 0 (unbounded): a production model server needs a hard cap on requests in flight per "
-            "replica, or one replica takes every burst"
-        )
+    # With no picker in front, each replica's vLLM is what bounds its queue: in requests and, through
+    # the prefill backlog, in time (vLLM 0.33.0 vllm/v1/engine/async_llm.py check_admission, 503 at once).
+    for container in get(template, "spec", "containers", default=[]):
+        if not gpu_resources(container):
+            continue
+        words = get(container, "args", default=[])
+        for flag, bound in (("--max-num-queued-reqs", "requests"), ("--max-num-queued-tokens", "time")):
+            value = flag_value(words, flag)
+            if value is None or not value.isdigit() or int(value) < 1:
+                report_violation(
+                    f"container '{get(container, 'name', default='?')}' has no vLLM {flag}: a production model server "
+                    f"with no endpoint picker in front must bound its queue in {bound}, or a burst waits untimed"
+                )
 
 
 def _repository_allowed(repository: str, allowed: set[str]) -> bool:
