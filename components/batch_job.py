@@ -55,7 +55,9 @@ class BatchJob(pulumi.ComponentResource):
         if args.access is not None:
             identity = WorkloadIdentity(
                 f"{name}-identity",
-                WorkloadIdentityArgs(args.access, plan.namespace, plan.service_account, batch_job_policy(plan)),
+                WorkloadIdentityArgs(
+                    args.access, plan.namespace, plan.service_account, batch_job_policy(plan), tenant=plan.namespace
+                ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             # Pod Identity injects credentials at pod admission only if the association exists.

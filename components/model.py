@@ -56,7 +56,11 @@ class Model(pulumi.ComponentResource):
             identity = WorkloadIdentity(
                 f"{name}-weights-identity",
                 WorkloadIdentityArgs(
-                    args.access, model.tenant, account, s3_policy((uri, ["s3:GetObject"]) for uri in plan.s3_uris)
+                    args.access,
+                    model.tenant,
+                    account,
+                    s3_policy((uri, ["s3:GetObject"]) for uri in plan.s3_uris),
+                    tenant=model.tenant,
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )

@@ -26,6 +26,7 @@ from platform_config.models import (
 )
 from platform_config.pins import IMAGES, KUEUE_API_VERSION
 from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
+from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
 
 from .backends.knative import KNATIVE_SERVICE_LABEL, TARGET_BURST_CAPACITY
 from .constants import (
@@ -51,6 +52,7 @@ from .specs.routes import (
     STABLE_VERSION_ANNOTATION,
     STABLE_WEIGHTS_ANNOTATION,
 )
+from .workload_identity import TAG_MIRROR_FOR, TAG_TENANT
 
 FACTS_FILE = Path(__file__).resolve().parent.parent / "policies" / "inference_governance" / "platform_facts.json"
 
@@ -104,6 +106,12 @@ def policy_facts() -> dict[str, Any]:
         # What an S3 location config may give (platform_config/models.py): the pack holds every one
         # a shell script names to it, single-quoted.
         "s3UriPattern": S3_URI_PATTERN,
+        # Whose an IAM role is, and the prefixes a tenant's data lies under (platform_config/tenant_data.py).
+        "tenantData": {
+            "tenantTag": TAG_TENANT,
+            "weightMirrorTag": TAG_MIRROR_FOR,
+            "s3PrefixesAnnotation": ANNOTATION_S3_PREFIXES,
+        },
         # What a credential looks like in clear (platform_config/credentials.py).
         "credentialFormats": [list(entry) for entry in CREDENTIAL_FORMATS],
         "images": {

@@ -74,6 +74,8 @@ class WeightMirror(pulumi.ComponentResource):
                     specs.MIRROR_NAMESPACE,
                     specs.mirror_service_account_name(tenant),
                     specs.mirror_write_policy(mirror, tenant),
+                    tenant=tenant,
+                    writes_mirror=True,
                 ),
                 opts=child,
             )

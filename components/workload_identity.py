@@ -30,6 +30,15 @@ class WorkloadIdentityArgs:
     service_account: str
     # IAM policy document (JSON string or Output of one) the role gets inline.
     policy: pulumi.Input[str]
+    # The tenant whose workloads assume it (tagged, for the pack's tenant-s3-scoping), or the
+    # tenant the weight mirror writes for; None: a role of the platform's own controllers.
+    tenant: str | None = None
+    writes_mirror: bool = False
+
+
+# Tags naming whose a role is (policies/inference_governance/stack.py tenant_s3_scoping).
+TAG_TENANT = "inference.platform/tenant"
+TAG_MIRROR_FOR = "inference.platform/weight-mirror-for"
 
 
 class WorkloadIdentity(pulumi.ComponentResource):
@@ -74,7 +83,8 @@ class WorkloadIdentity(pulumi.ComponentResource):
                     ],
                 }
             )
-        role = aws.iam.Role(f"{name}-role", assume_role_policy=trust, tags=access.tags, opts=child)
+        owner = {} if args.tenant is None else {TAG_MIRROR_FOR if args.writes_mirror else TAG_TENANT: args.tenant}
+        role = aws.iam.Role(f"{name}-role", assume_role_policy=trust, tags={**access.tags, **owner}, opts=child)
         aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=args.policy, opts=child)
         self.role_arn = role.arn
         if access.mode == "irsa":

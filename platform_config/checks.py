@@ -72,6 +72,7 @@ from .serving import (
     time_sliced_memory_share,
     user_key_headers,
 )
+from .tenant_data import s3_overlap, s3_parts, s3_within, tenant_s3_locations
 from .weight_mirror import mirrored_source
 
 Check = Callable[[PlatformConfig], Iterable[ConfigIssue]]
@@ -381,6 +382,37 @@ def check_tenant_groups(config: PlatformConfig) -> Iterator[ConfigIssue]:
                     ("tenants", index, "groups", g_index),
                     f"group {group!r} is already tenant {owner!r}'s: a group belongs to one tenant",
                 )
+
+
+def check_tenant_s3_data(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """Data belongs to its tenant (platform_config/tenant_data.py): its prefixes overlap no other tenant's and none is
+    in the weight mirror's bucket, and every S3 location its workloads name lies under one of them."""
+    mirror = config.weight_mirror.bucket if config.weight_mirror is not None else None
+    claimed: list[tuple[str, str]] = []
+    for t_index, tenant in enumerate(config.tenants):
+        for p_index, prefix in enumerate(tenant.s3_prefixes):
+            key = ("tenants", t_index, "s3Prefixes", p_index)
+            if mirror is not None and s3_parts(prefix)[0] == mirror:
+                yield ConfigIssue(
+                    key,
+                    f"{prefix} is in the weight mirror's bucket {mirror!r}, the platform's: the mirror writes each "
+                    "tenant's copies and its servers read them under <bucket>/<tenant>/; a tenant never names it",
+                )
+            for owner, other in claimed:
+                if s3_overlap(prefix, other):
+                    yield ConfigIssue(key, f"{prefix} overlaps {other} of tenant {owner!r}: data belongs to one tenant")
+        claimed.extend((tenant.name, prefix) for prefix in tenant.s3_prefixes)
+    prefixes = {tenant.name: tenant.s3_prefixes for tenant in config.tenants}
+    for location in tenant_s3_locations(config):
+        own = prefixes.get(location.tenant)
+        if own is None or any(s3_within(location.uri, prefix) for prefix in own):
+            continue  # an unknown tenant is reported where it is named
+        declared = ", ".join(own) if own else "none"
+        yield ConfigIssue(
+            location.key,
+            f"{location.uri} is not under tenant {location.tenant!r}'s s3Prefixes ({declared}): a tenant's workloads read "
+            f"and write only its own data; add the prefix to tenants[{location.tenant}].s3Prefixes if it is the tenant's",
+        )
 
 
 def check_tenant_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -1310,6 +1342,7 @@ CHECKS: list[Check] = [
     check_registry_lock,
     check_gateway_headers,
     check_tenant_groups,
+    check_tenant_s3_data,
     check_gateway_tls,
     check_object_names,
     check_server_component_names,

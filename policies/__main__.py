@@ -6,6 +6,7 @@ from inference_governance import adapters, canary, resources, stack
 from inference_governance.kube import (
     DEFAULT_OVERRIDE_HEADER,
     DEFAULT_TIER_HEADER,
+    FACTS,
     FLOORS,
     FORBIDDEN_TAGS,
     PINNED_REPOSITORIES,
@@ -234,6 +235,23 @@ PolicyPack(
                     "default": FLOORS["minControlPlaneReplicasInProduction"],
                 },
                 productionStacks=PRODUCTION,
+            ),
+        ),
+        StackValidationPolicy(
+            name="tenant-s3-scoping",
+            description="Data belongs to its tenant: the IAM roles of a tenant's workloads reach S3 only under the "
+            "tenant's prefixes (tenantS3Prefixes, which when set names every tenant's, else what each tenant's namespace "
+            "declares), and in the weight mirror's bucket "
+            "only read the tenant's own copies; the mirror's role for a tenant writes only those; no two tenants' "
+            "prefixes overlap.",
+            validate=stack.tenant_s3_scoping,
+            severity=Severity.CRITICAL,
+            config_schema=schema(
+                tenantS3Prefixes={
+                    "type": "object",
+                    "additionalProperties": {"type": "array", "items": {"type": "string", "pattern": FACTS["s3UriPattern"]}},
+                    "default": {},
+                }
             ),
         ),
         StackValidationPolicy(

@@ -14,7 +14,7 @@ from components.batch_job import batch_job_policy
 from components.specs.batch_job import engine_command, fingerprint, job
 from components.specs.pod import ADAPTERS_DIR
 
-from .helpers import config_problems, pinned_vllm_flags, raw_stack, validate
+from .helpers import config_problems, owning, pinned_vllm_flags, raw_stack, validate
 from .test_batch_jobs import Shard, request
 
 
@@ -29,6 +29,10 @@ def with_adapter_job(adapter: str = "llama-3.1-8b-sql") -> dict[str, Any]:
     base = next(m for m in raw["models"] if m["name"] == "llama-8b")
     batch_job = next(j for j in raw["batchJobs"] if j["name"] == "review-labels")
     batch_job["tenant"] = "serving"
+    # Its input and output become the serving tenant's own.
+    owning(raw, "serving", "s3://serving-batch")
+    batch_job["input"]["s3Uri"] = batch_job["input"]["s3Uri"].replace("s3://team-b-batch", "s3://serving-batch")
+    batch_job["output"] = batch_job["output"].replace("s3://team-b-batch", "s3://serving-batch")
     batch_job["model"]["source"] = copy.deepcopy(base["versions"][0]["source"])
     batch_job["model"]["servedModelName"] = "llama-8b-batch"
     batch_job["model"]["adapter"] = adapter

@@ -508,6 +508,41 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
             ("too-long", "s3://team-b-batch/" + "a" * 1100),
         )
     ),
+    # Data belongs to its tenant: team-b's batch job overwriting the weight mirror's copy of the shared 70B, or
+    # reading team-a's data; a tenant's model reading another tenant's adapters; prefixes that overlap or claim the
+    # platform's mirror bucket.
+    (
+        "batch-output-into-the-mirror",
+        "prod",
+        _set("batchJobs", 0, "output", "s3://inference-prod-model-weights/serving/x"),
+        "batchJobs[0].output",
+    ),
+    (
+        "batch-input-of-another-tenant",
+        "prod",
+        _set("batchJobs", 0, "input", "s3Uri", "s3://team-a-data/tickets"),
+        "batchJobs[0].input.s3Uri",
+    ),
+    (
+        "adapter-of-another-tenant",
+        "prod",
+        _set("models", 1, "adapters", 1, "source", "s3Uri", "s3://team-b-batch/adapters/sql"),
+        "models[1].adapters[1].source.s3Uri",
+    ),
+    ("bucket-prefix-of-a-sibling", "prod", _set("batchJobs", 0, "output", "s3://team-b-batch-other/out"), "batchJobs[0].output"),
+    (
+        "tenant-claims-the-mirror",
+        "prod",
+        _set("tenants", 1, "s3Prefixes", ["s3://inference-prod-model-weights"]),
+        "tenants[1].s3Prefixes[0]",
+    ),
+    # Reported at the later of the two claims (team-b), naming the earlier one.
+    (
+        "tenant-claims-anothers-data",
+        "prod",
+        _set("tenants", 1, "s3Prefixes", ["s3://team-b-batch/outputs"]),
+        "tenants[2].s3Prefixes[0]",
+    ),
 ]
 
 

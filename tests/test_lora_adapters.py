@@ -18,6 +18,7 @@ from platform_config.models import VLLM_MAX_LORA_RANKS
 from .helpers import (
     Evaluated,
     config_problems,
+    owning,
     pinned_vllm_flags,
     raw_stack,
     resolved_from_lock,
@@ -137,6 +138,7 @@ def test_a_hugging_face_adapter_is_fetched_with_the_tenants_token_only(prod_raw)
     # (The batch model, which loads the adapters too, serves the same weights.)
     for version in prod_raw["models"][BASE]["versions"] + prod_raw["models"][BATCH]["versions"]:
         version["source"] = {"s3Uri": "s3://inference-prod-weights/llama-3.1-8b", "revision": "2026-07-23"}
+    owning(prod_raw, "serving", "s3://inference-prod-weights/llama-3.1-8b")
     prod_raw["models"][BASE]["adapters"][1]["source"] = {"huggingface": "org/sql-lora", "revision": "a" * 40}
     config = parse(prod_raw)
     for tenants, expected in ((("serving",), True), (("team-a",), False)):

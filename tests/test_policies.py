@@ -85,7 +85,7 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 31 and "gateway-requires-a-token" in names
+    assert len(names) == 32 and "gateway-requires-a-token" in names and "tenant-s3-scoping" in names
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):

@@ -5,6 +5,7 @@ with the pack's defaults, one with a policy config, for the whole module)."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -717,3 +718,127 @@ def test_a_job_without_gpus_need_not_be_queued(pack, baseline):
         return records
 
     assert _kueue_hits(pack, stack_with(baseline, cpu_only)) == set()
+
+
+# --- data belongs to its tenant (tenant-s3-scoping) -------------------------------------------------
+
+ROLE = "aws:iam/role:Role"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+
+
+def _granting(name: str, *statements: dict[str, Any]):
+    """The stack with the role policy `name` granting `statements` too (as the program writes them, in both the
+    inputs and the outputs the pack is sent)."""
+
+    def change(records: list[RecordedResource]) -> list[RecordedResource]:
+        (record,) = [r for r in records if r.type == ROLE_POLICY and r.name == name]
+        for props in (record.inputs, record.outputs):
+            document = json.loads(props["policy"])
+            document["Statement"].extend(statements)
+            props["policy"] = json.dumps(document)
+        return records
+
+    return change
+
+
+def _object_grant(arn: str, *actions: str) -> dict[str, Any]:
+    return {"Effect": "Allow", "Action": list(actions), "Resource": arn}
+
+
+def _untagged(name: str, change):
+    """`change`, with the role beside the policy `name` stripped of its owner tag."""
+
+    def untag(records: list[RecordedResource]) -> list[RecordedResource]:
+        records = change(records)
+        (policy,) = [r for r in records if r.type == ROLE_POLICY and r.name == name]
+        (role,) = [r for r in records if r.type == ROLE and r.parent == policy.parent]
+        for props in (role.inputs, role.outputs):
+            props["tags"] = {k: v for k, v in props["tags"].items() if not k.startswith("inference.platform/tenant")}
+        return records
+
+    return untag
+
+
+def _declaring(tenant: str, prefixes: list[str]):
+    def change(records: list[RecordedResource]) -> list[RecordedResource]:
+        (namespace,) = [r for r in records if r.type == NAMESPACE and r.name == tenant]
+        for props in (namespace.inputs, namespace.outputs):
+            props["metadata"]["annotations"]["inference.platform/s3-prefixes"] = json.dumps(prefixes)
+        return records
+
+    return change
+
+
+def test_the_rendered_roles_reach_only_their_tenants_data(pack, baseline):
+    assert "tenant-s3-scoping" not in analyze_stack(pack, list(baseline.records))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # team-b's batch job overwriting the weight mirror's copy the shared 70B streams from.
+        _granting(
+            "review-labels-identity-policy", _object_grant("arn:aws:s3:::inference-prod-model-weights/serving/*", "s3:PutObject")
+        ),
+        # team-b reading the serving tenant's adapters.
+        _granting(
+            "review-labels-identity-policy", _object_grant("arn:aws:s3:::inference-prod-adapters/llama-3.1-8b/*", "s3:GetObject")
+        ),
+        # team-a's servers reading team-b's batch outputs, with or without their role's tenant tag.
+        _granting("llama-1b-weights-identity-policy", _object_grant("arn:aws:s3:::team-b-batch/outputs/*", "s3:GetObject")),
+        _untagged(
+            "llama-1b-weights-identity-policy",
+            _granting("llama-1b-weights-identity-policy", _object_grant("arn:aws:s3:::team-b-batch/*", "s3:GetObject")),
+        ),
+        # team-a's servers reading another tenant's copies in the weight mirror.
+        _granting(
+            "llama-1b-weights-identity-policy",
+            _object_grant("arn:aws:s3:::inference-prod-model-weights/serving/*", "s3:GetObject"),
+        ),
+        # Listing a whole bucket, or another tenant's folder of it.
+        _granting(
+            "llama-1b-weights-identity-policy",
+            {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": "arn:aws:s3:::team-b-batch"},
+        ),
+        # Anything but S3.
+        _granting("review-labels-identity-policy", _object_grant("*", "s3:GetObject")),
+        # The mirror's role for team-a writing the serving tenant's copies.
+        _granting(
+            "weight-mirror-team-a-identity-policy",
+            _object_grant("arn:aws:s3:::inference-prod-model-weights/serving/*", "s3:PutObject"),
+        ),
+        # Two tenants claiming the same data.
+        _declaring("team-a", ["s3://team-b-batch/outputs"]),
+    ],
+    ids=[
+        "mirror-write",
+        "other-tenants-adapters",
+        "other-tenants-outputs",
+        "untagged-role",
+        "other-tenants-copies",
+        "whole-bucket-listing",
+        "not-s3",
+        "mirror-writes-another-tenant",
+        "overlapping-prefixes",
+    ],  # fmt: skip
+)
+def test_a_tenants_role_reaching_anothers_data_is_refused(pack, baseline, change):
+    assert analyze_stack(pack, stack_with(baseline, change)).get("tenant-s3-scoping") == "mandatory"
+
+
+def test_the_packs_own_prefixes_overrule_what_a_namespace_declares(baseline):
+    """A stack change can widen what its tenant's namespace declares; the pack's config (CI's, not the stack's) then
+    still holds the tenant to its own prefixes."""
+    widened = _granting("review-labels-identity-policy", _object_grant("arn:aws:s3:::team-b-archive/*", "s3:GetObject"))
+    change = lambda records: _declaring("team-b", ["s3://team-b-batch", "s3://team-b-archive"])(widened(records))  # noqa: E731
+    # When set it is the whole truth: a tenant it does not name has no data.
+    truth = {"serving": ["s3://inference-prod-adapters/llama-3.1-8b"], "team-b": ["s3://team-b-batch"]}
+    running = _started({"tenant-s3-scoping": {"tenantS3Prefixes": truth}})
+    try:
+        assert "tenant-s3-scoping" not in analyze_stack(
+            running, stack_with(baseline, _declaring("team-b", ["s3://team-b-batch"]))
+        )
+        assert analyze_stack(running, stack_with(baseline, change)).get("tenant-s3-scoping") == "mandatory"
+    finally:
+        running.close()

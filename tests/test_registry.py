@@ -34,7 +34,7 @@ from platform_config.registry import (
 from preview.sections import registry_section
 
 from .conftest import early_mlflow
-from .helpers import PreviewRun, raw_stack, registry_recording, run_preview, write_stack
+from .helpers import PreviewRun, owning, raw_stack, registry_recording, resolved_from_lock, run_preview, write_stack
 from .servers.mlflow import MlflowServer, free_port, missing_reason, start_mlflow, wait_until_healthy
 
 SHA_A = "7ae557604adf67be50417f59c2c2f167def9a775"
@@ -130,6 +130,8 @@ def live_staging(mlflow, tmp_path_factory) -> tuple[dict[str, Any], PreviewRun]:
     raw = with_registry(
         "staging", mlflow.uri, {(0, 1): {"model": "chat", "alias": "challenger"}, (1, 0): {"model": "labeller", "version": 1}}
     )
+    # The labeller's registered weights are team-a's.
+    owning(raw, "team-a", "s3://weights-bucket/labeller")
     return raw, preview(tmp_path_factory.mktemp("live-staging"), raw)
 
 
@@ -615,3 +617,37 @@ def test_a_lock_file_that_is_missing_or_no_recording_exits_2_naming_the_key(tmp_
     (issue,) = caught.value.issues
     assert issue.key() == "inference-platform:registry.lockFile"
     assert issue.message.startswith(f"the lock file {LOCK} {message}") and REGISTRY_FILE_ENV not in issue.message
+
+
+def test_a_registry_answer_naming_data_outside_the_tenants_prefixes_stops_the_preview(tmp_path):
+    """What the registry (here its recording) resolves a version to is checked like a stack file's location: staging's
+    summarizer (team-a, no prefixes of its own) resolved to a bucket of team-b's is refused naming the version's key
+    (the resolved source's), exit 2."""
+    uri = "http://mlflow.invalid"
+    file = tmp_path / "recording.json"
+    entry = {"registeredModel": "summarizer", "alias": "champion", "registryVersion": "3", "weights": "s3://team-b-batch/w/v1"}
+    file.write_text(json.dumps(registry_recording(uri, [entry])))
+    raw = with_registry("staging", uri, {(0, 0): {"model": "summarizer", "alias": "champion"}})
+    stderr = refused(preview(tmp_path, raw, "--registry-file", str(file)))
+    assert "inference-platform:models[0].versions[0].source.s3Uri: s3://team-b-batch/w is not under tenant 'team-a''s" in stderr
+
+
+def test_a_lock_file_entry_naming_another_tenants_copies_is_refused(tmp_path):
+    """prod previews from its lock file: an entry resolving team-a's llama-1b to the serving tenant's copies in the
+    weight mirror is refused, as the loader checks the resolved config again (platform_config/loader.py)."""
+    from platform_config.checks import run_checks
+
+    entry = {
+        "registeredModel": "llama-1b",
+        "alias": "champion",
+        "registryVersion": "3",
+        "weights": "s3://inference-prod-model-weights/serving/meta-llama/Llama-3.1-70B-Instruct/v1",
+    }
+    raw = with_registry("prod", "https://mlflow.example.com", {(2, 0): {"model": "llama-1b", "alias": "champion"}})
+    config, _ = resolved_from_lock(raw, "https://mlflow.example.com", [entry], tmp_path)
+    issues = [str(i) for i in run_checks(config)]
+    assert any(
+        i.startswith("inference-platform:models[2].versions[0].source.s3Uri: s3://inference-prod-model-weights/serving/")
+        and "is not under tenant 'team-a''s s3Prefixes (none)" in i
+        for i in issues
+    ), issues

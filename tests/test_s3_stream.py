@@ -34,6 +34,7 @@ from .helpers import (
     Evaluated,
     config_problems,
     downloading_weights,
+    owning,
     pinned_vllm_flags,
     raw_stack,
     resolved_from_lock,
@@ -56,6 +57,7 @@ def streaming_h100(raw: dict[str, Any]) -> dict[str, Any]:
     for model in raw["models"]:
         if model["pool"] == "h100":
             source = {"s3Uri": f"{WEIGHTS_BUCKET}/{model['name']}", "revision": FOLDER}
+            owning(raw, model["tenant"], source["s3Uri"])
             for version in model["versions"]:
                 version["source"] = dict(source)
             # Its batch model loads its adapters, so it serves the same base weights (on its own pool, downloaded).

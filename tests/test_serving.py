@@ -11,7 +11,7 @@ import pytest
 
 from platform_config.profiles import PROFILES
 
-from .helpers import ROOT, Evaluated, config_problems, downloading_weights, prod_with_labeller_server, raw_stack
+from .helpers import ROOT, Evaluated, config_problems, downloading_weights, owning, prod_with_labeller_server, raw_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 # Each tenant's own Hugging Face token (team-b serves an ungated model and has none).
@@ -309,7 +309,7 @@ def test_canary_versions_run_as_their_own_servers(staging):
 
 def test_weights_from_s3_via_init_container_and_workload_role(prod_raw):
     source = {"s3Uri": "s3://model-weights/llama-1b", "revision": "2026-10-01"}
-    downloading_weights(prod_raw)["models"][2]["versions"][0]["source"] = source
+    owning(downloading_weights(prod_raw), "team-a", "s3://model-weights/llama-1b")["models"][2]["versions"][0]["source"] = source
     evaluated = Evaluated(prod_raw)
     spec = pod(evaluated.k8s("Deployment", "llama-1b-v1", "team-a"))
     (init,) = spec["initContainers"]
@@ -394,7 +394,7 @@ def test_time_sliced_memory_share_too_large(staging_raw):
 
 def test_s3_weights_need_eks(dev_raw):
     dev_raw["models"][0]["versions"][0]["source"] = {"s3Uri": "s3://bucket/qwen", "revision": "r1"}
-    (message,) = config_problems(dev_raw)
+    (message,) = config_problems(owning(dev_raw, "dev-team", "s3://bucket/qwen"))
     assert message.startswith("inference-platform:models[0].versions: S3 weights are read with an IAM role")
 
 
@@ -526,6 +526,7 @@ def test_knative_services_get_a_disruption_budget(prod):
 
 def test_no_api_token_even_with_s3_weights(prod_raw):
     prod_raw["models"][1]["versions"][0]["source"] = {"s3Uri": "s3://model-weights/llama-8b", "revision": "2026-10-01"}
+    owning(prod_raw, "serving", "s3://model-weights/llama-8b")
     spec = pod(ksvc(Evaluated(prod_raw), "llama-8b-v1", "serving"))
     assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "llama-8b-weights"
 

@@ -18,6 +18,7 @@ from .helpers import (
     Evaluated,
     config_problems,
     downloading_weights,
+    owning,
     pinned_vllm_flags,
     prod_with_labeller_server,
     raw_stack,
@@ -102,6 +103,7 @@ def test_a_token_for_a_tenant_without_hugging_face_models_is_not_copied():
         if model["tenant"] == "team-a":
             for version in model["versions"]:
                 version["source"] = {"s3Uri": "s3://weights-bucket/llama-1b", "revision": "v1"}
+    owning(raw, "team-a", "s3://weights-bucket/llama-1b")
     evaluated = Evaluated(raw, secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)})
     assert {r["name"] for r in evaluated.of_type(SECRET)} == {"serving-huggingface-token"}
 
@@ -248,6 +250,7 @@ def test_controllers_are_told_what_they_would_ask_instance_metadata(prod):
 def test_the_weights_fetcher_does_not_probe_instance_metadata():
     raw = downloading_weights(raw_stack("prod"))
     raw["models"][2]["versions"][0]["source"] = {"s3Uri": "s3://weights-bucket/llama-1b", "revision": "v1"}
+    owning(raw, "team-a", "s3://weights-bucket/llama-1b")
     server = next(s for m in validate(raw).models for s in m.servers if s.model.name == "llama-1b")
     fetcher = pod_spec.weights_init_container(server)
     assert fetcher is not None

@@ -12,6 +12,7 @@ ResourceQuota does not list is not limited.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from platform_config.capacity import budget_resources
 from platform_config.models import TenantConfig
 from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS, PRODUCTION_PRIORITY_CLASS
+from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
 
 from ..constants import (
     EXPERIMENT_PRIORITY,
@@ -97,6 +99,8 @@ def namespace(tenant: TenantConfig) -> dict[str, Any]:
                 "pod-security.kubernetes.io/warn": "restricted",
                 "pod-security.kubernetes.io/audit": "restricted",
             },
+            # What the pack checks the tenant's IAM policies against (platform_config/tenant_data.py).
+            "annotations": {ANNOTATION_S3_PREFIXES: json.dumps(tenant.s3_prefixes)},
         },
     }
 

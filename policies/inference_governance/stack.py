@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections import defaultdict
 from typing import Any, Iterator, Mapping
 
@@ -16,6 +18,7 @@ from .kube import (
     DEPLOYMENT,
     DESTINATION_RULE,
     ENDPOINT_PICKER,
+    FACTS,
     FLOORS,
     GATEWAY_LISTENER_PORTS,
     GATEWAY_NAMESPACE,
@@ -54,6 +57,7 @@ from .kube import (
     config,
     get,
     is_gpu_resource,
+    is_list,
     labels_match,
     name_of,
     namespace_of,
@@ -961,3 +965,142 @@ def gateway_requires_a_token(args: Any, report_violation: Report) -> None:
                     "or limit it to those ports and hosts",
                     policy.urn,
                 )
+
+
+# --- tenant data ----------------------------------------------------------------------------------
+
+ROLE = "aws:iam/role:Role"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+TENANT_DATA: Mapping[str, str] = FACTS["tenantData"]
+# What a role whose data is another's may do there: read (the weight mirror's copies of a tenant).
+READ_ACTIONS = frozenset({"s3:GetObject", "s3:ListBucket"})
+
+
+def _s3_parts(uri: str) -> tuple[str, tuple[str, ...]]:
+    bucket, _, path = uri.removeprefix("s3://").partition("/")
+    return bucket, tuple(part for part in path.split("/") if part and part != "*")
+
+
+def _s3_within(uri: str, prefix: str) -> bool:
+    """By whole path segments, as the program's platform_config/tenant_data.py s3_within (the pack imports none of it)."""
+    bucket, path = _s3_parts(uri)
+    prefix_bucket, prefix_path = _s3_parts(prefix)
+    return bucket == prefix_bucket and path[: len(prefix_path)] == prefix_path
+
+
+def _granted_locations(statement: Mapping[str, Any]) -> Iterator[str]:
+    """The S3 locations a statement reaches, as s3:// URIs: an object ARN's prefix (its trailing `*` dropped), a
+    bucket ARN's listing under each `s3:prefix` it is conditioned on (the whole bucket without one); anything that is
+    not an S3 ARN as itself, so a caller refuses it."""
+    resources = get(statement, "Resource", default=[])
+    prefixes = get(statement, "Condition", "StringLike", "s3:prefix", default=None)
+    for resource in resources if is_list(resources) else [resources]:
+        text = str(resource)
+        if not text.startswith("arn:aws:s3:::"):
+            yield text
+            continue
+        bucket, _, path = text.removeprefix("arn:aws:s3:::").partition("/")
+        if path or prefixes is None:
+            yield f"s3://{bucket}/{path.rstrip('*')}"
+        else:
+            for prefix in prefixes if is_list(prefixes) else [prefixes]:
+                yield f"s3://{bucket}/{str(prefix).rstrip('*')}"
+
+
+def _declared_prefixes(args: Any) -> dict[str, list[str]]:
+    """Each tenant's prefixes: the pack's `tenantS3Prefixes` where set, else what its namespace declares."""
+    configured = config(args).get("tenantS3Prefixes")
+    if configured:
+        return {str(tenant): [str(p) for p in prefixes] for tenant, prefixes in configured.items()}
+    declared: dict[str, list[str]] = {}
+    for namespace in of_type(args, NAMESPACE):
+        tenant = get(namespace.props, "metadata", "labels", TENANT_LABEL)
+        raw = get(namespace.props, "metadata", "annotations", TENANT_DATA["s3PrefixesAnnotation"], default="[]")
+        try:
+            prefixes = json.loads(raw)
+        except (TypeError, ValueError):
+            prefixes = None
+        if tenant:
+            declared[str(tenant)] = [str(p) for p in prefixes] if is_list(prefixes) else []
+    return declared
+
+
+POD_IDENTITY_ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
+_SERVICE_ACCOUNT_SUBJECT = re.compile(r"system:serviceaccount:([a-z0-9-]+):")
+
+
+def _role_policies(args: Any) -> Iterator[tuple[Any, Mapping[str, str], list[Mapping[str, Any]]]]:
+    """Each inline role policy, whose it is and its statements. Whose: its role's tag (the role beside it in one
+    workload identity), else the namespace its pods are in (the Pod Identity association beside it, or the service
+    account its trust policy names) when that is a tenant's, so a role cannot leave the check by losing its tag."""
+    tenants = _tenant_namespaces(args)
+    roles = {r.parent.urn: r for r in of_type(args, ROLE) if r.parent is not None}
+    associations = {a.parent.urn: a for a in of_type(args, POD_IDENTITY_ASSOCIATION) if a.parent is not None}
+    for policy in of_type(args, ROLE_POLICY):
+        parent = policy.parent.urn if policy.parent is not None else None
+        role, association = roles.get(parent), associations.get(parent)
+        tags = dict(get(role.props, "tags", default={}) or {}) if role is not None else {}
+        if TENANT_DATA["tenantTag"] not in tags and TENANT_DATA["weightMirrorTag"] not in tags:
+            namespaces = {str(get(association.props, "namespace", default=""))} if association is not None else set()
+            namespaces |= (
+                set(_SERVICE_ACCOUNT_SUBJECT.findall(str(get(role.props, "assumeRolePolicy", default="")))) if role else set()
+            )
+            owned = sorted(namespaces & tenants)
+            if owned:
+                tags[TENANT_DATA["tenantTag"]] = owned[0]
+        try:
+            document = json.loads(get(policy.props, "policy", default="{}"))
+        except (TypeError, ValueError):
+            document = {}
+        statements = get(document, "Statement", default=[])
+        yield policy, tags, [s for s in (statements if is_list(statements) else [statements]) if isinstance(s, dict)]
+
+
+def tenant_s3_scoping(args: Any, report_violation: Report) -> None:
+    """Data belongs to its tenant: a tenant's roles reach only S3 under its own prefixes, and in the weight mirror only
+    read its own copies; the mirror's role for a tenant writes only there; no two tenants' prefixes overlap."""
+    declared = _declared_prefixes(args)
+    owners = [(tenant, prefix) for tenant, prefixes in sorted(declared.items()) for prefix in prefixes]
+    for index, (claimant, prefix) in enumerate(owners):
+        for other, theirs in owners[index + 1 :]:
+            if other != claimant and (_s3_within(prefix, theirs) or _s3_within(theirs, prefix)):
+                report_violation(f"tenant {claimant!r}'s S3 prefix {prefix} overlaps tenant {other!r}'s {theirs}")
+    policies = list(_role_policies(args))
+    # The weight mirror's buckets: those its roles (one per tenant) write.
+    mirror_buckets = {
+        _s3_parts(location)[0]
+        for _, tags, statements in policies
+        if TENANT_DATA["weightMirrorTag"] in tags
+        for statement in statements
+        for location in _granted_locations(statement)
+    }
+    for policy, tags, statements in policies:
+        tenant = tags.get(TENANT_DATA["tenantTag"])
+        writer = tags.get(TENANT_DATA["weightMirrorTag"])
+        if tenant is None and writer is None:
+            continue  # a platform controller's role (the autoscaler's, the load balancer controller's)
+        owner = str(tenant or writer)
+        for statement in statements:
+            actions = get(statement, "Action", default=[])
+            actions = set(actions if is_list(actions) else [actions])
+            for location in _granted_locations(statement):
+                where = f"role policy {policy.name} ({'tenant' if tenant else 'weight mirror for'} {owner!r})"
+                if not location.startswith("s3://"):
+                    report_violation(f"{where} reaches {location}: a tenant's role reaches S3 locations only", policy.urn)
+                    continue
+                bucket = _s3_parts(location)[0]
+                if bucket in mirror_buckets:
+                    own_copies = _s3_within(location, f"s3://{bucket}/{owner}")
+                    if not own_copies or (tenant is not None and not actions <= READ_ACTIONS):
+                        report_violation(
+                            f"{where} reaches {location} with {', '.join(sorted(actions))} in the weight mirror's bucket: "
+                            f"a tenant's servers only read its copies under s3://{bucket}/{owner}/, which only the mirror "
+                            "writes",
+                            policy.urn,
+                        )
+                elif writer is not None or not any(_s3_within(location, p) for p in declared.get(owner, [])):
+                    report_violation(
+                        f"{where} reaches {location}, which is not under the tenant's S3 prefixes "
+                        f"({', '.join(declared.get(owner, [])) or 'none'}): a tenant's workloads reach only its own data",
+                        policy.urn,
+                    )
