@@ -92,8 +92,11 @@ REGISTRY_FILE ?= $(wildcard stacks/Pulumi.$(STACK).registry.json)
 # BASELINE: another preview's output folder (CI: the default branch's) that the report's changes
 # section compares this one with.
 BASELINE ?=
+# PREVIOUS_OUTPUTS: the deployed stack's outputs (`pulumi stack output --json`), whose securityPosture
+# the guard rails compare this change with (default: BASELINE's).
+PREVIOUS_OUTPUTS ?=
 preview: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas upstream-sources
-	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))$(if $(REGISTRY_FILE), --registry-file $(REGISTRY_FILE))$(if $(BASELINE), --baseline $(BASELINE))
+	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))$(if $(REGISTRY_FILE), --registry-file $(REGISTRY_FILE))$(if $(BASELINE), --baseline $(BASELINE))$(if $(PREVIOUS_OUTPUTS), --previous-outputs $(PREVIOUS_OUTPUTS))
 
 preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas upstream-sources
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done

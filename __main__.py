@@ -10,6 +10,7 @@ from components.plan_reports import cold_start_report, queue_bound_report
 from components.platform import InferencePlatform, InferencePlatformArgs, aws_tags
 from platform_config import load_config
 from platform_config.adapters import adapters_report
+from platform_config.guard_rails import security_posture
 
 loaded = load_config(extra_checks=[plan_checks])
 config = loaded.platform
@@ -38,6 +39,8 @@ pulumi.export("queueBounds", queue_bound_report(plan))
 pulumi.export("batchQueues", platform.batch_queues)
 # Each model's release as deployed: what the policy pack holds the next change's canary weight to.
 pulumi.export("canaryReleases", canary_releases(plan.routes))
+# Who may call, tenant scoping, exposure, models and tenants: what the next change's guard rails compare.
+pulumi.export("securityPosture", security_posture(config))
 if any(model.adapters for model in config.models):
     # Per base model: its LoRA modules, vLLM's LoRA limits and the adapters' memory per replica.
     pulumi.export("loraAdapters", adapters_report(config))

@@ -53,6 +53,17 @@ _DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 # shell, an IAM ARN or a glob reads specially: `*`, `'`, `(`, `)`, `!`, and no space, `$`, `;` or `|`),
 # at most 1,024 characters (S3's key limit).
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._=/-]{0,1024})?$"
+# Weakenings a production change may acknowledge (`acknowledge`), found by platform_config/guard_rails.py:
+# kinds, and removals or widenings of one named model or tenant (`<kind>:<name>`).
+ACKNOWLEDGED_KINDS = ("weaken-authentication", "disable-tenant-scoping", "plain-http-internet-facing", "public-api-endpoint")
+ACKNOWLEDGED_SCOPED_KINDS = ("remove-model", "remove-tenant", "widen-callers")
+_ACKNOWLEDGEMENT = (
+    rf"({'|'.join(ACKNOWLEDGED_KINDS)}|({'|'.join(ACKNOWLEDGED_SCOPED_KINDS)}):[a-z0-9]([a-z0-9-]{{0,61}}[a-z0-9])?)"
+)
+_ACKNOWLEDGEMENT_NAMES = (
+    f"is not a weakening's name: {', '.join(ACKNOWLEDGED_KINDS)}, or "
+    f"{', '.join(f'{kind}:<name>' for kind in ACKNOWLEDGED_SCOPED_KINDS)}"
+)
 _DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
@@ -1645,6 +1656,11 @@ class PlatformConfig(ConfigModel):
     """Where Hugging Face weights are copied for the streaming pools; none by default."""
     batch_jobs: list[BatchJobConfig] = []
     """Offline batch jobs, queued through Kueue on the tenants' batch quotas (README, Batch jobs)."""
+    acknowledge: Annotated[list[Annotated[str, _full_match(_ACKNOWLEDGEMENT, _ACKNOWLEDGEMENT_NAMES)]], Field(max_length=64)] = []
+    """Weakenings of a production stack this change makes on purpose, each by name: `weaken-authentication` (another
+    issuer, new audiences or version-override principals), `disable-tenant-scoping`, `plain-http-internet-facing`,
+    `public-api-endpoint` (a CIDR wider than /16), `remove-model:<model>`, `remove-tenant:<tenant>`,
+    `widen-callers:<model>`. The pull-request preview refuses any other (README, Guard rails) and lists these."""
 
     @model_validator(mode="before")
     @classmethod

@@ -45,6 +45,7 @@ from .sections import (
     capacity_section,
     changes_section,
     cold_start_section,
+    guard_rail_section,
     policy_section,
     queue_bound_section,
     registry_section,
@@ -91,6 +92,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the stack file as last deployed: canary-weight-steps holds each release to it (default: --baseline's routes)",
     )
     parser.add_argument(
+        "--previous-outputs",
+        type=Path,
+        help="the deployed stack's outputs (`pulumi stack output --json`): the guard rails compare its securityPosture "
+        "(default: --baseline's report.json)",
+    )
+    parser.add_argument(
         "--registry-file",
         type=Path,
         help=f"resolve MLflow registry versions from this recording (a live preview's {RECORDING_NAME}) instead of "
@@ -132,6 +139,34 @@ def _check_baseline(baseline: Any, source: Path) -> list[dict[str, Any]]:
         if not isinstance(entry.get("inputs"), dict):
             raise StackConfigError(f"baseline {source}: resources.json[{index}].inputs is not a mapping")
     return baseline
+
+
+POSTURE_OUTPUT = "securityPosture"
+
+
+def _previous_posture(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
+    """The security posture the guard rails compare with, and where it was read: `--previous-outputs` (a deployed
+    stack's outputs), else `--baseline`'s report.json; (None, why) when neither holds one (a first deployment, or a
+    baseline from before the program exported it)."""
+    if args.previous_outputs is not None:
+        source, what = args.previous_outputs, "the previous outputs"
+        outputs = _read_json(source, what)
+    elif args.baseline is not None:
+        source, what = args.baseline / "report.json", "the baseline's report"
+        if not source.is_file():
+            return None, f"{source} does not exist"
+        report = _read_json(source, what)
+        outputs = report.get("stackOutputs") if isinstance(report, dict) else None
+    else:
+        return None, "no --baseline or --previous-outputs"
+    if not isinstance(outputs, dict):
+        raise StackConfigError(f"{what} {source}: holds {type(outputs).__name__}, not the stack's outputs (a mapping)")
+    posture = outputs.get(POSTURE_OUTPUT)
+    if posture is None:
+        return None, f"{source} has no {POSTURE_OUTPUT}"
+    if not isinstance(posture, dict):
+        raise StackConfigError(f"{what} {source}: {POSTURE_OUTPUT} is {type(posture).__name__}, not a mapping")
+    return posture, str(source)
 
 
 def _read_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
@@ -238,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is None:
             _clear_verdict(out)
         overrides, baseline = _read_inputs(args)
+        args.previous_posture = _previous_posture(args)
         args.registry_file = _check_registry_file(args.registry_file)
         project = load_project(project_dir)
         stack_config = progress.run("reading stack config", lambda: load_stack_config(project, args.stack, args.config_file))
@@ -339,6 +375,10 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
         print(f"error: the policy pack failed: {detail}", file=sys.stderr)
         return EXIT_CRASH
     report.sections["policies"] = policy_section(policy_run)
+    previous_posture, posture_source = args.previous_posture
+    guard_rails = guard_rail_section(previous_posture, evaluation.stack_outputs.get(POSTURE_OUTPUT), posture_source)
+    if guard_rails is not None:
+        report.sections["guardRails"] = guard_rails
     if baseline is not None:
         diff = diff_resources(baseline, render.resource_entries(evaluation.resources))
         report.sections["changes"] = changes_section(diff, str(args.baseline))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from platform_config.cold_start import S3_STREAM
+from platform_config.guard_rails import weakenings
 
 from .admission import AdmissionResult
 from .diff import Diff
@@ -374,3 +375,53 @@ def upstream_section(results: list[PinResult], facts: str) -> Section:
     rows += [f"| {r.pin} | {r.version} | {r.status} | {'; '.join(r.details) or '-'} |" for r in results]
     data = {"factsDir": facts, "pins": [r.to_json() for r in results]}
     return Section("Upstream pins", summary, failed=bool(failed), data=data, markdown="\n".join(rows), lines=lines)
+
+
+def guard_rail_section(previous: dict[str, Any] | None, current: dict[str, Any] | None, source: str) -> Section | None:
+    """Production guard rails (platform_config/guard_rails.py): what this change weakens of the baseline's security
+    posture (`securityPosture`), refused in a production stack unless its `acknowledge` names it; acknowledged ones
+    are listed as findings, and an acknowledgement that names nothing this change does is reported too, so none
+    outlives its change."""
+    if current is None:
+        return None
+    if previous is None:
+        return Section("Guard rails", f"nothing to compare against ({source})", data={"weakenings": []})
+    found = weakenings(previous, current)
+    acknowledged = set(current.get("acknowledged") or [])
+    production = bool(current.get("production"))
+    rows = []
+    for weakening in found:
+        if weakening.acknowledgement in acknowledged:
+            verdict = "acknowledged"
+        else:
+            verdict = "refused" if production else "noted (not production)"
+        rows.append({"acknowledgement": weakening.acknowledgement, "message": weakening.message, "verdict": verdict})
+    unused = sorted(acknowledged - {w.acknowledgement for w in found})
+    refused = [r for r in rows if r["verdict"] == "refused"]
+    lines = [
+        f"{'REFUSED' if r['verdict'] == 'refused' else r['verdict']:<12} {r['acknowledgement']}: {r['message']}"
+        + (
+            f" (add acknowledge: [{r['acknowledgement']}] to the stack file if this is meant)"
+            if r["verdict"] == "refused"
+            else ""
+        )
+        for r in rows
+    ]
+    lines += [f"{'unused':<12} {name}: this change weakens nothing it names; remove it" for name in unused]
+    if refused:
+        summary = f"{len(refused)} weakening(s) of a production stack not acknowledged (against {source})"
+    elif rows:
+        summary = f"{len(rows)} weakening(s), each acknowledged or outside production (against {source})"
+    else:
+        summary = f"this change weakens nothing (against {source})"
+    table = ["| weakening | what | verdict |", "|---|---|---|"]
+    table += [f"| {r['acknowledgement']} | {r['message']} | {r['verdict']} |" for r in rows]
+    table += [f"| {name} | acknowledged, but this change does not do it | unused |" for name in unused]
+    return Section(
+        "Guard rails",
+        summary,
+        failed=bool(refused) or bool(unused and production),
+        data={"weakenings": rows, "unusedAcknowledgements": unused},
+        markdown="\n".join(table),
+        lines=lines,
+    )

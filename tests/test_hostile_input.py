@@ -536,6 +536,8 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
         _set("tenants", 1, "s3Prefixes", ["s3://inference-prod-model-weights"]),
         "tenants[1].s3Prefixes[0]",
     ),
+    ("acknowledge-an-unknown-weakening", "prod", _set("acknowledge", ["remove-everything"]), "acknowledge[0]"),
+    ("acknowledge-a-removal-of-no-name", "prod", _set("acknowledge", ["remove-model:"]), "acknowledge[0]"),
     # Reported at the later of the two claims (team-b), naming the earlier one.
     (
         "tenant-claims-anothers-data",
@@ -551,6 +553,15 @@ def _policy_config(text: str | bytes) -> Callable[[Path], list[str]]:
         path = tmp_path / "policy.json"
         path.write_bytes(text if isinstance(text, bytes) else text.encode())
         return ["--stack", "dev", "--policy-config", str(path)]
+
+    return arguments
+
+
+def _previous_outputs(text: str) -> Callable[[Path], list[str]]:
+    def arguments(tmp_path: Path) -> list[str]:
+        path = tmp_path / "outputs.json"
+        path.write_text(text)
+        return ["--stack", "dev", "--previous-outputs", str(path)]
 
     return arguments
 
@@ -602,6 +613,9 @@ CLI_CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("baseline-no-urn", _baseline(json.dumps([{"type": "t", "name": "n", "inputs": {}}])), "resources.json[0] is not a resource"),
     ("baseline-inputs-a-list", _baseline(json.dumps([{**RESOURCE, "inputs": []}])), "resources.json[0].inputs is not a mapping"),
     ("baseline-not-json", _baseline("{"), "cannot read the baseline"),
+    ("previous-outputs-not-json", _previous_outputs("{"), "cannot read the previous outputs"),
+    ("previous-outputs-a-list", _previous_outputs("[]"), "holds list, not the stack's outputs"),
+    ("previous-posture-a-string", _previous_outputs('{"securityPosture": "open"}'), "securityPosture is str, not a mapping"),
     ("baseline-missing", _baseline(None), "the baseline: cannot read"),
     (
         "stack-file-a-device",
