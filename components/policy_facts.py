@@ -27,6 +27,7 @@ from platform_config.models import (
 from platform_config.pins import IMAGES, KUEUE_API_VERSION
 from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
+from platform_config.weight_mirror import MIRROR_NAMESPACE
 
 from .backends.knative import KNATIVE_SERVICE_LABEL, TARGET_BURST_CAPACITY
 from .constants import (
@@ -52,6 +53,7 @@ from .specs.routes import (
     STABLE_VERSION_ANNOTATION,
     STABLE_WEIGHTS_ANNOTATION,
 )
+from .specs.weight_mirror import MIRROR_SERVICE_ACCOUNT_PREFIX
 from .workload_identity import TAG_MIRROR_FOR, TAG_TENANT
 
 FACTS_FILE = Path(__file__).resolve().parent.parent / "policies" / "inference_governance" / "platform_facts.json"
@@ -111,6 +113,8 @@ def policy_facts() -> dict[str, Any]:
             "tenantTag": TAG_TENANT,
             "weightMirrorTag": TAG_MIRROR_FOR,
             "s3PrefixesAnnotation": ANNOTATION_S3_PREFIXES,
+            "mirrorNamespace": MIRROR_NAMESPACE,
+            "mirrorServiceAccountPrefix": MIRROR_SERVICE_ACCOUNT_PREFIX,
         },
         # What a credential looks like in clear (platform_config/credentials.py).
         "credentialFormats": [list(entry) for entry in CREDENTIAL_FORMATS],

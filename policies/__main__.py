@@ -239,10 +239,11 @@ PolicyPack(
         ),
         StackValidationPolicy(
             name="tenant-s3-scoping",
-            description="Data belongs to its tenant: the IAM roles of a tenant's workloads reach S3 only under the "
-            "tenant's prefixes (tenantS3Prefixes, which when set names every tenant's, else what each tenant's namespace "
-            "declares), and in the weight mirror's bucket "
-            "only read the tenant's own copies; the mirror's role for a tenant writes only those; no two tenants' "
+            description="Data belongs to its tenant: a role of a tenant's workloads (by the namespace its pods are in, "
+            "which its tag must agree with) grants only S3 objects and listings under a key prefix, under the tenant's "
+            "prefixes (tenantS3Prefixes, which when set names every tenant's, else what each tenant's namespace "
+            "declares), and in the weight mirror's bucket only reads of the tenant's own copies, which only the "
+            "mirror's role for that tenant writes; no NotResource, NotAction or attached policies; no two tenants' "
             "prefixes overlap.",
             validate=stack.tenant_s3_scoping,
             severity=Severity.CRITICAL,

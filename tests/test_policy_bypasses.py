@@ -760,6 +760,60 @@ def _untagged(name: str, change):
     return untag
 
 
+def _sibling_role(records: list[RecordedResource], name: str) -> RecordedResource:
+    (policy,) = [r for r in records if r.type == ROLE_POLICY and r.name == name]
+    (role,) = [r for r in records if r.type == ROLE and r.parent == policy.parent]
+    return role
+
+
+def _untagged_mirror(name: str, change):
+    def untag(records: list[RecordedResource]) -> list[RecordedResource]:
+        records = change(records)
+        role = _sibling_role(records, name)
+        for props in (role.inputs, role.outputs):
+            props["tags"] = {k: v for k, v in props["tags"].items() if k != "inference.platform/weight-mirror-for"}
+        return records
+
+    return untag
+
+
+def _retagged(name: str, tenant: str):
+    def retag(records: list[RecordedResource]) -> list[RecordedResource]:
+        role = _sibling_role(records, name)
+        for props in (role.inputs, role.outputs):
+            props["tags"] = {**props["tags"], "inference.platform/tenant": tenant}
+        return records
+
+    return retag
+
+
+def _replacing_policy(name: str, text: str):
+    def replace(records: list[RecordedResource]) -> list[RecordedResource]:
+        (record,) = [r for r in records if r.type == ROLE_POLICY and r.name == name]
+        for props in (record.inputs, record.outputs):
+            props["policy"] = text
+        return records
+
+    return replace
+
+
+def _attaching(name: str):
+    """An AWS managed policy attached to the role beside `name`, by a resource under the same parent."""
+
+    def attach(records: list[RecordedResource]) -> list[RecordedResource]:
+        (policy,) = [r for r in records if r.type == ROLE_POLICY and r.name == name]
+        extra = copy.deepcopy(policy)
+        extra.type = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+        extra.name = f"{name}-s3-full-access"
+        extra.urn = policy.urn.replace("aws:iam/rolePolicy:RolePolicy", extra.type) + "-s3-full-access"
+        for props in (extra.inputs, extra.outputs):
+            props.pop("policy", None)
+            props["policyArn"] = "arn:aws:iam::aws:policy/AmazonS3FullAccess"
+        return [*records, extra]
+
+    return attach
+
+
 def _declaring(tenant: str, prefixes: list[str]):
     def change(records: list[RecordedResource]) -> list[RecordedResource]:
         (namespace,) = [r for r in records if r.type == NAMESPACE and r.name == tenant]
@@ -810,6 +864,28 @@ def test_the_rendered_roles_reach_only_their_tenants_data(pack, baseline):
         ),
         # Two tenants claiming the same data.
         _declaring("team-a", ["s3://team-b-batch/outputs"]),
+        # Everything but one location; wildcards that reach past a folder.
+        _granting(
+            "review-labels-identity-policy", {"Effect": "Allow", "Action": ["s3:GetObject"], "NotResource": "arn:aws:s3:::x/y"}
+        ),
+        _granting(
+            "review-labels-identity-policy",
+            {"Effect": "Allow", "NotAction": ["s3:DeleteObject"], "Resource": "arn:aws:s3:::team-b-batch/*"},
+        ),
+        _granting("review-labels-identity-policy", _object_grant("arn:aws:s3:::team-b-batch/out*", "s3:GetObject")),
+        _granting("review-labels-identity-policy", _object_grant("arn:aws:s3:::team-b-*/*", "s3:GetObject")),
+        _granting("review-labels-identity-policy", _object_grant("arn:aws:s3:::*/team-b/*", "s3:GetObject")),
+        # The mirror's role for team-a writing team-b's bucket "as a mirror", or with its tag stripped.
+        _granting("weight-mirror-team-a-identity-policy", _object_grant("arn:aws:s3:::team-b-batch/team-a/*", "s3:PutObject")),
+        _untagged_mirror(
+            "weight-mirror-team-a-identity-policy",
+            _granting("weight-mirror-team-a-identity-policy", _object_grant("arn:aws:s3:::team-b-batch/*", "s3:PutObject")),
+        ),
+        # A role of team-b's pods tagged as team-a's, to be checked against team-a's prefixes.
+        _retagged("review-labels-identity-policy", "team-a"),
+        # A policy that is not a policy document, and one attached beside the inline policy.
+        _replacing_policy("review-labels-identity-policy", "not json"),
+        _attaching("review-labels-identity-policy"),
     ],
     ids=[
         "mirror-write",
@@ -821,6 +897,16 @@ def test_the_rendered_roles_reach_only_their_tenants_data(pack, baseline):
         "not-s3",
         "mirror-writes-another-tenant",
         "overlapping-prefixes",
+        "not-resource",
+        "not-action",
+        "key-wildcard",
+        "bucket-wildcard",
+        "any-bucket",
+        "mirror-elsewhere",
+        "untagged-mirror",
+        "retagged",
+        "not-a-document",
+        "attached-policy",
     ],  # fmt: skip
 )
 def test_a_tenants_role_reaching_anothers_data_is_refused(pack, baseline, change):

@@ -64,8 +64,13 @@ def mirror_network_policies() -> list[dict[str, Any]]:
     ]
 
 
+# The mirror's service account for a tenant is this prefix and the tenant's name (the pack reads it to tell whose a
+# mirror role is).
+MIRROR_SERVICE_ACCOUNT_PREFIX = "mirror-"
+
+
 def mirror_service_account_name(tenant: str) -> str:
-    return f"mirror-{tenant}"
+    return f"{MIRROR_SERVICE_ACCOUNT_PREFIX}{tenant}"
 
 
 def mirror_token_secret_name(tenant: str) -> str:

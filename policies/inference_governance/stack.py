@@ -971,14 +971,23 @@ def gateway_requires_a_token(args: Any, report_violation: Report) -> None:
 
 ROLE = "aws:iam/role:Role"
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+POD_IDENTITY_ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
+# Other ways a policy reaches a role: none of them is the program's for a tenant's or the mirror's role.
+ATTACHED_POLICIES = ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/policy:Policy")
 TENANT_DATA: Mapping[str, str] = FACTS["tenantData"]
-# What a role whose data is another's may do there: read (the weight mirror's copies of a tenant).
+# What a tenant's role may do in the weight mirror's bucket: read its own copies.
 READ_ACTIONS = frozenset({"s3:GetObject", "s3:ListBucket"})
+# `system:serviceaccount:<namespace>:<name>` in a trust policy (IRSA's subject condition).
+_SERVICE_ACCOUNT_SUBJECT = re.compile(r"system:serviceaccount:([^:\"]+):([^\"]+)")
+# A key prefix the program writes: letters, digits and `-_.=/` (platform_config/models.py S3_URI_PATTERN), with at
+# most a trailing `*` after a `/`, or `*` alone (every key).
+_KEY_PREFIX = re.compile(r"\*|[A-Za-z0-9._=/-]*(/\*)?")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
 def _s3_parts(uri: str) -> tuple[str, tuple[str, ...]]:
     bucket, _, path = uri.removeprefix("s3://").partition("/")
-    return bucket, tuple(part for part in path.split("/") if part and part != "*")
+    return bucket, tuple(part for part in path.split("/") if part)
 
 
 def _s3_within(uri: str, prefix: str) -> bool:
@@ -988,27 +997,33 @@ def _s3_within(uri: str, prefix: str) -> bool:
     return bucket == prefix_bucket and path[: len(prefix_path)] == prefix_path
 
 
-def _granted_locations(statement: Mapping[str, Any]) -> Iterator[str]:
-    """The S3 locations a statement reaches, as s3:// URIs: an object ARN's prefix (its trailing `*` dropped), a
-    bucket ARN's listing under each `s3:prefix` it is conditioned on (the whole bucket without one); anything that is
-    not an S3 ARN as itself, so a caller refuses it."""
-    resources = get(statement, "Resource", default=[])
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if is_list(value) else [value]
+
+
+def _granted_locations(statement: Mapping[str, Any]) -> Iterator[str | None]:
+    """The S3 locations an Allow statement reaches, as s3:// URIs: an object ARN's key prefix (its trailing `/*`
+    dropped), a bucket ARN's listing under each `s3:prefix` it is conditioned on (StringLike, as the program writes
+    it; any other condition: the whole bucket). None for what no location says: not an S3 ARN, a wildcard anywhere
+    but a trailing `/*`, a bucket name that is not one."""
     prefixes = get(statement, "Condition", "StringLike", "s3:prefix", default=None)
-    for resource in resources if is_list(resources) else [resources]:
+    for resource in _as_list(get(statement, "Resource", default=[])):
         text = str(resource)
         if not text.startswith("arn:aws:s3:::"):
-            yield text
+            yield None
             continue
-        bucket, _, path = text.removeprefix("arn:aws:s3:::").partition("/")
-        if path or prefixes is None:
-            yield f"s3://{bucket}/{path.rstrip('*')}"
-        else:
-            for prefix in prefixes if is_list(prefixes) else [prefixes]:
-                yield f"s3://{bucket}/{str(prefix).rstrip('*')}"
+        bucket, _, key = text.removeprefix("arn:aws:s3:::").partition("/")
+        if not _BUCKET.fullmatch(bucket):
+            yield None
+            continue
+        keys = [key] if key or prefixes is None else [str(p) for p in _as_list(prefixes)]
+        for key in keys:
+            yield f"s3://{bucket}/{key.removesuffix('*')}" if _KEY_PREFIX.fullmatch(key) else None
 
 
 def _declared_prefixes(args: Any) -> dict[str, list[str]]:
-    """Each tenant's prefixes: the pack's `tenantS3Prefixes` where set, else what its namespace declares."""
+    """Each tenant's prefixes: the pack's `tenantS3Prefixes` where set (then it names every tenant's), else what the
+    tenant's namespace declares."""
     configured = config(args).get("tenantS3Prefixes")
     if configured:
         return {str(tenant): [str(p) for p in prefixes] for tenant, prefixes in configured.items()}
@@ -1025,82 +1040,153 @@ def _declared_prefixes(args: Any) -> dict[str, list[str]]:
     return declared
 
 
-POD_IDENTITY_ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
-_SERVICE_ACCOUNT_SUBJECT = re.compile(r"system:serviceaccount:([a-z0-9-]+):")
+class _RolePolicy:
+    """An inline role policy, whose role it is and its statements (None: not a policy document)."""
 
-
-def _role_policies(args: Any) -> Iterator[tuple[Any, Mapping[str, str], list[Mapping[str, Any]]]]:
-    """Each inline role policy, whose it is and its statements. Whose: its role's tag (the role beside it in one
-    workload identity), else the namespace its pods are in (the Pod Identity association beside it, or the service
-    account its trust policy names) when that is a tenant's, so a role cannot leave the check by losing its tag."""
-    tenants = _tenant_namespaces(args)
-    roles = {r.parent.urn: r for r in of_type(args, ROLE) if r.parent is not None}
-    associations = {a.parent.urn: a for a in of_type(args, POD_IDENTITY_ASSOCIATION) if a.parent is not None}
-    for policy in of_type(args, ROLE_POLICY):
-        parent = policy.parent.urn if policy.parent is not None else None
-        role, association = roles.get(parent), associations.get(parent)
-        tags = dict(get(role.props, "tags", default={}) or {}) if role is not None else {}
-        if TENANT_DATA["tenantTag"] not in tags and TENANT_DATA["weightMirrorTag"] not in tags:
-            namespaces = {str(get(association.props, "namespace", default=""))} if association is not None else set()
-            namespaces |= (
-                set(_SERVICE_ACCOUNT_SUBJECT.findall(str(get(role.props, "assumeRolePolicy", default="")))) if role else set()
-            )
-            owned = sorted(namespaces & tenants)
-            if owned:
-                tags[TENANT_DATA["tenantTag"]] = owned[0]
+    def __init__(self, policy: Any, role: Any, owner: tuple[str, str] | None, problem: str | None):
+        self.policy, self.role, self.owner, self.problem = policy, role, owner, problem
         try:
-            document = json.loads(get(policy.props, "policy", default="{}"))
+            document = json.loads(get(policy.props, "policy", default=""))
         except (TypeError, ValueError):
-            document = {}
-        statements = get(document, "Statement", default=[])
-        yield policy, tags, [s for s in (statements if is_list(statements) else [statements]) if isinstance(s, dict)]
+            document = None
+        statements = get(document, "Statement", default=None) if isinstance(document, dict) else None
+        self.statements: list[Any] | None = _as_list(statements) if statements is not None else None
+
+
+def _owner(role: Any, association: Any, tenants: set[str]) -> tuple[tuple[str, str] | None, str | None]:
+    """Whose a role is, ("tenant" | "mirror", tenant), and what is wrong with it: by the namespace its pods are in (the
+    Pod Identity association beside it, the service accounts its trust policy names), which its tag must agree with;
+    by its tag alone where neither names a namespace."""
+    mirror = TENANT_DATA["mirrorNamespace"]
+    accounts = []
+    if association is not None:
+        accounts.append(
+            (str(get(association.props, "namespace", default="")), str(get(association.props, "serviceAccount", default="")))
+        )
+    trust = str(get(role.props, "assumeRolePolicy", default="")) if role is not None else ""
+    accounts += _SERVICE_ACCOUNT_SUBJECT.findall(trust)
+    by_namespace = {("tenant", ns) for ns, _ in accounts if ns in tenants}
+    by_namespace |= {
+        ("mirror", sa.removeprefix(TENANT_DATA["mirrorServiceAccountPrefix"])) for ns, sa in accounts if ns == mirror
+    }
+    tags = dict(get(role.props, "tags", default={}) or {}) if role is not None else {}
+    by_tag = {("tenant", str(tags[TENANT_DATA["tenantTag"]]))} if TENANT_DATA["tenantTag"] in tags else set()
+    by_tag |= {("mirror", str(tags[TENANT_DATA["weightMirrorTag"]]))} if TENANT_DATA["weightMirrorTag"] in tags else set()
+    if any("*" in ns or "*" in sa or "?" in ns or "?" in sa for ns, sa in accounts):
+        return (sorted(by_namespace | by_tag) or [("tenant", "?")])[0], "its trust policy names service accounts by wildcard"
+    if len(by_namespace) > 1:
+        return sorted(by_namespace)[0], f"it is assumed from several tenants' workloads ({sorted(by_namespace)})"
+    if by_namespace and by_tag and by_tag != by_namespace:
+        return sorted(by_namespace)[0], f"it is tagged {sorted(by_tag)[0]} but assumed by {sorted(by_namespace)[0]}"
+    if len(by_tag) > 1:
+        return sorted(by_tag)[0], "it is tagged for two owners"
+    found = by_namespace or by_tag
+    return (next(iter(found)) if found else None), None
+
+
+def _identity_of(resource: Any) -> tuple[str, str]:
+    """Which workload identity a role, its inline policy or its association belongs to: the program's WorkloadIdentity
+    `<name>` creates `<name>-role`, `<name>-policy` and `<name>-association` beside each other (components/
+    workload_identity.py), so they share their URN's parent chain and that stem, whether or not the analyzer was sent
+    the component itself."""
+    chain = resource.urn.rsplit("::", 1)[0].rsplit("$", 1)[0]
+    stem = resource.name
+    for suffix in ("-role", "-policy", "-association"):
+        stem = stem.removesuffix(suffix)
+    return chain, stem
+
+
+def _role_policies(args: Any) -> list[_RolePolicy]:
+    """Each inline role policy with its owner; a policy with no role beside it has no owner anyone can tell."""
+    tenants = _tenant_namespaces(args)
+    roles = {_identity_of(r): r for r in of_type(args, ROLE)}
+    associations = {_identity_of(a): a for a in of_type(args, POD_IDENTITY_ASSOCIATION)}
+    found = []
+    for policy in of_type(args, ROLE_POLICY):
+        parent = _identity_of(policy)
+        role = roles.get(parent)
+        if role is None:
+            found.append(_RolePolicy(policy, None, ("tenant", "?"), "no role beside it tells whose it is"))
+            continue
+        owner, problem = _owner(role, associations.get(parent), tenants)
+        found.append(_RolePolicy(policy, role, owner, problem))
+    return found
+
+
+def _mirror_bucket(policies: list[_RolePolicy], report_violation: Report) -> str | None:
+    """The weight mirror's bucket: the one bucket its roles write (one per tenant, each under its own folder)."""
+    buckets = {
+        _s3_parts(location)[0]
+        for p in policies
+        if p.owner is not None and p.owner[0] == "mirror"
+        for statement in p.statements or []
+        for location in _granted_locations(statement)
+        if location is not None
+    }
+    if len(buckets) > 1:
+        report_violation(f"the weight mirror's roles reach several buckets ({', '.join(sorted(buckets))}): it writes one")
+    return min(buckets) if buckets else None
 
 
 def tenant_s3_scoping(args: Any, report_violation: Report) -> None:
     """Data belongs to its tenant: a tenant's roles reach only S3 under its own prefixes, and in the weight mirror only
-    read its own copies; the mirror's role for a tenant writes only there; no two tenants' prefixes overlap."""
+    read its own copies; the mirror's role for a tenant writes only those; no two tenants' prefixes overlap."""
     declared = _declared_prefixes(args)
     owners = [(tenant, prefix) for tenant, prefixes in sorted(declared.items()) for prefix in prefixes]
     for index, (claimant, prefix) in enumerate(owners):
         for other, theirs in owners[index + 1 :]:
             if other != claimant and (_s3_within(prefix, theirs) or _s3_within(theirs, prefix)):
                 report_violation(f"tenant {claimant!r}'s S3 prefix {prefix} overlaps tenant {other!r}'s {theirs}")
-    policies = list(_role_policies(args))
-    # The weight mirror's buckets: those its roles (one per tenant) write.
-    mirror_buckets = {
-        _s3_parts(location)[0]
-        for _, tags, statements in policies
-        if TENANT_DATA["weightMirrorTag"] in tags
-        for statement in statements
-        for location in _granted_locations(statement)
-    }
-    for policy, tags, statements in policies:
-        tenant = tags.get(TENANT_DATA["tenantTag"])
-        writer = tags.get(TENANT_DATA["weightMirrorTag"])
-        if tenant is None and writer is None:
+    policies = _role_policies(args)
+    mirror = _mirror_bucket(policies, report_violation)
+    governed = {_identity_of(p.role)[0] for p in policies if p.owner is not None and p.role is not None}
+    for kind in ATTACHED_POLICIES:
+        for attached in of_type(args, kind):
+            if _identity_of(attached)[0] in governed:
+                report_violation(
+                    f"{attached.name} attaches a policy to a tenant's or the mirror's role: only its inline policy may grant",
+                    attached.urn,
+                )
+    for p in policies:
+        if p.owner is None:
             continue  # a platform controller's role (the autoscaler's, the load balancer controller's)
-        owner = str(tenant or writer)
-        for statement in statements:
-            actions = get(statement, "Action", default=[])
-            actions = set(actions if is_list(actions) else [actions])
+        kind, owner = p.owner
+        where = f"role policy {p.policy.name} ({'tenant' if kind == 'tenant' else 'weight mirror for'} {owner!r})"
+        if p.problem is not None:
+            report_violation(f"{where}: {p.problem}", p.policy.urn)
+        if p.role is not None and (get(p.role.props, "inlinePolicies") or get(p.role.props, "managedPolicyArns")):
+            report_violation(f"{where}: its role carries other policies (inlinePolicies, managedPolicyArns)", p.policy.urn)
+        if p.statements is None:
+            report_violation(f"{where}: its policy is not a policy document with statements", p.policy.urn)
+            continue
+        for statement in p.statements:
+            if not isinstance(statement, dict) or get(statement, "Effect") == "Deny":
+                continue
+            if "NotResource" in statement or "NotAction" in statement:
+                report_violation(f"{where}: NotResource or NotAction grants all but what it names", p.policy.urn)
+                continue
+            actions = {str(a) for a in _as_list(get(statement, "Action", default=[]))}
             for location in _granted_locations(statement):
-                where = f"role policy {policy.name} ({'tenant' if tenant else 'weight mirror for'} {owner!r})"
-                if not location.startswith("s3://"):
-                    report_violation(f"{where} reaches {location}: a tenant's role reaches S3 locations only", policy.urn)
+                if location is None:
+                    report_violation(
+                        f"{where} reaches {get(statement, 'Resource')}: only S3 objects and listings under a key prefix, "
+                        "with at most a trailing /*",
+                        p.policy.urn,
+                    )
                     continue
                 bucket = _s3_parts(location)[0]
-                if bucket in mirror_buckets:
-                    own_copies = _s3_within(location, f"s3://{bucket}/{owner}")
-                    if not own_copies or (tenant is not None and not actions <= READ_ACTIONS):
+                if bucket == mirror or kind == "mirror":
+                    own_copies = mirror is not None and _s3_within(location, f"s3://{mirror}/{owner}")
+                    if not own_copies or (kind == "tenant" and not actions <= READ_ACTIONS):
                         report_violation(
-                            f"{where} reaches {location} with {', '.join(sorted(actions))} in the weight mirror's bucket: "
-                            f"a tenant's servers only read its copies under s3://{bucket}/{owner}/, which only the mirror "
+                            f"{where} reaches {location} with {', '.join(sorted(actions))}: in the weight mirror's bucket "
+                            f"a tenant's servers only read its copies under s3://{mirror}/{owner}/, which only the mirror "
                             "writes",
-                            policy.urn,
+                            p.policy.urn,
                         )
-                elif writer is not None or not any(_s3_within(location, p) for p in declared.get(owner, [])):
+                elif not any(_s3_within(location, prefix) for prefix in declared.get(owner, [])):
                     report_violation(
                         f"{where} reaches {location}, which is not under the tenant's S3 prefixes "
                         f"({', '.join(declared.get(owner, [])) or 'none'}): a tenant's workloads reach only its own data",
-                        policy.urn,
+                        p.policy.urn,
                     )
