@@ -40,6 +40,8 @@ class KueueArgs:
     # The batch jobs, whose queues' rules and alerts come with Prometheus.
     jobs: tuple[BatchJobPlan, ...] = ()
     system_node_selector: dict[str, str] | None = None
+    # Production: the managers one per node.
+    spread: bool = False
     # The Prometheus Operator (its ServiceMonitor CRD), when installed.
     monitoring: pulumi.Resource | None = None
     # Each tenant's Namespace object, which its own LocalQueue lives in.
@@ -58,7 +60,7 @@ class Kueue(pulumi.ComponentResource):
             "kueue",
             KUEUE_NAMESPACE,
             KUEUE,
-            kueue_values(args.system_node_selector, prometheus=args.monitoring is not None),
+            kueue_values(args.system_node_selector, prometheus=args.monitoring is not None, spread=args.spread),
             pulumi.ResourceOptions(parent=self, depends_on=[namespace, *([args.monitoring] if args.monitoring else [])]),
         )
         after = pulumi.ResourceOptions(parent=self, depends_on=[release])

@@ -28,6 +28,8 @@ from .constants import (
     standard_labels,
 )
 from .k8s_objects import KubernetesObject, helm_release, system_namespace
+from .specs.pod import node_spread
+from .specs.tenancy import ISTIOD_SELECTOR
 
 # Envoy's overload manager: Istio's bootstrap always declares the
 # `global_downstream_max_connections` resource monitor, at 2^31 - 1 connections unless the proxy
@@ -43,11 +45,15 @@ from .k8s_objects import KubernetesObject, helm_release, system_namespace
 MAX_DOWNSTREAM_CONNECTIONS_PER_PROXY = 8192
 
 
-def istiod_values(replicas: int) -> dict:
+def istiod_values(replicas: int, spread: bool = False) -> dict:
     """`replicas`: the fewest istiod pods its autoscaler keeps (the chart's `autoscaleMin`, default
     1; istio 1.30.3 manifests/charts/istio-control/istio-discovery: the HPA's minReplicas, and the
-    chart's PodDisruptionBudget keeps one up through a drain)."""
+    chart's PodDisruptionBudget keeps one up through a drain). `spread` (production): one pod per
+    node, and the disruption budget stated (`topologySpreadConstraints`, `pdb`: keys the chart
+    reads, checked by the upstream stage)."""
+    placement = {"topologySpreadConstraints": node_spread(ISTIOD_SELECTOR, required=True), "pdb": {"minAvailable": 1}}
     return {
+        **(placement if spread else {}),
         "autoscaleMin": replicas,
         "pilot": {"cni": {"enabled": True}},
         "meshConfig": {
@@ -59,6 +65,23 @@ def istiod_values(replicas: int) -> dict:
         # Start application containers only once the sidecar is ready (the injection template
         # reads this value: istio 1.30.3 files/injection-template.yaml).
         "global": {"proxy": {"holdApplicationUntilProxyStarts": True}},
+    }
+
+
+def gateway_disruption_budget() -> dict[str, Any]:
+    """A drain keeps a gateway pod up. The platform's own object: the gateway chart's
+    `podDisruptionBudget` at 1.30.3 is read by its templates but not as a map of the budget's
+    fields as far as ../shared/upstream-facts says (charts/gateway/1.30.3.json: neither its keys nor
+    free-form), so the preview's upstream stage would refuse `podDisruptionBudget.minAvailable`."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": GATEWAY_SERVICE_ACCOUNT,
+            "namespace": ISTIO_SYSTEM_NAMESPACE,
+            "labels": standard_labels(GATEWAY_SERVICE_ACCOUNT, "mesh"),
+        },
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": dict(GATEWAY_SELECTOR)}},
     }
 
 
@@ -194,12 +217,16 @@ def gateway_overload_config_map(memory_limit: str = GATEWAY_RESOURCES["limits"][
     }
 
 
-def gateway_values(nlb_idle_timeout_seconds: int | None, scheme: LoadBalancerScheme) -> dict:
+def gateway_values(nlb_idle_timeout_seconds: int | None, scheme: LoadBalancerScheme, spread: bool = False) -> dict:
+    """`spread` (production): one gateway pod per node (the chart's `topologySpreadConstraints`);
+    its disruption budget is the platform's own (gateway_disruption_budget)."""
+    placement = {"topologySpreadConstraints": node_spread(GATEWAY_SELECTOR, required=True)}
     service: dict = {"type": "LoadBalancer"}
     if nlb_idle_timeout_seconds is not None:
         service["annotations"] = nlb_annotations(nlb_idle_timeout_seconds, scheme)
     overload = gateway_overload_config_map()
     return {
+        **(placement if spread else {}),
         "labels": {**GATEWAY_SELECTOR, "app": GATEWAY_SERVICE_ACCOUNT},
         "service": service,
         "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 10},
@@ -220,6 +247,8 @@ class MeshArgs:
     load_balancer_scheme: LoadBalancerScheme = "internal"
     # The fewest istiod replicas (production: FLOORS.control_plane_replicas_in_production).
     control_plane_replicas: int = 1
+    # Production: istiod and the gateway one pod per node, behind disruption budgets.
+    spread_control_plane: bool = False
 
 
 class Mesh(pulumi.ComponentResource):
@@ -248,7 +277,9 @@ class Mesh(pulumi.ComponentResource):
 
         self.base = release("base", ISTIO_BASE, "istio-base", {}, [namespace])
         cni = release("cni", ISTIO_CNI, "istio-cni", {}, [self.base])
-        self.istiod = release("istiod", ISTIOD, "istiod", istiod_values(args.control_plane_replicas), [self.base, cni])
+        self.istiod = release(
+            "istiod", ISTIOD, "istiod", istiod_values(args.control_plane_replicas, args.spread_control_plane), [self.base, cni]
+        )
         # The gateway pods mount it: it must exist before they start.
         overload = KubernetesObject(
             f"{name}-gateway-overload",
@@ -260,7 +291,13 @@ class Mesh(pulumi.ComponentResource):
             "gateway",
             ISTIO_GATEWAY,
             GATEWAY_SERVICE_ACCOUNT,
-            gateway_values(args.nlb_idle_timeout_seconds if on_aws else None, args.load_balancer_scheme),
+            gateway_values(
+                args.nlb_idle_timeout_seconds if on_aws else None, args.load_balancer_scheme, args.spread_control_plane
+            ),
             [self.istiod, overload, *([args.load_balancer] if args.load_balancer else [])],
         )
+        if args.spread_control_plane:
+            KubernetesObject(
+                f"{name}-gateway-pdb", gateway_disruption_budget(), pulumi.ResourceOptions(parent=self, depends_on=[namespace])
+            )
         self.register_outputs({"version": ISTIOD.version})

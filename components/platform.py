@@ -173,6 +173,7 @@ class InferencePlatform(pulumi.ComponentResource):
                 nlb_idle_timeout_seconds=stream_idle_timeout_seconds(config.traffic) + 60,
                 load_balancer_scheme=config.traffic.load_balancer_scheme,
                 control_plane_replicas=control_plane_replicas or 1,
+                spread_control_plane=control_plane_replicas is not None,
             ),
             opts=child,
         )
@@ -274,6 +275,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     pools=tuple(p for p in config.node_pools if p.name in {q.pool for q in plan.batch_queues}),
                     jobs=plan.batch_jobs,
                     system_node_selector=SYSTEM_NODE_SELECTOR if eks else None,
+                    spread=control_plane_replicas is not None,
                     monitoring=monitoring.release if monitoring is not None else None,
                     namespaces={name: tenant.namespace_object for name, tenant in self.tenants.items()},
                 ),

@@ -226,7 +226,8 @@ PolicyPack(
             description="In production what every request depends on runs at least minReplicasInProduction replicas: "
             "istiod (autoscaleMin), the ingress gateway (autoscaling.minReplicas), Kueue's manager "
             "(controllerManager.replicas, with its PodDisruptionBudget) and Knative Serving's control plane "
-            "(KnativeServing spec.high-availability.replicas).",
+            "(KnativeServing spec.high-availability.replicas); istiod, the gateway and Kueue's manager spread over "
+            "nodes (topologySpreadConstraints or podAntiAffinity), and a PodDisruptionBudget selects the gateway's pods.",
             validate=stack.control_plane_availability,
             severity=Severity.HIGH,
             config_schema=schema(

@@ -522,9 +522,18 @@ def test_endpoint_picker_availability(pack, baseline, change, flagged):
         (edit("kueue-release", lambda r: r["values"]["controllerManager"].pop("podDisruptionBudget")), "kueue-release"),
         (edit("knative-serving-serving", lambda r: r["spec"].pop("high-availability")), "knative-serving-serving"),
         (edit("knative-serving-serving", lambda r: r["spec"].update({"high-availability": {"replicas": 3}})), None),
+        # Spread over nodes, and the gateway behind its budget.
+        (edit("mesh-istiod", lambda r: r["values"].pop("topologySpreadConstraints")), "mesh-istiod"),
+        (edit("mesh-istiod", lambda r: (r["values"].pop("topologySpreadConstraints"),
+                                        r["values"].update(affinity={"podAntiAffinity": {"required": "x"}}))), None),
+        (edit("mesh-gateway", lambda r: r["values"].pop("topologySpreadConstraints")), "mesh-gateway"),
+        (edit("kueue-release", lambda r: r["values"]["controllerManager"].pop("topologySpreadConstraints")), "kueue-release"),
+        (lambda rs: [r for r in rs if r.name != "mesh-gateway-pdb"], "mesh-gateway"),
+        (edit("mesh-gateway-pdb", lambda b: b["spec"]["selector"].update(matchLabels={"istio": "egress"})), "mesh-gateway"),
     ],
     ids=["istiod-one", "istiod-fixed-one", "istiod-fixed-three", "gateway-one", "kueue-one", "kueue-no-budget",
-         "knative-no-ha", "knative-three"],
+         "knative-no-ha", "knative-three", "istiod-unspread", "istiod-anti-affinity", "gateway-unspread",
+         "kueue-unspread", "gateway-no-budget", "gateway-budget-of-another"],
 )  # fmt: skip
 def test_control_plane_availability(pack, baseline, change, flagged):
     found = {(d.policy, d.urn.rsplit("::", 1)[-1]) for d in pack.analyze_stack(stack_with(baseline, change))}
@@ -545,6 +554,15 @@ def test_the_control_plane_runs_twice_in_production_only():
     assert of(prod, "knative-serving-serving")["spec"]["high-availability"] == {"replicas": 2}
     assert "high-availability" not in of(dev, "knative-serving-serving")["spec"]
     assert istiod_values(3)["autoscaleMin"] == 3 and knative_serving(3)["spec"]["high-availability"] == {"replicas": 3}
+    # One pod per node in production (a replica waits for a node of its own), the gateway behind a budget.
+    for release, selector in (("mesh-istiod", {"app": "istiod"}), ("mesh-gateway", {"istio": "ingressgateway"})):
+        (spread,) = of(prod, release)["values"]["topologySpreadConstraints"]
+        assert spread["whenUnsatisfiable"] == "DoNotSchedule" and spread["labelSelector"] == {"matchLabels": selector}
+        assert "topologySpreadConstraints" not in of(dev, release)["values"]
+    (kueue,) = of(prod, "kueue-release")["values"]["controllerManager"]["topologySpreadConstraints"]
+    assert kueue["labelSelector"]["matchLabels"]["control-plane"] == "controller-manager"
+    assert of(prod, "mesh-gateway-pdb")["spec"]["minAvailable"] == 1
+    assert not [r for r in dev.records if r.name == "mesh-gateway-pdb"]
 
 
 def test_endpoint_picker_messages_name_the_object_and_the_fix(pack, baseline):

@@ -30,6 +30,7 @@ from platform_config.pins import KUEUE_API_VERSION
 
 from ..constants import EXPERIMENT_PRIORITY, LABEL_POOL, LABEL_TENANT, standard_labels
 from .gpu_sharing import node_taint
+from .pod import node_spread
 from .tenancy import quantity
 
 # Every tenant's ClusterQueue is in this cohort: unused nominal quota of one is lent to the others.
@@ -207,15 +208,23 @@ KUEUE_MANAGER_CONFIG: dict[str, Any] = {
 }
 
 
-def kueue_values(system_node_selector: dict[str, str] | None, prometheus: bool) -> dict[str, Any]:
+# The manager's pods (charts/kueue/templates/_helpers.tpl kueue.selectorLabels at v0.19.2, with the chart's name).
+KUEUE_MANAGER_SELECTOR = {"app.kubernetes.io/name": "kueue", "control-plane": "controller-manager"}
+
+
+def kueue_values(system_node_selector: dict[str, str] | None, prometheus: bool, spread: bool = False) -> dict[str, Any]:
     """The chart's values (keys checked against charts/kueue/values.yaml at v0.19.2 by the
     preview's upstream stage): two managers (leader election is on in the chart's manager config)
     with a disruption budget, on the system nodes on EKS, and, when the Prometheus Operator is
     installed, the chart's ServiceMonitor (`enablePrometheus`: templates/prometheus/monitor.yaml,
     https on the metrics Service with the Prometheus pod's service-account token; Prometheus
     selects it with the monitoring component's selectors, which take every namespace) and the
-    ClusterQueue resource metrics the batch rules read (KUEUE_MANAGER_CONFIG)."""
+    ClusterQueue resource metrics the batch rules read (KUEUE_MANAGER_CONFIG). `spread`
+    (production): one manager per node (`controllerManager.topologySpreadConstraints`, rendered as
+    given by templates/manager/manager.yaml)."""
     manager: dict[str, Any] = {"replicas": 2, "podDisruptionBudget": {"enabled": True, "minAvailable": 1}}
+    if spread:
+        manager["topologySpreadConstraints"] = node_spread(KUEUE_MANAGER_SELECTOR, required=True)
     if system_node_selector:
         manager["nodeSelector"] = system_node_selector
     values: dict[str, Any] = {"controllerManager": manager, "enablePrometheus": prometheus}

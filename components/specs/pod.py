@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import urllib.parse
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from platform_config.adapters import AdapterModule, LoraLimits
@@ -624,15 +625,22 @@ def pod_spec(plan: ServerPlan) -> dict[str, Any]:
         spec["serviceAccountName"] = plan.weights_service_account
     if plan.backend.pod_shape.drains_in_pod:
         spec["terminationGracePeriodSeconds"] = plan.drain.grace_seconds
-        spec["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
-                "whenUnsatisfiable": "ScheduleAnyway",
-                "labelSelector": {"matchLabels": plan.selector},
-            }
-        ]
+        spec["topologySpreadConstraints"] = node_spread(plan.selector)
     return spec
+
+
+def node_spread(selector: Mapping[str, str], *, required: bool = False) -> list[dict[str, Any]]:
+    """Pods matching `selector` spread over nodes, one more on a node than on any other at most: as the scheduler can
+    (`ScheduleAnyway`), or `required` (`DoNotSchedule`: a replica waits for a node of its own rather than share one,
+    for what every request depends on)."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule" if required else "ScheduleAnyway",
+            "labelSelector": {"matchLabels": dict(selector)},
+        }
+    ]
 
 
 # --- what every backend's objects share ------------------------------------------------

@@ -749,11 +749,22 @@ def _count(value: Any) -> int | None:
     return int(value)
 
 
+def _budgeted(args: Any, namespace: str, selector: Mapping[str, str]) -> bool:
+    """Whether a PodDisruptionBudget of `namespace` selects pods labelled `selector`."""
+    return any(
+        namespace_of(pdb.props) == namespace and selector_matches(get(pdb.props, "spec", "selector"), dict(selector))
+        for pdb in of_type(args, PDB)
+    )
+
+
 def control_plane_availability(args: Any, report_violation: Report) -> None:
     """In production every request depends on istiod (certificates, configuration), the ingress
     gateway, Knative Serving's control plane (activator, autoscaler, controller, webhook) and Kueue's
     manager (its webhook admits every batch Job): each runs at least minReplicasInProduction
-    replicas, so one crash or node drain takes none of it away. Read where the program sets them:
+    replicas, spread over nodes, the gateway behind a PodDisruptionBudget (istiod's and Kueue's
+    charts make theirs; Knative's activator and webhook come with theirs and with pod
+    anti-affinity, knative/serving knative-v1.23.0 config/core/deployments), so one crash, node loss
+    or drain takes none of it away. Read where the program sets them:
     the istiod chart's `autoscaleMin` (istio 1.30.3), the gateway chart's
     `autoscaling.minReplicas`, Kueue's `controllerManager.replicas` with its PodDisruptionBudget
     enabled (kueue 0.19.2), and KnativeServing's `spec.high-availability.replicas` (knative/operator
@@ -768,12 +779,20 @@ def control_plane_availability(args: Any, report_violation: Report) -> None:
         if chart == "istiod":
             replicas = _replicas_of(values, ("autoscaleEnabled",), ("autoscaleMin",))
             key = "autoscaleMin"
+            placement: tuple[str, ...] = ()
         elif chart == "gateway":
             replicas = _replicas_of(values, ("autoscaling", "enabled"), ("autoscaling", "minReplicas"))
             key = "autoscaling.minReplicas"
+            placement = ()
+            if not _budgeted(args, get(release.props, "namespace", default=""), GATEWAY_SELECTOR):
+                report_violation(
+                    f"{where}: no PodDisruptionBudget selects the gateway's pods, so a drain may take every replica",
+                    release.urn,
+                )
         elif chart == "kueue":
             replicas = get(values, "controllerManager", "replicas", default=1)
             key = "controllerManager.replicas"
+            placement = ("controllerManager",)
             if get(values, "controllerManager", "podDisruptionBudget", "enabled") is not True:
                 report_violation(
                     f"{where}: no PodDisruptionBudget for Kueue's manager, so a drain may take every replica: set "
@@ -782,6 +801,14 @@ def control_plane_availability(args: Any, report_violation: Report) -> None:
                 )
         else:
             continue
+        spread = get(values, *placement, default={}) or {}
+        if not get(spread, "topologySpreadConstraints") and not get(spread, "affinity", "podAntiAffinity"):
+            report_violation(
+                f"{where}: its replicas may share a node (no topologySpreadConstraints or podAntiAffinity at "
+                f"{'.'.join((*placement, 'topologySpreadConstraints')) or 'topologySpreadConstraints'}): one node lost "
+                "takes all of it",
+                release.urn,
+            )
         count = _count(replicas)
         if (count or 0) < floor:
             shown = count if count is not None else repr(replicas)
