@@ -393,6 +393,14 @@ PositiveInt = Annotated[int, Field(gt=0, le=INT32_MAX)]
 NonNegativeInt = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Percent = Annotated[int, Field(ge=0, le=100)]
 
+# Amazon EKS's quotas (EKS user guide, "Amazon EKS service quotas"): nodes per managed node group (default 450, an
+# account may raise it: a stack then needs no more node groups), managed node groups per cluster (default 30, the
+# system node group included) and public endpoint CIDR ranges per cluster (40, not adjustable).
+EKS_NODES_PER_NODE_GROUP = 450
+EKS_NODE_GROUPS_PER_CLUSTER = 30
+EKS_PUBLIC_ACCESS_CIDRS = 40
+NodeGroupSize = Annotated[int, Field(ge=0, le=EKS_NODES_PER_NODE_GROUP)]
+
 # Knative refuses a containerConcurrency above its `container-concurrency-max-limit`, 1000 by
 # default (knative/serving knative-v1.23.0: pkg/apis/config/defaults.go
 # DefaultMaxRevisionContainerConcurrency, checked in pkg/apis/serving/metadata_validation.go).
@@ -415,11 +423,11 @@ class SystemNodeGroup(ConfigModel):
     instance_type: SystemInstanceTypeName = "m6i.2xlarge"
     """EC2 instance type of the CPU nodes, from the platform's catalog of CPU types (m5, m6i, m6a, m7i, m7a, c6i, c7i,
     r6i, r7i; large to 16xlarge)."""
-    min_size: PositiveInt = 2
+    min_size: Annotated[int, Field(ge=1, le=EKS_NODES_PER_NODE_GROUP)] = 2
     """Fewest system nodes."""
-    max_size: PositiveInt = 4
-    """Most system nodes."""
-    desired_size: PositiveInt = 2
+    max_size: Annotated[int, Field(ge=1, le=EKS_NODES_PER_NODE_GROUP)] = 4
+    """Most system nodes (at most 450, EKS's default quota of nodes per managed node group)."""
+    desired_size: Annotated[int, Field(ge=1, le=EKS_NODES_PER_NODE_GROUP)] = 2
     """System nodes at creation."""
 
 
@@ -432,7 +440,7 @@ class EksSettings(ConfigModel):
     its subnets by their `kubernetes.io/role/elb` tags."""
     endpoint_public_access: bool = False
     """Expose the Kubernetes API endpoint publicly (restrict it with `publicAccessCidrs`)."""
-    public_access_cidrs: list[Ipv4Cidr] = []
+    public_access_cidrs: Annotated[list[Ipv4Cidr], Field(max_length=EKS_PUBLIC_ACCESS_CIDRS)] = []
     """CIDRs allowed to reach a public API endpoint."""
     admin_principal_arns: list[IamPrincipalArn] = []
     """IAM roles or users given cluster-admin through EKS access entries."""
@@ -578,11 +586,12 @@ class NodePoolConfig(ConfigModel):
     price_per_hour: Annotated[float, Field(gt=0, le=10_000)] | None = None
     """What one node of the pool costs per hour, in your currency (your rate: on-demand, savings plan or spot); the
     overview dashboard shows the pool's nodes times this. No default: prices differ by region and contract."""
-    min_size: NonNegativeInt = 0
+    min_size: NodeGroupSize = 0
     """Fewest nodes."""
-    max_size: PositiveInt
-    """Most nodes: capacity, quotas and every model's peak are checked against the pool at this size."""
-    desired_size: NonNegativeInt | None = None
+    max_size: Annotated[int, Field(ge=1, le=EKS_NODES_PER_NODE_GROUP)]
+    """Most nodes: capacity, quotas and every model's peak are checked against the pool at this size (at most 450,
+    EKS's default quota of nodes per managed node group)."""
+    desired_size: NodeGroupSize | None = None
     """Nodes at creation (the cluster autoscaler owns the size after that). Default: `minSize`."""
     disk_size_gib: Annotated[int, Field(ge=50, le=16384)] = 200
     """Node disk in GiB: holds the images and the weights caches."""
@@ -1634,8 +1643,8 @@ class PlatformConfig(ConfigModel):
     """`development`, `staging` or `production` (production HPAs keep at least 2 replicas)."""
     cluster: ClusterConfig
     """Where the platform runs."""
-    node_pools: Annotated[list[NodePoolConfig], Field(min_length=1)]
-    """GPU node pools."""
+    node_pools: Annotated[list[NodePoolConfig], Field(min_length=1, max_length=EKS_NODE_GROUPS_PER_CLUSTER - 1)]
+    """GPU node pools (at most 29: EKS's default quota is 30 managed node groups per cluster, the system one included)."""
     tenants: Annotated[list[TenantConfig], Field(min_length=1)]
     """Tenants: namespaces with GPU quotas, isolation and access."""
     models: list[ModelConfig] = []

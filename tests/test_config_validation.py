@@ -62,7 +62,7 @@ def test_misspelt_top_level_key(dev_raw):
 @pytest.mark.parametrize(
     "mutate, key, allowed",
     [
-        (lambda r: r["nodePools"][0].update(maxSize=0), "nodePools[0].maxSize", "greater than 0"),
+        (lambda r: r["nodePools"][0].update(maxSize=0), "nodePools[0].maxSize", "at least 1"),
         (lambda r: r["nodePools"][0].update(minSize=-1), "nodePools[0].minSize", "at least 0"),
         (lambda r: r["nodePools"][0].update(pricePerHour=0), "nodePools[0].pricePerHour", "greater than 0"),
         (lambda r: r["models"][0]["autoscaling"].update(maxReplicas=0), "models[0].autoscaling.maxReplicas", "greater than 0"),

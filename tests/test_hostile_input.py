@@ -536,6 +536,26 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
         _set("tenants", 1, "s3Prefixes", ["s3://inference-prod-model-weights"]),
         "tenants[1].s3Prefixes[0]",
     ),
+    # Sizes EKS refuses (its service quotas): nodes per managed node group, node groups, public endpoint CIDRs.
+    ("pool-beyond-the-node-group-quota", "prod", _set(*POOL, "maxSize", 451), "nodePools[0].maxSize"),
+    (
+        "system-nodes-beyond-the-quota",
+        "prod",
+        _set(*EKS, "systemNodeGroup", {"maxSize": 1000}),
+        "cluster.eks.systemNodeGroup.maxSize",
+    ),
+    (
+        "thirty-gpu-pools",
+        "prod",
+        lambda raw: raw.update(nodePools=[{**raw["nodePools"][0], "name": f"pool-{i}"} for i in range(30)]),
+        "nodePools",
+    ),
+    (
+        "forty-one-public-cidrs",
+        "prod",
+        _set(*EKS, "publicAccessCidrs", [f"198.51.{i}.0/24" for i in range(41)]),
+        "cluster.eks.publicAccessCidrs",
+    ),
     ("acknowledge-an-unknown-weakening", "prod", _set("acknowledge", ["remove-everything"]), "acknowledge[0]"),
     ("acknowledge-a-removal-of-no-name", "prod", _set("acknowledge", ["remove-model:"]), "acknowledge[0]"),
     # Reported at the later of the two claims (team-b), naming the earlier one.
