@@ -282,5 +282,10 @@ def load_config(extra_checks: Sequence[ExtraCheck] = ()) -> LoadedConfig:
         dry_run=pulumi.runtime.is_dry_run(),
     )
     if registry is not None:
+        # What the registry (or its lock file) answered is read as the stack file is: a credential in a weights
+        # location would reach resource inputs, the state and the report in clear.
+        leaked = _credentials_in_clear(platform.model_dump(mode="json", by_alias=True))
+        if leaked:
+            raise ConfigError(leaked)
         _raise_check_issues(platform, extra_checks)
     return LoadedConfig(platform=platform, hugging_face_tokens=_tenant_tokens(tokens), registry=registry)

@@ -651,3 +651,24 @@ def test_a_lock_file_entry_naming_another_tenants_copies_is_refused(tmp_path):
         and "is not under tenant 'team-a''s s3Prefixes (none)" in i
         for i in issues
     ), issues
+
+
+def test_a_registry_answer_holding_a_credential_stops_the_preview_without_echoing_it(tmp_path):
+    """A weights location is free text to the registry: one that holds a token (here a Hugging Face one in an S3 key)
+    is refused like the stack file's own values, naming the resolved key and not the token."""
+    uri = "http://mlflow.invalid"
+    token = "hf_" + "Ab3" * 12
+    file = tmp_path / "recording.json"
+    entry = {
+        "registeredModel": "summarizer",
+        "alias": "champion",
+        "registryVersion": "3",
+        "weights": f"s3://team-a-data/{token}/v1",
+    }
+    file.write_text(json.dumps(registry_recording(uri, [entry])))
+    raw = owning(
+        with_registry("staging", uri, {(0, 0): {"model": "summarizer", "alias": "champion"}}), "team-a", "s3://team-a-data"
+    )
+    stderr = refused(preview(tmp_path, raw, "--registry-file", str(file)))
+    assert "inference-platform:models[0].versions[0].source.s3Uri: holds a Hugging Face token in clear" in stderr
+    assert token not in stderr
