@@ -746,32 +746,24 @@ def _object_grant(arn: str, *actions: str) -> dict[str, Any]:
     return {"Effect": "Allow", "Action": list(actions), "Resource": arn}
 
 
-def _untagged(name: str, change):
-    """`change`, with the role beside the policy `name` stripped of its owner tag."""
-
-    def untag(records: list[RecordedResource]) -> list[RecordedResource]:
-        records = change(records)
-        (policy,) = [r for r in records if r.type == ROLE_POLICY and r.name == name]
-        (role,) = [r for r in records if r.type == ROLE and r.parent == policy.parent]
-        for props in (role.inputs, role.outputs):
-            props["tags"] = {k: v for k, v in props["tags"].items() if not k.startswith("inference.platform/tenant")}
-        return records
-
-    return untag
-
-
 def _sibling_role(records: list[RecordedResource], name: str) -> RecordedResource:
     (policy,) = [r for r in records if r.type == ROLE_POLICY and r.name == name]
     (role,) = [r for r in records if r.type == ROLE and r.parent == policy.parent]
     return role
 
 
-def _untagged_mirror(name: str, change):
+TENANT_TAG = "inference.platform/tenant"
+MIRROR_TAG = "inference.platform/weight-mirror-for"
+
+
+def _untagged(name: str, change, tag: str = TENANT_TAG):
+    """`change`, with the role beside the policy `name` stripped of its owner tag `tag`."""
+
     def untag(records: list[RecordedResource]) -> list[RecordedResource]:
         records = change(records)
         role = _sibling_role(records, name)
         for props in (role.inputs, role.outputs):
-            props["tags"] = {k: v for k, v in props["tags"].items() if k != "inference.platform/weight-mirror-for"}
+            props["tags"] = {k: v for k, v in props["tags"].items() if k != tag}
         return records
 
     return untag
@@ -781,7 +773,7 @@ def _retagged(name: str, tenant: str):
     def retag(records: list[RecordedResource]) -> list[RecordedResource]:
         role = _sibling_role(records, name)
         for props in (role.inputs, role.outputs):
-            props["tags"] = {**props["tags"], "inference.platform/tenant": tenant}
+            props["tags"] = {**props["tags"], TENANT_TAG: tenant}
         return records
 
     return retag
@@ -877,9 +869,10 @@ def test_the_rendered_roles_reach_only_their_tenants_data(pack, baseline):
         _granting("review-labels-identity-policy", _object_grant("arn:aws:s3:::*/team-b/*", "s3:GetObject")),
         # The mirror's role for team-a writing team-b's bucket "as a mirror", or with its tag stripped.
         _granting("weight-mirror-team-a-identity-policy", _object_grant("arn:aws:s3:::team-b-batch/team-a/*", "s3:PutObject")),
-        _untagged_mirror(
+        _untagged(
             "weight-mirror-team-a-identity-policy",
             _granting("weight-mirror-team-a-identity-policy", _object_grant("arn:aws:s3:::team-b-batch/*", "s3:PutObject")),
+            MIRROR_TAG,
         ),
         # A role of team-b's pods tagged as team-a's, to be checked against team-a's prefixes.
         _retagged("review-labels-identity-policy", "team-a"),

@@ -87,6 +87,12 @@ def alert_labels(slo: SloPlan, name: str, severity: str, version: str = VERSION)
     return {"model": slo.model, "tenant": slo.tenant, "model_version": version, "severity": severity, "slo": name}
 
 
+def availability_burn(slo: SloPlan | None) -> dict[str, Any]:
+    """promtool's expectation of the availability alert at AT: paging and ticketing for `slo`, or (None) silent."""
+    fired = [{"exp_labels": alert_labels(slo, "availability", severity)} for severity in ("page", "ticket")] if slo else []
+    return {"eval_time": AT, "alertname": "ModelAvailabilityBudgetBurn", "exp_alerts": fired}
+
+
 def run_tests(promtool: str, tmp_path: Path, rules: Path, tests: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
     spec = tmp_path / "tests.yaml"
     spec.write_text(yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": tests}, sort_keys=False))
@@ -177,7 +183,7 @@ def test_fast_latency_burn_pages_and_a_healthy_rate_is_silent(promtool: str, tmp
                     },
                 ],
             },
-            {"eval_time": AT, "alertname": "ModelAvailabilityBudgetBurn", "exp_alerts": []},
+            availability_burn(None),
         ],
     }
     healthy: dict[str, Any] = {
@@ -260,21 +266,12 @@ def test_503_storm_pages_and_a_healthy_rate_is_silent(promtool: str, tmp_path: P
     storm = {
         "interval": "1m",
         "input_series": request_series(0.3),
-        "alert_rule_test": [
-            {
-                "eval_time": AT,
-                "alertname": "ModelAvailabilityBudgetBurn",
-                "exp_alerts": [
-                    {"exp_labels": alert_labels(CHAT, "availability", "page")},
-                    {"exp_labels": alert_labels(CHAT, "availability", "ticket")},
-                ],
-            }
-        ],
+        "alert_rule_test": [availability_burn(CHAT)],
     }
     healthy: dict[str, Any] = {
         "interval": "1m",
         "input_series": request_series(0.002),
-        "alert_rule_test": [{"eval_time": AT, "alertname": "ModelAvailabilityBudgetBurn", "exp_alerts": []}],
+        "alert_rule_test": [availability_burn(None)],
     }
     strip_annotations(rules)
     passes(run_tests(promtool, tmp_path, rules, [storm, healthy]))
@@ -458,16 +455,7 @@ def test_requests_the_picker_path_refuses_burn_the_availability_budget(promtool:
     storm = {
         "interval": "1m",
         "input_series": request_series(0.0) + picker,
-        "alert_rule_test": [
-            {
-                "eval_time": AT,
-                "alertname": "ModelAvailabilityBudgetBurn",
-                "exp_alerts": [
-                    {"exp_labels": alert_labels(PICKED, "availability", "page")},
-                    {"exp_labels": alert_labels(PICKED, "availability", "ticket")},
-                ],
-            }
-        ],
+        "alert_rule_test": [availability_burn(PICKED)],
         "promql_expr_test": [
             {
                 "expr": "model_version_tier:istio_requests_503:ratio_rate5m",
@@ -486,7 +474,7 @@ def test_requests_the_picker_path_refuses_burn_the_availability_budget(promtool:
     unseen: dict[str, Any] = {
         "interval": "1m",
         "input_series": request_series(0.0) + picker,
-        "alert_rule_test": [{"eval_time": AT, "alertname": "ModelAvailabilityBudgetBurn", "exp_alerts": []}],
+        "alert_rule_test": [availability_burn(None)],
     }
     strip_annotations(rules)
     passes(run_tests(promtool, tmp_path, rules, [storm]))
