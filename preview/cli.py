@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is None:
             _clear_verdict(out)
         overrides, baseline = _read_inputs(args)
-        args.previous_posture = _previous_posture(args)
+        posture = _previous_posture(args)
         args.registry_file = _check_registry_file(args.registry_file)
         project = load_project(project_dir)
         stack_config = progress.run("reading stack config", lambda: load_stack_config(project, args.stack, args.config_file))
@@ -293,12 +293,14 @@ def main(argv: list[str] | None = None) -> int:
         pack, project_dir, project.name, args.stack, stack_config.values, stack_config.secret_keys, overrides
     )
     try:
-        return _run(args, project_dir, out, progress, project.name, stack_config, policies, baseline)
+        return _run(args, project_dir, out, progress, project.name, stack_config, policies, baseline, posture)
     finally:
         policies.close()
 
 
-def _run(args, project_dir, out, progress, project, stack_config, policies: PolicySession, baseline) -> int:
+def _run(
+    args, project_dir, out, progress, project, stack_config, policies: PolicySession, baseline, posture: tuple[Any, str]
+) -> int:
     environment = _ProgramEnvironment({REGISTRY_FILE_ENV: str(args.registry_file)} if args.registry_file else {})
     try:
         with environment:
@@ -375,7 +377,7 @@ def _run(args, project_dir, out, progress, project, stack_config, policies: Poli
         print(f"error: the policy pack failed: {detail}", file=sys.stderr)
         return EXIT_CRASH
     report.sections["policies"] = policy_section(policy_run)
-    previous_posture, posture_source = args.previous_posture
+    previous_posture, posture_source = posture
     guard_rails = guard_rail_section(previous_posture, evaluation.stack_outputs.get(POSTURE_OUTPUT), posture_source)
     if guard_rails is not None:
         report.sections["guardRails"] = guard_rails
