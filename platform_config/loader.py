@@ -20,7 +20,7 @@ from pulumi.runtime import config as runtime_config
 from pydantic import ValidationError
 
 from .checks import run_checks
-from .credentials import credentials_in
+from .credentials import credential_format, credentials_in
 from .errors import ConfigError, ConfigIssue, issues_from_validation
 from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
 from .registry import REGISTRY_FILE_ENV, RegistryResolution, resolve_registry
@@ -205,6 +205,32 @@ def _misplaced_secrets() -> list[ConfigIssue]:
 
 # Config namespaces a stack may use: the project's own, and the providers' and the engine's.
 KNOWN_NAMESPACES = (PROJECT, "aws", "kubernetes", "pulumi")
+# The providers' credential keys (pulumi-aws's provider config: accessKey, secretKey, token): no
+# format tells a secret key from any other string, so any value in clear is refused.
+PROVIDER_CREDENTIAL_KEYS = ("aws:accessKey", "aws:secretKey", "aws:token")
+
+
+def _provider_credentials_in_clear() -> list[ConfigIssue]:
+    """A credential in a provider's or the engine's key: the stack file is committed, so a key
+    such as `kubernetes:kubeconfig` holding a token, or `aws:secretKey` not set with `--secret`,
+    puts the credential in the repository in clear. Named by key, never echoed."""
+    issues = []
+    for key in sorted(_all_config_keys()):
+        namespace = key.split(":", 1)[0]
+        if namespace == PROJECT or namespace not in KNOWN_NAMESPACES or runtime_config.is_config_secret(key):
+            continue
+        text = runtime_config.get_config(key) or ""
+        found = credential_format(text) or ("credential" if key in PROVIDER_CREDENTIAL_KEYS and text else None)
+        if found is not None:
+            issues.append(
+                ConfigIssue(
+                    (),
+                    f"holds a {found} in clear: set it with `pulumi config set --secret {key}`, or leave it to the "
+                    "environment (AWS_PROFILE, KUBECONFIG)",
+                    foreign_key=key,
+                )
+            )
+    return issues
 
 
 def _foreign_keys() -> list[ConfigIssue]:
@@ -254,7 +280,7 @@ def load_config(extra_checks: Sequence[ExtraCheck] = ()) -> LoadedConfig:
     if foreign:
         raise ConfigError(foreign)
     # Reported without parsing: a parse error would echo a secret value.
-    misplaced = _retired_keys() or _misplaced_secrets()
+    misplaced = _retired_keys() or _misplaced_secrets() or _provider_credentials_in_clear()
     if misplaced:
         raise ConfigError(misplaced)
     raw = read_raw_config()

@@ -331,6 +331,24 @@ def test_secret_inside_a_structured_key_is_refused_without_echoing_it(tmp_path, 
     assert "secret:inference-platform:cluster" not in stderr
 
 
+_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyIn0.c2lnbmF0dXJlLXZhbHVl"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("key", "value", "kind"),
+    [
+        ("kubernetes:kubeconfig", "users:\n- user: {token: " + _JWT + "}", "JSON Web Token"),
+        ("aws:secretKey", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "credential"),
+    ],
+)
+def test_a_provider_credential_in_clear_is_refused_without_being_echoed(tmp_path, dev_raw, key, value, kind):
+    stack = write_stack(tmp_path, dev_raw, {key: value})
+    stderr = preview_refuses(stack, tmp_path / "out")
+    assert f"{key}: holds a {kind} in clear: set it with `pulumi config set --secret {key}`" in stderr
+    assert _JWT not in stderr and "wJalrXUtnFEMI" not in stderr
+
+
 @pytest.mark.slow
 def test_eks_region_must_match_the_aws_provider_region(tmp_path, staging_raw):
     stack = write_stack(tmp_path, staging_raw, {"aws:region": "eu-west-1"})
