@@ -60,6 +60,11 @@ class ClusterAutoscalerArgs:
     access: WorkloadAccess
     # `--max-node-provision-time` in seconds (platform_config/cold_start.max_node_provision_seconds).
     max_node_provision_seconds: int
+    # Production: FLOORS.control_plane_replicas_in_production. One replica leads, the others stand by:
+    # the binary elects a leader by default (cluster-autoscaler/main.go at cluster-autoscaler-1.30.0
+    # through 1.34.2, `leaderElection.LeaderElect = true`), and the chart's default
+    # podDisruptionBudget (maxUnavailable: 1) keeps one through a drain.
+    replicas: int = 1
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):
@@ -103,6 +108,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                     "max-node-provision-time": f"{args.max_node_provision_seconds}s",
                 },
                 "nodeSelector": SYSTEM_NODE_SELECTOR,
+                "replicaCount": args.replicas,
             },
             pulumi.ResourceOptions(parent=self, depends_on=[identity]),
         )

@@ -72,6 +72,8 @@ class InferencePlatform(pulumi.ComponentResource):
         monitoring = Monitoring("monitoring", opts=child) if config.monitoring.install_prometheus_stack else None
         # Batch jobs queued through Kueue, installed when a tenant has a batch budget or a job exists.
         batch = bool(plan.batch_jobs or plan.batch_queues)
+        # What every request depends on runs more than once in production (control-plane-availability).
+        control_plane_replicas = FLOORS.control_plane_replicas_in_production if config.environment == "production" else None
         if monitoring is not None:
             # Next to the Grafana that shows it; a cluster's own Grafana is left to its operator.
             Dashboard(
@@ -125,6 +127,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     region=region,
                     access=access,
                     max_node_provision_seconds=plan.max_node_provision_seconds,
+                    replicas=control_plane_replicas or 1,
                 ),
                 opts=child,
             )
@@ -162,8 +165,6 @@ class InferencePlatform(pulumi.ComponentResource):
             opts=child,
         )
 
-        # What every request depends on runs more than once in production (control-plane-availability).
-        control_plane_replicas = FLOORS.control_plane_replicas_in_production if config.environment == "production" else None
         mesh = Mesh(
             "mesh",
             MeshArgs(

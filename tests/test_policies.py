@@ -530,10 +530,15 @@ def test_endpoint_picker_availability(pack, baseline, change, flagged):
         (edit("kueue-release", lambda r: r["values"]["controllerManager"].pop("topologySpreadConstraints")), "kueue-release"),
         (lambda rs: [r for r in rs if r.name != "mesh-gateway-pdb"], "mesh-gateway"),
         (edit("mesh-gateway-pdb", lambda b: b["spec"]["selector"].update(matchLabels={"istio": "egress"})), "mesh-gateway"),
+        # The autoscaler: a standby replica (its chart's own budget, leader election by default).
+        (edit("cluster-autoscaler-release", lambda r: r["values"].pop("replicaCount")), "cluster-autoscaler-release"),
+        (edit("cluster-autoscaler-release", lambda r: r["values"].update(replicaCount=1)), "cluster-autoscaler-release"),
+        (edit("cluster-autoscaler-release", lambda r: r["values"].update(replicaCount=3)), None),
     ],
     ids=["istiod-one", "istiod-fixed-one", "istiod-fixed-three", "gateway-one", "kueue-one", "kueue-no-budget",
          "knative-no-ha", "knative-three", "istiod-unspread", "istiod-anti-affinity", "gateway-unspread",
-         "kueue-unspread", "gateway-no-budget", "gateway-budget-of-another"],
+         "kueue-unspread", "gateway-no-budget", "gateway-budget-of-another", "autoscaler-default-one",
+         "autoscaler-one", "autoscaler-three"],
 )  # fmt: skip
 def test_control_plane_availability(pack, baseline, change, flagged):
     found = {(d.policy, d.urn.rsplit("::", 1)[-1]) for d in pack.analyze_stack(stack_with(baseline, change))}
@@ -552,6 +557,8 @@ def test_the_control_plane_runs_twice_in_production_only():
 
     assert of(prod, "mesh-istiod")["values"]["autoscaleMin"] == 2 and of(dev, "mesh-istiod")["values"]["autoscaleMin"] == 1
     assert of(prod, "knative-serving-serving")["spec"]["high-availability"] == {"replicas": 2}
+    assert of(prod, "cluster-autoscaler-release")["values"]["replicaCount"] == 2
+    assert of(Evaluated(raw_stack("staging"), shared=True), "cluster-autoscaler-release")["values"]["replicaCount"] == 1
     assert "high-availability" not in of(dev, "knative-serving-serving")["spec"]
     assert istiod_values(3)["autoscaleMin"] == 3 and knative_serving(3)["spec"]["high-availability"] == {"replicas": 3}
     # One pod per node in production (a replica waits for a node of its own), the gateway behind a budget.

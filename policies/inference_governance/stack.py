@@ -760,15 +760,16 @@ def _budgeted(args: Any, namespace: str, selector: Mapping[str, str]) -> bool:
 def control_plane_availability(args: Any, report_violation: Report) -> None:
     """In production every request depends on istiod (certificates, configuration), the ingress
     gateway, Knative Serving's control plane (activator, autoscaler, controller, webhook) and Kueue's
-    manager (its webhook admits every batch Job): each runs at least minReplicasInProduction
+    manager (its webhook admits every batch Job), and the cluster autoscaler (the nodes of a peak):
+    each runs at least minReplicasInProduction
     replicas, spread over nodes, the gateway behind a PodDisruptionBudget (istiod's and Kueue's
     charts make theirs; Knative's activator and webhook come with theirs and with pod
     anti-affinity, knative/serving knative-v1.23.0 config/core/deployments), so one crash, node loss
     or drain takes none of it away. Read where the program sets them:
     the istiod chart's `autoscaleMin` (istio 1.30.3), the gateway chart's
     `autoscaling.minReplicas`, Kueue's `controllerManager.replicas` with its PodDisruptionBudget
-    enabled (kueue 0.19.2), and KnativeServing's `spec.high-availability.replicas` (knative/operator
-    knative-v1.23.0)."""
+    enabled (kueue 0.19.2), the cluster autoscaler chart's `replicaCount`, and KnativeServing's
+    `spec.high-availability.replicas` (knative/operator knative-v1.23.0)."""
     if not is_production(args):
         return
     floor = int(config(args).get("minReplicasInProduction", FLOORS["minControlPlaneReplicasInProduction"]))
@@ -799,6 +800,18 @@ def control_plane_availability(args: Any, report_violation: Report) -> None:
                     "controllerManager.podDisruptionBudget.enabled",
                     release.urn,
                 )
+        elif chart == "cluster-autoscaler":
+            # One leads, the others stand by (leader election is the binary's default); the chart's
+            # default PodDisruptionBudget keeps one through a drain. Its spread is not checked: the pods'
+            # labels, which a spread's selector needs, are not read at the pinned charts yet.
+            count = _count(get(values, "replicaCount", default=1))
+            if (count or 0) < floor:
+                report_violation(
+                    f"{where} runs {count if count is not None else '?'} replica(s): nodes are added (a peak's GPUs) "
+                    f"only while it runs; production keeps at least {floor}: set replicaCount to {floor} or more",
+                    release.urn,
+                )
+            continue
         else:
             continue
         spread = get(values, *placement, default={}) or {}
