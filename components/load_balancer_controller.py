@@ -170,8 +170,10 @@ class LoadBalancerController(pulumi.ComponentResource):
                 # any Service created before the controller is ready (a chart's, a model's) would be
                 # refused. The platform's one LoadBalancer Service, the gateway's, names the controller
                 # itself (`aws-load-balancer-type: external` with an NLB target type: docs/guide/service/
-                # nlb.md at v3.5.0, "the LBC takes charge"), and waits for it. The chart's other webhooks
-                # match only pods in namespaces or with labels the platform never sets.
+                # nlb.md at v3.5.0, "the LBC takes charge"), and waits for it. Of the chart's other webhooks
+                # (templates/webhook.yaml), those with failurePolicy Fail match pods only in namespaces or
+                # with labels the platform never sets, and every Ingress and TargetGroupBinding, which the
+                # platform never creates.
                 "enableServiceMutatorWebhook": False,
             },
             pulumi.ResourceOptions(parent=self, depends_on=[identity]),
