@@ -780,7 +780,7 @@ def control_plane_availability(args: Any, report_violation: Report) -> None:
         if chart == "istiod":
             replicas = _replicas_of(values, ("autoscaleEnabled",), ("autoscaleMin",))
             key = "autoscaleMin"
-            placement: tuple[str, ...] = ()
+            placement: tuple[str, ...] | None = ()
         elif chart == "gateway":
             replicas = _replicas_of(values, ("autoscaling", "enabled"), ("autoscaling", "minReplicas"))
             key = "autoscaling.minReplicas"
@@ -802,26 +802,21 @@ def control_plane_availability(args: Any, report_violation: Report) -> None:
                 )
         elif chart == "cluster-autoscaler":
             # One leads, the others stand by (leader election is the binary's default); the chart's
-            # default PodDisruptionBudget keeps one through a drain. Its spread is not checked: the pods'
-            # labels, which a spread's selector needs, are not read at the pinned charts yet.
-            count = _count(get(values, "replicaCount", default=1))
-            if (count or 0) < floor:
-                report_violation(
-                    f"{where} runs {count if count is not None else '?'} replica(s): nodes are added (a peak's GPUs) "
-                    f"only while it runs; production keeps at least {floor}: set replicaCount to {floor} or more",
-                    release.urn,
-                )
-            continue
+            # default PodDisruptionBudget keeps one through a drain. Its spread is not required yet.
+            replicas = get(values, "replicaCount", default=1)
+            key = "replicaCount"
+            placement = None
         else:
             continue
-        spread = get(values, *placement, default={}) or {}
-        if not get(spread, "topologySpreadConstraints") and not get(spread, "affinity", "podAntiAffinity"):
-            report_violation(
-                f"{where}: its replicas may share a node (no topologySpreadConstraints or podAntiAffinity at "
-                f"{'.'.join((*placement, 'topologySpreadConstraints')) or 'topologySpreadConstraints'}): one node lost "
-                "takes all of it",
-                release.urn,
-            )
+        if placement is not None:
+            spread = get(values, *placement, default={}) or {}
+            if not get(spread, "topologySpreadConstraints") and not get(spread, "affinity", "podAntiAffinity"):
+                report_violation(
+                    f"{where}: its replicas may share a node (no topologySpreadConstraints or podAntiAffinity at "
+                    f"{'.'.join((*placement, 'topologySpreadConstraints')) or 'topologySpreadConstraints'}): one node "
+                    "lost takes all of it",
+                    release.urn,
+                )
         count = _count(replicas)
         if (count or 0) < floor:
             shown = count if count is not None else repr(replicas)
