@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from components.specs.batch_rules import BATCH_SOURCE_SERIES, REPEATED_PREEMPTIONS, batch_prometheus_rule
-from components.specs.kueue import kueue_values
+from components.specs.kueue import KUEUE_MANAGED_NAMESPACES, KUEUE_UNUSED_POD_INTEGRATIONS, kueue_values
 from platform_config.gpu_catalog import MIG_RESOURCE_PREFIX
 from platform_config.pins import KUBE_PROMETHEUS_STACK, KUEUE
 
@@ -119,20 +119,28 @@ def test_kueues_series_are_read_as_the_leader_reports_them() -> None:
 def test_the_resource_and_local_queue_metrics_are_on() -> None:
     """Kueue reports the ClusterQueue resource metrics only with enableClusterQueueResources, a
     field of its Configuration at the tag, which the chart's default config leaves commented out;
-    the platform's manager config is the chart's with that one field set. LocalQueue metrics are
-    on by default at the tag."""
+    the platform's manager config is the chart's with that field set, its webhooks kept to the
+    tenants' namespaces and without the pod-based integrations (tests/test_first_up.py). LocalQueue
+    metrics are on by default at the tag."""
     chart_values = yaml.safe_load(mirror_show(KUEUE_MIRROR, TAG, "charts/kueue/values.yaml"))
     chart_config = yaml.safe_load(chart_values["managerConfig"]["controllerManagerConfigYaml"])
     ours = yaml.safe_load(kueue_values(None, prometheus=True)["managerConfig"]["controllerManagerConfigYaml"])
     assert ours["metrics"].pop("enableClusterQueueResources") is True
+    assert ours.pop("managedJobsNamespaceSelector") == KUEUE_MANAGED_NAMESPACES
+    chart_frameworks = chart_config["integrations"]["frameworks"]
+    assert ours["integrations"]["frameworks"] == [f for f in chart_frameworks if f not in KUEUE_UNUSED_POD_INTEGRATIONS]
+    assert set(KUEUE_UNUSED_POD_INTEGRATIONS) <= set(chart_frameworks)
+    ours["integrations"]["frameworks"] = chart_frameworks
     assert ours == chart_config
     assert "enableClusterQueueResources" not in chart_config["metrics"]
     types = mirror_show(KUEUE_MIRROR, TAG, "apis/config/v1beta2/configuration_types.go")
     assert 'EnableClusterQueueResources bool `json:"enableClusterQueueResources,omitempty"`' in types
+    assert 'ManagedJobsNamespaceSelector *metav1.LabelSelector `json:"managedJobsNamespaceSelector,omitempty"`' in types
     defaults = mirror_show(KUEUE_MIRROR, TAG, "apis/config/v1beta2/defaults.go")
     assert "&LocalQueueMetrics{Enable: true}" in defaults
-    # Without Prometheus nothing reads them: the chart's own config stays.
-    assert "managerConfig" not in kueue_values(None, prometheus=False)
+    # Without Prometheus nothing reads them.
+    quiet = yaml.safe_load(kueue_values(None, prometheus=False)["managerConfig"]["controllerManagerConfigYaml"])
+    assert quiet["metrics"] == chart_config["metrics"]
 
 
 def test_every_job_has_its_queued_too_long_alert_paused_or_not() -> None:

@@ -166,11 +166,25 @@ def workload_priority_classes() -> list[dict[str, Any]]:
 
 # The chart's manager configuration at 0.19.2 (charts/kueue/values.yaml
 # `managerConfig.controllerManagerConfigYaml`, its uncommented keys), which the values can only
-# replace whole: the metrics Kueue reports per ClusterQueue resource (usage, reservation, nominal
-# quota, borrowing limit: `kueue_cluster_queue_resource_usage`, `kueue_cluster_queue_nominal_quota`,
-# ... in pkg/metrics/metrics.go) are reported only with `metrics.enableClusterQueueResources`
-# (apis/config/v1beta2/configuration_types.go; cmd/kueue/main.go passes it to the caches), which
-# the chart leaves commented out. A test holds the rest to the chart's own text.
+# replace whole, with three changes (a test holds the rest to the chart's own text):
+# - the metrics Kueue reports per ClusterQueue resource (usage, reservation, nominal quota,
+#   borrowing limit: `kueue_cluster_queue_resource_usage`, ... in pkg/metrics/metrics.go) are
+#   reported only with `metrics.enableClusterQueueResources` (apis/config/v1beta2/
+#   configuration_types.go; cmd/kueue/main.go passes it to the caches), commented out in the chart;
+# - the pod, deployment and statefulset integrations are left out: with them in the list, the chart
+#   renders its pod, Deployment and StatefulSet webhooks Fail (charts/kueue/templates/webhook/
+#   manifests.yaml lines 92-96, 315-319, 525-529, 758-762, 979-983, 1189-1193), so that while Kueue
+#   cannot answer no pod or Deployment can be created in any namespace but kube-system and Kueue's
+#   own, the mesh's, the model servers' and every chart's included, and a first `up` fails on every
+#   one created before Kueue is ready. Without them they are Ignore and Kueue's no-op handler answers
+#   them (pkg/controller/jobframework/setup.go line 109). The platform queues batch/v1 Jobs only;
+# - `managedJobsNamespaceSelector`: the tenants' namespaces (their LABEL_TENANT). The chart makes it
+#   every job webhook's namespaceSelector (manifests.yaml lines 160-170), so the platform's own Jobs
+#   (the weight mirror's, a chart's hook Jobs) are not held to Kueue being up. A Job there with a
+#   queue name would not be suspended at creation (its namespace is not the tenants'), which only the
+#   platform can create (tenant RBAC is namespaced).
+KUEUE_UNUSED_POD_INTEGRATIONS = ("pod", "deployment", "statefulset")
+KUEUE_MANAGED_NAMESPACES = {"matchExpressions": [{"key": LABEL_TENANT, "operator": "Exists"}]}
 KUEUE_MANAGER_CONFIG: dict[str, Any] = {
     "apiVersion": "config.kueue.x-k8s.io/v1beta2",
     "kind": "Configuration",
@@ -189,6 +203,7 @@ KUEUE_MANAGER_CONFIG: dict[str, Any] = {
         }
     },
     "clientConnection": {"qps": 300, "burst": 500},
+    "managedJobsNamespaceSelector": KUEUE_MANAGED_NAMESPACES,
     "integrations": {
         "frameworks": [
             "batch/job",
@@ -199,9 +214,6 @@ KUEUE_MANAGER_CONFIG: dict[str, Any] = {
             "jobset.x-k8s.io/jobset",
             "workload.codeflare.dev/appwrapper",
             "trainer.kubeflow.org/trainjob",
-            "pod",
-            "deployment",
-            "statefulset",
             "leaderworkerset.x-k8s.io/leaderworkerset",
         ]
     },
@@ -215,19 +227,25 @@ KUEUE_MANAGER_SELECTOR = {"app.kubernetes.io/name": "kueue", "control-plane": "c
 def kueue_values(system_node_selector: dict[str, str] | None, prometheus: bool, spread: bool = False) -> dict[str, Any]:
     """The chart's values (keys checked against charts/kueue/values.yaml at v0.19.2 by the
     preview's upstream stage): two managers (leader election is on in the chart's manager config)
-    with a disruption budget, on the system nodes on EKS, and, when the Prometheus Operator is
-    installed, the chart's ServiceMonitor (`enablePrometheus`: templates/prometheus/monitor.yaml,
-    https on the metrics Service with the Prometheus pod's service-account token; Prometheus
-    selects it with the monitoring component's selectors, which take every namespace) and the
-    ClusterQueue resource metrics the batch rules read (KUEUE_MANAGER_CONFIG). `spread`
-    (production): one manager per node (`controllerManager.topologySpreadConstraints`, rendered as
-    given by templates/manager/manager.yaml)."""
+    with a disruption budget, on the system nodes on EKS; the manager config KUEUE_MANAGER_CONFIG
+    (its webhooks kept to the tenants' Jobs); and, when the Prometheus Operator is installed, the
+    chart's ServiceMonitor (`enablePrometheus`: templates/prometheus/monitor.yaml, https on the
+    metrics Service with the Prometheus pod's service-account token; Prometheus selects it with the
+    monitoring component's selectors, which take every namespace) and the ClusterQueue resource
+    metrics the batch rules read. `spread` (production): one manager per node
+    (`controllerManager.topologySpreadConstraints`, rendered as given by
+    templates/manager/manager.yaml)."""
     manager: dict[str, Any] = {"replicas": 2, "podDisruptionBudget": {"enabled": True, "minAvailable": 1}}
     if spread:
         manager["topologySpreadConstraints"] = node_spread(KUEUE_MANAGER_SELECTOR, required=True)
     if system_node_selector:
         manager["nodeSelector"] = system_node_selector
-    values: dict[str, Any] = {"controllerManager": manager, "enablePrometheus": prometheus}
-    if prometheus:
-        values["managerConfig"] = {"controllerManagerConfigYaml": yaml.safe_dump(KUEUE_MANAGER_CONFIG, sort_keys=False)}
-    return values
+    config = dict(KUEUE_MANAGER_CONFIG)
+    if not prometheus:
+        # Nothing would scrape them.
+        config["metrics"] = {"bindAddress": ":8443"}
+    return {
+        "controllerManager": manager,
+        "enablePrometheus": prometheus,
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config, sort_keys=False)},
+    }
