@@ -37,6 +37,8 @@ class ModelArgs:
     autoscaler_depends_on: tuple[pulumi.Resource, ...] = ()
     # The InferencePool and InferenceObjective CRDs (when a version has an endpoint picker).
     inference_extension: pulumi.Resource | None = None
+    # The mesh's control plane (its CRDs: a picker's mesh rules).
+    mesh: pulumi.Resource | None = None
     # The gateway and the mesh: routes are useless before them.
     route_depends_on: tuple[pulumi.Resource, ...] = ()
     # The weight mirror's Jobs by name: a server whose version is a copy waits for its own (ServerPlan.mirror_job).
@@ -95,6 +97,7 @@ class Model(pulumi.ComponentResource):
                     monitoring=args.monitoring,
                     autoscaler_depends_on=args.autoscaler_depends_on,
                     inference_extension=args.inference_extension,
+                    mesh=args.mesh,
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )

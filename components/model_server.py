@@ -28,6 +28,8 @@ class ModelServerArgs:
     autoscaler_depends_on: tuple[pulumi.Resource, ...] = ()
     # The InferencePool and InferenceObjective CRDs, whose instances an endpoint picker reads.
     inference_extension: pulumi.Resource | None = None
+    # The mesh's control plane, whose CRDs the picker's mesh rules are.
+    mesh: pulumi.Resource | None = None
 
 
 def register(name: str, obj: ServerObject, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -58,6 +60,7 @@ class ModelServer(pulumi.ComponentResource):
             "monitor": pulumi.ResourceOptions(
                 parent=self, depends_on=[*args.depends_on, *([args.monitoring] if args.monitoring else [])]
             ),
+            "mesh": pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *([args.mesh] if args.mesh else [])]),
             "inference-pool": pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[*args.depends_on, *([args.inference_extension] if args.inference_extension else [])],

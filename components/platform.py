@@ -251,6 +251,7 @@ class InferencePlatform(pulumi.ComponentResource):
                         access=access,
                         depends_on=(tenant.namespace_object,),
                         inference_extension=crds,
+                        mesh=mesh.istiod,
                         pod_depends_on=(
                             mesh.istiod,
                             *priority_classes.classes,

@@ -61,7 +61,7 @@ from .specs.slo_rules import SloPlan
 # - "plain": needs its namespace only;
 # - "monitor": a Prometheus Operator object (waits for its CRDs);
 # - "autoscaler": scales the "pods" object (waits for it and for the backend's machinery).
-Role = Literal["pods", "plain", "monitor", "autoscaler", "inference-pool"]
+Role = Literal["pods", "plain", "monitor", "autoscaler", "inference-pool", "mesh"]
 
 
 @dataclass(frozen=True)

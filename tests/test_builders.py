@@ -60,8 +60,9 @@ def test_each_backend_declares_its_objects_in_order(plan):
         ("service-monitor", "monitor", False),
         ("hpa", "autoscaler", False),
         # The version's endpoint picker: its identity and config, the network and mesh rules
-        # that let it reach the servers, the pool and objectives it reads (after their CRDs),
-        # then its pods.
+        # that let it reach the servers (the mesh rules after Istio's CRDs), the pool and
+        # objectives it reads (after their CRDs), then its pods (after what pods wait for: the
+        # injector above all, tests/test_first_up.py).
         ("epp-serviceaccount", "plain", False),
         ("epp-role", "plain", False),
         ("epp-rolebinding", "plain", False),
@@ -70,12 +71,12 @@ def test_each_backend_declares_its_objects_in_order(plan):
         ("epp-ingress-networkpolicy", "plain", False),
         ("epp-to-servers-networkpolicy", "plain", False),
         ("epp-servers-from-epp-networkpolicy", "plain", False),
-        ("epp-to-servers-destinationrule", "plain", False),
+        ("epp-to-servers-destinationrule", "mesh", False),
         ("inferencepool", "inference-pool", True),
         ("premium-inferenceobjective", "inference-pool", False),
         ("standard-inferenceobjective", "inference-pool", False),
         ("epp-service", "plain", True),
-        ("epp-deployment", "plain", True),
+        ("epp-deployment", "pods", True),
         ("epp-poddisruptionbudget", "plain", False),
         ("epp-podmonitor", "monitor", False),
     ]

@@ -306,15 +306,19 @@ def endpoint_picker_server_objects(plan: ServerPlan) -> list[ServerObject]:
         group = manifest["apiVersion"].rpartition("/")[0]
         # Resource names stay unique per server: kinds repeat (ConfigMaps, objectives, policies).
         suffix = "-".join(filter(None, (name.removeprefix(plan.name).strip("-"), kind.lower())))
-        role = OBJECT_ROLES.get(group, "plain")
+        # The picker's pods are the mesh's like the servers': they wait for what pods wait for.
+        role: Role = "pods" if kind == "Deployment" else OBJECT_ROLES.get(group, "plain")
         serves = kind in ("Deployment", "Service", "InferencePool")
         objects.append(ServerObject(suffix, manifest, role, custom=group not in BUILT_IN_GROUPS, serves=serves))
     return objects
 
 
-# What the picker's custom objects wait for: their CRDs (monitors: the Prometheus Operator's).
+# What the picker's custom objects wait for: their CRDs (monitors: the Prometheus Operator's;
+# mesh rules: Istio's).
 OBJECT_ROLES: dict[str, Role] = {
     "monitoring.coreos.com": "monitor",
+    "networking.istio.io": "mesh",
+    "security.istio.io": "mesh",
     POOL_GROUP: "inference-pool",
     OBJECTIVE_GROUP: "inference-pool",
 }
