@@ -35,6 +35,7 @@ from . import render
 from .admission import admit_and_schedule
 from .diff import diff_resources
 from .engine import DuplicateUrnError, evaluate
+from .first_up import check_first_up
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .previous_releases import previous_releases, with_previous_releases
 from .report import Report
@@ -45,6 +46,7 @@ from .sections import (
     capacity_section,
     changes_section,
     cold_start_section,
+    first_up_section,
     guard_rail_section,
     policy_section,
     queue_bound_section,
@@ -262,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     project_dir = args.project_dir.resolve()
     out = (args.out or project_dir / "build" / "preview" / args.stack).resolve()
-    progress = Progress(total=7, quiet=args.quiet or args.json)
+    progress = Progress(total=8, quiet=args.quiet or args.json)
 
     try:
         # Before anything can fail, so that no earlier verdict outlives this run; a default folder
@@ -354,6 +356,11 @@ def _run(
         ),
     )
     report.sections["admission"] = admission_section(admission)
+    first_up = progress.run(
+        "ordering the first `up` against every webhook and CRD the installers register",
+        lambda: check_first_up(evaluation.resources),
+    )
+    report.sections["firstUp"] = first_up_section(first_up)
     pins = progress.run("checking pins and rendered values against upstream facts", lambda: check_upstream(objects, releases))
     # Named relative to the project (`../shared/upstream-facts`): the report goes into pull requests,
     # where the runner's own paths say nothing.

@@ -9,6 +9,7 @@ from platform_config.guard_rails import weakenings
 
 from .admission import AdmissionResult
 from .diff import Diff
+from .first_up import FirstUpResult
 from .policy_runner import PolicyRun
 from .report import Section
 
@@ -358,6 +359,77 @@ def admission_section(result: AdmissionResult) -> Section:
         markdown="\n".join(rows),
         lines=list(result.findings),
     )
+
+
+def first_up_section(result: FirstUpResult) -> Section:
+    """Every webhook the installers register, what of the program's it intercepts, and what would
+    be created before the webhook or CRD it needs."""
+    webhooks = [(label, w, hit) for label, w, hit in result.interceptions]
+    intercepting = sum(1 for _, _, hit in webhooks if hit)
+    summary = (
+        f"{len(webhooks)} admission webhooks from {len(result.installers)} installers, {intercepting} intercepting "
+        "objects of this program"
+    )
+    if result.findings or result.unread:
+        summary += f", {len(result.findings)} ordering findings"
+        if result.unread:
+            summary += f", {len(result.unread)} installers whose webhooks were not read"
+    else:
+        summary += ", each waited for by everything it intercepts"
+    rows = [
+        "| installer | webhook | kind | failure policy | intercepts | namespaces | objects | of this program | read at |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, w, hit in webhooks:
+        rules = "; ".join(rule.describe() for rule in w.rules)
+        namespaces = w.namespace_selector.describe() if w.namespace_selector else "all"
+        objects = w.object_selector.describe() if w.object_selector else "all"
+        policy = w.failure_policy + (f" ({w.note})" if w.note else "")
+        rows.append(
+            f"| {label} | `{w.name}` | {w.kind} | {policy} | {rules} | {namespaces} | {objects} | {len(hit)} | {w.source} |"
+        )
+    rows += ["", "| installer | awaited | CRD groups | read at |", "|---|---|---|---|"]
+    for record in result.installers:
+        awaited = "yes" if record.awaited else f"**no**: {record.unawaited_reason}"
+        groups = ", ".join(record.installer.crd_groups) or "-"
+        rows.append(f"| {record.label} | {awaited} | {groups} | {record.installer.read_at} |")
+    lines = [
+        *result.findings,
+        *(
+            f"{entry}; what it registers is unknown until read at its tag (preview/webhook_inventory.py)"
+            for entry in result.unread
+        ),
+    ]
+    if lines:
+        rows += ["", *(f"- {line}" for line in lines)]
+    data = {
+        "installers": [
+            {
+                "installer": r.label,
+                "awaited": r.awaited,
+                "crdGroups": list(r.installer.crd_groups),
+                "readAt": r.installer.read_at,
+            }
+            for r in result.installers
+        ],
+        "webhooks": [
+            {
+                "installer": label,
+                "name": w.name,
+                "kind": w.kind,
+                "failurePolicy": w.failure_policy,
+                "rules": [rule.describe() for rule in w.rules],
+                "namespaceSelector": w.namespace_selector.describe() if w.namespace_selector else None,
+                "objectSelector": w.object_selector.describe() if w.object_selector else None,
+                "source": w.source,
+                "intercepts": hit,
+            }
+            for label, w, hit in webhooks
+        ],
+        "findings": result.findings,
+        "unread": result.unread,
+    }
+    return Section("First up", summary, failed=result.failed, data=data, markdown="\n".join(rows), lines=lines)
 
 
 def upstream_section(results: list[PinResult], facts: str) -> Section:

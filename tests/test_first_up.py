@@ -1,0 +1,252 @@
+"""The first-`up` stage: on an empty cluster, nothing the program creates comes before a webhook
+that would refuse or change it, or before its CRD (preview/first_up.py, against what the pinned
+charts and operators register, preview/webhook_inventory.py)."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.specs.kueue import KUEUE_MANAGED_NAMESPACES
+from preview.engine import RecordedResource
+from preview.first_up import KNATIVE_SERVING, WAIT_FOR, check_first_up, plural
+from preview.webhook_inventory import CHART_DEFAULT_FRAMEWORKS, LabelSelector, kube_prometheus_stack, kueue
+
+from .helpers import ROOT, _shared_evaluation, mirror_show, raw_stack
+from .test_batch_jobs import KUEUE_MIRROR
+
+KPS_MIRROR = Path("prometheus-community+helm-charts")
+
+
+@pytest.fixture
+def prod() -> list[RecordedResource]:
+    """A copy of its own for each test, which may change it."""
+    return _shared_evaluation(raw_stack("prod"), None, None).resources
+
+
+def _release(resources: list[RecordedResource], chart: str) -> RecordedResource:
+    found = [r for r in resources if r.type == "kubernetes:helm.sh/v3:Release" and str(r.inputs["chart"]).endswith(chart)]
+    assert len(found) == 1, chart
+    return found[0]
+
+
+def _named(resources: list[RecordedResource], name: str) -> RecordedResource:
+    found = [r for r in resources if r.name == name]
+    assert len(found) == 1, name
+    return found[0]
+
+
+def _without_dependency_on(resources: list[RecordedResource], resource: RecordedResource, target: str) -> None:
+    """Drop every dependency of `resource` through which it waits for `target` (a careless `depends_on`)."""
+    by_urn = {r.urn: r for r in resources}
+
+    def reaches(urn: str) -> bool:
+        return urn == target or any(reaches(d) for d in by_urn[urn].dependencies)
+
+    resource.dependencies = [d for d in resource.dependencies if not reaches(d)]
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_every_committed_stack_comes_up_in_order(stack: str) -> None:
+    result = check_first_up(_shared_evaluation(raw_stack(stack), None, None).resources)
+    assert result.findings == [] and result.unread == [] and result.preinstalled == []
+    assert not result.failed
+
+
+def test_prod_lists_the_webhooks_in_its_way_and_what_they_intercept(prod: list[RecordedResource]) -> None:
+    result = check_first_up(prod)
+    hits = {(label.split(" (")[0], w.name): (w.failure_policy, hit) for label, w, hit in result.interceptions}
+    knative = hits[("KnativeServing knative-serving/knative-serving", "validation.webhook.serving.knative.dev")]
+    assert knative == (
+        "Fail",
+        ["Service serving/llama-8b-batch-v1", "Service serving/llama-8b-v1", "Service serving/llama-8b-v2"],
+    )
+    injector = hits[("Helm release istio-system/istiod", "namespace.sidecar-injector.istio.io")][1]
+    # The servers and their pickers: the tenants' namespaces ask for injection.
+    assert "the pods of Deployment serving/llama-70b-v1" in injector
+    assert "the pods of Deployment serving/llama-70b-v1-epp" in injector
+    # The gateway's pods ask for it themselves (and keep the image `auto` without it).
+    assert hits[("Helm release istio-system/istiod", "object.sidecar-injector.istio.io")][1] == ["the gateway chart's pods"]
+    # Kueue's job webhooks see the tenants' Jobs only: not the weight mirror's, nor any chart's.
+    jobs = hits[("Helm release kueue-system/kueue", "mjob.kb.io")]
+    assert jobs == ("Fail", ["Job team-b/batch-review-labels", "Job team-b/batch-ticket-labels"])
+    # Its pod and Deployment webhooks are Ignore and change nothing: their integrations are off.
+    policy, pods = hits[("Helm release kueue-system/kueue", "mpod.kb.io")]
+    assert policy == "Ignore" and all(not p.startswith("the ") or "chart" not in p for p in pods)
+    # Istio's validators fail open until istiod answers.
+    assert hits[("Helm release istio-system/istio-base", "validation.istio.io")][0] == "Ignore"
+    assert len(result.interceptions) == 65
+
+
+def test_a_knative_serving_not_awaited_is_found(prod: list[RecordedResource]) -> None:
+    serving = next(r for r in prod if r.type == KNATIVE_SERVING)
+    del serving.inputs["metadata"]["annotations"][WAIT_FOR]
+    findings = check_first_up(prod).findings
+    for service in ("llama-8b-v1", "llama-8b-v2", "llama-8b-batch-v1"):
+        assert any(
+            f.startswith(
+                f"Service serving/{service} waits for KnativeServing knative-serving/knative-serving, which is not awaited"
+            )
+            and "validation.webhook.serving.knative.dev (validating, Fail" in f
+            for f in findings
+        ), findings
+    # Its CRDs come with it too: a Knative Service's kind is served only once the operator has run.
+    assert any("which defines serving.knative.dev but is not awaited" in f for f in findings)
+
+
+def test_the_load_balancer_controllers_service_webhook_would_hold_every_service(prod: list[RecordedResource]) -> None:
+    """Its chart's default (`enableServiceMutatorWebhook: true`, Fail, no namespace selector) sends every
+    Service in the cluster through the controller; the platform turns it off."""
+    controller = _release(prod, "aws-load-balancer-controller")
+    assert controller.inputs["values"]["enableServiceMutatorWebhook"] is False
+    controller.inputs["values"]["enableServiceMutatorWebhook"] = True
+    findings = check_first_up(prod).findings
+    service = [f for f in findings if "mservice.elbv2.k8s.aws" in f]
+    assert any(
+        f.startswith("Service serving/llama-70b-v1 is created without waiting for Helm release kube-system/aws") for f in service
+    )
+    assert any(f.startswith("the istiod chart's Services is created without waiting") for f in service)
+
+
+def test_kueue_with_the_charts_own_config_would_hold_every_pod(prod: list[RecordedResource]) -> None:
+    """The chart's own manager config turns on the pod, deployment and statefulset integrations, which
+    makes its pod and Deployment webhooks Fail in every namespace but kube-system and its own."""
+    release = _release(prod, "kueue")
+    del release.inputs["values"]["managerConfig"]
+    findings = check_first_up(prod).findings
+    assert any(
+        f.startswith("the istiod chart's pods is created without waiting for Helm release kueue-system/kueue") for f in findings
+    )
+    assert any(f.startswith("the pods of Deployment serving/llama-70b-v1 is created without waiting for") for f in findings)
+    assert any(
+        f.startswith("Job model-weights/serving-llama-3-1-70b-instruct") and "mjob.kb.io (mutating, Fail" in f for f in findings
+    )
+
+
+def test_a_picker_created_before_the_injector_is_found(prod: list[RecordedResource]) -> None:
+    istiod = _release(prod, "istiod")
+    picker = _named(prod, "llama-70b-v1-epp-deployment")
+    _without_dependency_on(prod, picker, istiod.urn)
+    findings = check_first_up(prod).findings
+    assert findings == [
+        "the pods of Deployment serving/llama-70b-v1-epp is created without waiting for Helm release istio-system/istiod "
+        "(istiod 1.30.3): namespace.sidecar-injector.istio.io (mutating, Fail: refused while it cannot answer, created "
+        "without its changes if it comes before the webhook is registered)"
+    ]
+
+
+def test_a_mesh_rule_created_before_its_crd_is_found(prod: list[RecordedResource]) -> None:
+    base = _release(prod, "base")
+    rule = _named(prod, "llama-70b-v1-epp-to-servers-destinationrule")
+    _without_dependency_on(prod, rule, base.urn)
+    assert check_first_up(prod).findings == [
+        "DestinationRule serving/llama-70b-v1-epp-to-servers is created without waiting for Helm release "
+        "istio-system/istio-base (base 1.30.3), which defines networking.istio.io: the engine retries an unknown kind "
+        "for about a minute only"
+    ]
+
+
+def test_a_chart_or_version_not_read_is_a_finding(prod: list[RecordedResource]) -> None:
+    release = _release(prod, "kueue")
+    release.inputs["version"] = "0.20.0"
+    unknown = copy.deepcopy(release)
+    unknown.urn, unknown.inputs["chart"], unknown.inputs["version"] = unknown.urn + "-other", "some-operator", "1.0.0"
+    result = check_first_up([*prod, unknown])
+    assert result.failed
+    assert result.unread == [
+        "Helm release kueue-system/kueue (kueue 0.20.0): read at 0.19.2 only",
+        "Helm release kueue-system/kueue (some-operator 1.0.0): not read",
+    ]
+
+
+def test_label_selectors_match_as_the_api_server_does() -> None:
+    selector = LabelSelector(
+        {"a": "1"},
+        (("b", "In", ("x", "y")), ("c", "NotIn", ("z",)), ("d", "Exists", ()), ("e", "DoesNotExist", ())),
+    )
+    assert selector.matches({"a": "1", "b": "x", "d": ""})
+    assert selector.matches({"a": "1", "b": "y", "c": "w", "d": "v"})
+    assert not selector.matches({"a": "2", "b": "x", "d": ""})
+    assert not selector.matches({"a": "1", "b": "q", "d": ""})
+    assert not selector.matches({"a": "1", "b": "x"})
+    assert not selector.matches({"a": "1", "b": "x", "c": "z", "d": ""})
+    assert not selector.matches({"a": "1", "b": "x", "d": "", "e": ""})
+    assert LabelSelector().matches({})
+    assert [plural(k) for k in ("NetworkPolicy", "Gateway", "Ingress", "Telemetry", "PodMonitor")] == [
+        "networkpolicies",
+        "gateways",
+        "ingresses",
+        "telemetries",
+        "podmonitors",
+    ]
+
+
+def test_the_webhook_defaults_are_the_charts_own() -> None:
+    """What the inventory assumes when the values leave a key alone, against the charts' values.yaml
+    at the pinned tags (../shared/upstream-sources)."""
+    chart_values = yaml.safe_load(mirror_show(KUEUE_MIRROR, "v0.19.2", "charts/kueue/values.yaml"))
+    chart_config = yaml.safe_load(chart_values["managerConfig"]["controllerManagerConfigYaml"])
+    assert tuple(chart_config["integrations"]["frameworks"]) == CHART_DEFAULT_FRAMEWORKS
+    assert "managedJobsNamespaceSelector" not in chart_config
+    by_default = {w.name: w for w in kueue({}, "kueue-system").webhooks}
+    assert by_default["mpod.kb.io"].failure_policy == "Fail"
+    assert by_default["mpod.kb.io"].namespace_selector == LabelSelector(
+        expressions=(("kubernetes.io/metadata.name", "NotIn", ("kube-system", "kueue-system")),)
+    )
+    ours = {w.name: w for w in kueue({"managerConfig": chart_values["managerConfig"]}, "kueue-system").webhooks}
+    assert ours["mdeployment.kb.io"].failure_policy == "Fail"
+    tenants = LabelSelector.from_manifest(KUEUE_MANAGED_NAMESPACES)
+    scoped = yaml.safe_dump({**chart_config, "managedJobsNamespaceSelector": KUEUE_MANAGED_NAMESPACES})
+    scoped_hooks = {w.name: w for w in kueue({"managerConfig": {"controllerManagerConfigYaml": scoped}}, "x").webhooks}
+    assert scoped_hooks["mjob.kb.io"].namespace_selector == tenants
+
+    kps = yaml.safe_load(mirror_show(KPS_MIRROR, "kube-prometheus-stack-81.4.3", "charts/kube-prometheus-stack/values.yaml"))
+    hooks = kps["prometheusOperator"]["admissionWebhooks"]
+    assert kps["prometheusOperator"]["enabled"] is True and hooks["enabled"] is True
+    assert hooks["failurePolicy"] == "" and hooks["patch"]["enabled"] is True
+    assert {w.failure_policy for w in kube_prometheus_stack({}, "monitoring").webhooks} == {"Ignore"}
+    patched_off = {"prometheusOperator": {"admissionWebhooks": {"patch": {"enabled": False}}}}
+    assert {w.failure_policy for w in kube_prometheus_stack(patched_off, "monitoring").webhooks} == {"Fail"}
+
+
+def _project_copy(tmp_path: Path) -> Path:
+    """The program, the preview and the stacks as a checkout of them would be, beside ../shared."""
+    project = tmp_path / "main"
+    project.mkdir()
+    for name in ("__main__.py", "Pulumi.yaml"):
+        shutil.copy2(ROOT / name, project / name)
+    ignore = shutil.ignore_patterns("__pycache__", "venv")
+    for folder in ("components", "platform_config", "preview", "stacks", "policies"):
+        shutil.copytree(ROOT / folder, project / folder, ignore=ignore)
+    (tmp_path / "shared").symlink_to((ROOT.parent / "shared").resolve())
+    return project
+
+
+def test_a_careless_change_that_stops_waiting_for_knative_fails_the_preview(tmp_path: Path) -> None:
+    """The careless change in the program itself (the KnativeServing's wait dropped), previewed as a user
+    previews it: exit 1, naming the resource and what it no longer waits for."""
+    project = _project_copy(tmp_path)
+    spec = project / "components" / "specs" / "knative.py"
+    text = spec.read_text()
+    assert text.count('"annotations": {PULUMI_WAIT_FOR: "condition=Ready"},') == 1
+    spec.write_text(text.replace('"annotations": {PULUMI_WAIT_FOR: "condition=Ready"},', '"annotations": {},'))
+    run = subprocess.run(
+        [sys.executable, "-m", "preview", "--quiet", "--stack", "prod", "--out", str(tmp_path / "out")]
+        + ["--policy-pack", str(ROOT / "policies")],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert (
+        "Service serving/llama-8b-v1 waits for KnativeServing knative-serving/knative-serving, which is not awaited (no "
+        "pulumi.com/waitFor annotation" in run.stdout
+    )
+    assert "Traceback" not in run.stderr
