@@ -13,6 +13,7 @@ from platform_config.pins import CLUSTER_AUTOSCALER
 
 from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE, SYSTEM_NODE_SELECTOR
 from .k8s_objects import helm_release
+from .specs.pod import node_spread
 from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
 
 SERVICE_ACCOUNT = "cluster-autoscaler"
@@ -65,6 +66,14 @@ class ClusterAutoscalerArgs:
     # through 1.34.2, `leaderElection.LeaderElect = true`), and the chart's default
     # podDisruptionBudget (maxUnavailable: 1) keeps one through a drain.
     replicas: int = 1
+    # Production: the replicas one per node, so one node lost leaves a standby to take the lease.
+    spread: bool = False
+
+
+# The chart's pod labels for the AWS provider (charts/cluster-autoscaler/templates/_helpers.tpl
+# `cluster-autoscaler.instance-name` and `.name`, the same from cluster-autoscaler-chart-9.37.0 to
+# 9.53.0: the release's name, and `<cloudProvider>-cluster-autoscaler`).
+AUTOSCALER_POD_SELECTOR = {"app.kubernetes.io/instance": "cluster-autoscaler", "app.kubernetes.io/name": "aws-cluster-autoscaler"}
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):
@@ -109,6 +118,8 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 },
                 "nodeSelector": SYSTEM_NODE_SELECTOR,
                 "replicaCount": args.replicas,
+                # Rendered as given (templates/deployment.yaml `toYaml .Values.topologySpreadConstraints`).
+                **({"topologySpreadConstraints": node_spread(AUTOSCALER_POD_SELECTOR, required=True)} if args.spread else {}),
             },
             pulumi.ResourceOptions(parent=self, depends_on=[identity]),
         )

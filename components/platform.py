@@ -128,6 +128,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     access=access,
                     max_node_provision_seconds=plan.max_node_provision_seconds,
                     replicas=control_plane_replicas or 1,
+                    spread=control_plane_replicas is not None,
                 ),
                 opts=child,
             )

@@ -433,6 +433,7 @@ def test_mig_profiles_valid_for_the_pool_gpu(pack, baseline):
 # --- endpoint pickers ----------------------------------------------------------------------------
 
 EPP = "llama-1b-v1-epp-deployment"  # team-a, 2 replicas
+AUTOSCALER = "cluster-autoscaler-release"
 EPP_PDB = "llama-1b-v1-epp-poddisruptionbudget"  # maxUnavailable 1
 EPP_SERVICE = "llama-1b-v1-epp-service"
 POOL = "llama-1b-v1-inferencepool"
@@ -534,11 +535,12 @@ def test_endpoint_picker_availability(pack, baseline, change, flagged):
         (edit("cluster-autoscaler-release", lambda r: r["values"].pop("replicaCount")), "cluster-autoscaler-release"),
         (edit("cluster-autoscaler-release", lambda r: r["values"].update(replicaCount=1)), "cluster-autoscaler-release"),
         (edit("cluster-autoscaler-release", lambda r: r["values"].update(replicaCount=3)), None),
+        (edit(AUTOSCALER, lambda r: r["values"].pop("topologySpreadConstraints")), AUTOSCALER),
     ],
     ids=["istiod-one", "istiod-fixed-one", "istiod-fixed-three", "gateway-one", "kueue-one", "kueue-no-budget",
          "knative-no-ha", "knative-three", "istiod-unspread", "istiod-anti-affinity", "gateway-unspread",
          "kueue-unspread", "gateway-no-budget", "gateway-budget-of-another", "autoscaler-default-one",
-         "autoscaler-one", "autoscaler-three"],
+         "autoscaler-one", "autoscaler-three", "autoscaler-unspread"],
 )  # fmt: skip
 def test_control_plane_availability(pack, baseline, change, flagged):
     found = {(d.policy, d.urn.rsplit("::", 1)[-1]) for d in pack.analyze_stack(stack_with(baseline, change))}
@@ -562,6 +564,12 @@ def test_the_control_plane_runs_twice_in_production_only():
     assert "high-availability" not in of(dev, "knative-serving-serving")["spec"]
     assert istiod_values(3)["autoscaleMin"] == 3 and knative_serving(3)["spec"]["high-availability"] == {"replicas": 3}
     # One pod per node in production (a replica waits for a node of its own), the gateway behind a budget.
+    from components.cluster_autoscaler import AUTOSCALER_POD_SELECTOR
+
+    staging = Evaluated(raw_stack("staging"), shared=True)
+    (spread,) = of(prod, "cluster-autoscaler-release")["values"]["topologySpreadConstraints"]
+    assert spread["whenUnsatisfiable"] == "DoNotSchedule" and spread["labelSelector"] == {"matchLabels": AUTOSCALER_POD_SELECTOR}
+    assert "topologySpreadConstraints" not in of(staging, "cluster-autoscaler-release")["values"]
     for release, selector in (("mesh-istiod", {"app": "istiod"}), ("mesh-gateway", {"istio": "ingressgateway"})):
         (spread,) = of(prod, release)["values"]["topologySpreadConstraints"]
         assert spread["whenUnsatisfiable"] == "DoNotSchedule" and spread["labelSelector"] == {"matchLabels": selector}

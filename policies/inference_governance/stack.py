@@ -780,7 +780,7 @@ def control_plane_availability(args: Any, report_violation: Report) -> None:
         if chart == "istiod":
             replicas = _replicas_of(values, ("autoscaleEnabled",), ("autoscaleMin",))
             key = "autoscaleMin"
-            placement: tuple[str, ...] | None = ()
+            placement: tuple[str, ...] = ()
         elif chart == "gateway":
             replicas = _replicas_of(values, ("autoscaling", "enabled"), ("autoscaling", "minReplicas"))
             key = "autoscaling.minReplicas"
@@ -802,21 +802,20 @@ def control_plane_availability(args: Any, report_violation: Report) -> None:
                 )
         elif chart == "cluster-autoscaler":
             # One leads, the others stand by (leader election is the binary's default); the chart's
-            # default PodDisruptionBudget keeps one through a drain. Its spread is not required yet.
+            # default PodDisruptionBudget keeps one through a drain.
             replicas = get(values, "replicaCount", default=1)
             key = "replicaCount"
-            placement = None
+            placement = ()
         else:
             continue
-        if placement is not None:
-            spread = get(values, *placement, default={}) or {}
-            if not get(spread, "topologySpreadConstraints") and not get(spread, "affinity", "podAntiAffinity"):
-                report_violation(
-                    f"{where}: its replicas may share a node (no topologySpreadConstraints or podAntiAffinity at "
-                    f"{'.'.join((*placement, 'topologySpreadConstraints')) or 'topologySpreadConstraints'}): one node "
-                    "lost takes all of it",
-                    release.urn,
-                )
+        spread = get(values, *placement, default={}) or {}
+        if not get(spread, "topologySpreadConstraints") and not get(spread, "affinity", "podAntiAffinity"):
+            report_violation(
+                f"{where}: its replicas may share a node (no topologySpreadConstraints or podAntiAffinity at "
+                f"{'.'.join((*placement, 'topologySpreadConstraints')) or 'topologySpreadConstraints'}): one node "
+                "lost takes all of it",
+                release.urn,
+            )
         count = _count(replicas)
         if (count or 0) < floor:
             shown = count if count is not None else repr(replicas)
