@@ -12,7 +12,7 @@ derived value.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from decimal import Decimal
 
 from platform_config.adapters import adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
@@ -58,13 +58,24 @@ from platform_config.serving import (
     time_sliced_memory_share,
     weights_service_account,
 )
+from platform_config.tenant_data import s3_parts
 from platform_config.weight_mirror import hugging_face_revision, mirror_job_name, mirrored_revisions, mirrored_source
 
 from .backends import BACKENDS
 from .backends.deployment import version_host
 from .cluster import system_scheduling_template
 from .constants import LABEL_INSTANCE, LABEL_TENANT, SYSTEM_NODE_SELECTOR, VLLM_PORT, standard_labels
-from .serving import TIER_ORDER, BatchJobPlan, ModelPlan, Plan, RoutePlan, ServerPlan, ServingBackend, TierRoute
+from .serving import (
+    TIER_ORDER,
+    BatchJobPlan,
+    ModelPlan,
+    Plan,
+    RoutePlan,
+    ServerPlan,
+    ServingBackend,
+    TenantEgress,
+    TierRoute,
+)
 from .specs.endpoint_picker import EPP_POD_RESOURCES, EndpointPickerPlan, PickerBand, epp_name_of
 from .specs.slo_rules import SloPlan, latency_slo
 
@@ -382,7 +393,23 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
         batch_jobs=tuple(_batch_job(config, job, hugging_face_tenants) for job in config.batch_jobs),
         batch_queues=tuple(batch_queue_rows(config)),
         mirrored_revisions=mirrored_revisions(config),
+        egress=tenant_egress(config, models),
     )
+
+
+def tenant_egress(config: PlatformConfig, models: Iterable[ModelPlan]) -> dict[str, TenantEgress]:
+    """Each tenant's TenantEgress, from the sources its models' running versions and adapters read."""
+    by_tenant: dict[str, list[ModelPlan]] = {tenant.name: [] for tenant in config.tenants}
+    for plan in models:
+        by_tenant[plan.model.tenant].append(plan)
+    return {
+        tenant: TenantEgress(
+            buckets=tuple(sorted({s3_parts(uri)[0] for plan in plans for uri in plan.s3_uris})),
+            hugging_face=any(s.version.source.huggingface for plan in plans for s in plan.servers)
+            or any(m.source.huggingface for plan in plans for m in adapter_modules(config, plan.model)),
+        )
+        for tenant, plans in by_tenant.items()
+    }
 
 
 def _batch_job(config: PlatformConfig, job: BatchJobConfig, hugging_face_tenants: Collection[str]) -> BatchJobPlan:

@@ -202,6 +202,8 @@ class InferencePlatform(pulumi.ComponentResource):
                     hugging_face_token=args.hugging_face_tokens[tenant.name] if tenant.name in hf_tenants else None,
                     mesh=mesh.base,
                     tier_header=config.traffic.tier_header,
+                    egress=plan.egress[tenant.name],
+                    region=region if eks else None,
                 ),
                 opts=child,
             )

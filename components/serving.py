@@ -387,6 +387,15 @@ class ModelPlan:
 
 
 @dataclass(frozen=True)
+class TenantEgress:
+    """What a tenant's model servers reach outside the cluster: the S3 buckets of their weights and
+    adapters (their workload role's), and Hugging Face where a version or adapter downloads from it."""
+
+    buckets: tuple[str, ...] = ()
+    hugging_face: bool = False
+
+
+@dataclass(frozen=True)
 class Plan:
     config: PlatformConfig
     models: tuple[ModelPlan, ...]
@@ -404,6 +413,8 @@ class Plan:
     batch_queues: tuple[BatchQueueRow, ...] = ()
     # The Hugging Face revisions the weight mirror copies to S3 for the streaming pools, each once per tenant.
     mirrored_revisions: tuple[MirroredRevision, ...] = ()
+    # By tenant, where its model servers may connect outside the cluster (every tenant has one).
+    egress: Mapping[str, TenantEgress] = field(default_factory=dict)
 
     @property
     def routes(self) -> tuple[RoutePlan, ...]:

@@ -11,6 +11,7 @@ from platform_config.models import TenantConfig, TrafficConfig
 
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource
+from .serving import TenantEgress
 from .specs import telemetry, tenancy
 from .specs.pod import HF_TOKEN_SECRET, token_secret
 
@@ -31,6 +32,10 @@ class TenantArgs:
     # The header the gateway filter sets to the caller's verified tier (`traffic.tierHeader`):
     # the tier dimension of the namespace's request metrics.
     tier_header: str = TrafficConfig.model_fields["tier_header"].default
+    # Where its model servers connect outside the cluster (Plan.egress), and the region their S3
+    # endpoints are in (None without EKS, where nothing reads S3).
+    egress: TenantEgress = TenantEgress()
+    region: pulumi.Input[str] | None = None
 
 
 class Tenant(pulumi.ComponentResource):
@@ -70,6 +75,16 @@ class Tenant(pulumi.ComponentResource):
         prerequisites.append(
             custom_resource(f"{name}-authorization-policy", tenancy.authorization_policy(tenant, args.ingress), mesh_opts)
         )
+        # Its model servers reach outside the cluster only what they read.
+        prerequisites.append(custom_resource(f"{name}-egress", tenancy.egress_sidecar(tenant), mesh_opts))
+        if args.egress.buckets and args.region is not None:
+            buckets = args.egress.buckets
+            hosts = pulumi.Output.from_input(args.region).apply(lambda region: tenancy.s3_hosts(buckets, region))
+            s3 = tenancy.external_service(tenant.name, "s3", hosts)
+            prerequisites.append(custom_resource(f"{name}-egress-s3", s3, mesh_opts))
+        if args.egress.hugging_face:
+            hugging_face = tenancy.external_service(tenant.name, "hugging-face", list(tenancy.HUGGING_FACE_HOSTS))
+            prerequisites.append(custom_resource(f"{name}-egress-hugging-face", hugging_face, mesh_opts))
         # Request metrics by tier as well as by workload and version (not a prerequisite of pods).
         custom_resource(f"{name}-tier-metrics", telemetry.tier_metrics(tenant.name, args.tier_header), mesh_opts)
         role = tenancy.role(tenant)

@@ -239,6 +239,15 @@ PolicyPack(
             ),
         ),
         StackValidationPolicy(
+            name="tenant-egress-by-host",
+            description="Egress by host: a model server in a tenant's namespace keeps the mesh's sidecar, whose "
+            "outbound traffic policy (its Sidecar's) is REGISTRY_ONLY, so it connects outside the cluster only to "
+            "the hosts the namespace's own ServiceEntries name (exportTo [\".\"]): S3 endpoints (a bucket's, never a "
+            "wildcard) and Hugging Face.",
+            validate=stack.tenant_egress_by_host,
+            severity=Severity.CRITICAL,
+        ),
+        StackValidationPolicy(
             name="tenant-s3-scoping",
             description="Data belongs to its tenant: a role of a tenant's workloads (by the namespace its pods are in, "
             "which its tag must agree with) grants only S3 objects and listings under a key prefix, under the tenant's "

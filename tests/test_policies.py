@@ -85,7 +85,7 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 32 and "gateway-requires-a-token" in names and "tenant-s3-scoping" in names
+    assert len(names) == 33 and "gateway-requires-a-token" in names and "tenant-s3-scoping" in names
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):
@@ -990,3 +990,43 @@ def test_the_gateway_admits_only_identified_callers(baseline, change, expected):
 def test_the_gateway_token_rule_is_mandatory(pack, baseline):
     hits = pack.analyze_stack(stack_with(baseline, _rules(lambda rules: rules[0].pop("from"))))
     assert {(d.policy, d.level) for d in hits} == {("gateway-requires-a-token", "mandatory")}
+
+
+SERVING_EGRESS = "serving-egress"  # the Sidecar of the serving tenant's model servers
+SERVING_S3 = "serving-egress-s3"
+# The model servers of the serving tenant in the baseline.
+SERVING_SERVERS = {
+    "llama-70b-v1-deployment",
+    "llama-8b-v1-knative-service",
+    "llama-8b-v2-knative-service",
+    "llama-8b-batch-v1-knative-service",
+}
+UNMESHED = {"sidecar.istio.io/inject": "false"}
+
+
+def _servers_labels(change: Callable[[dict], Any]) -> Callable[[list[RecordedResource]], list[RecordedResource]]:
+    return edit("llama-70b-v1-deployment", lambda d: change(d["spec"]["template"]["metadata"]["labels"]))
+
+
+@pytest.mark.parametrize(
+    ("change", "flagged"),
+    [
+        (lambda rs: [r for r in rs if r.name != SERVING_EGRESS], SERVING_SERVERS),
+        (edit(SERVING_EGRESS, lambda s: s["spec"]["outboundTrafficPolicy"].update(mode="ALLOW_ANY")), SERVING_SERVERS),
+        # A Sidecar for other pods is none for the servers; one for the whole namespace holds them.
+        (edit(SERVING_EGRESS, lambda s: s["spec"]["workloadSelector"].update(labels={"app": "other"})), SERVING_SERVERS),
+        (edit(SERVING_EGRESS, lambda s: s["spec"].pop("workloadSelector")), set()),
+        (_servers_labels(lambda labels: labels.update(UNMESHED)), {"llama-70b-v1-deployment"}),
+        (edit(SERVING_S3, lambda e: e["spec"].update(exportTo=["*"])), {SERVING_S3}),
+        (edit(SERVING_S3, lambda e: e["spec"].pop("exportTo")), {SERVING_S3}),
+        (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("*.s3.us-east-1.amazonaws.com")), {SERVING_S3}),
+        (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("attacker.example.com")), {SERVING_S3}),
+        (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("*")), {SERVING_S3}),
+        (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("abc.execute-api.us-east-1.amazonaws.com")), {SERVING_S3}),
+    ],
+    ids=["no-sidecar", "allow-any", "sidecar-of-others", "namespace-wide", "server-unmeshed", "exported-everywhere",
+         "exported-by-default", "any-bucket", "another-host", "everything", "another-aws-service"],
+)  # fmt: skip
+def test_tenant_egress_by_host(pack, baseline, change, flagged):
+    hits = pack.analyze_stack(stack_with(baseline, change))
+    assert {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "tenant-egress-by-host"} == flagged

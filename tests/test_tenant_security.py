@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
 
@@ -319,3 +320,53 @@ def test_settings_the_pinned_vllm_dropped_are_refused_naming_the_key(key, value,
     raw["models"][0].setdefault("server", {})[key] = value
     (problem,) = config_problems(raw)
     assert problem.startswith("inference-platform:models[0].server") and message in problem, problem
+
+
+def _pod_templates(manifests: list[dict]) -> list[tuple[dict, dict]]:
+    """(workload, pod template) of every Deployment and Knative Service."""
+    return [
+        (m, m["spec"]["template"])
+        for m in manifests
+        if m["kind"] in ("Deployment", "Service") and "template" in m.get("spec", {})
+    ]
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod", "prod-downloading"])
+def test_model_servers_reach_outside_only_what_they_read(stack: str) -> None:
+    """Each model server's sidecar lets out only what its namespace's ServiceEntries name (REGISTRY_ONLY), and those
+    name every bucket its arguments read (both addressing styles) and Hugging Face where it downloads from there; its
+    credentials call to the Pod Identity Agent goes around the sidecar. The endpoint pickers, which read the servers'
+    metrics by pod address, are left to pass through."""
+    raw = downloading_weights(raw_stack("prod")) if stack == "prod-downloading" else raw_stack(stack)
+    manifests = Evaluated(raw, shared=True).manifests()
+    hosts: dict[str, set[str]] = {}
+    for entry in (m for m in manifests if m["kind"] == "ServiceEntry"):
+        assert entry["spec"]["exportTo"] == ["."] and entry["spec"]["resolution"] == "NONE"
+        assert entry["spec"]["ports"] == [{"number": 443, "name": "tls", "protocol": "TLS"}]
+        hosts.setdefault(entry["metadata"]["namespace"], set()).update(entry["spec"]["hosts"])
+    restricting = {
+        s["metadata"]["namespace"]: s["spec"]["workloadSelector"]["labels"]
+        for s in manifests
+        if s["kind"] == "Sidecar" and s["spec"]["outboundTrafficPolicy"]["mode"] == "REGISTRY_ONLY"
+    }
+    servers = 0
+    for workload, template in _pod_templates(manifests):
+        namespace, labels = workload["metadata"]["namespace"], template["metadata"].get("labels", {})
+        selected = namespace in restricting and all(labels.get(k) == v for k, v in restricting[namespace].items())
+        if labels.get("app.kubernetes.io/component") == "endpoint-picker":
+            assert not selected, workload["metadata"]["name"]
+        if labels.get("app.kubernetes.io/component") != "model-server":
+            continue
+        servers += 1
+        assert selected, workload["metadata"]["name"]
+        (server,) = [c for c in template["spec"]["containers"] if c["name"] == "vllm"]
+        text = json.dumps(server)
+        for bucket in re.findall(r"s3://([a-z0-9.-]+)/", text):
+            assert {f"{bucket}.s3.us-east-1.amazonaws.com", f"{bucket}.s3.amazonaws.com"} <= hosts[namespace]
+        command = [*server.get("command", []), *server.get("args", [])]
+        model = command[command.index("serve") + 1] if "serve" in command else server["args"][0]
+        if not model.startswith(("s3://", "/")):
+            assert "huggingface.co" in hosts[namespace], model
+        excluded = template["metadata"]["annotations"]["traffic.sidecar.istio.io/excludeOutboundIPRanges"].split(",")
+        assert "169.254.170.23/32" in excluded
+    assert servers

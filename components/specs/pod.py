@@ -20,6 +20,7 @@ from platform_config.quantity import parse_quantity
 from platform_config.serving import MESH_PROXY_RESOURCES
 
 from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, VLLM_PORT, standard_labels
+from .tenancy import POD_IDENTITY_AGENT_CIDRS
 
 if TYPE_CHECKING:  # the plan imports the backends, which build their pods here
     from ..serving import ServerPlan
@@ -569,6 +570,11 @@ def pod_annotations(plan: ServerPlan) -> dict[str, str]:
         "prometheus.io/path": "/metrics",
         # Keep the sidecar up while vLLM drains, and start vLLM only once the sidecar is ready.
         **draining_sidecar_annotations(plan.drain.grace_seconds),
+        # The Pod Identity Agent's plain-HTTP credentials call goes around the sidecar: no Service
+        # names that address, so REGISTRY_ONLY (tenancy.egress_sidecar) would drop it. Read by the
+        # injector at 1.30.3 (files/injection-template.yaml lines 56 and 105: the CNI plugin's
+        # annotation and istio-iptables' `-x`).
+        "traffic.sidecar.istio.io/excludeOutboundIPRanges": ",".join(POD_IDENTITY_AGENT_CIDRS),
         **scale_down_annotations(plan),
     }
 

@@ -28,6 +28,7 @@ from ..constants import (
     ISTIO_SYSTEM_NAMESPACE,
     KNATIVE_SERVING_NAMESPACE,
     KUBE_SYSTEM_NAMESPACE,
+    LABEL_COMPONENT,
     LABEL_TENANT,
     MONITORING_NAMESPACE,
     PRODUCTION_PRIORITY,
@@ -239,6 +240,58 @@ def outbound_policies(namespace: str, *, mesh: bool) -> list[dict[str, Any]]:
         ),
     ]
     return policies
+
+
+# Where a tenant's model servers may connect outside the cluster, by host (Istio 1.30.3): their
+# sidecar's outbound traffic policy is REGISTRY_ONLY (a connection to a host no Service or
+# ServiceEntry of theirs names is dropped, not passed through), and ServiceEntries exported to the
+# namespace alone name what they read: their buckets on S3's regional and global endpoints, in both
+# addressing styles (the path style's host serves every bucket: the role's S3 policy still limits
+# what it reads), and Hugging Face's API and download hosts (huggingface.co, its CDN's
+# *.huggingface.co and *.hf.co, the Xet storage hosts included). TLS on 443 with no resolution: the
+# sidecar matches the SNI and connects where the server resolved (pilot ServiceEntry semantics), so
+# S3's rotating addresses need no DNS of the proxy's own. The endpoint pickers keep ALLOW_ANY: they
+# read the servers' metrics by pod address, which REGISTRY_ONLY would drop. The L3 policy stays
+# HTTPS anywhere but the instance metadata service, for the sidecars' own connections and the
+# unmeshed batch pods.
+MODEL_SERVER_POD_SELECTOR = {LABEL_COMPONENT: "model-server"}
+EGRESS_SIDECAR_NAME = "model-servers-egress"
+HUGGING_FACE_HOSTS = ("huggingface.co", "*.huggingface.co", "*.hf.co")
+
+
+def s3_hosts(buckets: Sequence[str], region: str) -> list[str]:
+    """The hosts S3 answers the buckets on in `region`: virtual-hosted per bucket, then path style."""
+    hosts = [host for bucket in buckets for host in (f"{bucket}.s3.{region}.amazonaws.com", f"{bucket}.s3.amazonaws.com")]
+    return [*hosts, f"s3.{region}.amazonaws.com", "s3.amazonaws.com"]
+
+
+def egress_sidecar(tenant: TenantConfig) -> dict[str, Any]:
+    """The model servers' sidecar: outbound only to what the mesh's registry names."""
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "Sidecar",
+        "metadata": {"name": EGRESS_SIDECAR_NAME, "namespace": tenant.name, "labels": standard_labels(tenant.name, "egress")},
+        "spec": {
+            "workloadSelector": {"labels": dict(MODEL_SERVER_POD_SELECTOR)},
+            "outboundTrafficPolicy": {"mode": "REGISTRY_ONLY"},
+        },
+    }
+
+
+def external_service(namespace: str, name: str, hosts: Any) -> dict[str, Any]:
+    """An external destination of the namespace's model servers (`hosts`: a list, or the Output of one)."""
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {"name": name, "namespace": namespace, "labels": standard_labels(namespace, "egress")},
+        "spec": {
+            "hosts": hosts,
+            "exportTo": ["."],
+            "location": "MESH_EXTERNAL",
+            "ports": [{"number": HTTPS_PORT, "name": "tls", "protocol": "TLS"}],
+            "resolution": "NONE",
+        },
+    }
 
 
 def network_policies(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:

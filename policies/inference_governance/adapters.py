@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
-from .kube import FACTS, MODEL_LABEL, Report, get, name_of, namespace_of, pod_template
+from .kube import FACTS, Report, get, model_servers, name_of, namespace_of, pod_template
 
 ADAPTERS_ANNOTATION: str = FACTS["annotations"]["loraAdapters"]
 SERVED_NAME_FLAG = "--served-model-name"
@@ -48,17 +48,6 @@ def _run_length(args: list[str]) -> int:
     return next((i for i, a in enumerate(args) if a.startswith("--")), len(args))
 
 
-def _model_servers(args: Any) -> Iterator[tuple[Any, tuple[str, str]]]:
-    """(resource, (namespace, model)) of every workload whose pods run a model server."""
-    for resource in args.resources:
-        template = pod_template(resource.resource_type, resource.props)
-        if template is None:
-            continue
-        model = get(template, "metadata", "labels", MODEL_LABEL)
-        if model is not None:
-            yield resource, (namespace_of(resource.props), str(model))
-
-
 def adapter_names_unique(args: Any, report_violation: Report) -> None:
     """An adapter's OpenAI name names one thing cluster-wide: the adapters of one base model (its versions load the
     same ones, and so do its batch model's servers, which answer to the base's name as well and declare it as the
@@ -66,7 +55,7 @@ def adapter_names_unique(args: Any, report_violation: Report) -> None:
     owners: dict[str, set[tuple[str, str]]] = defaultdict(set)
     models: dict[str, set[tuple[str, str]]] = defaultdict(set)
     carriers: dict[str, list[Any]] = defaultdict(list)
-    for resource, model in _model_servers(args):
+    for resource, model in model_servers(args):
         answers_to = served_names(resource.resource_type, resource.props)
         for name in answers_to:
             models[name].add(model)

@@ -47,6 +47,8 @@ PEER_AUTHENTICATION = "kubernetes:security.istio.io/v1:PeerAuthentication"
 AUTHORIZATION_POLICY = "kubernetes:security.istio.io/v1:AuthorizationPolicy"
 REQUEST_AUTHENTICATION = "kubernetes:security.istio.io/v1:RequestAuthentication"
 ISTIO_GATEWAY = "kubernetes:networking.istio.io/v1:Gateway"
+ISTIO_SIDECAR = "kubernetes:networking.istio.io/v1:Sidecar"
+SERVICE_ENTRY = "kubernetes:networking.istio.io/v1:ServiceEntry"
 GATEWAY_NAMESPACE: str = FACTS["gateway"]["namespace"]
 GATEWAY_SELECTOR: dict[str, str] = FACTS["gateway"]["selector"]
 GATEWAY_LISTENER_PORTS: dict[int, int] = {int(k): v for k, v in FACTS["gateway"]["listenerPorts"].items()}
@@ -204,6 +206,17 @@ def duration_seconds(value: Any) -> float | None:
     if not parts or "".join(number + unit for number, unit in parts) != text:
         return None
     return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+
+
+def model_servers(args: Any) -> Iterator[tuple[Any, tuple[str, str]]]:
+    """(resource, (namespace, model)) of every workload whose pods run a model server."""
+    for resource in args.resources:
+        template = pod_template(resource.resource_type, resource.props)
+        if template is None:
+            continue
+        model = get(template, "metadata", "labels", MODEL_LABEL)
+        if model is not None:
+            yield resource, (namespace_of(resource.props), str(model))
 
 
 def labels_match(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:

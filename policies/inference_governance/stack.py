@@ -30,6 +30,7 @@ from .kube import (
     HPA_V2,
     INFERENCE_POOL,
     ISTIO_GATEWAY,
+    ISTIO_SIDECAR,
     KNATIVE_SERVICE,
     KNATIVE_SERVICE_LABEL,
     LATENCY_LABEL,
@@ -49,6 +50,7 @@ from .kube import (
     QUOTA,
     REQUEST_AUTHENTICATION,
     SERVICE,
+    SERVICE_ENTRY,
     SERVICE_MONITOR,
     SIDECAR_INJECT,
     TENANT_LABEL,
@@ -59,6 +61,7 @@ from .kube import (
     is_gpu_resource,
     is_list,
     labels_match,
+    model_servers,
     name_of,
     namespace_of,
     placement_pools,
@@ -1160,6 +1163,67 @@ def _mirror_bucket(policies: list[_RolePolicy], report_violation: Report) -> str
     if len(buckets) > 1:
         report_violation(f"the weight mirror's roles reach several buckets ({', '.join(sorted(buckets))}): it writes one")
     return min(buckets) if buckets else None
+
+
+# What a ServiceEntry of a tenant's may name: S3's endpoints, a bucket's included (never a wildcard,
+# which would take in every bucket), and Hugging Face's hosts.
+EGRESS_HOSTS = (
+    re.compile(r"([a-z0-9][a-z0-9.-]{1,62}\.)?s3(\.[a-z]{2}(-[a-z]+)+-[0-9])?\.amazonaws\.com"),
+    re.compile(r"(\*\.)?(huggingface\.co|hf\.co)"),
+)
+
+
+def _outbound_mode(sidecars: list[Any], labels: Mapping[str, str]) -> str:
+    """The outbound traffic policy of a pod with these labels (istio 1.30.3 pilot/pkg/model/sidecar.go: the
+    Sidecars whose workloadSelector selects it, else the namespace's without one; ALLOW_ANY, the mesh's
+    default, without either). Several that disagree are reported as such."""
+    selected = [s for s in sidecars if get(s.props, "spec", "workloadSelector", "labels")]
+    chosen = [s for s in selected if labels_match(get(s.props, "spec", "workloadSelector", "labels"), labels)]
+    chosen = chosen or [s for s in sidecars if not get(s.props, "spec", "workloadSelector", "labels")]
+    modes = {str(get(s.props, "spec", "outboundTrafficPolicy", "mode", default="ALLOW_ANY")) for s in chosen}
+    return modes.pop() if len(modes) == 1 else ("several" if modes else "ALLOW_ANY")
+
+
+def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
+    """A tenant's model servers connect outside the cluster only to the hosts its namespace's ServiceEntries
+    name: their pods keep the mesh's sidecar, whose outbound traffic policy there is REGISTRY_ONLY; those
+    ServiceEntries are the namespace's alone (exportTo ["."]) and name S3 endpoints and Hugging Face only."""
+    tenants = _tenant_namespaces(args)
+    sidecars: dict[str, list[Any]] = defaultdict(list)
+    for sidecar in of_type(args, ISTIO_SIDECAR):
+        sidecars[namespace_of(sidecar.props)].append(sidecar)
+    for resource, (namespace, model) in model_servers(args):
+        if namespace not in tenants:
+            continue
+        template = pod_template(resource.resource_type, resource.props) or {}
+        labels = get(template, "metadata", "labels", default={}) or {}
+        annotations = get(template, "metadata", "annotations", default={}) or {}
+        inject = str(labels.get(SIDECAR_INJECT, annotations.get(SIDECAR_INJECT, ""))).lower()
+        where = f"{name_of(resource.props)} in {namespace} (model {model})"
+        if inject and inject not in INJECT_ASKED:
+            report_violation(f"{where} opts out of the mesh's sidecar: nothing limits where it connects", resource.urn)
+            continue
+        mode = _outbound_mode(sidecars[namespace], labels)
+        if mode != "REGISTRY_ONLY":
+            report_violation(
+                f"{where}: its sidecar's outbound traffic policy is {mode}, so it may connect anywhere HTTPS reaches; "
+                "declare a Sidecar selecting it with outboundTrafficPolicy.mode REGISTRY_ONLY",
+                resource.urn,
+            )
+    for entry in of_type(args, SERVICE_ENTRY):
+        namespace = namespace_of(entry.props)
+        if namespace not in tenants:
+            continue
+        where = f"ServiceEntry {namespace}/{name_of(entry.props)}"
+        exported = get(entry.props, "spec", "exportTo")
+        if not is_list(exported) or [str(to) for to in exported] != ["."]:
+            report_violation(f'{where} is exported beyond its namespace: set exportTo to ["."]', entry.urn)
+        hosts = get(entry.props, "spec", "hosts", default=[]) or []
+        for host in hosts if is_list(hosts) else [hosts]:
+            if not any(pattern.fullmatch(str(host)) for pattern in EGRESS_HOSTS):
+                report_violation(
+                    f"{where} names {host!r}: a tenant's servers reach only S3 endpoints and Hugging Face", entry.urn
+                )
 
 
 def tenant_s3_scoping(args: Any, report_violation: Report) -> None:
