@@ -94,3 +94,29 @@ def gateway_principal() -> str:
 def standard_labels(name: str, component: str, **extra: str) -> dict[str, str]:
     """Recommended Kubernetes labels plus any platform labels."""
     return {LABEL_NAME: name, LABEL_COMPONENT: component, LABEL_PART_OF: PART_OF, **extra}
+
+
+# API groups Kubernetes itself serves (1.30 to 1.34): a kind in any other is a custom resource.
+KUBERNETES_API_GROUPS = frozenset(
+    {
+        "",
+        "admissionregistration.k8s.io",
+        "apiextensions.k8s.io",
+        "apiregistration.k8s.io",
+        "apps",
+        "autoscaling",
+        "batch",
+        "certificates.k8s.io",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+        "networking.k8s.io",
+        "node.k8s.io",
+        "policy",
+        "rbac.authorization.k8s.io",
+        "resource.k8s.io",
+        "scheduling.k8s.io",
+        "storage.k8s.io",
+    }
+)

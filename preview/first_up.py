@@ -6,33 +6,67 @@ creates the rest in parallel. pulumi-kubernetes retries a create only while the 
 served or the namespace not yet there, for about a minute; an admission webhook that cannot answer
 fails the create at once. So, on an empty cluster:
 
-- every object the program creates, every pod its workloads create and every object a chart it
-  installs creates must wait for each installer whose webhook intercepts it (an API server's match:
-  rules, namespace selector, object selector) when that webhook would refuse it (Fail) or change it
-  (a mutating webhook: Istio's injector leaves a pod created before it without a sidecar, for good);
+- every object the program creates, every pod and Job its workloads create, what an operator makes
+  of a custom resource and every workload a chart it installs runs must wait for each installer
+  whose webhook intercepts it (an API server's match: rules, namespace selector, object selector)
+  when that webhook would refuse it (Fail) or change it (a mutating webhook: Istio's injector
+  leaves a pod created before it without a sidecar, for good);
 - every custom resource must wait for the installer of its CRD;
 - an installer waited for must itself be awaited: a Helm release is (unless `skipAwait`); a custom
-  resource an operator turns into webhooks and CRDs (KnativeServing) only with `pulumi.com/waitFor`.
+  resource an operator turns into webhooks and CRDs (KnativeServing) only with
+  `pulumi.com/waitFor: condition=Ready`.
 
 What each installer registers comes from preview/webhook_inventory.py, read at the pinned tags.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from components.constants import KUBERNETES_API_GROUPS
+
 from .engine import RecordedResource
 from .render import HELM_RELEASE, is_kubernetes_object, unsecret
-from .webhook_inventory import CHARTS, CRD_FILES, MUTATING, Installer, Webhook, knative_serving
+from .webhook_inventory import (
+    CHARTS,
+    CRD_FILES,
+    KNATIVE_SERVING_VERSIONS,
+    MUTATING,
+    Installer,
+    UnreadValues,
+    Webhook,
+    knative_serving,
+)
 
 CONFIG_FILE = "kubernetes:yaml/v2:ConfigFile"
 KNATIVE_SERVING = "kubernetes:operator.knative.dev/v1beta1:KnativeServing"
 WAIT_FOR = "pulumi.com/waitFor"
+# What KnativeServing's Ready condition stands for: every Deployment of the manifest available,
+# the webhooks' included (knative/operator knative-v1.23.0 pkg/reconciler/common/deployments.go).
+KNATIVE_READY = "condition=Ready"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 POD_TEMPLATE_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
+# What installs objects the stage cannot see into: reported as not read.
+OPAQUE_TYPES = ("kubernetes:helm.sh/v4:Chart", "kubernetes:yaml/v2:ConfigGroup", "kubernetes:kustomize/v2:Directory")
+# Objects the program could declare that register webhooks or CRDs of their own: not modelled.
+SELF_REGISTERING_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "CustomResourceDefinition")
+
+# The workloads each pinned chart runs, by (group, resource), read in its templates at the pinned
+# tag; a chart not named runs Deployments. The base chart runs none (CRDs, a ServiceAccount, the
+# validator); istio-cni a DaemonSet; the GPU Operator its operator and the node agents'
+# DaemonSets; kube-prometheus-stack the operator, kube-state-metrics and Grafana, node-exporter's
+# DaemonSet, the StatefulSets its operator makes of Prometheus and Alertmanager, and the admission
+# webhook's patch Jobs (hooks on every install and upgrade).
+DEPLOYMENTS = (("apps", "deployments"),)
+CHART_WORKLOADS: dict[str, tuple[tuple[str, str], ...]] = {
+    "base": (),
+    "cni": (("apps", "daemonsets"),),
+    "gpu-operator": (("apps", "deployments"), ("apps", "daemonsets")),
+    "kube-prometheus-stack": (("apps", "deployments"), ("apps", "daemonsets"), ("apps", "statefulsets"), ("batch", "jobs")),
+}
 # Pods of a chart's own workloads that its templates label for a webhook to see: the gateway's
 # pods ask for injection (istio/istio 1.30.3 manifests/charts/gateway/templates/_helpers.tpl lines
 # 27-31, `sidecar.istio.io/inject: "true"`; its container image is `auto`, which only the injector
@@ -48,6 +82,8 @@ class InstallerRecord:
     # Whether the engine waits for what it installs to be ready, and why not.
     awaited: bool
     unawaited_reason: str = ""
+    # A Helm release's chart ("" for other installers).
+    chart: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,15 +96,17 @@ class CreatedObject:
     resource: str
     namespace: str | None
     labels: Mapping[str, str]
+    # The object's own name, where it is one object (a Namespace's is what its selector matches).
+    name: str = ""
 
 
 @dataclass
 class FirstUpResult:
     installers: list[InstallerRecord]
-    # Helm releases of charts whose registrations were not read.
+    # What registers webhooks or CRDs the stage has not read (a chart, a version, values, a file).
     unread: list[str]
-    # (webhook's installer label, webhook, labels of the objects it intercepts)
-    interceptions: list[tuple[str, Webhook, list[str]]]
+    # Every webhook of the installers: (its installer's label, the webhook, the objects it intercepts).
+    webhooks: list[tuple[str, Webhook, list[str]]]
     findings: list[str] = field(default_factory=list)
     # Custom resources whose CRD the program does not install (the cluster must have it).
     preinstalled: list[str] = field(default_factory=list)
@@ -97,48 +135,66 @@ def _chart_name(chart: str) -> str:
 
 
 def installers(resources: Iterable[RecordedResource]) -> tuple[list[InstallerRecord], list[str]]:
-    """Every resource of the program that installs webhooks or CRDs, with what it installs."""
+    """Every resource of the program that installs webhooks or CRDs, with what it installs, and
+    what installs some the stage has not read."""
     found: list[InstallerRecord] = []
     unread: list[str] = []
     for r in resources:
-        if r.type == HELM_RELEASE:
-            inputs = unsecret(r.inputs)
-            chart = _chart_name(str(inputs.get("chart") or ""))
-            version = str(inputs.get("version") or "")
-            label = f"Helm release {inputs.get('namespace')}/{inputs.get('name')} ({chart} {version})"
-            versions, read = CHARTS.get(chart, ((), None))
-            if read is None or version not in versions:
-                read_at = f"read at {', '.join(versions)} only" if versions else "not read"
-                unread.append(f"{label}: {read_at}")
-                continue
-            skip = bool(inputs.get("skipAwait"))
-            installer = read(inputs.get("values") or {}, str(inputs.get("namespace") or "default"))
-            found.append(InstallerRecord(r.urn, label, installer, not skip, "skipAwait is set" if skip else ""))
-        elif r.type == KNATIVE_SERVING:
-            inputs = unsecret(r.inputs)
-            metadata = inputs.get("metadata") or {}
-            waits = WAIT_FOR in (metadata.get("annotations") or {})
-            found.append(
-                InstallerRecord(
-                    r.urn,
-                    f"KnativeServing {metadata.get('namespace')}/{metadata.get('name')}",
-                    knative_serving(inputs.get("spec") or {}),
-                    waits,
-                    "" if waits else f"no {WAIT_FOR} annotation: the engine is done once the API server accepts it",
-                )
-            )
-        elif r.type == CONFIG_FILE:
-            url = str(unsecret(r.inputs).get("file") or "")
-            groups = CRD_FILES.get(url)
-            if groups is None:
-                unread.append(f"CRD file {r.name} ({url})")
-                continue
-            # pulumi-kubernetes does not await a CRD until it is Established (no awaiter for the kind,
-            # v4.32.0 provider/pkg/await/awaiters.go), but what depends on the file waits for every
-            # CRD's create, and a kind served seconds later is inside the ~63 s the engine retries a
-            # NoMatch (provider/pkg/await/await.go).
-            found.append(InstallerRecord(r.urn, f"CRDs {r.name}", Installer((), groups, url), True))
+        try:
+            record = _installer(r)
+        except UnreadValues as error:
+            unread.append(str(error))
+            continue
+        if record is not None:
+            found.append(record)
+        elif r.type in OPAQUE_TYPES:
+            unread.append(f"{r.type} {r.name}: what it installs is not rendered offline")
+        elif is_kubernetes_object(r) and str(unsecret(r.inputs).get("kind")) in SELF_REGISTERING_KINDS:
+            unread.append(f"{unsecret(r.inputs).get('kind')} {r.name} declared by the program: not modelled")
     return found, unread
+
+
+def _installer(r: RecordedResource) -> InstallerRecord | None:
+    """What one resource installs (None: nothing the stage knows of); UnreadValues where it was not read."""
+    inputs = unsecret(r.inputs)
+    if r.type == HELM_RELEASE:
+        chart = _chart_name(str(inputs.get("chart") or ""))
+        version = str(inputs.get("version") or "")
+        label = f"Helm release {inputs.get('namespace')}/{inputs.get('name')} ({chart} {version})"
+        versions, read = CHARTS.get(chart, ((), None))
+        if read is None or version not in versions:
+            raise UnreadValues(f"{label}: {'read at ' + ', '.join(versions) + ' only' if versions else 'not read'}")
+        try:
+            installer = read(inputs.get("values") or {}, str(inputs.get("namespace") or "default"))
+        except UnreadValues as error:
+            raise UnreadValues(f"{label}: {error}") from None
+        skip = bool(inputs.get("skipAwait"))
+        return InstallerRecord(r.urn, label, installer, not skip, "skipAwait is set" if skip else "", chart)
+    if r.type == KNATIVE_SERVING:
+        metadata = inputs.get("metadata") or {}
+        spec = inputs.get("spec") or {}
+        label = f"KnativeServing {metadata.get('namespace')}/{metadata.get('name')}"
+        if str(spec.get("version")) not in KNATIVE_SERVING_VERSIONS:
+            raise UnreadValues(f"{label}: Serving {spec.get('version')} (read at {', '.join(KNATIVE_SERVING_VERSIONS)} only)")
+        wait = (metadata.get("annotations") or {}).get(WAIT_FOR)
+        if wait == KNATIVE_READY:
+            reason = ""
+        elif wait is None:
+            reason = f"no {WAIT_FOR} annotation: the engine is done once the API server accepts it"
+        else:
+            reason = f"{WAIT_FOR} is {wait!r}, not {KNATIVE_READY!r}: the engine does not wait for its webhooks"
+        return InstallerRecord(r.urn, label, knative_serving(spec), wait == KNATIVE_READY, reason)
+    if r.type == CONFIG_FILE:
+        url = str(inputs.get("file") or "")
+        groups = CRD_FILES.get(url)
+        if groups is None:
+            raise UnreadValues(f"CRD file {r.name} ({url}): not read")
+        # pulumi-kubernetes does not await a CRD until it is Established (no awaiter for the kind,
+        # v4.32.0 provider/pkg/await/awaiters.go), but what depends on the file waits for every
+        # CRD's create, and a kind served seconds later is inside the ~63 s the engine retries a
+        # NoMatch (provider/pkg/await/await.go).
+        return InstallerRecord(r.urn, f"CRDs {r.name}", Installer((), groups, url), True)
+    return None
 
 
 def _namespace_labels(resources: Iterable[RecordedResource]) -> dict[str, dict[str, str]]:
@@ -162,25 +218,40 @@ def _pod_template(kind: str, body: Mapping[str, Any]) -> Mapping[str, Any] | Non
 
 
 def created_objects(resources: Iterable[RecordedResource]) -> Iterator[CreatedObject]:
-    """What the API server is asked to create: the program's objects, their workloads' pods (and a
-    Knative Service's Revision Deployment), and each Helm release's workloads, pods and Services."""
+    """What the API server is asked to create: the program's objects, their workloads' pods (a
+    CronJob's Jobs, a Knative Service's Revision Deployment), what the Knative operator makes of a
+    KnativeServing, and each Helm release's workloads, pods and Services."""
     for r in resources:
         if r.type == HELM_RELEASE:
             yield from _release_objects(r)
         elif is_kubernetes_object(r):
             yield from _program_objects(r)
+        if r.type == KNATIVE_SERVING:
+            yield from _knative_serving_objects(r)
 
 
 def _release_objects(release: RecordedResource) -> Iterator[CreatedObject]:
-    """Every pinned chart runs a Deployment or DaemonSet with a Service in its release's namespace."""
     inputs = unsecret(release.inputs)
     namespace = str(inputs.get("namespace") or "default")
     chart = _chart_name(str(inputs.get("chart") or ""))
     common = {"app.kubernetes.io/instance": str(inputs.get("name") or release.name)}
-    yield CreatedObject(release.urn, f"the {chart} chart's Deployments", "apps", "deployments", namespace, common)
-    yield CreatedObject(release.urn, f"the {chart} chart's Services", "", "services", namespace, common)
-    pod_labels = {**common, **CHART_POD_LABELS.get(chart, {})}
-    yield CreatedObject(release.urn, f"the {chart} chart's pods", "", "pods", namespace, pod_labels)
+    workloads = CHART_WORKLOADS.get(chart, DEPLOYMENTS)
+    for group, resource in workloads:
+        yield CreatedObject(release.urn, f"the {chart} chart's {resource}", group, resource, namespace, common)
+    if workloads:
+        yield CreatedObject(release.urn, f"the {chart} chart's services", "", "services", namespace, common)
+        pod_labels = {**common, **CHART_POD_LABELS.get(chart, {})}
+        yield CreatedObject(release.urn, f"the {chart} chart's pods", "", "pods", namespace, pod_labels)
+
+
+def _knative_serving_objects(serving: RecordedResource) -> Iterator[CreatedObject]:
+    """Serving's and net-istio's Deployments and pods, in the KnativeServing's namespace (the
+    operator's manifests label them app.kubernetes.io/name: knative-serving)."""
+    metadata = unsecret(serving.inputs).get("metadata") or {}
+    namespace = str(metadata.get("namespace") or "knative-serving")
+    labels = {"app.kubernetes.io/name": "knative-serving"}
+    yield CreatedObject(serving.urn, "Knative Serving's deployments", "apps", "deployments", namespace, labels)
+    yield CreatedObject(serving.urn, "Knative Serving's pods", "", "pods", namespace, labels)
 
 
 def _program_objects(resource: RecordedResource) -> Iterator[CreatedObject]:
@@ -191,8 +262,11 @@ def _program_objects(resource: RecordedResource) -> Iterator[CreatedObject]:
     name = str(metadata.get("name") or resource.name)
     where = f"{namespace}/{name}" if namespace else name
     group = _group(str(body.get("apiVersion") or ""))
-    yield CreatedObject(resource.urn, f"{kind} {where}", group, plural(kind), namespace, metadata.get("labels") or {})
+    yield CreatedObject(resource.urn, f"{kind} {where}", group, plural(kind), namespace, metadata.get("labels") or {}, name)
     template = _pod_template(kind, body)
+    if kind == "CronJob" and group == "batch":
+        job_labels = (((body.get("spec") or {}).get("jobTemplate") or {}).get("metadata") or {}).get("labels") or {}
+        yield CreatedObject(resource.urn, f"the Jobs of {kind} {where}", "batch", "jobs", namespace, job_labels)
     if group == "serving.knative.dev" and kind == "Service":
         # Knative's controller makes a Revision, its Deployment and pods, labelled with the
         # Configuration and Service (knative/serving pkg/reconciler/revision/resources/meta.go).
@@ -205,6 +279,9 @@ def _program_objects(resource: RecordedResource) -> Iterator[CreatedObject]:
     if template is not None:
         pod_labels = (template.get("metadata") or {}).get("labels") or {}
         yield CreatedObject(resource.urn, f"the pods of {kind} {where}", "", "pods", namespace, pod_labels)
+
+
+Waits = Callable[[str], frozenset[str]]
 
 
 def check_first_up(resources: list[RecordedResource]) -> FirstUpResult:
@@ -222,55 +299,88 @@ def check_first_up(resources: list[RecordedResource]) -> FirstUpResult:
         return frozenset(found)
 
     found, unread = installers(resources)
-    namespaces = _namespace_labels(resources)
-    result = FirstUpResult(found, unread, [])
     objects = list(created_objects(resources))
-    # (object's index, installer) -> what the installer's webhooks would do to the object
+    webhooks, findings = _webhook_order(found, objects, _namespace_labels(resources), waits_for)
+    crd_findings, preinstalled = _crd_order(found, objects, waits_for)
+    return FirstUpResult(found, unread, webhooks, [*findings, *crd_findings], preinstalled)
+
+
+def _webhook_order(
+    found: list[InstallerRecord], objects: list[CreatedObject], namespaces: Mapping[str, Mapping[str, str]], waits_for: Waits
+) -> tuple[list[tuple[str, Webhook, list[str]]], list[str]]:
+    """Every webhook with what it intercepts; and every object created before the installer of a
+    webhook that would refuse or change it is ready, one finding per object and installer."""
+    webhooks: list[tuple[str, Webhook, list[str]]] = []
+    # (object's index, installer's index) -> what the installer's webhooks would do to it
     unmet: dict[tuple[int, int], list[str]] = {}
-    for installer_index, record in enumerate(found):
+    for record in found:
         for webhook in record.installer.webhooks:
+            # What must be ready before the webhook answers: the release serving it, else its own.
+            server = next((i for i in found if webhook.served_by and i.chart == webhook.served_by), record)
             hit: list[str] = []
             for object_index, obj in enumerate(objects):
-                if obj.creator == record.urn:
+                if obj.creator in (record.urn, server.urn):
                     continue
-                namespace_labels = namespaces.get(obj.namespace, {NAMESPACE_NAME_LABEL: obj.namespace}) if obj.namespace else None
-                if not webhook.intercepts(obj.group, obj.resource, "CREATE", namespace_labels, obj.labels):
+                if not webhook.intercepts(obj.group, obj.resource, "CREATE", namespace_labels_of(obj, namespaces), obj.labels):
                     continue
                 hit.append(obj.label)
-                if webhook.blocks_or_changes and not (record.urn in waits_for(obj.creator) and record.awaited):
-                    unmet.setdefault((object_index, installer_index), []).append(f"{webhook.name} ({_effect(webhook)})")
-            result.interceptions.append((record.label, webhook, hit))
+                # Made before the webhook is registered, it is never refused, only left unchanged.
+                registered_after = obj.creator in waits_for(record.urn)
+                if registered_after and not (webhook.kind == MUTATING and webhook.mutates):
+                    continue
+                if webhook.blocks_or_changes and not (server.urn in waits_for(obj.creator) and server.awaited):
+                    unmet.setdefault((object_index, found.index(server)), []).append(f"{webhook.name} ({_effect(webhook)})")
+            webhooks.append((record.label, webhook, hit))
+    findings = []
     for (object_index, installer_index), effects in unmet.items():
         obj, record = objects[object_index], found[installer_index]
-        if record.urn in waits_for(obj.creator):
-            start = f"{obj.label} waits for {record.label}, which is not awaited ({record.unawaited_reason})"
-        else:
-            start = f"{obj.label} is created without waiting for {record.label}"
-        result.findings.append(f"{start}: {'; '.join(effects)}")
+        findings.append(f"{_unmet_wait(obj, record, waits_for)}: {'; '.join(effects)}")
+    return webhooks, findings
+
+
+def namespace_labels_of(obj: CreatedObject, namespaces: Mapping[str, Mapping[str, str]]) -> Mapping[str, str] | None:
+    """The labels a webhook's namespace selector is held to: the object's namespace's; a Namespace's
+    own; none for other cluster-scoped objects (k8s.io/apiserver pkg/admission/plugin/webhook/
+    predicates/namespace/matcher.go)."""
+    if obj.group == "" and obj.resource == "namespaces":
+        return {**obj.labels, NAMESPACE_NAME_LABEL: obj.name}
+    if obj.namespace is None:
+        return None
+    return namespaces.get(obj.namespace, {NAMESPACE_NAME_LABEL: obj.namespace})
+
+
+def _crd_order(found: list[InstallerRecord], objects: list[CreatedObject], waits_for: Waits) -> tuple[list[str], list[str]]:
+    """Every custom resource created before the installer of its CRD, or after one not awaited; and
+    those whose CRD no installer of the program defines."""
     installers_of: dict[str, list[InstallerRecord]] = {}
     for record in found:
         for group in record.installer.crd_groups:
             installers_of.setdefault(group, []).append(record)
+    findings, preinstalled = [], []
     for obj in objects:
-        if obj.group in _BUILTIN_GROUPS:
+        if obj.group in KUBERNETES_API_GROUPS:
             continue
         candidates = [i for i in installers_of.get(obj.group, []) if i.urn != obj.creator]
-        if not candidates:
-            if not any(i.urn == obj.creator for i in installers_of.get(obj.group, [])):
-                result.preinstalled.append(f"{obj.label} ({obj.group})")
-            continue
-        if not any(i.urn in waits_for(obj.creator) for i in candidates):
-            result.findings.append(
-                f"{obj.label} is created without waiting for {candidates[0].label}, which defines {obj.group}: "
-                "the engine retries an unknown kind for about a minute only"
+        if not installers_of.get(obj.group):
+            preinstalled.append(f"{obj.label} ({obj.group})")
+        waited = [i for i in candidates if i.urn in waits_for(obj.creator)]
+        if candidates and not waited:
+            findings.append(
+                f"{_unmet_wait(obj, candidates[0], waits_for)}, which defines {obj.group}: the engine retries an unknown "
+                "kind for about a minute only"
             )
-        else:
-            for i in candidates:
-                if i.urn in waits_for(obj.creator) and not i.awaited:
-                    result.findings.append(
-                        f"{obj.label} waits for {i.label}, which defines {obj.group} but is not awaited ({i.unawaited_reason})"
-                    )
-    return result
+        findings += [
+            f"{obj.label} waits for {i.label}, which defines {obj.group} but is not awaited ({i.unawaited_reason})"
+            for i in waited
+            if not i.awaited
+        ]
+    return findings, preinstalled
+
+
+def _unmet_wait(obj: CreatedObject, record: InstallerRecord, waits_for: Waits) -> str:
+    if record.urn in waits_for(obj.creator):
+        return f"{obj.label} waits for {record.label}, which is not awaited ({record.unawaited_reason})"
+    return f"{obj.label} is created without waiting for {record.label}"
 
 
 def _effect(webhook: Webhook) -> str:
@@ -280,29 +390,3 @@ def _effect(webhook: Webhook) -> str:
         before = "created without its changes if it comes before the webhook is registered"
         return f"mutating, {webhook.failure_policy}: " + (f"refused while it cannot answer, {before}" if refused else before)
     return f"validating, {webhook.failure_policy}: refused while it cannot answer"
-
-
-# API groups Kubernetes itself serves (kubernetes 1.30-1.34): no CRD installs them.
-_BUILTIN_GROUPS = frozenset(
-    {
-        "",
-        "apps",
-        "batch",
-        "autoscaling",
-        "policy",
-        "networking.k8s.io",
-        "rbac.authorization.k8s.io",
-        "scheduling.k8s.io",
-        "admissionregistration.k8s.io",
-        "apiextensions.k8s.io",
-        "apiregistration.k8s.io",
-        "storage.k8s.io",
-        "coordination.k8s.io",
-        "discovery.k8s.io",
-        "node.k8s.io",
-        "certificates.k8s.io",
-        "events.k8s.io",
-        "flowcontrol.apiserver.k8s.io",
-        "resource.k8s.io",
-    }
-)

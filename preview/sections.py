@@ -364,7 +364,7 @@ def admission_section(result: AdmissionResult) -> Section:
 def first_up_section(result: FirstUpResult) -> Section:
     """Every webhook the installers register, what of the program's it intercepts, and what would
     be created before the webhook or CRD it needs."""
-    webhooks = [(label, w, hit) for label, w, hit in result.interceptions]
+    webhooks = result.webhooks
     intercepting = sum(1 for _, _, hit in webhooks if hit)
     summary = (
         f"{len(webhooks)} admission webhooks from {len(result.installers)} installers, {intercepting} intercepting "

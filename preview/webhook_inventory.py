@@ -25,6 +25,11 @@ from components.inference_extension import INFERENCE_POOL_CRDS_URL, LLM_D_CRDS_U
 
 MUTATING, VALIDATING = "mutating", "validating"
 FAIL, IGNORE = "Fail", "Ignore"
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+class UnreadValues(Exception):
+    """An installer given values, or a version, outside what was read at its tag."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,9 @@ class LabelSelector:
         if any(labels.get(key) != value for key, value in self.match_labels.items()):
             return False
         for key, operator, values in self.expressions:
+            if operator not in SELECTOR_OPERATORS:
+                # The API server refuses such a selector; it selects nothing here.
+                return False
             present = key in labels
             if operator == "In" and not (present and labels[key] in values):
                 return False
@@ -102,6 +110,9 @@ class Webhook:
     # False for a mutating webhook whose handler changes nothing (Kueue's no-op handler for an
     # integration it is not given).
     mutates: bool = True
+    # The chart whose release answers it, where another than the one registering it (Istio's base
+    # chart registers the default validator; istiod serves it).
+    served_by: str | None = None
 
     def intercepts(
         self, group: str, resource: str, operation: str, namespace_labels: Mapping[str, str] | None, labels: Mapping[str, str]
@@ -264,6 +275,14 @@ _ISTIO_VALIDATION_NOTE = (
 )
 
 
+def _istio_validation_policy(values: Mapping[str, Any]) -> str:
+    """Both validators' failure policy on install (lines 46-56 of each template): Fail with a CA bundle
+    given, else `base.validationFailurePolicy`, else Ignore."""
+    if _get(values, "base.validationCABundle", ""):
+        return FAIL
+    return str(_get(values, "base.validationFailurePolicy", "") or IGNORE)
+
+
 def istio_base(values: Mapping[str, Any], namespace: str) -> Installer:
     """manifests/charts/base: the default-revision validator (templates/defaultrevision-
     validatingwebhookconfiguration.yaml, rendered when `global.resourceScope` is all or cluster and
@@ -276,10 +295,12 @@ def istio_base(values: Mapping[str, Any], namespace: str) -> Installer:
             Webhook(
                 "validation.istio.io",
                 VALIDATING,
-                IGNORE,
+                _istio_validation_policy(values),
                 (_ISTIO_VALIDATION_RULE,),
-                f"{_ISTIO_AT} manifests/charts/base/templates/defaultrevision-validatingwebhookconfiguration.yaml:20",
+                f"{_ISTIO_AT} manifests/charts/base/templates/defaultrevision-validatingwebhookconfiguration.yaml:15",
                 note=_ISTIO_VALIDATION_NOTE,
+                # Its service is istiod (lines 32-44).
+                served_by="istiod",
             ),
         )
     crds = _ISTIO_GROUPS if scope in ("all", "cluster") and _get(values, "base.enableCRDTemplates", True) else ()
@@ -301,10 +322,39 @@ def istiod(values: Mapping[str, Any], namespace: str) -> Installer:
     `global.configValidation` is false; only objects labelled istio.io/rev=default). A pod created
     before the injector is registered keeps no sidecar for its life (pkg/kube/inject/webhook.go has
     no pod watch); the gateway's keeps the image `auto`."""
+    for key in ("revision", "revisionTags", "istiodRemote.enabled"):
+        if _get(values, key, None):
+            raise UnreadValues(f"`{key}` is set: its webhooks were read for the default revision of a local istiod")
     webhooks: list[Webhook] = []
     pods = (Rule(("",), ("pods",), ("CREATE",)),)
-    if _get(values, "global.resourceScope", "all") in ("all", "cluster"):
-        if not _get(values, "global.operatorManageWebhooks", False):
+    scoped = _get(values, "global.resourceScope", "all") in ("all", "cluster")
+    injects = scoped and not _get(values, "global.operatorManageWebhooks", False)
+    if injects and _get(values, "sidecarInjectorWebhook.enableNamespacesByDefault", False):
+        # The `auto.` entry (lines 146-164): every pod of a namespace without either label, but for
+        # the ones Istio never injects (kube-system, kube-public, kube-node-lease, local-path-storage).
+        webhooks.append(
+            Webhook(
+                "auto.sidecar-injector.istio.io",
+                MUTATING,
+                FAIL,
+                pods,
+                f"{_INJECTOR}:146",
+                LabelSelector(
+                    expressions=(
+                        _NO_INJECTION_LABEL,
+                        _NO_REV,
+                        (
+                            "kubernetes.io/metadata.name",
+                            "NotIn",
+                            ("kube-system", "kube-public", "kube-node-lease", "local-path-storage"),
+                        ),
+                    )
+                ),
+                LabelSelector(expressions=(("sidecar.istio.io/inject", "DoesNotExist", ()), _NO_REV)),
+            )
+        )
+    if scoped:
+        if injects:
             webhooks += [
                 Webhook(
                     "rev.namespace.sidecar-injector.istio.io",
@@ -348,9 +398,9 @@ def istiod(values: Mapping[str, Any], namespace: str) -> Installer:
                 Webhook(
                     "rev.validation.istio.io",
                     VALIDATING,
-                    IGNORE,
+                    _istio_validation_policy(values),
                     (_ISTIO_VALIDATION_RULE,),
-                    f"{_ISTIO_DISCOVERY}/validatingwebhookconfiguration.yaml:26",
+                    f"{_ISTIO_DISCOVERY}/validatingwebhookconfiguration.yaml:19",
                     object_selector=LabelSelector(expressions=(("istio.io/rev", "In", ("default",)),)),
                     note=_ISTIO_VALIDATION_NOTE,
                 )
@@ -395,6 +445,11 @@ _KNATIVE_RESOURCES = (
 )
 _KNATIVE_NOT_EXCLUDED = LabelSelector(expressions=(("webhooks.knative.dev/exclude", "DoesNotExist", ()),))
 _KNATIVE_CONFIG_MAPS = Rule(("",), ("configmaps",), ("CREATE", "UPDATE"))
+
+
+# The Serving releases read (KnativeServing `spec.version`): the operator's kodata
+# knative-serving/1.23.0 and ingress/1.23.
+KNATIVE_SERVING_VERSIONS = ("1.23", "1.23.0")
 
 
 def knative_operator(values: Mapping[str, Any], namespace: str) -> Installer:
@@ -497,11 +552,7 @@ def aws_load_balancer_controller(values: Mapping[str, Any], namespace: str) -> I
     both configurations always render (templates/webhook.yaml has no condition around either)."""
     pods = (Rule(("",), ("pods",), ("CREATE",)),)
     readiness_namespaces = _get(values, "webhookNamespaceSelectors", None)
-    pod_namespaces = (
-        LabelSelector(expressions=LabelSelector.from_manifest({"matchExpressions": readiness_namespaces}).expressions)
-        if readiness_namespaces
-        else None
-    )
+    pod_namespaces = LabelSelector.from_manifest({"matchExpressions": readiness_namespaces}) if readiness_namespaces else None
     pod_objects = _lbc_label_selector(values, "objectSelector", (_LBC_NOT_ITSELF,))
     webhooks = [
         Webhook(

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from components.specs.batch_rules import BATCH_SOURCE_SERIES, REPEATED_PREEMPTIONS, batch_prometheus_rule
-from components.specs.kueue import KUEUE_MANAGED_NAMESPACES, KUEUE_UNUSED_POD_INTEGRATIONS, kueue_values
+from components.specs.kueue import KUEUE_UNUSED_POD_INTEGRATIONS, kueue_values
 from platform_config.gpu_catalog import MIG_RESOURCE_PREFIX
 from platform_config.pins import KUBE_PROMETHEUS_STACK, KUEUE
 
@@ -126,7 +126,10 @@ def test_the_resource_and_local_queue_metrics_are_on() -> None:
     chart_config = yaml.safe_load(chart_values["managerConfig"]["controllerManagerConfigYaml"])
     ours = yaml.safe_load(kueue_values(None, prometheus=True)["managerConfig"]["controllerManagerConfigYaml"])
     assert ours["metrics"].pop("enableClusterQueueResources") is True
-    assert ours.pop("managedJobsNamespaceSelector") == KUEUE_MANAGED_NAMESPACES
+    # The tenants' namespaces, by the label the tenancy component gives them.
+    assert ours.pop("managedJobsNamespaceSelector") == {
+        "matchExpressions": [{"key": "inference.platform/tenant", "operator": "Exists"}]
+    }
     chart_frameworks = chart_config["integrations"]["frameworks"]
     assert ours["integrations"]["frameworks"] == [f for f in chart_frameworks if f not in KUEUE_UNUSED_POD_INTEGRATIONS]
     assert set(KUEUE_UNUSED_POD_INTEGRATIONS) <= set(chart_frameworks)

@@ -15,8 +15,15 @@ import yaml
 
 from components.specs.kueue import KUEUE_MANAGED_NAMESPACES
 from preview.engine import RecordedResource
-from preview.first_up import KNATIVE_SERVING, WAIT_FOR, check_first_up, plural
-from preview.webhook_inventory import CHART_DEFAULT_FRAMEWORKS, LabelSelector, kube_prometheus_stack, kueue
+from preview.first_up import KNATIVE_SERVING, WAIT_FOR, CreatedObject, check_first_up, namespace_labels_of, plural
+from preview.webhook_inventory import (
+    CHART_DEFAULT_FRAMEWORKS,
+    LabelSelector,
+    Rule,
+    Webhook,
+    kube_prometheus_stack,
+    kueue,
+)
 
 from .helpers import ROOT, _shared_evaluation, mirror_show, raw_stack
 from .test_batch_jobs import KUEUE_MIRROR
@@ -42,6 +49,11 @@ def _named(resources: list[RecordedResource], name: str) -> RecordedResource:
     return found[0]
 
 
+def _has_finding(findings: list[str], start: str, *parts: str) -> bool:
+    """Whether a finding starts so and names each part."""
+    return any(f.startswith(start) and all(part in f for part in parts) for f in findings)
+
+
 def _without_dependency_on(resources: list[RecordedResource], resource: RecordedResource, target: str) -> None:
     """Drop every dependency of `resource` through which it waits for `target` (a careless `depends_on`)."""
     by_urn = {r.urn: r for r in resources}
@@ -61,7 +73,7 @@ def test_every_committed_stack_comes_up_in_order(stack: str) -> None:
 
 def test_prod_lists_the_webhooks_in_its_way_and_what_they_intercept(prod: list[RecordedResource]) -> None:
     result = check_first_up(prod)
-    hits = {(label.split(" (")[0], w.name): (w.failure_policy, hit) for label, w, hit in result.interceptions}
+    hits = {(label.split(" (")[0], w.name): (w.failure_policy, hit) for label, w, hit in result.webhooks}
     knative = hits[("KnativeServing knative-serving/knative-serving", "validation.webhook.serving.knative.dev")]
     assert knative == (
         "Fail",
@@ -76,12 +88,17 @@ def test_prod_lists_the_webhooks_in_its_way_and_what_they_intercept(prod: list[R
     # Kueue's job webhooks see the tenants' Jobs only: not the weight mirror's, nor any chart's.
     jobs = hits[("Helm release kueue-system/kueue", "mjob.kb.io")]
     assert jobs == ("Fail", ["Job team-b/batch-review-labels", "Job team-b/batch-ticket-labels"])
-    # Its pod and Deployment webhooks are Ignore and change nothing: their integrations are off.
+    # Its pod and Deployment webhooks are Ignore and change nothing (their integrations are off), and
+    # see the tenants' namespaces only.
     policy, pods = hits[("Helm release kueue-system/kueue", "mpod.kb.io")]
-    assert policy == "Ignore" and all(not p.startswith("the ") or "chart" not in p for p in pods)
+    assert policy == "Ignore" and {p.rsplit(" ", 1)[-1].split("/")[0] for p in pods} == {"serving", "team-a", "team-b"}
+    kueue_release = next(r for r in result.installers if r.chart == "kueue")
+    assert not next(w for w in kueue_release.installer.webhooks if w.name == "mpod.kb.io").mutates
     # Istio's validators fail open until istiod answers.
     assert hits[("Helm release istio-system/istio-base", "validation.istio.io")][0] == "Ignore"
-    assert len(result.interceptions) == 65
+    # Kueue's chart renders its 43 entries whatever the values (21 mutating, 22 validating).
+    assert len(kueue_release.installer.webhooks) == 43
+    assert len(result.webhooks) == sum(len(r.installer.webhooks) for r in result.installers)
 
 
 def test_a_knative_serving_not_awaited_is_found(prod: list[RecordedResource]) -> None:
@@ -111,7 +128,7 @@ def test_the_load_balancer_controllers_service_webhook_would_hold_every_service(
     assert any(
         f.startswith("Service serving/llama-70b-v1 is created without waiting for Helm release kube-system/aws") for f in service
     )
-    assert any(f.startswith("the istiod chart's Services is created without waiting") for f in service)
+    assert any(f.startswith("the istiod chart's services is created without waiting") for f in service)
 
 
 def test_kueue_with_the_charts_own_config_would_hold_every_pod(prod: list[RecordedResource]) -> None:
@@ -163,6 +180,87 @@ def test_a_chart_or_version_not_read_is_a_finding(prod: list[RecordedResource]) 
         "Helm release kueue-system/kueue (kueue 0.20.0): read at 0.19.2 only",
         "Helm release kueue-system/kueue (some-operator 1.0.0): not read",
     ]
+
+
+def test_a_wait_for_other_than_ready_is_no_wait_for_its_webhooks(prod: list[RecordedResource]) -> None:
+    serving = next(r for r in prod if r.type == KNATIVE_SERVING)
+    serving.inputs["metadata"]["annotations"][WAIT_FOR] = "jsonpath={.metadata.name}"
+    findings = check_first_up(prod).findings
+    assert any(
+        f.startswith(
+            "Service serving/llama-8b-v1 waits for KnativeServing knative-serving/knative-serving, which is not "
+            "awaited (pulumi.com/waitFor is 'jsonpath={.metadata.name}', not 'condition=Ready'"
+        )
+        for f in findings
+    ), findings
+
+
+def test_knative_servings_own_pods_wait_for_the_injector(prod: list[RecordedResource]) -> None:
+    """The operator's Deployments land in knative-serving, which asks for injection: Knative's own
+    activator and webhook pods would keep no sidecar if the KnativeServing came before istiod."""
+    serving = next(r for r in prod if r.type == KNATIVE_SERVING)
+    _without_dependency_on(prod, serving, _release(prod, "istiod").urn)
+    findings = check_first_up(prod).findings
+    start = "Knative Serving's pods is created without waiting for Helm release istio-system/istiod"
+    assert _has_finding(findings, start, "namespace.sidecar-injector.istio.io"), findings
+
+
+def test_a_cronjobs_jobs_and_a_charts_hook_jobs_are_held_to_kueues_webhooks(prod: list[RecordedResource]) -> None:
+    release = _release(prod, "kueue")
+    del release.inputs["values"]["managerConfig"]
+    job = next(r for r in prod if r.name == "review-labels-job")
+    cron = copy.deepcopy(job)
+    cron.urn, cron.name, cron.dependencies = cron.urn + "-cron", "nightly", []
+    cron.type = "kubernetes:batch/v1:CronJob"
+    cron.inputs = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "team-b"},
+        "spec": {"schedule": "0 1 * * *", "jobTemplate": {"metadata": {"labels": {}}, "spec": job.inputs["spec"]}},
+    }
+    findings = check_first_up([*prod, cron]).findings
+    assert any(
+        f.startswith("the Jobs of CronJob team-b/nightly is created without waiting for Helm release kueue") for f in findings
+    )
+    # The chart's hook Jobs come before Kueue (which waits for the Prometheus Operator): never refused, but
+    # left without what Kueue's job webhook would add; its validating twin never sees them.
+    hooks = [f for f in findings if f.startswith("the kube-prometheus-stack chart's jobs is created without waiting")]
+    assert hooks and all("mjob.kb.io" in f and "vjob.kb.io" not in f for f in hooks)
+
+
+def test_a_namespace_is_matched_on_its_own_labels() -> None:
+    """A webhook's namespace selector holds a Namespace to its own labels (its name's included), and does
+    not apply to other cluster-scoped objects."""
+    selector = LabelSelector(expressions=(("team", "In", ("a",)),))
+    webhook = Webhook("n.example.com", "validating", "Fail", (Rule(("",), ("namespaces",), ("CREATE",)),), "-", selector)
+    namespace = CreatedObject("urn", "Namespace a", "", "namespaces", None, {"team": "a"}, "a")
+    other = CreatedObject("urn", "Namespace b", "", "namespaces", None, {"team": "b"}, "b")
+    labels = namespace_labels_of(namespace, {})
+    assert labels == {"team": "a", "kubernetes.io/metadata.name": "a"}
+    assert webhook.intercepts("", "namespaces", "CREATE", labels, namespace.labels)
+    assert not webhook.intercepts("", "namespaces", "CREATE", namespace_labels_of(other, {}), other.labels)
+    role = CreatedObject("urn", "ClusterRole r", "rbac.authorization.k8s.io", "clusterroles", None, {}, "r")
+    assert namespace_labels_of(role, {}) is None
+
+
+def test_istio_values_outside_what_was_read_are_unread_or_followed(prod: list[RecordedResource]) -> None:
+    istiod = _release(prod, "istiod")
+    istiod.inputs["values"]["revision"] = "canary"
+    assert check_first_up(prod).unread == [
+        "Helm release istio-system/istiod (istiod 1.30.3): `revision` is set: its webhooks were read for the default "
+        "revision of a local istiod"
+    ]
+    del istiod.inputs["values"]["revision"]
+    # Validation failing closed from the start: every Istio object of a tenant's must then wait for istiod,
+    # which serves the base chart's validator; today they wait for the base chart's CRDs only.
+    base = _release(prod, "base")
+    base.inputs["values"] = {**(base.inputs.get("values") or {}), "base": {"validationFailurePolicy": "Fail"}}
+    findings = check_first_up(prod).findings
+    start = "PeerAuthentication team-a/default is created without waiting for Helm release istio-system/istiod"
+    assert _has_finding(findings, start, "validation.istio.io (validating, Fail"), findings
+    serving = next(r for r in prod if r.type == KNATIVE_SERVING)
+    serving.inputs["spec"]["version"] = "1.24"
+    assert any(u.startswith("KnativeServing knative-serving/knative-serving: Serving 1.24") for u in check_first_up(prod).unread)
 
 
 def test_label_selectors_match_as_the_api_server_does() -> None:

@@ -14,7 +14,7 @@ from platform_config.floors import FLOORS
 from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
 from platform_config.serving import drain_chain, server_name
 
-from ..constants import HTTP_PORT_NAME, LABEL_MODEL, LABEL_MODEL_VERSION, VLLM_PORT, standard_labels
+from ..constants import HTTP_PORT_NAME, KUBERNETES_API_GROUPS, LABEL_MODEL, LABEL_MODEL_VERSION, VLLM_PORT, standard_labels
 from ..serving import Destination, MachineryName, PodShape, Role, ServerObject, ServingBackend, SubsetRule
 from ..specs.endpoint_picker import (
     EPP_PROXY_PORT,
@@ -309,7 +309,7 @@ def endpoint_picker_server_objects(plan: ServerPlan) -> list[ServerObject]:
         # The picker's pods are the mesh's like the servers': they wait for what pods wait for.
         role: Role = "pods" if kind == "Deployment" else OBJECT_ROLES.get(group, "plain")
         serves = kind in ("Deployment", "Service", "InferencePool")
-        objects.append(ServerObject(suffix, manifest, role, custom=group not in BUILT_IN_GROUPS, serves=serves))
+        objects.append(ServerObject(suffix, manifest, role, custom=group not in KUBERNETES_API_GROUPS, serves=serves))
     return objects
 
 
@@ -322,6 +322,3 @@ OBJECT_ROLES: dict[str, Role] = {
     POOL_GROUP: "inference-pool",
     OBJECTIVE_GROUP: "inference-pool",
 }
-
-# API groups of the kinds the API server serves itself (the rest are custom resources).
-BUILT_IN_GROUPS = frozenset({"", "apps", "policy", "networking.k8s.io", "rbac.authorization.k8s.io", "autoscaling"})
