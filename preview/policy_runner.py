@@ -39,6 +39,8 @@ from .engine import RecordedResource
 LEVELS = {value: name.lower() for name, value in analyzer_pb2.EnforcementLevel.items()}
 LEVEL_VALUES = {name.lower(): value for name, value in analyzer_pb2.EnforcementLevel.items()}
 PROVIDER_PREFIX = "pulumi:providers:"
+# How long closing the channel to the pack may wait (see PolicyPack._close_channel).
+CHANNEL_CLOSE_SECONDS = 5
 UNKNOWN = rpc.UNKNOWN
 
 
@@ -409,7 +411,7 @@ class PolicyPack:
 
     def close(self) -> None:
         if self.channel is not None:
-            self.channel.close()
+            self._close_channel(self.channel)
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -420,6 +422,18 @@ class PolicyPack:
             if stream is not None:
                 stream.close()
         self._engine_server.stop(0)
+
+    @staticmethod
+    def _close_channel(channel: grpc.Channel) -> None:
+        """Close the channel, waiting at most CHANNEL_CLOSE_SECONDS: closing waits for its calls' threads,
+        and where the process could start no more threads (a program that crashed with "can't start new
+        thread") that wait never ends. The process ends right after (preview/__main__.py)."""
+        try:
+            closer = threading.Thread(target=channel.close, name="close-policy-channel", daemon=True)
+            closer.start()
+        except RuntimeError:
+            return
+        closer.join(CHANNEL_CLOSE_SECONDS)
 
     @property
     def engine_log(self) -> list[str]:

@@ -23,6 +23,8 @@ import pulumi
 import pytest
 import yaml
 
+from platform_config.models import EKS_NODES_PER_NODE_GROUP
+
 from .helpers import ROOT, raw_stack, set_at
 
 PROJECT = "inference-platform"
@@ -725,8 +727,9 @@ def test_pydantic_patterns_do_not_end_before_a_trailing_newline():
     assert MigGeometry.model_validate({"name": "mix", "devices": [{"gpus": 1}]}).name == "mix"
 
 
-# The cases that crashed or hung before, once more through the real CLI: a process of its own with
-# a memory limit and a timeout, all at once.
+# The cases that crashed or hung before, once more through the real CLI, with a stack at every size
+# bound the config allows: each a process of its own with a memory limit and 30 s of CPU (the
+# kernel stops it past that: a bound on the work, whatever else the machine runs), all at once.
 CLI_SUBSET = {
     "file-is-a-list",
     "integer-key",
@@ -742,11 +745,28 @@ CLI_SUBSET = {
 }
 VALUE_SUBSET = {"mig-count-10e12", "stable-a-list-with-weights", "server-names-collide-across-tenants"}
 MEMORY_LIMIT = 1 << 30
+# A whole preview's address space: the SDK's and gRPC's threads each reserve their stacks and arenas.
+PREVIEW_MEMORY_LIMIT = 4 << 30
+CPU_SECONDS = 30
 TIMEOUT_SECONDS = 60
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+def _limits(memory: int) -> Callable[[], None]:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
+
+    return limit
+
+
+def _at_every_bound(raw: dict[str, Any]) -> None:
+    """Every node group, the system one included, at EKS's quota of nodes."""
+    for pool in raw["nodePools"]:
+        pool["maxSize"] = EKS_NODES_PER_NODE_GROUP
+    raw["cluster"]["eks"]["systemNodeGroup"] = {
+        **raw["cluster"]["eks"].get("systemNodeGroup", {}),
+        "maxSize": EKS_NODES_PER_NODE_GROUP,
+    }
 
 
 def test_refused_through_the_cli(tmp_path):
@@ -757,6 +777,8 @@ def test_refused_through_the_cli(tmp_path):
         (case, _stack_text(stack, mutate).encode(), key) for case, stack, mutate, key in VALUE_CASES if case in VALUE_SUBSET
     ]
     assert len(stacks) == len(CLI_SUBSET) + len(VALUE_SUBSET)
+    # Accepted, and previewed clean: exit 0, no key to name.
+    stacks.append(("at-every-bound", _stack_text("prod", _at_every_bound).encode(), ""))
     running = []
     for case, text, key in stacks:
         path = tmp_path / f"{case}.yaml"
@@ -764,7 +786,12 @@ def test_refused_through_the_cli(tmp_path):
         command = [sys.executable, "-m", "preview", "--quiet", "--stack", "test", "--config-file", str(path)]
         command += ["--out", str(tmp_path / case)]
         process = subprocess.Popen(
-            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_limit_memory
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_limits(MEMORY_LIMIT if key else PREVIEW_MEMORY_LIMIT),
         )
         running.append((case, key, process))
     failures = []
@@ -776,7 +803,8 @@ def test_refused_through_the_cli(tmp_path):
             process.communicate()
             failures.append(f"{case}: no answer within {TIMEOUT_SECONDS} s")
             continue
-        if process.returncode != 2 or key not in stderr or "Traceback" in stderr:
+        expected = 2 if key else 0
+        if process.returncode != expected or key not in stderr or "Traceback" in stderr:
             failures.append(f"{case}: exit {process.returncode}: {stderr[-400:]}")
     assert failures == []
 
@@ -789,3 +817,23 @@ def test_a_python_without_the_requirements_is_told_how_to_run_the_preview():
     )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and "run `make preview`" in result.stderr
+
+
+def test_closing_the_packs_channel_never_hangs(monkeypatch):
+    """Closing the channel waits for its calls' threads; a preview that crashed for want of threads would
+    wait for ever (seen under a 1 GiB address-space limit: grpc Channel._close in Condition.wait), so the
+    wait is bounded and the process ends after it."""
+    import threading
+
+    from preview import policy_runner
+
+    stuck = threading.Event()
+
+    class StuckChannel:
+        def close(self) -> None:
+            stuck.wait()
+
+    monkeypatch.setattr(policy_runner, "CHANNEL_CLOSE_SECONDS", 0.05)
+    policy_runner.PolicyPack._close_channel(StuckChannel())  # type: ignore[arg-type]
+    assert not stuck.is_set()
+    stuck.set()
