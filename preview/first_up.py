@@ -16,7 +16,7 @@ fails the create at once. So, on an empty cluster:
   resource an operator turns into webhooks and CRDs (KnativeServing) only with
   `pulumi.com/waitFor: condition=Ready`.
 
-What each installer registers comes from preview/webhook_inventory.py, read at the pinned tags.
+What each installer registers comes from preview/webhook_inventory/, read at the pinned tags.
 """
 
 from __future__ import annotations

@@ -395,10 +395,7 @@ def first_up_section(result: FirstUpResult) -> Section:
         rows.append(f"| {record.label} | {awaited} | {groups} | {record.installer.read_at} |")
     lines = [
         *result.findings,
-        *(
-            f"{entry}; what it registers is unknown until read at its tag (preview/webhook_inventory.py)"
-            for entry in result.unread
-        ),
+        *(f"{entry}; what it registers is unknown until read at its tag (preview/webhook_inventory/)" for entry in result.unread),
     ]
     if lines:
         rows += ["", *(f"- {line}" for line in lines)]

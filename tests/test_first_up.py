@@ -1,6 +1,6 @@
 """The first-`up` stage: on an empty cluster, nothing the program creates comes before a webhook
 that would refuse or change it, or before its CRD (preview/first_up.py, against what the pinned
-charts and operators register, preview/webhook_inventory.py)."""
+charts and operators register, preview/webhook_inventory/)."""
 
 from __future__ import annotations
 
