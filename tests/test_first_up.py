@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.specs.kueue import KUEUE_MANAGED_NAMESPACES
+from components.specs.kueue import KUEUE_CHART_FRAMEWORKS, KUEUE_MANAGED_NAMESPACES
 from preview.engine import RecordedResource
 from preview.first_up import KNATIVE_SERVING, WAIT_FOR, CreatedObject, check_first_up, namespace_labels_of, plural
 from preview.webhook_inventory import (
-    CHART_DEFAULT_FRAMEWORKS,
     LabelSelector,
     Rule,
     Webhook,
@@ -290,7 +289,7 @@ def test_the_webhook_defaults_are_the_charts_own() -> None:
     at the pinned tags (../shared/upstream-sources)."""
     chart_values = yaml.safe_load(mirror_show(KUEUE_MIRROR, "v0.19.2", "charts/kueue/values.yaml"))
     chart_config = yaml.safe_load(chart_values["managerConfig"]["controllerManagerConfigYaml"])
-    assert tuple(chart_config["integrations"]["frameworks"]) == CHART_DEFAULT_FRAMEWORKS
+    assert tuple(chart_config["integrations"]["frameworks"]) == KUEUE_CHART_FRAMEWORKS
     assert "managedJobsNamespaceSelector" not in chart_config
     by_default = {w.name: w for w in kueue({}, "kueue-system").webhooks}
     assert by_default["mpod.kb.io"].failure_policy == "Fail"

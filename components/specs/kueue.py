@@ -184,6 +184,22 @@ def workload_priority_classes() -> list[dict[str, Any]]:
 #   queue name would not be suspended at creation (its namespace is not the tenants'), which only the
 #   platform can create (tenant RBAC is namespaced).
 KUEUE_UNUSED_POD_INTEGRATIONS = ("pod", "deployment", "statefulset")
+# charts/kueue/values.yaml `managerConfig.controllerManagerConfigYaml` `integrations.frameworks`
+# (lines 165-184): what the chart's own config enables (a test holds it to the chart's text).
+KUEUE_CHART_FRAMEWORKS = (
+    "batch/job",
+    "kubeflow.org/mpijob",
+    "ray.io/rayjob",
+    "ray.io/rayservice",
+    "ray.io/raycluster",
+    "jobset.x-k8s.io/jobset",
+    "workload.codeflare.dev/appwrapper",
+    "trainer.kubeflow.org/trainjob",
+    "pod",
+    "deployment",
+    "statefulset",
+    "leaderworkerset.x-k8s.io/leaderworkerset",
+)
 KUEUE_MANAGED_NAMESPACES = {"matchExpressions": [{"key": LABEL_TENANT, "operator": "Exists"}]}
 KUEUE_MANAGER_CONFIG: dict[str, Any] = {
     "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -205,17 +221,7 @@ KUEUE_MANAGER_CONFIG: dict[str, Any] = {
     "clientConnection": {"qps": 300, "burst": 500},
     "managedJobsNamespaceSelector": KUEUE_MANAGED_NAMESPACES,
     "integrations": {
-        "frameworks": [
-            "batch/job",
-            "kubeflow.org/mpijob",
-            "ray.io/rayjob",
-            "ray.io/rayservice",
-            "ray.io/raycluster",
-            "jobset.x-k8s.io/jobset",
-            "workload.codeflare.dev/appwrapper",
-            "trainer.kubeflow.org/trainjob",
-            "leaderworkerset.x-k8s.io/leaderworkerset",
-        ]
+        "frameworks": [framework for framework in KUEUE_CHART_FRAMEWORKS if framework not in KUEUE_UNUSED_POD_INTEGRATIONS]
     },
 }
 

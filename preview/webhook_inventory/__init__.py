@@ -22,7 +22,7 @@ from components.inference_extension import INFERENCE_POOL_CRDS_URL, LLM_D_CRDS_U
 from .istio import ISTIO_READ_AT, istio_base, istiod
 from .knative import KNATIVE_SERVING_VERSIONS, knative_operator, knative_serving
 from .kube_prometheus_stack import kube_prometheus_stack
-from .kueue import CHART_DEFAULT_FRAMEWORKS, kueue
+from .kueue import kueue
 from .load_balancer_controller import aws_load_balancer_controller
 from .shapes import (
     FAIL,
@@ -40,7 +40,6 @@ from .shapes import (
 
 __all__ = [
     "CHARTS",
-    "CHART_DEFAULT_FRAMEWORKS",
     "CRD_FILES",
     "FAIL",
     "IGNORE",

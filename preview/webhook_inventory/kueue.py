@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from components.specs.kueue import KUEUE_CHART_FRAMEWORKS
+
 from .shapes import FAIL, IGNORE, MUTATING, VALIDATING, Installer, LabelSelector, Rule, Webhook, value_at
 
 _KUEUE_AT = "kubernetes-sigs/kueue v0.19.2"
@@ -60,24 +62,6 @@ _KUEUE_ENTRIES: tuple[tuple[str, int, str, str, tuple[str, ...], bool, str | Non
 )
 
 
-# charts/kueue/values.yaml `managerConfig.controllerManagerConfigYaml` `integrations.frameworks`
-# (lines 165-184): what the chart's own config enables when the values do not replace it.
-CHART_DEFAULT_FRAMEWORKS = (
-    "batch/job",
-    "kubeflow.org/mpijob",
-    "ray.io/rayjob",
-    "ray.io/rayservice",
-    "ray.io/raycluster",
-    "jobset.x-k8s.io/jobset",
-    "workload.codeflare.dev/appwrapper",
-    "trainer.kubeflow.org/trainjob",
-    "pod",
-    "deployment",
-    "statefulset",
-    "leaderworkerset.x-k8s.io/leaderworkerset",
-)
-
-
 def kueue(values: Mapping[str, Any], namespace: str) -> Installer:
     """charts/kueue/templates/webhook/manifests.yaml renders all 43 entries whatever the values (its
     only conditions: lines 19-20 parse the manager config with `fromYaml`; deployment, pod and
@@ -87,7 +71,7 @@ def kueue(values: Mapping[str, Any], namespace: str) -> Installer:
     <release namespace>]`, lines 160-170). No entry has an objectSelector."""
     text = value_at(values, "managerConfig.controllerManagerConfigYaml", None)
     config = (yaml.safe_load(text) if isinstance(text, str) else None) or {
-        "integrations": {"frameworks": list(CHART_DEFAULT_FRAMEWORKS)}
+        "integrations": {"frameworks": list(KUEUE_CHART_FRAMEWORKS)}
     }
     frameworks = set((config.get("integrations") or {}).get("frameworks") or ())
     scoped = config.get("managedJobsNamespaceSelector")
