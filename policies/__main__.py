@@ -243,7 +243,8 @@ PolicyPack(
             description="Egress by host: a model server in a tenant's namespace keeps the mesh's sidecar, whose "
             "outbound traffic policy (its Sidecar's) is REGISTRY_ONLY, so it connects outside the cluster only to "
             "the hosts the namespace's own ServiceEntries name (exportTo [\".\"]): S3 endpoints (a bucket's, never a "
-            "wildcard) and Hugging Face.",
+            "wildcard) and Hugging Face, and every one it reads: its buckets, Hugging Face for a model not on S3, and "
+            "its credentials from the Pod Identity Agent around the sidecar.",
             validate=stack.tenant_egress_by_host,
             severity=Severity.CRITICAL,
         ),

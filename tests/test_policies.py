@@ -1023,9 +1023,16 @@ def _servers_labels(change: Callable[[dict], Any]) -> Callable[[list[RecordedRes
         (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("attacker.example.com")), {SERVING_S3}),
         (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("*")), {SERVING_S3}),
         (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("abc.execute-api.us-east-1.amazonaws.com")), {SERVING_S3}),
+        # What the servers read must stay reachable: their bucket, and their credentials around the sidecar.
+        (lambda rs: [r for r in rs if r.name != SERVING_S3], SERVING_SERVERS),
+        (edit(SERVING_S3, lambda e: e["spec"].update(hosts=[h for h in e["spec"]["hosts"] if "model-weights" not in h])),
+         SERVING_SERVERS),
+        (edit("llama-70b-v1-deployment", lambda d: d["spec"]["template"]["metadata"]["annotations"].pop(
+            "traffic.sidecar.istio.io/excludeOutboundIPRanges")), {"llama-70b-v1-deployment"}),
     ],
     ids=["no-sidecar", "allow-any", "sidecar-of-others", "namespace-wide", "server-unmeshed", "exported-everywhere",
-         "exported-by-default", "any-bucket", "another-host", "everything", "another-aws-service"],
+         "exported-by-default", "any-bucket", "another-host", "everything", "another-aws-service", "no-s3-entry",
+         "not-its-bucket", "credentials-through-the-sidecar"],
 )  # fmt: skip
 def test_tenant_egress_by_host(pack, baseline, change, flagged):
     hits = pack.analyze_stack(stack_with(baseline, change))

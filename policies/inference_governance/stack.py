@@ -1184,14 +1184,61 @@ def _outbound_mode(sidecars: list[Any], labels: Mapping[str, str]) -> str:
     return modes.pop() if len(modes) == 1 else ("several" if modes else "ALLOW_ANY")
 
 
+# The EKS Pod Identity Agent's address: a server reading S3 under REGISTRY_ONLY must send its
+# credentials call around the sidecar, which no Service names (components/specs/pod.py).
+POD_IDENTITY_AGENT = "169.254.170.23/32"
+EXCLUDE_OUTBOUND_ANNOTATION = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a value as the analyzer hands it over (its read-only mapping and list proxies)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif is_list(value):
+        for item in value:
+            yield from _strings(item)
+
+
+def _unreachable(template: Mapping[str, Any], hosts: set[str]) -> list[str]:
+    """What a model server's vLLM container reads that its namespace's ServiceEntries do not name: each
+    S3 bucket (by either virtual-hosted name), Hugging Face for a model that is not an S3 or local path,
+    and the Pod Identity Agent where it reads S3."""
+    missing = []
+    containers = get(template, "spec", "containers", default=[]) or []
+    text = "\n".join(_strings([c for c in containers if get(c, "name") == "vllm"]))
+    buckets = sorted(set(re.findall(r"s3://([a-z0-9][a-z0-9.-]*)/", text)))
+    for bucket in buckets:
+        if not any(host.startswith(f"{bucket}.s3.") for host in hosts):
+            missing.append(f"s3://{bucket}")
+    for container in containers:
+        if get(container, "name") != "vllm":
+            continue
+        words = [str(w) for w in [*(get(container, "command", default=[]) or []), *(get(container, "args", default=[]) or [])]]
+        model = words[words.index("serve") + 1] if "serve" in words[:-1] else (words[0] if words else "")
+        if model and not model.startswith(("s3://", "/", "-")) and "huggingface.co" not in hosts:
+            missing.append(f"Hugging Face ({model})")
+    excluded = str(get(template, "metadata", "annotations", EXCLUDE_OUTBOUND_ANNOTATION, default="")).split(",")
+    if buckets and POD_IDENTITY_AGENT not in excluded:
+        missing.append(f"the Pod Identity Agent ({EXCLUDE_OUTBOUND_ANNOTATION} lacks {POD_IDENTITY_AGENT})")
+    return missing
+
+
 def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
     """A tenant's model servers connect outside the cluster only to the hosts its namespace's ServiceEntries
     name: their pods keep the mesh's sidecar, whose outbound traffic policy there is REGISTRY_ONLY; those
-    ServiceEntries are the namespace's alone (exportTo ["."]) and name S3 endpoints and Hugging Face only."""
+    ServiceEntries are the namespace's alone (exportTo ["."]) and name S3 endpoints and Hugging Face only,
+    and every one the server reads (or REGISTRY_ONLY would cut it off from its weights)."""
     tenants = _tenant_namespaces(args)
     sidecars: dict[str, list[Any]] = defaultdict(list)
     for sidecar in of_type(args, ISTIO_SIDECAR):
         sidecars[namespace_of(sidecar.props)].append(sidecar)
+    named: dict[str, set[str]] = defaultdict(set)
+    for entry in of_type(args, SERVICE_ENTRY):
+        hosts = get(entry.props, "spec", "hosts", default=[]) or []
+        named[namespace_of(entry.props)] |= {str(h) for h in (hosts if is_list(hosts) else [hosts])}
     for resource, (namespace, model) in model_servers(args):
         if namespace not in tenants:
             continue
@@ -1208,6 +1255,14 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
             report_violation(
                 f"{where}: its sidecar's outbound traffic policy is {mode}, so it may connect anywhere HTTPS reaches; "
                 "declare a Sidecar selecting it with outboundTrafficPolicy.mode REGISTRY_ONLY",
+                resource.urn,
+            )
+            continue
+        missing = _unreachable(template, named[namespace])
+        if missing:
+            report_violation(
+                f"{where} reads {', '.join(missing)}, which no ServiceEntry of its namespace names: REGISTRY_ONLY "
+                "would cut it off",
                 resource.urn,
             )
     for entry in of_type(args, SERVICE_ENTRY):
