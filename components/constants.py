@@ -21,6 +21,8 @@ LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_VERSION = "app.kubernetes.io/version"
 LABEL_COMPONENT = "app.kubernetes.io/component"
+# The component label of the endpoint pickers' Deployments and pods.
+ENDPOINT_PICKER_COMPONENT = "endpoint-picker"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 PART_OF = "inference-platform"

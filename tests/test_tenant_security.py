@@ -370,3 +370,41 @@ def test_model_servers_reach_outside_only_what_they_read(stack: str) -> None:
         excluded = template["metadata"]["annotations"]["traffic.sidecar.istio.io/excludeOutboundIPRanges"].split(",")
         assert "169.254.170.23/32" in excluded
     assert servers
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    """A NetworkPolicy podSelector (matchLabels, and NotIn expressions, the only kind the tenancy uses)."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    return all(e["operator"] == "NotIn" and labels.get(e["key"]) not in e["values"] for e in selector.get("matchExpressions", []))
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod"])
+def test_endpoint_pickers_reach_https_only_inside_private_addresses(stack: str) -> None:
+    """The pickers talk to the API server and their servers only: of the egress policies that select their pods,
+    none lets HTTPS out beyond the private address ranges, while the servers' (whose sidecars connect to S3 and
+    Hugging Face) still reach anywhere but instance metadata."""
+    manifests = Evaluated(raw_stack(stack), shared=True).manifests()
+    policies = [m for m in manifests if m["kind"] == "NetworkPolicy" and "Egress" in m["spec"]["policyTypes"]]
+    pickers = servers = 0
+    for workload, template in _pod_templates(manifests):
+        labels, namespace = template["metadata"].get("labels", {}), workload["metadata"]["namespace"]
+        component = labels.get("app.kubernetes.io/component")
+        if component not in ("endpoint-picker", "model-server"):
+            continue
+        cidrs = {
+            block["ipBlock"]["cidr"]
+            for p in policies
+            if p["metadata"]["namespace"] == namespace and _selects(p["spec"]["podSelector"], labels)
+            for rule in p["spec"].get("egress", [])
+            if any(port.get("port") == 443 for port in rule.get("ports", []))
+            for block in rule.get("to", [])
+            if "ipBlock" in block
+        }
+        if component == "endpoint-picker":
+            pickers += 1
+            assert cidrs == {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"}, workload["metadata"]["name"]
+        else:
+            servers += 1
+            assert "0.0.0.0/0" in cidrs, workload["metadata"]["name"]
+    assert pickers and servers

@@ -40,6 +40,7 @@ from platform_config.quantity import parse_quantity
 from platform_config.serving import EPP_HEADER_PREFIXES
 
 from ..constants import (
+    ENDPOINT_PICKER_COMPONENT,
     GATEWAY_SELECTOR,
     ISTIO_INGRESS_NAMESPACE,
     LABEL_COMPONENT,
@@ -125,7 +126,7 @@ POOL_GROUP = "inference.networking.k8s.io"  # LR options.go --pool-group; router
 OBJECTIVE_GROUP = "llm-d.ai"  # InferenceObjective, InferenceModelRewrite (LR config/crd/bases)
 EPP_CONTAINER = "epp"  # routerlib _deployment.yaml
 PROXY_CONTAINER = "envoy-proxy"  # SA presets.envoy.name
-COMPONENT = "endpoint-picker"
+COMPONENT = ENDPOINT_PICKER_COMPONENT
 # The pods' labels (routerlib _helpers.tpl selectorLabels and modeLabels, with
 # inferencePool.create true, the standalone default).
 SELECTOR_LABEL = "llm-d-router-gateway"

@@ -23,6 +23,7 @@ from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS, PRODUCTION_PRIOR
 from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
 
 from ..constants import (
+    ENDPOINT_PICKER_COMPONENT,
     EXPERIMENT_PRIORITY,
     ISTIO_INGRESS_NAMESPACE,
     ISTIO_SYSTEM_NAMESPACE,
@@ -173,9 +174,12 @@ def limit_range(tenant: TenantConfig) -> dict[str, Any]:
     }
 
 
-def network_policy(namespace: str, name: str, kind: str, rules: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """A NetworkPolicy over every pod of `namespace` for `kind` (Ingress or Egress); no rules: deny all of it."""
-    spec: dict[str, Any] = {"podSelector": {}, "policyTypes": [kind]}
+def network_policy(
+    namespace: str, name: str, kind: str, rules: list[dict[str, Any]] | None, pods: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A NetworkPolicy over the pods of `namespace` that `pods` selects (every one without it) for `kind` (Ingress
+    or Egress); no rules: deny all of it."""
+    spec: dict[str, Any] = {"podSelector": pods or {}, "policyTypes": [kind]}
     if rules is not None:
         spec[kind.lower()] = rules
     return {
@@ -197,9 +201,21 @@ def _tcp(*ports: int) -> list[dict[str, Any]]:
     return [{"protocol": "TCP", "port": port} for port in ports]
 
 
-def outbound_policies(namespace: str, *, mesh: bool) -> list[dict[str, Any]]:
+# The endpoint pickers connect to nothing outside the cluster: to the API server (the `kubernetes`
+# Service's endpoints: on EKS the control plane's network interfaces in the cluster's VPC, whose
+# private endpoint the platform always enables, components/cluster.py; 443 there, 6443 on most
+# clusters of one's own) and to their servers (in the namespace). So their HTTPS stays within the
+# private address ranges (RFC 1918, and IPv6 unique local addresses).
+PRIVATE_CIDRS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
+API_SERVER_PORTS = (HTTPS_PORT, 6443)
+PICKER_PODS = {"matchLabels": {LABEL_COMPONENT: ENDPOINT_PICKER_COMPONENT}}
+NOT_PICKER_PODS = {"matchExpressions": [{"key": LABEL_COMPONENT, "operator": "NotIn", "values": [ENDPOINT_PICKER_COMPONENT]}]}
+
+
+def outbound_policies(namespace: str, *, mesh: bool, pickers: bool = False) -> list[dict[str, Any]]:
     """Where pods of `namespace` may connect to: DNS, istiod where they run the mesh's sidecars (`mesh`), the Pod
-    Identity Agent and HTTPS outside the instance metadata service, nothing else."""
+    Identity Agent and HTTPS outside the instance metadata service, where it runs endpoint pickers (`pickers`)
+    theirs within the private address ranges only, nothing else."""
     policies = [
         network_policy(
             namespace,
@@ -237,8 +253,19 @@ def outbound_policies(namespace: str, *, mesh: bool) -> list[dict[str, Any]]:
                     "ports": _tcp(HTTPS_PORT),
                 }
             ],
+            NOT_PICKER_PODS if pickers else None,
         ),
     ]
+    if pickers:
+        policies.append(
+            network_policy(
+                namespace,
+                "allow-picker-api-egress",
+                "Egress",
+                [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in PRIVATE_CIDRS], "ports": _tcp(*API_SERVER_PORTS)}],
+                PICKER_PODS,
+            )
+        )
     return policies
 
 
@@ -309,7 +336,7 @@ def network_policies(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...])
         network_policy(ns, "allow-same-namespace", "Ingress", [{"from": [{"podSelector": {}}]}]),
         network_policy(ns, "allow-mesh-ingress", "Ingress", from_namespace(ISTIO_INGRESS_NAMESPACE)),
         network_policy(ns, "allow-monitoring", "Ingress", from_namespace(MONITORING_NAMESPACE)),
-        *outbound_policies(ns, mesh=True),
+        *outbound_policies(ns, mesh=True, pickers=True),
         *(network_policy(ns, name, "Ingress", from_namespace(source)) for name, source in ingress),
     ]
 
