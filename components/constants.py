@@ -23,6 +23,8 @@ LABEL_VERSION = "app.kubernetes.io/version"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 # The component label of the endpoint pickers' Deployments and pods.
 ENDPOINT_PICKER_COMPONENT = "endpoint-picker"
+# ... and of the model servers' pods.
+MODEL_SERVER_COMPONENT = "model-server"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 PART_OF = "inference-platform"

@@ -51,6 +51,7 @@ from .constants import (
     LABEL_PROFILE,
     LABEL_TENANT,
     LABEL_VERSION,
+    MODEL_SERVER_COMPONENT,
     PART_OF,
 )
 from .specs.endpoint_picker import EndpointPickerPlan
@@ -321,7 +322,7 @@ class ServerPlan:
             LABEL_NAME: self.model.name,
             LABEL_INSTANCE: self.name,
             LABEL_VERSION: self.version.name,
-            LABEL_COMPONENT: "model-server",
+            LABEL_COMPONENT: MODEL_SERVER_COMPONENT,
             LABEL_PART_OF: PART_OF,
             LABEL_MODEL: self.model.name,
             LABEL_MODEL_VERSION: self.version.name,

@@ -85,6 +85,10 @@ class Tenant(pulumi.ComponentResource):
         if args.egress.hugging_face:
             hugging_face = tenancy.external_service(tenant.name, "hugging-face", list(tenancy.HUGGING_FACE_HOSTS))
             prerequisites.append(custom_resource(f"{name}-egress-hugging-face", hugging_face, mesh_opts))
+            downloads = tenancy.external_service(
+                tenant.name, "hugging-face-downloads", list(tenancy.HUGGING_FACE_DOWNLOAD_HOSTS), wildcards=True
+            )
+            prerequisites.append(custom_resource(f"{name}-egress-hugging-face-downloads", downloads, mesh_opts))
         # Request metrics by tier as well as by workload and version (not a prerequisite of pods).
         custom_resource(f"{name}-tier-metrics", telemetry.tier_metrics(tenant.name, args.tier_header), mesh_opts)
         role = tenancy.role(tenant)

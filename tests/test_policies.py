@@ -1002,6 +1002,12 @@ SERVING_SERVERS = {
     "llama-8b-batch-v1-knative-service",
 }
 UNMESHED = {"sidecar.istio.io/inject": "false"}
+# The serving tenant's servers that load adapters from its adapters bucket.
+ADAPTER_SERVERS = {"llama-8b-v1-knative-service", "llama-8b-v2-knative-service", "llama-8b-batch-v1-knative-service"}
+
+
+def _server_annotations(extra: dict[str, str]) -> Callable[[list[RecordedResource]], list[RecordedResource]]:
+    return edit("llama-70b-v1-deployment", lambda d: d["spec"]["template"]["metadata"]["annotations"].update(extra))
 
 
 def _servers_labels(change: Callable[[dict], Any]) -> Callable[[list[RecordedResource]], list[RecordedResource]]:
@@ -1029,11 +1035,34 @@ def _servers_labels(change: Callable[[dict], Any]) -> Callable[[list[RecordedRes
          SERVING_SERVERS),
         (edit("llama-70b-v1-deployment", lambda d: d["spec"]["template"]["metadata"]["annotations"].pop(
             "traffic.sidecar.istio.io/excludeOutboundIPRanges")), {"llama-70b-v1-deployment"}),
+        # Around the sidecar, or past what it resolves itself.
+        (edit(SERVING_EGRESS, lambda s: s["spec"].pop("egress")), SERVING_SERVERS),
+        (_server_annotations({"traffic.sidecar.istio.io/excludeOutboundIPRanges": "169.254.170.23/32,0.0.0.0/0"}),
+         {"llama-70b-v1-deployment"}),
+        (_server_annotations({"traffic.sidecar.istio.io/excludeOutboundPorts": "443"}), {"llama-70b-v1-deployment"}),
+        (edit("llama-70b-v1-deployment", lambda d: d["spec"]["template"]["spec"]["containers"][0].setdefault(
+            "securityContext", {}).update(runAsUser=1337)), {"llama-70b-v1-deployment"}),
+        (edit(SERVING_S3, lambda e: e["spec"].update(resolution="NONE")), {SERVING_S3}),
+        (edit(SERVING_S3, lambda e: e["spec"].update(addresses=["0.0.0.0/0"])), {SERVING_S3}),
+        (edit(SERVING_S3, lambda e: e["spec"].update(ports=[{"number": 22, "name": "ssh", "protocol": "TCP"}])),
+         {SERVING_S3}),
+        # The adapters' bucket, read by the servers' init containers.
+        (edit(SERVING_S3, lambda e: e["spec"].update(hosts=[h for h in e["spec"]["hosts"] if "adapters" not in h])),
+         ADAPTER_SERVERS),
     ],
     ids=["no-sidecar", "allow-any", "sidecar-of-others", "namespace-wide", "server-unmeshed", "exported-everywhere",
          "exported-by-default", "any-bucket", "another-host", "everything", "another-aws-service", "no-s3-entry",
-         "not-its-bucket", "credentials-through-the-sidecar"],
+         "not-its-bucket", "credentials-through-the-sidecar", "sees-every-namespace", "excludes-everything",
+         "excludes-https", "runs-as-the-proxy", "resolved-by-the-caller", "any-address", "another-port",
+         "not-the-adapters-bucket"],
 )  # fmt: skip
 def test_tenant_egress_by_host(pack, baseline, change, flagged):
     hits = pack.analyze_stack(stack_with(baseline, change))
     assert {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "tenant-egress-by-host"} == flagged
+
+
+def test_the_packs_pod_identity_agent_is_the_programs():
+    from components.specs.tenancy import POD_IDENTITY_AGENT_CIDRS
+    from policies.inference_governance.stack import POD_IDENTITY_AGENT
+
+    assert POD_IDENTITY_AGENT == POD_IDENTITY_AGENT_CIDRS

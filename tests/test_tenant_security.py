@@ -341,7 +341,8 @@ def test_model_servers_reach_outside_only_what_they_read(stack: str) -> None:
     manifests = Evaluated(raw, shared=True).manifests()
     hosts: dict[str, set[str]] = {}
     for entry in (m for m in manifests if m["kind"] == "ServiceEntry"):
-        assert entry["spec"]["exportTo"] == ["."] and entry["spec"]["resolution"] == "NONE"
+        wildcards = any(host.startswith("*.") for host in entry["spec"]["hosts"])
+        assert entry["spec"]["exportTo"] == ["."] and entry["spec"]["resolution"] == ("DYNAMIC_DNS" if wildcards else "DNS")
         assert entry["spec"]["ports"] == [{"number": 443, "name": "tls", "protocol": "TLS"}]
         hosts.setdefault(entry["metadata"]["namespace"], set()).update(entry["spec"]["hosts"])
     restricting = {
@@ -403,7 +404,9 @@ def test_endpoint_pickers_reach_https_only_inside_private_addresses(stack: str) 
         }
         if component == "endpoint-picker":
             pickers += 1
-            assert cidrs == {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"}, workload["metadata"]["name"]
+            assert cidrs == {"10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"}, workload["metadata"][
+                "name"
+            ]
         else:
             servers += 1
             assert "0.0.0.0/0" in cidrs, workload["metadata"]["name"]

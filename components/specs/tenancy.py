@@ -31,6 +31,7 @@ from ..constants import (
     KUBE_SYSTEM_NAMESPACE,
     LABEL_COMPONENT,
     LABEL_TENANT,
+    MODEL_SERVER_COMPONENT,
     MONITORING_NAMESPACE,
     PRODUCTION_PRIORITY,
     gateway_principal,
@@ -205,8 +206,9 @@ def _tcp(*ports: int) -> list[dict[str, Any]]:
 # Service's endpoints: on EKS the control plane's network interfaces in the cluster's VPC, whose
 # private endpoint the platform always enables, components/cluster.py; 443 there, 6443 on most
 # clusters of one's own) and to their servers (in the namespace). So their HTTPS stays within the
-# private address ranges (RFC 1918, and IPv6 unique local addresses).
-PRIVATE_CIDRS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
+# private address ranges (RFC 1918, the shared 100.64.0.0/10 EKS custom networking may use, IPv6
+# unique local addresses; an IPv6 cluster's global addresses are not among them).
+PRIVATE_CIDRS = ("10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
 API_SERVER_PORTS = (HTTPS_PORT, 6443)
 PICKER_PODS = {"matchLabels": {LABEL_COMPONENT: ENDPOINT_PICKER_COMPONENT}}
 NOT_PICKER_PODS = {"matchExpressions": [{"key": LABEL_COMPONENT, "operator": "NotIn", "values": [ENDPOINT_PICKER_COMPONENT]}]}
@@ -271,42 +273,50 @@ def outbound_policies(namespace: str, *, mesh: bool, pickers: bool = False) -> l
 
 # Where a tenant's model servers may connect outside the cluster, by host (Istio 1.30.3): their
 # sidecar's outbound traffic policy is REGISTRY_ONLY (a connection to a host no Service or
-# ServiceEntry of theirs names is dropped, not passed through), and ServiceEntries exported to the
-# namespace alone name what they read: their buckets on S3's regional and global endpoints, in both
-# addressing styles (the path style's host serves every bucket: the role's S3 policy still limits
-# what it reads), and Hugging Face's API and download hosts (huggingface.co, its CDN's
-# *.huggingface.co and *.hf.co, the Xet storage hosts included). TLS on 443 with no resolution: the
-# sidecar matches the SNI and connects where the server resolved (pilot ServiceEntry semantics), so
-# S3's rotating addresses need no DNS of the proxy's own. The endpoint pickers keep ALLOW_ANY: they
-# read the servers' metrics by pod address, which REGISTRY_ONLY would drop. The L3 policy stays
-# HTTPS anywhere but the instance metadata service, for the sidecars' own connections and the
-# unmeshed batch pods.
-MODEL_SERVER_POD_SELECTOR = {LABEL_COMPONENT: "model-server"}
+# ServiceEntry it sees names is dropped, not passed through), it sees its own namespace's only
+# (egress hosts `./*`: not a ServiceEntry another namespace exports to all), and ServiceEntries
+# exported to the namespace alone name what the servers read: their buckets, virtual-hosted on S3's
+# regional and global endpoints (the SDKs' style for a bucket name without dots; a dotted one is
+# reached path-style, whose hosts serve every bucket), and Hugging Face's API and download hosts
+# (huggingface.co, its CDN's *.huggingface.co and *.hf.co, the Xet storage hosts included). TLS on
+# 443, resolved by the sidecar itself (DNS for exact hosts, DYNAMIC_DNS for wildcards, which
+# pkg/config/validation/validation.go lines 3072-3106 allows for TLS only with wildcard hosts): it
+# connects where the host it matched resolves, never where the caller pointed it. This keeps a
+# server from reaching what it was not declared to; it is no barrier to code inside it that brings
+# its own credentials (a bucket of another account on the same S3 endpoint). The endpoint pickers
+# keep ALLOW_ANY: they read the servers' metrics by pod address, which REGISTRY_ONLY would drop.
+# The L3 policy stays HTTPS anywhere but the instance metadata service, for the sidecars' own
+# connections and the unmeshed batch pods.
+MODEL_SERVER_POD_SELECTOR = {LABEL_COMPONENT: MODEL_SERVER_COMPONENT}
 EGRESS_SIDECAR_NAME = "model-servers-egress"
-HUGGING_FACE_HOSTS = ("huggingface.co", "*.huggingface.co", "*.hf.co")
+HUGGING_FACE_HOSTS = ("huggingface.co",)
+HUGGING_FACE_DOWNLOAD_HOSTS = ("*.huggingface.co", "*.hf.co")
 
 
 def s3_hosts(buckets: Sequence[str], region: str) -> list[str]:
-    """The hosts S3 answers the buckets on in `region`: virtual-hosted per bucket, then path style."""
+    """The hosts S3 answers the buckets on in `region`: virtual-hosted per bucket, and path style where a
+    bucket's name has dots (its virtual host would not match S3's certificate)."""
     hosts = [host for bucket in buckets for host in (f"{bucket}.s3.{region}.amazonaws.com", f"{bucket}.s3.amazonaws.com")]
-    return [*hosts, f"s3.{region}.amazonaws.com", "s3.amazonaws.com"]
+    return hosts + ([f"s3.{region}.amazonaws.com", "s3.amazonaws.com"] if any("." in b for b in buckets) else [])
 
 
 def egress_sidecar(tenant: TenantConfig) -> dict[str, Any]:
-    """The model servers' sidecar: outbound only to what the mesh's registry names."""
+    """The model servers' sidecar: outbound only to what its namespace's registry names."""
     return {
         "apiVersion": "networking.istio.io/v1",
         "kind": "Sidecar",
         "metadata": {"name": EGRESS_SIDECAR_NAME, "namespace": tenant.name, "labels": standard_labels(tenant.name, "egress")},
         "spec": {
             "workloadSelector": {"labels": dict(MODEL_SERVER_POD_SELECTOR)},
+            "egress": [{"hosts": ["./*"]}],
             "outboundTrafficPolicy": {"mode": "REGISTRY_ONLY"},
         },
     }
 
 
-def external_service(namespace: str, name: str, hosts: Any) -> dict[str, Any]:
-    """An external destination of the namespace's model servers (`hosts`: a list, or the Output of one)."""
+def external_service(namespace: str, name: str, hosts: Any, *, wildcards: bool = False) -> dict[str, Any]:
+    """An external destination of the namespace's model servers (`hosts`: a list, or the Output of one; all
+    wildcards with `wildcards`, else none)."""
     return {
         "apiVersion": "networking.istio.io/v1",
         "kind": "ServiceEntry",
@@ -316,7 +326,7 @@ def external_service(namespace: str, name: str, hosts: Any) -> dict[str, Any]:
             "exportTo": ["."],
             "location": "MESH_EXTERNAL",
             "ports": [{"number": HTTPS_PORT, "name": "tls", "protocol": "TLS"}],
-            "resolution": "NONE",
+            "resolution": "DYNAMIC_DNS" if wildcards else "DNS",
         },
     }
 

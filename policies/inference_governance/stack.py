@@ -1165,29 +1165,29 @@ def _mirror_bucket(policies: list[_RolePolicy], report_violation: Report) -> str
     return min(buckets) if buckets else None
 
 
-# What a ServiceEntry of a tenant's may name: S3's endpoints, a bucket's included (never a wildcard,
-# which would take in every bucket), and Hugging Face's hosts.
+# What a ServiceEntry of a tenant's may name: S3's endpoints (a bucket's virtual host, or the
+# path-style host) and Hugging Face's hosts.
 EGRESS_HOSTS = (
     re.compile(r"([a-z0-9][a-z0-9.-]{1,62}\.)?s3(\.[a-z]{2}(-[a-z]+)+-[0-9])?\.amazonaws\.com"),
     re.compile(r"(\*\.)?(huggingface\.co|hf\.co)"),
 )
-
-
-def _outbound_mode(sidecars: list[Any], labels: Mapping[str, str]) -> str:
-    """The outbound traffic policy of a pod with these labels (istio 1.30.3 pilot/pkg/model/sidecar.go: the
-    Sidecars whose workloadSelector selects it, else the namespace's without one; ALLOW_ANY, the mesh's
-    default, without either). Several that disagree are reported as such."""
-    selected = [s for s in sidecars if get(s.props, "spec", "workloadSelector", "labels")]
-    chosen = [s for s in selected if labels_match(get(s.props, "spec", "workloadSelector", "labels"), labels)]
-    chosen = chosen or [s for s in sidecars if not get(s.props, "spec", "workloadSelector", "labels")]
-    modes = {str(get(s.props, "spec", "outboundTrafficPolicy", "mode", default="ALLOW_ANY")) for s in chosen}
-    return modes.pop() if len(modes) == 1 else ("several" if modes else "ALLOW_ANY")
-
-
-# The EKS Pod Identity Agent's address: a server reading S3 under REGISTRY_ONLY must send its
-# credentials call around the sidecar, which no Service names (components/specs/pod.py).
-POD_IDENTITY_AGENT = "169.254.170.23/32"
+# Resolved by the sidecar itself, so it connects where the matched host resolves, not where the
+# caller pointed it (resolution NONE, STATIC with endpoints or addresses would).
+SIDECAR_RESOLUTIONS = ("DNS", "DYNAMIC_DNS")
+# The EKS Pod Identity Agent's addresses: a server reading S3 under REGISTRY_ONLY sends its
+# credentials call around the sidecar, which no Service names (components/specs/pod.py); a test holds
+# them to the program's.
+POD_IDENTITY_AGENT = ("169.254.170.23/32", "fd00:ec2::23/128")
 EXCLUDE_OUTBOUND_ANNOTATION = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
+# Pod annotations that take traffic away from the sidecar (istio 1.30.3 files/injection-template.yaml).
+CAPTURE_ANNOTATIONS = (
+    "traffic.sidecar.istio.io/includeOutboundIPRanges",
+    "traffic.sidecar.istio.io/excludeOutboundPorts",
+    "traffic.sidecar.istio.io/includeOutboundPorts",
+    "sidecar.istio.io/interceptionMode",
+)
+# istio-iptables lets the proxy's own user and group out unredirected (`-u 1337`, the template's `-g`).
+PROXY_ID = 1337
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -1202,18 +1202,23 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
+def _containers(template: Mapping[str, Any]) -> list[Any]:
+    """Every container of a pod template, init containers included (istio-proxy runs before them as a
+    native sidecar on 1.33 nodes, so they too are held to its policy)."""
+    spec = get(template, "spec", default={}) or {}
+    return [*(get(spec, "initContainers", default=[]) or []), *(get(spec, "containers", default=[]) or [])]
+
+
 def _unreachable(template: Mapping[str, Any], hosts: set[str]) -> list[str]:
-    """What a model server's vLLM container reads that its namespace's ServiceEntries do not name: each
-    S3 bucket (by either virtual-hosted name), Hugging Face for a model that is not an S3 or local path,
-    and the Pod Identity Agent where it reads S3."""
+    """What a model server's containers read that its namespace's ServiceEntries do not name: each S3
+    bucket (by either virtual-hosted name), Hugging Face for a model that is not an S3 or local path, and
+    the Pod Identity Agent where it reads S3."""
     missing = []
-    containers = get(template, "spec", "containers", default=[]) or []
-    text = "\n".join(_strings([c for c in containers if get(c, "name") == "vllm"]))
-    buckets = sorted(set(re.findall(r"s3://([a-z0-9][a-z0-9.-]*)/", text)))
+    buckets = sorted(set(re.findall(r"s3://([a-z0-9][a-z0-9.-]*)/", "\n".join(_strings(_containers(template))))))
     for bucket in buckets:
         if not any(host.startswith(f"{bucket}.s3.") for host in hosts):
             missing.append(f"s3://{bucket}")
-    for container in containers:
+    for container in _containers(template):
         if get(container, "name") != "vllm":
             continue
         words = [str(w) for w in [*(get(container, "command", default=[]) or []), *(get(container, "args", default=[]) or [])]]
@@ -1221,16 +1226,52 @@ def _unreachable(template: Mapping[str, Any], hosts: set[str]) -> list[str]:
         if model and not model.startswith(("s3://", "/", "-")) and "huggingface.co" not in hosts:
             missing.append(f"Hugging Face ({model})")
     excluded = str(get(template, "metadata", "annotations", EXCLUDE_OUTBOUND_ANNOTATION, default="")).split(",")
-    if buckets and POD_IDENTITY_AGENT not in excluded:
-        missing.append(f"the Pod Identity Agent ({EXCLUDE_OUTBOUND_ANNOTATION} lacks {POD_IDENTITY_AGENT})")
+    if buckets and POD_IDENTITY_AGENT[0] not in excluded:
+        missing.append(f"the Pod Identity Agent ({EXCLUDE_OUTBOUND_ANNOTATION} lacks {POD_IDENTITY_AGENT[0]})")
     return missing
+
+
+def _around_the_sidecar(template: Mapping[str, Any]) -> list[str]:
+    """What lets a model server's traffic past its sidecar: capture annotations, exclusions beyond the Pod
+    Identity Agent, a container running as the proxy's user or group."""
+    annotations = get(template, "metadata", "annotations", default={}) or {}
+    found = [f"{key}: {annotations[key]}" for key in CAPTURE_ANNOTATIONS if key in annotations and annotations[key] != "*"]
+    excluded = [r.strip() for r in str(annotations.get(EXCLUDE_OUTBOUND_ANNOTATION, "")).split(",") if r.strip()]
+    found += [f"{EXCLUDE_OUTBOUND_ANNOTATION} {r}" for r in excluded if r not in POD_IDENTITY_AGENT]
+    pod = get(template, "spec", "securityContext", default={}) or {}
+    for container in _containers(template):
+        context = get(container, "securityContext", default={}) or {}
+        for key in ("runAsUser", "runAsGroup"):
+            if get(context, key, default=get(pod, key)) == PROXY_ID:
+                found.append(f"container {get(container, 'name')} {key} {PROXY_ID}")
+    return found
+
+
+def _egress_of(sidecars: list[Any], labels: Mapping[str, str]) -> tuple[str, list[str]]:
+    """The outbound traffic policy and egress hosts of a pod with these labels (istio 1.30.3
+    pilot/pkg/model/sidecar.go: the Sidecars whose workloadSelector selects it, else the namespace's
+    without one; ALLOW_ANY and every namespace, the mesh's default, without either). Several that
+    disagree are reported as such."""
+    selected = [s for s in sidecars if get(s.props, "spec", "workloadSelector", "labels")]
+    chosen = [s for s in selected if labels_match(get(s.props, "spec", "workloadSelector", "labels"), labels)]
+    chosen = chosen or [s for s in sidecars if not get(s.props, "spec", "workloadSelector", "labels")]
+    modes = {str(get(s.props, "spec", "outboundTrafficPolicy", "mode", default="ALLOW_ANY")) for s in chosen}
+    mode = modes.pop() if len(modes) == 1 else ("several" if modes else "ALLOW_ANY")
+    hosts = [
+        str(host)
+        for s in chosen
+        for listener in (get(s.props, "spec", "egress", default=None) or [{"hosts": ["*/*"]}])
+        for host in (get(listener, "hosts", default=[]) or [])
+    ]
+    return mode, hosts or ["*/*"]
 
 
 def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
     """A tenant's model servers connect outside the cluster only to the hosts its namespace's ServiceEntries
-    name: their pods keep the mesh's sidecar, whose outbound traffic policy there is REGISTRY_ONLY; those
-    ServiceEntries are the namespace's alone (exportTo ["."]) and name S3 endpoints and Hugging Face only,
-    and every one the server reads (or REGISTRY_ONLY would cut it off from its weights)."""
+    name: their pods keep the mesh's sidecar, nothing taking their traffic around it; its outbound traffic
+    policy there is REGISTRY_ONLY over the namespace's own registry (egress hosts `./*`); those
+    ServiceEntries are the namespace's alone, TLS on 443 resolved by the sidecar, naming S3 endpoints and
+    Hugging Face only, and every one the server reads (or REGISTRY_ONLY would cut it off from its weights)."""
     tenants = _tenant_namespaces(args)
     sidecars: dict[str, list[Any]] = defaultdict(list)
     for sidecar in of_type(args, ISTIO_SIDECAR):
@@ -1240,45 +1281,74 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
         hosts = get(entry.props, "spec", "hosts", default=[]) or []
         named[namespace_of(entry.props)] |= {str(h) for h in (hosts if is_list(hosts) else [hosts])}
     for resource, (namespace, model) in model_servers(args):
-        if namespace not in tenants:
-            continue
-        template = pod_template(resource.resource_type, resource.props) or {}
-        labels = get(template, "metadata", "labels", default={}) or {}
-        annotations = get(template, "metadata", "annotations", default={}) or {}
-        inject = str(labels.get(SIDECAR_INJECT, annotations.get(SIDECAR_INJECT, ""))).lower()
-        where = f"{name_of(resource.props)} in {namespace} (model {model})"
-        if inject and inject not in INJECT_ASKED:
-            report_violation(f"{where} opts out of the mesh's sidecar: nothing limits where it connects", resource.urn)
-            continue
-        mode = _outbound_mode(sidecars[namespace], labels)
-        if mode != "REGISTRY_ONLY":
-            report_violation(
-                f"{where}: its sidecar's outbound traffic policy is {mode}, so it may connect anywhere HTTPS reaches; "
-                "declare a Sidecar selecting it with outboundTrafficPolicy.mode REGISTRY_ONLY",
-                resource.urn,
-            )
-            continue
-        missing = _unreachable(template, named[namespace])
-        if missing:
-            report_violation(
-                f"{where} reads {', '.join(missing)}, which no ServiceEntry of its namespace names: REGISTRY_ONLY "
-                "would cut it off",
-                resource.urn,
-            )
+        if namespace in tenants:
+            _check_server_egress(resource, namespace, model, sidecars[namespace], named[namespace], report_violation)
     for entry in of_type(args, SERVICE_ENTRY):
-        namespace = namespace_of(entry.props)
-        if namespace not in tenants:
-            continue
-        where = f"ServiceEntry {namespace}/{name_of(entry.props)}"
-        exported = get(entry.props, "spec", "exportTo")
-        if not is_list(exported) or [str(to) for to in exported] != ["."]:
-            report_violation(f'{where} is exported beyond its namespace: set exportTo to ["."]', entry.urn)
-        hosts = get(entry.props, "spec", "hosts", default=[]) or []
-        for host in hosts if is_list(hosts) else [hosts]:
-            if not any(pattern.fullmatch(str(host)) for pattern in EGRESS_HOSTS):
-                report_violation(
-                    f"{where} names {host!r}: a tenant's servers reach only S3 endpoints and Hugging Face", entry.urn
-                )
+        if namespace_of(entry.props) in tenants:
+            _check_service_entry(entry, report_violation)
+
+
+def _check_server_egress(
+    resource: Any, namespace: str, model: str, sidecars: list[Any], hosts: set[str], report_violation: Report
+) -> None:
+    template = pod_template(resource.resource_type, resource.props) or {}
+    labels = get(template, "metadata", "labels", default={}) or {}
+    annotations = get(template, "metadata", "annotations", default={}) or {}
+    inject = str(labels.get(SIDECAR_INJECT, annotations.get(SIDECAR_INJECT, ""))).lower()
+    where = f"{name_of(resource.props)} in {namespace} (model {model})"
+    if inject and inject not in INJECT_ASKED:
+        report_violation(f"{where} opts out of the mesh's sidecar: nothing limits where it connects", resource.urn)
+        return
+    bypasses = _around_the_sidecar(template)
+    if bypasses:
+        report_violation(f"{where}: its traffic goes around the sidecar ({'; '.join(bypasses)})", resource.urn)
+    mode, egress = _egress_of(sidecars, labels)
+    if mode != "REGISTRY_ONLY":
+        report_violation(
+            f"{where}: its sidecar's outbound traffic policy is {mode}, so it may connect anywhere HTTPS reaches; "
+            "declare a Sidecar selecting it with outboundTrafficPolicy.mode REGISTRY_ONLY",
+            resource.urn,
+        )
+        return
+    others = [host for host in egress if not host.startswith("./")]
+    if others:
+        report_violation(
+            f"{where}: its sidecar sees {', '.join(others)}, so a ServiceEntry another namespace exports would let it "
+            "out; keep its egress hosts to ./*",
+            resource.urn,
+        )
+    missing = _unreachable(template, hosts)
+    if missing:
+        report_violation(
+            f"{where} reads {', '.join(missing)}, which no ServiceEntry of its namespace names: REGISTRY_ONLY would cut it off",
+            resource.urn,
+        )
+
+
+def _check_service_entry(entry: Any, report_violation: Report) -> None:
+    spec = get(entry.props, "spec", default={}) or {}
+    where = f"ServiceEntry {namespace_of(entry.props)}/{name_of(entry.props)}"
+    exported = get(spec, "exportTo")
+    if not is_list(exported) or [str(to) for to in exported] != ["."]:
+        report_violation(f'{where} is exported beyond its namespace: set exportTo to ["."]', entry.urn)
+    ports = [(get(p, "number"), str(get(p, "protocol", default=""))) for p in (get(spec, "ports", default=[]) or [])]
+    if ports != [(443, "TLS")] and ports != [(443.0, "TLS")]:
+        report_violation(f"{where} declares ports {ports}: a tenant's servers reach outside only TLS on 443", entry.urn)
+    if str(get(spec, "resolution", default="NONE")) not in SIDECAR_RESOLUTIONS:
+        report_violation(
+            f"{where} has resolution {get(spec, 'resolution', default='NONE')}: the sidecar would connect where the "
+            f"caller points it; use {' or '.join(SIDECAR_RESOLUTIONS)}",
+            entry.urn,
+        )
+    for key in ("addresses", "endpoints", "workloadSelector"):
+        if get(spec, key):
+            report_violation(f"{where} sets {key}: a tenant's ServiceEntries name hosts only", entry.urn)
+    if str(get(spec, "location", default="")) != "MESH_EXTERNAL":
+        report_violation(f"{where} is not MESH_EXTERNAL", entry.urn)
+    hosts = get(spec, "hosts", default=[]) or []
+    for host in hosts if is_list(hosts) else [hosts]:
+        if not any(pattern.fullmatch(str(host)) for pattern in EGRESS_HOSTS):
+            report_violation(f"{where} names {host!r}: a tenant's servers reach only S3 endpoints and Hugging Face", entry.urn)
 
 
 def tenant_s3_scoping(args: Any, report_violation: Report) -> None:
