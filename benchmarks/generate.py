@@ -26,7 +26,8 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
             "resources": {"gpus": 1, "cpu": "4", "memory": "16Gi", "cacheSize": "10Gi"}
             if batch
             else {"migProfile": "1g.10gb", "cpu": "4", "memory": "16Gi", "cacheSize": "10Gi"},
-            "server": {"maxModelLen": 4096},
+            # Production bounds a Knative model's queue by the prompt tokens a replica prefills per second.
+            "server": {"maxModelLen": 4096, "prefillTokensPerSecond": 10000},
             "versions": [{"name": "v1", "source": QWEN}] + ([{"name": "v2", "source": QWEN_15}] if canary else []),
             "release": {"stable": "v1", **({"canary": "v2", "canaryWeight": 10} if canary else {})},
             "autoscaling": (
@@ -43,17 +44,23 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
             "name": "bench",
             "mode": "eks",
             "kubernetesVersion": "1.33",
-            "eks": {"region": "us-east-1", "subnetIds": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"]},
+            "eks": {
+                "region": "us-east-1",
+                "subnetIds": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"],
+                # The endpoint pickers (2.1 CPU and 3.5Gi a pod at peak) run on the system nodes.
+                "systemNodeGroup": {"instanceType": "m6i.8xlarge", "maxSize": max(4, -(-models // 3))},
+            },
         },
         "nodePools": [
             {
                 "name": "h100",
                 "instanceType": "p5.48xlarge",
                 "minSize": 1,
-                "maxSize": 1000,
+                # EKS's quota of nodes per managed node group (platform_config/models.py).
+                "maxSize": 450,
                 "sharing": {"mode": "mig", "migConfig": "all-1g.10gb"},
             },
-            {"name": "l4", "instanceType": "g6.12xlarge", "capacityType": "SPOT", "minSize": 0, "maxSize": 1000},
+            {"name": "l4", "instanceType": "g6.12xlarge", "capacityType": "SPOT", "minSize": 0, "maxSize": 450},
         ],
         "tenants": [
             {
@@ -62,14 +69,24 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
                 "quota": {
                     "gpu": per_tenant * 2,
                     "mig": {"1g.10gb": slices},
-                    "cpu": str(per_tenant * 40),
-                    "memory": f"{per_tenant * 160}Gi",
-                    "pods": per_tenant * 10,
+                    "cpu": str(per_tenant * 60),
+                    "memory": f"{per_tenant * 240}Gi",
+                    "pods": per_tenant * 20,
                 },
                 "experimentQuota": {"cpu": str(per_tenant * 8), "memory": f"{per_tenant * 32}Gi", "pods": per_tenant * 2},
             }
             for t in range(tenants)
         ],
         "models": model_list,
-        "traffic": {"hosts": ["api.bench.example.com"]},
+        "traffic": {
+            "hosts": ["api.bench.example.com"],
+            # Production serves HTTPS only, with this Secret of istio-system.
+            "tlsCredentialName": "bench-gateway-tls",
+            # The gateway requires a verified token (traffic.authentication has no default).
+            "authentication": {
+                "issuer": "https://login.bench.example.com",
+                "jwksUri": "https://login.bench.example.com/.well-known/jwks.json",
+                "audiences": ["inference-api"],
+            },
+        },
     }
