@@ -1046,6 +1046,8 @@ def _servers_labels(change: Callable[[dict], Any]) -> Callable[[list[RecordedRes
         (edit(SERVING_S3, lambda e: e["spec"].update(addresses=["0.0.0.0/0"])), {SERVING_S3}),
         (edit(SERVING_S3, lambda e: e["spec"].update(ports=[{"number": 22, "name": "ssh", "protocol": "TCP"}])),
          {SERVING_S3}),
+        # A bucket of another tenant's, by name.
+        (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("team-b-batch.s3.us-east-1.amazonaws.com")), {SERVING_S3}),
         # The adapters' bucket, read by the servers' init containers.
         (edit(SERVING_S3, lambda e: e["spec"].update(hosts=[h for h in e["spec"]["hosts"] if "adapters" not in h])),
          ADAPTER_SERVERS),
@@ -1054,7 +1056,7 @@ def _servers_labels(change: Callable[[dict], Any]) -> Callable[[list[RecordedRes
          "exported-by-default", "any-bucket", "another-host", "everything", "another-aws-service", "no-s3-entry",
          "not-its-bucket", "credentials-through-the-sidecar", "sees-every-namespace", "excludes-everything",
          "excludes-https", "runs-as-the-proxy", "resolved-by-the-caller", "any-address", "another-port",
-         "not-the-adapters-bucket"],
+         "another-tenants-bucket", "not-the-adapters-bucket"],
 )  # fmt: skip
 def test_tenant_egress_by_host(pack, baseline, change, flagged):
     hits = pack.analyze_stack(stack_with(baseline, change))

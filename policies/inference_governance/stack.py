@@ -1171,6 +1171,8 @@ EGRESS_HOSTS = (
     re.compile(r"([a-z0-9][a-z0-9.-]{1,62}\.)?s3(\.[a-z]{2}(-[a-z]+)+-[0-9])?\.amazonaws\.com"),
     re.compile(r"(\*\.)?(huggingface\.co|hf\.co)"),
 )
+# A bucket's virtual host on S3's regional or global endpoint.
+S3_VIRTUAL_HOST = re.compile(r"([a-z0-9][a-z0-9.-]{1,62})\.s3(?:\.[a-z]{2}(?:-[a-z]+)+-[0-9])?\.amazonaws\.com")
 # Resolved by the sidecar itself, so it connects where the matched host resolves, not where the
 # caller pointed it (resolution NONE, STATIC with endpoints or addresses would).
 SIDECAR_RESOLUTIONS = ("DNS", "DYNAMIC_DNS")
@@ -1283,9 +1285,14 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
     for resource, (namespace, model) in model_servers(args):
         if namespace in tenants:
             _check_server_egress(resource, namespace, model, sidecars[namespace], named[namespace], report_violation)
+    # A tenant's own data (its declared prefixes') and the weight mirror's copies: the buckets its servers read.
+    mirror = _mirror_bucket(_role_policies(args), lambda *_: None)
+    declared = _declared_prefixes(args)
     for entry in of_type(args, SERVICE_ENTRY):
-        if namespace_of(entry.props) in tenants:
-            _check_service_entry(entry, report_violation)
+        namespace = namespace_of(entry.props)
+        if namespace in tenants:
+            own = {_s3_parts(prefix)[0] for prefix in declared.get(namespace, [])} | ({mirror} if mirror else set())
+            _check_service_entry(entry, own, report_violation)
 
 
 def _check_server_egress(
@@ -1325,7 +1332,7 @@ def _check_server_egress(
         )
 
 
-def _check_service_entry(entry: Any, report_violation: Report) -> None:
+def _check_service_entry(entry: Any, buckets: set[str], report_violation: Report) -> None:
     spec = get(entry.props, "spec", default={}) or {}
     where = f"ServiceEntry {namespace_of(entry.props)}/{name_of(entry.props)}"
     exported = get(spec, "exportTo")
@@ -1349,6 +1356,13 @@ def _check_service_entry(entry: Any, report_violation: Report) -> None:
     for host in hosts if is_list(hosts) else [hosts]:
         if not any(pattern.fullmatch(str(host)) for pattern in EGRESS_HOSTS):
             report_violation(f"{where} names {host!r}: a tenant's servers reach only S3 endpoints and Hugging Face", entry.urn)
+        bucket = S3_VIRTUAL_HOST.fullmatch(str(host))
+        if bucket is not None and bucket.group(1) not in buckets:
+            report_violation(
+                f"{where} names bucket {bucket.group(1)!r}, which is neither under the tenant's S3 prefixes nor the weight "
+                "mirror's",
+                entry.urn,
+            )
 
 
 def tenant_s3_scoping(args: Any, report_violation: Report) -> None:
