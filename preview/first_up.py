@@ -27,12 +27,14 @@ from functools import cache
 from typing import Any
 
 from components.constants import KUBERNETES_API_GROUPS
+from components.specs.tenancy import NAMESPACE_NAME_LABEL
 
 from .engine import RecordedResource
-from .render import HELM_RELEASE, is_kubernetes_object, unsecret
+from .render import HELM_RELEASE, chart_name, is_kubernetes_object, unsecret
 from .webhook_inventory import (
     CHARTS,
     CRD_FILES,
+    FAIL,
     KNATIVE_SERVING_VERSIONS,
     MUTATING,
     Installer,
@@ -47,7 +49,6 @@ WAIT_FOR = "pulumi.com/waitFor"
 # What KnativeServing's Ready condition stands for: every Deployment of the manifest available,
 # the webhooks' included (knative/operator knative-v1.23.0 pkg/reconciler/common/deployments.go).
 KNATIVE_READY = "condition=Ready"
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 POD_TEMPLATE_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
 # What installs objects the stage cannot see into: reported as not read.
 OPAQUE_TYPES = ("kubernetes:helm.sh/v4:Chart", "kubernetes:yaml/v2:ConfigGroup", "kubernetes:kustomize/v2:Directory")
@@ -130,10 +131,6 @@ def _group(api_version: str) -> str:
     return api_version.split("/", 1)[0] if "/" in api_version else ""
 
 
-def _chart_name(chart: str) -> str:
-    return chart.rstrip("/").rsplit("/", 1)[-1]
-
-
 def installers(resources: Iterable[RecordedResource]) -> tuple[list[InstallerRecord], list[str]]:
     """Every resource of the program that installs webhooks or CRDs, with what it installs, and
     what installs some the stage has not read."""
@@ -158,7 +155,7 @@ def _installer(r: RecordedResource) -> InstallerRecord | None:
     """What one resource installs (None: nothing the stage knows of); UnreadValues where it was not read."""
     inputs = unsecret(r.inputs)
     if r.type == HELM_RELEASE:
-        chart = _chart_name(str(inputs.get("chart") or ""))
+        chart = chart_name(str(inputs.get("chart") or ""))
         version = str(inputs.get("version") or "")
         label = f"Helm release {inputs.get('namespace')}/{inputs.get('name')} ({chart} {version})"
         versions, read = CHARTS.get(chart, ((), None))
@@ -233,7 +230,7 @@ def created_objects(resources: Iterable[RecordedResource]) -> Iterator[CreatedOb
 def _release_objects(release: RecordedResource) -> Iterator[CreatedObject]:
     inputs = unsecret(release.inputs)
     namespace = str(inputs.get("namespace") or "default")
-    chart = _chart_name(str(inputs.get("chart") or ""))
+    chart = chart_name(str(inputs.get("chart") or ""))
     common = {"app.kubernetes.io/instance": str(inputs.get("name") or release.name)}
     workloads = CHART_WORKLOADS.get(chart, DEPLOYMENTS)
     for group, resource in workloads:
@@ -385,7 +382,7 @@ def _unmet_wait(obj: CreatedObject, record: InstallerRecord, waits_for: Waits) -
 
 def _effect(webhook: Webhook) -> str:
     """What becomes of an object the webhook cannot answer for."""
-    refused = webhook.failure_policy == "Fail"
+    refused = webhook.failure_policy == FAIL
     if webhook.kind == MUTATING:
         before = "created without its changes if it comes before the webhook is registered"
         return f"mutating, {webhook.failure_policy}: " + (f"refused while it cannot answer, {before}" if refused else before)

@@ -97,6 +97,12 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", str(text))
 
 
+def chart_name(chart: str) -> str:
+    """A release's chart by name: a chart from an OCI registry is named by its reference
+    (oci://registry/path/<chart>)."""
+    return chart.rsplit("/", 1)[-1]
+
+
 def helm_releases(resources: Iterable[RecordedResource]) -> list[dict[str, Any]]:
     releases = []
     for r in resources:

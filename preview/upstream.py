@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 from platform_config import pins
 
+from .render import chart_name
 from .vllm_release import pinned_serve_flags
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -195,25 +196,24 @@ def check_chart_pin(facts: Facts, pin: pins.ChartPin) -> PinResult:
 
 def check_release_values(facts: Facts, release: dict[str, Any]) -> PinResult:
     """The values we render for one Helm release, against what its chart reads."""
-    # A chart from an OCI registry is named by its reference (oci://registry/path/<chart>).
-    chart_name, version = str(release.get("chart")).rsplit("/", 1)[-1], str(release.get("version"))
-    result = PinResult(f"values of {release.get('namespace')}/{release.get('name')} ({chart_name})", version, VERIFIED)
-    released = facts.released_charts(chart_name)
-    pinned = any(pin.chart == chart_name and pin.version == version for pin in pins.CHARTS)
+    name, version = chart_name(str(release.get("chart"))), str(release.get("version"))
+    result = PinResult(f"values of {release.get('namespace')}/{release.get('name')} ({name})", version, VERIFIED)
+    released = facts.released_charts(name)
+    pinned = any(pin.chart == name and pin.version == version for pin in pins.CHARTS)
     if not pinned and released is not None and version.removeprefix("v") not in released:
         # (A pinned version's release is the pin's own row.)
         result.status = FAILED
-        result.details.append(f"{chart_name} {version} is not a released version")
+        result.details.append(f"{name} {version} is not a released version")
         return result
-    chart = facts.chart(chart_name, version.removeprefix("v"))
+    chart = facts.chart(name, version.removeprefix("v"))
     if chart is None or not chart.readable:
         result.status = UNVERIFIED
-        result.details.append(f"no usable facts for {chart_name} {version}: values keys unchecked")
+        result.details.append(f"no usable facts for {name} {version}: values keys unchecked")
         return result
     unread = [path for path in value_paths(release.get("values") or {}) if not chart.reads(path)]
     if unread:
         result.status = FAILED
-        result.details.extend(f"values key {path} is not read by {chart_name} {version}" for path in unread)
+        result.details.extend(f"values key {path} is not read by {name} {version}" for path in unread)
     return result
 
 

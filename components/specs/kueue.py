@@ -249,7 +249,7 @@ def kueue_values(system_node_selector: dict[str, str] | None, prometheus: bool, 
     config = dict(KUEUE_MANAGER_CONFIG)
     if not prometheus:
         # Nothing would scrape them.
-        config["metrics"] = {"bindAddress": ":8443"}
+        config["metrics"] = {k: v for k, v in KUEUE_MANAGER_CONFIG["metrics"].items() if k != "enableClusterQueueResources"}
     return {
         "controllerManager": manager,
         "enablePrometheus": prometheus,

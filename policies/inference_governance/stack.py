@@ -57,6 +57,7 @@ from .kube import (
     VIRTUAL_SERVICE,
     Report,
     config,
+    containers,
     get,
     is_gpu_resource,
     is_list,
@@ -1204,11 +1205,10 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _containers(template: Mapping[str, Any]) -> list[Any]:
+def _pod_containers(template: Mapping[str, Any]) -> list[Any]:
     """Every container of a pod template, init containers included (istio-proxy runs before them as a
     native sidecar on 1.33 nodes, so they too are held to its policy)."""
-    spec = get(template, "spec", default={}) or {}
-    return [*(get(spec, "initContainers", default=[]) or []), *(get(spec, "containers", default=[]) or [])]
+    return list(containers(get(template, "spec", default={}) or {}))
 
 
 def _unreachable(template: Mapping[str, Any], hosts: set[str]) -> list[str]:
@@ -1216,11 +1216,11 @@ def _unreachable(template: Mapping[str, Any], hosts: set[str]) -> list[str]:
     bucket (by either virtual-hosted name), Hugging Face for a model that is not an S3 or local path, and
     the Pod Identity Agent where it reads S3."""
     missing = []
-    buckets = sorted(set(re.findall(r"s3://([a-z0-9][a-z0-9.-]*)/", "\n".join(_strings(_containers(template))))))
+    buckets = sorted(set(re.findall(r"s3://([a-z0-9][a-z0-9.-]*)/", "\n".join(_strings(_pod_containers(template))))))
     for bucket in buckets:
         if not any(host.startswith(f"{bucket}.s3.") for host in hosts):
             missing.append(f"s3://{bucket}")
-    for container in _containers(template):
+    for container in _pod_containers(template):
         if get(container, "name") != "vllm":
             continue
         words = [str(w) for w in [*(get(container, "command", default=[]) or []), *(get(container, "args", default=[]) or [])]]
@@ -1241,7 +1241,7 @@ def _around_the_sidecar(template: Mapping[str, Any]) -> list[str]:
     excluded = [r.strip() for r in str(annotations.get(EXCLUDE_OUTBOUND_ANNOTATION, "")).split(",") if r.strip()]
     found += [f"{EXCLUDE_OUTBOUND_ANNOTATION} {r}" for r in excluded if r not in POD_IDENTITY_AGENT]
     pod = get(template, "spec", "securityContext", default={}) or {}
-    for container in _containers(template):
+    for container in _pod_containers(template):
         context = get(container, "securityContext", default={}) or {}
         for key in ("runAsUser", "runAsGroup"):
             if get(context, key, default=get(pod, key)) == PROXY_ID:
@@ -1338,8 +1338,8 @@ def _check_service_entry(entry: Any, buckets: set[str], report_violation: Report
     exported = get(spec, "exportTo")
     if not is_list(exported) or [str(to) for to in exported] != ["."]:
         report_violation(f'{where} is exported beyond its namespace: set exportTo to ["."]', entry.urn)
-    ports = [(get(p, "number"), str(get(p, "protocol", default=""))) for p in (get(spec, "ports", default=[]) or [])]
-    if ports != [(443, "TLS")] and ports != [(443.0, "TLS")]:
+    ports = [(_count(get(p, "number")), str(get(p, "protocol", default=""))) for p in (get(spec, "ports", default=[]) or [])]
+    if ports != [(443, "TLS")]:
         report_violation(f"{where} declares ports {ports}: a tenant's servers reach outside only TLS on 443", entry.urn)
     if str(get(spec, "resolution", default="NONE")) not in SIDECAR_RESOLUTIONS:
         report_violation(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from components.specs.tenancy import NAMESPACE_NAME_LABEL
+
 from .shapes import FAIL, IGNORE, MUTATING, VALIDATING, Installer, LabelSelector, Rule, UnreadValues, Webhook, value_at
 
 ISTIO_READ_AT = "istio/istio 1.30.3"
@@ -85,7 +87,7 @@ def istiod(values: Mapping[str, Any], namespace: str) -> Installer:
                         _NO_INJECTION_LABEL,
                         _NO_REV,
                         (
-                            "kubernetes.io/metadata.name",
+                            NAMESPACE_NAME_LABEL,
                             "NotIn",
                             ("kube-system", "kube-public", "kube-node-lease", "local-path-storage"),
                         ),

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from components.specs.kueue import KUEUE_CHART_FRAMEWORKS
+from components.specs.tenancy import NAMESPACE_NAME_LABEL
 
 from .shapes import FAIL, IGNORE, MUTATING, VALIDATING, Installer, LabelSelector, Rule, Webhook, value_at
 
@@ -78,7 +79,7 @@ def kueue(values: Mapping[str, Any], namespace: str) -> Installer:
     namespace_selector = (
         LabelSelector.from_manifest(scoped)
         if isinstance(scoped, Mapping)
-        else LabelSelector(expressions=(("kubernetes.io/metadata.name", "NotIn", ("kube-system", namespace)),))
+        else LabelSelector(expressions=((NAMESPACE_NAME_LABEL, "NotIn", ("kube-system", namespace)),))
     )
     webhooks = tuple(
         Webhook(
