@@ -9,7 +9,7 @@ import pulumi
 
 from platform_config.models import pinned_s3_uri
 
-from .constants import PACKAGE, standard_labels
+from .constants import BATCH_JOB_COMPONENT, PACKAGE, standard_labels
 from .k8s_objects import KubernetesObject, custom_resource
 from .serving import BatchJobPlan
 from .specs.batch_job import job, runner_config_map
@@ -41,7 +41,8 @@ class BatchJobArgs:
     access: WorkloadAccess | None
     # The tenant's namespace.
     depends_on: tuple[pulumi.Resource, ...] = ()
-    # Kueue (its webhooks and ClusterQueues) and what every tenant pod waits for (PriorityClasses, quotas).
+    # Kueue (its webhooks and ClusterQueues), istiod (the sidecar's injector) and what every tenant pod waits for
+    # (PriorityClasses, quotas).
     pod_depends_on: tuple[pulumi.Resource, ...] = ()
 
 
@@ -71,7 +72,7 @@ class BatchJob(pulumi.ComponentResource):
                 "metadata": {
                     "name": plan.service_account,
                     "namespace": plan.namespace,
-                    "labels": standard_labels(plan.service_account, "batch-job"),
+                    "labels": standard_labels(plan.service_account, BATCH_JOB_COMPONENT),
                     "annotations": annotations,
                 },
                 "automountServiceAccountToken": False,

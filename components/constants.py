@@ -25,6 +25,8 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 ENDPOINT_PICKER_COMPONENT = "endpoint-picker"
 # ... and of the model servers' pods.
 MODEL_SERVER_COMPONENT = "model-server"
+# ... and of the batch jobs' pods.
+BATCH_JOB_COMPONENT = "batch-job"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 PART_OF = "inference-platform"

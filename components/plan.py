@@ -28,8 +28,10 @@ from platform_config.cold_start import (
 )
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
+    BatchInput,
     BatchJobConfig,
     ModelConfig,
+    ModelSource,
     ModelVersion,
     PlatformConfig,
     ServerArgs,
@@ -384,32 +386,49 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
                 slo=_slo(config, model),
             )
         )
+    batch_jobs = tuple(_batch_job(config, job, hugging_face_tenants) for job in config.batch_jobs)
     return Plan(
         config=config,
         models=tuple(models),
         scale_up_budget_seconds=scale_up_budget_seconds(config),
         max_node_provision_seconds=node_provision_seconds,
         endpoint_pickers_by_tenant=endpoint_pickers_by_tenant(config),
-        batch_jobs=tuple(_batch_job(config, job, hugging_face_tenants) for job in config.batch_jobs),
+        batch_jobs=batch_jobs,
         batch_queues=tuple(batch_queue_rows(config)),
         mirrored_revisions=mirrored_revisions(config),
-        egress=tenant_egress(config, models),
+        egress=tenant_egress(config, models, batch_jobs),
     )
 
 
-def tenant_egress(config: PlatformConfig, models: Iterable[ModelPlan]) -> dict[str, TenantEgress]:
-    """Each tenant's TenantEgress, from the sources its models' running versions and adapters read."""
+def tenant_egress(
+    config: PlatformConfig, models: Iterable[ModelPlan], batch_jobs: Iterable[BatchJobPlan]
+) -> dict[str, TenantEgress]:
+    """Each tenant's TenantEgress, from the sources its models' running versions and adapters read, and
+    what its batch jobs read and write."""
     by_tenant: dict[str, list[ModelPlan]] = {tenant.name: [] for tenant in config.tenants}
     for plan in models:
         by_tenant[plan.model.tenant].append(plan)
-    return {
-        tenant: TenantEgress(
-            buckets=tuple(sorted({s3_parts(uri)[0] for plan in plans for uri in plan.s3_uris})),
+    jobs_by_tenant: dict[str, list[BatchJobPlan]] = {tenant.name: [] for tenant in config.tenants}
+    for job in batch_jobs:
+        jobs_by_tenant[job.namespace].append(job)
+
+    def job_sources(job: BatchJobPlan) -> list[ModelSource | BatchInput]:
+        return [job.job.model.source, job.job.input, *(m.source for m in (job.lora.modules if job.lora else ()))]
+
+    egress: dict[str, TenantEgress] = {}
+    for tenant, plans in by_tenant.items():
+        jobs = jobs_by_tenant[tenant]
+        sources = [source for job in jobs for source in job_sources(job)]
+        uris = [uri for plan in plans for uri in plan.s3_uris]
+        uris += [source.s3_uri for source in sources if source.s3_uri is not None] + [job.job.output for job in jobs]
+        egress[tenant] = TenantEgress(
+            buckets=tuple(sorted({s3_parts(uri)[0] for uri in uris})),
             hugging_face=any(s.version.source.huggingface for plan in plans for s in plan.servers)
-            or any(m.source.huggingface for plan in plans for m in adapter_modules(config, plan.model)),
+            or any(m.source.huggingface for plan in plans for m in adapter_modules(config, plan.model))
+            or any(source.huggingface for source in sources),
+            batch_jobs=bool(jobs),
         )
-        for tenant, plans in by_tenant.items()
-    }
+    return egress
 
 
 def _batch_job(config: PlatformConfig, job: BatchJobConfig, hugging_face_tenants: Collection[str]) -> BatchJobPlan:

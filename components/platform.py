@@ -294,7 +294,8 @@ class InferencePlatform(pulumi.ComponentResource):
                         plan=job_plan,
                         access=access,
                         depends_on=(tenant.namespace_object,),
-                        pod_depends_on=(*kueue.ready, *priority_classes.classes, *tenant.workload_prerequisites),
+                        # istiod too: its injector adds the pods' sidecar, and Fails them while it cannot answer.
+                        pod_depends_on=(*kueue.ready, *priority_classes.classes, *tenant.workload_prerequisites, mesh.istiod),
                     ),
                     opts=child,
                 )

@@ -389,11 +389,14 @@ class ModelPlan:
 
 @dataclass(frozen=True)
 class TenantEgress:
-    """What a tenant's model servers reach outside the cluster: the S3 buckets of their weights and
-    adapters (their workload role's), and Hugging Face where a version or adapter downloads from it."""
+    """What a tenant's model servers and batch jobs reach outside the cluster: the S3 buckets of their
+    weights and adapters, and of the jobs' input and output (their workload roles'), and Hugging Face
+    where a version, adapter, job model or job input downloads from it."""
 
     buckets: tuple[str, ...] = ()
     hugging_face: bool = False
+    # Whether it runs batch jobs (their pods get their own egress Sidecar).
+    batch_jobs: bool = False
 
 
 @dataclass(frozen=True)

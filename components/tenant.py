@@ -9,7 +9,7 @@ import pulumi
 
 from platform_config.models import TenantConfig, TrafficConfig
 
-from .constants import PACKAGE
+from .constants import BATCH_JOB_COMPONENT, MODEL_SERVER_COMPONENT, PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource
 from .serving import TenantEgress
 from .specs import telemetry, tenancy
@@ -75,8 +75,12 @@ class Tenant(pulumi.ComponentResource):
         prerequisites.append(
             custom_resource(f"{name}-authorization-policy", tenancy.authorization_policy(tenant, args.ingress), mesh_opts)
         )
-        # Its model servers reach outside the cluster only what they read.
-        prerequisites.append(custom_resource(f"{name}-egress", tenancy.egress_sidecar(tenant), mesh_opts))
+        # Its model servers and batch jobs reach outside the cluster only what they read and write.
+        prerequisites.append(custom_resource(f"{name}-egress", tenancy.egress_sidecar(tenant, MODEL_SERVER_COMPONENT), mesh_opts))
+        if args.egress.batch_jobs:
+            prerequisites.append(
+                custom_resource(f"{name}-batch-egress", tenancy.egress_sidecar(tenant, BATCH_JOB_COMPONENT), mesh_opts)
+            )
         if args.egress.buckets and args.region is not None:
             buckets = args.egress.buckets
             hosts = pulumi.Output.from_input(args.region).apply(lambda region: tenancy.s3_hosts(buckets, region))

@@ -240,14 +240,14 @@ PolicyPack(
         ),
         StackValidationPolicy(
             name="tenant-egress-by-host",
-            description="Egress by host: a model server in a tenant's namespace keeps the mesh's sidecar, nothing "
+            description="Egress by host: a workload in a tenant's namespace (model servers, batch jobs, anything but "
+            "its endpoint pickers, held to private addresses by NetworkPolicy) keeps the mesh's sidecar, nothing "
             "taking its traffic around it (capture annotations, exclusions beyond the Pod Identity Agent, the proxy's "
             "user), whose outbound traffic policy (its Sidecar's) is REGISTRY_ONLY over its own namespace (egress hosts "
             "./*), so it connects outside the cluster only to the hosts the namespace's own ServiceEntries name "
             '(exportTo ["."], TLS on 443 resolved by the sidecar, hosts only): S3 endpoints (buckets under the tenant\'s '
-            "prefixes or the weight mirror's) and Hugging Face, and every "
-            "one it reads: its containers' buckets, Hugging Face for a model not on S3, and its credentials from the "
-            "Pod Identity Agent around the sidecar.",
+            "prefixes or the weight mirror's) and Hugging Face, and every one it reads: its containers' buckets, Hugging "
+            "Face for a model or dataset not on S3, and its credentials from the Pod Identity Agent around the sidecar.",
             validate=stack.tenant_egress_by_host,
             severity=Severity.CRITICAL,
         ),

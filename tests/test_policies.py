@@ -506,10 +506,12 @@ def without_maximum(**spec: Any) -> Callable[[dict], Any]:
          "inject-label-true", "namespace-permissive", "workload-disable", "port-permissive", "port-strict",
          "pool-removed", "pool-selects-another-version", "tenant-without-picker"],
 )  # fmt: skip
-def test_endpoint_picker_availability(pack, baseline, change, flagged):
+def test_endpoint_picker_availability(pack, baseline, change, flagged, request):
     hits = pack.analyze_stack(stack_with(baseline, change))
     found = {(d.policy, d.level, d.urn.rsplit("::", 1)[-1]) for d in hits}
-    assert found == ({("endpoint-picker-availability", "mandatory", flagged)} if flagged else set())
+    # A picker without its component label is no picker to the egress rule either: held to REGISTRY_ONLY.
+    also = {("tenant-egress-by-host", "mandatory", EPP)} if request.node.callspec.id == "picker-unlabelled" else set()
+    assert found == ({("endpoint-picker-availability", "mandatory", flagged)} if flagged else set()) | also
 
 
 @pytest.mark.parametrize(
@@ -1068,3 +1070,51 @@ def test_the_packs_pod_identity_agent_is_the_programs():
     from policies.inference_governance.stack import POD_IDENTITY_AGENT
 
     assert POD_IDENTITY_AGENT == POD_IDENTITY_AGENT_CIDRS
+
+
+BATCH_JOBS = {"review-labels-job", "ticket-labels-job"}  # team-b's batch jobs in the baseline
+BATCH_EGRESS = "team-b-batch-egress"  # the Sidecar of team-b's batch pods
+
+
+def _job_template(name: str, change: Callable[[dict], Any]) -> Callable[[list[RecordedResource]], list[RecordedResource]]:
+    return edit(name, lambda d: change(d["spec"]["template"]))
+
+
+def _stray_workload(rs: list[RecordedResource]) -> list[RecordedResource]:
+    """A Deployment a change puts in a tenant's namespace beside its jobs, neither a server nor a picker."""
+    stray = copy.deepcopy(next(r for r in rs if r.name == "review-labels-job"))
+    template = stray.outputs["spec"]["template"]
+    template["metadata"]["labels"] = {"app": "stray"}
+    stray.type, stray.name, stray.urn = (
+        DEPLOYMENT,
+        "stray",
+        stray.urn.replace("batch/v1:Job::review-labels-job", "apps/v1:Deployment::stray"),
+    )
+    stray.outputs = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "stray", "namespace": "team-b"},
+        "spec": {"selector": {"matchLabels": {"app": "stray"}}, "template": template},
+    }
+    return [*rs, stray]
+
+
+@pytest.mark.parametrize(
+    ("change", "flagged"),
+    [
+        (lambda rs: [r for r in rs if r.name != BATCH_EGRESS], BATCH_JOBS),
+        (_job_template("review-labels-job", lambda t: t["metadata"]["labels"].update(UNMESHED)), {"review-labels-job"}),
+        (_job_template("review-labels-job", lambda t: t["metadata"]["annotations"].pop(
+            "traffic.sidecar.istio.io/excludeOutboundIPRanges")), {"review-labels-job"}),
+        # Its output bucket, and Hugging Face, where its model comes from, must stay reachable (the bucket
+        # holds the weights of team-b's labeller too).
+        (lambda rs: [r for r in rs if r.name != "team-b-egress-s3"], BATCH_JOBS | {"batch-labeller-v1-knative-service"}),
+        (lambda rs: [r for r in rs if r.name != "team-b-egress-hugging-face"], BATCH_JOBS),
+        # Anything else in a tenant's namespace is held to the same, unless it is a picker.
+        (_stray_workload, {"stray"}),
+    ],
+    ids=["no-sidecar", "unmeshed", "credentials-through-the-sidecar", "no-s3-entry", "no-hugging-face-entry", "stray"],
+)  # fmt: skip
+def test_a_tenants_batch_jobs_and_any_other_workload_egress_by_host(pack, baseline, change, flagged):
+    hits = pack.analyze_stack(stack_with(baseline, change))
+    assert {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "tenant-egress-by-host"} == flagged

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -345,15 +346,11 @@ def test_model_servers_reach_outside_only_what_they_read(stack: str) -> None:
         assert entry["spec"]["exportTo"] == ["."] and entry["spec"]["resolution"] == ("DYNAMIC_DNS" if wildcards else "DNS")
         assert entry["spec"]["ports"] == [{"number": 443, "name": "tls", "protocol": "TLS"}]
         hosts.setdefault(entry["metadata"]["namespace"], set()).update(entry["spec"]["hosts"])
-    restricting = {
-        s["metadata"]["namespace"]: s["spec"]["workloadSelector"]["labels"]
-        for s in manifests
-        if s["kind"] == "Sidecar" and s["spec"]["outboundTrafficPolicy"]["mode"] == "REGISTRY_ONLY"
-    }
+    restricting = _restricting_sidecars(manifests)
     servers = 0
     for workload, template in _pod_templates(manifests):
         namespace, labels = workload["metadata"]["namespace"], template["metadata"].get("labels", {})
-        selected = namespace in restricting and all(labels.get(k) == v for k, v in restricting[namespace].items())
+        selected = _selected(restricting, namespace, labels)
         if labels.get("app.kubernetes.io/component") == "endpoint-picker":
             assert not selected, workload["metadata"]["name"]
         if labels.get("app.kubernetes.io/component") != "model-server":
@@ -371,6 +368,53 @@ def test_model_servers_reach_outside_only_what_they_read(stack: str) -> None:
         excluded = template["metadata"]["annotations"]["traffic.sidecar.istio.io/excludeOutboundIPRanges"].split(",")
         assert "169.254.170.23/32" in excluded
     assert servers
+
+
+def _restricting_sidecars(manifests: list[dict]) -> dict[str, list[dict]]:
+    """The workload selectors of each namespace's REGISTRY_ONLY Sidecars that see only the namespace's own hosts."""
+    restricting: dict[str, list[dict]] = {}
+    for s in manifests:
+        if s["kind"] == "Sidecar" and s["spec"]["outboundTrafficPolicy"]["mode"] == "REGISTRY_ONLY":
+            assert s["spec"]["egress"] == [{"hosts": ["./*"]}]
+            restricting.setdefault(s["metadata"]["namespace"], []).append(s["spec"]["workloadSelector"]["labels"])
+    return restricting
+
+
+def _selected(restricting: dict[str, list[dict]], namespace: str, labels: dict) -> bool:
+    return any(all(labels.get(k) == v for k, v in selector.items()) for selector in restricting.get(namespace, []))
+
+
+def test_batch_pods_run_the_mesh_natively_and_reach_outside_only_what_they_read_and_write() -> None:
+    """A batch job's pods keep the mesh's sidecar as a native one (it ends with the Job), sized as the servers' is; a
+    REGISTRY_ONLY Sidecar selects them; the namespace's ServiceEntries name every bucket their scripts and runner
+    name (input, output, weights, adapters) and Hugging Face where the runner downloads a model or dataset; their
+    credentials call to the Pod Identity Agent goes around the sidecar (prod's jobs; no other stack runs one)."""
+    manifests = Evaluated(raw_stack("prod"), shared=True).manifests()
+    hosts: dict[str, set[str]] = {}
+    for entry in (m for m in manifests if m["kind"] == "ServiceEntry"):
+        hosts.setdefault(entry["metadata"]["namespace"], set()).update(entry["spec"]["hosts"])
+    restricting = _restricting_sidecars(manifests)
+    jobs = [m for m in manifests if m["kind"] == "Job" and m["metadata"]["namespace"] in restricting]
+    assert jobs
+    for job in jobs:
+        template, namespace = job["spec"]["template"], job["metadata"]["namespace"]
+        labels, annotations = template["metadata"]["labels"], template["metadata"]["annotations"]
+        assert "sidecar.istio.io/inject" not in labels and "sidecar.istio.io/inject" not in annotations
+        assert annotations["sidecar.istio.io/nativeSidecar"] == "true"
+        assert (annotations["sidecar.istio.io/proxyCPU"], annotations["sidecar.istio.io/proxyMemory"]) == ("100m", "512Mi")
+        assert _selected(restricting, namespace, labels), job["metadata"]["name"]
+        text = json.dumps(template["spec"])
+        buckets = set(re.findall(r"s3://([a-z0-9.-]+)/", text)) | set(re.findall(r"'s3://([a-z0-9.-]+)'", text))
+        assert buckets
+        for bucket in buckets:
+            assert {f"{bucket}.s3.us-east-1.amazonaws.com", f"{bucket}.s3.amazonaws.com"} <= hosts[namespace], bucket
+        (runner,) = [c for c in template["spec"]["containers"] if c["name"] == "runner"]
+        model = runner["args"][runner["args"].index("--model") + 1]
+        dataset = [e for e in runner["env"] if e["name"] == "BATCH_INPUT_HF_REPO"]
+        if not model.startswith("/") or dataset:
+            assert "huggingface.co" in hosts[namespace] and "*.hf.co" in hosts[namespace], model
+        excluded = annotations["traffic.sidecar.istio.io/excludeOutboundIPRanges"].split(",")
+        assert "169.254.170.23/32" in excluded
 
 
 def _selects(selector: dict, labels: dict) -> bool:
@@ -411,3 +455,36 @@ def test_endpoint_pickers_reach_https_only_inside_private_addresses(stack: str) 
             servers += 1
             assert "0.0.0.0/0" in cidrs, workload["metadata"]["name"]
     assert pickers and servers
+
+
+def _with_batch_sources(model: dict[str, Any], dataset: bool) -> dict[str, Any]:
+    """Prod with team-b's jobs reading weights from its own bucket, and the first one a Hugging Face dataset
+    (`dataset`) instead of its S3 input."""
+    raw = owning(copy.deepcopy(raw_stack("prod")), "team-b", "s3://team-b-weights")
+    for job in raw["batchJobs"]:
+        job["model"]["source"] = copy.deepcopy(model)
+    if dataset:
+        raw["batchJobs"][0]["input"] = {
+            "huggingface": "team-b/tickets",
+            "revision": "0123456789abcdef0123456789abcdef01234567",
+            "files": ["tickets.jsonl"],
+        }
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("model", "dataset", "buckets", "hugging_face"),
+    [
+        ({"huggingface": "Qwen/Qwen2.5-7B-Instruct", "revision": "a09a35458c702b33eeacc393d103063234e8bc28"}, False,
+         ("team-b-batch",), True),
+        ({"s3Uri": "s3://team-b-weights/qwen", "revision": "r1"}, False, ("team-b-batch", "team-b-weights"), False),
+        ({"s3Uri": "s3://team-b-weights/qwen", "revision": "r1"}, True, ("team-b-batch", "team-b-weights"), True),
+    ],
+    ids=["hugging-face-model", "s3-model", "s3-model-dataset-input"],
+)  # fmt: skip
+def test_a_tenants_egress_names_what_its_batch_jobs_read_and_write(model, dataset, buckets, hugging_face) -> None:
+    """Team-b runs no model server in prod: what its namespace lets out is its jobs' weights, input and output
+    buckets, and Hugging Face only while a job downloads a model or dataset from there."""
+    egress = validate(_with_batch_sources(model, dataset)).egress["team-b"]
+    assert (egress.buckets, egress.hugging_face, egress.batch_jobs) == (buckets, hugging_face, True)
+    assert validate(copy.deepcopy(raw_stack("prod"))).egress["serving"].batch_jobs is False

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from platform_config.models import BatchJobConfig, duration_seconds, pinned_s3_uri
 from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS
+from platform_config.serving import MESH_PROXY_RESOURCES
 
-from ..constants import LABEL_POOL, LABEL_TENANT, standard_labels
+from ..constants import BATCH_JOB_COMPONENT, LABEL_POOL, LABEL_TENANT, standard_labels
 from .kueue import BATCH_PRIORITY_CLASS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, local_queue_name
 from .pod import (
+    EXCLUDE_OUTBOUND_ANNOTATION,
     HF_HOME,
     HF_TOKEN_KEY,
     HF_TOKEN_SECRET,
@@ -37,6 +39,7 @@ from .pod import (
     s3_sync_command,
     tuning_args,
 )
+from .tenancy import POD_IDENTITY_AGENT_CIDRS
 
 if TYPE_CHECKING:
     from ..serving import BatchJobPlan
@@ -49,6 +52,8 @@ INPUT_DIR = f"{WORK_DIR}/input"
 OUTPUT_DIR = f"{WORK_DIR}/output"
 STATUS_FILE = f"{WORK_DIR}/status/runner-exit"
 WEIGHTS_DIR = f"{MODELS_DIR}/weights"
+# The runner's environment variable naming a Hugging Face dataset input (batch_runner.py reads it).
+BATCH_INPUT_HF_REPO = "BATCH_INPUT_HF_REPO"
 # The runner's exit code for an input line that is not a batch request: retrying cannot help.
 INPUT_ERROR_EXIT_CODE = 2
 # Seconds a stopping pod has for the uploader's last copy (the runner stops at once; the chunk it
@@ -63,7 +68,7 @@ def runner_config_map_name(plan: BatchJobPlan) -> str:
 
 
 def _labels(plan: BatchJobPlan) -> dict[str, str]:
-    return standard_labels(plan.name, "batch-job", **{LABEL_TENANT: plan.namespace, LABEL_POOL: plan.pool.name})
+    return standard_labels(plan.name, BATCH_JOB_COMPONENT, **{LABEL_TENANT: plan.namespace, LABEL_POOL: plan.pool.name})
 
 
 def runner_config_map(plan: BatchJobPlan) -> dict[str, Any]:
@@ -204,7 +209,7 @@ def runner_container(plan: BatchJobPlan) -> dict[str, Any]:
     ]
     if job.input.huggingface is not None:
         env += [
-            {"name": "BATCH_INPUT_HF_REPO", "value": job.input.huggingface},
+            {"name": BATCH_INPUT_HF_REPO, "value": job.input.huggingface},
             {"name": "BATCH_INPUT_HF_REVISION", "value": str(job.input.revision)},
             {"name": "BATCH_INPUT_FILES", "value": json.dumps(job.input.files)},
         ]
@@ -262,6 +267,25 @@ def _volumes(plan: BatchJobPlan) -> list[dict[str, Any]]:
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
         {"name": "runner", "configMap": {"name": runner_config_map_name(plan), "defaultMode": 0o444}},
     ]
+
+
+def pod_annotations() -> dict[str, str]:
+    """The mesh's sidecar, so a batch pod reaches outside the cluster only the hosts its namespace's
+    ServiceEntries name (tenancy.egress_sidecar). As a native sidecar (an init container with
+    restartPolicy Always, Kubernetes 1.29+; the platform's versions are 1.30 to 1.34) it ends with
+    the pod's containers, so the Job completes, and it starts first, so `stage-in` and `fetch-weights`
+    are in the mesh too (istio 1.30.3 files/injection-template.yaml line 29 reads the annotation;
+    pkg/kube/inject/webhook.go reorderPod: "{istio-init/istio-validation} => proxy => rest"); on
+    SIGTERM the kubelet stops it after the uploader's last copy. Its size is stated, as the servers'
+    is (the namespace's quotas count it; Kueue counts the template, which holds none of it); the
+    Pod Identity Agent's credentials call goes around it (pod.py pod_annotations)."""
+    return {
+        "sidecar.istio.io/nativeSidecar": "true",
+        "sidecar.istio.io/proxyCPU": MESH_PROXY_RESOURCES["cpu"],
+        "sidecar.istio.io/proxyMemory": MESH_PROXY_RESOURCES["memory"],
+        "sidecar.istio.io/proxyMemoryLimit": MESH_PROXY_RESOURCES["memory"],
+        EXCLUDE_OUTBOUND_ANNOTATION: ",".join(POD_IDENTITY_AGENT_CIDRS),
+    }
 
 
 def pod_spec(plan: BatchJobPlan) -> dict[str, Any]:
@@ -330,14 +354,7 @@ def job(plan: BatchJobPlan) -> dict[str, Any]:
                 ]
             },
             "template": {
-                "metadata": {
-                    "labels": {
-                        **_labels(plan),
-                        # A Job's pods end: a mesh sidecar would keep them running. They only call
-                        # out (S3, Hugging Face), which the namespace's egress policy allows.
-                        "sidecar.istio.io/inject": "false",
-                    }
-                },
+                "metadata": {"labels": _labels(plan), "annotations": pod_annotations()},
                 "spec": pod_spec(plan),
             },
         },

@@ -558,6 +558,10 @@ def mirror_annotations(plan: ServerPlan) -> dict[str, str]:
     return {ANNOTATION_WEIGHTS_MIRRORED_FROM: f"{source.huggingface}@{source.revision}"}
 
 
+# The addresses a pod's outbound traffic goes to around its sidecar (istio 1.30.3 files/injection-template.yaml).
+EXCLUDE_OUTBOUND_ANNOTATION = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
+
+
 def pod_annotations(plan: ServerPlan) -> dict[str, str]:
     return {
         **registry_annotations(plan),
@@ -574,7 +578,7 @@ def pod_annotations(plan: ServerPlan) -> dict[str, str]:
         # names that address, so REGISTRY_ONLY (tenancy.egress_sidecar) would drop it. Read by the
         # injector at 1.30.3 (files/injection-template.yaml lines 56 and 105: the CNI plugin's
         # annotation and istio-iptables' `-x`).
-        "traffic.sidecar.istio.io/excludeOutboundIPRanges": ",".join(POD_IDENTITY_AGENT_CIDRS),
+        EXCLUDE_OUTBOUND_ANNOTATION: ",".join(POD_IDENTITY_AGENT_CIDRS),
         **scale_down_annotations(plan),
     }
 

@@ -23,6 +23,7 @@ from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS, PRODUCTION_PRIOR
 from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
 
 from ..constants import (
+    BATCH_JOB_COMPONENT,
     ENDPOINT_PICKER_COMPONENT,
     EXPERIMENT_PRIORITY,
     ISTIO_INGRESS_NAMESPACE,
@@ -271,11 +272,11 @@ def outbound_policies(namespace: str, *, mesh: bool, pickers: bool = False) -> l
     return policies
 
 
-# Where a tenant's model servers may connect outside the cluster, by host (Istio 1.30.3): their
-# sidecar's outbound traffic policy is REGISTRY_ONLY (a connection to a host no Service or
+# Where a tenant's model servers and batch jobs may connect outside the cluster, by host (Istio
+# 1.30.3): their sidecar's outbound traffic policy is REGISTRY_ONLY (a connection to a host no Service or
 # ServiceEntry it sees names is dropped, not passed through), it sees its own namespace's only
 # (egress hosts `./*`: not a ServiceEntry another namespace exports to all), and ServiceEntries
-# exported to the namespace alone name what the servers read: their buckets, virtual-hosted on S3's
+# exported to the namespace alone name what the servers and jobs read and write: their buckets, virtual-hosted on S3's
 # regional and global endpoints (the SDKs' style for a bucket name without dots; a dotted one is
 # reached path-style, whose hosts serve every bucket), and Hugging Face's API and download hosts
 # (huggingface.co, its CDN's *.huggingface.co and *.hf.co, the Xet storage hosts included). TLS on
@@ -286,9 +287,9 @@ def outbound_policies(namespace: str, *, mesh: bool, pickers: bool = False) -> l
 # its own credentials (a bucket of another account on the same S3 endpoint). The endpoint pickers
 # keep ALLOW_ANY: they read the servers' metrics by pod address, which REGISTRY_ONLY would drop.
 # The L3 policy stays HTTPS anywhere but the instance metadata service, for the sidecars' own
-# connections and the unmeshed batch pods.
-MODEL_SERVER_POD_SELECTOR = {LABEL_COMPONENT: MODEL_SERVER_COMPONENT}
-EGRESS_SIDECAR_NAME = "model-servers-egress"
+# connections. The batch pods run the sidecar natively (batch_job.pod_annotations).
+# The Sidecar that limits each kind of a tenant's pods that calls out: its model servers and its batch jobs.
+EGRESS_SIDECARS = {MODEL_SERVER_COMPONENT: "model-servers-egress", BATCH_JOB_COMPONENT: "batch-jobs-egress"}
 HUGGING_FACE_HOSTS = ("huggingface.co",)
 HUGGING_FACE_DOWNLOAD_HOSTS = ("*.huggingface.co", "*.hf.co")
 
@@ -300,14 +301,19 @@ def s3_hosts(buckets: Sequence[str], region: str) -> list[str]:
     return hosts + ([f"s3.{region}.amazonaws.com", "s3.amazonaws.com"] if any("." in b for b in buckets) else [])
 
 
-def egress_sidecar(tenant: TenantConfig) -> dict[str, Any]:
-    """The model servers' sidecar: outbound only to what its namespace's registry names."""
+def egress_sidecar(tenant: TenantConfig, component: str) -> dict[str, Any]:
+    """The sidecar of the namespace's pods of `component` (EGRESS_SIDECARS): outbound only to what its
+    namespace's registry names."""
     return {
         "apiVersion": "networking.istio.io/v1",
         "kind": "Sidecar",
-        "metadata": {"name": EGRESS_SIDECAR_NAME, "namespace": tenant.name, "labels": standard_labels(tenant.name, "egress")},
+        "metadata": {
+            "name": EGRESS_SIDECARS[component],
+            "namespace": tenant.name,
+            "labels": standard_labels(tenant.name, "egress"),
+        },
         "spec": {
-            "workloadSelector": {"labels": dict(MODEL_SERVER_POD_SELECTOR)},
+            "workloadSelector": {"labels": {LABEL_COMPONENT: component}},
             "egress": [{"hosts": ["./*"]}],
             "outboundTrafficPolicy": {"mode": "REGISTRY_ONLY"},
         },

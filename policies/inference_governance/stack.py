@@ -6,7 +6,7 @@ import json
 import math
 import re
 from collections import defaultdict
-from typing import Any, Iterator, Mapping
+from typing import Any, Collection, Iterator, Mapping
 
 from .kube import (
     AUTHORIZATION_POLICY,
@@ -1182,6 +1182,8 @@ SIDECAR_RESOLUTIONS = ("DNS", "DYNAMIC_DNS")
 # them to the program's.
 POD_IDENTITY_AGENT = ("169.254.170.23/32", "fd00:ec2::23/128")
 EXCLUDE_OUTBOUND_ANNOTATION = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
+# The batch runner's environment variable naming a Hugging Face dataset input (components/specs/batch_job.py).
+BATCH_INPUT_HF_REPO = "BATCH_INPUT_HF_REPO"
 # Pod annotations that take traffic away from the sidecar (istio 1.30.3 files/injection-template.yaml).
 CAPTURE_ANNOTATIONS = (
     "traffic.sidecar.istio.io/includeOutboundIPRanges",
@@ -1211,22 +1213,31 @@ def _pod_containers(template: Mapping[str, Any]) -> list[Any]:
     return list(containers(get(template, "spec", default={}) or {}))
 
 
+def _hugging_face_reads(container: Mapping[str, Any]) -> list[str]:
+    """What a container downloads from Hugging Face: the model `vllm serve` (the servers) or `--model` (the batch
+    runner's `vllm run-batch`) names when it is not an S3 or local path, and a batch job's input dataset."""
+    words = [str(w) for w in [*(get(container, "command", default=[]) or []), *(get(container, "args", default=[]) or [])]]
+    models = []
+    if get(container, "name") == "vllm":
+        models.append(words[words.index("serve") + 1] if "serve" in words[:-1] else (words[0] if words else ""))
+    models += [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--model"]
+    models += [str(get(e, "value")) for e in get(container, "env", default=[]) or [] if get(e, "name") == BATCH_INPUT_HF_REPO]
+    return [model for model in models if model and not model.startswith(("s3://", "/", "-"))]
+
+
 def _unreachable(template: Mapping[str, Any], hosts: set[str]) -> list[str]:
-    """What a model server's containers read that its namespace's ServiceEntries do not name: each S3
-    bucket (by either virtual-hosted name), Hugging Face for a model that is not an S3 or local path, and
-    the Pod Identity Agent where it reads S3."""
+    """What a workload's containers read that its namespace's ServiceEntries do not name: each S3 bucket (by
+    either virtual-hosted name), Hugging Face for a model or dataset that is not an S3 or local path, and the Pod
+    Identity Agent where it reads S3."""
     missing = []
     buckets = sorted(set(re.findall(r"s3://([a-z0-9][a-z0-9.-]*)/", "\n".join(_strings(_pod_containers(template))))))
     for bucket in buckets:
         if not any(host.startswith(f"{bucket}.s3.") for host in hosts):
             missing.append(f"s3://{bucket}")
     for container in _pod_containers(template):
-        if get(container, "name") != "vllm":
-            continue
-        words = [str(w) for w in [*(get(container, "command", default=[]) or []), *(get(container, "args", default=[]) or [])]]
-        model = words[words.index("serve") + 1] if "serve" in words[:-1] else (words[0] if words else "")
-        if model and not model.startswith(("s3://", "/", "-")) and "huggingface.co" not in hosts:
-            missing.append(f"Hugging Face ({model})")
+        for model in _hugging_face_reads(container):
+            if "huggingface.co" not in hosts:
+                missing.append(f"Hugging Face ({model})")
     excluded = str(get(template, "metadata", "annotations", EXCLUDE_OUTBOUND_ANNOTATION, default="")).split(",")
     if buckets and POD_IDENTITY_AGENT[0] not in excluded:
         missing.append(f"the Pod Identity Agent ({EXCLUDE_OUTBOUND_ANNOTATION} lacks {POD_IDENTITY_AGENT[0]})")
@@ -1282,9 +1293,8 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
     for entry in of_type(args, SERVICE_ENTRY):
         hosts = get(entry.props, "spec", "hosts", default=[]) or []
         named[namespace_of(entry.props)] |= {str(h) for h in (hosts if is_list(hosts) else [hosts])}
-    for resource, (namespace, model) in model_servers(args):
-        if namespace in tenants:
-            _check_server_egress(resource, namespace, model, sidecars[namespace], named[namespace], report_violation)
+    for resource, namespace, what in _tenant_callers(args, tenants):
+        _check_server_egress(resource, namespace, what, sidecars[namespace], named[namespace], report_violation)
     # A tenant's own data (its declared prefixes') and the weight mirror's copies: the buckets its servers read.
     mirror = _mirror_bucket(_role_policies(args), lambda *_: None)
     declared = _declared_prefixes(args)
@@ -1295,14 +1305,31 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
             _check_service_entry(entry, own, report_violation)
 
 
+def _tenant_callers(args: Any, tenants: Collection[str]) -> Iterator[tuple[Any, str, str]]:
+    """(resource, namespace, what it is) of every workload in a tenant's namespace but its endpoint pickers, which
+    the namespace's NetworkPolicies hold to private addresses (they read their servers by pod address, which
+    REGISTRY_ONLY would drop): its model servers, its batch jobs, and anything else a change puts there."""
+    servers = {id(resource): model for resource, (_, model) in model_servers(args)}
+    for resource in args.resources:
+        template = pod_template(resource.resource_type, resource.props)
+        namespace = namespace_of(resource.props)
+        if template is None or namespace not in tenants:
+            continue
+        labels = get(template, "metadata", "labels", default={}) or {}
+        if id(resource) in servers:
+            yield resource, namespace, f"model {servers[id(resource)]}"
+        elif labels.get(COMPONENT_LABEL) != ENDPOINT_PICKER:
+            yield resource, namespace, resource.resource_type.rsplit(":", 1)[-1]
+
+
 def _check_server_egress(
-    resource: Any, namespace: str, model: str, sidecars: list[Any], hosts: set[str], report_violation: Report
+    resource: Any, namespace: str, what: str, sidecars: list[Any], hosts: set[str], report_violation: Report
 ) -> None:
     template = pod_template(resource.resource_type, resource.props) or {}
     labels = get(template, "metadata", "labels", default={}) or {}
     annotations = get(template, "metadata", "annotations", default={}) or {}
     inject = str(labels.get(SIDECAR_INJECT, annotations.get(SIDECAR_INJECT, ""))).lower()
-    where = f"{name_of(resource.props)} in {namespace} (model {model})"
+    where = f"{name_of(resource.props)} in {namespace} ({what})"
     if inject and inject not in INJECT_ASKED:
         report_violation(f"{where} opts out of the mesh's sidecar: nothing limits where it connects", resource.urn)
         return
