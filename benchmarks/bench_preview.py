@@ -49,9 +49,14 @@ def measure(program: Path, stack_file: Path, env: dict[str, str] | None = None) 
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def preview(stack_args: list[str], out: Path) -> tuple[float, dict]:
-    elapsed, result = run([PY, "-m", "preview", *stack_args, "--out", str(out), "--json"])
+def preview(stack_args: list[str], out: Path, env: dict[str, str] | None = None) -> tuple[float, dict]:
+    elapsed, result = run([PY, "-m", "preview", *stack_args, "--out", str(out), "--json"], env)
     return elapsed, json.loads(result.stdout)
+
+
+# The policy SDK's own decoding, once per policy (policies/inference_governance/decoding.py).
+DECODE_EACH = {"POLICY_PACK_DECODE_EACH": "1"}
+PACK_WAIT = "waiting for the policy pack's verdict (analyzer protocol)"
 
 
 def median(values: list[float]) -> float:
@@ -76,11 +81,15 @@ def main() -> None:
             stack_file.write_text(yaml.safe_dump({"config": config}))
             out = tmpdir / f"out-{models}"
             repeat = args.repeat or (5 if models <= 100 else 3)
-            walls, stages = [], []
+            walls, stages, each_walls, each_waits = [], [], [], []
             for _ in range(repeat):
                 wall, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out)
                 walls.append(wall)
                 stages.append({s["name"]: s["seconds"] for s in report["stages"]})
+                # Interleaved: the same preview with the pack decoding each resource once per policy.
+                wall, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out, DECODE_EACH)
+                each_walls.append(wall)
+                each_waits.append(next(s["seconds"] for s in report["stages"] if s["name"] == PACK_WAIT))
             env = {"BENCH_RESOURCES": str(out / "resources.json")}
             custom_only = {**env, "BENCH_CUSTOM_ONLY": "1"}
             # Interleaved, so a slow spell of the machine hits the program and its baselines alike.
@@ -97,6 +106,8 @@ def main() -> None:
                     "resources": resources,
                     "custom": program[0]["custom"],
                     "previewSeconds": median(walls),
+                    "previewSecondsDecodeEach": median(each_walls),
+                    "packWaitSecondsDecodeEach": median(each_waits),
                     "stageSeconds": {k: median([s[k] for s in stages]) for k in stages[0]},
                     "evalSeconds": median([p["seconds"] for p in program]),
                     "flatSeconds": median([f["seconds"] for f in flat]),
@@ -108,10 +119,12 @@ def main() -> None:
                     "peakMiB": max(p["peakKiB"] for p in program) / 1024,
                 }
             )
-        prod_walls = []
+        prod_walls, prod_each_walls = [], []
         for _ in range(args.prod_repeat):
             wall, prod_report = preview(["--stack", "prod"], tmpdir / "prod")
             prod_walls.append(wall)
+            wall, _ = preview(["--stack", "prod"], tmpdir / "prod-each", DECODE_EACH)
+            prod_each_walls.append(wall)
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(
@@ -120,6 +133,21 @@ def main() -> None:
         f"({args.prod_repeat} runs), {prod_report['counts']['resources']} resources, stages of the last run: "
         + ", ".join(f"{s['name']} {s['seconds']:.2f} s" for s in prod_report["stages"])
     )
+    print(
+        f"prod stack, the pack decoding once per request against once per policy (interleaved): "
+        f"{median(prod_walls):.2f} s against {median(prod_each_walls):.2f} s, "
+        f"{median(prod_walls) / median(prod_each_walls):.2f}x"
+    )
+    print()
+    columns = ["models x tenants", "whole preview", "the same, pack decoding once per policy", "ratio"]
+    print("| " + " | ".join([*columns, "pack's wait (once per request / per policy)"]) + " |")
+    print("|---|---:|---:|---:|---:|")
+    for row in rows:
+        print(
+            f"| {row['models']} x {row['tenants']} | {row['previewSeconds']:.2f} s | {row['previewSecondsDecodeEach']:.2f} s | "
+            f"{row['previewSeconds'] / row['previewSecondsDecodeEach']:.2f}x | "
+            f"{row['stageSeconds'][PACK_WAIT]:.2f} s / {row['packWaitSecondsDecodeEach']:.2f} s |"
+        )
     print()
     print(
         "| models x tenants | resources | whole preview | evaluate (program) | baseline: same registrations | ratio "

@@ -3,6 +3,7 @@
 import gc
 
 from inference_governance import adapters, canary, resources, stack
+from inference_governance.decoding import decode_once
 from inference_governance.kube import (
     DEFAULT_OVERRIDE_HEADER,
     DEFAULT_TIER_HEADER,
@@ -22,9 +23,11 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-# The policy SDK turns every resource it is sent into Python objects, once per policy, and keeps
-# few of them: with CPython's default thresholds the collector rescans the heap over and over.
+# The policy SDK turns every resource it is sent into Python objects, once per policy unless
+# decode_once() makes that once per request, and keeps few of them: with CPython's default
+# thresholds the collector rescans the heap over and over.
 gc.set_threshold(50_000, 50, 1_000)
+decode_once()
 
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
