@@ -4,8 +4,9 @@ pulumi-policy 1.21.0 (`pulumi_policy/policy.py`, `_PolicyAnalyzerServicer`) turn
 properties into Python values (`json_format.MessageToDict`, then `deserialize_properties`) inside
 its loop over the policies: `AnalyzeStack` decodes the whole stack once per stack policy, `Analyze`
 a resource once per resource policy, and both decode the resource's provider once per policy
-(`_get_provider_resource`). The values are the same every time, and each policy sees them through
-its own read-only proxy (`unknown_checking_proxy`), so one decoding per request serves them all.
+(`_get_provider_resource`), and each time copies the result into a read-only view
+(`unknown_checking_proxy`). The values are the same every time, and the rules only read them, so
+one decoding and one view per request serve them all.
 
 `decode_once()` makes the servicer's two calls remember, for the length of one `Analyze` or
 `AnalyzeStack` call on its thread, what they returned for each message (by identity; the message
@@ -46,7 +47,7 @@ def _remembered(function: Callable[..., Any], table: str) -> Callable[..., Any]:
 def _one_request(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(self: Any, request: Any, context: Any) -> Any:
-        _requests.tables = {"messages": {}, "values": {}}
+        _requests.tables = {"messages": {}, "values": {}, "proxies": {}}
         try:
             return method(self, request, context)
         finally:
@@ -65,6 +66,9 @@ def decode_once() -> None:
     )
     sdk.json_format.MessageToDict = _remembered(json_format.MessageToDict, "messages")
     sdk.deserialize_properties = _remembered(sdk.deserialize_properties, "values")
+    # The read-only view is a whole copy of the value too (`pulumi_policy/proxy.py` _proxy_helper walks it
+    # eagerly), so it is shared as well; the rules only read it.
+    sdk.unknown_checking_proxy = _remembered(sdk.unknown_checking_proxy, "proxies")
     servicer = sdk._PolicyAnalyzerServicer
     setattr(servicer, "Analyze", _one_request(servicer.Analyze))
     setattr(servicer, "AnalyzeStack", _one_request(servicer.AnalyzeStack))
