@@ -408,6 +408,13 @@ def _webhook_containers(workload: Workload, namespace: Namespace | None) -> None
         sidecar = _injected(
             "istio-proxy", workload.annotations, ISTIO_PROXY_ANNOTATIONS, ISTIO_PROXY_DEFAULT, ISTIO_PROXY_SECURITY, replace=True
         )
+        # A container of its name in the pod is merged into it, its fields over the injector's
+        # (pkg/kube/inject/webhook.go FindContainerFromPod, applyContainer/applyInitContainer).
+        stub = next((c for c in workload.containers + workload.init_containers if c.get("name") == "istio-proxy"), None)
+        if stub is not None:
+            sidecar["resources"] = stub.get("resources") or sidecar["resources"]
+            workload.containers = [c for c in workload.containers if c is not stub]
+            workload.init_containers = [c for c in workload.init_containers if c is not stub]
         _api_defaults(sidecar)
         workload.containers.append(sidecar)
 

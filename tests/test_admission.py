@@ -524,3 +524,46 @@ def prod() -> Stack:
     raw = copy.deepcopy(raw_stack("prod"))
     evaluated = Evaluated(raw, shared=True)
     return Stack(parse_platform_config(raw), evaluated.manifests(), evaluated.outputs)
+
+
+def _kubernetes_pod_requests(spec: dict[str, Any]) -> dict[str, Decimal]:
+    """A pod's requests as Kubernetes and Kueue total them (component-helpers v0.36.2 resource/helpers.go
+    PodRequests: app containers and restartPolicy-Always init containers add up; a regular init container counts
+    with the sidecars started before it; the larger total wins)."""
+    from platform_config.quantity import parse_quantity
+
+    def requests(container: dict[str, Any]) -> dict[str, Decimal]:
+        return {k: Decimal(str(parse_quantity(v))) for k, v in container.get("resources", {}).get("requests", {}).items()}
+
+    def add(a: dict[str, Decimal], b: dict[str, Decimal]) -> dict[str, Decimal]:
+        return {k: a.get(k, Decimal(0)) + b.get(k, Decimal(0)) for k in {*a, *b}}
+
+    total: dict[str, Decimal] = {}
+    for container in spec["containers"]:
+        total = add(total, requests(container))
+    sidecars: dict[str, Decimal] = {}
+    init_peak: dict[str, Decimal] = {}
+    for container in spec.get("initContainers", []):
+        if container.get("restartPolicy") == "Always":
+            sidecars = add(sidecars, requests(container))
+            total = add(total, requests(container))
+        else:
+            running = add(sidecars, requests(container))
+            init_peak = {k: max(init_peak.get(k, Decimal(0)), running.get(k, Decimal(0))) for k in {*init_peak, *running}}
+    return {k: max(total.get(k, Decimal(0)), init_peak.get(k, Decimal(0))) for k in {*total, *init_peak}}
+
+
+def test_kueue_counts_a_batch_pod_as_the_cluster_does_its_sidecar_included(prod):
+    """Kueue sums the Job's template, to which the injector adds nothing (it mutates pods): the template's own
+    stub of the sidecar, merged into the injected one, makes what Kueue counts what the namespace's quotas and the
+    scheduler count for the pod the admission stage builds, one sidecar and no stub left."""
+    result = admit_and_schedule(prod.manifests, prod.outputs["nodePools"])
+    jobs = [m for m in prod.manifests if m["kind"] == "Job" and m["metadata"]["namespace"] == "team-b"]
+    assert jobs
+    for job in jobs:
+        (workload,) = [w for w in result.workloads if w.kind == "Job" and w.name == job["metadata"]["name"]]
+        names = [c["name"] for c in workload.containers + workload.init_containers]
+        assert names.count("istio-proxy") == 1 and workload.findings == []
+        kueue = _kubernetes_pod_requests(job["spec"]["template"]["spec"])
+        cluster = workload.pod_requests()
+        assert (kueue["cpu"], kueue["memory"]) == (cluster["cpu"], cluster["memory"]), job["metadata"]["name"]

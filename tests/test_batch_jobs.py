@@ -506,7 +506,8 @@ def test_a_pinned_dataset_input_is_read_by_the_runner():
     assert (env["BATCH_INPUT_HF_REPO"], env["BATCH_INPUT_HF_REVISION"]) == ("team-b/tickets", "a" * 40)
     assert json.loads(env["BATCH_INPUT_FILES"]) == ["data/train.jsonl"] and "BATCH_INPUT_DIR" not in env
     # Only the shard's finished chunks are staged in.
-    assert "--include '*.jsonl'" not in pod["initContainers"][0]["command"][2]
+    (stage_in,) = [c for c in pod["initContainers"] if c["name"] == "stage-in"]
+    assert "--include '*.jsonl'" not in stage_in["command"][2]
 
 
 def test_parallelism_above_the_tenants_batch_quota():

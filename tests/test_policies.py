@@ -283,6 +283,26 @@ def test_experiments_cannot_preempt(pack, baseline):
 # --- rules 8 and 9 -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        (lambda template: None, False),
+        # `auto` is the injector's image only for its own sidecar, and only where it injects.
+        (lambda template: template["spec"]["initContainers"][0].update(name="miner"), True),
+        (lambda template: template["metadata"]["labels"].update({"sidecar.istio.io/inject": "false"}), True),
+        (lambda template: template["metadata"].setdefault("annotations", {}).update({"sidecar.istio.io/inject": "n"}),
+         True),
+    ],
+    ids=["the-jobs-stub", "another-container", "opted-out-by-label", "opted-out-by-annotation"],
+)  # fmt: skip
+def test_the_sidecar_stub_runs_the_injectors_image_only(pack, baseline, change, refused):
+    record = find(baseline, "kubernetes:batch/v1:Job", "ticket-labels-job")
+    template = record.inputs["spec"]["template"]
+    assert template["spec"]["initContainers"][0] == {**template["spec"]["initContainers"][0], "image": "auto"}
+    change(template)
+    assert ("pinned-images" in analyze(pack, record)) is refused
+
+
 @pytest.mark.parametrize("image", ["vllm/vllm-openai:latest", "vllm/vllm-openai", "registry.example.com:5000/vllm"])
 def test_pinned_images(pack, baseline, image):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")

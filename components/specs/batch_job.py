@@ -277,8 +277,8 @@ def pod_annotations() -> dict[str, str]:
     are in the mesh too (istio 1.30.3 files/injection-template.yaml line 29 reads the annotation;
     pkg/kube/inject/webhook.go reorderPod: "{istio-init/istio-validation} => proxy => rest"); on
     SIGTERM the kubelet stops it after the uploader's last copy. Its size is stated, as the servers'
-    is (the namespace's quotas count it; Kueue counts the template, which holds none of it); the
-    Pod Identity Agent's credentials call goes around it (pod.py pod_annotations)."""
+    is, and declared in the template (MESH_SIDECAR_STUB), so Kueue counts it as the namespace's
+    quotas do; the Pod Identity Agent's credentials call goes around it (pod.py pod_annotations)."""
     return {
         "sidecar.istio.io/nativeSidecar": "true",
         "sidecar.istio.io/proxyCPU": MESH_PROXY_RESOURCES["cpu"],
@@ -288,8 +288,28 @@ def pod_annotations() -> dict[str, str]:
     }
 
 
+# The mesh's sidecar as the Job's template declares it, so Kueue counts it: Kueue sums the template's
+# requests (v0.19.2 pkg/controller/jobs/job/job_controller.go PodSets, pkg/workload/workload.go
+# through component-helpers' PodRequests, which adds restartPolicy-Always init containers to the pod's
+# total), and the injector adds its sidecar only to the pod, at creation. Istio merges a container of
+# the injected one's name into it (1.30.3 pkg/kube/inject/webhook.go: FindContainerFromPod, then
+# applyInitContainer; `image: auto` keeps the injector's image), so this stub only states the size.
+MESH_SIDECAR_STUB = {
+    "name": "istio-proxy",
+    "image": "auto",
+    "restartPolicy": "Always",
+    "resources": {
+        "requests": {"cpu": MESH_PROXY_RESOURCES["cpu"], "memory": MESH_PROXY_RESOURCES["memory"]},
+        "limits": {"memory": MESH_PROXY_RESOURCES["memory"]},
+    },
+    # What the injector's own sets too (files/injection-template.yaml), stated for the checks that read
+    # the template; its user (1337, which istio-iptables lets out) is the injector's to set.
+    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True},
+}
+
+
 def pod_spec(plan: BatchJobPlan) -> dict[str, Any]:
-    init = [stage_in_container(plan)]
+    init = [json.loads(json.dumps(MESH_SIDECAR_STUB)), stage_in_container(plan)]
     weights = fetch_weights_container(plan)
     if weights is not None:
         init.append(weights)

@@ -60,6 +60,10 @@ ENDPOINT_PICKER = "endpoint-picker"
 TENANT_LABEL = "inference.platform/tenant"
 # Istio's per-pod injection switch, as a pod label or (deprecated) annotation.
 SIDECAR_INJECT = "sidecar.istio.io/inject"
+# Values of sidecar.istio.io/inject that ask for the sidecar. Any other value but the empty one
+# opts the pod out; the label wins over the annotation, even when empty (istio
+# pkg/kube/inject/inject.go injectRequired, which compares the value lower-cased).
+INJECT_ASKED = {"y", "yes", "true", "on"}
 LATENCY_LABEL: str = FACTS["labels"]["latencySensitive"]
 # The label on a model server's pods naming its model.
 MODEL_LABEL: str = FACTS["labels"]["model"]
@@ -292,3 +296,16 @@ def image_is_pinned(image: str, denied: Collection[str] = FORBIDDEN_TAGS) -> boo
         return True
     tag = image_tag(image)
     return tag is not None and tag not in denied
+
+
+def injection_switch(template: Mapping[str, Any]) -> str:
+    """A pod template's sidecar.istio.io/inject value, label over annotation, lower-cased ("" if unset)."""
+    labels = get(template, "metadata", "labels", default={}) or {}
+    annotations = get(template, "metadata", "annotations", default={}) or {}
+    return str(labels.get(SIDECAR_INJECT, annotations.get(SIDECAR_INJECT, ""))).lower()
+
+
+def opts_out_of_injection(template: Mapping[str, Any]) -> bool:
+    """Whether a pod template's own switch keeps Istio's sidecar out (INJECT_ASKED)."""
+    switch = injection_switch(template)
+    return bool(switch) and switch not in INJECT_ASKED

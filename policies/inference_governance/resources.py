@@ -32,6 +32,7 @@ from .kube import (
     is_list,
     name_of,
     namespace_of,
+    opts_out_of_injection,
     pod_gpu_resources,
     pod_template,
     workload_containers,
@@ -289,6 +290,12 @@ def _repository_allowed(repository: str, allowed: set[str]) -> bool:
     return any(repository == entry or repository.startswith(entry.rstrip("/") + "/") for entry in allowed)
 
 
+# A container the mesh's injector merges its own sidecar into, image included (istio 1.30.3
+# pkg/kube/inject/webhook.go: a pod's container of the sidecar's name overlays it, and `image: auto`
+# keeps the injector's image); the batch jobs' templates declare one so Kueue counts its size.
+INJECTED_SIDECAR_STUB = ("istio-proxy", "auto")
+
+
 def pinned_images(args: Any, report_violation: Report) -> None:
     """Images come from allowed repositories (by default the repositories of the images the
     program pins, not their whole registries: ghcr.io/llm-d/... allows no other ghcr.io image)."""
@@ -299,6 +306,8 @@ def pinned_images(args: Any, report_violation: Report) -> None:
     for container in every_container(get(template, "spec", default={})) if template is not None else ():
         name = get(container, "name", default="?")
         image = str(get(container, "image", default=""))
+        if (name, image) == INJECTED_SIDECAR_STUB and template is not None and not opts_out_of_injection(template):
+            continue  # the mesh's injector merges its sidecar into it, image included
         repository = image_repository(image)
         if not _repository_allowed(repository, allowed):
             report_violation(

@@ -29,6 +29,7 @@ from .kube import (
     HPA_V1,
     HPA_V2,
     INFERENCE_POOL,
+    INJECT_ASKED,
     ISTIO_GATEWAY,
     ISTIO_SIDECAR,
     KNATIVE_SERVICE,
@@ -65,6 +66,7 @@ from .kube import (
     model_servers,
     name_of,
     namespace_of,
+    opts_out_of_injection,
     placement_pools,
     pod_gpu_resources,
     pod_template,
@@ -533,10 +535,6 @@ def stack_capacity(args: Any, report_violation: Report) -> None:
 
 # --- endpoint pickers --------------------------------------------------------------------------
 
-# Values of sidecar.istio.io/inject that ask for the sidecar. Any other value but the empty one
-# opts the pod out; the label wins over the annotation, even when empty (istio
-# pkg/kube/inject/inject.go injectRequired, which compares the value lower-cased).
-INJECT_ASKED = {"y", "yes", "true", "on"}
 # PeerAuthentication modes that accept plaintext (istio security/v1beta1 MutualTLS.Mode).
 PLAINTEXT_MODES = {"PERMISSIVE", "DISABLE"}
 
@@ -1327,10 +1325,8 @@ def _check_server_egress(
 ) -> None:
     template = pod_template(resource.resource_type, resource.props) or {}
     labels = get(template, "metadata", "labels", default={}) or {}
-    annotations = get(template, "metadata", "annotations", default={}) or {}
-    inject = str(labels.get(SIDECAR_INJECT, annotations.get(SIDECAR_INJECT, ""))).lower()
     where = f"{name_of(resource.props)} in {namespace} ({what})"
-    if inject and inject not in INJECT_ASKED:
+    if opts_out_of_injection(template):
         report_violation(f"{where} opts out of the mesh's sidecar: nothing limits where it connects", resource.urn)
         return
     bypasses = _around_the_sidecar(template)
