@@ -96,7 +96,7 @@ BASELINE ?=
 # the guard rails compare this change with (default: BASELINE's).
 PREVIOUS_OUTPUTS ?=
 preview: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas upstream-sources
-	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))$(if $(REGISTRY_FILE), --registry-file $(REGISTRY_FILE))$(if $(BASELINE), --baseline $(BASELINE))$(if $(PREVIOUS_OUTPUTS), --previous-outputs $(PREVIOUS_OUTPUTS))
+	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))$(if $(REGISTRY_FILE), --registry-file $(REGISTRY_FILE))$(if $(BASELINE), --baseline $(BASELINE))$(if $(PREVIOUS_OUTPUTS), --previous-outputs $(PREVIOUS_OUTPUTS))$(if $(REPORT_ERRORS), --report-errors)
 
 preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas upstream-sources
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done

@@ -3,6 +3,12 @@ Pulumi imports)."""
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal
+
+from platform_config.capacity import MIG_SLICE, WHOLE_GPU, instance_of, pool_supply
+from platform_config.gpu_catalog import COMPUTE_SLICES, MIG_RESOURCE_PREFIX
+from platform_config.models import NodePoolConfig
 from platform_config.serving import ServerAdmission, queue_seconds, route_timeout_seconds
 
 from .serving import Plan
@@ -97,3 +103,80 @@ def queue_bound_report(plan: Plan) -> list[dict[str, object]]:
             row["gatewayPendingPerPod"] = tier.policy.max_pending_requests
             rows.append(row)
     return rows
+
+
+# --- cost -------------------------------------------------------------------------------------
+
+
+def _gpus_per_unit(pool: NodePoolConfig, resource: str) -> Decimal:
+    """The share of one physical GPU that one unit of `resource` is on `pool`: a whole GPU, a time-sliced share
+    (1 / replicas), or a MIG slice (its compute slices of the GPU's seven, as NVIDIA names it: 3g = 3/7)."""
+    supply = pool_supply(pool)
+    if supply.kinds.get(resource) == MIG_SLICE:
+        profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
+        return Decimal(supply.instance.gpu.mig_profiles[profile].compute_slices) / COMPUTE_SLICES
+    if supply.kinds.get(resource, WHOLE_GPU) == WHOLE_GPU:
+        return Decimal(1)
+    return Decimal(supply.instance.gpus) / supply.per_node[resource]
+
+
+def _node_share(pool: NodePoolConfig, resource: str, count: int) -> Decimal:
+    """The share of one of the pool's nodes a pod asking for `count` of `resource` is charged: its GPUs' share."""
+    return _gpus_per_unit(pool, resource) * count / instance_of(pool).gpus
+
+
+def _money(value: Decimal) -> str:
+    return str(value.quantize(Decimal("0.01")))
+
+
+def cost_report(plan: Plan) -> dict[str, object]:
+    """What the stack's GPU pools cost per hour at minimum and at maximum scale, from each pool's `pricePerHour` (in
+    whatever currency it is stated): the environment's nodes (at least each pool's minSize, and the nodes its
+    pods' minimum replicas fill; at most its maxSize), and each tenant's share, charged by the GPUs its pods hold
+    (a model version's replicas at its minimum and maximum, a batch job's `parallelism` shards at maximum). What
+    no tenant holds (idle capacity, rounding up to whole nodes) is `unallocated`, so the tenants and it add up to
+    the environment. Pools without a price, and the system node group, which has none, are listed as unpriced."""
+    config = plan.config
+    prices = {pool.name: Decimal(str(pool.price_per_hour)) for pool in config.node_pools if pool.price_per_hour is not None}
+    pools = {pool.name: pool for pool in config.node_pools}
+    tenants: dict[str, dict[str, Decimal]] = {t.name: {"min": Decimal(0), "max": Decimal(0)} for t in config.tenants}
+    min_nodes: dict[str, Decimal] = {name: Decimal(0) for name in pools}
+    for model in plan.models:
+        for server in model.servers:
+            share = _node_share(server.pool, server.gpu_resource, server.gpu_count)
+            min_nodes[server.pool.name] += share * server.min_replicas
+            price = prices.get(server.pool.name)
+            if price is not None:
+                tenants[server.namespace]["min"] += share * server.min_replicas * price
+                tenants[server.namespace]["max"] += share * server.max_replicas * price
+    for job in plan.batch_jobs:
+        price = prices.get(job.pool.name)
+        if price is not None:
+            shards = min(job.job.parallelism, job.shards)
+            tenants[job.namespace]["max"] += _node_share(job.pool, job.gpu_resource, job.gpu_count) * shards * price
+    environment = {"min": Decimal(0), "max": Decimal(0)}
+    pool_rows = []
+    for name, pool in pools.items():
+        nodes_at_min = max(pool.min_size, math.ceil(min_nodes[name]))
+        price = prices.get(name)
+        pool_rows.append(
+            {
+                "pool": name,
+                "instanceType": pool.instance_type,
+                "pricePerHour": None if price is None else _money(price),
+                "nodes": {"min": nodes_at_min, "max": pool.max_size},
+            }
+        )
+        if price is not None:
+            environment["min"] += nodes_at_min * price
+            environment["max"] += pool.max_size * price
+    tenant_rows = [{"tenant": t, "minPerHour": _money(v["min"]), "maxPerHour": _money(v["max"])} for t, v in tenants.items()]
+    # In cents, so that the rows add up to the environment exactly as shown.
+    shown = {k: sum(Decimal(row[f"{k}PerHour"]) for row in tenant_rows) for k in ("min", "max")}
+    return {
+        "environment": {"minPerHour": _money(environment["min"]), "maxPerHour": _money(environment["max"])},
+        "tenants": tenant_rows,
+        "unallocated": {k + "PerHour": _money(Decimal(_money(environment[k])) - shown[k]) for k in ("min", "max")},
+        "pools": pool_rows,
+        "unpriced": [name for name in pools if name not in prices] + ["system node group"],
+    }

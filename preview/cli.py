@@ -38,7 +38,7 @@ from .engine import DuplicateUrnError, evaluate
 from .first_up import check_first_up
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .previous_releases import previous_releases, with_previous_releases
-from .report import Report
+from .report import Report, shown_path
 from .sections import (
     adapters_section,
     admission_section,
@@ -46,6 +46,7 @@ from .sections import (
     capacity_section,
     changes_section,
     cold_start_section,
+    cost_section,
     first_up_section,
     guard_rail_section,
     policy_section,
@@ -87,6 +88,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--config-file", type=Path, help="use this stack file instead of stacks/Pulumi.<stack>.yaml")
     parser.add_argument("--policy-pack", type=Path, help="the policy pack to run (default: <project>/policies)")
     parser.add_argument("--policy-config", type=Path, help="JSON policy config, as for `pulumi preview --policy-pack-config`")
+    parser.add_argument(
+        "--report-errors",
+        action="store_true",
+        help="on invalid input (exit 2) still write report.md and report.json, holding the error alone (pull-request CI: "
+        "the comment then says why); without it nothing is written",
+    )
     parser.add_argument("--baseline", type=Path, help="a previous preview's output directory: report what changes against it")
     parser.add_argument(
         "--previous-stack-file",
@@ -144,31 +151,40 @@ def _check_baseline(baseline: Any, source: Path) -> list[dict[str, Any]]:
 
 
 POSTURE_OUTPUT = "securityPosture"
+COST_OUTPUT = "costPerHour"
 
 
-def _previous_posture(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
-    """The security posture the guard rails compare with, and where it was read: `--previous-outputs` (a deployed
-    stack's outputs), else `--baseline`'s report.json; (None, why) when neither holds one (a first deployment, or a
-    baseline from before the program exported it)."""
+def _previous_outputs(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
+    """The stack outputs this run is compared with, and where they were read: `--previous-outputs` (a deployed
+    stack's outputs), else `--baseline`'s report.json; (None, why) when neither holds them."""
     if args.previous_outputs is not None:
         source, what = args.previous_outputs, "the previous outputs"
         outputs = _read_json(source, what)
     elif args.baseline is not None:
         source, what = args.baseline / "report.json", "the baseline's report"
         if not source.is_file():
-            return None, f"{source} does not exist"
+            return None, f"{shown_path(source)} does not exist"
         report = _read_json(source, what)
         outputs = report.get("stackOutputs") if isinstance(report, dict) else None
     else:
         return None, "no --baseline or --previous-outputs"
     if not isinstance(outputs, dict):
         raise StackConfigError(f"{what} {source}: holds {type(outputs).__name__}, not the stack's outputs (a mapping)")
-    posture = outputs.get(POSTURE_OUTPUT)
-    if posture is None:
-        return None, f"{source} has no {POSTURE_OUTPUT}"
-    if not isinstance(posture, dict):
-        raise StackConfigError(f"{what} {source}: {POSTURE_OUTPUT} is {type(posture).__name__}, not a mapping")
-    return posture, str(source)
+    return outputs, shown_path(source)
+
+
+def _previous_output(outputs: tuple[dict[str, Any] | None, str], key: str) -> tuple[dict[str, Any] | None, str]:
+    """One mapping among the previous outputs, and where it was read; (None, why) when they have none (a first
+    deployment, or a baseline from before the program exported it)."""
+    values, source = outputs
+    if values is None:
+        return None, source
+    value = values.get(key)
+    if value is None:
+        return None, f"{source} has no {key}"
+    if not isinstance(value, dict):
+        raise StackConfigError(f"{source}: {key} is {type(value).__name__}, not a mapping")
+    return value, source
 
 
 def _read_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
@@ -260,6 +276,22 @@ def _clear_verdict(out: Path) -> None:
         (out / name).unlink(missing_ok=True)
 
 
+def _write_error_report(out: Path, stack: str, error: str) -> None:
+    """With --report-errors, a run refused for its input still leaves a report, so a pull request gets a comment
+    saying why: report.md
+    and report.json with the error alone (no resources, manifests or verdict of stages that did not run). Not
+    where --out is not a folder one may write, nor for a stack name that is not one (it may name the folder)."""
+    if out.is_file() or out.parent.is_file() or not _STACK_NAME.fullmatch(stack) or stack in (".", ".."):
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps({"stack": stack, "status": "config-error", "error": error}, indent=2) + "\n")
+        markdown = [f"# Offline preview: `{stack}`", "", "**Result: config error** (exit 2): nothing was previewed.", ""]
+        (out / "report.md").write_text("\n".join([*markdown, "```", error, "```", ""]))
+    except OSError:
+        pass  # the error itself has been printed
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     project_dir = args.project_dir.resolve()
@@ -275,12 +307,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is None:
             _clear_verdict(out)
         overrides, baseline = _read_inputs(args)
-        posture = _previous_posture(args)
+        previous = _previous_outputs(args)
+        posture = _previous_output(previous, POSTURE_OUTPUT)
+        previous_cost, _ = _previous_output(previous, COST_OUTPUT)
         args.registry_file = _check_registry_file(args.registry_file)
         project = load_project(project_dir)
         stack_config = progress.run("reading stack config", lambda: load_stack_config(project, args.stack, args.config_file))
     except (StackConfigError, PolicyPackError) as error:
         print(f"error: {error}", file=sys.stderr)
+        if args.report_errors:
+            _write_error_report(out, args.stack, str(error))
         return EXIT_CONFIG
 
     # The pack starts (and imports its SDK) while the program is evaluated, and analyzes each
@@ -295,13 +331,22 @@ def main(argv: list[str] | None = None) -> int:
         pack, project_dir, project.name, args.stack, stack_config.values, stack_config.secret_keys, overrides
     )
     try:
-        return _run(args, project_dir, out, progress, project.name, stack_config, policies, baseline, posture)
+        return _run(args, project_dir, out, progress, project.name, stack_config, policies, baseline, posture, previous_cost)
     finally:
         policies.close()
 
 
 def _run(
-    args, project_dir, out, progress, project, stack_config, policies: PolicySession, baseline, posture: tuple[Any, str]
+    args,
+    project_dir,
+    out,
+    progress,
+    project,
+    stack_config,
+    policies: PolicySession,
+    baseline,
+    posture: tuple[Any, str],
+    previous_cost: dict[str, Any] | None,
 ) -> int:
     environment = _ProgramEnvironment({REGISTRY_FILE_ENV: str(args.registry_file)} if args.registry_file else {})
     try:
@@ -313,6 +358,8 @@ def _run(
     except pulumi.RunError as error:
         # The same clean message the Pulumi CLI prints for a RunError: no traceback.
         print(f"error: {error}", file=sys.stderr)
+        if args.report_errors:
+            _write_error_report(out, args.stack, str(error))
         return EXIT_CONFIG
     except DuplicateUrnError as error:
         # The config checks refuse names that would collide: one reaching the engine is a bug.
@@ -364,7 +411,7 @@ def _run(
     pins = progress.run("checking pins and rendered values against upstream facts", lambda: check_upstream(objects, releases))
     # Named relative to the project (`../shared/upstream-facts`): the report goes into pull requests,
     # where the runner's own paths say nothing.
-    report.sections["upstream"] = upstream_section(pins, os.path.relpath(facts_dir(), PROJECT_ROOT))
+    report.sections["upstream"] = upstream_section(pins, shown_path(facts_dir()))
     version = str(evaluation.stack_outputs.get("kubernetesVersion") or "1.33")
     # Imported only now: jsonschema and the schemas load while the policy pack is busy with the
     # stack, not before the program can start.
@@ -372,7 +419,7 @@ def _run(
 
     crd_dir = crd_schema_dir()
     results = progress.run("validating objects against schemas", lambda: SchemaValidator(version, crd_dir).validate_all(objects))
-    report.sections["schemas"] = schema_section(results, version, str(crd_dir))
+    report.sections["schemas"] = schema_section(results, version, shown_path(crd_dir))
     try:
         policy_run = progress.run("waiting for the policy pack's verdict (analyzer protocol)", policies.result)
     except PolicyConfigError as error:
@@ -388,9 +435,12 @@ def _run(
     guard_rails = guard_rail_section(previous_posture, evaluation.stack_outputs.get(POSTURE_OUTPUT), posture_source)
     if guard_rails is not None:
         report.sections["guardRails"] = guard_rails
+    cost = cost_section(evaluation.stack_outputs.get(COST_OUTPUT), previous_cost)
+    if cost is not None:
+        report.sections["cost"] = cost
     if baseline is not None:
         diff = diff_resources(baseline, render.resource_entries(evaluation.resources))
-        report.sections["changes"] = changes_section(diff, str(args.baseline))
+        report.sections["changes"] = changes_section(diff, shown_path(args.baseline))
 
     report.stages = progress.stages
     report.write(out)

@@ -7,12 +7,23 @@ preview exit non-zero. The resource tree and counts come from the recorded regis
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .engine import RecordedResource
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# How many lines of a failed stage's findings the top of report.md shows (the whole report has them all).
+FINDING_LINES_SHOWN = 15
+
+
+def shown_path(path: Path | str) -> str:
+    """A path as the report shows it: relative to the project (`../shared/...`, `build/...`), never the
+    machine's absolute one, which says nothing in a pull request's comment."""
+    return os.path.relpath(os.path.abspath(path), PROJECT_ROOT)
 
 
 @dataclass
@@ -26,6 +37,9 @@ class Section:
     markdown: str = ""
     # Lines for the terminal, under the section's summary.
     lines: list[str] = field(default_factory=list)
+    # Markdown for the top of report.md (a pull request's comment), above the collapsed whole report:
+    # what a reviewer reads first (the changes, the cost).
+    headline: str = ""
 
 
 @dataclass
@@ -134,6 +148,8 @@ class Report:
         return "\n".join(out)
 
     def markdown(self) -> str:
+        """report.md, a pull request's comment: the verdict, each stage's one line, the findings, the changes and
+        the cost; then the whole report, collapsed."""
         counts = self.counts()
         out = [
             f"# Offline preview: `{self.stack}`",
@@ -145,7 +161,18 @@ class Report:
         ]
         for section in self.sections.values():
             out.append(f"- {'❌' if section.failed else '✅'} **{section.title}**: {section.summary}")
-        out += ["", "## Resources by kind", "", "| kind | count |", "|---|---:|"]
+        failed = [s for s in self.sections.values() if s.failed]
+        if failed:
+            out += ["", "## Findings", ""]
+            for section in failed:
+                shown = section.lines[:FINDING_LINES_SHOWN]
+                more = len(section.lines) - len(shown)
+                out += [f"**{section.title}**", "", "```", *shown, *([f"... and {more} more"] if more else []), "```", ""]
+        for section in self.sections.values():
+            if section.headline:
+                out += ["", f"## {section.title}", "", section.summary, "", section.headline.rstrip()]
+        out += ["", "<details>", "<summary>The whole report: resources, every stage's tables, timings</summary>", ""]
+        out += ["## Resources by kind", "", "| kind | count |", "|---|---:|"]
         out += [f"| `{kind}` | {n} |" for kind, n in self.by_kind().items()]
         out += ["", "## Resources by component", "", "```", *self.tree_lines(), "```", ""]
         for section in self.sections.values():
@@ -153,6 +180,7 @@ class Report:
                 out += [f"## {section.title}", "", section.markdown.rstrip(), ""]
         out += ["## Stages", "", "| stage | seconds |", "|---|---:|"]
         out += [f"| {s['name']} | {s['seconds']:.2f} |" for s in self.stages]
+        out += ["", "</details>"]
         return "\n".join(out) + "\n"
 
     def write(self, out: Path) -> None:

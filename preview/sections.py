@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from platform_config.cold_start import S3_STREAM
@@ -259,21 +260,91 @@ def schema_section(results: list[ObjectResult], kubernetes_version: str, crd_dir
     return Section("Schemas", summary, failed=bool(invalid), data=data, markdown="\n".join(rows), lines=lines)
 
 
+def _value(value: Any, width: int = 60) -> str:
+    """A changed input's value in one short line (JSON, cut to `width`)."""
+    if value is None:
+        return "(none)"
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _values(old: Any, new: Any, width: int = 60) -> tuple[str, str]:
+    """A changed input's old and new value, each in one short line; two long strings from where they first
+    differ, so the change shows rather than their common beginning."""
+    if isinstance(old, str) and isinstance(new, str) and max(len(old), len(new)) > width:
+        start = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+        start = max(0, start - 10)
+        before, after = (("..." if start else "") + _value(text[start:], width).strip('"') for text in (old, new))
+        return before, after
+    return _value(old, width), _value(new, width)
+
+
+# How many changed inputs the report lists per resource, and how many resources' changes the summary shows.
+CHANGED_VALUES_SHOWN = 8
+CHANGES_IN_SUMMARY = 25
+
+
 def changes_section(diff: Diff, baseline: str) -> Section:
+    """Resources to add, update in place, replace and delete against the baseline, each changed input with its old
+    and new value, and the workloads whose pods the change rolls."""
+    updated = [c for c in diff.changed if not c.replacing]
     summary = (
-        "no changes" if diff.empty else f"{len(diff.added)} to add, {len(diff.changed)} to change, {len(diff.removed)} to delete"
+        "no changes"
+        if diff.empty
+        else f"{len(diff.added)} to add, {len(updated)} to change in place, {len(diff.replaced)} to replace, "
+        f"{len(diff.removed)} to delete; pods of {len(diff.rolling)} workloads roll"
     )
     lines = [f"+ {c.type} {c.name}" for c in diff.added]
-    lines += [f"~ {c.type} {c.name}: {', '.join(c.paths[:6])}{' ...' if len(c.paths) > 6 else ''}" for c in diff.changed]
+    for c in diff.changed:
+        mark = "+-" if c.replacing else "~"
+        lines.append(f"{mark} {c.type} {c.name}{' (replaced: ' + ', '.join(c.replacing[:3]) + ')' if c.replacing else ''}")
+        lines += [f"    {path}: {' -> '.join(_values(old, new))}" for path, old, new in c.values[:CHANGED_VALUES_SHOWN]]
+        if len(c.values) > CHANGED_VALUES_SHOWN:
+            lines.append(f"    ... and {len(c.values) - CHANGED_VALUES_SHOWN} more")
     lines += [f"- {c.type} {c.name}" for c in diff.removed]
     data = {
         "baseline": baseline,
         "added": [{"urn": c.urn, "type": c.type} for c in diff.added],
-        "changed": [{"urn": c.urn, "type": c.type, "paths": c.paths} for c in diff.changed],
+        "changed": [
+            {
+                "urn": c.urn,
+                "type": c.type,
+                "paths": c.paths,
+                "values": [{"path": p, "old": old, "new": new} for p, old, new in c.values],
+                "replacing": c.replacing,
+                "rollsPods": c.rolls_pods,
+            }
+            for c in diff.changed
+        ],
         "removed": [{"urn": c.urn, "type": c.type} for c in diff.removed],
+        "rolling": [c.urn for c in diff.rolling],
     }
     markdown = "\n".join(["```diff", *lines, "```"]) if lines else "No changes."
-    return Section(f"Changes against {baseline}", summary, data=data, markdown=markdown, lines=lines)
+    headline = "\n".join(changes_summary_markdown(data)) if not diff.empty else ""
+    return Section(f"Changes against {baseline}", summary, data=data, markdown=markdown, lines=lines, headline=headline)
+
+
+def changes_summary_markdown(diff_data: dict[str, Any]) -> list[str]:
+    """The top of a pull request's comment: what is added, replaced and deleted, each changed input's old and new
+    value (the first CHANGES_IN_SUMMARY resources), and whose pods roll."""
+    rows = ["| | resource | what changes |", "|---|---|---|"]
+    for entry in diff_data["added"]:
+        rows.append(f"| add | `{entry['urn'].rsplit('::', 1)[-1]}` ({entry['type'].rsplit(':', 1)[-1]}) | |")
+    for entry in diff_data["changed"][:CHANGES_IN_SUMMARY]:
+        action = "replace" if entry["replacing"] else "update"
+        values = "<br>".join(
+            f"`{v['path']}`: " + " → ".join(f"`{text}`" for text in _values(v["old"], v["new"], 40)) for v in entry["values"][:4]
+        )
+        more = f"<br>and {len(entry['values']) - 4} more" if len(entry["values"]) > 4 else ""
+        rows.append(f"| {action} | `{entry['urn'].rsplit('::', 1)[-1]}` ({entry['type'].rsplit(':', 1)[-1]}) | {values}{more} |")
+    if len(diff_data["changed"]) > CHANGES_IN_SUMMARY:
+        rows.append(f"| | and {len(diff_data['changed']) - CHANGES_IN_SUMMARY} more changed resources | |")
+    for entry in diff_data["removed"]:
+        rows.append(f"| delete | `{entry['urn'].rsplit('::', 1)[-1]}` ({entry['type'].rsplit(':', 1)[-1]}) | |")
+    rolling = [urn.rsplit("::", 1)[-1] for urn in diff_data["rolling"]]
+    if rolling:
+        rows += ["", f"Pods roll for: {', '.join(f'`{name}`' for name in rolling)}."]
+    return rows
 
 
 def policy_section(run: PolicyRun) -> Section:
@@ -493,4 +564,53 @@ def guard_rail_section(previous: dict[str, Any] | None, current: dict[str, Any] 
         data={"weakenings": rows, "unusedAcknowledgements": unused},
         markdown="\n".join(table),
         lines=lines,
+    )
+
+
+def cost_section(current: dict[str, Any] | None, previous: dict[str, Any] | None) -> Section | None:
+    """What the program exports as `costPerHour` (components/plan_reports.py cost_report): per hour at minimum and
+    at maximum scale, the environment's pools and each tenant's share, with the previous figures (the baseline's or
+    the deployed stack's outputs) beside them where they differ."""
+    if not current:
+        return None
+
+    def rows(cost: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
+        if not cost:
+            return {}
+        found = {"environment": (cost["environment"]["minPerHour"], cost["environment"]["maxPerHour"])}
+        found.update({f"tenant {row['tenant']}": (row["minPerHour"], row["maxPerHour"]) for row in cost["tenants"]})
+        found["unallocated"] = (cost["unallocated"]["minPerHour"], cost["unallocated"]["maxPerHour"])
+        return found
+
+    now, before = rows(current), rows(previous)
+
+    def shown(name: str, index: int) -> str:
+        value = now[name][index] if name in now else "-"
+        was = before[name][index] if name in before else ("-" if previous else None)
+        return value if was is None or was == value else f"{was} → {value}"
+
+    names = [*now, *(name for name in before if name not in now)]
+    table = ["| | per hour at min scale | per hour at max scale |", "|---|---:|---:|"]
+    table += [f"| {name} | {shown(name, 0)} | {shown(name, 1)} |" for name in names]
+    table += ["", "| pool | instance type | price per node-hour | nodes at min | nodes at max |", "|---|---|---:|---:|---:|"]
+    table += [
+        f"| {p['pool']} | {p['instanceType']} | {p['pricePerHour'] or 'no price'} | {p['nodes']['min']} | {p['nodes']['max']} |"
+        for p in current["pools"]
+    ]
+    table += [
+        "",
+        "Prices are the pools' `pricePerHour`, in the currency they are stated in; a tenant is charged the GPUs its pods "
+        "hold (a model version's replicas at its minimum and maximum, a batch job's parallel shards at maximum), and what "
+        f"no tenant holds is unallocated. Not priced: {', '.join(current['unpriced'])}.",
+    ]
+    summary = f"environment {shown('environment', 0)} per hour at min scale, {shown('environment', 1)} at max"
+    lines = [f"{name:<24} {shown(name, 0):>20} {shown(name, 1):>20}" for name in names]
+    headline = "\n".join(table[: 2 + len(names)])
+    return Section(
+        "Cost",
+        summary,
+        data={"current": current, "previous": previous},
+        markdown="\n".join(table),
+        lines=lines,
+        headline=headline,
     )

@@ -293,7 +293,10 @@ def _write_verdict(out) -> None:
         (["--stack", "dev", "--policy-config", "{stack}"], "cannot read the policy config"),
     ],
 )
-def test_a_refused_run_leaves_no_previous_verdict(tmp_path, capsys, arguments, message):
+def test_a_refused_run_leaves_no_previous_verdict_only_its_error(tmp_path, capsys, arguments, message):
+    """The previous verdict goes and nothing is written; with --report-errors the refusal's own report takes its
+    place (a pull request gets a comment saying why), the error printed and nothing previewed; a stack name that is
+    not one leaves nothing even then."""
     from preview.cli import main
 
     out = tmp_path / "out"
@@ -304,6 +307,19 @@ def test_a_refused_run_leaves_no_previous_verdict(tmp_path, capsys, arguments, m
     assert main(["--quiet", *argv, "--out", str(out)]) == 2
     assert message in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == []
+    # Asked to (pull-request CI), it writes the error as the report.
+    assert main(["--quiet", *argv, "--out", str(out), "--report-errors"]) == 2
+    error = capsys.readouterr().err
+    assert message in error
+    if "not a stack name" in message:
+        assert sorted(p.name for p in out.iterdir()) == []
+        return
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "config-error" and message in report["error"]
+    markdown = (out / "report.md").read_text()
+    assert "**Result: config error**" in markdown and report["error"] in markdown
+    assert error.strip() == f"error: {report['error']}"
 
 
 def _program_registering_twice(root) -> None:

@@ -1,0 +1,87 @@
+"""The cost the program exports (components/plan_reports.py cost_report) and what the preview's diff says a change
+does (preview/diff.py): replaced or updated in place as pulumi-kubernetes decides, and whose pods roll."""
+
+from __future__ import annotations
+
+import copy
+from decimal import Decimal
+
+import pytest
+
+from preview.diff import diff_resources, replacing_paths
+
+from .helpers import raw_stack, validate
+
+
+def _cost(raw):
+    from components.plan_reports import cost_report
+
+    return cost_report(validate(raw))
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_the_tenants_and_what_none_holds_add_up_to_the_environment(stack):
+    cost = _cost(copy.deepcopy(raw_stack(stack)))
+    for scale in ("min", "max"):
+        parts = [Decimal(t[f"{scale}PerHour"]) for t in cost["tenants"]] + [Decimal(cost["unallocated"][f"{scale}PerHour"])]
+        assert sum(parts) == Decimal(cost["environment"][f"{scale}PerHour"])
+        assert Decimal(cost["unallocated"][f"{scale}PerHour"]) >= 0
+    assert "system node group" in cost["unpriced"]
+
+
+def test_a_tenant_is_charged_the_gpus_its_pods_hold_and_a_pool_without_a_price_nothing():
+    raw = copy.deepcopy(raw_stack("prod"))
+    cost = _cost(raw)
+    tenants = {t["tenant"]: t for t in cost["tenants"]}
+    # team-a's 1B runs on one 1g.10gb MIG slice per replica: 1/7 of one of a p5.48xlarge's 8 GPUs, at 55.04 an hour,
+    # 2 replicas at least and 6 at most.
+    assert (tenants["team-a"]["minPerHour"], tenants["team-a"]["maxPerHour"]) == ("1.97", "5.90")
+    # team-b runs batch jobs only: nothing at min scale; at most their parallel shards, each one of 4 L4s at 2.30.
+    assert (tenants["team-b"]["minPerHour"], tenants["team-b"]["maxPerHour"]) == ("0.00", "1.72")
+    for pool in raw["nodePools"]:
+        pool.pop("pricePerHour", None)
+    unpriced = _cost(raw)
+    assert unpriced["environment"] == {"minPerHour": "0.00", "maxPerHour": "0.00"}
+    assert set(unpriced["unpriced"]) == {p["name"] for p in raw["nodePools"]} | {"system node group"}
+
+
+def _resource(kind: str, name: str, inputs: dict) -> dict:
+    return {"urn": f"urn:pulumi:prod::p::{kind}::{name}", "type": kind, "name": name, "inputs": inputs}
+
+
+@pytest.mark.parametrize(
+    ("kind", "before", "after", "replaced", "rolls"),
+    [
+        ("kubernetes:apps/v1:Deployment", {"spec": {"template": {"spec": {"image": "a"}}}},
+         {"spec": {"template": {"spec": {"image": "b"}}}}, [], True),
+        ("kubernetes:apps/v1:Deployment", {"spec": {"selector": {"matchLabels": {"a": "1"}}}},
+         {"spec": {"selector": {"matchLabels": {"a": "2"}}}}, ["spec.selector.matchLabels.a"], False),
+        ("kubernetes:batch/v1:Job", {"spec": {"template": {"spec": {"image": "a"}}}},
+         {"spec": {"template": {"spec": {"image": "b"}}}}, ["spec.template.spec.image"], False),
+        ("kubernetes:core/v1:ConfigMap", {"data": {"k": "a"}}, {"data": {"k": "b"}}, ["data.k"], False),
+        ("kubernetes:core/v1:Service", {"spec": {"ports": [{"port": 1}]}}, {"spec": {"ports": [{"port": 2}]}}, [], False),
+        ("kubernetes:core/v1:Service", {"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}, ["metadata.name"], False),
+        ("kubernetes:helm.sh/v3:Release", {"values": {"a": 1}}, {"values": {"a": 2}}, [], False),
+        ("kubernetes:helm.sh/v3:Release", {"namespace": "a"}, {"namespace": "b"}, ["namespace"], False),
+        ("kubernetes:serving.knative.dev/v1:Service", {"spec": {"template": {"metadata": {"a": "1"}}}},
+         {"spec": {"template": {"metadata": {"a": "2"}}}}, [], True),
+        ("aws:iam/role:Role", {"name": "a"}, {"name": "b"}, [], False),
+    ],
+)  # fmt: skip
+def test_a_change_is_an_update_or_a_replacement_as_pulumi_kubernetes_decides(kind, before, after, replaced, rolls):
+    diff = diff_resources([_resource(kind, "x", before)], [_resource(kind, "x", after)])
+    (change,) = diff.changed
+    assert change.replacing == replaced and change.rolls_pods is rolls
+    ((path, old, new),) = change.values
+    assert path == change.paths[0] and old != new
+
+
+def test_the_replacing_paths_are_those_under_a_kinds_force_new_inputs():
+    assert replacing_paths("kubernetes:apps/v1:StatefulSet", ["spec.volumeClaimTemplates[0].spec", "spec.replicas"]) == [
+        "spec.volumeClaimTemplates[0].spec"
+    ]
+    assert replacing_paths("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", ["roleRef.name", "subjects[0]"]) == [
+        "roleRef.name"
+    ]
+    # A prefix of a word is not the word: `spec.selectorX` is not under `spec.selector`.
+    assert replacing_paths("kubernetes:apps/v1:Deployment", ["spec.selectorX"]) == []
