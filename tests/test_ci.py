@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -233,3 +234,18 @@ def test_a_hand_run_up_gives_the_pack_the_releases_deployed_last():
         run = next(i for i, line in enumerate(lines) if line.startswith(command))
         assert outputs < config < run and lines[config].endswith("> build/policy-config.prod.json")
         assert "--policy-pack policies --policy-pack-config build/policy-config.prod.json" in lines[run]
+
+
+def test_ci_fails_on_a_skip_not_on_the_allow_list_and_prints_the_list(tmp_path):
+    """Under `.ci/run` (REQUIRE_REAL_SERVERS=1) any skipped test fails the run unless tests/conftest.py
+    SKIPS_ALLOWED_IN_CI names it, and the list is printed at the end; elsewhere a skip stays a skip."""
+    test_file = tmp_path / "test_skips.py"
+    test_file.write_text("import pytest\n\n\ndef test_needs_something():\n    pytest.skip('something is missing')\n")
+    command = [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", str(test_file)]
+    env = {k: v for k, v in os.environ.items() if k != "REQUIRE_REAL_SERVERS"}
+    enforced = subprocess.run(command, cwd=ROOT, env={**env, "REQUIRE_REAL_SERVERS": "1"}, capture_output=True, text=True)
+    assert enforced.returncode == 1, enforced.stdout
+    assert "skipped, and not in tests/conftest.py SKIPS_ALLOWED_IN_CI: Skipped: something is missing" in enforced.stdout
+    assert "skips allowed in CI (tests/conftest.py SKIPS_ALLOWED_IN_CI): none" in enforced.stdout
+    relaxed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert relaxed.returncode == 0 and "1 skipped" in relaxed.stdout, relaxed.stdout
