@@ -125,6 +125,19 @@ def _node_share(pool: NodePoolConfig, resource: str, count: int) -> Decimal:
     return _gpus_per_unit(pool, resource) * count / instance_of(pool).gpus
 
 
+def _nodes_for(pool: NodePoolConfig, pods: dict[tuple[str, int], int]) -> int:
+    """The nodes of the pool these pods fill, by (GPU resource, count per pod): a node offers each resource its
+    geometry gives it (pool_supply), whole pods only; resources of one node are shared by the pods of all of them,
+    so the pool needs the most any one resource needs."""
+    per_node = pool_supply(pool).per_node
+    needed: dict[str, int] = {}
+    for (resource, count), replicas in pods.items():
+        fits = per_node.get(resource, 0) // count if count else 0
+        if replicas and fits:
+            needed[resource] = needed.get(resource, 0) + math.ceil(replicas / fits)
+    return max(needed.values(), default=0)
+
+
 def _money(value: Decimal) -> str:
     return str(value.quantize(Decimal("0.01")))
 
@@ -133,31 +146,34 @@ def cost_report(plan: Plan) -> dict[str, object]:
     """What the stack's GPU pools cost per hour at minimum and at maximum scale, from each pool's `pricePerHour` (in
     whatever currency it is stated): the environment's nodes (at least each pool's minSize, and the nodes its
     pods' minimum replicas fill; at most its maxSize), and each tenant's share, charged by the GPUs its pods hold
-    (a model version's replicas at its minimum and maximum, a batch job's `parallelism` shards at maximum). What
-    no tenant holds (idle capacity, rounding up to whole nodes) is `unallocated`, so the tenants and it add up to
+    (a model version's replicas at its minimum and maximum, a batch job's `parallelism` shards at maximum unless it
+    is paused). What no tenant holds (idle capacity, rounding up to whole nodes) is `unallocated`, so the tenants and it add up to
     the environment. Pools without a price, and the system node group, which has none, are listed as unpriced."""
     config = plan.config
     prices = {pool.name: Decimal(str(pool.price_per_hour)) for pool in config.node_pools if pool.price_per_hour is not None}
     pools = {pool.name: pool for pool in config.node_pools}
     tenants: dict[str, dict[str, Decimal]] = {t.name: {"min": Decimal(0), "max": Decimal(0)} for t in config.tenants}
-    min_nodes: dict[str, Decimal] = {name: Decimal(0) for name in pools}
+    # Pods at minimum scale per pool, by the GPU resource and count each asks for.
+    min_pods: dict[str, dict[tuple[str, int], int]] = {name: {} for name in pools}
     for model in plan.models:
         for server in model.servers:
             share = _node_share(server.pool, server.gpu_resource, server.gpu_count)
-            min_nodes[server.pool.name] += share * server.min_replicas
+            asks = (server.gpu_resource, server.gpu_count)
+            min_pods[server.pool.name][asks] = min_pods[server.pool.name].get(asks, 0) + server.min_replicas
             price = prices.get(server.pool.name)
             if price is not None:
                 tenants[server.namespace]["min"] += share * server.min_replicas * price
                 tenants[server.namespace]["max"] += share * server.max_replicas * price
     for job in plan.batch_jobs:
         price = prices.get(job.pool.name)
-        if price is not None:
+        # A paused job holds nothing until it is resumed (its LocalQueue stops it, specs/kueue.py).
+        if price is not None and not job.job.paused:
             shards = min(job.job.parallelism, job.shards)
             tenants[job.namespace]["max"] += _node_share(job.pool, job.gpu_resource, job.gpu_count) * shards * price
     environment = {"min": Decimal(0), "max": Decimal(0)}
     pool_rows = []
     for name, pool in pools.items():
-        nodes_at_min = max(pool.min_size, math.ceil(min_nodes[name]))
+        nodes_at_min = max(pool.min_size, _nodes_for(pool, min_pods[name]))
         price = prices.get(name)
         pool_rows.append(
             {

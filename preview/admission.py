@@ -412,7 +412,9 @@ def _webhook_containers(workload: Workload, namespace: Namespace | None) -> None
         # (pkg/kube/inject/webhook.go FindContainerFromPod, applyContainer/applyInitContainer).
         stub = next((c for c in workload.containers + workload.init_containers if c.get("name") == "istio-proxy"), None)
         if stub is not None:
-            sidecar["resources"] = stub.get("resources") or sidecar["resources"]
+            # Merged as a strategic merge patch merges resources: each of the stub's amounts over the injector's.
+            for kind, amounts in (stub.get("resources") or {}).items():
+                sidecar["resources"].setdefault(kind, {}).update(amounts)
             workload.containers = [c for c in workload.containers if c is not stub]
             workload.init_containers = [c for c in workload.init_containers if c is not stub]
         _api_defaults(sidecar)

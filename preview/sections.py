@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from platform_config.cold_start import S3_STREAM
@@ -324,16 +325,28 @@ def changes_section(diff: Diff, baseline: str) -> Section:
     return Section(f"Changes against {baseline}", summary, data=data, markdown=markdown, lines=lines, headline=headline)
 
 
+def _cell(text: str) -> str:
+    """Text as code in a Markdown table cell: its pipes escaped (GitHub splits the row on a bare one, even inside
+    code), and fenced with more backticks than it holds."""
+    text = text.replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def changes_summary_markdown(diff_data: dict[str, Any]) -> list[str]:
     """The top of a pull request's comment: what is added, replaced and deleted, each changed input's old and new
     value (the first CHANGES_IN_SUMMARY resources), and whose pods roll."""
     rows = ["| | resource | what changes |", "|---|---|---|"]
+    # Replacements first: they are what a reviewer must not miss, and the table shows only the first ones.
+    changed = sorted(diff_data["changed"], key=lambda entry: not entry["replacing"])
     for entry in diff_data["added"]:
         rows.append(f"| add | `{entry['urn'].rsplit('::', 1)[-1]}` ({entry['type'].rsplit(':', 1)[-1]}) | |")
-    for entry in diff_data["changed"][:CHANGES_IN_SUMMARY]:
+    for entry in changed[:CHANGES_IN_SUMMARY]:
         action = "replace" if entry["replacing"] else "update"
         values = "<br>".join(
-            f"`{v['path']}`: " + " → ".join(f"`{text}`" for text in _values(v["old"], v["new"], 40)) for v in entry["values"][:4]
+            f"{_cell(v['path'])}: " + " → ".join(_cell(text) for text in _values(v["old"], v["new"], 40))
+            for v in entry["values"][:4]
         )
         more = f"<br>and {len(entry['values']) - 4} more" if len(entry["values"]) > 4 else ""
         rows.append(f"| {action} | `{entry['urn'].rsplit('::', 1)[-1]}` ({entry['type'].rsplit(':', 1)[-1]}) | {values}{more} |")

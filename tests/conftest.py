@@ -132,6 +132,8 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if not report.skipped or os.environ.get(REQUIRE_REAL_SERVERS) != "1" or item.nodeid in SKIPS_ALLOWED_IN_CI:
         return
+    if hasattr(report, "wasxfail"):
+        return  # an expected failure, reported as skipped: not a skip
     marker = next((m for m in NEVER_SKIPPED_IN_CI if item.get_closest_marker(m)), None)
     reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"
@@ -139,6 +141,18 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"{item.nodeid}: skipped, but {REQUIRE_REAL_SERVERS}=1 forbids skipping {marker} tests: {reason}"
     else:
         report.longrepr = f"{item.nodeid}: skipped, and not in tests/conftest.py SKIPS_ALLOWED_IN_CI: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A whole module skipped while it is collected (`pytest.importorskip`, a module-level skip) is held to the
+    same rule: under `.ci/run` it fails unless SKIPS_ALLOWED_IN_CI names it."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get(REQUIRE_REAL_SERVERS) == "1" and collector.nodeid not in SKIPS_ALLOWED_IN_CI:
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"{collector.nodeid}: skipped while collected, and not in SKIPS_ALLOWED_IN_CI: {reason}"
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

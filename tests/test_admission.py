@@ -567,3 +567,15 @@ def test_kueue_counts_a_batch_pod_as_the_cluster_does_its_sidecar_included(prod)
         kueue = _kubernetes_pod_requests(job["spec"]["template"]["spec"])
         cluster = workload.pod_requests()
         assert (kueue["cpu"], kueue["memory"]) == (cluster["cpu"], cluster["memory"]), job["metadata"]["name"]
+        # And the stub states what the injector sizes the sidecar from the pod's annotations alone: the same pod
+        # without it gets a sidecar of the stub's requests.
+        bare = copy.deepcopy(job)
+        spec = bare["spec"]["template"]["spec"]
+        (stub,) = [c for c in spec["initContainers"] if c["name"] == "istio-proxy"]
+        spec["initContainers"].remove(stub)
+        objects = [bare if m is job else m for m in prod.manifests]
+        (alone,) = [
+            w for w in admit_and_schedule(objects, prod.outputs["nodePools"]).workloads if w.name == job["metadata"]["name"]
+        ]
+        (sidecar,) = [c for c in alone.containers if c["name"] == "istio-proxy"]
+        assert sidecar["resources"]["requests"] == stub["resources"]["requests"]

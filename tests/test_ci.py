@@ -249,3 +249,10 @@ def test_ci_fails_on_a_skip_not_on_the_allow_list_and_prints_the_list(tmp_path):
     assert "skips allowed in CI (tests/conftest.py SKIPS_ALLOWED_IN_CI): none" in enforced.stdout
     relaxed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     assert relaxed.returncode == 0 and "1 skipped" in relaxed.stdout, relaxed.stdout
+    # A module skipped while it is collected, too; an expected failure is no skip.
+    test_file.write_text("import pytest\n\npytest.importorskip('no_such_module_here')\n\n\ndef test_never():\n    pass\n")
+    module = subprocess.run(command, cwd=ROOT, env={**env, "REQUIRE_REAL_SERVERS": "1"}, capture_output=True, text=True)
+    assert module.returncode != 0 and "skipped while collected, and not in SKIPS_ALLOWED_IN_CI" in module.stdout, module.stdout
+    test_file.write_text("import pytest\n\n\n@pytest.mark.xfail(reason='known')\ndef test_known():\n    assert False\n")
+    xfail = subprocess.run(command, cwd=ROOT, env={**env, "REQUIRE_REAL_SERVERS": "1"}, capture_output=True, text=True)
+    assert xfail.returncode == 0 and "1 xfailed" in xfail.stdout, xfail.stdout

@@ -36,8 +36,16 @@ def test_a_tenant_is_charged_the_gpus_its_pods_hold_and_a_pool_without_a_price_n
     # team-a's 1B runs on one 1g.10gb MIG slice per replica: 1/7 of one of a p5.48xlarge's 8 GPUs, at 55.04 an hour,
     # 2 replicas at least and 6 at most.
     assert (tenants["team-a"]["minPerHour"], tenants["team-a"]["maxPerHour"]) == ("1.97", "5.90")
-    # team-b runs batch jobs only: nothing at min scale; at most their parallel shards, each one of 4 L4s at 2.30.
-    assert (tenants["team-b"]["minPerHour"], tenants["team-b"]["maxPerHour"]) == ("0.00", "1.72")
+    # team-b runs batch jobs only: nothing at min scale; at most the running job's 2 parallel shards, each one of a
+    # node's 4 L4s at 2.30 (the paused one holds nothing).
+    assert (tenants["team-b"]["minPerHour"], tenants["team-b"]["maxPerHour"]) == ("0.00", "1.15")
+    # Minimum nodes are whole pods on each node's geometry: 3 replicas of the 70B at 4 whole GPUs each need 3 p5 nodes,
+    # whose serving mix offers 4 whole GPUs a node (12 GPUs' worth of a sum of shares would round to 2).
+    seventy = next(m for m in raw["models"] if m["name"] == "llama-70b")
+    seventy["autoscaling"]["minReplicas"] = 3
+    h100 = next(p for p in _cost(raw)["pools"] if p["pool"] == "h100")
+    assert h100["nodes"]["min"] == 3
+    seventy["autoscaling"]["minReplicas"] = 2
     for pool in raw["nodePools"]:
         pool.pop("pricePerHour", None)
     unpriced = _cost(raw)

@@ -292,8 +292,12 @@ def test_experiments_cannot_preempt(pack, baseline):
         (lambda template: template["metadata"]["labels"].update({"sidecar.istio.io/inject": "false"}), True),
         (lambda template: template["metadata"].setdefault("annotations", {}).update({"sidecar.istio.io/inject": "n"}),
          True),
+        # More than the sidecar's size is no stub: it would run in the proxy's place.
+        (lambda template: template["spec"]["initContainers"][0].update(env=[{"name": "A", "value": "b"}]), True),
+        (lambda template: template["spec"]["initContainers"][0]["securityContext"].update(runAsUser=0), True),
     ],
-    ids=["the-jobs-stub", "another-container", "opted-out-by-label", "opted-out-by-annotation"],
+    ids=["the-jobs-stub", "another-container", "opted-out-by-label", "opted-out-by-annotation", "stub-with-env",
+         "stub-as-root"],
 )  # fmt: skip
 def test_the_sidecar_stub_runs_the_injectors_image_only(pack, baseline, change, refused):
     record = find(baseline, "kubernetes:batch/v1:Job", "ticket-labels-job")
@@ -1100,6 +1104,15 @@ def _job_template(name: str, change: Callable[[dict], Any]) -> Callable[[list[Re
     return edit(name, lambda d: change(d["spec"]["template"]))
 
 
+def _namespace_labels(name: str, labels: dict[str, str]) -> Callable[[list[RecordedResource]], list[RecordedResource]]:
+    def changed(records):
+        (namespace,) = [r for r in records if r.type == "kubernetes:core/v1:Namespace" and r.name == name]
+        namespace.outputs["metadata"]["labels"].update(labels)
+        return records
+
+    return changed
+
+
 def _stray_workload(rs: list[RecordedResource]) -> list[RecordedResource]:
     """A Deployment a change puts in a tenant's namespace beside its jobs, neither a server nor a picker."""
     stray = copy.deepcopy(next(r for r in rs if r.name == "review-labels-job"))
@@ -1132,8 +1145,15 @@ def _stray_workload(rs: list[RecordedResource]) -> list[RecordedResource]:
         (lambda rs: [r for r in rs if r.name != "team-b-egress-hugging-face"], BATCH_JOBS),
         # Anything else in a tenant's namespace is held to the same, unless it is a picker.
         (_stray_workload, {"stray"}),
+        # The sidecar's stub running a command of its own runs it as the proxy, around the proxy.
+        (_job_template("review-labels-job", lambda t: t["spec"]["initContainers"][0].update(command=["sh", "-c", "x"])),
+         {"review-labels-job"}),
+        (_job_template("review-labels-job", lambda t: t["spec"].update(hostNetwork=True)), {"review-labels-job"}),
+        # A tenant namespace the injector skips leaves every pod in it without the sidecar.
+        (_namespace_labels("team-b", {"istio-injection": "disabled"}), {"team-b"}),
     ],
-    ids=["no-sidecar", "unmeshed", "credentials-through-the-sidecar", "no-s3-entry", "no-hugging-face-entry", "stray"],
+    ids=["no-sidecar", "unmeshed", "credentials-through-the-sidecar", "no-s3-entry", "no-hugging-face-entry", "stray",
+         "stub-with-a-command", "host-network", "namespace-not-injected"],
 )  # fmt: skip
 def test_a_tenants_batch_jobs_and_any_other_workload_egress_by_host(pack, baseline, change, flagged):
     hits = pack.analyze_stack(stack_with(baseline, change))

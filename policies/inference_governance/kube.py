@@ -309,3 +309,39 @@ def opts_out_of_injection(template: Mapping[str, Any]) -> bool:
     """Whether a pod template's own switch keeps Istio's sidecar out (INJECT_ASKED)."""
     switch = injection_switch(template)
     return bool(switch) and switch not in INJECT_ASKED
+
+
+# A container the mesh's injector merges its own sidecar into (istio 1.30.3 pkg/kube/inject/webhook.go: a pod's
+# container of the sidecar's name overlays the injected one, field by field, and `image: auto` keeps the injector's
+# image). Only a stub that states the sidecar's size is one: any other field (a command, args, env, its own user)
+# would run in the proxy's place as the proxy's user, whose traffic istio-iptables lets out unredirected.
+SIDECAR_NAME = "istio-proxy"
+SIDECAR_STUB_IMAGE = "auto"
+SIDECAR_STUB_FIELDS = frozenset({"name", "image", "restartPolicy", "resources", "securityContext"})
+SIDECAR_STUB_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
+
+
+def is_sidecar_stub(container: Mapping[str, Any]) -> bool:
+    """Whether a container only states the size of the sidecar the injector merges into it (SIDECAR_STUB_FIELDS),
+    with no security setting beyond the restricted ones the injector's own keeps."""
+    if get(container, "name") != SIDECAR_NAME or get(container, "image") != SIDECAR_STUB_IMAGE:
+        return False
+    if not set(container) <= SIDECAR_STUB_FIELDS or get(container, "restartPolicy", default="Always") != "Always":
+        return False
+    security = get(container, "securityContext", default={}) or {}
+    return all(key in SIDECAR_STUB_SECURITY and _plain(value) == SIDECAR_STUB_SECURITY[key] for key, value in security.items())
+
+
+def _plain(value: Any) -> Any:
+    """A value as plain dicts and lists (the analyzer hands over read-only proxies of them)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_plain(v) for v in value]
+    return value
+
+
+def opts_out_of_injection_or_host_network(template: Mapping[str, Any]) -> bool:
+    """Whether the injector leaves the pod without its sidecar by the pod's own doing: its switch, or the host's
+    network (pkg/kube/inject/inject.go injectRequired skips hostNetwork pods)."""
+    return opts_out_of_injection(template) or bool(get(template, "spec", "hostNetwork", default=False))

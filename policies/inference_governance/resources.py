@@ -30,9 +30,10 @@ from .kube import (
     image_repository,
     image_tag,
     is_list,
+    is_sidecar_stub,
     name_of,
     namespace_of,
-    opts_out_of_injection,
+    opts_out_of_injection_or_host_network,
     pod_gpu_resources,
     pod_template,
     workload_containers,
@@ -290,12 +291,6 @@ def _repository_allowed(repository: str, allowed: set[str]) -> bool:
     return any(repository == entry or repository.startswith(entry.rstrip("/") + "/") for entry in allowed)
 
 
-# A container the mesh's injector merges its own sidecar into, image included (istio 1.30.3
-# pkg/kube/inject/webhook.go: a pod's container of the sidecar's name overlays it, and `image: auto`
-# keeps the injector's image); the batch jobs' templates declare one so Kueue counts its size.
-INJECTED_SIDECAR_STUB = ("istio-proxy", "auto")
-
-
 def pinned_images(args: Any, report_violation: Report) -> None:
     """Images come from allowed repositories (by default the repositories of the images the
     program pins, not their whole registries: ghcr.io/llm-d/... allows no other ghcr.io image)."""
@@ -306,7 +301,7 @@ def pinned_images(args: Any, report_violation: Report) -> None:
     for container in every_container(get(template, "spec", default={})) if template is not None else ():
         name = get(container, "name", default="?")
         image = str(get(container, "image", default=""))
-        if (name, image) == INJECTED_SIDECAR_STUB and template is not None and not opts_out_of_injection(template):
+        if is_sidecar_stub(container) and template is not None and not opts_out_of_injection_or_host_network(template):
             continue  # the mesh's injector merges its sidecar into it, image included
         repository = image_repository(image)
         if not _repository_allowed(repository, allowed):

@@ -54,6 +54,7 @@ from .kube import (
     SERVICE_ENTRY,
     SERVICE_MONITOR,
     SIDECAR_INJECT,
+    SIDECAR_NAME,
     TENANT_LABEL,
     VIRTUAL_SERVICE,
     Report,
@@ -62,11 +63,12 @@ from .kube import (
     get,
     is_gpu_resource,
     is_list,
+    is_sidecar_stub,
     labels_match,
     model_servers,
     name_of,
     namespace_of,
-    opts_out_of_injection,
+    opts_out_of_injection_or_host_network,
     placement_pools,
     pod_gpu_resources,
     pod_template,
@@ -1189,6 +1191,9 @@ CAPTURE_ANNOTATIONS = (
     "traffic.sidecar.istio.io/includeOutboundPorts",
     "sidecar.istio.io/interceptionMode",
 )
+# The namespace label that asks Istio's injector for every pod of the namespace (istio 1.30.3
+# mutatingwebhook.yaml namespace.sidecar-injector.istio.io); the program labels tenant namespaces with it.
+NAMESPACE_INJECTION_LABEL = "istio-injection"
 # istio-iptables lets the proxy's own user and group out unredirected (`-u 1337`, the template's `-g`).
 PROXY_ID = 1337
 
@@ -1244,13 +1249,17 @@ def _unreachable(template: Mapping[str, Any], hosts: set[str]) -> list[str]:
 
 def _around_the_sidecar(template: Mapping[str, Any]) -> list[str]:
     """What lets a model server's traffic past its sidecar: capture annotations, exclusions beyond the Pod
-    Identity Agent, a container running as the proxy's user or group."""
+    Identity Agent, a container running as the proxy's user or group, or one merged into the sidecar that states
+    more than its size (kube.is_sidecar_stub)."""
     annotations = get(template, "metadata", "annotations", default={}) or {}
     found = [f"{key}: {annotations[key]}" for key in CAPTURE_ANNOTATIONS if key in annotations and annotations[key] != "*"]
     excluded = [r.strip() for r in str(annotations.get(EXCLUDE_OUTBOUND_ANNOTATION, "")).split(",") if r.strip()]
     found += [f"{EXCLUDE_OUTBOUND_ANNOTATION} {r}" for r in excluded if r not in POD_IDENTITY_AGENT]
     pod = get(template, "spec", "securityContext", default={}) or {}
     for container in _pod_containers(template):
+        if get(container, "name") == SIDECAR_NAME and not is_sidecar_stub(container):
+            found.append(f"container {SIDECAR_NAME} overrides the injected sidecar beyond its size")
+            continue
         context = get(container, "securityContext", default={}) or {}
         for key in ("runAsUser", "runAsGroup"):
             if get(context, key, default=get(pod, key)) == PROXY_ID:
@@ -1291,6 +1300,14 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
     for entry in of_type(args, SERVICE_ENTRY):
         hosts = get(entry.props, "spec", "hosts", default=[]) or []
         named[namespace_of(entry.props)] |= {str(h) for h in (hosts if is_list(hosts) else [hosts])}
+    for ns in of_type(args, NAMESPACE):
+        labels = get(ns.props, "metadata", "labels", default={}) or {}
+        if name_of(ns.props) in tenants and labels.get(NAMESPACE_INJECTION_LABEL) != "enabled":
+            report_violation(
+                f"tenant namespace {name_of(ns.props)} is not labelled {NAMESPACE_INJECTION_LABEL}=enabled: its pods may "
+                "run without the mesh's sidecar, so nothing limits where they connect",
+                ns.urn,
+            )
     for resource, namespace, what in _tenant_callers(args, tenants):
         _check_server_egress(resource, namespace, what, sidecars[namespace], named[namespace], report_violation)
     # A tenant's own data (its declared prefixes') and the weight mirror's copies: the buckets its servers read.
@@ -1326,7 +1343,7 @@ def _check_server_egress(
     template = pod_template(resource.resource_type, resource.props) or {}
     labels = get(template, "metadata", "labels", default={}) or {}
     where = f"{name_of(resource.props)} in {namespace} ({what})"
-    if opts_out_of_injection(template):
+    if opts_out_of_injection_or_host_network(template):
         report_violation(f"{where} opts out of the mesh's sidecar: nothing limits where it connects", resource.urn)
         return
     bypasses = _around_the_sidecar(template)
