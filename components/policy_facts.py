@@ -24,7 +24,7 @@ from platform_config.models import (
     ReleaseConfig,
     TrafficConfig,
 )
-from platform_config.pins import IMAGES, KUEUE_API_VERSION
+from platform_config.pins import ENDPOINT_PICKER, ENVOY_PROXY, IMAGES, KUEUE_API_VERSION
 from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
 from platform_config.weight_mirror import MIRROR_NAMESPACE
@@ -124,6 +124,8 @@ def policy_facts() -> dict[str, Any]:
             "forbiddenTags": list(FORBIDDEN_IMAGE_TAGS),
             # The pack allows the registries of the images the program pins, unless told otherwise.
             "pinnedRepositories": sorted(pin.repository for pin in IMAGES),
+            # What an endpoint picker's pods run (components/specs/endpoint_picker.py): the EPP and its Envoy.
+            "endpointPickerRepositories": sorted(pin.repository for pin in (ENDPOINT_PICKER, ENVOY_PROXY)),
         },
     }
 

@@ -1113,11 +1113,12 @@ def _namespace_labels(name: str, labels: dict[str, str]) -> Callable[[list[Recor
     return changed
 
 
-def _stray_workload(rs: list[RecordedResource]) -> list[RecordedResource]:
-    """A Deployment a change puts in a tenant's namespace beside its jobs, neither a server nor a picker."""
+def _stray_workload(rs: list[RecordedResource], labels: dict[str, str] | None = None) -> list[RecordedResource]:
+    """A Deployment a change puts in a tenant's namespace beside its jobs, neither a server nor a picker (`labels`:
+    its pods' labels)."""
     stray = copy.deepcopy(next(r for r in rs if r.name == "review-labels-job"))
     template = stray.outputs["spec"]["template"]
-    template["metadata"]["labels"] = {"app": "stray"}
+    template["metadata"]["labels"] = labels or {"app": "stray"}
     stray.type, stray.name, stray.urn = (
         DEPLOYMENT,
         "stray",
@@ -1145,6 +1146,8 @@ def _stray_workload(rs: list[RecordedResource]) -> list[RecordedResource]:
         (lambda rs: [r for r in rs if r.name != "team-b-egress-hugging-face"], BATCH_JOBS),
         # Anything else in a tenant's namespace is held to the same, unless it is a picker.
         (_stray_workload, {"stray"}),
+        # ... a picker's label on pods that run other images than the picker's included.
+        (lambda rs: _stray_workload(rs, {"app.kubernetes.io/component": "endpoint-picker"}), {"stray"}),
         # The sidecar's stub running a command of its own runs it as the proxy, around the proxy.
         (_job_template("review-labels-job", lambda t: t["spec"]["initContainers"][0].update(command=["sh", "-c", "x"])),
          {"review-labels-job"}),
@@ -1153,7 +1156,7 @@ def _stray_workload(rs: list[RecordedResource]) -> list[RecordedResource]:
         (_namespace_labels("team-b", {"istio-injection": "disabled"}), {"team-b"}),
     ],
     ids=["no-sidecar", "unmeshed", "credentials-through-the-sidecar", "no-s3-entry", "no-hugging-face-entry", "stray",
-         "stub-with-a-command", "host-network", "namespace-not-injected"],
+         "stray-labelled-as-a-picker", "stub-with-a-command", "host-network", "namespace-not-injected"],
 )  # fmt: skip
 def test_a_tenants_batch_jobs_and_any_other_workload_egress_by_host(pack, baseline, change, flagged):
     hits = pack.analyze_stack(stack_with(baseline, change))

@@ -61,6 +61,7 @@ from .kube import (
     config,
     containers,
     get,
+    image_repository,
     is_gpu_resource,
     is_list,
     is_sidecar_stub,
@@ -1191,6 +1192,8 @@ CAPTURE_ANNOTATIONS = (
     "traffic.sidecar.istio.io/includeOutboundPorts",
     "sidecar.istio.io/interceptionMode",
 )
+# The images an endpoint picker's pods run (the program's pins, platform_facts.json).
+PICKER_REPOSITORIES = frozenset(FACTS["images"]["endpointPickerRepositories"])
 # The namespace label that asks Istio's injector for every pod of the namespace (istio 1.30.3
 # mutatingwebhook.yaml namespace.sidecar-injector.istio.io); the program labels tenant namespaces with it.
 NAMESPACE_INJECTION_LABEL = "istio-injection"
@@ -1333,8 +1336,19 @@ def _tenant_callers(args: Any, tenants: Collection[str]) -> Iterator[tuple[Any, 
         labels = get(template, "metadata", "labels", default={}) or {}
         if id(resource) in servers:
             yield resource, namespace, f"model {servers[id(resource)]}"
-        elif labels.get(COMPONENT_LABEL) != ENDPOINT_PICKER:
+        elif not _is_endpoint_picker(resource, template, labels):
             yield resource, namespace, resource.resource_type.rsplit(":", 1)[-1]
+
+
+def _is_endpoint_picker(resource: Any, template: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """An endpoint picker by its label, and only if it is a Deployment whose containers run the picker's own images
+    (the EPP, its Envoy, the sidecar's stub): a label alone would let any pod out of the egress rule."""
+    if labels.get(COMPONENT_LABEL) != ENDPOINT_PICKER or resource.resource_type != DEPLOYMENT:
+        return False
+    return all(
+        is_sidecar_stub(c) or image_repository(str(get(c, "image", default=""))) in PICKER_REPOSITORIES
+        for c in _pod_containers(template)
+    )
 
 
 def _check_server_egress(
