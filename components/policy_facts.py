@@ -53,6 +53,7 @@ from .specs.routes import (
     STABLE_VERSION_ANNOTATION,
     STABLE_WEIGHTS_ANNOTATION,
 )
+from .specs.tenancy import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
 from .specs.weight_mirror import MIRROR_SERVICE_ACCOUNT_PREFIX
 from .workload_identity import TAG_MIRROR_FOR, TAG_TENANT
 
@@ -103,6 +104,9 @@ def policy_facts() -> dict[str, Any]:
         "gpuTaint": {"key": GPU_TAINT_KEY},
         "noGpuEnv": dict(NO_GPU_ENV[0]),
         "kueue": {"queueNameLabel": QUEUE_NAME_LABEL, "localQueueType": f"kubernetes:{KUEUE_API_VERSION}:LocalQueue"},
+        # Where a tenant's endpoint pickers may connect by address (components/specs/tenancy.py): the private ranges
+        # and the Pod Identity Agent; in-cluster peers by selector.
+        "pickerEgressCidrs": [*PRIVATE_CIDRS, *POD_IDENTITY_AGENT_CIDRS],
         # Policy config defaults, which the config checks hold stacks to as well.
         "floors": FLOORS.policy_defaults(),
         # What an S3 location config may give (platform_config/models.py): the pack holds every one

@@ -244,7 +244,8 @@ PolicyPack(
         StackValidationPolicy(
             name="tenant-egress-by-host",
             description="Egress by host: a workload in a tenant's namespace (model servers, batch jobs, anything but "
-            "its endpoint pickers, held to private addresses by NetworkPolicy) keeps the mesh's sidecar, nothing "
+            "its endpoint pickers, whose egress NetworkPolicies must keep them to private addresses) keeps the mesh's "
+            "sidecar, nothing "
             "taking its traffic around it (capture annotations, exclusions beyond the Pod Identity Agent, the proxy's "
             "user), whose outbound traffic policy (its Sidecar's) is REGISTRY_ONLY over its own namespace (egress hosts "
             "./*), so it connects outside the cluster only to the hosts the namespace's own ServiceEntries name "

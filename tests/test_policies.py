@@ -1161,3 +1161,32 @@ def _stray_workload(rs: list[RecordedResource], labels: dict[str, str] | None = 
 def test_a_tenants_batch_jobs_and_any_other_workload_egress_by_host(pack, baseline, change, flagged):
     hits = pack.analyze_stack(stack_with(baseline, change))
     assert {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "tenant-egress-by-host"} == flagged
+
+
+PICKER_API = "team-a-allow-picker-api-egress"
+TENANT_HTTPS = "team-a-allow-https-egress"
+
+
+@pytest.mark.parametrize(
+    ("change", "flagged"),
+    [
+        (lambda rs: rs, set()),
+        # NetworkPolicies add up: one that selects the pickers and lets them out is enough.
+        (edit(TENANT_HTTPS, lambda p: p["spec"].update(podSelector={})), {TENANT_HTTPS}),
+        (edit(PICKER_API, lambda p: p["spec"]["egress"][0]["to"].append({"ipBlock": {"cidr": "0.0.0.0/0"}})), {PICKER_API}),
+        (edit(PICKER_API, lambda p: p["spec"]["egress"].append({"ports": [{"protocol": "TCP", "port": 443}]})), {PICKER_API}),
+        # In-cluster peers by selector, and a narrower private block, are within what a picker may reach.
+        (edit(PICKER_API, lambda p: p["spec"]["egress"][0]["to"].append({"ipBlock": {"cidr": "10.1.0.0/16"}})), set()),
+    ],
+    ids=["as-rendered", "https-policy-selects-pickers", "public-block", "rule-without-to", "narrower-private-block"],
+)  # fmt: skip
+def test_an_endpoint_pickers_egress_stays_within_private_addresses(pack, baseline, change, flagged):
+    hits = pack.analyze_stack(stack_with(baseline, change))
+    assert {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "tenant-egress-by-host"} == flagged
+
+
+def test_the_packs_picker_addresses_are_the_programs():
+    from components.specs.tenancy import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
+    from policies.inference_governance.stack import PICKER_EGRESS_CIDRS
+
+    assert PICKER_EGRESS_CIDRS == (*PRIVATE_CIDRS, *POD_IDENTITY_AGENT_CIDRS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
@@ -1192,6 +1193,9 @@ CAPTURE_ANNOTATIONS = (
     "traffic.sidecar.istio.io/includeOutboundPorts",
     "sidecar.istio.io/interceptionMode",
 )
+# Where an endpoint picker may connect by address (components/specs/tenancy.py PRIVATE_CIDRS and the Pod Identity Agent).
+PICKER_EGRESS_CIDRS = tuple(FACTS["pickerEgressCidrs"])
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 # The images an endpoint picker's pods run (the program's pins, platform_facts.json).
 PICKER_REPOSITORIES = frozenset(FACTS["images"]["endpointPickerRepositories"])
 # The namespace label that asks Istio's injector for every pod of the namespace (istio 1.30.3
@@ -1311,6 +1315,14 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
                 "run without the mesh's sidecar, so nothing limits where they connect",
                 ns.urn,
             )
+    policies = [p for p in args.resources if p.resource_type == NETWORK_POLICY]
+    for resource in args.resources:
+        template = pod_template(resource.resource_type, resource.props)
+        if template is None or namespace_of(resource.props) not in tenants:
+            continue
+        labels = get(template, "metadata", "labels", default={}) or {}
+        if _is_endpoint_picker(resource, template, labels):
+            _check_picker_egress(resource, labels, policies, report_violation)
     for resource, namespace, what in _tenant_callers(args, tenants):
         _check_server_egress(resource, namespace, what, sidecars[namespace], named[namespace], report_violation)
     # A tenant's own data (its declared prefixes') and the weight mirror's copies: the buckets its servers read.
@@ -1338,6 +1350,48 @@ def _tenant_callers(args: Any, tenants: Collection[str]) -> Iterator[tuple[Any, 
             yield resource, namespace, f"model {servers[id(resource)]}"
         elif not _is_endpoint_picker(resource, template, labels):
             yield resource, namespace, resource.resource_type.rsplit(":", 1)[-1]
+
+
+def _check_picker_egress(resource: Any, labels: Mapping[str, str], policies: list[Any], report_violation: Report) -> None:
+    """An endpoint picker, exempt from REGISTRY_ONLY, reaches by address only the private ranges and the Pod Identity
+    Agent: every egress NetworkPolicy of its namespace that selects its pods (they add up, so one is enough to let it
+    out) names in-cluster peers by selector, or address blocks within PICKER_EGRESS_CIDRS."""
+    namespace = namespace_of(resource.props)
+    for policy in policies:
+        spec = get(policy.props, "spec", default={}) or {}
+        types = [str(t) for t in get(spec, "policyTypes", default=[]) or []]
+        if namespace_of(policy.props) != namespace or "Egress" not in types:
+            continue
+        if not selector_matches(get(spec, "podSelector", default={}), labels):
+            continue
+        for rule in get(spec, "egress", default=[]) or []:
+            peers = get(rule, "to", default=None)
+            if not peers:
+                report_violation(
+                    f"NetworkPolicy {namespace}/{name_of(policy.props)} lets endpoint picker {name_of(resource.props)} "
+                    "connect anywhere (an egress rule without `to`)",
+                    policy.urn,
+                )
+            for peer in peers or []:
+                block = get(peer, "ipBlock", default=None)
+                if block is not None and not _within(str(get(block, "cidr", default="")), PICKER_EGRESS_CIDRS):
+                    report_violation(
+                        f"NetworkPolicy {namespace}/{name_of(policy.props)} lets endpoint picker {name_of(resource.props)} "
+                        f"reach {get(block, 'cidr')}: its pods keep ALLOW_ANY, so by address they reach only "
+                        f"{', '.join(PICKER_EGRESS_CIDRS)}",
+                        policy.urn,
+                    )
+
+
+def _within(cidr: str, allowed: Collection[str]) -> bool:
+    try:
+        network = ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return False
+    return any(
+        network.version == outer.version and network.subnet_of(outer)  # type: ignore[arg-type]
+        for outer in (ipaddress.ip_network(a) for a in allowed)
+    )
 
 
 def _is_endpoint_picker(resource: Any, template: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
