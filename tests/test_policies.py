@@ -1190,3 +1190,17 @@ def test_the_packs_picker_addresses_are_the_programs():
     from policies.inference_governance.stack import PICKER_EGRESS_CIDRS
 
     assert PICKER_EGRESS_CIDRS == (*PRIVATE_CIDRS, *POD_IDENTITY_AGENT_CIDRS)
+
+
+def test_the_egress_rule_reads_the_adapters_the_fetcher_downloads_from_hugging_face():
+    """The pack reads the program's adapter fetcher as it builds it: a Hugging Face adapter on a model whose weights
+    are on S3 still needs Hugging Face's hosts."""
+    from components.specs.pod import adapter_fetch_containers
+    from platform_config.adapters import AdapterModule, LoraLimits
+    from platform_config.models import ModelSource
+    from policies.inference_governance.stack import _hugging_face_reads
+
+    source = ModelSource(huggingface="org/support-adapter", revision="a" * 40)
+    lora = LoraLimits((AdapterModule("support", None, source, 16, "base", "team-a"),), 16, 1, 1)
+    (fetcher,) = adapter_fetch_containers(lora, "vllm/vllm-openai:v0.33.0", [], [])
+    assert _hugging_face_reads(fetcher) == ["org/support-adapter"]

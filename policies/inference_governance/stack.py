@@ -1184,6 +1184,9 @@ SIDECAR_RESOLUTIONS = ("DNS", "DYNAMIC_DNS")
 # them to the program's.
 POD_IDENTITY_AGENT = ("169.254.170.23/32", "fd00:ec2::23/128")
 EXCLUDE_OUTBOUND_ANNOTATION = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
+# The init container that downloads Hugging Face adapters: `python3 -c <script>` and (repository, revision, path)
+# triples (components/specs/pod.py adapter_fetch_containers).
+ADAPTER_FETCHER = "fetch-adapters"
 # The batch runner's environment variable naming a Hugging Face dataset input (components/specs/batch_job.py).
 BATCH_INPUT_HF_REPO = "BATCH_INPUT_HF_REPO"
 # Pod annotations that take traffic away from the sidecar (istio 1.30.3 files/injection-template.yaml).
@@ -1225,12 +1228,15 @@ def _pod_containers(template: Mapping[str, Any]) -> list[Any]:
 
 def _hugging_face_reads(container: Mapping[str, Any]) -> list[str]:
     """What a container downloads from Hugging Face: the model `vllm serve` (the servers) or `--model` (the batch
-    runner's `vllm run-batch`) names when it is not an S3 or local path, and a batch job's input dataset."""
+    runner's `vllm run-batch`) names when it is not an S3 or local path, a batch job's input dataset, and the
+    adapters the adapter fetcher downloads."""
     words = [str(w) for w in [*(get(container, "command", default=[]) or []), *(get(container, "args", default=[]) or [])]]
     models = []
     if get(container, "name") == "vllm":
         models.append(words[words.index("serve") + 1] if "serve" in words[:-1] else (words[0] if words else ""))
     models += [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--model"]
+    if get(container, "name") == ADAPTER_FETCHER and words[:2] == ["python3", "-c"]:
+        models += words[3::3]  # its (repository, revision, path) triples
     models += [str(get(e, "value")) for e in get(container, "env", default=[]) or [] if get(e, "name") == BATCH_INPUT_HF_REPO]
     return [model for model in models if model and not model.startswith(("s3://", "/", "-"))]
 
