@@ -47,6 +47,8 @@ from typing import Any, Iterable, Sequence
 from components.backends.knative import rollout_surge as knative_rollout_surge
 from platform_config.quantity import parse_quantity
 
+from .selectors import requirement_holds
+
 EXTENDED_PREFIXES = ("nvidia.com/",)
 # What Kubernetes computes quota and scheduling over for a container.
 COMPUTE = ("cpu", "memory", "ephemeral-storage")
@@ -602,15 +604,9 @@ def _in_scope(quota: dict[str, Any], workload: Workload) -> bool:
     for expression in selector.get("matchExpressions") or []:
         if expression.get("scopeName") != "PriorityClass":
             continue
-        values = set(expression.get("values") or [])
-        operator = expression.get("operator")
-        if operator == "In" and klass not in values:
-            return False
-        if operator == "NotIn" and klass in values:
-            return False
-        if operator == "Exists" and not klass:
-            return False
-        if operator == "DoesNotExist" and klass:
+        # A pod's priority class is present when it names one; an operator it does not know is ignored here.
+        holds = requirement_holds(str(expression.get("operator")), bool(klass), klass, set(expression.get("values") or []))
+        if holds is False:
             return False
     return True
 

@@ -7,9 +7,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..selectors import requirement_holds
+
 MUTATING, VALIDATING = "mutating", "validating"
 FAIL, IGNORE = "Fail", "Ignore"
-SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
 class UnreadValues(Exception):
@@ -28,17 +29,8 @@ class LabelSelector:
         if any(labels.get(key) != value for key, value in self.match_labels.items()):
             return False
         for key, operator, values in self.expressions:
-            if operator not in SELECTOR_OPERATORS:
-                # The API server refuses such a selector; it selects nothing here.
-                return False
-            present = key in labels
-            if operator == "In" and not (present and labels[key] in values):
-                return False
-            if operator == "NotIn" and present and labels[key] in values:
-                return False
-            if operator == "Exists" and not present:
-                return False
-            if operator == "DoesNotExist" and present:
+            # An operator the API server would refuse (requirement_holds: None) selects nothing here.
+            if not requirement_holds(operator, key in labels, labels.get(key), values):
                 return False
         return True
 
