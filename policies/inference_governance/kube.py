@@ -336,7 +336,7 @@ def _plain(value: Any) -> Any:
     """A value as plain dicts and lists (the analyzer hands over read-only proxies of them)."""
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, str):
+    if is_list(value):
         return [_plain(v) for v in value]
     return value
 

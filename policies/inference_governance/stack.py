@@ -1300,11 +1300,12 @@ def _egress_of(sidecars: list[Any], labels: Mapping[str, str]) -> tuple[str, lis
 
 
 def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
-    """A tenant's model servers connect outside the cluster only to the hosts its namespace's ServiceEntries
-    name: their pods keep the mesh's sidecar, nothing taking their traffic around it; its outbound traffic
-    policy there is REGISTRY_ONLY over the namespace's own registry (egress hosts `./*`); those
-    ServiceEntries are the namespace's alone, TLS on 443 resolved by the sidecar, naming S3 endpoints and
-    Hugging Face only, and every one the server reads (or REGISTRY_ONLY would cut it off from its weights)."""
+    """A tenant's workloads connect outside the cluster only to the hosts its namespace's ServiceEntries name: the
+    namespace asks for the mesh's sidecar, their pods keep it, nothing taking their traffic around it; its outbound
+    traffic policy there is REGISTRY_ONLY over the namespace's own registry (egress hosts `./*`); those
+    ServiceEntries are the namespace's alone, TLS on 443 resolved by the sidecar, naming S3 endpoints and Hugging
+    Face only, and every one a workload reads (or REGISTRY_ONLY would cut it off from its weights). Its endpoint
+    pickers instead reach by address only private ones (_check_picker_egress)."""
     tenants = _tenant_namespaces(args)
     sidecars: dict[str, list[Any]] = defaultdict(list)
     for sidecar in of_type(args, ISTIO_SIDECAR):
@@ -1321,16 +1322,14 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
                 "run without the mesh's sidecar, so nothing limits where they connect",
                 ns.urn,
             )
-    policies = [p for p in args.resources if p.resource_type == NETWORK_POLICY]
-    for resource in args.resources:
-        template = pod_template(resource.resource_type, resource.props)
-        if template is None or namespace_of(resource.props) not in tenants:
-            continue
-        labels = get(template, "metadata", "labels", default={}) or {}
-        if _is_endpoint_picker(resource, template, labels):
-            _check_picker_egress(resource, labels, policies, report_violation)
-    for resource, namespace, what in _tenant_callers(args, tenants):
-        _check_server_egress(resource, namespace, what, sidecars[namespace], named[namespace], report_violation)
+    network_policies: dict[str, list[Any]] = defaultdict(list)
+    for policy in of_type(args, NETWORK_POLICY):
+        network_policies[namespace_of(policy.props)].append(policy)
+    for resource, namespace, labels, what in _tenant_workloads(args, tenants):
+        if what is None:
+            _check_picker_egress(resource, labels, network_policies[namespace], report_violation)
+        else:
+            _check_server_egress(resource, namespace, what, sidecars[namespace], named[namespace], report_violation)
     # A tenant's own data (its declared prefixes') and the weight mirror's copies: the buckets its servers read.
     mirror = _mirror_bucket(_role_policies(args), lambda *_: None)
     declared = _declared_prefixes(args)
@@ -1341,10 +1340,11 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
             _check_service_entry(entry, own, report_violation)
 
 
-def _tenant_callers(args: Any, tenants: Collection[str]) -> Iterator[tuple[Any, str, str]]:
-    """(resource, namespace, what it is) of every workload in a tenant's namespace but its endpoint pickers, which
-    the namespace's NetworkPolicies hold to private addresses (they read their servers by pod address, which
-    REGISTRY_ONLY would drop): its model servers, its batch jobs, and anything else a change puts there."""
+def _tenant_workloads(args: Any, tenants: Collection[str]) -> Iterator[tuple[Any, str, Mapping[str, str], str | None]]:
+    """(resource, namespace, its pods' labels, what it is) of every workload in a tenant's namespace: its model
+    servers, its batch jobs and anything else a change puts there; None for what it is of an endpoint picker, which
+    keeps ALLOW_ANY (it reads its servers by pod address, which REGISTRY_ONLY would drop) and which the namespace's
+    NetworkPolicies must hold to private addresses instead."""
     servers = {id(resource): model for resource, (_, model) in model_servers(args)}
     for resource in args.resources:
         template = pod_template(resource.resource_type, resource.props)
@@ -1353,20 +1353,21 @@ def _tenant_callers(args: Any, tenants: Collection[str]) -> Iterator[tuple[Any, 
             continue
         labels = get(template, "metadata", "labels", default={}) or {}
         if id(resource) in servers:
-            yield resource, namespace, f"model {servers[id(resource)]}"
-        elif not _is_endpoint_picker(resource, template, labels):
-            yield resource, namespace, resource.resource_type.rsplit(":", 1)[-1]
+            yield resource, namespace, labels, f"model {servers[id(resource)]}"
+        elif _is_endpoint_picker(resource, template, labels):
+            yield resource, namespace, labels, None
+        else:
+            yield resource, namespace, labels, resource.resource_type.rsplit(":", 1)[-1]
 
 
 def _check_picker_egress(resource: Any, labels: Mapping[str, str], policies: list[Any], report_violation: Report) -> None:
     """An endpoint picker, exempt from REGISTRY_ONLY, reaches by address only the private ranges and the Pod Identity
-    Agent: every egress NetworkPolicy of its namespace that selects its pods (they add up, so one is enough to let it
-    out) names in-cluster peers by selector, or address blocks within PICKER_EGRESS_CIDRS."""
+    Agent: every egress NetworkPolicy of its namespace (`policies`) that selects its pods (they add up, so one is
+    enough to let it out) names in-cluster peers by selector, or address blocks within PICKER_EGRESS_CIDRS."""
     namespace = namespace_of(resource.props)
     for policy in policies:
         spec = get(policy.props, "spec", default={}) or {}
-        types = [str(t) for t in get(spec, "policyTypes", default=[]) or []]
-        if namespace_of(policy.props) != namespace or "Egress" not in types:
+        if "Egress" not in [str(t) for t in get(spec, "policyTypes", default=[]) or []]:
             continue
         if not selector_matches(get(spec, "podSelector", default={}), labels):
             continue
