@@ -6,9 +6,8 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
-from platform_config.capacity import MIG_SLICE, WHOLE_GPU, instance_of, pool_supply
+from platform_config.capacity import MIG_SLICE, WHOLE_GPU, PoolSupply, pool_supply
 from platform_config.gpu_catalog import COMPUTE_SLICES, MIG_RESOURCE_PREFIX
-from platform_config.models import NodePoolConfig
 from platform_config.serving import ServerAdmission, queue_seconds, route_timeout_seconds
 
 from .serving import Plan
@@ -108,31 +107,28 @@ def queue_bound_report(plan: Plan) -> list[dict[str, object]]:
 # --- cost -------------------------------------------------------------------------------------
 
 
-def _gpus_per_unit(pool: NodePoolConfig, resource: str) -> Decimal:
-    """The share of one physical GPU that one unit of `resource` is on `pool`: a whole GPU, a time-sliced share
-    (1 / replicas), or a MIG slice (its compute slices of the GPU's seven, as NVIDIA names it: 3g = 3/7)."""
-    supply = pool_supply(pool)
-    if supply.kinds.get(resource) == MIG_SLICE:
+def _node_share(supply: PoolSupply, resource: str, count: int) -> Decimal:
+    """The share of one of the pool's nodes a pod asking for `count` of `resource` is charged: the share of the node's
+    GPUs its units are, each a whole GPU, a time-sliced share (1 / replicas of one), or a MIG slice (its compute
+    slices of the GPU's seven, as NVIDIA names it: 3g = 3/7)."""
+    kind = supply.kinds.get(resource, WHOLE_GPU)
+    if kind == MIG_SLICE:
         profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
-        return Decimal(supply.instance.gpu.mig_profiles[profile].compute_slices) / COMPUTE_SLICES
-    if supply.kinds.get(resource, WHOLE_GPU) == WHOLE_GPU:
-        return Decimal(1)
-    return Decimal(supply.instance.gpus) / supply.per_node[resource]
+        per_unit = Decimal(supply.instance.gpu.mig_profiles[profile].compute_slices) / COMPUTE_SLICES
+    elif kind == WHOLE_GPU:
+        per_unit = Decimal(1)
+    else:
+        per_unit = Decimal(supply.instance.gpus) / supply.per_node[resource]
+    return per_unit * count / supply.instance.gpus
 
 
-def _node_share(pool: NodePoolConfig, resource: str, count: int) -> Decimal:
-    """The share of one of the pool's nodes a pod asking for `count` of `resource` is charged: its GPUs' share."""
-    return _gpus_per_unit(pool, resource) * count / instance_of(pool).gpus
-
-
-def _nodes_for(pool: NodePoolConfig, pods: dict[tuple[str, int], int]) -> int:
+def _nodes_for(supply: PoolSupply, pods: dict[tuple[str, int], int]) -> int:
     """The nodes of the pool these pods fill, by (GPU resource, count per pod): a node offers each resource its
-    geometry gives it (pool_supply), whole pods only; resources of one node are shared by the pods of all of them,
-    so the pool needs the most any one resource needs."""
-    per_node = pool_supply(pool).per_node
+    geometry gives it, whole pods only; resources of one node are shared by the pods of all of them, so the pool
+    needs the most any one resource needs."""
     needed: dict[str, int] = {}
     for (resource, count), replicas in pods.items():
-        fits = per_node.get(resource, 0) // count if count else 0
+        fits = supply.per_node.get(resource, 0) // count if count else 0
         if replicas and fits:
             needed[resource] = needed.get(resource, 0) + math.ceil(replicas / fits)
     return max(needed.values(), default=0)
@@ -147,17 +143,18 @@ def cost_report(plan: Plan) -> dict[str, object]:
     whatever currency it is stated): the environment's nodes (at least each pool's minSize, and the nodes its
     pods' minimum replicas fill; at most its maxSize), and each tenant's share, charged by the GPUs its pods hold
     (a model version's replicas at its minimum and maximum, a batch job's `parallelism` shards at maximum unless it
-    is paused). What no tenant holds (idle capacity, rounding up to whole nodes) is `unallocated`, so the tenants and it add up to
-    the environment. Pools without a price, and the system node group, which has none, are listed as unpriced."""
+    is paused). What no tenant holds (idle capacity, rounding up to whole nodes) is `unallocated`, so the tenants
+    and it add up to the environment. Pools without a price, and the system node group, which has none, are listed as unpriced."""
     config = plan.config
     prices = {pool.name: Decimal(str(pool.price_per_hour)) for pool in config.node_pools if pool.price_per_hour is not None}
     pools = {pool.name: pool for pool in config.node_pools}
+    supplies = {pool.name: pool_supply(pool) for pool in config.node_pools}
     tenants: dict[str, dict[str, Decimal]] = {t.name: {"min": Decimal(0), "max": Decimal(0)} for t in config.tenants}
     # Pods at minimum scale per pool, by the GPU resource and count each asks for.
     min_pods: dict[str, dict[tuple[str, int], int]] = {name: {} for name in pools}
     for model in plan.models:
         for server in model.servers:
-            share = _node_share(server.pool, server.gpu_resource, server.gpu_count)
+            share = _node_share(supplies[server.pool.name], server.gpu_resource, server.gpu_count)
             asks = (server.gpu_resource, server.gpu_count)
             min_pods[server.pool.name][asks] = min_pods[server.pool.name].get(asks, 0) + server.min_replicas
             price = prices.get(server.pool.name)
@@ -169,11 +166,13 @@ def cost_report(plan: Plan) -> dict[str, object]:
         # A paused job holds nothing until it is resumed (its LocalQueue stops it, specs/kueue.py).
         if price is not None and not job.job.paused:
             shards = min(job.job.parallelism, job.shards)
-            tenants[job.namespace]["max"] += _node_share(job.pool, job.gpu_resource, job.gpu_count) * shards * price
+            tenants[job.namespace]["max"] += (
+                _node_share(supplies[job.pool.name], job.gpu_resource, job.gpu_count) * shards * price
+            )
     environment = {"min": Decimal(0), "max": Decimal(0)}
     pool_rows = []
     for name, pool in pools.items():
-        nodes_at_min = max(pool.min_size, _nodes_for(pool, min_pods[name]))
+        nodes_at_min = max(pool.min_size, _nodes_for(supplies[name], min_pods[name]))
         price = prices.get(name)
         pool_rows.append(
             {

@@ -38,7 +38,7 @@ from .engine import DuplicateUrnError, evaluate
 from .first_up import check_first_up
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .previous_releases import previous_releases, with_previous_releases
-from .report import Report, shown_path
+from .report import PROJECT_ROOT, Report, shown_path
 from .sections import (
     adapters_section,
     admission_section,
@@ -59,7 +59,6 @@ from .stack_config import StackConfig, StackConfigError, load_project, load_stac
 from .upstream import check_upstream, facts_dir
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_CONFIG, EXIT_CRASH = 0, 1, 2, 3
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 T = TypeVar("T")
 
@@ -278,9 +277,9 @@ def _clear_verdict(out: Path) -> None:
 
 def _write_error_report(out: Path, stack: str, error: str) -> None:
     """With --report-errors, a run refused for its input still leaves a report, so a pull request gets a comment
-    saying why: report.md
-    and report.json with the error alone (no resources, manifests or verdict of stages that did not run). Not
-    where --out is not a folder one may write, nor for a stack name that is not one (it may name the folder)."""
+    saying why: report.md and report.json with the error alone (no resources, manifests or verdict of stages that
+    did not run). Not where --out is not a folder one may write, nor for a stack name that is not one (it may name
+    the folder)."""
     if out.is_file() or out.parent.is_file() or not _STACK_NAME.fullmatch(stack) or stack in (".", ".."):
         return
     try:

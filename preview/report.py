@@ -118,14 +118,14 @@ class Report:
             for index, r in enumerate(components):
                 last = index == len(components) - 1
                 row = component_rows[r.urn]
-                kinds = ", ".join(f"{n} {_short_type(t)}" for t, n in row["byKind"].items())
+                kinds = ", ".join(f"{n} {short_type(t)}" for t, n in row["byKind"].items())
                 lines.append(f"{prefix}{'└─ ' if last else '├─ '}{r.name} ({r.type}){': ' + kinds if kinds else ''}")
                 walk(r.urn, prefix + ("   " if last else "│  "))
 
         roots = [r for r in self.resources if r.parent is None and not r.custom]
         for root in roots:
             row = component_rows[root.urn]
-            kinds = ", ".join(f"{n} {_short_type(t)}" for t, n in row["byKind"].items())
+            kinds = ", ".join(f"{n} {short_type(t)}" for t, n in row["byKind"].items())
             lines.append(f"{root.name} ({root.type}){': ' + kinds if kinds else ''}")
             walk(root.urn, "")
         return lines
@@ -188,7 +188,7 @@ class Report:
         (out / "report.md").write_text(self.markdown())
 
 
-def _short_type(token: str) -> str:
+def short_type(token: str) -> str:
     """`kubernetes:apps/v1:Deployment` -> `Deployment`, `pulumi:providers:aws` -> `provider:aws`."""
     if token.startswith("pulumi:providers:"):
         return "provider:" + token.rsplit(":", 1)[-1]

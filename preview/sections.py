@@ -13,7 +13,7 @@ from .admission import AdmissionResult
 from .diff import Diff
 from .first_up import FirstUpResult
 from .policy_runner import PolicyRun
-from .report import Section
+from .report import Section, short_type
 
 if TYPE_CHECKING:  # jsonschema loads only when the schema stage runs
     from .schemas import ObjectResult
@@ -334,6 +334,15 @@ def _cell(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+# How many changed inputs of one resource the summary's table shows.
+VALUES_IN_SUMMARY = 4
+
+
+def _resource_cell(entry: dict[str, Any]) -> str:
+    """A changed resource in the summary's table: its name and kind."""
+    return f"`{entry['urn'].rsplit('::', 1)[-1]}` ({short_type(entry['type'])})"
+
+
 def changes_summary_markdown(diff_data: dict[str, Any]) -> list[str]:
     """The top of a pull request's comment: what is added, replaced and deleted, each changed input's old and new
     value (the first CHANGES_IN_SUMMARY resources), and whose pods roll."""
@@ -341,19 +350,20 @@ def changes_summary_markdown(diff_data: dict[str, Any]) -> list[str]:
     # Replacements first: they are what a reviewer must not miss, and the table shows only the first ones.
     changed = sorted(diff_data["changed"], key=lambda entry: not entry["replacing"])
     for entry in diff_data["added"]:
-        rows.append(f"| add | `{entry['urn'].rsplit('::', 1)[-1]}` ({entry['type'].rsplit(':', 1)[-1]}) | |")
+        rows.append(f"| add | {_resource_cell(entry)} | |")
     for entry in changed[:CHANGES_IN_SUMMARY]:
         action = "replace" if entry["replacing"] else "update"
         values = "<br>".join(
             f"{_cell(v['path'])}: " + " → ".join(_cell(text) for text in _values(v["old"], v["new"], 40))
-            for v in entry["values"][:4]
+            for v in entry["values"][:VALUES_IN_SUMMARY]
         )
-        more = f"<br>and {len(entry['values']) - 4} more" if len(entry["values"]) > 4 else ""
-        rows.append(f"| {action} | `{entry['urn'].rsplit('::', 1)[-1]}` ({entry['type'].rsplit(':', 1)[-1]}) | {values}{more} |")
+        hidden = len(entry["values"]) - VALUES_IN_SUMMARY
+        more = f"<br>and {hidden} more" if hidden > 0 else ""
+        rows.append(f"| {action} | {_resource_cell(entry)} | {values}{more} |")
     if len(diff_data["changed"]) > CHANGES_IN_SUMMARY:
         rows.append(f"| | and {len(diff_data['changed']) - CHANGES_IN_SUMMARY} more changed resources | |")
     for entry in diff_data["removed"]:
-        rows.append(f"| delete | `{entry['urn'].rsplit('::', 1)[-1]}` ({entry['type'].rsplit(':', 1)[-1]}) | |")
+        rows.append(f"| delete | {_resource_cell(entry)} | |")
     rolling = [urn.rsplit("::", 1)[-1] for urn in diff_data["rolling"]]
     if rolling:
         rows += ["", f"Pods roll for: {', '.join(f'`{name}`' for name in rolling)}."]
@@ -613,7 +623,8 @@ def cost_section(current: dict[str, Any] | None, previous: dict[str, Any] | None
     table += [
         "",
         "Prices are the pools' `pricePerHour`, in the currency they are stated in; a tenant is charged the GPUs its pods "
-        "hold (a model version's replicas at its minimum and maximum, a batch job's parallel shards at maximum), and what "
+        "hold (a model version's replicas at its minimum and maximum, a batch job's parallel shards at maximum unless it is "
+        "paused), and what "
         f"no tenant holds is unallocated. Not priced: {', '.join(current['unpriced'])}.",
     ]
     summary = f"environment {shown('environment', 0)} per hour at min scale, {shown('environment', 1)} at max"
