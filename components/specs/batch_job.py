@@ -35,6 +35,7 @@ from .pod import (
     container_security_context,
     gpu_toleration,
     lora_flags,
+    mesh_sidecar_size_annotations,
     pod_security_context,
     s3_sync_command,
     tuning_args,
@@ -281,9 +282,7 @@ def pod_annotations() -> dict[str, str]:
     quotas do; the Pod Identity Agent's credentials call goes around it (pod.py pod_annotations)."""
     return {
         "sidecar.istio.io/nativeSidecar": "true",
-        "sidecar.istio.io/proxyCPU": MESH_PROXY_RESOURCES["cpu"],
-        "sidecar.istio.io/proxyMemory": MESH_PROXY_RESOURCES["memory"],
-        "sidecar.istio.io/proxyMemoryLimit": MESH_PROXY_RESOURCES["memory"],
+        **mesh_sidecar_size_annotations(),
         EXCLUDE_OUTBOUND_ANNOTATION: ",".join(POD_IDENTITY_AGENT_CIDRS),
     }
 

@@ -607,6 +607,14 @@ def draining_sidecar_annotations(grace_seconds: int) -> dict[str, str]:
                 "proxyMetadata": {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"},
             }
         ),
+        **mesh_sidecar_size_annotations(),
+    }
+
+
+def mesh_sidecar_size_annotations() -> dict[str, str]:
+    """The mesh sidecar's size, stated so quotas count it exactly (MESH_PROXY_RESOURCES; istio 1.30.3
+    files/injection-template.yaml reads these annotations)."""
+    return {
         "sidecar.istio.io/proxyCPU": MESH_PROXY_RESOURCES["cpu"],
         "sidecar.istio.io/proxyMemory": MESH_PROXY_RESOURCES["memory"],
         "sidecar.istio.io/proxyMemoryLimit": MESH_PROXY_RESOURCES["memory"],
