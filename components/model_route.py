@@ -36,7 +36,7 @@ class ModelRoute(pulumi.ComponentResource):
         service = routes.virtual_service(args.route)
         custom_resource(f"{name}-virtual-service", service, child)
         # The model's own subsets, unless its backend puts them on a shared gateway's rule.
-        if args.route.backend.shared_destination_rule is None:
+        if args.route.backend.shared_rule(model) is None:
             for rule in routes.destination_rules(args.route):
                 # The model's one rule keeps its resource name; per-version rules (`<model>-<version>-epp`)
                 # add what follows the model's name.

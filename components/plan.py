@@ -64,9 +64,8 @@ from platform_config.tenant_data import s3_parts
 from platform_config.weight_mirror import hugging_face_revision, mirror_job_name, mirrored_revisions, mirrored_source
 
 from .backends import BACKENDS
-from .backends.deployment import version_host
 from .cluster import system_scheduling_template
-from .constants import LABEL_INSTANCE, LABEL_TENANT, SYSTEM_NODE_SELECTOR, VLLM_PORT, standard_labels
+from .constants import LABEL_INSTANCE, LABEL_TENANT, SYSTEM_NODE_SELECTOR, standard_labels
 from .serving import (
     TIER_ORDER,
     BatchJobPlan,
@@ -182,9 +181,11 @@ def endpoint_picker_plan(config: PlatformConfig, model: ModelConfig, version_nam
 
 def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> EndpointPickerPlan | None:
     """The endpoint picker of one version's servers: a band per tier they take, each with its bound."""
-    if not backend_of(model).uses_endpoint_picker(model):
+    backend = backend_of(model)
+    if not backend.uses_endpoint_picker(model):
         return None
     drain = drain_chain(config, model)
+    server_host, target_port = backend.picker_target(model, name)
     bands = []
     for tier in served_tiers(config, model):
         policy = config.traffic.tiers[tier]
@@ -201,16 +202,14 @@ def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> E
         name=name,
         namespace=model.tenant,
         server_labels={LABEL_INSTANCE: name},
-        target_port=VLLM_PORT,
+        target_port=target_port,
         replicas=model.endpoint_picker.replicas,
         bands=tuple(bands),
         request_timeout_seconds=drain.request_timeout_seconds,
         # Not the model label: the model's Service selects its servers by it.
         labels=standard_labels(f"{name}-epp", "endpoint-picker", **{LABEL_TENANT: model.tenant}),
         node_selector=dict(SYSTEM_NODE_SELECTOR) if config.cluster.eks is not None else {},
-        # The version's own Service: the Host the picker's proxy sends, by which the picker pod's
-        # sidecar routes to the picked pod through a rule of this version's.
-        server_host=version_host(name, model.tenant),
+        server_host=server_host,
         lora_affinity=bool(adapter_modules(config, model)),
     )
 

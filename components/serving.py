@@ -148,6 +148,18 @@ class ServingBackend(ABC):
         """Whether an endpoint picker stands in front of the model's servers."""
         return self.picks_endpoints and model.endpoint_picker.enabled is not False
 
+    def picker_target(self, model: ModelConfig, server: str) -> tuple[str, int]:
+        """(host, port) the version's endpoint picker sends a picked request to: the FQDN of a
+        Service on that port over the version's pods (the Host the picker's proxy sends, by which
+        its sidecar routes to the picked pod) and the port it dials on the pod (the InferencePool's
+        target port). Only a backend that `picks_endpoints` has one."""
+        raise NotImplementedError(f"backend {self.mode!r} puts no endpoint picker in front of its servers")
+
+    def shared_rule(self, model: ModelConfig) -> tuple[str, str] | None:
+        """The gateway-wide DestinationRule the model's subsets go in (`shared_destination_rule`),
+        or None: the model has rules of its own."""
+        return self.shared_destination_rule
+
     # --- capacity -------------------------------------------------------------------------
 
     @abstractmethod

@@ -167,8 +167,8 @@ PolicyPack(
             name="knative-autoscaling",
             description="Knative services set max-scale and target, target-burst-capacity 0 (Knative's activator, "
             "whose queue has no bound, leaves the path once a replica is ready) and containerConcurrency 0 (queue-proxy's "
-            "queue has no time bound); in production a scale-down delay and window of at least a minute, and vLLM's "
-            "--max-num-queued-reqs and --max-num-queued-tokens on the model server.",
+            "queue has no time bound); in production a scale-down delay and window of at least a minute (and an endpoint "
+            "picker in front: endpoint-picker-availability).",
             validate=resources.knative_autoscaling,
             severity=Severity.HIGH,
             config_schema=schema(
@@ -275,8 +275,9 @@ PolicyPack(
         ),
         StackValidationPolicy(
             name="endpoint-picker-availability",
-            description="Endpoint pickers: in production every Deployment of a model server is picked by one (an "
-            "InferencePool of its namespace selects its pods: only the picker's queue is bounded in time there), with "
+            description="Endpoint pickers: in production every Deployment and Knative Service of a model server is "
+            "picked by one (an InferencePool of its namespace selects its pods: only the picker's queue is bounded in "
+            "time per tier), with "
             "at least minReplicasInProduction replicas and a "
             "PodDisruptionBudget that keeps one up through a drain; every InferencePool names an existing Service that "
             "selects an endpoint picker's pods; picker pods stay in the mesh and no tenant PeerAuthentication accepts "

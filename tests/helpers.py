@@ -62,7 +62,7 @@ LABELLER_SERVER: dict[str, Any] = {
     "pool": "l4-batch",
     "profile": "batch-labelling",
     "resources": {"gpus": 1, "cpu": "8", "memory": "48Gi", "cacheSize": "40Gi"},
-    "server": {"maxModelLen": 8192, "prefillTokensPerSecond": 3000},
+    "server": {"maxModelLen": 8192},
     "versions": [
         {
             "name": "v1",
@@ -70,7 +70,9 @@ LABELLER_SERVER: dict[str, Any] = {
         }
     ],
     "release": {"stable": "v1"},
-    "autoscaling": {"mode": "kpa", "minReplicas": 0, "maxReplicas": 2},
+    # One replica at least: production puts an endpoint picker in front, which cannot wake a
+    # revision at zero.
+    "autoscaling": {"mode": "kpa", "minReplicas": 1, "maxReplicas": 2},
 }
 
 
@@ -89,6 +91,10 @@ def prod_with_labeller_server() -> dict[str, Any]:
     raw = copy.deepcopy(raw_stack("prod"))
     index = next(i for i, m in enumerate(raw["models"]) if m["name"] == "llama-8b-batch")
     raw["models"].insert(index, copy.deepcopy(LABELLER_SERVER))
+    # Room for its endpoint pickers (2, and 2 more while a rollout's old ones drain) in team-b's
+    # experiment budget.
+    team_b = next(t for t in raw["tenants"] if t["name"] == "team-b")
+    team_b["experimentQuota"] |= {"cpu": "34", "memory": "180Gi", "pods": 8}
     return raw
 
 

@@ -476,7 +476,7 @@ def test_only_an_eks_stack_exports_the_system_template(previews):
     assert eks is not None
     prod_group = eks.system_node_group
     (system,) = [p for p in previews["prod"].report["stackOutputs"]["nodePools"] if p["name"] == "system"]
-    assert system == system_scheduling_template(prod_group) and system["maxSize"] == 6
+    assert system == system_scheduling_template(prod_group) and system["maxSize"] == 10
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])

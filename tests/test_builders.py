@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 
 import pytest
 
@@ -18,6 +19,12 @@ from .helpers import config_problems, prod_with_labeller_server, raw_stack, set_
 @pytest.fixture(scope="module")
 def plan() -> Plan:
     return validate(prod_with_labeller_server())
+
+
+@functools.cache
+def staging_plan() -> Plan:
+    """Staging's: its labeller is the Knative model without an endpoint picker (it scales to zero)."""
+    return validate(raw_stack("staging"))
 
 
 def server(plan: Plan, model: str, version: str = "v1") -> ServerPlan:
@@ -81,7 +88,17 @@ def test_each_backend_declares_its_objects_in_order(plan):
         ("epp-podmonitor", "monitor", False),
     ]
     kpa = [(o.suffix, o.role, o.serves) for o in BACKENDS["kpa"].server_objects(server(plan, "llama-8b"))]
-    assert kpa == [("knative-service", "pods", True), ("pod-monitor", "monitor", False), ("pdb", "plain", False)]
+    # A Knative version's own objects, the Service on queue-proxy's port its picker's sidecar routes by, then the
+    # same picker objects in the same order (the 8B serves premium and standard, as the 70B does).
+    assert kpa == [
+        ("knative-service", "pods", True),
+        ("pod-monitor", "monitor", False),
+        ("pdb", "plain", False),
+        ("queue-proxy-service", "plain", True),
+        *hpa[5:],
+    ]
+    unpicked = [(o.suffix, o.role, o.serves) for o in BACKENDS["kpa"].server_objects(server(staging_plan(), "labeller"))]
+    assert unpicked == [("knative-service", "pods", True), ("pod-monitor", "monitor", False), ("pdb", "plain", False)]
     assert [o.suffix for o in BACKENDS["hpa"].model_objects(plan.model("llama-70b"))] == ["service"]
 
 
@@ -115,17 +132,21 @@ def test_subsets_eject_only_model_servers(plan):
     (direct,) = routes.destination_rules(validate(raw).model("llama-70b").route)
     assert direct["spec"]["host"] == "llama-70b.serving.svc.cluster.local"
     assert all("outlierDetection" in s["trafficPolicy"] for s in direct["spec"]["subsets"])
-    shared = routes.shared_destination_rules(plan.routes)
+    # Knative models behind pickers have per-version rules too; one without (staging's labeller, scaled to zero)
+    # is reached through Knative's local gateway, whose pods the shared rule's subsets are.
+    assert routes.shared_destination_rules(plan.routes) == {}
+    shared = routes.shared_destination_rules(staging_plan().routes)
     assert list(shared) == ["knative-tiers"]
     assert shared["knative-tiers"]["metadata"]["name"] == "knative-model-tiers"
     assert all("outlierDetection" not in s["trafficPolicy"] for s in shared["knative-tiers"]["spec"]["subsets"])
 
 
-def test_a_backend_built_on_another_shares_its_rule(plan):
+def test_a_backend_built_on_another_shares_its_rule():
     # A mode derived from Knative's puts its subsets on the same shared rule, declared once.
     class DerivedKnative(type(BACKENDS["kpa"])):  # type: ignore[misc]
         mode = "derived"
 
+    plan = staging_plan()
     knative_routes = [r for r in plan.routes if r.backend is BACKENDS["kpa"]]
     derived = dataclasses.replace(knative_routes[0], backend=DerivedKnative())
     shared = routes.shared_destination_rules((*plan.routes, derived))

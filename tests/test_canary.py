@@ -281,8 +281,13 @@ def test_the_verdict_queries_a_versions_picker_only_where_it_has_one():
     assert target.picker_workloads == {"summarizer-v1-epp": "v1", "summarizer-v2-epp": "v2"}
     assert "picker_shed" in queries(target, "30m")
     prod = load_platform(load_project(ROOT), "prod", stack_file("prod"))
-    knative = canary_target(prod, next(m for m in prod.models if m.name == "llama-8b"))  # kpa: no picker
-    assert knative.picker_workloads == {} and "picker_shed" not in queries(knative, "30m")
+    knative = canary_target(prod, next(m for m in prod.models if m.name == "llama-8b"))  # kpa: pickers too
+    assert knative.picker_workloads == {"llama-8b-v1-epp": "v1", "llama-8b-v2-epp": "v2"}
+    assert "picker_shed" in queries(knative, "30m")
+    # A model without pickers has none to query.
+    unpicked = summarizer.model_copy(update={"endpoint_picker": summarizer.endpoint_picker.model_copy(update={"enabled": False})})
+    target = canary_target(staging, unpicked)
+    assert target.picker_workloads == {} and "picker_shed" not in queries(target, "30m")
 
 
 @pytest.mark.real_server

@@ -28,16 +28,17 @@ def test_prod_capacity_table(prod_raw):
 def test_the_capacity_report_shows_the_endpoint_pickers():
     plan = validate(raw_stack("prod"))
     rows = {row["resource"]: row for row in capacity_report(plan.config, plan.endpoint_pickers_by_tenant)}
-    # One picker per HPA-served version (serving's 70B, team-a's 1B): 2 replicas and 2 draining,
-    # each 1 + 1 CPU and 4Gi + 2Gi of memory limits for the EPP and its Envoy, and the sidecar's
-    # 100m and 512Mi.
-    assert rows["cpu"]["endpointPickersByTenant"] == {"serving": "8.4", "team-a": "8.4"}
-    assert rows["memory"]["endpointPickersByTenant"] == {"serving": "26Gi", "team-a": "26Gi"}
+    # One picker per running version (serving's 70B, its Knative 8B's two and batch 8B's one, team-a's 1B): 2
+    # replicas and 2 draining, each 1 + 1 CPU and 4Gi + 2Gi of memory limits for the EPP and its Envoy, and the
+    # sidecar's 100m and 512Mi.
+    assert rows["cpu"]["endpointPickersByTenant"] == {"serving": "33.6", "team-a": "8.4"}
+    assert rows["memory"]["endpointPickersByTenant"] == {"serving": f"{4 * 26}Gi", "team-a": "26Gi"}
     assert rows["nvidia.com/gpu"]["endpointPickersByTenant"] == {}
-    # Their own rows: the 6 m6i.2xlarge system nodes (8 vCPUs, 32 GiB) against the pickers.
+    # Their own rows: the 10 m6i.2xlarge system nodes (8 vCPUs, 32 GiB) against the pickers.
     system = rows["cpu (system nodes)"]
-    assert system["supply"] == str(6 * 8) and system["demand"] == "16.8" and system["withinCapacity"]
-    assert rows["memory (system nodes)"]["supply"] == f"{6 * 32}Gi" and rows["memory (system nodes)"]["demand"] == "52Gi"
+    assert system["supply"] == str(10 * 8) and system["demand"] == "42" and system["withinCapacity"]
+    memory = rows["memory (system nodes)"]
+    assert memory["supply"] == f"{10 * 32}Gi" and memory["demand"] == f"{5 * 26}Gi"
 
 
 def test_quota_over_capacity_names_tenants_and_pools(prod_raw):
@@ -154,17 +155,17 @@ def test_cpu_memory_and_pods_budgets_are_checked_too(prod_raw):
     quota.update(cpu="400", memory="3000Gi", pods=20)
     found = config_problems(prod_raw)
     # 70B: 9 pods x (32 + 0.1 sidecar); 8B: 12 + 12 (its canary's 50/50 step: both versions at
-    # 10, and 2 surge each) x (8 + 0.1 + 0.025 queue-proxy); 8B batch: 5 x 8.125; the 70B's
-    # endpoint picker: 2 replicas and 2 draining, each 2.1 CPU, 6.5Gi (memory limits, its sidecar
-    # included) and one pod.
+    # 10, and 2 surge each) x (8 + 0.1 + 0.025 queue-proxy); 8B batch: 5 x 8.125; an endpoint picker per
+    # version (the 70B's, the 8B's two, the batch 8B's): 2 replicas and 2 draining, each 2.1 CPU, 6.5Gi
+    # (memory limits, its sidecar included) and one pod.
     assert any(
-        m.startswith("inference-platform:tenants[0].quota.cpu: at their peak") and "hold 532.925 of cpu" in m for m in found
+        m.startswith("inference-platform:tenants[0].quota.cpu: at their peak") and "hold 558.125 of cpu" in m for m in found
     )
     assert any(
-        m.startswith("inference-platform:tenants[0].quota.memory: at their peak") and "hold 4708.25Gi of memory" in m
+        m.startswith("inference-platform:tenants[0].quota.memory: at their peak") and "hold 4786.25Gi of memory" in m
         for m in found
     )
-    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at their peak") and "hold 42 of pods" in m for m in found)
+    assert any(m.startswith("inference-platform:tenants[0].quota.pods: at their peak") and "hold 54 of pods" in m for m in found)
 
 
 def test_a_single_model_over_its_tenant_budget_names_the_model_key(prod_raw):

@@ -287,15 +287,32 @@ def test_knative_target_above_what_a_replica_runs(prod_raw):
     )
 
 
-def test_production_measures_the_prefill_rate_its_knative_bound_is_made_of(prod_raw):
-    del prod_raw["models"][1]["server"]["prefillTokensPerSecond"]
+def test_a_picked_model_takes_no_prefill_rate_and_production_keeps_its_picker(prod_raw):
+    # Behind its endpoint picker the Knative 8B's servers keep no admission bound a prefill rate would size.
+    prod_raw["models"][1]["versions"][1].setdefault("server", {})["prefillTokensPerSecond"] = 9000
     issue = only_issue(prod_raw)
-    assert issue.startswith("inference-platform:models[1].server.prefillTokensPerSecond: not set (versions v1, v2): ")
-    assert "only vLLM's admission does" in issue
-    # A version's own measurement counts for that version (its own hardware, say).
-    for version in prod_raw["models"][1]["versions"]:
-        version.setdefault("server", {})["prefillTokensPerSecond"] = 9000
+    assert issue.startswith("inference-platform:models[1].versions[1].server.prefillTokensPerSecond: set, but the model's ")
+    # Production times every tier's wait, on the Knative path as on the HPA path: the picker stays.
+    del prod_raw["models"][1]["versions"][1]["server"]["prefillTokensPerSecond"]
+    prod_raw["models"][1]["endpointPicker"] = {"enabled": False}
+    issue = only_issue(prod_raw)
+    assert issue.startswith("inference-platform:models[1].endpointPicker.enabled: production times every tier's wait")
+    # Elsewhere a Knative model may go without one, its vLLM then sized by the measured rate.
+    prod_raw["environment"] = "staging"
+    prod_raw["models"][1]["server"]["prefillTokensPerSecond"] = 9000
     validate(prod_raw)
+
+
+def test_a_picked_knative_model_keeps_a_replica(staging_raw):
+    # Staging's labeller scales to zero without a picker; with one, which cannot wake a revision, it may not.
+    labeller = next(m for m in staging_raw["models"] if m["name"] == "labeller")
+    del labeller["endpointPicker"]
+    del labeller["server"]["prefillTokensPerSecond"]
+    found = config_problems(staging_raw)
+    assert any(
+        m.startswith("inference-platform:models[1].autoscaling.minReplicas: 0 behind an endpoint picker: the picker dials ")
+        for m in found
+    ), found
 
 
 def test_a_batch_job_has_no_serving_queue_to_bound(prod_raw):

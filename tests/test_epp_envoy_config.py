@@ -37,7 +37,8 @@ def bootstraps() -> list[dict[str, Any]]:
     """The bootstrap of every endpoint picker prod declares, as rendered."""
     plan = validate(raw_stack("prod"))
     pickers = [server.endpoint_picker for model in plan.models for server in model.servers if server.endpoint_picker]
-    assert len(pickers) == 2
+    # The 70B's, the 1B's, and the Knative-served 8B's (two versions) and batch 8B's.
+    assert sorted(p.name for p in pickers) == ["llama-1b-v1", "llama-70b-v1", "llama-8b-batch-v1", "llama-8b-v1", "llama-8b-v2"]
     return [epp.proxy_config(picker) for picker in pickers]
 
 

@@ -3,8 +3,10 @@ Gateway, RequestAuthentication, AuthorizationPolicies, EnvoyFilter, VirtualServi
 DestinationRules (with the batch-labelling server back in, for a batch-only Knative model of
 another tenant), built as istiod 1.30.3 builds them (tests/istio_gateway.py) and run by the pinned
 Envoy, the release Istio's proxy is built on. Requests go to echo upstreams on loopback; the
-assertions are on what an upstream receives and what the client gets. Knative-served versions
-take their second pass through the same Envoy's local gateway listener, over ISTIO_MUTUAL."""
+assertions are on what an upstream receives and what the client gets. prod's Knative-served
+versions sit behind endpoint pickers, as its HPA-served ones do; a Knative model without one
+(staging's labeller, which scales to zero) takes its second pass through the same Envoy's local
+gateway listener, over ISTIO_MUTUAL."""
 
 from __future__ import annotations
 
@@ -30,7 +32,12 @@ AUDIENCE = "inference-api"
 CANARY_ANALYSIS_SUBJECT = "canary-analysis"
 LOCAL_GATEWAY = 8081  # the local gateway's listener (net-istio's server port, as the KnativeServing keeps it)
 SERVERS_70B = "outbound|8081|v1-{tier}|llama-70b-v1-epp.serving.svc.cluster.local"
-KNATIVE_8B = "knative|llama-8b-{version}.serving.svc.cluster.local"
+# The Knative 8B's versions, each behind its endpoint picker (standard: the tier `token()` names).
+KNATIVE_8B = "outbound|8081|llama-8b-{version}-{tier}|llama-8b-{version}-epp.serving.svc.cluster.local"
+STANDARD_8B = {version: KNATIVE_8B.format(version=version, tier="standard") for version in ("v1", "v2")}
+STAGING_ISSUER = "https://login.staging.inference.example.com"
+# Staging's labeller: Knative-served without a picker, reached through the local gateway by Host.
+LABELLER = "knative|labeller-v1.team-a.svc.cluster.local"
 USERS = 10_000
 
 
@@ -45,11 +52,24 @@ def envoy(prod: Evaluated) -> Iterator[Gateway]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def staging_envoy() -> Iterator[Gateway]:
+    """staging's gateway, for the path of a Knative model without an endpoint picker (its labeller)."""
+    from .helpers import raw_stack
+
+    with real_envoy.running_gateway(Evaluated(raw_stack("staging"), shared=True).manifests()) as running:
+        yield running
+
+
 @pytest.fixture(autouse=True)
 def fresh(envoy: Gateway) -> Iterator[None]:
     envoy.upstreams.take()
     envoy.upstreams.answers.clear()
     yield
+
+
+def staging_token(**claims: Any) -> str:
+    return signed_token({"iss": STAGING_ISSUER, "aud": AUDIENCE, "sub": "tester", "tenant": "team-a", **claims})
 
 
 def token(tier: str | None = "standard", sub: str | None = "user-123", tenant: Any = "team-a", **claims: Any) -> str:
@@ -124,19 +144,31 @@ def test_a_request_for_a_served_model_reaches_its_servers_with_what_the_gateway_
     assert got.header("x-envoy-expected-rq-timeout-ms") == "120000"
 
 
-def test_a_knative_served_model_takes_its_second_pass_through_the_local_gateway(envoy):
+def test_a_knative_served_model_goes_through_its_versions_picker(envoy):
     response, received = send(envoy, chat("llama-3.1-8b-instruct"), token(tier="standard", sub="user-42"))
     assert response.status == 200, (response.body, envoy.log()[-2000:])
     got = only(received)
     version = "v2" if real_envoy_bucket("user-42") < 10 else "v1"
-    assert got.upstream == KNATIVE_8B.format(version=version)
-    # The local gateway routed it by the Host the first pass set; nothing of the first pass was
-    # undone by the second (the filter runs once: the tier, the user and the body stay).
-    assert got.header("host") == f"llama-8b-{version}.serving.svc.cluster.local"
+    # The version's picker, in the tier's band, as for an HPA-served model.
+    assert got.upstream == STANDARD_8B[version]
+    assert got.header("x-llm-d-inference-objective") == f"llama-8b-{version}-standard"
     assert got.header("x-tier") == "standard" and got.header("x-user-id") == "user-42"
     assert got.header("x-llm-d-inference-fairness-id") == "team-a"
     assert served(got)["priority"] == 1 and served(got)["model"] == "llama-3.1-8b-instruct"
     assert got.all("x-vllm-priority") == ["1"]
+
+
+def test_a_knative_model_without_a_picker_takes_its_second_pass_through_the_local_gateway(staging_envoy):
+    response, received = send(staging_envoy, chat("labeller"), staging_token(tier="batch", sub="user-42"), server_port=80)
+    assert response.status == 200, (response.body, staging_envoy.log()[-2000:])
+    got = only(received)
+    assert got.upstream == LABELLER
+    # The local gateway routed it by the Host the first pass set; nothing of the first pass was
+    # undone by the second (the filter runs once: the tier, the user and the body stay).
+    assert got.header("host") == "labeller-v1.team-a.svc.cluster.local"
+    assert got.header("x-tier") == "batch" and got.header("x-user-id") == "user-42"
+    assert served(got)["model"] == "labeller"
+    assert got.all("x-vllm-priority") == [str(served(got)["priority"])]
 
 
 def test_a_batch_only_knative_model_of_another_tenant_is_served_as_batch(envoy):
@@ -144,24 +176,26 @@ def test_a_batch_only_knative_model_of_another_tenant_is_served_as_batch(envoy):
     response, received = send(envoy, chat("batch-labeller"), tok)
     assert response.status == 200, response.body
     got = only(received)
-    assert got.upstream == "knative|batch-labeller-v1.team-b.svc.cluster.local"
+    assert got.upstream == "outbound|8081|batch-labeller-v1-batch|batch-labeller-v1-epp.team-b.svc.cluster.local"
     assert got.header("x-tier") == "batch"
 
 
-def test_the_local_gateway_takes_only_the_gateways_own_mesh_identity(envoy):
-    body = chat("llama-3.1-8b-instruct")
-    host = "llama-8b-v1.serving.svc.cluster.local"
+def test_the_local_gateway_takes_only_the_gateways_own_mesh_identity(staging_envoy):
+    envoy = staging_envoy
+    envoy.upstreams.take()
+    body = chat("labeller")
+    host = "labeller-v1.team-a.svc.cluster.local"
     # No client certificate: the ISTIO_MUTUAL server refuses the handshake.
     with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
         envoy.request(body=body, server_port=LOCAL_GATEWAY, host=host, reuse=False)
     # Another workload of the mesh (a tenant's pod) cannot send requests through it in the
     # gateway's name, token or not.
-    for tok in (None, token()):
+    for tok in (None, staging_token()):
         refused, received = send(envoy, body, tok, server_port=LOCAL_GATEWAY, host=host, client_certificate=envoy.intruder)
         assert refused.status == 403 and received == []
     # The gateway itself is served (that is the second pass).
     response, received = send(envoy, body, None, server_port=LOCAL_GATEWAY, host=host, client_certificate=envoy.certificates)
-    assert response.status == 200 and only(received).upstream == KNATIVE_8B.format(version="v1")
+    assert response.status == 200 and only(received).upstream == LABELLER
 
 
 def test_the_http_listener_redirects_to_https_without_a_token(envoy):
@@ -211,12 +245,11 @@ def test_only_the_named_principal_may_pick_a_version(envoy):
     # The same subject under another issuer is another principal.
     evil = signed_token({"iss": "https://evil.example.com", "aud": AUDIENCE, "sub": CANARY_ANALYSIS_SUBJECT})
     assert send(envoy, body, evil, headers=pinned)[0].status == 401
-    # The canary analysis may, and its pick survives the second pass (the override is checked on
-    # the public listener only).
+    # The canary analysis may: its pick reaches that version's picker.
     for version in ("v1", "v2"):
         response, received = send(envoy, body, token(sub=CANARY_ANALYSIS_SUBJECT), headers={"x-model-version": version})
         assert response.status == 200, response.body
-        assert only(received).upstream == KNATIVE_8B.format(version=version)
+        assert only(received).upstream == STANDARD_8B[version]
 
 
 def test_a_token_names_its_tenant_and_a_model_answers_only_its_tenants_and_callers(envoy):
@@ -377,10 +410,10 @@ def test_users_stay_on_one_side_of_the_canary_at_its_share(request, in_body):
     users = [f"sticky-user-{i}" for i in range(USERS)]
     seen = _versions(envoy, users, in_body=in_body)
     shares = Counter(seen.values())
-    canary = shares[KNATIVE_8B.format(version="v2")] / USERS
+    canary = shares[STANDARD_8B["v2"]] / USERS
     assert abs(canary - 0.10) <= 0.01, shares
     # Sticky: each user's side is the one its bucket names, and stays so.
-    assert all((upstream == KNATIVE_8B.format(version="v2")) == (real_envoy_bucket(u) < 10) for u, upstream in seen.items())
+    assert all((upstream == STANDARD_8B["v2"]) == (real_envoy_bucket(u) < 10) for u, upstream in seen.items())
     again = _versions(envoy, users[:300], in_body=in_body)
     assert all(again[u] == seen[u] for u in again)
 
@@ -472,12 +505,24 @@ def only_body(received: list[Received]) -> bytes:
 
 
 @pytest.mark.parametrize("tier, retry_after", [("premium", "5"), ("standard", "10")])
-def test_a_picker_shed_is_503_with_the_tiers_retry_after(envoy, tier, retry_after):
+@pytest.mark.parametrize(
+    "model, upstream",
+    [("llama-3.1-70b-instruct", SERVERS_70B), ("llama-3.1-8b-instruct", KNATIVE_8B.replace("{version}", "v1"))],
+    ids=["hpa", "knative"],
+)
+def test_a_picker_shed_is_503_with_the_tiers_retry_after(envoy, model, upstream, tier, retry_after):
+    """On both serving paths a request the version's picker drops past its tier's bound (the picker's proxy
+    answers 429 with a dropped reason: tests/test_picker_proxy_in_envoy.py) reaches the client as 503 with the
+    tier's Retry-After."""
+
     def shed(_: Received) -> tuple[int, dict[str, str], bytes]:
         return 429, {"x-llm-d-request-dropped-reason": "rejected-ttl-expired"}, b"dropped"
 
-    envoy.upstreams.answers[SERVERS_70B.format(tier=tier)] = shed
-    response, _ = send(envoy, chat("llama-3.1-70b-instruct"), token(tier=tier))
+    envoy.upstreams.answers[upstream.format(tier=tier)] = shed
+    # A user on the 8B's stable side (its canary takes buckets below 10).
+    user = next(f"u{i}" for i in range(100) if real_envoy_bucket(f"u{i}") >= 10)
+    response, received = send(envoy, chat(model), token(tier=tier, sub=user))
+    assert only(received).upstream == upstream.format(tier=tier)
     assert response.status == 503 and response.header("retry-after") == retry_after
 
 
@@ -497,17 +542,19 @@ def vllm_refusal(message: str) -> real_envoy.Answer:
     return lambda _: (503, {"content-type": "application/json"}, json.dumps({"error": error}).encode())
 
 
-def test_a_servers_503_is_told_when_to_come_back_and_not_retried(envoy):
-    """A Knative replica whose vLLM is at its admission bound answers at once, before it queues the request, as vLLM
-    0.33.0 writes it (tests/test_vllm_source.py: QueueOverflowError or MaxQueuedTokensError, a GracefulHTTPError
-    rendered by vllm/entrypoints/serve/exception_handling/error_response.py as the OpenAI error body with code 503),
-    no Retry-After. With no breaker in queue-proxy and no burst capacity (components/backends/knative.py) that is the
-    Knative path's bound once a replica is ready; the client is told the tier's Retry-After."""
-
-    envoy.upstreams.answers[KNATIVE_8B.format(version="v1")] = vllm_refusal(PREFILL_BACKLOG_FULL)
-    user = next(f"u{i}" for i in range(100) if real_envoy_bucket(f"u{i}") >= 10)
-    response, received = send(envoy, chat("llama-3.1-8b-instruct"), token(tier="standard", sub=user))
-    assert response.status == 503 and response.header("retry-after") == "10"
+def test_a_servers_503_is_told_when_to_come_back_and_not_retried(staging_envoy):
+    """A Knative replica without a picker in front (staging's labeller) whose vLLM is at its admission bound answers
+    at once, before it queues the request, as vLLM 0.33.0 writes it (tests/test_vllm_source.py: QueueOverflowError or
+    MaxQueuedTokensError, a GracefulHTTPError rendered by vllm/entrypoints/serve/exception_handling/error_response.py
+    as the OpenAI error body with code 503), no Retry-After. With no breaker in queue-proxy and no burst capacity
+    (components/backends/knative.py) that is that path's bound once a replica is ready; the client is told the
+    tier's Retry-After."""
+    envoy = staging_envoy
+    envoy.upstreams.take()
+    envoy.upstreams.answers[LABELLER] = vllm_refusal(PREFILL_BACKLOG_FULL)
+    response, received = send(envoy, chat("labeller"), staging_token(tier="batch"), server_port=80)
+    envoy.upstreams.answers.clear()
+    assert response.status == 503 and response.header("retry-after") == "60"
     # The routes retry only what never reached a server (connect-failure, refused-stream).
     assert len(received) == 1
 

@@ -31,12 +31,18 @@ BOUNDS = {"premium": 2, "standard": 4}
 SLACK_SECONDS = 0.6
 
 
-@pytest.fixture(scope="module")
-def plan() -> epp.EndpointPickerPlan:
-    """Prod's 70B picker (premium and standard), with the short bounds."""
+@pytest.fixture(scope="module", params=["llama-70b-v1", "llama-8b-v1"], ids=["hpa", "knative"])
+def plan(request: pytest.FixtureRequest) -> epp.EndpointPickerPlan:
+    """A prod picker (premium and standard), with the short bounds: the HPA-served 70B's, whose proxy sends a picked
+    request to vLLM's port, and the Knative-served 8B's, whose proxy sends it to the pod's queue-proxy (port 8012)
+    with the Host of the version's queue-proxy Service."""
     resolved = validate(raw_stack("prod"))
-    (picker,) = [s.endpoint_picker for m in resolved.models for s in m.servers if s.endpoint_picker and "70b" in s.name]
+    (picker,) = [s.endpoint_picker for m in resolved.models for s in m.servers if s.endpoint_picker and s.name == request.param]
     assert {band.tier for band in picker.bands} == set(BOUNDS)
+    assert (picker.target_port, picker.server_host) == {
+        "llama-70b-v1": (8000, "llama-70b-v1.serving.svc.cluster.local"),
+        "llama-8b-v1": (8012, "llama-8b-v1-queue-proxy.serving.svc.cluster.local"),
+    }[request.param]
     bands = tuple(dataclasses.replace(band, queue_seconds=BOUNDS[band.tier]) for band in picker.bands)
     return dataclasses.replace(picker, bands=bands)
 

@@ -55,34 +55,52 @@ def _server(evaluated: Evaluated, kind: str, name: str) -> dict:
     return found
 
 
-def test_a_knative_path_is_bounded_by_each_replicas_vllm(prod):
-    """Nothing waits in Knative (no queue-proxy breaker); vLLM admits ten waiting requests per running one, and only
-    while the prompts ahead prefill within the shortest served tier's bound at the stack's measured rate; every tier of
-    the server gets that one bound (vLLM's admission has no priority). None of it times a wait for a running request
-    to finish, so the row has no time bound."""
+def test_a_knative_path_behind_its_picker_is_timed_per_tier(prod):
+    """The Knative 8B's versions sit behind endpoint pickers as the 70B's do: each tier waits at most its own bound
+    in the picker, whose proxy dials the picked pod's queue-proxy (port 8012, so Knative's KPA counts the request),
+    and the servers keep no admission bound of their own."""
     rows = rows_of(prod, "llama-3.1-8b-instruct")
-    service = _server(prod, "Service", "llama-8b-v1")
-    assert service["apiVersion"].startswith("serving.knative.dev")
+    for tier, seconds in (("premium", 5), ("standard", 10)):
+        row = rows[tier]
+        assert (row["path"], row["boundSeconds"], row["boundRequestsPer"]) == ("endpoint picker", seconds, "picker")
+        assert row["answer"] == f"503, Retry-After {seconds} s"
+    # The batch tier is the batch model's, behind its own picker with batch's 60 s.
+    assert (rows["batch"]["servedBy"], rows["batch"]["path"], rows["batch"]["boundSeconds"]) == (
+        "llama-8b-batch",
+        "endpoint picker",
+        60,
+    )
+    for version in ("llama-8b-v1", "llama-8b-v2", "llama-8b-batch-v1"):
+        service = _server(prod, "Service", version)
+        assert service["apiVersion"].startswith("serving.knative.dev")
+        assert "--max-num-queued-reqs" not in _vllm_flags(service) and "--max-num-queued-tokens" not in _vllm_flags(service)
+        pool = _server(prod, "InferencePool", version)["spec"]
+        assert pool["targetPorts"] == [{"number": 8012}]
+        assert pool["selector"]["matchLabels"].items() <= service["spec"]["template"]["metadata"]["labels"].items()
+        # The Service the picker's sidecar routes podIP:8012 by selects exactly the pool's pods.
+        queue_proxy = _server(prod, "Service", f"{version}-queue-proxy")["spec"]
+        assert queue_proxy["selector"] == pool["selector"]["matchLabels"]
+
+
+def test_a_knative_path_without_a_picker_is_bounded_by_each_replicas_vllm():
+    """Staging's labeller scales to zero, so no picker stands in front (it cannot wake a revision). Nothing waits in
+    Knative (no queue-proxy breaker); vLLM admits ten waiting requests per running one, and only while the prompts
+    ahead prefill within the shortest served tier's bound at the stack's measured rate. None of it times a wait for
+    a running request to finish, so the row has no time bound."""
+    staging = Evaluated(raw_stack("staging"), shared=True)
+    (row,) = rows_of(staging, "labeller").values()
+    service = _server(staging, "Service", "labeller-v1")
     assert service["spec"]["template"]["spec"]["containerConcurrency"] == 0
     flags = _vllm_flags(service)
     running = int(flags["--max-num-seqs"])
     assert int(flags["--max-num-queued-reqs"]) == 11 * running
-    rate = raw_stack("prod")["models"][1]["server"]["prefillTokensPerSecond"]
-    # premium's 5 s is the shortest of the two tiers this server takes.
-    assert int(flags["--max-num-queued-tokens"]) == 5 * rate
-    for tier in ("premium", "standard"):
-        row = rows[tier]
-        # Bounded in requests and in prefill backlog; a wait for a running request to finish is not timed.
-        assert (row["boundSeconds"], row["prefillBacklogSeconds"], row["boundRequestsPer"]) == (None, 5, "replica")
-        # v2 runs more sequences (its own maxNumSeqs): the row names the larger queue.
-        assert row["boundRequests"] >= 10 * running
-        assert row["path"].startswith("each replica's vLLM") and "--max-num-queued-tokens" in row["enforcedBy"]
-    assert rows["premium"]["answer"] == "503 with Retry-After 5 s at once when the queue is full, else 504 after 120 s"
-    assert rows["standard"]["answer"] == "503 with Retry-After 10 s at once when the queue is full, else 504 after 300 s"
-    # The batch tier is the batch model's, bounded there by batch's own 60 s.
-    assert rows["batch"]["servedBy"] == "llama-8b-batch" and rows["batch"]["prefillBacklogSeconds"] == 60
-    batch_flags = _vllm_flags(_server(prod, "Service", "llama-8b-batch-v1"))
-    assert int(batch_flags["--max-num-queued-tokens"]) == 60 * 3000
+    rate = next(m for m in raw_stack("staging")["models"] if m["name"] == "labeller")["server"]["prefillTokensPerSecond"]
+    # batch's 60 s, the one tier it takes.
+    assert int(flags["--max-num-queued-tokens"]) == 60 * rate
+    assert (row["boundSeconds"], row["prefillBacklogSeconds"], row["boundRequestsPer"]) == (None, 60, "replica")
+    assert row["boundRequests"] >= 10 * running
+    assert row["path"].startswith("each replica's vLLM") and "--max-num-queued-tokens" in row["enforcedBy"]
+    assert row["answer"].startswith("503 with Retry-After 60 s at once when the queue is full, else 504 after 600 s")
 
 
 def test_a_picker_path_leaves_vllms_queue_to_the_picker(prod):
@@ -118,15 +136,16 @@ def test_every_row_names_the_gateways_pending_bound(prod):
     assert premium["gatewayPendingPerPod"] == pending["v1-premium"]
 
 
-def test_the_report_section_shows_every_row(prod):
-    rows = prod.outputs["queueBounds"]
+def test_the_report_section_shows_every_row():
+    # Staging's: its summarizer's tiers are timed by pickers, its scale-to-zero labeller's is not.
+    rows = Evaluated(raw_stack("staging"), shared=True).outputs["queueBounds"]
     section = queue_bound_section({"queueBounds": rows})
     assert section is not None and section.markdown.count("\n") == len(rows) + 1
     bounded = sum(1 for r in rows if r["boundSeconds"] is not None)
     assert 0 < bounded < len(rows)
     assert section.summary.startswith(f"{bounded} of {len(rows)} model tiers wait at most their queue timeout")
     assert (
-        "| llama-3.1-8b-instruct | standard | each replica's vLLM (Knative's activator while no replica is ready) "
-        "| untimed (5 s of prefill) |" in section.markdown
+        "| labeller | batch | each replica's vLLM (Knative's activator while no replica is ready) "
+        "| untimed (60 s of prefill) |" in section.markdown
     )
     assert queue_bound_section({}) is None

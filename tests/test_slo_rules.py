@@ -438,7 +438,9 @@ def test_the_plan_names_each_versions_picker_where_it_has_one() -> None:
     plan = validate(raw_stack("prod"))
     by_name = {m.model.name: m.slo for m in plan.models}
     assert by_name["llama-70b"].picker_workloads == ("llama-70b-v1-epp",)
-    assert by_name["llama-8b"].picker_workloads == ()  # Knative-served: no picker
+    assert by_name["llama-8b"].picker_workloads == ("llama-8b-v1-epp", "llama-8b-v2-epp")  # Knative-served, picked too
+    staging = {m.model.name: m.slo for m in validate(raw_stack("staging")).models}
+    assert staging["labeller"].picker_workloads == ()  # scales to zero: no picker
 
 
 @pytest.mark.real_server

@@ -26,6 +26,11 @@ def prod() -> Evaluated:
     return Evaluated(prod_with_labeller_server(), shared=True)
 
 
+@pytest.fixture(scope="module")
+def staging() -> Evaluated:
+    return Evaluated(raw_stack("staging"), shared=True)
+
+
 def vs(evaluated: Evaluated, model: str, namespace: str) -> dict:
     return evaluated.k8s("VirtualService", model, namespace)
 
@@ -571,17 +576,26 @@ def test_every_destination_subset_exists(prod):
                 assert (d["host"], d["subset"]) in subsets, (service["metadata"]["name"], d)
 
 
-def test_knative_versions_are_reached_through_the_local_gateway_by_host(prod):
+def test_knative_versions_are_reached_through_their_pickers_or_the_local_gateway_by_host(prod, staging):
+    # Behind its pickers (the default), a Knative version is reached as an HPA one is: the version's picker,
+    # in the tier's band, with subsets of its own in the model's namespace.
     weighted = next(r for r in vs(prod, "llama-8b", "serving")["spec"]["http"] if r["name"] == "premium-weighted")
     stable = weighted["route"][0]
-    assert stable["destination"]["host"] == "knative-local-gateway.istio-system.svc.cluster.local"
-    assert stable["headers"]["request"]["set"]["Host"] == "llama-8b-v1.serving.svc.cluster.local"
-    rule = prod.k8s("DestinationRule", "knative-model-tiers", "istio-system")
-    assert {s["name"] for s in rule["spec"]["subsets"]} >= {
-        "llama-8b-v1-premium",
-        "llama-8b-v2-standard",
-        "llama-8b-batch-v1-batch",
+    assert stable["destination"] == {
+        "host": "llama-8b-v1-epp.serving.svc.cluster.local",
+        "subset": "llama-8b-v1-premium",
+        "port": {"number": 8081},
     }
+    assert stable["headers"]["request"]["set"] == {"x-llm-d-inference-objective": "llama-8b-v1-premium"}
+    rule = prod.k8s("DestinationRule", "llama-8b-v2-epp", "serving")
+    assert {s["name"] for s in rule["spec"]["subsets"]} == {"llama-8b-v2-premium", "llama-8b-v2-standard"}
+    # Without one (staging's labeller, which scales to zero), through Knative's local gateway by Host.
+    weighted = next(r for r in vs(staging, "labeller", "team-a")["spec"]["http"] if r["name"] == "batch-weighted")
+    stable = weighted["route"][0]
+    assert stable["destination"]["host"] == "knative-local-gateway.istio-system.svc.cluster.local"
+    assert stable["headers"]["request"]["set"]["Host"] == "labeller-v1.team-a.svc.cluster.local"
+    rule = staging.k8s("DestinationRule", "knative-model-tiers", "istio-system")
+    assert [s["name"] for s in rule["spec"]["subsets"]] == ["labeller-v1-batch"]
 
 
 def test_tier_limits_timeouts_and_safe_retries(prod):
@@ -619,9 +633,9 @@ def test_tier_limits_timeouts_and_safe_retries(prod):
     assert batch["retries"] == {"attempts": 0} and batch["timeout"] == "600s"
 
 
-def test_knative_gateway_subsets_eject_no_hosts(prod):
+def test_knative_gateway_subsets_eject_no_hosts(staging):
     # Finding 10: behind knative-local-gateway the hosts are gateway pods, not model servers.
-    rule = prod.k8s("DestinationRule", "knative-model-tiers", "istio-system")
+    rule = staging.k8s("DestinationRule", "knative-model-tiers", "istio-system")
     assert rule["spec"]["subsets"]
     for subset in rule["spec"]["subsets"]:
         assert "outlierDetection" not in subset["trafficPolicy"] and subset["trafficPolicy"]["connectionPool"]
@@ -638,7 +652,7 @@ def test_tiers_a_model_does_not_serve_get_a_clear_403(prod):
 def test_batch_traffic_goes_to_its_own_pool(prod):
     routes = {r["name"]: r for r in vs(prod, "llama-8b", "serving")["spec"]["http"]}
     batch = routes["batch-to-llama-8b-batch"]
-    assert batch["route"][0]["headers"]["request"]["set"]["Host"] == "llama-8b-batch-v1.serving.svc.cluster.local"
+    assert batch["route"][0]["destination"]["host"] == "llama-8b-batch-v1-epp.serving.svc.cluster.local"
     assert not any(name.startswith("batch-override") for name in routes)
     servers = prod.k8s("Service", "llama-8b-batch-v1", "serving")
     args = servers["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -12,21 +12,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from platform_config.errors import ConfigIssue
 from platform_config.floors import FLOORS
 from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
-from platform_config.serving import drain_chain, server_name
+from platform_config.serving import drain_chain
 
-from ..constants import HTTP_PORT_NAME, KUBERNETES_API_GROUPS, LABEL_MODEL, LABEL_MODEL_VERSION, VLLM_PORT, standard_labels
-from ..serving import Destination, MachineryName, PodShape, Role, ServerObject, ServingBackend, SubsetRule
-from ..specs.endpoint_picker import (
-    EPP_PROXY_PORT,
-    OBJECTIVE_GROUP,
-    OBJECTIVE_HEADER,
-    POOL_GROUP,
-    endpoint_picker_objects,
-    epp_host_of,
-    epp_name_of,
-    epp_selector_of,
-    objective_of,
-)
+from ..constants import HTTP_PORT_NAME, LABEL_MODEL, LABEL_MODEL_VERSION, VLLM_PORT, standard_labels
+from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend, SubsetRule
 from ..specs.metrics import GPU_METRIC, QUEUE_METRIC, epp_queue_metric
 from ..specs.pod import (
     merged_metrics_relabelings,
@@ -35,6 +24,13 @@ from ..specs.pod import (
     pod_spec,
     progress_deadline_seconds,
     server_metadata,
+)
+from .endpoint_picking import (
+    endpoint_picker_server_objects,
+    picker_config_issues,
+    picker_destination,
+    picker_subset_labels,
+    picker_subset_rules,
 )
 
 if TYPE_CHECKING:
@@ -186,23 +182,7 @@ class DeploymentBackend(ServingBackend):
             )
         yield from _hpa_floor_issues(config, index, model)
         yield from _drain_floor_issues(config, index, model)
-        if config.environment == "production" and not self.uses_endpoint_picker(model):
-            yield ConfigIssue(
-                ("models", index, "endpointPicker", "enabled"),
-                "production times every tier's wait, which only the endpoint picker's queue does on this path: without "
-                "it only vLLM's admission bounds the queue, one prediction for every tier (and none without "
-                "server.prefillTokensPerSecond); remove `enabled: false`",
-            )
-        if (
-            self.uses_endpoint_picker(model)
-            and config.environment == "production"
-            and model.endpoint_picker.replicas < FLOORS.endpoint_picker_replicas_in_production
-        ):
-            yield ConfigIssue(
-                ("models", index, "endpointPicker", "replicas"),
-                f"production keeps at least {FLOORS.endpoint_picker_replicas_in_production} endpoint picker replicas: "
-                "with one, every request to the model waits on a single pod's restart",
-            )
+        yield from picker_config_issues(config, index, model, self.uses_endpoint_picker(model))
 
     def server_objects(self, plan: ServerPlan) -> list[ServerObject]:
         return [
@@ -221,34 +201,27 @@ class DeploymentBackend(ServingBackend):
     def destination(self, model: ModelConfig, version: str, tier: str) -> Destination:
         if not self.uses_endpoint_picker(model):
             return Destination(model_host(model), self.subset_name(model, version, tier), VLLM_PORT)
-        # Through the version's endpoint picker, which queues the request in its tier's band
-        # (the objective the route names) and picks the replica.
-        name = server_name(model, version)
-        objective = ((OBJECTIVE_HEADER, objective_of(name, tier)),)
-        return Destination(epp_host_of(name, model.tenant), self.subset_name(model, version, tier), EPP_PROXY_PORT, objective)
+        return picker_destination(model, version, self.subset_name(model, version, tier), tier)
 
     def subset_name(self, model: ModelConfig, version: str, tier: str) -> str:
         return f"{version}-{tier}"
 
     def subset_labels(self, model: ModelConfig, version: str) -> dict[str, str]:
         if self.uses_endpoint_picker(model):
-            return epp_selector_of(server_name(model, version))
+            return picker_subset_labels(model, version)
         return {LABEL_MODEL_VERSION: version}
 
     def destination_rule_host(self, model: ModelConfig) -> str:
         return model_host(model)
 
+    def picker_target(self, model: ModelConfig, server: str) -> tuple[str, int]:
+        # The version's own Service, on vLLM's port.
+        return version_host(server, model.tenant), VLLM_PORT
+
     def destination_rules(self, model: ModelConfig, versions: tuple[str, ...]) -> list[SubsetRule]:
         if not self.uses_endpoint_picker(model):
             return super().destination_rules(model, versions)
-        # One rule per version, on its endpoint picker's Service. The picker path's refusals
-        # (429 with a dropped reason: a queue full or timed out, no replica ready, the picker
-        # unreachable) must not eject a picker pod.
-        rules = []
-        for version in versions:
-            name = server_name(model, version)
-            rules.append(SubsetRule(epp_name_of(name), epp_host_of(name, model.tenant), (version,), eject_hosts=False))
-        return rules
+        return picker_subset_rules(model, versions)
 
 
 def _hpa_floor_issues(config: PlatformConfig, index: int, model: ModelConfig) -> Iterator[ConfigIssue]:
@@ -293,32 +266,3 @@ def _drain_floor_issues(config: PlatformConfig, index: int, model: ModelConfig) 
             (*path, "terminationGracePeriodSeconds"),
             f"{grace} s; at least {FLOORS.termination_grace_period_seconds} s for in-flight requests to finish",
         )
-
-
-def endpoint_picker_server_objects(plan: ServerPlan) -> list[ServerObject]:
-    """The version's endpoint picker, its InferencePool and objectives, and the mesh and network
-    rules that let it reach the servers. Routes wait for the picker's pods and Service."""
-    if plan.endpoint_picker is None:
-        return []
-    objects = []
-    for manifest in endpoint_picker_objects(plan.endpoint_picker):
-        kind, name = manifest["kind"], manifest["metadata"]["name"]
-        group = manifest["apiVersion"].rpartition("/")[0]
-        # Resource names stay unique per server: kinds repeat (ConfigMaps, objectives, policies).
-        suffix = "-".join(filter(None, (name.removeprefix(plan.name).strip("-"), kind.lower())))
-        # The picker's pods are the mesh's like the servers': they wait for what pods wait for.
-        role: Role = "pods" if kind == "Deployment" else OBJECT_ROLES.get(group, "plain")
-        serves = kind in ("Deployment", "Service", "InferencePool")
-        objects.append(ServerObject(suffix, manifest, role, custom=group not in KUBERNETES_API_GROUPS, serves=serves))
-    return objects
-
-
-# What the picker's custom objects wait for: their CRDs (monitors: the Prometheus Operator's;
-# mesh rules: Istio's).
-OBJECT_ROLES: dict[str, Role] = {
-    "monitoring.coreos.com": "monitor",
-    "networking.istio.io": "mesh",
-    "security.istio.io": "mesh",
-    POOL_GROUP: "inference-pool",
-    OBJECTIVE_GROUP: "inference-pool",
-}

@@ -1,9 +1,13 @@
 """Serving backend `kpa`: each version is a Knative Service scaled by Knative's KPA on
-concurrency (it may scale to zero), with a PodMonitor and a PodDisruptionBudget. Versions are
-reached through Knative's local gateway by Host header (as KServe does), their tier subsets in
-one DestinationRule for that gateway. Knative's queue-proxy drains a replica (Knative admits no
-lifecycle hooks), its activator sits in the data path only while no replica is ready, and each
-replica's vLLM bounds its own queue (admission control: 503 at once)."""
+concurrency, with a PodMonitor and a PodDisruptionBudget. By default an endpoint picker stands in
+front of each version, as on the `hpa` path: it queues each tier's requests, bounded in time per
+tier, and dials the picked pod's queue-proxy (QUEUE_PROXY_PORT), which counts every request it is
+sent for the KPA. Without a picker (`endpointPicker.enabled: false`, the only way to scale to zero:
+a picker cannot wake a revision) versions are reached through Knative's local gateway by Host
+header (as KServe does), their tier subsets in one DestinationRule for that gateway, and each
+replica's vLLM bounds its own queue (admission control: 503 at once). Knative's queue-proxy drains
+a replica (Knative admits no lifecycle hooks); its activator sits in the data path only while no
+replica is ready, with no time bound but the revision's timeout."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from platform_config.profiles import WorkloadProfile
 from platform_config.serving import drain_chain, effective_profile, server_name
 
 from ..constants import GATEWAY_SELECTOR, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT
-from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend
+from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend, SubsetRule
 from ..specs.pod import (
     merged_metrics_relabelings,
     pod_annotations,
@@ -25,6 +29,13 @@ from ..specs.pod import (
     pod_spec,
     progress_deadline_seconds,
     server_metadata,
+)
+from .endpoint_picking import (
+    endpoint_picker_server_objects,
+    picker_config_issues,
+    picker_destination,
+    picker_subset_labels,
+    picker_subset_rules,
 )
 
 if TYPE_CHECKING:
@@ -79,6 +90,15 @@ NO_QUEUE_PROXY_BREAKER = 0
 # with no breaker after it), and the KPA scrapes every replica's queue-proxy in either mode
 # (pkg/autoscaler/metrics/collector.go, stats_scraper.go).
 TARGET_BURST_CAPACITY = 0
+
+# queue-proxy's serving port in every Knative pod (knative/serving knative-v1.23.0
+# pkg/networking/constants.go BackendHTTPPort; pkg/reconciler/revision/resources/queue.go
+# queueHTTPPort). An endpoint picker dials it, not vLLM's port: queue-proxy then counts every
+# request the picker sends (pkg/queue/handler.go ProxyHandler), so the KPA sees the load. The
+# picker holds a request once a replica's vLLM has requests waiting, so a saturated replica has
+# more in flight than the KPA's target (at most containerConcurrency) and the KPA adds replicas
+# while the picker times the rest.
+QUEUE_PROXY_PORT = 8012
 
 
 def container_concurrency(profile: WorkloadProfile, model: ModelConfig) -> int:
@@ -179,14 +199,34 @@ def pod_monitor(plan: ServerPlan) -> dict[str, Any]:
     }
 
 
+def queue_proxy_host(server: str, namespace: str) -> str:
+    return f"{server}-queue-proxy.{namespace}.svc.cluster.local"
+
+
+def queue_proxy_service(plan: ServerPlan) -> dict[str, Any]:
+    """A ClusterIP Service on queue-proxy's port of the version's pods, for the endpoint picker's
+    sidecar: Istio builds a port's outbound routes only from Services with that port (the picker's
+    proxy dials podIP:8012 with this Host), and the revision's own Services, which Knative owns,
+    serve queue-proxy on port 80."""
+    metadata = server_metadata(plan)
+    port = {"name": "http", "port": QUEUE_PROXY_PORT, "targetPort": QUEUE_PROXY_PORT, "protocol": "TCP", "appProtocol": "http"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {**metadata, "name": f"{plan.name}-queue-proxy"},
+        "spec": {"type": "ClusterIP", "selector": plan.selector, "ports": [port]},
+    }
+
+
 class KnativeBackend(ServingBackend):
     mode = "kpa"
     machinery: ClassVar[frozenset[MachineryName]] = frozenset({"knative"})
     scales_to_zero = True
+    picks_endpoints = True
     # Knative probes its container through queue-proxy and takes the port from the container.
     pod_shape = PodShape(port_name=KNATIVE_HTTP_PORT_NAME, probe_port=VLLM_PORT, drains_in_pod=False)
-    # (object name, resource name suffix) of the gateway-wide DestinationRule of every Knative
-    # model's subsets, on the one host they are all reached through.
+    # (object name, resource name suffix) of the gateway-wide DestinationRule of the subsets of
+    # every Knative model without a picker, on the one host they are all reached through.
     shared_destination_rule = ("knative-model-tiers", "knative-tiers")
     # Knative's local gateway serves ISTIO_MUTUAL only (specs/knative.py local_gateway): its pods
     # carry no tlsMode label, so auto mTLS would send plaintext and be refused. The rule is in the
@@ -201,8 +241,8 @@ class KnativeBackend(ServingBackend):
     def request_cap(self, config: PlatformConfig, model: ModelConfig) -> int | None:
         return container_concurrency(effective_profile(config, model), model)
 
-    # Each replica's vLLM (NO_QUEUE_PROXY_BREAKER); Knative's activator only while no replica is
-    # ready (TARGET_BURST_CAPACITY), with no time bound.
+    # Without a picker: each replica's vLLM (NO_QUEUE_PROXY_BREAKER); Knative's activator only
+    # while no replica is ready (TARGET_BURST_CAPACITY), with no time bound.
     queue_holder = "each replica's vLLM (Knative's activator while no replica is ready)"
 
     def injected_containers(self) -> tuple[Mapping[str, str], ...]:
@@ -232,12 +272,16 @@ class KnativeBackend(ServingBackend):
                 "replicas only once requests wait; raise autoscaling.kpa.containerConcurrency or lower the target",
             )
 
-        if model.endpoint_picker.enabled:
+        picked = self.uses_endpoint_picker(model)
+        if picked and model.autoscaling.min_replicas == 0:
             yield ConfigIssue(
-                ("models", index, "endpointPicker", "enabled"),
-                "a Knative-served model keeps Knative's activator path: the endpoint picker dials pods directly and would "
-                "bypass scale from zero; use mode 'hpa' for the picker",
+                ("models", index, "autoscaling", "minReplicas"),
+                "0 behind an endpoint picker: the picker dials ready pods only and cannot wake a revision at zero "
+                "(Knative's activator does, and times nothing below the revision's timeout: knative/serving "
+                "knative-v1.23.0 cmd/activator/main.go); keep at least 1, or set endpointPicker.enabled: false to "
+                "scale to zero untimed",
             )
+        yield from picker_config_issues(config, index, model, picked)
         if config.environment == "production":
             yield from _production_floor_issues(index, model)
 
@@ -248,9 +292,20 @@ class KnativeBackend(ServingBackend):
         ]
         if plan.max_replicas > 1:
             objects.append(ServerObject("pdb", pod_disruption_budget(plan, {KNATIVE_SERVICE_LABEL: plan.name}), "plain"))
-        return objects
+        if plan.endpoint_picker is not None:
+            objects.append(ServerObject("queue-proxy-service", queue_proxy_service(plan), "plain", serves=True))
+        return [*objects, *endpoint_picker_server_objects(plan)]
+
+    def picker_target(self, model: ModelConfig, server: str) -> tuple[str, int]:
+        return queue_proxy_host(server, model.tenant), QUEUE_PROXY_PORT
+
+    def shared_rule(self, model: ModelConfig) -> tuple[str, str] | None:
+        # A picked model's subsets are its pickers', one rule per version in its namespace.
+        return None if self.uses_endpoint_picker(model) else self.shared_destination_rule
 
     def destination(self, model: ModelConfig, version: str, tier: str) -> Destination:
+        if self.uses_endpoint_picker(model):
+            return picker_destination(model, version, self.subset_name(model, version, tier), tier)
         service_host = f"{server_name(model, version)}.{model.tenant}.svc.cluster.local"
         return Destination(
             KNATIVE_LOCAL_GATEWAY, self.subset_name(model, version, tier), KNATIVE_LOCAL_GATEWAY_PORT, (("Host", service_host),)
@@ -261,19 +316,26 @@ class KnativeBackend(ServingBackend):
         return f"{model.name}-{version}-{tier}"
 
     def subset_labels(self, model: ModelConfig, version: str) -> dict[str, str]:
+        if self.uses_endpoint_picker(model):
+            return picker_subset_labels(model, version)
         # The local gateway's pods: Knative's knative-local-gateway Service selects them.
         return GATEWAY_SELECTOR
 
     def destination_rule_host(self, model: ModelConfig) -> str:
         return KNATIVE_LOCAL_GATEWAY
 
+    def destination_rules(self, model: ModelConfig, versions: tuple[str, ...]) -> list[SubsetRule]:
+        if self.uses_endpoint_picker(model):
+            return picker_subset_rules(model, versions)
+        return super().destination_rules(model, versions)
+
     def tenant_ingress(self) -> tuple[tuple[str, str], ...]:
         return (("allow-knative-system", KNATIVE_SERVING_NAMESPACE),)
 
 
 def _production_floor_issues(index: int, model: ModelConfig) -> Iterator[ConfigIssue]:
-    """The knative-autoscaling policy's production floors, at the pack's defaults, and the queue
-    bounds production keeps on this path."""
+    """The knative-autoscaling policy's production floors, at the pack's defaults (production's
+    queue bound on this path is the endpoint picker's: `picker_config_issues`)."""
     kpa, path = model.autoscaling.kpa, ("models", index, "autoscaling", "kpa")
     for key, value, floor in (
         ("scaleDownDelay", kpa.scale_down_delay, FLOORS.knative_scale_down_delay_seconds),
@@ -285,13 +347,3 @@ def _production_floor_issues(index: int, model: ModelConfig) -> Iterator[ConfigI
                 f"{value}; production keeps at least {floor} s, so a dip in load does not tear down replicas that take "
                 "minutes to load a model",
             )
-    unmeasured = [
-        v.name for v in model.versions if (v.server.prefill_tokens_per_second or model.server.prefill_tokens_per_second) is None
-    ]
-    if unmeasured:
-        yield ConfigIssue(
-            ("models", index, "server", "prefillTokensPerSecond"),
-            f"not set (versions {', '.join(unmeasured)}): production bounds every request's wait in time, which on this "
-            "path only vLLM's admission does, from the prompt tokens a replica prefills per second (measure them, e.g. "
-            "with `vllm bench serve`)",
-        )

@@ -344,8 +344,8 @@ def shared_destination_rules(routes: tuple[RoutePlan, ...]) -> dict[str, dict[st
     instead of declaring it twice."""
     grouped: dict[tuple[str, str], list[RoutePlan]] = {}
     for route in routes:
-        if route.backend.shared_destination_rule is not None:
-            grouped.setdefault(route.backend.shared_destination_rule, []).append(route)
+        if (shared := route.backend.shared_rule(route.model)) is not None:
+            grouped.setdefault(shared, []).append(route)
     return {
         suffix: {
             "apiVersion": "networking.istio.io/v1",

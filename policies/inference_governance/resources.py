@@ -270,19 +270,6 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
                 f"{prefix}{key} is {seconds:g} s; production services keep at least {floor} s so a dip in load does not "
                 "tear down replicas that take minutes to load a model"
             )
-    # With no picker in front, each replica's vLLM is what bounds its queue: in requests and, through
-    # the prefill backlog, in time (vLLM 0.33.0 vllm/v1/engine/async_llm.py check_admission, 503 at once).
-    for container in get(template, "spec", "containers", default=[]):
-        if not gpu_resources(container):
-            continue
-        words = get(container, "args", default=[])
-        for flag, bound in (("--max-num-queued-reqs", "requests"), ("--max-num-queued-tokens", "time")):
-            value = flag_value(words, flag)
-            if value is None or not value.isdigit() or int(value) < 1:
-                report_violation(
-                    f"container '{get(container, 'name', default='?')}' has no vLLM {flag}: a production model server "
-                    f"with no endpoint picker in front must bound its queue in {bound}, or a burst waits untimed"
-                )
 
 
 def _repository_allowed(repository: str, allowed: set[str]) -> bool:

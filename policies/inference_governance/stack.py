@@ -150,7 +150,8 @@ def _host_name(host: str, namespace: str) -> tuple[str, str]:
 def latency_sensitive(args: Any, workloads: list[GpuWorkload]) -> dict[str, str]:
     """Why each latency-sensitive GPU workload is one, by URN: its own label, or a route that
     sends it requests of a latency-sensitive tier (a VirtualService route matching the tier
-    header, or taking any tier, to a Service or Knative service whose pods the workload runs).
+    header, or taking any tier, to a Service or Knative service whose pods the workload runs, or
+    to an endpoint picker's Service whose InferencePool selects them).
     A model that serves premium is latency-sensitive whatever its profile's label says."""
     settings = config(args)
     tier_header = settings.get("tierHeader", DEFAULT_TIER_HEADER)
@@ -166,6 +167,13 @@ def latency_sensitive(args: Any, workloads: list[GpuWorkload]) -> dict[str, str]
         )
         for rule in of_type(args, DESTINATION_RULE)
         for s in get(rule.props, "spec", "subsets", default=[])
+    }
+    # A route to an endpoint picker's Service reaches the pods its InferencePool selects.
+    picked = {
+        (namespace_of(pool.props), get(pool.props, "spec", "endpointPickerRef", "name", default="")): get(
+            pool.props, "spec", "selector", default={}
+        )
+        for pool in of_type(args, INFERENCE_POOL)
     }
     for service in of_type(args, VIRTUAL_SERVICE):
         namespace = namespace_of(service.props)
@@ -183,9 +191,12 @@ def latency_sensitive(args: Any, workloads: list[GpuWorkload]) -> dict[str, str]
                 subset = get(destination, "destination", "subset")
                 if subset is not None:
                     pods.update(subsets.get((_fqdn(host, namespace), subset), {}))
+                pool = picked.get(target)
                 for w in workloads:
-                    reached = (w.knative and (w.namespace, w.name) == target) or (
-                        w.namespace == target[0] and labels_match(pods, w.pod_labels)
+                    reached = (
+                        (w.knative and (w.namespace, w.name) == target)
+                        or (w.namespace == target[0] and labels_match(pods, w.pod_labels))
+                        or (pool is not None and w.namespace == target[0] and selector_matches(pool, w.pod_labels))
                     )
                     if reached and w.resource.urn not in why:
                         why[w.resource.urn] = (
@@ -705,26 +716,30 @@ def _endpoint_pickers_in_the_mesh(args: Any, pickers: list[EndpointPicker], repo
 
 
 def _production_servers_behind_pickers(args: Any, report_violation: Report) -> None:
-    """In production a model's Deployment-served pods are picked by an endpoint picker: on that path
-    only the picker's queue is bounded in time (the gateway's pending queue and vLLM's scheduler
-    have no timer), so each such Deployment's pods are selected by an InferencePool of their
-    namespace. Knative Services keep Knative's path."""
+    """In production a model's pods, Deployment- or Knative-served, are picked by an endpoint
+    picker: only the picker's queue is bounded in time per tier (the gateway's pending queue,
+    vLLM's scheduler, queue-proxy and Knative's activator have no timer below the route's
+    timeout: knative/serving knative-v1.23.0 cmd/activator/main.go), so each server's pods are
+    selected by an InferencePool of their namespace."""
     pools = defaultdict(list)
     for pool in of_type(args, INFERENCE_POOL):
         pools[namespace_of(pool.props)].append(get(pool.props, "spec", "selector"))
-    for deployment in of_type(args, DEPLOYMENT):
-        template = pod_template(DEPLOYMENT, deployment.props)
+    for kind, server in [(DEPLOYMENT, r) for r in of_type(args, DEPLOYMENT)] + [
+        (KNATIVE_SERVICE, r) for r in of_type(args, KNATIVE_SERVICE)
+    ]:
+        template = pod_template(kind, server.props)
         labels = get(template, "metadata", "labels", default={}) if template is not None else {}
         model = labels.get(MODEL_LABEL)
         if model is None:
             continue
-        namespace = namespace_of(deployment.props)
+        namespace = namespace_of(server.props)
         if not any(selector_matches(selector, labels) for selector in pools[namespace]):
+            what = "Deployment" if kind == DEPLOYMENT else "Knative Service"
             report_violation(
-                f"Deployment {namespace}/{name_of(deployment.props)} serves model {model!r} with no InferencePool selecting "
-                "its pods: in production every request's wait is bounded in time, which on this path only the endpoint "
-                "picker's queue does; keep the model's endpoint picker (endpointPicker.enabled)",
-                deployment.urn,
+                f"{what} {namespace}/{name_of(server.props)} serves model {model!r} with no InferencePool selecting "
+                "its pods: in production every request's wait is bounded in time, which only the endpoint picker's "
+                "queue does; keep the model's endpoint picker (endpointPicker.enabled)",
+                server.urn,
             )
 
 
