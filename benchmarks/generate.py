@@ -26,8 +26,7 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
             "resources": {"gpus": 1, "cpu": "4", "memory": "16Gi", "cacheSize": "10Gi"}
             if batch
             else {"migProfile": "1g.10gb", "cpu": "4", "memory": "16Gi", "cacheSize": "10Gi"},
-            # Production bounds a Knative model's queue by the prompt tokens a replica prefills per second.
-            "server": {"maxModelLen": 4096, "prefillTokensPerSecond": 10000},
+            "server": {"maxModelLen": 4096},
             "versions": [{"name": "v1", "source": QWEN}] + ([{"name": "v2", "source": QWEN_15}] if canary else []),
             "release": {"stable": "v1", **({"canary": "v2", "canaryWeight": 10} if canary else {})},
             "autoscaling": (
@@ -38,6 +37,7 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
         }
         model_list.append(model)
     slices = per_tenant * 8
+    versions = sum(len(m["versions"]) for m in model_list)
     return {
         "environment": "production",
         "cluster": {
@@ -47,8 +47,9 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
             "eks": {
                 "region": "us-east-1",
                 "subnetIds": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"],
-                # The endpoint pickers (2.1 CPU and 3.5Gi a pod at peak) run on the system nodes.
-                "systemNodeGroup": {"instanceType": "m6i.8xlarge", "maxSize": max(4, -(-models // 3))},
+                # Every version's endpoint pickers (2 pods, and 2 more while a rollout's drain; 2.1 CPU
+                # and 3.5Gi a pod) run on the system nodes, 13 to an m6i.8xlarge beside the controllers.
+                "systemNodeGroup": {"instanceType": "m6i.8xlarge", "maxSize": max(4, -(-4 * versions // 13))},
             },
         },
         "nodePools": [

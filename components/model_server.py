@@ -74,6 +74,8 @@ class ModelServer(pulumi.ComponentResource):
                 opts_for = pulumi.ResourceOptions(parent=self, depends_on=[*pods, *args.autoscaler_depends_on])
             else:
                 opts_for = options[obj.role]
+            if obj.after_pods:
+                opts_for = pulumi.ResourceOptions.merge(opts_for, pulumi.ResourceOptions(depends_on=list(pods)))
             resource = register(name, obj, opts_for)
             if obj.role == "pods":
                 pods.append(resource)

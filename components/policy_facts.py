@@ -29,7 +29,7 @@ from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
 from platform_config.weight_mirror import MIRROR_NAMESPACE
 
-from .backends.knative import KNATIVE_SERVICE_LABEL, TARGET_BURST_CAPACITY
+from .backends.knative import KNATIVE_REVISION_LABEL, KNATIVE_SERVICE_LABEL, TARGET_BURST_CAPACITY
 from .constants import (
     GATEWAY_LISTENER_PORTS,
     GATEWAY_SELECTOR,
@@ -71,6 +71,7 @@ def policy_facts() -> dict[str, Any]:
             "latencySensitive": LABEL_LATENCY_SENSITIVE,
             "gpuSharing": LABEL_GPU_SHARING,
             "knativeService": KNATIVE_SERVICE_LABEL,
+            "knativeRevision": KNATIVE_REVISION_LABEL,
             "model": LABEL_MODEL,
         },
         "defaults": {

@@ -77,6 +77,9 @@ class ServerObject:
     serves: bool = False
     # Fields another controller owns once the object exists.
     ignore_changes: tuple[str, ...] = ()
+    # Applied only once the server's pods object (registered before it) is ready: what switches
+    # traffic to a new revision waits for that revision.
+    after_pods: bool = False
 
 
 @dataclass(frozen=True)

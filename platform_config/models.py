@@ -955,9 +955,10 @@ class KpaSettings(ConfigModel):
     target_concurrency: PositiveInt | None = None
     """Requests in flight per replica Knative aims at. Default: the profile's concurrency per replica."""
     container_concurrency: Annotated[int, Field(ge=1, le=KNATIVE_MAX_CONTAINER_CONCURRENCY)] | None = None
-    """Requests one replica runs at once (vLLM `--max-num-seqs` unless `server.maxNumSeqs` says otherwise); its vLLM
-    takes 10 times as many waiting, then answers 503 at once. Default: the profile's concurrency per replica. The
-    Knative Service's own `containerConcurrency` is always 0: queue-proxy's queue has no time bound."""
+    """Requests one replica runs at once (vLLM `--max-num-seqs` unless `server.maxNumSeqs` says otherwise); without an
+    endpoint picker its vLLM takes 10 times as many waiting, then answers 503 at once. Default: the profile's
+    concurrency per replica. The Knative Service's own `containerConcurrency` is always 0: queue-proxy's queue has no
+    time bound."""
     scale_down_delay: Annotated[Duration, _duration_between(0, 3600)] = "5m"
     """How long Knative keeps replicas after load drops (0s-1h)."""
     window: Annotated[Duration, _duration_between(6, 3600)] = "60s"
@@ -969,7 +970,7 @@ class KpaSettings(ConfigModel):
 class AutoscalingConfig(ConfigModel):
     mode: AutoscalingMode
     """`hpa`: a Deployment scaled by an HPA on queue depth and GPU activity; `kpa`: a Knative Service scaled on
-    concurrency (may scale to zero)."""
+    concurrency (it may scale to zero only with `endpointPicker.enabled: false`)."""
     min_replicas: NonNegativeInt
     """Fewest replicas of each running version."""
     max_replicas: PositiveInt

@@ -14,7 +14,7 @@ What is read (every query is built here, in `queries`, and nowhere else), over t
   the tier header; a request without one counts under "(no tier)". Error rate: answers 5xx
   other than 503, over all answers; shed rate: 503 answers over all answers (code 0, a
   request the client abandoned, is neither).
-- Requests the version's endpoint picker path refused (Deployment-served versions only; they never
+- Requests the version's endpoint picker path refused (versions behind a picker only; they never
   reach a pod, so the sidecar's counts above miss them), per version and tier: `sum by
   (destination_workload, tier) (increase(istio_requests_total{reporter="destination",
   destination_workload_namespace="<tenant>", destination_workload=~"<pickers>", response_code="429"}

@@ -303,6 +303,19 @@ def test_a_picked_model_takes_no_prefill_rate_and_production_keeps_its_picker(pr
     validate(prod_raw)
 
 
+def test_a_picked_knative_replica_runs_at_least_the_kpas_target(prod_raw):
+    # Behind its picker a replica saturates once its running slots fill: with fewer than the KPA's target
+    # (10), Knative would see fewer requests in flight than it aims at and never add a replica.
+    prod_raw["models"][1]["versions"][1]["server"]["maxNumSeqs"] = 8
+    issue = only_issue(prod_raw)
+    assert issue.startswith(
+        "inference-platform:models[1].versions[1].server.maxNumSeqs: 8 requests run per replica of version 'v2', below "
+        "the KPA's target 10"
+    )
+    prod_raw["models"][1]["autoscaling"]["kpa"]["targetConcurrency"] = 8
+    validate(prod_raw)
+
+
 def test_a_picked_knative_model_keeps_a_replica(staging_raw):
     # Staging's labeller scales to zero without a picker; with one, which cannot wake a revision, it may not.
     labeller = next(m for m in staging_raw["models"] if m["name"] == "labeller")

@@ -524,6 +524,9 @@ def without_maximum(**spec: Any) -> Callable[[dict], Any]:
          "llama-1b-v1-deployment"),
         # ... and its Knative-served ones too (queue-proxy and the activator time nothing).
         (lambda rs: [r for r in rs if r.name != "llama-8b-v1-inferencepool"], "llama-8b-v1-knative-service"),
+        # A pool on an older revision of the version picks nothing Knative now serves it with.
+        (edit("llama-8b-v1-inferencepool", lambda p: p["spec"]["selector"]["matchLabels"].update(
+            {"serving.knative.dev/revision": "llama-8b-v1-0000000000"})), "llama-8b-v1-knative-service"),
         # team-b runs no endpoint picker but is a tenant: its namespace is promised mTLS too.
         (edit("team-b-peer-authentication", lambda p: p["spec"]["mtls"].update(mode="DISABLE")),
          "team-b-peer-authentication"),
@@ -533,7 +536,8 @@ def without_maximum(**spec: Any) -> Callable[[dict], Any]:
          "pool-names-no-service", "pool-names-a-deployment", "service-removed", "service-selects-the-servers",
          "picker-unlabelled", "inject-label-false", "inject-annotation-no", "label-wins-over-annotation",
          "inject-label-true", "namespace-permissive", "workload-disable", "port-permissive", "port-strict",
-         "pool-removed", "pool-selects-another-version", "knative-pool-removed", "tenant-without-picker"],
+         "pool-removed", "pool-selects-another-version", "knative-pool-removed",
+         "knative-pool-on-an-old-revision", "tenant-without-picker"],
 )  # fmt: skip
 def test_endpoint_picker_availability(pack, baseline, change, flagged, request):
     hits = pack.analyze_stack(stack_with(baseline, change))

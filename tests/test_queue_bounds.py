@@ -76,7 +76,9 @@ def test_a_knative_path_behind_its_picker_is_timed_per_tier(prod):
         assert "--max-num-queued-reqs" not in _vllm_flags(service) and "--max-num-queued-tokens" not in _vllm_flags(service)
         pool = _server(prod, "InferencePool", version)["spec"]
         assert pool["targetPorts"] == [{"number": 8012}]
-        assert pool["selector"]["matchLabels"].items() <= service["spec"]["template"]["metadata"]["labels"].items()
+        # The version's current revision, which Knative labels with its name.
+        revision = service["spec"]["template"]["metadata"]["name"]
+        assert pool["selector"]["matchLabels"] == {"serving.knative.dev/revision": revision}
         # The Service the picker's sidecar routes podIP:8012 by selects exactly the pool's pods.
         queue_proxy = _server(prod, "Service", f"{version}-queue-proxy")["spec"]
         assert queue_proxy["selector"] == pool["selector"]["matchLabels"]

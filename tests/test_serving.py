@@ -365,11 +365,10 @@ def test_latency_sensitive_profile_on_time_sliced_pool(staging_raw):
 
 def test_chat_is_never_scaled_to_zero(prod_raw):
     prod_raw["models"][1]["autoscaling"]["minReplicas"] = 0
-    found = config_problems(prod_raw)
-    assert any(
-        m.startswith("inference-platform:models[1].autoscaling.minReplicas: profile 'chat' is never scaled to zero")
-        for m in found
-    )
+    chat, picked = config_problems(prod_raw)
+    assert chat.startswith("inference-platform:models[1].autoscaling.minReplicas: profile 'chat' is never scaled to zero")
+    # Nor can a picked Knative model.
+    assert picked.startswith("inference-platform:models[1].autoscaling.minReplicas: 0 behind an endpoint picker")
 
 
 def test_hpa_cannot_scale_to_zero(prod_raw):
@@ -510,7 +509,9 @@ def test_every_prod_server(prod, name, namespace, mode):
         assert spec["containerConcurrency"] == 0 and spec["timeoutSeconds"] > 0
         # Behind the version's endpoint picker (production's rule), which dials queue-proxy's port.
         pool = prod.k8s("InferencePool", name, namespace)["spec"]
-        assert pool["selector"]["matchLabels"].items() <= obj["spec"]["template"]["metadata"]["labels"].items()
+        # The version's current revision, which Knative labels with its name.
+        revision = obj["spec"]["template"]["metadata"]["name"]
+        assert pool["selector"]["matchLabels"] == {"serving.knative.dev/revision": revision}
         assert pool["targetPorts"] == [{"number": 8012}]
         assert prod.k8s("PodMonitor", name, namespace)
 
@@ -601,6 +602,49 @@ def test_routes_wait_for_the_endpoints_they_send_traffic_to(prod):
     # An HPA version is routed to once its Deployment has rolled out, not on its first ready pod.
     needs = _dependencies(prod, "kubernetes:networking.istio.io/v1:VirtualService", "llama-70b-route-virtual-service")
     assert {"llama-70b-v1-deployment", "llama-70b-v1-service", "llama-70b-service"} <= needs, needs
+
+
+def test_a_knative_versions_picker_picks_from_its_current_revision_once_it_is_ready(prod):
+    """Knative routes to a version's latest ready revision; the picker does not go through Knative's route, and an
+    older revision's pods carry the same labels until Knative scales it away, which the picker's own traffic would
+    prevent. So a picked version names its revision (knative-v1.23.0 pkg/apis/serving/v1/revision_validation.go: the
+    service's name as prefix, a new name for a changed template), and its pool and queue-proxy Service select that
+    revision's pods (the label Knative puts on them, pkg/apis/serving/register.go RevisionLabelKey), moving only once
+    `pulumi up` has seen the new revision ready."""
+    import copy
+
+    from components.backends.knative import knative_service
+
+    from .helpers import validate
+
+    service = ksvc(prod, "llama-8b-v1", "serving")
+    revision = service["spec"]["template"]["metadata"]["name"]
+    assert re.fullmatch(r"llama-8b-v1-[0-9a-f]{10}", revision)
+    pool = prod.k8s("InferencePool", "llama-8b-v1", "serving")["spec"]
+    assert pool["selector"]["matchLabels"] == {"serving.knative.dev/revision": revision}
+    assert prod.k8s("Service", "llama-8b-v1-queue-proxy", "serving")["spec"]["selector"] == {
+        "serving.knative.dev/revision": revision
+    }
+    # The picker still reaches every revision's pods (its network rules), so requests it sent an older one finish.
+    egress = prod.k8s("NetworkPolicy", "llama-8b-v1-epp-to-servers", "serving")["spec"]["egress"][0]["to"][0]
+    assert egress["podSelector"]["matchLabels"] == {"app.kubernetes.io/instance": "llama-8b-v1"}
+    for name in ("llama-8b-v1-inferencepool", "llama-8b-v1-queue-proxy-service"):
+        token = next(r.type for r in prod.records if r.name == name)
+        assert "llama-8b-v1-knative-service" in _dependencies(prod, token, name), name
+
+    # The same template names the same revision; any change to it, a new one.
+    def named(raw: dict) -> str:
+        server = next(s for m in validate(raw).models for s in m.servers if s.name == "llama-8b-v1")
+        return knative_service(server)["spec"]["template"]["metadata"]["name"]
+
+    raw = copy.deepcopy(raw_stack("prod"))
+    before = named(raw)
+    assert named(copy.deepcopy(raw)) == before
+    raw["models"][1]["autoscaling"]["kpa"]["scaleDownDelay"] = "6m"
+    assert named(raw) != before and named(raw).startswith("llama-8b-v1-")
+    # Without a picker Knative names its revisions itself (staging's labeller).
+    labeller = Evaluated(raw_stack("staging"), shared=True).k8s("Service", "labeller-v1", "team-a")
+    assert "name" not in labeller["spec"]["template"]["metadata"]
 
 
 def test_pulumi_up_waits_for_each_version_to_load_its_model(prod):

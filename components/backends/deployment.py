@@ -192,7 +192,7 @@ class DeploymentBackend(ServingBackend):
             ServerObject("pdb", pod_disruption_budget(plan, plan.selector), "plain"),
             ServerObject("service-monitor", service_monitor(plan), "monitor", custom=True),
             ServerObject("hpa", hpa(plan), "autoscaler"),
-            *endpoint_picker_server_objects(plan),
+            *endpoint_picker_server_objects(plan, plan.endpoint_picker),
         ]
 
     def model_objects(self, model: ModelPlan) -> list[ServerObject]:

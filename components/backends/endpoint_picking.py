@@ -21,6 +21,7 @@ from ..specs.endpoint_picker import (
     OBJECTIVE_GROUP,
     OBJECTIVE_HEADER,
     POOL_GROUP,
+    EndpointPickerPlan,
     endpoint_picker_objects,
     epp_host_of,
     epp_name_of,
@@ -42,13 +43,17 @@ OBJECT_ROLES: dict[str, Role] = {
 }
 
 
-def endpoint_picker_server_objects(plan: ServerPlan) -> list[ServerObject]:
-    """The version's endpoint picker, its InferencePool and objectives, and the mesh and network
-    rules that let it reach the servers. Routes wait for the picker's pods and Service."""
-    if plan.endpoint_picker is None:
+def endpoint_picker_server_objects(
+    plan: ServerPlan, picker: EndpointPickerPlan | None, *, pool_after_pods: bool = False
+) -> list[ServerObject]:
+    """The version's endpoint picker (`picker`, the plan's or one the backend narrowed), its
+    InferencePool and objectives, and the mesh and network rules that let it reach the servers.
+    Routes wait for the picker's pods and Service; with `pool_after_pods` the pool changes only
+    once the server's pods object is ready (a pool that selects a new revision waits for it)."""
+    if picker is None:
         return []
     objects = []
-    for manifest in endpoint_picker_objects(plan.endpoint_picker):
+    for manifest in endpoint_picker_objects(picker):
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         group = manifest["apiVersion"].rpartition("/")[0]
         # Resource names stay unique per server: kinds repeat (ConfigMaps, objectives, policies).
@@ -56,7 +61,9 @@ def endpoint_picker_server_objects(plan: ServerPlan) -> list[ServerObject]:
         # The picker's pods are the mesh's like the servers': they wait for what pods wait for.
         role: Role = "pods" if kind == "Deployment" else OBJECT_ROLES.get(group, "plain")
         serves = kind in ("Deployment", "Service", "InferencePool")
-        objects.append(ServerObject(suffix, manifest, role, custom=group not in KUBERNETES_API_GROUPS, serves=serves))
+        after_pods = pool_after_pods and kind == "InferencePool"
+        custom = group not in KUBERNETES_API_GROUPS
+        objects.append(ServerObject(suffix, manifest, role, custom=custom, serves=serves, after_pods=after_pods))
     return objects
 
 

@@ -11,6 +11,9 @@ replica is ready, with no time bound but the revision's timeout."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -47,10 +50,13 @@ PULUMI_WAIT_FOR = "pulumi.com/waitFor"
 # Knative Service with the service's name.
 KNATIVE_HTTP_PORT_NAME = "http1"
 KNATIVE_SERVICE_LABEL = "serving.knative.dev/service"
+# ... and with its revision's name (knative/serving knative-v1.23.0 pkg/apis/serving/register.go
+# RevisionLabelKey).
+KNATIVE_REVISION_LABEL = "serving.knative.dev/revision"
 KNATIVE_LOCAL_GATEWAY = f"knative-local-gateway.{ISTIO_SYSTEM_NAMESPACE}.svc.cluster.local"
 KNATIVE_LOCAL_GATEWAY_PORT = 80
 
-# Knative's activator sits in the data path of a Knative-served model while no replica is ready
+# Knative's activator sits in the data path of a Knative revision while no replica is ready
 # (scale from zero, see TARGET_BURST_CAPACITY) and drains for terminationGracePeriodSeconds: 600 (knative/serving knative-v1.23.0
 # config/core/deployments/activator.yaml: "should be at least as large as the upper bound on the
 # Revision's timeoutSeconds"). The operator's KnativeServing cannot change it (its
@@ -67,8 +73,9 @@ QUEUE_PROXY_RESOURCES = {"cpu": "25m", "memory": "256Mi"}
 # queue-proxy's breaker would hold 10 x containerConcurrency waiting requests with no time bound
 # (pkg/queue/sharedmain/main.go buildBreaker; the request waits until the revision's timeout), and
 # builds none for 0. So the platform renders 0: nothing waits in queue-proxy, every request reaches
-# vLLM at once, and vLLM's admission control (platform_config/serving.py ServerAdmission) answers
-# 503 at once past its bounds, before the request is queued. queue-proxy still counts every request
+# vLLM at once (behind a picker, which has timed its wait already; without one, vLLM's admission
+# control, platform_config/serving.py ServerAdmission, answers 503 at once past its bounds, before
+# the request is queued). queue-proxy still counts every request
 # in flight for the KPA (pkg/queue/handler.go ProxyHandler), so the autoscaler sees all of vLLM's
 # running and waiting requests.
 NO_QUEUE_PROXY_BREAKER = 0
@@ -82,8 +89,9 @@ NO_QUEUE_PROXY_BREAKER = 0
 # every request, and its per-revision queue has no practical bound (pkg/activator/net/
 # throttler.go: a breaker of depth 10000 over a capacity of 2^31-1) and no time bound: a request
 # waited there until the revision's timeout (504). Without it a request goes to a replica's vLLM
-# at once (NO_QUEUE_PROXY_BREAKER), whose admission answers overflow 503 at once (with the tier's
-# Retry-After from the gateway). Knative's local gateway (an Istio gateway) then spreads requests
+# at once (NO_QUEUE_PROXY_BREAKER): the one its picker chose or, without a picker, one Knative's
+# local gateway (an Istio gateway) chooses, whose admission answers overflow 503 at once (with the
+# tier's Retry-After from the gateway). That gateway spreads requests
 # over the ready replicas by least requests, Istio's default (istio/istio 1.30.3 pilot/pkg/
 # networking/core/cluster_traffic_policy.go defaultLBAlgorithm). The autoscaler still sees every
 # request vLLM runs or queues: queue-proxy counts it in (pkg/queue/handler.go ProxyHandler: ReqIn,
@@ -95,9 +103,12 @@ TARGET_BURST_CAPACITY = 0
 # pkg/networking/constants.go BackendHTTPPort; pkg/reconciler/revision/resources/queue.go
 # queueHTTPPort). An endpoint picker dials it, not vLLM's port: queue-proxy then counts every
 # request the picker sends (pkg/queue/handler.go ProxyHandler), so the KPA sees the load. The
-# picker holds a request once a replica's vLLM has requests waiting, so a saturated replica has
-# more in flight than the KPA's target (at most containerConcurrency) and the KPA adds replicas
-# while the picker times the rest.
+# picker holds requests once its replicas are saturated: on average 5 waiting (queueDepthThreshold),
+# or 80 % of the KV cache in use (specs/endpoint_picker.py). A replica saturated by its waiting
+# requests runs all its slots and has more in flight than the KPA's target (a config check keeps
+# the target at or below the slots: `_saturation_issues`), so the KPA adds replicas while the
+# picker times the rest; one saturated by its KV cache may not, and the picker then sheds each
+# tier past its bound (503, Retry-After) until load falls or a replica is added.
 QUEUE_PROXY_PORT = 8012
 
 
@@ -145,7 +156,7 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
     # follows the version's expected cold start (a new node, the image, the startup probe's
     # budget), as the Deployment's progressDeadlineSeconds does.
     annotations["serving.knative.dev/progress-deadline"] = f"{progress_deadline_seconds(plan)}s"
-    return {
+    service: dict[str, Any] = {
         "apiVersion": "serving.knative.dev/v1",
         "kind": "Service",
         "metadata": {
@@ -160,8 +171,8 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": plan.labels, "annotations": annotations},
                 "spec": {
-                    # No breaker in queue-proxy, whose queue has no time bound: vLLM's admission
-                    # bounds the replica's queue (NO_QUEUE_PROXY_BREAKER).
+                    # No breaker in queue-proxy, whose queue has no time bound
+                    # (NO_QUEUE_PROXY_BREAKER).
                     "containerConcurrency": NO_QUEUE_PROXY_BREAKER,
                     "timeoutSeconds": plan.drain.request_timeout_seconds,
                     # Unset, Knative defaults the time to the first response byte from
@@ -175,6 +186,11 @@ def knative_service(plan: ServerPlan) -> dict[str, Any]:
             }
         },
     }
+    if plan.endpoint_picker is not None:
+        # Named, so the picker's pool can select this revision's pods (KnativeBackend.server_objects).
+        template = service["spec"]["template"]
+        template["metadata"] = {"name": revision_name(plan.name, template), **template["metadata"]}
+    return service
 
 
 def pod_monitor(plan: ServerPlan) -> dict[str, Any]:
@@ -199,22 +215,31 @@ def pod_monitor(plan: ServerPlan) -> dict[str, Any]:
     }
 
 
+def revision_name(server: str, template: Mapping[str, Any]) -> str:
+    """The name a picked version gives its revision: the Knative Service's name (Knative requires it
+    as the prefix: knative-v1.23.0 pkg/apis/serving/v1/revision_validation.go) and a digest of the
+    template, so every change of the template names a new revision (Knative refuses a changed
+    template under the same name, ibid.), and the picker's pool can select the current one."""
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{server}-{digest}"
+
+
 def queue_proxy_host(server: str, namespace: str) -> str:
     return f"{server}-queue-proxy.{namespace}.svc.cluster.local"
 
 
-def queue_proxy_service(plan: ServerPlan) -> dict[str, Any]:
-    """A ClusterIP Service on queue-proxy's port of the version's pods, for the endpoint picker's
-    sidecar: Istio builds a port's outbound routes only from Services with that port (the picker's
-    proxy dials podIP:8012 with this Host), and the revision's own Services, which Knative owns,
-    serve queue-proxy on port 80."""
+def queue_proxy_service(plan: ServerPlan, selector: Mapping[str, str]) -> dict[str, Any]:
+    """A ClusterIP Service on queue-proxy's port of the pods the version's picker picks (`selector`):
+    its stable name is the Host the picker's proxy sends with podIP:8012, by which the picker pod's
+    sidecar finds that port's outbound route (Istio builds one only from a Service with the port;
+    Knative's own Services on 8012, each revision's `-private` one, change name with the revision)."""
     metadata = server_metadata(plan)
     port = {"name": "http", "port": QUEUE_PROXY_PORT, "targetPort": QUEUE_PROXY_PORT, "protocol": "TCP", "appProtocol": "http"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {**metadata, "name": f"{plan.name}-queue-proxy"},
-        "spec": {"type": "ClusterIP", "selector": plan.selector, "ports": [port]},
+        "spec": {"type": "ClusterIP", "selector": dict(selector), "ports": [port]},
     }
 
 
@@ -255,9 +280,9 @@ class KnativeBackend(ServingBackend):
         if timeout > KNATIVE_ACTIVATOR_GRACE_SECONDS:
             yield ConfigIssue(
                 ("models", index, "autoscaling", "mode"),
-                f"requests to this model may take {timeout} s (its profile's or a tier's "
-                f"timeout), but Knative's activator, in the path of Knative-served models while no replica is ready, "
-                "drains for only "
+                f"requests to this model may take {timeout} s (its profile's or a tier's timeout), but Knative refuses a "
+                "revision timeout above its max-revision-timeout-seconds, which the platform keeps at what Knative's "
+                "activator (in the path of a revision while no replica is ready) drains for only "
                 f"{KNATIVE_ACTIVATOR_GRACE_SECONDS} s and the operator cannot raise it: use mode 'hpa', or lower the "
                 "timeouts (profiles.<name>.requestTimeoutSeconds, traffic.tiers.<tier>.timeout)",
             )
@@ -282,19 +307,30 @@ class KnativeBackend(ServingBackend):
                 "scale to zero untimed",
             )
         yield from picker_config_issues(config, index, model, picked)
+        if picked:
+            yield from _saturation_issues(index, model, aim)
         if config.environment == "production":
             yield from _production_floor_issues(index, model)
 
     def server_objects(self, plan: ServerPlan) -> list[ServerObject]:
+        service = knative_service(plan)
         objects = [
-            ServerObject("knative-service", knative_service(plan), "pods", custom=True, serves=True),
+            ServerObject("knative-service", service, "pods", custom=True, serves=True),
             ServerObject("pod-monitor", pod_monitor(plan), "monitor", custom=True),
         ]
         if plan.max_replicas > 1:
             objects.append(ServerObject("pdb", pod_disruption_budget(plan, {KNATIVE_SERVICE_LABEL: plan.name}), "plain"))
-        if plan.endpoint_picker is not None:
-            objects.append(ServerObject("queue-proxy-service", queue_proxy_service(plan), "plain", serves=True))
-        return [*objects, *endpoint_picker_server_objects(plan)]
+        if plan.endpoint_picker is None:
+            return objects
+        # The picker picks from the current revision's pods only: an older revision's carry the same
+        # labels until Knative scales it away, which traffic the picker sent it would prevent (Knative
+        # routes to the latest ready revision, the picker does not go through Knative's route). The
+        # pool moves to a new revision once `pulumi up` has seen it ready (the Knative Service's wait).
+        revision = {KNATIVE_REVISION_LABEL: service["spec"]["template"]["metadata"]["name"]}
+        queue_proxy = queue_proxy_service(plan, revision)
+        objects.append(ServerObject("queue-proxy-service", queue_proxy, "plain", serves=True, after_pods=True))
+        picker = dataclasses.replace(plan.endpoint_picker, pool_labels=revision)
+        return [*objects, *endpoint_picker_server_objects(plan, picker, pool_after_pods=True)]
 
     def picker_target(self, model: ModelConfig, server: str) -> tuple[str, int]:
         return queue_proxy_host(server, model.tenant), QUEUE_PROXY_PORT
@@ -331,6 +367,27 @@ class KnativeBackend(ServingBackend):
 
     def tenant_ingress(self) -> tuple[tuple[str, str], ...]:
         return (("allow-knative-system", KNATIVE_SERVING_NAMESPACE),)
+
+
+def _saturation_issues(index: int, model: ModelConfig, aim: int) -> Iterator[ConfigIssue]:
+    """Behind a picker the KPA sees only what the picker dispatches: the picker holds requests once
+    a replica's vLLM has some waiting, so a replica that runs fewer requests than the KPA's target
+    can saturate below it, and the KPA would never add one while the picker sheds."""
+    path: tuple[str | int, ...]
+    for i, version in enumerate(model.versions):
+        if version.server.max_num_seqs is not None:
+            running, path = version.server.max_num_seqs, ("models", index, "versions", i, "server", "maxNumSeqs")
+        elif model.server.max_num_seqs is not None:
+            running, path = model.server.max_num_seqs, ("models", index, "server", "maxNumSeqs")
+        else:
+            continue  # containerConcurrency, which the target may not exceed (above)
+        if running < aim:
+            yield ConfigIssue(
+                path,
+                f"{running} requests run per replica of version {version.name!r}, below the KPA's target {aim}: behind "
+                "its endpoint picker a replica saturates with fewer requests in flight than the target, and Knative "
+                "would not add replicas while the picker sheds; raise it or lower autoscaling.kpa.targetConcurrency",
+            )
 
 
 def _production_floor_issues(index: int, model: ModelConfig) -> Iterator[ConfigIssue]:

@@ -1,4 +1,4 @@
-"""The llm-d router's endpoint picker (EPP) in front of one HPA-served model version, in
+"""The llm-d router's endpoint picker (EPP) in front of one model version's servers, in
 standalone mode: the EPP and an Envoy proxy container in one pod, flow control on (pure builders).
 
 The gateway sends a version's requests to that Envoy (`<name>-epp:8081`); Envoy asks the
@@ -8,8 +8,9 @@ while the pods are saturated, and Envoy then dials that pod's IP (ORIGINAL_DST o
 
 Security: the EPP pod is in the mesh like every tenant pod, so mTLS and the tenant's
 authorization hold on both hops with nothing relaxed. Gateway -> EPP is a mesh Service call
-(auto-mTLS). EPP -> vLLM: Envoy rewrites the Host to the model's Service (`server_host`), so the
-pod's Istio sidecar, which intercepts Envoy's connection to podIP:8000, routes it through that
+(auto-mTLS). EPP -> vLLM: Envoy rewrites the Host to the version's Service on the target port
+(`server_host`), so the pod's Istio sidecar, which intercepts Envoy's connection to
+podIP:<target port> (vLLM's 8000, or a Knative pod's queue-proxy on 8012), routes it through that
 Service's cluster; a DestinationRule that only the EPP pods see makes that cluster ORIGINAL_DST
 (the connection still goes to the pod the EPP picked) with Istio mTLS stated explicitly. The
 vLLM pods see the EPP's SPIFFE identity, which the tenant's namespace rule admits. The EPP reads
@@ -329,11 +330,12 @@ class PickerBand:
 class EndpointPickerPlan:
     name: str  # the model version's server name; EPP objects are f"{name}-epp", the InferencePool `name`
     namespace: str  # tenant namespace (the model servers' namespace)
-    server_labels: dict[str, str]  # labels selecting this version's vLLM pods (InferencePool selector)
-    # The FQDN of a Service on target_port whose endpoints include those pods (the model's own,
-    # e.g. "llama-70b.serving.svc.cluster.local"): the EPP pod's sidecar reaches the pods through it.
+    server_labels: dict[str, str]  # labels selecting this version's vLLM pods (network rules; the pool's by default)
+    # The FQDN of a Service on target_port over those pods (the version's own, e.g.
+    # "llama-70b-v1.serving.svc.cluster.local"): the EPP pod's sidecar reaches the pods through it.
     server_host: str
-    target_port: int  # vLLM container port (8000)
+    # The port the picked pod is dialled on: vLLM's (8000), or Knative queue-proxy's (8012).
+    target_port: int
     replicas: int  # EPP pods, >= 1; 2+ run active-active (leader election off)
     bands: tuple[PickerBand, ...]  # one per tier the server takes
     request_timeout_seconds: int  # the longest a request may take end to end
@@ -343,6 +345,10 @@ class EndpointPickerPlan:
     node_selector: dict[str, str]
     # Whether the servers load LoRA adapters: then the picker scores adapter affinity too.
     lora_affinity: bool = False
+    # What the InferencePool selects, where narrower than server_labels: a Knative version's
+    # current revision (its older revisions' pods carry the same server labels until Knative
+    # scales them away, and must not be picked). None: server_labels.
+    pool_labels: dict[str, str] | None = None
 
 
 # --- names ----------------------------------------------------------------------------------
@@ -1283,6 +1289,11 @@ def service(plan: EndpointPickerPlan) -> dict[str, Any]:
     }
 
 
+def pool_selector(plan: EndpointPickerPlan) -> dict[str, str]:
+    """The labels of the pods the picker picks from."""
+    return dict(plan.pool_labels if plan.pool_labels is not None else plan.server_labels)
+
+
 def inference_pool(plan: EndpointPickerPlan) -> dict[str, Any]:
     """routerlib _inferencepool.yaml. failureMode FailClose, like our Envoy (the chart: FailOpen);
     it is read by gateways that route to the pool, which ours does not."""
@@ -1293,7 +1304,7 @@ def inference_pool(plan: EndpointPickerPlan) -> dict[str, Any]:
         "spec": {
             "targetPorts": [{"number": plan.target_port}],
             "appProtocol": "http",
-            "selector": {"matchLabels": dict(plan.server_labels)},
+            "selector": {"matchLabels": pool_selector(plan)},
             "endpointPickerRef": {"name": epp_name(plan), "port": {"number": EPP_GRPC_PORT}, "failureMode": "FailClose"},
         },
     }
@@ -1401,7 +1412,7 @@ def _tcp(*ports: int) -> list[dict[str, Any]]:
 def network_policies(plan: EndpointPickerPlan) -> list[dict[str, Any]]:
     """On top of the tenant's default deny (tenancy.network_policies): EPP pods take the
     gateway's requests on 8081 and monitoring's scrapes of their sidecars' merged metrics, and
-    reach this version's vLLM pods on the vLLM port and their sidecars' metrics (the API server,
+    reach this version's vLLM pods on the target port and their sidecars' metrics (the API server,
     DNS, istiod and HTTPS are already open to every tenant pod); the vLLM pods take both ports
     from EPP pods."""
     epp = epp_selector(plan)

@@ -85,6 +85,7 @@ ADAPTER_RELEASES_ANNOTATION: str = FACTS["annotations"]["adapterReleases"]
 DEFAULT_CANARY_STEPS: list[int] = FACTS["defaults"]["canarySteps"]
 # Set by Knative on its pods: the pods of a Knative Service carry its name under this key.
 KNATIVE_SERVICE_LABEL: str = FACTS["labels"]["knativeService"]
+KNATIVE_REVISION_LABEL: str = FACTS["labels"]["knativeRevision"]
 DEFAULT_OVERRIDE_HEADER: str = FACTS["defaults"]["overrideHeader"]
 PRODUCTION_PRIORITY_CLASS: str = FACTS["defaults"]["productionPriorityClass"]
 DEFAULT_TIER_HEADER: str = FACTS["defaults"]["tierHeader"]
@@ -130,6 +131,19 @@ def pod_template(resource_type: str, props: Mapping[str, Any]) -> Mapping[str, A
         return props
     path = WORKLOAD_TYPES.get(resource_type)
     return get(props, *path) if path else None
+
+
+def pod_labels(resource_type: str, props: Mapping[str, Any]) -> dict[str, str]:
+    """The labels a workload's pods carry: its template's, and for a Knative Service those Knative
+    adds, the service's name and, where the template names its revision, the revision's."""
+    template = pod_template(resource_type, props)
+    labels = dict(get(template, "metadata", "labels", default={})) if template is not None else {}
+    if resource_type == KNATIVE_SERVICE:
+        labels[KNATIVE_SERVICE_LABEL] = name_of(props)
+        revision = get(template, "metadata", "name") if template is not None else None
+        if revision:
+            labels[KNATIVE_REVISION_LABEL] = revision
+    return labels
 
 
 def containers(pod_spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:

@@ -243,8 +243,8 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
     if burst != KNATIVE_TARGET_BURST_CAPACITY:
         report_violation(
             f"{prefix}target-burst-capacity is {burst!r}, not {KNATIVE_TARGET_BURST_CAPACITY!r}: Knative's activator "
-            "would hold requests in a queue with no bound in requests or time instead of each replica's vLLM answering "
-            "503 past its admission bounds"
+            "would hold requests in a queue with no bound in requests or time, instead of sending them straight to a "
+            "replica (picked by the version's endpoint picker, or bounded by its vLLM's admission)"
         )
     # queue-proxy's breaker holds 10 x containerConcurrency waiting requests with no time bound, and
     # builds none for 0 (knative/serving knative-v1.23.0 pkg/queue/sharedmain/main.go buildBreaker).
@@ -252,7 +252,8 @@ def knative_autoscaling(args: Any, report_violation: Report) -> None:
     if concurrency:
         report_violation(
             f"containerConcurrency is {concurrency}: queue-proxy would hold requests beyond it with no time bound, until "
-            "the revision's timeout (504); set 0 and let vLLM bound the replica's queue (--max-num-queued-reqs)"
+            "the revision's timeout (504); set 0 (the endpoint picker times the wait, or vLLM's --max-num-queued-reqs "
+            "bounds it)"
         )
     if not is_production(args):
         return

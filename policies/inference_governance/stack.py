@@ -34,7 +34,6 @@ from .kube import (
     ISTIO_GATEWAY,
     ISTIO_SIDECAR,
     KNATIVE_SERVICE,
-    KNATIVE_SERVICE_LABEL,
     LATENCY_LABEL,
     LOCAL_QUEUE,
     MIG_PREFIX,
@@ -73,6 +72,7 @@ from .kube import (
     opts_out_of_injection_or_host_network,
     placement_pools,
     pod_gpu_resources,
+    pod_labels,
     pod_template,
     selector_matches,
 )
@@ -101,8 +101,7 @@ class GpuWorkload:
         self.gpu_resources = pod_gpu_resources(self.spec)
         self.knative = resource.resource_type == KNATIVE_SERVICE
         self.pools = placement_pools(self.spec)
-        # Knative labels the pods of a service with its name.
-        self.pod_labels = {**self.labels, **({KNATIVE_SERVICE_LABEL: self.name} if self.knative else {})}
+        self.pod_labels = pod_labels(resource.resource_type, resource.props)
 
     @property
     def label(self) -> str:
@@ -727,8 +726,7 @@ def _production_servers_behind_pickers(args: Any, report_violation: Report) -> N
     for kind, server in [(DEPLOYMENT, r) for r in of_type(args, DEPLOYMENT)] + [
         (KNATIVE_SERVICE, r) for r in of_type(args, KNATIVE_SERVICE)
     ]:
-        template = pod_template(kind, server.props)
-        labels = get(template, "metadata", "labels", default={}) if template is not None else {}
+        labels = pod_labels(kind, server.props)
         model = labels.get(MODEL_LABEL)
         if model is None:
             continue
