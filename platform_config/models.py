@@ -781,7 +781,7 @@ class ServerArgs(ConfigModel):
     can exhaust memory)."""
     prefill_tokens_per_second: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
     """Prompt tokens one replica prefills per second, as measured on its GPU (e.g. `vllm bench serve`). Where no
-    endpoint picker times the queue (`endpointPicker.enabled: false`), vLLM then admits a request only while the
+    endpoint picker times the queue (a Knative model that scales to zero), vLLM then admits a request only while the
     prompts it still has to prefill take at most the shortest served tier's `queueTimeout` (`--max-num-queued-tokens`),
     and answers 503 at once otherwise. Refused where a picker times the queue (it would be ignored); a batch job has no
     such queue and refuses it."""
@@ -991,10 +991,11 @@ class AutoscalingConfig(ConfigModel):
 class EndpointPickerSettings(ConfigModel):
     enabled: bool | None = None
     """Put the llm-d endpoint picker (flow control per tier, queue-, KV-cache- and prefix-cache-aware endpoint
-    picking) in front of each version's servers. Default: on, for both modes; production refuses it off (the picker's
-    queue is the only one bounded in time per tier). In mode `kpa` the picker dials each pod's queue-proxy, so Knative
-    still counts the load; it dials ready pods only and cannot wake a revision at zero, so `minReplicas: 0` needs the
-    picker off (Knative's activator then holds a request from zero, untimed)."""
+    picking) in front of each version's servers: on, and refused off (the picker's queue is the only one bounded in
+    time per tier) but for a Knative model that scales to zero outside production. In mode `kpa` the picker dials
+    each pod's queue-proxy, so Knative still counts the load; it dials ready pods only and cannot wake a revision at
+    zero, so `minReplicas: 0` needs the picker off (Knative's activator then holds a request from zero, untimed, and
+    each replica's vLLM bounds its queue in requests)."""
     replicas: Annotated[int, Field(ge=1, le=16)] = 2
     """Endpoint picker pods per version, active-active (each holds its own queues); at least 2 in production."""
 

@@ -123,15 +123,14 @@ def test_subsets_eject_only_model_servers(plan):
     assert rule["metadata"]["name"] == "llama-70b-v1-epp"
     assert rule["spec"]["host"] == "llama-70b-v1-epp.serving.svc.cluster.local"
     assert all("outlierDetection" not in s["trafficPolicy"] for s in rule["spec"]["subsets"])
-    # Without a picker, the subsets are the model's servers, ejected when they fail.
-    raw = copy.deepcopy(raw_stack("prod"))
-    (index,) = [i for i, m in enumerate(raw["models"]) if m["name"] == "llama-70b"]
-    set_at(raw, ("models", index, "endpointPicker"), {"enabled": False})
-    # Production refuses a Deployment without its picker (test_production_keeps_every_deployments_picker).
-    raw["environment"] = "staging"
-    (direct,) = routes.destination_rules(validate(raw).model("llama-70b").route)
-    assert direct["spec"]["host"] == "llama-70b.serving.svc.cluster.local"
-    assert all("outlierDetection" in s["trafficPolicy"] for s in direct["spec"]["subsets"])
+    # A backend whose subsets are its own servers gets them ejected when they fail (no backend of today's:
+    # Deployments always sit behind pickers, Knative models without one behind Knative's local gateway).
+    policy = plan.config.traffic.tiers["premium"]
+    outliers = routes.tier_traffic_policy(policy, eject_hosts=True)["outlierDetection"]
+    assert outliers["splitExternalLocalOriginErrors"] is True and outliers["consecutiveGatewayErrors"] == 5
+    # Finding 10: unset, consecutive5xxErrors is 5 and ejects first; 0 leaves gateway errors in charge.
+    assert outliers["consecutive5xxErrors"] == 0
+    assert "outlierDetection" not in routes.tier_traffic_policy(policy, eject_hosts=False)
     # Knative models behind pickers have per-version rules too; one without (staging's labeller, scaled to zero)
     # is reached through Knative's local gateway, whose pods the shared rule's subsets are.
     assert routes.shared_destination_rules(plan.routes) == {}
@@ -208,19 +207,27 @@ def test_servers_take_the_tiers_that_reach_them():
     assert "--scheduling-policy" not in pod.vllm_args(batch)
 
 
-def test_production_keeps_every_deployments_picker():
-    raw = copy.deepcopy(raw_stack("prod"))
-    (index,) = [i for i, m in enumerate(raw["models"]) if m["name"] == "llama-70b"]
-    set_at(raw, ("models", index, "endpointPicker"), {"enabled": False})
+def test_every_deployment_keeps_its_picker():
+    # The picker's queue is the only one on this path timed per tier: no environment may turn it off.
+    for environment in ("production", "staging", "development"):
+        raw = copy.deepcopy(raw_stack("prod"))
+        raw["environment"] = environment
+        (index,) = [i for i, m in enumerate(raw["models"]) if m["name"] == "llama-70b"]
+        set_at(raw, ("models", index, "endpointPicker"), {"enabled": False})
+        (problem,) = config_problems(raw)
+        assert problem.startswith(f"inference-platform:models[{index}].endpointPicker.enabled: "), problem
+        assert "only vLLM's admission bounds the queue, in requests and never in time" in problem
+    # A Knative model goes without one only to scale to zero, and not in production (staging's labeller does).
+    raw = copy.deepcopy(raw_stack("staging"))
+    (index,) = [i for i, m in enumerate(raw["models"]) if m["name"] == "labeller"]
+    raw["models"][index]["autoscaling"]["minReplicas"] = 1
     (problem,) = config_problems(raw)
-    assert f"models[{index}].endpointPicker.enabled" in problem and "only vLLM's admission bounds the queue" in problem
-    raw["environment"] = "staging"
-    server = validate(raw).model("llama-70b").servers[0]
+    assert problem.startswith(f"inference-platform:models[{index}].endpointPicker.enabled: every tier's wait is timed")
+    server = validate(raw_stack("staging")).model("labeller").servers[0]
     assert server.endpoint_picker is None
-    # Without its picker the Deployment's vLLM bounds its own queue, in requests (no measured prefill rate here).
+    # Without its picker the labeller's vLLM bounds its own queue.
     args = pod.vllm_args(server)
     assert args[args.index("--max-num-queued-reqs") + 1] == str(11 * server.max_num_seqs)
-    assert "--max-num-queued-tokens" not in args
 
 
 def test_a_picker_failure_mode_is_refused_naming_why():

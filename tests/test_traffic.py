@@ -10,7 +10,6 @@ import pytest
 import re2
 
 from components.specs import gateway
-from components.specs import routes as routes_spec
 from components.specs.gateway import LUA_SOURCE
 from components.specs.routes import range_regex, sticky_ranges
 from platform_config import parse_platform_config
@@ -611,17 +610,6 @@ def test_tier_limits_timeouts_and_safe_retries(prod):
     assert pool["http"]["http1MaxPendingRequests"] == 64 and pool["http"]["http2MaxRequests"] == 512
     assert subsets["v1-standard"]["trafficPolicy"]["connectionPool"]["http"]["http1MaxPendingRequests"] == 32
     assert all("outlierDetection" not in s["trafficPolicy"] for s in subsets.values())
-    # Without its picker, the 70B's subsets are its servers, ejected when they fail.
-    raw = raw_stack("prod")
-    raw["models"][0]["endpointPicker"] = {"enabled": False}
-    raw["environment"] = "staging"  # production keeps every Deployment's picker
-    (direct,) = routes_spec.destination_rules(validate(raw).model("llama-70b").route)
-    assert direct["spec"]["host"] == "llama-70b.serving.svc.cluster.local"
-    assert direct["spec"]["subsets"][0]["labels"] == {"inference.platform/model-version": "v1"}
-    outliers = direct["spec"]["subsets"][0]["trafficPolicy"]["outlierDetection"]
-    assert outliers["splitExternalLocalOriginErrors"] is True and outliers["consecutiveGatewayErrors"] == 5
-    # Finding 10: unset, consecutive5xxErrors is 5 and ejects first; 0 leaves gateway errors in charge.
-    assert outliers["consecutive5xxErrors"] == 0
     routes = {r["name"]: r for r in vs(prod, "llama-70b", "serving")["spec"]["http"]}
     assert routes["premium-weighted"]["timeout"] == "120s" and routes["standard-weighted"]["timeout"] == "300s"
     assert routes["premium-weighted"]["retries"] == {

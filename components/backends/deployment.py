@@ -1,8 +1,10 @@
 """Serving backend `hpa`: each version is a Deployment (maxSurge 1, maxUnavailable 0) with a
-Service, a PodDisruptionBudget, a ServiceMonitor and an autoscaling/v2 HPA on vLLM's queue depth
-and DCGM's GPU activity (Pods metrics from prometheus-adapter); the model has one Service over
-all its versions, and a DestinationRule picks each version's pods by label. A replica drains in
-its pod: a preStop delay, then vLLM's own drain within the grace period."""
+Service, a PodDisruptionBudget, a ServiceMonitor and an autoscaling/v2 HPA on vLLM's queue depth,
+DCGM's GPU activity (Pods metrics from prometheus-adapter) and its endpoint picker's queue; the
+model has one Service over all its versions. Every version sits behind its endpoint picker, the
+one queue on this path timed per tier (the config refuses `endpointPicker.enabled: false`): the
+gateway routes to the version's picker, which picks the replica. A replica drains in its pod: a
+preStop delay, then vLLM's own drain within the grace period."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from platform_config.floors import FLOORS
 from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
 from platform_config.serving import drain_chain
 
-from ..constants import HTTP_PORT_NAME, LABEL_MODEL, LABEL_MODEL_VERSION, VLLM_PORT, standard_labels
+from ..constants import HTTP_PORT_NAME, LABEL_MODEL, VLLM_PORT, standard_labels
 from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend, SubsetRule
 from ..specs.metrics import GPU_METRIC, QUEUE_METRIC, epp_queue_metric
 from ..specs.pod import (
@@ -199,17 +201,13 @@ class DeploymentBackend(ServingBackend):
         return [ServerObject("service", model_service(model.model), "plain", serves=True)]
 
     def destination(self, model: ModelConfig, version: str, tier: str) -> Destination:
-        if not self.uses_endpoint_picker(model):
-            return Destination(model_host(model), self.subset_name(model, version, tier), VLLM_PORT)
         return picker_destination(model, version, self.subset_name(model, version, tier), tier)
 
     def subset_name(self, model: ModelConfig, version: str, tier: str) -> str:
         return f"{version}-{tier}"
 
     def subset_labels(self, model: ModelConfig, version: str) -> dict[str, str]:
-        if self.uses_endpoint_picker(model):
-            return picker_subset_labels(model, version)
-        return {LABEL_MODEL_VERSION: version}
+        return picker_subset_labels(model, version)
 
     def destination_rule_host(self, model: ModelConfig) -> str:
         return model_host(model)
@@ -219,8 +217,6 @@ class DeploymentBackend(ServingBackend):
         return version_host(server, model.tenant), VLLM_PORT
 
     def destination_rules(self, model: ModelConfig, versions: tuple[str, ...]) -> list[SubsetRule]:
-        if not self.uses_endpoint_picker(model):
-            return super().destination_rules(model, versions)
         return picker_subset_rules(model, versions)
 
 

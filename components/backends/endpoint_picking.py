@@ -91,10 +91,15 @@ def picker_subset_rules(model: ModelConfig, versions: tuple[str, ...]) -> list[S
     return rules
 
 
-def picker_config_issues(config: PlatformConfig, index: int, model: ModelConfig, picked: bool) -> Iterator[ConfigIssue]:
-    """A picked model's servers keep no admission bound of their own, so a prefill rate (what that
-    bound is predicted from) would be ignored; production times every tier's wait, which only the
-    endpoint picker's queue does on every path, and keeps more than one picker pod."""
+def picker_config_issues(
+    config: PlatformConfig, index: int, model: ModelConfig, picked: bool, *, needs_no_picker: bool = False
+) -> Iterator[ConfigIssue]:
+    """Every tier's wait is timed, which only the endpoint picker's queue does: a model goes without
+    its picker only where it does what a picker cannot (`needs_no_picker`: a Knative model that
+    scales to zero), and never in production. A picked model's servers keep no
+    admission bound of their own, so a prefill rate (what that bound is predicted from) would be
+    ignored; production keeps more than one picker pod."""
+    production = config.environment == "production"
     if picked:
         servers: list[tuple[tuple[str | int, ...], ServerArgs]] = [(("models", index, "server"), model.server)]
         servers += [(("models", index, "versions", i, "server"), v.server) for i, v in enumerate(model.versions)]
@@ -103,20 +108,25 @@ def picker_config_issues(config: PlatformConfig, index: int, model: ModelConfig,
                 yield ConfigIssue(
                     (*path, "prefillTokensPerSecond"),
                     "set, but the model's endpoint picker times every tier's wait and its servers keep no admission "
-                    "bound the rate would size: remove it (or set endpointPicker.enabled: false)",
+                    "bound the rate would size: remove it",
                 )
-    if config.environment != "production":
-        return
-    if not picked:
+        if production and model.endpoint_picker.replicas < FLOORS.endpoint_picker_replicas_in_production:
+            yield ConfigIssue(
+                ("models", index, "endpointPicker", "replicas"),
+                f"production keeps at least {FLOORS.endpoint_picker_replicas_in_production} endpoint picker replicas: "
+                "with one, every request to the model waits on a single pod's restart",
+            )
+    elif production:
         yield ConfigIssue(
             ("models", index, "endpointPicker", "enabled"),
             "production times every tier's wait, which only the endpoint picker's queue does: without it only vLLM's "
-            "admission bounds the queue, one prediction for every tier (and none without "
-            "server.prefillTokensPerSecond); remove `enabled: false`",
+            "admission bounds the queue, in requests and never in time (504 at the route timeout); remove "
+            "`enabled: false`",
         )
-    elif model.endpoint_picker.replicas < FLOORS.endpoint_picker_replicas_in_production:
+    elif not needs_no_picker:
         yield ConfigIssue(
-            ("models", index, "endpointPicker", "replicas"),
-            f"production keeps at least {FLOORS.endpoint_picker_replicas_in_production} endpoint picker replicas: "
-            "with one, every request to the model waits on a single pod's restart",
+            ("models", index, "endpointPicker", "enabled"),
+            "every tier's wait is timed (503 with the tier's Retry-After past its queueTimeout), which only the "
+            "endpoint picker's queue does: without it only vLLM's admission bounds the queue, in requests and never "
+            "in time (504 at the route timeout); remove `enabled: false`",
         )

@@ -306,7 +306,8 @@ class KnativeBackend(ServingBackend):
                 "knative-v1.23.0 cmd/activator/main.go); keep at least 1, or set endpointPicker.enabled: false to "
                 "scale to zero untimed",
             )
-        yield from picker_config_issues(config, index, model, picked)
+        # Scaling to zero is the one thing a picker cannot do (it cannot wake a revision).
+        yield from picker_config_issues(config, index, model, picked, needs_no_picker=model.autoscaling.min_replicas == 0)
         if picked:
             yield from _saturation_issues(index, model, aim)
         if config.environment == "production":
