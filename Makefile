@@ -20,7 +20,7 @@ CRD_SCHEMA_DIR ?= $(or $(wildcard $(abspath ../shared/crd-schemas)),$(CURDIR)/cr
 export CRD_SCHEMA_DIR
 export PULUMI_ERROR_OUTPUT_STRING := true
 
-.PHONY: real-servers upstream-sources preview preview-all test golden docs policy-facts bench pulumi-policy-config pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
+.PHONY: canary-try real-servers upstream-sources preview preview-all test golden docs policy-facts bench pulumi-policy-config pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
 
 help:
 	@echo "make preview [STACK=dev] [OUT=build/preview/<stack>]  offline preview of a stack"
@@ -122,6 +122,11 @@ golden: preview-all
 	@for stack in dev staging prod; do cp build/preview/$$stack/resources.json tests/golden/$$stack.resources.json; \
 		$(PY) -c 'import sys; from tests.test_golden_outputs import stack_outputs; from pathlib import Path; \
 			sys.stdout.write(stack_outputs(Path(sys.argv[1])))' build/preview/$$stack/report.json >tests/golden/$$stack.outputs.json || exit 1; done
+
+# The canary tool against the suite's real Prometheus and series, on a copy of the prod stack
+# (tests/canary_tryout.py); KEEP=1 leaves Prometheus running for commands by hand.
+canary-try: $(VENV)/.installed real-servers
+	$(PY) -m tests.canary_tryout$(if $(KEEP), --keep)
 
 bench: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
 	$(PY) benchmarks/bench_preview.py

@@ -862,6 +862,10 @@ class ReleaseConfig(ConfigModel):
     before 100): the reason is recorded on the route and in the policy report. Remove it with the next change."""
     analysis: CanaryAnalysis = CanaryAnalysis()
     """How the canary command judges the canary against the stable version and the profile's targets."""
+    hold: Annotated[str, Field(min_length=10, max_length=500)] | None = None
+    """Why a person holds the canary at its weight (at least 10 characters), e.g. while an incident is looked into:
+    `python -m platform_tools canary` still judges it but writes no step, and `canaries` leaves it out, until a person
+    promotes or rolls it back (`python -m platform_tools step`), which removes the hold."""
 
     @model_validator(mode="before")
     @classmethod
@@ -897,6 +901,8 @@ class ReleaseConfig(ConfigModel):
             raise ValueError(f"steps {self.steps} must rise strictly and end at 100")
         if (off := off_the_steps(self.canary_weight, self.steps)) is not None:
             raise ValueError(off)
+        if self.hold is not None and self.canary is None:
+            raise ValueError("'hold' holds a canary: this release has none")
         return self
 
 

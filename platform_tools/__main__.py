@@ -1,5 +1,6 @@
 """`python -m platform_tools canary <stack> <model> [--write]`: judge a model's canary from
-Prometheus and, with --write, put the next step into its stack file.
+Prometheus and, with --write, put the next step into its stack file; `step <stack> <model>
+promote|rollback|hold`: take that step by hand.
 
 Exit codes: 0 a verdict was printed, whichever it is (promote, hold or roll back: read it from
 the last lines, or from `--json`'s "verdict", so a pipeline acts on the verdict, not on a
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextvars
+import dataclasses
 import json
 import math
 import os
@@ -81,6 +83,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     canary.add_argument("--write", action="store_true", help="write the next step into the stack file (nothing on hold)")
     canary.add_argument("--json", action="store_true", help="print the verdict, numbers and queries as JSON")
+    step = commands.add_parser(
+        "step",
+        parents=[stack_file],
+        help="take a canary's step by hand: promote, roll back or hold",
+        description="What a person decides instead of the metrics: promote (the next of release.steps; at the last, the "
+        "canary becomes stable), rollback (canary weight 0: it waits there for a person) or hold (the canary stays at its "
+        "weight and release.hold records why: `canary` then writes no step and `canaries` leaves it out). Promote and "
+        "rollback remove a hold. Prints the change; with --write, puts it into the stack file.",
+    )
+    step.add_argument("model", help="the model's name (models[].name)")
+    step.add_argument("action", choices=["promote", "rollback", "hold"], help="the step to take")
+    step.add_argument("--reason", help="why (required for hold, 10 to 500 characters: written as release.hold)")
+    step.add_argument("--write", action="store_true", help="write the step into the stack file")
+    step.add_argument("--json", action="store_true", help="print the step as JSON")
     commands.add_parser(
         "canaries",
         parents=[stack_file],
@@ -189,8 +205,9 @@ def canaries(args: argparse.Namespace) -> int:
     path = args.stack_file or project.stack_config_dir / f"Pulumi.{args.stack}.yaml"
     for model in load_platform(project, args.stack, path).models:
         # A canary at weight 0 was rolled back (or not started): it stays there until a person
-        # raises it, never promoted again by a later verdict on a handful of override requests.
-        if model.release.canary is not None and model.release.canary_weight > 0:
+        # raises it, never promoted again by a later verdict on a handful of override requests;
+        # a held one waits for a person too.
+        if model.release.canary is not None and model.release.canary_weight > 0 and model.release.hold is None:
             print(model.name)
     return EXIT_VERDICT
 
@@ -238,6 +255,10 @@ def canary(args: argparse.Namespace) -> int:
     target = canary_target(config, model)
     metrics = read_metrics(url, target, release.analysis.window, at)
     decision = verdict(metrics, release.analysis, profile.ttft_target_ms, release.canary_weight)
+    if release.hold is not None:
+        # A person holds it: the metrics are shown, the step is theirs (`step`).
+        said = f"held by hand: {release.hold} (the metrics alone say {decision.action}; `step` promotes or rolls back)"
+        decision = dataclasses.replace(decision, action="hold", reasons=(said, *decision.reasons))
     step = next_step(release, decision.action)
     report = Report(args.stack, model.name, model.tenant, release, profile.name, profile.ttft_target_ms, metrics, decision, step)
     written = False
@@ -253,10 +274,63 @@ def canary(args: argparse.Namespace) -> int:
     return EXIT_VERDICT
 
 
+HOLD_REASON_LENGTH = (10, 500)  # release.hold's bounds (platform_config/models.py ReleaseConfig)
+
+
+def step_by_hand(args: argparse.Namespace) -> int:
+    check_stack_name(args.stack)
+    project = load_project(args.project_dir.resolve())
+    path = args.stack_file or project.stack_config_dir / f"Pulumi.{args.stack}.yaml"
+    config = load_platform(project, args.stack, path)
+    model = find_model(config, args.model)
+    release = model.release
+    assert release.canary is not None  # find_model
+    low, high = HOLD_REASON_LENGTH
+    if args.action == "hold" and (args.reason is None or not low <= len(args.reason.strip()) <= high):
+        raise InputError(f"--reason: hold needs why, {low} to {high} characters (written as release.hold)")
+    if args.action != "hold" and args.reason is not None:
+        raise InputError(f"--reason: only hold records one ({args.action} removes any hold)")
+    taken = next_step(release, args.action)
+    hold = args.reason.strip() if args.action == "hold" else None
+    change = Change(model.name, release.stable, release.canary, taken.new_weight, hold)
+    changes = taken.changes or hold != release.hold
+    description = taken.describe(release)
+    if hold != release.hold:
+        description += f"; hold: {hold!r}" if hold is not None else f"; the hold ({release.hold!r}) removed"
+    written = False
+    if args.write and changes:
+        write_step(project, args.stack, path, change)
+        written = True
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "stack": args.stack,
+                    "model": model.name,
+                    "action": args.action,
+                    "canaryWeight": taken.new_weight,
+                    "stable": release.canary if taken.new_weight is None else release.stable,
+                    "hold": hold,
+                    "changes": changes,
+                    "description": description,
+                    "stackFile": str(path),
+                    "written": written,
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(f"{model.name}: {args.action} by hand: {description}")
+        if args.write:
+            print(f"wrote {path}" if written else f"{path} left as it is: nothing to write")
+    return EXIT_VERDICT
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    commands = {"canaries": canaries, "canary": canary, "step": step_by_hand}
     try:
-        return canaries(args) if args.command == "canaries" else canary(args)
+        return commands[args.command](args)
     except (InputError, PrometheusError, StackConfigError, ConfigError, StackEditError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT

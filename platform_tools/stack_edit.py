@@ -4,10 +4,11 @@ change, every other byte (comments, order, quoting, blank lines) stays as it was
 The release block is found by composing the YAML (PyYAML's nodes carry the character offsets of
 each key and value); the edit replaces the weight scalars (`canaryWeight`, or both entries of
 `weights`), or on promotion at 100 the `stable` scalar, and deletes whole entries (`canary`,
-`canaryWeight`, `weights`, `stepOverride`). `stepOverride` covers one change only, so every
-write removes it. A flow-style release (`release: {stable: v1, ...}`) is rewritten entry by entry
-from its own text. The result is parsed again and must equal the old file with exactly the
-intended change applied, or nothing is written.
+`canaryWeight`, `weights`, `stepOverride`, `hold`). `stepOverride` covers one change only, so
+every write removes it; `hold` is written by a hold and removed by every other step. A
+flow-style release (`release: {stable: v1, ...}`) is rewritten entry by entry from its own
+text. The result is parsed again and must equal the old file with exactly the intended change
+applied, or nothing is written.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class Change:
     canary: str
     # None: the canary becomes the stable version.
     new_weight: int | None
+    # Why a person holds the canary at `new_weight` (release.hold); None: no hold after the change.
+    hold: str | None = None
 
 
 Edit = tuple[int, int, str]
@@ -134,7 +137,14 @@ def apply_change(text: str, project: str, change: Change) -> str:
             raise StackEditError(f"the release of {change.model!r} has no {name!r} entry written out in the file")
     replace: list[Edit] = []
     delete = ["stepOverride"]
-    insert: str | None = None
+    inserts: list[str] = []
+    if change.hold is None:
+        delete.append("hold")
+    elif "hold" in entries:
+        node = _scalar(entries["hold"][1], "hold")
+        replace.append((node.start_mark.index, node.end_mark.index, json.dumps(change.hold)))
+    else:
+        inserts.append(f"hold: {json.dumps(change.hold)}")
     if change.new_weight is None:
         stable = _scalar(entries["stable"][1], "stable")
         replace.append((stable.start_mark.index, stable.end_mark.index, _yaml_string(change.canary)))
@@ -151,7 +161,7 @@ def apply_change(text: str, project: str, change: Change) -> str:
         node = _scalar(entries["canaryWeight"][1], "canaryWeight")
         replace.append((node.start_mark.index, node.end_mark.index, str(change.new_weight)))
     else:
-        insert = f"canaryWeight: {change.new_weight}"
+        inserts.insert(0, f"canaryWeight: {change.new_weight}")
     removed = [name for name in delete if name in entries]
 
     if release.flow_style:
@@ -167,18 +177,18 @@ def apply_change(text: str, project: str, change: Change) -> str:
             start, end = key.start_mark.index, _last_end(value)
             inner = [(s - start, e - start, r) for s, e, r in replace if start <= s and e <= end]
             kept.append(_apply(text[start:end], inner))
-        if insert is not None:
-            kept.append(insert)
+        kept += inserts
         new_text = _apply(text, [(release.start_mark.index, release.end_mark.index, "{" + ", ".join(kept) + "}")])
     else:
         edits = replace + [_delete_block_entry(text, *entries[name]) for name in removed]
-        if insert is not None:
+        if inserts:
             key, value = entries["canary"]
             at = text.find("\n", _last_end(value))
             newline = "\r\n" if "\r\n" in text else "\n"  # the file's own line ends
             prefix = newline if at < 0 else ""
             at = len(text) if at < 0 else at + 1
-            edits.append((at, at, f"{prefix}{' ' * key.start_mark.column}{insert}{newline}"))
+            lines = "".join(f"{' ' * key.start_mark.column}{insert}{newline}" for insert in inserts)
+            edits.append((at, at, prefix + lines))
         new_text = _apply(text, edits)
 
     _check(before, new_text, project, change)
@@ -196,6 +206,9 @@ def _check(before: Any, new_text: str, project: str, change: Change) -> None:
     models = expected["config"][_models_key(expected["config"], project)]
     release = next(m for m in models if isinstance(m, dict) and m.get("name") == change.model)["release"]
     release.pop("stepOverride", None)
+    release.pop("hold", None)
+    if change.hold is not None:
+        release["hold"] = change.hold
     if change.new_weight is None:
         release["stable"] = change.canary
         for key in ("canary", "canaryWeight", "weights"):

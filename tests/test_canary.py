@@ -300,6 +300,65 @@ def test_a_healthy_canary_is_promoted_one_step_and_only_its_weight_line_changes(
     assert _changed_lines(before, path.read_text()) == ["-         canaryWeight: 10", "+         canaryWeight: 25"]
 
 
+def _step(capsys, path: Path, *args: str) -> tuple[int, str, str]:
+    code = main(["step", "prod", "llama-8b", *args, "--stack-file", str(path), "--project-dir", str(ROOT)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.real_server
+def test_a_hold_by_hand_keeps_a_healthy_canary_where_it_is_until_a_person_promotes_it(prometheus, capsys, tmp_path):
+    path = _stack(tmp_path)
+    before = path.read_text()
+    reason = "TTFT regression under investigation (INC-42)"
+    code, out, _ = _step(capsys, path, "hold", "--reason", reason, "--write")
+    assert code == 0 and out.startswith("llama-8b: hold by hand: no change (canary weight stays 10); hold: ")
+    held = path.read_text()
+    assert _changed_lines(before, held) == [f'+         hold: "{reason}"']
+    # The metrics say promote; a person said hold: nothing is written, and the reason is the first one given.
+    result = _canary(capsys, prometheus, path, "healthy", "--write")
+    assert result["verdict"] == "hold" and not result["written"] and path.read_text() == held
+    assert result["reasons"][0] == f"held by hand: {reason} (the metrics alone say promote; `step` promotes or rolls back)"
+    # The canary workflow leaves it out.
+    assert main(["canaries", "prod", "--stack-file", str(path), "--project-dir", str(ROOT)]) == 0
+    assert "llama-8b" not in capsys.readouterr().out.split()
+    # A person promotes it one step; the hold goes with that change.
+    code, out, _ = _step(capsys, path, "promote", "--write")
+    assert code == 0 and "canary weight 10 -> 25; the hold" in out
+    assert _changed_lines(before, path.read_text()) == ["-         canaryWeight: 10", "+         canaryWeight: 25"]
+
+
+def test_a_person_rolls_back_or_promotes_without_prometheus(capsys, tmp_path):
+    path = _stack(tmp_path)
+    before = path.read_text()
+    # Without --write it only says what it would do.
+    code, out, _ = _step(capsys, path, "rollback")
+    assert code == 0 and out.strip() == "llama-8b: rollback by hand: canary weight 10 -> 0" and path.read_text() == before
+    code, out, _ = _step(capsys, path, "rollback", "--write", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["written"] and result["canaryWeight"] == 0 and result["stable"] == "v1"
+    assert _changed_lines(before, path.read_text()) == ["-         canaryWeight: 10", "+         canaryWeight: 0"]
+    # From 0 a promotion is the first step again.
+    code, out, _ = _step(capsys, path, "promote", "--write")
+    assert code == 0 and out.startswith("llama-8b: promote by hand: canary weight 0 -> 10") and path.read_text() == before
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("hold",), "--reason: hold needs why, 10 to 500 characters"),
+        (("hold", "--reason", "too short"), "--reason: hold needs why, 10 to 500 characters"),
+        (("rollback", "--reason", "a reason long enough"), "--reason: only hold records one"),
+    ],
+    ids=["hold-without-reason", "short-reason", "reason-on-rollback"],
+)
+def test_a_step_by_hand_needs_what_it_writes(capsys, tmp_path, args, message):
+    path = _stack(tmp_path)
+    before = path.read_text()
+    code, out, err = _step(capsys, path, *args, "--write")
+    assert code == 2 and err.startswith(f"error: {message}") and "Traceback" not in err and path.read_text() == before
+
+
 @pytest.mark.real_server
 def test_a_release_whose_steps_the_quotas_cannot_hold_is_refused_before_any_query(prometheus, capsys, tmp_path):
     # At 20 replicas the 10% canary fits, its 50/50 step does not: refused as declared, not half-way.
@@ -416,6 +475,15 @@ def test_a_flow_style_release_is_rewritten_entry_by_entry():
     assert step.splitlines()[-1] == "      release: {stable: v1, canary: v2, canaryWeight: 50}  # note"
     promoted = apply_change(text, "inference-platform", Change("m", "v1", "v2", None))
     assert promoted.splitlines()[-1] == "      release: {stable: v2}  # note"
+    # A hold is written entry by entry too, replaced by another, and removed by the next step.
+    held = apply_change(text, "inference-platform", Change("m", "v1", "v2", 25, "a person looks into it"))
+    assert (
+        held.splitlines()[-1]
+        == '      release: {stable: v1, canary: v2, canaryWeight: 25, hold: "a person looks into it"}  # note'
+    )
+    again = apply_change(held, "inference-platform", Change("m", "v1", "v2", 25, "another reason, longer"))
+    assert again.splitlines()[-1].endswith('hold: "another reason, longer"}  # note')
+    assert apply_change(held, "inference-platform", Change("m", "v1", "v2", 50)) == step
 
 
 def test_an_edit_that_would_change_another_model_through_an_anchor_is_refused():
@@ -701,3 +769,31 @@ def test_the_refusal_code_counted_is_the_pickers_own_for_backpressure_and_no_ser
     # Any spelling of the code: HTTPStatus.TOO_MANY_REQUESTS, HTTPStatus(429), status_code=429.
     answering = re.compile(r"TOO_MANY_REQUESTS|(?<![0-9])429(?![0-9])")
     assert served and not [p for p in served if answering.search(release.text(p))]
+
+
+@pytest.mark.real_server
+def test_the_local_try_out_runs_every_scenario(capsys):
+    """`make canary-try` (tests/canary_tryout.py): the tool's verdicts against the real Prometheus, on a copy of the
+    prod stack file; the project's own is never written."""
+    from .canary_tryout import main as try_out
+
+    before = stack_file("prod").read_text()
+    assert try_out([]) == 0
+    out = capsys.readouterr().out
+    for scenario, expected in (("healthy", "PROMOTE"), ("slow", "ROLLBACK"), ("little", "HOLD"), ("picker-shedding", "ROLLBACK")):
+        section = out.split(f"# scenario {scenario!r}\n", 1)[1].split("# scenario", 1)[0]
+        assert f"verdict: {expected}:" in section, (scenario, section)
+    assert stack_file("prod").read_text() == before
+
+
+def test_a_hold_needs_a_canary_and_a_reason():
+    from .helpers import config_problems, raw_stack
+
+    raw = raw_stack("prod")
+    raw["models"][0]["release"]["hold"] = "nothing to hold here at all"  # the 70B runs no canary
+    (problem,) = config_problems(raw)
+    assert problem.startswith("inference-platform:models[0].release: ") and "'hold' holds a canary" in problem
+    raw = raw_stack("prod")
+    raw["models"][1]["release"]["hold"] = "short"
+    (problem,) = config_problems(raw)
+    assert problem.startswith("inference-platform:models[1].release.hold: ")
