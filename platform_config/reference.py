@@ -1,24 +1,31 @@
-"""The stack-config reference, generated from the models: `docs/config.md` for people and
-`docs/stack-file.schema.json` for editors (completion and validation of `stacks/*.yaml`).
+"""The stack-config reference, generated from the models: `docs/config.md` for people,
+`docs/stack-file.schema.json` for editors (completion and validation of `stacks/*.yaml`), and the
+one-line summaries of the structured keys in `Pulumi.yaml` (what `pulumi config` shows).
 
 Every description is the docstring under a field in `models.py`; types, bounds, choices and
 defaults come from the models' own JSON schema, so the reference cannot drift from what the
-loader accepts. `python -m platform_config.reference` (or `make docs`) writes both files; a test
-fails when either is stale.
+loader accepts. `python -m platform_config.reference` (or `make docs`) writes all three; a test
+fails when any is stale.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+import types
+import typing
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from .loader import KNOWN_NAMESPACES
 from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKDOWN_FILE = ROOT / "docs" / "config.md"
+PROJECT_FILE = ROOT / "Pulumi.yaml"
 SCHEMA_FILE = ROOT / "docs" / "stack-file.schema.json"
 # Namespaces a stack file may also use: the loader's, less the project's own.
 OTHER_NAMESPACES = tuple(n for n in KNOWN_NAMESPACES if n != PROJECT)
@@ -250,7 +257,75 @@ def rendered_schema() -> str:
     return json.dumps(stack_file_schema(), indent=2) + "\n"
 
 
+# --- Pulumi.yaml's summaries --------------------------------------------------------------------
+
+
+def _unwrap(annotation: Any) -> tuple[str, Any]:
+    """(what the key holds, the model or Literal inside): `object`, `array of objects`, `map of objects`, or
+    the plain annotation's own name."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(args[0])
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _unwrap(inner[0]) if len(inner) == 1 else ("value", None)
+    if origin is list:
+        kind, inner = _unwrap(args[0])
+        return ("array of objects" if kind == "object" else "array of strings"), inner
+    if origin is dict:
+        kind, inner = _unwrap(args[1])
+        return ("map of objects" if kind == "object" else "map"), inner
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "object", annotation
+    if origin is typing.Literal:
+        return "choice", annotation
+    return "value", None
+
+
+def _fields(model: type[BaseModel]) -> str:
+    """`{a, b: x|y, c}`: the model's keys, each with its choices where it has a few."""
+    items = []
+    for name, field in model.model_fields.items():
+        kind, inner = _unwrap(field.annotation)
+        choices = typing.get_args(inner) if kind == "choice" else ()
+        items.append(f"{field.alias or name}: {'|'.join(map(str, choices))}" if choices else (field.alias or name))
+    return "{" + ", ".join(items) + "}"
+
+
+def project_summaries() -> dict[str, str]:
+    """Each structured top-level key's summary for `Pulumi.yaml`: what it holds, its docstring's first
+    sentence, and its keys (the full structure: docs/config.md)."""
+    summaries = {}
+    for name, field in PlatformConfig.model_fields.items():
+        kind, inner = _unwrap(field.annotation)
+        if not isinstance(inner, type) or not issubclass(inner, BaseModel):
+            continue
+        first = re.split(r"(?<=[.;])\s", _clean(field.description), maxsplit=1)[0].rstrip(".;")
+        if first[1:2].islower():  # a word, not an acronym: the summary's sentence goes on after the dash
+            first = first[0].lower() + first[1:]
+        summaries[field.alias or name] = f"{kind} — {first}: {_fields(inner)}."
+    return summaries
+
+
+_DESCRIPTION = re.compile(r'^(  (?P<key>[A-Za-z]+):\n    description: )"(?:[^"\\]|\\.)*"$', re.MULTILINE)
+
+
+def project_file() -> str:
+    """`Pulumi.yaml` with each structured key's description replaced by its summary."""
+    summaries = project_summaries()
+    text = PROJECT_FILE.read_text()
+
+    def replaced(match: re.Match[str]) -> str:
+        key = match["key"]
+        if key not in summaries:
+            return match[0]
+        return match[1] + json.dumps(summaries[key], ensure_ascii=False)
+
+    return _DESCRIPTION.sub(replaced, text)
+
+
 if __name__ == "__main__":
     MARKDOWN_FILE.write_text(config_reference())
     SCHEMA_FILE.write_text(rendered_schema())
-    print(f"wrote {MARKDOWN_FILE} and {SCHEMA_FILE}", file=sys.stderr)
+    PROJECT_FILE.write_text(project_file())
+    print(f"wrote {MARKDOWN_FILE}, {SCHEMA_FILE} and {PROJECT_FILE}", file=sys.stderr)

@@ -12,7 +12,15 @@ import pytest
 from pydantic import BaseModel
 
 from platform_config.models import PlatformConfig
-from platform_config.reference import MARKDOWN_FILE, SCHEMA_FILE, config_reference, rendered_schema
+from platform_config.reference import (
+    MARKDOWN_FILE,
+    PROJECT_FILE,
+    SCHEMA_FILE,
+    config_reference,
+    project_file,
+    project_summaries,
+    rendered_schema,
+)
 from preview.policy_reference import POLICIES_FILE, pack_info, policy_reference
 from preview.stack_config import load_yaml
 
@@ -22,6 +30,19 @@ from .helpers import ROOT, STACKS, stack_file
 def test_generated_files_are_current():
     assert MARKDOWN_FILE.read_text() == config_reference(), "stale docs/config.md: run `make docs`"
     assert SCHEMA_FILE.read_text() == rendered_schema(), "stale docs/stack-file.schema.json: run `make docs`"
+    assert PROJECT_FILE.read_text() == project_file(), "stale Pulumi.yaml summaries: run `make docs`"
+
+
+def test_each_structured_keys_summary_names_every_key_it_holds():
+    # The summaries once missed keys added later (callers, endpointPicker, slo, adapters, lora, ...).
+    summaries = project_summaries()
+    assert set(summaries) == {
+        "cluster", "nodePools", "tenants", "models", "traffic", "profiles", "capacity", "monitoring", "coldStart",
+        "registry", "weightMirror", "batchJobs",
+    }  # fmt: skip
+    for key in ("callers", "endpointPicker", "slo", "adapters", "lora"):
+        assert f" {key}," in summaries["models"] or f" {key}}}" in summaries["models"], key
+    assert summaries["cluster"].startswith("object — where the platform runs: {name, mode: eks|kubeconfig, ")
 
 
 def test_the_policy_reference_is_what_the_pack_answers():
