@@ -14,7 +14,16 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .models import VLLM_MAX_LORA_RANKS, BaseShape, BatchJobConfig, LoraAdapter, ModelConfig, ModelSource, PlatformConfig
+from .models import (
+    VLLM_MAX_LORA_RANKS,
+    BaseShape,
+    BatchJobConfig,
+    LoraAdapter,
+    ModelConfig,
+    ModelSource,
+    PlatformConfig,
+    weights_location,
+)
 
 # The separator of an adapter revision's module name: never in an OpenAI model name (OpenAiModelName).
 REVISION_SEPARATOR = "@"
@@ -231,7 +240,6 @@ def adapters_report(config: PlatformConfig) -> dict[str, dict[str, object]]:
     """Per model with adapters: its modules (name, adapter, revision, rank, weights), vLLM's LoRA
     limits, and the memory estimate per replica (`lora_memory`; null without `lora.baseShape`):
     the `loraAdapters` stack output and the preview report's section."""
-    from .registry import weights_location  # the registry module imports the models; this one stays below it
 
     report: dict[str, dict[str, object]] = {}
     for model in config.models:

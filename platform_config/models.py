@@ -1607,6 +1607,16 @@ def pinned_s3_uri(source: ModelSource | BatchInput) -> str:
     return f"{source.s3_uri.rstrip('/')}/{source.revision}/"
 
 
+def weights_location(source: ModelSource) -> str | None:
+    """The weights a concrete source names, as one string (platform_config/registry.py `pinned_source`'s
+    inverse): what a release records per version, so that weights changed under a version's name are seen."""
+    if source.huggingface is not None and source.revision is not None:
+        return f"hf://{source.huggingface}@{source.revision}"
+    if source.s3_uri is not None and source.revision is not None:
+        return pinned_s3_uri(source).rstrip("/")
+    return None  # a registry reference, not resolved yet
+
+
 class BatchJobConfig(ConfigModel):
     """An offline batch job: vLLM's batch runner over an OpenAI batch-format input, queued through Kueue."""
 

@@ -30,9 +30,9 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from .adapters import REVISION_SEPARATOR
+from .adapters import module_name
 from .errors import ConfigError, ConfigIssue
-from .models import REGISTRY_TOKEN, S3_URI_PATTERN, MlflowReference, ModelSource, PlatformConfig, RegistryConfig, pinned_s3_uri
+from .models import REGISTRY_TOKEN, S3_URI_PATTERN, MlflowReference, ModelSource, PlatformConfig, RegistryConfig
 
 # Names a recorded resolution for the program to use instead of the live registry (previews only).
 REGISTRY_FILE_ENV = "INFERENCE_PLATFORM_REGISTRY_FILE"
@@ -176,7 +176,7 @@ def adapter_entry_name(config: PlatformConfig, m_index: int, a_index: int, v_ind
     adapter = config.models[m_index].adapters[a_index]
     if v_index is None or adapter.versions is None:
         return adapter.name
-    return f"{adapter.name}{REVISION_SEPARATOR}{adapter.versions[v_index].name}"
+    return module_name(adapter.name, adapter.versions[v_index].name)
 
 
 def pinned_source(weights: str) -> ModelSource | None:
@@ -189,16 +189,6 @@ def pinned_source(weights: str) -> ModelSource | None:
         if prefix.count("/") >= 2 and folder:  # `s3://bucket/<folder>` at least
             return ModelSource(s3_uri=prefix, revision=folder)
     return None
-
-
-def weights_location(source: ModelSource) -> str | None:
-    """The weights a concrete source names, as one string (`pinned_source`'s inverse): what a
-    release records per version, so that weights changed under a version's name are seen."""
-    if source.huggingface is not None and source.revision is not None:
-        return f"hf://{source.huggingface}@{source.revision}"
-    if source.s3_uri is not None and source.revision is not None:
-        return pinned_s3_uri(source).rstrip("/")
-    return None  # a registry reference, not resolved yet
 
 
 def _quote(text: str, secret: str | None = None) -> str:

@@ -36,8 +36,7 @@ from components.specs.routes import (
     STABLE_VERSION_ANNOTATION,
     STABLE_WEIGHTS_ANNOTATION,
 )
-from platform_config.models import ModelSource, ReleaseConfig
-from platform_config.registry import weights_location
+from platform_config.models import ModelSource, ReleaseConfig, weights_location
 
 from .stack_config import StackConfigError, read_bounded, read_yaml_file
 

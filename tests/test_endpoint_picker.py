@@ -21,6 +21,7 @@ import yaml
 from components.constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, MONITORING_NAMESPACE, SYSTEM_NODE_SELECTOR
 from components.specs import endpoint_picker as epp
 from components.specs import pod as server_pod
+from components.specs import pod_parts
 from components.specs.endpoint_picker import EndpointPickerPlan, PickerBand
 from components.specs.tenancy import NAMESPACE_NAME_LABEL
 from platform_config import pins
@@ -577,7 +578,7 @@ def test_prometheus_scrapes_the_epps_metrics_merged_into_its_sidecars(objects):
     assert "port" not in endpoint and endpoint["path"] == "/stats/prometheus"
     keep, *moved = endpoint["relabelings"]
     assert keep == {"sourceLabels": ["__meta_kubernetes_pod_container_name"], "action": "keep", "regex": "istio-proxy"}
-    assert moved == server_pod.merged_metrics_relabelings()
+    assert moved == pod_parts.merged_metrics_relabelings()
     assert "--metrics-endpoint-auth=false" in container(objects, "epp")["args"]
 
 

@@ -20,13 +20,13 @@ from ..constants import HTTP_PORT_NAME, LABEL_MODEL, VLLM_PORT, standard_labels
 from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend, SubsetRule
 from ..specs.metrics import GPU_METRIC, QUEUE_METRIC, epp_queue_metric
 from ..specs.pod import (
-    merged_metrics_relabelings,
     pod_annotations,
     pod_disruption_budget,
     pod_spec,
     progress_deadline_seconds,
     server_metadata,
 )
+from ..specs.pod_parts import merged_metrics_relabelings
 from .endpoint_picking import (
     endpoint_picker_server_objects,
     picker_config_issues,

@@ -26,13 +26,13 @@ from platform_config.serving import drain_chain, effective_profile, server_name
 from ..constants import GATEWAY_SELECTOR, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT
 from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend, SubsetRule
 from ..specs.pod import (
-    merged_metrics_relabelings,
     pod_annotations,
     pod_disruption_budget,
     pod_spec,
     progress_deadline_seconds,
     server_metadata,
 )
+from ..specs.pod_parts import merged_metrics_relabelings
 from .endpoint_picking import (
     endpoint_picker_server_objects,
     picker_config_issues,

@@ -32,14 +32,13 @@ from .pod import (
     MODELS_DIR,
     adapter_fetch_containers,
     aws_cli_container,
-    container_security_context,
     gpu_toleration,
     lora_flags,
-    mesh_sidecar_size_annotations,
     pod_security_context,
     s3_sync_command,
     tuning_args,
 )
+from .pod_parts import container_security_context, mesh_sidecar_size_annotations
 from .tenancy import POD_IDENTITY_AGENT_CIDRS
 
 if TYPE_CHECKING:

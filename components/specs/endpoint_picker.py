@@ -48,7 +48,7 @@ from ..constants import (
     LABEL_NAME,
     MONITORING_NAMESPACE,
 )
-from .pod import container_security_context, draining_sidecar_annotations, merged_metrics_relabelings
+from .pod_parts import container_security_context, draining_sidecar_annotations, merged_metrics_relabelings
 from .tenancy import NAMESPACE_NAME_LABEL
 
 # --- ports ----------------------------------------------------------------------------------

@@ -17,9 +17,9 @@ from platform_config.cold_start import STREAM_CONCURRENCY
 from platform_config.models import ModelSource, ServerArgs, pinned_s3_uri
 from platform_config.pins import AWS_CLI
 from platform_config.quantity import parse_quantity
-from platform_config.serving import MESH_PROXY_RESOURCES
 
 from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, VLLM_PORT, standard_labels
+from .pod_parts import RUN_AS, container_security_context, draining_sidecar_annotations
 from .tenancy import POD_IDENTITY_AGENT_CIDRS
 
 if TYPE_CHECKING:  # the plan imports the backends, which build their pods here
@@ -31,7 +31,6 @@ MODELS_DIR = "/models"
 HF_HOME = f"{MODELS_DIR}/hf"
 WEIGHTS_DIR = f"{MODELS_DIR}/weights"
 HOME_DIR = "/home/vllm"
-RUN_AS = 1000
 STARTUP_PROBE_PERIOD = 10
 # The cluster autoscaler does not remove a node whose pods hold local volumes (emptyDirs not in
 # memory) unless the pod lists them here (utils/drain/drain.go HasBlockingLocalStorage and
@@ -370,20 +369,6 @@ def pod_security_context() -> dict[str, Any]:
     }
 
 
-def container_security_context(user: int = RUN_AS) -> dict[str, Any]:
-    """What pod security `restricted` asks of a container, with a read-only root filesystem: the
-    model servers', the batch jobs' and the image pre-pull pods' containers alike."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": user,
-        "runAsGroup": user,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def restricted_namespace(name: str, component: str) -> dict[str, Any]:
     """A platform namespace whose pods must meet pod security `restricted` (enforced, audited and warned), like
     every pod the builders here make: the image pre-pull's and the weight mirror's."""
@@ -594,33 +579,6 @@ def scale_down_annotations(plan: ServerPlan) -> dict[str, str]:
     return {ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES: ",".join(local)}
 
 
-def draining_sidecar_annotations(grace_seconds: int) -> dict[str, str]:
-    """The mesh sidecar of a pod that drains: it starts before the application, outlives its
-    drain (`terminationDrainDuration`) and exits once the last connection closes
-    (EXIT_ON_ZERO_ACTIVE_CONNECTIONS) rather than at the end of the grace period; and its size,
-    stated so quotas count it exactly (MESH_PROXY_RESOURCES)."""
-    return {
-        "proxy.istio.io/config": json.dumps(
-            {
-                "terminationDrainDuration": f"{grace_seconds}s",
-                "holdApplicationUntilProxyStarts": True,
-                "proxyMetadata": {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true"},
-            }
-        ),
-        **mesh_sidecar_size_annotations(),
-    }
-
-
-def mesh_sidecar_size_annotations() -> dict[str, str]:
-    """The mesh sidecar's size, stated so quotas count it exactly (MESH_PROXY_RESOURCES; istio 1.30.3
-    files/injection-template.yaml reads these annotations)."""
-    return {
-        "sidecar.istio.io/proxyCPU": MESH_PROXY_RESOURCES["cpu"],
-        "sidecar.istio.io/proxyMemory": MESH_PROXY_RESOURCES["memory"],
-        "sidecar.istio.io/proxyMemoryLimit": MESH_PROXY_RESOURCES["memory"],
-    }
-
-
 def pod_spec(plan: ServerPlan) -> dict[str, Any]:
     volumes, _ = _volumes(plan)
     spec: dict[str, Any] = {
@@ -676,18 +634,3 @@ def pod_disruption_budget(plan: ServerPlan, selector: dict[str, str]) -> dict[st
         "metadata": server_metadata(plan),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
     }
-
-
-def merged_metrics_relabelings() -> list[dict[str, Any]]:
-    """Scrape the Istio sidecar's merged metrics (app metrics included) at the port Istio
-    writes into the pod's prometheus.io/port annotation."""
-    return [
-        {
-            "sourceLabels": ["__address__", "__meta_kubernetes_pod_annotation_prometheus_io_port"],
-            "action": "replace",
-            "regex": "([^:]+)(?::\\d+)?;(\\d+)",
-            "replacement": "$1:$2",
-            "targetLabel": "__address__",
-        },
-        {"sourceLabels": ["__meta_kubernetes_pod_label_inference_platform_model_version"], "targetLabel": "model_version"},
-    ]

@@ -23,8 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from platform_config.models import ModelConfig, TierPolicy
-from platform_config.registry import weights_location
+from platform_config.models import ModelConfig, TierPolicy, weights_location
 from platform_config.serving import route_timeout_seconds, version_weights
 
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels

@@ -6,7 +6,7 @@ What is read, all of it already scraped (the ServiceMonitor/PodMonitor of every 
 the pod's merged metrics: vLLM's and its Istio sidecar's):
 
 - vLLM, per version: `namespace` (the scrape target's), `model_version` (the pod label the
-  monitors relabel in, components/specs/pod.py merged_metrics_relabelings) and vLLM's own
+  monitors relabel in, components/specs/pod_parts.py merged_metrics_relabelings) and vLLM's own
   `model_name` (the first --served-model-name: the model's OpenAI name). vLLM has no tier label.
   Names, types, labels and buckets: vLLM 0.33.0's source release (PyPI vllm-0.33.0.tar.gz,
   platform_config/pins.py VLLM_SOURCE), vllm/v1/metrics/loggers.py PrometheusStatLogger, every

@@ -24,12 +24,12 @@ from .pod import (
     HOME_DIR,
     NO_GPU_ENV,
     aws_cli_env,
-    container_security_context,
     gpu_toleration,
     pod_security_context,
     restricted_namespace,
     token_secret,
 )
+from .pod_parts import container_security_context
 from .s3_access import s3_policy
 from .tenancy import DEFAULT_DENY_EGRESS_POLICY, DEFAULT_DENY_POLICY, network_policy, outbound_policies
 
