@@ -134,8 +134,25 @@ def _nodes_for(supply: PoolSupply, pods: dict[tuple[str, int], int]) -> int:
     return max(needed.values(), default=0)
 
 
+CENT = Decimal("0.01")
+# The cost report's key for what no tenant holds: none has it (tenant names are DNS labels).
+_UNALLOCATED = ""
+
+
 def _money(value: Decimal) -> str:
-    return str(value.quantize(Decimal("0.01")))
+    return str(value.quantize(CENT))
+
+
+def apportioned(total: Decimal, parts: dict[str, Decimal]) -> dict[str, Decimal]:
+    """`parts` (each >= 0, adding up to `total`) in whole cents that add up to `total` in cents exactly: each
+    rounded down, and the cents left over given to the largest remainders (rounding each alone could show
+    tenants more than the environment, and a negative rest)."""
+    cents = {key: (value / CENT).to_integral_value(rounding="ROUND_FLOOR") for key, value in parts.items()}
+    left = int((total / CENT).quantize(Decimal(1)) - sum(cents.values()))
+    by_remainder = sorted(parts, key=lambda key: (parts[key] / CENT - cents[key], key), reverse=True)
+    for key in by_remainder[: max(left, 0)]:
+        cents[key] += 1
+    return {key: value * CENT for key, value in cents.items()}
 
 
 def cost_report(plan: Plan) -> dict[str, object]:
@@ -185,13 +202,16 @@ def cost_report(plan: Plan) -> dict[str, object]:
         if price is not None:
             environment["min"] += nodes_at_min * price
             environment["max"] += pool.max_size * price
-    tenant_rows = [{"tenant": t, "minPerHour": _money(v["min"]), "maxPerHour": _money(v["max"])} for t, v in tenants.items()]
-    # In cents, so that the rows add up to the environment exactly as shown.
-    shown = {k: sum(Decimal(row[f"{k}PerHour"]) for row in tenant_rows) for k in ("min", "max")}
+    # In cents that add up to the environment exactly as shown, what no tenant holds included.
+    shown = {}
+    for k in ("min", "max"):
+        held = {t: v[k] for t, v in tenants.items()}
+        shown[k] = apportioned(environment[k], {**held, _UNALLOCATED: environment[k] - sum(held.values())})
+    tenant_rows = [{"tenant": t, "minPerHour": _money(shown["min"][t]), "maxPerHour": _money(shown["max"][t])} for t in tenants]
     return {
         "environment": {"minPerHour": _money(environment["min"]), "maxPerHour": _money(environment["max"])},
         "tenants": tenant_rows,
-        "unallocated": {k + "PerHour": _money(Decimal(_money(environment[k])) - shown[k]) for k in ("min", "max")},
+        "unallocated": {k + "PerHour": _money(shown[k][_UNALLOCATED]) for k in ("min", "max")},
         "pools": pool_rows,
         "unpriced": [name for name in pools if name not in prices] + ["system node group"],
     }

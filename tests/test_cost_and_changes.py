@@ -29,6 +29,16 @@ def test_the_tenants_and_what_none_holds_add_up_to_the_environment(stack):
     assert "system node group" in cost["unpriced"]
 
 
+def test_shares_rounded_alone_would_show_more_than_the_environment_so_the_cents_are_apportioned():
+    from components.plan_reports import apportioned
+
+    # Each rounded alone: 0.34 + 0.34 + 0.33 = 1.01 of 1.00, and what no tenant holds -0.01.
+    parts = {"a": Decimal("0.335"), "b": Decimal("0.335"), "c": Decimal("0.33"), "": Decimal(0)}
+    shown = apportioned(Decimal("1.00"), parts)
+    assert sum(shown.values()) == Decimal("1.00") and all(v >= 0 for v in shown.values())
+    assert sorted(shown.values()) == [Decimal(0), Decimal("0.33"), Decimal("0.33"), Decimal("0.34")]
+
+
 def test_a_tenant_is_charged_the_gpus_its_pods_hold_and_a_pool_without_a_price_nothing():
     raw = copy.deepcopy(raw_stack("prod"))
     cost = _cost(raw)
