@@ -33,9 +33,11 @@ from platform_config.registry import RECORDING_NAME, REGISTRY_FILE_ENV, recordin
 
 from . import render
 from .admission import admit_and_schedule
+from .deploy_policy import DEPLOY_POLICY_FILE, UnmappedTypes, deploying_identity_policy
 from .diff import diff_resources
 from .engine import DuplicateUrnError, evaluate
 from .first_up import check_first_up
+from .placeholders import placeholder_section
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .previous_releases import previous_releases, with_previous_releases
 from .report import PROJECT_ROOT, Report, shown_path
@@ -271,7 +273,7 @@ def _clear_verdict(out: Path) -> None:
     that is not its own (a new report is written only at the very end)."""
     if out.exists() and not out.is_dir():
         raise StackConfigError(f"--out {out} is a file, not a folder")
-    for name in ("report.json", "report.md"):
+    for name in ("report.json", "report.md", DEPLOY_POLICY_FILE):
         (out / name).unlink(missing_ok=True)
 
 
@@ -434,6 +436,7 @@ def _run(
     guard_rails = guard_rail_section(previous_posture, evaluation.stack_outputs.get(POSTURE_OUTPUT), posture_source)
     if guard_rails is not None:
         report.sections["guardRails"] = guard_rails
+    report.sections["placeholders"] = placeholder_section(stack_config.values, stack_config.secret_keys)
     cost = cost_section(evaluation.stack_outputs.get(COST_OUTPUT), previous_cost)
     if cost is not None:
         report.sections["cost"] = cost
@@ -441,11 +444,19 @@ def _run(
         diff = diff_resources(baseline, render.resource_entries(evaluation.resources))
         report.sections["changes"] = changes_section(diff, shown_path(args.baseline))
 
+    try:
+        deploy_policy = deploying_identity_policy(r.type for r in evaluation.resources)
+    except UnmappedTypes as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_CRASH
+    if deploy_policy is not None:
+        (out / DEPLOY_POLICY_FILE).write_text(json.dumps(deploy_policy, indent=2) + "\n")
     report.stages = progress.stages
     report.write(out)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, default=str))
     else:
         print(report.terminal())
-        print(f"\nwrote {out}/resources.json, manifests/, report.json, report.md{', ' + RECORDING_NAME if recorded else ''}")
+        written = "resources.json, manifests/, report.json, report.md" + (f", {DEPLOY_POLICY_FILE}" if deploy_policy else "")
+        print(f"\nwrote {out}/{written}{', ' + RECORDING_NAME if recorded else ''}")
     return EXIT_FINDINGS if report.failed else EXIT_CLEAN

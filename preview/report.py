@@ -31,6 +31,8 @@ class Section:
     title: str
     summary: str
     failed: bool = False
+    # Not a failure, but something to act on before `pulumi up` (shown as a warning).
+    warning: bool = False
     # Machine-readable content for report.json.
     data: Any = None
     # Markdown body for report.md (tables, lists).
@@ -141,7 +143,8 @@ class Report:
             f"{counts['helmReleases']} Helm releases, {counts['aws']} AWS resources"
         )
         for section in self.sections.values():
-            out.append(f"{'FAIL' if section.failed else 'ok  '} {section.title}: {section.summary}")
+            mark = "FAIL" if section.failed else "warn" if section.warning else "ok  "
+            out.append(f"{mark} {section.title}: {section.summary}")
             out.extend(f"     {line}" for line in section.lines)
         out.append("")
         out.append(f"result: {'FAILED' if self.failed else 'clean'}")
@@ -160,7 +163,8 @@ class Report:
             "",
         ]
         for section in self.sections.values():
-            out.append(f"- {'❌' if section.failed else '✅'} **{section.title}**: {section.summary}")
+            mark = "❌" if section.failed else "⚠️" if section.warning else "✅"
+            out.append(f"- {mark} **{section.title}**: {section.summary}")
         failed = [s for s in self.sections.values() if s.failed]
         if failed:
             out += ["", "## Findings", ""]
