@@ -579,3 +579,28 @@ def test_kueue_counts_a_batch_pod_as_the_cluster_does_its_sidecar_included(prod)
         ]
         (sidecar,) = [c for c in alone.containers if c["name"] == "istio-proxy"]
         assert sidecar["resources"]["requests"] == stub["resources"]["requests"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_every_pod_template_the_program_renders_is_read_by_the_admission_stage_and_the_pack(previews, stack):
+    """The kinds that make pods are listed by each reader (the admission stage here, the pack's
+    kube.WORKLOAD_TYPES): every object the program renders with a pod template is one both read, so a backend
+    that starts rendering another kind is caught here, not on a cluster."""
+    import sys
+
+    from .helpers import ROOT
+
+    sys.path.insert(0, str(ROOT / "policies"))
+    from inference_governance import kube
+
+    run_ = previews[stack]
+    admitted = {w["workload"] for w in run_.report["admission"]["data"]["workloads"]}
+    templated = [m for m in run_.manifests() if isinstance(m.get("spec"), dict) and "template" in m["spec"]]
+    assert templated
+    for manifest in templated:
+        kind, metadata = manifest["kind"], manifest["metadata"]
+        group = manifest["apiVersion"].rpartition("/")[0]
+        label = f"{'KnativeService' if group == 'serving.knative.dev' else kind} {metadata['namespace']}/{metadata['name']}"
+        assert label in admitted, label
+        token = f"kubernetes:{manifest['apiVersion']}:{kind}"
+        assert kube.pod_template(token, manifest) is not None, token
