@@ -15,8 +15,10 @@ from .report import Section
 # What marks a value as the repository's example, and what to put there instead.
 EXAMPLES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b123456789012\b"), "your AWS account's ID"),
-    (re.compile(r"\bsubnet-0f1e2d3c4b5a6\w*"), "your VPC's private subnets"),
+    (re.compile(r"\bsubnet-0(?:f1e2d3c4b5a6|a1b2c3d4e5f6)\w*"), "your VPC's private subnets"),
     (re.compile(r"\brtb-0a1b2c3d4e5f6\w*"), "your VPC's private route tables"),
+    # RFC 5737's documentation ranges.
+    (re.compile(r"^(?:192\.0\.2|198\.51\.100|203\.0\.113)\.\d+(?:/\d+)?$"), "your own addresses"),
     (re.compile(r"(?:^|[./@])example\.(?:com|org|net)\b"), "your own domain"),
 )
 
