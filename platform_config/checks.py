@@ -29,7 +29,17 @@ from .adapters import (
     served_names,
     smallest_rank_choice,
 )
-from .capacity import SHARE, WHOLE_GPU, budget_resources, capacity_table, instance_of, node_allocatable, pool_supply, show_amount
+from .capacity import (
+    SHARE,
+    WHOLE_GPU,
+    budget_resources,
+    capacity_table,
+    instance_of,
+    node_allocatable,
+    pool_supply,
+    production_budget,
+    show_amount,
+)
 from .cold_start import (
     S3_STREAM,
     cold_start,
@@ -487,13 +497,10 @@ def check_models_fit_quotas(config: PlatformConfig, peaks: Mapping[str, Peak]) -
             if not models:
                 continue
             budget_key = "experimentQuota" if experiment else "quota"
-            budget = budget_resources(tenant.experiment_quota if experiment else tenant.quota)
-            pods_budget = tenant.experiment_quota.pods if experiment else tenant.quota.pods
-            if not experiment:
-                reserved = budget_resources(tenant.experiment_quota)
-                budget = {r: a - reserved.get(r, Decimal(0)) for r, a in budget.items()}
-                if pods_budget is not None:
-                    pods_budget -= tenant.experiment_quota.pods or 0
+            if experiment:
+                budget, pods_budget = budget_resources(tenant.experiment_quota), tenant.experiment_quota.pods
+            else:
+                budget, pods_budget = production_budget(tenant)
             need = _summed_demand(models, peaks, with_pickers=True)
             who = "experiments" if experiment else "production"
             for resource, amount in sorted(need.items()):

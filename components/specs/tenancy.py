@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from platform_config.capacity import budget_resources
+from platform_config.capacity import budget_resources, production_budget
 from platform_config.models import TenantConfig
 from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS, PRODUCTION_PRIORITY_CLASS
 from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
@@ -113,13 +113,13 @@ def resource_quotas(tenant: TenantConfig, gpu_resources: list[str]) -> list[dict
     """The four quotas above; `gpu_resources` are all GPU resource names any pool provides."""
     total = budget_resources(tenant.quota)
     experiment = budget_resources(tenant.experiment_quota)
+    production, prod_pods = production_budget(tenant)
     for resource in gpu_resources:
         total.setdefault(resource, Decimal(0))
         experiment.setdefault(resource, Decimal(0))
-    production = {r: a - experiment.get(r, Decimal(0)) for r, a in total.items()}
+        production.setdefault(resource, Decimal(0))
     experiment = {r: a for r, a in experiment.items() if r in total}
     exp_pods = tenant.experiment_quota.pods
-    prod_pods = None if tenant.quota.pods is None else tenant.quota.pods - (exp_pods or 0)
     classes = [PRODUCTION_PRIORITY_CLASS, EXPERIMENT_PRIORITY_CLASS]
 
     def quota(
