@@ -841,6 +841,10 @@ def off_the_steps(canary_weight: int, steps: list[int]) -> str | None:
     return f"canaryWeight {canary_weight} is not a step: give 0 or one of {', '.join(map(str, steps))}"
 
 
+# The bounds of `release.hold`'s reason, which the canary tool's `step hold --reason` also checks.
+HOLD_REASON_LENGTH = (10, 500)
+
+
 class ReleaseConfig(ConfigModel):
     stable: VersionName
     """The version that takes the traffic the canary does not."""
@@ -862,7 +866,7 @@ class ReleaseConfig(ConfigModel):
     before 100): the reason is recorded on the route and in the policy report. Remove it with the next change."""
     analysis: CanaryAnalysis = CanaryAnalysis()
     """How the canary command judges the canary against the stable version and the profile's targets."""
-    hold: Annotated[str, Field(min_length=10, max_length=500)] | None = None
+    hold: Annotated[str, Field(min_length=HOLD_REASON_LENGTH[0], max_length=HOLD_REASON_LENGTH[1])] | None = None
     """Why a person holds the canary at its weight (at least 10 characters), e.g. while an incident is looked into:
     `python -m platform_tools canary` still judges it but writes no step, and `canaries` leaves it out, until a person
     promotes or rolls it back (`python -m platform_tools step`), which removes the hold."""

@@ -31,7 +31,7 @@ from components.plan import endpoint_picker_plan, plan_checks
 from components.specs.endpoint_picker import epp_name
 from platform_config.errors import ConfigError
 from platform_config.loader import parse_platform_config, read_raw_config
-from platform_config.models import ModelConfig, PlatformConfig
+from platform_config.models import HOLD_REASON_LENGTH, ModelConfig, PlatformConfig
 from platform_config.serving import effective_profile
 from preview.previous_releases import MAX_OUTPUTS_BYTES, OUTPUT_NAME, from_outputs
 from preview.stack_config import MAX_FILE_BYTES, ProjectFile, StackConfigError, load_project, load_stack_config, read_bounded
@@ -199,11 +199,18 @@ def check_stack_name(stack: str) -> None:
         raise InputError(f"{stack!r} is not a stack name: letters, digits, '-', '_' and '.', at most 100 characters")
 
 
-def canaries(args: argparse.Namespace) -> int:
+def read_stack(args: argparse.Namespace) -> tuple[ProjectFile, Path, PlatformConfig]:
+    """The project, the stack file (`--stack-file`, else the project's) and its config, checked as the program
+    checks it."""
     check_stack_name(args.stack)
     project = load_project(args.project_dir.resolve())
     path = args.stack_file or project.stack_config_dir / f"Pulumi.{args.stack}.yaml"
-    for model in load_platform(project, args.stack, path).models:
+    return project, path, load_platform(project, args.stack, path)
+
+
+def canaries(args: argparse.Namespace) -> int:
+    _, _, config = read_stack(args)
+    for model in config.models:
         # A canary at weight 0 was rolled back (or not started): it stays there until a person
         # raises it, never promoted again by a later verdict on a handful of override requests;
         # a held one waits for a person too.
@@ -232,9 +239,7 @@ def canary(args: argparse.Namespace) -> int:
     if not url:
         raise InputError(f"no Prometheus to read: give --prometheus URL or set {PROMETHEUS_ENV}")
     url = check_url(url)
-    project = load_project(args.project_dir.resolve())
-    path = args.stack_file or project.stack_config_dir / f"Pulumi.{args.stack}.yaml"
-    config = load_platform(project, args.stack, path)
+    project, path, config = read_stack(args)
     model = find_model(config, args.model)
     release = model.release
     assert release.canary is not None  # find_model
@@ -274,14 +279,8 @@ def canary(args: argparse.Namespace) -> int:
     return EXIT_VERDICT
 
 
-HOLD_REASON_LENGTH = (10, 500)  # release.hold's bounds (platform_config/models.py ReleaseConfig)
-
-
 def step_by_hand(args: argparse.Namespace) -> int:
-    check_stack_name(args.stack)
-    project = load_project(args.project_dir.resolve())
-    path = args.stack_file or project.stack_config_dir / f"Pulumi.{args.stack}.yaml"
-    config = load_platform(project, args.stack, path)
+    project, path, config = read_stack(args)
     model = find_model(config, args.model)
     release = model.release
     assert release.canary is not None  # find_model
