@@ -32,7 +32,7 @@ class ConfigModel(BaseModel):
         strict=True,
         frozen=True,
         alias_generator=to_camel,
-        # The docstring under a field is its description: the config reference (docs/config.md)
+        # The docstring under a field is its description: the config reference (docs/reference/config.md)
         # and the stack-file JSON schema are generated from them.
         use_attribute_docstrings=True,
         # Stack files use the camelCase keys only (the loader validates by alias alone); Python

@@ -1,5 +1,5 @@
-"""The stack-config reference, generated from the models: `docs/config.md` for people,
-`docs/stack-file.schema.json` for editors (completion and validation of `stacks/*.yaml`), and the
+"""The stack-config reference, generated from the models: `docs/reference/config.md` for people,
+`docs/reference/stack-file.schema.json` for editors (completion and validation of `stacks/*.yaml`), and the
 one-line summaries of the structured keys in `Pulumi.yaml` (what `pulumi config` shows).
 
 Every description is the docstring under a field in `models.py`; types, bounds, choices and
@@ -24,9 +24,9 @@ from .loader import KNOWN_NAMESPACES
 from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKDOWN_FILE = ROOT / "docs" / "config.md"
+MARKDOWN_FILE = ROOT / "docs" / "reference" / "config.md"
 PROJECT_FILE = ROOT / "Pulumi.yaml"
-SCHEMA_FILE = ROOT / "docs" / "stack-file.schema.json"
+SCHEMA_FILE = ROOT / "docs" / "reference" / "stack-file.schema.json"
 # Namespaces a stack file may also use: the loader's, less the project's own.
 OTHER_NAMESPACES = tuple(n for n in KNOWN_NAMESPACES if n != PROJECT)
 # A Pulumi secret as a stack file holds it: the encrypted value under `secure`.
@@ -89,7 +89,7 @@ in `Pulumi.yaml`; keys in other namespaces than {", ".join(f"`{n}`" for n in OTH
 not `4`), and every problem is reported with its full key path, e.g.
 `{PROJECT}:models[1].release.canaryWeight: must be at most 100 (got 120)`. Checks across keys
 (references, capacity, quotas, MIG geometry, profiles) are in `platform_config/checks.py`.
-`docs/stack-file.schema.json` is the same reference as a JSON schema for editors.
+`docs/reference/stack-file.schema.json` is the same reference as a JSON schema for editors.
 """
 
 
@@ -294,7 +294,7 @@ def _fields(model: type[BaseModel]) -> str:
 
 def project_summaries() -> dict[str, str]:
     """Each structured top-level key's summary for `Pulumi.yaml`: what it holds, its docstring's first
-    sentence, and its keys (the full structure: docs/config.md)."""
+    sentence, and its keys (the full structure: docs/reference/config.md)."""
     summaries = {}
     for name, field in PlatformConfig.model_fields.items():
         kind, inner = _unwrap(field.annotation)

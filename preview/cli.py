@@ -40,7 +40,7 @@ from .first_up import check_first_up
 from .placeholders import placeholder_section
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .previous_releases import previous_releases, with_previous_releases
-from .report import PROJECT_ROOT, Report, shown_path
+from .report import PROJECT_ROOT, Report, shown_path, shown_paths
 from .sections import (
     adapters_section,
     admission_section,
@@ -284,6 +284,7 @@ def _write_error_report(out: Path, stack: str, error: str) -> None:
     the folder)."""
     if out.is_file() or out.parent.is_file() or not _STACK_NAME.fullmatch(stack) or stack in (".", ".."):
         return
+    error = shown_paths(error)
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps({"stack": stack, "status": "config-error", "error": error}, indent=2) + "\n")

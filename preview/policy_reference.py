@@ -1,4 +1,4 @@
-"""The policy reference (`docs/policies.md`), generated from the pack itself.
+"""The policy reference (`docs/reference/policies.md`), generated from the pack itself.
 
 The pack is asked over the analyzer protocol, as the CLI asks it (GetAnalyzerInfo): each
 policy's name, default enforcement level, severity, description and config schema with its
@@ -19,7 +19,7 @@ from .policy_runner import PolicyPack
 
 ROOT = Path(__file__).resolve().parent.parent
 PACK_DIR = ROOT / "policies"
-POLICIES_FILE = ROOT / "docs" / "policies.md"
+POLICIES_FILE = ROOT / "docs" / "reference" / "policies.md"
 
 HEADER = """# Policy reference
 

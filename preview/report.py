@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,17 @@ def shown_path(path: Path | str) -> str:
     """A path as the report shows it: relative to the project (`../shared/...`, `build/...`), never the
     machine's absolute one, which says nothing in a pull request's comment."""
     return os.path.relpath(os.path.abspath(path), PROJECT_ROOT)
+
+
+# An absolute path in a message: a "/" that follows no word, dot, colon or slash (so not a URL's or a
+# quantity's), up to the next space, quote or colon.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/[^\s:'\"`]+")
+
+
+def shown_paths(text: str) -> str:
+    """A message with every absolute path of this machine (one that exists: a config file given on the command
+    line, say) shown as `shown_path` shows it; other slashes (an HTTP path, a key's value) stay as they were."""
+    return _ABSOLUTE_PATH.sub(lambda m: shown_path(m[0]) if os.path.exists(m[0]) else m[0], text)
 
 
 @dataclass

@@ -320,7 +320,7 @@ def test_the_report_fails_a_latency_sensitive_model_over_budget_without_a_warm_m
 def test_the_readme_shows_the_70b_arithmetic_the_code_derives():
     config = parse_platform_config(raw_stack("prod"))
     start = cold_start(config, model_named(config, "llama-70b"))
-    assert start.arithmetic() in (ROOT / "README.md").read_text()
+    assert start.arithmetic() in (ROOT / "docs" / "design" / "cold-start.md").read_text()
 
 
 # --- upstream: the cluster autoscaler at every pinned tag -----------------------------------

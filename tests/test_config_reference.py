@@ -1,4 +1,4 @@
-"""The config reference (docs/config.md) and the stack-file JSON schema are generated from the
+"""The config reference (docs/reference/config.md) and the stack-file JSON schema are generated from the
 models' docstrings and types, and are current; the schema accepts every stack file and refuses
 what the loader refuses."""
 
@@ -28,8 +28,8 @@ from .helpers import ROOT, STACKS, stack_file
 
 
 def test_generated_files_are_current():
-    assert MARKDOWN_FILE.read_text() == config_reference(), "stale docs/config.md: run `make docs`"
-    assert SCHEMA_FILE.read_text() == rendered_schema(), "stale docs/stack-file.schema.json: run `make docs`"
+    assert MARKDOWN_FILE.read_text() == config_reference(), "stale docs/reference/config.md: run `make docs`"
+    assert SCHEMA_FILE.read_text() == rendered_schema(), "stale docs/reference/stack-file.schema.json: run `make docs`"
     assert PROJECT_FILE.read_text() == project_file(), "stale Pulumi.yaml summaries: run `make docs`"
 
 
@@ -46,7 +46,7 @@ def test_each_structured_keys_summary_names_every_key_it_holds():
 
 
 def test_the_policy_reference_is_what_the_pack_answers():
-    assert POLICIES_FILE.read_text() == policy_reference(pack_info()), "stale docs/policies.md: run `make docs`"
+    assert POLICIES_FILE.read_text() == policy_reference(pack_info()), "stale docs/reference/policies.md: run `make docs`"
 
 
 def test_every_key_is_described():

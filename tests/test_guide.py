@@ -1,4 +1,4 @@
-"""docs/guide.md's walkthroughs hold: every snippet marked `<!-- snippet: <stack> -->` is merged into that stack's
+"""The README's walkthroughs hold: every snippet marked `<!-- snippet: <stack> -->` is merged into that stack's
 config as the guide says (a list item with the `name` of an existing one changes it key by key, a new name is
 added, a mapping merges, a value replaces) and the result passes every config check and resolves into a plan."""
 
@@ -13,7 +13,7 @@ import yaml
 
 from .helpers import ROOT, raw_stack, validate
 
-GUIDE = ROOT / "docs" / "guide.md"
+GUIDE = ROOT / "README.md"
 SNIPPET = re.compile(r"<!-- snippet: (?P<stack>[a-z]+) -->\n```yaml\n(?P<body>.*?)\n```", re.DOTALL)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -319,7 +320,12 @@ def test_a_refused_run_leaves_no_previous_verdict_only_its_error(tmp_path, capsy
     assert report["status"] == "config-error" and message in report["error"]
     markdown = (out / "report.md").read_text()
     assert "**Result: config error**" in markdown and report["error"] in markdown
-    assert error.strip() == f"error: {report['error']}"
+    # The terminal names the file as it was given; the report (a pull request's comment) never by the machine's
+    # absolute path, but relative to the project.
+    shown = os.path.relpath(stack, ROOT)
+    assert str(stack) in error and shown in report["error"]
+    assert str(stack) not in report["error"].replace(shown, "") + markdown.replace(shown, "")
+    assert error.strip() == f"error: {report['error']}".replace(shown, str(stack))
 
 
 def _program_registering_twice(root) -> None:

@@ -136,7 +136,7 @@ def test_the_70b_streamed_on_p5_starts_in_three_and_a_half_minutes(prod_raw):
 def test_the_readme_shows_the_streamed_70b_arithmetic_the_code_derives(prod_raw):
     config = parse_platform_config(streaming_h100(prod_raw))
     start = cold_start(config, model_named(config, "llama-70b"))
-    assert start.arithmetic() in (ROOT / "README.md").read_text()
+    assert start.arithmetic() in (ROOT / "docs" / "design" / "cold-start.md").read_text()
 
 
 # --- config errors --------------------------------------------------------------------------

@@ -423,7 +423,7 @@ def test_the_ttft_buckets_the_platform_and_its_tests_assume_are_vllms(exposed):
 def test_streaming_targets_are_judged_at_the_vllm_boundary_at_or_below_them(exposed):
     """A streaming profile's TTFT target is counted at the largest 0.33.0 boundary not above it:
     chat 500 ms and RAG 1 s are boundaries; code completion's 200 ms falls between 0.1 and 0.25 s
-    and is judged at 100 ms (stricter), as the README's "Service level objectives" says."""
+    and is judged at 100 ms (stricter), as docs/design/slo.md says."""
     buckets = exposed["vllm:time_to_first_token_seconds"].buckets
     assert buckets is not None
     thresholds = {}
@@ -436,5 +436,5 @@ def test_streaming_targets_are_judged_at_the_vllm_boundary_at_or_below_them(expo
         assert slo.threshold_ms == expected, (profile.name, slo.threshold_ms, expected)
         thresholds[profile.name] = (profile.ttft_target_ms, slo.threshold_ms)
     assert thresholds["code-completion"] == (200, 100)
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "design" / "slo.md").read_text().split())
     assert "code completion's 200 ms is judged at vLLM's 100 ms boundary" in readme

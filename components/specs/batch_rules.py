@@ -40,7 +40,7 @@ resource, so GPU series are never added across resources: borrowing on one MIG p
 netted against spare quota on another.
 
 Alerts (`severity: ticket`: batch work waits, nobody is paged), each with a runbook in the
-README's "Batch jobs on Kueue":
+docs/design/batch-jobs.md:
 - BatchJobQueuedTooLong: a job's workload has waited in its LocalQueue (pending, admissible or
   not) for longer than the job's own `deadline`, the time it is allowed to run once started.
   A paused job waits on purpose: its LocalQueue is stopped, and the alert is silent while it is.
@@ -103,10 +103,10 @@ GPU_RESOURCES = f'resource=~"{GPU_RESOURCE}|{MIG_RESOURCE_PREFIX}.+"'
 # Evictions by preemption in an hour that make a tenant's batch work "repeatedly preempted".
 REPEATED_PREEMPTIONS = 3
 RUNBOOKS = {
-    "BatchJobQueuedTooLong": "README.md#batch-job-queued-too-long",
-    "BatchJobBehindDeadline": "README.md#batch-job-behind-its-deadline",
-    "BatchJobFailed": "README.md#batch-job-failed",
-    "BatchQueuePreemptedRepeatedly": "README.md#batch-queue-preempted-repeatedly",
+    "BatchJobQueuedTooLong": "docs/design/batch-jobs.md#batch-job-queued-too-long",
+    "BatchJobBehindDeadline": "docs/design/batch-jobs.md#batch-job-behind-its-deadline",
+    "BatchJobFailed": "docs/design/batch-jobs.md#batch-job-failed",
+    "BatchQueuePreemptedRepeatedly": "docs/design/batch-jobs.md#batch-queue-preempted-repeatedly",
 }
 RULE_NAME = "batch-queues"
 

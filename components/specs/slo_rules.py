@@ -80,8 +80,8 @@ LatencySli = Literal["ttft", "duration"]
 Severity = Literal["page", "ticket"]
 SEVERITIES: tuple[Severity, ...] = ("page", "ticket")
 
-# The alerts' runbooks: sections of the README's "Service level objectives".
-RUNBOOKS = {"latency": "README.md#latency-budget-burn", "availability": "README.md#availability-budget-burn"}
+# The alerts' runbooks: sections of docs/design/slo.md.
+RUNBOOKS = {"latency": "docs/design/slo.md#latency-budget-burn", "availability": "docs/design/slo.md#availability-budget-burn"}
 
 # The pod labels kube-state-metrics must export for the GPU rule to tell versions apart
 # (`--metric-labels-allowlist`, set in components/monitoring.py).
