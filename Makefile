@@ -20,7 +20,7 @@ CRD_SCHEMA_DIR ?= $(or $(wildcard $(abspath ../shared/crd-schemas)),$(CURDIR)/cr
 export CRD_SCHEMA_DIR
 export PULUMI_ERROR_OUTPUT_STRING := true
 
-.PHONY: canary-try real-servers upstream-sources preview preview-all test golden docs policy-facts bench pulumi-policy-config pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
+.PHONY: canary-try perf-venv real-servers upstream-sources preview preview-all test golden docs policy-facts bench pulumi-policy-config pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
 
 help:
 	@echo "make preview [STACK=dev] [OUT=build/preview/<stack>]  offline preview of a stack"
@@ -52,6 +52,16 @@ $(MLFLOW_VENV)/.installed: tests/servers/mlflow-requirements.txt
 	@test -x $(MLFLOW_VENV)/bin/python || $(PYTHON) -m venv $(MLFLOW_VENV)
 	$(MLFLOW_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r tests/servers/mlflow-requirements.txt
 	@touch $@
+
+# NVIDIA's aiconfigurator, which the preview's Serving performance stage predicts memory and latency with, in a
+# virtualenv of its own (its numpy/pandas/scipy stack would constrain the program's pins and weigh on `pulumi up`).
+PERF_VENV := .venv-perf
+$(PERF_VENV)/.installed: preview/performance-requirements.txt
+	@test -x $(PERF_VENV)/bin/python || $(PYTHON) -m venv $(PERF_VENV)
+	$(PERF_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r preview/performance-requirements.txt
+	@touch $@
+
+perf-venv: $(PERF_VENV)/.installed
 
 real-servers: $(MLFLOW_VENV)/.installed
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
@@ -95,17 +105,17 @@ BASELINE ?=
 # PREVIOUS_OUTPUTS: the deployed stack's outputs (`pulumi stack output --json`), whose securityPosture
 # the guard rails compare this change with (default: BASELINE's).
 PREVIOUS_OUTPUTS ?=
-preview: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas upstream-sources
+preview: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed bytecode crd-schemas upstream-sources
 	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))$(if $(REGISTRY_FILE), --registry-file $(REGISTRY_FILE))$(if $(BASELINE), --baseline $(BASELINE))$(if $(PREVIOUS_OUTPUTS), --previous-outputs $(PREVIOUS_OUTPUTS))$(if $(REPORT_ERRORS), --report-errors)
 
-preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas upstream-sources
+preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed bytecode crd-schemas upstream-sources
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done
 
 # The test files run side by side in pytest-xdist workers, one per CPU up to four (TEST_WORKERS=0:
 # none). A file runs whole in one worker, so its module's servers and previews start once; the
 # stacks' shared previews run once for all workers (tests/conftest.py).
 TEST_WORKERS ?= auto
-test: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas real-servers upstream-sources
+test: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed bytecode crd-schemas real-servers upstream-sources
 	$(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 
 # The stack-config reference and the stack-file JSON schema, generated from the models.
@@ -128,7 +138,7 @@ golden: preview-all
 canary-try: $(VENV)/.installed real-servers
 	$(PY) -m tests.canary_tryout$(if $(KEEP), --keep)
 
-bench: $(VENV)/.installed $(POLICY_VENV)/.installed bytecode crd-schemas
+bench: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed bytecode crd-schemas
 	$(PY) benchmarks/bench_preview.py
 	$(PY) benchmarks/bench_gateway.py
 	$(PY) benchmarks/bench_filter.py

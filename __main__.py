@@ -6,7 +6,7 @@ import pulumi_kubernetes as k8s
 from components.cluster import Cluster, ClusterArgs
 from components.model_route import canary_releases
 from components.plan import plan_checks, resolve
-from components.plan_reports import cold_start_report, cost_report, queue_bound_report
+from components.plan_reports import cold_start_report, cost_report, queue_bound_report, serving_shapes
 from components.platform import InferencePlatform, InferencePlatformArgs, aws_tags
 from platform_config import load_config
 from platform_config.adapters import adapters_report
@@ -39,6 +39,8 @@ pulumi.export("queueBounds", queue_bound_report(plan))
 pulumi.export("batchQueues", platform.batch_queues)
 # Per hour at minimum and maximum scale, from the pools' pricePerHour: the environment and each tenant's share.
 pulumi.export("costPerHour", cost_report(plan))
+# Per running version: what the preview's Serving performance stage predicts memory, latency and cost from.
+pulumi.export("servingShapes", serving_shapes(plan))
 # Each model's release as deployed: what the policy pack holds the next change's canary weight to.
 pulumi.export("canaryReleases", canary_releases(plan.routes))
 # Who may call, tenant scoping, exposure, models and tenants: what the next change's guard rails compare.

@@ -56,6 +56,8 @@ def preview(stack_args: list[str], out: Path, env: dict[str, str] | None = None)
 
 # The policy SDK's own decoding, once per policy (policies/inference_governance/decoding.py).
 DECODE_EACH = {"POLICY_PACK_DECODE_EACH": "1"}
+# A preview whose Serving performance stage finds no aiconfigurator (it reports "not run" and predicts nothing).
+WITHOUT_PERFORMANCE = {"PERFORMANCE_PYTHON": "/nonexistent/python"}
 PACK_WAIT = "waiting for the policy pack's verdict (analyzer protocol)"
 
 
@@ -119,12 +121,15 @@ def main() -> None:
                     "peakMiB": max(p["peakKiB"] for p in program) / 1024,
                 }
             )
-        prod_walls, prod_each_walls = [], []
+        prod_walls, prod_each_walls, prod_bare_walls = [], [], []
         for _ in range(args.prod_repeat):
             wall, prod_report = preview(["--stack", "prod"], tmpdir / "prod")
             prod_walls.append(wall)
             wall, _ = preview(["--stack", "prod"], tmpdir / "prod-each", DECODE_EACH)
             prod_each_walls.append(wall)
+            # Interleaved too: the same preview without the Serving performance stage (no aiconfigurator to run).
+            wall, _ = preview(["--stack", "prod"], tmpdir / "prod-bare", WITHOUT_PERFORMANCE)
+            prod_bare_walls.append(wall)
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(
@@ -137,6 +142,11 @@ def main() -> None:
         f"prod stack, the pack decoding once per request against once per policy (interleaved): "
         f"{median(prod_walls):.2f} s against {median(prod_each_walls):.2f} s, "
         f"{median(prod_walls) / median(prod_each_walls):.2f}x"
+    )
+    stage_share = (median(prod_walls) - median(prod_bare_walls)) / median(prod_walls)
+    print(
+        f"prod stack, with the Serving performance stage against without it (interleaved): {median(prod_walls):.2f} s "
+        f"against {median(prod_bare_walls):.2f} s: the stage adds {stage_share:.1%} of the preview's wall time"
     )
     print()
     columns = ["models x tenants", "whole preview", "the same, pack decoding once per policy", "ratio"]

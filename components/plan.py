@@ -27,24 +27,23 @@ from platform_config.cold_start import (
     startup_budget_seconds,
 )
 from platform_config.errors import ConfigIssue
+from platform_config.memory_fit import gpu_memory_fraction
 from platform_config.models import (
     BatchInput,
     BatchJobConfig,
     ModelConfig,
     ModelSource,
-    ModelVersion,
     PlatformConfig,
-    ServerArgs,
 )
 from platform_config.pins import VLLM
 from platform_config.quantity import parse_quantity
 from platform_config.registry import RegistryResolution
 from platform_config.serving import (
-    GPU_MEMORY_UTILIZATION_DEFAULT,
     MESH_PROXY_RESOURCES,
     Peak,
     drain_chain,
     effective_profile,
+    merged_server_args,
     model_peak,
     model_priority_class,
     model_tiers,
@@ -57,7 +56,6 @@ from platform_config.serving import (
     served_tiers,
     server_admission,
     server_name,
-    time_sliced_memory_share,
     weights_service_account,
 )
 from platform_config.tenant_data import s3_parts
@@ -79,13 +77,6 @@ from .serving import (
 )
 from .specs.endpoint_picker import EPP_POD_RESOURCES, EndpointPickerPlan, PickerBand, epp_name_of
 from .specs.slo_rules import SloPlan, latency_slo
-
-
-def merged_server_args(model: ModelConfig, version: ModelVersion) -> ServerArgs:
-    """The model's vLLM settings with the version's own settings on top."""
-    base = model.server.model_dump(exclude_defaults=True)
-    base.update(version.server.model_dump(exclude_defaults=True))
-    return ServerArgs.model_validate(base)
 
 
 def backend_of(model: ModelConfig) -> ServingBackend:
@@ -114,13 +105,7 @@ def _server(
     args = merged_server_args(model, version)
     resource, count = replica_gpu_request(model)
     low, high = replica_bounds(model)
-    if args.gpu_memory_utilization is not None:
-        memory_fraction = args.gpu_memory_utilization
-    elif pool.sharing.mode == "timeSlicing" and pool.sharing.replicas:
-        # Shares of a time-sliced GPU split its memory: each server plans for its part only.
-        memory_fraction = time_sliced_memory_share(GPU_MEMORY_UTILIZATION_DEFAULT, pool.sharing.replicas)
-    else:
-        memory_fraction = GPU_MEMORY_UTILIZATION_DEFAULT
+    memory_fraction = gpu_memory_fraction(pool, args)
     cap = backend.request_cap(config, model)
     running = args.max_num_seqs if args.max_num_seqs is not None else cap or profile.concurrency_per_replica
     start = cold_start(config, model)

@@ -7,8 +7,9 @@ import math
 from decimal import Decimal
 
 from platform_config.capacity import MIG_SLICE, WHOLE_GPU, PoolSupply, pool_supply
-from platform_config.gpu_catalog import COMPUTE_SLICES, MIG_RESOURCE_PREFIX
-from platform_config.serving import ServerAdmission, queue_seconds, route_timeout_seconds
+from platform_config.gpu_catalog import COMPUTE_SLICES, INSTANCE_TYPES, MIG_RESOURCE_PREFIX
+from platform_config.memory_fit import rank_memory, vllm_max_num_batched_tokens, weights_bytes
+from platform_config.serving import ServerAdmission, latency_target_ms, queue_seconds, route_timeout_seconds, workload_peak
 
 from .serving import Plan
 
@@ -215,3 +216,71 @@ def cost_report(plan: Plan) -> dict[str, object]:
         "pools": pool_rows,
         "unpriced": [name for name in pools if name not in prices] + ["system node group"],
     }
+
+
+# --- serving performance -----------------------------------------------------------------
+
+
+def serving_shapes(plan: Plan) -> dict[str, object]:
+    """What the preview's Serving performance stage predicts each server from (preview/performance.py), one row per
+    running version: the model's architecture, the device one rank runs on (platform_config/memory_fit.py), vLLM's
+    limits, the replica bounds, the load it is judged at and its latency target, and what a replica costs per hour
+    (its share of a node at the pool's `pricePerHour`); and whether the stack is production, where a server that
+    cannot meet its latency target or peak fails the stage. The program exports it as `servingShapes`."""
+    config = plan.config
+    supplies = {pool.name: pool_supply(pool) for pool in config.node_pools}
+    rows: list[dict[str, object]] = []
+    for index, model in enumerate(config.models):
+        model_plan = next((m for m in plan.models if m.model.name == model.name), None)
+        if model_plan is None:
+            continue
+        for server in model_plan.servers:
+            gpu = INSTANCE_TYPES[server.pool.instance_type].gpu
+            memory = rank_memory(gpu, server.pool, model, server.args)
+            peak = workload_peak(config, model)
+            price = server.pool.price_per_hour
+            architecture = server.version.architecture or model.architecture
+            rows.append(
+                {
+                    "key": f"models[{index}]",
+                    "model": model.name,
+                    "version": server.version.name,
+                    "tenant": server.namespace,
+                    "pool": server.pool.name,
+                    "profile": model.profile,
+                    "runner": server.profile.runner,
+                    "architecture": None
+                    if architecture is None
+                    else {"performanceModel": architecture.performance_model, "config": architecture.hf_config()},
+                    "gpu": gpu.name,
+                    "system": gpu.performance_system,
+                    "device": {
+                        "kind": memory.kind,
+                        "migProfile": memory.mig_profile,
+                        "sharedBy": memory.shared_by,
+                        "capacityBytes": memory.capacity_bytes,
+                    },
+                    "tensorParallel": memory.ranks,
+                    "memoryFraction": memory.fraction,
+                    "weightsBytes": weights_bytes(model),
+                    "maxModelLen": server.args.max_model_len,
+                    "maxNumSeqs": server.max_num_seqs,
+                    "maxNumBatchedTokens": vllm_max_num_batched_tokens(gpu, memory, server.args),
+                    "replicas": {"min": server.min_replicas, "max": server.max_replicas},
+                    "peak": {
+                        "requestsPerSecond": peak.requests_per_second,
+                        "promptTokens": peak.prompt_tokens,
+                        "outputTokens": peak.output_tokens,
+                    },
+                    "latencyTargetMs": latency_target_ms(config, model),
+                    "latencySli": server.profile.latency_sli,
+                    "replicaPerHour": None
+                    if price is None
+                    else str(
+                        (
+                            _node_share(supplies[server.pool.name], server.gpu_resource, server.gpu_count) * Decimal(str(price))
+                        ).quantize(Decimal("0.0001"))
+                    ),
+                }
+            )
+    return {"production": config.environment == "production", "servers": rows}

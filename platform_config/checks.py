@@ -51,7 +51,8 @@ from .cold_start import (
     streams_weights,
 )
 from .errors import ConfigIssue, format_key
-from .gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, builtin_mig_configs, fits_on_gpu, mig_resource
+from .gpu_catalog import GPU_RESOURCE, INSTANCE_TYPES, MIG_RESOURCE_PREFIX, builtin_mig_configs, fits_on_gpu, mig_resource
+from .memory_fit import rank_memory, weights_bytes
 from .models import (
     SYSTEM_POOL_NAME,
     BatchJobConfig,
@@ -75,6 +76,7 @@ from .serving import (
     Peak,
     effective_profile,
     is_experiment,
+    merged_server_args,
     model_tiers,
     replica_gpu_request,
     running_versions,
@@ -1070,15 +1072,36 @@ def _declared_adapter_sources(adapter: LoraAdapter) -> list[tuple[str | None, Mo
     return [(v.name, v.source) for v in adapter.versions or []]
 
 
-def _replica_gpu_memory_bytes(model: ModelConfig, pool: NodePoolConfig) -> Decimal:
-    gpu = instance_of(pool).gpu
-    if model.resources.mig_profile is not None:
-        profile = gpu.mig_profiles.get(model.resources.mig_profile)
-        return Decimal(gpu.memory_gib * (profile.memory_slices if profile else 8)) / 8 * 2**30
-    per_gpu = Decimal(gpu.memory_gib) * 2**30
-    if pool.sharing.mode == "timeSlicing" and pool.sharing.replicas:
-        return per_gpu / pool.sharing.replicas
-    return per_gpu * (model.resources.gpus or 1)
+def check_weights_fit_gpu_memory(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A replica's share of the weights (`resources.weightsSize` over its GPUs) fits in what vLLM takes of one GPU, MIG
+    slice or time-sliced share (platform_config/memory_fit.py): otherwise vLLM stops at load with CUDA out of
+    memory, before any KV cache. The KV cache is sized, from the model's architecture, by the preview's Serving
+    performance stage."""
+    for index, model, pool in _placed_models(config):
+        weights = weights_bytes(model)
+        instance = INSTANCE_TYPES.get(pool.instance_type)
+        if weights is None or instance is None:
+            continue
+        for version_index, version in enumerate(model.versions):
+            memory = rank_memory(instance.gpu, pool, model, merged_server_args(model, version))
+            if weights / memory.ranks <= memory.budget_bytes:
+                continue
+            device = {
+                "mig": f"on its {memory.mig_profile} slice",
+                "timeSliced": f"on its share of a GPU ({memory.shared_by} pods)",
+            }.get(memory.kind, f"per GPU ({memory.ranks} per replica)")
+            path: tuple[str | int, ...] = ("models", index, "resources", "weightsSize")
+            if version.server.gpu_memory_utilization is not None:
+                path = ("models", index, "versions", version_index, "server", "gpuMemoryUtilization")
+            yield ConfigIssue(
+                path,
+                f"version {version.name!r}: the weights ({model.resources.weights_size}) need {gib(weights // memory.ranks)} "
+                f"{device} on pool {pool.name!r}, but vLLM takes {memory.fraction:g} of the "
+                f"{gib(memory.capacity_bytes)} of {instance.gpu.name}{' (its slice)' if memory.kind == 'mig' else ''}: "
+                f"{gib(memory.budget_bytes)}, so they cannot load; give a replica more GPUs (resources.gpus, tensor "
+                "parallel), a larger GPU or a quantized checkpoint",
+            )
+            break
 
 
 def check_adapter_memory(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -1089,7 +1112,8 @@ def check_adapter_memory(config: PlatformConfig) -> Iterator[ConfigIssue]:
         memory = lora_memory(config, model)
         if memory is None:
             continue
-        gpu = _replica_gpu_memory_bytes(model, pool) * Decimal(str(GPU_MEMORY_UTILIZATION_MAX))
+        replica = rank_memory(instance_of(pool).gpu, pool, model, model.server).replica_bytes
+        gpu = Decimal(replica) * Decimal(str(GPU_MEMORY_UTILIZATION_MAX))
         if memory.gpu_bytes >= gpu:
             yield ConfigIssue(
                 ("models", index, "lora"),
@@ -1363,6 +1387,7 @@ CHECKS: list[Check] = [
     check_batch_model_adapters,
     check_adapter_canary_steps,
     check_adapter_sources,
+    check_weights_fit_gpu_memory,
     check_adapter_memory,
     check_batch_quota_pools,
     check_batch_job_references,

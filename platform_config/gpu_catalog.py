@@ -57,6 +57,9 @@ class GpuModel:
     name: str
     memory_gib: int
     mig_profiles: Mapping[str, MigProfile] = field(default_factory=dict)
+    # The system aiconfigurator's performance database describes this GPU as (aiconfigurator-core 0.12.0
+    # `systems/<name>.yaml`), None where it has none: the preview's Serving performance stage predicts from it.
+    performance_system: str | None = None
 
     @property
     def supports_mig(self) -> bool:
@@ -67,6 +70,8 @@ def _profiles(*profiles: MigProfile) -> dict[str, MigProfile]:
     return {p.name: p for p in profiles}
 
 
+# EC2's H100s (p5) and A100s (p4d, p4de) are SXM boards, as aiconfigurator's `h100_sxm` and `a100_sxm` describe; the
+# A100 40GB and the A10G have no system there.
 # Placements per NVIDIA's MIG user guide (A100/H100 families share the slice layout; the memory
 # per slice differs). 1g profiles may start at 0..6; 2g at 0, 2, 4; 3g at 0 or 4; 4g and 7g at 0.
 _ONE = (0, 1, 2, 3, 4, 5, 6)
@@ -78,6 +83,7 @@ _ZERO = (0,)
 H100_80GB = GpuModel(
     name="H100-80GB",
     memory_gib=80,
+    performance_system="h100_sxm",
     mig_profiles=_profiles(
         MigProfile("1g.10gb", 1, 1, _ONE),
         MigProfile("1g.20gb", 1, 2, _TWO_MEM),
@@ -102,6 +108,7 @@ A100_40GB = GpuModel(
 A100_80GB = GpuModel(
     name="A100-80GB",
     memory_gib=80,
+    performance_system="a100_sxm",
     mig_profiles=_profiles(
         MigProfile("1g.10gb", 1, 1, _ONE),
         MigProfile("1g.20gb", 1, 2, _TWO_MEM),
@@ -111,9 +118,9 @@ A100_80GB = GpuModel(
         MigProfile("7g.80gb", 7, 8, _ZERO),
     ),
 )
-L4_24GB = GpuModel(name="L4-24GB", memory_gib=24)
+L4_24GB = GpuModel(name="L4-24GB", memory_gib=24, performance_system="l4")
 A10G_24GB = GpuModel(name="A10G-24GB", memory_gib=24)
-L40S_48GB = GpuModel(name="L40S-48GB", memory_gib=48)
+L40S_48GB = GpuModel(name="L40S-48GB", memory_gib=48, performance_system="l40s")
 
 GPU_MODELS: dict[str, GpuModel] = {g.name: g for g in (H100_80GB, A100_40GB, A100_80GB, L4_24GB, A10G_24GB, L40S_48GB)}
 

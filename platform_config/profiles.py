@@ -35,6 +35,10 @@ class WorkloadProfile:
     priority_class: PriorityClassName
     tiers: tuple[TierName, ...]
     request_timeout_seconds: int
+    # A typical request's prompt and output tokens: what the preview's latency prediction and the peak's
+    # replica count assume where the stack states no lengths (`profiles.<name>.peak`, a model's `slo.peak`).
+    prompt_tokens: int = 1024
+    output_tokens: int = 256
     # vLLM runner: "generate" for LLM endpoints, "pooling" for embedding models.
     runner: Literal["generate", "pooling"] = "generate"
     # Service level objectives over a 30-day budget (components/specs/slo_rules.py alerts on
@@ -71,6 +75,8 @@ PROFILES: dict[str, WorkloadProfile] = {
         ),
         WorkloadProfile(
             name="code-completion",
+            prompt_tokens=512,
+            output_tokens=64,
             description="code completion",
             latency_sensitive=True,
             ttft_target_ms=200,
@@ -85,6 +91,8 @@ PROFILES: dict[str, WorkloadProfile] = {
         ),
         WorkloadProfile(
             name="rag",
+            prompt_tokens=4096,
+            output_tokens=256,
             description="retrieval-augmented generation",
             latency_sensitive=True,
             ttft_target_ms=1000,
@@ -99,6 +107,8 @@ PROFILES: dict[str, WorkloadProfile] = {
         ),
         WorkloadProfile(
             name="summarization",
+            prompt_tokens=4096,
+            output_tokens=512,
             description="document summarization",
             latency_sensitive=False,
             ttft_target_ms=30000,
@@ -112,6 +122,8 @@ PROFILES: dict[str, WorkloadProfile] = {
         ),
         WorkloadProfile(
             name="embeddings",
+            prompt_tokens=256,
+            output_tokens=1,
             description="embeddings",
             latency_sensitive=True,
             ttft_target_ms=100,
@@ -127,6 +139,8 @@ PROFILES: dict[str, WorkloadProfile] = {
         ),
         WorkloadProfile(
             name="batch-labelling",
+            prompt_tokens=512,
+            output_tokens=16,
             description="batch labelling",
             latency_sensitive=False,
             ttft_target_ms=None,

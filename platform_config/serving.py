@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import get_args
 
 from .gpu_catalog import GPU_RESOURCE, mig_resource
-from .models import ModelConfig, PlatformConfig, ReleaseConfig, TierPolicy, duration_seconds
+from .models import ModelConfig, ModelVersion, PlatformConfig, ReleaseConfig, ServerArgs, TierPolicy, duration_seconds
 from .profiles import EXPERIMENT_PRIORITY_CLASS, PROFILES, TierName, WorkloadProfile
 from .quantity import parse_quantity
 
@@ -39,10 +39,38 @@ def effective_profile(config: PlatformConfig, model: ModelConfig) -> WorkloadPro
     override = config.profiles.get(model.profile)
     if override is None:
         return profile
-    changes = {k: v for k, v in override.model_dump().items() if v is not None}
+    changes = {k: v for k, v in override.model_dump(exclude={"peak"}).items() if v is not None}
     if "tiers" in changes:
         changes["tiers"] = tuple(changes["tiers"])
     return dataclasses.replace(profile, **changes)
+
+
+@dataclass(frozen=True)
+class ResolvedPeak:
+    """The load a model is judged at: its peak's requests per second (None: no peak stated) and a typical
+    request's prompt and output tokens (the peak's, else the profile's)."""
+
+    requests_per_second: float | None
+    prompt_tokens: int
+    output_tokens: int
+
+
+def workload_peak(config: PlatformConfig, model: ModelConfig) -> ResolvedPeak:
+    """The model's `slo.peak`, else its profile's (`profiles.<name>.peak`), with the profile's typical lengths where
+    the peak states none."""
+    profile = PROFILES[model.profile]
+    override = config.profiles.get(model.profile)
+    peak = model.slo.peak or (override.peak if override is not None else None)
+    if peak is None:
+        return ResolvedPeak(None, profile.prompt_tokens, profile.output_tokens)
+    return ResolvedPeak(
+        peak.requests_per_second, peak.prompt_tokens or profile.prompt_tokens, peak.output_tokens or profile.output_tokens
+    )
+
+
+def latency_target_ms(config: PlatformConfig, model: ModelConfig) -> int | None:
+    """The model's latency target: its `slo.latencyTargetMs`, else its profile's."""
+    return model.slo.latency_target_ms or effective_profile(config, model).ttft_target_ms
 
 
 def model_tiers(config: PlatformConfig, model: ModelConfig) -> tuple[TierName, ...]:
@@ -109,6 +137,13 @@ GPU_MEMORY_UTILIZATION_MAX = 0.95
 
 def time_sliced_memory_share(fraction: float, replicas: int) -> float:
     return round(fraction / replicas, 3)
+
+
+def merged_server_args(model: ModelConfig, version: ModelVersion) -> ServerArgs:
+    """The model's vLLM settings with the version's own settings on top."""
+    base = model.server.model_dump(exclude_defaults=True)
+    base.update(version.server.model_dump(exclude_defaults=True))
+    return ServerArgs.model_validate(base)
 
 
 def replica_gpu_request(model: ModelConfig) -> tuple[str, int]:

@@ -37,6 +37,7 @@ from .deploy_policy import DEPLOY_POLICY_FILE, UnmappedTypes, deploying_identity
 from .diff import diff_resources
 from .engine import DuplicateUrnError, evaluate
 from .first_up import check_first_up
+from .performance import PLOT_FILE, Prediction, performance_section
 from .placeholders import placeholder_section
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .previous_releases import previous_releases, with_previous_releases
@@ -153,6 +154,7 @@ def _check_baseline(baseline: Any, source: Path) -> list[dict[str, Any]]:
 
 POSTURE_OUTPUT = "securityPosture"
 COST_OUTPUT = "costPerHour"
+SHAPES_OUTPUT = "servingShapes"
 
 
 def _previous_outputs(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
@@ -201,6 +203,19 @@ def _read_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[st
     # What canary-weight-steps holds each model's release to: the release as last deployed.
     overrides = with_previous_releases(overrides, previous_releases(baseline, args.previous_stack_file))
     return overrides, baseline
+
+
+def _baseline_performance(baseline: Path | None) -> list[dict[str, Any]] | None:
+    """The Serving performance records of the baseline's report (None without a baseline, or one from before the
+    stage existed)."""
+    if baseline is None or not (baseline / "report.json").is_file():
+        return None
+    try:
+        section = json.loads((baseline / "report.json").read_text()).get("performance") or {}
+    except (OSError, ValueError):
+        return None
+    servers = (section.get("data") or {}).get("servers")
+    return servers if isinstance(servers, list) else None
 
 
 def _check_registry_file(path: Path | None) -> Path | None:
@@ -273,7 +288,7 @@ def _clear_verdict(out: Path) -> None:
     that is not its own (a new report is written only at the very end)."""
     if out.exists() and not out.is_dir():
         raise StackConfigError(f"--out {out} is a file, not a folder")
-    for name in ("report.json", "report.md", DEPLOY_POLICY_FILE):
+    for name in ("report.json", "report.md", DEPLOY_POLICY_FILE, PLOT_FILE):
         (out / name).unlink(missing_ok=True)
 
 
@@ -298,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     project_dir = args.project_dir.resolve()
     out = (args.out or project_dir / "build" / "preview" / args.stack).resolve()
-    progress = Progress(total=8, quiet=args.quiet or args.json)
+    progress = Progress(total=9, quiet=args.quiet or args.json)
 
     try:
         # Before anything can fail, so that no earlier verdict outlives this run; a default folder
@@ -332,9 +347,14 @@ def main(argv: list[str] | None = None) -> int:
     policies = PolicySession(
         pack, project_dir, project.name, args.stack, stack_config.values, stack_config.secret_keys, overrides
     )
+    # Started now, so that it imports aiconfigurator while the program is evaluated.
+    prediction = Prediction.spawn()
     try:
-        return _run(args, project_dir, out, progress, project.name, stack_config, policies, baseline, posture, previous_cost)
+        return _run(
+            args, project_dir, out, progress, project.name, stack_config, policies, prediction, baseline, posture, previous_cost
+        )
     finally:
+        prediction.stop()
         policies.close()
 
 
@@ -346,6 +366,7 @@ def _run(
     project,
     stack_config,
     policies: PolicySession,
+    prediction: Prediction,
     baseline,
     posture: tuple[Any, str],
     previous_cost: dict[str, Any] | None,
@@ -375,6 +396,9 @@ def _run(
     # The pack checks the whole stack on its own core while this process renders and validates.
     policies.analyze_stack(evaluation.resources)
     report = Report(project=project, stack=args.stack, resources=evaluation.resources, stack_outputs=evaluation.stack_outputs)
+    # aiconfigurator predicts in its own process while the other stages run.
+    shapes = evaluation.stack_outputs.get(SHAPES_OUTPUT) or {}
+    prediction.send(shapes.get("servers"), out)
     try:
         objects, releases = progress.run(
             "rendering resources and manifests", lambda: render.write_outputs(out, evaluation.resources)
@@ -441,6 +465,14 @@ def _run(
     cost = cost_section(evaluation.stack_outputs.get(COST_OUTPUT), previous_cost)
     if cost is not None:
         report.sections["cost"] = cost
+    performance = progress.run(
+        "predicting memory, latency and cost per server (aiconfigurator)",
+        lambda: performance_section(
+            shapes.get("servers"), prediction, bool(shapes.get("production")), _baseline_performance(args.baseline)
+        ),
+    )
+    if performance is not None:
+        report.sections["performance"] = performance
     if baseline is not None:
         diff = diff_resources(baseline, render.resource_entries(evaluation.resources))
         report.sections["changes"] = changes_section(diff, shown_path(args.baseline))

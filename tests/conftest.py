@@ -114,12 +114,12 @@ def pytest_collection(session):
         sys.dont_write_bytecode = writes
 
 
-# `.ci/run` sets this: there, a test that needs a real server (MLflow, Prometheus) and was
+# `.ci/run` sets this: there, a test that needs a real server (MLflow, Prometheus) or aiconfigurator and was
 # skipped because the server could not be installed or started, or that reads a pinned upstream
 # source release (`make upstream-sources`) and was skipped because it is not there, fails the run
 # instead.
 REQUIRE_REAL_SERVERS = "REQUIRE_REAL_SERVERS"
-NEVER_SKIPPED_IN_CI = ("real_server", "upstream_source")
+NEVER_SKIPPED_IN_CI = ("real_server", "upstream_source", "performance_database")
 # The only tests CI lets skip, each with why it cannot run on a CI machine (none today: the tests of
 # what needs the Pulumi CLI, a cluster or AWS would go here, named by node id). Any other skip fails
 # `.ci/run`, and the list is printed at the end of every run that enforces it.

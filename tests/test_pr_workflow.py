@@ -34,6 +34,7 @@ def _installed(checkout: Path) -> None:
     upstream source releases (installing them here would need the network)."""
     (checkout / ".venv").symlink_to(ROOT / ".venv")
     (checkout / "policies" / "venv").symlink_to(ROOT / "policies" / "venv")
+    (checkout / ".venv-perf").symlink_to(ROOT / ".venv-perf")
     (checkout / "build").mkdir(exist_ok=True)
     (checkout / "build" / "upstream-sources").symlink_to(ROOT / "build" / "upstream-sources")
 
@@ -58,7 +59,8 @@ def _as_the_runner_would(command: str, workspace: Path) -> list[str]:
     assert "${{" not in command, command
     words = command.split()
     assert words[0] == "make", words
-    stamps = [".venv/.installed", "policies/venv/.installed", "trusted/policies/venv/.installed", "build/.bytecode"]
+    stamps = [".venv/.installed", "policies/venv/.installed", "trusted/policies/venv/.installed", ".venv-perf/.installed"]
+    stamps.append("build/.bytecode")
     return ["make", *(f"-o{stamp}" for stamp in stamps), *words[1:]]
 
 

@@ -249,8 +249,9 @@ def test_secure_values_become_placeholders_that_stay_secret(tmp_path, prod_raw):
         }
     manifest = yaml.safe_load((out / "manifests" / "model-weights" / "Secret.core.huggingface-token-serving.yaml").read_text())
     assert manifest["stringData"] == {"token": "[secret:inference-platform:huggingFaceTokens]"}
-    everything = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
-    assert ciphertext not in everything
+    # Every file, the latency plot's PNG included.
+    everything = b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
+    assert ciphertext.encode() not in everything
 
 
 def test_a_broken_policy_pack_is_a_crash_not_a_finding(tmp_path):

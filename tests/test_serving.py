@@ -453,6 +453,7 @@ def test_readme_profile_table_matches_the_presets():
         assert cells[7] == profile.priority_class, name
         assert cells[8] == ", ".join(profile.tiers), name
         assert cells[9] == f"{profile.request_timeout_seconds} s", name
+        assert cells[10] == f"{profile.prompt_tokens} / {profile.output_tokens}", name
 
 
 # --- every server of every prod model -------------------------------------------------------------

@@ -1,0 +1,408 @@
+"""The Serving performance stage: whether each server's model fits its GPU with the KV cache its concurrency needs,
+how fast it answers, whether `maxReplicas` meets its peak within the latency target, and what a million output
+tokens cost, from the program's `servingShapes` (components/plan_reports.py) and NVIDIA's aiconfigurator.
+
+aiconfigurator runs in its own virtualenv (`.venv-perf`, `preview/performance_worker.py`), started as soon as the
+program has been evaluated, so it predicts while the other stages run. Its two answers are kept apart:
+- memory, for every server whose architecture is known: aiconfigurator-core's `estimate_kv_cache`, its native vLLM
+  memory model (weights, activations at vLLM's batched-token budget, NCCL and CUDA overhead) against the device;
+- latency, where its database measured vLLM on that GPU (aiconfigurator 0.12.0: vLLM 0.24.0 data for h100_sxm,
+  h200_sxm, l40s and others; none for l4): `cli_estimate` in aggregated (continuous batching) mode. On a MIG slice
+  the whole GPU's prediction is scaled by the slice's share (prefill by its compute slices of 7, decode by its memory
+  slices of 8, as each is bound by the one), and labelled an estimate; a time-sliced share, an embedding model
+  and a GPU without data get "no prediction" and why.
+
+Findings: a model that does not fit, a KV cache holding fewer sequences of `maxModelLen` than `maxNumSeqs`, a
+`maxModelLen` beyond the model's context length, and (failing in production, a warning elsewhere) a latency
+target the servers cannot meet or a peak that needs more replicas than `maxReplicas`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from platform_config.gpu_catalog import COMPUTE_SLICES, GPU_MODELS, MEMORY_SLICES
+
+from .report import PROJECT_ROOT, Section
+
+# The vLLM version of the database's measurements the predictions come from (aiconfigurator-core 0.12.0 holds
+# vLLM 0.24.0 tables for h100_sxm; the servers run the pinned vLLM, a later release).
+DATABASE_VLLM_VERSION = "0.24.0"
+PLOT_FILE = "performance.png"
+# The concurrencies a prediction is made at: these up to the server's maxNumSeqs, and maxNumSeqs itself.
+CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+WORKER_TIMEOUT_SECONDS = 120
+
+
+def performance_python() -> Path:
+    """The interpreter of the virtualenv aiconfigurator is installed in (`make perf-venv`), or PERFORMANCE_PYTHON."""
+    return Path(os.environ.get("PERFORMANCE_PYTHON") or PROJECT_ROOT / ".venv-perf" / "bin" / "python")
+
+
+@dataclass
+class Prediction:
+    """The worker: started before the program is evaluated (it imports the package meanwhile), sent the program's
+    `servingShapes` once they exist, and waited for by `answer()`."""
+
+    process: subprocess.Popen[str] | None
+    problem: str | None = None
+    _answer: dict[str, Any] | None = field(default=None, init=False)
+
+    @classmethod
+    def spawn(cls) -> Prediction:
+        python = performance_python()
+        if not python.exists():
+            return cls(None, problem=f"not run: {python.name} of .venv-perf is missing (`make perf-venv` installs it)")
+        process = subprocess.Popen(
+            [str(python), "-m", "preview.performance_worker"],
+            cwd=PROJECT_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        return cls(process)
+
+    def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
+        """The request, for every server whose architecture is known (none: the worker answers at once)."""
+        if self.process is None or self.process.stdin is None:
+            return
+        try:
+            self.process.stdin.write(json.dumps(request(shapes or [], out)))
+            self.process.stdin.close()
+        except BrokenPipeError:
+            pass  # it failed on its own; answer() says how
+        self.process.stdin = None
+
+    def stop(self) -> None:
+        """For a run that stops before asking (a config error): no worker outlives the preview."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
+    def answer(self) -> dict[str, Any] | None:
+        if self.process is None:
+            return None
+        if self._answer is None:
+            try:
+                stdout, stderr = self.process.communicate(timeout=WORKER_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.stop()
+                self.problem = f"aiconfigurator did not answer within {WORKER_TIMEOUT_SECONDS} s"
+                return None
+            if self.process.returncode != 0:
+                self.problem = f"aiconfigurator failed: {(stderr.strip().splitlines() or ['no output'])[-1][:300]}"
+                return None
+            self._answer = json.loads(stdout)
+        return self._answer
+
+
+def _slice(row: dict[str, Any]) -> tuple[int, int] | None:
+    """A MIG slice's (compute, memory) slices, None for a whole GPU or a share."""
+    device = row["device"]
+    if device["kind"] != "mig":
+        return None
+    profile = GPU_MODELS[row["gpu"]].mig_profiles[device["migProfile"]]
+    return profile.compute_slices, profile.memory_slices
+
+
+def _no_prediction(row: dict[str, Any]) -> str | None:
+    """Why a server gets no latency prediction (None: it gets one, from its system or scaled from it)."""
+    if row["runner"] != "generate":
+        return "an embedding model: aiconfigurator predicts generation, not pooling"
+    if row["device"]["kind"] == "timeSliced":
+        return "a time-sliced share runs as fast as the other pods on its GPU let it"
+    if row["system"] is None:
+        return f"aiconfigurator has no system for {row['gpu']}"
+    architecture = row["architecture"]
+    if architecture is None or architecture["performanceModel"] is None:
+        return "the database measures only the models it ships a config for (architecture.performanceModel)"
+    return None
+
+
+def request(shapes: list[dict[str, Any]], out: Path | None) -> dict[str, Any]:
+    """The worker's request: every server whose architecture is known."""
+    servers = []
+    for row in shapes:
+        if row["architecture"] is None:
+            continue
+        whole = _slice(row) is not None
+        why = _no_prediction(row)
+        seqs = row["maxNumSeqs"]
+        predict = None
+        if why is None:
+            steps = sorted({*(c for c in CONCURRENCY_STEPS if c < seqs), seqs})
+            predict = {"isl": row["peak"]["promptTokens"], "osl": row["peak"]["outputTokens"], "concurrency": steps}
+        servers.append(
+            {
+                "id": f"{row['model']}/{row['version']}",
+                "performanceModel": row["architecture"]["performanceModel"],
+                "config": row["architecture"]["config"],
+                "system": row["system"],
+                "tp": row["tensorParallel"],
+                "capacityBytes": row["device"]["capacityBytes"],
+                "memoryFraction": row["memoryFraction"],
+                "maxNumBatchedTokens": row["maxNumBatchedTokens"],
+                "maxModelLen": row["maxModelLen"],
+                # A MIG slice is predicted as the whole GPU, then scaled (`_scaled`).
+                "predict": predict,
+                "noPrediction": why,
+                "wholeGpu": whole,
+            }
+        )
+    return {"backendVersion": DATABASE_VLLM_VERSION, "plotDir": str(out) if out else None, "servers": servers}
+
+
+@dataclass(frozen=True)
+class ServerVerdict:
+    """What the stage concludes for one server."""
+
+    row: dict[str, Any]
+    kv: dict[str, Any] | None
+    context_length: int | None
+    sequences: int | None
+    predictions: list[dict[str, float]] | None
+    estimated: bool
+    no_prediction: str | None
+    findings: list[tuple[str, str, bool]]  # (key, message, mandatory everywhere)
+    at_target: dict[str, float] | None = None
+    replicas_needed: int | None = None
+    cost_per_million: Decimal | None = None
+
+
+def _scaled(rows: list[dict[str, float]], compute: int, memory: int, osl: int) -> list[dict[str, float]]:
+    """A whole GPU's prediction scaled to a MIG slice: prefill by its compute share, decode by its memory share."""
+    out = []
+    for r in rows:
+        ttft = r["ttftMs"] * COMPUTE_SLICES / compute
+        tpot = r["tpotMs"] * MEMORY_SLICES / memory
+        request_ms = ttft + tpot * max(osl - 1, 0)
+        rps = r["concurrency"] * 1000 / request_ms
+        out.append(
+            {
+                "concurrency": r["concurrency"],
+                "ttftMs": ttft,
+                "tpotMs": tpot,
+                "outputTokensPerSecond": rps * osl,
+                "requestsPerSecond": rps,
+            }
+        )
+    return out
+
+
+def _latency_ms(row: dict[str, Any], point: dict[str, float]) -> float:
+    """What the latency target bounds: time to first token, or the whole request for a non-streaming profile."""
+    if row["latencySli"] == "ttft":
+        return point["ttftMs"]
+    return point["ttftMs"] + point["tpotMs"] * max(row["peak"]["outputTokens"] - 1, 0)
+
+
+def judge(row: dict[str, Any], answer: dict[str, Any] | None) -> ServerVerdict:
+    key = row["key"]
+    findings: list[tuple[str, str, bool]] = []
+    if answer is None:
+        return ServerVerdict(row, None, None, None, None, False, "architecture not declared", findings)
+    config = answer.get("config") or {}
+    kv = answer.get("kv")
+    context = config.get("max_position_embeddings")
+    max_model_len = row["maxModelLen"] or context
+    if context is not None and row["maxModelLen"] is not None and row["maxModelLen"] > context:
+        findings.append(
+            (
+                f"{key}.server.maxModelLen",
+                f"{row['maxModelLen']} tokens, but the model's context length (max_position_embeddings) is {context}",
+                True,
+            )
+        )
+    sequences = None
+    if kv is not None and "error" in kv:
+        findings.append((f"{key}.resources", f"{row['version']} does not fit on {_device(row)}: {kv['error']}", True))
+    elif kv is not None and max_model_len:
+        sequences = kv["total_kv_size_tokens"] // max_model_len
+        if sequences < row["maxNumSeqs"]:
+            findings.append(
+                (
+                    f"{key}.server.maxModelLen",
+                    f"{row['version']}: the KV cache holds {kv['total_kv_size_tokens']} tokens on {_device(row)} "
+                    f"({kv['kv_size_per_token_bytes']} bytes a token per GPU), {sequences} sequences of {max_model_len}, "
+                    f"fewer than the {row['maxNumSeqs']} it runs at once (maxNumSeqs): lower maxModelLen or maxNumSeqs, "
+                    "or give it more GPU memory",
+                    True,
+                )
+            )
+    predictions = answer.get("predictions")
+    estimated = False
+    slices = _slice(row)
+    if predictions and slices is not None:
+        predictions = _scaled(predictions, *slices, row["peak"]["outputTokens"])
+        estimated = True
+    verdict = ServerVerdict(row, kv, context, sequences, predictions, estimated, answer.get("noPrediction"), findings)
+    if not predictions:
+        return verdict
+    at_target = next(p for p in predictions if p["concurrency"] == row["maxNumSeqs"])
+    target = row["latencyTargetMs"]
+    meeting = [p for p in predictions if target is None or _latency_ms(row, p) <= target]
+    replicas_needed = None
+    if target is not None and not meeting:
+        findings.append(
+            (
+                f"{key}.slo.latencyTargetMs",
+                f"{row['version']}: predicted {_latency_ms(row, predictions[0]):.0f} ms even alone on a replica, above the "
+                f"{target} ms target",
+                False,
+            )
+        )
+    peak_rps = row["peak"]["requestsPerSecond"]
+    if peak_rps is not None and meeting:
+        best = max(meeting, key=lambda p: p["requestsPerSecond"])
+        replicas_needed = math.ceil(peak_rps / best["requestsPerSecond"])
+        if replicas_needed > row["replicas"]["max"]:
+            findings.append(
+                (
+                    f"{key}.autoscaling.maxReplicas",
+                    f"{row['version']}: the peak of {peak_rps:g} requests/s needs {replicas_needed} replicas within the "
+                    f"{target} ms target ({best['requestsPerSecond']:.2f}/s each at {best['concurrency']} concurrent), "
+                    f"more than maxReplicas {row['replicas']['max']}",
+                    False,
+                )
+            )
+    cost = None
+    if row["replicaPerHour"] is not None and at_target["outputTokensPerSecond"] > 0:
+        cost = (Decimal(row["replicaPerHour"]) / Decimal(str(at_target["outputTokensPerSecond"])) / 3600 * 1_000_000).quantize(
+            Decimal("0.01")
+        )
+    return ServerVerdict(row, kv, context, sequences, predictions, estimated, None, findings, at_target, replicas_needed, cost)
+
+
+def _device(row: dict[str, Any]) -> str:
+    device = row["device"]
+    if device["kind"] == "mig":
+        return f"a {device['migProfile']} slice of {row['gpu']}"
+    if device["kind"] == "timeSliced":
+        return f"a share of {row['gpu']} ({device['sharedBy']} pods)"
+    return f"{row['tensorParallel']} x {row['gpu']}"
+
+
+def _record(v: ServerVerdict) -> dict[str, Any]:
+    """A server's verdict as report.json holds it (and a baseline's report is read back from)."""
+    row = v.row
+    return {
+        "server": f"{row['model']}/{row['version']}",
+        "device": _device(row),
+        "maxReplicas": row["replicas"]["max"],
+        "kv": v.kv,
+        "contextLength": v.context_length,
+        "sequences": v.sequences,
+        "atConcurrency": v.at_target,
+        "estimated": v.estimated,
+        "replicasNeeded": v.replicas_needed,
+        "costPerMillionOutputTokens": None if v.cost_per_million is None else str(v.cost_per_million),
+        "noPrediction": v.no_prediction,
+        "predictions": v.predictions,
+    }
+
+
+CELLS = ("device", "fits", "kv", "ttft", "itl", "tps", "replicas", "cost")
+
+
+def _cells(record: dict[str, Any]) -> dict[str, str]:
+    """The table's cells for one server's record."""
+    kv = record.get("kv")
+    at = record.get("atConcurrency")
+    mark = "~" if record.get("estimated") else ""
+    needed = "-" if record.get("replicasNeeded") is None else str(record["replicasNeeded"])
+    return {
+        "device": record.get("device", "-"),
+        "fits": "-" if kv is None else ("no" if "error" in kv else "yes"),
+        "kv": "-"
+        if record.get("sequences") is None or kv is None
+        else f"{kv['total_kv_size_tokens']} tokens ({record['sequences']})",
+        "ttft": f"{mark}{at['ttftMs']:.0f} ms" if at else "-",
+        "itl": f"{mark}{at['tpotMs']:.1f} ms" if at else "-",
+        "tps": f"{mark}{at['outputTokensPerSecond']:.0f}" if at else "-",
+        "replicas": f"{needed} / {record.get('maxReplicas', '-')}",
+        "cost": record.get("costPerMillionOutputTokens") or "-",
+    }
+
+
+def performance_section(
+    shapes: list[dict[str, Any]] | None,
+    prediction: Prediction,
+    production: bool,
+    previous: list[dict[str, Any]] | None = None,
+) -> Section | None:
+    """The stage's section; with the baseline's records (`previous`), each changed cell shows old → new and a server
+    the change removes is listed as removed."""
+    if not shapes:
+        return None
+    answer = prediction.answer()
+    if prediction.problem is not None:
+        return Section("Serving performance", prediction.problem, warning=True, data={"problem": prediction.problem})
+    answers = (answer or {}).get("servers", {})
+    verdicts = [judge(row, answers.get(f"{row['model']}/{row['version']}")) for row in shapes]
+    records = [_record(v) for v in verdicts]
+    before = {r["server"]: _cells(r) for r in previous or []}
+    failing = [f for v in verdicts for f in v.findings if f[2] or production]
+    advisory = [f for v in verdicts for f in v.findings if not (f[2] or production)]
+    table = [
+        "| server | device | fits | KV cache (sequences of maxModelLen) | TTFT | ITL | tokens/s per replica | "
+        "replicas at peak / max | per 1M output tokens |",
+        "|---|---|---|---|---:|---:|---:|---|---:|",
+    ]
+    lines = []
+    for record, v in zip(records, verdicts):
+        now = _cells(record)
+        was = before.get(record["server"])
+        shown = {k: now[k] if was is None or was[k] == now[k] else f"{was[k]} → {now[k]}" for k in CELLS}
+        name = record["server"] + (" (new)" if previous is not None and was is None else "")
+        table.append(f"| {name} | " + " | ".join(shown[k] for k in CELLS) + " |")
+        why = f"no prediction: {v.no_prediction}" if v.no_prediction else ""
+        lines.append(
+            f"{record['server']:<28} fits {now['fits']:<3} kv {now['kv']:<22} ttft {now['ttft']:>9} itl {now['itl']:>8} "
+            f"{now['replicas']:>7}  {why}".rstrip()
+        )
+    current = {r["server"] for r in records}
+    table += [f"| {name} (removed) | " + " | ".join("-" for _ in CELLS) + " |" for name in before if name not in current]
+    notes = [
+        f"| {v.row['model']}/{v.row['version']} | no prediction: {v.no_prediction} |"
+        for v in verdicts
+        if v.no_prediction and v.no_prediction != "not asked"
+    ]
+    markdown = table + [
+        "",
+        f"At each server's `maxNumSeqs` concurrent requests per replica and its profile's typical request (or its peak's) "
+        f"prompt and output tokens, from aiconfigurator {((answer or {}).get('package') or {}).get('aiconfigurator', '?')}'s "
+        f"vLLM {DATABASE_VLLM_VERSION} measurements; `~`: a MIG slice, scaled from the whole GPU (an estimate). "
+        "Cost: a replica's share of its node at the pool's pricePerHour over its output tokens"
+        + ("; old → new against the baseline." if previous is not None else "."),
+    ]
+    if notes:
+        markdown += ["", "| server | |", "|---|---|", *notes]
+    if (answer or {}).get("plots"):
+        markdown += ["", f"![latency against concurrency]({PLOT_FILE})"]
+    findings_lines = [f"{key}: {message}" for key, message, _ in failing + advisory]
+    markdown += ["", *[f"- {line}" for line in findings_lines]] if findings_lines else []
+    checked = sum(1 for v in verdicts if v.kv is not None)
+    predicted = sum(1 for v in verdicts if v.at_target is not None)
+    summary = (
+        f"{len(verdicts)} servers: {checked} sized from their architecture, {predicted} with predicted latency"
+        + (f"; {len(failing)} findings" if failing else "")
+        + (f"; {len(advisory)} advisory" if advisory else "")
+    )
+    return Section(
+        "Serving performance",
+        summary,
+        failed=bool(failing),
+        warning=bool(advisory) and not failing,
+        data={"servers": records, "findings": findings_lines, "package": (answer or {}).get("package")},
+        markdown="\n".join(markdown),
+        lines=lines + findings_lines,
+        headline="\n".join(table),
+    )

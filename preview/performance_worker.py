@@ -1,0 +1,230 @@
+"""What NVIDIA's aiconfigurator predicts for each model server: run in its own virtualenv (`.venv-perf`, from
+`preview/performance-requirements.txt`), by the preview's Serving performance stage (`preview/performance.py`).
+
+It reads one JSON request on stdin and writes one JSON answer on stdout; it imports nothing of the project, so the
+program's virtualenv never holds the package's numpy/pandas/scipy stack, nor this one the program's pins. The
+package's data is read where the package installed it (its model configs and measured perf tables), never copied.
+
+Request: {"backendVersion": "0.24.0", "plotDir": str | null, "servers": [server, ...]}, each server
+  {"id", "performanceModel": str | null, "config": {config.json keys} | null, "system": str | null, "tp": int,
+   "capacityBytes": int, "memoryFraction": float, "maxNumBatchedTokens": int, "maxModelLen": int,
+   "predict": {"isl", "osl", "concurrency": [int, ...]} | null}
+Answer: {"package": {...versions}, "servers": {id: {"config": {...}, "kv": {...} | {"error": str},
+  "predictions": [{"concurrency", "ttftMs", "tpotMs", "outputTokensPerSecond", "requestsPerSecond"}, ...] | null,
+  "noPrediction": str | null}}}
+
+The KV-cache figure is aiconfigurator-core's `estimate_kv_cache` (its native vLLM memory model: weights, activations
+at vLLM's batched-token budget, NCCL and runtime overhead against `gpu_memory_utilization` of the device's total);
+latencies are `aiconfigurator.cli.api.cli_estimate` in aggregated (continuous batching) mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import sys
+import tempfile
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Any
+
+# The HF config keys the stage reads back (the context length bound, the KV shape), when the package has them.
+CONFIG_KEYS = (
+    "architectures",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "vocab_size",
+    "torch_dtype",
+)
+
+
+def package_config(performance_model: str) -> dict[str, Any] | None:
+    """The HF config.json aiconfigurator-core ships for a model (`model_configs/<org>--<name>_config.json`)."""
+    name = performance_model.replace("/", "--") + "_config.json"
+    entry = resources.files("aiconfigurator_core") / "model_configs" / name
+    if not entry.is_file():
+        return None
+    loaded: dict[str, Any] = json.loads(entry.read_text())
+    return loaded
+
+
+def has_measurements(system: str, backend_version: str) -> bool:
+    """Whether the database holds measured vLLM tables for a system at a version (the GEMM table stands for all)."""
+    folder = resources.files("aiconfigurator_core") / "systems" / "data" / system / "gemm" / "vllm" / backend_version
+    return folder.is_dir()
+
+
+def _model_path(server: dict[str, Any], scratch: Path) -> str:
+    """The model as the package takes it: its own config's name, else a folder holding the declared config.json."""
+    if server.get("performanceModel"):
+        return str(server["performanceModel"])
+    folder = scratch / server["id"].replace("/", "_")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(server["config"]))
+    return str(folder)
+
+
+# The system whose memory model stands in for one without measured vLLM tables: the memory model reads a system's
+# NCCL and runtime reserves (`misc` of systems/<name>.yaml), which `memory_system` requires to be the same.
+MEMORY_STAND_IN = "h100_sxm"
+
+
+def _misc(system: str) -> Any:
+    import yaml
+
+    spec = yaml.safe_load((resources.files("aiconfigurator_core") / "systems" / f"{system}.yaml").read_text())
+    return spec.get("misc")
+
+
+def memory_system(system: str | None, backend_version: str) -> str | None:
+    """The system the native memory model runs on for a server: its own where the database loads for it, else the
+    stand-in when the two state the same reserves (the device's capacity is the server's in either case); None:
+    only the naive estimate applies."""
+    if system is not None and has_measurements(system, backend_version):
+        return system
+    if system is not None and (resources.files("aiconfigurator_core") / "systems" / f"{system}.yaml").is_file():
+        if _misc(system) == _misc(MEMORY_STAND_IN):
+            return MEMORY_STAND_IN
+    return None
+
+
+def _kv_estimate(server: dict[str, Any], model_path: str, backend_version: str) -> dict[str, Any]:
+    from aiconfigurator_core.sdk import estimate_kv_cache
+
+    system = memory_system(server["system"], backend_version)
+    # The naive estimate keeps 80 % of what the weights leave for the KV cache; given vLLM's share as the capacity.
+    capacity = server["capacityBytes"] if system is not None else int(server["capacityBytes"] * server["memoryFraction"])
+    try:
+        estimate = estimate_kv_cache(
+            model_path,
+            system or MEMORY_STAND_IN,
+            "vllm",
+            backend_version,
+            max_num_tokens=server["maxNumBatchedTokens"],
+            max_batch_size=1,
+            memory_fraction_kind="of_total",
+            memory_fraction_value=server["memoryFraction"],
+            tp_size=server["tp"],
+            gpu_memory_capacity_bytes_override=capacity,
+            allow_naive_fallback=system is None,
+        )
+    except Exception as error:  # noqa: BLE001 - the package's refusal is the answer (e.g. weights beyond the device)
+        return {"error": str(error).splitlines()[0][:400]}
+    estimate.pop("tolerance_adjusted", None)
+    estimate["memorySystem"] = system
+    return estimate
+
+
+def _predictions(server: dict[str, Any], model_path: str, backend_version: str) -> list[dict[str, float]]:
+    from aiconfigurator.cli.api import cli_estimate
+
+    predict = server["predict"]
+    out = []
+    for concurrency in predict["concurrency"]:
+        result = cli_estimate(
+            model_path,
+            server["system"],
+            mode="agg",
+            backend_name="vllm",
+            backend_version=backend_version,
+            isl=predict["isl"],
+            osl=predict["osl"],
+            batch_size=concurrency,
+            tp_size=server["tp"],
+            free_gpu_memory_fraction=server["memoryFraction"],
+        )
+        row = result.get() if hasattr(result, "get") else {}
+        out.append(
+            {
+                "concurrency": concurrency,
+                "ttftMs": float(result.ttft),
+                "tpotMs": float(result.tpot),
+                "outputTokensPerSecond": float(result.tokens_per_second),
+                "requestsPerSecond": float(row.get("seq/s", 0.0)),
+            }
+        )
+    return out
+
+
+def _plot(plot_dir: Path, answers: dict[str, dict[str, Any]]) -> list[str]:
+    """Latency against concurrency for each predicted server: one PNG beside report.md."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    predicted = {sid: a["predictions"] for sid, a in answers.items() if a.get("predictions")}
+    if not predicted:
+        return []
+    figure, (ttft_axis, tpot_axis) = pyplot.subplots(1, 2, figsize=(10, 4), dpi=100)
+    for sid, rows in sorted(predicted.items()):
+        xs = [r["concurrency"] for r in rows]
+        ttft_axis.plot(xs, [r["ttftMs"] for r in rows], marker="o", label=sid)
+        tpot_axis.plot(xs, [r["tpotMs"] for r in rows], marker="o", label=sid)
+    ttft_axis.set(title="time to first token", xlabel="concurrent requests per replica", ylabel="ms")
+    tpot_axis.set(title="inter-token latency", xlabel="concurrent requests per replica", ylabel="ms")
+    ttft_axis.legend(fontsize=7)
+    figure.tight_layout()
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    path = plot_dir / "performance.png"
+    # Reproducible bytes: no creation date or software tag in the PNG's metadata.
+    figure.savefig(path, metadata={"Software": None})
+    pyplot.close(figure)
+    return [path.name]
+
+
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    backend_version = request["backendVersion"]
+    answers: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for server in request["servers"]:
+            config = package_config(server["performanceModel"]) if server.get("performanceModel") else server.get("config")
+            entry: dict[str, Any] = {"config": {k: config[k] for k in CONFIG_KEYS if k in config} if config else None}
+            if config is None:
+                entry.update(kv={"error": f"aiconfigurator-core has no config for {server.get('performanceModel')!r}"})
+                answers[server["id"]] = entry
+                continue
+            model_path = _model_path(server, Path(scratch))
+            entry["kv"] = _kv_estimate(server, model_path, backend_version)
+            entry["predictions"] = None
+            if server.get("predict") is None:
+                entry["noPrediction"] = server.get("noPrediction") or "not asked"
+            elif not server.get("performanceModel"):
+                entry["noPrediction"] = "the database measures only the models it ships a config for"
+            elif not has_measurements(server["system"], backend_version):
+                entry["noPrediction"] = f"the database has no measured vLLM {backend_version} data for {server['system']}"
+            elif "error" in entry["kv"]:
+                entry["noPrediction"] = "it does not fit"
+            else:
+                entry["predictions"] = _predictions(server, model_path, backend_version)
+                entry["noPrediction"] = None
+            answers[server["id"]] = entry
+    plots = _plot(Path(request["plotDir"]), answers) if request.get("plotDir") else []
+    versions = {name: metadata.version(name) for name in ("aiconfigurator", "aiconfigurator-core")}
+    return {"package": versions, "servers": answers, "plots": plots}
+
+
+def main() -> int:
+    # The package logs its table loading and fallbacks; the answer is the only output.
+    logging.disable(logging.WARNING)
+    with contextlib.redirect_stdout(io.StringIO()):
+        # Imported before the request arrives: the preview starts this process before it evaluates the program, so
+        # the package's seconds of imports pass while the program runs.
+        import aiconfigurator.cli.api  # noqa: F401
+        import aiconfigurator_core.sdk.memory  # noqa: F401
+
+        request = json.loads(sys.stdin.read())
+        result = answer(request)
+    sys.stdout.write(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

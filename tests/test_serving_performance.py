@@ -1,0 +1,240 @@
+"""The Serving performance stage (preview/performance.py): each server's memory fit and KV cache, its predicted
+latency and throughput from NVIDIA's aiconfigurator (run in .venv-perf), replicas at peak against maxReplicas, cost per
+million output tokens, in the report and the pull request's comment; and the config check that refuses weights that
+cannot load at all (platform_config/checks.py check_weights_fit_gpu_memory)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+
+import pytest
+
+from platform_config.pins import AICONFIGURATOR
+
+from .helpers import ROOT, config_problems, load_json, raw_stack, run_preview, write_stack
+
+PERF_PYTHON = ROOT / ".venv-perf" / "bin" / "python"
+
+
+def needs_database(test):
+    """A test that runs aiconfigurator: skipped without .venv-perf, which `.ci/run` turns into a failure."""
+    skip = pytest.mark.skipif(not PERF_PYTHON.exists(), reason="no .venv-perf: `make perf-venv` installs aiconfigurator")
+    return pytest.mark.performance_database(skip(test))
+
+
+def package(code: str) -> object:
+    """What the installed package answers to `code` (which prints one JSON value), called directly."""
+    script = "import json, logging, contextlib, io\nlogging.disable(logging.WARNING)\n" + code
+    result = subprocess.run([str(PERF_PYTHON), "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def performance(report: dict) -> dict[str, dict]:
+    return {s["server"]: s for s in report["performance"]["data"]["servers"]}
+
+
+# --- the config check: weights that cannot load ------------------------------------------------
+
+
+def test_a_140gib_checkpoint_on_an_l4_is_refused_with_the_numbers():
+    raw = raw_stack("prod")
+    batch = next(m for m in raw["models"] if m["name"] == "llama-8b-batch")
+    batch["resources"]["weightsSize"] = "140Gi"
+    index = raw["models"].index(batch)
+    problems = config_problems(raw)
+    assert any(
+        p.startswith(f"inference-platform:models[{index}].resources.weightsSize: ")
+        and "the weights (140Gi) need 140Gi per GPU (1 per replica) on pool 'l4-batch'" in p
+        and "vLLM takes 0.9 of the 24Gi of L4-24GB: 21.6Gi, so they cannot load" in p
+        for p in problems
+    ), problems
+
+
+def test_the_weights_are_split_over_a_replicas_gpus():
+    """The 70B's 132Gi over 4 H100s is 33Gi a GPU, within 72Gi: no problem; on one GPU it is refused."""
+    raw = raw_stack("prod")
+    big = next(m for m in raw["models"] if m["name"] == "llama-70b")
+    big["resources"]["gpus"] = 1
+    problems = [p for p in config_problems(raw) if "weightsSize" in p]
+    assert problems and "need 132Gi per GPU (1 per replica)" in problems[0] and "72Gi" in problems[0], problems
+
+
+# --- the stage on the committed prod stack -----------------------------------------------------
+
+
+def _llama_params(config: dict) -> int:
+    """Llama's parameters from its config.json: embeddings, each layer's attention and MLP and norms, the final
+    norm and the output head (untied)."""
+    h, inter, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    kv_width = config["num_key_value_heads"] * (config.get("head_dim") or h // config["num_attention_heads"])
+    per_layer = h * h + 2 * h * kv_width + h * h + 3 * h * inter + 2 * h
+    head = 0 if config.get("tie_word_embeddings") else config["vocab_size"] * h
+    return config["vocab_size"] * h + layers * per_layer + h + head
+
+
+@needs_database
+def test_prods_70b_on_four_h100s_fits_with_the_kv_cache_its_config_gives(previews):
+    """The KV cache per token and per GPU, and the weights, computed here from the model's config.json as the
+    package ships it (read in place), are the stage's; its tokens are what vLLM's share leaves of the device."""
+    config = package(
+        "from importlib import resources\n"
+        "entry = resources.files('aiconfigurator_core') / 'model_configs' / 'meta-llama--Meta-Llama-3.1-70B_config.json'\n"
+        "print(entry.read_text().replace(chr(10), ' '))"
+    )
+    assert isinstance(config, dict)
+    tp = 4
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    # K and V, bf16, every layer, this GPU's share of the KV heads.
+    per_token = 2 * config["num_hidden_layers"] * math.ceil(config["num_key_value_heads"] / tp) * head_dim * 2
+    server = performance(previews["prod"].report)["llama-70b/v1"]
+    kv = server["kv"]
+    assert kv["kv_size_per_token_bytes"] == per_token == 81920
+    # bf16 over 4 GPUs; the package leaves out the norms' vectors (1.3 million of the 70.6 billion parameters).
+    assert kv["memory_breakdown"]["weights_bytes"] == pytest.approx(_llama_params(config) * 2 / tp, rel=1e-4)
+    breakdown = kv["memory_breakdown"]
+    left = 80 * 2**30 * 0.9 - sum(breakdown.values())
+    assert kv["total_kv_size_tokens"] == int(left // per_token)
+    # 16384-token sequences it holds, at least the 8 it runs at once.
+    assert server["sequences"] == kv["total_kv_size_tokens"] // 16384 >= 8
+    assert config["max_position_embeddings"] == server["contextLength"] >= 16384
+
+
+@needs_database
+def test_the_report_and_the_pull_request_comment_carry_the_table(previews):
+    run = previews["prod"]
+    markdown = (run.out / "report.md").read_text()
+    top = markdown.split("<details>")[0]
+    assert "| server | device | fits | KV cache (sequences of maxModelLen) | TTFT | ITL |" in top
+    assert "| llama-70b/v1 | 4 x H100-80GB | yes |" in top
+    # A MIG slice is an estimate scaled from the whole GPU, marked as such; no prediction says why.
+    assert "| llama-8b/v1 | a 3g.40gb slice of H100-80GB | yes |" in top and "~" in top
+    assert "no prediction: the database has no measured vLLM 0.24.0 data for l4" in markdown
+    assert (run.out / "performance.png").read_bytes().startswith(b"\x89PNG")
+    assert "![latency against concurrency](performance.png)" in markdown
+
+
+@needs_database
+def test_the_70b_meets_prods_chat_peak_within_its_max_replicas_and_says_what_a_token_costs(previews):
+    server = performance(previews["prod"].report)["llama-70b/v1"]
+    at = server["atConcurrency"]
+    assert at["concurrency"] == 8 and at["ttftMs"] <= 500
+    # 8 requests/s at peak over what one replica serves within the target.
+    assert server["replicasNeeded"] == math.ceil(8 / at["requestsPerSecond"]) <= 8
+    # Half a p5.48xlarge (4 of its 8 GPUs) at the pool's price over the replica's output tokens.
+    price = next(p for p in raw_stack("prod")["nodePools"] if p["name"] == "h100")["pricePerHour"]
+    expected = price / 2 / at["outputTokensPerSecond"] / 3600 * 1_000_000
+    assert abs(float(server["costPerMillionOutputTokens"]) - expected) < 0.01
+
+
+# --- what a hostile or careless change gets ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def careless(tmp_path_factory, previews):
+    """One prod variant with four mistakes the stage must name: a chat peak no maxReplicas meets, a maxModelLen
+    beyond the 1B's context, the batch 8B running more sequences than its KV cache holds, and the 8B on a whole
+    H100 (predicted from the database, not scaled)."""
+    if not PERF_PYTHON.exists():
+        pytest.skip("no .venv-perf: `make perf-venv` installs aiconfigurator")
+    tmp = tmp_path_factory.mktemp("careless")
+    raw = raw_stack("prod")
+    raw["profiles"]["chat"]["peak"]["requestsPerSecond"] = 100
+    models = {m["name"]: m for m in raw["models"]}
+    models["llama-1b"]["server"]["maxModelLen"] = 262144
+    models["llama-8b-batch"]["autoscaling"]["kpa"] = {"targetConcurrency": 10, "containerConcurrency": 16}
+    # Room on the pool's whole GPUs for the 8B: fewer 70B and 8B replicas (the peak still needs more).
+    models["llama-70b"]["autoscaling"]["maxReplicas"] = 4
+    eight = models["llama-8b"]
+    eight["resources"].pop("migProfile")
+    eight["resources"]["gpus"] = 1
+    eight["autoscaling"]["maxReplicas"] = 3
+    out = tmp / "out"
+    stack = write_stack(tmp, raw)
+    result = run_preview(
+        "--stack", "prod", "--config-file", str(stack), "--out", str(out), "--baseline", str(previews["prod"].out)
+    )
+    return raw, result, load_json(out / "report.json"), (out / "report.md").read_text()
+
+
+@needs_database
+def test_a_careless_change_fails_the_stage_naming_each_key(careless):
+    raw, result, report, _ = careless
+    assert result.returncode == 1, result.stderr
+    findings = "\n".join(report["performance"]["data"]["findings"])
+    index = {m["name"]: i for i, m in enumerate(raw["models"])}
+    assert f"models[{index['llama-70b']}].autoscaling.maxReplicas: v1: the peak of 100 requests/s needs" in findings
+    assert f"models[{index['llama-1b']}].server.maxModelLen: 262144 tokens, but the model's context length" in findings
+    assert f"models[{index['llama-8b-batch']}].server.maxModelLen: v1: the KV cache holds" in findings
+    assert "fewer than the 16 it runs at once (maxNumSeqs)" in findings
+    # Production: the peak it cannot meet fails the stage, not only warns.
+    assert report["performance"]["failed"]
+
+
+@needs_database
+def test_the_8b_on_a_whole_h100_is_predicted_as_the_package_predicts_it(careless):
+    """Called directly with the same model, GPU, parallelism, lengths and concurrency, the package gives the figures
+    the stage reports (the database's own answer: the same deterministic tables, within rounding)."""
+    _, _, report, _ = careless
+    server = performance(report)["llama-8b/v1"]
+    assert not server["estimated"]
+    at = server["atConcurrency"]
+    direct = package(
+        "from aiconfigurator.cli.api import cli_estimate\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    r = cli_estimate('meta-llama/Meta-Llama-3.1-8B', 'h100_sxm', mode='agg', backend_name='vllm',\n"
+        "        backend_version='0.24.0', isl=1024, osl=256, batch_size=12, tp_size=1, free_gpu_memory_fraction=0.9)\n"
+        "print(json.dumps({'ttft': float(r.ttft), 'tpot': float(r.tpot), 'tps': float(r.tokens_per_second)}))"
+    )
+    assert isinstance(direct, dict)
+    assert at["ttftMs"] == pytest.approx(direct["ttft"], rel=1e-6)
+    assert at["tpotMs"] == pytest.approx(direct["tpot"], rel=1e-6)
+    assert at["outputTokensPerSecond"] == pytest.approx(direct["tps"], rel=1e-6)
+
+
+def test_without_the_database_the_stage_says_so_rather_than_passing(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "PERFORMANCE_PYTHON": str(tmp_path / "missing" / "python")}
+    result = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), "-m", "preview", "--quiet", "--stack", "dev", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    section = load_json(out / "report.json")["performance"]
+    assert section["summary"].startswith("not run: python of .venv-perf is missing")
+    assert "warn Serving performance: not run" in result.stdout
+
+
+def test_the_performance_virtualenv_pins_the_package_the_pins_name():
+    lines = (ROOT / "preview" / "performance-requirements.txt").read_text().splitlines()
+    assert f"{AICONFIGURATOR.name}=={AICONFIGURATOR.version}" in lines
+    assert f"aiconfigurator-core=={AICONFIGURATOR.version}" in lines
+    pinned = [line for line in lines if line and not line.startswith("#")]
+    assert all("==" in line for line in pinned), pinned
+
+
+def test_a_declared_architecture_must_be_whole():
+    raw = raw_stack("dev")
+    raw["models"][0]["architecture"].pop("numKeyValueHeads")
+    problems = config_problems(raw)
+    assert any("architecture" in p and "numKeyValueHeads missing" in p for p in problems), problems
+
+
+@needs_database
+def test_against_the_baseline_each_changed_figure_shows_old_and_new(careless, previews):
+    """The pull request's comment: the committed prod stack's figures → the change's, at the top."""
+    _, _, report, markdown = careless
+    top = markdown.split("<details>")[0]
+    before = {s["server"]: s for s in previews["prod"].report["performance"]["data"]["servers"]}
+    after = performance(report)
+    row = next(line for line in top.splitlines() if line.startswith("| llama-70b/v1 |"))
+    was, now = before["llama-70b/v1"]["replicasNeeded"], after["llama-70b/v1"]["replicasNeeded"]
+    assert f"{was} / 8 → {now} / 4" in row, row
+    eight = next(line for line in top.splitlines() if line.startswith("| llama-8b/v1 |"))
+    assert "a 3g.40gb slice of H100-80GB → 1 x H100-80GB" in eight, eight
