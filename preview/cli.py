@@ -37,7 +37,7 @@ from .deploy_policy import DEPLOY_POLICY_FILE, UnmappedTypes, deploying_identity
 from .diff import diff_resources
 from .engine import DuplicateUrnError, evaluate
 from .first_up import check_first_up
-from .performance import PLOT_FILE, Prediction, performance_section
+from .performance import PERFORMANCE_POLICY, PLOT_FILE, Prediction, performance_level, performance_section
 from .placeholders import placeholder_section
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .previous_releases import previous_releases, with_previous_releases
@@ -191,10 +191,14 @@ def _previous_output(outputs: tuple[dict[str, Any] | None, str], key: str) -> tu
 
 
 def _read_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
-    """Policy config and baseline, checked before anything runs."""
+    """Policy config and baseline, checked before anything runs; the Serving performance stage's level, which the
+    policy config may set like a policy's (`serving-performance`), goes to `args.performance_level`, not the pack."""
     overrides: dict[str, Any] = {}
+    args.performance_level = None
     if args.policy_config is not None:
         overrides = _read_json(args.policy_config, "the policy config")
+        if isinstance(overrides, dict) and PERFORMANCE_POLICY in overrides:
+            args.performance_level = performance_level(overrides.pop(PERFORMANCE_POLICY))
         check_policy_config(overrides)
     baseline = None
     if args.baseline is not None:
@@ -347,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = PolicySession(
         pack, project_dir, project.name, args.stack, stack_config.values, stack_config.secret_keys, overrides
     )
-    # Started now, so that it imports aiconfigurator while the program is evaluated.
+    # aiconfigurator's answer, read back or asked for once the program has exported its servers.
     prediction = Prediction.spawn()
     try:
         return _run(
@@ -468,7 +472,10 @@ def _run(
     performance = progress.run(
         "predicting memory, latency and cost per server (aiconfigurator)",
         lambda: performance_section(
-            shapes.get("servers"), prediction, bool(shapes.get("production")), _baseline_performance(args.baseline)
+            shapes.get("servers"),
+            prediction,
+            args.performance_level or ("mandatory" if shapes.get("production") else "advisory"),
+            _baseline_performance(args.baseline),
         ),
     )
     if performance is not None:

@@ -19,9 +19,11 @@ target the servers cannot meet or a peak that needs more replicas than `maxRepli
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -30,6 +32,7 @@ from typing import Any
 
 from platform_config.gpu_catalog import COMPUTE_SLICES, GPU_MODELS, MEMORY_SLICES
 
+from .policy_runner import PolicyConfigError
 from .report import PROJECT_ROOT, Section
 
 # The vLLM version of the database's measurements the predictions come from (aiconfigurator-core 0.12.0 holds
@@ -39,6 +42,22 @@ PLOT_FILE = "performance.png"
 # The concurrencies a prediction is made at: these up to the server's maxNumSeqs, and maxNumSeqs itself.
 CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 WORKER_TIMEOUT_SECONDS = 120
+# The policy config's name for the stage's level, set as a policy's (advisory, mandatory, disabled): it applies to
+# what the servers predict (a latency target or peak they cannot meet); what cannot fit fails at every level.
+# Default: mandatory in production, advisory elsewhere.
+PERFORMANCE_POLICY = "serving-performance"
+PERFORMANCE_LEVELS = ("advisory", "mandatory", "disabled")
+
+
+def performance_level(value: Any) -> str:
+    """The level `serving-performance` sets in the policy config: a level, or {"enforcementLevel": level}."""
+    level = value.get("enforcementLevel") if isinstance(value, dict) and set(value) == {"enforcementLevel"} else value
+    if not isinstance(level, str) or level not in PERFORMANCE_LEVELS:
+        raise PolicyConfigError(
+            f"policy config {PERFORMANCE_POLICY!r}: give one of {', '.join(PERFORMANCE_LEVELS)} (or "
+            f'{{"enforcementLevel": ...}}); got {json.dumps(value)[:80]}'
+        )
+    return level
 
 
 def performance_python() -> Path:
@@ -46,61 +65,93 @@ def performance_python() -> Path:
     return Path(os.environ.get("PERFORMANCE_PYTHON") or PROJECT_ROOT / ".venv-perf" / "bin" / "python")
 
 
+# Answers kept per request: the same servers on the same package give the same figures (the tables are data), so a
+# preview whose servers did not change reads them back instead of running aiconfigurator again.
+def cache_dir() -> Path:
+    """build/performance-cache, or PERFORMANCE_CACHE_DIR (the bench's cold runs give a fresh one)."""
+    return Path(os.environ.get("PERFORMANCE_CACHE_DIR") or PROJECT_ROOT / "build" / "performance-cache")
+
+
+def _cache_key(asked: dict[str, Any]) -> str:
+    """The request (less where the plot goes) with the worker and the pinned packages: any change is a new key."""
+    digest = hashlib.sha256(json.dumps({**asked, "plotDir": None}, sort_keys=True).encode())
+    for source in (Path(__file__).with_name("performance_worker.py"), Path(__file__).with_name("performance-requirements.txt")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:32]
+
+
 @dataclass
 class Prediction:
-    """The worker: started before the program is evaluated (it imports the package meanwhile), sent the program's
-    `servingShapes` once they exist, and waited for by `answer()`."""
+    """aiconfigurator's answer for the program's `servingShapes`: read back from the cache when the same request was
+    answered before, else from the worker, started once the shapes exist and waited for by `answer()` while the
+    other stages run."""
 
-    process: subprocess.Popen[str] | None
+    python: Path | None
     problem: str | None = None
+    cached: bool = False
+    _process: subprocess.Popen[str] | None = field(default=None, init=False)
     _answer: dict[str, Any] | None = field(default=None, init=False)
+    _folder: Path | None = field(default=None, init=False)
+    _out: Path | None = field(default=None, init=False)
 
     @classmethod
     def spawn(cls) -> Prediction:
         python = performance_python()
         if not python.exists():
             return cls(None, problem=f"not run: {python.name} of .venv-perf is missing (`make perf-venv` installs it)")
-        process = subprocess.Popen(
-            [str(python), "-m", "preview.performance_worker"],
+        return cls(python)
+
+    def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
+        """Ask for every server whose architecture is known (none: no worker runs)."""
+        if self.python is None:
+            return
+        self._out = out
+        self._folder = cache_dir() / _cache_key(request(shapes or [], None))
+        if (self._folder / "answer.json").is_file():
+            self._answer = json.loads((self._folder / "answer.json").read_text())
+            self.cached = True
+            return
+        self._folder.mkdir(parents=True, exist_ok=True)
+        self._process = subprocess.Popen(
+            [str(self.python), "-m", "preview.performance_worker"],
             cwd=PROJECT_ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        return cls(process)
-
-    def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
-        """The request, for every server whose architecture is known (none: the worker answers at once)."""
-        if self.process is None or self.process.stdin is None:
-            return
+        assert self._process.stdin is not None
         try:
-            self.process.stdin.write(json.dumps(request(shapes or [], out)))
-            self.process.stdin.close()
+            self._process.stdin.write(json.dumps(request(shapes or [], self._folder)))
+            self._process.stdin.close()
         except BrokenPipeError:
             pass  # it failed on its own; answer() says how
-        self.process.stdin = None
+        self._process.stdin = None
 
     def stop(self) -> None:
-        """For a run that stops before asking (a config error): no worker outlives the preview."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.communicate()
+        """For a run that stops before it reads the answer: no worker outlives the preview."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.communicate()
 
     def answer(self) -> dict[str, Any] | None:
-        if self.process is None:
-            return None
-        if self._answer is None:
+        if self._answer is None and self._process is not None:
             try:
-                stdout, stderr = self.process.communicate(timeout=WORKER_TIMEOUT_SECONDS)
+                stdout, stderr = self._process.communicate(timeout=WORKER_TIMEOUT_SECONDS)
             except subprocess.TimeoutExpired:
                 self.stop()
                 self.problem = f"aiconfigurator did not answer within {WORKER_TIMEOUT_SECONDS} s"
                 return None
-            if self.process.returncode != 0:
+            if self._process.returncode != 0:
                 self.problem = f"aiconfigurator failed: {(stderr.strip().splitlines() or ['no output'])[-1][:300]}"
                 return None
             self._answer = json.loads(stdout)
+            assert self._folder is not None
+            (self._folder / "answer.json").write_text(json.dumps(self._answer))
+        if self._answer is not None and self._folder is not None and self._out is not None:
+            plot = self._folder / PLOT_FILE
+            if plot.is_file():
+                shutil.copyfile(plot, self._out / PLOT_FILE)
         return self._answer
 
 
@@ -335,11 +386,11 @@ def _cells(record: dict[str, Any]) -> dict[str, str]:
 def performance_section(
     shapes: list[dict[str, Any]] | None,
     prediction: Prediction,
-    production: bool,
+    level: str,
     previous: list[dict[str, Any]] | None = None,
 ) -> Section | None:
-    """The stage's section; with the baseline's records (`previous`), each changed cell shows old → new and a server
-    the change removes is listed as removed."""
+    """The stage's section at a level (`performance_level`); with the baseline's records (`previous`), each changed
+    cell shows old → new and a server the change removes is listed as removed."""
     if not shapes:
         return None
     answer = prediction.answer()
@@ -349,8 +400,9 @@ def performance_section(
     verdicts = [judge(row, answers.get(f"{row['model']}/{row['version']}")) for row in shapes]
     records = [_record(v) for v in verdicts]
     before = {r["server"]: _cells(r) for r in previous or []}
-    failing = [f for v in verdicts for f in v.findings if f[2] or production]
-    advisory = [f for v in verdicts for f in v.findings if not (f[2] or production)]
+    # What cannot fit fails whatever the level; what the servers are predicted to miss, by the level.
+    failing = [f for v in verdicts for f in v.findings if f[2] or level == "mandatory"]
+    advisory = [f for v in verdicts for f in v.findings if not f[2] and level == "advisory"]
     table = [
         "| server | device | fits | KV cache (sequences of maxModelLen) | TTFT | ITL | tokens/s per replica | "
         "replicas at peak / max | per 1M output tokens |",
@@ -392,7 +444,7 @@ def performance_section(
     checked = sum(1 for v in verdicts if v.kv is not None)
     predicted = sum(1 for v in verdicts if v.at_target is not None)
     summary = (
-        f"{len(verdicts)} servers: {checked} sized from their architecture, {predicted} with predicted latency"
+        f"{len(verdicts)} servers ({level}): {checked} sized from their architecture, {predicted} with predicted latency"
         + (f"; {len(failing)} findings" if failing else "")
         + (f"; {len(advisory)} advisory" if advisory else "")
     )
@@ -401,7 +453,13 @@ def performance_section(
         summary,
         failed=bool(failing),
         warning=bool(advisory) and not failing,
-        data={"servers": records, "findings": findings_lines, "package": (answer or {}).get("package")},
+        data={
+            "servers": records,
+            "findings": findings_lines,
+            "level": level,
+            "package": (answer or {}).get("package"),
+            "cached": prediction.cached,
+        },
         markdown="\n".join(markdown),
         lines=lines + findings_lines,
         headline="\n".join(table),

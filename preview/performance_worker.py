@@ -215,11 +215,6 @@ def main() -> int:
     # The package logs its table loading and fallbacks; the answer is the only output.
     logging.disable(logging.WARNING)
     with contextlib.redirect_stdout(io.StringIO()):
-        # Imported before the request arrives: the preview starts this process before it evaluates the program, so
-        # the package's seconds of imports pass while the program runs.
-        import aiconfigurator.cli.api  # noqa: F401
-        import aiconfigurator_core.sdk.memory  # noqa: F401
-
         request = json.loads(sys.stdin.read())
         result = answer(request)
     sys.stdout.write(json.dumps(result))

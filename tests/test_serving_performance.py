@@ -238,3 +238,47 @@ def test_against_the_baseline_each_changed_figure_shows_old_and_new(careless, pr
     assert f"{was} / 8 → {now} / 4" in row, row
     eight = next(line for line in top.splitlines() if line.startswith("| llama-8b/v1 |"))
     assert "a 3g.40gb slice of H100-80GB → 1 x H100-80GB" in eight, eight
+
+
+@needs_database
+def test_the_policy_config_sets_the_level_of_what_the_servers_are_predicted_to_miss(tmp_path, careless):
+    """`serving-performance: advisory` in the policy config (CI's, from the default branch) makes the peak a warning in
+    production too; what cannot fit still fails. A level that is none is refused before anything runs."""
+    raw, _, _, _ = careless
+    stack = write_stack(tmp_path, raw)
+    config = tmp_path / "policy-config.json"
+    config.write_text(json.dumps({"serving-performance": "advisory"}))
+    out = tmp_path / "out"
+    result = run_preview("--stack", "prod", "--config-file", str(stack), "--out", str(out), "--policy-config", str(config))
+    assert result.returncode == 1, result.stderr
+    section = load_json(out / "report.json")["performance"]
+    assert section["data"]["level"] == "advisory" and section["summary"].startswith("5 servers (advisory)")
+    assert "3 findings; 3 advisory" in section["summary"], section["summary"]
+    assert all("maxReplicas" not in line for line in section["data"]["findings"][:3])
+    config.write_text(json.dumps({"serving-performance": {"enforcementLevel": "sometimes"}}))
+    result = run_preview("--stack", "prod", "--out", str(tmp_path / "bad"), "--policy-config", str(config))
+    assert result.returncode == 2
+    assert "policy config 'serving-performance': give one of advisory, mandatory, disabled" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@needs_database
+def test_an_unchanged_request_is_read_back_and_a_changed_one_asked_again(tmp_path):
+    """The answer is kept per request (the servers, the worker and the pinned packages): the second preview of the
+    same stack reads it back with the same figures; a change to a server asks aiconfigurator again."""
+    env = {**os.environ, "PERFORMANCE_CACHE_DIR": str(tmp_path / "cache")}
+
+    def preview(*args: str) -> dict:
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        command = [str(ROOT / ".venv" / "bin" / "python"), "-m", "preview", "--quiet", "--stack", "dev", "--out", str(out)]
+        result = subprocess.run([*command, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, result.stderr
+        return load_json(out / "report.json")["performance"]["data"]
+
+    first, second = preview(), preview()
+    assert (first["cached"], second["cached"]) == (False, True)
+    assert first["servers"] == second["servers"]
+    raw = raw_stack("dev")
+    raw["models"][0]["server"]["maxModelLen"] = 2048
+    changed = preview("--config-file", str(write_stack(tmp_path, raw)))
+    assert changed["cached"] is False and changed["servers"] != first["servers"]
