@@ -14,6 +14,7 @@ from platform_config.pins import GPU_OPERATOR
 
 from .constants import GPU_OPERATOR_NAMESPACE, PACKAGE, PRIVILEGED
 from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
+from .specs.gpu_memory import declared_mig_instances, gpu_memory_prometheus_rule
 from .specs.gpu_operator import (
     DEVICE_PLUGIN_CONFIGMAP,
     MIG_PARTED_CONFIGMAP,
@@ -60,6 +61,13 @@ class GpuOperator(pulumi.ComponentResource):
         custom_resource(
             f"{name}-dcgm-service-monitor",
             dcgm_service_monitor(GPU_OPERATOR_NAMESPACE),
+            pulumi.ResourceOptions(parent=self, depends_on=monitor_deps),
+        )
+        # GPU memory per device and the MIG geometry the nodes report (the PrometheusRule CRD is the Prometheus
+        # Operator's too).
+        custom_resource(
+            f"{name}-gpu-memory-rule",
+            gpu_memory_prometheus_rule(declared_mig_instances(pools)),
             pulumi.ResourceOptions(parent=self, depends_on=monitor_deps),
         )
         self.release = release

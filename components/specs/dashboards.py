@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..constants import LABEL_POOL, standard_labels
+from .gpu_memory import gpu_memory_panels
 from .metrics import EPP_QUEUE_SERIES, ksm_label
 from .slo_rules import SloPlan, error_ratio_series
 
@@ -335,6 +336,7 @@ def platform_overview_dashboard(prices: Mapping[str, float], batch: bool = False
                 "Nodes of each pool times its `pricePerHour` (stack config), in the currency that price is in.",
             )
         )
+    specs += gpu_memory_panels()
     if batch:
         specs += batch_queue_panels()
     return _dashboard("inference-platform-overview", "Inference platform overview", ["overview"], _layout(specs))
