@@ -240,9 +240,21 @@ def serving_shapes(plan: Plan) -> dict[str, object]:
             peak = workload_peak(config, model)
             price = server.pool.price_per_hour
             architecture = server.version.architecture or model.architecture
+            version_index = next(i for i, v in enumerate(model.versions) if v.name == server.version.name)
+
+            def server_key(setting: str, field: str) -> str:
+                """Where the stack sets a vLLM setting for this version: its own `server`, else the model's."""
+                if getattr(server.version.server, field) is not None:
+                    return f"models[{index}].versions[{version_index}].server.{setting}"
+                return f"models[{index}].server.{setting}"
+
             rows.append(
                 {
                     "key": f"models[{index}]",
+                    "keys": {
+                        "maxModelLen": server_key("maxModelLen", "max_model_len"),
+                        "maxNumSeqs": server_key("maxNumSeqs", "max_num_seqs"),
+                    },
                     "model": model.name,
                     "version": server.version.name,
                     "tenant": server.namespace,

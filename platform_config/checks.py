@@ -1090,9 +1090,12 @@ def check_weights_fit_gpu_memory(config: PlatformConfig) -> Iterator[ConfigIssue
                 "mig": f"on its {memory.mig_profile} slice",
                 "timeSliced": f"on its share of a GPU ({memory.shared_by} pods)",
             }.get(memory.kind, f"per GPU ({memory.ranks} per replica)")
+            # Named where the share that does not hold them is set: the version's, the model's, else the weights.
             path: tuple[str | int, ...] = ("models", index, "resources", "weightsSize")
             if version.server.gpu_memory_utilization is not None:
                 path = ("models", index, "versions", version_index, "server", "gpuMemoryUtilization")
+            elif model.server.gpu_memory_utilization is not None:
+                path = ("models", index, "server", "gpuMemoryUtilization")
             yield ConfigIssue(
                 path,
                 f"version {version.name!r}: the weights ({model.resources.weights_size}) need {gib(weights // memory.ranks)} "

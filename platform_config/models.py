@@ -1024,6 +1024,12 @@ class HpaSettings(ConfigModel):
     """Average GPU activity (DCGM, percent) the HPA aims at; null to scale on queue depth only."""
     queue_depth_target: PositiveInt | None = 5
     """Average waiting requests per replica (vLLM) the HPA aims at; null to scale on GPU activity only."""
+    ttft_p99_target_ms: Annotated[int, Field(ge=10, le=600_000)] | None = None
+    """Also scale on latency: the P99 time to first token (ms) each version's pods average, over 5 minutes of
+    requests (prometheus-adapter, from vLLM's histogram), beside queue depth and GPU activity; the HPA takes the most
+    replicas any of them asks for. Needs a streaming profile (its latency is TTFT) and `scaleUpStabilizationSeconds`
+    of at least 60, so that a burst of slow requests does not add replicas it then keeps. Default: none. Knative's KPA
+    cannot: it scales on concurrency or requests per second only."""
     scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 0
     """HPA scale-up stabilization window."""
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 300

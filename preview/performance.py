@@ -33,7 +33,7 @@ from typing import Any
 from platform_config.gpu_catalog import COMPUTE_SLICES, GPU_MODELS, MEMORY_SLICES
 
 from .policy_runner import PolicyConfigError
-from .report import PROJECT_ROOT, Section
+from .report import PROJECT_ROOT, Section, shown_paths
 
 # The vLLM version of the database's measurements the predictions come from (aiconfigurator-core 0.12.0 holds
 # vLLM 0.24.0 tables for h100_sxm; the servers run the pinned vLLM, a later release).
@@ -72,12 +72,24 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PERFORMANCE_CACHE_DIR") or PROJECT_ROOT / "build" / "performance-cache")
 
 
-def _cache_key(asked: dict[str, Any]) -> str:
-    """The request (less where the plot goes) with the worker and the pinned packages: any change is a new key."""
+def _cache_key(asked: dict[str, Any], python: Path) -> str:
+    """The request (less where the plot goes) with the worker, the pinned packages and the virtualenv they were
+    installed into (its interpreter and its install stamp): any change is a new key."""
     digest = hashlib.sha256(json.dumps({**asked, "plotDir": None}, sort_keys=True).encode())
     for source in (Path(__file__).with_name("performance_worker.py"), Path(__file__).with_name("performance-requirements.txt")):
         digest.update(source.read_bytes())
+    stamp = python.parent.parent / ".installed"
+    digest.update(f"{python}:{stamp.stat().st_mtime_ns if stamp.exists() else 0}".encode())
     return digest.hexdigest()[:32]
+
+
+def _read_answer(path: Path) -> dict[str, Any] | None:
+    """A kept answer, or None where there is none or it cannot be read (a run stopped while writing it)."""
+    try:
+        answer = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return answer if isinstance(answer, dict) and isinstance(answer.get("servers"), dict) else None
 
 
 @dataclass
@@ -103,12 +115,14 @@ class Prediction:
 
     def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
         """Ask for every server whose architecture is known (none: no worker runs)."""
-        if self.python is None:
+        asked = request(shapes or [], None)
+        if self.python is None or not asked["servers"]:
             return
         self._out = out
-        self._folder = cache_dir() / _cache_key(request(shapes or [], None))
-        if (self._folder / "answer.json").is_file():
-            self._answer = json.loads((self._folder / "answer.json").read_text())
+        self._folder = cache_dir() / _cache_key(asked, self.python)
+        kept = _read_answer(self._folder / "answer.json")
+        if kept is not None:
+            self._answer = kept
             self.cached = True
             return
         self._folder.mkdir(parents=True, exist_ok=True)
@@ -143,11 +157,14 @@ class Prediction:
                 self.problem = f"aiconfigurator did not answer within {WORKER_TIMEOUT_SECONDS} s"
                 return None
             if self._process.returncode != 0:
-                self.problem = f"aiconfigurator failed: {(stderr.strip().splitlines() or ['no output'])[-1][:300]}"
+                self.problem = f"aiconfigurator failed: {shown_paths((stderr.strip().splitlines() or ['no output'])[-1][:300])}"
                 return None
             self._answer = json.loads(stdout)
             assert self._folder is not None
-            (self._folder / "answer.json").write_text(json.dumps(self._answer))
+            # Whole or not at all: a preview stopped mid-write leaves no half answer for the next to read.
+            partial = self._folder / f"answer.json.{os.getpid()}"
+            partial.write_text(json.dumps(self._answer))
+            os.replace(partial, self._folder / "answer.json")
         if self._answer is not None and self._folder is not None and self._out is not None:
             plot = self._folder / PLOT_FILE
             if plot.is_file():
@@ -184,7 +201,6 @@ def request(shapes: list[dict[str, Any]], out: Path | None) -> dict[str, Any]:
     for row in shapes:
         if row["architecture"] is None:
             continue
-        whole = _slice(row) is not None
         why = _no_prediction(row)
         seqs = row["maxNumSeqs"]
         predict = None
@@ -205,7 +221,6 @@ def request(shapes: list[dict[str, Any]], out: Path | None) -> dict[str, Any]:
                 # A MIG slice is predicted as the whole GPU, then scaled (`_scaled`).
                 "predict": predict,
                 "noPrediction": why,
-                "wholeGpu": whole,
             }
         )
     return {"backendVersion": DATABASE_VLLM_VERSION, "plotDir": str(out) if out else None, "servers": servers}
@@ -267,7 +282,7 @@ def judge(row: dict[str, Any], answer: dict[str, Any] | None) -> ServerVerdict:
     if context is not None and row["maxModelLen"] is not None and row["maxModelLen"] > context:
         findings.append(
             (
-                f"{key}.server.maxModelLen",
+                row["keys"]["maxModelLen"],
                 f"{row['maxModelLen']} tokens, but the model's context length (max_position_embeddings) is {context}",
                 True,
             )
@@ -280,7 +295,7 @@ def judge(row: dict[str, Any], answer: dict[str, Any] | None) -> ServerVerdict:
         if sequences < row["maxNumSeqs"]:
             findings.append(
                 (
-                    f"{key}.server.maxModelLen",
+                    row["keys"]["maxModelLen"],
                     f"{row['version']}: the KV cache holds {kv['total_kv_size_tokens']} tokens on {_device(row)} "
                     f"({kv['kv_size_per_token_bytes']} bytes a token per GPU), {sequences} sequences of {max_model_len}, "
                     f"fewer than the {row['maxNumSeqs']} it runs at once (maxNumSeqs): lower maxModelLen or maxNumSeqs, "
@@ -299,7 +314,7 @@ def judge(row: dict[str, Any], answer: dict[str, Any] | None) -> ServerVerdict:
         return verdict
     at_target = next(p for p in predictions if p["concurrency"] == row["maxNumSeqs"])
     target = row["latencyTargetMs"]
-    meeting = [p for p in predictions if target is None or _latency_ms(row, p) <= target]
+    meeting = [p for p in predictions if p["requestsPerSecond"] > 0 and (target is None or _latency_ms(row, p) <= target)]
     replicas_needed = None
     if target is not None and not meeting:
         findings.append(

@@ -116,7 +116,8 @@ def _kv_estimate(server: dict[str, Any], model_path: str, backend_version: str) 
             allow_naive_fallback=system is None,
         )
     except Exception as error:  # noqa: BLE001 - the package's refusal is the answer (e.g. weights beyond the device)
-        return {"error": str(error).splitlines()[0][:400]}
+        # Named by the server, never by the scratch folder a declared config was written to.
+        return {"error": str(error).splitlines()[0].replace(model_path, server["id"])[:400]}
     estimate.pop("tolerance_adjusted", None)
     estimate["memorySystem"] = system
     return estimate
@@ -140,14 +141,16 @@ def _predictions(server: dict[str, Any], model_path: str, backend_version: str) 
             tp_size=server["tp"],
             free_gpu_memory_fraction=server["memoryFraction"],
         )
-        row = result.get() if hasattr(result, "get") else {}
+        ttft, tpot = float(result.ttft), float(result.tpot)
+        # Requests a replica completes per second: its concurrency over one request's time (Little's law).
+        request_ms = ttft + tpot * max(predict["osl"] - 1, 0)
         out.append(
             {
                 "concurrency": concurrency,
-                "ttftMs": float(result.ttft),
-                "tpotMs": float(result.tpot),
+                "ttftMs": ttft,
+                "tpotMs": tpot,
                 "outputTokensPerSecond": float(result.tokens_per_second),
-                "requestsPerSecond": float(row.get("seq/s", 0.0)),
+                "requestsPerSecond": concurrency * 1000 / request_ms if request_ms > 0 else 0.0,
             }
         )
     return out

@@ -45,6 +45,7 @@ START = END - 10 * 60
 NAMESPACE, OTHER_NAMESPACE = "serving", "team-a"
 # The two pods of the version the HPA scales, and a pod of another version beside them.
 POD_A, POD_B, OTHER_VERSION_POD = "llama-70b-v1-5d9f-a", "llama-70b-v1-5d9f-b", "llama-70b-v2-7c4e-a"
+IDLE_POD = "llama-70b-v1-5d9f-c"
 POOL, IDLE_POOL, NEGATIVE_POOL, ABSENT_POOL = "llama-70b-v1", "llama-1b-v1", "llama-8b-v1", "llama-3b-v1"
 
 
@@ -99,6 +100,21 @@ def synthetic() -> SyntheticSeries:
     for name in ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"):
         vllm(name, OTHER_VERSION_POD, 50)
         vllm(name, POD_A, 100, namespace=OTHER_NAMESPACE)
+
+    # vLLM's TTFT histogram: pod A's slowest 1% between 1 s and 2.5 s (its P99 at the 2.5 s boundary), pod B's by
+    # 0.25 s; the decoys slower still.
+    def ttft(pod: str, shares: dict[float, float], namespace: str = NAMESPACE, per_second: float = 2.0) -> None:
+        labels = {"namespace": namespace, "pod": pod, "model_name": "llama-3.1-70b-instruct", "engine": "0"}
+        data.histogram("vllm:time_to_first_token_seconds", labels, sorted(shares), shares.__getitem__, START, END, per_second)
+        data.counter("vllm:time_to_first_token_seconds_count", labels, START, END, per_second, base=per_second * 3600)
+
+    slow = {0.1: 0.5, 0.25: 0.8, 0.5: 0.9, 1.0: 0.95, 2.5: 0.99, 5.0: 1.0}
+    ttft(POD_A, slow)
+    ttft(POD_B, {0.1: 0.9, 0.25: 0.99, 0.5: 1.0, 1.0: 1.0, 2.5: 1.0, 5.0: 1.0})
+    ttft(OTHER_VERSION_POD, {0.1: 0.0, 0.25: 0.0, 0.5: 0.0, 1.0: 0.0, 2.5: 0.0, 5.0: 0.5})
+    ttft(POD_A, {0.1: 0.0, 0.25: 0.0, 0.5: 0.0, 1.0: 0.0, 2.5: 0.0, 5.0: 0.5}, namespace=OTHER_NAMESPACE)
+    # A replica of the version that has answered nothing yet: its counters flat, a quantile of nothing.
+    ttft(IDLE_POD, slow, per_second=0.0)
 
     # DCGM exporter series as scraped with honorLabels: its own pod/namespace/container labels
     # name the pod holding the GPU (MIG adds GPU_I_ID and GPU_I_PROFILE per GPU instance).
@@ -174,6 +190,8 @@ def test_the_rendering_follows_the_adapter():
         ("vllm_kv_cache_usage_percent", {POD_A: 50, POD_B: 25}),
         # DCGM's engine-active fraction as a percentage; the two MIG instances of pod B averaged.
         ("gpu_engine_active_percent", {POD_A: 80, POD_B: 40}),
+        # Each pod's own P99 time to first token, in seconds, over five minutes of its requests.
+        ("vllm_time_to_first_token_p99_seconds", {POD_A: 2.5, POD_B: 0.25}),
     ],
 )
 def test_each_pods_metric_is_the_pods_own_value(prometheus, metric, expected):
@@ -181,6 +199,14 @@ def test_each_pods_metric_is_the_pods_own_value(prometheus, metric, expected):
     assert evaluate(prometheus, render(rule, NAMESPACE, [POD_A, POD_B]), "pod") == pytest.approx(expected)
     # A selection of one pod (an Equals matcher rather than a regex) reads the same.
     assert evaluate(prometheus, render(rule, NAMESPACE, [POD_B]), "pod") == pytest.approx({POD_B: expected[POD_B]})
+
+
+@pytest.mark.real_server
+def test_a_pod_that_answered_nothing_has_no_latency_rather_than_nan(prometheus):
+    """histogram_quantile of no requests is NaN: the rule gives such a pod no value, which the HPA leaves out."""
+    query = render(_rule("vllm_time_to_first_token_p99_seconds"), NAMESPACE, [POD_A, IDLE_POD])
+    assert evaluate(prometheus, query, "pod") == pytest.approx({POD_A: 2.5})
+    assert evaluate(prometheus, render(_rule("vllm_time_to_first_token_p99_seconds"), NAMESPACE, [IDLE_POD]), "pod") == {}
 
 
 @pytest.mark.real_server

@@ -174,8 +174,10 @@ def test_70b_hpa(prod):
         "gpu_engine_active_percent": {"type": "AverageValue", "averageValue": "70"},
         # Requests held in the endpoint picker's queue, per replica: demand the servers have not seen yet.
         "epp_flow_control_queue_size": {"type": "AverageValue", "averageValue": "5"},
+        # Each pod's P99 time to first token, in seconds (autoscaling.hpa.ttftP99TargetMs: 1000).
+        "vllm_time_to_first_token_p99_seconds": {"type": "AverageValue", "averageValue": "1000m"},
     }
-    assert [m["type"] for m in spec["metrics"]] == ["Pods", "Pods", "Object"]  # never a Resource metric on a GPU
+    assert [m["type"] for m in spec["metrics"]] == ["Pods", "Pods", "Object", "Pods"]  # never a Resource metric on a GPU
     assert spec["metrics"][2]["object"]["describedObject"] == {
         "apiVersion": "inference.networking.k8s.io/v1",
         "kind": "InferencePool",
@@ -685,3 +687,44 @@ def test_without_the_activator_the_mesh_balances_knative_replicas_by_least_reque
     for rule in rules:
         assert "loadBalancer" not in rule["spec"].get("trafficPolicy", {}), rule["metadata"]["name"]
         assert all("loadBalancer" not in s.get("trafficPolicy", {}) for s in rule["spec"]["subsets"])
+
+
+# --- latency as an autoscaling signal (autoscaling.hpa.ttftP99TargetMs) ----------------------------
+
+
+def test_prods_70b_scales_on_its_p99_time_to_first_token_beside_queue_and_gpu():
+    """The HPA's third metric: each pod's P99 TTFT (the adapter's rule), at the stack's target in seconds; held a
+    minute before it scales up."""
+    prod = Evaluated(raw_stack("prod"), secrets={"inference-platform:huggingFaceTokens": json.dumps({"serving": "hf_x"})})
+    spec = prod.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "llama-70b-v1-hpa")["inputs"]["spec"]
+    names = [m["pods"]["metric"]["name"] for m in spec["metrics"] if m["type"] == "Pods"]
+    assert names == ["vllm_num_requests_waiting", "gpu_engine_active_percent", "vllm_time_to_first_token_p99_seconds"]
+    latency = next(m for m in spec["metrics"] if m.get("pods", {}).get("metric", {}).get("name") == names[-1])
+    assert latency["pods"]["target"] == {"type": "AverageValue", "averageValue": "1000m"}
+    assert spec["behavior"]["scaleUp"]["stabilizationWindowSeconds"] == 60
+
+
+@pytest.mark.parametrize(
+    ("model", "change", "key", "says"),
+    [
+        # Knative's KPA class takes concurrency or rps only (knative-v1.23.0 annotation_validation.go validateMetric).
+        ("llama-8b", {"ttftP99TargetMs": 800}, "autoscaling.hpa.ttftP99TargetMs", "Knative's KPA scales on concurrency"),
+        # No stabilization: one slow burst would add replicas.
+        ("llama-70b", {"scaleUpStabilizationSeconds": 0}, "autoscaling.hpa.scaleUpStabilizationSeconds", "at least 60 s"),
+    ],
+)
+def test_a_latency_target_where_it_cannot_work_is_refused(model, change, key, says):
+    raw = raw_stack("prod")
+    target = next(m for m in raw["models"] if m["name"] == model)
+    target["autoscaling"].setdefault("hpa", {}).update(change)
+    index = raw["models"].index(target)
+    problems = config_problems(raw)
+    assert any(p.startswith(f"inference-platform:models[{index}].{key}: ") and says in p for p in problems), problems
+
+
+def test_a_latency_target_on_a_profile_that_does_not_stream_is_refused():
+    raw = raw_stack("staging")
+    summarizer = next(m for m in raw["models"] if m["name"] == "summarizer")
+    summarizer["autoscaling"]["hpa"].update({"ttftP99TargetMs": 2000, "scaleUpStabilizationSeconds": 60})
+    problems = config_problems(raw)
+    assert any("models[0].autoscaling.hpa.ttftP99TargetMs: " in p and "does not stream" in p for p in problems), problems

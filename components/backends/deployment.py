@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from platform_config.errors import ConfigIssue
 from platform_config.floors import FLOORS
 from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
-from platform_config.serving import drain_chain
+from platform_config.serving import drain_chain, effective_profile
 
 from ..constants import HTTP_PORT_NAME, LABEL_MODEL, VLLM_PORT, standard_labels
 from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend, SubsetRule
-from ..specs.metrics import GPU_METRIC, QUEUE_METRIC, epp_queue_metric
+from ..specs.metrics import GPU_METRIC, QUEUE_METRIC, TTFT_P99_METRIC, epp_queue_metric
 from ..specs.pod import (
     pod_annotations,
     pod_disruption_budget,
@@ -129,6 +129,17 @@ def hpa(plan: ServerPlan) -> dict[str, Any]:
     # Requests the endpoint picker holds count as demand too, at the same target per replica.
     if plan.endpoint_picker is not None and settings.queue_depth_target is not None:
         metrics.append(epp_queue_metric(plan.name, settings.queue_depth_target))
+    # Latency as a signal of its own: each pod's P99 TTFT in seconds, as a quantity in milli-units.
+    if settings.ttft_p99_target_ms is not None:
+        metrics.append(
+            {
+                "type": "Pods",
+                "pods": {
+                    "metric": {"name": TTFT_P99_METRIC},
+                    "target": {"type": "AverageValue", "averageValue": f"{settings.ttft_p99_target_ms}m"},
+                },
+            }
+        )
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -162,6 +173,31 @@ def hpa(plan: ServerPlan) -> dict[str, Any]:
     }
 
 
+# A P99 over five minutes still jumps with a burst of slow requests: the HPA waits this long before it follows one.
+LATENCY_SCALE_UP_STABILIZATION_SECONDS = 60
+
+
+def _latency_metric_issues(config: PlatformConfig, index: int, model: ModelConfig) -> Iterator[ConfigIssue]:
+    """`ttftP99TargetMs` needs a profile whose latency is time to first token, and a scale-up stabilization window."""
+    settings = model.autoscaling.hpa
+    if settings.ttft_p99_target_ms is None:
+        return
+    here = ("models", index, "autoscaling", "hpa")
+    profile = effective_profile(config, model)
+    if profile.latency_sli != "ttft":
+        yield ConfigIssue(
+            (*here, "ttftP99TargetMs"),
+            f"profile {model.profile!r} does not stream: its latency is the whole request, so time to first token says "
+            "nothing of it; scale on queueDepthTarget",
+        )
+    if settings.scale_up_stabilization_seconds < LATENCY_SCALE_UP_STABILIZATION_SECONDS:
+        yield ConfigIssue(
+            (*here, "scaleUpStabilizationSeconds"),
+            f"{settings.scale_up_stabilization_seconds} s, but with ttftP99TargetMs at least "
+            f"{LATENCY_SCALE_UP_STABILIZATION_SECONDS} s: a burst of slow requests would add replicas the HPA then keeps",
+        )
+
+
 class DeploymentBackend(ServingBackend):
     mode = "hpa"
     machinery: ClassVar[frozenset[MachineryName]] = frozenset({"metrics-adapter"})
@@ -182,6 +218,7 @@ class DeploymentBackend(ServingBackend):
                 f"pool {pool.name!r} is time-sliced: a GPU's activity is every sharing pod's, not this model's; "
                 "scale on queueDepthTarget only (set gpuUtilizationTarget: null)",
             )
+        yield from _latency_metric_issues(config, index, model)
         yield from _hpa_floor_issues(config, index, model)
         yield from _drain_floor_issues(config, index, model)
         yield from picker_config_issues(config, index, model, self.uses_endpoint_picker(model))

@@ -276,6 +276,13 @@ class KnativeBackend(ServingBackend):
     def config_issues(
         self, config: PlatformConfig, index: int, model: ModelConfig, pool: NodePoolConfig
     ) -> Iterator[ConfigIssue]:
+        if model.autoscaling.hpa.ttft_p99_target_ms is not None:
+            # knative-v1.23.0 pkg/apis/autoscaling/annotation_validation.go validateMetric: the KPA class takes
+            # `concurrency` or `rps` only.
+            yield ConfigIssue(
+                ("models", index, "autoscaling", "hpa", "ttftP99TargetMs"),
+                "mode kpa: Knative's KPA scales on concurrency or requests per second only, not on latency; use mode hpa",
+            )
         timeout = drain_chain(config, model).request_timeout_seconds
         if timeout > KNATIVE_ACTIVATOR_GRACE_SECONDS:
             yield ConfigIssue(

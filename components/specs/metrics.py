@@ -23,6 +23,21 @@ from typing import Any
 # The custom metrics' names: what the HPAs of the `hpa` backend ask for.
 QUEUE_METRIC = "vllm_num_requests_waiting"
 GPU_METRIC = "gpu_engine_active_percent"
+# Each pod's P99 time to first token over RATE_WINDOW, in seconds, from vLLM 0.33.0's histogram
+# `vllm:time_to_first_token_seconds` (vllm/v1/metrics/loggers.py histogram_time_to_first_token): what an HPA
+# with `autoscaling.hpa.ttftP99TargetMs` averages over a version's pods. Five minutes of requests, so that a
+# few slow ones do not move it (the HPA's scale-up stabilization holds it further).
+TTFT_P99_SERIES = "vllm:time_to_first_token_seconds_bucket"
+TTFT_P99_METRIC = "vllm_time_to_first_token_p99_seconds"
+TTFT_P99_RATE_WINDOW = "5m"
+TTFT_P99_COUNT_SERIES = "vllm:time_to_first_token_seconds_count"
+# Only for pods that answered in the window: a quantile of no requests is NaN, which the HPA must not read (a pod
+# without a value is left out of its average instead: a new replica not yet routed to, an idle version).
+TTFT_P99_QUERY = (
+    f"histogram_quantile(0.99, sum(rate(<<.Series>>{{<<.LabelMatchers>>}}[{TTFT_P99_RATE_WINDOW}])) by (le, <<.GroupBy>>))"
+    f" and on (<<.GroupBy>>) (sum(rate({TTFT_P99_COUNT_SERIES}{{<<.LabelMatchers>>}}[{TTFT_P99_RATE_WINDOW}]))"
+    " by (<<.GroupBy>>) > 0)"
+)
 
 
 def ksm_label(key: str) -> str:
@@ -145,6 +160,7 @@ def adapter_rules(epp_queue: bool = False) -> dict[str, Any]:
                 "avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>) * 100",
             ),
             _rule("DCGM_FI_PROF_GR_ENGINE_ACTIVE", GPU_METRIC, "avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>) * 100"),
+            _rule(TTFT_P99_SERIES, TTFT_P99_METRIC, TTFT_P99_QUERY),
             *([epp_queue_rule()] if epp_queue else []),
         ],
     }
