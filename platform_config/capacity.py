@@ -11,11 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 
-from .cold_start import node_disk_gib
+from .cold_start import instance_of, node_disk_gib
 from .cpu_instances import CPU_INSTANCE_TYPES
 from .gpu_catalog import (
     GPU_RESOURCE,
-    INSTANCE_TYPES,
     InstanceType,
     MigDeviceLayout,
     MigGeometryDef,
@@ -36,10 +35,6 @@ from .quantity import parse_quantity
 WHOLE_GPU = "whole GPU"
 MIG_SLICE = "MIG slice"
 SHARE = "time-sliced share"
-
-
-def instance_of(pool: NodePoolConfig) -> InstanceType:
-    return INSTANCE_TYPES[pool.instance_type]
 
 
 def custom_geometry(geometry: MigGeometry) -> MigGeometryDef:
