@@ -728,3 +728,20 @@ def test_a_latency_target_on_a_profile_that_does_not_stream_is_refused():
     summarizer["autoscaling"]["hpa"].update({"ttftP99TargetMs": 2000, "scaleUpStabilizationSeconds": 60})
     problems = config_problems(raw)
     assert any("models[0].autoscaling.hpa.ttftP99TargetMs: " in p and "does not stream" in p for p in problems), problems
+
+
+def test_the_readme_profile_table_names_the_committed_stacks_that_run_each_profile():
+    """The table's last column: every committed stack's models of each profile, linked to the stack file, and
+    "no committed stack yet" where none runs it (rag and embeddings, issue 32)."""
+    import yaml
+
+    runs: dict[str, list[str]] = {}
+    for stack in ("dev", "staging", "prod"):
+        config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
+        for model in config.get("inference-platform:models", []):
+            runs.setdefault(model["profile"], []).append(f"[{stack}](stacks/Pulumi.{stack}.yaml) `{model['name']}`")
+    text = (ROOT / "README.md").read_text()
+    for name in PROFILES:
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` |"))
+        cell = row.strip().strip("|").split("|")[11].strip()
+        assert cell == (", ".join(runs[name]) if name in runs else "no committed stack yet"), (name, cell)
