@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.specs.dashboards import platform_overview_dashboard
 from components.specs.gpu_memory import (
@@ -27,12 +26,9 @@ from components.specs.gpu_memory import (
 )
 
 from .helpers import ROOT, raw_stack, validate
+from .test_batch_rules import rules, rules_file
 from .test_dashboards import series_names
 from .test_slo_rules import fails, passes, run_tests
-
-
-def rules(rule: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for g in rule["spec"]["groups"] for r in g["rules"]]
 
 
 def prod_rule() -> dict[str, Any]:
@@ -67,12 +63,6 @@ def test_the_overview_shows_memory_and_mig_from_the_records() -> None:
     dashboard = platform_overview_dashboard({}, batch=False)
     exprs = {t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])}
     assert {USED_BYTES, HEADROOM_RATIO, REPORTED_MIG, DECLARED_MIG} <= exprs
-
-
-def rules_file(tmp_path: Path, rule: dict[str, Any]) -> Path:
-    path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
-    return path
 
 
 @pytest.mark.real_server
