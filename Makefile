@@ -95,10 +95,10 @@ crd-schemas:
 
 # PREVIOUS_STACK_FILE: the stack file as last deployed (CI: the default branch's), which the
 # canary-weight-steps policy holds each model's canary weight to. REGISTRY_FILE: a recorded
-# MLflow registry resolution to preview from instead of the registry (default: the stack's
-# committed stacks/Pulumi.<stack>.registry.json when there is one).
+# MLflow registry resolution to preview from instead of the registry (default: the lock file
+# the stack names, registry.lockFile, which the preview reads itself).
 PREVIOUS_STACK_FILE ?=
-REGISTRY_FILE ?= $(wildcard stacks/Pulumi.$(STACK).registry.json)
+REGISTRY_FILE ?=
 # BASELINE: another preview's output folder (CI: the default branch's) that the report's changes
 # section compares this one with.
 BASELINE ?=

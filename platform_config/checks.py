@@ -661,6 +661,29 @@ def check_registry_lock(config: PlatformConfig) -> Iterator[ConfigIssue]:
         )
 
 
+def check_serving_aliases_are_not_read(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """The serving aliases are the deploy's to move: a version or adapter that took its weights from one would change
+    what the stack serves each time a deploy moved it (and `pulumi up` would stop on the lock file's difference)."""
+    aliases = config.registry.serving_aliases
+    if aliases is None:
+        return
+    written = {aliases.stable: "stable", aliases.canary: "canary"}
+    models = config.models
+    read = [(("models", m, "versions", v, "source", "mlflow", "alias"), r) for m, v, r in registry_references(config)]
+    read += [
+        (("models", m, "adapters", a, *(("versions", rev) if rev is not None else ()), "source", "mlflow", "alias"), r)
+        for m, a, rev, r in adapter_registry_references(config)
+    ]
+    for key, reference in read:
+        if reference.alias in written:
+            yield ConfigIssue(
+                key,
+                f"{reference.alias!r} is registry.servingAliases.{written[reference.alias]} ({models[key[1]].name}): the "
+                "deploy moves that alias to what it served, so a source may not read it; name the version, or an alias "
+                "the model's authors set (e.g. champion)",
+            )
+
+
 def check_weights_cache_fits_the_node_disk(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """The model volume (`model_volume_size`) fits the disk the pool's emptyDirs are on (the instance store's RAID0,
     or the root volume): `cacheSize` where it holds the weights; on a streaming pool, which keeps one only for the LoRA
@@ -1368,6 +1391,7 @@ CHECKS: list[Check] = [
     check_inference_graceful_drain,
     check_s3_weights_need_eks,
     check_registry_sources,
+    check_serving_aliases_are_not_read,
     check_weights_cache_fits_the_node_disk,
     check_weight_mirror_needs_eks,
     check_streamed_weights_come_from_s3,

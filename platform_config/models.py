@@ -675,6 +675,9 @@ class TenantConfig(ConfigModel):
 # MLflow's own rule for an alias (mlflow/utils/validation.py `_validate_model_alias_name` at
 # v3.17.2): letters, digits, '_' and '-'; never `latest` nor `v<digits>`, which name versions.
 _MLFLOW_ALIAS = re.compile(r"(?!latest$)(?![vV]\d+$)[A-Za-z0-9_-]{1,255}")
+# Where a lock file lives: a .json file in the stack files' folder, named relative to the project.
+LOCK_FILE_PATTERN = re.compile(r"stacks/(?!\.)[\w.-]+\.json")
+_ALIAS_MESSAGE = "is not an MLflow alias: letters, digits, '_' and '-' (not 'latest' or 'v<n>')"
 
 
 class MlflowReference(ConfigModel):
@@ -682,12 +685,7 @@ class MlflowReference(ConfigModel):
 
     model: Annotated[str, _full_match(r"[^\x00-\x1f/]{1,256}", "is not a registered model name: 1-256 characters, no '/'")]
     """The registered model's name."""
-    alias: (
-        Annotated[
-            str, _full_match(_MLFLOW_ALIAS, "is not an MLflow alias: letters, digits, '_' and '-' (not 'latest' or 'v<n>')")
-        ]
-        | None
-    ) = None
+    alias: Annotated[str, _full_match(_MLFLOW_ALIAS, _ALIAS_MESSAGE)] | None = None
     """An alias of the registered model (e.g. `champion`): served is the version it points at when the stack is
     previewed or deployed."""
     version: PositiveInt | None = None
@@ -1624,6 +1622,26 @@ class WeightMirrorConfig(ConfigModel):
     """The S3 gateway endpoint to create on the nodes' route tables, if the VPC has none."""
 
 
+class ServingAliases(ConfigModel):
+    """The aliases that say in the registry what this environment serves, moved by `python -m platform_tools aliases`
+    after each `pulumi up` (deploy.yml) from the stack's `canaryReleases` and `modelRegistry` outputs: a promotion or a
+    rollback, once deployed, shows in the registry. Written by the platform, never read by it: no version or adapter
+    source may name them. MLflow's stages, which once played this part, are deprecated since 2.9.0
+    (mlflow/tracking/client.py at v3.17.2)."""
+
+    stable: Annotated[str, _full_match(_MLFLOW_ALIAS, _ALIAS_MESSAGE)]
+    """The alias on the registry version each model serves as its stable version, e.g. `staging` or `production`."""
+    canary: Annotated[str, _full_match(_MLFLOW_ALIAS, _ALIAS_MESSAGE)]
+    """The alias on the registry version a model's canary serves while its weight is above 0, e.g. `staging-canary`;
+    removed when no canary takes traffic (a rollback to weight 0, or a promotion to stable)."""
+
+    @model_validator(mode="after")
+    def _two_aliases(self) -> ServingAliases:
+        if self.stable == self.canary:
+            raise ValueError(f"stable and canary are both {self.stable!r}: the canary's alias would take the stable one's")
+        return self
+
+
 class RegistryConfig(ConfigModel):
     """The MLflow tracking server whose model registry names the versions; its token, if it needs one, is the
     secret `registryToken` (`pulumi config set --secret registryToken ...`), sent as a bearer token. A live preview
@@ -1646,7 +1664,7 @@ class RegistryConfig(ConfigModel):
         Annotated[
             str,
             _full_match(
-                r"stacks/(?!\.)[\w.-]+\.json",
+                LOCK_FILE_PATTERN,
                 "is not a .json file in the stack files' folder, such as stacks/Pulumi.prod.registry.json (a committed "
                 "file beside the stack file, never a preview's output)",
                 max_length=512,
@@ -1660,6 +1678,9 @@ class RegistryConfig(ConfigModel):
     it lacks), so a new registry version reaches the stack only through a reviewed change of this file; a preview
     shows each difference in its report and fails. Required in production when a version or adapter names an
     `mlflow` source."""
+    serving_aliases: ServingAliases | None = None
+    """The aliases the deploy moves so the registry shows what this environment serves (none: the registry is only
+    read)."""
 
 
 # --- batch jobs ----------------------------------------------------------------------------

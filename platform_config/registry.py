@@ -36,6 +36,9 @@ from .models import REGISTRY_TOKEN, S3_URI_PATTERN, MlflowReference, ModelSource
 
 # Names a recorded resolution for the program to use instead of the live registry (previews only).
 REGISTRY_FILE_ENV = "INFERENCE_PLATFORM_REGISTRY_FILE"
+# The registry token where the secret `registryToken` cannot be read (the offline preview, the aliases tool): a stack's
+# secure value is a placeholder there (no passphrase, no KMS).
+REGISTRY_TOKEN_ENV = "INFERENCE_PLATFORM_REGISTRY_TOKEN"
 # What a live preview writes into its output folder, for `--registry-file` later.
 RECORDING_NAME = "registry-resolution.json"
 RECORDING_FORMAT = "inference-platform/registry-resolution"
@@ -202,7 +205,7 @@ def _quote(text: str, secret: str | None = None) -> str:
 # --- asking the registry ------------------------------------------------------------------
 
 
-class _RegistryUnusable(Exception):
+class RegistryUnusable(Exception):
     """The registry cannot answer at all (unreachable, refused the token, answered nonsense): one issue, and no
     further requests."""
 
@@ -238,8 +241,16 @@ class LiveRegistry:
         return self.tracking_uri
 
     def _get(self, endpoint: str, params: dict[str, str]) -> _Answer:
-        request = urllib.request.Request(self.base + endpoint + "?" + urllib.parse.urlencode(params))
+        return self._call("GET", endpoint + "?" + urllib.parse.urlencode(params))
+
+    def _call(self, method: Literal["GET", "POST", "DELETE"], path: str, body: dict[str, str] | None = None) -> _Answer:
+        # MLflow reads a DELETE's fields from its JSON body, as a POST's (mlflow/server/handlers.py
+        # _get_request_message at v3.17.2: only a GET's come from the query string).
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method)
         request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
         if self.token:
             request.add_unredirected_header("Authorization", f"Bearer {self.token}")
         timeout = self.settings.timeout_seconds
@@ -276,8 +287,8 @@ class LiveRegistry:
             body = None
         return _Answer(status, body, text)
 
-    def _unusable(self, what: str, key: tuple[str | int, ...] = ("registry", "trackingUri")) -> _RegistryUnusable:
-        return _RegistryUnusable(ConfigIssue(key, f"the registry at {self.where()} {_quote(what, self.token)}"))
+    def _unusable(self, what: str, key: tuple[str | int, ...] = ("registry", "trackingUri")) -> RegistryUnusable:
+        return RegistryUnusable(ConfigIssue(key, f"the registry at {self.where()} {_quote(what, self.token)}"))
 
     def _said(self, answer: _Answer) -> str:
         body = answer.body
@@ -310,8 +321,40 @@ class LiveRegistry:
             raise self._unusable(f"answered something that is not a model version: {self._said(answer)}")
         return _entry_of(version, reference, self.settings.weights_tag, (*key, asked), self.where(), self.token)
 
+    # --- the serving aliases (python -m platform_tools aliases) ---------------------------------
 
-def _in_clear(uri: str) -> bool:
+    def _refused_token(self, answer: _Answer) -> None:
+        if answer.status in (401, 403):
+            given = "refused the token" if self.token else "needs a token"
+            raise self._unusable(f"{given} (INFERENCE_PLATFORM_REGISTRY_TOKEN): {self._said(answer)}", (REGISTRY_TOKEN,))
+
+    def alias_version(self, model: str, alias: str) -> str | None:
+        """The version `alias` of the registered model points at; None when it points nowhere."""
+        answer = self._get("registered-models/alias", {"name": model, "alias": alias})
+        self._refused_token(answer)
+        if answer.status == 404:
+            raise self._unusable(f"has no registered model {model!r}: {self._said(answer)}")
+        if answer.status == 400:  # MLflow's answer for an alias the model does not have
+            return None
+        version = answer.body.get("model_version") if isinstance(answer.body, dict) else None
+        if answer.status != 200 or not isinstance(version, dict) or not isinstance(version.get("version"), str):
+            raise self._unusable(f"answered something that is not a model version: {self._said(answer)}")
+        return str(version["version"])
+
+    def set_alias(self, model: str, alias: str, version: str) -> None:
+        answer = self._call("POST", "registered-models/alias", {"name": model, "alias": alias, "version": version})
+        self._refused_token(answer)
+        if answer.status != 200:
+            raise self._unusable(f"did not set alias {alias!r} of {model!r} to version {version}: {self._said(answer)}")
+
+    def delete_alias(self, model: str, alias: str) -> None:
+        answer = self._call("DELETE", "registered-models/alias", {"name": model, "alias": alias})
+        self._refused_token(answer)
+        if answer.status != 200:
+            raise self._unusable(f"did not remove alias {alias!r} of {model!r}: {self._said(answer)}")
+
+
+def in_clear(uri: str) -> bool:
     """A URL whose requests leave the machine unencrypted (http to anything but loopback)."""
     parsed = urllib.parse.urlsplit(uri)
     return parsed.scheme == "http" and (parsed.hostname or "") not in ("localhost", "127.0.0.1", "::1")
@@ -559,7 +602,7 @@ def resolve_registry(
         parsed = read_recording_of(path, settings, "trackingUri", f"the recorded registry resolution {path}")
         resolver = RecordedRegistry(path, parsed)
     else:
-        if token and _in_clear(settings.tracking_uri):
+        if token and in_clear(settings.tracking_uri):
             raise ConfigError(
                 [
                     ConfigIssue(
@@ -584,7 +627,7 @@ def resolve_registry(
         if cached is None:
             try:
                 cached = resolver.resolve(reference, key)
-            except _RegistryUnusable as error:
+            except RegistryUnusable as error:
                 raise ConfigError([error.issue]) from None
             answers[_reference_of(reference)] = cached
         if isinstance(cached, ConfigIssue):

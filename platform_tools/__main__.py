@@ -1,12 +1,13 @@
 """`python -m platform_tools canary <stack> <model> [--write]`: judge a model's canary from
 Prometheus and, with --write, put the next step into its stack file; `step <stack> <model>
-promote|rollback|hold`: take that step by hand.
+promote|rollback|hold`: take that step by hand; `aliases <stack> --deployed <outputs>`: after
+`pulumi up`, move the registry's serving aliases to what the stack deployed (platform_tools/aliases.py).
 
 Exit codes: 0 a verdict was printed, whichever it is (promote, hold or roll back: read it from
 the last lines, or from `--json`'s "verdict", so a pipeline acts on the verdict, not on a
 failure; with `--deployed`, also `wait` when the stack file's release is not the one running);
 2 the input is bad (unknown stack or model, a model with no canary, a stack file that does not
-validate, a bad flag) or Prometheus cannot answer: one message naming the key, flag or
+validate, a bad flag) or Prometheus (or the registry) cannot answer: one message naming the key, flag or
 URL, no traceback. The rules and the queries: platform_tools/canary.py.
 """
 
@@ -24,6 +25,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pulumi.runtime import config as runtime_config
 
@@ -32,10 +34,12 @@ from components.specs.endpoint_picker import epp_name
 from platform_config.errors import ConfigError
 from platform_config.loader import parse_platform_config, read_raw_config
 from platform_config.models import HOLD_REASON_LENGTH, ModelConfig, PlatformConfig
+from platform_config.registry import REGISTRY_TOKEN_ENV, LiveRegistry, RegistryUnusable, in_clear
 from platform_config.serving import effective_profile
 from preview.previous_releases import MAX_OUTPUTS_BYTES, OUTPUT_NAME, from_outputs
 from preview.stack_config import MAX_FILE_BYTES, ProjectFile, StackConfigError, load_project, load_stack_config, read_bounded
 
+from .aliases import REGISTRY_OUTPUT, AliasInputError, move_aliases, wanted_aliases
 from .canary import PrometheusError, Report, Target, check_url, next_step, read_metrics, verdict
 from .stack_edit import Change, StackEditError, apply_change
 
@@ -104,6 +108,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="The models whose release names a canary at a weight above 0 (what the canary workflow judges; a "
         "canary rolled back to 0 waits for a person), one name per line.",
     )
+    aliases = commands.add_parser(
+        "aliases",
+        parents=[stack_file],
+        help="after `pulumi up`: move the registry's serving aliases to what the stack deployed",
+        description="Set registry.servingAliases in the MLflow registry from the stack's outputs as deployed: the stable "
+        "alias on each model's stable version, the canary alias on its canary while it takes traffic, neither elsewhere. "
+        f"The token, when the registry needs one, comes from ${REGISTRY_TOKEN_ENV}. Prints each alias before and after.",
+    )
+    aliases.add_argument(
+        "--deployed", type=Path, required=True, help="the stack's outputs as deployed (`pulumi stack output --json`)"
+    )
+    aliases.add_argument("--dry-run", action="store_true", help="print the moves, change nothing in the registry")
     return parser.parse_args(argv)
 
 
@@ -176,11 +192,7 @@ def not_yet_running(model: ModelConfig, outputs_path: Path) -> list[str]:
     """How the stack file's release of the model differs from the one deployed (its entry in the
     `canaryReleases` output), one phrase per field; empty when they agree. A step merged but not
     yet deployed has no metrics of its own: judging it would judge the previous step's traffic."""
-    try:
-        outputs = json.loads(read_bounded(outputs_path, MAX_OUTPUTS_BYTES, "stack outputs are a few hundred KB"))
-    except ValueError as error:
-        raise InputError(f"--deployed {outputs_path}: not JSON ({error})") from None
-    releases = from_outputs(outputs)
+    releases = from_outputs(read_outputs(outputs_path, "--deployed"))
     running = (releases or {}).get(model.name)
     if running is None:
         raise InputError(
@@ -325,12 +337,51 @@ def step_by_hand(args: argparse.Namespace) -> int:
     return EXIT_VERDICT
 
 
+def read_outputs(path: Path, flag: str) -> Any:
+    try:
+        return json.loads(read_bounded(path, MAX_OUTPUTS_BYTES, "stack outputs are a few hundred KB"))
+    except ValueError as error:
+        raise InputError(f"{flag} {path}: not JSON ({error})") from None
+
+
+def move_serving_aliases(args: argparse.Namespace) -> int:
+    _, _, config = read_stack(args)
+    settings = config.registry
+    if settings.serving_aliases is None or settings.tracking_uri is None:
+        print(f"{args.stack}: no registry.servingAliases: nothing to move")
+        return EXIT_VERDICT
+    outputs = read_outputs(args.deployed, "--deployed")
+    deployed = outputs.get(REGISTRY_OUTPUT) if isinstance(outputs, dict) else None
+    if isinstance(deployed, dict) and str(deployed.get("trackingUri", "")).rstrip("/") != settings.tracking_uri.rstrip("/"):
+        raise InputError(
+            f"--deployed {args.deployed}: resolved at {deployed.get('trackingUri')!r}, but registry.trackingUri is "
+            f"{settings.tracking_uri!r}: give this stack's outputs"
+        )
+    token = os.environ.get(REGISTRY_TOKEN_ENV) or None
+    if token and in_clear(settings.tracking_uri):
+        raise InputError(
+            f"registry.trackingUri {settings.tracking_uri!r} is plain http to another host: {REGISTRY_TOKEN_ENV} would "
+            "cross the network in clear"
+        )
+    wanted = wanted_aliases(outputs, config)
+    moves = move_aliases(LiveRegistry(settings.tracking_uri, settings, token), wanted, write=not args.dry_run)
+    for move in moves:
+        print(move.text())
+    changed = sum(move.changes for move in moves)
+    done = "would move" if args.dry_run else "moved"
+    print(f"{args.stack}: {done} {changed} of {len(moves)} serving aliases at {settings.tracking_uri}")
+    return EXIT_VERDICT
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    commands = {"canaries": canaries, "canary": canary, "step": step_by_hand}
+    commands = {"canaries": canaries, "canary": canary, "step": step_by_hand, "aliases": move_serving_aliases}
     try:
         return commands[args.command](args)
-    except (InputError, PrometheusError, StackConfigError, ConfigError, StackEditError) as error:
+    except RegistryUnusable as error:
+        print(f"error: {error.issue}", file=sys.stderr)
+        return EXIT_INPUT
+    except (InputError, AliasInputError, PrometheusError, StackConfigError, ConfigError, StackEditError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT
 

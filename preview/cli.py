@@ -1,8 +1,9 @@
 """`python -m preview --stack prod --out build/preview/prod`: the offline preview.
 
-A stack whose versions name MLflow registry versions is resolved against the live registry, and the resolution is
-recorded as <out>/registry-resolution.json; `--registry-file` previews from such a recording instead (offline, e.g.
-for a pull request). The registry's token, a secret the preview cannot decrypt, comes from the environment variable
+A stack whose versions name MLflow registry versions is resolved from the lock file it names (`registry.lockFile`:
+what `pulumi up` may deploy), else against the live registry (`--registry-live` asks it in any case), and a live
+resolution is recorded as <out>/registry-resolution.json; `--registry-file` previews from such a recording instead
+(offline, e.g. for a pull request). The registry's token, a secret the preview cannot decrypt, comes from the environment variable
 INFERENCE_PLATFORM_REGISTRY_TOKEN when the stack declares `registryToken`.
 
 Exit codes: 0 clean; 1 the preview found problems (schema, capacity or mandatory policy
@@ -28,8 +29,8 @@ from typing import Any, Callable, TypeVar
 import grpc
 import pulumi
 
-from platform_config.models import PROJECT, REGISTRY_TOKEN
-from platform_config.registry import RECORDING_NAME, REGISTRY_FILE_ENV, recording
+from platform_config.models import LOCK_FILE_PATTERN, PROJECT, REGISTRY_TOKEN
+from platform_config.registry import RECORDING_NAME, REGISTRY_FILE_ENV, REGISTRY_TOKEN_ENV, recording
 
 from . import render
 from .admission import admit_and_schedule
@@ -113,6 +114,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help=f"resolve MLflow registry versions from this recording (a live preview's {RECORDING_NAME}) instead of "
         f"the registry; sets {REGISTRY_FILE_ENV} for the program",
+    )
+    parser.add_argument(
+        "--registry-live",
+        action="store_true",
+        help="ask the registry even where the stack names a lock file (registry.lockFile), which an offline preview "
+        "otherwise resolves from: the report then shows every answer the lock does not hold",
     )
     parser.add_argument("--json", action="store_true", help="print report.json on stdout instead of the summary")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -231,8 +238,17 @@ def _check_registry_file(path: Path | None) -> Path | None:
     return path.resolve()
 
 
-# The registry token for the program: a stack's secure value is a placeholder here (no passphrase, no KMS).
-REGISTRY_TOKEN_ENV = "INFERENCE_PLATFORM_REGISTRY_TOKEN"
+def _committed_lock(project_dir: Path, stack_config: StackConfig) -> Path | None:
+    """The lock file the stack names (`registry.lockFile`): what `pulumi up` may deploy, and what an offline preview
+    resolves the registry's versions from. None when it names none (or names something the program will refuse)."""
+    try:
+        registry = json.loads(stack_config.values.get(f"{PROJECT}:registry", "null"))
+    except ValueError:
+        return None
+    lock = registry.get("lockFile") if isinstance(registry, dict) else None
+    if not isinstance(lock, str) or not LOCK_FILE_PATTERN.fullmatch(lock) or not (project_dir / lock).is_file():
+        return None
+    return (project_dir / lock).resolve()
 
 
 def _program_config(stack_config: StackConfig) -> StackConfig:
@@ -334,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         args.registry_file = _check_registry_file(args.registry_file)
         project = load_project(project_dir)
         stack_config = progress.run("reading stack config", lambda: load_stack_config(project, args.stack, args.config_file))
+        if args.registry_file is not None and args.registry_live:
+            raise StackConfigError("--registry-file and --registry-live: give one (a recording, or the live registry)")
+        if args.registry_file is None and not args.registry_live:
+            args.registry_file = _committed_lock(project_dir, stack_config)
     except (StackConfigError, PolicyPackError) as error:
         print(f"error: {error}", file=sys.stderr)
         if args.report_errors:

@@ -127,6 +127,11 @@ def test_deploy_workflow_staging_before_prod_behind_reviewers():
         (previous,) = [s for s in jobs[name]["steps"] if "preview.previous_releases" in s.get("run", "")]
         assert "pulumi stack output --json" in previous["run"] and previous["env"]["STACK"].endswith(f"/{name}")
         assert pulumi["with"]["policyPackConfigs"] == "build/policy-config.json"
+        # Then the registry's serving aliases follow what that up deployed.
+        (moved,) = [s for s in jobs[name]["steps"] if "platform_tools aliases" in s.get("run", "")]
+        assert jobs[name]["steps"].index(pulumi) < jobs[name]["steps"].index(moved)
+        assert f"aliases {name} --deployed build/deployed-outputs.json" in moved["run"]
+        assert "pulumi stack output --json" in moved["run"] and moved["env"]["STACK"].endswith(f"/{name}")
 
 
 def test_canary_workflow_proposes_the_step_as_a_pull_request_and_deploys_nothing():

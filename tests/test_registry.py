@@ -13,6 +13,8 @@ import http.server
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +36,17 @@ from platform_config.registry import (
 from preview.sections import registry_section
 
 from .conftest import early_mlflow
-from .helpers import PreviewRun, owning, raw_stack, registry_recording, resolved_from_lock, run_preview, write_stack
+from .helpers import (
+    ROOT,
+    PreviewRun,
+    config_problems,
+    owning,
+    raw_stack,
+    registry_recording,
+    resolved_from_lock,
+    run_preview,
+    write_stack,
+)
 from .servers.mlflow import MlflowServer, free_port, missing_reason, start_mlflow, wait_until_healthy
 
 SHA_A = "7ae557604adf67be50417f59c2c2f167def9a775"
@@ -51,6 +63,7 @@ MODELS: dict[str, list[tuple[str, dict[str, str], bool]]] = {
     "pending": [(f"hf://{REPO}@{SHA_A}", {}, False)],
     "mover": [(f"hf://{REPO}@{SHA_A}", {}, False), (f"hf://{REPO}@{SHA_B}", {}, False)],
     "locked": [(f"hf://{REPO}@{SHA_A}", {}, False), (f"hf://{REPO}@{SHA_B}", {}, False)],
+    "served": [(f"hf://{REPO}@{SHA_A}", {}, False), (f"hf://{REPO}@{SHA_B}", {}, False)],
 }
 ALIASES = [
     ("chat", "champion", "1"),
@@ -59,6 +72,8 @@ ALIASES = [
     ("unpinned", "branch", "2"),
     ("mover", "champion", "1"),
     ("locked", "champion", "1"),
+    ("served", "champion", "1"),
+    ("served", "challenger", "2"),
 ]
 
 
@@ -531,7 +546,8 @@ def test_a_live_preview_whose_registry_moved_past_the_lock_fails_with_the_differ
         locked = json.loads((tmp_path / LOCK).read_text())
         locked["entries"][0]["registryVersion"] = "2"  # a lock written when the alias named version 2
         (ROOT / lock).write_text(json.dumps(locked))
-        run = preview(tmp_path, with_registry("dev", mlflow.uri, reference, lockFile=lock))
+        # Asked live: from the lock alone, the preview would show what the lock holds.
+        run = preview(tmp_path, with_registry("dev", mlflow.uri, reference, lockFile=lock), "--registry-live")
         assert run.result.returncode == 1, run.result.stderr[-3000:]
         section = run.report["registry"]
         assert section["failed"] and section["data"]["lockFile"] == lock
@@ -672,3 +688,138 @@ def test_a_registry_answer_holding_a_credential_stops_the_preview_without_echoin
     stderr = refused(preview(tmp_path, raw, "--registry-file", str(file)))
     assert "inference-platform:models[0].versions[0].source.s3Uri: holds a Hugging Face token in clear" in stderr
     assert token not in stderr
+
+
+# --- the serving aliases: the registry shows what the stack deployed -------------------------------------
+
+SERVING_ALIASES = {"stable": "staging", "canary": "staging-canary"}
+
+
+def served_staging(uri: str, weight: int) -> dict[str, Any]:
+    """staging, its summarizer's v1 the registry's `champion` of `served` and v2 its `challenger`, the canary at
+    `weight`, with serving aliases."""
+    sources = {(0, 0): {"model": "served", "alias": "champion"}, (0, 1): {"model": "served", "alias": "challenger"}}
+    raw = with_registry("staging", uri, sources, servingAliases=SERVING_ALIASES)
+    raw["models"][0]["release"]["canaryWeight"] = weight
+    return raw
+
+
+def deployed_outputs(stack: Path, folder: Path) -> Path:
+    """The outputs the program exports for the stack file as it is now (`pulumi stack output --json` after an up): its
+    `canaryReleases` and `modelRegistry`, resolved live, built by the functions the program exports them with."""
+    import yaml
+
+    from components.specs.routes import canary_release
+
+    document = yaml.safe_load(stack.read_text())["config"]
+    raw = {key.split(":", 1)[1]: value for key, value in document.items() if key.startswith("inference-platform:")}
+    config, resolution = resolve_registry(parse_platform_config(raw), None, recording_file=None, dry_run=False)
+    assert resolution is not None
+    outputs = {
+        "canaryReleases": {model.name: canary_release(model) for model in config.models},
+        "modelRegistry": resolution.stack_output(config),
+    }
+    path = folder / "outputs.json"
+    path.write_text(json.dumps(outputs))
+    return path
+
+
+def tool(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m platform_tools ...` as the deploy workflow runs it."""
+    return subprocess.run([sys.executable, "-m", "platform_tools", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def aliases(mlflow: MlflowServer) -> dict[str, str]:
+    (found,) = mlflow.client(["aliases", "served"])
+    return found  # type: ignore[return-value]
+
+
+@pytest.mark.real_server
+def test_a_deploy_moves_the_serving_aliases_to_what_it_serves_and_a_promotion_and_a_rollback_move_them(mlflow, tmp_path):
+    # What a first deploy leaves: the stable alias on v1's registry version, the canary's on v2's, the authors' aliases
+    # untouched. The outputs are the preview's own (the program's exports), as `pulumi stack output --json` gives them.
+    run = preview(tmp_path, served_staging(mlflow.uri, 25))
+    assert run.result.returncode == 0, run.result.stderr[-3000:]
+    stack = run.out.parent / "Pulumi.test.yaml"
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps(run.report["stackOutputs"]))
+    dry = tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "served @staging: moved, no version -> version 1: summarizer/v1, stable" in dry.stdout
+    assert "test: would move 2 of 2 serving aliases" in dry.stdout
+    assert aliases(mlflow) == {"champion": "1", "challenger": "2"}
+    moved = tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
+    assert moved.returncode == 0, moved.stderr
+    assert "served @staging-canary: moved, no version -> version 2: summarizer/v2, canary at 25%" in moved.stdout
+    assert aliases(mlflow) == {"champion": "1", "challenger": "2", "staging": "1", "staging-canary": "2"}
+    again = tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
+    assert "test: moved 0 of 2 serving aliases" in again.stdout
+
+    # Rolled back (weight 0, by hand as the canary tool writes it) and deployed: no canary takes traffic.
+    rolled = tool("step", "test", "summarizer", "rollback", "--write", "--stack-file", str(stack))
+    assert rolled.returncode == 0, rolled.stderr
+    outputs = deployed_outputs(stack, tmp_path)
+    moved = tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
+    assert "served @staging-canary: moved, version 2 -> no version (removed): summarizer: no canary takes traffic" in (
+        moved.stdout
+    )
+    assert aliases(mlflow) == {"champion": "1", "challenger": "2", "staging": "1"}
+
+    # Raised again to its last step, then promoted: v2 is stable, and the stable alias follows it.
+    write_stack(stack.parent, served_staging(mlflow.uri, 100))
+    outputs = deployed_outputs(stack, tmp_path)
+    assert tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs)).returncode == 0
+    assert aliases(mlflow) == {"champion": "1", "challenger": "2", "staging": "1", "staging-canary": "2"}
+    promoted = tool("step", "test", "summarizer", "promote", "--write", "--stack-file", str(stack))
+    assert promoted.returncode == 0, promoted.stderr
+    outputs = deployed_outputs(stack, tmp_path)
+    moved = tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
+    assert moved.returncode == 0, moved.stderr
+    assert "served @staging: moved, version 1 -> version 2: summarizer/v2, stable" in moved.stdout
+    assert aliases(mlflow) == {"champion": "1", "challenger": "2", "staging": "2"}
+
+
+def test_a_serving_alias_a_source_reads_is_refused():
+    raw = with_registry("staging", "https://mlflow.example.com", {(0, 1): {"model": "served", "alias": "staging-canary"}})
+    raw["registry"]["servingAliases"] = SERVING_ALIASES
+    problems = config_problems(raw)
+    assert any(
+        p.startswith(
+            "inference-platform:models[0].versions[1].source.mlflow.alias: 'staging-canary' is "
+            "registry.servingAliases.canary (summarizer): the deploy moves that alias"
+        )
+        for p in problems
+    ), problems
+    raw["registry"]["servingAliases"] = {"stable": "prod", "canary": "prod"}
+    assert any("registry.servingAliases" in p and "stable and canary are both 'prod'" in p for p in config_problems(raw))
+
+
+def test_one_alias_wanted_on_two_versions_is_refused_and_outputs_of_another_registry_exit_2(tmp_path):
+    from platform_tools.aliases import AliasInputError, wanted_aliases
+
+    sources = {(0, 0): {"model": "served", "version": 1}, (1, 0): {"model": "served", "version": 2}}
+    raw = with_registry("staging", "https://mlflow.example.com", sources, servingAliases=SERVING_ALIASES)
+    config = parse_platform_config(raw)
+    entry = {"source": "registry", "registeredModel": "served"}
+    outputs: dict[str, Any] = {
+        "canaryReleases": {
+            "summarizer": {"stable": "v1", "canary": "v2", "canaryWeight": 0, "adapters": {}},
+            "labeller": {"stable": "v1", "canary": None, "canaryWeight": 0, "adapters": {}},
+        },
+        "modelRegistry": {
+            "trackingUri": "https://mlflow.example.com",
+            "models": {
+                "summarizer": {"v1": {**entry, "registryVersion": "1"}},
+                "labeller": {"v1": {**entry, "registryVersion": "2"}},
+            },
+        },
+    }
+    with pytest.raises(AliasInputError, match="alias 'staging' would name version 1 .summarizer/v1, stable. and version 2"):
+        wanted_aliases(outputs, config)
+
+    stack = write_stack(tmp_path, raw)
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps({**outputs, "modelRegistry": {**outputs["modelRegistry"], "trackingUri": "https://other"}}))
+    done = tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "resolved at 'https://other', but registry.trackingUri is 'https://mlflow.example.com'" in done.stderr

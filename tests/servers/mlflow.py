@@ -68,6 +68,8 @@ for op, *args in json.loads(sys.argv[2]):
     elif op == "alias":
         client.set_registered_model_alias(*args)
         results.append(args[2])
+    elif op == "aliases":  # every alias of the registered model, as MLflow's client reads them
+        results.append(client.get_registered_model(args[0]).aliases)
 print(json.dumps(results))
 """
 
@@ -85,7 +87,8 @@ class MlflowServer:
 
     def client(self, *operations: list[Any]) -> list[str]:
         """Run operations with MLflow's client: ["model", name], ["version", name, source, tags, with_run] (a
-        `{run_id}` in the source becomes a new run's id), ["alias", name, alias, version]. Their results (versions)."""
+        `{run_id}` in the source becomes a new run's id), ["alias", name, alias, version], ["aliases", name] (its
+        aliases: {alias: version}). Their results (versions)."""
         done = subprocess.run(
             [str(mlflow_bin_dir() / "python"), "-c", _CLIENT_SCRIPT, self.uri, json.dumps(operations)],
             capture_output=True,
