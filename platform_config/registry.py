@@ -666,8 +666,15 @@ def resolve_registry(
     resolved = _with_adapter_sources(_with_sources(config, sources), adapter_sources)
     shown = tuple(str(issue) for issue in differences)
     if isinstance(resolver, RecordedRegistry):
+        # The stack's own lock file goes by the name the stack gives it (never this machine's path to it).
+        recorded = resolver.path
+        is_lock = settings.lock_file is not None and recorded.resolve() == (project_dir / settings.lock_file).resolve()
         resolution = RegistryResolution(
-            "recorded", resolver.parsed.tracking_uri, versions, str(resolver.path), resolver.parsed.recorded_at
+            "recorded",
+            resolver.parsed.tracking_uri,
+            versions,
+            settings.lock_file if is_lock else str(recorded),
+            resolver.parsed.recorded_at,
         )
     else:
         resolution = RegistryResolution("live", settings.tracking_uri, versions)

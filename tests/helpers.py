@@ -104,7 +104,19 @@ def validate(raw: dict[str, Any]) -> Any:
     from components.plan import plan_checks, resolve
     from platform_config.loader import parse_platform_config
 
-    return resolve(parse_platform_config(raw, [plan_checks]), hugging_face_tenants=())
+    return resolve(from_lock(parse_platform_config(raw, [plan_checks])), hugging_face_tenants=())
+
+
+def from_lock(config: Any) -> Any:
+    """The config with its registry versions resolved from the lock file it names (`registry.lockFile`, in the
+    project), as the offline preview resolves them; unchanged when it names none."""
+    from platform_config.registry import registry_references, resolve_registry
+
+    lock = config.registry.lock_file
+    if lock is None or not registry_references(config):
+        return config
+    resolved, _ = resolve_registry(config, None, recording_file=str(ROOT / lock), dry_run=True)
+    return resolved
 
 
 def config_problems(raw: dict[str, Any]) -> list[str]:

@@ -823,3 +823,57 @@ def test_one_alias_wanted_on_two_versions_is_refused_and_outputs_of_another_regi
     done = tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(path))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "resolved at 'https://other', but registry.trackingUri is 'https://mlflow.example.com'" in done.stderr
+
+
+# --- a committed stack that takes a version from the registry ------------------------------------------
+
+
+def test_staging_previews_its_canary_from_the_registry_through_its_lock_file(previews):
+    run = previews["staging"]
+    assert run.result.returncode == 0, run.result.stderr[-3000:]
+    section = run.report["registry"]
+    assert not section["failed"]
+    data = section["data"]
+    assert (data["resolvedFrom"], data["lockFile"], data["recordingFile"]) == (
+        "recorded",
+        "stacks/Pulumi.staging.registry.json",
+        "stacks/Pulumi.staging.registry.json",
+    )
+    assert data["lockDifferences"] == []
+    assert data["models"]["summarizer"]["v2"] == {
+        "source": "registry",
+        "registeredModel": "summarizer",
+        "alias": "challenger",
+        "registryVersion": "2",
+        "weights": "hf://Qwen/Qwen2.5-1.5B-Instruct@989aa7980e4cf806f80c7fef2b1adb7bc71aa306",
+    }
+    server = manifest(run, "Deployment", "summarizer-v2")
+    annotations = pod_template(server)["metadata"]["annotations"]
+    assert annotations["inference.platform/registry-version"] == "2"
+    assert "Qwen/Qwen2.5-1.5B-Instruct" in json.dumps(pod_template(server)["spec"]["containers"])
+
+
+def test_staging_deploys_only_what_its_lock_holds(mlflow, tmp_path):
+    """`pulumi up` of staging's registry versions against a registry whose `challenger` is not the lock's version: it
+    stops, naming the key. Staging's lock is of its own registry, so the same lock, re-recorded for the test's MLflow
+    (its tracking URI), is put beside a copy of the stack."""
+    raw = copy.deepcopy(raw_stack("staging"))
+    raw["registry"] = {**raw["registry"], "trackingUri": mlflow.uri, "lockFile": LOCK}
+    raw["models"][0]["versions"][1]["source"]["mlflow"]["model"] = "served"  # `served` challenger is version 2
+    committed = json.loads((ROOT / "stacks" / "Pulumi.staging.registry.json").read_text())
+    committed["trackingUri"] = mlflow.uri
+    committed["entries"][0]["registeredModel"] = "served"
+    committed["entries"][0]["weights"] = f"hf://{REPO}@{SHA_B}"
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / LOCK).write_text(json.dumps(committed))
+    config = parse_platform_config(raw)
+    _, resolution = resolve_registry(config, None, recording_file=None, dry_run=False, project_dir=tmp_path)
+    assert resolution is not None and resolution.lock_differences == ()
+
+    committed["entries"][0]["registryVersion"] = "1"  # a lock of when `challenger` named version 1
+    (tmp_path / LOCK).write_text(json.dumps(committed))
+    with pytest.raises(ConfigError) as refused_up:
+        resolve_registry(config, None, recording_file=None, dry_run=False, project_dir=tmp_path)
+    (issue,) = refused_up.value.issues
+    assert issue.key() == "inference-platform:models[0].versions[1].source.mlflow.alias"
+    assert f"now resolves to version 2 (hf://{REPO}@{SHA_B}); the lock file {LOCK} holds version 1" in issue.message
