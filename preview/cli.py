@@ -238,7 +238,7 @@ def _check_registry_file(path: Path | None) -> Path | None:
     return path.resolve()
 
 
-def _committed_lock(project_dir: Path, stack_config: StackConfig) -> Path | None:
+def committed_lock(project_dir: Path, stack_config: StackConfig) -> Path | None:
     """The lock file the stack names (`registry.lockFile`): what `pulumi up` may deploy, and what an offline preview
     resolves the registry's versions from. None when it names none (or names something the program will refuse)."""
     try:
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.registry_file is not None and args.registry_live:
             raise StackConfigError("--registry-file and --registry-live: give one (a recording, or the live registry)")
         if args.registry_file is None and not args.registry_live:
-            args.registry_file = _committed_lock(project_dir, stack_config)
+            args.registry_file = committed_lock(project_dir, stack_config)
     except (StackConfigError, PolicyPackError) as error:
         print(f"error: {error}", file=sys.stderr)
         if args.report_errors:

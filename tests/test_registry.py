@@ -101,8 +101,24 @@ def mlflow(request, tmp_path_factory) -> Iterator[MlflowServer]:
 
 
 def with_registry(base: str, uri: str, sources: dict[tuple[int, int], dict[str, Any]], **registry: Any) -> dict[str, Any]:
-    """A committed stack with a registry block and some versions' sources in it ({(model, version): mlflow ref})."""
+    """A committed stack with a registry block and some versions' sources in it ({(model, version): mlflow ref}); the
+    versions it takes from its own registry (staging's canary) pinned to what its lock file holds, so only the test's
+    references are asked."""
+    from platform_config.registry import pinned_source
+
     raw = copy.deepcopy(raw_stack(base))
+    own = raw.get("registry", {}).get("lockFile")
+    locked = json.loads((ROOT / own).read_text())["entries"] if own else []
+    for model in raw["models"]:
+        for version in model["versions"]:
+            reference = version["source"].get("mlflow")
+            if reference is not None:
+                (entry,) = [
+                    e for e in locked if (e["registeredModel"], e.get("alias")) == (reference["model"], reference.get("alias"))
+                ]
+                pinned = pinned_source(entry["weights"])
+                assert pinned is not None
+                version["source"] = {"huggingface": pinned.huggingface, "revision": pinned.revision}
     raw["registry"] = {"trackingUri": uri, **registry}
     for (model, version), reference in sources.items():
         raw["models"][model]["versions"][version]["source"] = {"mlflow": reference}
@@ -601,95 +617,6 @@ def test_production_needs_a_lock_file_for_registry_versions():
 # --- last: the server goes away ---------------------------------------------------------------
 
 
-@pytest.mark.real_server
-def test_a_preview_from_a_recording_needs_no_registry(mlflow, live_staging, tmp_path):
-    raw, live = live_staging
-    assert live.result.returncode == 0, live.result.stderr[-3000:]
-    mlflow.stop()  # the module's last use of it
-
-    offline = preview(tmp_path, raw, "--registry-file", str(live.out / RECORDING_NAME), name="offline")
-    assert offline.result.returncode == 0, offline.result.stderr[-3000:]
-    assert offline.out.joinpath("resources.json").read_text() == live.out.joinpath("resources.json").read_text()
-    section = offline.report["registry"]
-    recorded_at = json.loads((live.out / RECORDING_NAME).read_text())["recordedAt"]
-    assert section["summary"] == (
-        f"resolved from the recorded file {live.out / RECORDING_NAME} (recorded {recorded_at} from {mlflow.uri}), "
-        "not the live registry"
-    )
-    assert section["data"]["models"]["summarizer"]["v2"]["registryVersion"] == "2"
-    assert not (offline.out / RECORDING_NAME).exists()
-
-
-@pytest.mark.parametrize(("content", "message"), [(None, "cannot be read"), ("{}", "is not a valid recording")])
-def test_a_lock_file_that_is_missing_or_no_recording_exits_2_naming_the_key(tmp_path, content, message):
-    if content is not None:
-        (tmp_path / "stacks").mkdir()
-        (tmp_path / LOCK).write_text(content)
-    config = parse_platform_config(
-        with_registry("dev", "https://mlflow.example.com", {(0, 0): {"model": "chat", "alias": "champion"}}, lockFile=LOCK)
-    )
-    with pytest.raises(ConfigError) as caught:
-        resolve_registry(config, None, recording_file=None, dry_run=True, project_dir=tmp_path)
-    (issue,) = caught.value.issues
-    assert issue.key() == "inference-platform:registry.lockFile"
-    assert issue.message.startswith(f"the lock file {LOCK} {message}") and REGISTRY_FILE_ENV not in issue.message
-
-
-def test_a_registry_answer_naming_data_outside_the_tenants_prefixes_stops_the_preview(tmp_path):
-    """What the registry (here its recording) resolves a version to is checked like a stack file's location: staging's
-    summarizer (team-a, no prefixes of its own) resolved to a bucket of team-b's is refused naming the version's key
-    (the resolved source's), exit 2."""
-    uri = "http://mlflow.invalid"
-    file = tmp_path / "recording.json"
-    entry = {"registeredModel": "summarizer", "alias": "champion", "registryVersion": "3", "weights": "s3://team-b-batch/w/v1"}
-    file.write_text(json.dumps(registry_recording(uri, [entry])))
-    raw = with_registry("staging", uri, {(0, 0): {"model": "summarizer", "alias": "champion"}})
-    stderr = refused(preview(tmp_path, raw, "--registry-file", str(file)))
-    assert "inference-platform:models[0].versions[0].source.s3Uri: s3://team-b-batch/w is not under tenant 'team-a''s" in stderr
-
-
-def test_a_lock_file_entry_naming_another_tenants_copies_is_refused(tmp_path):
-    """prod previews from its lock file: an entry resolving team-a's llama-1b to the serving tenant's copies in the
-    weight mirror is refused, as the loader checks the resolved config again (platform_config/loader.py)."""
-    from platform_config.checks import run_checks
-
-    entry = {
-        "registeredModel": "llama-1b",
-        "alias": "champion",
-        "registryVersion": "3",
-        "weights": "s3://inference-prod-model-weights/serving/meta-llama/Llama-3.1-70B-Instruct/v1",
-    }
-    raw = with_registry("prod", "https://mlflow.example.com", {(2, 0): {"model": "llama-1b", "alias": "champion"}})
-    config, _ = resolved_from_lock(raw, "https://mlflow.example.com", [entry], tmp_path)
-    issues = [str(i) for i in run_checks(config)]
-    assert any(
-        i.startswith("inference-platform:models[2].versions[0].source.s3Uri: s3://inference-prod-model-weights/serving/")
-        and "is not under tenant 'team-a''s s3Prefixes (none)" in i
-        for i in issues
-    ), issues
-
-
-def test_a_registry_answer_holding_a_credential_stops_the_preview_without_echoing_it(tmp_path):
-    """A weights location is free text to the registry: one that holds a token (here a Hugging Face one in an S3 key)
-    is refused like the stack file's own values, naming the resolved key and not the token."""
-    uri = "http://mlflow.invalid"
-    token = "hf_" + "Ab3" * 12
-    file = tmp_path / "recording.json"
-    entry = {
-        "registeredModel": "summarizer",
-        "alias": "champion",
-        "registryVersion": "3",
-        "weights": f"s3://team-a-data/{token}/v1",
-    }
-    file.write_text(json.dumps(registry_recording(uri, [entry])))
-    raw = owning(
-        with_registry("staging", uri, {(0, 0): {"model": "summarizer", "alias": "champion"}}), "team-a", "s3://team-a-data"
-    )
-    stderr = refused(preview(tmp_path, raw, "--registry-file", str(file)))
-    assert "inference-platform:models[0].versions[0].source.s3Uri: holds a Hugging Face token in clear" in stderr
-    assert token not in stderr
-
-
 # --- the serving aliases: the registry shows what the stack deployed -------------------------------------
 
 SERVING_ALIASES = {"stable": "staging", "canary": "staging-canary"}
@@ -877,3 +804,95 @@ def test_staging_deploys_only_what_its_lock_holds(mlflow, tmp_path):
     (issue,) = refused_up.value.issues
     assert issue.key() == "inference-platform:models[0].versions[1].source.mlflow.alias"
     assert f"now resolves to version 2 (hf://{REPO}@{SHA_B}); the lock file {LOCK} holds version 1" in issue.message
+
+
+# --- offline, once the registry is gone ----------------------------------------------------------------
+
+
+@pytest.mark.real_server
+def test_a_preview_from_a_recording_needs_no_registry(mlflow, live_staging, tmp_path):
+    raw, live = live_staging
+    assert live.result.returncode == 0, live.result.stderr[-3000:]
+    mlflow.stop()  # the module's last use of it
+
+    offline = preview(tmp_path, raw, "--registry-file", str(live.out / RECORDING_NAME), name="offline")
+    assert offline.result.returncode == 0, offline.result.stderr[-3000:]
+    assert offline.out.joinpath("resources.json").read_text() == live.out.joinpath("resources.json").read_text()
+    section = offline.report["registry"]
+    recorded_at = json.loads((live.out / RECORDING_NAME).read_text())["recordedAt"]
+    assert section["summary"] == (
+        f"resolved from the recorded file {live.out / RECORDING_NAME} (recorded {recorded_at} from {mlflow.uri}), "
+        "not the live registry"
+    )
+    assert section["data"]["models"]["summarizer"]["v2"]["registryVersion"] == "2"
+    assert not (offline.out / RECORDING_NAME).exists()
+
+
+@pytest.mark.parametrize(("content", "message"), [(None, "cannot be read"), ("{}", "is not a valid recording")])
+def test_a_lock_file_that_is_missing_or_no_recording_exits_2_naming_the_key(tmp_path, content, message):
+    if content is not None:
+        (tmp_path / "stacks").mkdir()
+        (tmp_path / LOCK).write_text(content)
+    config = parse_platform_config(
+        with_registry("dev", "https://mlflow.example.com", {(0, 0): {"model": "chat", "alias": "champion"}}, lockFile=LOCK)
+    )
+    with pytest.raises(ConfigError) as caught:
+        resolve_registry(config, None, recording_file=None, dry_run=True, project_dir=tmp_path)
+    (issue,) = caught.value.issues
+    assert issue.key() == "inference-platform:registry.lockFile"
+    assert issue.message.startswith(f"the lock file {LOCK} {message}") and REGISTRY_FILE_ENV not in issue.message
+
+
+def test_a_registry_answer_naming_data_outside_the_tenants_prefixes_stops_the_preview(tmp_path):
+    """What the registry (here its recording) resolves a version to is checked like a stack file's location: staging's
+    summarizer (team-a, no prefixes of its own) resolved to a bucket of team-b's is refused naming the version's key
+    (the resolved source's), exit 2."""
+    uri = "http://mlflow.invalid"
+    file = tmp_path / "recording.json"
+    entry = {"registeredModel": "summarizer", "alias": "champion", "registryVersion": "3", "weights": "s3://team-b-batch/w/v1"}
+    file.write_text(json.dumps(registry_recording(uri, [entry])))
+    raw = with_registry("staging", uri, {(0, 0): {"model": "summarizer", "alias": "champion"}})
+    stderr = refused(preview(tmp_path, raw, "--registry-file", str(file)))
+    assert "inference-platform:models[0].versions[0].source.s3Uri: s3://team-b-batch/w is not under tenant 'team-a''s" in stderr
+
+
+def test_a_lock_file_entry_naming_another_tenants_copies_is_refused(tmp_path):
+    """prod previews from its lock file: an entry resolving team-a's llama-1b to the serving tenant's copies in the
+    weight mirror is refused, as the loader checks the resolved config again (platform_config/loader.py)."""
+    from platform_config.checks import run_checks
+
+    entry = {
+        "registeredModel": "llama-1b",
+        "alias": "champion",
+        "registryVersion": "3",
+        "weights": "s3://inference-prod-model-weights/serving/meta-llama/Llama-3.1-70B-Instruct/v1",
+    }
+    raw = with_registry("prod", "https://mlflow.example.com", {(2, 0): {"model": "llama-1b", "alias": "champion"}})
+    config, _ = resolved_from_lock(raw, "https://mlflow.example.com", [entry], tmp_path)
+    issues = [str(i) for i in run_checks(config)]
+    assert any(
+        i.startswith("inference-platform:models[2].versions[0].source.s3Uri: s3://inference-prod-model-weights/serving/")
+        and "is not under tenant 'team-a''s s3Prefixes (none)" in i
+        for i in issues
+    ), issues
+
+
+def test_a_registry_answer_holding_a_credential_stops_the_preview_without_echoing_it(tmp_path):
+    """A weights location is free text to the registry: one that holds a token (here a Hugging Face one in an S3 key)
+    is refused like the stack file's own values, naming the resolved key and not the token."""
+    uri = "http://mlflow.invalid"
+    token = "hf_" + "Ab3" * 12
+    file = tmp_path / "recording.json"
+    entry = {
+        "registeredModel": "summarizer",
+        "alias": "champion",
+        "registryVersion": "3",
+        "weights": f"s3://team-a-data/{token}/v1",
+    }
+    file.write_text(json.dumps(registry_recording(uri, [entry])))
+    raw = owning(
+        with_registry("staging", uri, {(0, 0): {"model": "summarizer", "alias": "champion"}}), "team-a", "s3://team-a-data"
+    )
+    stderr = refused(preview(tmp_path, raw, "--registry-file", str(file)))
+    assert "inference-platform:models[0].versions[0].source.s3Uri: holds a Hugging Face token in clear" in stderr
+    assert token not in stderr
