@@ -264,8 +264,9 @@ def _scaled(rows: list[dict[str, float]], compute: int, memory: int, osl: int) -
 
 
 def _latency_ms(row: dict[str, Any], point: dict[str, float]) -> float:
-    """What the latency target bounds: time to first token, or the whole request for a non-streaming profile."""
-    if row["latencySli"] == "ttft":
+    """What the latency target bounds: time to first token (for an embedding item, its prefill: all it does), or the
+    whole request for a non-streaming profile."""
+    if row["latencySli"] in ("ttft", "item"):
         return point["ttftMs"]
     return point["ttftMs"] + point["tpotMs"] * max(row["peak"]["outputTokens"] - 1, 0)
 

@@ -197,7 +197,12 @@ def test_mandatory_violation_fails_the_preview(tmp_path):
     assert report["status"] == "failed" and report["policies"]["failed"] is True
     diagnostics = report["policies"]["data"]["diagnostics"]
     assert {d["policy"] for d in diagnostics} == {"inference-graceful-drain"}
-    assert {d["urn"].rsplit("::", 1)[-1] for d in diagnostics} == {"summarizer-v1-deployment", "summarizer-v2-deployment"}
+    assert {d["urn"].rsplit("::", 1)[-1] for d in diagnostics} == {
+        "summarizer-v1-deployment",
+        "summarizer-v2-deployment",
+        "rag-answerer-v1-deployment",
+        "embedder-v1-deployment",
+    }
     assert "| inference-graceful-drain | mandatory | summarizer-v1-deployment |" in (out / "report.md").read_text()
 
 

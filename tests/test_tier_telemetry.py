@@ -75,10 +75,12 @@ def test_the_tag_is_the_tier_header_bounded_to_the_tiers():
 
 def test_a_configured_tier_header_is_the_one_read(staging_raw):
     set_at(staging_raw, ("traffic", "tierHeader"), "x-platform-tier")
-    (telemetry,) = [t["inputs"] for t in Evaluated(staging_raw).of_type(TELEMETRY)]
-    for index in range(len(TIER_METRICS)):
-        assert "request.headers['x-platform-tier']" in tier_value(telemetry, index)
-        assert "x-tier" not in tier_value(telemetry, index)
+    telemetries = [t["inputs"] for t in Evaluated(staging_raw).of_type(TELEMETRY)]
+    assert len(telemetries) == len(staging_raw["tenants"])  # one per tenant
+    for telemetry in telemetries:
+        for index in range(len(TIER_METRICS)):
+            assert "request.headers['x-platform-tier']" in tier_value(telemetry, index)
+            assert "x-tier" not in tier_value(telemetry, index)
 
 
 def test_it_validates_against_the_telemetry_crd(stack):

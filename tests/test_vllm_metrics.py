@@ -28,7 +28,7 @@ from typing import Any, Literal
 import pytest
 
 from components.specs.endpoint_picker import PICKER_VLLM_SERIES, endpoint_picker_config
-from components.specs.slo_rules import VLLM_TTFT_BUCKETS_SECONDS, latency_slo
+from components.specs.slo_rules import ITEM_LATENCY_BUCKETS_SECONDS, VLLM_TTFT_BUCKETS_SECONDS, latency_slo
 from platform_config.profiles import PROFILES
 from platform_tools.canary import Target, queries
 
@@ -63,6 +63,9 @@ class VllmMetric:
     buckets: tuple[float, ...] | None
     line: int
     condition: str | None
+    # The bucket family its boundaries come from (`histogram_buckets("<family>")`), which a server's
+    # --custom-histogram-buckets may replace; None: boundaries of its own.
+    family: str | None = None
 
     def series(self) -> dict[str, frozenset[str]]:
         """The series prometheus_client exposes for it, each with its label names."""
@@ -104,6 +107,10 @@ def default_buckets() -> dict[str, tuple[float, ...]]:
     return {family: tuples[name] for family, name in families.items() if name in tuples}
 
 
+# Beside a name bound to a family's boundaries, the family's key.
+FAMILY_OF = "family of "
+
+
 def _bindings(cls: ast.ClassDef) -> dict[str, Any]:
     """The literal values the class binds to a local name or a `self.` attribute
     (`labelnames = ["model_name", "engine"]`, `self.labelname_max_lora = "max_lora"`), and the
@@ -120,6 +127,7 @@ def _bindings(cls: ast.ClassDef) -> dict[str, Any]:
             family = ast.literal_eval(value.args[0])
             if family in defaults and not any(k.arg == "max_model_len" for k in value.keywords):
                 found[ast.unparse(node.targets[0])] = list(defaults[family])
+                found[FAMILY_OF + ast.unparse(node.targets[0])] = family
             continue
         try:
             found[ast.unparse(node.targets[0])] = ast.literal_eval(value)
@@ -167,6 +175,7 @@ def vllm_metrics() -> dict[str, VllmMetric]:
             if isinstance(name, str) and name.startswith("vllm:"):
                 labels = _value(keywords["labelnames"], bindings) if "labelnames" in keywords else []
                 buckets = _value(keywords["buckets"], bindings) if "buckets" in keywords else None
+                family = bindings.get(FAMILY_OF + ast.unparse(keywords["buckets"])) if "buckets" in keywords else None
                 assert name not in found, f"{name} defined twice"
                 found[name] = VllmMetric(
                     name,
@@ -175,6 +184,7 @@ def vllm_metrics() -> dict[str, VllmMetric]:
                     None if buckets is None else tuple(float(b) for b in buckets),
                     node.lineno,
                     condition,
+                    family,
                 )
         for inner in ast.iter_child_nodes(node):
             visit(inner, condition)
@@ -382,19 +392,44 @@ def exposition_le(bound: float) -> str:
     return repr(float(bound))
 
 
+def custom_buckets() -> dict[tuple[str, str], dict[str, list[float]]]:
+    """The bucket families each model's servers replace (`--custom-histogram-buckets <JSON>` in their
+    rendered arguments), by (stack, model): what its series' boundaries are instead of vLLM's defaults."""
+    found: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for stack in STACKS:
+        for resource in golden_resources(stack):
+            for container in _dicts(resource.get("inputs")):
+                args = container.get("args")
+                if not isinstance(args, list) or "--custom-histogram-buckets" not in args:
+                    continue
+                labels = resource["inputs"].get("metadata", {}).get("labels", {})
+                found[(stack, labels["app"])] = json.loads(args[args.index("--custom-histogram-buckets") + 1])
+    return found
+
+
+def boundaries_read(read: Read, metric: VllmMetric, custom: dict[tuple[str, str], dict[str, list[float]]]) -> tuple[float, ...]:
+    """The boundaries of the histogram a read picks a bucket of: its family's as the read's model's
+    servers replace them (a read in `<stack>:<type>:<model>-...`), else vLLM's own."""
+    for (stack, model), families in custom.items():
+        if read.where.startswith(f"{stack}:") and f":{model}-" in read.where and metric.family in families:
+            return tuple(float(b) for b in families[metric.family])
+    assert metric.buckets is not None, metric
+    return metric.buckets
+
+
 @pytest.mark.upstream_source
 def test_every_bucket_the_rules_pick_is_a_boundary_of_its_vllm_histogram(exposed):
     """An `le` matcher on a vLLM bucket series matches exactly one of that histogram's 0.33.0
-    boundaries, spelt as vLLM's client writes it (`1.0`, which Prometheus 3 keeps: an integral
-    boundary's float spelling is already normalised)."""
+    boundaries (or of the ones the model's servers give its family), spelt as vLLM's client writes it
+    (`1.0`, which Prometheus 3 keeps: an integral boundary's float spelling is already normalised)."""
     picked = [r for r in rendered_reads() + canary_reads() if r.le is not None]
     assert picked, "the SLO rules pick a TTFT bucket"
+    custom = custom_buckets()
     problems = []
     for read in picked:
         assert read.le is not None
         metric = exposed[read.series.removesuffix("_bucket")]
-        assert metric.buckets is not None, metric
-        spelt = {exposition_le(b): b for b in metric.buckets}
+        spelt = {exposition_le(b): b for b in boundaries_read(read, metric, custom)}
         op, value = read.le
         if op == "=":
             matched = [b for s, b in spelt.items() if s == value]
@@ -404,7 +439,7 @@ def test_every_bucket_the_rules_pick_is_a_boundary_of_its_vllm_histogram(exposed
         else:
             matched = []
         if len(matched) != 1:
-            problems.append(f"{read.where}: {read.series} le{op}{value!r} matches {matched} of {metric.buckets}")
+            problems.append(f"{read.where}: {read.series} le{op}{value!r} matches {matched} of {spelt}")
     assert problems == []
 
 
@@ -438,3 +473,19 @@ def test_streaming_targets_are_judged_at_the_vllm_boundary_at_or_below_them(expo
     assert thresholds["code-completion"] == (200, 100)
     readme = " ".join((ROOT / "docs" / "design" / "slo.md").read_text().split())
     assert "code completion's 200 ms is judged at vLLM's 100 ms boundary" in readme
+
+
+@pytest.mark.upstream_source
+def test_an_embedding_items_latency_is_counted_on_the_buckets_its_servers_are_given(exposed):
+    """Per item: `vllm:e2e_request_latency_seconds` draws from the `request_latency` family (vLLM 0.33.0
+    loggers.py), whose defaults start at 0.3 s; a pooling server replaces the family with
+    ITEM_LATENCY_BUCKETS_SECONDS, which hold the embeddings profile's 100 ms target as a boundary, so
+    its objective is counted at the target itself."""
+    metric = exposed["vllm:e2e_request_latency_seconds"]
+    assert metric.family == "request_latency" and metric.buckets is not None and min(metric.buckets) == 0.3
+    profile = PROFILES["embeddings"]
+    assert profile.latency_sli == "item" and profile.ttft_target_ms == 100
+    assert 0.1 in ITEM_LATENCY_BUCKETS_SECONDS and list(ITEM_LATENCY_BUCKETS_SECONDS) == sorted(set(ITEM_LATENCY_BUCKETS_SECONDS))
+    slo = latency_slo(profile.latency_sli, profile.ttft_target_ms, profile.latency_objective)
+    assert slo is not None and slo.threshold_ms == 100
+    assert default_buckets()["request_latency"] == metric.buckets

@@ -20,6 +20,7 @@ from platform_config.quantity import parse_quantity
 
 from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, VLLM_PORT, standard_labels
 from .pod_parts import RUN_AS, container_security_context, draining_sidecar_annotations
+from .slo_rules import ITEM_LATENCY_BUCKETS_SECONDS
 from .tenancy import POD_IDENTITY_AGENT_CIDRS
 
 if TYPE_CHECKING:  # the plan imports the backends, which build their pods here
@@ -145,6 +146,9 @@ def vllm_args(plan: ServerPlan) -> list[str]:
         out += ["--dtype", args.dtype]
     if plan.profile.runner == "pooling":
         out += ["--runner", "pooling"]
+        # Item latency down to milliseconds: what the per-item objective is counted at (slo_rules.py).
+        buckets = json.dumps({"request_latency": list(ITEM_LATENCY_BUCKETS_SECONDS)}, separators=(",", ":"))
+        out += ["--custom-histogram-buckets", buckets]
     else:
         out.append("--enable-prefix-caching" if plan.profile.prefix_caching else "--no-enable-prefix-caching")
     if plan.by_priority:

@@ -44,8 +44,10 @@ version's traffic):
   the requests its picker path refused, which never reach a server: its pickers' sidecars report
   them as 429 (the gateway answers 503), per version by the picker's Deployment name;
 - latency: requests within the latency target, over requests. Streaming profiles are judged on
-  vLLM's time to first token; the others (summaries, embeddings) on the whole request as the
-  server's sidecar measures it, answered requests only. A histogram can only count requests at a
+  vLLM's time to first token; embeddings (a pooling runner) per item, on vLLM's end-to-end latency
+  of each input (each its own engine request, on the buckets ITEM_LATENCY_BUCKETS_SECONDS the
+  server is given); the others (summaries) on the whole request as the server's sidecar measures
+  it, answered requests only. A histogram can only count requests at a
   bucket boundary, so the threshold is the boundary at or below the target (stricter, never
   laxer); the alert's description says when the two differ.
 
@@ -76,7 +78,15 @@ ISTIO_DURATION_BUCKETS_MS: tuple[float, ...] = (
     1800000, 3600000,
 )  # fmt: skip
 
-LatencySli = Literal["ttft", "duration"]
+# Each item's latency on a pooling server (embeddings), in seconds: the `request_latency` family of its vLLM histograms
+# (`vllm:e2e_request_latency_seconds` among them), which such a server is given with --custom-histogram-buckets
+# (components/specs/pod.py; vLLM 0.33.0 vllm/config/observability.py custom_histogram_buckets). vLLM's default family
+# starts at 0.3 s (vllm/v1/metrics/buckets.py REQUEST_LATENCY_BUCKETS), which cannot count an item within 100 ms.
+ITEM_LATENCY_BUCKETS_SECONDS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+)  # fmt: skip
+
+LatencySli = Literal["ttft", "duration", "item"]
 Severity = Literal["page", "ticket"]
 SEVERITIES: tuple[Severity, ...] = ("page", "ticket")
 
@@ -127,7 +137,7 @@ class LatencySlo:
         """A matcher of the threshold bucket's `le` label: Prometheus 2 keeps the exposition's
         spelling (Envoy writes `100`, Python's client `1.0`), Prometheus 3 normalises to a float
         (`100.0`), so an integral boundary matches either."""
-        value = round(self.threshold_ms / 1000, 9) if self.sli == "ttft" else self.threshold_ms
+        value = self.threshold_ms if self.sli == "duration" else round(self.threshold_ms / 1000, 9)
         if value == int(value):
             return f'le=~"{int(value)}(\\\\.0)?"'
         return f'le="{value:g}"'
@@ -153,6 +163,8 @@ def buckets_ms(sli: LatencySli) -> tuple[float, ...]:
     """The histogram boundaries, in milliseconds, a latency target of this kind is counted at."""
     if sli == "ttft":
         return tuple(round(b * 1000, 6) for b in VLLM_TTFT_BUCKETS_SECONDS)
+    if sli == "item":
+        return tuple(round(b * 1000, 6) for b in ITEM_LATENCY_BUCKETS_SECONDS)
     return ISTIO_DURATION_BUCKETS_MS
 
 
@@ -312,14 +324,21 @@ def tier_rules(slo: SloPlan, labels: dict[str, str]) -> list[dict[str, Any]]:
     return rules
 
 
+# The vLLM histogram a latency objective counts, where vLLM's is the one: each request's first token, each item.
+VLLM_HISTOGRAM_OF: dict[LatencySli, str] = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "item": "vllm:e2e_request_latency_seconds",
+}
+
+
 def latency_error_ratio(slo: SloPlan, window: str) -> str:
     """Requests over the latency threshold, over requests, per version."""
     assert slo.latency is not None
     le = slo.latency.threshold_le
-    if slo.latency.sli == "ttft":
-        sel = _vllm(slo)
-        fast = f"sum by (model_version) (rate(vllm:time_to_first_token_seconds_bucket{{{sel}, {le}}}[{window}]))"
-        total = f"sum by (model_version) (rate(vllm:time_to_first_token_seconds_count{{{sel}}}[{window}]))"
+    if slo.latency.sli in VLLM_HISTOGRAM_OF:
+        sel, histogram = _vllm(slo), VLLM_HISTOGRAM_OF[slo.latency.sli]
+        fast = f"sum by (model_version) (rate({histogram}_bucket{{{sel}, {le}}}[{window}]))"
+        total = f"sum by (model_version) (rate({histogram}_count{{{sel}}}[{window}]))"
         return f"1 - ({fast} / {total})"
     sel = f'{_istio(slo)}, response_code!~"5.."'
     fast = f"sum by (destination_version) (rate(istio_request_duration_milliseconds_bucket{{{sel}, {le}}}[{window}]))"
@@ -382,7 +401,11 @@ def burn_alert(
 
 
 def latency_description(latency: LatencySlo) -> str:
-    what = "time to first token (vLLM)" if latency.sli == "ttft" else "request duration (the server's sidecar, answered requests)"
+    what = {
+        "ttft": "time to first token (vLLM)",
+        "item": "each item's latency (vLLM: every input of a request is an item of its own)",
+        "duration": "request duration (the server's sidecar, answered requests)",
+    }[latency.sli]
     text = f"Latency SLO: {what} within {latency.threshold_ms:g} ms."
     if latency.threshold_ms != latency.target_ms:
         text += (
