@@ -11,6 +11,7 @@ import pulumi
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource
 from .serving import ServerObject, ServerPlan
+from .specs.chat_template import chat_template_config_map
 from .specs.pod import rollout_timeout_seconds
 
 
@@ -68,6 +69,12 @@ class ModelServer(pulumi.ComponentResource):
         }
         serving: list[pulumi.Resource] = []
         pods: list[pulumi.Resource] = []
+        # What the pods mount, whatever the backend: registered first, and waited for by the pods' object.
+        pod_config: list[pulumi.Resource] = []
+        template = chat_template_config_map(plan)
+        if template is not None:
+            pod_config.append(register(name, ServerObject("chat-template", template, "plain"), options["plain"]))
+            options["pods"] = pulumi.ResourceOptions.merge(options["pods"], pulumi.ResourceOptions(depends_on=pod_config))
         for obj in plan.backend.server_objects(plan):
             if obj.role == "autoscaler":
                 # It scales the pods' object, with metrics from the backend's machinery.

@@ -17,6 +17,7 @@ from decimal import Decimal
 
 from platform_config.adapters import adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
 from platform_config.capacity import batch_queue_rows, show_amount
+from platform_config.chat_templates import served_template
 from platform_config.checks import batch_gpu_request, batch_shards, run_peak_checks
 from platform_config.cold_start import (
     cold_start,
@@ -142,6 +143,7 @@ def _server(
         else None,
         endpoint_picker=endpoint_picker_plan(config, model, version_name),
         registry_entry=registry.entry(model.name, version_name) if registry is not None else None,
+        chat_template=served_template(version.chat_template),
         cold_start=start,
         startup_budget_seconds=startup_budget_seconds(start),
         progress_deadline_seconds=progress_deadline(start, node_provision_seconds),

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from platform_config.adapters import LoraLimits
 from platform_config.capacity import BatchQueueRow
+from platform_config.chat_templates import ServedTemplate
 from platform_config.cold_start import ColdStart, streams_weights
 from platform_config.errors import ConfigIssue
 from platform_config.models import (
@@ -301,6 +302,8 @@ class ServerPlan:
     admission: ServerAdmission | None = None
     # The MLflow registry version its weights were resolved from, when the stack names one (`source.mlflow`).
     registry_entry: RegistryEntry | None = None
+    # The chat template (and default system prompt) its servers apply, when the version names one.
+    chat_template: ServedTemplate | None = None
     # Its expected cold start on its pool (platform_config/cold_start.py), which its startup probe's budget follows.
     cold_start: ColdStart | None = None
     # What its startup probe allows (platform_config/cold_start.startup_budget_seconds); None: without a cold start.

@@ -40,6 +40,7 @@ from .capacity import (
     production_budget,
     show_amount,
 )
+from .chat_templates import TemplateProblem, read_chat_template
 from .cold_start import (
     S3_STREAM,
     cold_start,
@@ -659,6 +660,23 @@ def check_registry_lock(config: PlatformConfig) -> Iterator[ConfigIssue]:
             f"is required in production: {', '.join(named)} name versions in the MLflow registry; preview live and "
             "commit <out>/registry-resolution.json (e.g. as stacks/Pulumi.<stack>.registry.json), then set lockFile to it",
         )
+
+
+def check_chat_templates(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A version's chat template is a committed file that matches its pin, on a server that answers chat: an embeddings
+    server (`--runner pooling`) applies none."""
+    for m_index, model in enumerate(config.models):
+        for v_index, version in enumerate(model.versions):
+            template = version.chat_template
+            if template is None:
+                continue
+            here = ("models", m_index, "versions", v_index, "chatTemplate")
+            if effective_profile(config, model).runner == "pooling":
+                yield ConfigIssue(here, f"profile {model.profile!r} serves embeddings: no chat request reaches a template")
+                continue
+            read = read_chat_template(template)
+            if isinstance(read, TemplateProblem):
+                yield ConfigIssue((*here, read.key), read.message)
 
 
 def check_serving_aliases_are_not_read(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -1392,6 +1410,7 @@ CHECKS: list[Check] = [
     check_s3_weights_need_eks,
     check_registry_sources,
     check_serving_aliases_are_not_read,
+    check_chat_templates,
     check_weights_cache_fits_the_node_disk,
     check_weight_mirror_needs_eks,
     check_streamed_weights_come_from_s3,

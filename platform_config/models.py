@@ -880,6 +880,30 @@ DECLARED_ARCHITECTURE_KEYS = (
 )
 
 
+# A chat template in the project: a .jinja file under templates/, no hidden or parent segment.
+CHAT_TEMPLATE_FILE_PATTERN = re.compile(r"templates/(?:[A-Za-z0-9_-][\w.-]*/)*[A-Za-z0-9_-][\w.-]*\.jinja")
+
+
+class ChatTemplate(ConfigModel):
+    """The chat template a version's server applies to chat requests (vLLM's `--chat-template`): how messages become
+    the prompt, and the system prompt it writes where a request has none. A file committed in the project, pinned by
+    its SHA-256: a new template (or system prompt) is a new version of the model with the same weights, canaried and
+    promoted like any version (header override, sticky users), and the pull request's diff shows the file, the pin
+    and every server it changes."""
+
+    file: Annotated[
+        str,
+        _full_match(
+            CHAT_TEMPLATE_FILE_PATTERN,
+            "is not a .jinja file under templates/ in the project, e.g. templates/summarizer/concise-v2.jinja",
+            max_length=256,
+        ),
+    ]
+    """The template, relative to the project, e.g. `templates/summarizer/concise-v2.jinja`."""
+    sha256: Annotated[str, _full_match(r"[0-9a-f]{64}", "is not a SHA-256 in lower-case hex (`sha256sum <file>`)")]
+    """The file's SHA-256: a template that changes without this pin changing is refused."""
+
+
 class ModelVersion(ConfigModel):
     name: VersionName
     """Version name (a DNS label of at most 12 characters)."""
@@ -892,6 +916,8 @@ class ModelVersion(ConfigModel):
     architecture: ModelArchitecture | None = None
     """The version's architecture where its weights are another model's (a new base, a different size), over the
     model's `architecture`."""
+    chat_template: ChatTemplate | None = None
+    """The chat template (and default system prompt) its server applies; none: the one the weights ship with."""
 
 
 class StepOverride(ConfigModel):

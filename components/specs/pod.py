@@ -19,6 +19,7 @@ from platform_config.pins import AWS_CLI
 from platform_config.quantity import parse_quantity
 
 from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, VLLM_PORT, standard_labels
+from .chat_template import chat_template_annotations, chat_template_args, chat_template_volumes
 from .pod_parts import RUN_AS, container_security_context, draining_sidecar_annotations
 from .slo_rules import ITEM_LATENCY_BUCKETS_SECONDS
 from .tenancy import POD_IDENTITY_AGENT_CIDRS
@@ -155,7 +156,7 @@ def vllm_args(plan: ServerPlan) -> list[str]:
         # Several request tiers share this server: serve by the priority the gateway writes
         # into each request (lower first).
         out += ["--scheduling-policy", "priority"]
-    return out + lora_args(plan) + tuning_args(plan.args)
+    return out + chat_template_args(plan) + lora_args(plan) + tuning_args(plan.args)
 
 
 # --- LoRA adapters -------------------------------------------------------------------------
@@ -409,7 +410,8 @@ def _volumes(plan: ServerPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
-    return volumes, mounts
+    template_volumes, template_mounts = chat_template_volumes(plan)
+    return volumes + template_volumes, mounts + template_mounts
 
 
 # emptyDirs besides the weights cache: HOME (compile caches) and /tmp.
@@ -554,6 +556,7 @@ EXCLUDE_OUTBOUND_ANNOTATION = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
 def pod_annotations(plan: ServerPlan) -> dict[str, str]:
     return {
         **registry_annotations(plan),
+        **chat_template_annotations(plan),
         **mirror_annotations(plan),
         **adapter_annotations(plan),
         # Istio merges these app metrics into the sidecar's plaintext metrics endpoint, so
