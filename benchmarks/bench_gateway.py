@@ -83,9 +83,11 @@ def measure(rounds: int, sizes: dict[str, int], most: int = 500) -> list[tuple[s
     """Per size and case, each variant's median Envoy CPU per request; a batch is at most `most`
     requests (and about 8 MiB of bodies, at least 40 requests)."""
     manifests = Evaluated(raw_stack("prod")).manifests()
-    ports = dict(zip(VARIANTS, real_envoy.free_ports(len(VARIANTS)), strict=True))
+    ports: dict[str, int] = {}
 
     def hook(config: dict[str, Any]) -> None:
+        # Ports of their own at each start (the gateway starts again if another process took one first).
+        ports.update(zip(VARIANTS, real_envoy.free_ports(len(VARIANTS)), strict=True))
         serving = next(
             lis["address"]["socket_address"]["port_value"]
             for lis in config["static_resources"]["listeners"]

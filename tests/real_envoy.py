@@ -363,43 +363,56 @@ def running_gateway(
     upstreams.start()
     host = gateway_host(objects)
     built = istio_gateway.listeners(objects, CHART_LISTENER_PORTS)
+    serving = [
+        s["port"]["number"] for g in objects.gateways for s in g["spec"]["servers"] if not s.get("tls", {}).get("httpsRedirect")
+    ]
     with tempfile.TemporaryDirectory(prefix="real-envoy-") as work:
         directory = Path(work)
-        admin, *ports = free_ports(1 + len(built))
-        bound = {listener.number: port for listener, port in zip(built, ports, strict=True)}
         mesh = certificates(directory / "gateway", host, GATEWAY_SPIFFE_ID)
         intruder = certificates(
             directory / "intruder", host, INTRUDER_SPIFFE_ID, ca=(Path(mesh.mesh_ca), directory / "gateway" / "ca.key")
         )
-        config = istio_gateway.bootstrap(
-            objects,
-            jwks=jwks(),
-            listener_ports=CHART_LISTENER_PORTS,
-            bound=bound,
-            admin_port=admin,
-            upstreams={n: upstreams.address(n) for n in names},
-            certificates=mesh,
-        )
-        if bootstrap_hook is not None:
-            bootstrap_hook(config)
-        process, log_path = _start_envoy(istio_gateway.to_json(config), directory)
-        serving = [
-            s["port"]["number"]
-            for g in objects.gateways
-            for s in g["spec"]["servers"]
-            if not s.get("tls", {}).get("httpsRedirect")
-        ]
-        gateway = Gateway(
-            process, admin, bound, CHART_LISTENER_PORTS, upstreams, log_path, host, mesh, intruder,
-            tls_listeners=frozenset(listener.number for listener in built if listener.tls),
-            default_server_port=max(serving),
-        )  # fmt: skip
         try:
-            _wait_ready(gateway)
-            yield gateway
+            # A port found free can be taken by another process of the run before Envoy binds it: then Envoy exits
+            # with "Address already in use", and starts again on other ports (the hook is asked again too).
+            for attempt in range(START_ATTEMPTS):
+                admin, *ports = free_ports(1 + len(built))
+                bound = {listener.number: port for listener, port in zip(built, ports, strict=True)}
+                config = istio_gateway.bootstrap(
+                    objects,
+                    jwks=jwks(),
+                    listener_ports=CHART_LISTENER_PORTS,
+                    bound=bound,
+                    admin_port=admin,
+                    upstreams={n: upstreams.address(n) for n in names},
+                    certificates=mesh,
+                )
+                if bootstrap_hook is not None:
+                    bootstrap_hook(config)
+                process, log_path = _start_envoy(istio_gateway.to_json(config), directory)
+                gateway = Gateway(
+                    process, admin, bound, CHART_LISTENER_PORTS, upstreams, log_path, host, mesh, intruder,
+                    tls_listeners=frozenset(listener.number for listener in built if listener.tls),
+                    default_server_port=max(serving),
+                )  # fmt: skip
+                try:
+                    _wait_ready(gateway)
+                    break
+                except RuntimeError:
+                    stop(process)
+                    if attempt + 1 == START_ATTEMPTS or ADDRESS_IN_USE not in log_path.read_text(errors="replace"):
+                        raise
+            try:
+                yield gateway
+            finally:
+                stop(process)
         finally:
-            stop(process)
             upstreams.stop()
+
+
+# Starts of a gateway Envoy whose ports another process took first, before giving up; what its log says then.
+START_ATTEMPTS = 3
+ADDRESS_IN_USE = "Address already in use"
 
 
 def _start_envoy(config: str, directory: Path) -> tuple[subprocess.Popen[bytes], Path]:

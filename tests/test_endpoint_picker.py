@@ -658,14 +658,15 @@ def test_the_epp_reads_server_metrics_from_their_sidecars(plan):
     staleness = detector["parameters"]["metricsStalenessThreshold"]
     assert milliseconds(staleness) == 4 * milliseconds(source["parameters"]["interval"])
     # The servers' sidecars merge vLLM's metrics: their pods name vLLM's port and path.
-    # All pod_annotations reads: the drain, the registry entry (none: a version pinned in the stack), the weight
-    # mirror's source (none), whether its pool lets the autoscaler remove the node (not here: no volumes to name) and
-    # the LoRA adapters (none).
+    # All pod_annotations reads: the drain, the registry entry (none: a version pinned in the stack), its chat
+    # template (none), the weight mirror's source (none), whether its pool lets the autoscaler remove the node (not here:
+    # no volumes to name) and the LoRA adapters (none).
     server = cast(
         Any,
         SimpleNamespace(
             drain=SimpleNamespace(grace_seconds=600),
             registry_entry=None,
+            chat_template=None,
             mirrored_from=None,
             evictable_local_volumes=False,
             lora=None,
