@@ -2,13 +2,14 @@
 
 vLLM 0.33.0 reads `--chat-template` as a file path with `open()` (vllm/renderers/chat_utils/chat_template.py
 _load_chat_template), so a server mounts the content (a ConfigMap, components/specs/chat_template.py) and names the
-file. What is read here is bounded: a regular file of at most MAX_TEMPLATE_BYTES, UTF-8 without NUL, whose SHA-256 is
-the pin.
+file. What is read here is bounded: a regular file of templates/ (no link on its path) of at most MAX_TEMPLATE_BYTES,
+UTF-8 without NUL, whose SHA-256 is the pin.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,17 +30,35 @@ class TemplateProblem:
 
 
 def read_chat_template(template: ChatTemplate, project_dir: Path = PROJECT_DIR) -> str | TemplateProblem:
-    """The template's text, or what keeps it from being served."""
-    path = project_dir / template.file
+    """The template's text, or what keeps it from being served. Read without following a link anywhere on its path
+    (a linked folder would lead out of templates/), without blocking on what is not a regular file."""
+    project = project_dir.resolve()
+    path = project / template.file
     try:
-        info = path.lstat()
-    except OSError:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
         return TemplateProblem("file", f"{template.file}: no such file in the project (commit it beside the stack files)")
-    if not stat.S_ISREG(info.st_mode):
-        return TemplateProblem("file", f"{template.file}: not a regular file (a link or a folder is not read)")
-    if info.st_size > MAX_TEMPLATE_BYTES:
-        return TemplateProblem("file", f"{template.file}: {info.st_size} bytes, more than a chat template's {MAX_TEMPLATE_BYTES}")
-    data = path.read_bytes()[: MAX_TEMPLATE_BYTES + 1]
+    if real != path:
+        return TemplateProblem("file", f"{template.file}: not a regular file of templates/ (a link on its path is not followed)")
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        return TemplateProblem("file", f"{template.file}: cannot be read ({error.strerror})")
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            return TemplateProblem("file", f"{template.file}: not a regular file (a folder, a pipe or a device is not read)")
+        if info.st_size > MAX_TEMPLATE_BYTES:
+            return TemplateProblem(
+                "file", f"{template.file}: {info.st_size} bytes, more than a chat template's {MAX_TEMPLATE_BYTES}"
+            )
+        data = os.read(handle, MAX_TEMPLATE_BYTES + 1)
+    except OSError as error:
+        return TemplateProblem("file", f"{template.file}: cannot be read ({error.strerror})")
+    finally:
+        os.close(handle)
+    if len(data) > MAX_TEMPLATE_BYTES:
+        return TemplateProblem("file", f"{template.file}: more than a chat template's {MAX_TEMPLATE_BYTES} bytes")
     digest = hashlib.sha256(data).hexdigest()
     if digest != template.sha256:
         return TemplateProblem(

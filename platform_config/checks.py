@@ -700,6 +700,20 @@ def check_serving_aliases_are_not_read(config: PlatformConfig) -> Iterator[Confi
                 "deploy moves that alias to what it served, so a source may not read it; name the version, or an alias "
                 "the model's authors set (e.g. champion)",
             )
+    # One alias names one version: a registered model two releases take versions from (two models, a model and an
+    # adapter) could be asked for two stable versions at once, which only the deploy's last step would find.
+    first: dict[str, tuple[tuple[str | int, ...], str]] = {}
+    for key, reference in read:
+        m_index, kind, index = key[1], key[2], key[3]
+        assert isinstance(m_index, int) and isinstance(index, int)
+        unit = models[m_index].name if kind == "versions" else f"{models[m_index].name}/{models[m_index].adapters[index].name}"
+        held = first.setdefault(reference.model, (key, unit))
+        if held[1] != unit:
+            yield ConfigIssue(
+                key[:-1] + ("model",),
+                f"registered model {reference.model!r} is {held[1]}'s too ({format_key(held[0][:-1])}): with "
+                "registry.servingAliases each model and adapter takes its versions from a registered model of its own",
+            )
 
 
 def check_weights_cache_fits_the_node_disk(config: PlatformConfig) -> Iterator[ConfigIssue]:

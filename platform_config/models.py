@@ -673,8 +673,9 @@ class TenantConfig(ConfigModel):
 
 
 # MLflow's own rule for an alias (mlflow/utils/validation.py `_validate_model_alias_name` at
-# v3.17.2): letters, digits, '_' and '-'; never `latest` nor `v<digits>`, which name versions.
-_MLFLOW_ALIAS = re.compile(r"(?!latest$)(?![vV]\d+$)[A-Za-z0-9_-]{1,255}")
+# v3.17.2): letters, digits, '_' and '-'; never `latest` in any case (`_validate_model_alias_name_reserved`
+# compares it lower-cased) nor `v<digits>`, which name versions.
+_MLFLOW_ALIAS = re.compile(r"(?!(?i:latest)$)(?![vV]\d+$)[A-Za-z0-9_-]{1,255}")
 # Where a lock file lives: a .json file in the stack files' folder, named relative to the project.
 LOCK_FILE_PATTERN = re.compile(r"stacks/(?!\.)[\w.-]+\.json")
 _ALIAS_MESSAGE = "is not an MLflow alias: letters, digits, '_' and '-' (not 'latest' or 'v<n>')"
@@ -1701,8 +1702,9 @@ class RegistryConfig(ConfigModel):
     """The registry versions this stack may deploy: a live preview's `registry-resolution.json`, committed beside the
     stack file (`stacks/`, e.g. `stacks/Pulumi.prod.registry.json`). `pulumi up` resolves live and stops,
     naming the version's key, when the registry answers anything the file does not hold (a moved alias, a reference
-    it lacks), so a new registry version reaches the stack only through a reviewed change of this file; a preview
-    shows each difference in its report and fails. Required in production when a version or adapter names an
+    it lacks), so a new registry version reaches the stack only through a reviewed change of this file. A preview
+    resolves from this file (what `pulumi up` may deploy); `--registry-live` asks the registry instead and shows each
+    difference in its report and fails. Required in production when a version or adapter names an
     `mlflow` source."""
     serving_aliases: ServingAliases | None = None
     """The aliases the deploy moves so the registry shows what this environment serves (none: the registry is only

@@ -334,12 +334,15 @@ class LiveRegistry:
         self._refused_token(answer)
         if answer.status == 404:
             raise self._unusable(f"has no registered model {model!r}: {self._said(answer)}")
-        if answer.status == 400:  # MLflow's answer for an alias the model does not have
+        body = answer.body if isinstance(answer.body, dict) else {}
+        if answer.status == 400 and body.get("error_code") == "INVALID_PARAMETER_VALUE":
+            # An alias the model does not have (mlflow/store/model_registry/sqlalchemy_store.py get_model_version_by_alias).
             return None
-        version = answer.body.get("model_version") if isinstance(answer.body, dict) else None
-        if answer.status != 200 or not isinstance(version, dict) or not isinstance(version.get("version"), str):
+        version = body.get("model_version")
+        number = version.get("version") if isinstance(version, dict) else None
+        if answer.status != 200 or not isinstance(number, str) or not number.isdigit() or len(number) > 18:
             raise self._unusable(f"answered something that is not a model version: {self._said(answer)}")
-        return str(version["version"])
+        return number
 
     def set_alias(self, model: str, alias: str, version: str) -> None:
         answer = self._call("POST", "registered-models/alias", {"name": model, "alias": alias, "version": version})

@@ -119,6 +119,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     aliases.add_argument(
         "--deployed", type=Path, required=True, help="the stack's outputs as deployed (`pulumi stack output --json`)"
     )
+    aliases.add_argument(
+        "--previous",
+        type=Path,
+        help="the stack's outputs before this deploy: the registered models it took versions from then and no longer "
+        "does lose the serving aliases too",
+    )
     aliases.add_argument("--dry-run", action="store_true", help="print the moves, change nothing in the registry")
     return parser.parse_args(argv)
 
@@ -363,7 +369,8 @@ def move_serving_aliases(args: argparse.Namespace) -> int:
             f"registry.trackingUri {settings.tracking_uri!r} is plain http to another host: {REGISTRY_TOKEN_ENV} would "
             "cross the network in clear"
         )
-    wanted = wanted_aliases(outputs, config)
+    previous = read_outputs(args.previous, "--previous") if args.previous is not None else None
+    wanted = wanted_aliases(outputs, config, previous)
     moves = move_aliases(LiveRegistry(settings.tracking_uri, settings, token), wanted, write=not args.dry_run)
     for move in moves:
         print(move.text())

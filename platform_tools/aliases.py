@@ -86,16 +86,38 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _registry_entry(entries: Mapping[str, Any], model: str, name: str) -> tuple[str, str] | None:
-    """(registered model, registry version) of one of the model's entries, None when it is pinned in the stack file."""
+def _registry_entry(entries: Mapping[str, Any], model: str, name: str, from_registry: bool) -> tuple[str, str] | None:
+    """(registered model, registry version) of one of the model's entries; None for weights pinned in the stack file.
+    An entry the stack file takes from the registry but the outputs lack (or record as pinned) is not this stack file
+    deployed: refused, never read as "no version" (that would remove the version's aliases)."""
     where = f"{REGISTRY_OUTPUT}.models.{model}.{name}"
     entry = _mapping(entries.get(name, {}), where)
     if entry.get("source") != "registry":
+        if from_registry:
+            raise AliasInputError(f"the stack output {where} is not the registry version the stack file names: deploy it first")
         return None
     registered, version = entry.get("registeredModel"), entry.get("registryVersion")
     if not isinstance(registered, str) or not registered or not isinstance(version, str) or not version.isdigit():
         raise AliasInputError(f"the stack output {where} has no registeredModel and registryVersion (a version number)")
     return registered, version
+
+
+def _release(value: Any, where: str, declared: set[str]) -> Mapping[str, Any]:
+    """A deployed release whose versions the stack file declares: {stable, canary (or None), canaryWeight 0-100}."""
+    release = _mapping(value, where)
+    stable, canary, weight = release.get("stable"), release.get("canary"), release.get("canaryWeight")
+    if (
+        stable not in declared
+        or not (canary is None or canary in declared)
+        or isinstance(weight, bool)
+        or not isinstance(weight, int)
+        or not 0 <= weight <= 100
+    ):
+        raise AliasInputError(
+            f"the stack output {where} is not a release of the stack file's versions ({', '.join(sorted(declared))}): "
+            "deploy this stack file first"
+        )
+    return release
 
 
 def _units(outputs: Mapping[str, Any], config: PlatformConfig) -> list[_Unit]:
@@ -107,34 +129,56 @@ def _units(outputs: Mapping[str, Any], config: PlatformConfig) -> list[_Unit]:
     for model in config.models:
         if model.name not in releases:
             raise AliasInputError(f"the stack output {RELEASES_OUTPUT} has no {model.name!r}: deploy this stack file first")
-        release = _mapping(releases[model.name], f"{RELEASES_OUTPUT}.{model.name}")
+        where = f"{RELEASES_OUTPUT}.{model.name}"
+        release = _release(releases[model.name], where, {v.name for v in model.versions})
         entries = _mapping(by_model.get(model.name, {}), f"{REGISTRY_OUTPUT}.models.{model.name}")
-        found = {v.name: _registry_entry(entries, model.name, v.name) for v in model.versions}
+        found = {v.name: _registry_entry(entries, model.name, v.name, v.source.mlflow is not None) for v in model.versions}
         units.append(_Unit(model.name, release, {name: entry for name, entry in found.items() if entry is not None}))
-        adapter_releases = _mapping(release.get("adapters") or {}, f"{RELEASES_OUTPUT}.{model.name}.adapters")
+        adapter_releases = _mapping(release.get("adapters") or {}, f"{where}.adapters")
         for adapter in model.adapters:
-            if adapter.versions is None or adapter.name not in adapter_releases:
-                continue  # one `source`: no release, nothing that moves
+            who = f"{model.name}/{adapter.name}"
+            if adapter.versions is None:
+                # One `source`, served whenever the model is: its only revision is always the stable one.
+                assert adapter.source is not None
+                entry = _registry_entry(entries, model.name, adapter.name, adapter.source.mlflow is not None)
+                one = {"stable": adapter.name, "canary": None, "canaryWeight": 0}
+                units.append(_Unit(who, one, {adapter.name: entry} if entry is not None else {}))
+                continue
             revisions = {
-                v.name: _registry_entry(entries, model.name, module_name(adapter.name, v.name)) for v in adapter.versions
+                v.name: _registry_entry(entries, model.name, module_name(adapter.name, v.name), v.source.mlflow is not None)
+                for v in adapter.versions
             }
+            declared = {v.name for v in adapter.versions}
             units.append(
                 _Unit(
-                    f"{model.name}/{adapter.name}",
-                    _mapping(adapter_releases[adapter.name], f"{RELEASES_OUTPUT}.{model.name}.adapters.{adapter.name}"),
+                    who,
+                    _release(adapter_releases.get(adapter.name), f"{where}.adapters.{adapter.name}", declared),
                     {name: entry for name, entry in revisions.items() if entry is not None},
                 )
             )
     return units
 
 
-def wanted_aliases(outputs: Any, config: PlatformConfig) -> list[WantedAlias]:
+def _registered_models(outputs: Mapping[str, Any] | None) -> set[str]:
+    """Every registered model a stack's `modelRegistry` output names (none without one)."""
+    registry = outputs.get(REGISTRY_OUTPUT) if isinstance(outputs, Mapping) else None
+    models = registry.get("models") if isinstance(registry, Mapping) else None
+    found: set[str] = set()
+    for entries in (models or {}).values() if isinstance(models, Mapping) else ():
+        for entry in entries.values() if isinstance(entries, Mapping) else ():
+            if isinstance(entry, Mapping) and entry.get("source") == "registry" and isinstance(entry.get("registeredModel"), str):
+                found.add(entry["registeredModel"])
+    return found
+
+
+def wanted_aliases(outputs: Any, config: PlatformConfig, previous: Any = None) -> list[WantedAlias]:
     """Every serving alias of every registered model the deployed stack takes versions from, as the deploy left it,
-    in a stable order; none when the stack has no serving aliases or no registry version. AliasInputError for outputs
-    that are not this stack's as deployed, or that want one alias on two versions."""
+    and of those the stack took versions from before (`previous`: its outputs before this deploy), which it no longer
+    does: on none. In a stable order; none when the stack has no serving aliases. AliasInputError for outputs that are
+    not this stack file's as deployed, or that want one alias on two versions."""
     aliases = config.registry.serving_aliases
     outputs = _mapping(outputs, "(all of them)")
-    if aliases is None or outputs.get(REGISTRY_OUTPUT) is None:
+    if aliases is None:
         return []
     wanted: dict[tuple[str, str], WantedAlias] = {}
 
@@ -150,12 +194,9 @@ def wanted_aliases(outputs: Any, config: PlatformConfig) -> list[WantedAlias]:
         if held is None or held.version is None:
             wanted[key] = item
 
-    for unit in _units(outputs, config):
-        stable, canary, weight = unit.release.get("stable"), unit.release.get("canary"), unit.release.get("canaryWeight")
-        if not isinstance(stable, str) or not (canary is None or isinstance(canary, str)) or not isinstance(weight, int):
-            raise AliasInputError(
-                f"the stack output {RELEASES_OUTPUT} of {unit.who} is not a release {{stable, canary, canaryWeight}}"
-            )
+    units = _units(outputs, config) if outputs.get(REGISTRY_OUTPUT) is not None else []
+    for unit in units:
+        stable, canary, weight = unit.release["stable"], unit.release["canary"], unit.release["canaryWeight"]
         serving = {
             aliases.stable: (unit.entries.get(stable), f"{unit.who}/{stable}, stable"),
             aliases.canary: (
@@ -170,6 +211,9 @@ def wanted_aliases(outputs: Any, config: PlatformConfig) -> list[WantedAlias]:
                     want(WantedAlias(registered, alias, entry[1], shown))
                 else:
                     want(WantedAlias(registered, alias, None, f"{unit.who}: {gone[alias]}"))
+    for registered in sorted(_registered_models(previous) - {r for r, _ in wanted}):
+        for alias in (aliases.stable, aliases.canary):
+            want(WantedAlias(registered, alias, None, "the stack no longer takes versions from it"))
     return [wanted[key] for key in sorted(wanted)]
 
 

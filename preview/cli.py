@@ -352,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         stack_config = progress.run("reading stack config", lambda: load_stack_config(project, args.stack, args.config_file))
         if args.registry_file is not None and args.registry_live:
             raise StackConfigError("--registry-file and --registry-live: give one (a recording, or the live registry)")
-        if args.registry_file is None and not args.registry_live:
+        # A recording named in the environment (the program's own variable) wins over the lock, as it would under the
+        # program alone; --registry-live over both.
+        if args.registry_file is None and not args.registry_live and not os.environ.get(REGISTRY_FILE_ENV):
             args.registry_file = committed_lock(project_dir, stack_config)
     except (StackConfigError, PolicyPackError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -395,7 +397,8 @@ def _run(
     posture: tuple[Any, str],
     previous_cost: dict[str, Any] | None,
 ) -> int:
-    environment = _ProgramEnvironment({REGISTRY_FILE_ENV: str(args.registry_file)} if args.registry_file else {})
+    recording_file = str(args.registry_file) if args.registry_file else "" if args.registry_live else None
+    environment = _ProgramEnvironment({REGISTRY_FILE_ENV: recording_file} if recording_file is not None else {})
     try:
         with environment:
             evaluation = progress.run(

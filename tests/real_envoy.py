@@ -389,7 +389,10 @@ def running_gateway(
                 )
                 if bootstrap_hook is not None:
                     bootstrap_hook(config)
-                process, log_path = _start_envoy(istio_gateway.to_json(config), directory)
+                # A log of its own per start: an earlier start's "Address already in use" is not this one's.
+                started = directory / f"start-{attempt}"
+                started.mkdir()
+                process, log_path = _start_envoy(istio_gateway.to_json(config), started)
                 gateway = Gateway(
                     process, admin, bound, CHART_LISTENER_PORTS, upstreams, log_path, host, mesh, intruder,
                     tls_listeners=frozenset(listener.number for listener in built if listener.tls),

@@ -40,9 +40,11 @@ def test_staging_serves_its_rag_template_from_a_config_map_that_chat_template_na
     text = (ROOT / TEMPLATE).read_text()
     digest = hashlib.sha256(text.encode()).hexdigest()
     (config_map,) = [
-        m for m in run.manifests() if m["kind"] == "ConfigMap" and m["metadata"]["name"] == "rag-answerer-v1-chat-template"
+        m
+        for m in run.manifests()
+        if m["kind"] == "ConfigMap" and m["metadata"]["name"] == "rag-answerer-v1-chat-template-a6f7177f62"
     ]
-    assert config_map["metadata"]["namespace"] == "team-search"
+    assert config_map["metadata"]["namespace"] == "team-search" and config_map["immutable"] is True
     assert config_map["data"] == {"chat-template.jinja": text}
     (deployment,) = [m for m in run.manifests() if m["kind"] == "Deployment" and m["metadata"]["name"] == "rag-answerer-v1"]
     pod = deployment["spec"]["template"]
@@ -50,7 +52,7 @@ def test_staging_serves_its_rag_template_from_a_config_map_that_chat_template_na
     at = vllm["args"].index("--chat-template")
     assert vllm["args"][at + 1] == "/etc/vllm/chat-template/chat-template.jinja"
     assert {"name": "chat-template", "mountPath": "/etc/vllm/chat-template", "readOnly": True} in vllm["volumeMounts"]
-    assert {"name": "chat-template", "configMap": {"name": "rag-answerer-v1-chat-template"}} in pod["spec"]["volumes"]
+    assert {"name": "chat-template", "configMap": {"name": "rag-answerer-v1-chat-template-a6f7177f62"}} in pod["spec"]["volumes"]
     assert pod["metadata"]["annotations"]["inference.platform/chat-template"] == f"{TEMPLATE}@sha256:{digest}"
     # Servers of versions without a template keep the one their weights ship with.
     (summarizer,) = [m for m in run.manifests() if m["kind"] == "Deployment" and m["metadata"]["name"] == "summarizer-v1"]
@@ -100,7 +102,7 @@ def test_a_new_prompt_is_a_version_canaried_with_the_release_and_shown_against_t
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     # The canary's servers get the new template, under the same weights.
-    (config_map,) = [m for m in run.manifests() if m["metadata"]["name"] == "rag-answerer-v2-chat-template"]
+    (config_map,) = [m for m in run.manifests() if m["metadata"]["name"] == "rag-answerer-v2-chat-template-" + digest[:10]]
     assert config_map["data"]["chat-template.jinja"] == (ROOT / file).read_text()
     # Its routes: the release's override header pins a tester to v2, and 10 of 100 user buckets stick to it.
     (service,) = [m for m in run.manifests() if m["kind"] == "VirtualService" and m["metadata"]["name"] == "rag-answerer"]
@@ -156,10 +158,19 @@ def test_a_link_an_oversized_file_or_an_embeddings_server_is_refused(tmp_path):
     try:
         link = folder / "link.jinja"
         os.symlink(ROOT / TEMPLATE, link)
+        # A linked folder leads out of templates/: a file through it is refused before it is read.
+        (tmp_path / "x.jinja").write_text("{{ messages }}")
+        (folder / "elsewhere").symlink_to(tmp_path, target_is_directory=True)
+        through = folder / "elsewhere" / "x.jinja"
+        pipe = folder / "pipe.jinja"
+        os.mkfifo(pipe)  # read, it would block the preview
         big = folder / "big.jinja"
         big.write_text("x" * (MAX_TEMPLATE_BYTES + 1))
+        linked = "not a regular file of templates/ (a link on its path is not followed)"
         for path, said in (
-            (link, "not a regular file"),
+            (link, linked),
+            (through, linked),
+            (pipe, "not a regular file (a folder, a pipe or a device is not read)"),
             (big, f"{MAX_TEMPLATE_BYTES + 1} bytes, more than a chat template's {MAX_TEMPLATE_BYTES}"),
         ):
             relative = path.relative_to(ROOT).as_posix()

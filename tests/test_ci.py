@@ -130,7 +130,9 @@ def test_deploy_workflow_staging_before_prod_behind_reviewers():
         # Then the registry's serving aliases follow what that up deployed.
         (moved,) = [s for s in jobs[name]["steps"] if "platform_tools aliases" in s.get("run", "")]
         assert jobs[name]["steps"].index(pulumi) < jobs[name]["steps"].index(moved)
-        assert f"aliases {name} --deployed build/deployed-outputs.json" in moved["run"]
+        # The outputs from before the up (the previous-releases step's) say which registered models it no longer uses.
+        assert f"aliases {name} --deployed build/deployed-outputs.json --previous build/stack-outputs.json" in moved["run"]
+        assert jobs[name]["steps"].index(previous) < jobs[name]["steps"].index(moved)
         assert "pulumi stack output --json" in moved["run"] and moved["env"]["STACK"].endswith(f"/{name}")
 
 

@@ -1,7 +1,7 @@
-"""A version's chat template on its servers (pure functions): a ConfigMap holding the file, mounted read-only into
-the vLLM container, which `--chat-template` names (vLLM 0.33.0 reads the argument as a path with `open()`:
-vllm/renderers/chat_utils/chat_template.py _load_chat_template). The pods carry the template's file and SHA-256, so a
-new template rolls them and `kubectl describe` shows which one serves."""
+"""A version's chat template on its servers (pure functions): an immutable ConfigMap named after its content,
+holding the file, mounted read-only into the vLLM container, which `--chat-template` names (vLLM 0.33.0 reads the
+argument as a path with `open()`: vllm/renderers/chat_utils/chat_template.py _load_chat_template). The pods carry the
+template's file and SHA-256, so a new template rolls them and `kubectl describe` shows which one serves."""
 
 from __future__ import annotations
 
@@ -17,7 +17,11 @@ ANNOTATION_CHAT_TEMPLATE = "inference.platform/chat-template"
 
 
 def config_map_name(plan: ServerPlan) -> str:
-    return f"{plan.name}-chat-template"
+    """Named after its content, and immutable: an edited template is a new ConfigMap and rolls the pods onto it, never
+    a changed one under pods that started with the old text (an old pod restarting mid-rollout keeps its own)."""
+    template = plan.chat_template
+    assert template is not None
+    return f"{plan.name}-chat-template-{template.sha256[:10]}"
 
 
 def chat_template_config_map(plan: ServerPlan) -> dict[str, Any] | None:
@@ -34,6 +38,7 @@ def chat_template_config_map(plan: ServerPlan) -> dict[str, Any] | None:
             "annotations": {ANNOTATION_CHAT_TEMPLATE: annotation_value(plan)},
         },
         "data": {TEMPLATE_KEY: template.text},
+        "immutable": True,
     }
 
 
