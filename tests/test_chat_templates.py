@@ -89,10 +89,10 @@ def test_a_new_prompt_is_a_version_canaried_with_the_release_and_shown_against_t
     model["versions"].append(v2)
     model["release"] = {"stable": "v1", "canary": "v2", "canaryWeight": 10}
     # Room for the canary's servers beside the stable version's.
-    next(p for p in raw["nodePools"] if p["name"] == "l4-dedicated")["maxSize"] = 9
+    next(p for p in raw["nodePools"] if p["name"] == "l4-dedicated")["maxSize"] = 15
     search = next(t for t in raw["tenants"] if t["name"] == "team-search")
-    search["quota"] |= {"gpu": 9, "cpu": "96", "memory": "300Gi", "pods": 40}
-    raw["cluster"]["eks"]["systemNodeGroup"]["maxSize"] = 10
+    search["quota"] |= {"gpu": 15, "cpu": "160", "memory": "500Gi", "pods": 64}
+    raw["cluster"]["eks"]["systemNodeGroup"]["maxSize"] = 14
     stack = write_stack(tmp_path, raw)
     out = tmp_path / "out"
     result = run_preview(
@@ -128,7 +128,7 @@ def with_template(template: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-KEY = "inference-platform:models[2].versions[0].chatTemplate"
+KEY = "inference-platform:models[4].versions[0].chatTemplate"
 
 
 def test_a_template_that_is_not_its_pin_is_refused_with_the_files_digest():
@@ -186,7 +186,7 @@ def test_a_link_an_oversized_file_or_an_embeddings_server_is_refused(tmp_path):
     embedder["versions"][0]["chatTemplate"] = {"file": TEMPLATE, "sha256": digest}
     (problem,) = config_problems(raw)
     assert problem == (
-        "inference-platform:models[3].versions[0].chatTemplate: profile 'embeddings' serves embeddings: no chat request "
+        "inference-platform:models[5].versions[0].chatTemplate: profile 'embeddings' serves embeddings: no chat request "
         "reaches a template"
     )
 

@@ -202,6 +202,8 @@ def test_mandatory_violation_fails_the_preview(tmp_path):
     assert {d["urn"].rsplit("::", 1)[-1] for d in diagnostics} == {
         "summarizer-v1-deployment",
         "summarizer-v2-deployment",
+        "assistant-v1-deployment",
+        "code-helper-v1-deployment",
         "rag-answerer-v1-deployment",
         "embedder-v1-deployment",
     }

@@ -744,6 +744,8 @@ def test_one_alias_wanted_on_two_versions_is_refused_and_outputs_of_another_regi
         "canaryReleases": {
             "summarizer": {"stable": "v1", "canary": "v2", "canaryWeight": 0, "adapters": {}},
             "labeller": {"stable": "v1", "canary": None, "canaryWeight": 0, "adapters": {}},
+            "assistant": {"stable": "v1", "canary": None, "canaryWeight": 0, "adapters": {}},
+            "code-helper": {"stable": "v1", "canary": None, "canaryWeight": 0, "adapters": {}},
             "rag-answerer": {"stable": "v1", "canary": None, "canaryWeight": 0, "adapters": {}},
             "embedder": {"stable": "v1", "canary": None, "canaryWeight": 0, "adapters": {}},
         },

@@ -313,7 +313,15 @@ def test_time_sliced_servers_plan_for_their_share_of_gpu_memory(staging):
 
 def test_canary_versions_run_as_their_own_servers(staging):
     names = {r["name"] for r in staging.of_type("inference-platform:model-server:ModelServer")}
-    assert {"summarizer-v1", "summarizer-v2", "labeller-v1", "rag-answerer-v1", "embedder-v1"} == names
+    assert {
+        "summarizer-v1",
+        "summarizer-v2",
+        "labeller-v1",
+        "assistant-v1",
+        "code-helper-v1",
+        "rag-answerer-v1",
+        "embedder-v1",
+    } == names
     v2 = container(staging.k8s("Deployment", "summarizer-v2", "team-a"))
     assert v2["args"][0] == "Qwen/Qwen2.5-1.5B-Instruct" and arg(v2["args"], "--max-model-len") == "4096"
 
