@@ -652,6 +652,16 @@ def deployed_outputs(stack: Path, folder: Path) -> Path:
     return path
 
 
+def in_process(capsys: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m platform_tools ...`'s main, run here (the same code as the process, without its start-up)."""
+    from platform_tools.__main__ import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess(["platform_tools", *args], code, said.out, said.err)
+
+
 def tool(*args: str) -> subprocess.CompletedProcess[str]:
     """`python -m platform_tools ...` as the deploy workflow runs it."""
     return subprocess.run([sys.executable, "-m", "platform_tools", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -663,7 +673,7 @@ def aliases(mlflow: MlflowServer) -> dict[str, str]:
 
 
 @pytest.mark.real_server
-def test_a_deploy_moves_the_serving_aliases_to_what_it_serves_and_a_promotion_and_a_rollback_move_them(mlflow, tmp_path):
+def test_a_deploy_moves_the_serving_aliases_to_what_it_serves_and_a_promotion_and_a_rollback_move_them(mlflow, tmp_path, capsys):
     # What a first deploy leaves: the stable alias on v1's registry version, the canary's on v2's, the authors' aliases
     # untouched. The outputs are the preview's own (the program's exports), as `pulumi stack output --json` gives them.
     run = preview(tmp_path, served_staging(mlflow.uri, 25))
@@ -676,18 +686,18 @@ def test_a_deploy_moves_the_serving_aliases_to_what_it_serves_and_a_promotion_an
     assert "served @staging: moved, no version -> version 1: summarizer/v1, stable" in dry.stdout
     assert "test: would move 2 of 2 serving aliases" in dry.stdout
     assert aliases(mlflow) == {"champion": "1", "challenger": "2"}
-    moved = tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
+    moved = in_process(capsys, "aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
     assert moved.returncode == 0, moved.stderr
     assert "served @staging-canary: moved, no version -> version 2: summarizer/v2, canary at 25%" in moved.stdout
     assert aliases(mlflow) == {"champion": "1", "challenger": "2", "staging": "1", "staging-canary": "2"}
-    again = tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
+    again = in_process(capsys, "aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
     assert "test: moved 0 of 2 serving aliases" in again.stdout
 
     # Rolled back (weight 0, by hand as the canary tool writes it) and deployed: no canary takes traffic.
-    rolled = tool("step", "test", "summarizer", "rollback", "--write", "--stack-file", str(stack))
+    rolled = in_process(capsys, "step", "test", "summarizer", "rollback", "--write", "--stack-file", str(stack))
     assert rolled.returncode == 0, rolled.stderr
     outputs = deployed_outputs(stack, tmp_path)
-    moved = tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
+    moved = in_process(capsys, "aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
     assert "served @staging-canary: moved, version 2 -> no version (removed): summarizer: no canary takes traffic" in (
         moved.stdout
     )
@@ -696,12 +706,12 @@ def test_a_deploy_moves_the_serving_aliases_to_what_it_serves_and_a_promotion_an
     # Raised again to its last step, then promoted: v2 is stable, and the stable alias follows it.
     write_stack(stack.parent, served_staging(mlflow.uri, 100))
     outputs = deployed_outputs(stack, tmp_path)
-    assert tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs)).returncode == 0
+    assert in_process(capsys, "aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs)).returncode == 0
     assert aliases(mlflow) == {"champion": "1", "challenger": "2", "staging": "1", "staging-canary": "2"}
-    promoted = tool("step", "test", "summarizer", "promote", "--write", "--stack-file", str(stack))
+    promoted = in_process(capsys, "step", "test", "summarizer", "promote", "--write", "--stack-file", str(stack))
     assert promoted.returncode == 0, promoted.stderr
     outputs = deployed_outputs(stack, tmp_path)
-    moved = tool("aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
+    moved = in_process(capsys, "aliases", "test", "--stack-file", str(stack), "--deployed", str(outputs))
     assert moved.returncode == 0, moved.stderr
     assert "served @staging: moved, version 1 -> version 2: summarizer/v2, stable" in moved.stdout
     assert aliases(mlflow) == {"champion": "1", "challenger": "2", "staging": "2"}
