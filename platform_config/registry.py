@@ -306,9 +306,7 @@ class LiveRegistry:
                 "version",
             )
         answer = self._get(endpoint, params)
-        if answer.status in (401, 403):
-            given = "refused the token registryToken" if self.token else "needs a token: set the secret registryToken"
-            raise self._unusable(f"{given} ({self._said(answer)})", (REGISTRY_TOKEN,))
+        self._refused_token(answer, "the token registryToken", "the secret registryToken")
         if answer.status in (400, 404):
             # MLflow answers an unknown model 404 and an unknown alias 400: ask for the model to say which it is.
             exists = self._get("registered-models/get", {"name": reference.model})
@@ -323,15 +321,20 @@ class LiveRegistry:
 
     # --- the serving aliases (python -m platform_tools aliases) ---------------------------------
 
-    def _refused_token(self, answer: _Answer) -> None:
+    def _refused_token(self, answer: _Answer, token: str, where_set: str) -> None:
+        """An answer refusing the request for its token (or for having none): the registry is unusable, under the
+        token's key. `token` names what was sent, `where_set` where to set one."""
         if answer.status in (401, 403):
-            given = "refused the token" if self.token else "needs a token"
-            raise self._unusable(f"{given} (INFERENCE_PLATFORM_REGISTRY_TOKEN): {self._said(answer)}", (REGISTRY_TOKEN,))
+            given = f"refused {token}" if self.token else f"needs a token: set {where_set}"
+            raise self._unusable(f"{given} ({self._said(answer)})", (REGISTRY_TOKEN,))
+
+    def _refused_alias_token(self, answer: _Answer) -> None:
+        self._refused_token(answer, f"the token in {REGISTRY_TOKEN_ENV}", REGISTRY_TOKEN_ENV)
 
     def alias_version(self, model: str, alias: str) -> str | None:
         """The version `alias` of the registered model points at; None when it points nowhere."""
         answer = self._get("registered-models/alias", {"name": model, "alias": alias})
-        self._refused_token(answer)
+        self._refused_alias_token(answer)
         if answer.status == 404:
             raise self._unusable(f"has no registered model {model!r}: {self._said(answer)}")
         body = answer.body if isinstance(answer.body, dict) else {}
@@ -346,13 +349,13 @@ class LiveRegistry:
 
     def set_alias(self, model: str, alias: str, version: str) -> None:
         answer = self._call("POST", "registered-models/alias", {"name": model, "alias": alias, "version": version})
-        self._refused_token(answer)
+        self._refused_alias_token(answer)
         if answer.status != 200:
             raise self._unusable(f"did not set alias {alias!r} of {model!r} to version {version}: {self._said(answer)}")
 
     def delete_alias(self, model: str, alias: str) -> None:
         answer = self._call("DELETE", "registered-models/alias", {"name": model, "alias": alias})
-        self._refused_token(answer)
+        self._refused_alias_token(answer)
         if answer.status != 200:
             raise self._unusable(f"did not remove alias {alias!r} of {model!r}: {self._said(answer)}")
 

@@ -267,7 +267,7 @@ def _program_config(stack_config: StackConfig) -> StackConfig:
     return dataclasses.replace(stack_config, values={**stack_config.values, key: token})
 
 
-class _ProgramEnvironment:
+class ProgramEnvironment:
     """The environment variables the program reads, set while it runs in this process and restored after."""
 
     def __init__(self, variables: dict[str, str]):
@@ -398,7 +398,7 @@ def _run(
     previous_cost: dict[str, Any] | None,
 ) -> int:
     recording_file = str(args.registry_file) if args.registry_file else "" if args.registry_live else None
-    environment = _ProgramEnvironment({REGISTRY_FILE_ENV: recording_file} if recording_file is not None else {})
+    environment = ProgramEnvironment({REGISTRY_FILE_ENV: recording_file} if recording_file is not None else {})
     try:
         with environment:
             evaluation = progress.run(

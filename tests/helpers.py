@@ -205,18 +205,15 @@ def _evaluation(raw: dict[str, Any], extra: dict[str, Any] | None, secrets: dict
     """The program under the mock engine; registry versions resolved from the stack's lock file, as the preview
     resolves them (preview/cli.py committed_lock), unless the test names a recording itself."""
     from platform_config.registry import REGISTRY_FILE_ENV
-    from preview.cli import committed_lock
+    from preview.cli import ProgramEnvironment, committed_lock
     from preview.engine import evaluate
 
     config = stack_config_from_raw(raw, extra, secrets)
     lock = committed_lock(ROOT, config)
     if lock is None or REGISTRY_FILE_ENV in os.environ:
         return evaluate(ROOT, config)
-    os.environ[REGISTRY_FILE_ENV] = str(lock)
-    try:
+    with ProgramEnvironment({REGISTRY_FILE_ENV: str(lock)}):
         return evaluate(ROOT, config)
-    finally:
-        del os.environ[REGISTRY_FILE_ENV]
 
 
 _EVALUATIONS: dict[str, Any] = {}

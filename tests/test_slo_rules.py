@@ -219,6 +219,25 @@ def test_a_slow_latency_burn_opens_a_ticket_and_does_not_page(promtool: str, tmp
     passes(run_tests(promtool, tmp_path, rules, [slow]))
 
 
+def latency_page(slo: SloPlan, series: list[dict[str, str]], error_ratio: float) -> dict[str, Any]:
+    """A promtool test: on `series`, the latency budget burns past the page rows (the page and the ticket fire for v1)
+    and the 1 h latency error ratio is `error_ratio`."""
+    pages = [{"exp_labels": alert_labels(slo, "latency", severity)} for severity in ("page", "ticket")]
+    labels = prom_labels({"model": slo.model, "tenant": slo.tenant, "model_version": VERSION})
+    return {
+        "interval": "1m",
+        "input_series": series,
+        "alert_rule_test": [{"eval_time": AT, "alertname": "ModelLatencyBudgetBurn", "exp_alerts": pages}],
+        "promql_expr_test": [
+            {
+                "expr": "round(model_version:slo_latency_errors:ratio_rate1h, 0.0001)",
+                "eval_time": AT,
+                "exp_samples": [{"labels": labels, "value": error_ratio}],
+            }
+        ],
+    }
+
+
 @pytest.mark.real_server
 @pytest.mark.parametrize("le", ["30000", "30000.0"])
 def test_a_non_streaming_model_is_judged_on_the_requests_duration(le: str, promtool: str, tmp_path: Path) -> None:
@@ -243,22 +262,7 @@ def test_a_non_streaming_model_is_judged_on_the_requests_duration(le: str, promt
         {"series": f'istio_request_duration_milliseconds_bucket{{{failed}, le="+Inf"}}', "values": f"0+1000x{MINUTES}"},
         {"series": f"istio_request_duration_milliseconds_count{{{failed}}}", "values": f"0+1000x{MINUTES}"},
     ]
-    pages = [{"exp_labels": alert_labels(slo, "latency", severity)} for severity in ("page", "ticket")]
-    test = {
-        "interval": "1m",
-        "input_series": series,
-        "alert_rule_test": [{"eval_time": AT, "alertname": "ModelLatencyBudgetBurn", "exp_alerts": pages}],
-        "promql_expr_test": [
-            {
-                "expr": "round(model_version:slo_latency_errors:ratio_rate1h, 0.0001)",
-                "eval_time": AT,
-                "exp_samples": [
-                    {"labels": prom_labels({"model": "summarizer", "tenant": "team-b", "model_version": "v1"}), "value": 0.9}
-                ],
-            }
-        ],
-    }
-    passes(run_tests(promtool, tmp_path, rules, [test]))
+    passes(run_tests(promtool, tmp_path, rules, [latency_page(slo, series, 0.9)]))
 
 
 @pytest.mark.real_server
@@ -272,38 +276,24 @@ def test_an_embeddings_model_is_judged_per_item_however_its_requests_batch_them(
     rules = rules_file(tmp_path, slo)
     strip_annotations(rules)
     labels = 'namespace="team-search", model_name="embedder", model_version="v1"'
-    items = 1000
-    within = {b: (0 if b < 0.05 else 900 if b <= 0.1 else items) for b in ITEM_LATENCY_BUCKETS_SECONDS}
-    series = [
-        {"series": f'vllm:e2e_request_latency_seconds_bucket{{{labels}, le="{b!r}"}}', "values": f"0+{n}x{MINUTES}"}
-        for b, n in within.items()
-    ]
-    series += [
-        {"series": f'vllm:e2e_request_latency_seconds_bucket{{{labels}, le="+Inf"}}', "values": f"0+{items}x{MINUTES}"},
-        {"series": f"vllm:e2e_request_latency_seconds_count{{{labels}}}", "values": f"0+{items}x{MINUTES}"},
-    ]
-    pages = [{"exp_labels": alert_labels(slo, "latency", severity)} for severity in ("page", "ticket")]
-    test = {
-        "interval": "1m",
-        "input_series": series,
-        "alert_rule_test": [{"eval_time": AT, "alertname": "ModelLatencyBudgetBurn", "exp_alerts": pages}],
-        "promql_expr_test": [
-            {
-                "expr": "round(model_version:slo_latency_errors:ratio_rate1h, 0.0001)",
-                "eval_time": AT,
-                "exp_samples": [
-                    {"labels": prom_labels({"model": "embedder", "tenant": "team-search", "model_version": "v1"}), "value": 0.1}
-                ],
-            }
-        ],
-    }
-    passes(run_tests(promtool, tmp_path, rules, [test]))
+
+    def items_within(within_target: int, items: int = 1000) -> list[dict[str, str]]:
+        """Per minute `items` items, `within_target` of them between 50 and 100 ms, the others above 100 ms."""
+        within = {b: (0 if b < 0.05 else within_target if b <= 0.1 else items) for b in ITEM_LATENCY_BUCKETS_SECONDS}
+        bucket = "vllm:e2e_request_latency_seconds_bucket"
+        return [
+            *({"series": f'{bucket}{{{labels}, le="{b!r}"}}', "values": f"0+{n}x{MINUTES}"} for b, n in within.items()),
+            {"series": f'{bucket}{{{labels}, le="+Inf"}}', "values": f"0+{items}x{MINUTES}"},
+            {"series": f"vllm:e2e_request_latency_seconds_count{{{labels}}}", "values": f"0+{items}x{MINUTES}"},
+        ]
+
+    passes(run_tests(promtool, tmp_path, rules, [latency_page(slo, items_within(900), 0.1)]))
     # 995 of 1,000 items within 100 ms is the objective itself: nothing fires.
-    within = {b: (0 if b < 0.05 else 995 if b <= 0.1 else items) for b in ITEM_LATENCY_BUCKETS_SECONDS}
-    for entry, n in zip(series, within.values(), strict=False):
-        entry["values"] = f"0+{n}x{MINUTES}"
-    quiet = {**test, "alert_rule_test": [{"eval_time": AT, "alertname": "ModelLatencyBudgetBurn", "exp_alerts": []}]}
-    del quiet["promql_expr_test"]
+    quiet = {
+        "interval": "1m",
+        "input_series": items_within(995),
+        "alert_rule_test": [{"eval_time": AT, "alertname": "ModelLatencyBudgetBurn", "exp_alerts": []}],
+    }
     passes(run_tests(promtool, tmp_path, rules, [quiet]))
 
 
