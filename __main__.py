@@ -14,7 +14,7 @@ from platform_config.guard_rails import security_posture
 
 loaded = load_config(extra_checks=[plan_checks])
 config = loaded.platform
-plan = resolve(config, hugging_face_tenants=frozenset(loaded.hugging_face_tokens), registry=loaded.registry)
+plan = resolve(config, hugging_face_tenants=frozenset(loaded.hugging_face_tokens), registry=loaded.registry, region=loaded.region)
 
 cluster = Cluster("cluster", ClusterArgs(config=config.cluster, tags=aws_tags(config)))
 kubernetes = k8s.Provider("kubernetes", **cluster.provider_args())

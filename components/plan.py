@@ -37,6 +37,7 @@ from platform_config.models import (
     PlatformConfig,
 )
 from platform_config.pins import VLLM
+from platform_config.prices import node_price
 from platform_config.quantity import parse_quantity
 from platform_config.registry import RegistryResolution
 from platform_config.serving import (
@@ -339,10 +340,17 @@ def plan_checks(config: PlatformConfig) -> list[ConfigIssue]:
     return [*_backend_issues(config), *run_peak_checks(config, peaks), *_picker_placement_issues(config, peaks)]
 
 
-def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], registry: RegistryResolution | None = None) -> Plan:
+def resolve(
+    config: PlatformConfig,
+    *,
+    hugging_face_tenants: Collection[str],
+    registry: RegistryResolution | None = None,
+    region: str | None = None,
+) -> Plan:
     """The plan of a config that passed every check, `plan_checks` included;
     `hugging_face_tenants`: the tenants that have a Hugging Face token; `registry`: what the stack's MLflow registry
-    references resolved to (the config already holds the sources they name)."""
+    references resolved to (the config already holds the sources they name); `region`: the AWS region the nodes run
+    in (`LoadedConfig.region`), which the list prices are read for."""
     node_provision_seconds = max_node_provision_seconds(config)
     models = []
     for model in config.models:
@@ -383,6 +391,13 @@ def resolve(config: PlatformConfig, *, hugging_face_tenants: Collection[str], re
         batch_queues=tuple(batch_queue_rows(config)),
         mirrored_revisions=mirrored_revisions(config),
         egress=tenant_egress(config, models, batch_jobs),
+        node_prices={
+            pool.name: node_price(pool.instance_type, pool.capacity_type, pool.price_per_hour, region)
+            for pool in config.node_pools
+        },
+        system_node_price=None
+        if config.cluster.eks is None
+        else node_price(config.cluster.eks.system_node_group.instance_type, "ON_DEMAND", None, region),
     )
 
 

@@ -9,6 +9,7 @@ from decimal import Decimal
 from platform_config.capacity import MIG_SLICE, WHOLE_GPU, PoolSupply, pool_supply
 from platform_config.gpu_catalog import COMPUTE_SLICES, INSTANCE_TYPES, MIG_RESOURCE_PREFIX
 from platform_config.memory_fit import rank_memory, vllm_max_num_batched_tokens, weights_bytes
+from platform_config.prices import PRICE_LIST, NodePrice, Unpriced
 from platform_config.serving import ServerAdmission, latency_target_ms, queue_seconds, route_timeout_seconds, workload_peak
 
 from .serving import Plan
@@ -138,6 +139,10 @@ def _nodes_for(supply: PoolSupply, pods: dict[tuple[str, int], int]) -> int:
 CENT = Decimal("0.01")
 # The cost report's key for what no tenant holds: none has it (tenant names are DNS labels).
 _UNALLOCATED = ""
+# The platform's own part, the system node group, which no tenant is charged: no tenant has the key (a DNS label
+# starts with a letter or digit).
+_PLATFORM = "-platform"
+SYSTEM_NODE_GROUP = "system node group"
 
 
 def _money(value: Decimal) -> str:
@@ -156,15 +161,25 @@ def apportioned(total: Decimal, parts: dict[str, Decimal]) -> dict[str, Decimal]
     return {key: value * CENT for key, value in cents.items()}
 
 
+def _price_fields(price: NodePrice | Unpriced) -> dict[str, object]:
+    if isinstance(price, Unpriced):
+        return {"pricePerHour": None, "priceSource": None, "priceNote": price.reason}
+    # As stated (the list's 4.6016 is not 4.60), without an exponent.
+    per_hour = format(price.per_hour.normalize(), "f")
+    return {"pricePerHour": per_hour, "priceSource": price.source, "priceNote": price.caveat}
+
+
 def cost_report(plan: Plan) -> dict[str, object]:
-    """What the stack's GPU pools cost per hour at minimum and at maximum scale, from each pool's `pricePerHour` (in
-    whatever currency it is stated): the environment's nodes (at least each pool's minSize, and the nodes its
-    pods' minimum replicas fill; at most its maxSize), and each tenant's share, charged by the GPUs its pods hold
-    (a model version's replicas at its minimum and maximum, a batch job's `parallelism` shards at maximum unless it
-    is paused). What no tenant holds (idle capacity, rounding up to whole nodes) is `unallocated`, so the tenants
-    and it add up to the environment. Pools without a price, and the system node group, which has none, are listed as unpriced."""
+    """What the stack's nodes cost per hour (USD) at minimum and at maximum scale, at each pool's price as the plan
+    resolved it (its `pricePerHour`, else the dated AWS list price, platform_config/prices.py): the environment's
+    nodes (each GPU pool at least at its minSize and the nodes its pods' minimum replicas fill, at most its maxSize;
+    the system node group at its minSize and maxSize), and each tenant's share, charged by the GPUs its pods hold (a
+    model version's replicas at its minimum and maximum, a batch job's `parallelism` shards at maximum unless it is
+    paused). The system node group is the platform's part (controllers, gateway, pickers); what no tenant holds
+    (idle GPU capacity, rounding up to whole nodes) is `unallocated`, so the tenants, the platform and it add up to
+    the environment. A pool without a price is listed with the reason."""
     config = plan.config
-    prices = {pool.name: Decimal(str(pool.price_per_hour)) for pool in config.node_pools if pool.price_per_hour is not None}
+    prices = plan.node_prices_per_hour()
     pools = {pool.name: pool for pool in config.node_pools}
     supplies = {pool.name: pool_supply(pool) for pool in config.node_pools}
     tenants: dict[str, dict[str, Decimal]] = {t.name: {"min": Decimal(0), "max": Decimal(0)} for t in config.tenants}
@@ -190,31 +205,48 @@ def cost_report(plan: Plan) -> dict[str, object]:
     environment = {"min": Decimal(0), "max": Decimal(0)}
     pool_rows = []
     for name, pool in pools.items():
-        nodes_at_min = max(pool.min_size, _nodes_for(supplies[name], min_pods[name]))
+        nodes = {"min": max(pool.min_size, _nodes_for(supplies[name], min_pods[name])), "max": pool.max_size}
+        pool_rows.append(
+            {"pool": name, "instanceType": pool.instance_type, **_price_fields(plan.node_prices[name]), "nodes": nodes}
+        )
         price = prices.get(name)
+        if price is not None:
+            for k in environment:
+                environment[k] += nodes[k] * price
+    platform = {"min": Decimal(0), "max": Decimal(0)}
+    eks = config.cluster.eks
+    if eks is not None and plan.system_node_price is not None:
+        group = eks.system_node_group
+        nodes = {"min": group.min_size, "max": group.max_size}
         pool_rows.append(
             {
-                "pool": name,
-                "instanceType": pool.instance_type,
-                "pricePerHour": None if price is None else _money(price),
-                "nodes": {"min": nodes_at_min, "max": pool.max_size},
+                "pool": SYSTEM_NODE_GROUP,
+                "instanceType": group.instance_type,
+                **_price_fields(plan.system_node_price),
+                "nodes": nodes,
             }
         )
-        if price is not None:
-            environment["min"] += nodes_at_min * price
-            environment["max"] += pool.max_size * price
-    # In cents that add up to the environment exactly as shown, what no tenant holds included.
+        if isinstance(plan.system_node_price, NodePrice):
+            for k in platform:
+                platform[k] = nodes[k] * plan.system_node_price.per_hour
+                environment[k] += platform[k]
+    # In cents that add up to the environment exactly as shown, the platform and what no tenant holds included.
     shown = {}
     for k in ("min", "max"):
         held = {t: v[k] for t, v in tenants.items()}
-        shown[k] = apportioned(environment[k], {**held, _UNALLOCATED: environment[k] - sum(held.values())})
+        rest = environment[k] - platform[k] - sum(held.values())
+        shown[k] = apportioned(environment[k], {**held, _PLATFORM: platform[k], _UNALLOCATED: rest})
     tenant_rows = [{"tenant": t, "minPerHour": _money(shown["min"][t]), "maxPerHour": _money(shown["max"][t])} for t in tenants]
+    listed = any(row["priceSource"] == "list" for row in pool_rows)
     return {
+        "currency": PRICE_LIST.currency,
         "environment": {"minPerHour": _money(environment["min"]), "maxPerHour": _money(environment["max"])},
         "tenants": tenant_rows,
+        "platform": {k + "PerHour": _money(shown[k][_PLATFORM]) for k in ("min", "max")},
         "unallocated": {k + "PerHour": _money(shown[k][_UNALLOCATED]) for k in ("min", "max")},
         "pools": pool_rows,
-        "unpriced": [name for name in pools if name not in prices] + ["system node group"],
+        "priceList": PRICE_LIST.describe() if listed else None,
+        "unpriced": [{"pool": row["pool"], "reason": row["priceNote"]} for row in pool_rows if row["pricePerHour"] is None],
     }
 
 
@@ -229,6 +261,7 @@ def serving_shapes(plan: Plan) -> dict[str, object]:
     cannot meet its latency target or peak fails the stage. The program exports it as `servingShapes`."""
     config = plan.config
     supplies = {pool.name: pool_supply(pool) for pool in config.node_pools}
+    prices = plan.node_prices_per_hour()
     rows: list[dict[str, object]] = []
     for index, model in enumerate(config.models):
         model_plan = next((m for m in plan.models if m.model.name == model.name), None)
@@ -238,7 +271,7 @@ def serving_shapes(plan: Plan) -> dict[str, object]:
             gpu = INSTANCE_TYPES[server.pool.instance_type].gpu
             memory = rank_memory(gpu, server.pool, model, server.args)
             peak = workload_peak(config, model)
-            price = server.pool.price_per_hour
+            price = prices.get(server.pool.name)
             architecture = server.version.architecture or model.architecture
             version_index = next(i for i, v in enumerate(model.versions) if v.name == server.version.name)
 
@@ -289,9 +322,9 @@ def serving_shapes(plan: Plan) -> dict[str, object]:
                     "replicaPerHour": None
                     if price is None
                     else str(
-                        (
-                            _node_share(supplies[server.pool.name], server.gpu_resource, server.gpu_count) * Decimal(str(price))
-                        ).quantize(Decimal("0.0001"))
+                        (_node_share(supplies[server.pool.name], server.gpu_resource, server.gpu_count) * price).quantize(
+                            Decimal("0.0001")
+                        )
                     ),
                 }
             )

@@ -81,7 +81,7 @@ class InferencePlatform(pulumi.ComponentResource):
                 DashboardArgs(
                     MONITORING_NAMESPACE,
                     platform_overview_dashboard(
-                        {pool.name: pool.price_per_hour for pool in config.node_pools if pool.price_per_hour is not None},
+                        plan.node_prices_per_hour(),
                         batch=batch,
                     ),
                     depends_on=(monitoring.namespace,),

@@ -35,6 +35,7 @@ from platform_config.models import (
     TierPolicy,
     TrafficConfig,
 )
+from platform_config.prices import NodePrice, Unpriced
 from platform_config.profiles import TierName, WorkloadProfile
 from platform_config.registry import RegistryEntry
 from platform_config.serving import DrainChain, Peak, ServerAdmission
@@ -437,6 +438,10 @@ class Plan:
     mirrored_revisions: tuple[MirroredRevision, ...] = ()
     # By tenant, where its model servers may connect outside the cluster (every tenant has one).
     egress: Mapping[str, TenantEgress] = field(default_factory=dict)
+    # What one node costs per hour, by GPU pool, and for the system node group (None without one): the stack's
+    # pricePerHour, else the dated list price (platform_config/prices.py), else why there is none.
+    node_prices: Mapping[str, NodePrice | Unpriced] = field(default_factory=dict)
+    system_node_price: NodePrice | Unpriced | None = None
 
     @property
     def routes(self) -> tuple[RoutePlan, ...]:
@@ -444,6 +449,11 @@ class Plan:
 
     def model(self, name: str) -> ModelPlan:
         return next(m for m in self.models if m.model.name == name)
+
+    def node_prices_per_hour(self) -> dict[str, Decimal]:
+        """Each priced GPU pool's price per node-hour: the one figure the cost report, the overview dashboard's cost
+        panel and the performance stage's cost per token read."""
+        return {name: price.per_hour for name, price in self.node_prices.items() if isinstance(price, NodePrice)}
 
     def backends(self) -> tuple[ServingBackend, ...]:
         """The backends the stack's models use, each once, in the models' order."""

@@ -35,6 +35,9 @@ class LoadedConfig:
     # What the stack's MLflow registry references resolved to (live, or from a recording at a preview); None when
     # no version names one. `platform` already holds the pinned sources they resolved to.
     registry: RegistryResolution | None = None
+    # The AWS region the cluster's nodes run in (`cluster.eks.region`, else `aws:region`); None for a cluster reached
+    # by kubeconfig, whose nodes the stack does not create. The list prices are per region (platform_config/prices.py).
+    region: str | None = None
 
 
 def _all_config_keys() -> set[str]:
@@ -264,6 +267,15 @@ def _region_issues(platform: PlatformConfig) -> list[ConfigIssue]:
     ]
 
 
+def cluster_region(platform: PlatformConfig, provider_region: str | None) -> str | None:
+    """The AWS region the stack's nodes run in: `cluster.eks.region`, else the provider's `aws:region`; None for a
+    cluster reached by kubeconfig."""
+    eks = platform.cluster.eks
+    if eks is None:
+        return None
+    return eks.region or provider_region or None
+
+
 def _retired_keys() -> list[ConfigIssue]:
     if not runtime_config.get_config(f"{PROJECT}:{RETIRED_SECRET_KEY}"):
         return []
@@ -314,4 +326,9 @@ def load_config(extra_checks: Sequence[ExtraCheck] = ()) -> LoadedConfig:
         if leaked:
             raise ConfigError(leaked)
         _raise_check_issues(platform, extra_checks)
-    return LoadedConfig(platform=platform, hugging_face_tokens=_tenant_tokens(tokens), registry=registry)
+    return LoadedConfig(
+        platform=platform,
+        hugging_face_tokens=_tenant_tokens(tokens),
+        registry=registry,
+        region=cluster_region(platform, runtime_config.get_config("aws:region")),
+    )

@@ -584,8 +584,10 @@ class NodePoolConfig(ConfigModel):
     capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
     """On-demand or spot capacity."""
     price_per_hour: Annotated[float, Field(gt=0, le=10_000)] | None = None
-    """What one node of the pool costs per hour, in your currency (your rate: on-demand, savings plan or spot); the
-    overview dashboard shows the pool's nodes times this. No default: prices differ by region and contract."""
+    """What one node of the pool costs per hour in USD, at your rate (on-demand, savings plan or spot): the preview's
+    cost, the overview dashboard's cost panel and the cost per token read it. Default: the instance type's AWS
+    on-demand list price in us-east-1 as of the dated table in platform_config/prices.py (a spot pool's list price is
+    a ceiling); no price in another region or on a cluster reached by kubeconfig."""
     min_size: NodeGroupSize = 0
     """Fewest nodes."""
     max_size: Annotated[int, Field(ge=1, le=EKS_NODES_PER_NODE_GROUP)]

@@ -590,6 +590,11 @@ def guard_rail_section(previous: dict[str, Any] | None, current: dict[str, Any] 
     )
 
 
+def _price_from(pool: dict[str, Any]) -> str:
+    source = {"pricePerHour": "the stack's pricePerHour", "list": "AWS list price"}.get(pool.get("priceSource") or "", "-")
+    return f"{source} ({pool['priceNote']})" if pool.get("priceSource") and pool.get("priceNote") else source
+
+
 def cost_section(current: dict[str, Any] | None, previous: dict[str, Any] | None) -> Section | None:
     """What the program exports as `costPerHour` (components/plan_reports.py cost_report): per hour at minimum and
     at maximum scale, the environment's pools and each tenant's share, with the previous figures (the baseline's or
@@ -602,6 +607,8 @@ def cost_section(current: dict[str, Any] | None, previous: dict[str, Any] | None
             return {}
         found = {"environment": (cost["environment"]["minPerHour"], cost["environment"]["maxPerHour"])}
         found.update({f"tenant {row['tenant']}": (row["minPerHour"], row["maxPerHour"]) for row in cost["tenants"]})
+        if "platform" in cost:
+            found["platform (system node group)"] = (cost["platform"]["minPerHour"], cost["platform"]["maxPerHour"])
         found["unallocated"] = (cost["unallocated"]["minPerHour"], cost["unallocated"]["maxPerHour"])
         return found
 
@@ -615,20 +622,30 @@ def cost_section(current: dict[str, Any] | None, previous: dict[str, Any] | None
     names = [*now, *(name for name in before if name not in now)]
     table = ["| | per hour at min scale | per hour at max scale |", "|---|---:|---:|"]
     table += [f"| {name} | {shown(name, 0)} | {shown(name, 1)} |" for name in names]
-    table += ["", "| pool | instance type | price per node-hour | nodes at min | nodes at max |", "|---|---|---:|---:|---:|"]
-    table += [
-        f"| {p['pool']} | {p['instanceType']} | {p['pricePerHour'] or 'no price'} | {p['nodes']['min']} | {p['nodes']['max']} |"
-        for p in current["pools"]
-    ]
     table += [
         "",
-        "Prices are the pools' `pricePerHour`, in the currency they are stated in; a tenant is charged the GPUs its pods "
-        "hold (a model version's replicas at its minimum and maximum, a batch job's parallel shards at maximum unless it is "
-        "paused), and what "
-        f"no tenant holds is unallocated. Not priced: {', '.join(current['unpriced'])}.",
+        "| pool | instance type | price per node-hour | price from | nodes at min | nodes at max |",
+        "|---|---|---:|---|---:|---:|",
     ]
+    table += [
+        f"| {p['pool']} | {p['instanceType']} | {p['pricePerHour'] or 'no price'} | {_price_from(p)} | "
+        f"{p['nodes']['min']} | {p['nodes']['max']} |"
+        for p in current["pools"]
+    ]
+    notes = [
+        "Prices are per hour in USD: a pool's `pricePerHour` where the stack gives one (its own rate), else the AWS list "
+        "price of its instance type. A tenant is charged the GPUs its pods hold (a model version's replicas at its minimum "
+        "and maximum, a batch job's parallel shards at maximum unless it is paused), the system node group is the "
+        "platform's, and what no tenant holds is unallocated."
+    ]
+    if current.get("priceList"):
+        notes.append(f"List prices: {current['priceList']}.")
+    unpriced = [u if isinstance(u, str) else f"{u['pool']} ({u['reason']})" for u in current.get("unpriced", [])]
+    if unpriced:
+        notes.append(f"Not priced: {'; '.join(unpriced)}.")
+    table += ["", " ".join(notes)]
     summary = f"environment {shown('environment', 0)} per hour at min scale, {shown('environment', 1)} at max"
-    lines = [f"{name:<24} {shown(name, 0):>20} {shown(name, 1):>20}" for name in names]
+    lines = [f"{name:<30} {shown(name, 0):>20} {shown(name, 1):>20}" for name in names]
     headline = "\n".join(table[: 2 + len(names)])
     return Section(
         "Cost",

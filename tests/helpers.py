@@ -102,9 +102,10 @@ def validate(raw: dict[str, Any]) -> Any:
     """The whole validation the program runs on a stack's config: parse and check it, then
     resolve it into the plan (whose backends' rules and peak checks run there). The plan."""
     from components.plan import plan_checks, resolve
-    from platform_config.loader import parse_platform_config
+    from platform_config.loader import cluster_region, parse_platform_config
 
-    return resolve(from_lock(parse_platform_config(raw, [plan_checks])), hugging_face_tenants=())
+    config = from_lock(parse_platform_config(raw, [plan_checks]))
+    return resolve(config, hugging_face_tenants=(), region=cluster_region(config, None))
 
 
 def from_lock(config: Any) -> Any:

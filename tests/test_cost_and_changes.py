@@ -20,13 +20,22 @@ def _cost(raw):
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
-def test_the_tenants_and_what_none_holds_add_up_to_the_environment(stack):
+def test_the_tenants_the_platform_and_what_none_holds_add_up_to_the_environment(stack):
     cost = _cost(copy.deepcopy(raw_stack(stack)))
     for scale in ("min", "max"):
-        parts = [Decimal(t[f"{scale}PerHour"]) for t in cost["tenants"]] + [Decimal(cost["unallocated"][f"{scale}PerHour"])]
+        parts = [Decimal(t[f"{scale}PerHour"]) for t in cost["tenants"]]
+        parts += [Decimal(cost["platform"][f"{scale}PerHour"]), Decimal(cost["unallocated"][f"{scale}PerHour"])]
         assert sum(parts) == Decimal(cost["environment"][f"{scale}PerHour"])
         assert Decimal(cost["unallocated"][f"{scale}PerHour"]) >= 0
-    assert "system node group" in cost["unpriced"]
+    if stack == "dev":
+        # An existing cluster reached by kubeconfig: no region to price its node in, and no system node group.
+        assert cost["unpriced"] == [
+            {"pool": "l4-shared", "reason": "no AWS region (a cluster reached by kubeconfig) and no pricePerHour"}
+        ]
+        assert cost["environment"] == {"minPerHour": "0.00", "maxPerHour": "0.00"}
+    else:
+        assert cost["unpriced"] == [] and Decimal(cost["platform"]["minPerHour"]) > 0
+        assert "2026-07-06" in cost["priceList"]
 
 
 def test_shares_rounded_alone_would_show_more_than_the_environment_so_the_cents_are_apportioned():
@@ -56,11 +65,25 @@ def test_a_tenant_is_charged_the_gpus_its_pods_hold_and_a_pool_without_a_price_n
     h100 = next(p for p in _cost(raw)["pools"] if p["pool"] == "h100")
     assert h100["nodes"]["min"] == 3
     seventy["autoscaling"]["minReplicas"] = 2
+    # Without the stack's rates, the list prices of us-east-1: the same 55.04 for a p5.48xlarge, 4.6016 (on demand,
+    # a ceiling for the spot pool) for a g6.12xlarge, whose half node for team-b's shards is 2.3008.
     for pool in raw["nodePools"]:
         pool.pop("pricePerHour", None)
+    listed = _cost(raw)
+    rows = {row["pool"]: row for row in listed["pools"]}
+    assert (rows["h100"]["pricePerHour"], rows["h100"]["priceSource"], rows["h100"]["priceNote"]) == ("55.04", "list", None)
+    assert (rows["l4-batch"]["pricePerHour"], rows["l4-batch"]["priceNote"]) == (
+        "4.6016",
+        "spot billed at most the on-demand list price",
+    )
+    assert rows["system node group"]["instanceType"] == raw["cluster"]["eks"]["systemNodeGroup"]["instanceType"]
+    assert {t["tenant"]: t["maxPerHour"] for t in listed["tenants"]}["team-b"] == "2.30"
+    # In a region the list does not cover, nothing is priced, and each pool says why.
+    raw["cluster"]["eks"]["region"] = "eu-west-1"
     unpriced = _cost(raw)
     assert unpriced["environment"] == {"minPerHour": "0.00", "maxPerHour": "0.00"}
-    assert set(unpriced["unpriced"]) == {p["name"] for p in raw["nodePools"]} | {"system node group"}
+    assert {u["pool"] for u in unpriced["unpriced"]} == {p["name"] for p in raw["nodePools"]} | {"system node group"}
+    assert all("us-east-1, the cluster is in eu-west-1; set pricePerHour" in u["reason"] for u in unpriced["unpriced"])
 
 
 def _resource(kind: str, name: str, inputs: dict) -> dict:

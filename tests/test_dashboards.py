@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,7 @@ def recorded(slo: SloPlan) -> set[str]:
     return {r["record"] for g in prometheus_rule(slo)["spec"]["groups"] for r in g["rules"] if "record" in r}
 
 
-PRICES = {
-    pool.name: pool.price_per_hour for pool in validate(raw_stack("prod")).config.node_pools if pool.price_per_hour is not None
-}
+PRICES = validate(raw_stack("prod")).node_prices_per_hour()
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +240,11 @@ def test_every_query_parses_under_promtool(promtool: str, dashboards: list[dict[
 def test_the_cost_panel_is_each_pools_nodes_times_its_price(promtool: str, tmp_path: Path) -> None:
     """Three nodes of a pool at 55.04 an hour cost 165.12; two of another at 2.3, 4.6; a node of
     no pool (the system group) and a pool without a price cost nothing on the panel."""
-    [cost] = [p for p in platform_overview_dashboard({"h100": 55.04, "l4": 2.3})["panels"] if p["title"].startswith("Cost")]
+    [cost] = [
+        p
+        for p in platform_overview_dashboard({"h100": Decimal("55.04"), "l4": Decimal("2.3")})["panels"]
+        if p["title"].startswith("Cost")
+    ]
     pool = ksm_label("inference.platform/pool")
     nodes = [("a", "h100"), ("b", "h100"), ("c", "h100"), ("d", "l4"), ("e", "l4"), ("f", "unpriced")]
     series = [

@@ -20,14 +20,15 @@ What the queries read:
   each comes from.
 
 Cost: the overview shows GPU-hours per hour (GPUs on nodes, by pool and by instance type) and,
-for each pool whose stack config gives `pricePerHour`, its nodes times that price. No price is
-built in: they differ by region, purchase option and contract.
+for each priced pool, its nodes times its price per node-hour as the plan resolved it: the stack's
+`pricePerHour`, else the dated AWS list price (platform_config/prices.py).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from ..constants import LABEL_POOL, standard_labels
@@ -196,10 +197,10 @@ def model_dashboard(slo: SloPlan) -> dict[str, Any]:
     return _dashboard(f"model-{slo.tenant}-{slo.model}"[:40], f"Model {slo.model} ({slo.tenant})", ["model"], _layout(specs))
 
 
-def pool_cost_per_hour(prices: Mapping[str, float]) -> str:
+def pool_cost_per_hour(prices: Mapping[str, Decimal]) -> str:
     """Each priced pool's nodes times its price per node-hour, one series per pool."""
     return " or ".join(
-        f'sum by ({POOL}) (kube_node_labels{{{POOL}="{pool}"}}) * {price:g}' for pool, price in sorted(prices.items())
+        f'sum by ({POOL}) (kube_node_labels{{{POOL}="{pool}"}}) * {price}' for pool, price in sorted(prices.items())
     )
 
 
@@ -251,7 +252,7 @@ def batch_queue_panels() -> list[tuple[str, list[tuple[str, str]], str, str]]:
     ]
 
 
-def platform_overview_dashboard(prices: Mapping[str, float], batch: bool = False) -> dict[str, Any]:
+def platform_overview_dashboard(prices: Mapping[str, Decimal], batch: bool = False) -> dict[str, Any]:
     """GPU use by pool, tenant and priority; queue depth; shed requests; GPU-hours per hour, and
     the cost per hour of the pools whose `pricePerHour` is given; with `batch` (Kueue
     installed), the batch queues per tenant."""
@@ -333,7 +334,8 @@ def platform_overview_dashboard(prices: Mapping[str, float], batch: bool = False
                 "Cost per hour by pool",
                 [(pool_cost_per_hour(prices), f"{{{{{POOL}}}}}")],
                 "short",
-                "Nodes of each pool times its `pricePerHour` (stack config), in the currency that price is in.",
+                "Nodes of each pool times its price per node-hour in USD: the stack's `pricePerHour`, else the AWS "
+                "list price (the preview's Cost section names its date).",
             )
         )
     specs += gpu_memory_panels()
