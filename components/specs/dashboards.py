@@ -200,7 +200,8 @@ def model_dashboard(slo: SloPlan) -> dict[str, Any]:
 def pool_cost_per_hour(prices: Mapping[str, Decimal]) -> str:
     """Each priced pool's nodes times its price per node-hour, one series per pool."""
     return " or ".join(
-        f'sum by ({POOL}) (kube_node_labels{{{POOL}="{pool}"}}) * {price}' for pool, price in sorted(prices.items())
+        f'sum by ({POOL}) (kube_node_labels{{{POOL}="{pool}"}}) * {format(price.normalize(), "f")}'
+        for pool, price in sorted(prices.items())
     )
 
 
