@@ -145,13 +145,16 @@ bench: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed byte
 
 # The real path, for users with the Pulumi CLI, a backend and cloud credentials. As the deploy
 # workflow does, the stack's last `canaryReleases` output becomes the pack's policy config
-# (`previousReleases`), so the canary-weight-steps policy holds a hand-run change too.
+# (`previousReleases`), so the canary-weight-steps policy holds a hand-run change too; and the
+# offline preview against those outputs gives the Serving performance stage's verdicts
+# (pack-config.json), which the serving-performance policy holds every model server to.
 POLICY_CONFIG := build/policy-config.$(STACK).json
-pulumi-policy-config: $(VENV)/.installed
+pulumi-policy-config: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed bytecode crd-schemas upstream-sources
 	pulumi stack select $(STACK)
 	@mkdir -p build
 	pulumi stack output --json > build/stack-outputs.$(STACK).json
-	$(PY) -m preview.previous_releases --from-outputs build/stack-outputs.$(STACK).json > $(POLICY_CONFIG)
+	$(PY) -m preview --stack $(STACK) --out build/preview/$(STACK) --policy-pack $(POLICY_PACK) --previous-outputs build/stack-outputs.$(STACK).json
+	$(PY) -m preview.previous_releases --from-outputs build/stack-outputs.$(STACK).json --policy-config build/preview/$(STACK)/pack-config.json > $(POLICY_CONFIG)
 
 pulumi-preview: $(VENV)/.installed $(POLICY_VENV)/.installed pulumi-policy-config
 	pulumi preview --policy-pack policies --policy-pack-config $(POLICY_CONFIG)

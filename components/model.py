@@ -43,6 +43,8 @@ class ModelArgs:
     route_depends_on: tuple[pulumi.Resource, ...] = ()
     # The weight mirror's Jobs by name: a server whose version is a copy waits for its own (ServerPlan.mirror_job).
     mirror_jobs: Mapping[str, pulumi.Resource] = field(default_factory=dict)
+    # By server name, the digest of its servingShapes row (components/plan_reports.py serving_shape_digests).
+    serving_shapes: Mapping[str, str] = field(default_factory=dict)
 
 
 class Model(pulumi.ComponentResource):
@@ -98,6 +100,7 @@ class Model(pulumi.ComponentResource):
                     autoscaler_depends_on=args.autoscaler_depends_on,
                     inference_extension=args.inference_extension,
                     mesh=args.mesh,
+                    serving_shape=args.serving_shapes.get(server.name),
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )

@@ -4,12 +4,14 @@ with what each kind of object waits for. Drained gracefully either way."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pulumi
 
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource
+from .plan_reports import SERVING_SHAPE_ANNOTATION
 from .serving import ServerObject, ServerPlan
 from .specs.chat_template import chat_template_config_map
 from .specs.pod import rollout_timeout_seconds
@@ -31,6 +33,18 @@ class ModelServerArgs:
     inference_extension: pulumi.Resource | None = None
     # The mesh's control plane, whose CRDs the picker's mesh rules are.
     mesh: pulumi.Resource | None = None
+    # The digest of the server's servingShapes row (components/plan_reports.py), annotated on its vLLM workload.
+    serving_shape: str | None = None
+
+
+def with_serving_shape(obj: ServerObject, digest: str | None) -> ServerObject:
+    """The vLLM workload with its serving-shape annotation on its own metadata (not its pods': no pod rolls when only
+    the shape's price or load changes); any other object as it is."""
+    if not obj.runs_vllm or digest is None:
+        return obj
+    metadata = obj.manifest["metadata"]
+    annotations = {**metadata.get("annotations", {}), SERVING_SHAPE_ANNOTATION: digest}
+    return dataclasses.replace(obj, manifest={**obj.manifest, "metadata": {**metadata, "annotations": annotations}})
 
 
 def register(name: str, obj: ServerObject, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -75,7 +89,7 @@ class ModelServer(pulumi.ComponentResource):
         if template is not None:
             pod_config.append(register(name, ServerObject("chat-template", template, "plain"), options["plain"]))
             options["pods"] = pulumi.ResourceOptions.merge(options["pods"], pulumi.ResourceOptions(depends_on=pod_config))
-        for obj in plan.backend.server_objects(plan):
+        for obj in (with_serving_shape(o, args.serving_shape) for o in plan.backend.server_objects(plan)):
             if obj.role == "autoscaler":
                 # It scales the pods' object, with metrics from the backend's machinery.
                 opts_for = pulumi.ResourceOptions(parent=self, depends_on=[*pods, *args.autoscaler_depends_on])

@@ -3,6 +3,8 @@ Pulumi imports)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from decimal import Decimal
 
@@ -253,6 +255,25 @@ def cost_report(plan: Plan) -> dict[str, object]:
 # --- serving performance -----------------------------------------------------------------
 
 
+# On each server's vLLM workload (its metadata, so no pod rolls): the digest of the servingShapes row the preview's
+# Serving performance stage judged; the pack's serving-performance policy finds the stage's verdict by it.
+SERVING_SHAPE_ANNOTATION = "inference.platform/serving-shape"
+
+
+def shape_digest(row: dict[str, object]) -> str:
+    """A servingShapes row's digest (every field but the digest itself): a change to anything the stage judges a
+    server by (its model, device, vLLM limits, replicas, load, target, price) is a new shape, to be judged again."""
+    fields = {key: value for key, value in row.items() if key != "shape"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def serving_shape_digests(plan: Plan) -> dict[str, str]:
+    """By server name, the digest of its servingShapes row."""
+    rows = serving_shapes(plan)["servers"]
+    assert isinstance(rows, list)
+    return {row["name"]: row["shape"] for row in rows}
+
+
 def serving_shapes(plan: Plan) -> dict[str, object]:
     """What the preview's Serving performance stage predicts each server from (preview/performance.py), one row per
     running version: the model's architecture, the device one rank runs on (platform_config/memory_fit.py), vLLM's
@@ -283,6 +304,7 @@ def serving_shapes(plan: Plan) -> dict[str, object]:
 
             rows.append(
                 {
+                    "name": server.name,
                     "key": f"models[{index}]",
                     "keys": {
                         "maxModelLen": server_key("maxModelLen", "max_model_len"),
@@ -328,4 +350,6 @@ def serving_shapes(plan: Plan) -> dict[str, object]:
                     ),
                 }
             )
+    for row in rows:
+        row["shape"] = shape_digest(row)
     return {"production": config.environment == "production", "servers": rows}

@@ -33,6 +33,7 @@ from .mesh import Mesh, MeshArgs
 from .metrics_server import MetricsServer, MetricsServerArgs
 from .model import Model, ModelArgs
 from .monitoring import PROMETHEUS_URL, Monitoring
+from .plan_reports import serving_shape_digests
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
 from .serving import MachineryName, Plan
@@ -242,6 +243,7 @@ class InferencePlatform(pulumi.ComponentResource):
             )
             pod_machinery["knative"] = [knative.serving]
 
+        serving_shapes = serving_shape_digests(plan)
         self.models = []
         for model_plan in plan.models:
             model, backend = model_plan.model, model_plan.backend
@@ -267,6 +269,7 @@ class InferencePlatform(pulumi.ComponentResource):
                         ),
                         route_depends_on=(routing,),
                         mirror_jobs=mirror.jobs if mirror is not None else {},
+                        serving_shapes=serving_shapes,
                     ),
                     opts=child,
                 )

@@ -40,6 +40,7 @@ from .constants import (
     LABEL_MODEL,
     LABEL_POOL,
 )
+from .plan_reports import SERVING_SHAPE_ANNOTATION
 from .specs.kueue import QUEUE_NAME_LABEL
 from .specs.pod import ANNOTATION_LORA_ADAPTERS, NO_GPU_ENV
 from .specs.routes import (
@@ -91,6 +92,7 @@ def policy_facts() -> dict[str, Any]:
             "canaryWeights": CANARY_WEIGHTS_ANNOTATION,
             "adapterReleases": ADAPTER_RELEASES_ANNOTATION,
             "loraAdapters": ANNOTATION_LORA_ADAPTERS,
+            "servingShape": SERVING_SHAPE_ANNOTATION,
         },
         # The ingress gateway's pods, and the listener port each Gateway server port is served on.
         "gateway": {

@@ -82,6 +82,9 @@ class ServerObject:
     # Applied only once the server's pods object (registered before it) is ready: what switches
     # traffic to a new revision waits for that revision.
     after_pods: bool = False
+    # The object whose pods run vLLM (the Deployment or Knative Service, not the endpoint picker's): it carries the
+    # server's serving-shape annotation, which the pack's serving-performance policy reads.
+    runs_vllm: bool = False
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 import gc
 
-from inference_governance import adapters, canary, resources, stack
+from inference_governance import adapters, canary, resources, serving_performance, stack
 from inference_governance.decoding import decode_once
 from inference_governance.kube import (
     DEFAULT_OVERRIDE_HEADER,
@@ -63,6 +63,22 @@ ADAPTER_RELEASE = {
     },
     "required": ["stable"],
     "additionalProperties": False,
+}
+# The preview's Serving performance verdicts (its pack-config.json), by the digest of each server's shape: which
+# server it is, and what fails at the stage's level (preview/performance.py).
+SERVING_VERDICTS = {
+    "servingVerdicts": {
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {
+                "server": {"type": "string", "minLength": 1},
+                "failures": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["server", "failures"],
+            "additionalProperties": False,
+        },
+    }
 }
 # The previous release of each model, by model name, as the program's `canaryReleases` output
 # records it; given by the preview (a baseline or `--previous-stack-file`) or by CI
@@ -204,6 +220,16 @@ PolicyPack(
             enforcement_level=ADVISORY,
             severity=Severity.LOW,
             config_schema=schema(**PREVIOUS_RELEASES),
+        ),
+        ResourceValidationPolicy(
+            name="serving-performance",
+            description="A model server's vLLM workload is deployed as the preview's Serving performance stage judged "
+            "it: its serving-shape annotation names a judged shape without failures (the model loads, its KV cache "
+            "holds its concurrency, and at the stage's level it meets its latency target and peak); in production a "
+            "verdict is required.",
+            validate=serving_performance.serving_performance,
+            severity=Severity.HIGH,
+            config_schema=schema(**SERVING_VERDICTS, productionStacks=PRODUCTION),
         ),
         StackValidationPolicy(
             name="gpu-quota-and-priority",

@@ -38,7 +38,16 @@ from .deploy_policy import DEPLOY_POLICY_FILE, UnmappedTypes, deploying_identity
 from .diff import diff_resources
 from .engine import DuplicateUrnError, evaluate
 from .first_up import check_first_up
-from .performance import PERFORMANCE_POLICY, PLOT_FILE, Prediction, performance_level, performance_section
+from .performance import (
+    PACK_CONFIG_FILE,
+    PERFORMANCE_POLICY,
+    PLOT_FILE,
+    Prediction,
+    pack_config,
+    performance_level,
+    performance_section,
+    preview_policy_config,
+)
 from .placeholders import placeholder_section
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
 from .previous_releases import previous_releases, with_previous_releases
@@ -207,6 +216,7 @@ def _read_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[st
         if isinstance(overrides, dict) and PERFORMANCE_POLICY in overrides:
             args.performance_level = performance_level(overrides.pop(PERFORMANCE_POLICY))
         check_policy_config(overrides)
+    overrides = preview_policy_config(overrides)
     baseline = None
     if args.baseline is not None:
         baseline_file = args.baseline / "resources.json"
@@ -308,7 +318,7 @@ def _clear_verdict(out: Path) -> None:
     that is not its own (a new report is written only at the very end)."""
     if out.exists() and not out.is_dir():
         raise StackConfigError(f"--out {out} is a file, not a folder")
-    for name in ("report.json", "report.md", DEPLOY_POLICY_FILE, PLOT_FILE):
+    for name in ("report.json", "report.md", DEPLOY_POLICY_FILE, PLOT_FILE, PACK_CONFIG_FILE):
         (out / name).unlink(missing_ok=True)
 
 
@@ -514,12 +524,15 @@ def _run(
         return EXIT_CRASH
     if deploy_policy is not None:
         (out / DEPLOY_POLICY_FILE).write_text(json.dumps(deploy_policy, indent=2) + "\n")
+    (out / PACK_CONFIG_FILE).write_text(json.dumps(pack_config(performance), indent=2, sort_keys=True) + "\n")
     report.stages = progress.stages
     report.write(out)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, default=str))
     else:
         print(report.terminal())
-        written = "resources.json, manifests/, report.json, report.md" + (f", {DEPLOY_POLICY_FILE}" if deploy_policy else "")
+        written = f"resources.json, manifests/, report.json, report.md, {PACK_CONFIG_FILE}" + (
+            f", {DEPLOY_POLICY_FILE}" if deploy_policy else ""
+        )
         print(f"\nwrote {out}/{written}{', ' + RECORDING_NAME if recorded else ''}")
     return EXIT_FINDINGS if report.failed else EXIT_CLEAN

@@ -32,7 +32,7 @@ from typing import Any
 
 from platform_config.gpu_catalog import COMPUTE_SLICES, GPU_MODELS, MEMORY_SLICES
 
-from .policy_runner import PolicyConfigError
+from .policy_runner import PERFORMANCE_POLICY, PolicyConfigError
 from .report import PROJECT_ROOT, Section, shown_paths
 
 # The vLLM version of the database's measurements the predictions come from (aiconfigurator-core 0.12.0 holds
@@ -42,10 +42,9 @@ PLOT_FILE = "performance.png"
 # The concurrencies a prediction is made at: these up to the server's maxNumSeqs, and maxNumSeqs itself.
 CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 WORKER_TIMEOUT_SECONDS = 120
-# The policy config's name for the stage's level, set as a policy's (advisory, mandatory, disabled): it applies to
-# what the servers predict (a latency target or peak they cannot meet); what cannot fit fails at every level.
-# Default: mandatory in production, advisory elsewhere.
-PERFORMANCE_POLICY = "serving-performance"
+# The policy config sets the stage's level under the pack policy's name (PERFORMANCE_POLICY), as a policy's
+# (advisory, mandatory, disabled): it applies to what the servers predict (a latency target or peak they cannot
+# meet); what cannot fit fails at every level. Default: mandatory in production, advisory elsewhere.
 PERFORMANCE_LEVELS = ("advisory", "mandatory", "disabled")
 
 
@@ -58,6 +57,28 @@ def performance_level(value: Any) -> str:
             f'{{"enforcementLevel": ...}}); got {json.dumps(value)[:80]}'
         )
     return level
+
+
+# Beside the report: the policy config that carries the stage's verdicts to the pack's serving-performance policy at
+# `pulumi up` (policies/inference_governance/serving_performance.py), which the pack cannot compute itself.
+PACK_CONFIG_FILE = "pack-config.json"
+
+
+def preview_policy_config(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The policy config the preview's own pack run takes: the pack's serving-performance policy reads the stage's
+    verdicts, which exist only once the run has them (the pack is configured first), so there it is disabled and the
+    stage holds the servers itself; PACK_CONFIG_FILE carries the verdicts to `pulumi up`."""
+    return {**overrides, PERFORMANCE_POLICY: {"enforcementLevel": "disabled"}}
+
+
+def pack_config(section: Section | None) -> dict[str, Any]:
+    """The policy config for `pulumi up`: the stage's verdict on each server's shape, by its digest. Without an answer
+    (the stage could not run), no verdicts: the pack refuses a production stack then, and says nothing elsewhere."""
+    verdicts = None if section is None else section.data.get("servingVerdicts")
+    policy: dict[str, Any] = {"enforcementLevel": "mandatory"}
+    if section is None or verdicts is not None:
+        policy["servingVerdicts"] = verdicts or {}
+    return {PERFORMANCE_POLICY: policy}
 
 
 def performance_python() -> Path:
@@ -448,8 +469,8 @@ def performance_section(
         f"At each server's `maxNumSeqs` concurrent requests per replica and its profile's typical request (or its peak's) "
         f"prompt and output tokens, from aiconfigurator {((answer or {}).get('package') or {}).get('aiconfigurator', '?')}'s "
         f"vLLM {DATABASE_VLLM_VERSION} measurements; `~`: a MIG slice, scaled from the whole GPU (an estimate). "
-        "Cost: a replica's share of its node at the pool's pricePerHour over its output tokens"
-        + ("; old → new against the baseline." if previous is not None else "."),
+        "Cost: a replica's share of its node at the pool's price (its pricePerHour, else the AWS list price) over its "
+        "output tokens" + ("; old → new against the baseline." if previous is not None else "."),
     ]
     if notes:
         markdown += ["", "| server | |", "|---|---|", *notes]
@@ -475,6 +496,15 @@ def performance_section(
             "level": level,
             "package": (answer or {}).get("package"),
             "cached": prediction.cached,
+            "servingVerdicts": {
+                v.row["shape"]: {
+                    "server": f"{v.row['model']}/{v.row['version']}",
+                    "failures": [
+                        f"{key}: {message}" for key, message, everywhere in v.findings if everywhere or level == "mandatory"
+                    ],
+                }
+                for v in verdicts
+            },
         },
         markdown="\n".join(markdown),
         lines=lines + findings_lines,

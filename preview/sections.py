@@ -12,7 +12,7 @@ from platform_config.guard_rails import weakenings
 from .admission import AdmissionResult
 from .diff import Diff
 from .first_up import FirstUpResult
-from .policy_runner import PolicyRun
+from .policy_runner import PERFORMANCE_POLICY, PolicyRun
 from .report import Section, short_type
 
 if TYPE_CHECKING:  # jsonschema loads only when the schema stage runs
@@ -373,14 +373,16 @@ def changes_summary_markdown(diff_data: dict[str, Any]) -> list[str]:
 def policy_section(run: PolicyRun) -> Section:
     mandatory = run.mandatory
     advisory = [d for d in run.diagnostics if d not in mandatory]
-    weakened = {p["name"]: p for p in run.policies if p["level"] != p["declaredLevel"]}
+    weakened = {p["name"]: p for p in run.policies if p["level"] != p["declaredLevel"] and p["name"] != PERFORMANCE_POLICY}
     summary = (
         f"pack {run.pack} {run.version}: {len(run.policies)} policies over {run.analyzed} resources and the stack, "
         f"{len(mandatory)} mandatory and {len(advisory)} advisory violations"
     )
-    disabled = sum(1 for p in run.policies if p["level"] == "disabled")
+    disabled = sum(1 for p in run.policies if p["level"] == "disabled" and p["name"] != PERFORMANCE_POLICY)
     if disabled:
         summary += f"; {disabled} {'policy' if disabled == 1 else 'policies'} disabled"
+    if any(p["name"] == PERFORMANCE_POLICY for p in run.policies):
+        summary += f"; {PERFORMANCE_POLICY} held by the Serving performance stage"
     lines = [f"WARNING {w}" for w in run.warnings]
     lines += [
         f"{d.level.upper()} {d.policy}: {d.message.splitlines()[-1]}" + (f" [{d.urn.rsplit('::', 1)[-1]}]" if d.urn else "")
@@ -417,7 +419,9 @@ def policy_section(run: PolicyRun) -> Section:
 
 
 def _policy_name(policy: dict[str, str]) -> str:
-    """A policy's name, with the level it ran at when the policy config changed it."""
+    """A policy's name, with the level it ran at when the policy config changed it (or where the preview holds it)."""
+    if policy["name"] == PERFORMANCE_POLICY:
+        return f"{policy['name']} (held by the Serving performance stage)"
     return policy["name"] if policy["level"] == policy["declaredLevel"] else f"{policy['name']} ({policy['level']})"
 
 

@@ -124,8 +124,17 @@ def test_deploy_workflow_staging_before_prod_behind_reviewers():
         assert pulumi["with"]["stack-name"].endswith(f"/{name}")
         # The release as last deployed (the stack's canaryReleases output) is what the pack holds
         # the next canary weight to.
-        (previous,) = [s for s in jobs[name]["steps"] if "preview.previous_releases" in s.get("run", "")]
-        assert "pulumi stack output --json" in previous["run"] and previous["env"]["STACK"].endswith(f"/{name}")
+        steps = jobs[name]["steps"]
+        (outputs,) = [s for s in steps if "pulumi stack output --json" in s.get("run", "") and "aliases" not in s["run"]]
+        assert "> build/stack-outputs.json" in outputs["run"] and outputs["env"]["STACK"].endswith(f"/{name}")
+        # The offline preview against them: guard rails, and the Serving performance stage's verdicts, which the
+        # pack's serving-performance policy holds each server to.
+        (preview,) = [s for s in steps if s.get("run", "").startswith("make preview")]
+        assert preview["run"] == f"make preview STACK={name} PREVIOUS_OUTPUTS=build/stack-outputs.json"
+        (previous,) = [s for s in steps if "preview.previous_releases" in s.get("run", "")]
+        assert "--from-outputs build/stack-outputs.json" in previous["run"]
+        assert f"--policy-config build/preview/{name}/pack-config.json > build/policy-config.json" in previous["run"]
+        assert steps.index(outputs) < steps.index(preview) < steps.index(previous) < steps.index(pulumi)
         assert pulumi["with"]["policyPackConfigs"] == "build/policy-config.json"
         # Then the registry's serving aliases follow what that up deployed.
         (moved,) = [s for s in jobs[name]["steps"] if "platform_tools aliases" in s.get("run", "")]

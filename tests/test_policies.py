@@ -14,6 +14,7 @@ import pulumi
 import pytest
 
 from preview.engine import RecordedResource
+from preview.performance import preview_policy_config
 from preview.policy_runner import PolicyConfigError, PolicyPack, PolicyRun, mask_secrets, secret_values
 from preview.sections import policy_section
 from preview.stack_config import load_project, load_stack_config
@@ -36,7 +37,9 @@ def pack():
     running = PolicyPack(ROOT / "policies", config.values, "inference-platform", "prod").connect()
     running.handshake(ROOT)
     running.configure_stack("inference-platform", "prod", config.values, config.secret_keys)
-    running.configure(running.info(), {})
+    # As the preview configures its own run: serving-performance reads verdicts these evaluations have none of
+    # (test_serving_performance.py runs it with a preview's).
+    running.configure(running.info(), preview_policy_config({}))
     yield running
     running.close()
 
@@ -85,7 +88,7 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 33 and "gateway-requires-a-token" in names and "tenant-s3-scoping" in names
+    assert len(names) == 34 and "gateway-requires-a-token" in names and "tenant-s3-scoping" in names
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):
@@ -677,7 +680,10 @@ def test_policy_config_reaches_the_pack(baseline):
     stricter = PolicyPack(ROOT / "policies", config.values, "inference-platform", "prod").connect()
     try:
         stricter.configure(
-            stricter.info(), {"inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600}, "hpa-behavior": "advisory"}
+            stricter.info(),
+            preview_policy_config(
+                {"inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600}, "hpa-behavior": "advisory"}
+            ),
         )
         assert analyze(stricter, find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")) == {
             "inference-graceful-drain": "mandatory"
@@ -812,9 +818,12 @@ def test_overrides_are_checked_against_each_policys_schema(pack, overrides, mess
 def test_external_local_queues_of_namespace_and_name_are_accepted(pack):
     """The pattern refuses only malformed entries: namespace/name, the name a DNS-1123 subdomain."""
     try:
-        pack.configure(pack.info(), {"gpu-jobs-through-kueue": {"externalLocalQueues": ["team-a/batch", "ml-ops/queue.v2"]}})
+        pack.configure(
+            pack.info(),
+            preview_policy_config({"gpu-jobs-through-kueue": {"externalLocalQueues": ["team-a/batch", "ml-ops/queue.v2"]}}),
+        )
     finally:
-        pack.configure(pack.info(), {})
+        pack.configure(pack.info(), preview_policy_config({}))
 
 
 def test_a_config_the_schema_refuses_is_an_input_error(tmp_path):

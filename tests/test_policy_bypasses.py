@@ -12,6 +12,7 @@ import pytest
 
 from platform_config.pins import ENVOY_PROXY
 from preview.engine import RecordedResource
+from preview.performance import preview_policy_config
 from preview.policy_runner import PolicyPack
 from preview.stack_config import load_project, load_stack_config
 
@@ -34,7 +35,7 @@ def _started(overrides: dict[str, Any]):
     config = load_stack_config(load_project(ROOT), "prod")
     running = PolicyPack(ROOT / "policies", config.values, PROJECT, "prod").connect()
     running.configure_stack(PROJECT, "prod", config.values, config.secret_keys)
-    running.configure(running.info(), overrides)
+    running.configure(running.info(), preview_policy_config(overrides))
     return running
 
 

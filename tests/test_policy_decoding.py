@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from preview.engine import RecordedResource
+from preview.performance import preview_policy_config
 from preview.policy_runner import PolicyPack
 from preview.stack_config import load_project, load_stack_config
 
@@ -31,7 +32,7 @@ def _running(stack: str, decode_each: bool) -> PolicyPack:
             os.environ["POLICY_PACK_DECODE_EACH"] = saved
     running.handshake(ROOT)
     running.configure_stack("inference-platform", stack, config.values, config.secret_keys)
-    running.configure(running.info(), {})
+    running.configure(running.info(), preview_policy_config({}))
     return running
 
 

@@ -26,6 +26,7 @@ from platform_config.cold_start import (
     streams_weights,
 )
 from platform_config.models import NodePoolConfig, WeightCache
+from preview.performance import preview_policy_config
 from preview.sections import cold_start_section
 from preview.upstream import VERIFIED, Facts, check_vllm_container, facts_dir
 
@@ -348,7 +349,7 @@ def test_streamed_pods_are_admitted_scheduled_and_compliant(streamed):
     try:
         pack.handshake(ROOT)
         pack.configure_stack("inference-platform", "prod", config.values, config.secret_keys)
-        pack.configure(pack.info(), {})
+        pack.configure(pack.info(), preview_policy_config({}))
         records = [r for r in streamed.records if r.custom and not r.type.startswith("pulumi:providers:")]
         assert [d.policy for r in records for d in pack.analyze(r, None)] == []
         assert list(pack.analyze_stack(records)) == []

@@ -12,9 +12,10 @@ import subprocess
 
 import pytest
 
+from components.plan_reports import SERVING_SHAPE_ANNOTATION
 from platform_config.pins import AICONFIGURATOR
 
-from .helpers import ROOT, config_problems, load_json, raw_stack, run_preview, write_stack
+from .helpers import ROOT, Evaluated, config_problems, load_json, raw_stack, run_preview, write_stack
 
 PERF_PYTHON = ROOT / ".venv-perf" / "bin" / "python"
 
@@ -156,12 +157,12 @@ def careless(tmp_path_factory, previews):
     result = run_preview(
         "--stack", "prod", "--config-file", str(stack), "--out", str(out), "--baseline", str(previews["prod"].out)
     )
-    return raw, result, load_json(out / "report.json"), (out / "report.md").read_text()
+    return raw, result, load_json(out / "report.json"), (out / "report.md").read_text(), out
 
 
 @needs_database
 def test_a_careless_change_fails_the_stage_naming_each_key(careless):
-    raw, result, report, _ = careless
+    raw, result, report, *_ = careless
     assert result.returncode == 1, result.stderr
     findings = "\n".join(report["performance"]["data"]["findings"])
     index = {m["name"]: i for i, m in enumerate(raw["models"])}
@@ -173,11 +174,66 @@ def test_a_careless_change_fails_the_stage_naming_each_key(careless):
     assert report["performance"]["failed"]
 
 
+def _pack_verdicts(records, policy_config: dict) -> dict[str, list[str]]:
+    """What the pack, running as its own process and configured as `pulumi up --policy-pack-config` configures it,
+    says of each vLLM workload under serving-performance: by resource name, the messages."""
+    from preview.policy_runner import PolicyPack
+    from preview.stack_config import load_project, load_stack_config
+
+    config = load_stack_config(load_project(ROOT), "prod")
+    pack = PolicyPack(ROOT / "policies", config.values, "inference-platform", "prod").connect()
+    try:
+        pack.handshake(ROOT)
+        pack.configure_stack("inference-platform", "prod", config.values, config.secret_keys)
+        pack.configure(pack.info(), policy_config)
+        said: dict[str, list[str]] = {}
+        for record in records:
+            if SERVING_SHAPE_ANNOTATION in ((record.inputs.get("metadata") or {}).get("annotations") or {}):
+                hits = [d for d in pack.analyze(record, None) if d.policy == "serving-performance"]
+                assert all(d.level == "mandatory" for d in hits)
+                said[record.name] = [d.message for d in hits]
+        return said
+    finally:
+        pack.close()
+
+
+@needs_database
+def test_pulumi_up_holds_each_server_to_the_stages_verdict_through_the_pack(careless, previews):
+    """The careless change's pack-config.json, passed to the pack as the deploy passes it, stops its three failing
+    servers at `pulumi up`, naming the stage's findings; prod's own verdicts (a preview of other servers) judged none
+    of its shapes; and without verdicts a production stack is refused."""
+    raw, _, report, _, out = careless
+    records = Evaluated(raw).records
+    verdicts = load_json(out / "pack-config.json")
+    judged = verdicts["serving-performance"]["servingVerdicts"]
+    shapes = {
+        r.name: r.inputs["metadata"]["annotations"][SERVING_SHAPE_ANNOTATION]
+        for r in records
+        if SERVING_SHAPE_ANNOTATION in ((r.inputs.get("metadata") or {}).get("annotations") or {})
+    }
+    # Every running version's vLLM workload carries the shape the stage judged, and only those.
+    assert sorted(judged[shape]["server"] for shape in shapes.values()) == sorted(performance(report))
+    said = _pack_verdicts(records, verdicts)
+    # The pack says what the stage found, each failing finding once, on the server it is of (production: all fail).
+    findings = report["performance"]["data"]["findings"]
+    messages = [m for ms in said.values() for m in ms]
+    assert len(messages) == len(findings) and all(any(f in m for m in messages) for f in findings)
+    index = {m["name"]: i for i, m in enumerate(raw["models"])}
+    (peak,) = said["llama-70b-v1-deployment"]
+    assert f"llama-70b/v1: models[{index['llama-70b']}].autoscaling.maxReplicas: v1: the peak of 100" in peak
+    assert any("262144 tokens, but the model's context length" in m for m in said["llama-1b-v1-deployment"])
+    assert any("fewer than the 16 it runs at once" in m for m in said["llama-8b-batch-v1-knative-service"])
+    stale = _pack_verdicts(records, load_json(previews["prod"].out / "pack-config.json"))
+    assert "is not one the given verdicts judged" in stale["llama-70b-v1-deployment"][0]
+    none = _pack_verdicts(records, {})
+    assert all(len(m) == 1 and "no verdict of the preview's Serving performance stage" in m[0] for m in none.values())
+
+
 @needs_database
 def test_the_8b_on_a_whole_h100_is_predicted_as_the_package_predicts_it(careless):
     """Called directly with the same model, GPU, parallelism, lengths and concurrency, the package gives the figures
     the stage reports (the database's own answer: the same deterministic tables, within rounding)."""
-    _, _, report, _ = careless
+    _, _, report, *_ = careless
     server = performance(report)["llama-8b/v1"]
     assert not server["estimated"]
     at = server["atConcurrency"]
@@ -229,7 +285,7 @@ def test_a_declared_architecture_must_be_whole():
 @needs_database
 def test_against_the_baseline_each_changed_figure_shows_old_and_new(careless, previews):
     """The pull request's comment: the committed prod stack's figures → the change's, at the top."""
-    _, _, report, markdown = careless
+    _, _, report, markdown, _ = careless
     top = markdown.split("<details>")[0]
     before = {s["server"]: s for s in previews["prod"].report["performance"]["data"]["servers"]}
     after = performance(report)
@@ -244,7 +300,7 @@ def test_against_the_baseline_each_changed_figure_shows_old_and_new(careless, pr
 def test_the_policy_config_sets_the_level_of_what_the_servers_are_predicted_to_miss(tmp_path, careless):
     """`serving-performance: advisory` in the policy config (CI's, from the default branch) makes the peak a warning in
     production too; what cannot fit still fails. A level that is none is refused before anything runs."""
-    raw, _, _, _ = careless
+    raw, *_ = careless
     stack = write_stack(tmp_path, raw)
     config = tmp_path / "policy-config.json"
     config.write_text(json.dumps({"serving-performance": "advisory"}))

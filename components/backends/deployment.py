@@ -226,7 +226,7 @@ class DeploymentBackend(ServingBackend):
     def server_objects(self, plan: ServerPlan) -> list[ServerObject]:
         return [
             # The HPA owns the replica count once the Deployment exists.
-            ServerObject("deployment", deployment(plan), "pods", serves=True, ignore_changes=("spec.replicas",)),
+            ServerObject("deployment", deployment(plan), "pods", serves=True, ignore_changes=("spec.replicas",), runs_vllm=True),
             ServerObject("service", service(plan), "plain", serves=True),
             ServerObject("pdb", pod_disruption_budget(plan, plan.selector), "plain"),
             ServerObject("service-monitor", service_monitor(plan), "monitor", custom=True),

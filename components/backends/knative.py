@@ -323,7 +323,7 @@ class KnativeBackend(ServingBackend):
     def server_objects(self, plan: ServerPlan) -> list[ServerObject]:
         service = knative_service(plan)
         objects = [
-            ServerObject("knative-service", service, "pods", custom=True, serves=True),
+            ServerObject("knative-service", service, "pods", custom=True, serves=True, runs_vllm=True),
             ServerObject("pod-monitor", pod_monitor(plan), "monitor", custom=True),
         ]
         if plan.max_replicas > 1:
