@@ -260,10 +260,15 @@ def cost_report(plan: Plan) -> dict[str, object]:
 SERVING_SHAPE_ANNOTATION = "inference.platform/serving-shape"
 
 
+# What a verdict does not depend on: the price only sets the cost per token the report shows, so a new price is not
+# a new shape (and updates no workload).
+_NOT_JUDGED = ("shape", "replicaPerHour")
+
+
 def shape_digest(row: dict[str, object]) -> str:
-    """A servingShapes row's digest (every field but the digest itself): a change to anything the stage judges a
-    server by (its model, device, vLLM limits, replicas, load, target, price) is a new shape, to be judged again."""
-    fields = {key: value for key, value in row.items() if key != "shape"}
+    """A servingShapes row's digest: a change to anything the stage passes or fails a server by (its model, device,
+    vLLM limits, replicas, load, latency target, the keys it names) is a new shape, to be judged again."""
+    fields = {key: value for key, value in row.items() if key not in _NOT_JUDGED}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 

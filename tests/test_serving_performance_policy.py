@@ -20,7 +20,12 @@ sys.path.insert(0, str(ROOT / "policies"))
 from inference_governance.serving_performance import serving_performance  # noqa: E402
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
-THIS_STACK = [pulumi.get_stack()]
+
+
+def this_stack() -> list[str]:
+    """The stack the pack's is_production asks about: whatever the process's Pulumi settings name now (an in-process
+    evaluation in the same worker sets them)."""
+    return [pulumi.get_stack()]
 
 
 def said(props: dict[str, Any], config: dict[str, Any]) -> list[str]:
@@ -42,7 +47,7 @@ VERDICTS = {
 
 
 def test_a_workload_without_a_shape_is_not_this_policys():
-    assert said(workload(None), {"productionStacks": THIS_STACK}) == []
+    assert said(workload(None), {"productionStacks": this_stack()}) == []
 
 
 def test_a_judged_shape_passes_and_its_failures_are_each_a_violation():
@@ -58,7 +63,7 @@ def test_a_shape_the_verdicts_did_not_judge_is_refused_in_any_stack():
 
 
 def test_without_verdicts_production_is_refused_and_elsewhere_nothing_is_said():
-    (message,) = said(workload("aaaa"), {"productionStacks": THIS_STACK})
+    (message,) = said(workload("aaaa"), {"productionStacks": this_stack()})
     assert "no verdict of the preview's Serving performance stage was given" in message
     assert "pack-config.json" in message
     assert said(workload("aaaa"), {"productionStacks": []}) == []
