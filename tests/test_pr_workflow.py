@@ -101,7 +101,10 @@ def test_the_pull_request_workflow_shows_the_change_against_the_default_branch(t
 
     report = (workspace / "build" / "preview" / STACK / "report.md").read_text()
     top, collapsed = report.split("<details>", 1)
-    assert "1 to change in place, 1 to replace, 0 to delete" in top
+    # The HPA, and the 1B's Deployment, whose serving shape (its replicas among what the performance stage judges)
+    # is new: its metadata, not its pods.
+    assert "2 to change in place, 1 to replace, 0 to delete" in top
+    assert "| update | `llama-1b-v1-deployment` (Deployment) | `metadata.annotations.inference.platform/serving-shape`" in top
     assert "| update | `llama-1b-v1-hpa` (HorizontalPodAutoscaler) | `spec.maxReplicas`: `6` → `5` |" in top
     # The dashboard's cost panel multiplies by the price: a ConfigMap, which pulumi-kubernetes replaces.
     assert "| replace | `platform-overview-config-map` (ConfigMap) |" in top and "* 60 or sum" in top
