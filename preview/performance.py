@@ -129,33 +129,38 @@ class Prediction:
 
     @classmethod
     def spawn(cls) -> Prediction:
+        """Started with the program: the worker loads the package while the program is evaluated, then waits for
+        the request (`send`), or is stopped unasked where the answer is kept or there is nothing to ask."""
         python = performance_python()
         if not python.exists():
             return cls(None, problem=f"not run: {python.name} of .venv-perf is missing (`make perf-venv` installs it)")
-        return cls(python)
-
-    def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
-        """Ask for every server whose architecture is known (none: no worker runs)."""
-        asked = request(shapes or [], None)
-        if self.python is None or not asked["servers"]:
-            return
-        self._out = out
-        self._folder = cache_dir() / _cache_key(asked, self.python)
-        kept = _read_answer(self._folder / "answer.json")
-        if kept is not None:
-            self._answer = kept
-            self.cached = True
-            return
-        self._folder.mkdir(parents=True, exist_ok=True)
-        self._process = subprocess.Popen(
-            [str(self.python), "-m", "preview.performance_worker"],
+        prediction = cls(python)
+        prediction._process = subprocess.Popen(
+            [str(python), "-m", "preview.performance_worker", "--warm-up", DATABASE_VLLM_VERSION],
             cwd=PROJECT_ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        assert self._process.stdin is not None
+        return prediction
+
+    def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
+        """Ask for every server whose architecture is known (none: the worker is stopped unasked)."""
+        asked = request(shapes or [], None)
+        if self.python is None or not asked["servers"]:
+            self.stop()
+            return
+        self._out = out
+        self._folder = cache_dir() / _cache_key(asked, self.python)
+        kept = _read_answer(self._folder / "answer.json")
+        if kept is not None:
+            self.stop()
+            self._answer = kept
+            self.cached = True
+            return
+        self._folder.mkdir(parents=True, exist_ok=True)
+        assert self._process is not None and self._process.stdin is not None
         try:
             self._process.stdin.write(json.dumps(request(shapes or [], self._folder)))
             self._process.stdin.close()
@@ -164,10 +169,11 @@ class Prediction:
         self._process.stdin = None
 
     def stop(self) -> None:
-        """For a run that stops before it reads the answer: no worker outlives the preview."""
+        """For a run that stops before it reads the answer, or needs none: no worker outlives the preview."""
         if self._process is not None and self._process.poll() is None:
             self._process.kill()
             self._process.communicate()
+        self._process = None
 
     def answer(self) -> dict[str, Any] | None:
         if self._answer is None and self._process is not None:

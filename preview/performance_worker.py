@@ -214,10 +214,24 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     return {"package": versions, "servers": answers, "plots": plots}
 
 
+def warm_up(backend_version: str) -> None:
+    """What any request needs, loaded before it comes: the preview starts this worker with the program, so the
+    package's imports and the memory stand-in's tables load while the program is evaluated (the request needs its
+    outputs). The package keeps a loaded database for the calls that follow (perf_database.get_database)."""
+    import aiconfigurator.cli.api  # noqa: F401
+    import matplotlib
+    from aiconfigurator_core.sdk.perf_database import get_database
+
+    matplotlib.use("Agg")
+    get_database(MEMORY_STAND_IN, "vllm", backend_version)
+
+
 def main() -> int:
     # The package logs its table loading and fallbacks; the answer is the only output.
     logging.disable(logging.WARNING)
     with contextlib.redirect_stdout(io.StringIO()):
+        if len(sys.argv) == 3 and sys.argv[1] == "--warm-up":
+            warm_up(sys.argv[2])
         request = json.loads(sys.stdin.read())
         result = answer(request)
     sys.stdout.write(json.dumps(result))
