@@ -93,14 +93,21 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PERFORMANCE_CACHE_DIR") or PROJECT_ROOT / "build" / "performance-cache")
 
 
+def _installed(python: Path) -> list[str]:
+    """What the virtualenv holds, by its distributions' dist-info folders (Python version, name and version each):
+    where it is does not matter, so two checkouts with the same packages (a pull request's and its default
+    branch's, in CI) share their answers."""
+    venv = python.parent.parent
+    return sorted(str(p.relative_to(venv)) for p in venv.glob("lib/python*/site-packages/*.dist-info"))
+
+
 def _cache_key(asked: dict[str, Any], python: Path) -> str:
-    """The request (less where the plot goes) with the worker, the pinned packages and the virtualenv they were
-    installed into (its interpreter and its install stamp): any change is a new key."""
+    """The request (less where the plot goes) with the worker, the pinned packages and what the virtualenv holds:
+    any change is a new key."""
     digest = hashlib.sha256(json.dumps({**asked, "plotDir": None}, sort_keys=True).encode())
     for source in (Path(__file__).with_name("performance_worker.py"), Path(__file__).with_name("performance-requirements.txt")):
         digest.update(source.read_bytes())
-    stamp = python.parent.parent / ".installed"
-    digest.update(f"{python}:{stamp.stat().st_mtime_ns if stamp.exists() else 0}".encode())
+    digest.update(json.dumps(_installed(python)).encode())
     return digest.hexdigest()[:32]
 
 

@@ -112,6 +112,15 @@ def test_make_preview_passes_the_previous_stack_file_and_a_registry_recording(tm
     assert f"--previous-stack-file trusted/stacks/Pulumi.dev.yaml --registry-file {recording}" in result.stdout
 
 
+def test_the_pull_requests_preview_reads_back_what_its_baseline_asked_aiconfigurator():
+    job = workflow("preview.yml")["jobs"]["offline-preview"]
+    assert job["env"]["PERFORMANCE_CACHE_DIR"] == "${{ github.workspace }}/build/performance-cache"
+    names = [s.get("name", "") for s in job["steps"]]
+    assert names.index("Offline preview of the default branch (the baseline)") < next(
+        i for i, n in enumerate(names) if n.startswith("Offline preview (schemas")
+    )
+
+
 def test_deploy_workflow_staging_before_prod_behind_reviewers():
     flow = workflow("deploy.yml")
     assert flow["on"]["push"]["branches"] == ["main"]

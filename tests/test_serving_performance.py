@@ -338,3 +338,24 @@ def test_an_unchanged_request_is_read_back_and_a_changed_one_asked_again(tmp_pat
     raw["models"][0]["server"]["maxModelLen"] = 2048
     changed = preview("--config-file", str(write_stack(tmp_path, raw)))
     assert changed["cached"] is False and changed["servers"] != first["servers"]
+
+
+def test_two_checkouts_with_the_same_packages_share_their_answers_and_another_package_does_not(tmp_path):
+    """The answer's key holds what the virtualenv has installed, not where it is: the pull request's preview in CI
+    reads back what its default branch's preview, in another checkout, asked for the same servers."""
+    from preview.performance import _cache_key
+
+    def venv(where: str, *dists: str):
+        python = tmp_path / where / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        python.touch()
+        for dist in dists:
+            (tmp_path / where / "lib" / "python3.11" / "site-packages" / f"{dist}.dist-info").mkdir(parents=True)
+        return python
+
+    asked = {"backendVersion": "0.24.0", "plotDir": "/somewhere", "servers": [{"id": "m/v1"}]}
+    default_branch = venv("trusted/.venv-perf", "aiconfigurator-0.12.0", "pandas-2.3.3")
+    pull_request = venv(".venv-perf", "aiconfigurator-0.12.0", "pandas-2.3.3")
+    upgraded = venv("other/.venv-perf", "aiconfigurator-0.13.0", "pandas-2.3.3")
+    assert _cache_key(asked, default_branch) == _cache_key({**asked, "plotDir": "/elsewhere"}, pull_request)
+    assert _cache_key(asked, upgraded) != _cache_key(asked, pull_request)
