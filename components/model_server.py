@@ -39,7 +39,7 @@ class ModelServerArgs:
 
 def with_serving_shape(obj: ServerObject, digest: str | None) -> ServerObject:
     """The vLLM workload with its serving-shape annotation on its own metadata (not its pods': no pod rolls when only
-    the shape's price or load changes); any other object as it is."""
+    the shape's load or replica bounds change); any other object as it is."""
     if not obj.runs_vllm or digest is None:
         return obj
     metadata = obj.manifest["metadata"]

@@ -397,7 +397,12 @@ def resolve(
         },
         system_node_price=None
         if config.cluster.eks is None
-        else node_price(config.cluster.eks.system_node_group.instance_type, "ON_DEMAND", None, region),
+        else node_price(
+            config.cluster.eks.system_node_group.instance_type,
+            "ON_DEMAND",
+            config.cluster.eks.system_node_group.price_per_hour,
+            region,
+        ),
     )
 
 

@@ -177,14 +177,18 @@ def cost_report(plan: Plan) -> dict[str, object]:
     nodes (each GPU pool at least at its minSize and the nodes its pods' minimum replicas fill, at most its maxSize;
     the system node group at its minSize and maxSize), and each tenant's share, charged by the GPUs its pods hold (a
     model version's replicas at its minimum and maximum, a batch job's `parallelism` shards at maximum unless it is
-    paused). The system node group is the platform's part (controllers, gateway, pickers); what no tenant holds
+    paused), and where those ask for more of a pool than its nodes (they cannot all run at once), each its part of
+    the nodes there are. The system node group is the platform's part (controllers, gateway, pickers); what no tenant holds
     (idle GPU capacity, rounding up to whole nodes) is `unallocated`, so the tenants, the platform and it add up to
     the environment. A pool without a price is listed with the reason."""
     config = plan.config
     prices = plan.node_prices_per_hour()
     pools = {pool.name: pool for pool in config.node_pools}
     supplies = {pool.name: pool_supply(pool) for pool in config.node_pools}
-    tenants: dict[str, dict[str, Decimal]] = {t.name: {"min": Decimal(0), "max": Decimal(0)} for t in config.tenants}
+    # What each tenant's pods hold per pool (in nodes), at minimum and at maximum scale.
+    held: dict[str, dict[str, dict[str, Decimal]]] = {
+        name: {t.name: {"min": Decimal(0), "max": Decimal(0)} for t in config.tenants} for name in pools
+    }
     # Pods at minimum scale per pool, by the GPU resource and count each asks for.
     min_pods: dict[str, dict[tuple[str, int], int]] = {name: {} for name in pools}
     for model in plan.models:
@@ -192,18 +196,16 @@ def cost_report(plan: Plan) -> dict[str, object]:
             share = _node_share(supplies[server.pool.name], server.gpu_resource, server.gpu_count)
             asks = (server.gpu_resource, server.gpu_count)
             min_pods[server.pool.name][asks] = min_pods[server.pool.name].get(asks, 0) + server.min_replicas
-            price = prices.get(server.pool.name)
-            if price is not None:
-                tenants[server.namespace]["min"] += share * server.min_replicas * price
-                tenants[server.namespace]["max"] += share * server.max_replicas * price
+            held[server.pool.name][server.namespace]["min"] += share * server.min_replicas
+            held[server.pool.name][server.namespace]["max"] += share * server.max_replicas
     for job in plan.batch_jobs:
-        price = prices.get(job.pool.name)
         # A paused job holds nothing until it is resumed (its LocalQueue stops it, specs/kueue.py).
-        if price is not None and not job.job.paused:
+        if not job.job.paused:
             shards = min(job.job.parallelism, job.shards)
-            tenants[job.namespace]["max"] += (
-                _node_share(supplies[job.pool.name], job.gpu_resource, job.gpu_count) * shards * price
+            held[job.pool.name][job.namespace]["max"] += (
+                _node_share(supplies[job.pool.name], job.gpu_resource, job.gpu_count) * shards
             )
+    tenants: dict[str, dict[str, Decimal]] = {t.name: {"min": Decimal(0), "max": Decimal(0)} for t in config.tenants}
     environment = {"min": Decimal(0), "max": Decimal(0)}
     pool_rows = []
     for name, pool in pools.items():
@@ -212,9 +214,16 @@ def cost_report(plan: Plan) -> dict[str, object]:
             {"pool": name, "instanceType": pool.instance_type, **_price_fields(plan.node_prices[name]), "nodes": nodes}
         )
         price = prices.get(name)
-        if price is not None:
-            for k in environment:
-                environment[k] += nodes[k] * price
+        if price is None:
+            continue
+        for k in environment:
+            environment[k] += nodes[k] * price
+            # More than the pool's nodes hold cannot run at once (the servers' maxReplicas and the batch shards
+            # together): each tenant is charged its part of the nodes there are, so nothing is counted twice.
+            asked = sum(h[k] for h in held[name].values())
+            scale = min(Decimal(1), nodes[k] / asked) if asked else Decimal(1)
+            for tenant, h in held[name].items():
+                tenants[tenant][k] += h[k] * scale * price
     platform = {"min": Decimal(0), "max": Decimal(0)}
     eks = config.cluster.eks
     if eks is not None and plan.system_node_price is not None:
@@ -235,9 +244,9 @@ def cost_report(plan: Plan) -> dict[str, object]:
     # In cents that add up to the environment exactly as shown, the platform and what no tenant holds included.
     shown = {}
     for k in ("min", "max"):
-        held = {t: v[k] for t, v in tenants.items()}
-        rest = environment[k] - platform[k] - sum(held.values())
-        shown[k] = apportioned(environment[k], {**held, _PLATFORM: platform[k], _UNALLOCATED: rest})
+        parts = {t: v[k] for t, v in tenants.items()}
+        rest = environment[k] - platform[k] - sum(parts.values())
+        shown[k] = apportioned(environment[k], {**parts, _PLATFORM: platform[k], _UNALLOCATED: rest})
     tenant_rows = [{"tenant": t, "minPerHour": _money(shown["min"][t]), "maxPerHour": _money(shown["max"][t])} for t in tenants]
     listed = any(row["priceSource"] == "list" for row in pool_rows)
     return {
@@ -283,8 +292,9 @@ def serving_shapes(plan: Plan) -> dict[str, object]:
     """What the preview's Serving performance stage predicts each server from (preview/performance.py), one row per
     running version: the model's architecture, the device one rank runs on (platform_config/memory_fit.py), vLLM's
     limits, the replica bounds, the load it is judged at and its latency target, and what a replica costs per hour
-    (its share of a node at the pool's `pricePerHour`); and whether the stack is production, where a server that
-    cannot meet its latency target or peak fails the stage. The program exports it as `servingShapes`."""
+    (its share of a node at the pool's price as the plan resolved it: `pricePerHour`, else the list price); and
+    whether the stack is production, where a server that cannot meet its latency target or peak fails the stage. Each
+    row's `shape` is its digest without the price (shape_digest). The program exports it as `servingShapes`."""
     config = plan.config
     supplies = {pool.name: pool_supply(pool) for pool in config.node_pools}
     prices = plan.node_prices_per_hour()

@@ -429,6 +429,9 @@ class SystemNodeGroup(ConfigModel):
     """Most system nodes (at most 450, EKS's default quota of nodes per managed node group)."""
     desired_size: Annotated[int, Field(ge=1, le=EKS_NODES_PER_NODE_GROUP)] = 2
     """System nodes at creation."""
+    price_per_hour: Annotated[float, Field(gt=0, le=10_000)] | None = None
+    """USD per node-hour, for the cost report. Default: the dated AWS on-demand list price of the instance type in
+    the cluster's region (platform_config/prices.py), where the list covers it."""
 
 
 class EksSettings(ConfigModel):

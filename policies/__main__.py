@@ -65,7 +65,9 @@ ADAPTER_RELEASE = {
     "additionalProperties": False,
 }
 # The preview's Serving performance verdicts (its pack-config.json), by the digest of each server's shape: which
-# server it is, and what fails at the stage's level (preview/performance.py).
+# server it is, what fails at any level (it cannot load, its KV cache is short) and what it is predicted to miss (a
+# latency target, a peak), which fails at `latencyLevel`: as configured for the stage, else mandatory in production
+# (`productionStacks`) and advisory elsewhere (preview/performance.py).
 SERVING_VERDICTS = {
     "servingVerdicts": {
         "type": "object",
@@ -74,11 +76,13 @@ SERVING_VERDICTS = {
             "properties": {
                 "server": {"type": "string", "minLength": 1},
                 "failures": {"type": "array", "items": {"type": "string"}},
+                "misses": {"type": "array", "items": {"type": "string"}},
             },
-            "required": ["server", "failures"],
+            "required": ["server", "failures", "misses"],
             "additionalProperties": False,
         },
-    }
+    },
+    "latencyLevel": {"enum": ["advisory", "mandatory", "disabled", None]},
 }
 # The previous release of each model, by model name, as the program's `canaryReleases` output
 # records it; given by the preview (a baseline or `--previous-stack-file`) or by CI

@@ -524,7 +524,9 @@ def _run(
         return EXIT_CRASH
     if deploy_policy is not None:
         (out / DEPLOY_POLICY_FILE).write_text(json.dumps(deploy_policy, indent=2) + "\n")
-    (out / PACK_CONFIG_FILE).write_text(json.dumps(pack_config(performance), indent=2, sort_keys=True) + "\n")
+    (out / PACK_CONFIG_FILE).write_text(
+        json.dumps(pack_config(performance, args.performance_level), indent=2, sort_keys=True) + "\n"
+    )
     report.stages = progress.stages
     report.write(out)
     if args.json:

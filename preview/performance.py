@@ -25,10 +25,11 @@ import math
 import os
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from platform_config.gpu_catalog import COMPUTE_SLICES, GPU_MODELS, MEMORY_SLICES
 
@@ -71,11 +72,13 @@ def preview_policy_config(overrides: dict[str, Any]) -> dict[str, Any]:
     return {**overrides, PERFORMANCE_POLICY: {"enforcementLevel": "disabled"}}
 
 
-def pack_config(section: Section | None) -> dict[str, Any]:
-    """The policy config for `pulumi up`: the stage's verdict on each server's shape, by its digest. Without an answer
-    (the stage could not run), no verdicts: the pack refuses a production stack then, and says nothing elsewhere."""
+def pack_config(section: Section | None, configured: str | None = None) -> dict[str, Any]:
+    """The policy config for `pulumi up`: the stage's verdict on each server's shape, by its digest, and the level the
+    policy config set for the stage (`configured`; None: the pack's own default, by its productionStacks). Without an
+    answer (the stage could not run), no verdicts: the pack refuses a production stack then, and says nothing
+    elsewhere."""
     verdicts = None if section is None else section.data.get("servingVerdicts")
-    policy: dict[str, Any] = {"enforcementLevel": "mandatory"}
+    policy: dict[str, Any] = {"enforcementLevel": "mandatory", "latencyLevel": configured}
     if section is None or verdicts is not None:
         policy["servingVerdicts"] = verdicts or {}
     return {PERFORMANCE_POLICY: policy}
@@ -96,9 +99,11 @@ def cache_dir() -> Path:
 def _installed(python: Path) -> list[str]:
     """What the virtualenv holds, by its distributions' dist-info folders (Python version, name and version each):
     where it is does not matter, so two checkouts with the same packages (a pull request's and its default
-    branch's, in CI) share their answers."""
+    branch's, in CI) share their answers. An interpreter outside a virtualenv (PERFORMANCE_PYTHON) shows no such
+    folders there: it is named by its own path instead, so at least two interpreters never share an answer."""
     venv = python.parent.parent
-    return sorted(str(p.relative_to(venv)) for p in venv.glob("lib/python*/site-packages/*.dist-info"))
+    held = sorted(str(p.relative_to(venv)) for p in venv.glob("lib/python*/site-packages/*.dist-info"))
+    return held or [str(python.resolve())]
 
 
 def _cache_key(asked: dict[str, Any], python: Path) -> str:
@@ -120,6 +125,14 @@ def _read_answer(path: Path) -> dict[str, Any] | None:
     return answer if isinstance(answer, dict) and isinstance(answer.get("servers"), dict) else None
 
 
+def _write_request(stdin: IO[str], text: str) -> None:
+    try:
+        stdin.write(text)
+        stdin.close()
+    except (OSError, ValueError):
+        pass  # it failed, or was stopped, on its own; answer() says how
+
+
 @dataclass
 class Prediction:
     """aiconfigurator's answer for the program's `servingShapes`: read back from the cache when the same request was
@@ -133,6 +146,7 @@ class Prediction:
     _answer: dict[str, Any] | None = field(default=None, init=False)
     _folder: Path | None = field(default=None, init=False)
     _out: Path | None = field(default=None, init=False)
+    _writer: threading.Thread | None = field(default=None, init=False)
 
     @classmethod
     def spawn(cls) -> Prediction:
@@ -142,14 +156,17 @@ class Prediction:
         if not python.exists():
             return cls(None, problem=f"not run: {python.name} of .venv-perf is missing (`make perf-venv` installs it)")
         prediction = cls(python)
-        prediction._process = subprocess.Popen(
-            [str(python), "-m", "preview.performance_worker", "--warm-up", DATABASE_VLLM_VERSION],
-            cwd=PROJECT_ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        try:
+            prediction._process = subprocess.Popen(
+                [str(python), "-m", "preview.performance_worker", "--warm-up", DATABASE_VLLM_VERSION],
+                cwd=PROJECT_ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        except OSError as error:
+            return cls(None, problem=f"not run: {shown_paths(str(python))} does not start: {error.strerror or error}")
         return prediction
 
     def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
@@ -168,12 +185,14 @@ class Prediction:
             return
         self._folder.mkdir(parents=True, exist_ok=True)
         assert self._process is not None and self._process.stdin is not None
-        try:
-            self._process.stdin.write(json.dumps(request(shapes or [], self._folder)))
-            self._process.stdin.close()
-        except BrokenPipeError:
-            pass  # it failed on its own; answer() says how
-        self._process.stdin = None
+        # Written from a thread: the worker reads its request only once warmed up, and a request larger than the pipe
+        # holds (hundreds of servers) would otherwise stop the other stages until then, or for good if the worker's
+        # own output filled its pipes meanwhile; answer() reads those.
+        stdin, self._process.stdin = self._process.stdin, None
+        self._writer = threading.Thread(
+            target=_write_request, args=(stdin, json.dumps(request(shapes or [], self._folder))), daemon=True
+        )
+        self._writer.start()
 
     def stop(self) -> None:
         """For a run that stops before it reads the answer, or needs none: no worker outlives the preview."""
@@ -512,9 +531,10 @@ def performance_section(
             "servingVerdicts": {
                 v.row["shape"]: {
                     "server": f"{v.row['model']}/{v.row['version']}",
-                    "failures": [
-                        f"{key}: {message}" for key, message, everywhere in v.findings if everywhere or level == "mandatory"
-                    ],
+                    # Split as the pack applies them: a miss fails at the pack's level for the stack (its
+                    # productionStacks), which need not be the level this preview judged at.
+                    "failures": [f"{key}: {message}" for key, message, everywhere in v.findings if everywhere],
+                    "misses": [f"{key}: {message}" for key, message, everywhere in v.findings if not everywhere],
                 }
                 for v in verdicts
             },

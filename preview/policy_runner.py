@@ -211,6 +211,15 @@ def _type_name(value: Any) -> str:
     )
 
 
+def _declared_by(info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The overrides without the preview's own entry for PERFORMANCE_POLICY when the pack declares no such policy: a
+    pull request's preview runs the default branch's pack, which may predate it, and a misspelt policy a user names is
+    still refused (_validate_overrides)."""
+    if PERFORMANCE_POLICY in overrides and all(p.name != PERFORMANCE_POLICY for p in info.policies):
+        return {k: v for k, v in overrides.items() if k != PERFORMANCE_POLICY}
+    return overrides
+
+
 def _validate_overrides(info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]) -> None:
     """Every override against the policy's config schema, as the Pulumi CLI checks
     `--policy-pack-config` (pulumi/pulumi pkg/resource/analyzer/config.go:
@@ -550,7 +559,7 @@ class PolicySession:
         pack.handshake(project_dir)
         pack.configure_stack(project, stack, config, secret_keys)
         info = pack.info()
-        levels = pack.configure(info, overrides)
+        levels = pack.configure(info, _declared_by(info, overrides))
         run = PolicyRun(
             pack=info.name,
             version=pack_version(pack.pack_dir, info.version),

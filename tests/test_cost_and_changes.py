@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -36,6 +37,35 @@ def test_the_tenants_the_platform_and_what_none_holds_add_up_to_the_environment(
     else:
         assert cost["unpriced"] == [] and Decimal(cost["platform"]["minPerHour"]) > 0
         assert "2026-07-06" in cost["priceList"]
+
+
+def test_more_than_a_pools_nodes_hold_is_charged_as_the_nodes_there_are():
+    """The servers' maxReplicas and the batch shards on one pool together asking for more than its maxSize holds
+    (they cannot all run at once): each tenant is charged its part of the pool's nodes, so none is counted twice and
+    what no tenant holds never goes below zero."""
+    import dataclasses
+
+    from components.plan_reports import cost_report
+
+    plan = validate(copy.deepcopy(raw_stack("prod")))
+    # The serving tenant's server on l4-batch at 60 replicas of one L4 (15 nodes' worth) on a pool of 4 g6.12xlarge,
+    # beside team-b's running batch job (2 shards of one L4: half a node).
+    models = tuple(
+        dataclasses.replace(
+            m, servers=tuple(dataclasses.replace(s, max_replicas=60) if s.pool.name == "l4-batch" else s for s in m.servers)
+        )
+        for m in plan.models
+    )
+    cost: Any = cost_report(dataclasses.replace(plan, models=models))
+    pool = next(p for p in cost["pools"] if p["pool"] == "l4-batch")
+    tenants = {t["tenant"]: Decimal(t["maxPerHour"]) for t in cost["tenants"]}
+    assert Decimal(cost["unallocated"]["maxPerHour"]) >= 0
+    # team-b's half node is 0.5 of the 15.5 nodes asked for, of the 4 there are, at 2.30 a node (prod's pricePerHour).
+    per_node = Decimal(pool["pricePerHour"])
+    assert tenants["team-b"] == (Decimal("0.5") / Decimal("15.5") * 4 * per_node).quantize(Decimal("0.01"))
+    assert sum(tenants.values()) + Decimal(cost["platform"]["maxPerHour"]) + Decimal(
+        cost["unallocated"]["maxPerHour"]
+    ) == Decimal(cost["environment"]["maxPerHour"])
 
 
 def test_shares_rounded_alone_would_show_more_than_the_environment_so_the_cents_are_apportioned():

@@ -267,6 +267,28 @@ def test_a_broken_policy_pack_is_a_crash_not_a_finding(tmp_path):
     assert "the policy pack failed" in result.stderr and "this pack is broken" in result.stderr
 
 
+def test_a_pack_from_before_the_serving_performance_policy_still_runs(tmp_path):
+    """A pull request that adds the policy is previewed with the default branch's pack, which has none: the preview's
+    own entry that disables it is not sent, and the pack's other policies run."""
+    import re
+    import shutil
+
+    pack = tmp_path / "older-pack"
+    shutil.copytree(ROOT / "policies", pack, ignore=shutil.ignore_patterns("venv", "__pycache__"))
+    (pack / "venv").symlink_to(ROOT / "policies" / "venv")
+    main = (pack / "__main__.py").read_text()
+    older = re.sub(
+        r"        ResourceValidationPolicy\(\n            name=\"serving-performance\",.*?\n        \),\n", "", main, flags=re.S
+    )
+    assert older != main
+    (pack / "__main__.py").write_text(older)
+    out = tmp_path / "out"
+    result = run_preview("--stack", "dev", "--out", str(out), "--policy-pack", str(pack))
+    assert result.returncode == 0, result.stderr
+    policies = {p["name"] for p in json.loads((out / "report.json").read_text())["policies"]["data"]["policies"]}
+    assert "serving-performance" not in policies and "gpu-quota-and-priority" in policies
+
+
 def test_closing_a_policy_session_early_stops_the_pack(tmp_path):
     """The program failed before the stack could be analyzed: nothing may be left running."""
     from preview.policy_runner import PolicyPack, PolicySession

@@ -9,6 +9,8 @@ import json
 import math
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -223,6 +225,11 @@ def test_pulumi_up_holds_each_server_to_the_stages_verdict_through_the_pack(care
     assert f"llama-70b/v1: models[{index['llama-70b']}].autoscaling.maxReplicas: v1: the peak of 100" in peak
     assert any("262144 tokens, but the model's context length" in m for m in said["llama-1b-v1-deployment"])
     assert any("fewer than the 16 it runs at once" in m for m in said["llama-8b-batch-v1-knative-service"])
+    # Which stacks are production is the pack's setting, not the stack's: told prod is not, the peak it misses is
+    # advisory (not said), what cannot fit still fails.
+    elsewhere = _pack_verdicts(records, {"serving-performance": {**verdicts["serving-performance"], "productionStacks": []}})
+    assert elsewhere["llama-70b-v1-deployment"] == []
+    assert any("262144 tokens, but the model's context length" in m for m in elsewhere["llama-1b-v1-deployment"])
     stale = _pack_verdicts(records, load_json(previews["prod"].out / "pack-config.json"))
     assert "is not one the given verdicts judged" in stale["llama-70b-v1-deployment"][0]
     none = _pack_verdicts(records, {})
@@ -265,6 +272,30 @@ def test_without_the_database_the_stage_says_so_rather_than_passing(tmp_path):
     section = load_json(out / "report.json")["performance"]
     assert section["summary"].startswith("not run: python of .venv-perf is missing")
     assert "warn Serving performance: not run" in result.stdout
+
+
+def test_an_interpreter_that_does_not_start_is_a_warning_not_a_crash(tmp_path):
+    """PERFORMANCE_PYTHON naming a file that cannot be run: the stage says so, and the preview goes on."""
+    python = tmp_path / "python"
+    python.write_text("not a program\n")  # no execute permission
+    out = tmp_path / "out"
+    env = {**os.environ, "PERFORMANCE_PYTHON": str(python)}
+    command = [str(ROOT / ".venv" / "bin" / "python"), "-m", "preview", "--quiet", "--stack", "dev", "--out", str(out)]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    summary = load_json(out / "report.json")["performance"]["summary"]
+    assert summary.startswith("not run: ") and "does not start: Permission denied" in summary, summary
+    assert "Traceback" not in result.stderr
+
+
+def test_an_interpreter_outside_a_virtualenv_is_keyed_by_its_path(tmp_path):
+    from preview.performance import _installed
+
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.symlink_to(sys.executable)
+    assert _installed(python) == [str(Path(sys.executable).resolve())]
+    assert any(".dist-info" in held for held in _installed(ROOT / ".venv-perf" / "bin" / "python"))
 
 
 def test_the_performance_virtualenv_pins_the_package_the_pins_name():

@@ -255,7 +255,7 @@ def batch_queue_panels() -> list[tuple[str, list[tuple[str, str]], str, str]]:
 
 def platform_overview_dashboard(prices: Mapping[str, Decimal], batch: bool = False) -> dict[str, Any]:
     """GPU use by pool, tenant and priority; queue depth; shed requests; GPU-hours per hour, and
-    the cost per hour of the pools whose `pricePerHour` is given; with `batch` (Kueue
+    the cost per hour of the priced pools (`pricePerHour`, else the list price); with `batch` (Kueue
     installed), the batch queues per tenant."""
     gpu_requests = f"kube_pod_container_resource_requests{{{GPU_RESOURCE}}}"
     pools = f"max by (node, {POOL}) (kube_node_labels)"
