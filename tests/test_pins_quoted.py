@@ -1,0 +1,79 @@
+"""Every version the docs and the code's comments quote for a pinned component is its pin (platform_config/pins.py),
+so a bump that forgets a sentence fails here; a mention of history (what an older release did) is listed below with
+the words that make it one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from platform_config import pins
+from preview.performance import DATABASE_VLLM_VERSION
+
+from .helpers import ROOT
+
+MLFLOW = next(
+    line.split("==", 1)[1]
+    for line in (ROOT / "tests" / "servers" / "mlflow-requirements.txt").read_text().splitlines()
+    if line.lower().startswith("mlflow==")
+)
+VERSION = r"v?(\d+\.\d+(?:\.\d+)?)"
+# How prose names each pinned component, and the versions it may quote for it: the pin (a quote may leave out the
+# patch), and for vLLM also the release aiconfigurator's measurements were taken with.
+QUOTED = {
+    rf"\bvLLM {VERSION}": (pins.VLLM_VERSION, DATABASE_VLLM_VERSION),
+    rf"\bIstio {VERSION}": (pins.ISTIO_VERSION,),
+    rf"\bKueue {VERSION}": (pins.KUEUE.version,),
+    rf"\bllm-d-router {VERSION}": (pins.LLM_D_ROUTER_VERSION,),
+    rf"\baiconfigurator(?:-core)? {VERSION}": (pins.AICONFIGURATOR.version,),
+    rf"\bMLflow {VERSION}": (MLFLOW,),
+    rf"\bEnvoy {VERSION}": (pins.ENVOY.version,),
+    rf"\bmetrics-server {VERSION}": (pins.METRICS_SERVER.version,),
+    rf"\bKnative(?: Serving)? {VERSION}": (pins.KNATIVE_SERVING_VERSION, pins.KNATIVE_OPERATOR.release),
+    rf"\bGPU Operator {VERSION}": (pins.GPU_OPERATOR.release,),
+}
+# History, not a pin: the quote and words of its sentence.
+HISTORY = {
+    ("MLflow 2.9.0", "deprecated since MLflow 2.9.0"),
+    ("Envoy 1.33", "With Envoy 1.33, the chart preset's"),
+    ("vLLM 0.18.0", "the last version the facts list flags for"),
+    ("vLLM 0.28.0", "moved bitsandbytes out of tree"),
+    ("vLLM 0.31.0", "removed the `slow` mode"),
+    ("vLLM 0.27.0", "removed --max-num-partial-prefills"),
+}
+SOURCES = ("components", "platform_config", "preview", "platform_tools", "policies", "benchmarks")
+
+
+def _quoting_files() -> list[Path]:
+    files = [ROOT / "README.md", *(p for p in (ROOT / "docs").rglob("*.md") if "reference" not in p.parts)]
+    for folder in SOURCES:
+        files += [p for p in (ROOT / folder).rglob("*.py") if "venv" not in p.relative_to(ROOT).parts]
+    return sorted(files)
+
+
+def _matches(version: str, pinned: str) -> bool:
+    return pinned == version or pinned.startswith(version + ".")
+
+
+def stale_quotes(text: str, where: str) -> list[str]:
+    """Each quote in a text of a pinned component at a version that is not its pin, nor listed as history."""
+    stale = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for pattern, allowed in QUOTED.items():
+            for found in re.finditer(pattern, line):
+                if any(_matches(found.group(1), pinned) for pinned in allowed):
+                    continue
+                if any(quote == found.group(0) and words in line for quote, words in HISTORY):
+                    continue
+                stale.append(f"{where}:{number}: {found.group(0)!r}, pinned {' or '.join(allowed)}")
+    return stale
+
+
+def test_every_quoted_version_of_a_pinned_component_is_its_pin():
+    stale = [q for path in _quoting_files() for q in stale_quotes(path.read_text(), str(path.relative_to(ROOT)))]
+    assert stale == []
+
+
+def test_a_quote_of_another_version_is_stale_and_history_is_not():
+    text = f"Kueue 0.10.1 admits the job.\nKueue {pins.KUEUE.version} too.\nThey are deprecated since MLflow 2.9.0.\n"
+    assert stale_quotes(text, "x.md") == [f"x.md:1: 'Kueue 0.10.1', pinned {pins.KUEUE.version}"]
