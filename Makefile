@@ -33,7 +33,8 @@ help:
 # Every virtualenv is made and filled by uv (PyPI's `uv`, pinned in requirements-uv.txt, itself installed by pip
 # into .venv-uv on first use): the same pinned requirements as pip would take, downloaded in parallel into uv's
 # cache, which is per user, so a second checkout on the machine downloads nothing (.venv-perf: 38 s with pip
-# and no cache, 4 s with uv and an empty one). Each install says what it installs and how long it took.
+# and no cache, 4 s with uv and an empty one). Each install says what it installs and how long it took. `--seed`
+# puts pip in each virtualenv too, as `python -m venv` did (the Pulumi CLI may install a policy pack's requirements).
 UV_VENV := $(CURDIR)/.venv-uv
 UV := $(UV_VENV)/bin/uv
 # $(call uv_install,<virtualenv>,<pip install arguments>)
@@ -41,7 +42,7 @@ define uv_install
 	@test -x $(UV) || { $(PYTHON) -m venv $(UV_VENV) && $(UV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(CURDIR)/requirements-uv.txt; }
 	@echo "installing $(1): $(2)"
 	@start=$$(date +%s%N); \
-	{ test -x $(1)/bin/python || $(UV) venv --quiet --no-python-downloads --python $(PYTHON) $(1); } && \
+	{ test -x $(1)/bin/python || $(UV) venv --quiet --seed --no-python-downloads --python $(PYTHON) $(1); } && \
 	$(UV) pip install --quiet --strict --python $(1)/bin/python $(2) && \
 	echo "installed $(1) in $$(( ($$(date +%s%N) - start) / 1000000 )) ms"
 endef
