@@ -18,8 +18,13 @@ import yaml
 
 from platform_config.credentials import ANY_CREDENTIAL
 
+# libyaml's parser where PyYAML was built with it (about 12 times faster on prod's stack file), with the same safe
+# constructors and the resolvers below (yaml/cyaml.py CSafeLoader: CParser, SafeConstructor, Resolver); the bounds
+# are checked on its events as on the pure-Python parser's (_check_events).
+_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-class _StackFileLoader(yaml.SafeLoader):
+
+class _StackFileLoader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
     """YAML as the Pulumi CLI (Go, YAML 1.2) reads it: `2024-06-01`, `on`, `yes` and `1:30`
     stay strings; only true/false are booleans."""
 
@@ -45,7 +50,8 @@ for _first, _resolvers in _StackFileLoader.yaml_implicit_resolvers.items():
 # stack files with refuses excessive aliasing and duplicate keys too (gopkg.in/yaml.v3 v3.0.1
 # decode.go: "document contains excessive aliasing"; `uniqueKeys` on by default, "mapping key %q
 # already defined at line %d", keys compared by their text whatever their quoting).
-# Pure-Python YAML reads about 0.4 MiB a second at worst: this bound keeps any file under a second.
+# At this bound, a file of some 60,000 values is read and checked in about 1.5 s with libyaml (8 s with the
+# pure-Python parser); a real stack file in about 15 ms (175 ms).
 MAX_FILE_BYTES = 256 << 10
 MAX_DEPTH = 32
 # Values after alias expansion: what the config strings and the pydantic models will hold.
