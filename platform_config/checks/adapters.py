@@ -16,7 +16,8 @@ from ..adapters import (
     served_names,
     smallest_rank_choice,
 )
-from ..capacity import instance_of, show_amount
+from ..capacity import show_amount
+from ..cold_start import instance_of
 from ..errors import ConfigIssue
 from ..memory_fit import rank_memory
 from ..models import LoraAdapter, ModelSource, PlatformConfig, off_the_steps

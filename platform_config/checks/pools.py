@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..capacity import instance_of
+from ..cold_start import instance_of
 from ..errors import ConfigIssue
 from ..gpu_catalog import builtin_mig_configs, fits_on_gpu
 from ..models import PlatformConfig

@@ -10,6 +10,7 @@ from ..adapters import adapter_files_bytes, gib
 from ..cold_start import (
     S3_STREAM,
     cold_start,
+    instance_of,
     model_volume_size,
     node_disk,
     node_disk_gib,
@@ -18,7 +19,6 @@ from ..cold_start import (
     streams_weights,
 )
 from ..errors import ConfigIssue
-from ..gpu_catalog import INSTANCE_TYPES
 from ..memory_fit import rank_memory, weights_bytes
 from ..models import PlatformConfig
 from ..profiles import PROFILES
@@ -124,9 +124,9 @@ def check_weights_fit_gpu_memory(config: PlatformConfig) -> Iterator[ConfigIssue
     performance stage."""
     for index, model, pool in placed_models(config):
         weights = weights_bytes(model)
-        instance = INSTANCE_TYPES.get(pool.instance_type)
-        if weights is None or instance is None:
+        if weights is None:
             continue
+        instance = instance_of(pool)
         for version_index, version in enumerate(model.versions):
             memory = rank_memory(instance.gpu, pool, model, merged_server_args(model, version))
             if weights / memory.ranks <= memory.budget_bytes:
