@@ -168,10 +168,7 @@ def check_batch_job_adapter(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 f"adapter {adapter.name!r} is an MLflow reference, which batch jobs do not resolve yet: "
                 "give it a Hugging Face commit SHA or an S3 version folder",
             )
-        elif source.s3_uri is not None and (
-            not _S3_VERSION_FOLDER.fullmatch(str(source.revision))
-            or str(source.revision).lower() in ("latest", "current", "main")
-        ):
+        elif source.s3_uri is not None and not _pinned_s3_folder(str(source.revision)):
             yield ConfigIssue(
                 key,
                 f"adapter {adapter.name!r} is not pinned (S3 revision {source.revision!r}): give a version folder "
@@ -180,9 +177,13 @@ def check_batch_job_adapter(config: PlatformConfig) -> Iterator[ConfigIssue]:
 
 
 _COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
-
-
 _S3_VERSION_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]{0,127}")
+
+
+def _pinned_s3_folder(revision: str) -> bool:
+    """Whether an S3 revision is a version folder that is never rewritten (one path segment, never a moving name
+    such as `latest`): what a batch job's input and its adapter are held to."""
+    return _S3_VERSION_FOLDER.fullmatch(revision) is not None and revision.lower() not in ("latest", "current", "main")
 
 
 def check_batch_input_pinned(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -197,9 +198,7 @@ def check_batch_input_pinned(config: PlatformConfig) -> Iterator[ConfigIssue]:
             yield ConfigIssue(
                 key, f"{source.revision!r} is not pinned: give the 40-character commit SHA of the dataset repository"
             )
-        elif source.s3_uri is not None and (
-            not _S3_VERSION_FOLDER.fullmatch(source.revision) or source.revision.lower() in ("latest", "current", "main")
-        ):
+        elif source.s3_uri is not None and not _pinned_s3_folder(source.revision):
             yield ConfigIssue(
                 key, f"{source.revision!r} is not pinned: give the input's version folder (one path segment, never 'latest')"
             )
