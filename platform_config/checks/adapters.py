@@ -24,6 +24,8 @@ from ..models import LoraAdapter, ModelSource, PlatformConfig, off_the_steps
 from ..quantity import parse_quantity
 from ..serving import GPU_MEMORY_UTILIZATION_MAX, effective_profile, model_tiers, running_versions
 from .models import placed_models
+from .registry import NO_TRACKING_URI
+from .weights import s3_needs_eks
 
 
 def check_adapter_names_unique(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -197,14 +199,12 @@ def check_adapter_sources(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 if source.s3_uri is not None and config.cluster.mode != "eks":
                     yield ConfigIssue(
                         (*key, "s3Uri"),
-                        "S3 adapters are read with an IAM role for the pod (EKS Pod Identity or IRSA): use a Hugging Face "
-                        "source on a kubeconfig cluster, or run on EKS",
+                        s3_needs_eks("adapters"),
                     )
                 if source.mlflow is not None and config.registry.tracking_uri is None:
                     yield ConfigIssue(
                         (*key, "mlflow"),
-                        "names a version in the MLflow registry, but the stack has no 'registry.trackingUri': add "
-                        "registry: {trackingUri: https://...}",
+                        NO_TRACKING_URI,
                     )
 
 

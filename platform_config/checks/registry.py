@@ -9,6 +9,12 @@ from ..errors import ConfigIssue, format_key
 from ..models import PlatformConfig
 from ..registry import adapter_registry_references, registry_references
 
+# What a source that names the MLflow registry (a version's, an adapter's) is told on a stack without one.
+NO_TRACKING_URI = (
+    "names a version in the MLflow registry, but the stack has no 'registry.trackingUri': add "
+    "registry: {trackingUri: https://...}"
+)
+
 
 def check_registry_sources(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """A version named in the MLflow registry needs the registry's address (`registry`), where the preview and
@@ -20,8 +26,7 @@ def check_registry_sources(config: PlatformConfig) -> Iterator[ConfigIssue]:
             if version.source.mlflow is not None:
                 yield ConfigIssue(
                     ("models", m_index, "versions", v_index, "source", "mlflow"),
-                    "names a version in the MLflow registry, but the stack has no 'registry.trackingUri': add "
-                    "registry: {trackingUri: https://...}",
+                    NO_TRACKING_URI,
                 )
 
 

@@ -28,13 +28,20 @@ from ..weight_mirror import mirrored_source
 from .models import placed_models
 
 
+def s3_needs_eks(what: str) -> str:
+    """What S3 `what` (weights, adapters) on a cluster that is not EKS are told: the pod reads them with an IAM role."""
+    return (
+        f"S3 {what} are read with an IAM role for the pod (EKS Pod Identity or IRSA): use a Hugging Face source "
+        "on a kubeconfig cluster, or run on EKS"
+    )
+
+
 def check_s3_weights_need_eks(config: PlatformConfig) -> Iterator[ConfigIssue]:
     for index, model, _ in placed_models(config):
         if any(v.source.s3_uri for v in model.versions) and config.cluster.mode != "eks":
             yield ConfigIssue(
                 ("models", index, "versions"),
-                "S3 weights are read with an IAM role for the pod (EKS Pod Identity or IRSA): use a Hugging Face source "
-                "on a kubeconfig cluster, or run on EKS",
+                s3_needs_eks("weights"),
             )
 
 
