@@ -95,7 +95,7 @@ from .root import (
     PlatformConfig,
 )
 from .slo import Objective, ProfileOverride, SloOverride, WorkloadPeak
-from .sources import S3_URI_PATTERN, BatchInput, ModelSource, pinned_s3_uri, weights_location
+from .sources import PINNED_FORMS, S3_URI_PATTERN, BatchInput, ModelSource, pinned_s3_uri, pinned_source, weights_location
 from .tenants import ResourceBudget, TenantConfig
 from .traffic import (
     Audience,
@@ -192,6 +192,7 @@ __all__ = [
     "NonNegativeInt",
     "Objective",
     "OpenAiModelName",
+    "PINNED_FORMS",
     "PROJECT",
     "Percent",
     "PinnedImage",
@@ -229,5 +230,6 @@ __all__ = [
     "duration_seconds",
     "off_the_steps",
     "pinned_s3_uri",
+    "pinned_source",
     "weights_location",
 ]

@@ -16,6 +16,13 @@ from .registry import MlflowReference
 # shell, an IAM ARN or a glob reads specially: `*`, `'`, `(`, `)`, `!`, and no space, `$`, `;` or `|`),
 # at most 1,024 characters (S3's key limit).
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._=/-]{0,1024})?$"
+_S3 = re.compile(S3_URI_PATTERN.removeprefix("^").removesuffix("$"))
+# A Hugging Face repository id `org/name`, and the commit SHA that pins one (never a branch or a tag).
+_HF_REPOSITORY = r"[A-Za-z0-9][\w.-]*/[\w.-]+"
+_COMMIT_SHA = r"[0-9a-f]{40}"
+# The one-string locations of pinned weights (`weights_location`, `pinned_source`): what a registry version names.
+_HF_PINNED = re.compile(rf"hf://(?P<repo>{_HF_REPOSITORY})@(?P<revision>{_COMMIT_SHA})")
+PINNED_FORMS = "hf://org/name@<40-character commit SHA> or s3://bucket/prefix/<version folder>"
 
 
 class ModelSource(ConfigModel):
@@ -47,9 +54,9 @@ class ModelSource(ConfigModel):
         if self.revision is None:
             raise ValueError("'revision' is required: the commit SHA (Hugging Face) or the version's subfolder (S3)")
         if self.huggingface is not None:
-            if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", self.huggingface):
+            if not re.fullmatch(_HF_REPOSITORY, self.huggingface):
                 raise ValueError(f"{self.huggingface!r} is not a Hugging Face repository id 'org/name'")
-            if not re.fullmatch(r"[0-9a-f]{40}", self.revision):
+            if not re.fullmatch(_COMMIT_SHA, self.revision):
                 raise ValueError(
                     f"revision {self.revision!r} is not pinned: give the 40-character commit SHA of the model repository"
                 )
@@ -61,7 +68,7 @@ class BatchInput(ConfigModel):
 
     s3_uri: Annotated[str, Field(pattern=S3_URI_PATTERN)] | None = None
     """S3 prefix; the files are `<s3Uri>/<revision>/*.jsonl`, read in name order."""
-    huggingface: Annotated[str, Field(pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")] | None = None
+    huggingface: Annotated[str, Field(pattern=rf"^{_HF_REPOSITORY}$")] | None = None
     """Hugging Face dataset repository `org/name`."""
     revision: Annotated[str, Field(min_length=1, max_length=128)] | None = None
     """Pins the input: the dataset's 40-character commit SHA (Hugging Face), or the version folder under `s3Uri` that
@@ -88,10 +95,22 @@ def pinned_s3_uri(source: ModelSource | BatchInput) -> str:
 
 
 def weights_location(source: ModelSource) -> str | None:
-    """The weights a concrete source names, as one string (platform_config/registry.py `pinned_source`'s
-    inverse): what a release records per version, so that weights changed under a version's name are seen."""
+    """The weights a concrete source names, as one string (`pinned_source`'s inverse): what a release records per
+    version, so that weights changed under a version's name are seen."""
     if source.huggingface is not None and source.revision is not None:
         return f"hf://{source.huggingface}@{source.revision}"
     if source.s3_uri is not None and source.revision is not None:
         return pinned_s3_uri(source).rstrip("/")
     return None  # a registry reference, not resolved yet
+
+
+def pinned_source(weights: str) -> ModelSource | None:
+    """The concrete source of a pinned weights location (`weights_location`'s inverse); None when it is not pinned."""
+    hf = _HF_PINNED.fullmatch(weights)
+    if hf is not None:
+        return ModelSource(huggingface=hf["repo"], revision=hf["revision"])
+    if _S3.fullmatch(weights):
+        prefix, _, folder = weights.rstrip("/").rpartition("/")
+        if prefix.count("/") >= 2 and folder:  # `s3://bucket/<folder>` at least
+            return ModelSource(s3_uri=prefix, revision=folder)
+    return None

@@ -18,7 +18,7 @@ to, which the three share).
 """
 
 from .client import MAX_ANSWER_BYTES, REGISTRY_TOKEN_ENV, LiveRegistry, RegistryUnusable, in_clear
-from .entries import MAX_QUOTE, PINNED_FORMS, RegistryEntry, describe_reference, pinned_source
+from .entries import MAX_QUOTE, RegistryEntry, describe_reference
 from .recordings import (
     MAX_RECORDING_BYTES,
     PROJECT_DIR,
@@ -48,7 +48,6 @@ __all__ = [
     "MAX_ANSWER_BYTES",
     "MAX_QUOTE",
     "MAX_RECORDING_BYTES",
-    "PINNED_FORMS",
     "PROJECT_DIR",
     "RECORDING_FORMAT",
     "RECORDING_FORMAT_VERSION",
@@ -68,7 +67,6 @@ __all__ = [
     "describe_reference",
     "in_clear",
     "lock_differences",
-    "pinned_source",
     "read_lock",
     "read_recording",
     "read_recording_of",

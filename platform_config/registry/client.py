@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ConfigIssue
-from ..models import REGISTRY_TOKEN, MlflowReference, RegistryConfig
-from .entries import PINNED_FORMS, RegistryEntry, describe_reference, pinned_source, quote
+from ..models import PINNED_FORMS, REGISTRY_TOKEN, MlflowReference, RegistryConfig, pinned_source
+from .entries import RegistryEntry, describe_reference, quote
 
 # The registry token where the secret `registryToken` cannot be read (the offline preview, the aliases tool): a stack's
 # secure value is a placeholder there (no passphrase, no KMS).

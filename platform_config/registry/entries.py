@@ -3,18 +3,13 @@ recording and the resolution share."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import S3_URI_PATTERN, MlflowReference, ModelSource
+from ..models import MlflowReference
 
 # Registry answers quoted in an error message are cut to this many characters.
 MAX_QUOTE = 300
-
-_HF_PINNED = re.compile(r"hf://(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)@(?P<revision>[0-9a-f]{40})")
-_S3 = re.compile(S3_URI_PATTERN.removeprefix("^").removesuffix("$"))
-PINNED_FORMS = "hf://org/name@<40-character commit SHA> or s3://bucket/prefix/<version folder>"
 
 
 @dataclass(frozen=True)
@@ -50,18 +45,6 @@ def reference_of(reference: MlflowReference) -> tuple[str, str | None, int | Non
 def describe_reference(reference: MlflowReference) -> str:
     asked = f"alias {reference.alias!r}" if reference.alias is not None else f"version {reference.version}"
     return f"registered model {reference.model!r}, {asked}"
-
-
-def pinned_source(weights: str) -> ModelSource | None:
-    """The concrete source of a pinned weights location; None when it is not pinned."""
-    hf = _HF_PINNED.fullmatch(weights)
-    if hf is not None:
-        return ModelSource(huggingface=hf["repo"], revision=hf["revision"])
-    if _S3.fullmatch(weights):
-        prefix, _, folder = weights.rstrip("/").rpartition("/")
-        if prefix.count("/") >= 2 and folder:  # `s3://bucket/<folder>` at least
-            return ModelSource(s3_uri=prefix, revision=folder)
-    return None
 
 
 def quote(text: str, secret: str | None = None) -> str:

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from ..errors import ConfigError, ConfigIssue
-from ..models import MlflowReference, RegistryConfig
-from .entries import PINNED_FORMS, RegistryEntry, describe_reference, pinned_source, quote, reference_of
+from ..models import PINNED_FORMS, MlflowReference, RegistryConfig, pinned_source
+from .entries import RegistryEntry, describe_reference, quote, reference_of
 
 # Names a recorded resolution for the program to use instead of the live registry (previews only).
 REGISTRY_FILE_ENV = "INFERENCE_PLATFORM_REGISTRY_FILE"

@@ -9,9 +9,9 @@ from typing import Any, Literal
 
 from ..adapters import module_name
 from ..errors import ConfigError, ConfigIssue
-from ..models import MlflowReference, ModelSource, PlatformConfig, RegistryConfig
+from ..models import MlflowReference, ModelSource, PlatformConfig, RegistryConfig, pinned_source
 from .client import LiveRegistry, RegistryUnusable, in_clear
-from .entries import RegistryEntry, pinned_source, reference_of
+from .entries import RegistryEntry, reference_of
 from .recordings import (
     PROJECT_DIR,
     REGISTRY_FILE_ENV,
