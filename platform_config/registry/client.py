@@ -1,5 +1,5 @@
-"""The live MLflow registry: its REST API (plain `urllib`), one bounded GET at a time, and the model versions it
-answers, checked."""
+"""The live MLflow registry: its REST API (plain `urllib`), one bounded request at a time (no redirects, a deadline
+and a size limit on each answer); the model versions it answers, checked; and the serving aliases it moves."""
 
 from __future__ import annotations
 
