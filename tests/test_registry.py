@@ -105,7 +105,7 @@ def with_registry(base: str, uri: str, sources: dict[tuple[int, int], dict[str, 
     """A committed stack with a registry block and some versions' sources in it ({(model, version): mlflow ref}); the
     versions it takes from its own registry (staging's canary) pinned to what its lock file holds, so only the test's
     references are asked."""
-    from platform_config.registry import pinned_source
+    from platform_config.models import pinned_source
 
     raw = copy.deepcopy(raw_stack(base))
     own = raw.get("registry", {}).get("lockFile")

@@ -1,0 +1,117 @@
+"""The root of a stack's config: every top-level key under `inference-platform:`, the weakenings a production
+change may acknowledge, and the keys that hold secrets."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from ..profiles import ProfileName
+from .base import ConfigModel, _full_match
+from .batch import BatchJobConfig
+from .cluster import EKS_NODE_GROUPS_PER_CLUSTER, ClusterConfig
+from .cold_start import ColdStartConfig, WeightMirrorConfig
+from .model import ModelConfig
+from .node_pools import NodePoolConfig
+from .registry import RegistryConfig
+from .slo import ProfileOverride
+from .tenants import TenantConfig
+from .traffic import TrafficConfig
+
+# Weakenings a production change may acknowledge (`acknowledge`), found by platform_config/guard_rails.py:
+# kinds, and removals or widenings of one named model or tenant (`<kind>:<name>`).
+ACKNOWLEDGED_KINDS = ("weaken-authentication", "disable-tenant-scoping", "plain-http-internet-facing", "public-api-endpoint")
+ACKNOWLEDGED_SCOPED_KINDS = ("remove-model", "remove-tenant", "widen-callers")
+_ACKNOWLEDGEMENT = (
+    rf"({'|'.join(ACKNOWLEDGED_KINDS)}|({'|'.join(ACKNOWLEDGED_SCOPED_KINDS)}):[a-z0-9]([a-z0-9-]{{0,61}}[a-z0-9])?)"
+)
+_ACKNOWLEDGEMENT_NAMES = (
+    f"is not a weakening's name: {', '.join(ACKNOWLEDGED_KINDS)}, or "
+    f"{', '.join(f'{kind}:<name>' for kind in ACKNOWLEDGED_SCOPED_KINDS)}"
+)
+
+
+class CapacityConfig(ConfigModel):
+    overcommit_ratio: Annotated[float, Field(ge=1.0, le=10.0)] = 1.0
+    """Allowed ratio of summed tenant quotas to what the pools provide at maxSize."""
+
+
+class MonitoringConfig(ConfigModel):
+    install_prometheus_stack: bool = True
+    """Install kube-prometheus-stack; turn off where the cluster already runs a Prometheus Operator that selects
+    ServiceMonitors from every namespace."""
+    install_metrics_server: bool = True
+    """Install metrics-server (the resource metrics API the gateway's and Knative's CPU autoscalers read); turn off
+    where the cluster already runs one."""
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] | None = None
+    """Where prometheus-adapter finds Prometheus when the platform does not install it."""
+
+
+class PlatformConfig(ConfigModel):
+    """Every top-level key under `inference-platform:` in a stack file."""
+
+    environment: Literal["development", "staging", "production"]
+    """`development`, `staging` or `production` (production HPAs keep at least 2 replicas)."""
+    cluster: ClusterConfig
+    """Where the platform runs."""
+    node_pools: Annotated[list[NodePoolConfig], Field(min_length=1, max_length=EKS_NODE_GROUPS_PER_CLUSTER - 1)]
+    """GPU node pools (at most 29: EKS's default quota is 30 managed node groups per cluster, the system one included)."""
+    tenants: Annotated[list[TenantConfig], Field(min_length=1)]
+    """Tenants: namespaces with GPU quotas, isolation and access."""
+    models: list[ModelConfig] = []
+    """Served models."""
+    traffic: TrafficConfig
+    """The gateway: authentication, hosts, TLS, load balancer, tiers."""
+    profiles: dict[ProfileName, ProfileOverride] = {}
+    """Overrides of a workload profile's defaults for every model of that profile."""
+    capacity: CapacityConfig = CapacityConfig()
+    """Capacity checks."""
+    monitoring: MonitoringConfig = MonitoringConfig()
+    """Prometheus and metrics."""
+    cold_start: ColdStartConfig = ColdStartConfig()
+    """How long adding a replica may take, and the figures its expected cold start is derived from."""
+    registry: RegistryConfig = RegistryConfig()
+    """The MLflow model registry that `mlflow` version sources are resolved in."""
+    weight_mirror: WeightMirrorConfig | None = None
+    """Where Hugging Face weights are copied for the streaming pools; none by default."""
+    batch_jobs: list[BatchJobConfig] = []
+    """Offline batch jobs, queued through Kueue on the tenants' batch quotas (README, Batch jobs)."""
+    acknowledge: Annotated[list[Annotated[str, _full_match(_ACKNOWLEDGEMENT, _ACKNOWLEDGEMENT_NAMES)]], Field(max_length=64)] = []
+    """Weakenings of a production stack this change makes on purpose, each by name: `weaken-authentication` (another
+    issuer, new audiences or version-override principals), `disable-tenant-scoping`, `plain-http-internet-facing`,
+    `public-api-endpoint` (a CIDR wider than /16), `remove-model:<model>`, `remove-tenant:<tenant>`,
+    `widen-callers:<model>`. The pull-request preview refuses any other (README, Guard rails) and lists these."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_weight_cache(cls, data: Any) -> Any:
+        """On an existing cluster (`cluster.mode: kubeconfig`) the platform launches no nodes, so nothing stripes an
+        instance store: a pool's weight cache defaults to its root volume there. With a weight mirror, a pool's
+        weights default to streaming from S3."""
+        cluster = data.get("cluster") if isinstance(data, dict) else None
+        pools = data.get("nodePools") if isinstance(data, dict) else None
+        if not isinstance(cluster, dict) or not isinstance(pools, list):
+            return data
+        if cluster.get("mode") == "kubeconfig":
+            default = "rootVolume"
+        elif data.get("weightMirror") is not None:
+            # Every revision a pool serves is in S3 (the mirror holds the Hugging Face ones): stream it.
+            default = "s3Stream"
+        else:
+            return data
+        filled = []
+        for pool in pools:
+            cache = pool.get("weightCache", {}) if isinstance(pool, dict) and "weight_cache" not in pool else None
+            if isinstance(cache, dict) and "medium" not in cache:
+                pool = {**pool, "weightCache": {**cache, "medium": default}}
+            filled.append(pool)
+        return {**data, "nodePools": filled}
+
+
+# Top-level keys that hold secrets: read as Pulumi secrets, never stored in the model. Each
+# tenant's Hugging Face token, keyed by tenant (one secret object).
+HUGGING_FACE_TOKENS = "huggingFaceTokens"
+# The MLflow registry's bearer token (one secret string).
+REGISTRY_TOKEN = "registryToken"
+SECRET_KEYS = (HUGGING_FACE_TOKENS, REGISTRY_TOKEN)

@@ -1,0 +1,116 @@
+"""Where weights and inputs come from, and the source-URI facts: a Hugging Face repository at a commit, an S3
+prefix and its version folder, or an MLflow registry version; the one-string location a pinned source names."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from .base import ConfigModel
+from .registry import MlflowReference
+
+# An S3 location the platform puts into shell scripts, IAM policy resources and annotations: a bucket
+# name by S3's rules, then a key of letters, digits and `-_.=/` only (S3's safe characters less those a
+# shell, an IAM ARN or a glob reads specially: `*`, `'`, `(`, `)`, `!`, and no space, `$`, `;` or `|`),
+# at most 1,024 characters (S3's key limit).
+S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._=/-]{0,1024})?$"
+_S3 = re.compile(S3_URI_PATTERN.removeprefix("^").removesuffix("$"))
+# A Hugging Face repository id `org/name`, and the commit SHA that pins one (never a branch or a tag).
+_HF_REPOSITORY = r"[A-Za-z0-9][\w.-]*/[\w.-]+"
+_COMMIT_SHA = r"[0-9a-f]{40}"
+# The one-string locations of pinned weights (`weights_location`, `pinned_source`): what a registry version names.
+_HF_PINNED = re.compile(rf"hf://(?P<repo>{_HF_REPOSITORY})@(?P<revision>{_COMMIT_SHA})")
+PINNED_FORMS = "hf://org/name@<40-character commit SHA> or s3://bucket/prefix/<version folder>"
+
+
+class ModelSource(ConfigModel):
+    huggingface: str | None = None
+    """Hugging Face repository `org/name`."""
+    s3_uri: Annotated[str, Field(pattern=S3_URI_PATTERN)] | None = None
+    """S3 prefix holding the weights (needs EKS: read with the model's workload role)."""
+    revision: Annotated[str, Field(min_length=1)] | None = None
+    """Hugging Face: the full 40-character commit SHA (never a branch); S3: the subfolder of the version. Not given
+    with `mlflow`: the registry names it."""
+    mlflow: MlflowReference | None = None
+    """A model version in the MLflow registry (`registry` config), resolved at every preview and `pulumi up`: served
+    are the weights its `registry.weightsTag` tag names, else its source URI, which must be pinned
+    (`hf://org/name@<commit SHA>`, or `s3://bucket/prefix/<folder>`: the last segment is the version's subfolder).
+    The version each reference resolved to is on its pods' annotations and in the `modelRegistry` stack output."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSource:
+        given = [self.huggingface is not None, self.s3_uri is not None, self.mlflow is not None]
+        if sum(given) != 1:
+            raise ValueError(
+                "give exactly one of 'huggingface' (org/name), 's3Uri' (s3://bucket/prefix) or 'mlflow' ({model, alias} "
+                "or {model, version})"
+            )
+        if self.mlflow is not None:
+            if self.revision is not None:
+                raise ValueError("'revision' is not given with 'mlflow': the registry's version names the weights")
+            return self
+        if self.revision is None:
+            raise ValueError("'revision' is required: the commit SHA (Hugging Face) or the version's subfolder (S3)")
+        if self.huggingface is not None:
+            if not re.fullmatch(_HF_REPOSITORY, self.huggingface):
+                raise ValueError(f"{self.huggingface!r} is not a Hugging Face repository id 'org/name'")
+            if not re.fullmatch(_COMMIT_SHA, self.revision):
+                raise ValueError(
+                    f"revision {self.revision!r} is not pinned: give the 40-character commit SHA of the model repository"
+                )
+        return self
+
+
+class BatchInput(ConfigModel):
+    """An OpenAI batch-format JSONL file set (one request per line: `custom_id`, `method`, `url`, `body`), pinned."""
+
+    s3_uri: Annotated[str, Field(pattern=S3_URI_PATTERN)] | None = None
+    """S3 prefix; the files are `<s3Uri>/<revision>/*.jsonl`, read in name order."""
+    huggingface: Annotated[str, Field(pattern=rf"^{_HF_REPOSITORY}$")] | None = None
+    """Hugging Face dataset repository `org/name`."""
+    revision: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    """Pins the input: the dataset's 40-character commit SHA (Hugging Face), or the version folder under `s3Uri` that
+    is never rewritten (S3)."""
+    files: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_./-]{1,512}\.jsonl$")]], Field(min_length=1)] | None = None
+    """Hugging Face: the JSONL files in the dataset, in order (S3 reads every `.jsonl` file of the folder)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> BatchInput:
+        if (self.s3_uri is None) == (self.huggingface is None):
+            raise ValueError("give exactly one of 's3Uri' (s3://bucket/prefix) or 'huggingface' (org/dataset)")
+        if self.huggingface is not None and self.files is None:
+            raise ValueError("a Hugging Face dataset needs 'files': its JSONL files in order")
+        if self.s3_uri is not None and self.files is not None:
+            raise ValueError("'files' is for Hugging Face datasets: an S3 input reads every .jsonl file of its folder")
+        return self
+
+
+def pinned_s3_uri(source: ModelSource | BatchInput) -> str:
+    """A pinned S3 source's version folder: its prefix and its revision (weights, adapters, a batch job's input, the
+    weight mirror's copies)."""
+    assert source.s3_uri is not None, "an S3 source"
+    return f"{source.s3_uri.rstrip('/')}/{source.revision}/"
+
+
+def weights_location(source: ModelSource) -> str | None:
+    """The weights a concrete source names, as one string (`pinned_source`'s inverse): what a release records per
+    version, so that weights changed under a version's name are seen."""
+    if source.huggingface is not None and source.revision is not None:
+        return f"hf://{source.huggingface}@{source.revision}"
+    if source.s3_uri is not None and source.revision is not None:
+        return pinned_s3_uri(source).rstrip("/")
+    return None  # a registry reference, not resolved yet
+
+
+def pinned_source(weights: str) -> ModelSource | None:
+    """The concrete source of a pinned weights location (`weights_location`'s inverse); None when it is not pinned."""
+    hf = _HF_PINNED.fullmatch(weights)
+    if hf is not None:
+        return ModelSource(huggingface=hf["repo"], revision=hf["revision"])
+    if _S3.fullmatch(weights):
+        prefix, _, folder = weights.rstrip("/").rpartition("/")
+        if prefix.count("/") >= 2 and folder:  # `s3://bucket/<folder>` at least
+            return ModelSource(s3_uri=prefix, revision=folder)
+    return None
