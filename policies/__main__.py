@@ -12,8 +12,8 @@ from inference_governance.kube import (
     FORBIDDEN_TAGS,
     PINNED_REPOSITORIES,
     PRODUCTION_PRIORITY_CLASS,
+    PRODUCTION_STACKS,
 )
-from inference_governance.resources import PRODUCTION_STACKS
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-import pulumi
-
 from .kube import (
     FACTS,
     FLOORS,
@@ -30,6 +28,7 @@ from .kube import (
     image_repository,
     image_tag,
     is_list,
+    is_production,
     is_sidecar_stub,
     name_of,
     namespace_of,
@@ -44,7 +43,6 @@ SECRET_NAME = re.compile(
     r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)($|_)", re.IGNORECASE
 )
 DRAINED_WORKLOADS = ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet")
-PRODUCTION_STACKS = ["prod", "production"]
 
 
 def _gpu_pod(args: Any) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
@@ -144,12 +142,6 @@ def flag_value(args: Any, flag: str) -> str | None:
         elif item.startswith(flag + "="):
             value = item.split("=", 1)[1]
     return value
-
-
-def is_production(args: Any) -> bool:
-    """Decided by the pack's config (the stack names that are production), never by the stack's
-    own config, which the governed stack could change."""
-    return pulumi.get_stack() in config(args).get("productionStacks", PRODUCTION_STACKS)
 
 
 def hpa_behavior(args: Any, report_violation: Report) -> None:

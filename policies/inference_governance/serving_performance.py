@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .kube import FACTS, KNATIVE_SERVICE, MODEL_LABEL, Report, config, containers, get, name_of, pod_template
-from .resources import is_production
+from .kube import FACTS, KNATIVE_SERVICE, MODEL_LABEL, Report, config, containers, get, is_production, name_of, pod_template
 
 SHAPE_ANNOTATION: str = FACTS["annotations"]["servingShape"]
 PREVIEW_COMMAND = "make preview STACK=<stack>"

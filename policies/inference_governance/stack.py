@@ -60,10 +60,12 @@ from .kube import (
     Report,
     config,
     containers,
+    fqdn,
     get,
     image_repository,
     is_gpu_resource,
     is_list,
+    is_production,
     is_sidecar_stub,
     labels_match,
     model_servers,
@@ -75,8 +77,8 @@ from .kube import (
     pod_labels,
     pod_template,
     selector_matches,
+    whole_number,
 )
-from .resources import is_production
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 
@@ -161,7 +163,7 @@ def latency_sensitive(args: Any, workloads: list[GpuWorkload]) -> dict[str, str]
         for s in of_type(args, "kubernetes:core/v1:Service")
     }
     subsets = {
-        (_fqdn(get(rule.props, "spec", "host", default=""), namespace_of(rule.props)), get(s, "name")): get(
+        (fqdn(get(rule.props, "spec", "host", default=""), namespace_of(rule.props)), get(s, "name")): get(
             s, "labels", default={}
         )
         for rule in of_type(args, DESTINATION_RULE)
@@ -189,7 +191,7 @@ def latency_sensitive(args: Any, workloads: list[GpuWorkload]) -> dict[str, str]
                 pods = dict(selectors.get(target, {}))
                 subset = get(destination, "destination", "subset")
                 if subset is not None:
-                    pods.update(subsets.get((_fqdn(host, namespace), subset), {}))
+                    pods.update(subsets.get((fqdn(host, namespace), subset), {}))
                 pool = picked.get(target)
                 for w in workloads:
                     reached = (
@@ -374,15 +376,11 @@ def pdb_for_replicated_inference(args: Any, report_violation: Report) -> None:
 # --- rule 6 ------------------------------------------------------------------------------------
 
 
-def _fqdn(host: str, namespace: str) -> str:
-    return host if "." in host else f"{host}.{namespace}.svc.cluster.local"
-
-
 def canary_routes(args: Any, report_violation: Report) -> None:
     settings = config(args)
     default_headers = set(settings.get("overrideHeaders", [DEFAULT_OVERRIDE_HEADER]))
     subsets = {
-        (_fqdn(get(rule.props, "spec", "host", default=""), namespace_of(rule.props)), get(s, "name"))
+        (fqdn(get(rule.props, "spec", "host", default=""), namespace_of(rule.props)), get(s, "name"))
         for rule in of_type(args, DESTINATION_RULE)
         for s in get(rule.props, "spec", "subsets", default=[])
     }
@@ -407,7 +405,7 @@ def canary_routes(args: Any, report_violation: Report) -> None:
                     )
             for d in destinations:
                 host, subset = get(d, "destination", "host", default=""), get(d, "destination", "subset")
-                if subset is not None and (_fqdn(host, namespace), subset) not in subsets:
+                if subset is not None and (fqdn(host, namespace), subset) not in subsets:
                     report_violation(
                         f"{where} route {index} sends to subset '{subset}' of {host}, which no DestinationRule defines",
                         service.urn,
@@ -761,13 +759,6 @@ def _replicas_of(values: Mapping[str, Any], enabled: tuple[str, ...], minimum: t
     return get(values, "replicaCount", default=1)
 
 
-def _count(value: Any) -> int | None:
-    """A replica count as the analyzer hands it over (numbers come as floats), or None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        return None
-    return int(value)
-
-
 def _budgeted(args: Any, namespace: str, selector: Mapping[str, str]) -> bool:
     """Whether a PodDisruptionBudget of `namespace` selects pods labelled `selector`."""
     return any(
@@ -835,7 +826,7 @@ def control_plane_availability(args: Any, report_violation: Report) -> None:
                 "lost takes all of it",
                 release.urn,
             )
-        count = _count(replicas)
+        count = whole_number(replicas)
         if (count or 0) < floor:
             shown = count if count is not None else repr(replicas)
             report_violation(
@@ -845,8 +836,8 @@ def control_plane_availability(args: Any, report_violation: Report) -> None:
             )
     for serving in of_type(args, KNATIVE_SERVING_CR):
         replicas = get(serving.props, "spec", "high-availability", "replicas", default=1)
-        if (_count(replicas) or 0) < floor:
-            replicas = _count(replicas) if _count(replicas) is not None else replicas
+        if (whole_number(replicas) or 0) < floor:
+            replicas = whole_number(replicas) if whole_number(replicas) is not None else replicas
             report_violation(
                 f"KnativeServing {namespace_of(serving.props)}/{name_of(serving.props)} runs its control plane (activator, "
                 f"autoscaler, controller, webhook) at {replicas!r} replica(s); production keeps at least {floor}: set "
@@ -1466,7 +1457,9 @@ def _check_service_entry(entry: Any, buckets: set[str], report_violation: Report
     exported = get(spec, "exportTo")
     if not is_list(exported) or [str(to) for to in exported] != ["."]:
         report_violation(f'{where} is exported beyond its namespace: set exportTo to ["."]', entry.urn)
-    ports = [(_count(get(p, "number")), str(get(p, "protocol", default=""))) for p in (get(spec, "ports", default=[]) or [])]
+    ports = [
+        (whole_number(get(p, "number")), str(get(p, "protocol", default=""))) for p in (get(spec, "ports", default=[]) or [])
+    ]
     if ports != [(443, "TLS")]:
         report_violation(f"{where} declares ports {ports}: a tenant's servers reach outside only TLS on 443", entry.urn)
     if str(get(spec, "resolution", default="NONE")) not in SIDECAR_RESOLUTIONS:
