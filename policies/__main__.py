@@ -51,67 +51,6 @@ LATENCY_TIERS = {
 }
 
 
-# One LoRA adapter's release as it was last deployed (a model's `adapters` in `canaryReleases`).
-ADAPTER_RELEASE = {
-    "type": "object",
-    "properties": {
-        "stable": {"type": "string", "minLength": 1},
-        "canary": {"type": ["string", "null"]},
-        "canaryWeight": {"type": "integer", "minimum": 0, "maximum": 100},
-        "stableWeights": {"type": ["string", "null"]},
-        "canaryWeights": {"type": ["string", "null"]},
-    },
-    "required": ["stable"],
-    "additionalProperties": False,
-}
-# The preview's Serving performance verdicts (its pack-config.json), by the digest of each server's shape: which
-# server it is, what fails at any level (it cannot load, its KV cache is short) and what it is predicted to miss (a
-# latency target, a peak), which fails at `latencyLevel`: as configured for the stage, else mandatory in production
-# (`productionStacks`) and advisory elsewhere (preview/performance.py).
-SERVING_VERDICTS = {
-    "servingVerdicts": {
-        "type": "object",
-        "additionalProperties": {
-            "type": "object",
-            "properties": {
-                "server": {"type": "string", "minLength": 1},
-                "failures": {"type": "array", "items": {"type": "string"}},
-                "misses": {"type": "array", "items": {"type": "string"}},
-            },
-            "required": ["server", "failures", "misses"],
-            "additionalProperties": False,
-        },
-    },
-    "latencyLevel": {"enum": ["advisory", "mandatory", "disabled", None]},
-}
-# The previous release of each model, by model name, as the program's `canaryReleases` output
-# records it; given by the preview (a baseline or `--previous-stack-file`) or by CI
-# (`python -m preview.previous_releases --from-outputs`). Without it there is nothing to compare.
-PREVIOUS_RELEASES = {
-    "previousReleases": {
-        "type": "object",
-        "additionalProperties": {
-            "type": "object",
-            "properties": {
-                "stable": {"type": "string", "minLength": 1},
-                "canary": {"type": ["string", "null"]},
-                "canaryWeight": {"type": "integer", "minimum": 0, "maximum": 100},
-                "steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}, "minItems": 1},
-                # The weights each version served (hf://org/name@<sha>, s3://...; null when not known).
-                "stableWeights": {"type": ["string", "null"]},
-                "canaryWeights": {"type": ["string", "null"]},
-                # The step override's reason the previous change was deployed with, if any.
-                "stepOverride": {"type": ["string", "null"]},
-                # The model's adapters' releases, by adapter name (held to the model's steps).
-                "adapters": {"type": "object", "additionalProperties": ADAPTER_RELEASE},
-            },
-            "required": ["stable"],
-            "additionalProperties": False,
-        },
-    }
-}
-
-
 PolicyPack(
     name="inference-governance",
     enforcement_level=MANDATORY,
@@ -215,7 +154,7 @@ PolicyPack(
             "previous deployment's canaryReleases output); without it there is nothing to compare.",
             validate=canary.canary_weight_steps,
             severity=Severity.HIGH,
-            config_schema=schema(**PREVIOUS_RELEASES),
+            config_schema=schema(**canary.PREVIOUS_RELEASES),
         ),
         ResourceValidationPolicy(
             name="canary-step-override",
@@ -223,7 +162,7 @@ PolicyPack(
             validate=canary.canary_step_override,
             enforcement_level=ADVISORY,
             severity=Severity.LOW,
-            config_schema=schema(**PREVIOUS_RELEASES),
+            config_schema=schema(**canary.PREVIOUS_RELEASES),
         ),
         ResourceValidationPolicy(
             name="serving-performance",
@@ -233,7 +172,7 @@ PolicyPack(
             "verdict is required.",
             validate=serving_performance.serving_performance,
             severity=Severity.HIGH,
-            config_schema=schema(**SERVING_VERDICTS, productionStacks=PRODUCTION),
+            config_schema=schema(**serving_performance.SERVING_VERDICTS, productionStacks=PRODUCTION),
         ),
         StackValidationPolicy(
             name="gpu-quota-and-priority",
