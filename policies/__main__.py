@@ -2,7 +2,28 @@
 
 import gc
 
-from inference_governance import adapters, canary, resources, serving_performance, stack
+from inference_governance import (
+    adapters,
+    autoscaling,
+    canary,
+    canary_routes,
+    control_plane,
+    credentials,
+    disruption,
+    endpoint_pickers,
+    gateway_auth,
+    gpu_placement,
+    gpu_quotas,
+    images,
+    kueue,
+    latency,
+    monitoring,
+    pod_security,
+    serving_performance,
+    shell_scripts,
+    tenant_egress,
+    tenant_s3,
+)
 from inference_governance.decoding import decode_once
 from inference_governance.kube import (
     DEFAULT_OVERRIDE_HEADER,
@@ -39,11 +60,6 @@ def schema(**properties) -> PolicyConfigSchema:
 
 STRINGS = {"type": "array", "items": {"type": "string"}}
 PRODUCTION = {**STRINGS, "default": PRODUCTION_STACKS}
-# LocalQueues as namespace/name: a namespace (a DNS-1123 label), then a name Kueue accepts in the
-# kueue.x-k8s.io/queue-name label (a DNS-1123 subdomain: pkg/controller/jobframework/validation.go
-# ValidateQueueName at v0.19.2). An entry without the `/` would name no queue: refused here, not dropped.
-LOCAL_QUEUE_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-LOCAL_QUEUE_REFS = {"type": "array", "items": {"type": "string", "pattern": LOCAL_QUEUE_REF}}
 # Which tiers make a model latency-sensitive, and the header routes match them on.
 LATENCY_TIERS = {
     "latencySensitiveTiers": {**STRINGS, "default": ["premium"]},
@@ -58,14 +74,14 @@ PolicyPack(
         ResourceValidationPolicy(
             name="gpu-requests-and-limits",
             description="Containers that use a GPU (whole or MIG) set GPU limits and request CPU and memory.",
-            validate=resources.gpu_requests_and_limits,
+            validate=gpu_placement.gpu_requests_and_limits,
             severity=Severity.HIGH,
         ),
         StackValidationPolicy(
             name="latency-sensitive-not-time-sliced",
             description="Latency-sensitive workloads (by label, or by serving a latency-sensitive tier) do not run on "
             "time-sliced GPU pools.",
-            validate=stack.latency_sensitive_not_time_sliced,
+            validate=latency.latency_sensitive_not_time_sliced,
             severity=Severity.HIGH,
             config_schema=schema(**LATENCY_TIERS),
         ),
@@ -73,7 +89,7 @@ PolicyPack(
             name="latency-sensitive-min-scale",
             description="Latency-sensitive Knative services (by label, or by serving a latency-sensitive tier) keep "
             "min-scale >= 1.",
-            validate=stack.latency_sensitive_min_scale,
+            validate=latency.latency_sensitive_min_scale,
             severity=Severity.HIGH,
             config_schema=schema(**LATENCY_TIERS),
         ),
@@ -82,20 +98,20 @@ PolicyPack(
             description="A pod that may run on a GPU node (it tolerates the GPU taint) but asks for no GPU sets "
             "NVIDIA_VISIBLE_DEVICES=void in every container, so the node's GPUs stay with the pods the device plugin "
             "gave them to.",
-            validate=resources.gpu_less_pods_see_no_gpu,
+            validate=gpu_placement.gpu_less_pods_see_no_gpu,
             severity=Severity.HIGH,
         ),
         StackValidationPolicy(
             name="gpu-pod-placement",
             description="GPU workloads name their pool (nodeSelector or required node affinity), and it is a GPU pool.",
-            validate=stack.gpu_pod_placement,
+            validate=gpu_placement.gpu_pod_placement,
             severity=Severity.HIGH,
         ),
         ResourceValidationPolicy(
             name="inference-graceful-drain",
             description="Inference pods have a long enough termination grace period and a preStop hook long enough to leave "
             "the load balancers, which with vLLM's --shutdown-timeout fits in the grace period.",
-            validate=resources.graceful_drain,
+            validate=disruption.graceful_drain,
             severity=Severity.HIGH,
             config_schema=schema(
                 minTerminationGracePeriodSeconds={"type": "integer", "default": FLOORS["minTerminationGracePeriodSeconds"]},
@@ -106,14 +122,14 @@ PolicyPack(
             name="inference-disruption-budget",
             description="Inference workloads (Deployments, StatefulSets, Knative services) that can run more than one replica "
             "have a PodDisruptionBudget that allows an eviction.",
-            validate=stack.pdb_for_replicated_inference,
+            validate=disruption.pdb_for_replicated_inference,
             severity=Severity.HIGH,
         ),
         ResourceValidationPolicy(
             name="hpa-behavior",
             description="HPAs are autoscaling/v2 with a valid, slow enough scale-down behavior, no Resource metric on a GPU, "
             "max >= min, and min >= 2 in production.",
-            validate=resources.hpa_behavior,
+            validate=autoscaling.hpa_behavior,
             severity=Severity.HIGH,
             config_schema=schema(
                 minScaleDownStabilizationSeconds={"type": "integer", "default": FLOORS["minScaleDownStabilizationSeconds"]},
@@ -128,7 +144,7 @@ PolicyPack(
             "whose queue has no bound, leaves the path once a replica is ready) and containerConcurrency 0 (queue-proxy's "
             "queue has no time bound); in production a scale-down delay and window of at least a minute (and an endpoint "
             "picker in front: endpoint-picker-availability).",
-            validate=resources.knative_autoscaling,
+            validate=autoscaling.knative_autoscaling,
             severity=Severity.HIGH,
             config_schema=schema(
                 minScaleDownDelaySeconds={"type": "integer", "default": FLOORS["minScaleDownDelaySeconds"]},
@@ -139,7 +155,7 @@ PolicyPack(
         StackValidationPolicy(
             name="canary-routes",
             description="VirtualService weights add up to 100, version-override routes come first, every subset exists.",
-            validate=stack.canary_routes,
+            validate=canary_routes.canary_routes,
             severity=Severity.HIGH,
             config_schema=schema(
                 overrideHeaders={"type": "array", "items": {"type": "string"}, "default": [DEFAULT_OVERRIDE_HEADER]}
@@ -178,7 +194,7 @@ PolicyPack(
             name="gpu-quota-and-priority",
             description="GPU workloads are bounded by a quota on every GPU resource they use that applies to their "
             "PriorityClass; they name an existing PriorityClass; experiments cannot preempt production.",
-            validate=stack.gpu_quota_and_priority,
+            validate=gpu_quotas.gpu_quota_and_priority,
             severity=Severity.HIGH,
             config_schema=schema(
                 productionPriorityClass={"type": "string", "default": PRODUCTION_PRIORITY_CLASS},
@@ -190,7 +206,7 @@ PolicyPack(
             description="The ingress gateway verifies tokens (a RequestAuthentication selects it) and admits only "
             "identified callers: an ALLOW AuthorizationPolicy selects it and each of its rules names request principals "
             "or a mesh identity, except rules limited to the ports and hosts of servers that only redirect to HTTPS.",
-            validate=stack.gateway_requires_a_token,
+            validate=gateway_auth.gateway_requires_a_token,
             severity=Severity.CRITICAL,
         ),
         StackValidationPolicy(
@@ -200,7 +216,7 @@ PolicyPack(
             "(controllerManager.replicas, with its PodDisruptionBudget) and Knative Serving's control plane "
             "(KnativeServing spec.high-availability.replicas); istiod, the gateway and Kueue's manager spread over "
             "nodes (topologySpreadConstraints or podAntiAffinity), and a PodDisruptionBudget selects the gateway's pods.",
-            validate=stack.control_plane_availability,
+            validate=control_plane.control_plane_availability,
             severity=Severity.HIGH,
             config_schema=schema(
                 minReplicasInProduction={
@@ -221,7 +237,7 @@ PolicyPack(
             '(exportTo ["."], TLS on 443 resolved by the sidecar, hosts only): S3 endpoints (buckets under the tenant\'s '
             "prefixes or the weight mirror's) and Hugging Face, and every one it reads: its containers' buckets, Hugging "
             "Face for a model or dataset not on S3, and its credentials from the Pod Identity Agent around the sidecar.",
-            validate=stack.tenant_egress_by_host,
+            validate=tenant_egress.tenant_egress_by_host,
             severity=Severity.CRITICAL,
         ),
         StackValidationPolicy(
@@ -232,7 +248,7 @@ PolicyPack(
             "declares), and in the weight mirror's bucket only reads of the tenant's own copies, which only the "
             "mirror's role for that tenant writes; no NotResource, NotAction or attached policies; no two tenants' "
             "prefixes overlap.",
-            validate=stack.tenant_s3_scoping,
+            validate=tenant_s3.tenant_s3_scoping,
             severity=Severity.CRITICAL,
             config_schema=schema(
                 tenantS3Prefixes={
@@ -251,7 +267,7 @@ PolicyPack(
             "PodDisruptionBudget that keeps one up through a drain; every InferencePool names an existing Service that "
             "selects an endpoint picker's pods; picker pods stay in the mesh and no tenant PeerAuthentication accepts "
             "plaintext (PERMISSIVE or DISABLE).",
-            validate=stack.endpoint_picker_availability,
+            validate=endpoint_pickers.endpoint_picker_availability,
             severity=Severity.HIGH,
             config_schema=schema(
                 minReplicasInProduction={
@@ -265,7 +281,7 @@ PolicyPack(
             name="pinned-images",
             description="Container images come from an allowed repository (by default those of the images the program "
             "pins, not their whole registries) and are pinned to a digest or a tag that is not a mutable one ('latest').",
-            validate=resources.pinned_images,
+            validate=images.pinned_images,
             severity=Severity.HIGH,
             config_schema=schema(
                 allowedRepositories={**STRINGS, "default": PINNED_REPOSITORIES},
@@ -278,47 +294,47 @@ PolicyPack(
             "added capabilities but NET_BIND_SERVICE, custom SELinux options, AppArmor or seccomp profiles other than "
             "RuntimeDefault or Localhost (fields and annotations), procMount other than Default, Windows hostProcess, "
             "sysctls outside the baseline's safe set, or ephemeral containers in a template.",
-            validate=resources.pod_security_baseline,
+            validate=pod_security.pod_security_baseline,
             severity=Severity.CRITICAL,
         ),
         ResourceValidationPolicy(
             name="model-server-hardening",
             description="GPU pods run as non-root, with allowPrivilegeEscalation false and every capability dropped.",
-            validate=resources.model_server_hardening,
+            validate=pod_security.model_server_hardening,
             severity=Severity.HIGH,
         ),
         ResourceValidationPolicy(
             name="no-plain-secret-env",
             description="No secret-looking environment variable carries a plain value.",
-            validate=resources.no_plain_secret_env,
+            validate=credentials.no_plain_secret_env,
             severity=Severity.CRITICAL,
         ),
         ResourceValidationPolicy(
             name="no-secret-args",
             description="No command line carries a credential (--api-key, --hf-token, token=..., or a token of a known "
             "format: Hugging Face, AWS, GitHub, Slack, OpenAI, Google, a private key, a JWT).",
-            validate=resources.no_secret_args,
+            validate=credentials.no_secret_args,
             severity=Severity.CRITICAL,
         ),
         ResourceValidationPolicy(
             name="shell-scripts-quote-config",
             description="Every S3 location a container's shell script (sh -c) names is single-quoted and one config may "
             "give (s3://<bucket>/<letters, digits and -_.=/>), so none can become shell syntax.",
-            validate=resources.shell_scripts_quote_config,
+            validate=shell_scripts.shell_scripts_quote_config,
             severity=Severity.CRITICAL,
         ),
         ResourceValidationPolicy(
             name="no-secret-env-from",
             description="Containers take the Secret keys they need (env valueFrom), never a whole Secret (envFrom), outside "
             "the namespaces allowed.",
-            validate=resources.no_secret_env_from,
+            validate=credentials.no_secret_env_from,
             severity=Severity.HIGH,
             config_schema=schema(allowedNamespaces={**STRINGS, "default": []}),
         ),
         ResourceValidationPolicy(
             name="no-secrets-in-helm-values",
             description="Helm release values carry no secret-looking value in clear.",
-            validate=resources.no_secrets_in_helm_values,
+            validate=credentials.no_secrets_in_helm_values,
             severity=Severity.CRITICAL,
         ),
         StackValidationPolicy(
@@ -327,30 +343,30 @@ PolicyPack(
             "kueue.x-k8s.io/queue-name naming a LocalQueue of its own namespace: without it (and without a LocalQueue named "
             "default, which the platform declares none of) Kueue leaves the Job alone and it runs outside the tenant's "
             "batch quota.",
-            validate=stack.gpu_jobs_through_kueue,
+            validate=kueue.gpu_jobs_through_kueue,
             severity=Severity.HIGH,
             # LocalQueues declared outside the stack, as namespace/name.
-            config_schema=schema(externalLocalQueues={**LOCAL_QUEUE_REFS, "default": []}),
+            config_schema=schema(externalLocalQueues={**kueue.LOCAL_QUEUE_REFS, "default": []}),
         ),
         StackValidationPolicy(
             name="stack-capacity",
             description="Tenant GPU quotas fit the pools' capacity; every GPU resource a workload asks for exists in a pool; "
             "MIG profiles are valid for the pool's GPU.",
-            validate=stack.stack_capacity,
+            validate=gpu_quotas.stack_capacity,
             severity=Severity.HIGH,
             config_schema=schema(overcommitRatio={"type": "number", "default": 1.0}),
         ),
         StackValidationPolicy(
             name="model-server-monitoring",
             description="Model servers are scraped by a ServiceMonitor or PodMonitor.",
-            validate=stack.model_server_monitoring,
+            validate=monitoring.model_server_monitoring,
             enforcement_level=ADVISORY,
             severity=Severity.MEDIUM,
         ),
         ResourceValidationPolicy(
             name="gpu-topology-spread",
             description="Replicated GPU Deployments spread over nodes.",
-            validate=resources.topology_spread,
+            validate=gpu_placement.topology_spread,
             enforcement_level=ADVISORY,
             severity=Severity.LOW,
         ),
@@ -371,7 +387,7 @@ PolicyPack(
         StackValidationPolicy(
             name="latency-sensitive-on-spot",
             description="Latency-sensitive workloads on spot capacity can be interrupted.",
-            validate=stack.latency_sensitive_on_spot,
+            validate=latency.latency_sensitive_on_spot,
             enforcement_level=ADVISORY,
             severity=Severity.MEDIUM,
             config_schema=schema(**LATENCY_TIERS),
