@@ -2,7 +2,28 @@
 
 import gc
 
-from inference_governance import adapters, canary, resources, serving_performance, stack
+from inference_governance import (
+    adapters,
+    autoscaling,
+    canary,
+    canary_routes,
+    control_plane,
+    credentials,
+    disruption,
+    endpoint_pickers,
+    gateway_auth,
+    gpu_placement,
+    gpu_quotas,
+    images,
+    kueue,
+    latency,
+    monitoring,
+    pod_security,
+    serving_performance,
+    shell_scripts,
+    tenant_egress,
+    tenant_s3,
+)
 from inference_governance.decoding import decode_once
 from inference_governance.kube import (
     DEFAULT_OVERRIDE_HEADER,
@@ -12,8 +33,8 @@ from inference_governance.kube import (
     FORBIDDEN_TAGS,
     PINNED_REPOSITORIES,
     PRODUCTION_PRIORITY_CLASS,
+    PRODUCTION_STACKS,
 )
-from inference_governance.resources import PRODUCTION_STACKS
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
@@ -39,76 +60,10 @@ def schema(**properties) -> PolicyConfigSchema:
 
 STRINGS = {"type": "array", "items": {"type": "string"}}
 PRODUCTION = {**STRINGS, "default": PRODUCTION_STACKS}
-# LocalQueues as namespace/name: a namespace (a DNS-1123 label), then a name Kueue accepts in the
-# kueue.x-k8s.io/queue-name label (a DNS-1123 subdomain: pkg/controller/jobframework/validation.go
-# ValidateQueueName at v0.19.2). An entry without the `/` would name no queue: refused here, not dropped.
-LOCAL_QUEUE_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-LOCAL_QUEUE_REFS = {"type": "array", "items": {"type": "string", "pattern": LOCAL_QUEUE_REF}}
 # Which tiers make a model latency-sensitive, and the header routes match them on.
 LATENCY_TIERS = {
     "latencySensitiveTiers": {**STRINGS, "default": ["premium"]},
     "tierHeader": {"type": "string", "default": DEFAULT_TIER_HEADER},
-}
-
-
-# One LoRA adapter's release as it was last deployed (a model's `adapters` in `canaryReleases`).
-ADAPTER_RELEASE = {
-    "type": "object",
-    "properties": {
-        "stable": {"type": "string", "minLength": 1},
-        "canary": {"type": ["string", "null"]},
-        "canaryWeight": {"type": "integer", "minimum": 0, "maximum": 100},
-        "stableWeights": {"type": ["string", "null"]},
-        "canaryWeights": {"type": ["string", "null"]},
-    },
-    "required": ["stable"],
-    "additionalProperties": False,
-}
-# The preview's Serving performance verdicts (its pack-config.json), by the digest of each server's shape: which
-# server it is, what fails at any level (it cannot load, its KV cache is short) and what it is predicted to miss (a
-# latency target, a peak), which fails at `latencyLevel`: as configured for the stage, else mandatory in production
-# (`productionStacks`) and advisory elsewhere (preview/performance.py).
-SERVING_VERDICTS = {
-    "servingVerdicts": {
-        "type": "object",
-        "additionalProperties": {
-            "type": "object",
-            "properties": {
-                "server": {"type": "string", "minLength": 1},
-                "failures": {"type": "array", "items": {"type": "string"}},
-                "misses": {"type": "array", "items": {"type": "string"}},
-            },
-            "required": ["server", "failures", "misses"],
-            "additionalProperties": False,
-        },
-    },
-    "latencyLevel": {"enum": ["advisory", "mandatory", "disabled", None]},
-}
-# The previous release of each model, by model name, as the program's `canaryReleases` output
-# records it; given by the preview (a baseline or `--previous-stack-file`) or by CI
-# (`python -m preview.previous_releases --from-outputs`). Without it there is nothing to compare.
-PREVIOUS_RELEASES = {
-    "previousReleases": {
-        "type": "object",
-        "additionalProperties": {
-            "type": "object",
-            "properties": {
-                "stable": {"type": "string", "minLength": 1},
-                "canary": {"type": ["string", "null"]},
-                "canaryWeight": {"type": "integer", "minimum": 0, "maximum": 100},
-                "steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}, "minItems": 1},
-                # The weights each version served (hf://org/name@<sha>, s3://...; null when not known).
-                "stableWeights": {"type": ["string", "null"]},
-                "canaryWeights": {"type": ["string", "null"]},
-                # The step override's reason the previous change was deployed with, if any.
-                "stepOverride": {"type": ["string", "null"]},
-                # The model's adapters' releases, by adapter name (held to the model's steps).
-                "adapters": {"type": "object", "additionalProperties": ADAPTER_RELEASE},
-            },
-            "required": ["stable"],
-            "additionalProperties": False,
-        },
-    }
 }
 
 
@@ -119,14 +74,14 @@ PolicyPack(
         ResourceValidationPolicy(
             name="gpu-requests-and-limits",
             description="Containers that use a GPU (whole or MIG) set GPU limits and request CPU and memory.",
-            validate=resources.gpu_requests_and_limits,
+            validate=gpu_placement.gpu_requests_and_limits,
             severity=Severity.HIGH,
         ),
         StackValidationPolicy(
             name="latency-sensitive-not-time-sliced",
             description="Latency-sensitive workloads (by label, or by serving a latency-sensitive tier) do not run on "
             "time-sliced GPU pools.",
-            validate=stack.latency_sensitive_not_time_sliced,
+            validate=latency.latency_sensitive_not_time_sliced,
             severity=Severity.HIGH,
             config_schema=schema(**LATENCY_TIERS),
         ),
@@ -134,7 +89,7 @@ PolicyPack(
             name="latency-sensitive-min-scale",
             description="Latency-sensitive Knative services (by label, or by serving a latency-sensitive tier) keep "
             "min-scale >= 1.",
-            validate=stack.latency_sensitive_min_scale,
+            validate=latency.latency_sensitive_min_scale,
             severity=Severity.HIGH,
             config_schema=schema(**LATENCY_TIERS),
         ),
@@ -143,20 +98,20 @@ PolicyPack(
             description="A pod that may run on a GPU node (it tolerates the GPU taint) but asks for no GPU sets "
             "NVIDIA_VISIBLE_DEVICES=void in every container, so the node's GPUs stay with the pods the device plugin "
             "gave them to.",
-            validate=resources.gpu_less_pods_see_no_gpu,
+            validate=gpu_placement.gpu_less_pods_see_no_gpu,
             severity=Severity.HIGH,
         ),
         StackValidationPolicy(
             name="gpu-pod-placement",
             description="GPU workloads name their pool (nodeSelector or required node affinity), and it is a GPU pool.",
-            validate=stack.gpu_pod_placement,
+            validate=gpu_placement.gpu_pod_placement,
             severity=Severity.HIGH,
         ),
         ResourceValidationPolicy(
             name="inference-graceful-drain",
             description="Inference pods have a long enough termination grace period and a preStop hook long enough to leave "
             "the load balancers, which with vLLM's --shutdown-timeout fits in the grace period.",
-            validate=resources.graceful_drain,
+            validate=disruption.graceful_drain,
             severity=Severity.HIGH,
             config_schema=schema(
                 minTerminationGracePeriodSeconds={"type": "integer", "default": FLOORS["minTerminationGracePeriodSeconds"]},
@@ -167,14 +122,14 @@ PolicyPack(
             name="inference-disruption-budget",
             description="Inference workloads (Deployments, StatefulSets, Knative services) that can run more than one replica "
             "have a PodDisruptionBudget that allows an eviction.",
-            validate=stack.pdb_for_replicated_inference,
+            validate=disruption.pdb_for_replicated_inference,
             severity=Severity.HIGH,
         ),
         ResourceValidationPolicy(
             name="hpa-behavior",
             description="HPAs are autoscaling/v2 with a valid, slow enough scale-down behavior, no Resource metric on a GPU, "
             "max >= min, and min >= 2 in production.",
-            validate=resources.hpa_behavior,
+            validate=autoscaling.hpa_behavior,
             severity=Severity.HIGH,
             config_schema=schema(
                 minScaleDownStabilizationSeconds={"type": "integer", "default": FLOORS["minScaleDownStabilizationSeconds"]},
@@ -189,7 +144,7 @@ PolicyPack(
             "whose queue has no bound, leaves the path once a replica is ready) and containerConcurrency 0 (queue-proxy's "
             "queue has no time bound); in production a scale-down delay and window of at least a minute (and an endpoint "
             "picker in front: endpoint-picker-availability).",
-            validate=resources.knative_autoscaling,
+            validate=autoscaling.knative_autoscaling,
             severity=Severity.HIGH,
             config_schema=schema(
                 minScaleDownDelaySeconds={"type": "integer", "default": FLOORS["minScaleDownDelaySeconds"]},
@@ -200,7 +155,7 @@ PolicyPack(
         StackValidationPolicy(
             name="canary-routes",
             description="VirtualService weights add up to 100, version-override routes come first, every subset exists.",
-            validate=stack.canary_routes,
+            validate=canary_routes.canary_routes,
             severity=Severity.HIGH,
             config_schema=schema(
                 overrideHeaders={"type": "array", "items": {"type": "string"}, "default": [DEFAULT_OVERRIDE_HEADER]}
@@ -215,7 +170,7 @@ PolicyPack(
             "previous deployment's canaryReleases output); without it there is nothing to compare.",
             validate=canary.canary_weight_steps,
             severity=Severity.HIGH,
-            config_schema=schema(**PREVIOUS_RELEASES),
+            config_schema=schema(**canary.PREVIOUS_RELEASES),
         ),
         ResourceValidationPolicy(
             name="canary-step-override",
@@ -223,7 +178,7 @@ PolicyPack(
             validate=canary.canary_step_override,
             enforcement_level=ADVISORY,
             severity=Severity.LOW,
-            config_schema=schema(**PREVIOUS_RELEASES),
+            config_schema=schema(**canary.PREVIOUS_RELEASES),
         ),
         ResourceValidationPolicy(
             name="serving-performance",
@@ -233,13 +188,13 @@ PolicyPack(
             "verdict is required.",
             validate=serving_performance.serving_performance,
             severity=Severity.HIGH,
-            config_schema=schema(**SERVING_VERDICTS, productionStacks=PRODUCTION),
+            config_schema=schema(**serving_performance.SERVING_VERDICTS, productionStacks=PRODUCTION),
         ),
         StackValidationPolicy(
             name="gpu-quota-and-priority",
             description="GPU workloads are bounded by a quota on every GPU resource they use that applies to their "
             "PriorityClass; they name an existing PriorityClass; experiments cannot preempt production.",
-            validate=stack.gpu_quota_and_priority,
+            validate=gpu_quotas.gpu_quota_and_priority,
             severity=Severity.HIGH,
             config_schema=schema(
                 productionPriorityClass={"type": "string", "default": PRODUCTION_PRIORITY_CLASS},
@@ -251,7 +206,7 @@ PolicyPack(
             description="The ingress gateway verifies tokens (a RequestAuthentication selects it) and admits only "
             "identified callers: an ALLOW AuthorizationPolicy selects it and each of its rules names request principals "
             "or a mesh identity, except rules limited to the ports and hosts of servers that only redirect to HTTPS.",
-            validate=stack.gateway_requires_a_token,
+            validate=gateway_auth.gateway_requires_a_token,
             severity=Severity.CRITICAL,
         ),
         StackValidationPolicy(
@@ -261,7 +216,7 @@ PolicyPack(
             "(controllerManager.replicas, with its PodDisruptionBudget) and Knative Serving's control plane "
             "(KnativeServing spec.high-availability.replicas); istiod, the gateway and Kueue's manager spread over "
             "nodes (topologySpreadConstraints or podAntiAffinity), and a PodDisruptionBudget selects the gateway's pods.",
-            validate=stack.control_plane_availability,
+            validate=control_plane.control_plane_availability,
             severity=Severity.HIGH,
             config_schema=schema(
                 minReplicasInProduction={
@@ -282,7 +237,7 @@ PolicyPack(
             '(exportTo ["."], TLS on 443 resolved by the sidecar, hosts only): S3 endpoints (buckets under the tenant\'s '
             "prefixes or the weight mirror's) and Hugging Face, and every one it reads: its containers' buckets, Hugging "
             "Face for a model or dataset not on S3, and its credentials from the Pod Identity Agent around the sidecar.",
-            validate=stack.tenant_egress_by_host,
+            validate=tenant_egress.tenant_egress_by_host,
             severity=Severity.CRITICAL,
         ),
         StackValidationPolicy(
@@ -293,7 +248,7 @@ PolicyPack(
             "declares), and in the weight mirror's bucket only reads of the tenant's own copies, which only the "
             "mirror's role for that tenant writes; no NotResource, NotAction or attached policies; no two tenants' "
             "prefixes overlap.",
-            validate=stack.tenant_s3_scoping,
+            validate=tenant_s3.tenant_s3_scoping,
             severity=Severity.CRITICAL,
             config_schema=schema(
                 tenantS3Prefixes={
@@ -312,7 +267,7 @@ PolicyPack(
             "PodDisruptionBudget that keeps one up through a drain; every InferencePool names an existing Service that "
             "selects an endpoint picker's pods; picker pods stay in the mesh and no tenant PeerAuthentication accepts "
             "plaintext (PERMISSIVE or DISABLE).",
-            validate=stack.endpoint_picker_availability,
+            validate=endpoint_pickers.endpoint_picker_availability,
             severity=Severity.HIGH,
             config_schema=schema(
                 minReplicasInProduction={
@@ -326,7 +281,7 @@ PolicyPack(
             name="pinned-images",
             description="Container images come from an allowed repository (by default those of the images the program "
             "pins, not their whole registries) and are pinned to a digest or a tag that is not a mutable one ('latest').",
-            validate=resources.pinned_images,
+            validate=images.pinned_images,
             severity=Severity.HIGH,
             config_schema=schema(
                 allowedRepositories={**STRINGS, "default": PINNED_REPOSITORIES},
@@ -339,47 +294,47 @@ PolicyPack(
             "added capabilities but NET_BIND_SERVICE, custom SELinux options, AppArmor or seccomp profiles other than "
             "RuntimeDefault or Localhost (fields and annotations), procMount other than Default, Windows hostProcess, "
             "sysctls outside the baseline's safe set, or ephemeral containers in a template.",
-            validate=resources.pod_security_baseline,
+            validate=pod_security.pod_security_baseline,
             severity=Severity.CRITICAL,
         ),
         ResourceValidationPolicy(
             name="model-server-hardening",
             description="GPU pods run as non-root, with allowPrivilegeEscalation false and every capability dropped.",
-            validate=resources.model_server_hardening,
+            validate=pod_security.model_server_hardening,
             severity=Severity.HIGH,
         ),
         ResourceValidationPolicy(
             name="no-plain-secret-env",
             description="No secret-looking environment variable carries a plain value.",
-            validate=resources.no_plain_secret_env,
+            validate=credentials.no_plain_secret_env,
             severity=Severity.CRITICAL,
         ),
         ResourceValidationPolicy(
             name="no-secret-args",
             description="No command line carries a credential (--api-key, --hf-token, token=..., or a token of a known "
             "format: Hugging Face, AWS, GitHub, Slack, OpenAI, Google, a private key, a JWT).",
-            validate=resources.no_secret_args,
+            validate=credentials.no_secret_args,
             severity=Severity.CRITICAL,
         ),
         ResourceValidationPolicy(
             name="shell-scripts-quote-config",
             description="Every S3 location a container's shell script (sh -c) names is single-quoted and one config may "
             "give (s3://<bucket>/<letters, digits and -_.=/>), so none can become shell syntax.",
-            validate=resources.shell_scripts_quote_config,
+            validate=shell_scripts.shell_scripts_quote_config,
             severity=Severity.CRITICAL,
         ),
         ResourceValidationPolicy(
             name="no-secret-env-from",
             description="Containers take the Secret keys they need (env valueFrom), never a whole Secret (envFrom), outside "
             "the namespaces allowed.",
-            validate=resources.no_secret_env_from,
+            validate=credentials.no_secret_env_from,
             severity=Severity.HIGH,
             config_schema=schema(allowedNamespaces={**STRINGS, "default": []}),
         ),
         ResourceValidationPolicy(
             name="no-secrets-in-helm-values",
             description="Helm release values carry no secret-looking value in clear.",
-            validate=resources.no_secrets_in_helm_values,
+            validate=credentials.no_secrets_in_helm_values,
             severity=Severity.CRITICAL,
         ),
         StackValidationPolicy(
@@ -388,30 +343,30 @@ PolicyPack(
             "kueue.x-k8s.io/queue-name naming a LocalQueue of its own namespace: without it (and without a LocalQueue named "
             "default, which the platform declares none of) Kueue leaves the Job alone and it runs outside the tenant's "
             "batch quota.",
-            validate=stack.gpu_jobs_through_kueue,
+            validate=kueue.gpu_jobs_through_kueue,
             severity=Severity.HIGH,
             # LocalQueues declared outside the stack, as namespace/name.
-            config_schema=schema(externalLocalQueues={**LOCAL_QUEUE_REFS, "default": []}),
+            config_schema=schema(externalLocalQueues={**kueue.LOCAL_QUEUE_REFS, "default": []}),
         ),
         StackValidationPolicy(
             name="stack-capacity",
             description="Tenant GPU quotas fit the pools' capacity; every GPU resource a workload asks for exists in a pool; "
             "MIG profiles are valid for the pool's GPU.",
-            validate=stack.stack_capacity,
+            validate=gpu_quotas.stack_capacity,
             severity=Severity.HIGH,
             config_schema=schema(overcommitRatio={"type": "number", "default": 1.0}),
         ),
         StackValidationPolicy(
             name="model-server-monitoring",
             description="Model servers are scraped by a ServiceMonitor or PodMonitor.",
-            validate=stack.model_server_monitoring,
+            validate=monitoring.model_server_monitoring,
             enforcement_level=ADVISORY,
             severity=Severity.MEDIUM,
         ),
         ResourceValidationPolicy(
             name="gpu-topology-spread",
             description="Replicated GPU Deployments spread over nodes.",
-            validate=resources.topology_spread,
+            validate=gpu_placement.topology_spread,
             enforcement_level=ADVISORY,
             severity=Severity.LOW,
         ),
@@ -432,7 +387,7 @@ PolicyPack(
         StackValidationPolicy(
             name="latency-sensitive-on-spot",
             description="Latency-sensitive workloads on spot capacity can be interrupted.",
-            validate=stack.latency_sensitive_on_spot,
+            validate=latency.latency_sensitive_on_spot,
             enforcement_level=ADVISORY,
             severity=Severity.MEDIUM,
             config_schema=schema(**LATENCY_TIERS),

@@ -511,21 +511,21 @@ def test_every_container_is_restricted_with_a_read_only_root(objects):
 
 def test_the_packs_pod_rules_pass(objects):
     sys.path.insert(0, str(ROOT / "policies"))
-    from inference_governance import resources as rules
+    from inference_governance import credentials, images, kube, pod_security
 
     deployment = one(objects, "Deployment")
-    for validator in (rules.pod_security_baseline, rules.no_secret_args, rules.no_plain_secret_env):
+    for validator in (pod_security.pod_security_baseline, credentials.no_secret_args, credentials.no_plain_secret_env):
         messages: list[str] = []
         args = SimpleNamespace(resource_type="kubernetes:apps/v1:Deployment", props=deployment, get_config=lambda: {})
         validator(args, lambda message, urn=None: messages.append(message))
         assert messages == [], validator.__name__
     # Images: pinned tags, from the repositories of the pinned images.
     messages = []
-    repositories = sorted({rules.image_repository(pin.repository) for pin in pins.IMAGES})
+    repositories = sorted({kube.image_repository(pin.repository) for pin in pins.IMAGES})
     args = SimpleNamespace(
         resource_type="kubernetes:apps/v1:Deployment", props=deployment, get_config=lambda: {"allowedRepositories": repositories}
     )
-    rules.pinned_images(args, lambda message, urn=None: messages.append(message))
+    images.pinned_images(args, lambda message, urn=None: messages.append(message))
     assert messages == []
 
 

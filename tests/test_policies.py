@@ -22,8 +22,7 @@ from preview.stack_config import load_project, load_stack_config
 from .helpers import ROOT, Evaluated, prod_with_labeller_server, raw_stack, run_preview
 
 sys.path.insert(0, str(ROOT / "policies"))
-from inference_governance import resources as resource_rules  # noqa: E402
-from inference_governance import stack as stack_rules  # noqa: E402
+from inference_governance import autoscaling, endpoint_pickers, gateway_auth, gpu_placement  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -638,7 +637,7 @@ def test_endpoint_pickers_outside_production(baseline):
         messages: list[str] = []
         resources = [SimpleNamespace(resource_type=r.type, props=r.outputs, urn=r.urn) for r in records]
         args = SimpleNamespace(resources=resources, get_config=lambda: settings)
-        stack_rules.endpoint_picker_availability(args, lambda message, urn=None: messages.append(message))
+        endpoint_pickers.endpoint_picker_availability(args, lambda message, urn=None: messages.append(message))
         return messages
 
     single = stack_with(
@@ -707,20 +706,20 @@ def collect(validator, resource_type: str, props: dict[str, Any], config: dict[s
 
 def test_validators_are_pure_functions(baseline):
     deployment = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment").inputs
-    assert collect(resource_rules.gpu_requests_and_limits, DEPLOYMENT, deployment) == []
+    assert collect(gpu_placement.gpu_requests_and_limits, DEPLOYMENT, deployment) == []
     del deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"]
-    (message,) = collect(resource_rules.gpu_requests_and_limits, DEPLOYMENT, deployment)
+    (message,) = collect(gpu_placement.gpu_requests_and_limits, DEPLOYMENT, deployment)
     assert "requests no memory" in message
     hpa = find(baseline, HPA, "llama-70b-v1-hpa").inputs
     this_stack = [pulumi.get_stack()]
-    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"productionStacks": this_stack}) == []
+    assert collect(autoscaling.hpa_behavior, HPA, hpa, {"productionStacks": this_stack}) == []
     hpa["spec"]["minReplicas"] = 1
-    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"productionStacks": []}) == []
-    assert collect(resource_rules.hpa_behavior, HPA, hpa, {"productionStacks": this_stack}) == [
+    assert collect(autoscaling.hpa_behavior, HPA, hpa, {"productionStacks": []}) == []
+    assert collect(autoscaling.hpa_behavior, HPA, hpa, {"productionStacks": this_stack}) == [
         "minReplicas is 1; production autoscalers keep at least 2 replicas"
     ]
     # Not its kind: nothing to say.
-    assert collect(resource_rules.hpa_behavior, DEPLOYMENT, hpa) == []
+    assert collect(autoscaling.hpa_behavior, DEPLOYMENT, hpa) == []
 
 
 def test_knative_services_need_a_disruption_budget(pack, baseline):
@@ -996,7 +995,7 @@ def _gateway_violations(records: list[RecordedResource]) -> list[str]:
     """The rule itself over the records (the analyzer run is test_the_gateway_token_rule_is_mandatory)."""
     messages: list[str] = []
     resources = [SimpleNamespace(resource_type=r.type, props=r.outputs, urn=r.urn) for r in records]
-    stack_rules.gateway_requires_a_token(SimpleNamespace(resources=resources), lambda m, urn=None: messages.append(m))
+    gateway_auth.gateway_requires_a_token(SimpleNamespace(resources=resources), lambda m, urn=None: messages.append(m))
     return messages
 
 
@@ -1109,7 +1108,7 @@ def test_tenant_egress_by_host(pack, baseline, change, flagged):
 
 def test_the_packs_pod_identity_agent_is_the_programs():
     from components.specs.tenancy import POD_IDENTITY_AGENT_CIDRS
-    from policies.inference_governance.stack import POD_IDENTITY_AGENT
+    from policies.inference_governance.tenant_egress import POD_IDENTITY_AGENT
 
     assert POD_IDENTITY_AGENT == POD_IDENTITY_AGENT_CIDRS
 
@@ -1205,7 +1204,7 @@ def test_an_endpoint_pickers_egress_stays_within_private_addresses(pack, baselin
 
 def test_the_packs_picker_addresses_are_the_programs():
     from components.specs.tenancy import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
-    from policies.inference_governance.stack import PICKER_EGRESS_CIDRS
+    from policies.inference_governance.tenant_egress import PICKER_EGRESS_CIDRS
 
     assert PICKER_EGRESS_CIDRS == (*PRIVATE_CIDRS, *POD_IDENTITY_AGENT_CIDRS)
 
@@ -1216,7 +1215,7 @@ def test_the_egress_rule_reads_the_adapters_the_fetcher_downloads_from_hugging_f
     from components.specs.pod import adapter_fetch_containers
     from platform_config.adapters import AdapterModule, LoraLimits
     from platform_config.models import ModelSource
-    from policies.inference_governance.stack import _hugging_face_reads
+    from policies.inference_governance.tenant_egress import _hugging_face_reads
 
     source = ModelSource(huggingface="org/support-adapter", revision="a" * 40)
     lora = LoraLimits((AdapterModule("support", None, source, 16, "base", "team-a"),), 16, 1, 1)

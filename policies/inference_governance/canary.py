@@ -39,6 +39,47 @@ from .kube import (
 
 OVERRIDE_HINT = "set release.stepOverride.reason to skip steps"
 
+# The config schema of canary-weight-steps and canary-step-override (policies/__main__.py declares them).
+# One LoRA adapter's release as it was last deployed (a model's `adapters` in `canaryReleases`).
+ADAPTER_RELEASE = {
+    "type": "object",
+    "properties": {
+        "stable": {"type": "string", "minLength": 1},
+        "canary": {"type": ["string", "null"]},
+        "canaryWeight": {"type": "integer", "minimum": 0, "maximum": 100},
+        "stableWeights": {"type": ["string", "null"]},
+        "canaryWeights": {"type": ["string", "null"]},
+    },
+    "required": ["stable"],
+    "additionalProperties": False,
+}
+# The previous release of each model, by model name, as the program's `canaryReleases` output
+# records it; given by the preview (a baseline or `--previous-stack-file`) or by CI
+# (`python -m preview.previous_releases --from-outputs`). Without it there is nothing to compare.
+PREVIOUS_RELEASES = {
+    "previousReleases": {
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {
+                "stable": {"type": "string", "minLength": 1},
+                "canary": {"type": ["string", "null"]},
+                "canaryWeight": {"type": "integer", "minimum": 0, "maximum": 100},
+                "steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}, "minItems": 1},
+                # The weights each version served (hf://org/name@<sha>, s3://...; null when not known).
+                "stableWeights": {"type": ["string", "null"]},
+                "canaryWeights": {"type": ["string", "null"]},
+                # The step override's reason the previous change was deployed with, if any.
+                "stepOverride": {"type": ["string", "null"]},
+                # The model's adapters' releases, by adapter name (held to the model's steps).
+                "adapters": {"type": "object", "additionalProperties": ADAPTER_RELEASE},
+            },
+            "required": ["stable"],
+            "additionalProperties": False,
+        },
+    }
+}
+
 
 @dataclass(frozen=True)
 class Release:

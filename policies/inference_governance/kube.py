@@ -9,6 +9,8 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import pulumi
+
 # Generated from the platform's own modules (components/policy_facts.py); a test keeps it fresh.
 FACTS = json.loads((Path(__file__).resolve().parent / "platform_facts.json").read_text())
 
@@ -97,6 +99,8 @@ BATCH_JOB = "kubernetes:batch/v1:Job"
 CRON_JOB = "kubernetes:batch/v1:CronJob"
 # Policy config defaults the program's config checks share (platform_config/floors.py).
 FLOORS: dict[str, float] = FACTS["floors"]
+# The stacks that are production, unless the pack's config (productionStacks) says otherwise.
+PRODUCTION_STACKS = ["prod", "production"]
 
 
 Report = Callable[..., None]
@@ -105,6 +109,12 @@ Report = Callable[..., None]
 def config(args: Any) -> dict[str, Any]:
     """The policy's config as the engine sent it (schema defaults filled in)."""
     return args.get_config() or {}
+
+
+def is_production(args: Any) -> bool:
+    """Decided by the pack's config (the stack names that are production), never by the stack's
+    own config, which the governed stack could change."""
+    return pulumi.get_stack() in config(args).get("productionStacks", PRODUCTION_STACKS)
 
 
 def get(obj: Any, *path: str | int, default: Any = None) -> Any:
@@ -184,6 +194,17 @@ def namespace_of(props: Mapping[str, Any]) -> str:
 
 def name_of(props: Mapping[str, Any]) -> str:
     return get(props, "metadata", "name", default="?")
+
+
+def fqdn(host: str, namespace: str) -> str:
+    return host if "." in host else f"{host}.{namespace}.svc.cluster.local"
+
+
+def whole_number(value: Any) -> int | None:
+    """A whole number (a replica count, a port) as the analyzer hands it over (numbers come as floats), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        return None
+    return int(value)
 
 
 def placement_pools(pod_spec: Mapping[str, Any]) -> set[str] | None:

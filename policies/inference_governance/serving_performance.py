@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .kube import FACTS, KNATIVE_SERVICE, MODEL_LABEL, Report, config, containers, get, name_of, pod_template
-from .resources import is_production
+from .kube import FACTS, KNATIVE_SERVICE, MODEL_LABEL, Report, config, containers, get, is_production, name_of, pod_template
 
 SHAPE_ANNOTATION: str = FACTS["annotations"]["servingShape"]
 PREVIEW_COMMAND = "make preview STACK=<stack>"
@@ -26,6 +25,27 @@ PREVIEW_COMMAND = "make preview STACK=<stack>"
 # server's container there (components/specs/pod.py).
 SERVER_TYPES = ("kubernetes:apps/v1:Deployment", KNATIVE_SERVICE)
 SERVER_CONTAINER = "vllm"
+# The config schema of serving-performance (policies/__main__.py declares it), with productionStacks.
+# The preview's Serving performance verdicts (its pack-config.json), by the digest of each server's shape: which
+# server it is, what fails at any level (it cannot load, its KV cache is short) and what it is predicted to miss (a
+# latency target, a peak), which fails at `latencyLevel`: as configured for the stage, else mandatory in production
+# (`productionStacks`) and advisory elsewhere (preview/performance.py).
+SERVING_VERDICTS = {
+    "servingVerdicts": {
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {
+                "server": {"type": "string", "minLength": 1},
+                "failures": {"type": "array", "items": {"type": "string"}},
+                "misses": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["server", "failures", "misses"],
+            "additionalProperties": False,
+        },
+    },
+    "latencyLevel": {"enum": ["advisory", "mandatory", "disabled", None]},
+}
 
 
 def _serves_a_model(args: Any) -> bool:
