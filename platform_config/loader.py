@@ -3,7 +3,7 @@
 Pulumi hands a Python program its config as strings (objects and lists JSON-encoded), through
 the runtime's config store or the PULUMI_CONFIG environment. Everything is read and validated
 here, before a single resource is registered, so a bad stack file never half-applies. Versions named in the
-MLflow model registry are resolved here too, once the config passed its checks (platform_config/registry.py):
+MLflow model registry are resolved here too, once the config passed its checks (platform_config/registry/):
 what the rest of the program reads holds only pinned sources.
 """
 

@@ -1,10 +1,10 @@
 """Where a tenant's data is: the S3 locations its workloads name, and whether one lies under a prefix (pure).
 
 A tenant declares its prefixes (`tenants[].s3Prefixes`); every S3 location its models, adapters and batch jobs name
-must lie under one of them (platform_config/checks.py check_tenant_s3_data), so no stack change can grant a tenant's
+must lie under one of them (platform_config/checks/tenants.py check_tenant_s3_data), so no stack change can grant a tenant's
 role another tenant's data or the platform's own (the weight mirror's bucket, whose copies the platform writes and
 each tenant's servers read under `<bucket>/<tenant>/`). The pack checks the rendered IAM policies the same way
-(policies/inference_governance/stack.py tenant_s3_scoping), from the prefixes the tenants' namespaces carry."""
+(policies/inference_governance/tenant_s3.py tenant_s3_scoping), from the prefixes the tenants' namespaces carry."""
 
 from __future__ import annotations
 

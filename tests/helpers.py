@@ -78,7 +78,7 @@ LABELLER_SERVER: dict[str, Any] = {
 
 def owning(raw: dict[str, Any], tenant: str, *prefixes: str) -> dict[str, Any]:
     """`raw` with `prefixes` among the tenant's `s3Prefixes`: a test that gives a tenant's workloads S3 data of their
-    own declares it the tenant's, as a stack must (platform_config/checks.py check_tenant_s3_data)."""
+    own declares it the tenant's, as a stack must (platform_config/checks/tenants.py check_tenant_s3_data)."""
     declared = next(t for t in raw["tenants"] if t["name"] == tenant).setdefault("s3Prefixes", [])
     declared.extend(prefix for prefix in prefixes if prefix not in declared)
     return raw

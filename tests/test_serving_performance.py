@@ -1,7 +1,7 @@
 """The Serving performance stage (preview/performance.py): each server's memory fit and KV cache, its predicted
 latency and throughput from NVIDIA's aiconfigurator (run in .venv-perf), replicas at peak against maxReplicas, cost per
 million output tokens, in the report and the pull request's comment; and the config check that refuses weights that
-cannot load at all (platform_config/checks.py check_weights_fit_gpu_memory)."""
+cannot load at all (platform_config/checks/weights.py check_weights_fit_gpu_memory)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Keys are camelCase in the stack files (Pulumi's convention); every model forbids unknown keys so
 a misspelt key is an error, and is strict so "4" is not silently taken for 4. Checks that need
-more than one field (references between blocks, capacity, MIG geometry) live in `checks.py`,
+more than one field (references between blocks, capacity, MIG geometry) live in `checks/`,
 which reports them through the same error format.
 
 One module per block (`cluster`, `node_pools`, `tenants`, `model` with its `versions`, `release`,

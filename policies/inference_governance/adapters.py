@@ -2,7 +2,7 @@
 `inference.platform/lora-adapters` pod annotation, per adapter its owning tenant, the OpenAI name
 of the model that declares it and its modules).
 Each rule has the name of the config check that holds stacks to it before anything renders
-(platform_config/checks.py)."""
+(platform_config/checks/adapters.py)."""
 
 from __future__ import annotations
 

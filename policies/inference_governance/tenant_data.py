@@ -26,7 +26,7 @@ TENANT_DATA: Mapping[str, str] = FACTS["tenantData"]
 _SERVICE_ACCOUNT_SUBJECT = re.compile(r"system:serviceaccount:([^:\"]+):([^\"]+)")
 
 
-# A key prefix the program writes: letters, digits and `-_.=/` (platform_config/models.py S3_URI_PATTERN), with at
+# A key prefix the program writes: letters, digits and `-_.=/` (platform_config/models/sources.py S3_URI_PATTERN), with at
 # most a trailing `*` after a `/`, or `*` alone (every key).
 _KEY_PREFIX = re.compile(r"\*|[A-Za-z0-9._=/-]*(/\*)?")
 
