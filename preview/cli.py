@@ -49,7 +49,8 @@ from .performance import (
     preview_policy_config,
 )
 from .placeholders import placeholder_section
-from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicySession, check_policy_config
+from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, check_policy_config
+from .policy_session import PolicySession
 from .previous_releases import previous_releases, with_previous_releases
 from .report import PROJECT_ROOT, Report, shown_path, shown_paths
 from .sections import (
