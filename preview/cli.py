@@ -41,13 +41,12 @@ from .first_up import check_first_up
 from .performance import (
     PACK_CONFIG_FILE,
     PERFORMANCE_POLICY,
-    PLOT_FILE,
-    Prediction,
     pack_config,
     performance_level,
     performance_section,
     preview_policy_config,
 )
+from .performance_prediction import PLOT_FILE, Prediction
 from .placeholders import placeholder_section
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, check_policy_config
 from .policy_session import PolicySession
