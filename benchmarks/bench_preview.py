@@ -72,74 +72,94 @@ def main() -> None:
     parser.add_argument("--prod-repeat", type=int, default=10)
     args = parser.parse_args()
 
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
-        for models in args.sizes:
-            tenants = max(2, models // 10)
-            stack_file = tmpdir / f"Pulumi.bench-{models}.yaml"
-            config = {f"inference-platform:{k}": v for k, v in generate_stack(models, tenants).items()}
-            config["aws:region"] = "us-east-1"
-            stack_file.write_text(yaml.safe_dump({"config": config}))
-            out = tmpdir / f"out-{models}"
-            repeat = args.repeat or (5 if models <= 100 else 3)
-            walls, stages, each_walls, each_waits = [], [], [], []
-            for _ in range(repeat):
-                wall, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out)
-                walls.append(wall)
-                stages.append({s["name"]: s["seconds"] for s in report["stages"]})
-                # Interleaved: the same preview with the pack decoding each resource once per policy.
-                wall, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out, DECODE_EACH)
-                each_walls.append(wall)
-                each_waits.append(next(s["seconds"] for s in report["stages"] if s["name"] == PACK_WAIT))
-            env = {"BENCH_RESOURCES": str(out / "resources.json")}
-            custom_only = {**env, "BENCH_CUSTOM_ONLY": "1"}
-            # Interleaved, so a slow spell of the machine hits the program and its baselines alike.
-            program, flat, flat_custom = [], [], []
-            for _ in range(repeat):
-                program.append(measure(ROOT, stack_file))
-                flat.append(measure(ROOT / "benchmarks" / "flat_program", stack_file, env))
-                flat_custom.append(measure(ROOT / "benchmarks" / "flat_program", stack_file, custom_only))
-            resources = program[0]["resources"]
-            rows.append(
-                {
-                    "models": models,
-                    "tenants": tenants,
-                    "resources": resources,
-                    "custom": program[0]["custom"],
-                    "previewSeconds": median(walls),
-                    "previewSecondsDecodeEach": median(each_walls),
-                    "packWaitSecondsDecodeEach": median(each_waits),
-                    "stageSeconds": {k: median([s[k] for s in stages]) for k in stages[0]},
-                    "evalSeconds": median([p["seconds"] for p in program]),
-                    "flatSeconds": median([f["seconds"] for f in flat]),
-                    "flatResources": flat[0]["resources"],
-                    "flatCustomOnlySeconds": median([f["seconds"] for f in flat_custom]),
-                    "flatCustomOnlyResources": flat_custom[0]["resources"],
-                    "evalGrowthKiBPerResource": median([p["growthKiB"] for p in program]) / resources,
-                    "flatGrowthKiBPerResource": median([f["growthKiB"] for f in flat]) / max(flat[0]["resources"], 1),
-                    "peakMiB": max(p["peakKiB"] for p in program) / 1024,
-                }
-            )
-        prod_walls, prod_each_walls, prod_bare_walls, prod_cold_walls = [], [], [], []
-        for _ in range(args.prod_repeat):
-            wall, prod_report = preview(["--stack", "prod"], tmpdir / "prod")
-            prod_walls.append(wall)
-            wall, _ = preview(["--stack", "prod"], tmpdir / "prod-each", DECODE_EACH)
-            prod_each_walls.append(wall)
-            # Interleaved too: the same preview without the Serving performance stage (no aiconfigurator to run), and
-            # with it cold (an empty cache: aiconfigurator runs); the first runs above read its answer back.
-            wall, _ = preview(["--stack", "prod"], tmpdir / "prod-bare", WITHOUT_PERFORMANCE)
-            prod_bare_walls.append(wall)
-            empty_cache = {"PERFORMANCE_CACHE_DIR": tempfile.mkdtemp(dir=tmpdir)}
-            wall, _ = preview(["--stack", "prod"], tmpdir / "prod-cold", empty_cache)
-            prod_cold_walls.append(wall)
+        rows = [bench_size(tmpdir, models, args.repeat or (5 if models <= 100 else 3)) for models in args.sizes]
+        prod_walls, prod_report = bench_prod(tmpdir, args.prod_repeat)
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print_prod(prod_walls, prod_report, args.prod_repeat)
+    print()
+    print_pack_table(rows)
+    print()
+    print_evaluation_table(rows)
+    print()
+    print(json.dumps(rows, indent=2))
+
+
+def bench_size(tmpdir: Path, models: int, repeat: int) -> dict:
+    """A generated stack of `models` models (a tenant to every 10, at least 2): its whole preview, with the pack
+    decoding once per request and once per policy, and its evaluation against the two flat baselines."""
+    tenants = max(2, models // 10)
+    stack_file = tmpdir / f"Pulumi.bench-{models}.yaml"
+    config = {f"inference-platform:{k}": v for k, v in generate_stack(models, tenants).items()}
+    config["aws:region"] = "us-east-1"
+    stack_file.write_text(yaml.safe_dump({"config": config}))
+    out = tmpdir / f"out-{models}"
+    walls, stages, each_walls, each_waits = [], [], [], []
+    for _ in range(repeat):
+        wall, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out)
+        walls.append(wall)
+        stages.append({s["name"]: s["seconds"] for s in report["stages"]})
+        # Interleaved: the same preview with the pack decoding each resource once per policy.
+        wall, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out, DECODE_EACH)
+        each_walls.append(wall)
+        each_waits.append(next(s["seconds"] for s in report["stages"] if s["name"] == PACK_WAIT))
+    env = {"BENCH_RESOURCES": str(out / "resources.json")}
+    custom_only = {**env, "BENCH_CUSTOM_ONLY": "1"}
+    # Interleaved, so a slow spell of the machine hits the program and its baselines alike.
+    program, flat, flat_custom = [], [], []
+    for _ in range(repeat):
+        program.append(measure(ROOT, stack_file))
+        flat.append(measure(ROOT / "benchmarks" / "flat_program", stack_file, env))
+        flat_custom.append(measure(ROOT / "benchmarks" / "flat_program", stack_file, custom_only))
+    resources = program[0]["resources"]
+    return {
+        "models": models,
+        "tenants": tenants,
+        "resources": resources,
+        "custom": program[0]["custom"],
+        "previewSeconds": median(walls),
+        "previewSecondsDecodeEach": median(each_walls),
+        "packWaitSecondsDecodeEach": median(each_waits),
+        "stageSeconds": {k: median([s[k] for s in stages]) for k in stages[0]},
+        "evalSeconds": median([p["seconds"] for p in program]),
+        "flatSeconds": median([f["seconds"] for f in flat]),
+        "flatResources": flat[0]["resources"],
+        "flatCustomOnlySeconds": median([f["seconds"] for f in flat_custom]),
+        "flatCustomOnlyResources": flat_custom[0]["resources"],
+        "evalGrowthKiBPerResource": median([p["growthKiB"] for p in program]) / resources,
+        "flatGrowthKiBPerResource": median([f["growthKiB"] for f in flat]) / max(flat[0]["resources"], 1),
+        "peakMiB": max(p["peakKiB"] for p in program) / 1024,
+    }
+
+
+def bench_prod(tmpdir: Path, repeat: int) -> tuple[dict[str, list[float]], dict]:
+    """The prod stack's whole preview as a user runs it, interleaved with the same preview with the pack decoding once
+    per policy, without the Serving performance stage, and with it cold; the last run's report."""
+    walls: dict[str, list[float]] = {"read back": [], "decode each": [], "bare": [], "cold": []}
+    for _ in range(repeat):
+        wall, report = preview(["--stack", "prod"], tmpdir / "prod")
+        walls["read back"].append(wall)
+        wall, _ = preview(["--stack", "prod"], tmpdir / "prod-each", DECODE_EACH)
+        walls["decode each"].append(wall)
+        # Interleaved too: the same preview without the Serving performance stage (no aiconfigurator to run), and
+        # with it cold (an empty cache: aiconfigurator runs); the first runs above read its answer back.
+        wall, _ = preview(["--stack", "prod"], tmpdir / "prod-bare", WITHOUT_PERFORMANCE)
+        walls["bare"].append(wall)
+        empty_cache = {"PERFORMANCE_CACHE_DIR": tempfile.mkdtemp(dir=tmpdir)}
+        wall, _ = preview(["--stack", "prod"], tmpdir / "prod-cold", empty_cache)
+        walls["cold"].append(wall)
+    return walls, report
+
+
+def print_prod(walls: dict[str, list[float]], prod_report: dict, repeat: int) -> None:
+    prod_walls, prod_each_walls = walls["read back"], walls["decode each"]
+    prod_bare_walls, prod_cold_walls = walls["bare"], walls["cold"]
     print(
         f"prod stack: whole offline preview median {median(prod_walls):.2f} s, min {min(prod_walls):.2f} s, max "
         f"{max(prod_walls):.2f} s "
-        f"({args.prod_repeat} runs), {prod_report['counts']['resources']} resources, stages of the last run: "
+        f"({repeat} runs), {prod_report['counts']['resources']} resources, stages of the last run: "
         + ", ".join(f"{s['name']} {s['seconds']:.2f} s" for s in prod_report["stages"])
     )
     print(
@@ -154,7 +174,9 @@ def main() -> None:
         f"its answer read back (servers unchanged) {median(prod_walls):.2f} s, {warm:.1%} of the preview's wall time; "
         f"aiconfigurator run (cold) {median(prod_cold_walls):.2f} s, {cold:.1%}"
     )
-    print()
+
+
+def print_pack_table(rows: list[dict]) -> None:
     columns = ["models x tenants", "whole preview", "the same, pack decoding once per policy", "ratio"]
     print("| " + " | ".join([*columns, "pack's wait (once per request / per policy)"]) + " |")
     print("|---|---:|---:|---:|---:|")
@@ -164,7 +186,9 @@ def main() -> None:
             f"{row['previewSeconds'] / row['previewSecondsDecodeEach']:.2f}x | "
             f"{row['stageSeconds'][PACK_WAIT]:.2f} s / {row['packWaitSecondsDecodeEach']:.2f} s |"
         )
-    print()
+
+
+def print_evaluation_table(rows: list[dict]) -> None:
     print(
         "| models x tenants | resources | whole preview | evaluate (program) | baseline: same registrations | ratio "
         "| baseline: custom resources only | ratio | ms/resource (program / baseline) | KiB/resource (program / baseline) | "
@@ -182,8 +206,6 @@ def main() -> None:
             f"{row['flatSeconds'] / max(row['flatResources'], 1) * 1000:.2f} | "
             f"{row['evalGrowthKiBPerResource']:.1f} / {row['flatGrowthKiBPerResource']:.1f} | {row['peakMiB']:.0f} MiB |"
         )
-    print()
-    print(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

@@ -12,46 +12,11 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
     """A valid production-like stack: every 4th model runs a 10% canary, half use Knative,
     a quarter are summarisers on the L4 pool; quotas fit each tenant's models."""
     per_tenant = -(-models // tenants)
-    model_list = []
-    for index in range(models):
-        tenant = f"tenant-{index % tenants:03d}"
-        batch = index % 4 == 3
-        canary = index % 4 == 1
-        model = {
-            "name": f"model-{index:04d}",
-            "tenant": tenant,
-            "pool": "l4" if batch else "h100",
-            "profile": "summarization" if batch else "chat",
-            # Qwen 0.5B/1.5B checkpoints: a small weights cache, so the nodes' disks hold them all.
-            "resources": {"gpus": 1, "cpu": "4", "memory": "16Gi", "cacheSize": "10Gi"}
-            if batch
-            else {"migProfile": "1g.10gb", "cpu": "4", "memory": "16Gi", "cacheSize": "10Gi"},
-            "server": {"maxModelLen": 4096},
-            "versions": [{"name": "v1", "source": QWEN}] + ([{"name": "v2", "source": QWEN_15}] if canary else []),
-            "release": {"stable": "v1", **({"canary": "v2", "canaryWeight": 10} if canary else {})},
-            "autoscaling": (
-                {"mode": "kpa", "minReplicas": 1, "maxReplicas": 2}
-                if batch
-                else {"mode": "hpa" if index % 2 == 0 else "kpa", "minReplicas": 2, "maxReplicas": 4}
-            ),
-        }
-        model_list.append(model)
-    slices = per_tenant * 8
+    model_list = [_model(index, tenants) for index in range(models)]
     versions = sum(len(m["versions"]) for m in model_list)
     return {
         "environment": "production",
-        "cluster": {
-            "name": "bench",
-            "mode": "eks",
-            "kubernetesVersion": "1.33",
-            "eks": {
-                "region": "us-east-1",
-                "subnetIds": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"],
-                # Every version's endpoint pickers (2 pods, and 2 more while a rollout's drain; 2.1 CPU
-                # and 3.5Gi a pod) run on the system nodes, 13 to an m6i.8xlarge beside the controllers.
-                "systemNodeGroup": {"instanceType": "m6i.8xlarge", "maxSize": max(4, -(-4 * versions // 13))},
-            },
-        },
+        "cluster": _cluster(versions),
         "nodePools": [
             {
                 "name": "h100",
@@ -63,21 +28,7 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
             },
             {"name": "l4", "instanceType": "g6.12xlarge", "capacityType": "SPOT", "minSize": 0, "maxSize": 450},
         ],
-        "tenants": [
-            {
-                "name": f"tenant-{t:03d}",
-                "groups": [f"tenant-{t:03d}-developers"],
-                "quota": {
-                    "gpu": per_tenant * 2,
-                    "mig": {"1g.10gb": slices},
-                    "cpu": str(per_tenant * 60),
-                    "memory": f"{per_tenant * 240}Gi",
-                    "pods": per_tenant * 20,
-                },
-                "experimentQuota": {"cpu": str(per_tenant * 8), "memory": f"{per_tenant * 32}Gi", "pods": per_tenant * 2},
-            }
-            for t in range(tenants)
-        ],
+        "tenants": [_tenant(t, per_tenant) for t in range(tenants)],
         "models": model_list,
         "traffic": {
             "hosts": ["api.bench.example.com"],
@@ -90,4 +41,61 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
                 "audiences": ["inference-api"],
             },
         },
+    }
+
+
+def _model(index: int, tenants: int) -> dict[str, Any]:
+    """The index-th model: every 4th (from the 2nd) runs a canary, every 4th (from the 4th) is a summariser on the L4
+    pool (on Knative), and the others run on the HPA at an even index and on Knative at an odd one."""
+    batch = index % 4 == 3
+    canary = index % 4 == 1
+    return {
+        "name": f"model-{index:04d}",
+        "tenant": f"tenant-{index % tenants:03d}",
+        "pool": "l4" if batch else "h100",
+        "profile": "summarization" if batch else "chat",
+        # Qwen 0.5B/1.5B checkpoints: a small weights cache, so the nodes' disks hold them all.
+        "resources": {"gpus": 1, "cpu": "4", "memory": "16Gi", "cacheSize": "10Gi"}
+        if batch
+        else {"migProfile": "1g.10gb", "cpu": "4", "memory": "16Gi", "cacheSize": "10Gi"},
+        "server": {"maxModelLen": 4096},
+        "versions": [{"name": "v1", "source": QWEN}] + ([{"name": "v2", "source": QWEN_15}] if canary else []),
+        "release": {"stable": "v1", **({"canary": "v2", "canaryWeight": 10} if canary else {})},
+        "autoscaling": (
+            {"mode": "kpa", "minReplicas": 1, "maxReplicas": 2}
+            if batch
+            else {"mode": "hpa" if index % 2 == 0 else "kpa", "minReplicas": 2, "maxReplicas": 4}
+        ),
+    }
+
+
+def _cluster(versions: int) -> dict[str, Any]:
+    return {
+        "name": "bench",
+        "mode": "eks",
+        "kubernetesVersion": "1.33",
+        "eks": {
+            "region": "us-east-1",
+            "subnetIds": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"],
+            # Every version's endpoint pickers (2 pods, and 2 more while a rollout's drain; 2.1 CPU
+            # and 3.5Gi a pod) run on the system nodes, 13 to an m6i.8xlarge beside the controllers.
+            "systemNodeGroup": {"instanceType": "m6i.8xlarge", "maxSize": max(4, -(-4 * versions // 13))},
+        },
+    }
+
+
+def _tenant(t: int, per_tenant: int) -> dict[str, Any]:
+    """A tenant whose quotas fit its share of the models (`per_tenant`), each a MIG slice or a GPU."""
+    slices = per_tenant * 8
+    return {
+        "name": f"tenant-{t:03d}",
+        "groups": [f"tenant-{t:03d}-developers"],
+        "quota": {
+            "gpu": per_tenant * 2,
+            "mig": {"1g.10gb": slices},
+            "cpu": str(per_tenant * 60),
+            "memory": f"{per_tenant * 240}Gi",
+            "pods": per_tenant * 20,
+        },
+        "experimentQuota": {"cpu": str(per_tenant * 8), "memory": f"{per_tenant * 32}Gi", "pods": per_tenant * 2},
     }

@@ -8,7 +8,7 @@ the last lines, or from `--json`'s "verdict", so a pipeline acts on the verdict,
 failure; with `--deployed`, also `wait` when the stack file's release is not the one running);
 2 the input is bad (unknown stack or model, a model with no canary, a stack file that does not
 validate, a bad flag) or Prometheus (or the registry) cannot answer: one message naming the key, flag or
-URL, no traceback. The rules and the queries: platform_tools/canary.py.
+URL, no traceback. The queries: platform_tools/canary.py; the rules: platform_tools/canary_verdict.py.
 """
 
 from __future__ import annotations
@@ -40,13 +40,16 @@ from preview.previous_releases import MAX_OUTPUTS_BYTES, OUTPUT_NAME, from_outpu
 from preview.stack_config import MAX_FILE_BYTES, ProjectFile, StackConfigError, load_project, load_stack_config, read_bounded
 
 from .aliases import REGISTRY_OUTPUT, AliasInputError, move_aliases, wanted_aliases
-from .canary import PrometheusError, Report, Target, check_url, next_step, read_metrics, verdict
+from .canary import Target, read_metrics
+from .canary_report import Report
+from .canary_verdict import next_step, verdict
+from .prometheus import PrometheusError, check_url
 from .stack_edit import Change, StackEditError, apply_change
 
 EXIT_VERDICT, EXIT_INPUT = 0, 2
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROMETHEUS_ENV = "PROMETHEUS_URL"
-# Pulumi's rule for a stack name, as the preview checks it (preview/cli.py _STACK_NAME).
+# Pulumi's rule for a stack name, as the preview checks it (preview/inputs.py STACK_NAME).
 _STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 

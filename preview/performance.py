@@ -2,8 +2,9 @@
 how fast it answers, whether `maxReplicas` meets its peak within the latency target, and what a million output
 tokens cost, from the program's `servingShapes` (components/plan_reports.py) and NVIDIA's aiconfigurator.
 
-aiconfigurator runs in its own virtualenv (`.venv-perf`, `preview/performance_worker.py`), started as soon as the
-program has been evaluated, so it predicts while the other stages run. Its two answers are kept apart:
+aiconfigurator runs in its own virtualenv (`.venv-perf`, `preview/performance_worker.py`; asked and read back by
+`preview/performance_prediction.py`), started as soon as the program has been evaluated, so it predicts while the
+other stages run. Its two answers are kept apart:
 - memory, for every server whose architecture is known: aiconfigurator-core's `estimate_kv_cache`, its native vLLM
   memory model (weights, activations at vLLM's batched-token budget, NCCL and CUDA overhead) against the device;
 - latency, where its database measured vLLM on that GPU (aiconfigurator 0.12.0: vLLM 0.24.0 data for h100_sxm,
@@ -19,30 +20,18 @@ target the servers cannot meet or a peak that needs more replicas than `maxRepli
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
-import shutil
-import subprocess
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from platform_config.gpu_catalog import COMPUTE_SLICES, GPU_MODELS, MEMORY_SLICES
 
+from .performance_prediction import DATABASE_VLLM_VERSION, PLOT_FILE, Prediction
 from .policy_runner import PERFORMANCE_POLICY, PolicyConfigError
-from .report import PROJECT_ROOT, Section, shown_paths
+from .report import Section
 
-# The vLLM version of the database's measurements the predictions come from (aiconfigurator-core 0.12.0 holds
-# vLLM 0.24.0 tables for h100_sxm; the servers run the pinned vLLM, a later release).
-DATABASE_VLLM_VERSION = "0.24.0"
-PLOT_FILE = "performance.png"
-# The concurrencies a prediction is made at: these up to the server's maxNumSeqs, and maxNumSeqs itself.
-CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-WORKER_TIMEOUT_SECONDS = 120
 # The policy config sets the stage's level under the pack policy's name (PERFORMANCE_POLICY), as a policy's
 # (advisory, mandatory, disabled): it applies to what the servers predict (a latency target or peak they cannot
 # meet); what cannot fit fails at every level. Default: mandatory in production, advisory elsewhere.
@@ -84,147 +73,6 @@ def pack_config(section: Section | None, configured: str | None = None) -> dict[
     return {PERFORMANCE_POLICY: policy}
 
 
-def performance_python() -> Path:
-    """The interpreter of the virtualenv aiconfigurator is installed in (`make perf-venv`), or PERFORMANCE_PYTHON."""
-    return Path(os.environ.get("PERFORMANCE_PYTHON") or PROJECT_ROOT / ".venv-perf" / "bin" / "python")
-
-
-# Answers kept per request: the same servers on the same package give the same figures (the tables are data), so a
-# preview whose servers did not change reads them back instead of running aiconfigurator again.
-def cache_dir() -> Path:
-    """build/performance-cache, or PERFORMANCE_CACHE_DIR (the bench's cold runs give a fresh one)."""
-    return Path(os.environ.get("PERFORMANCE_CACHE_DIR") or PROJECT_ROOT / "build" / "performance-cache")
-
-
-def _installed(python: Path) -> list[str]:
-    """What the virtualenv holds, by its distributions' dist-info folders (Python version, name and version each):
-    where it is does not matter, so two checkouts with the same packages (a pull request's and its default
-    branch's, in CI) share their answers. An interpreter outside a virtualenv (PERFORMANCE_PYTHON) shows no such
-    folders there: it is named by its own path instead, so at least two interpreters never share an answer."""
-    venv = python.parent.parent
-    held = sorted(str(p.relative_to(venv)) for p in venv.glob("lib/python*/site-packages/*.dist-info"))
-    return held or [str(python.resolve())]
-
-
-def _cache_key(asked: dict[str, Any], python: Path) -> str:
-    """The request (less where the plot goes) with the worker, the pinned packages and what the virtualenv holds:
-    any change is a new key."""
-    digest = hashlib.sha256(json.dumps({**asked, "plotDir": None}, sort_keys=True).encode())
-    for source in (Path(__file__).with_name("performance_worker.py"), Path(__file__).with_name("performance-requirements.txt")):
-        digest.update(source.read_bytes())
-    digest.update(json.dumps(_installed(python)).encode())
-    return digest.hexdigest()[:32]
-
-
-def _read_answer(path: Path) -> dict[str, Any] | None:
-    """A kept answer, or None where there is none or it cannot be read (a run stopped while writing it)."""
-    try:
-        answer = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return answer if isinstance(answer, dict) and isinstance(answer.get("servers"), dict) else None
-
-
-def _write_request(stdin: IO[str], text: str) -> None:
-    try:
-        stdin.write(text)
-        stdin.close()
-    except (OSError, ValueError):
-        pass  # it failed, or was stopped, on its own; answer() says how
-
-
-@dataclass
-class Prediction:
-    """aiconfigurator's answer for the program's `servingShapes`: read back from the cache when the same request was
-    answered before, else from the worker, started once the shapes exist and waited for by `answer()` while the
-    other stages run."""
-
-    python: Path | None
-    problem: str | None = None
-    cached: bool = False
-    _process: subprocess.Popen[str] | None = field(default=None, init=False)
-    _answer: dict[str, Any] | None = field(default=None, init=False)
-    _folder: Path | None = field(default=None, init=False)
-    _out: Path | None = field(default=None, init=False)
-    _writer: threading.Thread | None = field(default=None, init=False)
-
-    @classmethod
-    def spawn(cls) -> Prediction:
-        """Started with the program: the worker loads the package while the program is evaluated, then waits for
-        the request (`send`), or is stopped unasked where the answer is kept or there is nothing to ask."""
-        python = performance_python()
-        if not python.exists():
-            return cls(None, problem=f"not run: {python.name} of .venv-perf is missing (`make perf-venv` installs it)")
-        prediction = cls(python)
-        try:
-            prediction._process = subprocess.Popen(
-                [str(python), "-m", "preview.performance_worker", "--warm-up", DATABASE_VLLM_VERSION],
-                cwd=PROJECT_ROOT,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        except OSError as error:
-            return cls(None, problem=f"not run: {shown_paths(str(python))} does not start: {error.strerror or error}")
-        return prediction
-
-    def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
-        """Ask for every server whose architecture is known (none: the worker is stopped unasked)."""
-        asked = request(shapes or [], None)
-        if self.python is None or not asked["servers"]:
-            self.stop()
-            return
-        self._out = out
-        self._folder = cache_dir() / _cache_key(asked, self.python)
-        kept = _read_answer(self._folder / "answer.json")
-        if kept is not None:
-            self.stop()
-            self._answer = kept
-            self.cached = True
-            return
-        self._folder.mkdir(parents=True, exist_ok=True)
-        assert self._process is not None and self._process.stdin is not None
-        # Written from a thread: the worker reads its request only once warmed up, and a request larger than the pipe
-        # holds (hundreds of servers) would otherwise stop the other stages until then, or for good if the worker's
-        # own output filled its pipes meanwhile; answer() reads those.
-        stdin, self._process.stdin = self._process.stdin, None
-        self._writer = threading.Thread(
-            target=_write_request, args=(stdin, json.dumps(request(shapes or [], self._folder))), daemon=True
-        )
-        self._writer.start()
-
-    def stop(self) -> None:
-        """For a run that stops before it reads the answer, or needs none: no worker outlives the preview."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.communicate()
-        self._process = None
-
-    def answer(self) -> dict[str, Any] | None:
-        if self._answer is None and self._process is not None:
-            try:
-                stdout, stderr = self._process.communicate(timeout=WORKER_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.stop()
-                self.problem = f"aiconfigurator did not answer within {WORKER_TIMEOUT_SECONDS} s"
-                return None
-            if self._process.returncode != 0:
-                self.problem = f"aiconfigurator failed: {shown_paths((stderr.strip().splitlines() or ['no output'])[-1][:300])}"
-                return None
-            self._answer = json.loads(stdout)
-            assert self._folder is not None
-            # Whole or not at all: a preview stopped mid-write leaves no half answer for the next to read.
-            partial = self._folder / f"answer.json.{os.getpid()}"
-            partial.write_text(json.dumps(self._answer))
-            os.replace(partial, self._folder / "answer.json")
-        if self._answer is not None and self._folder is not None and self._out is not None:
-            plot = self._folder / PLOT_FILE
-            if plot.is_file():
-                shutil.copyfile(plot, self._out / PLOT_FILE)
-        return self._answer
-
-
 def _slice(row: dict[str, Any]) -> tuple[int, int] | None:
     """A MIG slice's (compute, memory) slices, None for a whole GPU or a share."""
     device = row["device"]
@@ -232,51 +80,6 @@ def _slice(row: dict[str, Any]) -> tuple[int, int] | None:
         return None
     profile = GPU_MODELS[row["gpu"]].mig_profiles[device["migProfile"]]
     return profile.compute_slices, profile.memory_slices
-
-
-def _no_prediction(row: dict[str, Any]) -> str | None:
-    """Why a server gets no latency prediction (None: it gets one, from its system or scaled from it)."""
-    if row["runner"] != "generate":
-        return "an embedding model: aiconfigurator predicts generation, not pooling"
-    if row["device"]["kind"] == "timeSliced":
-        return "a time-sliced share runs as fast as the other pods on its GPU let it"
-    if row["system"] is None:
-        return f"aiconfigurator has no system for {row['gpu']}"
-    architecture = row["architecture"]
-    if architecture is None or architecture["performanceModel"] is None:
-        return "the database measures only the models it ships a config for (architecture.performanceModel)"
-    return None
-
-
-def request(shapes: list[dict[str, Any]], out: Path | None) -> dict[str, Any]:
-    """The worker's request: every server whose architecture is known."""
-    servers = []
-    for row in shapes:
-        if row["architecture"] is None:
-            continue
-        why = _no_prediction(row)
-        seqs = row["maxNumSeqs"]
-        predict = None
-        if why is None:
-            steps = sorted({*(c for c in CONCURRENCY_STEPS if c < seqs), seqs})
-            predict = {"isl": row["peak"]["promptTokens"], "osl": row["peak"]["outputTokens"], "concurrency": steps}
-        servers.append(
-            {
-                "id": f"{row['model']}/{row['version']}",
-                "performanceModel": row["architecture"]["performanceModel"],
-                "config": row["architecture"]["config"],
-                "system": row["system"],
-                "tp": row["tensorParallel"],
-                "capacityBytes": row["device"]["capacityBytes"],
-                "memoryFraction": row["memoryFraction"],
-                "maxNumBatchedTokens": row["maxNumBatchedTokens"],
-                "maxModelLen": row["maxModelLen"],
-                # A MIG slice is predicted as the whole GPU, then scaled (`_scaled`).
-                "predict": predict,
-                "noPrediction": why,
-            }
-        )
-    return {"backendVersion": DATABASE_VLLM_VERSION, "plotDir": str(out) if out else None, "servers": servers}
 
 
 @dataclass(frozen=True)
@@ -465,13 +268,49 @@ def performance_section(
     answer = prediction.answer()
     if prediction.problem is not None:
         return Section("Serving performance", prediction.problem, warning=True, data={"problem": prediction.problem})
-    answers = (answer or {}).get("servers", {})
+    answer = answer or {}
+    answers = answer.get("servers", {})
     verdicts = [judge(row, answers.get(f"{row['model']}/{row['version']}")) for row in shapes]
     records = [_record(v) for v in verdicts]
-    before = {r["server"]: _cells(r) for r in previous or []}
     # What cannot fit fails whatever the level; what the servers are predicted to miss, by the level.
     failing = [f for v in verdicts for f in v.findings if f[2] or level == "mandatory"]
     advisory = [f for v in verdicts for f in v.findings if not f[2] and level == "advisory"]
+    table, lines = _server_rows(records, verdicts, previous)
+    findings_lines = [f"{key}: {message}" for key, message, _ in failing + advisory]
+    markdown = table + _notes(verdicts, answer, previous)
+    markdown += ["", *[f"- {line}" for line in findings_lines]] if findings_lines else []
+    checked = sum(1 for v in verdicts if v.kv is not None)
+    predicted = sum(1 for v in verdicts if v.at_target is not None)
+    summary = (
+        f"{len(verdicts)} servers ({level}): {checked} sized from their architecture, {predicted} with predicted latency"
+        + (f"; {len(failing)} findings" if failing else "")
+        + (f"; {len(advisory)} advisory" if advisory else "")
+    )
+    return Section(
+        "Serving performance",
+        summary,
+        failed=bool(failing),
+        warning=bool(advisory) and not failing,
+        data={
+            "servers": records,
+            "findings": findings_lines,
+            "level": level,
+            "package": answer.get("package"),
+            "cached": prediction.cached,
+            "servingVerdicts": _serving_verdicts(verdicts),
+        },
+        markdown="\n".join(markdown),
+        lines=lines + findings_lines,
+        headline="\n".join(table),
+    )
+
+
+def _server_rows(
+    records: list[dict[str, Any]], verdicts: list[ServerVerdict], previous: list[dict[str, Any]] | None
+) -> tuple[list[str], list[str]]:
+    """The table (header first) and the console's lines: a server's cells, old → new where the baseline's differ, a
+    server new against the baseline marked so, and one the change removes listed as removed."""
+    before = {r["server"]: _cells(r) for r in previous or []}
     table = [
         "| server | device | fits | KV cache (sequences of maxModelLen) | TTFT | ITL | tokens/s per replica | "
         "replicas at peak / max | per 1M output tokens |",
@@ -491,55 +330,40 @@ def performance_section(
         )
     current = {r["server"] for r in records}
     table += [f"| {name} (removed) | " + " | ".join("-" for _ in CELLS) + " |" for name in before if name not in current]
+    return table, lines
+
+
+def _notes(verdicts: list[ServerVerdict], answer: dict[str, Any], previous: list[dict[str, Any]] | None) -> list[str]:
+    """Below the table: what the figures are and where they come from, why a server has no prediction, the plot."""
     notes = [
         f"| {v.row['model']}/{v.row['version']} | no prediction: {v.no_prediction} |"
         for v in verdicts
         if v.no_prediction and v.no_prediction != "not asked"
     ]
-    markdown = table + [
+    markdown = [
         "",
         f"At each server's `maxNumSeqs` concurrent requests per replica and its profile's typical request (or its peak's) "
-        f"prompt and output tokens, from aiconfigurator {((answer or {}).get('package') or {}).get('aiconfigurator', '?')}'s "
+        f"prompt and output tokens, from aiconfigurator {(answer.get('package') or {}).get('aiconfigurator', '?')}'s "
         f"vLLM {DATABASE_VLLM_VERSION} measurements; `~`: a MIG slice, scaled from the whole GPU (an estimate). "
         "Cost: a replica's share of its node at the pool's price (its pricePerHour, else the AWS list price) over its "
         "output tokens" + ("; old → new against the baseline." if previous is not None else "."),
     ]
     if notes:
         markdown += ["", "| server | |", "|---|---|", *notes]
-    if (answer or {}).get("plots"):
+    if answer.get("plots"):
         markdown += ["", f"![latency against concurrency]({PLOT_FILE})"]
-    findings_lines = [f"{key}: {message}" for key, message, _ in failing + advisory]
-    markdown += ["", *[f"- {line}" for line in findings_lines]] if findings_lines else []
-    checked = sum(1 for v in verdicts if v.kv is not None)
-    predicted = sum(1 for v in verdicts if v.at_target is not None)
-    summary = (
-        f"{len(verdicts)} servers ({level}): {checked} sized from their architecture, {predicted} with predicted latency"
-        + (f"; {len(failing)} findings" if failing else "")
-        + (f"; {len(advisory)} advisory" if advisory else "")
-    )
-    return Section(
-        "Serving performance",
-        summary,
-        failed=bool(failing),
-        warning=bool(advisory) and not failing,
-        data={
-            "servers": records,
-            "findings": findings_lines,
-            "level": level,
-            "package": (answer or {}).get("package"),
-            "cached": prediction.cached,
-            "servingVerdicts": {
-                v.row["shape"]: {
-                    "server": f"{v.row['model']}/{v.row['version']}",
-                    # Split as the pack applies them: a miss fails at the pack's level for the stack (its
-                    # productionStacks), which need not be the level this preview judged at.
-                    "failures": [f"{key}: {message}" for key, message, everywhere in v.findings if everywhere],
-                    "misses": [f"{key}: {message}" for key, message, everywhere in v.findings if not everywhere],
-                }
-                for v in verdicts
-            },
-        },
-        markdown="\n".join(markdown),
-        lines=lines + findings_lines,
-        headline="\n".join(table),
-    )
+    return markdown
+
+
+def _serving_verdicts(verdicts: list[ServerVerdict]) -> dict[str, dict[str, Any]]:
+    """Each server's verdict by its shape's digest, as PACK_CONFIG_FILE carries them to the pack."""
+    return {
+        v.row["shape"]: {
+            "server": f"{v.row['model']}/{v.row['version']}",
+            # Split as the pack applies them: a miss fails at the pack's level for the stack (its
+            # productionStacks), which need not be the level this preview judged at.
+            "failures": [f"{key}: {message}" for key, message, everywhere in v.findings if everywhere],
+            "misses": [f"{key}: {message}" for key, message, everywhere in v.findings if not everywhere],
+        }
+        for v in verdicts
+    }

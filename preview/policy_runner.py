@@ -7,20 +7,20 @@ service on stdout. Then: Handshake (older packs answer UNIMPLEMENTED), Configure
 GetAnalyzerInfo, Configure (each policy's enforcement level and config, defaults filled in from
 its schema), Analyze for every custom resource (inputs), AnalyzeStack once (every resource,
 components included, with their outputs).
+
+The exchange as the preview runs it, beside the program: policy_session.py; the secrets kept out of what the pack
+says: masking.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import queue
-import re
 import selectors
 import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,13 +32,11 @@ from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, engine_pb2_grpc
 
-from platform_config.credentials import ANY_CREDENTIAL
-
 from .engine import RecordedResource
+from .masking import mask_secrets, secret_values
 
 LEVELS = {value: name.lower() for name, value in analyzer_pb2.EnforcementLevel.items()}
 LEVEL_VALUES = {name.lower(): value for name, value in analyzer_pb2.EnforcementLevel.items()}
-PROVIDER_PREFIX = "pulumi:providers:"
 # How long closing the channel to the pack may wait (see PolicyPack._close_channel).
 CHANNEL_CLOSE_SECONDS = 5
 UNKNOWN = rpc.UNKNOWN
@@ -159,65 +157,10 @@ def _schema_defaults(schema: analyzer_pb2.PolicyConfigSchema | None) -> dict[str
     return {name: spec["default"] for name, spec in properties.items() if isinstance(spec, dict) and "default" in spec}
 
 
-MASK = "***"
-# A flag (`--hf-token X`, `--api-key=X`) or an assignment (`token=X`) whose name says it carries
-# a credential (whole words: --max-tokens is not one), and a credential of a known format anywhere.
-_SECRET_WORD = r"(?:token|secret|password|passwd|api[-_]?key|access[-_]?key|private[-_]?key|credentials?)"
-_SECRET_NAME = rf"(?:[A-Za-z0-9]+[-_])*{_SECRET_WORD}(?:[-_][A-Za-z0-9]+)*"
-_SECRET_ARGUMENT = re.compile(
-    rf"(?i)((?<![A-Za-z0-9-])-{{1,2}}{_SECRET_NAME}(?:=|\s+)|(?<![A-Za-z0-9_-]){_SECRET_NAME}=)(?!\*\*\*)([^\s,;&'\"()\[\]]+)"
-)
-
-
-def secret_values(config: dict[str, str], secret_keys: list[str]) -> list[str]:
-    """The stack's secret config values as strings (an object's string leaves too), longest first."""
-    found: set[str] = set()
-
-    def leaves(value: Any) -> None:
-        if isinstance(value, dict):
-            for item in value.values():
-                leaves(item)
-        elif isinstance(value, list):
-            for item in value:
-                leaves(item)
-        elif isinstance(value, str) and len(value) >= 4:
-            found.add(value)
-
-    for key in secret_keys:
-        text = config.get(key)
-        if text is None:
-            continue
-        leaves(text)
-        try:
-            leaves(json.loads(text))
-        except ValueError:
-            pass
-    return sorted(found, key=len, reverse=True)
-
-
-def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
-    """A message with the stack's secret values, credential-looking arguments (`--hf-token X`,
-    `api_key=X`) and credentials of the known formats (platform_config/credentials.py) replaced by
-    ***: whatever a policy quotes, a report never repeats a secret."""
-    for secret in secrets:
-        text = text.replace(secret, MASK)
-    text = ANY_CREDENTIAL.sub(MASK, text)
-    return _SECRET_ARGUMENT.sub(lambda m: m.group(1) + MASK, text)
-
-
 def _type_name(value: Any) -> str:
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}.get(
         type(value), type(value).__name__
     )
-
-
-def _declared_by(info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The overrides without the preview's own entry for PERFORMANCE_POLICY when the pack declares no such policy: a
-    pull request's preview runs the default branch's pack, which may predate it, and a misspelt policy a user names is
-    still refused (_validate_overrides)."""
-    if PERFORMANCE_POLICY in overrides and all(p.name != PERFORMANCE_POLICY for p in info.policies):
-        return {k: v for k, v in overrides.items() if k != PERFORMANCE_POLICY}
-    return overrides
 
 
 def _validate_overrides(info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]) -> None:
@@ -474,127 +417,3 @@ def pack_version(pack_dir: Path, reported: str) -> str:
     """Like the CLI: PulumiPolicy.yaml's version wins over what the SDK reports."""
     manifest = yaml.safe_load((pack_dir / "PulumiPolicy.yaml").read_text()) or {}
     return str(manifest.get("version") or reported)
-
-
-_STOP = object()
-
-
-class _Stopped(Exception):
-    """The session was closed before the exchange finished."""
-
-
-class PolicySession:
-    """The exchange the CLI has with a pack during `pulumi preview --policy-pack`, run as the CLI
-    runs it: beside the program. A thread of its own connects (the pack imports its SDK while the
-    program starts), configures the pack, then analyzes each custom resource as soon as the
-    program registers it (`submit`), so the pack works on the other core while the program is
-    still being evaluated; `analyze_stack` hands it the whole stack once the program is done, and
-    `result` waits for the verdict. `result` and `close` stop the pack; `close` also ends the
-    exchange early (the program failed, or the preview stops before the stack is analyzed).
-    """
-
-    def __init__(
-        self,
-        pack: PolicyPack,
-        project_dir: Path,
-        project: str,
-        stack: str,
-        config: dict[str, str],
-        secret_keys: list[str],
-        overrides: dict[str, Any] | None = None,
-        in_flight: int = 16,
-    ):
-        self.pack = pack
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._run: PolicyRun | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._work,
-            args=(project_dir, project, stack, config, secret_keys, overrides or {}, in_flight),
-            name="policy-pack",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def submit(self, resource: RecordedResource, provider: RecordedResource | None) -> None:
-        """Called for every registration, from the mock engine's threads: queue custom resources."""
-        if resource.custom and not resource.type.startswith(PROVIDER_PREFIX):
-            self._queue.put((resource, provider))
-
-    def analyze_stack(self, resources: list[RecordedResource]) -> None:
-        """The program is done: after the last resource, analyze the stack (components included)."""
-        self._queue.put([r for r in resources if not r.type.startswith(PROVIDER_PREFIX)])
-
-    def result(self) -> PolicyRun:
-        self._thread.join()
-        self.pack.close()
-        if self._error is not None:
-            raise self._error
-        assert self._run is not None
-        return self._run
-
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop the exchange wherever it is and the pack with it (safe after `result`)."""
-        self._queue.put(_STOP)
-        # Stopping the process also ends a connect still waiting for its port, and fails calls
-        # in flight.
-        self.pack.close()
-        self._thread.join(timeout)
-
-    def _work(self, project_dir, project, stack, config, secret_keys, overrides, in_flight) -> None:
-        try:
-            self._run = self._exchange(project_dir, project, stack, config, secret_keys, overrides, in_flight)
-        except _Stopped:
-            pass
-        except (PolicyPackError, grpc.RpcError) as error:
-            self._error = error
-        except Exception as error:  # noqa: BLE001 - whatever broke, the caller reports the pack as failed
-            wrapped = PolicyPackError(f"talking to the policy pack failed: {error!r}")
-            wrapped.__cause__ = error
-            self._error = wrapped
-
-    def _exchange(self, project_dir, project, stack, config, secret_keys, overrides, in_flight) -> PolicyRun:
-        pack = self.pack
-        pack.connect()
-        pack.handshake(project_dir)
-        pack.configure_stack(project, stack, config, secret_keys)
-        info = pack.info()
-        levels = pack.configure(info, _declared_by(info, overrides))
-        run = PolicyRun(
-            pack=info.name,
-            version=pack_version(pack.pack_dir, info.version),
-            policies=[
-                {
-                    "name": p.name,
-                    "level": levels[p.name],
-                    "declaredLevel": LEVELS[p.enforcementLevel],
-                    "description": p.description,
-                }
-                for p in info.policies
-            ],
-        )
-        # A bounded window of calls in flight (the CLI analyzes steps concurrently too), so the
-        # pack's server never queues thousands of calls.
-        window: deque[tuple[RecordedResource, Any]] = deque()
-        resource_diagnostics: list[Diagnostic] = []
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                raise _Stopped
-            if isinstance(item, list):
-                break
-            resource, provider = item
-            window.append((resource, pack.stub.Analyze.future(pack._analyze_request(resource, provider))))
-            run.analyzed += 1
-            if len(window) >= in_flight:
-                done, call = window.popleft()
-                resource_diagnostics += pack._analyzed(done, call.result())
-        while window:
-            done, call = window.popleft()
-            resource_diagnostics += pack._analyzed(done, call.result())
-        # Resources arrive in the engine's order, which varies between runs: report them sorted.
-        run.diagnostics = sorted(resource_diagnostics, key=lambda d: (d.urn, d.policy, d.message))
-        run.diagnostics += pack.analyze_stack(item)
-        # Logged from concurrent calls: sorted, so reports diff cleanly.
-        run.engine_log = sorted(pack.engine_log)
-        return run

@@ -604,3 +604,39 @@ def test_every_pod_template_the_program_renders_is_read_by_the_admission_stage_a
         assert label in admitted, label
         token = f"kubernetes:{manifest['apiVersion']}:{kind}"
         assert kube.pod_template(token, manifest) is not None, token
+
+
+def test_every_kind_a_backend_renders_with_pods_is_one_the_admission_stage_and_the_pack_read():
+    """The workload kinds are listed three times: by the backends that render them (components/backends/), by the
+    admission stage (WORKLOAD_KINDS) and by the pack (kube.WORKLOAD_TYPES). Every object with a pod template that a
+    backend renders, for each server of every stack and the Knative labeller without a picker, is of a kind the
+    stage reads, and every kind the stage reads is one the pack reads: a backend that starts rendering another kind
+    fails here, before any stack renders it."""
+    import sys
+
+    from components.backends import BACKENDS
+    from preview.admission import WORKLOAD_KINDS
+
+    from .helpers import ROOT, prod_with_labeller_server, raw_stack, validate
+
+    sys.path.insert(0, str(ROOT / "policies"))
+    from inference_governance import kube
+
+    rendered: dict[str, set[tuple[str, str]]] = {}
+    for raw in (raw_stack("dev"), raw_stack("staging"), prod_with_labeller_server()):
+        for model in validate(raw).models:
+            backend = model.backend
+            objects = [*backend.model_objects(model), *(o for s in model.servers for o in backend.server_objects(s))]
+            for obj in objects:
+                spec = obj.manifest.get("spec") or {}
+                if obj.role == "pods" or "template" in spec or "jobTemplate" in spec:
+                    rendered.setdefault(backend.mode, set()).add((obj.manifest["apiVersion"], obj.manifest["kind"]))
+    assert set(rendered) == set(BACKENDS), "every backend renders pods in some stack"
+    unread = [
+        f"{kind} ({api_version})"
+        for api_version, kind in sorted(set().union(*rendered.values()))
+        if (api_version.rsplit("/", 1)[0] + "/", kind) not in WORKLOAD_KINDS
+    ]
+    assert unread == []
+    pack_kinds = {(token.split(":")[1].rsplit("/", 1)[0] + "/", token.split(":")[2]) for token in kube.WORKLOAD_TYPES}
+    assert set(WORKLOAD_KINDS) <= pack_kinds

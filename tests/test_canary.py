@@ -20,7 +20,8 @@ from components.specs.routes import canary_release
 from platform_config.loader import parse_platform_config
 from platform_config.models import CanaryAnalysis, ReleaseConfig
 from platform_tools.__main__ import canary_target, load_platform, main, write_step
-from platform_tools.canary import CanaryMetrics, Target, Traffic, VersionMetrics, next_step, queries, read_metrics, verdict
+from platform_tools.canary import CanaryMetrics, Target, Traffic, VersionMetrics, queries, read_metrics
+from platform_tools.canary_verdict import next_step, verdict
 from platform_tools.stack_edit import Change, StackEditError, apply_change
 from preview.stack_config import load_project
 

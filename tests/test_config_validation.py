@@ -508,7 +508,7 @@ def test_a_full_length_token_body_counts_only_from_a_word_boundary():
 
 
 def test_a_private_key_is_masked_whole():
-    from preview.policy_runner import mask_secrets
+    from preview.masking import mask_secrets
 
     block = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA0Z3VS5JJcds3xfn\n-----END RSA PRIVATE KEY-----"
     assert mask_secrets(f"value {block} here") == "value *** here"

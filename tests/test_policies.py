@@ -14,8 +14,9 @@ import pulumi
 import pytest
 
 from preview.engine import RecordedResource
+from preview.masking import mask_secrets, secret_values
 from preview.performance import preview_policy_config
-from preview.policy_runner import PolicyConfigError, PolicyPack, PolicyRun, mask_secrets, secret_values
+from preview.policy_runner import PolicyConfigError, PolicyPack, PolicyRun
 from preview.sections import policy_section
 from preview.stack_config import load_project, load_stack_config
 

@@ -291,7 +291,8 @@ def test_a_pack_from_before_the_serving_performance_policy_still_runs(tmp_path):
 
 def test_closing_a_policy_session_early_stops_the_pack(tmp_path):
     """The program failed before the stack could be analyzed: nothing may be left running."""
-    from preview.policy_runner import PolicyPack, PolicySession
+    from preview.policy_runner import PolicyPack
+    from preview.policy_session import PolicySession
 
     from .helpers import ROOT
 

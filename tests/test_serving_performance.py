@@ -289,7 +289,7 @@ def test_an_interpreter_that_does_not_start_is_a_warning_not_a_crash(tmp_path):
 
 
 def test_an_interpreter_outside_a_virtualenv_is_keyed_by_its_path(tmp_path):
-    from preview.performance import _installed
+    from preview.performance_prediction import _installed
 
     python = tmp_path / "bin" / "python"
     python.parent.mkdir()
@@ -374,7 +374,7 @@ def test_an_unchanged_request_is_read_back_and_a_changed_one_asked_again(tmp_pat
 def test_two_checkouts_with_the_same_packages_share_their_answers_and_another_package_does_not(tmp_path):
     """The answer's key holds what the virtualenv has installed, not where it is: the pull request's preview in CI
     reads back what its default branch's preview, in another checkout, asked for the same servers."""
-    from preview.performance import _cache_key
+    from preview.performance_prediction import _cache_key
 
     def venv(where: str, *dists: str):
         python = tmp_path / where / "bin" / "python"

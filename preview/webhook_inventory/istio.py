@@ -55,6 +55,8 @@ _INJECTOR = f"{_ISTIO_DISCOVERY}/mutatingwebhook.yaml"
 _NO_REV = ("istio.io/rev", "DoesNotExist", ())
 _NO_INJECTION_LABEL = ("istio-injection", "DoesNotExist", ())
 _NOT_OPTED_OUT = ("sidecar.istio.io/inject", "NotIn", ("false",))
+# Every entry of the injector intercepts pods as they are created.
+_POD_CREATE = (Rule(("",), ("pods",), ("CREATE",)),)
 
 
 def istiod(values: Mapping[str, Any], namespace: str) -> Installer:
@@ -69,83 +71,88 @@ def istiod(values: Mapping[str, Any], namespace: str) -> Installer:
         if value_at(values, key, None):
             raise UnreadValues(f"`{key}` is set: its webhooks were read for the default revision of a local istiod")
     webhooks: list[Webhook] = []
-    pods = (Rule(("",), ("pods",), ("CREATE",)),)
     scoped = value_at(values, "global.resourceScope", "all") in ("all", "cluster")
-    injects = scoped and not value_at(values, "global.operatorManageWebhooks", False)
-    if injects and value_at(values, "sidecarInjectorWebhook.enableNamespacesByDefault", False):
-        # The `auto.` entry (lines 146-164): every pod of a namespace without either label, but for
-        # the ones Istio never injects (kube-system, kube-public, kube-node-lease, local-path-storage).
+    if scoped and not value_at(values, "global.operatorManageWebhooks", False):
+        webhooks += _injector_webhooks(values)
+    if scoped and value_at(values, "global.configValidation", True):
         webhooks.append(
             Webhook(
-                "auto.sidecar-injector.istio.io",
-                MUTATING,
-                FAIL,
-                pods,
-                f"{_INJECTOR}:146",
-                LabelSelector(
-                    expressions=(
-                        _NO_INJECTION_LABEL,
-                        _NO_REV,
-                        (
-                            NAMESPACE_NAME_LABEL,
-                            "NotIn",
-                            ("kube-system", "kube-public", "kube-node-lease", "local-path-storage"),
-                        ),
-                    )
-                ),
-                LabelSelector(expressions=(("sidecar.istio.io/inject", "DoesNotExist", ()), _NO_REV)),
+                "rev.validation.istio.io",
+                VALIDATING,
+                _istio_validation_policy(values),
+                (_ISTIO_VALIDATION_RULE,),
+                f"{_ISTIO_DISCOVERY}/validatingwebhookconfiguration.yaml:19",
+                object_selector=LabelSelector(expressions=(("istio.io/rev", "In", ("default",)),)),
+                note=_ISTIO_VALIDATION_NOTE,
             )
         )
-    if scoped:
-        if injects:
-            webhooks += [
-                Webhook(
-                    "rev.namespace.sidecar-injector.istio.io",
-                    MUTATING,
-                    FAIL,
-                    pods,
-                    f"{_INJECTOR}:67",
-                    LabelSelector(expressions=(("istio.io/rev", "In", ("default",)), _NO_INJECTION_LABEL)),
-                    LabelSelector(expressions=(_NOT_OPTED_OUT,)),
-                ),
-                Webhook(
-                    "rev.object.sidecar-injector.istio.io",
-                    MUTATING,
-                    FAIL,
-                    pods,
-                    f"{_INJECTOR}:88",
-                    LabelSelector(expressions=(_NO_REV, _NO_INJECTION_LABEL)),
-                    LabelSelector(expressions=(_NOT_OPTED_OUT, ("istio.io/rev", "In", ("default",)))),
-                ),
-                Webhook(
-                    "namespace.sidecar-injector.istio.io",
-                    MUTATING,
-                    FAIL,
-                    pods,
-                    f"{_INJECTOR}:115",
-                    LabelSelector(expressions=(("istio-injection", "In", ("enabled",)),)),
-                    LabelSelector(expressions=(_NOT_OPTED_OUT,)),
-                ),
-                Webhook(
-                    "object.sidecar-injector.istio.io",
-                    MUTATING,
-                    FAIL,
-                    pods,
-                    f"{_INJECTOR}:130",
-                    LabelSelector(expressions=(_NO_INJECTION_LABEL, _NO_REV)),
-                    LabelSelector(expressions=(("sidecar.istio.io/inject", "In", ("true",)), _NO_REV)),
-                ),
-            ]
-        if value_at(values, "global.configValidation", True):
-            webhooks.append(
-                Webhook(
-                    "rev.validation.istio.io",
-                    VALIDATING,
-                    _istio_validation_policy(values),
-                    (_ISTIO_VALIDATION_RULE,),
-                    f"{_ISTIO_DISCOVERY}/validatingwebhookconfiguration.yaml:19",
-                    object_selector=LabelSelector(expressions=(("istio.io/rev", "In", ("default",)),)),
-                    note=_ISTIO_VALIDATION_NOTE,
-                )
-            )
     return Installer(tuple(webhooks), (), ISTIO_READ_AT)
+
+
+def _injector_webhooks(values: Mapping[str, Any]) -> list[Webhook]:
+    """templates/mutatingwebhook.yaml's entries for the default revision (at lines 67, 88, 115 and 130), after the
+    `auto.` one where `sidecarInjectorWebhook.enableNamespacesByDefault` is set."""
+    auto = [_auto_injector()] if value_at(values, "sidecarInjectorWebhook.enableNamespacesByDefault", False) else []
+    return [
+        *auto,
+        Webhook(
+            "rev.namespace.sidecar-injector.istio.io",
+            MUTATING,
+            FAIL,
+            _POD_CREATE,
+            f"{_INJECTOR}:67",
+            LabelSelector(expressions=(("istio.io/rev", "In", ("default",)), _NO_INJECTION_LABEL)),
+            LabelSelector(expressions=(_NOT_OPTED_OUT,)),
+        ),
+        Webhook(
+            "rev.object.sidecar-injector.istio.io",
+            MUTATING,
+            FAIL,
+            _POD_CREATE,
+            f"{_INJECTOR}:88",
+            LabelSelector(expressions=(_NO_REV, _NO_INJECTION_LABEL)),
+            LabelSelector(expressions=(_NOT_OPTED_OUT, ("istio.io/rev", "In", ("default",)))),
+        ),
+        Webhook(
+            "namespace.sidecar-injector.istio.io",
+            MUTATING,
+            FAIL,
+            _POD_CREATE,
+            f"{_INJECTOR}:115",
+            LabelSelector(expressions=(("istio-injection", "In", ("enabled",)),)),
+            LabelSelector(expressions=(_NOT_OPTED_OUT,)),
+        ),
+        Webhook(
+            "object.sidecar-injector.istio.io",
+            MUTATING,
+            FAIL,
+            _POD_CREATE,
+            f"{_INJECTOR}:130",
+            LabelSelector(expressions=(_NO_INJECTION_LABEL, _NO_REV)),
+            LabelSelector(expressions=(("sidecar.istio.io/inject", "In", ("true",)), _NO_REV)),
+        ),
+    ]
+
+
+def _auto_injector() -> Webhook:
+    """The `auto.` entry (lines 146-164): every pod of a namespace without either label, but for the ones Istio never
+    injects (kube-system, kube-public, kube-node-lease, local-path-storage)."""
+    return Webhook(
+        "auto.sidecar-injector.istio.io",
+        MUTATING,
+        FAIL,
+        _POD_CREATE,
+        f"{_INJECTOR}:146",
+        LabelSelector(
+            expressions=(
+                _NO_INJECTION_LABEL,
+                _NO_REV,
+                (
+                    NAMESPACE_NAME_LABEL,
+                    "NotIn",
+                    ("kube-system", "kube-public", "kube-node-lease", "local-path-storage"),
+                ),
+            )
+        ),
+        LabelSelector(expressions=(("sidecar.istio.io/inject", "DoesNotExist", ()), _NO_REV)),
+    )

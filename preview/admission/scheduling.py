@@ -1,0 +1,124 @@
+"""Scheduling onto the pools: the pool a pod's node selector names (or, without one, the first whose taints it
+tolerates), and every pod at peak bin-packed onto the pool's nodes at maxSize."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from platform_config.quantity import parse_quantity
+
+from .workloads import EXTENDED_PREFIXES, Workload, show
+
+
+@dataclass(frozen=True)
+class PoolTemplate:
+    name: str
+    labels: dict[str, str]
+    taints: list[dict[str, str]]
+    allocatable: dict[str, Decimal]
+    max_size: int
+
+    @staticmethod
+    def from_output(data: dict[str, Any]) -> PoolTemplate:
+        return PoolTemplate(
+            name=data["name"],
+            labels=dict(data["labels"]),
+            taints=list(data["taints"]),
+            allocatable={k: parse_quantity(str(v)) for k, v in data["allocatable"].items()},
+            max_size=int(data["maxSize"]),
+        )
+
+
+def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") not in (None, "", taint.get("effect")):
+            continue
+        if toleration.get("operator") == "Exists" and toleration.get("key") in (None, "", taint.get("key")):
+            return True
+        if toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def _untolerated(pool: PoolTemplate, tolerations: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The pool's taints that keep this pod off its nodes."""
+    return [t for t in pool.taints if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, t)]
+
+
+def _asks_for_extended_resources(workload: Workload) -> bool:
+    return any(
+        resource.startswith(EXTENDED_PREFIXES)
+        for container in workload.containers + workload.init_containers
+        for kind in ("requests", "limits")
+        for resource in ((container.get("resources") or {}).get(kind) or {})
+    )
+
+
+def pool_for(workload: Workload, pools: list[PoolTemplate]) -> PoolTemplate | None:
+    selector = workload.pod.get("nodeSelector") or {}
+    tolerations = workload.pod.get("tolerations") or []
+    if not selector:
+        if _asks_for_extended_resources(workload):
+            workload.findings.append("no nodeSelector: a model server names the pool it runs on")
+            return None
+        # The scheduler may put it on any node whose taints it tolerates.
+        open_to_it = [p for p in pools if not _untolerated(p, tolerations)]
+        if not open_to_it:
+            workload.left_to_cluster_scheduler = True
+            return None
+        return open_to_it[0]
+    matching = [p for p in pools if all(p.labels.get(k) == v for k, v in selector.items())]
+    if not matching:
+        workload.findings.append(f"no node pool has the labels of its nodeSelector {selector}")
+        return None
+    pool = matching[0]
+    for taint in _untolerated(pool, tolerations):
+        workload.findings.append(
+            f"does not tolerate pool {pool.name}'s taint {taint['key']}={taint.get('value', '')}:{taint['effect']}"
+        )
+    return pool
+
+
+def bin_pack(pool: PoolTemplate, members: list[Workload]) -> list[str]:
+    """First-fit decreasing of every pod at peak onto the pool's nodes at maxSize."""
+    nodes = [dict(pool.allocatable) for _ in range(pool.max_size)]
+    # Each workload's pod requests once, shared by all its pods at peak.
+    requests_of = [w.pod_requests() for w in members]
+
+    def place(workload: Workload, requests: dict[str, Decimal], node: dict[str, Decimal]) -> bool:
+        """One pod onto the node, if it fits."""
+        need = {**requests, "pods": Decimal(1)}
+        if not all(node.get(r, Decimal(0)) >= amount for r, amount in need.items() if amount):
+            return False
+        for r, amount in need.items():
+            node[r] = node.get(r, Decimal(0)) - amount
+        workload.placed += 1
+        return True
+
+    # A DaemonSet's pod comes with the node, before any other pod is placed on it.
+    for workload, requests in zip(members, requests_of, strict=True):
+        if workload.daemon:
+            for node in nodes:
+                place(workload, requests, node)
+    pods = [(w, requests) for w, requests in zip(members, requests_of, strict=True) if not w.daemon for _ in range(w.peak)]
+    gpu_first = sorted(
+        pods, key=lambda p: (-sum(v for k, v in p[1].items() if k.startswith(EXTENDED_PREFIXES)), -p[1].get("cpu", 0))
+    )
+    for workload, requests in gpu_first:
+        any(place(workload, requests, node) for node in nodes)
+    findings = []
+    for workload, requests in zip(members, requests_of, strict=True):
+        if workload.placed < workload.peak:
+            short = [
+                r for r, amount in requests.items()
+                if amount and amount > max(node.get(r, Decimal(0)) for node in nodes)
+            ]  # fmt: skip
+            findings.append(
+                f"{workload.label}: {workload.peak - workload.placed} of its {workload.peak} pods at peak do not fit pool "
+                f"{pool.name} "
+                f"at maxSize {pool.max_size} (each needs {', '.join(f'{r} {show(r, a)}' for r, a in sorted(requests.items()))}; "
+                f"short of {', '.join(short) or 'room on any single node'})"
+            )
+    return findings
