@@ -22,7 +22,7 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
                 "name": "h100",
                 "instanceType": "p5.48xlarge",
                 "minSize": 1,
-                # EKS's quota of nodes per managed node group (platform_config/models.py).
+                # EKS's quota of nodes per managed node group (platform_config/models/cluster.py).
                 "maxSize": 450,
                 "sharing": {"mode": "mig", "migConfig": "all-1g.10gb"},
             },

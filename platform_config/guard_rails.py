@@ -6,7 +6,7 @@ gateway serves plain HTTP on an internet-facing load balancer, whether the Kuber
 and which models and tenants exist. The preview compares it with the baseline's (a previous preview's
 `report.json`, or `pulumi stack output --json` of the deployed stack: `preview --previous-outputs`), and in a
 production stack refuses every weakening the stack file does not acknowledge by name in `acknowledge`
-(preview/sections.py guard_rail_section). An acknowledged weakening is still listed, as a finding."""
+(preview/sections/checks.py guard_rail_section). An acknowledged weakening is still listed, as a finding."""
 
 from __future__ import annotations
 

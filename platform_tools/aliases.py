@@ -19,7 +19,7 @@ one alias names one version.
 
 MLflow's REST API (`/api/2.0/mlflow/registered-models/alias`: GET, POST, DELETE; mlflow/server/
 handlers.py and mlflow/protos/model_registry.proto at v3.17.2) through the registry client the
-preview resolves with (platform_config/registry.py LiveRegistry), with the same bounds: no
+preview resolves with (platform_config/registry/client.py LiveRegistry), with the same bounds: no
 redirects, a deadline per request, no token in clear to another host, no token in any message.
 """
 

@@ -204,7 +204,7 @@ def stack_config_from_raw(
 
 def _evaluation(raw: dict[str, Any], extra: dict[str, Any] | None, secrets: dict[str, str] | None) -> Any:
     """The program under the mock engine; registry versions resolved from the stack's lock file, as the preview
-    resolves them (preview/cli.py committed_lock), unless the test names a recording itself."""
+    resolves them (preview/registry_resolution.py committed_lock), unless the test names a recording itself."""
     from platform_config.registry import REGISTRY_FILE_ENV
     from preview.cli import ProgramEnvironment, committed_lock
     from preview.engine import evaluate
