@@ -77,7 +77,9 @@ from .serving import (
     TenantEgress,
     TierRoute,
 )
-from .specs.endpoint_picker import EPP_POD_RESOURCES, EndpointPickerPlan, PickerBand, epp_name_of
+from .specs.endpoint_picker.names import epp_name_of
+from .specs.endpoint_picker.plan import EndpointPickerPlan, PickerBand
+from .specs.endpoint_picker.plan_rules import EPP_POD_RESOURCES
 from .specs.slo_rules import SloPlan, latency_slo
 
 

@@ -131,7 +131,7 @@ def policy_facts() -> dict[str, Any]:
             "forbiddenTags": list(FORBIDDEN_IMAGE_TAGS),
             # The pack allows the registries of the images the program pins, unless told otherwise.
             "pinnedRepositories": sorted(pin.repository for pin in IMAGES),
-            # What an endpoint picker's pods run (components/specs/endpoint_picker.py): the EPP and its Envoy.
+            # What an endpoint picker's pods run (components/specs/endpoint_picker/pods.py): the EPP and its Envoy.
             "endpointPickerRepositories": sorted(pin.repository for pin in (ENDPOINT_PICKER, ENVOY_PROXY)),
         },
     }

@@ -56,7 +56,7 @@ from .constants import (
     MODEL_SERVER_COMPONENT,
     PART_OF,
 )
-from .specs.endpoint_picker import EndpointPickerPlan
+from .specs.endpoint_picker.plan import EndpointPickerPlan
 from .specs.slo_rules import SloPlan
 
 # How a server's object is registered:

@@ -22,7 +22,7 @@ from components.constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, MONI
 from components.specs import endpoint_picker as epp
 from components.specs import pod as server_pod
 from components.specs import pod_parts
-from components.specs.endpoint_picker import EndpointPickerPlan, PickerBand
+from components.specs.endpoint_picker.plan import EndpointPickerPlan, PickerBand
 from components.specs.tenancy import NAMESPACE_NAME_LABEL
 from platform_config import pins
 from platform_config.serving import MESH_PROXY_RESOURCES

@@ -657,7 +657,7 @@ def test_the_packs_endpoint_picker_labels_are_the_programs():
     from inference_governance import kube
 
     from components.constants import LABEL_COMPONENT, LABEL_TENANT
-    from components.specs.endpoint_picker import COMPONENT
+    from components.specs.endpoint_picker.names import COMPONENT
     from platform_config.floors import FLOORS
 
     assert (kube.COMPONENT_LABEL, kube.ENDPOINT_PICKER, kube.TENANT_LABEL) == (LABEL_COMPONENT, COMPONENT, LABEL_TENANT)

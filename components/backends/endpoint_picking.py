@@ -16,18 +16,18 @@ from platform_config.serving import server_name
 
 from ..constants import KUBERNETES_API_GROUPS
 from ..serving import Destination, Role, ServerObject, SubsetRule
-from ..specs.endpoint_picker import (
+from ..specs.endpoint_picker.headers import OBJECTIVE_HEADER
+from ..specs.endpoint_picker.names import (
     EPP_PROXY_PORT,
     OBJECTIVE_GROUP,
-    OBJECTIVE_HEADER,
     POOL_GROUP,
-    EndpointPickerPlan,
-    endpoint_picker_objects,
     epp_host_of,
     epp_name_of,
     epp_selector_of,
     objective_of,
 )
+from ..specs.endpoint_picker.objects import endpoint_picker_objects
+from ..specs.endpoint_picker.plan import EndpointPickerPlan
 
 if TYPE_CHECKING:
     from ..serving import ServerPlan

@@ -104,7 +104,7 @@ TARGET_BURST_CAPACITY = 0
 # queueHTTPPort). An endpoint picker dials it, not vLLM's port: queue-proxy then counts every
 # request the picker sends (pkg/queue/handler.go ProxyHandler), so the KPA sees the load. The
 # picker holds requests once its replicas are saturated: on average 5 waiting (queueDepthThreshold),
-# or 80 % of the KV cache in use (specs/endpoint_picker.py). A replica saturated by its waiting
+# or 80 % of the KV cache in use (specs/endpoint_picker/picker_config.py). A replica saturated by its waiting
 # requests runs all its slots and has more in flight than the KPA's target (a config check keeps
 # the target at or below the slots: `_saturation_issues`), so the KPA adds replicas while the
 # picker times the rest; one saturated by its KV cache may not, and the picker then sheds each

@@ -44,7 +44,7 @@ from ..constants import (
     standard_labels,
 )
 from ..serving import TIER_ORDER
-from .endpoint_picker import DROPPED_REASON_HEADER, FAIRNESS_HEADER
+from .endpoint_picker.headers import DROPPED_REASON_HEADER, FAIRNESS_HEADER
 
 if TYPE_CHECKING:
     from ..serving import RoutePlan

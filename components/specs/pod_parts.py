@@ -1,7 +1,7 @@
 """What the pods of every workload the platform runs share, whichever builds them (pure builders):
 the restricted container security context, the mesh sidecar's drain and size annotations, and
 the relabelings that scrape the sidecar's merged metrics. Below the server pod's module
-(`pod.py`) and the endpoint picker's (`endpoint_picker.py`), which both use them, and importing
+(`pod.py`) and the endpoint picker's (`endpoint_picker/`), which both use them, and importing
 neither: the picker's objects need nothing of a server's plan."""
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ class SloPlan:
     latency: LatencySlo | None
     # The Deployments of the versions' endpoint pickers (`<model>-<version>-epp`), none where the
     # versions have none: the requests their proxy refuses never reach a server, so the servers'
-    # sidecars never count them (components/specs/endpoint_picker.py REFUSED).
+    # sidecars never count them (components/specs/endpoint_picker/envoy_routes.py REFUSED).
     picker_workloads: tuple[str, ...] = ()
 
 
