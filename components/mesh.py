@@ -28,7 +28,7 @@ from .constants import (
     standard_labels,
 )
 from .k8s_objects import KubernetesObject, helm_release, system_namespace
-from .specs.pod import node_spread
+from .specs.pod_parts import node_spread
 from .specs.tenancy import ISTIOD_SELECTOR
 
 # Envoy's overload manager: Istio's bootstrap always declares the

@@ -42,7 +42,8 @@ from .constants import (
 )
 from .plan_reports import SERVING_SHAPE_ANNOTATION
 from .specs.kueue import QUEUE_NAME_LABEL
-from .specs.pod import ANNOTATION_LORA_ADAPTERS, NO_GPU_ENV
+from .specs.pod import ANNOTATION_LORA_ADAPTERS
+from .specs.pod_parts import NO_GPU_ENV
 from .specs.routes import (
     ADAPTER_RELEASES_ANNOTATION,
     CANARY_STEP_OVERRIDE_ANNOTATION,

@@ -13,7 +13,7 @@ from .constants import BATCH_JOB_COMPONENT, MODEL_SERVER_COMPONENT, PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource
 from .serving import TenantEgress
 from .specs import telemetry, tenancy
-from .specs.pod import HF_TOKEN_SECRET, token_secret
+from .specs.pod_parts import HF_TOKEN_SECRET, token_secret
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import re2
 
-from components.specs.pod import ADAPTERS_DIR
+from components.specs.vllm_parts import ADAPTERS_DIR
 from platform_config import parse_platform_config
 from platform_config.adapters import lora_elements_per_rank, lora_limits, lora_memory
 from platform_config.models import VLLM_MAX_LORA_RANKS

@@ -1213,7 +1213,7 @@ def test_the_packs_picker_addresses_are_the_programs():
 def test_the_egress_rule_reads_the_adapters_the_fetcher_downloads_from_hugging_face():
     """The pack reads the program's adapter fetcher as it builds it: a Hugging Face adapter on a model whose weights
     are on S3 still needs Hugging Face's hosts."""
-    from components.specs.pod import adapter_fetch_containers
+    from components.specs.vllm_parts import adapter_fetch_containers
     from platform_config.adapters import AdapterModule, LoraLimits
     from platform_config.models import ModelSource
     from policies.inference_governance.stack import _hugging_face_reads

@@ -19,17 +19,17 @@ from platform_config.weight_mirror import MIRROR_NAMESPACE, MirroredRevision, te
 
 from ..constants import LABEL_POOL, LABEL_TENANT, standard_labels
 from ..mirror_runner.mirror_runner import PERMANENT_FAILURE_EXIT_CODE
-from .pod import (
+from .pod_parts import (
     HF_TOKEN_KEY,
     HOME_DIR,
     NO_GPU_ENV,
     aws_cli_env,
+    container_security_context,
     gpu_toleration,
     pod_security_context,
     restricted_namespace,
     token_secret,
 )
-from .pod_parts import container_security_context
 from .s3_access import s3_policy
 from .tenancy import DEFAULT_DENY_EGRESS_POLICY, DEFAULT_DENY_POLICY, network_policy, outbound_policies
 
