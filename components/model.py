@@ -14,7 +14,7 @@ from .dashboards import Dashboard, DashboardArgs
 from .k8s_objects import KubernetesObject
 from .model_route import ModelRoute, ModelRouteArgs
 from .model_server import ModelServer, ModelServerArgs, register
-from .serving import ModelPlan
+from .shapes import ModelPlan
 from .slo import ModelSlo, ModelSloArgs
 from .specs.dashboards import model_dashboard
 from .specs.s3_access import s3_policy

@@ -36,7 +36,8 @@ from .monitoring import PROMETHEUS_URL, Monitoring
 from .plan_reports import serving_shape_digests
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
-from .serving import MachineryName, Plan
+from .serving import Plan
+from .shapes import MachineryName
 from .specs.dashboards import platform_overview_dashboard
 from .specs.gateway import stream_idle_timeout_seconds
 from .tenant import Tenant, TenantArgs

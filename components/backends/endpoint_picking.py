@@ -7,7 +7,6 @@ pickers' Services, and the config rules of a picked model. Not a backend itself 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from platform_config.errors import ConfigIssue
 from platform_config.floors import FLOORS
@@ -15,7 +14,8 @@ from platform_config.models import ModelConfig, PlatformConfig, ServerArgs
 from platform_config.serving import server_name
 
 from ..constants import KUBERNETES_API_GROUPS
-from ..serving import Destination, Role, ServerObject, SubsetRule
+from ..picker_plan import EndpointPickerPlan
+from ..shapes import Destination, Role, ServerObject, ServerPlan, SubsetRule
 from ..specs.endpoint_picker.headers import OBJECTIVE_HEADER
 from ..specs.endpoint_picker.names import (
     EPP_PROXY_PORT,
@@ -27,10 +27,6 @@ from ..specs.endpoint_picker.names import (
     objective_of,
 )
 from ..specs.endpoint_picker.objects import endpoint_picker_objects
-from ..specs.endpoint_picker.plan import EndpointPickerPlan
-
-if TYPE_CHECKING:
-    from ..serving import ServerPlan
 
 # What the picker's custom objects wait for: their CRDs (monitors: the Prometheus Operator's;
 # mesh rules: Istio's).

@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from platform_config.errors import ConfigIssue
 from platform_config.floors import FLOORS
@@ -24,7 +24,7 @@ from platform_config.profiles import WorkloadProfile
 from platform_config.serving import drain_chain, effective_profile, server_name
 
 from ..constants import GATEWAY_SELECTOR, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT
-from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend, SubsetRule
+from ..shapes import Destination, MachineryName, PodShape, ServerObject, ServerPlan, ServingBackend, SubsetRule
 from ..specs.pod import (
     pod_annotations,
     pod_disruption_budget,
@@ -40,9 +40,6 @@ from .endpoint_picking import (
     picker_subset_labels,
     picker_subset_rules,
 )
-
-if TYPE_CHECKING:
-    from ..serving import ServerPlan
 
 # pulumi-kubernetes (4.18+): what to await on a resource it has no built-in readiness check for.
 PULUMI_WAIT_FOR = "pulumi.com/waitFor"

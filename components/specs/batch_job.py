@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from platform_config.models import BatchJobConfig, duration_seconds, pinned_s3_uri
 from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS
 from platform_config.serving import MESH_PROXY_RESOURCES
 
 from ..constants import BATCH_JOB_COMPONENT, LABEL_POOL, LABEL_TENANT, standard_labels
+from ..shapes import BatchJobPlan
 from .kueue import BATCH_PRIORITY_CLASS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, local_queue_name
 from .pod_parts import (
     EXCLUDE_OUTBOUND_ANNOTATION,
@@ -37,9 +38,6 @@ from .pod_parts import (
 )
 from .tenancy import POD_IDENTITY_AGENT_CIDRS
 from .vllm_parts import HF_HOME, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
-
-if TYPE_CHECKING:
-    from ..serving import BatchJobPlan
 
 RUNNER_SOURCE = Path(__file__).resolve().parent.parent / "batch_runner" / "batch_runner.py"
 RUNNER_KEY = "batch_runner.py"

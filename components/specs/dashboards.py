@@ -32,9 +32,10 @@ from decimal import Decimal
 from typing import Any
 
 from ..constants import LABEL_POOL, standard_labels
+from ..slo_plan import SloPlan
 from .gpu_memory import gpu_memory_panels
 from .metrics import EPP_QUEUE_SERIES, ksm_label
-from .slo_rules import SloPlan, error_ratio_series
+from .slo_rules import error_ratio_series
 
 # The sidecar's label (kube-prometheus-stack values `grafana.sidecar.dashboards.label` /
 # `labelValue`, chart defaults at 81.4.3).

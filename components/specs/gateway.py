@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from platform_config.adapters import adapter_revisions, module_name
 from platform_config.models import GatewayAuthentication, TrafficConfig
@@ -43,11 +43,8 @@ from ..constants import (
     gateway_principal,
     standard_labels,
 )
-from ..serving import TIER_ORDER
+from ..shapes import TIER_ORDER, RoutePlan
 from .endpoint_picker.headers import DROPPED_REASON_HEADER, FAIRNESS_HEADER
-
-if TYPE_CHECKING:
-    from ..serving import RoutePlan
 
 GATEWAY_NAME = "inference-gateway"
 LUA_SOURCE = Path(__file__).resolve().parent.parent / "lua" / "gateway_filter.lua"

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from platform_config.cold_start import STREAM_CONCURRENCY
 from platform_config.models import pinned_s3_uri
 from platform_config.quantity import parse_quantity
 
 from ..constants import LABEL_POOL, VLLM_PORT
+from ..shapes import ServerPlan
 from .chat_template import chat_template_annotations, chat_template_args, chat_template_volumes
 from .pod_parts import (
     EXCLUDE_OUTBOUND_ANNOTATION,
@@ -34,9 +35,6 @@ from .pod_parts import (
 from .slo_rules import ITEM_LATENCY_BUCKETS_SECONDS
 from .tenancy import POD_IDENTITY_AGENT_CIDRS
 from .vllm_parts import HF_HOME, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
-
-if TYPE_CHECKING:  # the plan imports the backends, which build their pods here
-    from ..serving import ServerPlan
 
 WEIGHTS_DIR = f"{MODELS_DIR}/weights"
 STARTUP_PROBE_PERIOD = 10

@@ -27,7 +27,7 @@ from platform_config.models import ModelConfig, TierPolicy, weights_location
 from platform_config.serving import route_timeout_seconds, version_weights
 
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels
-from ..serving import TIER_ORDER, RoutePlan
+from ..shapes import TIER_ORDER, RoutePlan
 from .gateway import GATEWAY_NAME
 
 # Retry only what never reached a server: an LLM request is not idempotent (it costs GPU time),

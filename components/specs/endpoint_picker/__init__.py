@@ -26,8 +26,8 @@ through Helm, so each one goes through the preview's schema, admission and polic
 we differ from the chart, the comment says so and why. Istio's behaviour is cited from
 github.com/istio/istio at tag 1.30.3 (IS below), the mesh the platform installs.
 
-One module per concern, each importing only those before it: `plan` (what the builders read),
-`headers`, `names` (ports, names, labels), `plan_rules` (the checks and derived timeouts),
+One module per concern, each importing only those before it (the plan they read is
+components/picker_plan.py): `headers`, `names` (ports, names, labels), `plan_rules` (the checks and derived timeouts),
 `picker_config` (the EPP's EndpointPickerConfig), `envoy_routes` and `envoy_config` (the proxy),
 `pods` (the containers and the Deployment) and `objects` (every object, in apply order). The names
 the package had as one module are re-exported here; the program imports each from its module.
@@ -35,6 +35,10 @@ the package had as one module are re-exported here; the program imports each fro
 
 from __future__ import annotations
 
+from ...picker_plan import (
+    EndpointPickerPlan,
+    PickerBand,
+)
 from .envoy_config import (
     UPSTREAM_IDLE_SECONDS,
     proxy_config,
@@ -116,10 +120,6 @@ from .picker_config import (
     SERVER_METRICS_INTERVAL,
     SERVER_METRICS_STALENESS,
     endpoint_picker_config,
-)
-from .plan import (
-    EndpointPickerPlan,
-    PickerBand,
 )
 from .plan_rules import (
     DRAIN_SECONDS,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...picker_plan import EndpointPickerPlan
 from .envoy_routes import picker_routes, proxy_replies
 from .headers import DESTINATION_HEADER
 from .names import EPP_GRPC_PORT, EPP_PROXY_PORT, PROXY_ADMIN_PORT, PROXY_READY_PORT
-from .plan import EndpointPickerPlan
 
 # Envoy's upstream connections end at the pod's own sidecar, which keeps an idle one open far
 # longer (Envoy's default hour: IS pilot/pkg/networking/core/listener_builder.go sets the

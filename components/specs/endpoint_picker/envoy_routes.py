@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...picker_plan import EndpointPickerPlan, PickerBand
 from .headers import DESTINATION_HEADER, DROPPED_REASON_HEADER, OBJECTIVE_HEADER
 from .names import objective_of
-from .plan import EndpointPickerPlan, PickerBand
 from .plan_rules import queue_ttl_seconds, route_timeout_seconds, sorted_bands
 
 # The dropped reasons of the proxy's own refusals (the EPP's are in pkg/common/error/error.go): a

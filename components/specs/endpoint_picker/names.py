@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...constants import ENDPOINT_PICKER_COMPONENT, LABEL_COMPONENT, LABEL_NAME
-from .plan import EndpointPickerPlan
+from ...picker_plan import EndpointPickerPlan
 
 # --- ports ----------------------------------------------------------------------------------
 # Envoy's listener for the model's traffic, and the EPP Service port named "http" (SA

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from ...constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, MONITORING_NAMESPACE
+from ...picker_plan import EndpointPickerPlan
 from ..pod_parts import merged_metrics_relabelings
 from ..tenancy import NAMESPACE_NAME_LABEL
 from .envoy_config import proxy_config
@@ -31,7 +32,6 @@ from .names import (
     proxy_config_map_name,
 )
 from .picker_config import endpoint_picker_config
-from .plan import EndpointPickerPlan
 from .plan_rules import check_plan, sorted_bands
 from .pods import deployment
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from platform_config.quantity import parse_quantity
 
+from ...picker_plan import EndpointPickerPlan, PickerBand
 from .names import MESH_METRICS_PATH, MESH_STATUS_PORT
-from .plan import EndpointPickerPlan, PickerBand
 from .plan_rules import check_plan, quantity_text, queue_ttl_seconds, sorted_bands, total_queue_bytes
 
 # How often the EPP reads each server's metrics, and how old they may be before the saturation

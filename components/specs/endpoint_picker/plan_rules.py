@@ -8,8 +8,8 @@ from decimal import Decimal
 
 from platform_config.quantity import parse_quantity
 
+from ...picker_plan import EndpointPickerPlan, PickerBand
 from .names import EPP_CONTAINER, MAX_NAME_LENGTH, PROXY_CONTAINER
-from .plan import EndpointPickerPlan, PickerBand
 
 TIERS = ("premium", "standard", "batch")
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from platform_config.pins import ENDPOINT_PICKER, ENVOY_PROXY
 
+from ...picker_plan import EndpointPickerPlan
 from ..pod_parts import container_security_context, draining_sidecar_annotations
 from .names import (
     EPP_CONFIG_DIR,
@@ -30,7 +31,6 @@ from .names import (
     pod_labels,
     proxy_config_map_name,
 )
-from .plan import EndpointPickerPlan
 from .plan_rules import DRAIN_SECONDS, EPP_POD_RESOURCES, PROXY_WORKERS, proxy_pre_stop_seconds, termination_grace_seconds
 
 # Both images run as 65532 (LR Dockerfile.epp `USER 65532:65532`; Envoy's distroless images are

@@ -1,4 +1,6 @@
-"""An endpoint picker's plan: what the builders of this package read, resolved by components/plan.py."""
+"""An endpoint picker's plan (`EndpointPickerPlan`, with one `PickerBand` per tier): what the builders of
+components/specs/endpoint_picker/ read, resolved by components/plan.py. On the ground floor with
+shapes.py, whose ServerPlan holds one."""
 
 from __future__ import annotations
 
