@@ -23,7 +23,14 @@ from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig, 
 from platform_config.profiles import WorkloadProfile
 from platform_config.serving import drain_chain, effective_profile, server_name
 
-from ..constants import GATEWAY_SELECTOR, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT
+from ..constants import (
+    GATEWAY_SELECTOR,
+    ISTIO_SYSTEM_NAMESPACE,
+    KNATIVE_ACTIVATOR_GRACE_SECONDS,
+    KNATIVE_SERVING_NAMESPACE,
+    PULUMI_WAIT_FOR,
+    VLLM_PORT,
+)
 from ..shapes import Destination, MachineryName, PodShape, ServerObject, ServerPlan, ServingBackend, SubsetRule
 from ..specs.pod import (
     pod_annotations,
@@ -41,8 +48,6 @@ from .endpoint_picking import (
     picker_subset_rules,
 )
 
-# pulumi-kubernetes (4.18+): what to await on a resource it has no built-in readiness check for.
-PULUMI_WAIT_FOR = "pulumi.com/waitFor"
 # Knative names the serving port of a container http1 (or h2c), and labels every pod of a
 # Knative Service with the service's name.
 KNATIVE_HTTP_PORT_NAME = "http1"
@@ -52,15 +57,6 @@ KNATIVE_SERVICE_LABEL = "serving.knative.dev/service"
 KNATIVE_REVISION_LABEL = "serving.knative.dev/revision"
 KNATIVE_LOCAL_GATEWAY = f"knative-local-gateway.{ISTIO_SYSTEM_NAMESPACE}.svc.cluster.local"
 KNATIVE_LOCAL_GATEWAY_PORT = 80
-
-# Knative's activator sits in the data path of a Knative revision while no replica is ready
-# (scale from zero, see TARGET_BURST_CAPACITY) and drains for terminationGracePeriodSeconds: 600 (knative/serving knative-v1.23.0
-# config/core/deployments/activator.yaml: "should be at least as large as the upper bound on the
-# Revision's timeoutSeconds"). The operator's KnativeServing cannot change it (its
-# spec.workloads overrides have no terminationGracePeriodSeconds: knative/operator
-# knative-v1.23.0 pkg/apis/operator/base/common.go WorkloadOverride), so no Knative-served
-# request may be allowed longer.
-KNATIVE_ACTIVATOR_GRACE_SECONDS = 600
 
 # queue-proxy, in every Knative pod, sized by the revision's annotations so quotas count it
 # exactly (knative/serving knative-v1.23.0 pkg/reconciler/revision/resources/queue.go
