@@ -16,7 +16,7 @@ import pulumi
 import pulumi_aws as aws
 
 from platform_config.capacity import system_node_allocatable
-from platform_config.models import ClusterConfig, SystemNodeGroup
+from platform_config.models import ClusterConfig, EksSettings, SystemNodeGroup
 from platform_config.quantity import parse_quantity
 
 from .constants import PACKAGE, SYSTEM_NODE_SELECTOR, SYSTEM_POOL
@@ -346,11 +346,32 @@ class Cluster(pulumi.ComponentResource):
         return {"kubeconfig": local.path if local else None, "context": local.context if local else None}
 
     def _eks(self, name: str, config: ClusterConfig, tags: dict[str, str]) -> aws.eks.Cluster:
+        """A new EKS cluster, in registration order: the control plane and its admins, the node
+        role, the system node group, the VPC CNI with NetworkPolicies enforced, the workload
+        identity (IRSA's OIDC provider or the Pod Identity Agent), then the kubeconfig."""
+        eks = config.eks
+        assert eks is not None
+        self.subnet_ids = list(eks.subnet_ids)
+        eks_cluster = self._control_plane(name, config, tags)
+        self.vpc_id = eks_cluster.vpc_config.vpc_id
+        self._cluster_admins(name, eks, eks_cluster, tags)
+        node_role, node_policies = self._node_role(name, tags)
+        self.node_role_arn = node_role.arn
+        self.node_role_dependencies = node_policies
+        self._system_node_group(name, config, eks_cluster, node_role, node_policies, tags)
+        self._vpc_cni(name, eks_cluster, tags)
+        self.oidc_issuer = eks_cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
+        self._workload_identity(name, eks, eks_cluster, self.oidc_issuer, tags)
+        region = eks.region or aws.get_region_output().region
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.json_dumps(eks_kubeconfig(config.name, eks_cluster, region)))
+        return eks_cluster
+
+    def _control_plane(self, name: str, config: ClusterConfig, tags: dict[str, str]) -> aws.eks.Cluster:
+        """The control plane's role and the EKS cluster, its API private (and public where the
+        stack allows), authenticated by access entries only."""
         eks = config.eks
         assert eks is not None
         child = pulumi.ResourceOptions(parent=self)
-        self.subnet_ids = list(eks.subnet_ids)
-
         cluster_role = aws.iam.Role(
             f"{name}-control-plane",
             assume_role_policy=assume_role_policy("eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession")),
@@ -363,7 +384,7 @@ class Cluster(pulumi.ComponentResource):
             policy_arn=f"{AWS_MANAGED}AmazonEKSClusterPolicy",
             opts=child,
         )
-        eks_cluster = aws.eks.Cluster(
+        return aws.eks.Cluster(
             f"{name}-eks",
             name=config.name,
             version=config.kubernetes_version,
@@ -383,7 +404,9 @@ class Cluster(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy]),
         )
-        self.vpc_id = eks_cluster.vpc_config.vpc_id
+
+    def _cluster_admins(self, name: str, eks: EksSettings, eks_cluster: aws.eks.Cluster, tags: dict[str, str]) -> None:
+        """An access entry with the cluster admin policy for each of the stack's admin principals."""
         for index, principal in enumerate(eks.admin_principal_arns):
             entry = aws.eks.AccessEntry(
                 f"{name}-admin-{index}",
@@ -391,7 +414,7 @@ class Cluster(pulumi.ComponentResource):
                 principal_arn=principal,
                 type="STANDARD",
                 tags=tags,
-                opts=child,
+                opts=pulumi.ResourceOptions(parent=self),
             )
             aws.eks.AccessPolicyAssociation(
                 f"{name}-admin-{index}-policy",
@@ -402,13 +425,16 @@ class Cluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]),
             )
 
+    def _node_role(self, name: str, tags: dict[str, str]) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
+        """Every node group's role, and its managed policies (what node groups wait for)."""
+        child = pulumi.ResourceOptions(parent=self)
         node_role = aws.iam.Role(
             f"{name}-nodes",
             assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
             tags=tags,
             opts=child,
         )
-        node_policies = [
+        node_policies: list[pulumi.Resource] = [
             aws.iam.RolePolicyAttachment(
                 f"{name}-nodes-{policy.lower().replace('_', '-')}",
                 role=node_role.name,
@@ -417,9 +443,21 @@ class Cluster(pulumi.ComponentResource):
             )
             for policy in NODE_POLICIES
         ]
-        self.node_role_arn = node_role.arn
-        self.node_role_dependencies = node_policies
+        return node_role, node_policies
 
+    def _system_node_group(
+        self,
+        name: str,
+        config: ClusterConfig,
+        eks_cluster: aws.eks.Cluster,
+        node_role: aws.iam.Role,
+        node_policies: list[pulumi.Resource],
+        tags: dict[str, str],
+    ) -> None:
+        """The system node group, where the platform's controllers and the endpoint pickers run
+        (no taints), and its template as the scheduler sees it."""
+        eks = config.eks
+        assert eks is not None
         system = eks.system_node_group
         self.system_scheduling_template = system_scheduling_template(system)
         aws.eks.NodeGroup(
@@ -431,7 +469,11 @@ class Cluster(pulumi.ComponentResource):
             instance_types=[system.instance_type],
             ami_type="AL2023_x86_64_STANDARD",
             launch_template=node_launch_template(
-                f"{name}-system-nodes", ami_type="AL2023_x86_64_STANDARD", disk_size_gib=None, tags=tags, opts=child
+                f"{name}-system-nodes",
+                ami_type="AL2023_x86_64_STANDARD",
+                disk_size_gib=None,
+                tags=tags,
+                opts=pulumi.ResourceOptions(parent=self),
             ),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=system.min_size, max_size=system.max_size, desired_size=system.desired_size
@@ -441,11 +483,12 @@ class Cluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies, ignore_changes=["scalingConfig.desiredSize"]),
         )
 
-        # The VPC CNI ships with network-policy enforcement off: without this every
-        # NetworkPolicy the tenants declare is accepted and ignored (the aws-vpc-cni chart's
-        # `enableNetworkPolicy`, the add-on's configuration value of the same name, VPC CNI
-        # 1.14+). The add-on's version stays the one EKS picks for the cluster's Kubernetes
-        # version; OVERWRITE takes the field over from the self-managed install EKS creates.
+    def _vpc_cni(self, name: str, eks_cluster: aws.eks.Cluster, tags: dict[str, str]) -> None:
+        """The VPC CNI ships with network-policy enforcement off: without this every
+        NetworkPolicy the tenants declare is accepted and ignored (the aws-vpc-cni chart's
+        `enableNetworkPolicy`, the add-on's configuration value of the same name, VPC CNI
+        1.14+). The add-on's version stays the one EKS picks for the cluster's Kubernetes
+        version; OVERWRITE takes the field over from the self-managed install EKS creates."""
         aws.eks.Addon(
             f"{name}-vpc-cni",
             cluster_name=eks_cluster.name,
@@ -454,11 +497,15 @@ class Cluster(pulumi.ComponentResource):
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             tags=tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
-        issuer = eks_cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
-        self.oidc_issuer = issuer
+    def _workload_identity(
+        self, name: str, eks: EksSettings, eks_cluster: aws.eks.Cluster, issuer: pulumi.Output[str], tags: dict[str, str]
+    ) -> None:
+        """How pods get AWS credentials: IRSA's OIDC provider for the cluster's issuer, or the
+        Pod Identity Agent add-on."""
+        child = pulumi.ResourceOptions(parent=self)
         if eks.workload_identity == "irsa":
             provider = aws.iam.OpenIdConnectProvider(
                 f"{name}-oidc",
@@ -477,36 +524,34 @@ class Cluster(pulumi.ComponentResource):
                 opts=child,
             )
 
-        region = eks.region or aws.get_region_output().region
-        self.kubeconfig = pulumi.Output.secret(
-            pulumi.Output.json_dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [
-                        {
-                            "name": config.name,
-                            "cluster": {
-                                "server": eks_cluster.endpoint,
-                                "certificate-authority-data": eks_cluster.certificate_authority.data,
-                            },
-                        }
-                    ],
-                    "contexts": [{"name": config.name, "context": {"cluster": config.name, "user": config.name}}],
-                    "current-context": config.name,
-                    "users": [
-                        {
-                            "name": config.name,
-                            "user": {
-                                "exec": {
-                                    "apiVersion": "client.authentication.k8s.io/v1beta1",
-                                    "command": "aws",
-                                    "args": ["eks", "get-token", "--cluster-name", config.name, "--region", region],
-                                }
-                            },
-                        }
-                    ],
-                }
-            )
-        )
-        return eks_cluster
+
+def eks_kubeconfig(cluster_name: str, eks_cluster: aws.eks.Cluster, region: pulumi.Input[str]) -> dict[str, Any]:
+    """The kubeconfig of an EKS cluster, its token from `aws eks get-token` (Outputs inside: the
+    caller serialises it with Output.json_dumps)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": cluster_name,
+                "cluster": {
+                    "server": eks_cluster.endpoint,
+                    "certificate-authority-data": eks_cluster.certificate_authority.data,
+                },
+            }
+        ],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+        "current-context": cluster_name,
+        "users": [
+            {
+                "name": cluster_name,
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "aws",
+                        "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region],
+                    }
+                },
+            }
+        ],
+    }
