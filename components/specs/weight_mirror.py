@@ -130,19 +130,6 @@ def mirror_job(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
     image pre-pulled, and room for it), with the tenant's mirror role and, for gated repositories, the tenant's own
     Hugging Face token (`token`)."""
     labels = standard_labels(revision.job_name, COMPONENT, **{LABEL_TENANT: revision.tenant, LABEL_POOL: revision.pool})
-    env: list[dict[str, Any]] = [
-        *aws_cli_env(),
-        {"name": "MIRROR_REPO", "value": revision.repo},
-        {"name": "MIRROR_REVISION", "value": revision.revision},
-        {"name": "MIRROR_DESTINATION", "value": revision.folder},
-        {"name": "MIRROR_MARKER", "value": revision.marker},
-        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
-        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
-        *NO_GPU_ENV,
-    ]
-    if token:
-        secret = {"name": mirror_token_secret_name(revision.tenant), "key": HF_TOKEN_KEY}
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
     annotations = {ANNOTATION_MIRROR_SOURCE: f"{revision.repo}@{revision.revision}", ANNOTATION_MIRROR_COPY: revision.folder}
     return {
         "apiVersion": "batch/v1",
@@ -182,21 +169,7 @@ def mirror_job(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
                     "nodeSelector": {LABEL_POOL: revision.pool},
                     "tolerations": [gpu_toleration()],
                     "securityContext": pod_security_context(),
-                    "containers": [
-                        {
-                            "name": COPY_CONTAINER,
-                            "image": revision.image,
-                            "command": ["python3", f"{RUNNER_DIR}/{RUNNER_KEY}"],
-                            "env": env,
-                            "resources": MIRROR_RESOURCES,
-                            "volumeMounts": [
-                                {"name": "runner", "mountPath": RUNNER_DIR, "readOnly": True},
-                                {"name": "home", "mountPath": HOME_DIR},
-                                {"name": "tmp", "mountPath": "/tmp"},
-                            ],
-                            "securityContext": container_security_context(),
-                        }
-                    ],
+                    "containers": [copy_container(revision, token=token)],
                     "volumes": [
                         {"name": "runner", "configMap": {"name": RUNNER_CONFIG_MAP}},
                         {"name": "home", "emptyDir": {"sizeLimit": "1Gi"}},
@@ -205,4 +178,35 @@ def mirror_job(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
                 },
             },
         },
+    }
+
+
+def copy_container(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
+    """The mirror runner in the vLLM image, told what to copy where by its environment: the aws CLI's, the revision's,
+    no GPU and, with `token`, the tenant's Hugging Face token."""
+    env: list[dict[str, Any]] = [
+        *aws_cli_env(),
+        {"name": "MIRROR_REPO", "value": revision.repo},
+        {"name": "MIRROR_REVISION", "value": revision.revision},
+        {"name": "MIRROR_DESTINATION", "value": revision.folder},
+        {"name": "MIRROR_MARKER", "value": revision.marker},
+        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+        *NO_GPU_ENV,
+    ]
+    if token:
+        secret = {"name": mirror_token_secret_name(revision.tenant), "key": HF_TOKEN_KEY}
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
+    return {
+        "name": COPY_CONTAINER,
+        "image": revision.image,
+        "command": ["python3", f"{RUNNER_DIR}/{RUNNER_KEY}"],
+        "env": env,
+        "resources": MIRROR_RESOURCES,
+        "volumeMounts": [
+            {"name": "runner", "mountPath": RUNNER_DIR, "readOnly": True},
+            {"name": "home", "mountPath": HOME_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        "securityContext": container_security_context(),
     }
