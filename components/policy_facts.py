@@ -42,6 +42,7 @@ from .constants import (
 )
 from .plan_reports import SERVING_SHAPE_ANNOTATION
 from .specs.kueue import QUEUE_NAME_LABEL
+from .specs.network import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
 from .specs.pod import ANNOTATION_LORA_ADAPTERS
 from .specs.pod_parts import NO_GPU_ENV
 from .specs.routes import (
@@ -55,7 +56,6 @@ from .specs.routes import (
     STABLE_VERSION_ANNOTATION,
     STABLE_WEIGHTS_ANNOTATION,
 )
-from .specs.tenancy import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
 from .specs.weight_mirror import MIRROR_SERVICE_ACCOUNT_PREFIX
 from .workload_identity import TAG_MIRROR_FOR, TAG_TENANT
 

@@ -1108,7 +1108,7 @@ def test_tenant_egress_by_host(pack, baseline, change, flagged):
 
 
 def test_the_packs_pod_identity_agent_is_the_programs():
-    from components.specs.tenancy import POD_IDENTITY_AGENT_CIDRS
+    from components.specs.network import POD_IDENTITY_AGENT_CIDRS
     from policies.inference_governance.stack import POD_IDENTITY_AGENT
 
     assert POD_IDENTITY_AGENT == POD_IDENTITY_AGENT_CIDRS
@@ -1204,7 +1204,7 @@ def test_an_endpoint_pickers_egress_stays_within_private_addresses(pack, baselin
 
 
 def test_the_packs_picker_addresses_are_the_programs():
-    from components.specs.tenancy import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
+    from components.specs.network import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
     from policies.inference_governance.stack import PICKER_EGRESS_CIDRS
 
     assert PICKER_EGRESS_CIDRS == (*PRIVATE_CIDRS, *POD_IDENTITY_AGENT_CIDRS)

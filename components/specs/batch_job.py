@@ -24,6 +24,7 @@ from platform_config.serving import MESH_PROXY_RESOURCES
 from ..constants import BATCH_JOB_COMPONENT, LABEL_POOL, LABEL_TENANT, standard_labels
 from ..shapes import BatchJobPlan
 from .kueue import BATCH_PRIORITY_CLASS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, local_queue_name
+from .network import POD_IDENTITY_AGENT_CIDRS
 from .pod_parts import (
     EXCLUDE_OUTBOUND_ANNOTATION,
     HF_TOKEN_KEY,
@@ -36,7 +37,6 @@ from .pod_parts import (
     pod_security_context,
     s3_sync_command,
 )
-from .tenancy import POD_IDENTITY_AGENT_CIDRS
 from .vllm_parts import HF_HOME, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
 
 RUNNER_SOURCE = Path(__file__).resolve().parent.parent / "batch_runner" / "batch_runner.py"
@@ -266,7 +266,7 @@ def _volumes(plan: BatchJobPlan) -> list[dict[str, Any]]:
 
 def pod_annotations() -> dict[str, str]:
     """The mesh's sidecar, so a batch pod reaches outside the cluster only the hosts its namespace's
-    ServiceEntries name (tenancy.egress_sidecar). As a native sidecar (an init container with
+    ServiceEntries name (network.egress_sidecar). As a native sidecar (an init container with
     restartPolicy Always, Kubernetes 1.29+; the platform's versions are 1.30 to 1.34) it ends with
     the pod's containers, so the Job completes, and it starts first, so `stage-in` and `fetch-weights`
     are in the mesh too (istio 1.30.3 files/injection-template.yaml line 29 reads the annotation;

@@ -18,6 +18,7 @@ from platform_config.quantity import parse_quantity
 from ..constants import LABEL_POOL, VLLM_PORT
 from ..shapes import ServerPlan
 from .chat_template import chat_template_annotations, chat_template_args, chat_template_volumes
+from .network import POD_IDENTITY_AGENT_CIDRS
 from .pod_parts import (
     EXCLUDE_OUTBOUND_ANNOTATION,
     HF_TOKEN_KEY,
@@ -33,7 +34,6 @@ from .pod_parts import (
     s3_sync_command,
 )
 from .slo_rules import ITEM_LATENCY_BUCKETS_SECONDS
-from .tenancy import POD_IDENTITY_AGENT_CIDRS
 from .vllm_parts import HF_HOME, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
 
 WEIGHTS_DIR = f"{MODELS_DIR}/weights"
@@ -380,7 +380,7 @@ def pod_annotations(plan: ServerPlan) -> dict[str, str]:
         # Keep the sidecar up while vLLM drains, and start vLLM only once the sidecar is ready.
         **draining_sidecar_annotations(plan.drain.grace_seconds),
         # The Pod Identity Agent's plain-HTTP credentials call goes around the sidecar: no Service
-        # names that address, so REGISTRY_ONLY (tenancy.egress_sidecar) would drop it. Read by the
+        # names that address, so REGISTRY_ONLY (network.egress_sidecar) would drop it. Read by the
         # injector at 1.30.3 (files/injection-template.yaml lines 56 and 105: the CNI plugin's
         # annotation and istio-iptables' `-x`).
         EXCLUDE_OUTBOUND_ANNOTATION: ",".join(POD_IDENTITY_AGENT_CIDRS),

@@ -19,6 +19,7 @@ from platform_config.weight_mirror import MIRROR_NAMESPACE, MirroredRevision, te
 
 from ..constants import LABEL_POOL, LABEL_TENANT, standard_labels
 from ..mirror_runner.mirror_runner import PERMANENT_FAILURE_EXIT_CODE
+from .network import network_policy, outbound_policies
 from .pod_parts import (
     HF_TOKEN_KEY,
     HOME_DIR,
@@ -31,7 +32,7 @@ from .pod_parts import (
     token_secret,
 )
 from .s3_access import s3_policy
-from .tenancy import DEFAULT_DENY_EGRESS_POLICY, DEFAULT_DENY_POLICY, network_policy, outbound_policies
+from .tenancy import DEFAULT_DENY_EGRESS_POLICY, DEFAULT_DENY_POLICY
 
 RUNNER_SOURCE = Path(__file__).resolve().parent.parent / "mirror_runner" / "mirror_runner.py"
 RUNNER_KEY = "mirror_runner.py"

@@ -11,8 +11,8 @@ import yaml
 
 from ...constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, MONITORING_NAMESPACE
 from ...picker_plan import EndpointPickerPlan
+from ..network import NAMESPACE_NAME_LABEL
 from ..pod_parts import merged_metrics_relabelings
-from ..tenancy import NAMESPACE_NAME_LABEL
 from .envoy_config import proxy_config
 from .names import (
     EPP_CONFIG_FILE,
