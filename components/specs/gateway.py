@@ -1,3 +1,4 @@
+# Long module: the one ingress (its Gateway, who may call it, the filter it runs), which components and tests read as one.
 """The platform's one ingress (pure functions): the Istio Gateway on the configured hosts, who
 may call it (a RequestAuthentication for the configured JWT issuer and AuthorizationPolicies
 requiring a token and keeping the version override to named principals), the gateway's
