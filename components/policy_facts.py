@@ -108,7 +108,7 @@ def policy_facts() -> dict[str, Any]:
         "gpuTaint": {"key": GPU_TAINT_KEY},
         "noGpuEnv": dict(NO_GPU_ENV[0]),
         "kueue": {"queueNameLabel": QUEUE_NAME_LABEL, "localQueueType": f"kubernetes:{KUEUE_API_VERSION}:LocalQueue"},
-        # Where a tenant's endpoint pickers may connect by address (components/specs/tenancy.py): the private ranges
+        # Where a tenant's endpoint pickers may connect by address (components/specs/network.py): the private ranges
         # and the Pod Identity Agent; in-cluster peers by selector.
         "pickerEgressCidrs": [*PRIVATE_CIDRS, *POD_IDENTITY_AGENT_CIDRS],
         # Policy config defaults, which the config checks hold stacks to as well.
