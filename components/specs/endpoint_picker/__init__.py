@@ -27,10 +27,11 @@ we differ from the chart, the comment says so and why. Istio's behaviour is cite
 github.com/istio/istio at tag 1.30.3 (IS below), the mesh the platform installs.
 
 One module per concern, each importing only those before it (the plan they read is
-components/picker_plan.py): `headers`, `names` (ports, names, labels), `plan_rules` (the checks and derived timeouts),
-`picker_config` (the EPP's EndpointPickerConfig), `envoy_routes` and `envoy_config` (the proxy),
-`pods` (the containers and the Deployment) and `objects` (every object, in apply order). The names
-the package had as one module are re-exported here; the program imports each from its module.
+components/picker_plan.py): `headers`, `names` (ports, names, labels), `plan_rules` (the checks
+and derived timeouts), `picker_config` (the EPP's EndpointPickerConfig), `envoy_routes` and
+`envoy_config` (the proxy), `pods` (the containers and the Deployment) and `objects` (every
+object, in apply order). The names the package had as one module are re-exported here; the
+program imports each from its module.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The endpoint picker's Envoy proxy: its bootstrap (the listeners for the model's traffic and for
 readiness, and the clusters to the picked pods, to the EPP and to its own stats), around the routes
-and refusals of `envoy_routes`."""
+and refusals of `envoy_routes`. LR, SA and IS name the upstream sources the package's docstring
+cites."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""How the endpoint picker's Envoy routes a request (to its tier's wait for the EPP, then to the
-pod the EPP picked) and how it answers the requests the picker path refuses."""
+"""How the endpoint picker's Envoy routes a request (to its tier's wait for the EPP, then to the pod
+the EPP picked) and how it answers the requests the picker path refuses. LR, SA and IS name the
+upstream sources the package's docstring cites."""
 
 from __future__ import annotations
 

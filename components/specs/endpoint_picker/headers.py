@@ -1,5 +1,6 @@
 """The request and response headers the EPP and its Envoy act on, which the gateway strips from a
-client's request, sets on the way (the objective, the flow) and answers by (the dropped reason)."""
+client's request, sets on the way (the objective, the flow) and answers by (the dropped reason). LR,
+SA and IS name the upstream sources the package's docstring cites."""
 
 from __future__ import annotations
 

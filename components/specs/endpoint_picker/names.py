@@ -1,6 +1,7 @@
 """What the endpoint picker's objects, ports and pods are called, and the labels and metadata every
 object carries. Each name rule takes the version's server name, so routes (which know a model and a
-version, not the picker's plan) and the picker's own objects name things the same way."""
+version, not the picker's plan) and the picker's own objects name things the same way. LR, SA and IS
+name the upstream sources the package's docstring cites."""
 
 from __future__ import annotations
 

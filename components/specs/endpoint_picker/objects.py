@@ -1,6 +1,7 @@
 """Every Kubernetes and custom object of one model version's endpoint picker, in apply order
 (`endpoint_picker_objects`): its identity, its two ConfigMaps, the network and mesh rules its pods
-need, the InferencePool and InferenceObjectives, its Service and pods, and what watches them."""
+need, the InferencePool and InferenceObjectives, its Service and pods, and what watches them. LR, SA
+and IS name the upstream sources the package's docstring cites."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The endpoint picker's own configuration, the EndpointPickerConfig in its ConfigMap: the chart's
 default plugins and weights, flow control with one priority band per tier, and the upstream tables
-the tests hold it to."""
+the tests hold it to. LR, SA and IS name the upstream sources the package's docstring cites."""
 
 from __future__ import annotations
 

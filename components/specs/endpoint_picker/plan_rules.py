@@ -1,6 +1,7 @@
 """What an endpoint picker's plan may ask, and what follows from it: the checks a plan must pass
 (`check_plan`), the pods' sizes its queued bytes are held to, its bands in priority order, and the
-queue TTL, route timeout, preStop sleep and grace period derived from its bands."""
+queue TTL, route timeout, preStop sleep and grace period derived from its bands. LR, SA and IS name
+the upstream sources the package's docstring cites."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The endpoint picker's pods: the EPP and Envoy containers (their flags, probes, sizes and drain)
-and the Deployment that runs them."""
+and the Deployment that runs them. LR, SA and IS name the upstream sources the package's docstring
+cites."""
 
 from __future__ import annotations
 
