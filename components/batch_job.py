@@ -11,7 +11,7 @@ from platform_config.models import pinned_s3_uri
 
 from .constants import BATCH_JOB_COMPONENT, PACKAGE, standard_labels
 from .k8s_objects import KubernetesObject, custom_resource
-from .serving import BatchJobPlan
+from .shapes import BatchJobPlan
 from .specs.batch_job import job, runner_config_map
 from .specs.kueue import local_queue
 from .specs.s3_access import s3_policy

@@ -9,21 +9,15 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-from typing import Any, Mapping
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
-from platform_config.capacity import system_node_allocatable
-from platform_config.models import ClusterConfig, SystemNodeGroup
-from platform_config.quantity import parse_quantity
+from platform_config.models import ClusterConfig, EksSettings
 
-from .constants import PACKAGE, SYSTEM_NODE_SELECTOR, SYSTEM_POOL
-from .mesh import gateway_values
-from .metrics_server import metrics_server_values
-from .monitoring import PROMETHEUS_URL
-from .specs.metrics import adapter_values
+from .constants import PACKAGE, SYSTEM_NODE_SELECTOR
+from .system_nodes import system_scheduling_template
 
 EKS_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 AWS_MANAGED = "arn:aws:iam::aws:policy/"
@@ -115,177 +109,6 @@ def assume_role_policy(service: str, actions: tuple[str, ...] = ("sts:AssumeRole
     )
 
 
-# --- the system nodes as the scheduler sees them ---------------------------------------------
-# The preview's admission stage places every pod template the program renders on the pool its
-# nodeSelector names, the system node group's included (the endpoint pickers run there). The
-# controllers below run there too, but from Helm charts and EKS add-ons whose pods the program
-# never renders: nothing else checks that they fit. Each system node's allocatable is reduced by
-# an equal share of their requests (SYSTEM_CONTROLLERS, spread over the group's maxSize nodes), so
-# what is left is what the pickers may take. Counted whether or not the stack installs the
-# optional ones (Knative, prometheus-adapter, kube-prometheus-stack, metrics-server): an
-# over-reserve never lets a real shortage through.
-
-
-@dataclass(frozen=True)
-class SystemController:
-    """Pods of one controller on the system nodes, and what each pod requests."""
-
-    name: str
-    pods: int
-    requests: Mapping[str, str]
-    # Where the figures come from.
-    source: str
-
-
-def _plus(*requests: Mapping[str, str]) -> dict[str, str]:
-    """Containers' requests summed into one pod's (as exact Kubernetes quantities)."""
-    total: dict[str, Decimal] = {}
-    for each in requests:
-        for resource, text in each.items():
-            total[resource] = total.get(resource, Decimal(0)) + parse_quantity(text)
-    return {resource: f"{int(amount * 1000)}m" if resource == "cpu" else f"{int(amount)}" for resource, amount in total.items()}
-
-
-# Istio 1.30.3 global.proxy.resources (manifests/charts/istio-control/istio-discovery/values.yaml):
-# the sidecar every pod in an injected namespace (knative-serving) gets.
-ISTIO_SIDECAR_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
-# A pod whose chart sets no requests (and the project neither): a controller's idle footprint,
-# rounded up. Not a measurement.
-UNSET_REQUESTS_ALLOWANCE = {"cpu": "100m", "memory": "256Mi"}
-
-_GATEWAY = gateway_values(None, "internal")
-SYSTEM_CONTROLLERS: tuple[SystemController, ...] = (
-    # Requests the project sets.
-    SystemController(
-        "istio ingress gateway",
-        _GATEWAY["autoscaling"]["maxReplicas"],
-        _GATEWAY["resources"]["requests"],
-        "components/mesh.py gateway_values, at its HPA's maximum: it scales with the traffic that brings the pickers to "
-        "their peak",
-    ),
-    # Requests the charts set, read at the pinned tags; replicas the project sets, else one (the
-    # HPAs' minimum: istiod and Knative's scale with config churn and scale-from-zero bursts).
-    SystemController(
-        "metrics-server",
-        metrics_server_values(SYSTEM_NODE_SELECTOR)["replicas"],
-        {"cpu": "100m", "memory": "200Mi"},
-        "kubernetes-sigs/metrics-server metrics-server-helm-chart-3.13.1 charts/metrics-server/values.yaml resources",
-    ),
-    SystemController(
-        "istiod",
-        1,
-        {"cpu": "500m", "memory": "2048Mi"},
-        "istio/istio 1.30.3 manifests/charts/istio-control/istio-discovery/values.yaml pilot.resources, autoscaleMin 1",
-    ),
-    SystemController(
-        "knative activator (with its sidecar)",
-        1,
-        _plus({"cpu": "300m", "memory": "60Mi"}, ISTIO_SIDECAR_REQUESTS),
-        "knative/serving knative-v1.23.0 config/core/deployments/activator.yaml, activator-hpa.yaml minReplicas 1",
-    ),
-    SystemController(
-        "knative autoscaler, controller and webhook (with their sidecars)",
-        3,
-        _plus({"cpu": "100m", "memory": "100Mi"}, ISTIO_SIDECAR_REQUESTS),
-        "knative/serving knative-v1.23.0 config/core/deployments/{autoscaler,controller,webhook}.yaml",
-    ),
-    SystemController(
-        "net-istio controller (no sidecar)",
-        1,
-        {"cpu": "30m", "memory": "40Mi"},
-        "knative/operator knative-v1.23.0 cmd/operator/kodata/ingress/1.23/istio/net-istio.yaml",
-    ),
-    SystemController(
-        "net-istio webhook (with its sidecar)",
-        1,
-        _plus({"cpu": "20m", "memory": "20Mi"}, ISTIO_SIDECAR_REQUESTS),
-        "knative/operator knative-v1.23.0 cmd/operator/kodata/ingress/1.23/istio/net-istio.yaml",
-    ),
-    SystemController(
-        "knative operator and its webhook",
-        2,
-        {"cpu": "100m", "memory": "100Mi"},
-        "knative/operator knative-v1.23.0 config/charts/knative-operator/values.yaml",
-    ),
-    # No requests set by the project or the chart: a fixed allowance.
-    SystemController(
-        "prometheus-adapter",
-        adapter_values(PROMETHEUS_URL)["replicas"],
-        UNSET_REQUESTS_ALLOWANCE,
-        "replicas: components/specs/metrics.py adapter_values; the chart (5.3.0) sets no requests",
-    ),
-    SystemController(
-        "aws-load-balancer-controller",
-        2,
-        UNSET_REQUESTS_ALLOWANCE,
-        "aws/eks-charts aws-load-balancer-controller 3.5.0 values.yaml: replicaCount 2, resources {}",
-    ),
-    SystemController(
-        "cluster-autoscaler",
-        1,
-        UNSET_REQUESTS_ALLOWANCE,
-        "kubernetes/autoscaler cluster-autoscaler-chart-9.51.0 values.yaml: replicaCount 1, resources {}",
-    ),
-    SystemController(
-        "gpu-operator, NFD master and NFD gc",
-        3,
-        UNSET_REQUESTS_ALLOWANCE,
-        "gpu-operator v25.10.1: its values were not read here",
-    ),
-    SystemController(
-        "kube-prometheus-stack operator, kube-state-metrics, Grafana, Alertmanager",
-        4,
-        UNSET_REQUESTS_ALLOWANCE,
-        "kube-prometheus-stack 81.4.3 (values not read here; it leaves resources empty)",
-    ),
-    SystemController(
-        "Prometheus",
-        1,
-        {"cpu": "1", "memory": "4Gi"},
-        "an allowance for 15 days' retention of the platform's metrics (the chart sets no requests)",
-    ),
-    # EKS's own, on the same nodes.
-    SystemController("CoreDNS", 2, {"cpu": "100m", "memory": "70Mi"}, "the EKS coredns add-on's Deployment"),
-)
-
-
-def system_controller_requests() -> dict[str, Decimal]:
-    """What SYSTEM_CONTROLLERS request in all, and the pod slots they take."""
-    total: dict[str, Decimal] = {"pods": Decimal(sum(controller.pods for controller in SYSTEM_CONTROLLERS))}
-    for controller in SYSTEM_CONTROLLERS:
-        for resource, text in controller.requests.items():
-            total[resource] = total.get(resource, Decimal(0)) + parse_quantity(text) * controller.pods
-    return total
-
-
-def _rounded(resource: str, amount: Decimal, rounding: str) -> Decimal:
-    """CPU to whole millicores, everything else to whole units."""
-    step = Decimal("0.001") if resource == "cpu" else Decimal(1)
-    return amount.quantize(step, rounding=rounding)
-
-
-def _quantity_text(amount: Decimal) -> str:
-    return f"{int(amount)}" if amount == amount.to_integral_value() else f"{int(amount * 1000)}m"
-
-
-def system_scheduling_template(group: SystemNodeGroup) -> dict[str, Any]:
-    """One system node as the scheduler sees it, and how many there are at most, in the shape of
-    GpuNodePool.scheduling_template (the `nodePools` output): no taints, the kubelet's and node
-    agents' reserve (platform_config.capacity), and each node's share of SYSTEM_CONTROLLERS."""
-    allocatable = system_node_allocatable(group)
-    for resource, total in system_controller_requests().items():
-        share = _rounded(resource, total / group.max_size, ROUND_CEILING)
-        allocatable[resource] = max(Decimal(0), _rounded(resource, allocatable[resource] - share, ROUND_FLOOR))
-    return {
-        "name": SYSTEM_POOL,
-        "labels": dict(SYSTEM_NODE_SELECTOR),
-        # The node group declares none (below): any pod may land there.
-        "taints": [],
-        "allocatable": {resource: _quantity_text(amount) for resource, amount in allocatable.items()},
-        "maxSize": group.max_size,
-    }
-
-
 @dataclass(frozen=True)
 class ClusterArgs:
     config: ClusterConfig
@@ -346,11 +169,32 @@ class Cluster(pulumi.ComponentResource):
         return {"kubeconfig": local.path if local else None, "context": local.context if local else None}
 
     def _eks(self, name: str, config: ClusterConfig, tags: dict[str, str]) -> aws.eks.Cluster:
+        """A new EKS cluster, in registration order: the control plane and its admins, the node
+        role, the system node group, the VPC CNI with NetworkPolicies enforced, the workload
+        identity (IRSA's OIDC provider or the Pod Identity Agent), then the kubeconfig."""
+        eks = config.eks
+        assert eks is not None
+        self.subnet_ids = list(eks.subnet_ids)
+        eks_cluster = self._control_plane(name, config, tags)
+        self.vpc_id = eks_cluster.vpc_config.vpc_id
+        self._cluster_admins(name, eks, eks_cluster, tags)
+        node_role, node_policies = self._node_role(name, tags)
+        self.node_role_arn = node_role.arn
+        self.node_role_dependencies = node_policies
+        self._system_node_group(name, config, eks_cluster, node_role, node_policies, tags)
+        self._vpc_cni(name, eks_cluster, tags)
+        self.oidc_issuer = eks_cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
+        self._workload_identity(name, eks, eks_cluster, self.oidc_issuer, tags)
+        region = eks.region or aws.get_region_output().region
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.json_dumps(eks_kubeconfig(config.name, eks_cluster, region)))
+        return eks_cluster
+
+    def _control_plane(self, name: str, config: ClusterConfig, tags: dict[str, str]) -> aws.eks.Cluster:
+        """The control plane's role and the EKS cluster, its API private (and public where the
+        stack allows), authenticated by access entries only."""
         eks = config.eks
         assert eks is not None
         child = pulumi.ResourceOptions(parent=self)
-        self.subnet_ids = list(eks.subnet_ids)
-
         cluster_role = aws.iam.Role(
             f"{name}-control-plane",
             assume_role_policy=assume_role_policy("eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession")),
@@ -363,7 +207,7 @@ class Cluster(pulumi.ComponentResource):
             policy_arn=f"{AWS_MANAGED}AmazonEKSClusterPolicy",
             opts=child,
         )
-        eks_cluster = aws.eks.Cluster(
+        return aws.eks.Cluster(
             f"{name}-eks",
             name=config.name,
             version=config.kubernetes_version,
@@ -383,7 +227,9 @@ class Cluster(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy]),
         )
-        self.vpc_id = eks_cluster.vpc_config.vpc_id
+
+    def _cluster_admins(self, name: str, eks: EksSettings, eks_cluster: aws.eks.Cluster, tags: dict[str, str]) -> None:
+        """An access entry with the cluster admin policy for each of the stack's admin principals."""
         for index, principal in enumerate(eks.admin_principal_arns):
             entry = aws.eks.AccessEntry(
                 f"{name}-admin-{index}",
@@ -391,7 +237,7 @@ class Cluster(pulumi.ComponentResource):
                 principal_arn=principal,
                 type="STANDARD",
                 tags=tags,
-                opts=child,
+                opts=pulumi.ResourceOptions(parent=self),
             )
             aws.eks.AccessPolicyAssociation(
                 f"{name}-admin-{index}-policy",
@@ -402,13 +248,16 @@ class Cluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]),
             )
 
+    def _node_role(self, name: str, tags: dict[str, str]) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
+        """Every node group's role, and its managed policies (what node groups wait for)."""
+        child = pulumi.ResourceOptions(parent=self)
         node_role = aws.iam.Role(
             f"{name}-nodes",
             assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
             tags=tags,
             opts=child,
         )
-        node_policies = [
+        node_policies: list[pulumi.Resource] = [
             aws.iam.RolePolicyAttachment(
                 f"{name}-nodes-{policy.lower().replace('_', '-')}",
                 role=node_role.name,
@@ -417,9 +266,21 @@ class Cluster(pulumi.ComponentResource):
             )
             for policy in NODE_POLICIES
         ]
-        self.node_role_arn = node_role.arn
-        self.node_role_dependencies = node_policies
+        return node_role, node_policies
 
+    def _system_node_group(
+        self,
+        name: str,
+        config: ClusterConfig,
+        eks_cluster: aws.eks.Cluster,
+        node_role: aws.iam.Role,
+        node_policies: list[pulumi.Resource],
+        tags: dict[str, str],
+    ) -> None:
+        """The system node group, where the platform's controllers and the endpoint pickers run
+        (no taints), and its template as the scheduler sees it."""
+        eks = config.eks
+        assert eks is not None
         system = eks.system_node_group
         self.system_scheduling_template = system_scheduling_template(system)
         aws.eks.NodeGroup(
@@ -431,7 +292,11 @@ class Cluster(pulumi.ComponentResource):
             instance_types=[system.instance_type],
             ami_type="AL2023_x86_64_STANDARD",
             launch_template=node_launch_template(
-                f"{name}-system-nodes", ami_type="AL2023_x86_64_STANDARD", disk_size_gib=None, tags=tags, opts=child
+                f"{name}-system-nodes",
+                ami_type="AL2023_x86_64_STANDARD",
+                disk_size_gib=None,
+                tags=tags,
+                opts=pulumi.ResourceOptions(parent=self),
             ),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=system.min_size, max_size=system.max_size, desired_size=system.desired_size
@@ -441,11 +306,12 @@ class Cluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies, ignore_changes=["scalingConfig.desiredSize"]),
         )
 
-        # The VPC CNI ships with network-policy enforcement off: without this every
-        # NetworkPolicy the tenants declare is accepted and ignored (the aws-vpc-cni chart's
-        # `enableNetworkPolicy`, the add-on's configuration value of the same name, VPC CNI
-        # 1.14+). The add-on's version stays the one EKS picks for the cluster's Kubernetes
-        # version; OVERWRITE takes the field over from the self-managed install EKS creates.
+    def _vpc_cni(self, name: str, eks_cluster: aws.eks.Cluster, tags: dict[str, str]) -> None:
+        """The VPC CNI ships with network-policy enforcement off: without this every
+        NetworkPolicy the tenants declare is accepted and ignored (the aws-vpc-cni chart's
+        `enableNetworkPolicy`, the add-on's configuration value of the same name, VPC CNI
+        1.14+). The add-on's version stays the one EKS picks for the cluster's Kubernetes
+        version; OVERWRITE takes the field over from the self-managed install EKS creates."""
         aws.eks.Addon(
             f"{name}-vpc-cni",
             cluster_name=eks_cluster.name,
@@ -454,11 +320,15 @@ class Cluster(pulumi.ComponentResource):
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             tags=tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
-        issuer = eks_cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
-        self.oidc_issuer = issuer
+    def _workload_identity(
+        self, name: str, eks: EksSettings, eks_cluster: aws.eks.Cluster, issuer: pulumi.Output[str], tags: dict[str, str]
+    ) -> None:
+        """How pods get AWS credentials: IRSA's OIDC provider for the cluster's issuer, or the
+        Pod Identity Agent add-on."""
+        child = pulumi.ResourceOptions(parent=self)
         if eks.workload_identity == "irsa":
             provider = aws.iam.OpenIdConnectProvider(
                 f"{name}-oidc",
@@ -477,36 +347,34 @@ class Cluster(pulumi.ComponentResource):
                 opts=child,
             )
 
-        region = eks.region or aws.get_region_output().region
-        self.kubeconfig = pulumi.Output.secret(
-            pulumi.Output.json_dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [
-                        {
-                            "name": config.name,
-                            "cluster": {
-                                "server": eks_cluster.endpoint,
-                                "certificate-authority-data": eks_cluster.certificate_authority.data,
-                            },
-                        }
-                    ],
-                    "contexts": [{"name": config.name, "context": {"cluster": config.name, "user": config.name}}],
-                    "current-context": config.name,
-                    "users": [
-                        {
-                            "name": config.name,
-                            "user": {
-                                "exec": {
-                                    "apiVersion": "client.authentication.k8s.io/v1beta1",
-                                    "command": "aws",
-                                    "args": ["eks", "get-token", "--cluster-name", config.name, "--region", region],
-                                }
-                            },
-                        }
-                    ],
-                }
-            )
-        )
-        return eks_cluster
+
+def eks_kubeconfig(cluster_name: str, eks_cluster: aws.eks.Cluster, region: pulumi.Input[str]) -> dict[str, Any]:
+    """The kubeconfig of an EKS cluster, its token from `aws eks get-token` (Outputs inside: the
+    caller serialises it with Output.json_dumps)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": cluster_name,
+                "cluster": {
+                    "server": eks_cluster.endpoint,
+                    "certificate-authority-data": eks_cluster.certificate_authority.data,
+                },
+            }
+        ],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+        "current-context": cluster_name,
+        "users": [
+            {
+                "name": cluster_name,
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "aws",
+                        "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region],
+                    }
+                },
+            }
+        ],
+    }

@@ -13,7 +13,7 @@ from platform_config.pins import CLUSTER_AUTOSCALER
 
 from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE, SYSTEM_NODE_SELECTOR
 from .k8s_objects import helm_release
-from .specs.pod import node_spread
+from .specs.pod_parts import node_spread
 from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
 
 SERVICE_ACCOUNT = "cluster-autoscaler"

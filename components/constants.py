@@ -41,6 +41,8 @@ LABEL_MODEL_VERSION = "inference.platform/model-version"
 LABEL_PROFILE = "inference.platform/profile"
 LABEL_LATENCY_SENSITIVE = "inference.platform/latency-sensitive"
 LABEL_GPU_SHARING = "inference.platform/gpu-sharing"
+# pulumi-kubernetes (4.18+): what to await on a resource it has no built-in readiness check for.
+PULUMI_WAIT_FOR = "pulumi.com/waitFor"
 
 # The label the cluster autoscaler's AWS provider reads to know a node has GPUs.
 NODE_LABEL_ACCELERATOR = "k8s.amazonaws.com/accelerator"
@@ -82,6 +84,15 @@ ISTIO_INGRESS_NAMESPACE = ISTIO_SYSTEM_NAMESPACE
 KNATIVE_SERVING_NAMESPACE = "knative-serving"
 KNATIVE_OPERATOR_NAMESPACE = "knative-operator"
 KUBE_SYSTEM_NAMESPACE = "kube-system"
+
+# Knative's activator sits in the data path of a Knative revision while no replica is ready
+# (scale from zero, see TARGET_BURST_CAPACITY) and drains for terminationGracePeriodSeconds: 600 (knative/serving knative-v1.23.0
+# config/core/deployments/activator.yaml: "should be at least as large as the upper bound on the
+# Revision's timeoutSeconds"). The operator's KnativeServing cannot change it (its
+# spec.workloads overrides have no terminationGracePeriodSeconds: knative/operator
+# knative-v1.23.0 pkg/apis/operator/base/common.go WorkloadOverride), so no Knative-served
+# request may be allowed longer.
+KNATIVE_ACTIVATOR_GRACE_SECONDS = 600
 
 
 # Label for namespaces whose pods need host access (device plugins, node agents, exporters).

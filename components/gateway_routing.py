@@ -13,7 +13,7 @@ from platform_config.models import TrafficConfig
 
 from .constants import PACKAGE
 from .k8s_objects import custom_resource
-from .serving import RoutePlan
+from .shapes import RoutePlan
 from .specs import gateway, routes
 
 

@@ -18,7 +18,7 @@ from platform_config.pins import KUEUE
 
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
-from .serving import BatchJobPlan
+from .shapes import BatchJobPlan
 from .specs.batch_admission import gpu_jobs_policy, gpu_jobs_policy_binding
 from .specs.batch_rules import batch_prometheus_rule
 from .specs.kueue import (

@@ -34,7 +34,9 @@ def controller_policy() -> str:
     controller's own policy (kubernetes-sigs/aws-load-balancer-controller v3.5.0
     docs/install/iam_policy.json), without the ALB-only parts (WAF, Shield, Cognito, ACM,
     listener rules and certificates): the platform uses it for the gateway's NLB alone. Writes
-    are limited to load balancers, target groups and security groups it tagged as its own."""
+    are limited to load balancers, target groups and security groups it tagged as its own.
+    Long because it is one policy document, statement by statement in the order of upstream's
+    iam_policy.json, so that it reads side by side with that file."""
     owned = {"Null": {f"aws:ResourceTag/{CLUSTER_TAG}": "false"}}
     tagging_new = {"Null": {f"aws:RequestTag/{CLUSTER_TAG}": "false"}}
     retag_owned = {"Null": {f"aws:RequestTag/{CLUSTER_TAG}": "true", f"aws:ResourceTag/{CLUSTER_TAG}": "false"}}

@@ -28,8 +28,8 @@ from .constants import (
     standard_labels,
 )
 from .k8s_objects import KubernetesObject, helm_release, system_namespace
-from .specs.pod import node_spread
-from .specs.tenancy import ISTIOD_SELECTOR
+from .specs.network import ISTIOD_SELECTOR
+from .specs.pod_parts import node_spread
 
 # Envoy's overload manager: Istio's bootstrap always declares the
 # `global_downstream_max_connections` resource monitor, at 2^31 - 1 connections unless the proxy

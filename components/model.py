@@ -14,7 +14,7 @@ from .dashboards import Dashboard, DashboardArgs
 from .k8s_objects import KubernetesObject
 from .model_route import ModelRoute, ModelRouteArgs
 from .model_server import ModelServer, ModelServerArgs, register
-from .serving import ModelPlan
+from .shapes import ModelPlan, ServerPlan
 from .slo import ModelSlo, ModelSloArgs
 from .specs.dashboards import model_dashboard
 from .specs.s3_access import s3_policy
@@ -52,62 +52,80 @@ class Model(pulumi.ComponentResource):
         super().__init__(f"{PACKAGE}:model:Model", name, None, opts)
         plan = args.plan
         model = plan.model
-        pod_depends = list(args.pod_depends_on)
+        pod_depends = [*args.pod_depends_on, *self._weights_access(name, args)]
+        self.servers = [self._server(server, args, pod_depends) for server in plan.servers]
+        self._routes(name, args)
+        self._objectives(name, args)
+        self.register_outputs(
+            {
+                "model": model.name,
+                "servedModelName": model.openai_name,
+                "tenant": model.tenant,
+                "versions": [server.version.name for server in plan.servers],
+            }
+        )
 
-        if plan.weights_service_account is not None:
-            assert args.access is not None  # checks.py requires EKS for S3 weights
-            account = plan.weights_service_account
-            identity = WorkloadIdentity(
-                f"{name}-weights-identity",
-                WorkloadIdentityArgs(
-                    args.access,
-                    model.tenant,
-                    account,
-                    s3_policy((uri, ["s3:GetObject"]) for uri in plan.s3_uris),
-                    tenant=model.tenant,
-                ),
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            # With EKS Pod Identity, credentials are injected at pod admission only if the
-            # association already exists: pods wait for the whole identity, not just the account.
-            pod_depends.append(identity)
-            pod_depends.append(
-                KubernetesObject(
-                    f"{name}-weights-service-account",
-                    {
-                        "apiVersion": "v1",
-                        "kind": "ServiceAccount",
-                        "metadata": {
-                            "name": account,
-                            "namespace": model.tenant,
-                            "labels": standard_labels(account, "model-weights"),
-                            "annotations": identity.service_account_annotations,
-                        },
-                        "automountServiceAccountToken": False,
-                    },
-                    pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
-                )
-            )
+    def _weights_access(self, name: str, args: ModelArgs) -> list[pulumi.Resource]:
+        """Where the versions read S3 weights: the workload identity that reads them and its
+        service account, which the pods wait for; none otherwise."""
+        plan = args.plan
+        model = plan.model
+        if plan.weights_service_account is None:
+            return []
+        assert args.access is not None  # checks.py requires EKS for S3 weights
+        account = plan.weights_service_account
+        identity = WorkloadIdentity(
+            f"{name}-weights-identity",
+            WorkloadIdentityArgs(
+                args.access,
+                model.tenant,
+                account,
+                s3_policy((uri, ["s3:GetObject"]) for uri in plan.s3_uris),
+                tenant=model.tenant,
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        # With EKS Pod Identity, credentials are injected at pod admission only if the
+        # association already exists: pods wait for the whole identity, not just the account.
+        service_account = KubernetesObject(
+            f"{name}-weights-service-account",
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {
+                    "name": account,
+                    "namespace": model.tenant,
+                    "labels": standard_labels(account, "model-weights"),
+                    "annotations": identity.service_account_annotations,
+                },
+                "automountServiceAccountToken": False,
+            },
+            pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+        )
+        return [identity, service_account]
 
-        self.servers = [
-            ModelServer(
-                server.name,
-                ModelServerArgs(
-                    plan=server,
-                    depends_on=args.depends_on,
-                    pod_depends_on=(*pod_depends, *([args.mirror_jobs[server.mirror_job]] if server.mirror_job else [])),
-                    monitoring=args.monitoring,
-                    autoscaler_depends_on=args.autoscaler_depends_on,
-                    inference_extension=args.inference_extension,
-                    mesh=args.mesh,
-                    serving_shape=args.serving_shapes.get(server.name),
-                ),
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            for server in plan.servers
-        ]
-        # Routes wait for what they send traffic to: each version rolled out, and what the
-        # model's versions share (the model's Service).
+    def _server(self, server: ServerPlan, args: ModelArgs, pod_depends: list[pulumi.Resource]) -> ModelServer:
+        """One version's server; its pods also wait for the weight mirror's Job that copies its weights."""
+        return ModelServer(
+            server.name,
+            ModelServerArgs(
+                plan=server,
+                depends_on=args.depends_on,
+                pod_depends_on=(*pod_depends, *([args.mirror_jobs[server.mirror_job]] if server.mirror_job else [])),
+                monitoring=args.monitoring,
+                autoscaler_depends_on=args.autoscaler_depends_on,
+                inference_extension=args.inference_extension,
+                mesh=args.mesh,
+                serving_shape=args.serving_shapes.get(server.name),
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    def _routes(self, name: str, args: ModelArgs) -> None:
+        """The objects the model's versions share, then its routes. Routes wait for what they send
+        traffic to: each version rolled out, and what the model's versions share (the model's
+        Service)."""
+        plan = args.plan
         endpoints: list[pulumi.Resource] = [obj for server in self.servers for obj in server.serving_objects]
         for shared in plan.backend.model_objects(plan):
             endpoints.append(register(name, shared, pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))))
@@ -116,6 +134,11 @@ class Model(pulumi.ComponentResource):
             ModelRouteArgs(route=plan.route, depends_on=(*args.route_depends_on, *endpoints)),
             opts=pulumi.ResourceOptions(parent=self),
         )
+
+    def _objectives(self, name: str, args: ModelArgs) -> None:
+        """The model's SLO rules, and its versions side by side on a dashboard read from the
+        series those rules record."""
+        plan = args.plan
         ModelSlo(
             f"{name}-slo",
             ModelSloArgs(
@@ -123,17 +146,8 @@ class Model(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        # Its versions side by side, read from the series the SLO rule records.
         Dashboard(
             f"{name}-dashboard",
-            DashboardArgs(namespace=model.tenant, dashboard=model_dashboard(plan.slo), depends_on=args.depends_on),
+            DashboardArgs(namespace=plan.model.tenant, dashboard=model_dashboard(plan.slo), depends_on=args.depends_on),
             opts=pulumi.ResourceOptions(parent=self),
-        )
-        self.register_outputs(
-            {
-                "model": model.name,
-                "servedModelName": model.openai_name,
-                "tenant": model.tenant,
-                "versions": [server.version.name for server in plan.servers],
-            }
         )

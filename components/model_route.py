@@ -12,7 +12,7 @@ import pulumi
 
 from .constants import PACKAGE
 from .k8s_objects import custom_resource
-from .serving import RoutePlan
+from .shapes import RoutePlan
 from .specs import routes
 
 

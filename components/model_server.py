@@ -12,7 +12,7 @@ import pulumi
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource
 from .plan_reports import SERVING_SHAPE_ANNOTATION
-from .serving import ServerObject, ServerPlan
+from .shapes import ServerObject, ServerPlan
 from .specs.chat_template import chat_template_config_map
 from .specs.pod import rollout_timeout_seconds
 

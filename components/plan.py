@@ -64,21 +64,15 @@ from platform_config.tenant_data import s3_parts
 from platform_config.weight_mirror import hugging_face_revision, mirror_job_name, mirrored_revisions, mirrored_source
 
 from .backends import BACKENDS
-from .cluster import system_scheduling_template
 from .constants import LABEL_INSTANCE, LABEL_TENANT, SYSTEM_NODE_SELECTOR, standard_labels
-from .serving import (
-    TIER_ORDER,
-    BatchJobPlan,
-    ModelPlan,
-    Plan,
-    RoutePlan,
-    ServerPlan,
-    ServingBackend,
-    TenantEgress,
-    TierRoute,
-)
-from .specs.endpoint_picker import EPP_POD_RESOURCES, EndpointPickerPlan, PickerBand, epp_name_of
-from .specs.slo_rules import SloPlan, latency_slo
+from .picker_plan import EndpointPickerPlan, PickerBand
+from .serving import Plan, TenantEgress
+from .shapes import TIER_ORDER, BatchJobPlan, ModelPlan, RoutePlan, ServerPlan, ServingBackend, TierRoute
+from .slo_plan import SloPlan
+from .specs.endpoint_picker.names import epp_name_of
+from .specs.endpoint_picker.plan_rules import EPP_POD_RESOURCES
+from .specs.slo_rules import latency_slo
+from .system_nodes import system_scheduling_template
 
 
 def backend_of(model: ModelConfig) -> ServingBackend:

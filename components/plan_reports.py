@@ -6,11 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any
 
 from platform_config.capacity import MIG_SLICE, WHOLE_GPU, PoolSupply, pool_supply
 from platform_config.gpu_catalog import COMPUTE_SLICES, INSTANCE_TYPES, MIG_RESOURCE_PREFIX
 from platform_config.memory_fit import rank_memory, vllm_max_num_batched_tokens, weights_bytes
+from platform_config.models import NodePoolConfig
 from platform_config.prices import PRICE_LIST, NodePrice, Unpriced
 from platform_config.serving import ServerAdmission, latency_target_ms, queue_seconds, route_timeout_seconds, workload_peak
 
@@ -182,64 +185,15 @@ def cost_report(plan: Plan) -> dict[str, object]:
     (idle GPU capacity, rounding up to whole nodes) is `unallocated`, so the tenants, the platform and it add up to
     the environment. A pool without a price is listed with the reason."""
     config = plan.config
-    prices = plan.node_prices_per_hour()
     pools = {pool.name: pool for pool in config.node_pools}
     supplies = {pool.name: pool_supply(pool) for pool in config.node_pools}
-    # What each tenant's pods hold per pool (in nodes), at minimum and at maximum scale.
-    held: dict[str, dict[str, dict[str, Decimal]]] = {
-        name: {t.name: {"min": Decimal(0), "max": Decimal(0)} for t in config.tenants} for name in pools
-    }
-    # Pods at minimum scale per pool, by the GPU resource and count each asks for.
-    min_pods: dict[str, dict[tuple[str, int], int]] = {name: {} for name in pools}
-    for model in plan.models:
-        for server in model.servers:
-            share = _node_share(supplies[server.pool.name], server.gpu_resource, server.gpu_count)
-            asks = (server.gpu_resource, server.gpu_count)
-            min_pods[server.pool.name][asks] = min_pods[server.pool.name].get(asks, 0) + server.min_replicas
-            held[server.pool.name][server.namespace]["min"] += share * server.min_replicas
-            held[server.pool.name][server.namespace]["max"] += share * server.max_replicas
-    for job in plan.batch_jobs:
-        # A paused job holds nothing until it is resumed (its LocalQueue stops it, specs/kueue.py).
-        if not job.job.paused:
-            shards = min(job.job.parallelism, job.shards)
-            held[job.pool.name][job.namespace]["max"] += (
-                _node_share(supplies[job.pool.name], job.gpu_resource, job.gpu_count) * shards
-            )
-    tenants: dict[str, dict[str, Decimal]] = {t.name: {"min": Decimal(0), "max": Decimal(0)} for t in config.tenants}
-    environment = {"min": Decimal(0), "max": Decimal(0)}
-    pool_rows = []
-    for name, pool in pools.items():
-        nodes = {"min": max(pool.min_size, _nodes_for(supplies[name], min_pods[name])), "max": pool.max_size}
-        pool_rows.append(
-            {"pool": name, "instanceType": pool.instance_type, **_price_fields(plan.node_prices[name]), "nodes": nodes}
-        )
-        price = prices.get(name)
-        if price is None:
-            continue
-        for k in environment:
-            environment[k] += nodes[k] * price
-            # More than the pool's nodes hold cannot run at once (the servers' maxReplicas and the batch shards
-            # together): each tenant is charged its part of the nodes there are, so nothing is counted twice.
-            asked = sum(h[k] for h in held[name].values())
-            scale = min(Decimal(1), nodes[k] / asked) if asked else Decimal(1)
-            for tenant, h in held[name].items():
-                tenants[tenant][k] += h[k] * scale * price
-    platform = {"min": Decimal(0), "max": Decimal(0)}
-    eks = config.cluster.eks
-    if eks is not None and plan.system_node_price is not None:
-        group = eks.system_node_group
-        nodes = {"min": group.min_size, "max": group.max_size}
-        pool_rows.append(
-            {
-                "pool": SYSTEM_NODE_GROUP,
-                "instanceType": group.instance_type,
-                **_price_fields(plan.system_node_price),
-                "nodes": nodes,
-            }
-        )
+    held, min_pods = _held_nodes(plan, pools, supplies)
+    pool_rows, environment, tenants = _gpu_pool_costs(plan, pools, supplies, held, min_pods)
+    system_row, platform = _system_node_group_cost(plan)
+    if system_row is not None:
+        pool_rows.append(system_row)
         if isinstance(plan.system_node_price, NodePrice):
-            for k in platform:
-                platform[k] = nodes[k] * plan.system_node_price.per_hour
+            for k in environment:
                 environment[k] += platform[k]
     # In cents that add up to the environment exactly as shown, the platform and what no tenant holds included.
     shown = {}
@@ -259,6 +213,90 @@ def cost_report(plan: Plan) -> dict[str, object]:
         "priceList": PRICE_LIST.describe() if listed else None,
         "unpriced": [{"pool": row["pool"], "reason": row["priceNote"]} for row in pool_rows if row["pricePerHour"] is None],
     }
+
+
+# At minimum and at maximum scale ("min", "max").
+_Scale = dict[str, Decimal]
+
+
+def _held_nodes(
+    plan: Plan, pools: Mapping[str, NodePoolConfig], supplies: Mapping[str, PoolSupply]
+) -> tuple[dict[str, dict[str, _Scale]], dict[str, dict[tuple[str, int], int]]]:
+    """What each tenant's pods hold per pool (in nodes), at minimum and at maximum scale: a model version's replicas
+    at its minimum and maximum, a batch job's `parallelism` shards at maximum unless it is paused. And the pods at
+    minimum scale per pool, by the GPU resource and count each asks for."""
+    held: dict[str, dict[str, _Scale]] = {
+        name: {t.name: {"min": Decimal(0), "max": Decimal(0)} for t in plan.config.tenants} for name in pools
+    }
+    min_pods: dict[str, dict[tuple[str, int], int]] = {name: {} for name in pools}
+    for model in plan.models:
+        for server in model.servers:
+            share = _node_share(supplies[server.pool.name], server.gpu_resource, server.gpu_count)
+            asks = (server.gpu_resource, server.gpu_count)
+            min_pods[server.pool.name][asks] = min_pods[server.pool.name].get(asks, 0) + server.min_replicas
+            held[server.pool.name][server.namespace]["min"] += share * server.min_replicas
+            held[server.pool.name][server.namespace]["max"] += share * server.max_replicas
+    for job in plan.batch_jobs:
+        # A paused job holds nothing until it is resumed (its LocalQueue stops it, specs/kueue.py).
+        if not job.job.paused:
+            shards = min(job.job.parallelism, job.shards)
+            held[job.pool.name][job.namespace]["max"] += (
+                _node_share(supplies[job.pool.name], job.gpu_resource, job.gpu_count) * shards
+            )
+    return held, min_pods
+
+
+def _gpu_pool_costs(
+    plan: Plan,
+    pools: Mapping[str, NodePoolConfig],
+    supplies: Mapping[str, PoolSupply],
+    held: Mapping[str, Mapping[str, _Scale]],
+    min_pods: Mapping[str, dict[tuple[str, int], int]],
+) -> tuple[list[dict[str, Any]], _Scale, dict[str, _Scale]]:
+    """Each GPU pool's row (at least its minSize and the nodes its pods' minimum replicas fill, at most its maxSize),
+    and what the priced pools cost per hour: the environment, and each tenant by what its pods hold there."""
+    prices = plan.node_prices_per_hour()
+    tenants: dict[str, _Scale] = {t.name: {"min": Decimal(0), "max": Decimal(0)} for t in plan.config.tenants}
+    environment = {"min": Decimal(0), "max": Decimal(0)}
+    pool_rows = []
+    for name, pool in pools.items():
+        nodes = {"min": max(pool.min_size, _nodes_for(supplies[name], min_pods[name])), "max": pool.max_size}
+        pool_rows.append(
+            {"pool": name, "instanceType": pool.instance_type, **_price_fields(plan.node_prices[name]), "nodes": nodes}
+        )
+        price = prices.get(name)
+        if price is None:
+            continue
+        for k in environment:
+            environment[k] += nodes[k] * price
+            # More than the pool's nodes hold cannot run at once (the servers' maxReplicas and the batch shards
+            # together): each tenant is charged its part of the nodes there are, so nothing is counted twice.
+            asked = sum(h[k] for h in held[name].values())
+            scale = min(Decimal(1), nodes[k] / asked) if asked else Decimal(1)
+            for tenant, h in held[name].items():
+                tenants[tenant][k] += h[k] * scale * price
+    return pool_rows, environment, tenants
+
+
+def _system_node_group_cost(plan: Plan) -> tuple[dict[str, Any] | None, _Scale]:
+    """The system node group's row (None without one, or where the plan has no price entry for it) and what it
+    costs per hour at its minSize and maxSize: the platform's part (zero while unpriced)."""
+    platform = {"min": Decimal(0), "max": Decimal(0)}
+    eks = plan.config.cluster.eks
+    if eks is None or plan.system_node_price is None:
+        return None, platform
+    group = eks.system_node_group
+    nodes = {"min": group.min_size, "max": group.max_size}
+    row = {
+        "pool": SYSTEM_NODE_GROUP,
+        "instanceType": group.instance_type,
+        **_price_fields(plan.system_node_price),
+        "nodes": nodes,
+    }
+    if isinstance(plan.system_node_price, NodePrice):
+        for k in platform:
+            platform[k] = nodes[k] * plan.system_node_price.per_hour
+    return row, platform
 
 
 # --- serving performance -----------------------------------------------------------------

@@ -14,7 +14,7 @@ import pulumi_aws as aws
 
 from platform_config.capacity import batch_queue_report, capacity_report, pool_supply
 from platform_config.floors import FLOORS
-from platform_config.models import PlatformConfig
+from platform_config.models import NodePoolConfig, PlatformConfig
 
 from .batch_job import BatchJob, BatchJobArgs
 from .cluster import Cluster
@@ -36,7 +36,8 @@ from .monitoring import PROMETHEUS_URL, Monitoring
 from .plan_reports import serving_shape_digests
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
-from .serving import MachineryName, Plan
+from .serving import Plan
+from .shapes import MachineryName
 from .specs.dashboards import platform_overview_dashboard
 from .specs.gateway import stream_idle_timeout_seconds
 from .tenant import Tenant, TenantArgs
@@ -60,12 +61,32 @@ def aws_tags(config: PlatformConfig) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class _EksServices:
+    """What the platform adds on an EKS cluster only, which later children use."""
+
+    access: WorkloadAccess
+    region: pulumi.Input[str]
+    load_balancer: LoadBalancerController
+    mirror: WeightMirror | None
+
+
+@dataclass(frozen=True)
+class _ServingMachinery:
+    """The serving machinery the stack's backends need: the inference extension's CRDs (None
+    without an endpoint picker), and by machinery name what the models' pods and autoscalers
+    wait for."""
+
+    crds: InferenceExtensionCrds | None
+    pods: dict[MachineryName, list[pulumi.Resource]]
+    autoscalers: dict[MachineryName, list[pulumi.Resource]]
+
+
 class InferencePlatform(pulumi.ComponentResource):
     def __init__(self, name: str, args: InferencePlatformArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:platform:InferencePlatform", name, None, opts)
         plan = args.plan
         config = plan.config
-        cluster = args.cluster
         child = pulumi.ResourceOptions(parent=self)
         tags = aws_tags(config)
 
@@ -76,101 +97,175 @@ class InferencePlatform(pulumi.ComponentResource):
         # What every request depends on runs more than once in production (control-plane-availability).
         control_plane_replicas = FLOORS.control_plane_replicas_in_production if config.environment == "production" else None
         if monitoring is not None:
-            # Next to the Grafana that shows it; a cluster's own Grafana is left to its operator.
-            Dashboard(
-                "platform-overview",
-                DashboardArgs(
-                    MONITORING_NAMESPACE,
-                    platform_overview_dashboard(
-                        plan.node_prices_per_hour(),
-                        batch=batch,
-                    ),
-                    depends_on=(monitoring.namespace,),
-                ),
-                opts=child,
-            )
+            self._overview_dashboard(plan, monitoring, batch)
+        self.pools = [self._gpu_pool(pool, config, args.cluster, tags) for pool in config.node_pools]
+        eks = self._eks_services(args, tags, control_plane_replicas) if config.cluster.eks is not None else None
+        self._node_agents(config, monitoring)
+        self._image_prepull(plan)
+        mesh = self._mesh(config, eks, control_plane_replicas)
+        routing = GatewayRouting(
+            "gateway-routing",
+            GatewayRoutingArgs(traffic=config.traffic, routes=plan.routes, depends_on=(mesh.istiod, mesh.gateway)),
+            opts=child,
+        )
+        self.tenants = self._tenants(args, mesh, eks)
+        machinery = self._serving_machinery(plan, monitoring, mesh, control_plane_replicas)
 
-        eks = config.cluster.eks
-        self.pools = [
-            GpuNodePool(
-                pool.name,
-                GpuNodePoolArgs(
-                    pool=pool,
-                    cluster_mode=config.cluster.mode,
-                    cluster_name=config.cluster.name,
-                    tags=tags,
-                    eks_cluster_name=cluster.name if eks else None,
-                    node_role_arn=cluster.node_role_arn,
-                    subnet_ids=tuple(cluster.subnet_ids),
-                    depends_on=tuple(cluster.node_role_dependencies),
-                ),
-                opts=child,
-            )
-            for pool in config.node_pools
-        ]
-        load_balancer: LoadBalancerController | None = None
-        access: WorkloadAccess | None = None
-        mirror: WeightMirror | None = None
-        if eks is not None:
-            assert cluster.vpc_id is not None  # set whenever the cluster is EKS
-            access = WorkloadAccess(cluster.name, eks.workload_identity, tags, cluster.oidc_provider_arn, cluster.oidc_issuer)
-            region = eks.region or aws.get_region_output().region
-            load_balancer = LoadBalancerController(
-                "load-balancer-controller",
-                LoadBalancerControllerArgs(cluster_name=config.cluster.name, region=region, vpc_id=cluster.vpc_id, access=access),
-                opts=child,
-            )
-            ClusterAutoscaler(
-                "cluster-autoscaler",
-                ClusterAutoscalerArgs(
-                    cluster_name=config.cluster.name,
-                    kubernetes_version=config.cluster.kubernetes_version,
-                    region=region,
-                    access=access,
-                    max_node_provision_seconds=plan.max_node_provision_seconds,
-                    replicas=control_plane_replicas or 1,
-                    spread=control_plane_replicas is not None,
-                ),
-                opts=child,
-            )
-            # Hugging Face revisions copied to S3 once, for the streaming pools' servers (checks.py: EKS only).
-            if config.weight_mirror is not None:
-                mirror = WeightMirror(
-                    "weight-mirror",
-                    WeightMirrorArgs(
-                        mirror=config.weight_mirror,
-                        revisions=plan.mirrored_revisions,
-                        access=access,
-                        region=region,
-                        vpc_id=cluster.vpc_id,
-                        tags=tags,
-                        hugging_face_tokens=args.hugging_face_tokens,
+        serving_shapes = serving_shape_digests(plan)
+        self.models = []
+        for model_plan in plan.models:
+            model, backend = model_plan.model, model_plan.backend
+            tenant = self.tenants[model.tenant]
+            self.models.append(
+                Model(
+                    model.name,
+                    ModelArgs(
+                        plan=model_plan,
+                        access=eks.access if eks else None,
+                        depends_on=(tenant.namespace_object,),
+                        inference_extension=machinery.crds,
+                        mesh=mesh.istiod,
+                        pod_depends_on=(
+                            mesh.istiod,
+                            *priority_classes.classes,
+                            *(r for name in sorted(backend.machinery) for r in machinery.pods.get(name, [])),
+                            *tenant.workload_prerequisites,
+                        ),
+                        monitoring=monitoring.release if monitoring is not None else None,
+                        autoscaler_depends_on=tuple(
+                            r for name in sorted(backend.machinery) for r in machinery.autoscalers.get(name, [])
+                        ),
+                        route_depends_on=(routing,),
+                        mirror_jobs=eks.mirror.jobs if eks and eks.mirror is not None else {},
+                        serving_shapes=serving_shapes,
                     ),
                     opts=child,
                 )
+            )
+        if batch:
+            self._batch(plan, eks, priority_classes, monitoring, mesh, control_plane_replicas)
+        self._reports(plan, args.cluster)
+        self.register_outputs(
+            {
+                "gpuCapacity": self.capacity,
+                "poolAdvertisedPerNode": self.pool_advertised,
+                "nodePools": self.node_pool_templates,
+                "serverPeaks": self.server_peaks,
+                "batchQueues": self.batch_queues,
+            }
+        )
+
+    def _overview_dashboard(self, plan: Plan, monitoring: Monitoring, batch: bool) -> None:
+        """The platform's overview, next to the Grafana that shows it; a cluster's own Grafana is
+        left to its operator."""
+        Dashboard(
+            "platform-overview",
+            DashboardArgs(
+                MONITORING_NAMESPACE,
+                platform_overview_dashboard(
+                    plan.node_prices_per_hour(),
+                    batch=batch,
+                ),
+                depends_on=(monitoring.namespace,),
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    def _gpu_pool(self, pool: NodePoolConfig, config: PlatformConfig, cluster: Cluster, tags: dict[str, str]) -> GpuNodePool:
+        eks = config.cluster.eks
+        return GpuNodePool(
+            pool.name,
+            GpuNodePoolArgs(
+                pool=pool,
+                cluster_mode=config.cluster.mode,
+                cluster_name=config.cluster.name,
+                tags=tags,
+                eks_cluster_name=cluster.name if eks else None,
+                node_role_arn=cluster.node_role_arn,
+                subnet_ids=tuple(cluster.subnet_ids),
+                depends_on=tuple(cluster.node_role_dependencies),
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    def _eks_services(
+        self, args: InferencePlatformArgs, tags: dict[str, str], control_plane_replicas: int | None
+    ) -> _EksServices:
+        """On EKS: the workload identities' access, the load balancer controller, the cluster
+        autoscaler and, where the stack has one, the weight mirror."""
+        config = args.plan.config
+        cluster = args.cluster
+        eks = config.cluster.eks
+        assert eks is not None
+        child = pulumi.ResourceOptions(parent=self)
+        assert cluster.vpc_id is not None  # set whenever the cluster is EKS
+        access = WorkloadAccess(cluster.name, eks.workload_identity, tags, cluster.oidc_provider_arn, cluster.oidc_issuer)
+        region = eks.region or aws.get_region_output().region
+        load_balancer = LoadBalancerController(
+            "load-balancer-controller",
+            LoadBalancerControllerArgs(cluster_name=config.cluster.name, region=region, vpc_id=cluster.vpc_id, access=access),
+            opts=child,
+        )
+        ClusterAutoscaler(
+            "cluster-autoscaler",
+            ClusterAutoscalerArgs(
+                cluster_name=config.cluster.name,
+                kubernetes_version=config.cluster.kubernetes_version,
+                region=region,
+                access=access,
+                max_node_provision_seconds=args.plan.max_node_provision_seconds,
+                replicas=control_plane_replicas or 1,
+                spread=control_plane_replicas is not None,
+            ),
+            opts=child,
+        )
+        mirror = None
+        # Hugging Face revisions copied to S3 once, for the streaming pools' servers (checks.py: EKS only).
+        if config.weight_mirror is not None:
+            mirror = WeightMirror(
+                "weight-mirror",
+                WeightMirrorArgs(
+                    mirror=config.weight_mirror,
+                    revisions=args.plan.mirrored_revisions,
+                    access=access,
+                    region=region,
+                    vpc_id=cluster.vpc_id,
+                    tags=tags,
+                    hugging_face_tokens=args.hugging_face_tokens,
+                ),
+                opts=child,
+            )
+        return _EksServices(access, region, load_balancer, mirror)
+
+    def _node_agents(self, config: PlatformConfig, monitoring: Monitoring | None) -> None:
+        """metrics-server where the stack installs it, and the GPU operator."""
+        child = pulumi.ResourceOptions(parent=self)
         if config.monitoring.install_metrics_server:
-            MetricsServer("metrics-server", MetricsServerArgs(node_selector=SYSTEM_NODE_SELECTOR if eks else None), opts=child)
+            node_selector = SYSTEM_NODE_SELECTOR if config.cluster.eks else None
+            MetricsServer("metrics-server", MetricsServerArgs(node_selector=node_selector), opts=child)
         GpuOperator(
             "gpu-operator",
             GpuOperatorArgs(pools=tuple(config.node_pools), monitoring=monitoring and monitoring.release),
             opts=child,
         )
 
-        # The servers' images on every node of the pools that run them, before a replica needs them.
+    def _image_prepull(self, plan: Plan) -> None:
+        """The servers' images on every node of the pools that run them, before a replica needs them."""
         images_by_pool = {
             pool.name: tuple(sorted({s.image for m in plan.models for s in m.servers if s.pool.name == pool.name}))
-            for pool in config.node_pools
+            for pool in plan.config.node_pools
         }
         ImagePrePull(
             "image-prepull",
             ImagePrePullArgs(tuple((pool, images) for pool, images in images_by_pool.items() if images)),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
-        mesh = Mesh(
+    def _mesh(self, config: PlatformConfig, eks: _EksServices | None, control_plane_replicas: int | None) -> Mesh:
+        return Mesh(
             "mesh",
             MeshArgs(
-                load_balancer=load_balancer.release if load_balancer else None,
+                load_balancer=eks.load_balancer.release if eks else None,
                 # The NLB's listeners keep an idle connection past the gateway's own stream idle
                 # timeout, so the gateway, not the NLB, decides when a silent answer is too late.
                 nlb_idle_timeout_seconds=stream_idle_timeout_seconds(config.traffic) + 60,
@@ -178,14 +273,14 @@ class InferencePlatform(pulumi.ComponentResource):
                 control_plane_replicas=control_plane_replicas or 1,
                 spread_control_plane=control_plane_replicas is not None,
             ),
-            opts=child,
-        )
-        routing = GatewayRouting(
-            "gateway-routing",
-            GatewayRoutingArgs(traffic=config.traffic, routes=plan.routes, depends_on=(mesh.istiod, mesh.gateway)),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
+    def _tenants(self, args: InferencePlatformArgs, mesh: Mesh, eks: _EksServices | None) -> dict[str, Tenant]:
+        """Each tenant's namespace, quotas and isolation, letting in the platform components in
+        its models' data path."""
+        plan = args.plan
+        config = plan.config
         gpu_resources = tuple(sorted({r for pool in config.node_pools for r in pool_supply(pool).per_node}))
         # What each tenant lets in for its models' backends (Knative's activator, for one).
         ingress: dict[str, set[tuple[str, str]]] = {t.name: set() for t in config.tenants}
@@ -193,7 +288,7 @@ class InferencePlatform(pulumi.ComponentResource):
             ingress[model_plan.model.tenant].update(model_plan.backend.tenant_ingress())
         # Tenants whose running servers read their own Hugging Face token (the plan decided which).
         hf_tenants = {s.namespace for m in plan.models for s in m.servers if s.hugging_face_token}
-        self.tenants = {
+        return {
             tenant.name: Tenant(
                 tenant.name,
                 TenantArgs(
@@ -204,16 +299,21 @@ class InferencePlatform(pulumi.ComponentResource):
                     mesh=mesh.base,
                     tier_header=config.traffic.tier_header,
                     egress=plan.egress[tenant.name],
-                    region=region if eks else None,
+                    region=eks.region if eks else None,
                 ),
-                opts=child,
+                opts=pulumi.ResourceOptions(parent=self),
             )
             for tenant in config.tenants
         }
 
-        # Serving machinery, installed only when a backend in use needs it: what its models' pods
-        # wait for (Knative before a Knative Service), and what their autoscalers read metrics
-        # from (prometheus-adapter). Sidecar injection and the PriorityClasses come first always.
+    def _serving_machinery(
+        self, plan: Plan, monitoring: Monitoring | None, mesh: Mesh, control_plane_replicas: int | None
+    ) -> _ServingMachinery:
+        """Serving machinery, installed only when a backend in use needs it: what its models' pods
+        wait for (Knative before a Knative Service), and what their autoscalers read metrics
+        from (prometheus-adapter). Sidecar injection and the PriorityClasses come first always."""
+        config = plan.config
+        child = pulumi.ResourceOptions(parent=self)
         needed = {name for backend in plan.backends() for name in backend.machinery}
         pod_machinery: dict[MachineryName, list[pulumi.Resource]] = {}
         autoscaler_machinery: dict[MachineryName, list[pulumi.Resource]] = {}
@@ -242,69 +342,52 @@ class InferencePlatform(pulumi.ComponentResource):
                 opts=child,
             )
             pod_machinery["knative"] = [knative.serving]
+        return _ServingMachinery(crds, pod_machinery, autoscaler_machinery)
 
-        serving_shapes = serving_shape_digests(plan)
-        self.models = []
-        for model_plan in plan.models:
-            model, backend = model_plan.model, model_plan.backend
-            tenant = self.tenants[model.tenant]
-            self.models.append(
-                Model(
-                    model.name,
-                    ModelArgs(
-                        plan=model_plan,
-                        access=access,
-                        depends_on=(tenant.namespace_object,),
-                        inference_extension=crds,
-                        mesh=mesh.istiod,
-                        pod_depends_on=(
-                            mesh.istiod,
-                            *priority_classes.classes,
-                            *(r for name in sorted(backend.machinery) for r in pod_machinery.get(name, [])),
-                            *tenant.workload_prerequisites,
-                        ),
-                        monitoring=monitoring.release if monitoring is not None else None,
-                        autoscaler_depends_on=tuple(
-                            r for name in sorted(backend.machinery) for r in autoscaler_machinery.get(name, [])
-                        ),
-                        route_depends_on=(routing,),
-                        mirror_jobs=mirror.jobs if mirror is not None else {},
-                        serving_shapes=serving_shapes,
-                    ),
-                    opts=child,
-                )
-            )
-
-        if batch:
-            kueue = Kueue(
-                "kueue",
-                KueueArgs(
-                    queues=plan.batch_queues,
-                    pools=tuple(p for p in config.node_pools if p.name in {q.pool for q in plan.batch_queues}),
-                    jobs=plan.batch_jobs,
-                    system_node_selector=SYSTEM_NODE_SELECTOR if eks else None,
-                    spread=control_plane_replicas is not None,
-                    monitoring=monitoring.release if monitoring is not None else None,
-                    namespaces={name: tenant.namespace_object for name, tenant in self.tenants.items()},
+    def _batch(
+        self,
+        plan: Plan,
+        eks: _EksServices | None,
+        priority_classes: PriorityClasses,
+        monitoring: Monitoring | None,
+        mesh: Mesh,
+        control_plane_replicas: int | None,
+    ) -> None:
+        """Kueue with the tenants' batch queues, and each batch job queued through it."""
+        config = plan.config
+        child = pulumi.ResourceOptions(parent=self)
+        kueue = Kueue(
+            "kueue",
+            KueueArgs(
+                queues=plan.batch_queues,
+                pools=tuple(p for p in config.node_pools if p.name in {q.pool for q in plan.batch_queues}),
+                jobs=plan.batch_jobs,
+                system_node_selector=SYSTEM_NODE_SELECTOR if config.cluster.eks else None,
+                spread=control_plane_replicas is not None,
+                monitoring=monitoring.release if monitoring is not None else None,
+                namespaces={name: tenant.namespace_object for name, tenant in self.tenants.items()},
+            ),
+            opts=child,
+        )
+        for job_plan in plan.batch_jobs:
+            tenant = self.tenants[job_plan.namespace]
+            BatchJob(
+                job_plan.name,
+                BatchJobArgs(
+                    plan=job_plan,
+                    access=eks.access if eks else None,
+                    depends_on=(tenant.namespace_object,),
+                    # istiod too: its injector adds the pods' sidecar, and Fails them while it cannot answer.
+                    pod_depends_on=(*kueue.ready, *priority_classes.classes, *tenant.workload_prerequisites, mesh.istiod),
                 ),
                 opts=child,
             )
-            for job_plan in plan.batch_jobs:
-                tenant = self.tenants[job_plan.namespace]
-                BatchJob(
-                    job_plan.name,
-                    BatchJobArgs(
-                        plan=job_plan,
-                        access=access,
-                        depends_on=(tenant.namespace_object,),
-                        # istiod too: its injector adds the pods' sidecar, and Fails them while it cannot answer.
-                        pod_depends_on=(*kueue.ready, *priority_classes.classes, *tenant.workload_prerequisites, mesh.istiod),
-                    ),
-                    opts=child,
-                )
-        self.batch_queues = batch_queue_report(plan.batch_queues)
 
-        self.capacity = capacity_report(config, plan.endpoint_pickers_by_tenant)
+    def _reports(self, plan: Plan, cluster: Cluster) -> None:
+        """What the stack exports: GPU capacity, the pools as the scheduler sees them, each
+        server's peak pods and the batch queues."""
+        self.batch_queues = batch_queue_report(plan.batch_queues)
+        self.capacity = capacity_report(plan.config, plan.endpoint_pickers_by_tenant)
         self.pool_advertised = {pool.pool_name: pool.advertised for pool in self.pools}
         self.node_pool_templates = [pool.scheduling_template for pool in self.pools]
         if cluster.system_scheduling_template is not None:
@@ -316,12 +399,3 @@ class InferencePlatform(pulumi.ComponentResource):
             for m in plan.models
             for server in m.servers
         ]
-        self.register_outputs(
-            {
-                "gpuCapacity": self.capacity,
-                "poolAdvertisedPerNode": self.pool_advertised,
-                "nodePools": self.node_pool_templates,
-                "serverPeaks": self.server_peaks,
-                "batchQueues": self.batch_queues,
-            }
-        )

@@ -42,7 +42,9 @@ from .constants import (
 )
 from .plan_reports import SERVING_SHAPE_ANNOTATION
 from .specs.kueue import QUEUE_NAME_LABEL
-from .specs.pod import ANNOTATION_LORA_ADAPTERS, NO_GPU_ENV
+from .specs.network import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
+from .specs.pod import ANNOTATION_LORA_ADAPTERS
+from .specs.pod_parts import NO_GPU_ENV
 from .specs.routes import (
     ADAPTER_RELEASES_ANNOTATION,
     CANARY_STEP_OVERRIDE_ANNOTATION,
@@ -54,7 +56,6 @@ from .specs.routes import (
     STABLE_VERSION_ANNOTATION,
     STABLE_WEIGHTS_ANNOTATION,
 )
-from .specs.tenancy import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
 from .specs.weight_mirror import MIRROR_SERVICE_ACCOUNT_PREFIX
 from .workload_identity import TAG_MIRROR_FOR, TAG_TENANT
 
@@ -107,7 +108,7 @@ def policy_facts() -> dict[str, Any]:
         "gpuTaint": {"key": GPU_TAINT_KEY},
         "noGpuEnv": dict(NO_GPU_ENV[0]),
         "kueue": {"queueNameLabel": QUEUE_NAME_LABEL, "localQueueType": f"kubernetes:{KUEUE_API_VERSION}:LocalQueue"},
-        # Where a tenant's endpoint pickers may connect by address (components/specs/tenancy.py): the private ranges
+        # Where a tenant's endpoint pickers may connect by address (components/specs/network.py): the private ranges
         # and the Pod Identity Agent; in-cluster peers by selector.
         "pickerEgressCidrs": [*PRIVATE_CIDRS, *POD_IDENTITY_AGENT_CIDRS],
         # Policy config defaults, which the config checks hold stacks to as well.
@@ -131,7 +132,7 @@ def policy_facts() -> dict[str, Any]:
             "forbiddenTags": list(FORBIDDEN_IMAGE_TAGS),
             # The pack allows the registries of the images the program pins, unless told otherwise.
             "pinnedRepositories": sorted(pin.repository for pin in IMAGES),
-            # What an endpoint picker's pods run (components/specs/endpoint_picker.py): the EPP and its Envoy.
+            # What an endpoint picker's pods run (components/specs/endpoint_picker/pods.py): the EPP and its Envoy.
             "endpointPickerRepositories": sorted(pin.repository for pin in (ENDPOINT_PICKER, ENVOY_PROXY)),
         },
     }

@@ -10,7 +10,8 @@ import pulumi
 
 from .constants import PACKAGE
 from .k8s_objects import custom_resource
-from .specs.slo_rules import SloPlan, prometheus_rule
+from .slo_plan import SloPlan
+from .specs.slo_rules import prometheus_rule
 
 
 @dataclass(frozen=True)

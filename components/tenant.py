@@ -12,8 +12,8 @@ from platform_config.models import TenantConfig, TrafficConfig
 from .constants import BATCH_JOB_COMPONENT, MODEL_SERVER_COMPONENT, PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource
 from .serving import TenantEgress
-from .specs import telemetry, tenancy
-from .specs.pod import HF_TOKEN_SECRET, token_secret
+from .specs import network, telemetry, tenancy
+from .specs.pod_parts import HF_TOKEN_SECRET, token_secret
 
 
 @dataclass(frozen=True)
@@ -76,21 +76,21 @@ class Tenant(pulumi.ComponentResource):
             custom_resource(f"{name}-authorization-policy", tenancy.authorization_policy(tenant, args.ingress), mesh_opts)
         )
         # Its model servers and batch jobs reach outside the cluster only what they read and write.
-        prerequisites.append(custom_resource(f"{name}-egress", tenancy.egress_sidecar(tenant, MODEL_SERVER_COMPONENT), mesh_opts))
+        prerequisites.append(custom_resource(f"{name}-egress", network.egress_sidecar(tenant, MODEL_SERVER_COMPONENT), mesh_opts))
         if args.egress.batch_jobs:
             prerequisites.append(
-                custom_resource(f"{name}-batch-egress", tenancy.egress_sidecar(tenant, BATCH_JOB_COMPONENT), mesh_opts)
+                custom_resource(f"{name}-batch-egress", network.egress_sidecar(tenant, BATCH_JOB_COMPONENT), mesh_opts)
             )
         if args.egress.buckets and args.region is not None:
             buckets = args.egress.buckets
-            hosts = pulumi.Output.from_input(args.region).apply(lambda region: tenancy.s3_hosts(buckets, region))
-            s3 = tenancy.external_service(tenant.name, "s3", hosts)
+            hosts = pulumi.Output.from_input(args.region).apply(lambda region: network.s3_hosts(buckets, region))
+            s3 = network.external_service(tenant.name, "s3", hosts)
             prerequisites.append(custom_resource(f"{name}-egress-s3", s3, mesh_opts))
         if args.egress.hugging_face:
-            hugging_face = tenancy.external_service(tenant.name, "hugging-face", list(tenancy.HUGGING_FACE_HOSTS))
+            hugging_face = network.external_service(tenant.name, "hugging-face", list(network.HUGGING_FACE_HOSTS))
             prerequisites.append(custom_resource(f"{name}-egress-hugging-face", hugging_face, mesh_opts))
-            downloads = tenancy.external_service(
-                tenant.name, "hugging-face-downloads", list(tenancy.HUGGING_FACE_DOWNLOAD_HOSTS), wildcards=True
+            downloads = network.external_service(
+                tenant.name, "hugging-face-downloads", list(network.HUGGING_FACE_DOWNLOAD_HOSTS), wildcards=True
             )
             prerequisites.append(custom_resource(f"{name}-egress-hugging-face-downloads", downloads, mesh_opts))
         # Request metrics by tier as well as by workload and version (not a prerequisite of pods).

@@ -30,7 +30,7 @@ from typing import Any
 from pulumi.runtime import config as runtime_config
 
 from components.plan import endpoint_picker_plan, plan_checks
-from components.specs.endpoint_picker import epp_name
+from components.specs.endpoint_picker.names import epp_name
 from platform_config.errors import ConfigError
 from platform_config.loader import parse_platform_config, read_raw_config
 from platform_config.models import HOLD_REASON_LENGTH, ModelConfig, PlatformConfig

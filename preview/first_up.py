@@ -27,7 +27,7 @@ from functools import cache
 from typing import Any
 
 from components.constants import KUBERNETES_API_GROUPS
-from components.specs.tenancy import NAMESPACE_NAME_LABEL
+from components.specs.network import NAMESPACE_NAME_LABEL
 
 from .engine import RecordedResource
 from .render import HELM_RELEASE, chart_name, is_kubernetes_object, unsecret

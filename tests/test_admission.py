@@ -415,7 +415,7 @@ def expected_system_allocatable(vcpus: int, memory_gib: int, max_size: int) -> d
     core, 1 % of the second, 0.5 % of the next two, 0.25 % of the rest; memory 11 MiB per pod
     (110 pods up to 30 vCPUs) + 255 MiB, and 100 MiB eviction; then the node agents' allowance and
     an equal share of every controller in the reserve table, rounded up to a millicore/byte/pod."""
-    from components.cluster import SYSTEM_CONTROLLERS
+    from components.system_nodes import SYSTEM_CONTROLLERS
     from platform_config.capacity import SYSTEM_NODE_AGENTS
     from platform_config.quantity import parse_quantity
 
@@ -437,7 +437,7 @@ def expected_system_allocatable(vcpus: int, memory_gib: int, max_size: int) -> d
 
 @pytest.mark.parametrize("instance_type, max_size", [("m6i.xlarge", 4), ("m6i.2xlarge", 6)])
 def test_the_system_templates_allocatable(instance_type: str, max_size: int):
-    from components.cluster import system_scheduling_template
+    from components.system_nodes import system_scheduling_template
     from platform_config.models import SystemNodeGroup
     from platform_config.quantity import parse_quantity
 
@@ -456,8 +456,8 @@ def test_the_system_templates_allocatable(instance_type: str, max_size: int):
 
 
 def test_the_system_reserve_counts_the_gateway_at_its_maximum_with_the_projects_requests():
-    from components.cluster import SYSTEM_CONTROLLERS
     from components.mesh import GATEWAY_RESOURCES, gateway_values
+    from components.system_nodes import SYSTEM_CONTROLLERS
 
     (gateway,) = [c for c in SYSTEM_CONTROLLERS if c.name == "istio ingress gateway"]
     assert gateway.pods == gateway_values(None, "internal")["autoscaling"]["maxReplicas"] == 10
@@ -465,7 +465,7 @@ def test_the_system_reserve_counts_the_gateway_at_its_maximum_with_the_projects_
 
 
 def test_only_an_eks_stack_exports_the_system_template(previews):
-    from components.cluster import system_scheduling_template
+    from components.system_nodes import system_scheduling_template
     from platform_config.loader import parse_platform_config
 
     from .helpers import raw_stack

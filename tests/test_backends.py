@@ -61,7 +61,7 @@ def test_each_backend_says_how_its_versions_are_reached_and_drained():
 
 def test_the_platform_installs_every_machinery_a_backend_may_name():
     # mypy holds the backends to MachineryName; this holds the platform to installing each.
-    from components.serving import MachineryName
+    from components.shapes import MachineryName
 
     source = (ROOT / "components" / "platform.py").read_text()
     assert [name for name in get_args(MachineryName) if f'if "{name}" in needed:' not in source] == []

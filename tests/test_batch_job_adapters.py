@@ -12,7 +12,7 @@ import pytest
 
 from components.batch_job import batch_job_policy
 from components.specs.batch_job import engine_command, fingerprint, job
-from components.specs.pod import ADAPTERS_DIR
+from components.specs.vllm_parts import ADAPTERS_DIR
 
 from .helpers import config_problems, owning, pinned_vllm_flags, raw_stack, validate
 from .test_batch_jobs import Shard, request

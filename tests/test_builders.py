@@ -10,7 +10,8 @@ import functools
 import pytest
 
 from components.backends import BACKENDS
-from components.serving import Plan, ServerPlan
+from components.serving import Plan
+from components.shapes import ServerPlan
 from components.specs import gateway, pod, routes, tenancy
 
 from .helpers import config_problems, prod_with_labeller_server, raw_stack, set_at, validate

@@ -754,7 +754,7 @@ def test_the_refusal_code_counted_is_the_pickers_own_for_backpressure_and_no_ser
     error.go BuildErrResponse: ResourceExhausted -> TooManyRequests), what the picker's proxy
     answers every refusal with, and what vLLM's OpenAI server never answers (vllm/entrypoints of
     the pinned source release), so the picker pods' 429s are the picker path's refusals alone."""
-    from components.specs.endpoint_picker import REFUSED
+    from components.specs.endpoint_picker.envoy_routes import REFUSED
     from platform_config.pins import LLM_D_ROUTER_VERSION
     from platform_tools.canary import PICKER_REFUSED_CODE
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components.slo_plan import SloPlan
 from components.specs.batch_rules import batch_prometheus_rule
 from components.specs.dashboards import (
     DATASOURCE_VARIABLE,
@@ -27,7 +28,7 @@ from components.specs.dashboards import (
 )
 from components.specs.gpu_memory import declared_mig_instances, gpu_memory_prometheus_rule
 from components.specs.metrics import ksm_label
-from components.specs.slo_rules import SloPlan, prometheus_rule
+from components.specs.slo_rules import prometheus_rule
 
 from .helpers import PreviewRun, raw_stack, validate
 

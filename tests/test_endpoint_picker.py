@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 from components.constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, MONITORING_NAMESPACE, SYSTEM_NODE_SELECTOR
+from components.picker_plan import EndpointPickerPlan, PickerBand
 from components.specs import endpoint_picker as epp
 from components.specs import pod as server_pod
 from components.specs import pod_parts
-from components.specs.endpoint_picker import EndpointPickerPlan, PickerBand
-from components.specs.tenancy import NAMESPACE_NAME_LABEL
+from components.specs.network import NAMESPACE_NAME_LABEL
 from platform_config import pins
 from platform_config.serving import MESH_PROXY_RESOURCES
 from preview.admission import istio_injects

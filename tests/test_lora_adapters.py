@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import re2
 
-from components.specs.pod import ADAPTERS_DIR
+from components.specs.vllm_parts import ADAPTERS_DIR
 from platform_config import parse_platform_config
 from platform_config.adapters import lora_elements_per_rank, lora_limits, lora_memory
 from platform_config.models import VLLM_MAX_LORA_RANKS
@@ -200,7 +200,7 @@ def test_an_mlflow_adapter_needs_the_registry(prod_raw):
 
 
 def test_the_endpoint_picker_of_an_adapter_base_scores_adapter_affinity(prod_raw):
-    from components.specs.endpoint_picker import endpoint_picker_config
+    from components.specs.endpoint_picker.picker_config import endpoint_picker_config
 
     def picker_config(raw: dict[str, Any]) -> dict[str, Any]:
         server = next(s for m in validate(raw).models for s in m.servers if s.name == "llama-70b-v1")

@@ -657,7 +657,7 @@ def test_the_packs_endpoint_picker_labels_are_the_programs():
     from inference_governance import kube
 
     from components.constants import LABEL_COMPONENT, LABEL_TENANT
-    from components.specs.endpoint_picker import COMPONENT
+    from components.specs.endpoint_picker.names import COMPONENT
     from platform_config.floors import FLOORS
 
     assert (kube.COMPONENT_LABEL, kube.ENDPOINT_PICKER, kube.TENANT_LABEL) == (LABEL_COMPONENT, COMPONENT, LABEL_TENANT)
@@ -1108,7 +1108,7 @@ def test_tenant_egress_by_host(pack, baseline, change, flagged):
 
 
 def test_the_packs_pod_identity_agent_is_the_programs():
-    from components.specs.tenancy import POD_IDENTITY_AGENT_CIDRS
+    from components.specs.network import POD_IDENTITY_AGENT_CIDRS
     from policies.inference_governance.tenant_egress import POD_IDENTITY_AGENT
 
     assert POD_IDENTITY_AGENT == POD_IDENTITY_AGENT_CIDRS
@@ -1204,7 +1204,7 @@ def test_an_endpoint_pickers_egress_stays_within_private_addresses(pack, baselin
 
 
 def test_the_packs_picker_addresses_are_the_programs():
-    from components.specs.tenancy import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
+    from components.specs.network import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
     from policies.inference_governance.tenant_egress import PICKER_EGRESS_CIDRS
 
     assert PICKER_EGRESS_CIDRS == (*PRIVATE_CIDRS, *POD_IDENTITY_AGENT_CIDRS)
@@ -1213,7 +1213,7 @@ def test_the_packs_picker_addresses_are_the_programs():
 def test_the_egress_rule_reads_the_adapters_the_fetcher_downloads_from_hugging_face():
     """The pack reads the program's adapter fetcher as it builds it: a Hugging Face adapter on a model whose weights
     are on S3 still needs Hugging Face's hosts."""
-    from components.specs.pod import adapter_fetch_containers
+    from components.specs.vllm_parts import adapter_fetch_containers
     from platform_config.adapters import AdapterModule, LoraLimits
     from platform_config.models import ModelSource
     from policies.inference_governance.tenant_egress import _hugging_face_reads

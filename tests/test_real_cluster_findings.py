@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.backends.knative import KNATIVE_ACTIVATOR_GRACE_SECONDS
+from components.constants import KNATIVE_ACTIVATOR_GRACE_SECONDS
 from platform_config import parse_platform_config
 
 from .helpers import ROOT, config_problems, prod_with_labeller_server, run_preview, write_stack

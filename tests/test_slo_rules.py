@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
+from components.slo_plan import SloPlan
 from components.specs.slo_rules import (
     BURN_WINDOWS,
     ITEM_LATENCY_BUCKETS_SECONDS,
-    SloPlan,
     latency_description,
     latency_slo,
     prometheus_rule,

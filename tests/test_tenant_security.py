@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from components.specs import pod as pod_spec
+from components.specs import vllm_parts
 from platform_config.errors import ConfigError
 from platform_config.models import ServerArgs
 from platform_config.pins import VLLM, VLLM_VERSION
@@ -270,9 +271,9 @@ COMPUTED = {"max_model_len", "gpu_memory_utilization", "max_num_seqs", "quantiza
 def test_every_settable_flag_exists_in_the_pinned_vllm():
     assert vllm_version_of(VLLM.image) == VLLM_VERSION
     flags = pinned_vllm_flags()
-    assert set(pod_spec.TUNING_FIELDS) == set(ServerArgs.model_fields) - COMPUTED
-    for field in pod_spec.TUNING_FIELDS:
-        assert pod_spec.tuning_flag(field) in flags, field
+    assert set(vllm_parts.TUNING_FIELDS) == set(ServerArgs.model_fields) - COMPUTED
+    for field in vllm_parts.TUNING_FIELDS:
+        assert vllm_parts.tuning_flag(field) in flags, field
 
 
 def test_typed_settings_become_flags_and_a_version_overrides_the_model():

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from components.serving import TIER_ORDER
+from components.shapes import TIER_ORDER
 from components.specs.telemetry import TIER_METRICS, UNKNOWN_TIER, tier_expression, tier_metrics
 from platform_config.pins import ISTIO_VERSION
 from preview.schemas import SchemaValidator

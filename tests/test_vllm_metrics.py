@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import pytest
 
-from components.specs.endpoint_picker import PICKER_VLLM_SERIES, endpoint_picker_config
+from components.specs.endpoint_picker.picker_config import PICKER_VLLM_SERIES, endpoint_picker_config
 from components.specs.slo_rules import ITEM_LATENCY_BUCKETS_SECONDS, VLLM_TTFT_BUCKETS_SECONDS, latency_slo
 from platform_config.profiles import PROFILES
 from platform_tools.canary import Target, queries

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from components.specs.batch_job import RUNNER_SOURCE, engine_command
-from components.specs.pod import _HF_ADAPTER_DOWNLOAD
+from components.specs.vllm_parts import _HF_ADAPTER_DOWNLOAD
 from platform_config.models import ServerArgs
 from platform_config.pins import VLLM, VLLM_FLAGS_CALIBRATION_SOURCE, VLLM_SOURCE, VLLM_VERSION, SourceReleasePin
 from preview.upstream import Facts, facts_dir

@@ -14,7 +14,7 @@ from typing import get_args
 
 from platform_config.profiles import AutoscalingMode
 
-from ..serving import Destination, PodShape, ServerObject, ServingBackend
+from ..shapes import Destination, PodShape, ServerObject, ServingBackend
 
 
 def _subclasses(cls: type) -> list[type[ServingBackend]]:

@@ -9,7 +9,7 @@ preStop delay, then vLLM's own drain within the grace period."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from platform_config.errors import ConfigIssue
 from platform_config.floors import FLOORS
@@ -17,7 +17,7 @@ from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig
 from platform_config.serving import drain_chain, effective_profile
 
 from ..constants import HTTP_PORT_NAME, LABEL_MODEL, VLLM_PORT, standard_labels
-from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend, SubsetRule
+from ..shapes import Destination, MachineryName, ModelPlan, PodShape, ServerObject, ServerPlan, ServingBackend, SubsetRule
 from ..specs.metrics import GPU_METRIC, QUEUE_METRIC, TTFT_P99_METRIC, epp_queue_metric
 from ..specs.pod import (
     pod_annotations,
@@ -34,9 +34,6 @@ from .endpoint_picking import (
     picker_subset_labels,
     picker_subset_rules,
 )
-
-if TYPE_CHECKING:
-    from ..serving import ModelPlan, ServerPlan
 
 # A Deployment's rollout surges one pod above the current count (maxSurge 1, maxUnavailable 0).
 ROLLOUT_SURGE = 1

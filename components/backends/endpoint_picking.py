@@ -7,7 +7,6 @@ pickers' Services, and the config rules of a picked model. Not a backend itself 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from platform_config.errors import ConfigIssue
 from platform_config.floors import FLOORS
@@ -15,22 +14,19 @@ from platform_config.models import ModelConfig, PlatformConfig, ServerArgs
 from platform_config.serving import server_name
 
 from ..constants import KUBERNETES_API_GROUPS
-from ..serving import Destination, Role, ServerObject, SubsetRule
-from ..specs.endpoint_picker import (
+from ..picker_plan import EndpointPickerPlan
+from ..shapes import Destination, Role, ServerObject, ServerPlan, SubsetRule
+from ..specs.endpoint_picker.headers import OBJECTIVE_HEADER
+from ..specs.endpoint_picker.names import (
     EPP_PROXY_PORT,
     OBJECTIVE_GROUP,
-    OBJECTIVE_HEADER,
     POOL_GROUP,
-    EndpointPickerPlan,
-    endpoint_picker_objects,
     epp_host_of,
     epp_name_of,
     epp_selector_of,
     objective_of,
 )
-
-if TYPE_CHECKING:
-    from ..serving import ServerPlan
+from ..specs.endpoint_picker.objects import endpoint_picker_objects
 
 # What the picker's custom objects wait for: their CRDs (monitors: the Prometheus Operator's;
 # mesh rules: Istio's).

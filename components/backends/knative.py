@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from platform_config.errors import ConfigIssue
 from platform_config.floors import FLOORS
@@ -23,8 +23,15 @@ from platform_config.models import ModelConfig, NodePoolConfig, PlatformConfig, 
 from platform_config.profiles import WorkloadProfile
 from platform_config.serving import drain_chain, effective_profile, server_name
 
-from ..constants import GATEWAY_SELECTOR, ISTIO_SYSTEM_NAMESPACE, KNATIVE_SERVING_NAMESPACE, VLLM_PORT
-from ..serving import Destination, MachineryName, PodShape, ServerObject, ServingBackend, SubsetRule
+from ..constants import (
+    GATEWAY_SELECTOR,
+    ISTIO_SYSTEM_NAMESPACE,
+    KNATIVE_ACTIVATOR_GRACE_SECONDS,
+    KNATIVE_SERVING_NAMESPACE,
+    PULUMI_WAIT_FOR,
+    VLLM_PORT,
+)
+from ..shapes import Destination, MachineryName, PodShape, ServerObject, ServerPlan, ServingBackend, SubsetRule
 from ..specs.pod import (
     pod_annotations,
     pod_disruption_budget,
@@ -41,11 +48,6 @@ from .endpoint_picking import (
     picker_subset_rules,
 )
 
-if TYPE_CHECKING:
-    from ..serving import ServerPlan
-
-# pulumi-kubernetes (4.18+): what to await on a resource it has no built-in readiness check for.
-PULUMI_WAIT_FOR = "pulumi.com/waitFor"
 # Knative names the serving port of a container http1 (or h2c), and labels every pod of a
 # Knative Service with the service's name.
 KNATIVE_HTTP_PORT_NAME = "http1"
@@ -55,15 +57,6 @@ KNATIVE_SERVICE_LABEL = "serving.knative.dev/service"
 KNATIVE_REVISION_LABEL = "serving.knative.dev/revision"
 KNATIVE_LOCAL_GATEWAY = f"knative-local-gateway.{ISTIO_SYSTEM_NAMESPACE}.svc.cluster.local"
 KNATIVE_LOCAL_GATEWAY_PORT = 80
-
-# Knative's activator sits in the data path of a Knative revision while no replica is ready
-# (scale from zero, see TARGET_BURST_CAPACITY) and drains for terminationGracePeriodSeconds: 600 (knative/serving knative-v1.23.0
-# config/core/deployments/activator.yaml: "should be at least as large as the upper bound on the
-# Revision's timeoutSeconds"). The operator's KnativeServing cannot change it (its
-# spec.workloads overrides have no terminationGracePeriodSeconds: knative/operator
-# knative-v1.23.0 pkg/apis/operator/base/common.go WorkloadOverride), so no Knative-served
-# request may be allowed longer.
-KNATIVE_ACTIVATOR_GRACE_SECONDS = 600
 
 # queue-proxy, in every Knative pod, sized by the revision's annotations so quotas count it
 # exactly (knative/serving knative-v1.23.0 pkg/reconciler/revision/resources/queue.go
@@ -104,7 +97,7 @@ TARGET_BURST_CAPACITY = 0
 # queueHTTPPort). An endpoint picker dials it, not vLLM's port: queue-proxy then counts every
 # request the picker sends (pkg/queue/handler.go ProxyHandler), so the KPA sees the load. The
 # picker holds requests once its replicas are saturated: on average 5 waiting (queueDepthThreshold),
-# or 80 % of the KV cache in use (specs/endpoint_picker.py). A replica saturated by its waiting
+# or 80 % of the KV cache in use (specs/endpoint_picker/picker_config.py). A replica saturated by its waiting
 # requests runs all its slots and has more in flight than the KPA's target (a config check keeps
 # the target at or below the slots: `_saturation_issues`), so the KPA adds replicas while the
 # picker times the rest; one saturated by its KV cache may not, and the picker then sheds each

@@ -4,7 +4,7 @@ ships the shard runner (components/batch_runner/batch_runner.py).
 
 Per pod: `stage-in` (aws-cli) copies the input's JSONL files from S3 and the shard's finished
 chunks back from the output; `fetch-weights` copies S3 weights as the servers do, and the job's LoRA adapter is fetched by
-the servers' own init containers (specs/pod.py adapter_fetch_containers); then `runner`
+the servers' own init containers (specs/vllm_parts.py adapter_fetch_containers); then `runner`
 (the pinned vLLM image) runs `vllm run-batch` per chunk, and `uploader` (aws-cli) copies each
 finished chunk to `<output>/shard-<index>/` as it appears and once more when the runner exits,
 exiting with the runner's code. Kueue's objects are in specs/kueue.py.
@@ -15,34 +15,29 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from platform_config.models import BatchJobConfig, duration_seconds, pinned_s3_uri
 from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS
 from platform_config.serving import MESH_PROXY_RESOURCES
 
 from ..constants import BATCH_JOB_COMPONENT, LABEL_POOL, LABEL_TENANT, standard_labels
+from ..shapes import BatchJobPlan
 from .kueue import BATCH_PRIORITY_CLASS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, local_queue_name
-from .pod import (
+from .network import POD_IDENTITY_AGENT_CIDRS
+from .pod_parts import (
     EXCLUDE_OUTBOUND_ANNOTATION,
-    HF_HOME,
     HF_TOKEN_KEY,
     HF_TOKEN_SECRET,
     HOME_DIR,
-    MODELS_DIR,
-    adapter_fetch_containers,
     aws_cli_container,
+    container_security_context,
     gpu_toleration,
-    lora_flags,
+    mesh_sidecar_size_annotations,
     pod_security_context,
     s3_sync_command,
-    tuning_args,
 )
-from .pod_parts import container_security_context, mesh_sidecar_size_annotations
-from .tenancy import POD_IDENTITY_AGENT_CIDRS
-
-if TYPE_CHECKING:
-    from ..serving import BatchJobPlan
+from .vllm_parts import HF_HOME, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
 
 RUNNER_SOURCE = Path(__file__).resolve().parent.parent / "batch_runner" / "batch_runner.py"
 RUNNER_KEY = "batch_runner.py"
@@ -271,7 +266,7 @@ def _volumes(plan: BatchJobPlan) -> list[dict[str, Any]]:
 
 def pod_annotations() -> dict[str, str]:
     """The mesh's sidecar, so a batch pod reaches outside the cluster only the hosts its namespace's
-    ServiceEntries name (tenancy.egress_sidecar). As a native sidecar (an init container with
+    ServiceEntries name (network.egress_sidecar). As a native sidecar (an init container with
     restartPolicy Always, Kubernetes 1.29+; the platform's versions are 1.30 to 1.34) it ends with
     the pod's containers, so the Job completes, and it starts first, so `stage-in` and `fetch-weights`
     are in the mesh too (istio 1.30.3 files/injection-template.yaml line 29 reads the annotation;

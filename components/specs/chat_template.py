@@ -5,10 +5,9 @@ template's file and SHA-256, so a new template rolls them and `kubectl describe`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ..serving import ServerPlan
+from ..shapes import ServerPlan
 
 TEMPLATE_DIR = "/etc/vllm/chat-template"
 TEMPLATE_KEY = "chat-template.jinja"

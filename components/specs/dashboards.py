@@ -32,9 +32,10 @@ from decimal import Decimal
 from typing import Any
 
 from ..constants import LABEL_POOL, standard_labels
+from ..slo_plan import SloPlan
 from .gpu_memory import gpu_memory_panels
 from .metrics import EPP_QUEUE_SERIES, ksm_label
-from .slo_rules import SloPlan, error_ratio_series
+from .slo_rules import error_ratio_series
 
 # The sidecar's label (kube-prometheus-stack values `grafana.sidecar.dashboards.label` /
 # `labelValue`, chart defaults at 81.4.3).
@@ -257,28 +258,44 @@ def platform_overview_dashboard(prices: Mapping[str, Decimal], batch: bool = Fal
     """GPU use by pool, tenant and priority; queue depth; shed requests; GPU-hours per hour, and
     the cost per hour of the priced pools (`pricePerHour`, else the list price); with `batch` (Kueue
     installed), the batch queues per tenant."""
-    gpu_requests = f"kube_pod_container_resource_requests{{{GPU_RESOURCE}}}"
-    pools = f"max by (node, {POOL}) (kube_node_labels)"
-    types = f"max by (node, {INSTANCE_TYPE}) (kube_node_labels)"
-    gpu_capacity = f"kube_node_status_capacity{{{GPU_RESOURCE}}}"
-    # Shed requests per second: the 503 share of each version's and tier's answers times its requests.
-    shed = (
-        "model_version_tier:istio_requests_503:ratio_rate5m"
-        " * on (model, tenant, model_version, tier) model_version_tier:istio_requests:rate5m"
-    )
-    specs: list[tuple[str, list[tuple[str, str]], str, str]] = [
+    specs = gpu_use_panels() + queue_and_shed_panels() + gpu_hours_panels()
+    if prices:
+        specs.append(
+            (
+                "Cost per hour by pool",
+                [(pool_cost_per_hour(prices), f"{{{{{POOL}}}}}")],
+                "short",
+                "Nodes of each pool times its price per node-hour in USD: the stack's `pricePerHour`, else the AWS "
+                "list price (the preview's Cost section names its date).",
+            )
+        )
+    specs += gpu_memory_panels()
+    if batch:
+        specs += batch_queue_panels()
+    return _dashboard("inference-platform-overview", "Inference platform overview", ["overview"], _layout(specs))
+
+
+# Whole GPUs requested by scheduled pods (kube-state-metrics), and each node's pool and instance type.
+_GPU_REQUESTS = f"kube_pod_container_resource_requests{{{GPU_RESOURCE}}}"
+_NODE_POOLS = f"max by (node, {POOL}) (kube_node_labels)"
+_NODE_TYPES = f"max by (node, {INSTANCE_TYPE}) (kube_node_labels)"
+
+
+def gpu_use_panels() -> list[tuple[str, list[tuple[str, str]], str, str]]:
+    """GPUs requested by pool, tenant and priority class, and how busy the tenants' GPUs are."""
+    return [
         (
             "GPUs requested by pool",
-            [(f"sum by ({POOL}) ({gpu_requests} * on (node) group_left ({POOL}) {pools})", f"{{{{{POOL}}}}}")],
+            [(f"sum by ({POOL}) ({_GPU_REQUESTS} * on (node) group_left ({POOL}) {_NODE_POOLS})", f"{{{{{POOL}}}}}")],
             "short",
             "Whole GPUs requested by scheduled pods (kube-state-metrics), by the node's pool.",
         ),
-        ("GPUs requested by tenant", [(f"sum by (namespace) ({gpu_requests})", "{{namespace}}")], "short", ""),
+        ("GPUs requested by tenant", [(f"sum by (namespace) ({_GPU_REQUESTS})", "{{namespace}}")], "short", ""),
         (
             "GPUs requested by priority class",
             [
                 (
-                    f"sum by (priority_class) ({gpu_requests} * on (namespace, pod) group_left (priority_class)"
+                    f"sum by (priority_class) ({_GPU_REQUESTS} * on (namespace, pod) group_left (priority_class)"
                     " max by (namespace, pod, priority_class) (kube_pod_info))",
                     "{{priority_class}}",
                 )
@@ -292,6 +309,17 @@ def platform_overview_dashboard(prices: Mapping[str, Decimal], batch: bool = Fal
             "percentunit",
             "DCGM graphics-engine activity of the GPUs (and MIG slices) each tenant's pods hold.",
         ),
+    ]
+
+
+def queue_and_shed_panels() -> list[tuple[str, list[tuple[str, str]], str, str]]:
+    """Requests waiting by model (in vLLM and in the endpoint pickers), and those shed by tier and by model."""
+    # Shed requests per second: the 503 share of each version's and tier's answers times its requests.
+    shed = (
+        "model_version_tier:istio_requests_503:ratio_rate5m"
+        " * on (model, tenant, model_version, tier) model_version_tier:istio_requests:rate5m"
+    )
+    return [
         (
             "Queue depth by model",
             [
@@ -316,12 +344,19 @@ def platform_overview_dashboard(prices: Mapping[str, Decimal], batch: bool = Fal
             "reqps",
             "",
         ),
+    ]
+
+
+def gpu_hours_panels() -> list[tuple[str, list[tuple[str, str]], str, str]]:
+    """The GPUs on nodes, by pool and by instance type: what is paid for each hour."""
+    gpu_capacity = f"kube_node_status_capacity{{{GPU_RESOURCE}}}"
+    return [
         (
             "GPU-hours per hour by pool and instance type",
             [
-                (f"sum by ({POOL}) ({gpu_capacity} * on (node) group_left ({POOL}) {pools})", f"{{{{{POOL}}}}}"),
+                (f"sum by ({POOL}) ({gpu_capacity} * on (node) group_left ({POOL}) {_NODE_POOLS})", f"{{{{{POOL}}}}}"),
                 (
-                    f"sum by ({INSTANCE_TYPE}) ({gpu_capacity} * on (node) group_left ({INSTANCE_TYPE}) {types})",
+                    f"sum by ({INSTANCE_TYPE}) ({gpu_capacity} * on (node) group_left ({INSTANCE_TYPE}) {_NODE_TYPES})",
                     f"{{{{{INSTANCE_TYPE}}}}}",
                 ),
             ],
@@ -329,20 +364,6 @@ def platform_overview_dashboard(prices: Mapping[str, Decimal], batch: bool = Fal
             "GPUs on nodes: what is paid for each hour.",
         ),
     ]
-    if prices:
-        specs.append(
-            (
-                "Cost per hour by pool",
-                [(pool_cost_per_hour(prices), f"{{{{{POOL}}}}}")],
-                "short",
-                "Nodes of each pool times its price per node-hour in USD: the stack's `pricePerHour`, else the AWS "
-                "list price (the preview's Cost section names its date).",
-            )
-        )
-    specs += gpu_memory_panels()
-    if batch:
-        specs += batch_queue_panels()
-    return _dashboard("inference-platform-overview", "Inference platform overview", ["overview"], _layout(specs))
 
 
 def dashboard_config_map(name: str, namespace: str, dashboard: dict[str, Any]) -> dict[str, Any]:

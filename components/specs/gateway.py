@@ -1,3 +1,4 @@
+# Long module: the one ingress (its Gateway, who may call it, the filter it runs), which components and tests read as one.
 """The platform's one ingress (pure functions): the Istio Gateway on the configured hosts, who
 may call it (a RequestAuthentication for the configured JWT issuer and AuthorizationPolicies
 requiring a token and keeping the version override to named principals), the gateway's
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from platform_config.adapters import adapter_revisions, module_name
 from platform_config.models import GatewayAuthentication, TrafficConfig
@@ -43,11 +44,8 @@ from ..constants import (
     gateway_principal,
     standard_labels,
 )
-from ..serving import TIER_ORDER
-from .endpoint_picker import DROPPED_REASON_HEADER, FAIRNESS_HEADER
-
-if TYPE_CHECKING:
-    from ..serving import RoutePlan
+from ..shapes import TIER_ORDER, RoutePlan
+from .endpoint_picker.headers import DROPPED_REASON_HEADER, FAIRNESS_HEADER
 
 GATEWAY_NAME = "inference-gateway"
 LUA_SOURCE = Path(__file__).resolve().parent.parent / "lua" / "gateway_filter.lua"

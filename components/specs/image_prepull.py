@@ -15,8 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..constants import LABEL_POOL, standard_labels
-from .pod import NO_GPU_ENV, gpu_toleration, restricted_namespace
-from .pod_parts import container_security_context
+from .pod_parts import NO_GPU_ENV, container_security_context, gpu_toleration, restricted_namespace
 
 PREPULL_NAMESPACE = "image-prepull"
 # Nobody: the image's own user is root, which `restricted` refuses.

@@ -6,8 +6,13 @@ from typing import Any
 
 from platform_config.pins import KNATIVE_SERVING_VERSION
 
-from ..backends.knative import KNATIVE_ACTIVATOR_GRACE_SECONDS, PULUMI_WAIT_FOR
-from ..constants import GATEWAY_SELECTOR, KNATIVE_LOCAL_GATEWAY_LISTENER_PORT, KNATIVE_SERVING_NAMESPACE
+from ..constants import (
+    GATEWAY_SELECTOR,
+    KNATIVE_ACTIVATOR_GRACE_SECONDS,
+    KNATIVE_LOCAL_GATEWAY_LISTENER_PORT,
+    KNATIVE_SERVING_NAMESPACE,
+    PULUMI_WAIT_FOR,
+)
 
 # Pod fields model servers use that Knative admits only behind feature flags.
 REQUIRED_FEATURES = (

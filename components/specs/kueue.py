@@ -30,7 +30,7 @@ from platform_config.pins import KUEUE_API_VERSION
 
 from ..constants import EXPERIMENT_PRIORITY, LABEL_POOL, LABEL_TENANT, standard_labels
 from .gpu_sharing import node_taint
-from .pod import node_spread
+from .pod_parts import node_spread
 from .tenancy import quantity
 
 # Every tenant's ClusterQueue is in this cohort: unused nominal quota of one is lent to the others.

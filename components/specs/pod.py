@@ -2,37 +2,41 @@
 container and its arguments, the weights init container (or, on a streaming pool, vLLM's own
 S3 streaming loader), probes, volumes, resources, the pod's annotations and spec, and what every
 backend's objects share (metadata, disruption budget, scraping the merged metrics). The backend
-supplies the pod's shape (components/backends)."""
+supplies the pod's shape (components/backends). What other workloads' pods share with it is in
+pod_parts.py, and what a batch job's vLLM shares with it in vllm_parts.py."""
 
 from __future__ import annotations
 
 import json
 import math
-import urllib.parse
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from platform_config.adapters import AdapterModule, LoraLimits
 from platform_config.cold_start import STREAM_CONCURRENCY
-from platform_config.models import ModelSource, ServerArgs, pinned_s3_uri
-from platform_config.pins import AWS_CLI
+from platform_config.models import pinned_s3_uri
 from platform_config.quantity import parse_quantity
 
-from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, LABEL_POOL, VLLM_PORT, standard_labels
+from ..constants import LABEL_POOL, VLLM_PORT
+from ..shapes import ServerPlan
 from .chat_template import chat_template_annotations, chat_template_args, chat_template_volumes
-from .pod_parts import RUN_AS, container_security_context, draining_sidecar_annotations
+from .network import POD_IDENTITY_AGENT_CIDRS
+from .pod_parts import (
+    EXCLUDE_OUTBOUND_ANNOTATION,
+    HF_TOKEN_KEY,
+    HF_TOKEN_SECRET,
+    HOME_DIR,
+    aws_cli_container,
+    aws_cli_env,
+    container_security_context,
+    draining_sidecar_annotations,
+    gpu_toleration,
+    node_spread,
+    pod_security_context,
+    s3_sync_command,
+)
 from .slo_rules import ITEM_LATENCY_BUCKETS_SECONDS
-from .tenancy import POD_IDENTITY_AGENT_CIDRS
+from .vllm_parts import HF_HOME, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
 
-if TYPE_CHECKING:  # the plan imports the backends, which build their pods here
-    from ..serving import ServerPlan
-
-HF_TOKEN_SECRET = "huggingface-token"
-HF_TOKEN_KEY = "token"
-MODELS_DIR = "/models"
-HF_HOME = f"{MODELS_DIR}/hf"
 WEIGHTS_DIR = f"{MODELS_DIR}/weights"
-HOME_DIR = "/home/vllm"
 STARTUP_PROBE_PERIOD = 10
 # The cluster autoscaler does not remove a node whose pods hold local volumes (emptyDirs not in
 # memory) unless the pod lists them here (utils/drain/drain.go HasBlockingLocalStorage and
@@ -159,28 +163,7 @@ def vllm_args(plan: ServerPlan) -> list[str]:
     return out + chat_template_args(plan) + lora_args(plan) + tuning_args(plan.args)
 
 
-# --- LoRA adapters -------------------------------------------------------------------------
-# vLLM 0.33.0 resolves a `--lora-modules` path that is not a local one as a Hugging Face repository
-# and downloads it with `snapshot_download(repo_id=...)`, at no revision (vllm/lora/utils.py,
-# get_adapter_absolute_path): a pinned revision cannot be given. So every module is downloaded at its
-# pinned revision (or synced from S3) into the pod's model volume by an init container, and vLLM is
-# given that absolute path, which it takes as it is.
-
-ADAPTERS_DIR = f"{MODELS_DIR}/adapters"
-# Downloads each (repository, revision, directory) triple of its arguments; huggingface_hub is
-# vLLM's own dependency, in the image.
-_HF_ADAPTER_DOWNLOAD = (
-    "import sys\n"
-    "from huggingface_hub import snapshot_download\n"
-    "args = sys.argv[1:]\n"
-    "for repo, revision, directory in zip(args[0::3], args[1::3], args[2::3]):\n"
-    "    snapshot_download(repo_id=repo, revision=revision, local_dir=directory)\n"
-)
-
-
-def adapter_path(module: AdapterModule) -> str:
-    """Where a LoRA module's files are on the model volume (its name quoted: it may hold '/' or ':')."""
-    return f"{ADAPTERS_DIR}/{urllib.parse.quote(module.name, safe='')}"
+# --- LoRA adapters (vllm_parts.py: the flags and the fetch containers a batch job shares) -------
 
 
 def lora_args(plan: ServerPlan) -> list[str]:
@@ -188,26 +171,6 @@ def lora_args(plan: ServerPlan) -> list[str]:
     if plan.lora is None:
         return []
     return lora_flags(plan.lora, plan.name)
-
-
-def lora_flags(lora: LoraLimits, owner: str) -> list[str]:
-    """vLLM's LoRA flags (vllm/config/lora.py and vllm/entrypoints/common/cli_args.py at v0.33.0),
-    for a server and for a batch job's `vllm run-batch` alike: `--lora-modules` takes `name=path`
-    items (an item with '=' and no ',' is read that way; names never hold either, paths are
-    quoted), and the limits sized from the adapters."""
-    # The loader replaced every registry reference by the pinned source it names (platform_config/registry.py).
-    assert all(m.source.mlflow is None for m in lora.modules), f"{owner}: an unresolved adapter source reached the pod"
-    return [
-        "--enable-lora",
-        "--lora-modules",
-        *(f"{module.name}={adapter_path(module)}" for module in lora.modules),
-        "--max-loras",
-        str(lora.max_loras),
-        "--max-lora-rank",
-        str(lora.max_lora_rank),
-        "--max-cpu-loras",
-        str(lora.max_cpu_loras),
-    ]
 
 
 def adapter_init_containers(plan: ServerPlan) -> list[dict[str, Any]]:
@@ -220,68 +183,7 @@ def adapter_init_containers(plan: ServerPlan) -> list[dict[str, Any]]:
     return adapter_fetch_containers(plan.lora, plan.image, hf_env, volume_mounts)
 
 
-def adapter_fetch_containers(
-    lora: LoraLimits, image: str, hf_env: list[dict[str, Any]], volume_mounts: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """Fetch the adapter modules before vLLM starts, for a server and a batch job alike: the
-    Hugging Face ones at their pinned revisions in one container of the vLLM image (`image`, with
-    `hf_env`), each S3 one with the CLI as the base weights are; `volume_mounts` hold MODELS_DIR."""
-    containers: list[dict[str, Any]] = []
-    hugging_face = [m for m in lora.modules if m.source.huggingface is not None]
-    if hugging_face:
-        triples = [arg for m in hugging_face for arg in (m.source.huggingface, m.source.revision, adapter_path(m))]
-        containers.append(
-            {
-                "name": "fetch-adapters",
-                "image": image,
-                "command": ["python3", "-c", _HF_ADAPTER_DOWNLOAD, *triples],
-                "env": hf_env,
-                "resources": FETCH_RESOURCES,
-                "volumeMounts": volume_mounts,
-                "securityContext": container_security_context(),
-            }
-        )
-    for index, module in enumerate(m for m in lora.modules if m.source.s3_uri is not None):
-        source = module.source
-        containers.append(
-            aws_cli_container(f"fetch-adapter-s3-{index}", s3_sync_command(source, adapter_path(module)), volume_mounts)
-        )
-    return containers
-
-
-# The stack's own vLLM settings (ServerArgs), in this order; each field's flag is its name in
-# kebab case (`max_num_batched_tokens` -> `--max-num-batched-tokens`, vllm/engine/arg_utils.py
-# at v0.33.0). A boolean is vLLM's BooleanOptionalAction: only `true` is written (`false` is
-# vLLM's default).
-TUNING_FIELDS = (
-    "enforce_eager",
-    "max_num_batched_tokens",
-    "long_prefill_token_threshold",
-    "kv_cache_dtype",
-    "block_size",
-    "cpu_offload_gb",
-    "seed",
-    "tokenizer_mode",
-    "max_logprobs",
-)
-
-
-def tuning_flag(field: str) -> str:
-    return "--" + field.replace("_", "-")
-
-
-def tuning_args(args: ServerArgs) -> list[str]:
-    out: list[str] = []
-    for field in TUNING_FIELDS:
-        value = getattr(args, field)
-        if value is None or value is False:
-            continue
-        out += (
-            [tuning_flag(field)]
-            if value is True
-            else [tuning_flag(field), f"{value:g}" if isinstance(value, float) else str(value)]
-        )
-    return out
+# --- the environment, probes, rollout and volumes ------------------------------------------
 
 
 def _env(plan: ServerPlan) -> list[dict[str, Any]]:
@@ -339,57 +241,6 @@ def startup_failure_threshold(plan: ServerPlan) -> int:
     derived from the pool's weight cache path (platform_config/cold_start.startup_budget_seconds)."""
     assert plan.startup_budget_seconds is not None, f"{plan.name}: the plan derived no startup budget"
     return plan.startup_budget_seconds // STARTUP_PROBE_PERIOD
-
-
-# For a container on a GPU node that asks for no GPU: the CUDA base images set NVIDIA_VISIBLE_DEVICES=all, and where
-# the node's default container runtime is NVIDIA's (the EKS NVIDIA AMIs') the toolkit would give such a container
-# every GPU of the node; `void` gives it none (NVIDIA Container Toolkit, "Specialized configurations": void).
-NO_GPU_ENV = ({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},)
-
-
-def token_secret(name: str, namespace: str, token: Any, **labels: str) -> dict[str, Any]:
-    """A Hugging Face token as a Secret (`token`: the stack's secret), read by pods through `env.valueFrom`."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace, "labels": standard_labels(name, "credentials", **labels)},
-        "type": "Opaque",
-        "stringData": {HF_TOKEN_KEY: token},
-    }
-
-
-def gpu_toleration() -> dict[str, str]:
-    """Tolerates the GPU pools' taint (components/specs/gpu_sharing.py node_taint), whatever its value."""
-    return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}
-
-
-def pod_security_context() -> dict[str, Any]:
-    """The pod-level half of pod security `restricted`; volumes writable by the containers' group."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "fsGroup": RUN_AS,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-def restricted_namespace(name: str, component: str) -> dict[str, Any]:
-    """A platform namespace whose pods must meet pod security `restricted` (enforced, audited and warned), like
-    every pod the builders here make: the image pre-pull's and the weight mirror's."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": name,
-            "labels": {
-                **standard_labels(name, component),
-                "pod-security.kubernetes.io/enforce": "restricted",
-                "pod-security.kubernetes.io/audit": "restricted",
-                "pod-security.kubernetes.io/warn": "restricted",
-            },
-        },
-    }
 
 
 def _volumes(plan: ServerPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -465,40 +316,6 @@ def vllm_container(plan: ServerPlan) -> dict[str, Any]:
     return container
 
 
-def aws_cli_env() -> list[dict[str, str]]:
-    """The aws CLI's environment in a pod: a writable HOME, and no instance metadata. Pods cannot
-    reach the instance metadata service (hop limit 1, NetworkPolicy): the credentials and region
-    come from the workload identity's injected variables, so the CLI must not spend its start
-    probing IMDS (botocore's AWS_EC2_METADATA_DISABLED)."""
-    return [{"name": "HOME", "value": HOME_DIR}, {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}]
-
-
-# What copying weights or adapter modules in a pod's init container may use.
-FETCH_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}}
-
-
-def aws_cli_container(
-    name: str, command: list[str], volume_mounts: list[dict[str, Any]], resources: dict[str, Any] = FETCH_RESOURCES
-) -> dict[str, Any]:
-    """A container of the pinned aws CLI image running `command` with the pods' aws environment: every S3 copy of the
-    servers' and batch jobs' pods (weights, adapter modules, a job's stage-in and uploader)."""
-    return {
-        "name": name,
-        "image": AWS_CLI.image,
-        "command": command,
-        "env": aws_cli_env(),
-        "resources": resources,
-        "volumeMounts": volume_mounts,
-        "securityContext": container_security_context(),
-    }
-
-
-def s3_sync_command(source: ModelSource, destination: str) -> list[str]:
-    """The aws CLI copying a pinned S3 source (its prefix's version folder) to a local path: the
-    servers' weights and adapters, and the batch jobs' weights."""
-    return ["aws", "s3", "sync", "--only-show-errors", pinned_s3_uri(source), destination]
-
-
 def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
     """Copies S3 weights (s3Uri/revision) to the cache volume before vLLM starts; none where
     vLLM streams them itself."""
@@ -549,10 +366,6 @@ def mirror_annotations(plan: ServerPlan) -> dict[str, str]:
     return {ANNOTATION_WEIGHTS_MIRRORED_FROM: f"{source.huggingface}@{source.revision}"}
 
 
-# The addresses a pod's outbound traffic goes to around its sidecar (istio 1.30.3 files/injection-template.yaml).
-EXCLUDE_OUTBOUND_ANNOTATION = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
-
-
 def pod_annotations(plan: ServerPlan) -> dict[str, str]:
     return {
         **registry_annotations(plan),
@@ -567,7 +380,7 @@ def pod_annotations(plan: ServerPlan) -> dict[str, str]:
         # Keep the sidecar up while vLLM drains, and start vLLM only once the sidecar is ready.
         **draining_sidecar_annotations(plan.drain.grace_seconds),
         # The Pod Identity Agent's plain-HTTP credentials call goes around the sidecar: no Service
-        # names that address, so REGISTRY_ONLY (tenancy.egress_sidecar) would drop it. Read by the
+        # names that address, so REGISTRY_ONLY (network.egress_sidecar) would drop it. Read by the
         # injector at 1.30.3 (files/injection-template.yaml lines 56 and 105: the CNI plugin's
         # annotation and istio-iptables' `-x`).
         EXCLUDE_OUTBOUND_ANNOTATION: ",".join(POD_IDENTITY_AGENT_CIDRS),
@@ -610,20 +423,6 @@ def pod_spec(plan: ServerPlan) -> dict[str, Any]:
         spec["terminationGracePeriodSeconds"] = plan.drain.grace_seconds
         spec["topologySpreadConstraints"] = node_spread(plan.selector)
     return spec
-
-
-def node_spread(selector: Mapping[str, str], *, required: bool = False) -> list[dict[str, Any]]:
-    """Pods matching `selector` spread over nodes, one more on a node than on any other at most: as the scheduler can
-    (`ScheduleAnyway`), or `required` (`DoNotSchedule`: a replica waits for a node of its own rather than share one,
-    for what every request depends on)."""
-    return [
-        {
-            "maxSkew": 1,
-            "topologyKey": "kubernetes.io/hostname",
-            "whenUnsatisfiable": "DoNotSchedule" if required else "ScheduleAnyway",
-            "labelSelector": {"matchLabels": dict(selector)},
-        }
-    ]
 
 
 # --- what every backend's objects share ------------------------------------------------

@@ -21,13 +21,14 @@ DestinationRule for that gateway host.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from platform_config.models import ModelConfig, TierPolicy, weights_location
 from platform_config.serving import route_timeout_seconds, version_weights
 
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels
-from ..serving import TIER_ORDER, RoutePlan
+from ..shapes import TIER_ORDER, RoutePlan, TierRoute
 from .gateway import GATEWAY_NAME
 
 # Retry only what never reached a server: an LLM request is not idempotent (it costs GPU time),
@@ -188,74 +189,23 @@ def _route_policy(policy: TierPolicy) -> dict[str, Any]:
 
 
 def virtual_service(route: RoutePlan) -> dict[str, Any]:
+    """The model's routes at the gateway, first match wins: every tier's version overrides, then
+    its canary's sticky buckets, then its weighted split (a tier another model serves goes there
+    whole), and for a model that serves fewer than every tier a 403 naming the ones it serves."""
     traffic, model = route.traffic, route.model
     release = model.release
     tiers = [t.tier for t in route.tiers]
-    overrides, sticky, weighted = [], [], []
+    overrides: list[dict[str, Any]] = []
+    sticky: list[dict[str, Any]] = []
+    weighted: list[dict[str, Any]] = []
     for tier_route in route.tiers:
-        tier, owner = tier_route.tier, tier_route.owner
-        policy = _route_policy(tier_route.policy)
-        if owner is not model:
-            # Batch work goes to its own pool, whatever version header or user key it carries.
-            weighted.append(
-                {
-                    "name": f"{tier}-to-{owner.name}",
-                    "match": _match(route, tier),
-                    "route": [tier_route.owner_backend.destination(owner, owner.release.stable, tier).route()],
-                    **policy,
-                }
-            )
-            continue
-        for version in route.versions:
-            overrides.append(
-                {
-                    "name": f"{tier}-override-{version}",
-                    "match": _match(route, tier, {release.override_header: {"exact": version}}),
-                    "route": [route.backend.destination(model, version, tier).route()],
-                    **policy,
-                }
-            )
-        canary = release.canary
-        if canary is not None:
-            canary_range, stable_range = sticky_ranges(release.canary_weight)
-            for version, pattern in ((canary, canary_range), (release.stable, stable_range)):
-                if pattern is not None:
-                    sticky.append(
-                        {
-                            "name": f"{tier}-sticky-{version}",
-                            "match": _match(route, tier, {traffic.bucket_header: {"regex": pattern}}),
-                            "route": [route.backend.destination(model, version, tier).route()],
-                            **policy,
-                        }
-                    )
-        weighted.append(
-            {
-                "name": f"{tier}-weighted",
-                "match": _match(route, tier),
-                "route": [
-                    route.backend.destination(model, version, tier).route(weight)
-                    for version, weight in version_weights(model).items()
-                ],
-                **policy,
-            }
-        )
+        tier_overrides, tier_sticky, tier_weighted = _tier_routes(route, tier_route)
+        overrides += tier_overrides
+        sticky += tier_sticky
+        weighted += tier_weighted
     routes = overrides + sticky + weighted
     if set(tiers) != set(TIER_ORDER):
-        routes.append(
-            {
-                "name": "tier-not-served",
-                "match": [{"headers": {traffic.model_header: {"exact": name}}} for name in route_names(model)],
-                "directResponse": {
-                    "status": 403,
-                    # The tier is the token's (the filter sets the tier header from its claim).
-                    "body": {
-                        "string": f"model {model.openai_name}{' (and its adapters)' if model.adapters else ''} serves tiers "
-                        f"{', '.join(tiers)}; the token's "
-                        f"{traffic.authentication.tier_claim} claim names another"
-                    },
-                },
-            }
-        )
+        routes.append(_tier_not_served(route, tiers))
     return {
         "apiVersion": "networking.istio.io/v1",
         "kind": "VirtualService",
@@ -268,6 +218,75 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
             "annotations": {OVERRIDE_HEADER_ANNOTATION: release.override_header, **release_annotations(route.model)},
         },
         "spec": {"hosts": list(traffic.hosts), "gateways": [f"{ISTIO_INGRESS_NAMESPACE}/{GATEWAY_NAME}"], "http": routes},
+    }
+
+
+def _tier_routes(
+    route: RoutePlan, tier_route: TierRoute
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """One tier's routes: (version overrides, the canary's sticky buckets, the weighted split)."""
+    traffic, model = route.traffic, route.model
+    release = model.release
+    tier, owner = tier_route.tier, tier_route.owner
+    policy = _route_policy(tier_route.policy)
+    if owner is not model:
+        # Batch work goes to its own pool, whatever version header or user key it carries.
+        to_owner = {
+            "name": f"{tier}-to-{owner.name}",
+            "match": _match(route, tier),
+            "route": [tier_route.owner_backend.destination(owner, owner.release.stable, tier).route()],
+            **policy,
+        }
+        return [], [], [to_owner]
+    overrides = [
+        {
+            "name": f"{tier}-override-{version}",
+            "match": _match(route, tier, {release.override_header: {"exact": version}}),
+            "route": [route.backend.destination(model, version, tier).route()],
+            **policy,
+        }
+        for version in route.versions
+    ]
+    sticky = []
+    canary = release.canary
+    if canary is not None:
+        canary_range, stable_range = sticky_ranges(release.canary_weight)
+        for version, pattern in ((canary, canary_range), (release.stable, stable_range)):
+            if pattern is not None:
+                sticky.append(
+                    {
+                        "name": f"{tier}-sticky-{version}",
+                        "match": _match(route, tier, {traffic.bucket_header: {"regex": pattern}}),
+                        "route": [route.backend.destination(model, version, tier).route()],
+                        **policy,
+                    }
+                )
+    weighted = {
+        "name": f"{tier}-weighted",
+        "match": _match(route, tier),
+        "route": [
+            route.backend.destination(model, version, tier).route(weight) for version, weight in version_weights(model).items()
+        ],
+        **policy,
+    }
+    return overrides, sticky, [weighted]
+
+
+def _tier_not_served(route: RoutePlan, tiers: Sequence[str]) -> dict[str, Any]:
+    """A request for one of the model's names on a tier it does not serve: 403, naming the tiers it serves."""
+    traffic, model = route.traffic, route.model
+    return {
+        "name": "tier-not-served",
+        "match": [{"headers": {traffic.model_header: {"exact": name}}} for name in route_names(model)],
+        "directResponse": {
+            "status": 403,
+            # The tier is the token's (the filter sets the tier header from its claim).
+            "body": {
+                "string": f"model {model.openai_name}{' (and its adapters)' if model.adapters else ''} serves tiers "
+                f"{', '.join(tiers)}; the token's "
+                f"{traffic.authentication.tier_claim} claim names another"
+            },
+        },
     }
 
 

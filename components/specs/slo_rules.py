@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..constants import LABEL_MODEL, LABEL_MODEL_VERSION, standard_labels
+from ..slo_plan import LatencySli, LatencySlo, SloPlan
 from .metrics import ksm_label
 
 # vLLM 0.33.0's time-to-first-token buckets, in seconds (vllm/v1/metrics/buckets.py TIME_TO_FIRST_TOKEN_BUCKETS, the
@@ -86,7 +87,6 @@ ITEM_LATENCY_BUCKETS_SECONDS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 )  # fmt: skip
 
-LatencySli = Literal["ttft", "duration", "item"]
 Severity = Literal["page", "ticket"]
 SEVERITIES: tuple[Severity, ...] = ("page", "ticket")
 
@@ -122,41 +122,6 @@ BURN_WINDOWS: tuple[BurnWindow, ...] = (
 )
 # Every window an error ratio is recorded over.
 WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "6h", "3d")
-
-
-@dataclass(frozen=True)
-class LatencySlo:
-    sli: LatencySli
-    # What was asked for, and the histogram boundary at or below it that requests are counted against.
-    target_ms: int
-    threshold_ms: float
-    objective: float
-
-    @property
-    def threshold_le(self) -> str:
-        """A matcher of the threshold bucket's `le` label: Prometheus 2 keeps the exposition's
-        spelling (Envoy writes `100`, Python's client `1.0`), Prometheus 3 normalises to a float
-        (`100.0`), so an integral boundary matches either."""
-        value = self.threshold_ms if self.sli == "duration" else round(self.threshold_ms / 1000, 9)
-        if value == int(value):
-            return f'le=~"{int(value)}(\\\\.0)?"'
-        return f'le="{value:g}"'
-
-
-@dataclass(frozen=True)
-class SloPlan:
-    """A model's objectives, resolved from its profile and its own `slo` overrides."""
-
-    model: str
-    served_name: str
-    tenant: str
-    availability_objective: float
-    # None: no latency objective (a profile without a target, e.g. batch labelling).
-    latency: LatencySlo | None
-    # The Deployments of the versions' endpoint pickers (`<model>-<version>-epp`), none where the
-    # versions have none: the requests their proxy refuses never reach a server, so the servers'
-    # sidecars never count them (components/specs/endpoint_picker.py REFUSED).
-    picker_workloads: tuple[str, ...] = ()
 
 
 def buckets_ms(sli: LatencySli) -> tuple[float, ...]:

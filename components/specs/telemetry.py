@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..constants import standard_labels
-from ..serving import TIER_ORDER
+from ..shapes import TIER_ORDER
 
 TIER_TAG = "tier"
 # What the tag holds for a request without a known tier (no header, or a value no tier has).

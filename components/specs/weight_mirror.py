@@ -19,19 +19,20 @@ from platform_config.weight_mirror import MIRROR_NAMESPACE, MirroredRevision, te
 
 from ..constants import LABEL_POOL, LABEL_TENANT, standard_labels
 from ..mirror_runner.mirror_runner import PERMANENT_FAILURE_EXIT_CODE
-from .pod import (
+from .network import network_policy, outbound_policies
+from .pod_parts import (
     HF_TOKEN_KEY,
     HOME_DIR,
     NO_GPU_ENV,
     aws_cli_env,
+    container_security_context,
     gpu_toleration,
     pod_security_context,
     restricted_namespace,
     token_secret,
 )
-from .pod_parts import container_security_context
 from .s3_access import s3_policy
-from .tenancy import DEFAULT_DENY_EGRESS_POLICY, DEFAULT_DENY_POLICY, network_policy, outbound_policies
+from .tenancy import DEFAULT_DENY_EGRESS_POLICY, DEFAULT_DENY_POLICY
 
 RUNNER_SOURCE = Path(__file__).resolve().parent.parent / "mirror_runner" / "mirror_runner.py"
 RUNNER_KEY = "mirror_runner.py"
@@ -130,19 +131,6 @@ def mirror_job(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
     image pre-pulled, and room for it), with the tenant's mirror role and, for gated repositories, the tenant's own
     Hugging Face token (`token`)."""
     labels = standard_labels(revision.job_name, COMPONENT, **{LABEL_TENANT: revision.tenant, LABEL_POOL: revision.pool})
-    env: list[dict[str, Any]] = [
-        *aws_cli_env(),
-        {"name": "MIRROR_REPO", "value": revision.repo},
-        {"name": "MIRROR_REVISION", "value": revision.revision},
-        {"name": "MIRROR_DESTINATION", "value": revision.folder},
-        {"name": "MIRROR_MARKER", "value": revision.marker},
-        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
-        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
-        *NO_GPU_ENV,
-    ]
-    if token:
-        secret = {"name": mirror_token_secret_name(revision.tenant), "key": HF_TOKEN_KEY}
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
     annotations = {ANNOTATION_MIRROR_SOURCE: f"{revision.repo}@{revision.revision}", ANNOTATION_MIRROR_COPY: revision.folder}
     return {
         "apiVersion": "batch/v1",
@@ -182,21 +170,7 @@ def mirror_job(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
                     "nodeSelector": {LABEL_POOL: revision.pool},
                     "tolerations": [gpu_toleration()],
                     "securityContext": pod_security_context(),
-                    "containers": [
-                        {
-                            "name": COPY_CONTAINER,
-                            "image": revision.image,
-                            "command": ["python3", f"{RUNNER_DIR}/{RUNNER_KEY}"],
-                            "env": env,
-                            "resources": MIRROR_RESOURCES,
-                            "volumeMounts": [
-                                {"name": "runner", "mountPath": RUNNER_DIR, "readOnly": True},
-                                {"name": "home", "mountPath": HOME_DIR},
-                                {"name": "tmp", "mountPath": "/tmp"},
-                            ],
-                            "securityContext": container_security_context(),
-                        }
-                    ],
+                    "containers": [copy_container(revision, token=token)],
                     "volumes": [
                         {"name": "runner", "configMap": {"name": RUNNER_CONFIG_MAP}},
                         {"name": "home", "emptyDir": {"sizeLimit": "1Gi"}},
@@ -205,4 +179,35 @@ def mirror_job(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
                 },
             },
         },
+    }
+
+
+def copy_container(revision: MirroredRevision, *, token: bool) -> dict[str, Any]:
+    """The mirror runner in the vLLM image, told what to copy where by its environment: the aws CLI's, the revision's,
+    no GPU and, with `token`, the tenant's Hugging Face token."""
+    env: list[dict[str, Any]] = [
+        *aws_cli_env(),
+        {"name": "MIRROR_REPO", "value": revision.repo},
+        {"name": "MIRROR_REVISION", "value": revision.revision},
+        {"name": "MIRROR_DESTINATION", "value": revision.folder},
+        {"name": "MIRROR_MARKER", "value": revision.marker},
+        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+        *NO_GPU_ENV,
+    ]
+    if token:
+        secret = {"name": mirror_token_secret_name(revision.tenant), "key": HF_TOKEN_KEY}
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
+    return {
+        "name": COPY_CONTAINER,
+        "image": revision.image,
+        "command": ["python3", f"{RUNNER_DIR}/{RUNNER_KEY}"],
+        "env": env,
+        "resources": MIRROR_RESOURCES,
+        "volumeMounts": [
+            {"name": "runner", "mountPath": RUNNER_DIR, "readOnly": True},
+            {"name": "home", "mountPath": HOME_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        "securityContext": container_security_context(),
     }

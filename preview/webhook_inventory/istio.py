@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from components.specs.tenancy import NAMESPACE_NAME_LABEL
+from components.specs.network import NAMESPACE_NAME_LABEL
 
 from .shapes import FAIL, IGNORE, MUTATING, VALIDATING, Installer, LabelSelector, Rule, UnreadValues, Webhook, value_at
 

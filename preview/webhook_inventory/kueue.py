@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from components.specs.kueue import KUEUE_CHART_FRAMEWORKS
-from components.specs.tenancy import NAMESPACE_NAME_LABEL
+from components.specs.network import NAMESPACE_NAME_LABEL
 
 from .shapes import FAIL, IGNORE, MUTATING, VALIDATING, Installer, LabelSelector, Rule, Webhook, value_at
 

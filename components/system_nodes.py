@@ -1,0 +1,186 @@
+"""The system nodes as the scheduler sees them (`system_scheduling_template`).
+
+The preview's admission stage places every pod template the program renders on the pool its
+nodeSelector names, the system node group's included (the endpoint pickers run there). The
+controllers below run there too, but from Helm charts and EKS add-ons whose pods the program
+never renders: nothing else checks that they fit. Each system node's allocatable is reduced by
+an equal share of their requests (SYSTEM_CONTROLLERS, spread over the group's maxSize nodes), so
+what is left is what the pickers may take. Counted whether or not the stack installs the
+optional ones (Knative, prometheus-adapter, kube-prometheus-stack, metrics-server): an
+over-reserve never lets a real shortage through."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from typing import Any, Mapping
+
+from platform_config.capacity import system_node_allocatable
+from platform_config.models import SystemNodeGroup
+from platform_config.quantity import parse_quantity
+
+from .constants import SYSTEM_NODE_SELECTOR, SYSTEM_POOL
+from .mesh import gateway_values
+from .metrics_server import metrics_server_values
+from .monitoring import PROMETHEUS_URL
+from .specs.metrics import adapter_values
+
+
+@dataclass(frozen=True)
+class SystemController:
+    """Pods of one controller on the system nodes, and what each pod requests."""
+
+    name: str
+    pods: int
+    requests: Mapping[str, str]
+    # Where the figures come from.
+    source: str
+
+
+def _plus(*requests: Mapping[str, str]) -> dict[str, str]:
+    """Containers' requests summed into one pod's (as exact Kubernetes quantities)."""
+    total: dict[str, Decimal] = {}
+    for each in requests:
+        for resource, text in each.items():
+            total[resource] = total.get(resource, Decimal(0)) + parse_quantity(text)
+    return {resource: f"{int(amount * 1000)}m" if resource == "cpu" else f"{int(amount)}" for resource, amount in total.items()}
+
+
+# Istio 1.30.3 global.proxy.resources (manifests/charts/istio-control/istio-discovery/values.yaml):
+# the sidecar every pod in an injected namespace (knative-serving) gets.
+ISTIO_SIDECAR_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
+# A pod whose chart sets no requests (and the project neither): a controller's idle footprint,
+# rounded up. Not a measurement.
+UNSET_REQUESTS_ALLOWANCE = {"cpu": "100m", "memory": "256Mi"}
+
+_GATEWAY = gateway_values(None, "internal")
+SYSTEM_CONTROLLERS: tuple[SystemController, ...] = (
+    # Requests the project sets.
+    SystemController(
+        "istio ingress gateway",
+        _GATEWAY["autoscaling"]["maxReplicas"],
+        _GATEWAY["resources"]["requests"],
+        "components/mesh.py gateway_values, at its HPA's maximum: it scales with the traffic that brings the pickers to "
+        "their peak",
+    ),
+    # Requests the charts set, read at the pinned tags; replicas the project sets, else one (the
+    # HPAs' minimum: istiod and Knative's scale with config churn and scale-from-zero bursts).
+    SystemController(
+        "metrics-server",
+        metrics_server_values(SYSTEM_NODE_SELECTOR)["replicas"],
+        {"cpu": "100m", "memory": "200Mi"},
+        "kubernetes-sigs/metrics-server metrics-server-helm-chart-3.13.1 charts/metrics-server/values.yaml resources",
+    ),
+    SystemController(
+        "istiod",
+        1,
+        {"cpu": "500m", "memory": "2048Mi"},
+        "istio/istio 1.30.3 manifests/charts/istio-control/istio-discovery/values.yaml pilot.resources, autoscaleMin 1",
+    ),
+    SystemController(
+        "knative activator (with its sidecar)",
+        1,
+        _plus({"cpu": "300m", "memory": "60Mi"}, ISTIO_SIDECAR_REQUESTS),
+        "knative/serving knative-v1.23.0 config/core/deployments/activator.yaml, activator-hpa.yaml minReplicas 1",
+    ),
+    SystemController(
+        "knative autoscaler, controller and webhook (with their sidecars)",
+        3,
+        _plus({"cpu": "100m", "memory": "100Mi"}, ISTIO_SIDECAR_REQUESTS),
+        "knative/serving knative-v1.23.0 config/core/deployments/{autoscaler,controller,webhook}.yaml",
+    ),
+    SystemController(
+        "net-istio controller (no sidecar)",
+        1,
+        {"cpu": "30m", "memory": "40Mi"},
+        "knative/operator knative-v1.23.0 cmd/operator/kodata/ingress/1.23/istio/net-istio.yaml",
+    ),
+    SystemController(
+        "net-istio webhook (with its sidecar)",
+        1,
+        _plus({"cpu": "20m", "memory": "20Mi"}, ISTIO_SIDECAR_REQUESTS),
+        "knative/operator knative-v1.23.0 cmd/operator/kodata/ingress/1.23/istio/net-istio.yaml",
+    ),
+    SystemController(
+        "knative operator and its webhook",
+        2,
+        {"cpu": "100m", "memory": "100Mi"},
+        "knative/operator knative-v1.23.0 config/charts/knative-operator/values.yaml",
+    ),
+    # No requests set by the project or the chart: a fixed allowance.
+    SystemController(
+        "prometheus-adapter",
+        adapter_values(PROMETHEUS_URL)["replicas"],
+        UNSET_REQUESTS_ALLOWANCE,
+        "replicas: components/specs/metrics.py adapter_values; the chart (5.3.0) sets no requests",
+    ),
+    SystemController(
+        "aws-load-balancer-controller",
+        2,
+        UNSET_REQUESTS_ALLOWANCE,
+        "aws/eks-charts aws-load-balancer-controller 3.5.0 values.yaml: replicaCount 2, resources {}",
+    ),
+    SystemController(
+        "cluster-autoscaler",
+        1,
+        UNSET_REQUESTS_ALLOWANCE,
+        "kubernetes/autoscaler cluster-autoscaler-chart-9.51.0 values.yaml: replicaCount 1, resources {}",
+    ),
+    SystemController(
+        "gpu-operator, NFD master and NFD gc",
+        3,
+        UNSET_REQUESTS_ALLOWANCE,
+        "gpu-operator v25.10.1: its values were not read here",
+    ),
+    SystemController(
+        "kube-prometheus-stack operator, kube-state-metrics, Grafana, Alertmanager",
+        4,
+        UNSET_REQUESTS_ALLOWANCE,
+        "kube-prometheus-stack 81.4.3 (values not read here; it leaves resources empty)",
+    ),
+    SystemController(
+        "Prometheus",
+        1,
+        {"cpu": "1", "memory": "4Gi"},
+        "an allowance for 15 days' retention of the platform's metrics (the chart sets no requests)",
+    ),
+    # EKS's own, on the same nodes.
+    SystemController("CoreDNS", 2, {"cpu": "100m", "memory": "70Mi"}, "the EKS coredns add-on's Deployment"),
+)
+
+
+def system_controller_requests() -> dict[str, Decimal]:
+    """What SYSTEM_CONTROLLERS request in all, and the pod slots they take."""
+    total: dict[str, Decimal] = {"pods": Decimal(sum(controller.pods for controller in SYSTEM_CONTROLLERS))}
+    for controller in SYSTEM_CONTROLLERS:
+        for resource, text in controller.requests.items():
+            total[resource] = total.get(resource, Decimal(0)) + parse_quantity(text) * controller.pods
+    return total
+
+
+def _rounded(resource: str, amount: Decimal, rounding: str) -> Decimal:
+    """CPU to whole millicores, everything else to whole units."""
+    step = Decimal("0.001") if resource == "cpu" else Decimal(1)
+    return amount.quantize(step, rounding=rounding)
+
+
+def _quantity_text(amount: Decimal) -> str:
+    return f"{int(amount)}" if amount == amount.to_integral_value() else f"{int(amount * 1000)}m"
+
+
+def system_scheduling_template(group: SystemNodeGroup) -> dict[str, Any]:
+    """One system node as the scheduler sees it, and how many there are at most, in the shape of
+    GpuNodePool.scheduling_template (the `nodePools` output): no taints, the kubelet's and node
+    agents' reserve (platform_config.capacity), and each node's share of SYSTEM_CONTROLLERS."""
+    allocatable = system_node_allocatable(group)
+    for resource, total in system_controller_requests().items():
+        share = _rounded(resource, total / group.max_size, ROUND_CEILING)
+        allocatable[resource] = max(Decimal(0), _rounded(resource, allocatable[resource] - share, ROUND_FLOOR))
+    return {
+        "name": SYSTEM_POOL,
+        "labels": dict(SYSTEM_NODE_SELECTOR),
+        # The node group declares none (below): any pod may land there.
+        "taints": [],
+        "allocatable": {resource: _quantity_text(amount) for resource, amount in allocatable.items()},
+        "maxSize": group.max_size,
+    }
