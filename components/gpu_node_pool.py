@@ -8,7 +8,6 @@ records what they must carry (labels, taint) and what they advertise.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 
 import pulumi
 import pulumi_aws as aws
@@ -16,6 +15,7 @@ import pulumi_aws as aws
 from platform_config.capacity import instance_of, node_allocatable
 from platform_config.cold_start import INSTANCE_STORE, node_disk, node_disk_gib
 from platform_config.models import NodePoolConfig
+from platform_config.quantity import exact_quantity
 
 from .cluster import node_launch_template
 from .constants import PACKAGE
@@ -57,13 +57,6 @@ class GpuNodePoolArgs:
     depends_on: tuple[pulumi.Resource, ...] = ()
 
 
-def _quantity_text(amount: Decimal) -> str:
-    """An exact Kubernetes quantity: whole units, else milli-units."""
-    if amount == amount.to_integral_value():
-        return f"{int(amount)}"
-    return f"{int(amount * 1000)}m"
-
-
 class GpuNodePool(pulumi.ComponentResource):
     advertised: dict[str, int]
     labels: dict[str, str]
@@ -82,7 +75,7 @@ class GpuNodePool(pulumi.ComponentResource):
             "name": pool.name,
             "labels": self.labels,
             "taints": [taint],
-            "allocatable": {resource: _quantity_text(amount) for resource, amount in node_allocatable(pool).items()},
+            "allocatable": {resource: exact_quantity(amount) for resource, amount in node_allocatable(pool).items()},
             "maxSize": pool.max_size,
         }
         node_group_name: pulumi.Output[str] | None = None

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from platform_config.capacity import system_node_allocatable
 from platform_config.models import SystemNodeGroup
-from platform_config.quantity import parse_quantity
+from platform_config.quantity import exact_quantity, parse_quantity
 
 from .constants import SYSTEM_NODE_SELECTOR, SYSTEM_POOL
 from .mesh import gateway_values
@@ -164,10 +164,6 @@ def _rounded(resource: str, amount: Decimal, rounding: str) -> Decimal:
     return amount.quantize(step, rounding=rounding)
 
 
-def _quantity_text(amount: Decimal) -> str:
-    return f"{int(amount)}" if amount == amount.to_integral_value() else f"{int(amount * 1000)}m"
-
-
 def system_scheduling_template(group: SystemNodeGroup) -> dict[str, Any]:
     """One system node as the scheduler sees it, and how many there are at most, in the shape of
     GpuNodePool.scheduling_template (the `nodePools` output): no taints, the kubelet's and node
@@ -181,6 +177,6 @@ def system_scheduling_template(group: SystemNodeGroup) -> dict[str, Any]:
         "labels": dict(SYSTEM_NODE_SELECTOR),
         # The node group declares none (below): any pod may land there.
         "taints": [],
-        "allocatable": {resource: _quantity_text(amount) for resource, amount in allocatable.items()},
+        "allocatable": {resource: exact_quantity(amount) for resource, amount in allocatable.items()},
         "maxSize": group.max_size,
     }

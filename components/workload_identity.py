@@ -36,7 +36,7 @@ class WorkloadIdentityArgs:
     writes_mirror: bool = False
 
 
-# Tags naming whose a role is (policies/inference_governance/stack.py tenant_s3_scoping).
+# Tags naming whose a role is (policies/inference_governance/tenant_s3.py tenant_s3_scoping).
 TAG_TENANT = "inference.platform/tenant"
 TAG_MIRROR_FOR = "inference.platform/weight-mirror-for"
 

@@ -1,4 +1,5 @@
-"""Kubernetes resource quantities ("200Gi", "500m", "64"), parsed exactly for capacity sums."""
+"""Kubernetes resource quantities ("200Gi", "500m", "64"): parsed exactly for capacity sums, and written back into
+manifests, each form by one function here."""
 
 from __future__ import annotations
 
@@ -31,3 +32,29 @@ def parse_quantity(text: str) -> Decimal:
     suffix = match["suffix"] or ""
     factor = Decimal(_BINARY[suffix]) if suffix in _BINARY else Decimal(_DECIMAL[suffix])
     return number * factor
+
+
+def exact_quantity(amount: Decimal) -> str:
+    """An exact Kubernetes quantity: whole units, else milli-units (a node's allocatable)."""
+    if amount == amount.to_integral_value():
+        return f"{int(amount)}"
+    return f"{int(amount * 1000)}m"
+
+
+def binary_quantity(amount: Decimal) -> str:
+    """A byte count as a quantity, in the largest binary unit that holds it exactly ("256Mi")."""
+    for suffix, factor in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if amount >= factor and amount % factor == 0:
+            return f"{int(amount // factor)}{suffix}"
+    return str(int(amount))
+
+
+def resource_quantity(resource: str, amount: Decimal) -> str:
+    """An amount of a resource as a quota or queue states it: memory in Gi where whole (else bytes), CPU in cores
+    where whole (else millicores), anything else in whole units."""
+    if resource == "memory":
+        gib = amount / 2**30
+        return f"{gib.normalize():f}Gi" if gib == gib.to_integral_value() else f"{int(amount)}"
+    if resource == "cpu":
+        return f"{amount.normalize():f}" if amount == amount.to_integral_value() else f"{int(amount * 1000)}m"
+    return f"{int(amount)}"

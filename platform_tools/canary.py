@@ -10,7 +10,7 @@ What is read (every query is built here, in `queries`, and nowhere else), over t
   destination_version=~"<stable>|<canary>"`: the metrics the sidecar of each version's vLLM pod
   reports for the requests it received. Istio takes `destination_app`/`destination_version` from
   the pod's `app`/`version` labels, which the platform sets to the model and version names
-  (components/serving.py ServerPlan.labels). `tier` is the label the mesh's Telemetry adds from
+  (components/shapes.py ServerPlan.labels). `tier` is the label the mesh's Telemetry adds from
   the tier header; a request without one counts under "(no tier)". Error rate: answers 5xx
   other than 503, over all answers; shed rate: 503 answers over all answers (code 0, a
   request the client abandoned, is neither).
@@ -20,13 +20,13 @@ What is read (every query is built here, in `queries`, and nowhere else), over t
   destination_workload_namespace="<tenant>", destination_workload=~"<pickers>", response_code="429"}
   [<window>]))`, what the sidecar of each version's picker pods reports. Every refusal of the picker
   path leaves the picker's proxy as 429 with `x-llm-d-request-dropped-reason`, which the gateway
-  filter answers 503 (components/specs/endpoint_picker.py REFUSED): the picker's own (a queue TTL or
+  filter answers 503 (components/specs/endpoint_picker/envoy_routes.py REFUSED): the picker's own (a queue TTL or
   a band's cap, 429; no endpoints, 503 turned 429 by the proxy; llm-d router v0.10.0
   pkg/common/error/error.go) and the proxy's (the tier's queue timeout, the picker unreachable). The
   servers never answer 429 (vLLM 0.33.0's OpenAI server has no such answer), so the picked
   requests' own answers, which pass the same sidecar, are never counted twice. Each counts as a
   request and a 503 of its version and tier. `destination_workload` is the picker's Deployment
-  (components/specs/endpoint_picker.py epp_name_of); `tier` is the Telemetry's, as above.
+  (components/specs/endpoint_picker/names.py epp_name_of); `tier` is the Telemetry's, as above.
 - End-to-end latency p95 in ms, per version and per version and tier: `histogram_quantile(0.95,
   sum by (destination_version[, tier], le) (increase(istio_request_duration_milliseconds_bucket{
   <sel>, response_code!~"5.."}[<window>])))`: answered requests only, so that a version failing
@@ -38,7 +38,7 @@ What is read (every query is built here, in `queries`, and nowhere else), over t
   (its source release, vllm/v1/metrics/loggers.py PrometheusStatLogger, line 931: labels
   model_name, the first --served-model-name (vllm/config/model.py get_served_model_name), and
   engine; tests/test_vllm_metrics.py checks the query against it); `namespace` is the scrape target's and `model_version` the
-  pod label the PodMonitor/ServiceMonitor relabels in (components/specs/pod.py
+  pod label the PodMonitor/ServiceMonitor relabels in (components/specs/pod_parts.py
   merged_metrics_relabelings).
 
 The verdict's rules: platform_tools/canary_verdict.py; its report: platform_tools/canary_report.py.

@@ -13,7 +13,7 @@ What the platform reads: the `vllm:` selectors of every rendered object of the d
 prod previews (tests/golden/*.resources.json, which tests/test_golden_outputs.py holds to the
 program: the SLO PrometheusRules, the dashboards, the prometheus-adapter rules), the canary
 verdict's queries (platform_tools/canary.py `queries`), and what the endpoint picker's
-`core-metrics-extractor` reads from each server (components/specs/endpoint_picker.py
+`core-metrics-extractor` reads from each server (components/specs/endpoint_picker/picker_config.py
 PICKER_VLLM_SERIES, llm-d-router v0.10.0's defaults, checked in its mirror)."""
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ def test_the_vllm_image_installs_the_runai_streamer_with_s3(openai_image):
 
 @pytest.mark.upstream_source
 def test_the_vllm_image_runs_python3_with_vllm_installed_into_it(openai_image):
-    """The adapter fetch and the batch runner run `python3` in the vLLM image (components/specs/pod.py
+    """The adapter fetch and the batch runner run `python3` in the vLLM image (components/specs/vllm_parts.py
     adapter_fetch_containers, components/specs/batch_job.py runner_container). docker/Dockerfile at
     0.33.0, stage `vllm-runtime-base`: `update-alternatives --install /usr/bin/python3 python3
     /usr/bin/python${PYTHON_VERSION}`, then `uv pip install --system -r /tmp/requirements-cuda.txt`; stage
@@ -246,7 +246,7 @@ VLLM_HUGGINGFACE_HUB_CALLERS = (
 
 @pytest.mark.upstream_source
 def test_the_huggingface_hub_calls_of_the_pods_are_ones_vllm_makes():
-    """The adapter fetch (`python3 -c`, components/specs/pod.py) calls
+    """The adapter fetch (`python3 -c`, components/specs/vllm_parts.py) calls
     `huggingface_hub.snapshot_download(repo_id=, revision=, local_dir=)` and the batch runner
     `hf_hub_download(repo, file, repo_type=, revision=)`, in the vLLM image.
 

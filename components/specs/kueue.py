@@ -27,11 +27,11 @@ import yaml
 from platform_config.capacity import BatchQueueRow
 from platform_config.models import BatchJobConfig, NodePoolConfig
 from platform_config.pins import KUEUE_API_VERSION
+from platform_config.quantity import resource_quantity
 
 from ..constants import EXPERIMENT_PRIORITY, LABEL_POOL, LABEL_TENANT, standard_labels
 from .gpu_sharing import node_taint
 from .pod_parts import node_spread
-from .tenancy import quantity
 
 # Every tenant's ClusterQueue is in this cohort: unused nominal quota of one is lent to the others.
 BATCH_COHORT = "batch"
@@ -89,10 +89,13 @@ def cluster_queue(tenant: str, rows: Sequence[BatchQueueRow]) -> dict[str, Any]:
     for row in own:
         quotas = []
         for resource in resources:
-            entry: dict[str, Any] = {"name": resource, "nominalQuota": quantity(resource, row.nominal.get(resource, Decimal(0)))}
+            entry: dict[str, Any] = {
+                "name": resource,
+                "nominalQuota": resource_quantity(resource, row.nominal.get(resource, Decimal(0))),
+            }
             limit = row.borrowing_limit.get(resource)
             if limit is not None:
-                entry["borrowingLimit"] = quantity(resource, limit)
+                entry["borrowingLimit"] = resource_quantity(resource, limit)
             quotas.append(entry)
         flavors.append({"name": row.pool, "resources": quotas})
     return {

@@ -23,6 +23,7 @@ from typing import Any
 from platform_config.capacity import budget_resources, production_budget
 from platform_config.models import TenantConfig
 from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS, PRODUCTION_PRIORITY_CLASS
+from platform_config.quantity import resource_quantity
 from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
 
 from ..constants import (
@@ -40,24 +41,10 @@ from .network import in_namespace, network_policy, outbound_policies
 GPU_PREFIXES = ("nvidia.com/",)
 
 
-def _quantity(resource: str, amount: Decimal) -> str:
-    if resource == "memory":
-        gib = amount / 2**30
-        return f"{gib.normalize():f}Gi" if gib == gib.to_integral_value() else f"{int(amount)}"
-    if resource == "cpu":
-        return f"{amount.normalize():f}" if amount == amount.to_integral_value() else f"{int(amount * 1000)}m"
-    return f"{int(amount)}"
-
-
-def quantity(resource: str, amount: Decimal) -> str:
-    """An amount as a Kubernetes quantity (memory in Gi where whole, CPU in cores or millicores)."""
-    return _quantity(resource, amount)
-
-
 def _hard(amounts: dict[str, Decimal], pods: int | None) -> dict[str, str]:
-    hard = {f"requests.{resource}": _quantity(resource, amount) for resource, amount in sorted(amounts.items())}
+    hard = {f"requests.{resource}": resource_quantity(resource, amount) for resource, amount in sorted(amounts.items())}
     if "memory" in amounts:
-        hard["limits.memory"] = _quantity("memory", amounts["memory"])
+        hard["limits.memory"] = resource_quantity("memory", amounts["memory"])
     if pods is not None:
         hard["pods"] = str(pods)
     return hard

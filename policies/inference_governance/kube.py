@@ -55,7 +55,7 @@ GATEWAY_NAMESPACE: str = FACTS["gateway"]["namespace"]
 GATEWAY_SELECTOR: dict[str, str] = FACTS["gateway"]["selector"]
 GATEWAY_LISTENER_PORTS: dict[int, int] = {int(k): v for k, v in FACTS["gateway"]["listenerPorts"].items()}
 # The program's labels for an endpoint picker's objects and a tenant's namespace
-# (components/constants.py LABEL_COMPONENT and LABEL_TENANT, components/specs/endpoint_picker.py
+# (components/constants.py LABEL_COMPONENT and LABEL_TENANT, components/specs/endpoint_picker/names.py
 # COMPONENT); a test holds them to the program's.
 COMPONENT_LABEL = "app.kubernetes.io/component"
 ENDPOINT_PICKER = "endpoint-picker"

@@ -53,7 +53,7 @@ SIDECAR_RESOLUTIONS = ("DNS", "DYNAMIC_DNS")
 
 
 # The EKS Pod Identity Agent's addresses: a server reading S3 under REGISTRY_ONLY sends its
-# credentials call around the sidecar, which no Service names (components/specs/pod.py); a test holds
+# credentials call around the sidecar, which no Service names (components/specs/network.py); a test holds
 # them to the program's.
 POD_IDENTITY_AGENT = ("169.254.170.23/32", "fd00:ec2::23/128")
 
@@ -62,7 +62,7 @@ EXCLUDE_OUTBOUND_ANNOTATION = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
 
 
 # The init container that downloads Hugging Face adapters: `python3 -c <script>` and (repository, revision, path)
-# triples (components/specs/pod.py adapter_fetch_containers).
+# triples (components/specs/vllm_parts.py adapter_fetch_containers).
 ADAPTER_FETCHER = "fetch-adapters"
 
 
@@ -79,7 +79,7 @@ CAPTURE_ANNOTATIONS = (
 )
 
 
-# Where an endpoint picker may connect by address (components/specs/tenancy.py PRIVATE_CIDRS and the Pod Identity Agent).
+# Where an endpoint picker may connect by address (components/specs/network.py PRIVATE_CIDRS and the Pod Identity Agent).
 PICKER_EGRESS_CIDRS = tuple(FACTS["pickerEgressCidrs"])
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from platform_config.quantity import parse_quantity
+from platform_config.quantity import binary_quantity, parse_quantity
 
 from ...picker_plan import EndpointPickerPlan, PickerBand
 from .names import MESH_METRICS_PATH, MESH_STATUS_PORT
-from .plan_rules import check_plan, quantity_text, queue_ttl_seconds, sorted_bands, total_queue_bytes
+from .plan_rules import check_plan, queue_ttl_seconds, sorted_bands, total_queue_bytes
 
 # How often the EPP reads each server's metrics, and how old they may be before the saturation
 # detector counts the server as full (fail closed: LR utilization/detector.go Saturation). The
@@ -146,7 +146,7 @@ def endpoint_picker_config(plan: EndpointPickerPlan) -> dict[str, Any]:
     smallest = min(plan.bands, key=lambda band: (parse_quantity(band.max_bytes), band.max_requests))
     flow_control: dict[str, Any] = {
         # Global caps: the sums of the bands, so all queues together stay under the memory budget.
-        "maxBytes": quantity_text(total_queue_bytes(plan)),
+        "maxBytes": binary_quantity(total_queue_bytes(plan)),
         "maxRequests": str(sum(band.max_requests for band in plan.bands)),
         "defaultRequestTTL": f"{queue_ttl_seconds(plan)}s",
         "saturationDetector": {"pluginRef": SATURATION_DETECTOR},

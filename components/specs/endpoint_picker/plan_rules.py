@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from platform_config.quantity import parse_quantity
+from platform_config.quantity import binary_quantity, parse_quantity
 
 from ...picker_plan import EndpointPickerPlan, PickerBand
 from .names import EPP_CONTAINER, MAX_NAME_LENGTH, PROXY_CONTAINER
@@ -75,14 +75,6 @@ def _bytes(quantity: str) -> Decimal:
     return parse_quantity(quantity)
 
 
-def quantity_text(amount: Decimal) -> str:
-    """A byte count as a quantity, in the largest binary unit that holds it exactly ("256Mi")."""
-    for suffix, factor in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if amount >= factor and amount % factor == 0:
-            return f"{int(amount // factor)}{suffix}"
-    return str(int(amount))
-
-
 def check_plan(plan: EndpointPickerPlan) -> None:
     """Refuse a plan the EPP or the API server would not take, naming the input."""
     if not plan.name or len(plan.name) > MAX_NAME_LENGTH:
@@ -126,7 +118,7 @@ def check_plan(plan: EndpointPickerPlan) -> None:
     ceiling = _bytes(EPP_POD_RESOURCES[EPP_CONTAINER]["limits.memory"]) * QUEUE_MEMORY_SHARE
     if total_queue_bytes(plan) > ceiling:
         raise ValueError(
-            f"bands: {quantity_text(total_queue_bytes(plan))} of queued bytes in all; at most {quantity_text(ceiling)}, "
+            f"bands: {binary_quantity(total_queue_bytes(plan))} of queued bytes in all; at most {binary_quantity(ceiling)}, "
             "half the EPP's memory limit (LR docs/operations.md: keep flow control's maxBytes under it)"
         )
 
