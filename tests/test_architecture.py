@@ -1,0 +1,94 @@
+"""The structure the project holds itself to (platform_tools/architecture.py): imports only downward between the
+layers and never in a circle, the policy pack apart, modules and functions within their limits or saying why, and
+docs/architecture.md's module map current."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from platform_tools.architecture import (
+    ARCHITECTURE_FILE,
+    Module,
+    functions_over_their_limit,
+    import_circles,
+    import_graph,
+    modules_over_their_limit,
+    project_modules,
+    rendered,
+    upward_imports,
+)
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[str, Module]:
+    return project_modules()
+
+
+def test_no_module_imports_a_higher_layer_and_the_pack_imports_nothing_of_the_project(modules):
+    assert upward_imports(modules, import_graph(modules)) == []
+
+
+def test_no_import_circle(modules):
+    assert import_circles(import_graph(modules)) == []
+
+
+def test_no_module_over_600_lines_and_none_over_450_without_its_reason(modules):
+    assert modules_over_their_limit(modules) == []
+
+
+def test_no_function_over_80_lines_without_its_reason(modules):
+    assert functions_over_their_limit(modules) == []
+
+
+def test_the_module_map_is_current(modules):
+    current = ARCHITECTURE_FILE.read_text()
+    assert current == rendered(current, modules), "stale docs/architecture.md: run `make docs`"
+
+
+def _module(tmp_path: Path, name: str, text: str) -> Module:
+    path = tmp_path / (name.replace(".", "/") + ".py")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return Module(name, path, ast.parse(text), len(text.splitlines()))
+
+
+def test_the_checks_see_a_circle_under_type_checking_an_upward_import_and_a_long_function(tmp_path):
+    """Each check on small modules it must flag: a circle hidden behind TYPE_CHECKING, a relative import upward out
+    of the lowest layer, the pack reaching into the project, and an 81-line function without a reason."""
+    body = "\n".join(f"    x{i} = {i}" for i in range(80))
+    modules = {
+        m.name: m
+        for m in (
+            _module(tmp_path, "components.a", "from .b import B\n"),
+            _module(tmp_path, "components.b", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import A\n"),
+            _module(tmp_path, "platform_config.c", "from components.a import A\n"),
+            _module(tmp_path, "policies.inference_governance.d", "from platform_config.c import C\n"),
+            _module(tmp_path, "preview.e", f"def long():\n{body}\n"),
+            _module(tmp_path, "preview.f", f'def long():\n    """Long because a table."""\n{body}\n'),
+        )
+    }
+    graph = import_graph(modules)
+    assert import_circles(graph) == [["components.a", "components.b"]]
+    assert upward_imports(modules, graph) == [
+        "platform_config.c -> components.a",
+        "policies.inference_governance.d -> platform_config.c",
+    ]
+    assert functions_over_their_limit(modules) == ["preview.e.long: 81 lines"]
+
+
+def test_quantities_are_written_by_platform_config_quantity_only(modules):
+    """One home for the quantity forms a manifest holds (exact, binary, per resource): no other function named for
+    quantities, except the schema's validators, which check a quantity and hand it back as given (the pack, apart,
+    reads quantities with its own)."""
+    validators = {"platform_config.models.base._quantity", "platform_config.models.base._positive_quantity"}
+    elsewhere = [
+        f"{module.name}.{node.name}"
+        for module in modules.values()
+        if module.name != "platform_config.quantity" and module.package != "policies"
+        for node in ast.walk(module.tree)
+        if isinstance(node, ast.FunctionDef) and "quantity" in node.name and f"{module.name}.{node.name}" not in validators
+    ]
+    assert elsewhere == []
