@@ -35,6 +35,8 @@ help:
 # cache, which is per user, so a second checkout on the machine downloads nothing (.venv-perf: 38 s with pip
 # and no cache, 4 s with uv and an empty one). Each install says what it installs and how long it took. `--seed`
 # puts pip in each virtualenv too, as `python -m venv` did (the Pulumi CLI may install a policy pack's requirements).
+# `--compile-bytecode` writes the packages' .pyc as pip does: where PYTHONDONTWRITEBYTECODE is set, nothing else would,
+# and every process (the preview, the pack, the servers the tests start) would compile its imports again.
 UV_VENV := $(CURDIR)/.venv-uv
 UV := $(UV_VENV)/bin/uv
 # $(call uv_install,<virtualenv>,<pip install arguments>)
@@ -43,7 +45,7 @@ define uv_install
 	@echo "installing $(1): $(2)"
 	@start=$$(date +%s%N); \
 	{ test -x $(1)/bin/python || $(UV) venv --quiet --seed --no-python-downloads --python $(PYTHON) $(1); } && \
-	$(UV) pip install --quiet --strict --python $(1)/bin/python $(2) && \
+	$(UV) pip install --quiet --strict --compile-bytecode --python $(1)/bin/python $(2) && \
 	echo "installed $(1) in $$(( ($$(date +%s%N) - start) / 1000000 )) ms"
 endef
 
