@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -65,11 +66,22 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def _count(most: int) -> Callable[[str], int]:
+    """A whole number from 1 to `most`, else argparse's usage error (exit 2) naming the flag."""
+
+    def parse(text: str) -> int:
+        if not text.isdigit() or not 1 <= int(text) <= most:
+            raise argparse.ArgumentTypeError(f"give a whole number from 1 to {most}, not {text!r}")
+        return int(text)
+
+    return parse
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 500])
-    parser.add_argument("--repeat", type=int, help="runs per size (default: 5 up to 100 models, 3 above)")
-    parser.add_argument("--prod-repeat", type=int, default=10)
+    parser.add_argument("--sizes", type=_count(2000), nargs="+", default=[10, 100, 500], help="models per stack")
+    parser.add_argument("--repeat", type=_count(100), help="runs per size (default: 5 up to 100 models, 3 above)")
+    parser.add_argument("--prod-repeat", type=_count(100), default=10)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:

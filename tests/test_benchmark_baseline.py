@@ -39,3 +39,21 @@ def test_custom_only_baseline_registers_the_custom_resources(flat_evaluation):
     wanted = {(r["type"], r["name"]) for r in program if r["custom"] and not r["type"].startswith("pulumi:providers:")}
     assert {(r["type"], r["name"]) for r in flat if r["custom"]} == wanted
     assert not [r for r in flat if not r["custom"] and r["type"] != "pulumi:pulumi:Stack"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "most"), [("--prod-repeat", "0", 100), ("--sizes", "-3", 2000), ("--repeat", "x", 100)]
+)
+def test_the_benchmark_refuses_a_count_it_cannot_run_with_exit_2(flag, value, most):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_preview.py"), flag, value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"argument {flag}: give a whole number from 1 to {most}, not {value!r}" in result.stderr
+    assert "Traceback" not in result.stderr
