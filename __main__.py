@@ -6,7 +6,7 @@ import pulumi_kubernetes as k8s
 from components.cluster import Cluster, ClusterArgs
 from components.model_route import canary_releases
 from components.plan import plan_checks, resolve
-from components.plan_reports import cold_start_report, cost_report, queue_bound_report, serving_shapes
+from components.plan_reports import cold_start_report, cost_report, queue_bound_report, serving_shape_digests, serving_shapes
 from components.platform import InferencePlatform, InferencePlatformArgs, aws_tags
 from platform_config import load_config
 from platform_config.adapters import adapters_report
@@ -15,12 +15,19 @@ from platform_config.guard_rails import security_posture
 loaded = load_config(extra_checks=[plan_checks])
 config = loaded.platform
 plan = resolve(config, hugging_face_tenants=frozenset(loaded.hugging_face_tokens), registry=loaded.registry, region=loaded.region)
+# What the preview's Serving performance stage judges each server by, exported and annotated on its workload.
+shapes = serving_shapes(plan)
 
 cluster = Cluster("cluster", ClusterArgs(config=config.cluster, tags=aws_tags(config)))
 kubernetes = k8s.Provider("kubernetes", **cluster.provider_args())
 platform = InferencePlatform(
     "platform",
-    InferencePlatformArgs(plan=plan, cluster=cluster, hugging_face_tokens=loaded.hugging_face_tokens),
+    InferencePlatformArgs(
+        plan=plan,
+        cluster=cluster,
+        serving_shapes=serving_shape_digests(shapes),
+        hugging_face_tokens=loaded.hugging_face_tokens,
+    ),
     opts=pulumi.ResourceOptions(providers={"kubernetes": kubernetes}),
 )
 
@@ -40,7 +47,7 @@ pulumi.export("batchQueues", platform.batch_queues)
 # Per hour at minimum and maximum scale, from the pools' pricePerHour: the environment and each tenant's share.
 pulumi.export("costPerHour", cost_report(plan))
 # Per running version: what the preview's Serving performance stage predicts memory, latency and cost from.
-pulumi.export("servingShapes", serving_shapes(plan))
+pulumi.export("servingShapes", shapes)
 # Each model's release as deployed: what the policy pack holds the next change's canary weight to.
 pulumi.export("canaryReleases", canary_releases(plan.routes))
 # Who may call, tenant scoping, exposure, models and tenants: what the next change's guard rails compare.

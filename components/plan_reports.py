@@ -319,9 +319,9 @@ def shape_digest(row: dict[str, object]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def serving_shape_digests(plan: Plan) -> dict[str, str]:
-    """By server name, the digest of its servingShapes row."""
-    rows = serving_shapes(plan)["servers"]
+def serving_shape_digests(shapes: dict[str, object]) -> dict[str, str]:
+    """By server name, the digest of its row in `shapes` (serving_shapes)."""
+    rows = shapes["servers"]
     assert isinstance(rows, list)
     return {row["name"]: row["shape"] for row in rows}
 

@@ -33,7 +33,6 @@ from .mesh import Mesh, MeshArgs
 from .metrics_server import MetricsServer, MetricsServerArgs
 from .model import Model, ModelArgs
 from .monitoring import PROMETHEUS_URL, Monitoring
-from .plan_reports import serving_shape_digests
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
 from .serving import Plan
@@ -49,6 +48,9 @@ from .workload_identity import WorkloadAccess
 class InferencePlatformArgs:
     plan: Plan
     cluster: Cluster
+    # By server name, the digest of its servingShapes row (plan_reports.serving_shape_digests), which its vLLM
+    # workload carries: computed from the rows the program exports, not again.
+    serving_shapes: Mapping[str, str]
     # Tenant name -> its own Hugging Face token.
     hugging_face_tokens: Mapping[str, pulumi.Output[str]] = field(default_factory=dict)
 
@@ -111,7 +113,6 @@ class InferencePlatform(pulumi.ComponentResource):
         self.tenants = self._tenants(args, mesh, eks)
         machinery = self._serving_machinery(plan, monitoring, mesh, control_plane_replicas)
 
-        serving_shapes = serving_shape_digests(plan)
         self.models = []
         for model_plan in plan.models:
             model, backend = model_plan.model, model_plan.backend
@@ -137,7 +138,7 @@ class InferencePlatform(pulumi.ComponentResource):
                         ),
                         route_depends_on=(routing,),
                         mirror_jobs=eks.mirror.jobs if eks and eks.mirror is not None else {},
-                        serving_shapes=serving_shapes,
+                        serving_shapes=args.serving_shapes,
                     ),
                     opts=child,
                 )
