@@ -87,7 +87,6 @@ class Prediction:
     _answer: dict[str, Any] | None = field(default=None, init=False)
     _folder: Path | None = field(default=None, init=False)
     _out: Path | None = field(default=None, init=False)
-    _writer: threading.Thread | None = field(default=None, init=False)
 
     @classmethod
     def spawn(cls) -> Prediction:
@@ -112,7 +111,7 @@ class Prediction:
 
     def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
         """Ask for every server whose architecture is known (none: the worker is stopped unasked)."""
-        asked = request(shapes or [], None)
+        asked = request(shapes or [])
         if self.python is None or not asked["servers"]:
             self.stop()
             return
@@ -130,10 +129,8 @@ class Prediction:
         # holds (hundreds of servers) would otherwise stop the other stages until then, or for good if the worker's
         # own output filled its pipes meanwhile; answer() reads those.
         stdin, self._process.stdin = self._process.stdin, None
-        self._writer = threading.Thread(
-            target=_write_request, args=(stdin, json.dumps(request(shapes or [], self._folder))), daemon=True
-        )
-        self._writer.start()
+        sent = json.dumps({**asked, "plotDir": str(self._folder)})
+        threading.Thread(target=_write_request, args=(stdin, sent), daemon=True).start()
 
     def stop(self) -> None:
         """For a run that stops before it reads the answer, or needs none: no worker outlives the preview."""
@@ -180,8 +177,9 @@ def _no_prediction(row: dict[str, Any]) -> str | None:
     return None
 
 
-def request(shapes: list[dict[str, Any]], out: Path | None) -> dict[str, Any]:
-    """The worker's request: every server whose architecture is known."""
+def request(shapes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The worker's request: every server whose architecture is known (where the plot goes is set when it is sent:
+    the answer's cache folder, whose key is this request)."""
     servers = []
     for row in shapes:
         if row["architecture"] is None:
@@ -208,4 +206,4 @@ def request(shapes: list[dict[str, Any]], out: Path | None) -> dict[str, Any]:
                 "noPrediction": why,
             }
         )
-    return {"backendVersion": DATABASE_VLLM_VERSION, "plotDir": str(out) if out else None, "servers": servers}
+    return {"backendVersion": DATABASE_VLLM_VERSION, "plotDir": None, "servers": servers}
