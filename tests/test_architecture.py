@@ -52,7 +52,7 @@ def _module(tmp_path: Path, name: str, text: str) -> Module:
     path = tmp_path / (name.replace(".", "/") + ".py")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    return Module(name, path, ast.parse(text), len(text.splitlines()))
+    return Module(name, path, ast.parse(text), text)
 
 
 def test_the_checks_see_a_circle_under_type_checking_an_upward_import_and_a_long_function(tmp_path):
