@@ -1,13 +1,16 @@
 """Benchmark the offline preview (not a test: figures go into the README).
 
-For generated stacks of N models x M tenants it reports the wall time of a whole preview and of
-the program-evaluation stage, the evaluation of a flat baseline program registering the very same
-resources with the very same inputs (read back from resources.json) under the same mock engine,
-and memory per resource. Two baselines: every recorded resource (components as bare component
-registrations, with their parents: the same URNs), and the custom resources alone. It also times
-the whole preview of the prod stack, as a user runs it.
+For every committed stack and for generated stacks of N models x M tenants it reports the whole preview
+against its floor: a fresh process that registers the very same resources with the very same inputs (read back
+from the preview's resources.json) under the same mock engine and does nothing else (`measure.py --once` with the
+flat program), the two interleaved; each stage's share of the preview and the preview process's peak RSS. For the
+generated stacks also the program-evaluation stage against the flat baseline's evaluation (both warmed up), memory
+per resource, and the pack decoding once per request against once per policy. Two baselines: every recorded
+resource (components as bare component registrations, with their parents: the same URNs), and the custom resources
+alone. It also times the prod stack's Serving performance stage, read back and cold.
 
-    .venv/bin/python benchmarks/bench_preview.py [--sizes 10 100 500] [--repeat N] [--prod-repeat 10]
+    .venv/bin/python benchmarks/bench_preview.py [--sizes 10 100 500 1000] [--repeat N] [--prod-repeat 5]
+        [--stacks dev staging prod]
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -34,25 +38,46 @@ from benchmarks.generate import generate_stack  # noqa: E402
 PY = sys.executable
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[str]]:
+@dataclass(frozen=True)
+class Finished:
+    """A command run to its end: its wall time, its output and its peak RSS (os.wait4's ru_maxrss: the largest of
+    the process and the children it waited for, not their sum)."""
+
+    seconds: float
+    stdout: str
+    peak_kib: int
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None) -> Finished:
     started = time.perf_counter()
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **(env or {})})
-    elapsed = time.perf_counter() - started
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}")
-    return elapsed, result
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err, text=True, env={**os.environ, **(env or {})})
+        _, status, usage = os.wait4(process.pid, 0)
+        elapsed = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{stdout}\n{stderr}")
+    return Finished(elapsed, stdout, usage.ru_maxrss)
 
 
 def measure(program: Path, stack_file: Path, env: dict[str, str] | None = None) -> dict:
-    _, result = run(
-        [PY, str(ROOT / "benchmarks" / "measure.py"), "--program", str(program), "--config-file", str(stack_file)], env
-    )
+    result = run([PY, str(ROOT / "benchmarks" / "measure.py"), "--program", str(program), "--config-file", str(stack_file)], env)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def preview(stack_args: list[str], out: Path, env: dict[str, str] | None = None) -> tuple[float, dict]:
-    elapsed, result = run([PY, "-m", "preview", *stack_args, "--out", str(out), "--json"], env)
-    return elapsed, json.loads(result.stdout)
+def floor(stack: str, stack_file: Path, resources: Path) -> float:
+    """The whole-process floor of a preview: a fresh process registering the same resources once, cold."""
+    flat = str(ROOT / "benchmarks" / "flat_program")
+    command = [PY, str(ROOT / "benchmarks" / "measure.py"), "--program", flat, "--config-file", str(stack_file)]
+    return run([*command, "--stack", stack, "--once"], {"BENCH_RESOURCES": str(resources)}).seconds
+
+
+def preview(stack_args: list[str], out: Path, env: dict[str, str] | None = None) -> tuple[Finished, dict]:
+    finished = run([PY, "-m", "preview", *stack_args, "--out", str(out), "--json"], env)
+    return finished, json.loads(finished.stdout)
 
 
 # The policy SDK's own decoding, once per policy (policies/inference_governance/decoding.py).
@@ -77,46 +102,87 @@ def _count(most: int) -> Callable[[str], int]:
     return parse
 
 
+# Above this many models the pack decoding once per policy is not run again: it is the SDK's own cost, measured
+# at the smaller sizes, and at 1,000 models it would take most of the benchmark's hour.
+DECODE_EACH_UP_TO = 500
+STACKS = ("dev", "staging", "prod")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=_count(2000), nargs="+", default=[10, 100, 500], help="models per stack")
+    parser.add_argument("--sizes", type=_count(2000), nargs="+", default=[10, 100, 500, 1000], help="models per stack")
     parser.add_argument("--repeat", type=_count(100), help="runs per size (default: 5 up to 100 models, 3 above)")
-    parser.add_argument("--prod-repeat", type=_count(100), default=10)
+    parser.add_argument("--prod-repeat", type=_count(100), default=5, help="runs per committed stack")
+    parser.add_argument("--stacks", nargs="+", choices=STACKS, default=list(STACKS), help="committed stacks")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
+        stacks = [bench_stack(tmpdir, stack, args.prod_repeat) for stack in args.stacks]
         rows = [bench_size(tmpdir, models, args.repeat or (5 if models <= 100 else 3)) for models in args.sizes]
         prod_walls, prod_report = bench_prod(tmpdir, args.prod_repeat)
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print_floor_table(stacks + rows)
+    print()
+    print_stage_shares(stacks + rows)
+    print()
     print_prod(prod_walls, prod_report, args.prod_repeat)
     print()
-    print_pack_table(rows)
+    print_pack_table([row for row in rows if "previewSecondsDecodeEach" in row])
     print()
     print_evaluation_table(rows)
     print()
-    print(json.dumps(rows, indent=2))
+    print(json.dumps({"stacks": stacks, "sizes": rows}, indent=2))
+
+
+def _stages(report: dict) -> dict[str, float]:
+    return {s["name"]: s["seconds"] for s in report["stages"]}
+
+
+def bench_stack(tmpdir: Path, stack: str, repeat: int) -> dict:
+    """A committed stack's whole preview as a user runs it, against its whole-process floor, interleaved."""
+    out = tmpdir / f"stack-{stack}"
+    stack_file = ROOT / "stacks" / f"Pulumi.{stack}.yaml"
+    walls, floors, peaks, stages = [], [], [], []
+    for _ in range(repeat):
+        finished, report = preview(["--stack", stack], out)
+        walls.append(finished.seconds)
+        peaks.append(finished.peak_kib)
+        stages.append(_stages(report))
+        floors.append(floor(stack, stack_file, out / "resources.json"))
+    return {
+        "stack": stack,
+        "resources": report["counts"]["resources"],
+        "previewSeconds": median(walls),
+        "floorSeconds": median(floors),
+        "stageSeconds": {k: median([s[k] for s in stages]) for k in stages[0]},
+        "previewPeakMiB": max(peaks) / 1024,
+    }
 
 
 def bench_size(tmpdir: Path, models: int, repeat: int) -> dict:
-    """A generated stack of `models` models (a tenant to every 10, at least 2): its whole preview, with the pack
-    decoding once per request and once per policy, and its evaluation against the two flat baselines."""
+    """A generated stack of `models` models (a tenant to every 10, at least 2): its whole preview against its floor,
+    with the pack decoding once per request and (up to DECODE_EACH_UP_TO models) once per policy, and its evaluation
+    against the two flat baselines."""
     tenants = max(2, models // 10)
     stack_file = tmpdir / f"Pulumi.bench-{models}.yaml"
     config = {f"inference-platform:{k}": v for k, v in generate_stack(models, tenants).items()}
     config["aws:region"] = "us-east-1"
     stack_file.write_text(yaml.safe_dump({"config": config}))
     out = tmpdir / f"out-{models}"
-    walls, stages, each_walls, each_waits = [], [], [], []
+    walls, floors, peaks, stages, each_walls, each_waits = [], [], [], [], [], []
     for _ in range(repeat):
-        wall, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out)
-        walls.append(wall)
-        stages.append({s["name"]: s["seconds"] for s in report["stages"]})
-        # Interleaved: the same preview with the pack decoding each resource once per policy.
-        wall, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out, DECODE_EACH)
-        each_walls.append(wall)
-        each_waits.append(next(s["seconds"] for s in report["stages"] if s["name"] == PACK_WAIT))
+        finished, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out)
+        walls.append(finished.seconds)
+        peaks.append(finished.peak_kib)
+        stages.append(_stages(report))
+        floors.append(floor("bench", stack_file, out / "resources.json"))
+        if models <= DECODE_EACH_UP_TO:
+            # Interleaved: the same preview with the pack decoding each resource once per policy.
+            finished, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out, DECODE_EACH)
+            each_walls.append(finished.seconds)
+            each_waits.append(next(s["seconds"] for s in report["stages"] if s["name"] == PACK_WAIT))
     env = {"BENCH_RESOURCES": str(out / "resources.json")}
     custom_only = {**env, "BENCH_CUSTOM_ONLY": "1"}
     # Interleaved, so a slow spell of the machine hits the program and its baselines alike.
@@ -126,14 +192,15 @@ def bench_size(tmpdir: Path, models: int, repeat: int) -> dict:
         flat.append(measure(ROOT / "benchmarks" / "flat_program", stack_file, env))
         flat_custom.append(measure(ROOT / "benchmarks" / "flat_program", stack_file, custom_only))
     resources = program[0]["resources"]
-    return {
+    row = {
+        "stack": f"{models} x {tenants}",
         "models": models,
         "tenants": tenants,
         "resources": resources,
         "custom": program[0]["custom"],
         "previewSeconds": median(walls),
-        "previewSecondsDecodeEach": median(each_walls),
-        "packWaitSecondsDecodeEach": median(each_waits),
+        "floorSeconds": median(floors),
+        "previewPeakMiB": max(peaks) / 1024,
         "stageSeconds": {k: median([s[k] for s in stages]) for k in stages[0]},
         "evalSeconds": median([p["seconds"] for p in program]),
         "flatSeconds": median([f["seconds"] for f in flat]),
@@ -144,6 +211,10 @@ def bench_size(tmpdir: Path, models: int, repeat: int) -> dict:
         "flatGrowthKiBPerResource": median([f["growthKiB"] for f in flat]) / max(flat[0]["resources"], 1),
         "peakMiB": max(p["peakKiB"] for p in program) / 1024,
     }
+    if each_walls:
+        row["previewSecondsDecodeEach"] = median(each_walls)
+        row["packWaitSecondsDecodeEach"] = median(each_waits)
+    return row
 
 
 def bench_prod(tmpdir: Path, repeat: int) -> tuple[dict[str, list[float]], dict]:
@@ -151,18 +222,35 @@ def bench_prod(tmpdir: Path, repeat: int) -> tuple[dict[str, list[float]], dict]
     per policy, without the Serving performance stage, and with it cold; the last run's report."""
     walls: dict[str, list[float]] = {"read back": [], "decode each": [], "bare": [], "cold": []}
     for _ in range(repeat):
-        wall, report = preview(["--stack", "prod"], tmpdir / "prod")
-        walls["read back"].append(wall)
-        wall, _ = preview(["--stack", "prod"], tmpdir / "prod-each", DECODE_EACH)
-        walls["decode each"].append(wall)
+        finished, report = preview(["--stack", "prod"], tmpdir / "prod")
+        walls["read back"].append(finished.seconds)
+        walls["decode each"].append(preview(["--stack", "prod"], tmpdir / "prod-each", DECODE_EACH)[0].seconds)
         # Interleaved too: the same preview without the Serving performance stage (no aiconfigurator to run), and
         # with it cold (an empty cache: aiconfigurator runs); the first runs above read its answer back.
-        wall, _ = preview(["--stack", "prod"], tmpdir / "prod-bare", WITHOUT_PERFORMANCE)
-        walls["bare"].append(wall)
+        walls["bare"].append(preview(["--stack", "prod"], tmpdir / "prod-bare", WITHOUT_PERFORMANCE)[0].seconds)
         empty_cache = {"PERFORMANCE_CACHE_DIR": tempfile.mkdtemp(dir=tmpdir)}
-        wall, _ = preview(["--stack", "prod"], tmpdir / "prod-cold", empty_cache)
-        walls["cold"].append(wall)
+        walls["cold"].append(preview(["--stack", "prod"], tmpdir / "prod-cold", empty_cache)[0].seconds)
     return walls, report
+
+
+def print_floor_table(rows: list[dict]) -> None:
+    print("| stack | resources | whole preview | floor: a process registering the same resources | ratio | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(
+            f"| {row['stack']} | {row['resources']} | {row['previewSeconds']:.2f} s | {row['floorSeconds']:.2f} s | "
+            f"{row['previewSeconds'] / row['floorSeconds']:.2f}x | {row['previewPeakMiB']:.0f} MiB |"
+        )
+
+
+def print_stage_shares(rows: list[dict]) -> None:
+    """Each stage's share of the preview's wall time (medians), largest first, the ones under 2% summed."""
+    for row in rows:
+        stages = sorted(row["stageSeconds"].items(), key=lambda item: -item[1])
+        shown = [(name, seconds) for name, seconds in stages if seconds >= 0.02 * row["previewSeconds"]]
+        rest = sum(seconds for name, seconds in stages if (name, seconds) not in shown)
+        parts = [f"{name} {seconds / row['previewSeconds']:.0%}" for name, seconds in shown]
+        print(f"{row['stack']}: " + "; ".join([*parts, f"the other stages {rest / row['previewSeconds']:.0%}"]))
 
 
 def print_prod(walls: dict[str, list[float]], prod_report: dict, repeat: int) -> None:
@@ -194,7 +282,7 @@ def print_pack_table(rows: list[dict]) -> None:
     print("|---|---:|---:|---:|---:|")
     for row in rows:
         print(
-            f"| {row['models']} x {row['tenants']} | {row['previewSeconds']:.2f} s | {row['previewSecondsDecodeEach']:.2f} s | "
+            f"| {row['stack']} | {row['previewSeconds']:.2f} s | {row['previewSecondsDecodeEach']:.2f} s | "
             f"{row['previewSeconds'] / row['previewSecondsDecodeEach']:.2f}x | "
             f"{row['stageSeconds'][PACK_WAIT]:.2f} s / {row['packWaitSecondsDecodeEach']:.2f} s |"
         )

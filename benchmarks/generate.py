@@ -13,6 +13,9 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
     a quarter are summarisers on the L4 pool; quotas fit each tenant's models."""
     per_tenant = -(-models // tenants)
     model_list = [_model(index, tenants) for index in range(models)]
+    by_tenant: dict[str, list[dict[str, Any]]] = {f"tenant-{t:03d}": [] for t in range(tenants)}
+    for model in model_list:
+        by_tenant[model["tenant"]].append(model)
     versions = sum(len(m["versions"]) for m in model_list)
     return {
         "environment": "production",
@@ -28,7 +31,7 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
             },
             {"name": "l4", "instanceType": "g6.12xlarge", "capacityType": "SPOT", "minSize": 0, "maxSize": 450},
         ],
-        "tenants": [_tenant(t, per_tenant) for t in range(tenants)],
+        "tenants": [_tenant(name, held, per_tenant) for name, held in by_tenant.items()],
         "models": model_list,
         "traffic": {
             "hosts": ["api.bench.example.com"],
@@ -84,18 +87,22 @@ def _cluster(versions: int) -> dict[str, Any]:
     }
 
 
-def _tenant(t: int, per_tenant: int) -> dict[str, Any]:
-    """A tenant whose quotas fit its share of the models (`per_tenant`), each a MIG slice or a GPU."""
-    slices = per_tenant * 8
+def _tenant(name: str, models: list[dict[str, Any]], per_tenant: int) -> dict[str, Any]:
+    """A tenant whose quotas fit the models it holds, per running version: on the H100 pool 8 MIG slices, on the L4
+    pool 3 GPUs (2 replicas and a rollout's surge), and 60 CPUs, 240Gi and 20 pods either way. Counted from its own
+    models, not from an average share: with a tenant to every 10 models, 1,000 models across 100 tenants give each
+    tenant models of one kind only (the kinds repeat every 4 indexes, the tenants every 100)."""
+    versions = [(m["pool"], len(m["versions"])) for m in models]
+    running = sum(count for _, count in versions)
     return {
-        "name": f"tenant-{t:03d}",
-        "groups": [f"tenant-{t:03d}-developers"],
+        "name": name,
+        "groups": [f"{name}-developers"],
         "quota": {
-            "gpu": per_tenant * 2,
-            "mig": {"1g.10gb": slices},
-            "cpu": str(per_tenant * 60),
-            "memory": f"{per_tenant * 240}Gi",
-            "pods": per_tenant * 20,
+            "gpu": sum(3 * count for pool, count in versions if pool == "l4"),
+            "mig": {"1g.10gb": sum(8 * count for pool, count in versions if pool == "h100")},
+            "cpu": str(running * 60),
+            "memory": f"{running * 240}Gi",
+            "pods": running * 20,
         },
         "experimentQuota": {"cpu": str(per_tenant * 8), "memory": f"{per_tenant * 32}Gi", "pods": per_tenant * 2},
     }

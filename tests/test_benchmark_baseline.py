@@ -57,3 +57,29 @@ def test_the_benchmark_refuses_a_count_it_cannot_run_with_exit_2(flag, value, mo
     assert result.returncode == 2
     assert f"argument {flag}: give a whole number from 1 to {most}, not {value!r}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_benchmark_runs_at_a_small_size(tmp_path):
+    """`make bench` as committed runs (so it cannot rot): a committed stack and the smallest generated stack,
+    once each, print their tables against the floor and the stages' shares."""
+    import json
+    import subprocess
+    import sys
+
+    command = [sys.executable, str(ROOT / "benchmarks" / "bench_preview.py"), "--sizes", "10", "--repeat", "1"]
+    result = subprocess.run(
+        [*command, "--prod-repeat", "1", "--stacks", "dev"], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "| stack | resources | whole preview | floor: a process registering the same resources | ratio |" in out
+    figures = json.loads(out[out.index("\n{") :])
+    (dev,) = figures["stacks"]
+    (size,) = figures["sizes"]
+    assert dev["stack"] == "dev" and size["models"] == 10
+    for row in (dev, size):
+        assert 0 < row["floorSeconds"] < row["previewSeconds"]
+        assert row["previewPeakMiB"] > 0 and row["resources"] > 50
+        assert f"| {row['stack']} | {row['resources']} |" in out
+    assert size["previewSecondsDecodeEach"] > 0
+    assert "prod stack, the Serving performance stage (interleaved)" in out

@@ -122,7 +122,7 @@ TEXT_CASES: list[tuple[str, str | bytes, str]] = [
     ("huge-integer", _doc(f"  {PROJECT}:nodePools: [{{maxSize: {'9' * 5000}}}]\n"), f"{PROJECT}:nodePools[0].maxSize (line 2)"),
     ("huge-float", _doc(f"  {PROJECT}:capacity: {{overcommitRatio: 1.{'0' * 5000}}}\n"), f"{PROJECT}:capacity.overcommitRatio"),
     ("two-documents", "config: {}\n---\nconfig: {}\n", "more than one YAML document"),
-    ("over-the-size-bound", "# " + "x" * (256 << 10) + "\nconfig: {}\n", "larger than 262144 bytes"),
+    ("over-the-size-bound", "# " + "x" * (1 << 20) + "\nconfig: {}\n", "larger than 1048576 bytes"),
     ("unclosed-bracket", _doc(f"  {PROJECT}:models: [a, b\n"), "not valid YAML"),
     ("tab-indentation", "config:\n\tinference-platform:environment: production\n", "not valid YAML"),
     ("nul-byte", "config:\n  a: b\x00c\n", "not valid YAML"),
