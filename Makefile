@@ -20,7 +20,7 @@ CRD_SCHEMA_DIR ?= $(or $(wildcard $(abspath ../shared/crd-schemas)),$(CURDIR)/cr
 export CRD_SCHEMA_DIR
 export PULUMI_ERROR_OUTPUT_STRING := true
 
-.PHONY: canary-try perf-venv real-servers upstream-sources preview preview-all test golden docs policy-facts bench pulumi-policy-config pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
+.PHONY: canary-try perf-venv real-servers upstream-sources preview preview-all test golden docs policy-facts release-record bench pulumi-policy-config pulumi-preview pulumi-up policy-venv venv bytecode crd-schemas clean help
 
 help:
 	@echo "make preview [STACK=dev] [OUT=build/preview/<stack>]  offline preview of a stack"
@@ -139,9 +139,12 @@ docs: $(VENV)/.installed $(POLICY_VENV)/.installed
 	$(PY) -m preview.policy_reference
 	$(PY) -m platform_tools.architecture
 
-# The facts the policy pack shares with the program, generated from the program's modules.
+# What the policy pack shares with the program, generated from the program's modules: the facts
+# (policies/inference_governance/platform_facts.json) and the pack's copy of the canary release record
+# (platform_config/release.py as policies/inference_governance/release_record.py); the suite fails when either is stale.
 policy-facts: $(VENV)/.installed
 	$(PY) -m components.policy_facts
+release-record: policy-facts
 
 # Record every stack's preview output as the expected one (tests/test_golden_outputs.py).
 golden: preview-all

@@ -10,6 +10,8 @@ from typing import Any
 
 import pulumi
 
+from platform_config.release import to_output
+
 from .constants import PACKAGE
 from .k8s_objects import custom_resource
 from .shapes import RoutePlan
@@ -19,7 +21,7 @@ from .specs import routes
 def canary_releases(plans: Iterable[RoutePlan]) -> dict[str, dict[str, Any]]:
     """Every model's release, by model name: the program's `canaryReleases` output, which the next
     deployment hands the policy pack as `previousReleases` (`python -m preview.previous_releases`)."""
-    return {plan.model.name: routes.canary_release(plan.model) for plan in plans}
+    return {plan.model.name: to_output(routes.model_release(plan.model)) for plan in plans}
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from preview.stack_config import MAX_FILE_BYTES, ProjectFile, StackConfigError, 
 from .aliases import REGISTRY_OUTPUT, AliasInputError, move_aliases, wanted_aliases
 from .canary import Target, read_metrics
 from .canary_report import Report
-from .canary_verdict import next_step, verdict
+from .canary_verdict import step_taken, verdict
 from .prometheus import PrometheusError, check_url
 from .stack_edit import Change, StackEditError, apply_change
 
@@ -207,11 +207,12 @@ def not_yet_running(model: ModelConfig, outputs_path: Path) -> list[str]:
         raise InputError(
             f"--deployed {outputs_path}: no {OUTPUT_NAME} entry for model {model.name!r}: deploy the stack before judging"
         )
-    declared = {"stable": model.release.stable, "canary": model.release.canary, "canaryWeight": model.release.canary_weight}
+    declared = (model.release.stable, model.release.canary, model.release.canary_weight)
+    deployed = (running.stable, running.canary, running.canary_weight)
     return [
-        f"{key} {declared[key]} in the stack file, {running[key]} deployed"
-        for key in JUDGED_FIELDS
-        if declared[key] != running[key]
+        f"{key} {ours} in the stack file, {theirs} deployed"
+        for key, ours, theirs in zip(JUDGED_FIELDS, declared, deployed)
+        if ours != theirs
     ]
 
 
@@ -285,7 +286,7 @@ def canary(args: argparse.Namespace) -> int:
         # A person holds it: the metrics are shown, the step is theirs (`step`).
         said = f"held by hand: {release.hold} (the metrics alone say {decision.action}; `step` promotes or rolls back)"
         decision = dataclasses.replace(decision, action="hold", reasons=(said, *decision.reasons))
-    step = next_step(release, decision.action)
+    step = step_taken(release, decision.action)
     report = Report(args.stack, model.name, model.tenant, release, profile.name, profile.ttft_target_ms, metrics, decision, step)
     written = False
     if args.write and step.changes:
@@ -310,7 +311,7 @@ def step_by_hand(args: argparse.Namespace) -> int:
         raise InputError(f"--reason: hold needs why, {low} to {high} characters (written as release.hold)")
     if args.action != "hold" and args.reason is not None:
         raise InputError(f"--reason: only hold records one ({args.action} removes any hold)")
-    taken = next_step(release, args.action)
+    taken = step_taken(release, args.action)
     hold = args.reason.strip() if args.action == "hold" else None
     change = Change(model.name, release.stable, release.canary, taken.new_weight, hold)
     changes = taken.changes or hold != release.hold

@@ -32,6 +32,7 @@ from typing import Any
 from platform_config.adapters import module_name
 from platform_config.models import PlatformConfig
 from platform_config.registry import LiveRegistry
+from platform_config.release import Release, ReleaseRecordError, from_output
 
 REGISTRY_OUTPUT = "modelRegistry"
 RELEASES_OUTPUT = "canaryReleases"
@@ -75,7 +76,7 @@ class _Unit:
     """What one release serves: a model's versions, or one adapter's revisions."""
 
     who: str
-    release: Mapping[str, Any]
+    release: Release
     # The registry entry (registered model, registry version) of each of its versions (revisions) that has one.
     entries: dict[str, tuple[str, str]]
 
@@ -102,22 +103,22 @@ def _registry_entry(entries: Mapping[str, Any], model: str, name: str, from_regi
     return registered, version
 
 
-def _release(value: Any, where: str, declared: set[str]) -> Mapping[str, Any]:
-    """A deployed release whose versions the stack file declares: {stable, canary (or None), canaryWeight 0-100}."""
-    release = _mapping(value, where)
-    stable, canary, weight = release.get("stable"), release.get("canary"), release.get("canaryWeight")
-    if (
-        stable not in declared
-        or not (canary is None or canary in declared)
-        or isinstance(weight, bool)
-        or not isinstance(weight, int)
-        or not 0 <= weight <= 100
-    ):
+def _of_declared(release: Release | None, where: str, declared: set[str], problem: str = "") -> Release:
+    """`release` when it is one of the stack file's versions (the deploy just applied this stack file)."""
+    if release is None or release.stable not in declared or not (release.canary is None or release.canary in declared):
         raise AliasInputError(
             f"the stack output {where} is not a release of the stack file's versions ({', '.join(sorted(declared))}): "
-            "deploy this stack file first"
+            f"deploy this stack file first{problem}"
         )
     return release
+
+
+def _release(value: Any, where: str, declared: set[str]) -> Release:
+    """A deployed release (platform_config/release.py's output form) whose versions the stack file declares."""
+    try:
+        return _of_declared(from_output(value, where), where, declared)
+    except ReleaseRecordError as error:
+        return _of_declared(None, where, declared, f" ({error})")
 
 
 def _units(outputs: Mapping[str, Any], config: PlatformConfig) -> list[_Unit]:
@@ -134,14 +135,14 @@ def _units(outputs: Mapping[str, Any], config: PlatformConfig) -> list[_Unit]:
         entries = _mapping(by_model.get(model.name, {}), f"{REGISTRY_OUTPUT}.models.{model.name}")
         found = {v.name: _registry_entry(entries, model.name, v.name, v.source.mlflow is not None) for v in model.versions}
         units.append(_Unit(model.name, release, {name: entry for name, entry in found.items() if entry is not None}))
-        adapter_releases = _mapping(release.get("adapters") or {}, f"{where}.adapters")
+        adapter_releases = release.adapters or {}
         for adapter in model.adapters:
             who = f"{model.name}/{adapter.name}"
             if adapter.versions is None:
                 # One `source`, served whenever the model is: its only revision is always the stable one.
                 assert adapter.source is not None
                 entry = _registry_entry(entries, model.name, adapter.name, adapter.source.mlflow is not None)
-                one = {"stable": adapter.name, "canary": None, "canaryWeight": 0}
+                one = Release(adapter.name)
                 units.append(_Unit(who, one, {adapter.name: entry} if entry is not None else {}))
                 continue
             revisions = {
@@ -152,7 +153,7 @@ def _units(outputs: Mapping[str, Any], config: PlatformConfig) -> list[_Unit]:
             units.append(
                 _Unit(
                     who,
-                    _release(adapter_releases.get(adapter.name), f"{where}.adapters.{adapter.name}", declared),
+                    _of_declared(adapter_releases.get(adapter.name), f"{where}.adapters.{adapter.name}", declared),
                     {name: entry for name, entry in revisions.items() if entry is not None},
                 )
             )
@@ -196,7 +197,7 @@ def wanted_aliases(outputs: Any, config: PlatformConfig, previous: Any = None) -
 
     units = _units(outputs, config) if outputs.get(REGISTRY_OUTPUT) is not None else []
     for unit in units:
-        stable, canary, weight = unit.release["stable"], unit.release["canary"], unit.release["canaryWeight"]
+        stable, canary, weight = unit.release.stable, unit.release.canary, unit.release.canary_weight
         serving = {
             aliases.stable: (unit.entries.get(stable), f"{unit.who}/{stable}, stable"),
             aliases.canary: (

@@ -15,7 +15,8 @@ Verdict rules (`verdict`), in order:
    d. its TTFT p95 is above the profile's `ttft_target_ms` while the stable version's is within.
 3. Hold when a latency figure needed for (c) or (d) is missing (no samples: the scrape is
    broken, not the canary proven good).
-4. Otherwise promote: the next of `release.steps`, or at 100 the canary becomes stable.
+4. Otherwise promote: the next of `release.steps` (`next_step`, the release record's rule), or at 100 the canary
+   becomes stable.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from platform_config.models import CanaryAnalysis, ReleaseConfig
+from platform_config.release import next_step
 
 from .canary import CanaryMetrics, Traffic
 
@@ -224,12 +226,12 @@ class Step:
         return f"canary weight {self.weight} -> {self.new_weight}"
 
 
-def next_step(release: ReleaseConfig, action: Action) -> Step:
+def step_taken(release: ReleaseConfig, action: Action) -> Step:
+    """What `action` does to the release: a rollback to 0, a hold where it is, a promotion to the next of its steps
+    (platform_config/release.py `next_step`) or, from the last, the canary made stable."""
     weight = release.canary_weight
     if action == "rollback":
         return Step(action, weight, 0)
     if action == "hold":
         return Step(action, weight, weight)
-    if weight >= release.steps[-1]:
-        return Step(action, weight, None)
-    return Step(action, weight, min(s for s in release.steps if s > weight))
+    return Step(action, weight, next_step(weight, release.steps))

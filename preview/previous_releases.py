@@ -1,9 +1,8 @@
 """The previous release of every model, for the policy pack's `canary-weight-steps` rule.
 
 The analyzer protocol hands a policy the new resources only, so the release each model had
-before this change reaches the pack through its policy config, `previousReleases`:
-{model: {stable, canary, canaryWeight, steps, adapters: {adapter: {stable, canary, canaryWeight}}}}.
-Read here from
+before this change reaches the pack through its policy config, `previousReleases`: each model's
+release record in its output form (platform_config/release.py `to_output`). Read here from
 
 - a baseline preview's resources.json (the release annotations of each model's VirtualService);
 - a previous stack file (its `<project>:models`, tolerant of older shapes: `canaryWeight` or
@@ -15,6 +14,8 @@ Read here from
 
   which prints the policy config to pass as `--policy-pack-config` (`{}` when the stack has no
   `canaryReleases` output yet, e.g. before its first deployment with this rule: nothing to compare).
+
+Each is read by the record's own readers (`from_annotations`, `from_output`), which refuse what the pack would.
 """
 
 from __future__ import annotations
@@ -23,24 +24,14 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from components.specs.routes import (
-    ADAPTER_RELEASES_ANNOTATION,
-    CANARY_STEP_OVERRIDE_ANNOTATION,
-    CANARY_STEPS_ANNOTATION,
-    CANARY_VERSION_ANNOTATION,
-    CANARY_WEIGHT_ANNOTATION,
-    CANARY_WEIGHTS_ANNOTATION,
-    STABLE_VERSION_ANNOTATION,
-    STABLE_WEIGHTS_ANNOTATION,
-)
-from platform_config.models import ModelSource, ReleaseConfig, weights_location
+from platform_config.models import ModelSource, weights_location
+from platform_config.release import Release, ReleaseRecordError, from_annotations, from_output, to_output
 
 from .stack_config import StackConfigError, read_bounded, read_yaml_file
-
-DEFAULT_CANARY_STEPS: list[int] = ReleaseConfig.model_fields["steps"].default
 
 # The policies that read `previousReleases` (policies/__main__.py).
 POLICIES = ("canary-weight-steps", "canary-step-override")
@@ -50,80 +41,7 @@ PROJECT = "inference-platform"
 VIRTUAL_SERVICE = "kubernetes:networking.istio.io/v1:VirtualService"
 MAX_OUTPUTS_BYTES = 16 << 20
 
-Releases = dict[str, dict[str, Any]]
-
-
-def _weight(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) and 0 <= value <= 100:
-        return value
-    if isinstance(value, str) and value.isdigit() and int(value) <= 100:
-        return int(value)
-    return None
-
-
-def _steps(value: Any) -> list[int] | None:
-    if isinstance(value, str):
-        value = value.split(",")
-    if not isinstance(value, list) or not value:
-        return None
-    steps = [_weight(step.strip() if isinstance(step, str) else step) for step in value]
-    return [s for s in steps if s is not None] if all(s is not None and s > 0 for s in steps) else None
-
-
-def release_entry(
-    stable: Any,
-    canary: Any,
-    weight: Any,
-    steps: Any = None,
-    stable_weights: Any = None,
-    canary_weights: Any = None,
-    step_override: Any = None,
-) -> dict[str, Any] | None:
-    """One `previousReleases` entry, or None when `stable` is no version name."""
-    if not isinstance(stable, str) or not stable:
-        return None
-    entry: dict[str, Any] = {
-        "stable": stable,
-        "canary": canary if isinstance(canary, str) and canary else None,
-        "canaryWeight": _weight(weight) or 0,
-    }
-    # A release without steps has the config's defaults (what the program applied to it).
-    entry["steps"] = _steps(steps) or list(DEFAULT_CANARY_STEPS)
-    for key, text in (("stableWeights", stable_weights), ("canaryWeights", canary_weights), ("stepOverride", step_override)):
-        if isinstance(text, str) and text:
-            entry[key] = text
-    return entry
-
-
-def _adapter_entries(recorded: Any) -> dict[str, Any] | None:
-    """The adapters' releases a route annotation (JSON) or a `canaryReleases` entry records, by
-    adapter name; None when none is recorded (a release from before adapters' were)."""
-    if isinstance(recorded, str):
-        try:
-            recorded = json.loads(recorded)
-        except ValueError:
-            return None
-    if not isinstance(recorded, Mapping):
-        return None
-    adapters: dict[str, Any] = {}
-    for name, release in recorded.items():
-        entry = _from_release(release) if isinstance(release, Mapping) else None
-        if entry is not None:
-            adapters[str(name)] = _adapter_release(entry)
-    return adapters
-
-
-def _adapter_release(entry: dict[str, Any]) -> dict[str, Any]:
-    """A release entry as an adapter's: it goes through its model's steps, under its model's override."""
-    return {k: v for k, v in entry.items() if k not in ("steps", "stepOverride")}
-
-
-def _with_adapters(entry: dict[str, Any] | None, adapters: dict[str, Any] | None) -> dict[str, Any] | None:
-    if entry is not None and adapters is not None:
-        entry["adapters"] = adapters
-    return entry
+Releases = dict[str, Release]
 
 
 def from_baseline(resources: list[dict[str, Any]]) -> Releases | None:
@@ -135,56 +53,57 @@ def from_baseline(resources: list[dict[str, Any]]) -> Releases | None:
             continue
         metadata = (resource.get("inputs") or {}).get("metadata") or {}
         annotations = metadata.get("annotations") or {}
-        if not isinstance(annotations, Mapping) or STABLE_VERSION_ANNOTATION not in annotations:
+        name = metadata.get("name")
+        if not isinstance(annotations, Mapping) or not isinstance(name, str):
             continue
-        entry = release_entry(
-            annotations.get(STABLE_VERSION_ANNOTATION),
-            annotations.get(CANARY_VERSION_ANNOTATION),
-            annotations.get(CANARY_WEIGHT_ANNOTATION, "0"),
-            annotations.get(CANARY_STEPS_ANNOTATION),
-            annotations.get(STABLE_WEIGHTS_ANNOTATION),
-            annotations.get(CANARY_WEIGHTS_ANNOTATION),
-            annotations.get(CANARY_STEP_OVERRIDE_ANNOTATION),
-        )
-        entry = _with_adapters(entry, _adapter_entries(annotations.get(ADAPTER_RELEASES_ANNOTATION)))
-        if entry is not None and isinstance(metadata.get("name"), str):
-            releases[metadata["name"]] = entry
+        try:
+            release = from_annotations(annotations)
+        except ReleaseRecordError as error:
+            raise StackConfigError(f"the baseline's VirtualService {name}: its release cannot be read: {error}") from None
+        if release is not None:
+            releases[name] = release
     return releases or None
 
 
-def _from_release(release: Mapping[str, Any], served: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """An entry from a release block (a stack file's, with `served`: each version's weights as
-    its source names them) or a `canaryReleases` output entry (which records them)."""
-    canary = release.get("canary")
-    weight: Any = release.get("canaryWeight", 0)
+def _stack_file_entry(release: Mapping[str, Any]) -> dict[str, Any]:
+    """A stack file's release block (or an adapter's) as the record's output form reads it: the weight from
+    `canaryWeight` or an older file's `weights`, the step override's reason."""
+    entry = {key: release[key] for key in ("stable", "canary", "steps") if key in release}
     weights = release.get("weights")
     if isinstance(weights, Mapping):
-        weight = weights.get(canary, 0) if isinstance(canary, str) else 0
-    stable = release.get("stable")
-    if served is not None:
-        stable_weights = served.get(stable) if isinstance(stable, str) else None
-        canary_weights = served.get(canary) if isinstance(canary, str) else None
+        canary = release.get("canary")
+        entry["canaryWeight"] = weights.get(canary, 0) if isinstance(canary, str) else 0
     else:
-        stable_weights, canary_weights = release.get("stableWeights"), release.get("canaryWeights")
+        entry["canaryWeight"] = release.get("canaryWeight", 0)
     override = release.get("stepOverride")
-    if isinstance(override, Mapping):  # a stack file's {reason}; an output entry records the reason itself
-        override = override.get("reason")
-    entry = release_entry(stable, canary, weight, release.get("steps"), stable_weights, canary_weights, override)
-    return entry if served is not None else _with_adapters(entry, _adapter_entries(release.get("adapters")))
+    if override is not None:
+        entry["stepOverride"] = override.get("reason") if isinstance(override, Mapping) else override
+    return entry
 
 
-def _stack_file_adapters(model: Mapping[str, Any]) -> dict[str, Any]:
-    """The releases of a stack file's model's adapters that have revisions, with the weights each revision's source
-    names (an adapter's `versions` are shaped like a model's)."""
-    adapters: dict[str, Any] = {}
+def _with_served(release: Release, served: Mapping[str, str]) -> Release:
+    """The release with the weights each of its versions serves, as their sources name them (`_served`)."""
+    canary_weights = None if release.canary is None else served.get(release.canary)
+    return replace(release, stable_weights=served.get(release.stable), canary_weights=canary_weights)
+
+
+def _stack_file_release(model: Mapping[str, Any], release: Mapping[str, Any], where: str) -> Release:
+    """A stack file's model's release, with the releases of its adapters that have revisions (an adapter's `versions`
+    are shaped like a model's; its steps and override are its model's) and the weights each version serves."""
+    adapters: dict[str, Mapping[str, Any]] = {}
     for adapter in model.get("adapters") or []:
-        if not isinstance(adapter, Mapping) or not isinstance(adapter.get("name"), str):
-            continue
-        release = adapter.get("release")
-        entry = _from_release(release, _served(adapter)) if isinstance(release, Mapping) else None
-        if entry is not None:
-            adapters[adapter["name"]] = _adapter_release(entry)
-    return adapters
+        if isinstance(adapter, Mapping) and isinstance(adapter.get("name"), str) and isinstance(adapter.get("release"), Mapping):
+            adapters[adapter["name"]] = adapter
+    entry = {
+        **_stack_file_entry(release),
+        "adapters": {
+            name: {k: v for k, v in _stack_file_entry(adapter["release"]).items() if k not in ("steps", "stepOverride")}
+            for name, adapter in adapters.items()
+        },
+    }
+    parsed = from_output(entry, where)
+    served = {name: _with_served(one, _served(adapters[name])) for name, one in (parsed.adapters or {}).items()}
+    return replace(_with_served(parsed, _served(model)), adapters=served)
 
 
 def _served(model: Mapping[str, Any]) -> dict[str, str]:
@@ -216,9 +135,12 @@ def from_stack_file(path: Path, project: str = PROJECT) -> Releases:
         if not isinstance(model, Mapping) or not isinstance(model.get("name"), str):
             continue
         release = model.get("release")
-        entry = _from_release(release, _served(model)) if isinstance(release, Mapping) else None
-        if entry is not None:
-            releases[model["name"]] = {**entry, "adapters": _stack_file_adapters(model)}
+        if not isinstance(release, Mapping):
+            continue
+        try:
+            releases[model["name"]] = _stack_file_release(model, release, f"models[{model['name']}].release")
+        except ReleaseRecordError as error:
+            raise StackConfigError(f"the previous stack file {path}: {error}") from None
     return releases
 
 
@@ -234,10 +156,12 @@ def from_outputs(outputs: Any) -> Releases | None:
         raise StackConfigError(f"the stack output {OUTPUT_NAME} is not an object keyed by model")
     out: Releases = {}
     for name, release in releases.items():
-        entry = _from_release(release) if isinstance(release, Mapping) else None
-        if entry is None:
-            raise StackConfigError(f"the stack output {OUTPUT_NAME}.{name} is not a release {{stable, canary, canaryWeight}}")
-        out[name] = entry
+        where = f"{OUTPUT_NAME}.{name}"
+        try:
+            out[name] = from_output(release, where)
+        except ReleaseRecordError as error:
+            shape = "{stable, canary, canaryWeight}"
+            raise StackConfigError(f"the stack output {where} is not a release {shape}: {error}") from None
     return out
 
 
@@ -265,7 +189,7 @@ def with_previous_releases(overrides: dict[str, Any], releases: Releases | None)
         if isinstance(current, str):
             current = {"enforcementLevel": current}
         if isinstance(current, dict) and CONFIG_KEY not in current:
-            merged[policy] = {**current, CONFIG_KEY: releases}
+            merged[policy] = {**current, CONFIG_KEY: {name: to_output(release) for name, release in releases.items()}}
     return merged
 
 

@@ -92,3 +92,64 @@ def test_quantities_are_written_by_platform_config_quantity_only(modules):
         if isinstance(node, ast.FunctionDef) and "quantity" in node.name and f"{module.name}.{node.name}" not in validators
     ]
     assert elsewhere == []
+
+
+# The canary release record's one home, and the pack's generated copy of it (components/policy_facts.py).
+RELEASE_RECORD_HOMES = {"platform_config.release", "policies.inference_governance.release_record"}
+# Its writers, readers and rule, by name; and the words only the record has: its annotations and the output form's
+# keys that no config block shares.
+RELEASE_RECORD_FUNCTIONS = {"next_step", "to_output", "from_output", "to_annotations", "from_annotations"}
+RELEASE_RECORD_CLASSES = {"Release", "ReleaseRecordError"}
+
+
+def _release_record_words() -> set[str]:
+    from platform_config import release
+
+    annotations = {value for name, value in vars(release).items() if name.endswith("_ANNOTATION")}
+    return annotations | {"stableWeights", "canaryWeights"}
+
+
+def release_record_copies(modules: dict[str, Module]) -> list[str]:
+    """Where else than its home a module defines the release record's functions or classes, or spells its words."""
+    words = _release_record_words()
+    found = []
+    for module in modules.values():
+        if module.name in RELEASE_RECORD_HOMES:
+            continue
+        # Functions and classes at the top level (a class's method of the same name is its own); words anywhere.
+        for node in module.tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name in RELEASE_RECORD_FUNCTIONS:
+                found.append(f"{module.name}: def {node.name}")
+            elif isinstance(node, ast.ClassDef) and node.name in RELEASE_RECORD_CLASSES:
+                found.append(f"{module.name}: class {node.name}")
+        for word in ast.walk(module.tree):
+            if isinstance(word, ast.Constant) and word.value in words:
+                found.append(f"{module.name}: {word.value!r}")
+    return found
+
+
+def test_the_release_record_has_one_home(modules):
+    """The canary release record (its annotations' names, its output form's keys, its readers and writers and
+    `next_step`) is defined in platform_config/release.py, which the pack runs a generated copy of, and nowhere else:
+    every other module imports it."""
+    assert release_record_copies(modules) == []
+    assert RELEASE_RECORD_HOMES <= set(modules)
+
+
+def test_the_release_record_check_sees_a_second_copy(tmp_path):
+    modules = {
+        m.name: m
+        for m in (
+            _module(tmp_path, "platform_tools.a", "def next_step(weight, steps):\n    return None\n"),
+            _module(tmp_path, "policies.inference_governance.b", 'STABLE = "inference.platform/stable-version"\n'),
+            _module(tmp_path, "preview.c", 'def read(entry):\n    return entry.get("canaryWeights")\n'),
+            _module(tmp_path, "components.d", "class Release:\n    pass\n"),
+            _module(tmp_path, "platform_config.release", "def next_step(weight, steps):\n    return None\n"),
+        )
+    }
+    assert release_record_copies(modules) == [
+        "platform_tools.a: def next_step",
+        "policies.inference_governance.b: 'inference.platform/stable-version'",
+        "preview.c: 'canaryWeights'",
+        "components.d: class Release",
+    ]

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from components.specs.routes import canary_release
+from components.specs.routes import model_release
 from platform_config.loader import parse_platform_config
 from platform_config.models import CanaryAnalysis, ReleaseConfig
+from platform_config.release import to_output
 from platform_tools.__main__ import canary_target, load_platform, main, write_step
 from platform_tools.canary import CanaryMetrics, Target, Traffic, VersionMetrics, queries, read_metrics
-from platform_tools.canary_verdict import next_step, verdict
+from platform_tools.canary_verdict import step_taken, verdict
 from platform_tools.stack_edit import Change, StackEditError, apply_change
 from preview.stack_config import load_project
 
@@ -573,9 +574,12 @@ def test_an_unreachable_prometheus_exits_2_without_a_traceback():
 
 def test_the_next_step_comes_from_the_releases_own_steps():
     release = ReleaseConfig(stable="v1", canary="v2", canary_weight=50, steps=[10, 50, 100])
-    assert next_step(release, "promote").new_weight == 100
-    assert next_step(release, "rollback").new_weight == 0
-    assert next_step(release, "hold").changes is False
+    assert step_taken(release, "promote").new_weight == 100
+    assert step_taken(release, "rollback").new_weight == 0
+    assert step_taken(release, "hold").changes is False
+    # From the last step, the canary becomes the stable version.
+    last = ReleaseConfig(stable="v1", canary="v2", canary_weight=100, steps=[10, 50, 100])
+    assert step_taken(last, "promote").new_weight is None
 
 
 def test_promotion_removes_a_weights_block_and_a_missing_weight_is_inserted_under_the_canary():
@@ -703,7 +707,7 @@ def _deployed(tmp_path: Path, stack: Path) -> Path:
     """The stack outputs `pulumi stack output --json` gives once `stack` is deployed: the
     program's own `canaryReleases` for it (and another output beside it)."""
     config = load_platform(load_project(ROOT), "prod", stack)
-    outputs = {"canaryReleases": {m.name: canary_release(m) for m in config.models}, "gatewayHost": "api.example.com"}
+    outputs = {"canaryReleases": {m.name: to_output(model_release(m)) for m in config.models}, "gatewayHost": "api.example.com"}
     path = tmp_path / f"outputs-{stack.stem}-{len(list(tmp_path.iterdir()))}.json"
     path.write_text(json.dumps(outputs))
     return path

@@ -18,9 +18,16 @@ import pytest
 import yaml
 
 from components.model_route import canary_releases
+from components.specs.routes import model_release
+from platform_config import release as release_record
 from preview import previous_releases as previous
 
 from .helpers import ROOT, Evaluated, raw_stack, run_preview, set_at, validate, write_stack
+
+
+def as_output(releases: dict[str, release_record.Release] | None) -> dict[str, Any] | None:
+    """Releases read back, in the output form they were read from."""
+    return None if releases is None else {name: release_record.to_output(release) for name, release in releases.items()}
 
 
 def copy_of(raw: dict[str, Any]) -> dict[str, Any]:
@@ -191,11 +198,9 @@ def test_each_route_declares_its_release(staging):
 
 
 def test_the_step_override_reason_is_on_the_route(staging_raw):
-    from components.specs.routes import release_annotations
-
     set_at(staging_raw, ("models", 0, "release", "stepOverride"), {"reason": "incident 42: roll forward"})
     plan = validate(staging_raw)
-    annotations = release_annotations(plan.model("summarizer").model)
+    annotations = release_record.to_annotations(model_release(plan.model("summarizer").model))
     assert annotations["inference.platform/canary-step-override"] == "incident 42: roll forward"
     # Each version's weights, as its source names them.
     assert annotations["inference.platform/stable-weights"] == f"hf://Qwen/Qwen2.5-0.5B-Instruct@{STAGING_V1_SHA}"
@@ -215,7 +220,7 @@ def test_canary_releases_output_is_what_the_policy_config_takes(staging_raw):
     }
     assert releases["labeller"]["canary"] is None
     # The same, read back from the stack's outputs by CI.
-    assert previous.from_outputs({"canaryReleases": releases, "clusterName": "x"}) == releases
+    assert as_output(previous.from_outputs({"canaryReleases": releases, "clusterName": "x"})) == releases
 
 
 # --- where the previous releases come from ------------------------------------------------------
@@ -224,7 +229,7 @@ def test_canary_releases_output_is_what_the_policy_config_takes(staging_raw):
 def test_previous_releases_from_a_baseline_preview(staging):
     releases = previous.previous_releases(staging.resources, None)
     assert releases is not None
-    assert releases["summarizer"] == {
+    assert release_record.to_output(releases["summarizer"]) == {
         "stable": "v1",
         "canary": "v2",
         "canaryWeight": 10,
@@ -248,9 +253,9 @@ def test_previous_releases_from_an_older_stack_file(tmp_path):
     path = tmp_path / "Pulumi.prod.yaml"
     path.write_text(yaml.safe_dump({"config": {"inference-platform:models": models}}))
     assert previous.previous_releases(None, path) == {
-        # No steps in the file: the config's defaults, which the program applied; no adapters.
-        "chat": {"stable": "v1", "canary": "v2", "canaryWeight": 25, "steps": [10, 25, 50, 100], "adapters": {}},
-        "embed": {"stable": "v3", "canary": None, "canaryWeight": 0, "steps": [10, 25, 50, 100], "adapters": {}},
+        # No steps in the file: the config's defaults, which the program applied; no adapters; no weights known.
+        "chat": release_record.Release("v1", "v2", 25, (10, 25, 50, 100), adapters={}),
+        "embed": release_record.Release("v3", None, 0, (10, 25, 50, 100), adapters={}),
     }
 
 
@@ -264,10 +269,14 @@ def test_a_stack_file_without_models_is_an_input_error(tmp_path):
 
 
 def test_previous_releases_go_to_both_policies_unless_the_user_set_them():
-    releases = {"chat": {"stable": "v1", "canary": None, "canaryWeight": 0}}
+    releases = {"chat": release_record.Release("v1", steps=(25, 100), stable_weights="hf://org/m@" + "a" * 40)}
     merged = previous.with_previous_releases({"canary-weight-steps": "advisory"}, releases)
-    assert merged["canary-weight-steps"] == {"enforcementLevel": "advisory", "previousReleases": releases}
-    assert merged["canary-step-override"] == {"previousReleases": releases}
+    # In the output form (platform_config/release.py to_output), which the pack's schema takes.
+    written = {
+        "chat": {"stable": "v1", "canary": None, "canaryWeight": 0, "steps": [25, 100], "stableWeights": "hf://org/m@" + "a" * 40}
+    }
+    assert merged["canary-weight-steps"] == {"enforcementLevel": "advisory", "previousReleases": written}
+    assert merged["canary-step-override"] == {"previousReleases": written}
     mine: dict[str, Any] = {"canary-weight-steps": {"previousReleases": {}}}
     assert previous.with_previous_releases(mine, releases)["canary-weight-steps"] == {"previousReleases": {}}
     assert previous.with_previous_releases(mine, None) is mine
@@ -321,7 +330,9 @@ def test_the_pack_holds_the_release_to_the_previous_one(tmp_path, staging_raw, b
     set_at(staging_raw, ("models", 0, "autoscaling", "maxReplicas"), 4)
     stack = write_stack(tmp_path, staging_raw, {"aws:region": "us-east-1"})
     config = tmp_path / "policy-config.json"
-    config.write_text(json.dumps(previous.with_previous_releases({}, {"summarizer": before})))
+    config.write_text(
+        json.dumps(previous.with_previous_releases({}, {"summarizer": release_record.from_output(before, "before")}))
+    )
     out = tmp_path / "out"
     result = run_preview("--stack", "test", "--config-file", str(stack), "--out", str(out), "--policy-config", str(config))
     assert result.returncode == exit_code, result.stdout + result.stderr
@@ -351,7 +362,7 @@ def test_a_change_cannot_loosen_the_steps_it_is_held_to_when_the_previous_file_n
     releases = previous.previous_releases(None, path)
     assert releases is not None
     entry = releases["chat"]
-    before = Release(entry["stable"], entry["canary"], entry["canaryWeight"], steps=tuple(entry["steps"]))
+    before = Release(entry.stable, entry.canary, entry.canary_weight, steps=entry.steps)
     message = step_violation("chat", before, Release("v1", "v2", 100, steps=(100,)))
     assert message is not None and "the next allowed step is 25%" in message
 
@@ -392,7 +403,7 @@ def test_a_previous_stack_file_names_the_weights_its_pinned_sources_serve(tmp_pa
     releases = previous.previous_releases(None, path)
     assert releases is not None
     # The registry reference is resolved by the registry only: no weights recorded for v2.
-    assert releases["chat"]["stableWeights"] == "hf://org/m@" + "a" * 40 and "canaryWeights" not in releases["chat"]
+    assert releases["chat"].stable_weights == "hf://org/m@" + "a" * 40 and releases["chat"].canary_weights is None
 
 
 def test_a_step_override_covers_one_change_only():
@@ -508,8 +519,6 @@ def test_a_previous_release_that_recorded_no_adapters_has_nothing_to_compare():
 
 
 def test_prods_route_and_output_record_the_adapters_releases(prod_raw, tmp_path):
-    from components.specs.routes import release_annotations
-
     plan = validate(prod_raw)
     model = plan.model("llama-8b").model
     support = {
@@ -520,14 +529,14 @@ def test_prods_route_and_output_record_the_adapters_releases(prod_raw, tmp_path)
         "canaryWeights": "s3://inference-prod-adapters/llama-3.1-8b/support/2026-11-20",
     }
     # Adapters with revisions only: the sql adapter has one source, no release.
-    assert json.loads(release_annotations(model)[ADAPTER_RELEASES]) == {"llama-3.1-8b-support": support}
+    assert json.loads(release_record.to_annotations(model_release(model))[ADAPTER_RELEASES]) == {"llama-3.1-8b-support": support}
     output = canary_releases(plan.routes)
     assert output["llama-8b"]["adapters"] == {"llama-3.1-8b-support": support}
     assert output["llama-70b"]["adapters"] == {}
     # Read back by CI from the outputs, and from the stack file as the preview's --previous-stack-file does.
-    assert previous.from_outputs({"canaryReleases": output}) == output
+    assert as_output(previous.from_outputs({"canaryReleases": output})) == output
     path = write_stack(tmp_path, prod_raw)
-    assert previous.from_stack_file(path)["llama-8b"]["adapters"] == {"llama-3.1-8b-support": support}
+    assert release_record.to_output(previous.from_stack_file(path)["llama-8b"])["adapters"] == {"llama-3.1-8b-support": support}
 
 
 def test_an_adapter_canary_weight_off_the_models_steps_is_refused(prod_raw):

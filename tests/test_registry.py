@@ -637,14 +637,15 @@ def deployed_outputs(stack: Path, folder: Path) -> Path:
     `canaryReleases` and `modelRegistry`, resolved live, built by the functions the program exports them with."""
     import yaml
 
-    from components.specs.routes import canary_release
+    from components.specs.routes import model_release
+    from platform_config.release import to_output
 
     document = yaml.safe_load(stack.read_text())["config"]
     raw = {key.split(":", 1)[1]: value for key, value in document.items() if key.startswith("inference-platform:")}
     config, resolution = resolve_registry(parse_platform_config(raw), None, recording_file=None, dry_run=False)
     assert resolution is not None
     outputs = {
-        "canaryReleases": {model.name: canary_release(model) for model in config.models},
+        "canaryReleases": {model.name: to_output(model_release(model)) for model in config.models},
         "modelRegistry": resolution.stack_output(config),
     }
     path = folder / "outputs.json"

@@ -20,11 +20,11 @@ DestinationRule for that gateway host.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from platform_config.models import ModelConfig, TierPolicy, weights_location
+from platform_config.models import AdapterVersion, ModelConfig, ModelVersion, TierPolicy, weights_location
+from platform_config.release import Release, to_annotations
 from platform_config.serving import route_timeout_seconds, version_weights
 
 from ..constants import ISTIO_INGRESS_NAMESPACE, ISTIO_SYSTEM_NAMESPACE, standard_labels
@@ -35,21 +35,6 @@ from .gateway import GATEWAY_NAME
 # and a 503 from a full pending queue must fail fast, not come back.
 SAFE_RETRY_ON = "connect-failure,refused-stream"
 OVERRIDE_HEADER_ANNOTATION = "inference.platform/override-header"
-# The model's release as this change declares it, for the policy pack's `canary-weight-steps`
-# (which holds it to the previous release) and for whoever reads the route in the cluster.
-STABLE_VERSION_ANNOTATION = "inference.platform/stable-version"
-CANARY_VERSION_ANNOTATION = "inference.platform/canary-version"
-CANARY_WEIGHT_ANNOTATION = "inference.platform/canary-weight"
-CANARY_STEPS_ANNOTATION = "inference.platform/canary-steps"
-CANARY_STEP_OVERRIDE_ANNOTATION = "inference.platform/canary-step-override"
-# The weights each running version serves (hf://org/name@<sha> or s3://...): a change of them
-# under the same version name is a release too (a moved registry alias, an edited revision).
-STABLE_WEIGHTS_ANNOTATION = "inference.platform/stable-weights"
-CANARY_WEIGHTS_ANNOTATION = "inference.platform/canary-weights"
-# Each LoRA adapter's release with revisions (JSON: {adapter: {stable, canary, canaryWeight,
-# stableWeights, canaryWeights}}), held by `canary-weight-steps` to the model's steps and override.
-ADAPTER_RELEASES_ANNOTATION = "inference.platform/adapter-releases"
-
 
 # --- sticky buckets as RE2 ranges ----------------------------------------------------------
 
@@ -92,74 +77,39 @@ def sticky_ranges(canary_weight: int) -> tuple[str | None, str | None]:
 # --- the VirtualService ----------------------------------------------------------------------
 
 
-def _served_weights(model: ModelConfig, version: str) -> str | None:
-    return next((weights_location(v.source) for v in model.versions if v.name == version), None)
+def _served_weights(versions: Sequence[ModelVersion | AdapterVersion], name: str) -> str | None:
+    return next((weights_location(v.source) for v in versions if v.name == name), None)
 
 
-def adapter_releases(model: ModelConfig) -> dict[str, dict[str, Any]]:
-    """The release of each of the model's adapters that has revisions, as a model's is recorded: its
-    stable and canary revisions, the canary's weight and the weights each revision serves. They go
-    through the model's steps, under the model's step override (one rule: `canary-weight-steps`)."""
-    releases: dict[str, dict[str, Any]] = {}
-    for adapter in model.adapters:
-        release = adapter.release
-        if release is None:
-            continue
-        served = {v.name: weights_location(v.source) for v in adapter.versions or []}
-        entry: dict[str, Any] = {
-            "stable": release.stable,
-            "canary": release.canary,
-            "canaryWeight": release.canary_weight,
-            "stableWeights": served[release.stable],
-        }
-        if release.canary is not None:
-            entry["canaryWeights"] = served[release.canary]
-        releases[adapter.name] = entry
-    return releases
-
-
-def release_annotations(model: ModelConfig) -> dict[str, str]:
-    """The release a model's VirtualService declares: its stable version, its canary and weight
-    (when it has one), the weights each serves, its adapters' releases, the configured steps and,
-    when set, why this change may skip them."""
+def model_release(model: ModelConfig) -> Release:
+    """The model's release as its route and the `canaryReleases` output record it (platform_config/release.py): its
+    versions and canary weight, the configured steps, the weights each version serves, the reason of its step override,
+    and the release of each of its adapters that has revisions (through the model's steps, under its override)."""
     release = model.release
-    annotations = {
-        STABLE_VERSION_ANNOTATION: release.stable,
-        CANARY_WEIGHT_ANNOTATION: str(release.canary_weight),
-        CANARY_STEPS_ANNOTATION: ",".join(str(step) for step in release.steps),
-        # Present when empty too: a later change's new adapter canary is then compared with "none".
-        ADAPTER_RELEASES_ANNOTATION: json.dumps(adapter_releases(model), sort_keys=True, separators=(",", ":")),
+    steps, override = tuple(release.steps), None if release.step_override is None else release.step_override.reason
+    adapters = {
+        adapter.name: Release(
+            adapter.release.stable,
+            adapter.release.canary,
+            adapter.release.canary_weight,
+            steps,
+            _served_weights(adapter.versions or [], adapter.release.stable),
+            None if adapter.release.canary is None else _served_weights(adapter.versions or [], adapter.release.canary),
+            override,
+        )
+        for adapter in model.adapters
+        if adapter.release is not None
     }
-    if (stable_weights := _served_weights(model, release.stable)) is not None:
-        annotations[STABLE_WEIGHTS_ANNOTATION] = stable_weights
-    if release.canary is not None:
-        annotations[CANARY_VERSION_ANNOTATION] = release.canary
-        if (canary_weights := _served_weights(model, release.canary)) is not None:
-            annotations[CANARY_WEIGHTS_ANNOTATION] = canary_weights
-    if release.step_override is not None:
-        annotations[CANARY_STEP_OVERRIDE_ANNOTATION] = release.step_override.reason
-    return annotations
-
-
-def canary_release(model: ModelConfig) -> dict[str, Any]:
-    """What the next change's `canary-weight-steps` check compares against: the `canaryReleases`
-    stack output's entry for a model, and `previousReleases` in the policy config (the steps
-    too: a change is held to the steps in force before it; and the weights each version serves)."""
-    release = model.release
-    entry: dict[str, Any] = {
-        "stable": release.stable,
-        "canary": release.canary,
-        "canaryWeight": release.canary_weight,
-        "steps": list(release.steps),
-        "stableWeights": _served_weights(model, release.stable),
-    }
-    if release.canary is not None:
-        entry["canaryWeights"] = _served_weights(model, release.canary)
-    entry["adapters"] = adapter_releases(model)
-    if release.step_override is not None:
-        # Recorded so that the next change cannot skip steps on this change's reason.
-        entry["stepOverride"] = release.step_override.reason
-    return entry
+    return Release(
+        release.stable,
+        release.canary,
+        release.canary_weight,
+        steps,
+        _served_weights(model.versions, release.stable),
+        None if release.canary is None else _served_weights(model.versions, release.canary),
+        override,
+        adapters,
+    )
 
 
 def _match(route: RoutePlan, tier: str, extra: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
@@ -215,7 +165,7 @@ def virtual_service(route: RoutePlan) -> dict[str, Any]:
             "labels": standard_labels(model.name, "routing"),
             # Tell the policy pack which header marks this model's version-override routes, and
             # the release it holds to the previous one.
-            "annotations": {OVERRIDE_HEADER_ANNOTATION: release.override_header, **release_annotations(route.model)},
+            "annotations": {OVERRIDE_HEADER_ANNOTATION: release.override_header, **to_annotations(model_release(model))},
         },
         "spec": {"hosts": list(traffic.hosts), "gateways": [f"{ISTIO_INGRESS_NAMESPACE}/{GATEWAY_NAME}"], "http": routes},
     }

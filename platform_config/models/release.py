@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
+from ..release import DEFAULT_STEPS
 from .base import ConfigModel, Duration, Percent, PositiveInt, VersionName, _duration_between
 from .headers import HeaderName
 
@@ -55,7 +56,7 @@ class ReleaseConfig(ConfigModel):
     """Header that sends a request to a named version whatever the split."""
     user_key_header: HeaderName = "x-user-id"
     """Header whose value keeps a user on one side of the split."""
-    steps: Annotated[list[Annotated[int, Field(ge=1, le=100)]], Field(min_length=1)] = [10, 25, 50, 100]
+    steps: Annotated[list[Annotated[int, Field(ge=1, le=100)]], Field(min_length=1)] = list(DEFAULT_STEPS)
     """The canary weights a release goes through, rising, ending at 100 (its LoRA adapters' canaries too): the canary
     command moves one step at a time, and the policy pack refuses a rise of more than one step per change."""
     step_override: StepOverride | None = None

@@ -12,97 +12,31 @@ compare and the rule passes.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-from .kube import (
-    ADAPTER_RELEASES_ANNOTATION,
-    CANARY_STEP_OVERRIDE_ANNOTATION,
-    CANARY_STEPS_ANNOTATION,
-    CANARY_VERSION_ANNOTATION,
-    CANARY_WEIGHT_ANNOTATION,
-    CANARY_WEIGHTS_ANNOTATION,
-    DEFAULT_CANARY_STEPS,
-    STABLE_VERSION_ANNOTATION,
-    STABLE_WEIGHTS_ANNOTATION,
-    VIRTUAL_SERVICE,
-    Report,
-    config,
-    get,
-    is_list,
-    name_of,
-    namespace_of,
+from .kube import VIRTUAL_SERVICE, Report, config, get, name_of, namespace_of
+from .release_record import (
+    DEFAULT_STEPS,
+    RELEASES_SCHEMA,
+    Release,
+    ReleaseRecordError,
+    from_annotations,
+    from_output,
+    next_step,
 )
 
 OVERRIDE_HINT = "set release.stepOverride.reason to skip steps"
 
-# The config schema of canary-weight-steps and canary-step-override (policies/__main__.py declares them).
-# One LoRA adapter's release as it was last deployed (a model's `adapters` in `canaryReleases`).
-ADAPTER_RELEASE = {
-    "type": "object",
-    "properties": {
-        "stable": {"type": "string", "minLength": 1},
-        "canary": {"type": ["string", "null"]},
-        "canaryWeight": {"type": "integer", "minimum": 0, "maximum": 100},
-        "stableWeights": {"type": ["string", "null"]},
-        "canaryWeights": {"type": ["string", "null"]},
-    },
-    "required": ["stable"],
-    "additionalProperties": False,
-}
-# The previous release of each model, by model name, as the program's `canaryReleases` output
-# records it; given by the preview (a baseline or `--previous-stack-file`) or by CI
-# (`python -m preview.previous_releases --from-outputs`). Without it there is nothing to compare.
-PREVIOUS_RELEASES = {
-    "previousReleases": {
-        "type": "object",
-        "additionalProperties": {
-            "type": "object",
-            "properties": {
-                "stable": {"type": "string", "minLength": 1},
-                "canary": {"type": ["string", "null"]},
-                "canaryWeight": {"type": "integer", "minimum": 0, "maximum": 100},
-                "steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}, "minItems": 1},
-                # The weights each version served (hf://org/name@<sha>, s3://...; null when not known).
-                "stableWeights": {"type": ["string", "null"]},
-                "canaryWeights": {"type": ["string", "null"]},
-                # The step override's reason the previous change was deployed with, if any.
-                "stepOverride": {"type": ["string", "null"]},
-                # The model's adapters' releases, by adapter name (held to the model's steps).
-                "adapters": {"type": "object", "additionalProperties": ADAPTER_RELEASE},
-            },
-            "required": ["stable"],
-            "additionalProperties": False,
-        },
-    }
-}
-
-
-@dataclass(frozen=True)
-class Release:
-    stable: str
-    canary: str | None
-    canary_weight: int
-    # The steps configured with this release (None: not recorded).
-    steps: tuple[int, ...] | None = None
-    # The weights each version serves (None: not known, e.g. a previous stack file naming a
-    # registry alias, which only the registry resolves).
-    stable_weights: str | None = None
-    canary_weights: str | None = None
-    # The step override's reason this release was deployed with (previous releases only).
-    step_override: str | None = None
+# The config schema of canary-weight-steps and canary-step-override (policies/__main__.py declares them): the
+# previous release of each model, by model name, as the program's `canaryReleases` output records it; given by the
+# preview (a baseline or `--previous-stack-file`) or by CI (`python -m preview.previous_releases --from-outputs`).
+# Without it there is nothing to compare.
+PREVIOUS_RELEASES = {"previousReleases": RELEASES_SCHEMA}
 
 
 def _moved(before: str | None, after: str | None) -> bool:
     return before is not None and after is not None and before != after
-
-
-def next_step(weight: int, steps: Sequence[int]) -> int | None:
-    """The first configured step above `weight` (None when there is none above it)."""
-    return next((step for step in sorted(steps) if step > weight), None)
 
 
 def step_violation(model: str, previous: Release | None, new: Release) -> str | None:
@@ -116,7 +50,7 @@ def step_violation(model: str, previous: Release | None, new: Release) -> str | 
     weight (same stable and canary); a new canary (or a new model) at no more than the first
     step; promoting the canary to stable once it took the last step (100). Anything else needs
     the release's step override."""
-    rule_steps = sorted(previous.steps if previous is not None and previous.steps else DEFAULT_CANARY_STEPS)
+    rule_steps = sorted(previous.steps if previous is not None else DEFAULT_STEPS)
     first = rule_steps[0]
     if previous is None:
         if new.canary is not None and new.canary_weight > first:
@@ -175,91 +109,6 @@ def step_violation(model: str, previous: Release | None, new: Release) -> str | 
     return None
 
 
-def _steps(text: Any) -> tuple[int, ...] | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        steps = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        return None
-    return steps if steps and all(0 < step <= 100 for step in steps) else None
-
-
-def _weight(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)) and value == int(value):
-        return int(value) if 0 <= value <= 100 else None
-    if isinstance(value, str) and value.isdigit():
-        return int(value) if int(value) <= 100 else None
-    return None
-
-
-def declared_release(annotations: Mapping[str, Any]) -> Release | str | None:
-    """The release a route's annotations declare; None when it declares none (a route the
-    platform did not build); a reason when they cannot be read."""
-    stable = annotations.get(STABLE_VERSION_ANNOTATION)
-    if stable is None:
-        return None
-    canary = annotations.get(CANARY_VERSION_ANNOTATION)
-    weight = _weight(annotations.get(CANARY_WEIGHT_ANNOTATION, "0"))
-    steps = _steps(annotations.get(CANARY_STEPS_ANNOTATION, ",".join(map(str, DEFAULT_CANARY_STEPS))))
-    stable_weights, canary_weights = (annotations.get(k) for k in (STABLE_WEIGHTS_ANNOTATION, CANARY_WEIGHTS_ANNOTATION))
-    if not all(w is None or isinstance(w, str) for w in (stable_weights, canary_weights)):
-        return f"its weights annotations ({STABLE_WEIGHTS_ANNOTATION}, {CANARY_WEIGHTS_ANNOTATION}) are not strings"
-    if not isinstance(stable, str) or not (canary is None or isinstance(canary, str)) or weight is None or steps is None:
-        return (
-            f"its release annotations cannot be read ({STABLE_VERSION_ANNOTATION}, {CANARY_VERSION_ANNOTATION}, "
-            f"{CANARY_WEIGHT_ANNOTATION}: 0-100, {CANARY_STEPS_ANNOTATION}: comma-separated weights)"
-        )
-    return Release(stable, canary, weight, steps, stable_weights, canary_weights)
-
-
-def previous_release(entry: Any) -> Release | None:
-    """An entry of `previousReleases` ({stable, canary, canaryWeight, steps?}); None if unusable
-    (the config schema refuses such entries before the pack runs)."""
-    if not isinstance(entry, Mapping) or not isinstance(entry.get("stable"), str):
-        return None
-    canary = entry.get("canary")
-    weight = _weight(entry.get("canaryWeight", 0))
-    steps = entry.get("steps")
-    recorded = tuple(int(s) for s in steps) if is_list(steps) and steps and all(_weight(s) for s in steps) else None
-    stable_weights, canary_weights, override = (
-        entry.get(k) if isinstance(entry.get(k), str) else None for k in ("stableWeights", "canaryWeights", "stepOverride")
-    )
-    return Release(
-        entry["stable"],
-        canary if isinstance(canary, str) else None,
-        weight or 0,
-        recorded,
-        stable_weights,
-        canary_weights,
-        override,
-    )
-
-
-def declared_adapter_releases(annotations: Mapping[str, Any], steps: tuple[int, ...] | None) -> dict[str, Release | str] | None:
-    """Each adapter's release a route's annotations declare (with the model's `steps`), or why one
-    cannot be read; None when the route declares no adapter releases (a route from before them)."""
-    raw = annotations.get(ADAPTER_RELEASES_ANNOTATION)
-    if raw is None:
-        return None
-    try:
-        entries = json.loads(raw) if isinstance(raw, str) else None
-    except ValueError:
-        entries = None
-    if not isinstance(entries, Mapping):
-        return {"": f"{ADAPTER_RELEASES_ANNOTATION} is not a JSON object of adapter releases"}
-    releases: dict[str, Release | str] = {}
-    for name, entry in entries.items():
-        release = previous_release(entry)
-        if release is None or (isinstance(entry, Mapping) and _weight(entry.get("canaryWeight", 0)) is None):
-            releases[name] = f"{ADAPTER_RELEASES_ANNOTATION}: adapter {name!r} has no readable release"
-        else:
-            releases[name] = dataclasses.replace(release, steps=steps, step_override=None)
-    return releases
-
-
 def _held(subject: str, previous: Release | None, new: Release, reason: str | None) -> tuple[str | None, str | None]:
     """The violation of the change from `previous` to `new` and the override's reason that covers it."""
     violation = step_violation(subject, previous, new)
@@ -272,40 +121,37 @@ def _held(subject: str, previous: Release | None, new: Release, reason: str | No
 
 
 def _checked(args: Any) -> list[tuple[str, Release | str, str | None, str | None]]:
-    """(what is held: the model, or `<model> adapter <name>`; what the route declares or why it
-    cannot be read; the violation; the override's reason) for the release of a route's model and of
-    each of its adapters, when there is a previous release to compare with; none otherwise."""
+    """(what is held: the model, or `<model> adapter <name>`; what the route declares or why it, or the previous
+    release, cannot be read; the violation; the override's reason) for the release of a route's model and of each of
+    its adapters, when there is a previous release to compare with; none otherwise."""
     if args.resource_type != VIRTUAL_SERVICE:
         return []
     previous_releases = config(args).get("previousReleases")
     if not isinstance(previous_releases, Mapping):
         return []
     annotations = get(args.props, "metadata", "annotations", default={})
-    new = declared_release(annotations)
+    model = name_of(args.props)
+    try:
+        new = from_annotations(annotations)
+    except ReleaseRecordError as error:
+        return [(model, f"its release annotations cannot be read: {error}", None, None)]
     if new is None:
         return []
-    model = name_of(args.props)
-    reason = annotations.get(CANARY_STEP_OVERRIDE_ANNOTATION) or None
-    if isinstance(new, str):
-        return [(model, new, None, reason)]
-    previous = previous_release(previous_releases.get(model))
-    assert new.steps is not None
+    try:
+        entry = previous_releases.get(model)
+        previous = None if entry is None else from_output(entry, f"previousReleases.{model}")
+    except ReleaseRecordError as error:
+        return [(model, f"the policy config's previous release cannot be read: {error}", None, None)]
+    reason = new.step_override
     checked: list[tuple[str, Release | str, str | None, str | None]] = [(model, new, *_held(model, previous, new, reason))]
     # The adapters' releases, with the model's steps and override: a new model's are new too; a
     # previous release that recorded no adapters' (one from before them) has nothing to compare.
-    adapters = declared_adapter_releases(annotations, new.steps)
-    recorded = previous_releases[model].get("adapters") if previous is not None else {}
-    if adapters is None or not isinstance(recorded, Mapping):
+    recorded = previous.adapters if previous is not None else {}
+    if new.adapters is None or recorded is None:
         return checked
-    for name, adapter in sorted(adapters.items()):
+    for name, adapter in sorted(new.adapters.items()):
         subject = f"{model} adapter {name}"
-        if isinstance(adapter, str):
-            checked.append((subject, adapter, None, reason))
-            continue
-        before = previous_release(recorded.get(name))
-        if before is not None and previous is not None:
-            before = dataclasses.replace(before, steps=previous.steps, step_override=previous.step_override)
-        checked.append((subject, adapter, *_held(subject, before, adapter, reason)))
+        checked.append((subject, adapter, *_held(subject, recorded.get(name), adapter, reason)))
     return checked
 
 
