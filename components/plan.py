@@ -16,9 +16,10 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from decimal import Decimal
 
 from platform_config.adapters import adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
+from platform_config.batch_jobs import batch_gpu_request, batch_shards
 from platform_config.capacity import batch_queue_rows, show_amount
 from platform_config.chat_templates import served_template
-from platform_config.checks import batch_gpu_request, batch_shards, run_peak_checks
+from platform_config.checks import run_peak_checks
 from platform_config.cold_start import (
     cold_start,
     max_node_provision_seconds,

@@ -12,12 +12,14 @@ import pytest
 from platform_tools.architecture import (
     ARCHITECTURE_FILE,
     Module,
+    definitions,
     functions_over_their_limit,
     import_circles,
     import_graph,
     modules_over_their_limit,
     project_modules,
     rendered,
+    string_constants,
     upward_imports,
 )
 
@@ -92,3 +94,46 @@ def test_quantities_are_written_by_platform_config_quantity_only(modules):
         if isinstance(node, ast.FunctionDef) and "quantity" in node.name and f"{module.name}.{node.name}" not in validators
     ]
     assert elsewhere == []
+
+
+# A value or rule the config checks and the plan (or two components) both read, by its one home: a second definition of
+# the name anywhere in the project (leading underscores aside) is a copy that can drift from it.
+ONE_HOME = {
+    # What a batch job asks of the platform: plan values, which the batch checks read too.
+    "batch_gpu_request": "platform_config.batch_jobs",
+    "batch_shards": "platform_config.batch_jobs",
+    "shard_estimate_seconds": "platform_config.batch_jobs",
+    # The commit SHA that pins a model's revision and a batch job's input.
+    "COMMIT_SHA": "platform_config.models.sources",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONE_HOME))
+def test_a_shared_value_is_defined_in_its_one_home_only(modules, name):
+    assert definitions(modules, name) == [ONE_HOME[name]]
+
+
+def test_the_commit_sha_pattern_is_written_once(modules):
+    """The 40-character commit SHA pattern, as a pattern of its own, is written in its home only (a credential's
+    pattern may hold one inside it)."""
+    forms = {"[0-9a-f]{40}", "[a-f0-9]{40}"}
+    holders = sorted(
+        module.name
+        for module in modules.values()
+        if module.package != "policies" and any(s.strip("^$") in forms for s in string_constants(module))
+    )
+    assert holders == [ONE_HOME["COMMIT_SHA"]]
+
+
+def test_definitions_sees_a_private_copy(tmp_path):
+    """A copy under a leading underscore is a copy; a name used, not defined, is not; the pack is apart."""
+    modules = {
+        m.name: m
+        for m in (
+            _module(tmp_path, "platform_config.a", "def batch_shards(job):\n    return 1\n"),
+            _module(tmp_path, "platform_config.b", "_batch_shards = lambda job: 1\n"),
+            _module(tmp_path, "components.c", "from platform_config.a import batch_shards\nx = batch_shards(None)\n"),
+            _module(tmp_path, "policies.inference_governance.d", "def batch_shards(job):\n    return 1\n"),
+        )
+    }
+    assert definitions(modules, "batch_shards") == ["platform_config.a", "platform_config.b"]
