@@ -223,6 +223,24 @@ def string_constants(module: Module) -> list[str]:
     return [node.value for node in ast.walk(module.tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
 
 
+def string_assignments(module: Module) -> dict[str, str]:
+    """The module's top-level names bound to a string literal (`NAME = "..."`), with their strings."""
+    found = {}
+    for node in module.tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            found.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
+    return found
+
+
+def string_collections(module: Module) -> list[set[str]]:
+    """The string literals of each set, list or tuple literal the module writes (a collection of names)."""
+    found = []
+    for node in ast.walk(module.tree):
+        if isinstance(node, (ast.Set, ast.List, ast.Tuple)):
+            found.append({e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)})
+    return found
+
+
 def module_map(modules: dict[str, Module]) -> str:
     """The generated part of docs/architecture.md: each layer's modules, each with its docstring's first sentence."""
     out = [BEGIN, ""]

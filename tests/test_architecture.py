@@ -19,6 +19,8 @@ from platform_tools.architecture import (
     modules_over_their_limit,
     project_modules,
     rendered,
+    string_assignments,
+    string_collections,
     string_constants,
     upward_imports,
 )
@@ -105,7 +107,10 @@ ONE_HOME = {
     "shard_estimate_seconds": "platform_config.batch_jobs",
     # The commit SHA that pins a model's revision and a batch job's input.
     "COMMIT_SHA": "platform_config.models.sources",
+    # The namespaces a tenant may not take.
+    "RESERVED_NAMESPACES": "platform_config.namespaces",
 }
+NAMESPACES_HOME = "platform_config.namespaces"
 
 
 @pytest.mark.parametrize("name", sorted(ONE_HOME))
@@ -137,3 +142,26 @@ def test_definitions_sees_a_private_copy(tmp_path):
         )
     }
     assert definitions(modules, "batch_shards") == ["platform_config.a", "platform_config.b"]
+
+
+def test_the_platform_namespaces_are_named_once(modules):
+    """Each namespace the platform installs into is written as a string in platform_config/namespaces.py only: no other
+    module binds a `..._NAMESPACE` name to a string, nor writes a collection holding two of them (a second list of
+    the reserved names)."""
+    home = string_assignments(modules[NAMESPACES_HOME])
+    names = {value for key, value in home.items() if key.endswith("NAMESPACE")}
+    assert len(names) >= 10
+    elsewhere = sorted(
+        f"{module.name}.{key}"
+        for module in modules.values()
+        if module.name != NAMESPACES_HOME and module.package != "policies"
+        for key in string_assignments(module)
+        if key.endswith("NAMESPACE")
+    )
+    lists = sorted(
+        module.name
+        for module in modules.values()
+        if module.name != NAMESPACES_HOME and module.package != "policies"
+        if any(len(found & names) >= 2 for found in string_collections(module))
+    )
+    assert (elsewhere, lists) == ([], [])
