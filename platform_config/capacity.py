@@ -137,6 +137,17 @@ class CapacityRow:
         return sum(self.demand_by_tenant.values(), Decimal(0))
 
 
+def overcommit_ratio(config: PlatformConfig) -> Decimal:
+    """How many times what the pools give at maxSize the summed quotas may hold (`capacity.overcommitRatio`)."""
+    return Decimal(str(config.capacity.overcommit_ratio))
+
+
+def within_capacity(demand: Decimal, supply: Decimal, ratio: Decimal) -> bool:
+    """Whether quotas holding `demand` fit a `supply` overcommitted `ratio` times: the capacity table's verdict and
+    the capacity check's rule."""
+    return demand <= supply * ratio
+
+
 def capacity_table(config: PlatformConfig) -> list[CapacityRow]:
     """One row per resource kind: what the pools give at max size against the summed quotas."""
     rows: dict[str, CapacityRow] = {}
@@ -172,7 +183,7 @@ def capacity_report(
     """The capacity table as plain data (a stack output and a preview report section);
     `pickers_by_tenant`: what each tenant's endpoint pickers hold at peak, per resource (part of
     its quota, on the system pool)."""
-    ratio = Decimal(str(config.capacity.overcommit_ratio))
+    ratio = overcommit_ratio(config)
     rows = []
     for row in capacity_table(config):
         pickers = {
@@ -193,7 +204,7 @@ def capacity_report(
                 "endpointPickersByTenant": {tenant: show(v) for tenant, v in pickers.items()},
                 "overcommitRatio": float(ratio),
                 "utilisationPercent": round(float(row.demand / row.supply * 100)) if row.supply else None,
-                "withinCapacity": row.demand <= row.supply * ratio,
+                "withinCapacity": within_capacity(row.demand, row.supply, ratio),
             }
         )
     return rows + _system_node_rows(config, pickers_by_tenant or {})

@@ -241,6 +241,16 @@ def string_collections(module: Module) -> list[set[str]]:
     return found
 
 
+def attribute_readers(modules: dict[str, Module], attribute: str) -> list[str]:
+    """The modules that read `.attribute` of anything (the pack apart): a config field read in one place only."""
+    return sorted(
+        module.name
+        for module in modules.values()
+        if module.package != POLICY_PACK
+        and any(isinstance(node, ast.Attribute) and node.attr == attribute for node in ast.walk(module.tree))
+    )
+
+
 def module_map(modules: dict[str, Module]) -> str:
     """The generated part of docs/architecture.md: each layer's modules, each with its docstring's first sentence."""
     out = [BEGIN, ""]

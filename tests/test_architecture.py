@@ -12,6 +12,7 @@ import pytest
 from platform_tools.architecture import (
     ARCHITECTURE_FILE,
     Module,
+    attribute_readers,
     definitions,
     functions_over_their_limit,
     import_circles,
@@ -109,6 +110,9 @@ ONE_HOME = {
     "COMMIT_SHA": "platform_config.models.sources",
     # The namespaces a tenant may not take.
     "RESERVED_NAMESPACES": "platform_config.namespaces",
+    # How far the summed quotas may exceed the pools, and the rule the capacity table and its check share.
+    "overcommit_ratio": "platform_config.capacity",
+    "within_capacity": "platform_config.capacity",
 }
 NAMESPACES_HOME = "platform_config.namespaces"
 
@@ -165,3 +169,9 @@ def test_the_platform_namespaces_are_named_once(modules):
         if any(len(found & names) >= 2 for found in string_collections(module))
     )
     assert (elsewhere, lists) == ([], [])
+
+
+def test_the_overcommit_ratio_is_read_from_the_config_once(modules):
+    """`capacity.overcommitRatio` is read by `overcommit_ratio` alone; the capacity table and its check take it from
+    there."""
+    assert attribute_readers(modules, "overcommit_ratio") == [ONE_HOME["overcommit_ratio"]]

@@ -13,9 +13,11 @@ from ..capacity import (
     budget_resources,
     capacity_table,
     node_allocatable,
+    overcommit_ratio,
     pool_supply,
     production_budget,
     show_amount,
+    within_capacity,
 )
 from ..errors import ConfigIssue, format_key
 from ..models import ModelConfig, PlatformConfig
@@ -27,10 +29,10 @@ from .tenants import resource_key
 
 def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """Summed tenant quotas against what the pools give at max size, per resource kind."""
-    ratio = Decimal(str(config.capacity.overcommit_ratio))
+    ratio = overcommit_ratio(config)
     tenant_index = {t.name: i for i, t in enumerate(config.tenants)}
     for row in capacity_table(config):
-        if row.demand <= row.supply * ratio:
+        if within_capacity(row.demand, row.supply, ratio):
             continue
         keys = ", ".join(
             f"{format_key(('tenants', tenant_index[t], 'quota', *resource_key(row.resource)))}={show_amount(row.resource, a)}"
@@ -52,7 +54,7 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
             if resource in ("cpu", "memory"):
                 continue
             supply = sum(s.at_max(resource) for s in supplies)
-            if amount > supply * ratio:
+            if not within_capacity(amount, Decimal(supply), ratio):
                 yield ConfigIssue(
                     ("tenants", index, "quota", *resource_key(resource)),
                     f"{amount} of {resource} is more than the pools it may use ({', '.join(p.name for p in usable)}) "
