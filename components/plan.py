@@ -1,3 +1,4 @@
+# Long module: the resolution of every slice of the plan (servers, routes, pickers, batch jobs, pools), one function each.
 """The resolved plan: the validated config, resolved once into what every component reads.
 
 `resolve` turns a `PlatformConfig` (validated by `platform_config.load_config`) into an
@@ -38,6 +39,7 @@ from platform_config.models import (
     PlatformConfig,
 )
 from platform_config.pins import VLLM
+from platform_config.pool_plan import PoolCapacity, pool_capacities
 from platform_config.prices import node_price
 from platform_config.quantity import parse_quantity
 from platform_config.registry import RegistryResolution
@@ -62,16 +64,19 @@ from platform_config.serving import (
     weights_service_account,
 )
 from platform_config.tenant_data import s3_parts
+from platform_config.tenant_plan import tenant_plans
 from platform_config.weight_mirror import hugging_face_revision, mirror_job_name, mirrored_revisions, mirrored_source
 
 from .backends import BACKENDS
 from .constants import LABEL_INSTANCE, LABEL_TENANT, SYSTEM_NODE_SELECTOR, standard_labels
 from .picker_plan import EndpointPickerPlan, PickerBand
+from .pool_plan import PoolPlan
 from .serving import Plan, TenantEgress
 from .shapes import TIER_ORDER, BatchJobPlan, ModelPlan, RoutePlan, ServerPlan, ServingBackend, TierRoute
 from .slo_plan import SloPlan
 from .specs.endpoint_picker.names import epp_name_of
 from .specs.endpoint_picker.plan_rules import EPP_POD_RESOURCES
+from .specs.gpu_sharing import node_labels, node_taint
 from .specs.slo_rules import latency_slo
 from .system_nodes import system_scheduling_template
 
@@ -386,6 +391,8 @@ def resolve(
         batch_queues=tuple(batch_queue_rows(config)),
         mirrored_revisions=mirrored_revisions(config),
         egress=tenant_egress(config, models, batch_jobs),
+        tenants=tenant_plans(config),
+        pools={name: _pool(capacity) for name, capacity in pool_capacities(config).items()},
         node_prices={
             pool.name: node_price(pool.instance_type, pool.capacity_type, pool.price_per_hour, region)
             for pool in config.node_pools
@@ -399,6 +406,11 @@ def resolve(
             region,
         ),
     )
+
+
+def _pool(capacity: PoolCapacity) -> PoolPlan:
+    """A pool's plan: what its nodes offer, and the labels and taint they carry."""
+    return PoolPlan(capacity, labels=node_labels(capacity.pool), taint=node_taint())
 
 
 def tenant_egress(

@@ -28,7 +28,6 @@ from .models import (
     PlatformConfig,
     ResourceBudget,
     SystemNodeGroup,
-    TenantConfig,
 )
 from .quantity import parse_quantity
 
@@ -109,16 +108,6 @@ def budget_resources(budget: ResourceBudget) -> dict[str, Decimal]:
     if budget.memory is not None:
         amounts["memory"] = parse_quantity(budget.memory)
     return amounts
-
-
-def production_budget(tenant: TenantConfig) -> tuple[dict[str, Decimal], int | None]:
-    """What a tenant's production-priority pods may hold: its quota less the share its experiments keep
-    (`experimentQuota`), per resource the quota names, and in pods (None: no pod limit). The ResourceQuota of
-    production pods is this, and the config checks hold production models' peaks to it."""
-    reserved = budget_resources(tenant.experiment_quota)
-    resources = {r: a - reserved.get(r, Decimal(0)) for r, a in budget_resources(tenant.quota).items()}
-    pods = None if tenant.quota.pods is None else tenant.quota.pods - (tenant.experiment_quota.pods or 0)
-    return resources, pods
 
 
 @dataclass

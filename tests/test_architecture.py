@@ -113,6 +113,13 @@ ONE_HOME = {
     # How far the summed quotas may exceed the pools, and the rule the capacity table and its check share.
     "overcommit_ratio": "platform_config.capacity",
     "within_capacity": "platform_config.capacity",
+    # The plan's tenant and pool slices, and the GPU resources the pools provide, which every quota names.
+    "TenantPlan": "platform_config.tenant_plan",
+    "PriorityBudget": "platform_config.tenant_plan",
+    "tenant_plan": "platform_config.tenant_plan",
+    "PoolCapacity": "platform_config.pool_plan",
+    "gpu_resources_provided": "platform_config.pool_plan",
+    "PoolPlan": "components.pool_plan",
 }
 NAMESPACES_HOME = "platform_config.namespaces"
 
@@ -175,3 +182,30 @@ def test_the_overcommit_ratio_is_read_from_the_config_once(modules):
     """`capacity.overcommitRatio` is read by `overcommit_ratio` alone; the capacity table and its check take it from
     there."""
     assert attribute_readers(modules, "overcommit_ratio") == [ONE_HOME["overcommit_ratio"]]
+
+
+def test_the_gpu_resources_the_pools_provide_are_gathered_once(modules):
+    """Only `gpu_resources_provided` gathers the GPU resources across the pools (a comprehension over the pools and
+    what each node advertises, `per_node`); the quotas, the tenants' check and the plan read it."""
+    gathering = []
+    for module in modules.values():
+        if module.package == "policies":
+            continue
+        for node in ast.walk(module.tree):
+            if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+                walked = [ast.unparse(g.iter) for g in node.generators]
+                if any(w.endswith("node_pools") for w in walked) and any(w.endswith(".per_node") for w in walked):
+                    gathering.append(module.name)
+    assert gathering == [ONE_HOME["gpu_resources_provided"]]
+
+
+def test_the_experiment_share_is_taken_from_the_quota_in_the_tenant_plan_only(modules):
+    """`experimentQuota` is read where a budget is derived from it (the tenant plan: production's budget is the quota
+    less it), where the config states it as written (the tenants' and batch checks, the batch queues), and nowhere
+    else: a quota builder or a check that needs production's or the experiments' budget reads the tenant plan."""
+    assert attribute_readers(modules, "experiment_quota") == [
+        "platform_config.capacity",
+        "platform_config.checks.batch",
+        "platform_config.checks.tenants",
+        "platform_config.tenant_plan",
+    ]
