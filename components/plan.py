@@ -4,10 +4,11 @@
 `resolve` turns a `PlatformConfig` (validated by `platform_config.load_config`) into an
 immutable `Plan`: per model its backend, its servers (per running version: pool, tenant, GPU
 resource, replica bounds, tiers, timeouts and drain chain, vLLM arguments, object names) and its
-peak demand. The checks that need the backends' facts (rollout surge, injected containers,
-their own rules) run here and fail the same way as the config checks (`ConfigError`: one line
-per key, no traceback). Components receive their slice of the plan; nothing recomputes a
-derived value.
+peak demand; per tenant its budgets (platform_config/tenant_plan.py) and per pool what its nodes
+offer and carry (`PoolPlan`), computed by the same functions the config checks call. The checks
+that need the backends' facts (rollout surge, injected containers, their own rules) run here and
+fail the same way as the config checks (`ConfigError`: one line per key, no traceback).
+Components receive their slice of the plan; nothing recomputes a derived value.
 """
 
 from __future__ import annotations
