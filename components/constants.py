@@ -5,8 +5,26 @@ from __future__ import annotations
 
 from platform_config.gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource
 from platform_config.models import SYSTEM_POOL_NAME
+from platform_config.namespaces import (
+    GPU_OPERATOR_NAMESPACE,
+    ISTIO_SYSTEM_NAMESPACE,
+    KNATIVE_OPERATOR_NAMESPACE,
+    KNATIVE_SERVING_NAMESPACE,
+    KUBE_SYSTEM_NAMESPACE,
+    MONITORING_NAMESPACE,
+)
 
-__all__ = ["GPU_RESOURCE", "MIG_RESOURCE_PREFIX", "mig_resource"]
+__all__ = [
+    "GPU_OPERATOR_NAMESPACE",
+    "GPU_RESOURCE",
+    "ISTIO_SYSTEM_NAMESPACE",
+    "KNATIVE_OPERATOR_NAMESPACE",
+    "KNATIVE_SERVING_NAMESPACE",
+    "KUBE_SYSTEM_NAMESPACE",
+    "MIG_RESOURCE_PREFIX",
+    "MONITORING_NAMESPACE",
+    "mig_resource",
+]
 
 PACKAGE = "inference-platform"
 
@@ -74,16 +92,10 @@ GATEWAY_LISTENER_PORTS = {80: 80, 443: 443}
 # gateway sends Knative-served versions there, so their requests pass these pods twice.
 KNATIVE_LOCAL_GATEWAY_LISTENER_PORT = 8081
 
-# --- namespaces the platform installs into --------------------------------------------------
-GPU_OPERATOR_NAMESPACE = "gpu-operator"
-MONITORING_NAMESPACE = "monitoring"
-ISTIO_SYSTEM_NAMESPACE = "istio-system"
+# --- namespaces the platform installs into (named in platform_config/namespaces.py) -----------
 # The ingress gateway runs in istio-system, where Knative's knative-local-gateway Service
 # (created by net-istio) can select its pods.
 ISTIO_INGRESS_NAMESPACE = ISTIO_SYSTEM_NAMESPACE
-KNATIVE_SERVING_NAMESPACE = "knative-serving"
-KNATIVE_OPERATOR_NAMESPACE = "knative-operator"
-KUBE_SYSTEM_NAMESPACE = "kube-system"
 
 # Knative's activator sits in the data path of a Knative revision while no replica is ready
 # (scale from zero, see TARGET_BURST_CAPACITY) and drains for terminationGracePeriodSeconds: 600 (knative/serving knative-v1.23.0

@@ -12,41 +12,39 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from platform_config.capacity import instance_of, node_allocatable
 from platform_config.cold_start import INSTANCE_STORE, node_disk, node_disk_gib
-from platform_config.models import NodePoolConfig
-from platform_config.quantity import exact_quantity
 
 from .cluster import node_launch_template
 from .constants import PACKAGE
-from .specs.gpu_sharing import advertised_resources, node_labels, node_taint
+from .pool_plan import PoolPlan
 
 CA_TAG_PREFIX = "k8s.io/cluster-autoscaler"
 # EKS spells taint effects in its API as NO_SCHEDULE; Kubernetes and the autoscaler as NoSchedule.
 EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
 
 
-def autoscaler_tags(cluster_name: str, pool: NodePoolConfig) -> dict[str, str]:
+def autoscaler_tags(cluster_name: str, plan: PoolPlan) -> dict[str, str]:
     """ASG tags the cluster autoscaler reads to discover the group and to build a node template
     while the group has no nodes (labels, taints and extended resources)."""
     tags = {
         f"{CA_TAG_PREFIX}/enabled": "true",
         f"{CA_TAG_PREFIX}/{cluster_name}": "owned",
     }
-    for key, value in node_labels(pool).items():
+    for key, value in plan.labels.items():
         tags[f"{CA_TAG_PREFIX}/node-template/label/{key}"] = value
-    taint = node_taint()
+    taint = plan.taint
     tags[f"{CA_TAG_PREFIX}/node-template/taint/{taint['key']}"] = f"{taint['value']}:{taint['effect']}"
-    for resource, count in advertised_resources(pool).items():
+    for resource, count in plan.capacity.advertised.items():
         tags[f"{CA_TAG_PREFIX}/node-template/resources/{resource}"] = str(count)
     # The kubelet's disk: the instance store's RAID0 where the weight cache is there.
-    tags[f"{CA_TAG_PREFIX}/node-template/resources/ephemeral-storage"] = f"{node_disk_gib(pool)}Gi"
+    tags[f"{CA_TAG_PREFIX}/node-template/resources/ephemeral-storage"] = f"{node_disk_gib(plan.pool)}Gi"
     return tags
 
 
 @dataclass(frozen=True)
 class GpuNodePoolArgs:
-    pool: NodePoolConfig
+    # The pool, what its nodes offer and carry (Plan.pools).
+    plan: PoolPlan
     cluster_mode: str
     cluster_name: str
     tags: dict[str, str]
@@ -63,21 +61,14 @@ class GpuNodePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:gpu-node-pool:GpuNodePool", name, None, opts)
-        pool = args.pool
-        instance = instance_of(pool)
+        plan = args.plan
+        pool = plan.pool
+        instance = plan.capacity.supply.instance
         self.pool_name = pool.name
-        self.advertised = advertised_resources(pool)
-        self.labels = node_labels(pool)
-        taint = node_taint()
-        # What the scheduler sees of one node at maxSize: the preview's admission stage
-        # bin-packs every pod template onto it.
-        self.scheduling_template = {
-            "name": pool.name,
-            "labels": self.labels,
-            "taints": [taint],
-            "allocatable": {resource: exact_quantity(amount) for resource, amount in node_allocatable(pool).items()},
-            "maxSize": pool.max_size,
-        }
+        self.advertised = plan.capacity.advertised
+        self.labels = dict(plan.labels)
+        taint = dict(plan.taint)
+        self.scheduling_template = plan.scheduling_template
         node_group_name: pulumi.Output[str] | None = None
 
         if args.cluster_mode == "eks":
@@ -106,7 +97,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 taints=[
                     aws.eks.NodeGroupTaintArgs(key=taint["key"], value=taint["value"], effect=EKS_TAINT_EFFECT[taint["effect"]])
                 ],
-                tags={**args.tags, **autoscaler_tags(args.cluster_name, pool)},
+                tags={**args.tags, **autoscaler_tags(args.cluster_name, plan)},
                 # The cluster autoscaler owns the desired size once the group exists.
                 opts=pulumi.ResourceOptions(
                     parent=self, depends_on=list(args.depends_on), ignore_changes=["scalingConfig.desiredSize"]
@@ -116,7 +107,7 @@ class GpuNodePool(pulumi.ComponentResource):
             # Managed node group tags do not reach the Auto Scaling group, where the autoscaler
             # reads node templates; tag the ASG itself.
             asg_name = group.resources.apply(lambda resources: resources[0].autoscaling_groups[0].name)
-            for index, (key, value) in enumerate(sorted(autoscaler_tags(args.cluster_name, pool).items())):
+            for index, (key, value) in enumerate(sorted(autoscaler_tags(args.cluster_name, plan).items())):
                 aws.autoscaling.Tag(
                     f"{name}-asg-tag-{index}",
                     autoscaling_group_name=asg_name,

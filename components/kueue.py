@@ -14,6 +14,7 @@ import pulumi
 
 from platform_config.capacity import BatchQueueRow, batch_tenants
 from platform_config.models import NodePoolConfig
+from platform_config.namespaces import KUEUE_NAMESPACE
 from platform_config.pins import KUEUE
 
 from .constants import PACKAGE
@@ -22,7 +23,6 @@ from .shapes import BatchJobPlan
 from .specs.batch_admission import gpu_jobs_policy, gpu_jobs_policy_binding
 from .specs.batch_rules import batch_prometheus_rule
 from .specs.kueue import (
-    KUEUE_NAMESPACE,
     cluster_queue,
     kueue_values,
     resource_flavor,

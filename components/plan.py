@@ -1,12 +1,14 @@
+# Long module: the resolution of every slice of the plan (servers, routes, pickers, batch jobs, pools), one function each.
 """The resolved plan: the validated config, resolved once into what every component reads.
 
 `resolve` turns a `PlatformConfig` (validated by `platform_config.load_config`) into an
 immutable `Plan`: per model its backend, its servers (per running version: pool, tenant, GPU
 resource, replica bounds, tiers, timeouts and drain chain, vLLM arguments, object names) and its
-peak demand. The checks that need the backends' facts (rollout surge, injected containers,
-their own rules) run here and fail the same way as the config checks (`ConfigError`: one line
-per key, no traceback). Components receive their slice of the plan; nothing recomputes a
-derived value.
+peak demand; per tenant its budgets (platform_config/tenant_plan.py) and per pool what its nodes
+offer and carry (`PoolPlan`), computed by the same functions the config checks call. The checks
+that need the backends' facts (rollout surge, injected containers, their own rules) run here and
+fail the same way as the config checks (`ConfigError`: one line per key, no traceback).
+Components receive their slice of the plan; nothing recomputes a derived value.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from decimal import Decimal
 
 from platform_config.adapters import adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
+from platform_config.batch_jobs import batch_gpu_request, batch_shards
 from platform_config.capacity import batch_queue_rows, show_amount
 from platform_config.chat_templates import served_template
-from platform_config.checks import batch_gpu_request, batch_shards, run_peak_checks
+from platform_config.checks import run_peak_checks
 from platform_config.cold_start import (
     cold_start,
     max_node_provision_seconds,
@@ -37,6 +40,7 @@ from platform_config.models import (
     PlatformConfig,
 )
 from platform_config.pins import VLLM
+from platform_config.pool_plan import PoolCapacity, pool_capacities
 from platform_config.prices import node_price
 from platform_config.quantity import parse_quantity
 from platform_config.registry import RegistryResolution
@@ -61,16 +65,19 @@ from platform_config.serving import (
     weights_service_account,
 )
 from platform_config.tenant_data import s3_parts
+from platform_config.tenant_plan import tenant_plans
 from platform_config.weight_mirror import hugging_face_revision, mirror_job_name, mirrored_revisions, mirrored_source
 
 from .backends import BACKENDS
 from .constants import LABEL_INSTANCE, LABEL_TENANT, SYSTEM_NODE_SELECTOR, standard_labels
 from .picker_plan import EndpointPickerPlan, PickerBand
+from .pool_plan import PoolPlan
 from .serving import Plan, TenantEgress
 from .shapes import TIER_ORDER, BatchJobPlan, ModelPlan, RoutePlan, ServerPlan, ServingBackend, TierRoute
 from .slo_plan import SloPlan
 from .specs.endpoint_picker.names import epp_name_of
 from .specs.endpoint_picker.plan_rules import EPP_POD_RESOURCES
+from .specs.gpu_sharing import node_labels, node_taint
 from .specs.slo_rules import latency_slo
 from .system_nodes import system_scheduling_template
 
@@ -385,6 +392,8 @@ def resolve(
         batch_queues=tuple(batch_queue_rows(config)),
         mirrored_revisions=mirrored_revisions(config),
         egress=tenant_egress(config, models, batch_jobs),
+        tenants=tenant_plans(config),
+        pools={name: _pool(capacity) for name, capacity in pool_capacities(config).items()},
         node_prices={
             pool.name: node_price(pool.instance_type, pool.capacity_type, pool.price_per_hour, region)
             for pool in config.node_pools
@@ -398,6 +407,11 @@ def resolve(
             region,
         ),
     )
+
+
+def _pool(capacity: PoolCapacity) -> PoolPlan:
+    """A pool's plan: what its nodes offer, and the labels and taint they carry."""
+    return PoolPlan(capacity, labels=node_labels(capacity.pool), taint=node_taint())
 
 
 def tenant_egress(

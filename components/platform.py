@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from platform_config.capacity import batch_queue_report, capacity_report, pool_supply
+from platform_config.capacity import batch_queue_report, capacity_report
 from platform_config.floors import FLOORS
-from platform_config.models import NodePoolConfig, PlatformConfig
+from platform_config.models import PlatformConfig
 
 from .batch_job import BatchJob, BatchJobArgs
 from .cluster import Cluster
@@ -33,6 +33,7 @@ from .mesh import Mesh, MeshArgs
 from .metrics_server import MetricsServer, MetricsServerArgs
 from .model import Model, ModelArgs
 from .monitoring import PROMETHEUS_URL, Monitoring
+from .pool_plan import PoolPlan
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs
 from .serving import Plan
@@ -100,7 +101,7 @@ class InferencePlatform(pulumi.ComponentResource):
         control_plane_replicas = FLOORS.control_plane_replicas_in_production if config.environment == "production" else None
         if monitoring is not None:
             self._overview_dashboard(plan, monitoring, batch)
-        self.pools = [self._gpu_pool(pool, config, args.cluster, tags) for pool in config.node_pools]
+        self.pools = [self._gpu_pool(pool, config, args.cluster, tags) for pool in plan.pools.values()]
         eks = self._eks_services(args, tags, control_plane_replicas) if config.cluster.eks is not None else None
         self._node_agents(config, monitoring)
         self._image_prepull(plan)
@@ -172,12 +173,12 @@ class InferencePlatform(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
-    def _gpu_pool(self, pool: NodePoolConfig, config: PlatformConfig, cluster: Cluster, tags: dict[str, str]) -> GpuNodePool:
+    def _gpu_pool(self, pool: PoolPlan, config: PlatformConfig, cluster: Cluster, tags: dict[str, str]) -> GpuNodePool:
         eks = config.cluster.eks
         return GpuNodePool(
-            pool.name,
+            pool.pool.name,
             GpuNodePoolArgs(
-                pool=pool,
+                plan=pool,
                 cluster_mode=config.cluster.mode,
                 cluster_name=config.cluster.name,
                 tags=tags,
@@ -282,7 +283,6 @@ class InferencePlatform(pulumi.ComponentResource):
         its models' data path."""
         plan = args.plan
         config = plan.config
-        gpu_resources = tuple(sorted({r for pool in config.node_pools for r in pool_supply(pool).per_node}))
         # What each tenant lets in for its models' backends (Knative's activator, for one).
         ingress: dict[str, set[tuple[str, str]]] = {t.name: set() for t in config.tenants}
         for model_plan in plan.models:
@@ -293,8 +293,7 @@ class InferencePlatform(pulumi.ComponentResource):
             tenant.name: Tenant(
                 tenant.name,
                 TenantArgs(
-                    tenant=tenant,
-                    gpu_resources=gpu_resources,
+                    plan=plan.tenants[tenant.name],
                     ingress=tuple(sorted(ingress[tenant.name])),
                     hugging_face_token=args.hugging_face_tokens[tenant.name] if tenant.name in hf_tenants else None,
                     mesh=mesh.base,

@@ -28,10 +28,10 @@ from platform_config.models import (
     ReleaseConfig,
     TrafficConfig,
 )
+from platform_config.namespaces import MIRROR_NAMESPACE
 from platform_config.pins import ENDPOINT_PICKER, ENVOY_PROXY, IMAGES, KUEUE_API_VERSION
 from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
-from platform_config.weight_mirror import MIRROR_NAMESPACE
 
 from .backends.knative import KNATIVE_REVISION_LABEL, KNATIVE_SERVICE_LABEL, TARGET_BURST_CAPACITY
 from .constants import (

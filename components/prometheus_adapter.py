@@ -9,13 +9,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from platform_config.namespaces import PROMETHEUS_ADAPTER_NAMESPACE as NAMESPACE
 from platform_config.pins import PROMETHEUS_ADAPTER
 
 from .constants import PACKAGE
 from .k8s_objects import helm_release, system_namespace
 from .specs.metrics import adapter_values
-
-NAMESPACE = "prometheus-adapter"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The resolved plan as a whole (`Plan`) and where each tenant's workloads may connect outside the
 cluster (`TenantEgress`): what components/plan.py resolves a config into and the platform component
 builds from. The slices it hands each component and builder, and the serving backends' contract,
-are in shapes.py.
+are in shapes.py; a pool's in pool_plan.py, a tenant's budgets in platform_config/tenant_plan.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from decimal import Decimal
 from platform_config.capacity import BatchQueueRow
 from platform_config.models import PlatformConfig
 from platform_config.prices import NodePrice, Unpriced
+from platform_config.tenant_plan import TenantPlan
 from platform_config.weight_mirror import MirroredRevision
 
+from .pool_plan import PoolPlan
 from .shapes import BatchJobPlan, ModelPlan, RoutePlan, ServingBackend
 
 
@@ -50,6 +52,9 @@ class Plan:
     mirrored_revisions: tuple[MirroredRevision, ...] = ()
     # By tenant, where its model servers may connect outside the cluster (every tenant has one).
     egress: Mapping[str, TenantEgress] = field(default_factory=dict)
+    # By tenant, its budgets by priority class (its quotas state them); by GPU pool, what its nodes offer and carry.
+    tenants: Mapping[str, TenantPlan] = field(default_factory=dict)
+    pools: Mapping[str, PoolPlan] = field(default_factory=dict)
     # What one node costs per hour, by GPU pool, and for the system node group (None without one): the stack's
     # pricePerHour, else the dated list price (platform_config/prices.py), else why there is none.
     node_prices: Mapping[str, NodePrice | Unpriced] = field(default_factory=dict)

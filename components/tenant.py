@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import pulumi
 
-from platform_config.models import TenantConfig, TrafficConfig
+from platform_config.models import TrafficConfig
+from platform_config.tenant_plan import TenantPlan
 
 from .constants import BATCH_JOB_COMPONENT, MODEL_SERVER_COMPONENT, PACKAGE
 from .k8s_objects import KubernetesObject, custom_resource
@@ -18,9 +19,8 @@ from .specs.pod_parts import HF_TOKEN_SECRET, token_secret
 
 @dataclass(frozen=True)
 class TenantArgs:
-    tenant: TenantConfig
-    # Every GPU resource name any pool provides: quotas list them all (0 where not granted).
-    gpu_resources: tuple[str, ...]
+    # The tenant and its budgets by priority class (Plan.tenants), which its quotas state.
+    plan: TenantPlan
     # Platform components in the data path of its models' servers, which its isolation lets in:
     # (NetworkPolicy name, namespace) pairs from its models' serving backends.
     ingress: tuple[tuple[str, str], ...] = ()
@@ -54,12 +54,12 @@ class Tenant(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TenantArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:tenant:Tenant", name, None, opts)
-        tenant = args.tenant
+        tenant = args.plan.tenant
         ns = KubernetesObject(name, tenancy.namespace(tenant), pulumi.ResourceOptions(parent=self))
         # Everything else lives in the namespace: create it first.
         inside = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         prerequisites: list[pulumi.Resource] = []
-        for quota in tenancy.resource_quotas(tenant, list(args.gpu_resources)):
+        for quota in tenancy.resource_quotas(args.plan):
             prerequisites.append(KubernetesObject(quota["metadata"]["name"], quota, inside))
         limits = tenancy.limit_range(tenant)
         prerequisites.append(KubernetesObject(limits["metadata"]["name"], limits, inside))

@@ -13,6 +13,7 @@ import pulumi
 import pulumi_aws as aws
 
 from platform_config.models import WeightMirrorConfig
+from platform_config.namespaces import MIRROR_NAMESPACE
 from platform_config.weight_mirror import MirroredRevision
 
 from .constants import PACKAGE
@@ -71,7 +72,7 @@ class WeightMirror(pulumi.ComponentResource):
                 f"{name}-{tenant}-identity",
                 WorkloadIdentityArgs(
                     args.access,
-                    specs.MIRROR_NAMESPACE,
+                    MIRROR_NAMESPACE,
                     specs.mirror_service_account_name(tenant),
                     specs.mirror_write_policy(mirror, tenant),
                     tenant=tenant,

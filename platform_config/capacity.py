@@ -28,7 +28,6 @@ from .models import (
     PlatformConfig,
     ResourceBudget,
     SystemNodeGroup,
-    TenantConfig,
 )
 from .quantity import parse_quantity
 
@@ -111,16 +110,6 @@ def budget_resources(budget: ResourceBudget) -> dict[str, Decimal]:
     return amounts
 
 
-def production_budget(tenant: TenantConfig) -> tuple[dict[str, Decimal], int | None]:
-    """What a tenant's production-priority pods may hold: its quota less the share its experiments keep
-    (`experimentQuota`), per resource the quota names, and in pods (None: no pod limit). The ResourceQuota of
-    production pods is this, and the config checks hold production models' peaks to it."""
-    reserved = budget_resources(tenant.experiment_quota)
-    resources = {r: a - reserved.get(r, Decimal(0)) for r, a in budget_resources(tenant.quota).items()}
-    pods = None if tenant.quota.pods is None else tenant.quota.pods - (tenant.experiment_quota.pods or 0)
-    return resources, pods
-
-
 @dataclass
 class CapacityRow:
     resource: str
@@ -135,6 +124,17 @@ class CapacityRow:
     @property
     def demand(self) -> Decimal:
         return sum(self.demand_by_tenant.values(), Decimal(0))
+
+
+def overcommit_ratio(config: PlatformConfig) -> Decimal:
+    """How many times what the pools give at maxSize the summed quotas may hold (`capacity.overcommitRatio`)."""
+    return Decimal(str(config.capacity.overcommit_ratio))
+
+
+def within_capacity(demand: Decimal, supply: Decimal, ratio: Decimal) -> bool:
+    """Whether quotas holding `demand` fit a `supply` overcommitted `ratio` times: the capacity table's verdict and
+    the capacity check's rule."""
+    return demand <= supply * ratio
 
 
 def capacity_table(config: PlatformConfig) -> list[CapacityRow]:
@@ -172,7 +172,7 @@ def capacity_report(
     """The capacity table as plain data (a stack output and a preview report section);
     `pickers_by_tenant`: what each tenant's endpoint pickers hold at peak, per resource (part of
     its quota, on the system pool)."""
-    ratio = Decimal(str(config.capacity.overcommit_ratio))
+    ratio = overcommit_ratio(config)
     rows = []
     for row in capacity_table(config):
         pickers = {
@@ -193,7 +193,7 @@ def capacity_report(
                 "endpointPickersByTenant": {tenant: show(v) for tenant, v in pickers.items()},
                 "overcommitRatio": float(ratio),
                 "utilisationPercent": round(float(row.demand / row.supply * 100)) if row.supply else None,
-                "withinCapacity": row.demand <= row.supply * ratio,
+                "withinCapacity": within_capacity(row.demand, row.supply, ratio),
             }
         )
     return rows + _system_node_rows(config, pickers_by_tenant or {})

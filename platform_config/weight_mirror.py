@@ -21,8 +21,6 @@ from .models import ModelConfig, ModelSource, ModelVersion, PlatformConfig, Weig
 from .pins import VLLM
 from .serving import running_versions
 
-# The platform's namespace where the mirror Jobs run: outside the tenants' quotas.
-MIRROR_NAMESPACE = "model-weights"
 # A Job copies one file at a time from Hugging Face through the NAT or internet gateway: one flow, which AWS caps at
 # 5 Gbit/s outside a placement group (EC2 User Guide, "Amazon EC2 instance network bandwidth"). Its deadline allows
 # this many times the copy at that rate, and never less than MIRROR_DEADLINE_FLOOR_SECONDS.

@@ -195,6 +195,62 @@ def functions_over_their_limit(modules: dict[str, Module]) -> list[str]:
     return sorted(over)
 
 
+def definitions(modules: dict[str, Module], name: str) -> list[str]:
+    """The modules that define `name` at their top level (a def, a class or an assignment), leading underscores
+    aside (a private copy is a copy), the pack apart: a value that must have one home is defined in one of them."""
+    wanted = name.lstrip("_")
+    found = []
+    for module in modules.values():
+        if module.package == POLICY_PACK:
+            continue
+        for node in module.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                continue
+            if any(n.lstrip("_") == wanted for n in names):
+                found.append(module.name)
+                break
+    return sorted(found)
+
+
+def string_constants(module: Module) -> list[str]:
+    """Every string literal a module holds (docstrings included), in the order written."""
+    return [node.value for node in ast.walk(module.tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+
+def string_assignments(module: Module) -> dict[str, str]:
+    """The module's top-level names bound to a string literal (`NAME = "..."`), with their strings."""
+    found = {}
+    for node in module.tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            found.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
+    return found
+
+
+def string_collections(module: Module) -> list[set[str]]:
+    """The string literals of each set, list or tuple literal the module writes (a collection of names)."""
+    found = []
+    for node in ast.walk(module.tree):
+        if isinstance(node, (ast.Set, ast.List, ast.Tuple)):
+            found.append({e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)})
+    return found
+
+
+def attribute_readers(modules: dict[str, Module], attribute: str) -> list[str]:
+    """The modules that read `.attribute` of anything (the pack apart): a config field read in one place only."""
+    return sorted(
+        module.name
+        for module in modules.values()
+        if module.package != POLICY_PACK
+        and any(isinstance(node, ast.Attribute) and node.attr == attribute for node in ast.walk(module.tree))
+    )
+
+
 def module_map(modules: dict[str, Module]) -> str:
     """The generated part of docs/architecture.md: each layer's modules, each with its docstring's first sentence."""
     out = [BEGIN, ""]

@@ -12,12 +12,17 @@ import pytest
 from platform_tools.architecture import (
     ARCHITECTURE_FILE,
     Module,
+    attribute_readers,
+    definitions,
     functions_over_their_limit,
     import_circles,
     import_graph,
     modules_over_their_limit,
     project_modules,
     rendered,
+    string_assignments,
+    string_collections,
+    string_constants,
     upward_imports,
 )
 
@@ -152,4 +157,116 @@ def test_the_release_record_check_sees_a_second_copy(tmp_path):
         "policies.inference_governance.b: 'inference.platform/stable-version'",
         "preview.c: 'canaryWeights'",
         "components.d: class Release",
+    ]
+
+
+# A value or rule the config checks and the plan (or two components) both read, by its one home: a second definition of
+# the name anywhere in the project (leading underscores aside) is a copy that can drift from it.
+ONE_HOME = {
+    # What a batch job asks of the platform: plan values, which the batch checks read too.
+    "batch_gpu_request": "platform_config.batch_jobs",
+    "batch_shards": "platform_config.batch_jobs",
+    "shard_estimate_seconds": "platform_config.batch_jobs",
+    # The commit SHA that pins a model's revision and a batch job's input.
+    "COMMIT_SHA": "platform_config.models.sources",
+    # The namespaces a tenant may not take.
+    "RESERVED_NAMESPACES": "platform_config.namespaces",
+    # How far the summed quotas may exceed the pools, and the rule the capacity table and its check share.
+    "overcommit_ratio": "platform_config.capacity",
+    "within_capacity": "platform_config.capacity",
+    # The plan's tenant and pool slices, and the GPU resources the pools provide, which every quota names.
+    "TenantPlan": "platform_config.tenant_plan",
+    "PriorityBudget": "platform_config.tenant_plan",
+    "tenant_plan": "platform_config.tenant_plan",
+    "PoolCapacity": "platform_config.pool_plan",
+    "gpu_resources_provided": "platform_config.pool_plan",
+    "PoolPlan": "components.pool_plan",
+}
+NAMESPACES_HOME = "platform_config.namespaces"
+
+
+@pytest.mark.parametrize("name", sorted(ONE_HOME))
+def test_a_shared_value_is_defined_in_its_one_home_only(modules, name):
+    assert definitions(modules, name) == [ONE_HOME[name]]
+
+
+def test_the_commit_sha_pattern_is_written_once(modules):
+    """The 40-character commit SHA pattern, as a pattern of its own, is written in its home only (a credential's
+    pattern may hold one inside it)."""
+    forms = {"[0-9a-f]{40}", "[a-f0-9]{40}"}
+    holders = sorted(
+        module.name
+        for module in modules.values()
+        if module.package != "policies" and any(s.strip("^$") in forms for s in string_constants(module))
+    )
+    assert holders == [ONE_HOME["COMMIT_SHA"]]
+
+
+def test_definitions_sees_a_private_copy(tmp_path):
+    """A copy under a leading underscore is a copy; a name used, not defined, is not; the pack is apart."""
+    modules = {
+        m.name: m
+        for m in (
+            _module(tmp_path, "platform_config.a", "def batch_shards(job):\n    return 1\n"),
+            _module(tmp_path, "platform_config.b", "_batch_shards = lambda job: 1\n"),
+            _module(tmp_path, "components.c", "from platform_config.a import batch_shards\nx = batch_shards(None)\n"),
+            _module(tmp_path, "policies.inference_governance.d", "def batch_shards(job):\n    return 1\n"),
+        )
+    }
+    assert definitions(modules, "batch_shards") == ["platform_config.a", "platform_config.b"]
+
+
+def test_the_platform_namespaces_are_named_once(modules):
+    """Each namespace the platform installs into is written as a string in platform_config/namespaces.py only: no other
+    module binds a `..._NAMESPACE` name to a string, nor writes a collection holding two of them (a second list of
+    the reserved names)."""
+    home = string_assignments(modules[NAMESPACES_HOME])
+    names = {value for key, value in home.items() if key.endswith("NAMESPACE")}
+    assert len(names) >= 10
+    elsewhere = sorted(
+        f"{module.name}.{key}"
+        for module in modules.values()
+        if module.name != NAMESPACES_HOME and module.package != "policies"
+        for key in string_assignments(module)
+        if key.endswith("NAMESPACE")
+    )
+    lists = sorted(
+        module.name
+        for module in modules.values()
+        if module.name != NAMESPACES_HOME and module.package != "policies"
+        if any(len(found & names) >= 2 for found in string_collections(module))
+    )
+    assert (elsewhere, lists) == ([], [])
+
+
+def test_the_overcommit_ratio_is_read_from_the_config_once(modules):
+    """`capacity.overcommitRatio` is read by `overcommit_ratio` alone; the capacity table and its check take it from
+    there."""
+    assert attribute_readers(modules, "overcommit_ratio") == [ONE_HOME["overcommit_ratio"]]
+
+
+def test_the_gpu_resources_the_pools_provide_are_gathered_once(modules):
+    """Only `gpu_resources_provided` gathers the GPU resources across the pools (a comprehension over the pools and
+    what each node advertises, `per_node`); the quotas, the tenants' check and the plan read it."""
+    gathering = []
+    for module in modules.values():
+        if module.package == "policies":
+            continue
+        for node in ast.walk(module.tree):
+            if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+                walked = [ast.unparse(g.iter) for g in node.generators]
+                if any(w.endswith("node_pools") for w in walked) and any(w.endswith(".per_node") for w in walked):
+                    gathering.append(module.name)
+    assert gathering == [ONE_HOME["gpu_resources_provided"]]
+
+
+def test_the_experiment_share_is_taken_from_the_quota_in_the_tenant_plan_only(modules):
+    """`experimentQuota` is read where a budget is derived from it (the tenant plan: production's budget is the quota
+    less it), where the config states it as written (the tenants' and batch checks, the batch queues), and nowhere
+    else: a quota builder or a check that needs production's or the experiments' budget reads the tenant plan."""
+    assert attribute_readers(modules, "experiment_quota") == [
+        "platform_config.capacity",
+        "platform_config.checks.batch",
+        "platform_config.checks.tenants",
+        "platform_config.tenant_plan",
     ]

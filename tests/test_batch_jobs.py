@@ -28,8 +28,8 @@ from components.specs.kueue import (
     workload_priority_classes,
 )
 from components.specs.tenancy import priority_classes
+from platform_config.batch_jobs import shard_estimate_seconds
 from platform_config.capacity import batch_queue_report
-from platform_config.checks import shard_estimate_seconds
 from platform_config.pins import KUEUE, KUEUE_API_VERSION
 
 from .helpers import (

@@ -215,3 +215,23 @@ def test_no_gpu_pool_takes_the_system_pool_label():
         "inference-platform:nodePools[1].name: 'system' is the system node group's pool label: name the GPU pool otherwise"
         in found
     )
+
+
+def test_experiments_without_a_pods_budget_get_none_in_the_quota_and_in_the_check():
+    """One budget, read by the quota and the check alike (platform_config/tenant_plan.py): a tenant whose
+    experimentQuota states no pods has an experiment ResourceQuota of 0 pods, so its experiment models at their peak
+    are refused by the check too, not left for the quota to reject at run time."""
+    from components.specs.tenancy import resource_quotas
+    from platform_config.tenant_plan import tenant_plans
+
+    raw = raw_stack("staging")
+    team_a = next(t for t in raw["tenants"] if t["name"] == "team-a")
+    del team_a["experimentQuota"]["pods"]
+    plan = tenant_plans(parse_platform_config(raw))["team-a"]
+    experiment = next(q for q in resource_quotas(plan) if q["metadata"]["name"] == "team-a-experiment")
+    assert plan.experiment.pods == 0 and experiment["spec"]["hard"]["pods"] == "0"
+    index = [t["name"] for t in raw["tenants"]].index("team-a")
+    assert any(
+        "of pods, but tenant 'team-a' has 0 for experiments" in m and f"tenants[{index}].experimentQuota.pods" in m
+        for m in config_problems(raw)
+    )

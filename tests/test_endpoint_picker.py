@@ -457,12 +457,13 @@ def test_probes_follow_the_chart_and_take_a_pod_whose_epp_fails_out_of_the_servi
 def tenant_objects() -> list[dict[str, Any]]:
     from components.specs import tenancy
     from platform_config.models import TenantConfig
+    from platform_config.tenant_plan import tenant_plan
 
     tenant = TenantConfig.model_validate({"name": "team-a", "quota": {"gpu": 8, "cpu": "64", "memory": "256Gi", "pods": 40}})
     return [
         tenancy.namespace(tenant),
         tenancy.limit_range(tenant),
-        *tenancy.resource_quotas(tenant, ["nvidia.com/gpu"]),
+        *tenancy.resource_quotas(tenant_plan(tenant, ("nvidia.com/gpu",))),
         *tenancy.priority_classes(),
     ]
 

@@ -15,9 +15,9 @@ from components.mirror_runner import mirror_runner as runner
 from components.specs.weight_mirror import RUNNER_SOURCE, mirror_write_policy
 from platform_config import parse_platform_config
 from platform_config.cold_start import cold_start, streams_weights
+from platform_config.namespaces import MIRROR_NAMESPACE
 from platform_config.weight_mirror import (
     MIRROR_DEADLINE_FLOOR_SECONDS,
-    MIRROR_NAMESPACE,
     copy_pool,
     mirror_job_name,
     mirrored_revisions,

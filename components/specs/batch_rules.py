@@ -71,10 +71,11 @@ from typing import Any
 from platform_config.capacity import BatchQueueRow, batch_tenants
 from platform_config.gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from platform_config.models import BatchJobConfig, duration_seconds
+from platform_config.namespaces import KUEUE_NAMESPACE
 
 from ..constants import standard_labels
 from .batch_job import job_name
-from .kueue import KUEUE_NAMESPACE, cluster_queue_name, local_queue_name
+from .kueue import cluster_queue_name, local_queue_name
 from .slo_rules import TEAM_LABEL
 
 # Series the rules read that no rule records: name → where it comes from.

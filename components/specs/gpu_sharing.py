@@ -70,11 +70,6 @@ def node_taint() -> dict[str, str]:
     return {"key": GPU_TAINT_KEY, "value": GPU_TAINT_VALUE, "effect": GPU_TAINT_EFFECT}
 
 
-def advertised_resources(pool: NodePoolConfig) -> dict[str, int]:
-    """Extended resources one node of the pool advertises once the operator has configured it."""
-    return dict(sorted(pool_supply(pool).per_node.items()))
-
-
 def _mig_parted_entry(geometry: MigGeometryDef) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     next_device = 0

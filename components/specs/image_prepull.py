@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from platform_config.namespaces import PREPULL_NAMESPACE
+
 from ..constants import LABEL_POOL, standard_labels
 from .pod_parts import NO_GPU_ENV, container_security_context, gpu_toleration, restricted_namespace
 
-PREPULL_NAMESPACE = "image-prepull"
 # Nobody: the image's own user is root, which `restricted` refuses.
 PREPULL_USER = 65534
 # `sleep` from the image's coreutils: no CPU after start, well under a MiB of memory.

@@ -46,7 +46,6 @@ WORKLOAD_PRIORITIES = {BATCH_PRIORITY_CLASS: EXPERIMENT_PRIORITY - 50, EXPERIMEN
 # QueueLabel, WorkloadPriorityClassLabel).
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-KUEUE_NAMESPACE = "kueue-system"
 
 
 def _meta(name: str, component: str, namespace: str | None = None, **labels: str) -> dict[str, Any]:

@@ -7,7 +7,8 @@ Quotas are layered so experiments cannot spend production's budget:
 - `<tenant>-experiment`: pods of class inference-experiment get only the experiment share;
 - `<tenant>-unclassified`: pods of any other (or no) class get no GPU at all.
 Every GPU resource any pool provides is listed, with 0 where the tenant has none: a resource a
-ResourceQuota does not list is not limited.
+ResourceQuota does not list is not limited. The budgets are the tenant's plan's
+(platform_config/tenant_plan.py), which the config checks hold its models' peaks to.
 
 The tenant's network policies are its default deny and what it lets in; where its pods may
 connect out is network.py's (`outbound_policies`, the egress Sidecars and ServiceEntries).
@@ -17,14 +18,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from decimal import Decimal
 from typing import Any
 
-from platform_config.capacity import budget_resources, production_budget
 from platform_config.models import TenantConfig
 from platform_config.profiles import EXPERIMENT_PRIORITY_CLASS, PRODUCTION_PRIORITY_CLASS
 from platform_config.quantity import resource_quantity
 from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
+from platform_config.tenant_plan import PriorityBudget, TenantPlan
 
 from ..constants import (
     EXPERIMENT_PRIORITY,
@@ -41,12 +41,13 @@ from .network import in_namespace, network_policy, outbound_policies
 GPU_PREFIXES = ("nvidia.com/",)
 
 
-def _hard(amounts: dict[str, Decimal], pods: int | None) -> dict[str, str]:
+def _hard(budget: PriorityBudget) -> dict[str, str]:
+    amounts = budget.resources
     hard = {f"requests.{resource}": resource_quantity(resource, amount) for resource, amount in sorted(amounts.items())}
     if "memory" in amounts:
         hard["limits.memory"] = resource_quantity("memory", amounts["memory"])
-    if pods is not None:
-        hard["pods"] = str(pods)
+    if budget.pods is not None:
+        hard["pods"] = str(budget.pods)
     return hard
 
 
@@ -77,17 +78,9 @@ def namespace(tenant: TenantConfig) -> dict[str, Any]:
     }
 
 
-def resource_quotas(tenant: TenantConfig, gpu_resources: list[str]) -> list[dict[str, Any]]:
-    """The four quotas above; `gpu_resources` are all GPU resource names any pool provides."""
-    total = budget_resources(tenant.quota)
-    experiment = budget_resources(tenant.experiment_quota)
-    production, prod_pods = production_budget(tenant)
-    for resource in gpu_resources:
-        total.setdefault(resource, Decimal(0))
-        experiment.setdefault(resource, Decimal(0))
-        production.setdefault(resource, Decimal(0))
-    experiment = {r: a for r, a in experiment.items() if r in total}
-    exp_pods = tenant.experiment_quota.pods
+def resource_quotas(plan: TenantPlan) -> list[dict[str, Any]]:
+    """The four quotas above, each stating its budget of the tenant's plan."""
+    tenant = plan.tenant
     classes = [PRODUCTION_PRIORITY_CLASS, EXPERIMENT_PRIORITY_CLASS]
 
     def quota(
@@ -108,10 +101,10 @@ def resource_quotas(tenant: TenantConfig, gpu_resources: list[str]) -> list[dict
         }
 
     return [
-        quota("total", _hard(total, tenant.quota.pods)),
-        quota("production", _hard(production, prod_pods), "In", [PRODUCTION_PRIORITY_CLASS]),
-        quota("experiment", _hard(experiment, exp_pods if exp_pods is not None else 0), "In", [EXPERIMENT_PRIORITY_CLASS]),
-        quota("unclassified", _hard({r: Decimal(0) for r in sorted(gpu_resources)}, None), "NotIn", classes),
+        quota("total", _hard(plan.total)),
+        quota("production", _hard(plan.production), "In", [PRODUCTION_PRIORITY_CLASS]),
+        quota("experiment", _hard(plan.experiment), "In", [EXPERIMENT_PRIORITY_CLASS]),
+        quota("unclassified", _hard(plan.unclassified), "NotIn", classes),
     ]
 
 

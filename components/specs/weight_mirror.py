@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from platform_config.models import WeightMirrorConfig
-from platform_config.weight_mirror import MIRROR_NAMESPACE, MirroredRevision, tenant_prefix
+from platform_config.namespaces import MIRROR_NAMESPACE
+from platform_config.weight_mirror import MirroredRevision, tenant_prefix
 
 from ..constants import LABEL_POOL, LABEL_TENANT, standard_labels
 from ..mirror_runner.mirror_runner import PERMANENT_FAILURE_EXIT_CODE

@@ -29,8 +29,6 @@ from .adapters import (
     check_batch_model_adapters,
 )
 from .batch import (
-    batch_gpu_request,
-    batch_shards,
     check_batch_deadline,
     check_batch_input_pinned,
     check_batch_job_adapter,
@@ -38,7 +36,6 @@ from .batch import (
     check_batch_job_references,
     check_batch_parallelism_within_quota,
     check_batch_quota_pools,
-    shard_estimate_seconds,
 )
 from .capacity import check_capacity, check_models_fit_nodes, check_models_fit_pools, check_models_fit_quotas
 from .gateway import check_gateway_headers, check_gateway_tls, check_tier_queues
@@ -72,11 +69,8 @@ __all__ = [
     "PEAK_CHECKS",
     "Check",
     "PeakCheck",
-    "batch_gpu_request",
-    "batch_shards",
     "run_checks",
     "run_peak_checks",
-    "shard_estimate_seconds",
 ]
 
 Check = Callable[[PlatformConfig], Iterable[ConfigIssue]]

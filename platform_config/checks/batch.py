@@ -1,6 +1,6 @@
 """Batch jobs on Kueue: their quotas, references, pools, adapters, pinned inputs, parallelism and deadlines.
 
-`batch_gpu_request`, `batch_shards` and `shard_estimate_seconds` are what the plan sizes a job's shards by.
+A shard's GPU request and estimated run time are platform_config/batch_jobs.py's, which the plan sizes a job by.
 """
 
 from __future__ import annotations
@@ -11,30 +11,12 @@ from decimal import Decimal
 from typing import Iterator
 
 from ..adapters import adapter_revisions, adapter_tenant, batch_job_adapter, on_adapter_base
+from ..batch_jobs import batch_gpu_request, shard_estimate_seconds
 from ..capacity import budget_resources, pool_supply, show_amount
 from ..errors import ConfigIssue, format_key
-from ..gpu_catalog import GPU_RESOURCE, mig_resource
-from ..models import BatchJobConfig, PlatformConfig, duration_seconds
+from ..models import COMMIT_SHA, PlatformConfig, duration_seconds
 from .names import duplicates
 from .tenants import resource_key
-
-
-def batch_gpu_request(job: BatchJobConfig) -> tuple[str, int]:
-    """(GPU resource, count) one shard's pod asks for."""
-    resources = job.model.resources
-    if resources.mig_profile is not None:
-        return mig_resource(resources.mig_profile), 1
-    return GPU_RESOURCE, resources.gpus or 0
-
-
-def batch_shards(job: BatchJobConfig) -> int:
-    return -(-job.lines // job.shard_lines)
-
-
-def shard_estimate_seconds(job: BatchJobConfig) -> float:
-    """One shard's estimated run time: its lines x tokens per line / tokens per second of one
-    shard's pod (the job's own measured figures; the model's load time is not counted)."""
-    return min(job.shard_lines, job.lines) * job.tokens_per_line / job.tokens_per_second
 
 
 def check_batch_quota_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
@@ -176,7 +158,6 @@ def check_batch_job_adapter(config: PlatformConfig) -> Iterator[ConfigIssue]:
             )
 
 
-_COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 _S3_VERSION_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]{0,127}")
 
 
@@ -194,7 +175,7 @@ def check_batch_input_pinned(config: PlatformConfig) -> Iterator[ConfigIssue]:
         key = ("batchJobs", index, "input", "revision")
         if source.revision is None:
             yield ConfigIssue(key, "the input is not pinned: give the dataset's commit SHA or the S3 version folder")
-        elif source.huggingface is not None and not _COMMIT_SHA.fullmatch(source.revision):
+        elif source.huggingface is not None and not re.fullmatch(COMMIT_SHA, source.revision):
             yield ConfigIssue(
                 key, f"{source.revision!r} is not pinned: give the 40-character commit SHA of the dataset repository"
             )

@@ -12,25 +12,27 @@ from ..capacity import (
     WHOLE_GPU,
     budget_resources,
     capacity_table,
-    node_allocatable,
+    overcommit_ratio,
     pool_supply,
-    production_budget,
     show_amount,
+    within_capacity,
 )
 from ..errors import ConfigIssue, format_key
 from ..models import ModelConfig, PlatformConfig
+from ..pool_plan import gpu_resources_provided, pool_capacity
 from ..quantity import parse_quantity
 from ..serving import Peak, is_experiment, replica_gpu_request
+from ..tenant_plan import tenant_plan
 from .models import placed_models
 from .tenants import resource_key
 
 
 def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """Summed tenant quotas against what the pools give at max size, per resource kind."""
-    ratio = Decimal(str(config.capacity.overcommit_ratio))
+    ratio = overcommit_ratio(config)
     tenant_index = {t.name: i for i, t in enumerate(config.tenants)}
     for row in capacity_table(config):
-        if row.demand <= row.supply * ratio:
+        if within_capacity(row.demand, row.supply, ratio):
             continue
         keys = ", ".join(
             f"{format_key(('tenants', tenant_index[t], 'quota', *resource_key(row.resource)))}={show_amount(row.resource, a)}"
@@ -52,7 +54,7 @@ def check_capacity(config: PlatformConfig) -> Iterator[ConfigIssue]:
             if resource in ("cpu", "memory"):
                 continue
             supply = sum(s.at_max(resource) for s in supplies)
-            if amount > supply * ratio:
+            if not within_capacity(amount, Decimal(supply), ratio):
                 yield ConfigIssue(
                     ("tenants", index, "quota", *resource_key(resource)),
                     f"{amount} of {resource} is more than the pools it may use ({', '.join(p.name for p in usable)}) "
@@ -140,7 +142,7 @@ def check_models_fit_pools(config: PlatformConfig, peaks: Mapping[str, Peak]) ->
         models = [(i, m) for i, m in runnable if m.pool == pool.name]
         if not models:
             continue
-        per_node = node_allocatable(pool)
+        per_node = pool_capacity(pool).allocatable
         need = _summed_demand(models, peaks)
         for resource, amount in sorted(need.items()):
             have = per_node.get(resource, Decimal(0)) * pool.max_size
@@ -161,30 +163,29 @@ def check_models_fit_pools(config: PlatformConfig, peaks: Mapping[str, Peak]) ->
 
 
 def check_models_fit_quotas(config: PlatformConfig, peaks: Mapping[str, Peak]) -> Iterator[ConfigIssue]:
-    """A tenant's models, all at their peak, must fit the budget of their priority class
-    (production: the quota minus the experiment share; experiments: the experiment share),
-    or the autoscalers would ask for pods the quota rejects."""
+    """A tenant's models, all at their peak, must fit the budget of their priority class as the
+    tenant's plan, and so its quotas, state it (production: the quota minus the experiment share;
+    experiments: the experiment share), or the autoscalers would ask for pods the quota rejects."""
     runnable = _runnable_models(config)
+    gpu_resources = gpu_resources_provided(config)
     for t_index, tenant in enumerate(config.tenants):
+        plan = tenant_plan(tenant, gpu_resources)
         for experiment in (False, True):
             models = [(i, m) for i, m in runnable if m.tenant == tenant.name and is_experiment(m) == experiment]
             if not models:
                 continue
             budget_key = "experimentQuota" if experiment else "quota"
-            if experiment:
-                budget, pods_budget = budget_resources(tenant.experiment_quota), tenant.experiment_quota.pods
-            else:
-                budget, pods_budget = production_budget(tenant)
+            budget = plan.budget(experiment=experiment)
             need = _summed_demand(models, peaks, with_pickers=True)
             who = "experiments" if experiment else "production"
             for resource, amount in sorted(need.items()):
-                limited = resource.startswith("nvidia.com/") or resource in budget
-                have = budget.get(resource, Decimal(0))
+                limited = resource.startswith("nvidia.com/") or resource in budget.resources
+                have = budget.resources.get(resource, Decimal(0))
                 if limited and amount > have:
                     yield _over_budget(config, models, t_index, budget_key, resource, amount, have, who)
             replicas = sum(peaks[m.name].replicas + peaks[m.name].picker_pods for _, m in models)
-            if pods_budget is not None and replicas > pods_budget:
-                yield _over_budget(config, models, t_index, budget_key, "pods", Decimal(replicas), Decimal(pods_budget), who)
+            if budget.pods is not None and replicas > budget.pods:
+                yield _over_budget(config, models, t_index, budget_key, "pods", Decimal(replicas), Decimal(budget.pods), who)
 
 
 def _over_budget(config, models, t_index, budget_key, resource, need, have, who) -> ConfigIssue:

@@ -7,24 +7,8 @@ from typing import Iterator
 
 from ..errors import ConfigIssue
 from ..models import SYSTEM_POOL_NAME, PlatformConfig
+from ..namespaces import RESERVED_NAMESPACES
 from ..serving import server_name
-
-# Namespaces the platform itself installs into; a tenant may not take one of these names.
-RESERVED_NAMESPACES = frozenset(
-    {
-        "default",
-        "kube-system",
-        "kube-public",
-        "kube-node-lease",
-        "istio-system",
-        "istio-ingress",
-        "knative-serving",
-        "knative-operator",
-        "gpu-operator",
-        "monitoring",
-        "prometheus-adapter",
-    }
-)
 
 
 def check_unique_names(config: PlatformConfig) -> Iterator[ConfigIssue]:

@@ -8,17 +8,18 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Iterator
 
-from ..capacity import budget_resources, pool_supply
+from ..capacity import budget_resources
 from ..errors import ConfigIssue
 from ..gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource
 from ..models import PlatformConfig, ResourceBudget
+from ..pool_plan import gpu_resources_provided
 from ..tenant_data import s3_overlap, s3_parts, s3_within, tenant_s3_locations
 from .models import placed_models
 
 
 def check_tenants(config: PlatformConfig) -> Iterator[ConfigIssue]:
     pool_names = {p.name for p in config.node_pools}
-    gpu_kinds = _gpu_resources_provided(config)
+    gpu_kinds = gpu_resources_provided(config)
     mig_provided = sorted(r.removeprefix(MIG_RESOURCE_PREFIX) for r in gpu_kinds if r.startswith(MIG_RESOURCE_PREFIX))
     for index, tenant in enumerate(config.tenants):
         for p_index, pool in enumerate(tenant.pools or []):
@@ -55,10 +56,6 @@ def resource_key(resource: str) -> tuple[str, ...]:
     if resource.startswith(MIG_RESOURCE_PREFIX):
         return ("mig", resource.removeprefix(MIG_RESOURCE_PREFIX))
     return (resource,)
-
-
-def _gpu_resources_provided(config: PlatformConfig) -> set[str]:
-    return {r for pool in config.node_pools for r in pool_supply(pool).per_node}
 
 
 def check_tenant_groups(config: PlatformConfig) -> Iterator[ConfigIssue]:

@@ -95,7 +95,16 @@ from .root import (
     PlatformConfig,
 )
 from .slo import Objective, ProfileOverride, SloOverride, WorkloadPeak
-from .sources import PINNED_FORMS, S3_URI_PATTERN, BatchInput, ModelSource, pinned_s3_uri, pinned_source, weights_location
+from .sources import (
+    COMMIT_SHA,
+    PINNED_FORMS,
+    S3_URI_PATTERN,
+    BatchInput,
+    ModelSource,
+    pinned_s3_uri,
+    pinned_source,
+    weights_location,
+)
 from .tenants import ResourceBudget, TenantConfig
 from .traffic import (
     Audience,
@@ -192,6 +201,7 @@ __all__ = [
     "NonNegativeInt",
     "Objective",
     "OpenAiModelName",
+    "COMMIT_SHA",
     "PINNED_FORMS",
     "PROJECT",
     "Percent",

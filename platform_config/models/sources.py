@@ -17,11 +17,12 @@ from .registry import MlflowReference
 # at most 1,024 characters (S3's key limit).
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._=/-]{0,1024})?$"
 _S3 = re.compile(S3_URI_PATTERN.removeprefix("^").removesuffix("$"))
-# A Hugging Face repository id `org/name`, and the commit SHA that pins one (never a branch or a tag).
+# A Hugging Face repository id `org/name`, and the commit SHA that pins one (never a branch or a tag): a model's
+# revision and a batch job's input are held to the same pattern.
 _HF_REPOSITORY = r"[A-Za-z0-9][\w.-]*/[\w.-]+"
-_COMMIT_SHA = r"[0-9a-f]{40}"
+COMMIT_SHA = r"[0-9a-f]{40}"
 # The one-string locations of pinned weights (`weights_location`, `pinned_source`): what a registry version names.
-_HF_PINNED = re.compile(rf"hf://(?P<repo>{_HF_REPOSITORY})@(?P<revision>{_COMMIT_SHA})")
+_HF_PINNED = re.compile(rf"hf://(?P<repo>{_HF_REPOSITORY})@(?P<revision>{COMMIT_SHA})")
 PINNED_FORMS = "hf://org/name@<40-character commit SHA> or s3://bucket/prefix/<version folder>"
 
 
@@ -56,7 +57,7 @@ class ModelSource(ConfigModel):
         if self.huggingface is not None:
             if not re.fullmatch(_HF_REPOSITORY, self.huggingface):
                 raise ValueError(f"{self.huggingface!r} is not a Hugging Face repository id 'org/name'")
-            if not re.fullmatch(_COMMIT_SHA, self.revision):
+            if not re.fullmatch(COMMIT_SHA, self.revision):
                 raise ValueError(
                     f"revision {self.revision!r} is not pinned: give the 40-character commit SHA of the model repository"
                 )
