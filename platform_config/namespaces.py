@@ -16,7 +16,8 @@ PREPULL_NAMESPACE = "image-prepull"
 MIRROR_NAMESPACE = "model-weights"
 
 # Namespaces the platform itself installs into, and Kubernetes' and Istio's own; a tenant may not take one of these
-# names. The Kueue, image pre-pull and weight-mirror namespaces are not among them yet: a tenant so named is not refused.
+# names (its quotas, network policies and RBAC would land in a platform namespace, beside the Kueue controller, the
+# pre-pull DaemonSet or the weight mirror's Jobs and their S3 role).
 RESERVED_NAMESPACES = frozenset(
     {
         "default",
@@ -30,5 +31,8 @@ RESERVED_NAMESPACES = frozenset(
         GPU_OPERATOR_NAMESPACE,
         MONITORING_NAMESPACE,
         PROMETHEUS_ADAPTER_NAMESPACE,
+        KUEUE_NAMESPACE,
+        PREPULL_NAMESPACE,
+        MIRROR_NAMESPACE,
     }
 )

@@ -10,7 +10,7 @@ import pytest
 
 from platform_config import parse_platform_config
 
-from .helpers import config_problems, run_preview, set_at, validate, write_stack
+from .helpers import config_problems, raw_stack, run_preview, set_at, validate, write_stack
 
 
 def preview_refuses(stack: Path, out: Path) -> str:
@@ -512,3 +512,30 @@ def test_a_private_key_is_masked_whole():
 
     block = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA0Z3VS5JJcds3xfn\n-----END RSA PRIVATE KEY-----"
     assert mask_secrets(f"value {block} here") == "value *** here"
+
+
+def test_every_namespace_the_platform_installs_into_is_reserved(previews):
+    """A tenant may not take a namespace the platform renders for itself (its quotas, network policies and RBAC would
+    land beside the platform's controllers): every Namespace each stack's preview declares is a tenant or reserved."""
+    from platform_config.namespaces import RESERVED_NAMESPACES
+
+    for stack in ("dev", "staging", "prod"):
+        run = previews[stack]
+        tenants = {t["name"] for t in raw_stack(stack)["tenants"]}
+        declared = {r["inputs"]["metadata"]["name"] for r in run.resources if r["type"] == "kubernetes:core/v1:Namespace"}
+        assert declared - tenants <= RESERVED_NAMESPACES, stack
+
+
+@pytest.mark.parametrize("reserved", ["kueue-system", "image-prepull", "model-weights", "kube-system"])
+def test_a_tenant_named_after_a_platform_namespace_is_refused(dev_raw, reserved):
+    old = dev_raw["tenants"][0]["name"]
+    dev_raw["tenants"][0]["name"] = reserved
+    for block in ("models", "batchJobs"):
+        for entry in dev_raw.get(block, []):
+            if entry.get("tenant") == old:
+                entry["tenant"] = reserved
+    problems = [p for p in config_problems(dev_raw) if p.startswith("inference-platform:tenants[0].name: ")]
+    assert problems and problems[0].startswith(
+        f"inference-platform:tenants[0].name: {reserved!r} is a namespace the platform or Kubernetes uses; reserved: "
+    )
+    assert "kueue-system" in problems[0] and "model-weights" in problems[0]
