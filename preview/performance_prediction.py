@@ -98,7 +98,7 @@ class Prediction:
         prediction = cls(python)
         try:
             prediction._process = subprocess.Popen(
-                [str(python), "-m", "preview.performance_worker", "--warm-up", DATABASE_VLLM_VERSION],
+                [str(python), "-m", "preview.performance_worker", "--warm-up"],
                 cwd=PROJECT_ROOT,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
