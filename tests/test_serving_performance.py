@@ -284,6 +284,30 @@ def test_the_workers_estimate_is_the_clis_to_the_bit():
     assert all(cli == worker and cli[0] > 0 for cli, worker in compared), compared
 
 
+def test_the_servers_are_heard_as_the_program_exports_them_and_asked_for_once(tmp_path):
+    """The stage sends its request when the program exports `servingShapes` (preview/engine.py's export listener, told
+    of every output as `pulumi.export` stores it, while the registrations still drain), then again from the resolved
+    outputs: the same request is asked once, and another one is refused rather than judged by the first's answer."""
+    from preview.engine import evaluate
+    from preview.performance_prediction import Prediction
+
+    from .helpers import stack_config_from_raw
+
+    heard: list[tuple[str, object]] = []
+    evaluation = evaluate(ROOT, stack_config_from_raw(raw_stack("dev")), exported=lambda n, v: heard.append((n, v)))
+    assert [name for name, _ in heard] == list(evaluation.stack_outputs)
+    shapes = dict(heard)["servingShapes"]
+    assert isinstance(shapes, dict) and shapes == evaluation.stack_outputs["servingShapes"] and shapes["servers"]
+    prediction = Prediction(None, problem="not run: no interpreter")
+    prediction.send(shapes["servers"], tmp_path)
+    prediction.send(evaluation.stack_outputs["servingShapes"]["servers"], tmp_path)
+    assert prediction.problem == "not run: no interpreter"
+    changed = [{**shapes["servers"][0], "maxModelLen": 1}]
+    prediction.send(changed, tmp_path)
+    assert prediction.problem == "not run: the program's servingShapes changed after it exported them"
+    assert prediction.answer() is None
+
+
 def test_without_the_database_the_stage_says_so_rather_than_passing(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PERFORMANCE_PYTHON": str(tmp_path / "missing" / "python")}
