@@ -32,7 +32,7 @@ from . import render
 from .admission import admit_and_schedule
 from .deploy_policy import DEPLOY_POLICY_FILE, UnmappedTypes, deploying_identity_policy
 from .diff import diff_resources
-from .engine import DuplicateUrnError, Evaluation, RecordedResource, evaluate
+from .engine import DuplicateUrnError, Evaluation, ExportListener, RecordedResource, evaluate
 from .first_up import check_first_up
 from .inputs import (
     STACK_NAME,
@@ -244,12 +244,13 @@ def _run(
 ) -> int:
     """The stages after the stack's config is read, in order, each adding its sections to the report."""
     try:
-        evaluation = _evaluate(args, project_dir, out, progress, stack_config, policies)
+        # aiconfigurator predicts in its own process from the moment the program exports its servers.
+        evaluation = _evaluate(args, project_dir, out, progress, stack_config, policies, prediction.on_export(SHAPES_OUTPUT, out))
         outputs = evaluation.stack_outputs
         # The pack checks the whole stack on its own core while this process renders and validates.
         policies.analyze_stack(evaluation.resources)
         report = Report(project=project, stack=args.stack, resources=evaluation.resources, stack_outputs=outputs)
-        # aiconfigurator predicts in its own process while the other stages run.
+        # The servers as the program's outputs resolved them: the request already sent, unless it exported none.
         shapes = outputs.get(SHAPES_OUTPUT) or {}
         prediction.send(shapes.get("servers"), out)
         objects, releases = _render(progress, out, evaluation.resources)
@@ -279,17 +280,24 @@ def _run(
 
 
 def _evaluate(
-    args, project_dir: Path, out: Path, progress: Progress, stack_config: StackConfig, policies: PolicySession
+    args,
+    project_dir: Path,
+    out: Path,
+    progress: Progress,
+    stack_config: StackConfig,
+    policies: PolicySession,
+    exported: ExportListener,
 ) -> Evaluation:
-    """The program under the mock engine, the pack hearing of each resource as it is registered, with the registry's
-    recording (or lock file) named in the program's environment."""
+    """The program under the mock engine, the pack hearing of each resource as it is registered (and `exported` of
+    each stack output as it is exported), with the registry's recording (or lock file) named in the program's
+    environment."""
     recording_file = str(args.registry_file) if args.registry_file else "" if args.registry_live else None
     environment = ProgramEnvironment({REGISTRY_FILE_ENV: recording_file} if recording_file is not None else {})
     try:
         with environment:
             return progress.run(
                 "evaluating the program under the mock engine (the policy pack analyzing alongside)",
-                lambda: evaluate(project_dir, program_config(stack_config), listener=policies.submit),
+                lambda: evaluate(project_dir, program_config(stack_config), listener=policies.submit, exported=exported),
             )
     except pulumi.RunError as error:
         # The same clean message the Pulumi CLI prints for a RunError: no traceback.

@@ -19,6 +19,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc, settings
+from pulumi.runtime.stack import Stack
 from pulumi.runtime.sync_await import _sync_await
 
 from .stack_config import StackConfig
@@ -192,9 +193,32 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return super().RegisterResourceOutputs(request)
 
 
-def evaluate(program_dir: Path, config: StackConfig, listener: RegistrationListener | None = None) -> Evaluation:
+# Told of each stack output as the program exports it (its name and the value as given, an Output or plain data).
+ExportListener = Callable[[str, Any], None]
+
+
+class _HeardOutputs(dict):
+    """The root stack's outputs, telling a listener of each as `pulumi.export` stores it (pulumi/runtime/stack.py
+    Stack.output: `self.outputs[name] = value`), which is while the program runs, before its registrations drain."""
+
+    def __init__(self, exported: ExportListener):
+        super().__init__()
+        self._exported = exported
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        super().__setitem__(name, value)
+        self._exported(name, value)
+
+
+def evaluate(
+    program_dir: Path,
+    config: StackConfig,
+    listener: RegistrationListener | None = None,
+    exported: ExportListener | None = None,
+) -> Evaluation:
     """Run `<program_dir>/__main__.py` for one stack under mocks; return what it registered
-    (`listener`, if given, hears of each registration as it happens).
+    (`listener`, if given, hears of each registration as it happens; `exported` of each stack output as it is
+    exported).
 
     Raises the program's own exception (a ConfigError for bad stack config) unchanged, and
     DuplicateUrnError when two registrations share a URN.
@@ -205,6 +229,8 @@ def evaluate(program_dir: Path, config: StackConfig, listener: RegistrationListe
     monitor = RecordingMonitor(mocks, listener)
     pulumi.runtime.set_mocks(mocks, project=config.project, stack=config.stack, preview=True, monitor=monitor)
     root = settings.get_root_resource()
+    if exported is not None and isinstance(root, Stack):
+        root.outputs = _HeardOutputs(exported)
 
     sys.path.insert(0, str(program_dir))
     try:

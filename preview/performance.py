@@ -3,12 +3,12 @@ how fast it answers, whether `maxReplicas` meets its peak within the latency tar
 tokens cost, from the program's `servingShapes` (components/plan_reports.py) and NVIDIA's aiconfigurator.
 
 aiconfigurator runs in its own virtualenv (`.venv-perf`, `preview/performance_worker.py`; asked and read back by
-`preview/performance_prediction.py`), started as soon as the program has been evaluated, so it predicts while the
-other stages run. Its two answers are kept apart:
+`preview/performance_prediction.py`), started with the program and asked as soon as the program exports its servers,
+so it predicts while the program's registrations drain and the other stages run. Its two answers are kept apart:
 - memory, for every server whose architecture is known: aiconfigurator-core's `estimate_kv_cache`, its native vLLM
   memory model (weights, activations at vLLM's batched-token budget, NCCL and CUDA overhead) against the device;
 - latency, where its database measured vLLM on that GPU (aiconfigurator 0.12.0: vLLM 0.24.0 data for h100_sxm,
-  h200_sxm, l40s and others; none for l4): `cli_estimate` in aggregated (continuous batching) mode. On a MIG slice
+  h200_sxm, l40s and others; none for l4): `cli_estimate`'s aggregated (continuous batching) estimate. On a MIG slice
   the whole GPU's prediction is scaled by the slice's share (prefill by its compute slices of 7, decode by its memory
   slices of 8, as each is bound by the one), and labelled an estimate; a time-sliced share, an embedding model
   and a GPU without data get "no prediction" and why.

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -77,20 +78,21 @@ def _write_request(stdin: IO[str], text: str) -> None:
 @dataclass
 class Prediction:
     """aiconfigurator's answer for the program's `servingShapes`: read back from the cache when the same request was
-    answered before, else from the worker, started once the shapes exist and waited for by `answer()` while the
-    other stages run."""
+    answered before, else from the worker, started with the program, sent the request when the program exports the
+    shapes, and waited for by `answer()` after the other stages."""
 
     python: Path | None
     problem: str | None = None
     cached: bool = False
     _process: subprocess.Popen[str] | None = field(default=None, init=False)
+    _asked: dict[str, Any] | None = field(default=None, init=False)
     _answer: dict[str, Any] | None = field(default=None, init=False)
     _folder: Path | None = field(default=None, init=False)
     _out: Path | None = field(default=None, init=False)
 
     @classmethod
     def spawn(cls) -> Prediction:
-        """Started with the program: the worker loads the package while the program is evaluated, then waits for
+        """Started with the program: the worker imports the package while the program is evaluated, then waits for
         the request (`send`), or is stopped unasked where the answer is kept or there is nothing to ask."""
         python = performance_python()
         if not python.exists():
@@ -98,7 +100,7 @@ class Prediction:
         prediction = cls(python)
         try:
             prediction._process = subprocess.Popen(
-                [str(python), "-m", "preview.performance_worker", "--warm-up", DATABASE_VLLM_VERSION],
+                [str(python), "-m", "preview.performance_worker", "--warm-up"],
                 cwd=PROJECT_ROOT,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -110,8 +112,17 @@ class Prediction:
         return prediction
 
     def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
-        """Ask for every server whose architecture is known (none: the worker is stopped unasked)."""
+        """Ask for every server whose architecture is known (none: the worker is stopped unasked), once: the stage
+        sends the servers as the program exports them, then as its outputs resolved them, the same request. Another
+        one would have no answer: the stage says so rather than judge the servers by the first."""
         asked = request(shapes or [])
+        if self._asked is not None:
+            if asked != self._asked:
+                self.stop()
+                self._answer = None
+                self.problem = "not run: the program's servingShapes changed after it exported them"
+            return
+        self._asked = asked
         if self.python is None or not asked["servers"]:
             self.stop()
             return
@@ -131,6 +142,17 @@ class Prediction:
         stdin, self._process.stdin = self._process.stdin, None
         sent = json.dumps({**asked, "plotDir": str(self._folder)})
         threading.Thread(target=_write_request, args=(stdin, sent), daemon=True).start()
+
+    def on_export(self, output: str, out: Path) -> Callable[[str, Any], None]:
+        """Told of each stack output as the program exports it (preview/engine.py evaluate): the servers are sent as the
+        program exports `output`, so aiconfigurator predicts while the program's registrations drain and the other
+        stages run."""
+
+        def exported(name: str, value: Any) -> None:
+            if name == output and isinstance(value, dict):
+                self.send(value.get("servers"), out)
+
+        return exported
 
     def stop(self) -> None:
         """For a run that stops before it reads the answer, or needs none: no worker outlives the preview."""

@@ -15,17 +15,21 @@ Answer: {"package": {...versions}, "servers": {id: {"config": {...}, "kv": {...}
 
 The KV-cache figure is aiconfigurator-core's `estimate_kv_cache` (its native vLLM memory model: weights, activations
 at vLLM's batched-token budget, NCCL and runtime overhead against `gpu_memory_utilization` of the device's total);
-latencies are `aiconfigurator.cli.api.cli_estimate` in aggregated (continuous batching) mode.
+latencies are the package's aggregated (continuous batching) estimate, `aiconfigurator.cli.api.cli_estimate(mode="agg")`,
+made as that function makes it, on aiconfigurator-core's SDK (`_agg_estimator`): the CLI's modules (its reports
+import matplotlib's pyplot, its generator jinja2) are never loaded, and matplotlib only when there is a plot to draw.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import logging
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
@@ -123,25 +127,93 @@ def _kv_estimate(server: dict[str, Any], model_path: str, backend_version: str) 
     return estimate
 
 
-def _predictions(server: dict[str, Any], model_path: str, backend_version: str) -> list[dict[str, float]]:
-    from aiconfigurator.cli.api import cli_estimate
+# One estimate: time to first token and per output token (ms), output tokens per second.
+Estimate = Callable[[int, int, int], tuple[float, float, float]]
 
+
+@functools.cache
+def _agg_estimator(model_path: str, system: str, backend_version: str, tp: int, memory_fraction: float) -> Estimate:
+    """What `cli_estimate(model_path, system, mode="agg", backend_name="vllm", backend_version=..., tp_size=tp,
+    free_gpu_memory_fraction=memory_fraction, isl=, osl=, batch_size=)` computes (aiconfigurator/cli/api.py
+    `_run_agg_estimate`, its defaults: no pipeline or data parallelism, quantization from the checkpoint, no MTP),
+    with the model, the database view and the backend built once for these arguments and asked at each (isl, osl,
+    concurrency); servers of the same shape (a canary and its stable version) share one, and the backend's cache of
+    each request shape with it (that cache is not keyed by the model: one backend serves one model only). The
+    data-driven context-FMHA check (`resolve_context_fmha_by_data`) changes the config only where the checkpoint
+    implies fp8 FMHA, and reading it materializes the whole context-attention table in Python: it runs only there.
+    tests/test_serving_performance.py holds the figures to `cli_estimate`'s."""
+    from aiconfigurator_core.sdk.backends.factory import get_backend
+    from aiconfigurator_core.sdk.common import FMHAQuantMode
+    from aiconfigurator_core.sdk.config import ModelConfig, RuntimeConfig
+    from aiconfigurator_core.sdk.config_builders import apply_nextn, build_model_config
+    from aiconfigurator_core.sdk.models import (
+        check_is_moe,
+        get_model,
+        resolve_context_fmha_by_data,
+        resolve_dsv4_moe_arch,
+        resolve_nvfp4_for_system,
+    )
+    from aiconfigurator_core.sdk.models.helpers import _get_model_info, _infer_quant_modes_from_raw_config
+    from aiconfigurator_core.sdk.perf_database import get_database_view
+    from aiconfigurator_core.sdk.rust_engine_step import validate_engine_step_backend
+
+    engine_step_backend = validate_engine_step_backend(None)
+    database = get_database_view(
+        system, "vllm", backend_version, allow_missing_data=False, database_mode="SILICON", transfer_policy=None
+    )
+    moe_tp = moe_ep = None
+    if check_is_moe(model_path):
+        moe_tp, moe_ep = ModelConfig(tp_size=tp, attention_dp_size=1).resolve_moe_parallelism()
+    model_config = build_model_config(tp, 1, 1, moe_tp, moe_ep)
+    apply_nextn(model_config, 0)
+    info = _get_model_info(model_path)
+    inferred = _infer_quant_modes_from_raw_config(info.get("raw_config", {}), info.get("architecture"))
+    if inferred.get("fmha_quant_mode") == FMHAQuantMode.fp8:
+        resolve_context_fmha_by_data(model_config, model_path, database, "vllm", is_context_role=True)
+    resolve_dsv4_moe_arch(model_config, model_path, system_name=system, backend_name="vllm")
+    resolve_nvfp4_for_system(model_config, system, model_path, backend_name="vllm")
+    model = get_model(model_path, model_config, "vllm")
+    backend = get_backend("vllm")
+
+    def estimate(isl: int, osl: int, concurrency: int) -> tuple[float, float, float]:
+        runtime = RuntimeConfig(
+            isl=isl,
+            osl=osl,
+            batch_size=concurrency,
+            image_height=0,
+            image_width=0,
+            num_images_per_request=1,
+            prefix=0,
+            engine_step_backend=engine_step_backend,
+        )
+        summary = backend.run_agg(
+            model,
+            database,
+            runtime,
+            ctx_tokens=isl,
+            max_seq_len=None,
+            free_gpu_memory_fraction=memory_fraction,
+            decode_tokens_per_iteration=1.0,
+        )
+        if summary.check_oom():
+            raise RuntimeError(
+                f"OOM: the model '{model_path}' does not fit in GPU memory on system '{system}' "
+                f"with the given parallelism (tp={tp}, pp=1, dp=1)."
+            )
+        result = summary.get_result_dict()
+        if result is None:
+            raise RuntimeError("Estimation produced no results. The configuration may be invalid.")
+        return float(result["ttft"]), float(result["tpot"]), float(result.get("tokens/s", 0.0))
+
+    return estimate
+
+
+def _predictions(server: dict[str, Any], model_path: str, backend_version: str) -> list[dict[str, float]]:
     predict = server["predict"]
+    estimate = _agg_estimator(model_path, server["system"], backend_version, server["tp"], server["memoryFraction"])
     out = []
     for concurrency in predict["concurrency"]:
-        result = cli_estimate(
-            model_path,
-            server["system"],
-            mode="agg",
-            backend_name="vllm",
-            backend_version=backend_version,
-            isl=predict["isl"],
-            osl=predict["osl"],
-            batch_size=concurrency,
-            tp_size=server["tp"],
-            free_gpu_memory_fraction=server["memoryFraction"],
-        )
-        ttft, tpot = float(result.ttft), float(result.tpot)
+        ttft, tpot, tokens_per_second = estimate(predict["isl"], predict["osl"], concurrency)
         # Requests a replica completes per second: its concurrency over one request's time (Little's law).
         request_ms = ttft + tpot * max(predict["osl"] - 1, 0)
         out.append(
@@ -149,7 +221,7 @@ def _predictions(server: dict[str, Any], model_path: str, backend_version: str) 
                 "concurrency": concurrency,
                 "ttftMs": ttft,
                 "tpotMs": tpot,
-                "outputTokensPerSecond": float(result.tokens_per_second),
+                "outputTokensPerSecond": tokens_per_second,
                 "requestsPerSecond": concurrency * 1000 / request_ms if request_ms > 0 else 0.0,
             }
         )
@@ -157,16 +229,15 @@ def _predictions(server: dict[str, Any], model_path: str, backend_version: str) 
 
 
 def _plot(plot_dir: Path, answers: dict[str, dict[str, Any]]) -> list[str]:
-    """Latency against concurrency for each predicted server: one PNG beside report.md."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
+    """Latency against concurrency for each predicted server: one PNG beside report.md (a Figure of its own, drawn
+    by the Agg renderer savefig picks for a PNG: pyplot's figure manager and backend are not needed)."""
     predicted = {sid: a["predictions"] for sid, a in answers.items() if a.get("predictions")}
     if not predicted:
         return []
-    figure, (ttft_axis, tpot_axis) = pyplot.subplots(1, 2, figsize=(10, 4), dpi=100)
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(10, 4), dpi=100)
+    ttft_axis, tpot_axis = figure.subplots(1, 2)
     for sid, rows in sorted(predicted.items()):
         xs = [r["concurrency"] for r in rows]
         ttft_axis.plot(xs, [r["ttftMs"] for r in rows], marker="o", label=sid)
@@ -179,7 +250,6 @@ def _plot(plot_dir: Path, answers: dict[str, dict[str, Any]]) -> list[str]:
     path = plot_dir / "performance.png"
     # Reproducible bytes: no creation date or software tag in the PNG's metadata.
     figure.savefig(path, metadata={"Software": None})
-    pyplot.close(figure)
     return [path.name]
 
 
@@ -214,35 +284,15 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     return {"package": versions, "servers": answers, "plots": plots}
 
 
-# A model the package ships a config for, estimated once at warm-up: the first estimate on a system loads its
-# attention tables and builds the engine that every later one reuses (about 1.3 of the 1.8 CPU-seconds prod's request
-# took before), which is then done while the program is evaluated.
-WARM_UP_MODEL = "meta-llama/Meta-Llama-3.1-8B"
-
-
-def warm_up(backend_version: str) -> None:
-    """What any request needs, loaded before it comes: the preview starts this worker with the program, so the
-    package's imports, the memory stand-in's tables and one estimate on it run while the program is evaluated (the
-    request needs its outputs). The package keeps what they loaded for the calls that follow
-    (perf_database.get_database and its table views)."""
-    import matplotlib
-    from aiconfigurator.cli.api import cli_estimate
-    from aiconfigurator_core.sdk.perf_database import get_database
-
-    matplotlib.use("Agg")
-    get_database(MEMORY_STAND_IN, "vllm", backend_version)
-    if package_config(WARM_UP_MODEL) is not None:
-        cli_estimate(
-            WARM_UP_MODEL,
-            MEMORY_STAND_IN,
-            mode="agg",
-            backend_name="vllm",
-            backend_version=backend_version,
-            isl=128,
-            osl=8,
-            batch_size=1,
-            tp_size=1,
-        )
+def warm_up() -> None:
+    """What any request needs, loaded before it comes: the preview starts this worker with the program, so the SDK's
+    modules (the memory model, the backends and their pandas, the model registry, the database loader and the native
+    engine) are imported while the program is evaluated (the request needs its outputs). No table is: which systems a
+    request names is known only once it comes, and one with no prediction (no measured system, a time-sliced share)
+    needs no attention table nor engine at all."""
+    import aiconfigurator_core.sdk.engine
+    import aiconfigurator_core.sdk.memory
+    import aiconfigurator_core.sdk.perf_database  # noqa: F401
 
 
 def _libyaml_safe_load() -> None:
@@ -264,8 +314,8 @@ def main() -> int:
     logging.disable(logging.WARNING)
     _libyaml_safe_load()
     with contextlib.redirect_stdout(io.StringIO()):
-        if len(sys.argv) == 3 and sys.argv[1] == "--warm-up":
-            warm_up(sys.argv[2])
+        if sys.argv[1:] == ["--warm-up"]:
+            warm_up()
         request = json.loads(sys.stdin.read())
         result = answer(request)
     sys.stdout.write(json.dumps(result))

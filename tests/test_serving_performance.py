@@ -257,6 +257,57 @@ def test_the_8b_on_a_whole_h100_is_predicted_as_the_package_predicts_it(careless
     assert at["outputTokensPerSecond"] == pytest.approx(direct["tps"], rel=1e-6)
 
 
+@needs_database
+def test_the_workers_estimate_is_the_clis_to_the_bit():
+    """The worker makes the aggregated estimate on the package's SDK, as `cli_estimate(mode="agg")` makes it, without
+    loading the CLI: the same figures, exactly, for a model over 4 GPUs and one whose fp8 checkpoint runs the
+    context-FMHA data check; one estimator asked at several concurrencies, in any order."""
+    cases = [
+        ("meta-llama/Meta-Llama-3.1-70B", 4, 1024, 256, [8, 1, 2]),
+        ("Qwen/Qwen3-32B-FP8", 2, 4096, 512, [1, 16]),
+    ]
+    compared = package(
+        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+        "from aiconfigurator.cli.api import cli_estimate\n"
+        "from preview.performance_worker import _agg_estimator\n"
+        "out = []\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    for model, tp, isl, osl, concurrencies in {cases!r}:\n"
+        "        estimate = _agg_estimator(model, 'h100_sxm', '0.24.0', tp, 0.9)\n"
+        "        for c in concurrencies:\n"
+        "            r = cli_estimate(model, 'h100_sxm', mode='agg', backend_name='vllm', backend_version='0.24.0',\n"
+        "                isl=isl, osl=osl, batch_size=c, tp_size=tp, free_gpu_memory_fraction=0.9)\n"
+        "            out.append([[float(r.ttft), float(r.tpot), float(r.tokens_per_second)], list(estimate(isl, osl, c))])\n"
+        "print(json.dumps(out))"
+    )
+    assert isinstance(compared, list) and len(compared) == 5
+    assert all(cli == worker and cli[0] > 0 for cli, worker in compared), compared
+
+
+def test_the_servers_are_heard_as_the_program_exports_them_and_asked_for_once(tmp_path):
+    """The stage sends its request when the program exports `servingShapes` (preview/engine.py's export listener, told
+    of every output as `pulumi.export` stores it, while the registrations still drain), then again from the resolved
+    outputs: the same request is asked once, and another one is refused rather than judged by the first's answer."""
+    from preview.engine import evaluate
+    from preview.performance_prediction import Prediction
+
+    from .helpers import stack_config_from_raw
+
+    heard: list[tuple[str, object]] = []
+    evaluation = evaluate(ROOT, stack_config_from_raw(raw_stack("dev")), exported=lambda n, v: heard.append((n, v)))
+    assert [name for name, _ in heard] == list(evaluation.stack_outputs)
+    shapes = dict(heard)["servingShapes"]
+    assert isinstance(shapes, dict) and shapes == evaluation.stack_outputs["servingShapes"] and shapes["servers"]
+    prediction = Prediction(None, problem="not run: no interpreter")
+    prediction.send(shapes["servers"], tmp_path)
+    prediction.send(evaluation.stack_outputs["servingShapes"]["servers"], tmp_path)
+    assert prediction.problem == "not run: no interpreter"
+    changed = [{**shapes["servers"][0], "maxModelLen": 1}]
+    prediction.send(changed, tmp_path)
+    assert prediction.problem == "not run: the program's servingShapes changed after it exported them"
+    assert prediction.answer() is None
+
+
 def test_without_the_database_the_stage_says_so_rather_than_passing(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PERFORMANCE_PYTHON": str(tmp_path / "missing" / "python")}
