@@ -42,7 +42,7 @@ from .stack_config import StackConfigError, read_bounded, read_yaml_file
 
 DEFAULT_CANARY_STEPS: list[int] = ReleaseConfig.model_fields["steps"].default
 
-# The policies that read `previousReleases` (policies/__main__.py).
+# The policies that read `previousReleases` (policies/inference_governance/pack.py).
 POLICIES = ("canary-weight-steps", "canary-step-override")
 CONFIG_KEY = "previousReleases"
 OUTPUT_NAME = "canaryReleases"
