@@ -21,7 +21,7 @@ the SDK's own pieces (pulumi_policy 1.21.0 `policy.py`, `_PolicyAnalyzerServicer
   engine's) stay as they were.
 
 What is faster: no process, no Struct for the whole stack per request, and each distinct property value decoded
-once per harness (by its wire form; the rules only read what they are given, as the pack's own decode_once assumes
+once per test process (by its wire form; the rules only read what they are given, as the pack's own decode_once assumes
 within a request). tests/test_policy_harness.py holds the harness's verdicts to the pack's, over the analyzer
 protocol, on every committed stack and on changed ones.
 """
@@ -55,6 +55,10 @@ from .helpers import PROJECT, ROOT
 sys.path.insert(0, str(ROOT / "policies"))
 from inference_governance.pack import ENFORCEMENT_LEVEL, NAME, POLICIES  # noqa: E402
 
+# Each distinct property value as the servicer decodes it, by its wire form: shared by every harness of the process,
+# since decoding reads neither the stack nor the policy config.
+_DECODED: dict[str, Mapping[str, Any]] = {}
+
 # What the SDK's PolicyPack reports as its version, whatever PulumiPolicy.yaml says (pulumi_policy/policy.py).
 SDK_PACK_VERSION = "0.0.1"
 
@@ -69,7 +73,6 @@ class PolicyHarness:
         self.secrets = secret_values(config.values, config.secret_keys)
         self._pulumi_config = env_config(config.values)
         self._servicer = sdk._PolicyAnalyzerServicer(NAME, SDK_PACK_VERSION, POLICIES, ENFORCEMENT_LEVEL)
-        self._decoded: dict[str, Mapping[str, Any]] = {}
         self.levels = self.configure(self.info(), preview_policy_config(overrides or {}))
 
     def info(self) -> analyzer_pb2.AnalyzerInfo:
@@ -89,10 +92,10 @@ class PolicyHarness:
         providers = (
             None
             if provider is None
-            else sdk.PolicyProviderResource(provider.type, self._decode(provider.inputs), provider.urn, provider.name)
+            else sdk.PolicyProviderResource(provider.type, decoded(provider.inputs), provider.urn, provider.name)
         )
 
-        props = self._decode(resource.inputs)
+        props = decoded(resource.inputs)
 
         def arguments(config: dict[str, Any] | None) -> sdk.ResourceValidationArgs:
             return sdk.ResourceValidationArgs(
@@ -108,13 +111,13 @@ class PolicyHarness:
     def analyze_stack(self, resources: Iterable[RecordedResource]) -> list[Diagnostic]:
         """The stack policies on every resource given (their outputs), as AnalyzeStack runs them."""
         records = list(resources)
-        decoded = [(record, self._decode(record.outputs), self._options(record.parent)) for record in records]
+        sent = [(record, decoded(record.outputs), self._options(record.parent)) for record in records]
 
         def arguments(config: dict[str, Any] | None) -> sdk.StackValidationArgs:
             # A PolicyResource of each per policy, linked to its parent and dependencies, as the servicer builds them.
-            stack = [sdk.PolicyResource(r.type, props, r.urn, r.name, opts, None, None, [], {}) for r, props, opts in decoded]
+            stack = [sdk.PolicyResource(r.type, props, r.urn, r.name, opts, None, None, [], {}) for r, props, opts in sent]
             by_urn = {resource.urn: resource for resource in stack}
-            for (record, _, _), resource in zip(decoded, stack, strict=True):
+            for (record, _, _), resource in zip(sent, stack, strict=True):
                 if record.parent and record.parent in by_urn:
                     resource.parent = by_urn[record.parent]
                 resource.dependencies.extend(by_urn[urn] for urn in record.dependencies if urn in by_urn)
@@ -184,12 +187,13 @@ class PolicyHarness:
         options = analyzer_pb2.AnalyzerResourceOptions(parent=parent or "")
         return self._servicer._get_resource_options(SimpleNamespace(options=options))
 
-    def _decode(self, value: dict[str, Any]) -> Mapping[str, Any]:
-        """The properties as the servicer reads them from the request, decoded once per distinct wire form."""
-        key = json.dumps(wire_value(value))
-        decoded = self._decoded.get(key)
-        if decoded is None:
-            sent = struct_pb2.Struct.FromString(wire_struct(value).SerializeToString())
-            decoded = unknown_checking_proxy(deserialize_properties(json_format.MessageToDict(sent)))
-            self._decoded[key] = decoded
-        return decoded
+
+def decoded(value: dict[str, Any]) -> Mapping[str, Any]:
+    """Properties as the servicer reads them from the engine's request, decoded once per distinct wire form."""
+    key = json.dumps(wire_value(value))
+    found = _DECODED.get(key)
+    if found is None:
+        sent = struct_pb2.Struct.FromString(wire_struct(value).SerializeToString())
+        found = unknown_checking_proxy(deserialize_properties(json_format.MessageToDict(sent)))
+        _DECODED[key] = found
+    return found

@@ -19,16 +19,12 @@ from preview.stack_config import load_project, load_stack_config
 
 from .helpers import PROJECT, ROOT, STACKS, Evaluated, prod_with_labeller_server, raw_stack
 from .policy_harness import PolicyHarness
+from .test_policy_bypasses import POLICY_CONFIG
 from .test_policy_decoding import _careless
 
-# Set away from its default, each policy config the per-rule tests exercise.
+# The policy config the per-rule tests run under, and levels and a floor moved too.
 CONFIGURED = {
-    "pinned-images": {"allowedRepositories": ["docker.io/vllm", "registry.example.com"], "deniedTags": ["latest", "nightly"]},
-    "no-secret-env-from": {"allowedNamespaces": ["serving"]},
-    "knative-autoscaling": {"productionStacks": []},
-    "latency-sensitive-not-time-sliced": {"latencySensitiveTiers": ["premium", "batch"]},
-    "endpoint-picker-availability": {"minReplicasInProduction": 3},
-    "gpu-jobs-through-kueue": {"externalLocalQueues": ["team-b/shared"]},
+    **POLICY_CONFIG,
     "inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600},
     "hpa-behavior": "advisory",
     "no-secret-args": "disabled",
