@@ -22,7 +22,7 @@ the SDK's own pieces (pulumi_policy 1.21.0 `policy.py`, `_PolicyAnalyzerServicer
 
 What is faster: no process, no Struct for the whole stack per request, and each distinct property value decoded
 once per test process (by its wire form; the rules only read what they are given, as the pack's own decode_once assumes
-within a request). tests/test_policy_harness.py holds the harness's verdicts to the pack's, over the analyzer
+within a request). tests/test_policies.py holds the harness's verdicts to the pack's, over the analyzer
 protocol, on every committed stack and on changed ones.
 """
 

@@ -1,29 +1,32 @@
 """The policy pack: every rule with a violating and a compliant case, its validators called in this process as the
-policy SDK's analyzer calls them (tests/policy_harness.py, held to the pack's own verdicts by test_policy_harness.py);
-the pack running as its own process (as the Pulumi CLI runs it), through the analyzer protocol, for what the protocol
-and the process do: the pack's description, the real stacks' verdict, policy config and its errors, masking; plus the
-validators called as pure functions."""
+policy SDK's analyzer calls them (tests/policy_harness.py); the pack running as its own process (as the Pulumi CLI
+runs it), through the analyzer protocol, for what the protocol and the process do: the pack's description, the real
+stacks' verdict, the harness's verdicts held to the pack's, policy config and its errors, masking; plus the validators
+called as pure functions."""
 
 from __future__ import annotations
 
 import copy
 import json
 import sys
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, Callable
 
 import pulumi
 import pytest
+from google.protobuf import json_format
 
 from preview.engine import RecordedResource
 from preview.masking import mask_secrets, secret_values
 from preview.performance import preview_policy_config
-from preview.policy_runner import PolicyConfigError, PolicyPack, PolicyRun
+from preview.policy_runner import UNKNOWN, Diagnostic, PolicyConfigError, PolicyPack, PolicyRun
 from preview.sections import policy_section
 from preview.stack_config import load_project, load_stack_config
 
-from .helpers import ROOT, Evaluated, prod_with_labeller_server, raw_stack, run_preview
+from .helpers import PROJECT, ROOT, STACKS, Evaluated, prod_with_labeller_server, raw_stack, run_preview
 from .policy_harness import PolicyHarness
+from .test_policy_decoding import _careless
 
 sys.path.insert(0, str(ROOT / "policies"))
 from inference_governance import autoscaling, endpoint_pickers, gateway_auth, gpu_placement  # noqa: E402
@@ -34,17 +37,35 @@ def baseline() -> Evaluated:
     return Evaluated(prod_with_labeller_server(), shared=True)
 
 
+def _started(*stacks: str) -> list[PolicyPack]:
+    """The pack as the CLI runs it, a process for each stack (started together: each imports its SDK meanwhile),
+    configured as the preview configures its own run: serving-performance reads verdicts these evaluations have none
+    of (test_serving_performance.py runs it with a preview's)."""
+    configs = [load_stack_config(load_project(ROOT), stack) for stack in stacks]
+    spawned = [PolicyPack(ROOT / "policies", config.values, PROJECT, stack) for stack, config in zip(stacks, configs)]
+    for running, stack, config in zip(spawned, stacks, configs):
+        running.connect()
+        running.handshake(ROOT)
+        running.configure_stack(PROJECT, stack, config.values, config.secret_keys)
+        running.configure(running.info(), preview_policy_config({}))
+    return spawned
+
+
 @pytest.fixture(scope="module")
-def pack():
-    config = load_stack_config(load_project(ROOT), "prod")
-    running = PolicyPack(ROOT / "policies", config.values, "inference-platform", "prod").connect()
-    running.handshake(ROOT)
-    running.configure_stack("inference-platform", "prod", config.values, config.secret_keys)
-    # As the preview configures its own run: serving-performance reads verdicts these evaluations have none of
-    # (test_serving_performance.py runs it with a preview's).
-    running.configure(running.info(), preview_policy_config({}))
+def pack() -> Iterator[PolicyPack]:
+    (running,) = _started("prod")
     yield running
     running.close()
+
+
+@pytest.fixture(scope="module")
+def committed_packs(pack) -> Iterator[dict[str, PolicyPack]]:
+    """A pack for each committed stack (prod's the one above)."""
+    others = [stack for stack in STACKS if stack != "prod"]
+    running = dict(zip(others, _started(*others)))
+    yield {**running, "prod": pack}
+    for other in running.values():
+        other.close()
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +126,119 @@ def test_the_real_stacks_are_compliant(pack, baseline):
         if record.custom and not record.type.startswith("pulumi:providers:"):
             assert analyze(pack, record) == {}, record.urn
     assert analyze_stack(pack, baseline.records) == {}
+
+
+# --- the harness gives the pack's verdicts ----------------------------------------------------------
+# The per-rule tests call the validators through tests/policy_harness.py: here its verdicts are held to the pack's, over
+# the analyzer protocol, on every committed stack and on stacks changed to break many rules at once, to hold unknown
+# values and to run under a policy config: the same diagnostics, in the same order, per resource and for the stack.
+
+# Each policy config test_policy_bypasses.py exercises, set away from its default.
+POLICY_CONFIG: dict[str, Any] = {
+    "pinned-images": {"allowedRepositories": ["docker.io/vllm", "registry.example.com"], "deniedTags": ["latest", "nightly"]},
+    "no-secret-env-from": {"allowedNamespaces": ["serving"]},
+    "knative-autoscaling": {"productionStacks": []},
+    "latency-sensitive-not-time-sliced": {"latencySensitiveTiers": ["premium", "batch"]},
+    "endpoint-picker-availability": {"minReplicasInProduction": 3},
+    "gpu-jobs-through-kueue": {"externalLocalQueues": ["team-b/shared"]},
+}
+# POLICY_CONFIG, and levels and a floor moved too.
+CONFIGURED = {
+    **POLICY_CONFIG,
+    "inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600},
+    "hpa-behavior": "advisory",
+    "no-secret-args": "disabled",
+}
+
+
+def _below_the_production_floors(records: list[RecordedResource]) -> list[RecordedResource]:
+    """_careless, and every autoscaler and Deployment at one replica, every Knative service without its scale-down
+    delay: what only a stack the pack's config calls production is refused for."""
+    changed = _careless(records)
+    for record in changed:
+        for properties in {id(p): p for p in (record.inputs, record.outputs)}.values():
+            spec = properties.get("spec") or {}
+            if record.type == "kubernetes:autoscaling/v2:HorizontalPodAutoscaler":
+                spec["minReplicas"] = 1
+            if record.type == "kubernetes:apps/v1:Deployment" and "replicas" in spec:
+                spec["replicas"] = 1
+            if record.type == "kubernetes:serving.knative.dev/v1:Service":
+                spec["template"]["metadata"]["annotations"].pop("autoscaling.knative.dev/scale-down-delay", None)
+    return changed
+
+
+def _unknowns(records: list[RecordedResource]) -> list[RecordedResource]:
+    """Values the engine cannot know during a preview where rules read them: every container's image, and each
+    PodDisruptionBudget's maxUnavailable."""
+    changed = copy.deepcopy(records)
+    for record in changed:
+        for properties in (record.inputs, record.outputs):
+            if record.type == "kubernetes:policy/v1:PodDisruptionBudget" and "maxUnavailable" in properties["spec"]:
+                properties["spec"]["maxUnavailable"] = UNKNOWN
+            template = (properties.get("spec") or {}).get("template")
+            if isinstance(template, dict) and "spec" in template:
+                for container in template["spec"].get("containers", []):
+                    container["image"] = UNKNOWN
+    return changed
+
+
+def _verdicts(
+    analyzer: PolicyPack | PolicyHarness, records: list[RecordedResource]
+) -> Iterator[tuple[str, str, str, str, str, str]]:
+    """Every diagnostic, in the order given: each custom resource analyzed with its provider, then the stack (without
+    providers, as the engine sends it), then the stack with them (as a test may send it)."""
+
+    def row(kind: str, d: Diagnostic) -> tuple[str, str, str, str, str, str]:
+        return (kind, d.policy, d.level, d.urn, d.message, d.description)
+
+    providers = {r.urn: r for r in records if r.type.startswith("pulumi:providers:")}
+    for record in records:
+        if record.custom and not record.type.startswith("pulumi:providers:"):
+            provider = providers.get((record.provider or "").rsplit("::", 1)[0])
+            yield from (row("resource", d) for d in analyzer.analyze(record, provider))
+    yield from (row("stack", d) for d in analyzer.analyze_stack(r for r in records if r.urn not in providers))
+    yield from (row("stack+providers", d) for d in analyzer.analyze_stack(records))
+
+
+def test_the_harness_describes_the_pack_as_the_pack_does(pack):
+    harness = PolicyHarness("prod")
+    assert json_format.MessageToDict(harness.info()) == json_format.MessageToDict(pack.info())
+    overrides = preview_policy_config(CONFIGURED)
+    try:
+        assert harness.configure(harness.info(), overrides) == pack.configure(pack.info(), overrides)
+    finally:
+        pack.configure(pack.info(), preview_policy_config({}))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_harness_gives_the_packs_verdicts_on_the_committed_stacks(committed_packs, stack):
+    records = Evaluated(raw_stack(stack), shared=True).records
+    found = list(_verdicts(PolicyHarness(stack), records))
+    assert found == list(_verdicts(committed_packs[stack], records))
+
+
+@pytest.mark.parametrize("change", ["labeller", "below-the-floors", "unknowns", "careless-configured"])
+def test_the_harness_gives_the_packs_verdicts_on_changed_stacks(pack, baseline, change):
+    records = baseline.records
+    changes = {"below-the-floors": _below_the_production_floors, "careless-configured": _careless, "unknowns": _unknowns}
+    records = changes.get(change, list)(records)
+    overrides = CONFIGURED if change.endswith("-configured") else {}
+    pack.configure(pack.info(), preview_policy_config(overrides))
+    try:
+        found = list(_verdicts(PolicyHarness("prod", overrides), records))
+        assert found == list(_verdicts(pack, records))
+    finally:
+        pack.configure(pack.info(), preview_policy_config({}))
+    # No comparison here could pass for want of verdicts: the changed stacks break many rules at once (production's
+    # floors among them), and the unknown values stop resource and stack policies alike.
+    if change in ("below-the-floors", "careless-configured"):
+        assert len({policy for _, policy, *_ in found}) >= 5, found
+    if change == "below-the-floors":
+        production = {"hpa-behavior", "knative-autoscaling", "endpoint-picker-availability"}
+        assert production <= {policy for _, policy, *_ in found}, found
+    if change == "unknowns":
+        unknown = {(kind, policy) for kind, policy, _, _, message, _ in found if message.startswith("can't run policy")}
+        assert ("resource", "pinned-images") in unknown and ("stack", "inference-disruption-budget") in unknown, found
 
 
 # --- rule 1 --------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The ways around the policy pack that issue 12 found, each with a violating and a compliant
 case, the pack's validators called as the policy SDK's analyzer calls them (tests/policy_harness.py, held to the pack
-running as its own process by test_policy_harness.py): with the pack's defaults, and with a policy config."""
+running as its own process by test_policies.py): with the pack's defaults, and with a policy config."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from preview.engine import RecordedResource
 
 from .helpers import Evaluated, prod_with_labeller_server
 from .policy_harness import PolicyHarness
-from .test_policies import DEPLOYMENT, HPA, KSVC, analyze, analyze_stack, both, find, stack_with, vllm
+from .test_policies import DEPLOYMENT, HPA, KSVC, POLICY_CONFIG, analyze, analyze_stack, both, find, stack_with, vllm
 
 PROJECT = "inference-platform"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -34,20 +34,9 @@ def harness() -> PolicyHarness:
     return PolicyHarness("prod")
 
 
-# Each policy config this module exercises, set away from its default.
-POLICY_CONFIG: dict[str, Any] = {
-    "pinned-images": {"allowedRepositories": ["docker.io/vllm", "registry.example.com"], "deniedTags": ["latest", "nightly"]},
-    "no-secret-env-from": {"allowedNamespaces": ["serving"]},
-    "knative-autoscaling": {"productionStacks": []},
-    "latency-sensitive-not-time-sliced": {"latencySensitiveTiers": ["premium", "batch"]},
-    "endpoint-picker-availability": {"minReplicasInProduction": 3},
-    "gpu-jobs-through-kueue": {"externalLocalQueues": ["team-b/shared"]},
-}
-
-
 @pytest.fixture(scope="module")
 def configured_harness() -> PolicyHarness:
-    """The same policies under POLICY_CONFIG."""
+    """The same policies under POLICY_CONFIG: each policy config this module exercises, set away from its default."""
     return PolicyHarness("prod", POLICY_CONFIG)
 
 
