@@ -122,19 +122,20 @@ def pack_python(pack_dir: Path) -> Path:
     return python
 
 
-def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
+def wire_struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    """A recorded value as the engine sends it to the pack: its wire form (wire_value) in a protobuf Struct."""
     out = struct_pb2.Struct()
-    out.update(_wire(value))
+    out.update(wire_value(value))
     return out
 
 
-def _wire(value: Any) -> Any:
+def wire_value(value: Any) -> Any:
     """Recorded values in the engine's wire form (secrets keep their signature; unknowns are the
     unknown sentinel; whole numbers are numbers)."""
     if isinstance(value, dict):
-        return {str(k): _wire(v) for k, v in value.items()}
+        return {str(k): wire_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_wire(v) for v in value]
+        return [wire_value(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return UNKNOWN
@@ -146,7 +147,8 @@ def _wire(value: Any) -> Any:
 ENV_CONFIG_VALUE_LIMIT = 16 * 1024
 
 
-def _env_config(config: dict[str, str]) -> dict[str, str]:
+def env_config(config: dict[str, str]) -> dict[str, str]:
+    """The stack config the pack finds in PULUMI_CONFIG."""
     return {key: value for key, value in config.items() if len(value) <= ENV_CONFIG_VALUE_LIMIT}
 
 
@@ -218,7 +220,7 @@ class PolicyPack:
         self._engine_server.start()
         env = {
             **os.environ,
-            "PULUMI_CONFIG": json.dumps(_env_config(stack_config)),
+            "PULUMI_CONFIG": json.dumps(env_config(stack_config)),
             "PULUMI_PROJECT": project,
             "PULUMI_STACK": stack,
             "PULUMI_DRY_RUN": "true",
@@ -287,28 +289,9 @@ class PolicyPack:
         return self.stub.GetAnalyzerInfo(empty_pb2.Empty())
 
     def configure(self, info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]) -> dict[str, str]:
-        """Each policy's level and config: the schema's defaults, then the user's overrides
-        (the same JSON as `pulumi preview --policy-pack-config`; `all` sets every policy's level),
-        checked against the policies' config schemas first. The level each policy runs at."""
-        _validate_overrides(info, overrides)
-        every = overrides.get("all")
-        policy_config = {}
-        levels = {}
-        for policy in info.policies:
-            override = overrides.get(policy.name, {})
-            if isinstance(override, str):
-                override = {"enforcementLevel": override}
-            if every is not None and "enforcementLevel" not in override:
-                override = {**override, "enforcementLevel": every if isinstance(every, str) else every.get("enforcementLevel")}
-            level = override.get("enforcementLevel")
-            properties = {**_schema_defaults(policy.configSchema if policy.HasField("configSchema") else None)}
-            properties.update({k: v for k, v in override.items() if k != "enforcementLevel"})
-            policy_config[policy.name] = analyzer_pb2.PolicyConfig(
-                enforcementLevel=LEVEL_VALUES[level] if level else policy.enforcementLevel,
-                properties=_struct(properties),
-            )
-            levels[policy.name] = level or LEVELS[policy.enforcementLevel]
-        self.stub.Configure(analyzer_pb2.ConfigureAnalyzerRequest(policyConfig=policy_config))
+        """Each policy's level and config (configure_request), sent to the pack. The level each policy runs at."""
+        request, levels = configure_request(info, overrides)
+        self.stub.Configure(request)
         return levels
 
     def analyze(self, resource: RecordedResource, provider: RecordedResource | None) -> list[Diagnostic]:
@@ -324,7 +307,7 @@ class PolicyPack:
     def _analyze_request(self, resource: RecordedResource, provider: RecordedResource | None) -> analyzer_pb2.AnalyzeRequest:
         request = analyzer_pb2.AnalyzeRequest(
             type=resource.type,
-            properties=_struct(resource.inputs),
+            properties=wire_struct(resource.inputs),
             urn=resource.urn,
             name=resource.name,
             options=analyzer_pb2.AnalyzerResourceOptions(parent=resource.parent or ""),
@@ -332,7 +315,7 @@ class PolicyPack:
         if provider is not None:
             request.provider.CopyFrom(
                 analyzer_pb2.AnalyzerProviderResource(
-                    type=provider.type, properties=_struct(provider.inputs), urn=provider.urn, name=provider.name
+                    type=provider.type, properties=wire_struct(provider.inputs), urn=provider.urn, name=provider.name
                 )
             )
         return request
@@ -342,7 +325,7 @@ class PolicyPack:
             resources=[
                 analyzer_pb2.AnalyzerResource(
                     type=r.type,
-                    properties=_struct(r.outputs),
+                    properties=wire_struct(r.outputs),
                     urn=r.urn,
                     name=r.name,
                     options=analyzer_pb2.AnalyzerResourceOptions(parent=r.parent or ""),
@@ -355,16 +338,7 @@ class PolicyPack:
         return self._diagnostics(self.stub.AnalyzeStack(request))
 
     def _diagnostics(self, response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:
-        return [
-            Diagnostic(
-                policy=d.policyName,
-                level=LEVELS[d.enforcementLevel],
-                message=mask_secrets(d.message, self.secrets),
-                urn=d.urn,
-                description=d.description,
-            )
-            for d in response.diagnostics
-        ]
+        return response_diagnostics(response, self.secrets)
 
     def close(self) -> None:
         if self.channel is not None:
@@ -395,6 +369,48 @@ class PolicyPack:
     @property
     def engine_log(self) -> list[str]:
         return [mask_secrets(message, self.secrets) for message in self._engine.messages]
+
+
+def configure_request(
+    info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]
+) -> tuple[analyzer_pb2.ConfigureAnalyzerRequest, dict[str, str]]:
+    """Each policy's level and config: the schema's defaults, then the user's overrides
+    (the same JSON as `pulumi preview --policy-pack-config`; `all` sets every policy's level),
+    checked against the policies' config schemas first. The Configure request, and the level each policy runs at."""
+    _validate_overrides(info, overrides)
+    every = overrides.get("all")
+    policy_config = {}
+    levels = {}
+    for policy in info.policies:
+        override = overrides.get(policy.name, {})
+        if isinstance(override, str):
+            override = {"enforcementLevel": override}
+        if every is not None and "enforcementLevel" not in override:
+            override = {**override, "enforcementLevel": every if isinstance(every, str) else every.get("enforcementLevel")}
+        level = override.get("enforcementLevel")
+        properties = {**_schema_defaults(policy.configSchema if policy.HasField("configSchema") else None)}
+        properties.update({k: v for k, v in override.items() if k != "enforcementLevel"})
+        policy_config[policy.name] = analyzer_pb2.PolicyConfig(
+            enforcementLevel=LEVEL_VALUES[level] if level else policy.enforcementLevel,
+            properties=wire_struct(properties),
+        )
+        levels[policy.name] = level or LEVELS[policy.enforcementLevel]
+    return analyzer_pb2.ConfigureAnalyzerRequest(policyConfig=policy_config), levels
+
+
+def response_diagnostics(response: analyzer_pb2.AnalyzeResponse, secrets: list[str]) -> list[Diagnostic]:
+    """What the pack answered, as the report reads it: each diagnostic's level by name, `secrets` (and credentials of
+    the known formats) masked out of its message."""
+    return [
+        Diagnostic(
+            policy=d.policyName,
+            level=LEVELS[d.enforcementLevel],
+            message=mask_secrets(d.message, secrets),
+            urn=d.urn,
+            description=d.description,
+        )
+        for d in response.diagnostics
+    ]
 
 
 def check_policy_config(overrides: Any) -> None:

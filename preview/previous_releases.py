@@ -33,7 +33,7 @@ from platform_config.release import Release, ReleaseRecordError, from_annotation
 
 from .stack_config import StackConfigError, read_bounded, read_yaml_file
 
-# The policies that read `previousReleases` (policies/__main__.py).
+# The policies that read `previousReleases` (policies/inference_governance/pack.py).
 POLICIES = ("canary-weight-steps", "canary-step-override")
 CONFIG_KEY = "previousReleases"
 OUTPUT_NAME = "canaryReleases"

@@ -1,26 +1,32 @@
-"""The policy pack: every rule with a violating and a compliant case, through the analyzer
-protocol against the pack running as its own process (as the Pulumi CLI runs it), plus the
-validators called directly as pure functions."""
+"""The policy pack: every rule with a violating and a compliant case, its validators called in this process as the
+policy SDK's analyzer calls them (tests/policy_harness.py); the pack running as its own process (as the Pulumi CLI
+runs it), through the analyzer protocol, for what the protocol and the process do: the pack's description, the real
+stacks' verdict, the harness's verdicts held to the pack's, policy config and its errors, masking; plus the validators
+called as pure functions."""
 
 from __future__ import annotations
 
 import copy
 import json
 import sys
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, Callable
 
 import pulumi
 import pytest
+from google.protobuf import json_format
 
 from preview.engine import RecordedResource
 from preview.masking import mask_secrets, secret_values
 from preview.performance import preview_policy_config
-from preview.policy_runner import PolicyConfigError, PolicyPack, PolicyRun
+from preview.policy_runner import UNKNOWN, Diagnostic, PolicyConfigError, PolicyPack, PolicyRun
 from preview.sections import policy_section
 from preview.stack_config import load_project, load_stack_config
 
-from .helpers import ROOT, Evaluated, prod_with_labeller_server, raw_stack, run_preview
+from .helpers import PROJECT, ROOT, STACKS, Evaluated, prod_with_labeller_server, raw_stack, run_preview
+from .policy_harness import PolicyHarness
+from .test_policy_decoding import _careless
 
 sys.path.insert(0, str(ROOT / "policies"))
 from inference_governance import autoscaling, endpoint_pickers, gateway_auth, gpu_placement  # noqa: E402
@@ -31,17 +37,41 @@ def baseline() -> Evaluated:
     return Evaluated(prod_with_labeller_server(), shared=True)
 
 
+def _started(*stacks: str) -> list[PolicyPack]:
+    """The pack as the CLI runs it, a process for each stack (started together: each imports its SDK meanwhile),
+    configured as the preview configures its own run: serving-performance reads verdicts these evaluations have none
+    of (test_serving_performance.py runs it with a preview's)."""
+    configs = [load_stack_config(load_project(ROOT), stack) for stack in stacks]
+    spawned = [PolicyPack(ROOT / "policies", config.values, PROJECT, stack) for stack, config in zip(stacks, configs)]
+    for running, stack, config in zip(spawned, stacks, configs):
+        running.connect()
+        running.handshake(ROOT)
+        running.configure_stack(PROJECT, stack, config.values, config.secret_keys)
+        running.configure(running.info(), preview_policy_config({}))
+    return spawned
+
+
 @pytest.fixture(scope="module")
-def pack():
-    config = load_stack_config(load_project(ROOT), "prod")
-    running = PolicyPack(ROOT / "policies", config.values, "inference-platform", "prod").connect()
-    running.handshake(ROOT)
-    running.configure_stack("inference-platform", "prod", config.values, config.secret_keys)
-    # As the preview configures its own run: serving-performance reads verdicts these evaluations have none of
-    # (test_serving_performance.py runs it with a preview's).
-    running.configure(running.info(), preview_policy_config({}))
+def pack() -> Iterator[PolicyPack]:
+    (running,) = _started("prod")
     yield running
     running.close()
+
+
+@pytest.fixture(scope="module")
+def committed_packs(pack) -> Iterator[dict[str, PolicyPack]]:
+    """A pack for each committed stack (prod's the one above)."""
+    others = [stack for stack in STACKS if stack != "prod"]
+    running = dict(zip(others, _started(*others)))
+    yield {**running, "prod": pack}
+    for other in running.values():
+        other.close()
+
+
+@pytest.fixture(scope="module")
+def harness() -> PolicyHarness:
+    """The pack's policies called directly, configured as the pack above is."""
+    return PolicyHarness("prod")
 
 
 def find(baseline: Evaluated, type_: str, name: str) -> RecordedResource:
@@ -53,12 +83,12 @@ def policies_hit(diagnostics) -> dict[str, str]:
     return {d.policy: d.level for d in diagnostics}
 
 
-def analyze(pack, record: RecordedResource) -> dict[str, str]:
-    return policies_hit(pack.analyze(record, None))
+def analyze(analyzer: PolicyPack | PolicyHarness, record: RecordedResource) -> dict[str, str]:
+    return policies_hit(analyzer.analyze(record, None))
 
 
-def analyze_stack(pack, records: list[RecordedResource]) -> dict[str, str]:
-    return policies_hit(pack.analyze_stack(r for r in records if not r.type.startswith("pulumi:providers:")))
+def analyze_stack(analyzer: PolicyPack | PolicyHarness, records: list[RecordedResource]) -> dict[str, str]:
+    return policies_hit(analyzer.analyze_stack(r for r in records if not r.type.startswith("pulumi:providers:")))
 
 
 def stack_with(baseline: Evaluated, change: Callable[[list[RecordedResource]], list[RecordedResource]]) -> list[RecordedResource]:
@@ -98,25 +128,138 @@ def test_the_real_stacks_are_compliant(pack, baseline):
     assert analyze_stack(pack, baseline.records) == {}
 
 
+# --- the harness gives the pack's verdicts ----------------------------------------------------------
+# The per-rule tests call the validators through tests/policy_harness.py: here its verdicts are held to the pack's, over
+# the analyzer protocol, on every committed stack and on stacks changed to break many rules at once, to hold unknown
+# values and to run under a policy config: the same diagnostics, in the same order, per resource and for the stack.
+
+# Each policy config test_policy_bypasses.py exercises, set away from its default.
+POLICY_CONFIG: dict[str, Any] = {
+    "pinned-images": {"allowedRepositories": ["docker.io/vllm", "registry.example.com"], "deniedTags": ["latest", "nightly"]},
+    "no-secret-env-from": {"allowedNamespaces": ["serving"]},
+    "knative-autoscaling": {"productionStacks": []},
+    "latency-sensitive-not-time-sliced": {"latencySensitiveTiers": ["premium", "batch"]},
+    "endpoint-picker-availability": {"minReplicasInProduction": 3},
+    "gpu-jobs-through-kueue": {"externalLocalQueues": ["team-b/shared"]},
+}
+# POLICY_CONFIG, and levels and a floor moved too.
+CONFIGURED = {
+    **POLICY_CONFIG,
+    "inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600},
+    "hpa-behavior": "advisory",
+    "no-secret-args": "disabled",
+}
+
+
+def _below_the_production_floors(records: list[RecordedResource]) -> list[RecordedResource]:
+    """_careless, and every autoscaler and Deployment at one replica, every Knative service without its scale-down
+    delay: what only a stack the pack's config calls production is refused for."""
+    changed = _careless(records)
+    for record in changed:
+        for properties in {id(p): p for p in (record.inputs, record.outputs)}.values():
+            spec = properties.get("spec") or {}
+            if record.type == "kubernetes:autoscaling/v2:HorizontalPodAutoscaler":
+                spec["minReplicas"] = 1
+            if record.type == "kubernetes:apps/v1:Deployment" and "replicas" in spec:
+                spec["replicas"] = 1
+            if record.type == "kubernetes:serving.knative.dev/v1:Service":
+                spec["template"]["metadata"]["annotations"].pop("autoscaling.knative.dev/scale-down-delay", None)
+    return changed
+
+
+def _unknowns(records: list[RecordedResource]) -> list[RecordedResource]:
+    """Values the engine cannot know during a preview where rules read them: every container's image, and each
+    PodDisruptionBudget's maxUnavailable."""
+    changed = copy.deepcopy(records)
+    for record in changed:
+        for properties in (record.inputs, record.outputs):
+            if record.type == "kubernetes:policy/v1:PodDisruptionBudget" and "maxUnavailable" in properties["spec"]:
+                properties["spec"]["maxUnavailable"] = UNKNOWN
+            template = (properties.get("spec") or {}).get("template")
+            if isinstance(template, dict) and "spec" in template:
+                for container in template["spec"].get("containers", []):
+                    container["image"] = UNKNOWN
+    return changed
+
+
+def _verdicts(
+    analyzer: PolicyPack | PolicyHarness, records: list[RecordedResource]
+) -> Iterator[tuple[str, str, str, str, str, str]]:
+    """Every diagnostic, in the order given: each custom resource analyzed with its provider, then the stack (without
+    providers, as the engine sends it), then the stack with them (as a test may send it)."""
+
+    def row(kind: str, d: Diagnostic) -> tuple[str, str, str, str, str, str]:
+        return (kind, d.policy, d.level, d.urn, d.message, d.description)
+
+    providers = {r.urn: r for r in records if r.type.startswith("pulumi:providers:")}
+    for record in records:
+        if record.custom and not record.type.startswith("pulumi:providers:"):
+            provider = providers.get((record.provider or "").rsplit("::", 1)[0])
+            yield from (row("resource", d) for d in analyzer.analyze(record, provider))
+    yield from (row("stack", d) for d in analyzer.analyze_stack(r for r in records if r.urn not in providers))
+    yield from (row("stack+providers", d) for d in analyzer.analyze_stack(records))
+
+
+def test_the_harness_describes_the_pack_as_the_pack_does(pack):
+    harness = PolicyHarness("prod")
+    assert json_format.MessageToDict(harness.info()) == json_format.MessageToDict(pack.info())
+    overrides = preview_policy_config(CONFIGURED)
+    try:
+        assert harness.configure(harness.info(), overrides) == pack.configure(pack.info(), overrides)
+    finally:
+        pack.configure(pack.info(), preview_policy_config({}))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_harness_gives_the_packs_verdicts_on_the_committed_stacks(committed_packs, stack):
+    records = Evaluated(raw_stack(stack), shared=True).records
+    found = list(_verdicts(PolicyHarness(stack), records))
+    assert found == list(_verdicts(committed_packs[stack], records))
+
+
+@pytest.mark.parametrize("change", ["labeller", "below-the-floors", "unknowns", "careless-configured"])
+def test_the_harness_gives_the_packs_verdicts_on_changed_stacks(pack, baseline, change):
+    records = baseline.records
+    changes = {"below-the-floors": _below_the_production_floors, "careless-configured": _careless, "unknowns": _unknowns}
+    records = changes.get(change, list)(records)
+    overrides = CONFIGURED if change.endswith("-configured") else {}
+    pack.configure(pack.info(), preview_policy_config(overrides))
+    try:
+        found = list(_verdicts(PolicyHarness("prod", overrides), records))
+        assert found == list(_verdicts(pack, records))
+    finally:
+        pack.configure(pack.info(), preview_policy_config({}))
+    # No comparison here could pass for want of verdicts: the changed stacks break many rules at once (production's
+    # floors among them), and the unknown values stop resource and stack policies alike.
+    if change in ("below-the-floors", "careless-configured"):
+        assert len({policy for _, policy, *_ in found}) >= 5, found
+    if change == "below-the-floors":
+        production = {"hpa-behavior", "knative-autoscaling", "endpoint-picker-availability"}
+        assert production <= {policy for _, policy, *_ in found}, found
+    if change == "unknowns":
+        unknown = {(kind, policy) for kind, policy, _, _, message, _ in found if message.startswith("can't run policy")}
+        assert ("resource", "pinned-images") in unknown and ("stack", "inference-disruption-budget") in unknown, found
+
+
 # --- rule 1 --------------------------------------------------------------------------------------
 
 
-def test_gpu_requests_and_limits(pack, baseline):
+def test_gpu_requests_and_limits(harness, baseline):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     del vllm(record)["resources"]["limits"]["nvidia.com/gpu"]
-    assert analyze(pack, record) == {"gpu-requests-and-limits": "mandatory"}
+    assert analyze(harness, record) == {"gpu-requests-and-limits": "mandatory"}
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     del vllm(record)["resources"]["requests"]["cpu"]
-    assert analyze(pack, record) == {"gpu-requests-and-limits": "mandatory"}
+    assert analyze(harness, record) == {"gpu-requests-and-limits": "mandatory"}
     knative = find(baseline, KSVC, "llama-8b-v1-knative-service")
     vllm(knative)["resources"]["requests"]["nvidia.com/mig-3g.40gb"] = "2"
-    assert analyze(pack, knative) == {"gpu-requests-and-limits": "mandatory"}
+    assert analyze(harness, knative) == {"gpu-requests-and-limits": "mandatory"}
 
 
 # --- rule 2 --------------------------------------------------------------------------------------
 
 
-def test_latency_sensitive_not_time_sliced(pack, baseline):
+def test_latency_sensitive_not_time_sliced(harness, baseline):
     def slice_h100(records):
         for r in records:
             if r.type == "inference-platform:gpu-node-pool:GpuNodePool" and r.name == "h100":
@@ -125,7 +268,7 @@ def test_latency_sensitive_not_time_sliced(pack, baseline):
                 r.outputs["labels"]["inference.platform/gpu-sharing"] = "timeSlicing"
         return records
 
-    hits = pack.analyze_stack(stack_with(baseline, slice_h100))
+    hits = harness.analyze_stack(stack_with(baseline, slice_h100))
     flagged = {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "latency-sensitive-not-time-sliced"}
     assert flagged == {
         "llama-70b-v1-deployment",
@@ -138,18 +281,18 @@ def test_latency_sensitive_not_time_sliced(pack, baseline):
 # --- rule 3 --------------------------------------------------------------------------------------
 
 
-def test_graceful_drain(pack, baseline):
+def test_graceful_drain(harness, baseline):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     record.inputs["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 30
-    assert analyze(pack, record) == {"inference-graceful-drain": "mandatory"}
+    assert analyze(harness, record) == {"inference-graceful-drain": "mandatory"}
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     del vllm(record)["lifecycle"]
-    assert analyze(pack, record) == {"inference-graceful-drain": "mandatory"}
+    assert analyze(harness, record) == {"inference-graceful-drain": "mandatory"}
 
 
-def test_pdb_for_replicated_inference(pack, baseline):
+def test_pdb_for_replicated_inference(harness, baseline):
     without = stack_with(baseline, lambda rs: [r for r in rs if r.name != "llama-70b-v1-pdb"])
-    hits = pack.analyze_stack(without)
+    hits = harness.analyze_stack(without)
     assert [d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "inference-disruption-budget"] == ["llama-70b-v1-deployment"]
 
 
@@ -175,55 +318,55 @@ def test_pdb_for_replicated_inference(pack, baseline):
     ],
     ids=["short-stabilization", "gpu-resource-metric", "max-below-min", "min-1-in-production", "bad-policy-type", "no-behavior"],
 )
-def test_hpa_behavior(pack, baseline, change):
+def test_hpa_behavior(harness, baseline, change):
     record = find(baseline, HPA, "llama-70b-v1-hpa")
     change(record.inputs["spec"])
-    assert analyze(pack, record) == {"hpa-behavior": "mandatory"}
+    assert analyze(harness, record) == {"hpa-behavior": "mandatory"}
 
 
 # --- rule 5 --------------------------------------------------------------------------------------
 
 
-def test_knative_autoscaling(pack, baseline):
+def test_knative_autoscaling(harness, baseline):
     record = find(baseline, KSVC, "llama-8b-v1-knative-service")
     del record.inputs["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/max-scale"]
-    assert analyze(pack, record) == {"knative-autoscaling": "mandatory"}
+    assert analyze(harness, record) == {"knative-autoscaling": "mandatory"}
 
 
 @pytest.mark.parametrize("burst", [None, "211", "-1", "0.0"])
-def test_knative_services_keep_the_activator_out_of_the_path(pack, baseline, burst):
+def test_knative_services_keep_the_activator_out_of_the_path(harness, baseline, burst):
     record = find(baseline, KSVC, "llama-8b-v1-knative-service")
-    assert analyze(pack, record) == {}
+    assert analyze(harness, record) == {}
     annotations = record.inputs["spec"]["template"]["metadata"]["annotations"]
     if burst is None:
         del annotations["autoscaling.knative.dev/target-burst-capacity"]
     else:
         annotations["autoscaling.knative.dev/target-burst-capacity"] = burst
-    assert analyze(pack, record) == {"knative-autoscaling": "mandatory"}
+    assert analyze(harness, record) == {"knative-autoscaling": "mandatory"}
 
 
 @pytest.mark.parametrize("min_scale", ["0", "", "one"])
-def test_latency_sensitive_min_scale(pack, baseline, min_scale):
+def test_latency_sensitive_min_scale(harness, baseline, min_scale):
     def cold(records):
         for record in records:
             if record.name == "llama-8b-v1-knative-service":
                 record.outputs["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] = min_scale
         return records
 
-    hits = pack.analyze_stack(stack_with(baseline, cold))
+    hits = harness.analyze_stack(stack_with(baseline, cold))
     assert [(d.policy, d.urn.rsplit("::", 1)[-1]) for d in hits] == [
         ("latency-sensitive-min-scale", "llama-8b-v1-knative-service")
     ]
 
 
-def test_a_batch_service_may_scale_to_zero(pack, baseline):
+def test_a_batch_service_may_scale_to_zero(harness, baseline):
     # The program keeps one replica behind the labeller's endpoint pickers; the pack itself lets a batch
     # profile's service go to zero.
     record = find(baseline, KSVC, "batch-labeller-v1-knative-service")
     for state in {id(s): s for s in (record.inputs, record.outputs)}.values():
         state["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] = "0"
-    assert analyze(pack, record) == {}
-    assert analyze_stack(pack, [record if r.urn == record.urn else r for r in baseline.records]) == {}
+    assert analyze(harness, record) == {}
+    assert analyze_stack(harness, [record if r.urn == record.urn else r for r in baseline.records]) == {}
 
 
 # --- rule 6 --------------------------------------------------------------------------------------
@@ -234,56 +377,56 @@ def _routes(records) -> list[dict]:
     return vs.outputs["spec"]["http"]
 
 
-def test_canary_weights_must_add_up(pack, baseline):
+def test_canary_weights_must_add_up(harness, baseline):
     def skew(records):
         next(r for r in _routes(records) if r["name"] == "premium-weighted")["route"][1]["weight"] = 5
         return records
 
-    assert analyze_stack(pack, stack_with(baseline, skew)) == {"canary-routes": "mandatory"}
+    assert analyze_stack(harness, stack_with(baseline, skew)) == {"canary-routes": "mandatory"}
 
 
-def test_override_routes_come_first(pack, baseline):
+def test_override_routes_come_first(harness, baseline):
     def reorder(records):
         routes = _routes(records)
         routes.append(routes.pop(0))
         return records
 
-    assert analyze_stack(pack, stack_with(baseline, reorder)) == {"canary-routes": "mandatory"}
+    assert analyze_stack(harness, stack_with(baseline, reorder)) == {"canary-routes": "mandatory"}
 
 
-def test_every_subset_exists(pack, baseline):
+def test_every_subset_exists(harness, baseline):
     without = stack_with(baseline, lambda rs: [r for r in rs if r.name != "llama-70b-route-destination-rule-v1-epp"])
-    assert analyze_stack(pack, without) == {"canary-routes": "mandatory"}
+    assert analyze_stack(harness, without) == {"canary-routes": "mandatory"}
 
 
 # --- rule 7 --------------------------------------------------------------------------------------
 
 
-def test_gpu_namespace_needs_quotas(pack, baseline):
+def test_gpu_namespace_needs_quotas(harness, baseline):
     without = stack_with(
         baseline,
         lambda rs: [r for r in rs if not (r.type == "kubernetes:core/v1:ResourceQuota" and r.name.startswith("team-a-"))],
     )
-    hits = analyze_stack(pack, without)
+    hits = analyze_stack(harness, without)
     assert hits["gpu-quota-and-priority"] == "mandatory"
 
 
-def test_gpu_workload_needs_an_existing_priority_class(pack, baseline):
+def test_gpu_workload_needs_an_existing_priority_class(harness, baseline):
     def rename(records):
         for spec in both(next(r for r in records if r.name == "llama-1b-v1-deployment")):
             spec["priorityClassName"] = "vip"
         return records
 
-    assert analyze_stack(pack, stack_with(baseline, rename)) == {"gpu-quota-and-priority": "mandatory"}
+    assert analyze_stack(harness, stack_with(baseline, rename)) == {"gpu-quota-and-priority": "mandatory"}
 
 
-def test_experiments_cannot_preempt(pack, baseline):
+def test_experiments_cannot_preempt(harness, baseline):
     def preempting(records):
         record = next(r for r in records if r.name == "inference-experiment")
         record.outputs["preemptionPolicy"] = "PreemptLowerPriority"
         return records
 
-    assert analyze_stack(pack, stack_with(baseline, preempting)) == {"gpu-quota-and-priority": "mandatory"}
+    assert analyze_stack(harness, stack_with(baseline, preempting)) == {"gpu-quota-and-priority": "mandatory"}
 
 
 # --- rules 8 and 9 -------------------------------------------------------------------------------
@@ -305,21 +448,21 @@ def test_experiments_cannot_preempt(pack, baseline):
     ids=["the-jobs-stub", "another-container", "opted-out-by-label", "opted-out-by-annotation", "stub-with-env",
          "stub-as-root"],
 )  # fmt: skip
-def test_the_sidecar_stub_runs_the_injectors_image_only(pack, baseline, change, refused):
+def test_the_sidecar_stub_runs_the_injectors_image_only(harness, baseline, change, refused):
     record = find(baseline, "kubernetes:batch/v1:Job", "ticket-labels-job")
     template = record.inputs["spec"]["template"]
     assert template["spec"]["initContainers"][0] == {**template["spec"]["initContainers"][0], "image": "auto"}
     change(template)
-    assert ("pinned-images" in analyze(pack, record)) is refused
+    assert ("pinned-images" in analyze(harness, record)) is refused
 
 
 @pytest.mark.parametrize("image", ["vllm/vllm-openai:latest", "vllm/vllm-openai", "registry.example.com:5000/vllm"])
-def test_pinned_images(pack, baseline, image):
+def test_pinned_images(harness, baseline, image):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     vllm(record)["image"] = image
-    assert analyze(pack, record) == {"pinned-images": "mandatory"}
+    assert analyze(harness, record) == {"pinned-images": "mandatory"}
     vllm(record)["image"] = "vllm/vllm-openai@sha256:" + "a" * 64
-    assert analyze(pack, record) == {}
+    assert analyze(harness, record) == {}
 
 
 @pytest.mark.parametrize(
@@ -335,10 +478,10 @@ def test_pinned_images(pack, baseline, image):
     ],
     ids=["privilege-escalation", "root", "capabilities", "escalation-not-refused"],
 )
-def test_model_server_hardening(pack, baseline, change):
+def test_model_server_hardening(harness, baseline, change):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     change(record.inputs["spec"]["template"]["spec"])
-    hits = analyze(pack, record)
+    hits = analyze(harness, record)
     assert hits.pop("model-server-hardening") == "mandatory"
     # Asking for escalation outright is also below the baseline every pod meets.
     escalates = vllm(record)["securityContext"].get("allowPrivilegeEscalation")
@@ -355,31 +498,31 @@ def pod_spec_of(record: RecordedResource) -> dict:
 
 
 @pytest.mark.parametrize(("type_", "name"), [(DAEMONSET, "image-prepull-prepull-h100"), (JOB, MIRROR_JOB)])
-def test_gpu_less_pods_on_gpu_nodes_see_no_gpu(pack, baseline, type_, name):
+def test_gpu_less_pods_on_gpu_nodes_see_no_gpu(harness, baseline, type_, name):
     record = find(baseline, type_, name)
     # As declared: it tolerates the GPU taint, asks for no GPU and hides the node's GPUs.
-    assert analyze(pack, record) == {}
+    assert analyze(harness, record) == {}
     for container in pod_spec_of(record)["containers"]:
         container["env"] = [e for e in container["env"] if e["name"] != "NVIDIA_VISIBLE_DEVICES"]
-    assert analyze(pack, record) == {"gpu-less-pods-see-no-gpu": "mandatory"}
+    assert analyze(harness, record) == {"gpu-less-pods-see-no-gpu": "mandatory"}
     for container in pod_spec_of(record)["containers"]:
         container["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
-    assert analyze(pack, record) == {"gpu-less-pods-see-no-gpu": "mandatory"}
+    assert analyze(harness, record) == {"gpu-less-pods-see-no-gpu": "mandatory"}
 
 
-def test_a_pod_that_tolerates_every_taint_may_land_on_a_gpu_node(pack, baseline):
+def test_a_pod_that_tolerates_every_taint_may_land_on_a_gpu_node(harness, baseline):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-epp-deployment")
-    assert analyze(pack, record) == {}
+    assert analyze(harness, record) == {}
     pod_spec_of(record)["tolerations"] = [{"operator": "Exists"}]
-    assert analyze(pack, record) == {"gpu-less-pods-see-no-gpu": "mandatory"}
+    assert analyze(harness, record) == {"gpu-less-pods-see-no-gpu": "mandatory"}
     # A pod with a GPU is the device plugin's to give GPUs to: not this rule's.
-    assert "gpu-less-pods-see-no-gpu" not in analyze(pack, find(baseline, DEPLOYMENT, "llama-70b-v1-deployment"))
+    assert "gpu-less-pods-see-no-gpu" not in analyze(harness, find(baseline, DEPLOYMENT, "llama-70b-v1-deployment"))
 
 
-def test_no_plain_secret_env(pack, baseline):
+def test_no_plain_secret_env(harness, baseline):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     vllm(record)["env"].append({"name": "HF_TOKEN", "value": "hf_in_clear"})
-    assert analyze(pack, record) == {"no-plain-secret-env": "mandatory"}
+    assert analyze(harness, record) == {"no-plain-secret-env": "mandatory"}
 
 
 # --- rule 10 -------------------------------------------------------------------------------------
@@ -403,13 +546,13 @@ def _stage_in(record: RecordedResource) -> list[dict]:
     ],
     ids=["as-rendered", "unquoted", "double-quoted", "command-substitution-inside-quotes", "not-a-bucket"],
 )
-def test_shell_scripts_quote_every_s3_location(pack, baseline, rewrite, flagged):
+def test_shell_scripts_quote_every_s3_location(harness, baseline, rewrite, flagged):
     record = find(baseline, JOB, "ticket-labels-job")
     containers = _stage_in(record)
     assert containers and all("'s3://" in c["command"][2] for c in containers)
     for container in containers:
         container["command"][2] = rewrite(container["command"][2])
-    assert analyze(pack, record) == ({"shell-scripts-quote-config": "mandatory"} if flagged else {})
+    assert analyze(harness, record) == ({"shell-scripts-quote-config": "mandatory"} if flagged else {})
 
 
 @pytest.mark.parametrize(
@@ -423,24 +566,24 @@ def test_shell_scripts_quote_every_s3_location(pack, baseline, rewrite, flagged)
     ],
     ids=["options-with-arguments", "env", "busybox", "double-dash", "long-option"],
 )
-def test_every_way_to_start_a_shell_script_is_read(pack, baseline, command):
+def test_every_way_to_start_a_shell_script_is_read(harness, baseline, command):
     record = find(baseline, JOB, "ticket-labels-job")
     for container in _stage_in(record):
         script = container["command"][2].replace("'s3://", "s3://").replace("'/shard-", "/shard-")
         container["command"] = [*command, script]
-    assert analyze(pack, record) == {"shell-scripts-quote-config": "mandatory"}
+    assert analyze(harness, record) == {"shell-scripts-quote-config": "mandatory"}
 
 
-def test_quotas_over_pool_capacity(pack, baseline):
+def test_quotas_over_pool_capacity(harness, baseline):
     def grow(records):
         quota = next(r for r in records if r.name == "team-a-total")
         quota.outputs["spec"]["hard"]["requests.nvidia.com/mig-1g.10gb"] = "500"
         return records
 
-    assert analyze_stack(pack, stack_with(baseline, grow)) == {"stack-capacity": "mandatory"}
+    assert analyze_stack(harness, stack_with(baseline, grow)) == {"stack-capacity": "mandatory"}
 
 
-def test_workload_gpu_resource_must_exist_in_a_pool(pack, baseline):
+def test_workload_gpu_resource_must_exist_in_a_pool(harness, baseline):
     def want_2g(records):
         for spec in both(next(r for r in records if r.name == "llama-1b-v1-deployment")):
             resources = spec["containers"][0]["resources"]
@@ -448,16 +591,16 @@ def test_workload_gpu_resource_must_exist_in_a_pool(pack, baseline):
                 resources[part]["nvidia.com/mig-2g.20gb"] = resources[part].pop("nvidia.com/mig-1g.10gb")
         return records
 
-    hits = analyze_stack(pack, stack_with(baseline, want_2g))
+    hits = analyze_stack(harness, stack_with(baseline, want_2g))
     assert hits["stack-capacity"] == "mandatory"
 
 
-def test_mig_profiles_valid_for_the_pool_gpu(pack, baseline):
+def test_mig_profiles_valid_for_the_pool_gpu(harness, baseline):
     def on_a100_40(records):
         next(r for r in records if r.name == "h100" and r.type.endswith("GpuNodePool")).outputs["gpuModel"] = "A100-40GB"
         return records
 
-    assert analyze_stack(pack, stack_with(baseline, on_a100_40)) == {"stack-capacity": "mandatory"}
+    assert analyze_stack(harness, stack_with(baseline, on_a100_40)) == {"stack-capacity": "mandatory"}
 
 
 # --- endpoint pickers ----------------------------------------------------------------------------
@@ -542,8 +685,8 @@ def without_maximum(**spec: Any) -> Callable[[dict], Any]:
          "pool-removed", "pool-selects-another-version", "knative-pool-removed",
          "knative-pool-on-an-old-revision", "tenant-without-picker"],
 )  # fmt: skip
-def test_endpoint_picker_availability(pack, baseline, change, flagged, request):
-    hits = pack.analyze_stack(stack_with(baseline, change))
+def test_endpoint_picker_availability(harness, baseline, change, flagged, request):
+    hits = harness.analyze_stack(stack_with(baseline, change))
     found = {(d.policy, d.level, d.urn.rsplit("::", 1)[-1]) for d in hits}
     # A picker without its component label is no picker to the egress rule either: held to REGISTRY_ONLY.
     also = {("tenant-egress-by-host", "mandatory", EPP)} if request.node.callspec.id == "picker-unlabelled" else set()
@@ -580,8 +723,8 @@ def test_endpoint_picker_availability(pack, baseline, change, flagged, request):
          "kueue-unspread", "gateway-no-budget", "gateway-budget-of-another", "autoscaler-default-one",
          "autoscaler-one", "autoscaler-three", "autoscaler-unspread"],
 )  # fmt: skip
-def test_control_plane_availability(pack, baseline, change, flagged):
-    found = {(d.policy, d.urn.rsplit("::", 1)[-1]) for d in pack.analyze_stack(stack_with(baseline, change))}
+def test_control_plane_availability(harness, baseline, change, flagged):
+    found = {(d.policy, d.urn.rsplit("::", 1)[-1]) for d in harness.analyze_stack(stack_with(baseline, change))}
     assert found == ({("control-plane-availability", flagged)} if flagged else set())
 
 
@@ -618,13 +761,13 @@ def test_the_control_plane_runs_twice_in_production_only():
     assert not [r for r in dev.records if r.name == "mesh-gateway-pdb"]
 
 
-def test_endpoint_picker_messages_name_the_object_and_the_fix(pack, baseline):
-    (hit,) = pack.analyze_stack(stack_with(baseline, edit(EPP, lambda d: d["spec"].update(replicas=1))))
+def test_endpoint_picker_messages_name_the_object_and_the_fix(harness, baseline):
+    (hit,) = harness.analyze_stack(stack_with(baseline, edit(EPP, lambda d: d["spec"].update(replicas=1))))
     assert hit.message.endswith(
         "\nendpoint picker team-a/llama-1b-v1-epp runs 1 replica(s); production keeps at least 2, or every request to "
         "the model waits on one pod's restart: set spec.replicas to 2 or more"
     )
-    (hit,) = pack.analyze_stack(stack_with(baseline, edit(POOL, lambda p: p["spec"]["endpointPickerRef"].update(name="x"))))
+    (hit,) = harness.analyze_stack(stack_with(baseline, edit(POOL, lambda p: p["spec"]["endpointPickerRef"].update(name="x"))))
     assert hit.message.endswith(
         "\nInferencePool team-a/llama-1b-v1: spec.endpointPickerRef names Service team-a/x, which the stack does not "
         "declare: declare the endpoint picker's Service in the pool's namespace, or name it"
@@ -667,12 +810,12 @@ def test_the_packs_endpoint_picker_labels_are_the_programs():
 # --- advisory ------------------------------------------------------------------------------------
 
 
-def test_advisory_rules(pack, baseline):
+def test_advisory_rules(harness, baseline):
     without_monitor = stack_with(baseline, lambda rs: [r for r in rs if r.name != "llama-70b-v1-service-monitor"])
-    assert analyze_stack(pack, without_monitor) == {"model-server-monitoring": "advisory"}
+    assert analyze_stack(harness, without_monitor) == {"model-server-monitoring": "advisory"}
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     del record.inputs["spec"]["template"]["spec"]["topologySpreadConstraints"]
-    assert analyze(pack, record) == {"gpu-topology-spread": "advisory"}
+    assert analyze(harness, record) == {"gpu-topology-spread": "advisory"}
 
 
 def test_policy_config_reaches_the_pack(baseline):
@@ -723,15 +866,15 @@ def test_validators_are_pure_functions(baseline):
     assert collect(autoscaling.hpa_behavior, DEPLOYMENT, hpa) == []
 
 
-def test_knative_services_need_a_disruption_budget(pack, baseline):
+def test_knative_services_need_a_disruption_budget(harness, baseline):
     without = stack_with(baseline, lambda rs: [r for r in rs if r.name != "llama-8b-v1-pdb"])
-    hits = pack.analyze_stack(without)
+    hits = harness.analyze_stack(without)
     assert [d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "inference-disruption-budget"] == [
         "llama-8b-v1-knative-service"
     ]
 
 
-def test_override_header_is_read_from_the_virtual_service(pack, baseline):
+def test_override_header_is_read_from_the_virtual_service(harness, baseline):
     def custom_header(records):
         (vs,) = [r for r in records if r.name == "llama-8b-route-virtual-service"]
         vs.outputs["metadata"]["annotations"]["inference.platform/override-header"] = "x-variant"
@@ -744,15 +887,15 @@ def test_override_header_is_read_from_the_virtual_service(pack, baseline):
         routes.append(routes.pop(0))  # an override route after the others
         return records
 
-    assert analyze_stack(pack, stack_with(baseline, custom_header)) == {"canary-routes": "mandatory"}
+    assert analyze_stack(harness, stack_with(baseline, custom_header)) == {"canary-routes": "mandatory"}
 
 
-def test_secret_env_names_are_whole_words(pack, baseline):
+def test_secret_env_names_are_whole_words(harness, baseline):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     vllm(record)["env"] += [{"name": "TOKENIZERS_PARALLELISM", "value": "false"}, {"name": "MAX_TOKENS", "value": "4096"}]
-    assert analyze(pack, record) == {}
+    assert analyze(harness, record) == {}
     vllm(record)["env"].append({"name": "DB_PASSWORD", "value": "hunter2"})
-    assert analyze(pack, record) == {"no-plain-secret-env": "mandatory"}
+    assert analyze(harness, record) == {"no-plain-secret-env": "mandatory"}
 
 
 def test_the_packs_facts_are_generated_from_the_program():
@@ -916,7 +1059,7 @@ def pod_annotations(record: RecordedResource) -> list[dict]:
     return [t["metadata"]["annotations"] for t in templates]
 
 
-def test_an_adapter_on_another_tenants_base_is_refused(pack, baseline):
+def test_an_adapter_on_another_tenants_base_is_refused(harness, baseline):
     record = find(baseline, KSVC, "llama-8b-v1-knative-service")
     for pod in pod_annotations(record):
         adapters = json.loads(pod[LORA_ADAPTERS])
@@ -927,13 +1070,13 @@ def test_an_adapter_on_another_tenants_base_is_refused(pack, baseline):
         }
         adapters["llama-3.1-8b-sql"]["tenant"] = "team-a"
         pod[LORA_ADAPTERS] = json.dumps(adapters)
-    assert analyze(pack, record) == {"adapter-on-own-tenants-base": "mandatory"}
+    assert analyze(harness, record) == {"adapter-on-own-tenants-base": "mandatory"}
     for pod in pod_annotations(record):
         pod[LORA_ADAPTERS] = "[not an object"
-    assert analyze(pack, record) == {"adapter-on-own-tenants-base": "mandatory"}
+    assert analyze(harness, record) == {"adapter-on-own-tenants-base": "mandatory"}
 
 
-def test_an_adapter_name_held_by_two_base_models_is_refused(pack, baseline):
+def test_an_adapter_name_held_by_two_base_models_is_refused(harness, baseline):
     def load_on_70b(records: list[RecordedResource]) -> list[RecordedResource]:
         source = next(r for r in records if r.name == "llama-8b-v1-knative-service")
         target = next(r for r in records if r.name == "llama-70b-v1-deployment")
@@ -942,7 +1085,7 @@ def test_an_adapter_name_held_by_two_base_models_is_refused(pack, baseline):
             pod[LORA_ADAPTERS] = json.dumps({"llama-3.1-8b-support": {**support, "tenant": "serving"}})
         return records
 
-    hits = pack.analyze_stack(stack_with(baseline, load_on_70b))
+    hits = harness.analyze_stack(stack_with(baseline, load_on_70b))
     flagged = sorted(d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "adapter-names-unique")
     # Every server of the adapter's base is flagged too: the base's versions and its batch model's.
     assert flagged == [
@@ -953,12 +1096,12 @@ def test_an_adapter_name_held_by_two_base_models_is_refused(pack, baseline):
     ]
 
 
-def test_a_batch_model_loading_its_bases_adapters_is_no_second_base(pack, baseline):
+def test_a_batch_model_loading_its_bases_adapters_is_no_second_base(harness, baseline):
     # prod's llama-8b-batch takes llama-8b's batch tier and loads its adapters, declaring llama-8b's name as their base.
     batch = find(baseline, KSVC, "llama-8b-batch-v1-knative-service")
     declared = json.loads(pod_annotations(batch)[0][LORA_ADAPTERS])
     assert {a["base"] for a in declared.values()} == {"llama-3.1-8b-instruct"}
-    assert not [d for d in pack.analyze_stack(stack_with(baseline, list)) if d.policy == "adapter-names-unique"]
+    assert not [d for d in harness.analyze_stack(stack_with(baseline, list)) if d.policy == "adapter-names-unique"]
 
     # A server that does not answer to the declared base's name is another base, whatever it declares.
     def stop_answering_to_the_base(records: list[RecordedResource]) -> list[RecordedResource]:
@@ -968,12 +1111,12 @@ def test_a_batch_model_loading_its_bases_adapters_is_no_second_base(pack, baseli
             args.remove("llama-3.1-8b-instruct")
         return records
 
-    hits = pack.analyze_stack(stack_with(baseline, stop_answering_to_the_base))
+    hits = harness.analyze_stack(stack_with(baseline, stop_answering_to_the_base))
     flagged = sorted({d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "adapter-names-unique"})
     assert "llama-8b-batch-v1-knative-service" in flagged
 
 
-def test_an_adapter_named_like_a_served_model_is_refused(pack, baseline):
+def test_an_adapter_named_like_a_served_model_is_refused(harness, baseline):
     def answer_to_the_adapter(records: list[RecordedResource]) -> list[RecordedResource]:
         target = next(r for r in records if r.name == "llama-1b-v1-deployment")
         for spec in both(target):
@@ -981,7 +1124,7 @@ def test_an_adapter_named_like_a_served_model_is_refused(pack, baseline):
             args.insert(args.index("--served-model-name") + 2, "llama-3.1-8b-sql")
         return records
 
-    hits = pack.analyze_stack(stack_with(baseline, answer_to_the_adapter))
+    hits = harness.analyze_stack(stack_with(baseline, answer_to_the_adapter))
     assert {d.policy for d in hits} == {"adapter-names-unique"}
     assert hits and all("also the served name of team-a/llama-1b" in d.message for d in hits)
 
@@ -1031,8 +1174,8 @@ def test_the_gateway_admits_only_identified_callers(baseline, change, expected):
         assert len(found) == 1 and expected in found[0], found
 
 
-def test_the_gateway_token_rule_is_mandatory(pack, baseline):
-    hits = pack.analyze_stack(stack_with(baseline, _rules(lambda rules: rules[0].pop("from"))))
+def test_the_gateway_token_rule_is_mandatory(harness, baseline):
+    hits = harness.analyze_stack(stack_with(baseline, _rules(lambda rules: rules[0].pop("from"))))
     assert {(d.policy, d.level) for d in hits} == {("gateway-requires-a-token", "mandatory")}
 
 
@@ -1102,8 +1245,8 @@ def _servers_labels(change: Callable[[dict], Any]) -> Callable[[list[RecordedRes
          "excludes-https", "runs-as-the-proxy", "resolved-by-the-caller", "any-address", "another-port",
          "another-tenants-bucket", "not-the-adapters-bucket"],
 )  # fmt: skip
-def test_tenant_egress_by_host(pack, baseline, change, flagged):
-    hits = pack.analyze_stack(stack_with(baseline, change))
+def test_tenant_egress_by_host(harness, baseline, change, flagged):
+    hits = harness.analyze_stack(stack_with(baseline, change))
     assert {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "tenant-egress-by-host"} == flagged
 
 
@@ -1176,8 +1319,8 @@ def _stray_workload(rs: list[RecordedResource], labels: dict[str, str] | None = 
     ids=["no-sidecar", "unmeshed", "credentials-through-the-sidecar", "no-s3-entry", "no-hugging-face-entry", "stray",
          "stray-labelled-as-a-picker", "stub-with-a-command", "host-network", "namespace-not-injected"],
 )  # fmt: skip
-def test_a_tenants_batch_jobs_and_any_other_workload_egress_by_host(pack, baseline, change, flagged):
-    hits = pack.analyze_stack(stack_with(baseline, change))
+def test_a_tenants_batch_jobs_and_any_other_workload_egress_by_host(harness, baseline, change, flagged):
+    hits = harness.analyze_stack(stack_with(baseline, change))
     assert {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "tenant-egress-by-host"} == flagged
 
 
@@ -1198,8 +1341,8 @@ TENANT_HTTPS = "team-a-allow-https-egress"
     ],
     ids=["as-rendered", "https-policy-selects-pickers", "public-block", "rule-without-to", "narrower-private-block"],
 )  # fmt: skip
-def test_an_endpoint_pickers_egress_stays_within_private_addresses(pack, baseline, change, flagged):
-    hits = pack.analyze_stack(stack_with(baseline, change))
+def test_an_endpoint_pickers_egress_stays_within_private_addresses(harness, baseline, change, flagged):
+    hits = harness.analyze_stack(stack_with(baseline, change))
     assert {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "tenant-egress-by-host"} == flagged
 
 

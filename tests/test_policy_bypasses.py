@@ -1,6 +1,6 @@
 """The ways around the policy pack that issue 12 found, each with a violating and a compliant
-case, through the analyzer protocol against the pack running as its own process (one process
-with the pack's defaults, one with a policy config, for the whole module)."""
+case, the pack's validators called as the policy SDK's analyzer calls them (tests/policy_harness.py, held to the pack
+running as its own process by test_policies.py): with the pack's defaults, and with a policy config."""
 
 from __future__ import annotations
 
@@ -12,12 +12,10 @@ import pytest
 
 from platform_config.pins import ENVOY_PROXY
 from preview.engine import RecordedResource
-from preview.performance import preview_policy_config
-from preview.policy_runner import PolicyPack
-from preview.stack_config import load_project, load_stack_config
 
-from .helpers import ROOT, Evaluated, prod_with_labeller_server
-from .test_policies import DEPLOYMENT, HPA, KSVC, analyze, analyze_stack, both, find, stack_with, vllm
+from .helpers import Evaluated, prod_with_labeller_server
+from .policy_harness import PolicyHarness
+from .test_policies import DEPLOYMENT, HPA, KSVC, POLICY_CONFIG, analyze, analyze_stack, both, find, stack_with, vllm
 
 PROJECT = "inference-platform"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -31,39 +29,15 @@ def baseline() -> Evaluated:
     return Evaluated(prod_with_labeller_server(), shared=True)
 
 
-def _started(overrides: dict[str, Any]):
-    config = load_stack_config(load_project(ROOT), "prod")
-    running = PolicyPack(ROOT / "policies", config.values, PROJECT, "prod").connect()
-    running.configure_stack(PROJECT, "prod", config.values, config.secret_keys)
-    running.configure(running.info(), preview_policy_config(overrides))
-    return running
+@pytest.fixture(scope="module")
+def harness() -> PolicyHarness:
+    return PolicyHarness("prod")
 
 
 @pytest.fixture(scope="module")
-def pack():
-    running = _started({})
-    yield running
-    running.close()
-
-
-@pytest.fixture(scope="module")
-def configured():
-    """The same pack, with each policy config this module exercises set away from its default."""
-    running = _started(
-        {
-            "pinned-images": {
-                "allowedRepositories": ["docker.io/vllm", "registry.example.com"],
-                "deniedTags": ["latest", "nightly"],
-            },
-            "no-secret-env-from": {"allowedNamespaces": ["serving"]},
-            "knative-autoscaling": {"productionStacks": []},
-            "latency-sensitive-not-time-sliced": {"latencySensitiveTiers": ["premium", "batch"]},
-            "endpoint-picker-availability": {"minReplicasInProduction": 3},
-            "gpu-jobs-through-kueue": {"externalLocalQueues": ["team-b/shared"]},
-        }
-    )
-    yield running
-    running.close()
+def configured_harness() -> PolicyHarness:
+    """The same policies under POLICY_CONFIG: each policy config this module exercises, set away from its default."""
+    return PolicyHarness("prod", POLICY_CONFIG)
 
 
 # --- hardening for every pod --------------------------------------------------------------------
@@ -147,11 +121,11 @@ def container_of(record: RecordedResource) -> dict[str, Any]:
         "seccomp-annotation-unconfined",
     ],
 )
-def test_every_pod_meets_the_baseline(pack, change):
+def test_every_pod_meets_the_baseline(harness, change):
     record = plain_deployment()
-    assert analyze(pack, record) == NOTHING
+    assert analyze(harness, record) == NOTHING
     change(record)
-    assert analyze(pack, record) == {"pod-security-baseline": "mandatory"}
+    assert analyze(harness, record) == {"pod-security-baseline": "mandatory"}
 
 
 @pytest.mark.parametrize(
@@ -179,16 +153,16 @@ def test_every_pod_meets_the_baseline(pack, change):
         "apparmor-annotation-runtime-default",
     ],
 )
-def test_what_the_baseline_allows(pack, change):
+def test_what_the_baseline_allows(harness, change):
     record = plain_deployment()
     change(record)
-    assert analyze(pack, record) == NOTHING
+    assert analyze(harness, record) == NOTHING
 
 
-def test_gpu_pods_meet_the_baseline_too(pack, baseline):
+def test_gpu_pods_meet_the_baseline_too(harness, baseline):
     record = find(baseline, KSVC, "llama-8b-v1-knative-service")
     vllm(record)["securityContext"]["capabilities"]["add"] = ["SYS_PTRACE"]
-    assert analyze(pack, record) == {"pod-security-baseline": "mandatory"}
+    assert analyze(harness, record) == {"pod-security-baseline": "mandatory"}
 
 
 # --- Knative floors in production ---------------------------------------------------------------
@@ -213,16 +187,16 @@ def vllm_args(record: RecordedResource) -> list[str]:
     ],
     ids=["no-delay", "delay-unset", "short-window", "window-not-a-duration"],
 )
-def test_knative_floors_in_production(pack, configured, baseline, change):
+def test_knative_floors_in_production(harness, configured_harness, baseline, change):
     record = find(baseline, KSVC, "batch-labeller-v1-knative-service")
-    assert analyze(pack, record) == NOTHING
+    assert analyze(harness, record) == NOTHING
     change(record)
-    assert analyze(pack, record) == {"knative-autoscaling": "mandatory"}
+    assert analyze(harness, record) == {"knative-autoscaling": "mandatory"}
     # A stack the pack's config does not call production keeps Knative's own defaults.
-    assert analyze(configured, record) == NOTHING
+    assert analyze(configured_harness, record) == NOTHING
 
 
-@pytest.mark.parametrize("stack_pack", ["pack", "configured"])
+@pytest.mark.parametrize("stack_pack", ["harness", "configured_harness"])
 def test_a_knative_service_keeps_no_queue_in_queue_proxy_in_any_stack(request, stack_pack, baseline):
     """queue-proxy's breaker queue has no time bound (knative/serving knative-v1.23.0 pkg/queue/sharedmain/main.go):
     any containerConcurrency is refused, production or not."""
@@ -234,12 +208,12 @@ def test_a_knative_service_keeps_no_queue_in_queue_proxy_in_any_stack(request, s
     assert "knative-autoscaling" not in analyze(running, record)
 
 
-def test_knative_floors_take_go_durations(pack, baseline):
+def test_knative_floors_take_go_durations(harness, baseline):
     record = find(baseline, KSVC, "llama-8b-v1-knative-service")
     template_annotations(record).update(
         {"autoscaling.knative.dev/scale-down-delay": "1m30s", "autoscaling.knative.dev/window": "1m"}
     )
-    assert analyze(pack, record) == NOTHING
+    assert analyze(harness, record) == NOTHING
 
 
 # --- HPA: scale-down rate and API version ---------------------------------------------------------
@@ -261,15 +235,15 @@ def scale_down(record: RecordedResource) -> dict[str, Any]:
     ],
     ids=["all-in-15s", "all-pods-a-minute", "max-of-fast-and-slow", "min-of-fast-and-slow", "disabled", "one-pod-a-minute"],
 )
-def test_hpa_scale_down_rate(pack, baseline, change, verdict):
+def test_hpa_scale_down_rate(harness, baseline, change, verdict):
     record = find(baseline, HPA, "llama-70b-v1-hpa")  # maxReplicas 8
     change(scale_down(record))
-    assert analyze(pack, record) == ({verdict: "mandatory"} if verdict else NOTHING)
+    assert analyze(harness, record) == ({verdict: "mandatory"} if verdict else NOTHING)
 
 
-def test_autoscaling_v1_is_refused(pack, baseline):
+def test_autoscaling_v1_is_refused(harness, baseline):
     v2 = find(baseline, HPA, "llama-70b-v1-hpa")
-    assert analyze(pack, v2) == NOTHING
+    assert analyze(harness, v2) == NOTHING
     token = "kubernetes:autoscaling/v1:HorizontalPodAutoscaler"
     inputs = {
         "apiVersion": "autoscaling/v1",
@@ -283,7 +257,7 @@ def test_autoscaling_v1_is_refused(pack, baseline):
         },
     }
     v1 = RecordedResource(token, "llama-70b-v1-hpa", v2.urn.replace(HPA, token), None, True, None, inputs, inputs)
-    assert analyze(pack, v1) == {"hpa-behavior": "mandatory"}
+    assert analyze(harness, v1) == {"hpa-behavior": "mandatory"}
 
 
 # --- preStop duration ----------------------------------------------------------------------------
@@ -301,10 +275,10 @@ def test_autoscaling_v1_is_refused(pack, baseline):
     ],
     ids=["sleep-0", "shell-sleep-2", "past-the-grace", "sleep-action-1", "sleep-action-15", "shell-sleep-20"],
 )
-def test_pre_stop_duration(pack, baseline, hook, verdict):
+def test_pre_stop_duration(harness, baseline, hook, verdict):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")  # grace 325, --shutdown-timeout 300
     vllm(record)["lifecycle"] = {"preStop": hook}
-    assert analyze(pack, record) == ({verdict: "mandatory"} if verdict else NOTHING)
+    assert analyze(harness, record) == ({verdict: "mandatory"} if verdict else NOTHING)
 
 
 # --- disruption budgets that are budgets ------------------------------------------------------------
@@ -334,8 +308,8 @@ def _budget(spec: dict[str, Any]):
     ids=["max-unavailable-0", "max-unavailable-0-percent", "min-available-at-min-replicas", "min-available-100-percent",
          "min-available-90-percent", "min-available-1", "max-unavailable-50-percent"],
 )  # fmt: skip
-def test_disruption_budget_allows_an_eviction(pack, baseline, spec, verdict):
-    hits = pack.analyze_stack(stack_with(baseline, _budget(spec)))
+def test_disruption_budget_allows_an_eviction(harness, baseline, spec, verdict):
+    hits = harness.analyze_stack(stack_with(baseline, _budget(spec)))
     flagged = {(d.policy, d.urn.rsplit("::", 1)[-1]) for d in hits}
     assert flagged == ({(verdict, "llama-70b-v1-pdb")} if verdict else set())
 
@@ -354,11 +328,11 @@ def _only_production_quota(priority_class: str):
     return change
 
 
-def test_quota_must_apply_to_the_workloads_priority_class(pack, baseline):
+def test_quota_must_apply_to_the_workloads_priority_class(harness, baseline):
     # team-a keeps only the quota scoped to inference-production: it bounds production pods...
-    assert analyze_stack(pack, stack_with(baseline, _only_production_quota("inference-production"))) == NOTHING
+    assert analyze_stack(harness, stack_with(baseline, _only_production_quota("inference-production"))) == NOTHING
     # ...and nothing bounds an experiment's GPUs.
-    hits = pack.analyze_stack(stack_with(baseline, _only_production_quota("inference-experiment")))
+    hits = harness.analyze_stack(stack_with(baseline, _only_production_quota("inference-experiment")))
     assert [(d.policy, d.urn.rsplit("::", 1)[-1]) for d in hits] == [("gpu-quota-and-priority", "llama-1b-v1-deployment")]
     assert "PriorityClass inference-experiment" in hits[0].message
 
@@ -380,18 +354,18 @@ def _time_sliced_l4(premium_to_batch_model: bool):
     return change
 
 
-def test_latency_class_comes_from_the_tiers_served(pack, configured, baseline):
+def test_latency_class_comes_from_the_tiers_served(harness, configured_harness, baseline):
     # The batch model's profile says it is not latency-sensitive, and it serves batch only: a
     # time-sliced pool is fine...
-    assert analyze_stack(pack, stack_with(baseline, _time_sliced_l4(False))) == NOTHING
+    assert analyze_stack(harness, stack_with(baseline, _time_sliced_l4(False))) == NOTHING
     # ...unless the pack's config calls batch latency-sensitive too...
-    hits = configured.analyze_stack(stack_with(baseline, _time_sliced_l4(False)))
+    hits = configured_harness.analyze_stack(stack_with(baseline, _time_sliced_l4(False)))
     assert {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "latency-sensitive-not-time-sliced"} == {
         "llama-8b-batch-v1-knative-service",
         "batch-labeller-v1-knative-service",
     }
     # ...or its route takes premium requests, whatever its label says.
-    hits = pack.analyze_stack(stack_with(baseline, _time_sliced_l4(True)))
+    hits = harness.analyze_stack(stack_with(baseline, _time_sliced_l4(True)))
     assert {(d.policy, d.level, d.urn.rsplit("::", 1)[-1]) for d in hits} == {
         ("latency-sensitive-not-time-sliced", "mandatory", "llama-8b-batch-v1-knative-service"),
         ("latency-sensitive-on-spot", "advisory", "llama-8b-batch-v1-knative-service"),
@@ -419,11 +393,11 @@ def test_latency_class_comes_from_the_tiers_served(pack, configured, baseline):
     ids=["registry-not-allowed", "registry-allowed-nowhere", "pinned-registry", "mutable-tag", "docker-hub", "digest",
          "another-repository-of-a-pinned-registry", "a-lookalike-repository", "legacy-docker-hub-name"],
 )  # fmt: skip
-def test_repositories_and_mutable_tags(pack, configured, baseline, image, defaults, configured_verdict):
+def test_repositories_and_mutable_tags(harness, configured_harness, baseline, image, defaults, configured_verdict):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     vllm(record)["image"] = image
-    assert analyze(pack, record) == ({defaults: "mandatory"} if defaults else NOTHING)
-    assert analyze(configured, record) == ({configured_verdict: "mandatory"} if configured_verdict else NOTHING)
+    assert analyze(harness, record) == ({defaults: "mandatory"} if defaults else NOTHING)
+    assert analyze(configured_harness, record) == ({configured_verdict: "mandatory"} if configured_verdict else NOTHING)
 
 
 # --- secrets in args, envFrom and Helm values -------------------------------------------------------------
@@ -444,18 +418,18 @@ HF_TOKEN = "hf_" + "Q" * 34
     ],
     ids=["api-key", "hf-token", "api-key-equals", "token-query", "aws-access-key", "github-token"],
 )
-def test_secrets_in_args(pack, baseline, extra, secret):
+def test_secrets_in_args(harness, baseline, extra, secret):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     vllm(record)["args"] += extra
-    diagnostics = pack.analyze(record, None)
+    diagnostics = harness.analyze(record, None)
     assert {d.policy: d.level for d in diagnostics} == {"no-secret-args": "mandatory"}
     assert all(secret not in d.message for d in diagnostics)
 
 
-def test_secrets_in_a_shell_command(pack, baseline):
+def test_secrets_in_a_shell_command(harness, baseline):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     vllm(record)["command"] = ["sh", "-c", f"HF_TOKEN={HF_TOKEN} vllm serve"]
-    assert analyze(pack, record) == {"no-secret-args": "mandatory"}
+    assert analyze(harness, record) == {"no-secret-args": "mandatory"}
 
 
 @pytest.mark.parametrize(
@@ -463,20 +437,20 @@ def test_secrets_in_a_shell_command(pack, baseline):
     [["--api-key", "$(VLLM_API_KEY)"], ["--tokenizer-mode", "auto"], ["--max-num-batched-tokens", "8192"]],
     ids=["env-reference", "tokenizer-mode", "max-tokens"],
 )
-def test_args_without_secrets(pack, baseline, extra):
+def test_args_without_secrets(harness, baseline, extra):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     vllm(record)["args"] += extra
-    assert analyze(pack, record) == NOTHING
+    assert analyze(harness, record) == NOTHING
 
 
-def test_env_from_secrets(pack, configured, baseline):
+def test_env_from_secrets(harness, configured_harness, baseline):
     record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
     vllm(record)["envFrom"] = [{"configMapRef": {"name": "vllm-settings"}}]
-    assert analyze(pack, record) == NOTHING
+    assert analyze(harness, record) == NOTHING
     vllm(record)["envFrom"].append({"secretRef": {"name": "huggingface-token"}})
-    assert analyze(pack, record) == {"no-secret-env-from": "mandatory"}
+    assert analyze(harness, record) == {"no-secret-env-from": "mandatory"}
     # The pack's config may allow it in a namespace (this one is `serving`).
-    assert analyze(configured, record) == NOTHING
+    assert analyze(configured_harness, record) == NOTHING
 
 
 @pytest.mark.parametrize(
@@ -491,11 +465,11 @@ def test_env_from_secrets(pack, configured, baseline):
     ],
     ids=["admin-password", "env-entry", "token-in-a-string", "existing-secret", "empty", "env-secret-ref"],
 )
-def test_secrets_in_helm_values(pack, baseline, values, verdict):
+def test_secrets_in_helm_values(harness, baseline, values, verdict):
     record = find(baseline, RELEASE, "monitoring-release")
-    assert analyze(pack, record) == NOTHING
+    assert analyze(harness, record) == NOTHING
     record.inputs["values"].update(values)
-    diagnostics = pack.analyze(record, None)
+    diagnostics = harness.analyze(record, None)
     assert {d.policy: d.level for d in diagnostics} == ({verdict: "mandatory"} if verdict else NOTHING)
     assert all("hunter2" not in d.message and HF_TOKEN not in d.message for d in diagnostics)
 
@@ -533,24 +507,24 @@ def _placed(selector: dict[str, str] | None, pools: list[str] | None):
     ids=["affinity-to-system", "no-placement", "selector-and-affinity-disjoint", "affinity-to-h100",
          "selector-narrows-affinity", "affinity-to-gpu-pools"],
 )  # fmt: skip
-def test_gpu_pods_land_on_gpu_pools(pack, baseline, selector, pools, verdict):
-    hits = pack.analyze_stack(stack_with(baseline, _placed(selector, pools)))
+def test_gpu_pods_land_on_gpu_pools(harness, baseline, selector, pools, verdict):
+    hits = harness.analyze_stack(stack_with(baseline, _placed(selector, pools)))
     assert {d.urn.rsplit("::", 1)[-1] for d in hits} <= {"llama-1b-v1-deployment"}
     assert {d.policy for d in hits} == verdict
 
 
-def test_pool_rules_follow_node_affinity(pack, baseline):
+def test_pool_rules_follow_node_affinity(harness, baseline):
     def sliced_h100_by_affinity(records):
         records = _placed(None, ["h100"])(records)
         next(r for r in records if r.name == "h100" and r.type.endswith("GpuNodePool")).outputs["sharing"] = "timeSlicing"
         return records
 
-    hits = pack.analyze_stack(stack_with(baseline, sliced_h100_by_affinity))
+    hits = harness.analyze_stack(stack_with(baseline, sliced_h100_by_affinity))
     sliced = {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "latency-sensitive-not-time-sliced"}
     assert "llama-1b-v1-deployment" in sliced
 
 
-def test_a_service_taking_premium_stays_warm(pack, baseline):
+def test_a_service_taking_premium_stays_warm(harness, baseline):
     """The batch labeller's profile would let it scale to zero (min-scale 0, which a careless change
     sets); once its route takes premium requests, through its endpoint pickers, it must keep a replica."""
 
@@ -565,8 +539,8 @@ def test_a_service_taking_premium_stays_warm(pack, baseline):
                     match["headers"]["x-tier"] = {"exact": "premium"}
         return records
 
-    assert analyze_stack(pack, baseline.records) == NOTHING
-    hits = pack.analyze_stack(stack_with(baseline, premium_to_labeller))
+    assert analyze_stack(harness, baseline.records) == NOTHING
+    hits = harness.analyze_stack(stack_with(baseline, premium_to_labeller))
     assert {(d.policy, d.level, d.urn.rsplit("::", 1)[-1]) for d in hits} == {
         ("latency-sensitive-min-scale", "mandatory", "batch-labeller-v1-knative-service"),
         ("latency-sensitive-on-spot", "advisory", "batch-labeller-v1-knative-service"),
@@ -596,10 +570,10 @@ def _pickers_run(replicas: int):
     [(1, PICKERS, PICKERS), (2, set(), PICKERS), (3, set(), set())],
     ids=["one", "two", "three"],
 )
-def test_endpoint_picker_replica_floor_moves_with_the_config(pack, configured, baseline, replicas, defaults, moved):
+def test_endpoint_picker_replica_floor_moves_with_the_config(harness, configured_harness, baseline, replicas, defaults, moved):
     # The pack's default is the program's floor (2); its config may ask for more (here 3).
     records = stack_with(baseline, _pickers_run(replicas))
-    for running, flagged in ((pack, defaults), (configured, moved)):
+    for running, flagged in ((harness, defaults), (configured_harness, moved)):
         hits = [d for d in running.analyze_stack(records) if d.policy == "endpoint-picker-availability"]
         assert {d.urn.rsplit("::", 1)[-1] for d in hits} == flagged
         assert all(d.level == "mandatory" for d in hits)
@@ -648,18 +622,18 @@ def _kueue_hits(running, records) -> set[str]:
     ids=["no-label", "unknown-queue", "external-queue", "tenants-own-queue"],
 )
 def test_a_gpu_job_must_be_queued_in_a_local_queue_of_its_namespace(
-    pack, configured, baseline, queue, defaults, configured_verdict
+    harness, configured_harness, baseline, queue, defaults, configured_verdict
 ):
     """Without the label Kueue leaves the Job alone and it runs outside the batch quota; a label
     naming no LocalQueue of the namespace keeps it suspended. The tenant's own `batch` queue is
     fine, and a queue declared outside the stack once the policy config names it."""
     records = stack_with(baseline, _queued_as(queue))
-    assert _kueue_hits(pack, records) == defaults
-    assert _kueue_hits(configured, records) == configured_verdict
+    assert _kueue_hits(harness, records) == defaults
+    assert _kueue_hits(configured_harness, records) == configured_verdict
 
 
-def test_the_message_says_why_and_names_the_namespaces_queues(pack, baseline):
-    [hit] = [d for d in pack.analyze_stack(stack_with(baseline, _queued_as(None))) if d.policy == "gpu-jobs-through-kueue"]
+def test_the_message_says_why_and_names_the_namespaces_queues(harness, baseline):
+    [hit] = [d for d in harness.analyze_stack(stack_with(baseline, _queued_as(None))) if d.policy == "gpu-jobs-through-kueue"]
     assert "outside the tenant's batch quota" in hit.message
     assert "batch, batch-review-labels, batch-ticket-labels" in hit.message
 
@@ -685,12 +659,12 @@ def _cron_job(labelled: bool):
     return change
 
 
-def test_a_cron_jobs_gpu_jobs_must_be_queued_too(pack, baseline):
-    assert _kueue_hits(pack, stack_with(baseline, _cron_job(labelled=False))) == {"nightly"}
-    assert _kueue_hits(pack, stack_with(baseline, _cron_job(labelled=True))) == set()
+def test_a_cron_jobs_gpu_jobs_must_be_queued_too(harness, baseline):
+    assert _kueue_hits(harness, stack_with(baseline, _cron_job(labelled=False))) == {"nightly"}
+    assert _kueue_hits(harness, stack_with(baseline, _cron_job(labelled=True))) == set()
 
 
-def test_a_job_without_gpus_need_not_be_queued(pack, baseline):
+def test_a_job_without_gpus_need_not_be_queued(harness, baseline):
     def cpu_only(records):
         records = _queued_as(None)(records)
         record = next(r for r in records if r.type == JOB and r.name == "ticket-labels-job")
@@ -700,7 +674,7 @@ def test_a_job_without_gpus_need_not_be_queued(pack, baseline):
                     container.get("resources", {}).get(kind, {}).pop("nvidia.com/gpu", None)
         return records
 
-    assert _kueue_hits(pack, stack_with(baseline, cpu_only)) == set()
+    assert _kueue_hits(harness, stack_with(baseline, cpu_only)) == set()
 
 
 # --- data belongs to its tenant (tenant-s3-scoping) -------------------------------------------------
@@ -799,8 +773,8 @@ def _declaring(tenant: str, prefixes: list[str]):
     return change
 
 
-def test_the_rendered_roles_reach_only_their_tenants_data(pack, baseline):
-    assert "tenant-s3-scoping" not in analyze_stack(pack, list(baseline.records))
+def test_the_rendered_roles_reach_only_their_tenants_data(harness, baseline):
+    assert "tenant-s3-scoping" not in analyze_stack(harness, list(baseline.records))
 
 
 @pytest.mark.parametrize(
@@ -885,8 +859,8 @@ def test_the_rendered_roles_reach_only_their_tenants_data(pack, baseline):
         "attached-policy",
     ],  # fmt: skip
 )
-def test_a_tenants_role_reaching_anothers_data_is_refused(pack, baseline, change):
-    assert analyze_stack(pack, stack_with(baseline, change)).get("tenant-s3-scoping") == "mandatory"
+def test_a_tenants_role_reaching_anothers_data_is_refused(harness, baseline, change):
+    assert analyze_stack(harness, stack_with(baseline, change)).get("tenant-s3-scoping") == "mandatory"
 
 
 def test_the_packs_own_prefixes_overrule_what_a_namespace_declares(baseline):
@@ -896,11 +870,6 @@ def test_the_packs_own_prefixes_overrule_what_a_namespace_declares(baseline):
     change = lambda records: _declaring("team-b", ["s3://team-b-batch", "s3://team-b-archive"])(widened(records))  # noqa: E731
     # When set it is the whole truth: a tenant it does not name has no data.
     truth = {"serving": ["s3://inference-prod-adapters/llama-3.1-8b"], "team-b": ["s3://team-b-batch"]}
-    running = _started({"tenant-s3-scoping": {"tenantS3Prefixes": truth}})
-    try:
-        assert "tenant-s3-scoping" not in analyze_stack(
-            running, stack_with(baseline, _declaring("team-b", ["s3://team-b-batch"]))
-        )
-        assert analyze_stack(running, stack_with(baseline, change)).get("tenant-s3-scoping") == "mandatory"
-    finally:
-        running.close()
+    running = PolicyHarness("prod", {"tenant-s3-scoping": {"tenantS3Prefixes": truth}})
+    assert "tenant-s3-scoping" not in analyze_stack(running, stack_with(baseline, _declaring("team-b", ["s3://team-b-batch"])))
+    assert analyze_stack(running, stack_with(baseline, change)).get("tenant-s3-scoping") == "mandatory"

@@ -8,5 +8,6 @@ One module per domain (gpu_placement, gpu_quotas, latency, disruption, autoscali
 serving_performance, adapters, gateway_auth, control_plane, endpoint_pickers, tenant_egress, tenant_s3, images,
 pod_security, credentials, shell_scripts, kueue, monitoring); what several share is in kube.py (reading Kubernetes
 objects, the pack's config), workloads.py (the stack's workloads and pools), budgets.py (PodDisruptionBudgets) and
-tenant_data.py (tenants' S3 prefixes and roles).
+tenant_data.py (tenants' S3 prefixes and roles). pack.py declares the policies (name, level, severity, config
+schema, validator) that `policies/__main__.py` serves.
 """

@@ -28,7 +28,7 @@ from .release_record import (
 
 OVERRIDE_HINT = "set release.stepOverride.reason to skip steps"
 
-# The config schema of canary-weight-steps and canary-step-override (policies/__main__.py declares them): the
+# The config schema of canary-weight-steps and canary-step-override (policies/inference_governance/pack.py declares them): the
 # previous release of each model, by model name, as the program's `canaryReleases` output records it; given by the
 # preview (a baseline or `--previous-stack-file`) or by CI (`python -m preview.previous_releases --from-outputs`).
 # Without it there is nothing to compare.

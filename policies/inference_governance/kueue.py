@@ -19,7 +19,7 @@ from .kube import (
 )
 from .workloads import of_type, tenant_namespaces
 
-# The config schema of gpu-jobs-through-kueue's externalLocalQueues (policies/__main__.py declares it).
+# The config schema of gpu-jobs-through-kueue's externalLocalQueues (pack.py declares it).
 # LocalQueues as namespace/name: a namespace (a DNS-1123 label), then a name Kueue accepts in the
 # kueue.x-k8s.io/queue-name label (a DNS-1123 subdomain: pkg/controller/jobframework/validation.go
 # ValidateQueueName at v0.19.2). An entry without the `/` would name no queue: refused here, not dropped.

@@ -25,7 +25,7 @@ PREVIEW_COMMAND = "make preview STACK=<stack>"
 # server's container there (components/specs/pod.py).
 SERVER_TYPES = ("kubernetes:apps/v1:Deployment", KNATIVE_SERVICE)
 SERVER_CONTAINER = "vllm"
-# The config schema of serving-performance (policies/__main__.py declares it), with productionStacks.
+# The config schema of serving-performance (pack.py declares it), with productionStacks.
 # The preview's Serving performance verdicts (its pack-config.json), by the digest of each server's shape: which
 # server it is, what fails at any level (it cannot load, its KV cache is short) and what it is predicted to miss (a
 # latency target, a peak), which fails at `latencyLevel`: as configured for the stage, else mandatory in production
