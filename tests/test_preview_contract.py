@@ -276,12 +276,11 @@ def test_a_pack_from_before_the_serving_performance_policy_still_runs(tmp_path):
     pack = tmp_path / "older-pack"
     shutil.copytree(ROOT / "policies", pack, ignore=shutil.ignore_patterns("venv", "__pycache__"))
     (pack / "venv").symlink_to(ROOT / "policies" / "venv")
-    main = (pack / "__main__.py").read_text()
-    older = re.sub(
-        r"        ResourceValidationPolicy\(\n            name=\"serving-performance\",.*?\n        \),\n", "", main, flags=re.S
-    )
-    assert older != main
-    (pack / "__main__.py").write_text(older)
+    declared = pack / "inference_governance" / "pack.py"
+    newer = declared.read_text()
+    older = re.sub(r"    ResourceValidationPolicy\(\n        name=\"serving-performance\",.*?\n    \),\n", "", newer, flags=re.S)
+    assert older != newer
+    declared.write_text(older)
     out = tmp_path / "out"
     result = run_preview("--stack", "dev", "--out", str(out), "--policy-pack", str(pack))
     assert result.returncode == 0, result.stderr
