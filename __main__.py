@@ -17,6 +17,10 @@ config = loaded.platform
 plan = resolve(config, hugging_face_tenants=frozenset(loaded.hugging_face_tokens), registry=loaded.registry, region=loaded.region)
 # What the preview's Serving performance stage judges each server by, exported and annotated on its workload.
 shapes = serving_shapes(plan)
+# Per running version: what the preview's Serving performance stage predicts memory, latency and cost from. Exported
+# first, before any resource is registered: the preview asks aiconfigurator (or reads its answer back) at this export,
+# so the prediction runs while the program registers the platform.
+pulumi.export("servingShapes", shapes)
 
 cluster = Cluster("cluster", ClusterArgs(config=config.cluster, tags=aws_tags(config)))
 kubernetes = k8s.Provider("kubernetes", **cluster.provider_args())
@@ -46,8 +50,6 @@ pulumi.export("queueBounds", queue_bound_report(plan))
 pulumi.export("batchQueues", platform.batch_queues)
 # Per hour at minimum and maximum scale, from the pools' pricePerHour: the environment and each tenant's share.
 pulumi.export("costPerHour", cost_report(plan))
-# Per running version: what the preview's Serving performance stage predicts memory, latency and cost from.
-pulumi.export("servingShapes", shapes)
 # Each model's release as deployed: what the policy pack holds the next change's canary weight to.
 pulumi.export("canaryReleases", canary_releases(plan.routes))
 # Who may call, tenant scoping, exposure, models and tenants: what the next change's guard rails compare.

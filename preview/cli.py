@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         pack, project_dir, project.name, args.stack, stack_config.values, stack_config.secret_keys, overrides
     )
     # aiconfigurator's answer, read back or asked for once the program has exported its servers.
-    prediction = Prediction.spawn()
+    prediction = Prediction.of_perf_venv()
     try:
         return _run(
             args, project_dir, out, progress, project.name, stack_config, policies, prediction, baseline, posture, previous_cost

@@ -3,8 +3,9 @@ how fast it answers, whether `maxReplicas` meets its peak within the latency tar
 tokens cost, from the program's `servingShapes` (components/plan_reports.py) and NVIDIA's aiconfigurator.
 
 aiconfigurator runs in its own virtualenv (`.venv-perf`, `preview/performance_worker.py`; asked and read back by
-`preview/performance_prediction.py`), started with the program and asked as soon as the program exports its servers,
-so it predicts while the program's registrations drain and the other stages run. Its two answers are kept apart:
+`preview/performance_prediction.py`), started and asked when the program exports its servers (its first export, before
+it registers a resource) unless their answer is kept, so it predicts while the program registers and the other stages
+run. Its two answers are kept apart:
 - memory, for every server whose architecture is known: aiconfigurator-core's `estimate_kv_cache`, its native vLLM
   memory model (weights, activations at vLLM's batched-token budget, NCCL and CUDA overhead) against the device;
 - latency, where its database measured vLLM on that GPU (aiconfigurator 0.12.0: vLLM 0.24.0 data for h100_sxm,

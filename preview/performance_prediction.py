@@ -1,6 +1,6 @@
 """aiconfigurator's answer for the program's `servingShapes`: the request the Serving performance stage sends its
-worker (`preview/performance_worker.py`, in `.venv-perf`), the worker started with the program, and the answers kept
-per request (read back when the same servers were asked before)."""
+worker (`preview/performance_worker.py`, in `.venv-perf`), and the answers kept per request (read back when the same
+servers were asked before, with no worker started)."""
 
 from __future__ import annotations
 
@@ -78,8 +78,8 @@ def _write_request(stdin: IO[str], text: str) -> None:
 @dataclass
 class Prediction:
     """aiconfigurator's answer for the program's `servingShapes`: read back from the cache when the same request was
-    answered before, else from the worker, started with the program, sent the request when the program exports the
-    shapes, and waited for by `answer()` after the other stages."""
+    answered before, else from the worker, started and sent the request when the program exports the shapes (its
+    first export, before it registers a resource) and waited for by `answer()` after the other stages."""
 
     python: Path | None
     problem: str | None = None
@@ -91,16 +91,21 @@ class Prediction:
     _out: Path | None = field(default=None, init=False)
 
     @classmethod
-    def spawn(cls) -> Prediction:
-        """Started with the program: the worker imports the package while the program is evaluated, then waits for
-        the request (`send`), or is stopped unasked where the answer is kept or there is nothing to ask."""
+    def of_perf_venv(cls) -> Prediction:
+        """The stage's prediction, its worker not started yet: a preview whose servers were asked before reads their
+        answer back and starts none (importing the package alone takes about a CPU-second the program and the pack
+        would otherwise share their two cores with)."""
         python = performance_python()
         if not python.exists():
             return cls(None, problem=f"not run: {python.name} of .venv-perf is missing (`make perf-venv` installs it)")
-        prediction = cls(python)
+        return cls(python)
+
+    def _start(self) -> subprocess.Popen[str] | None:
+        """The worker, reading its request from stdin; None (the problem said) where the interpreter cannot start."""
+        assert self.python is not None
         try:
-            prediction._process = subprocess.Popen(
-                [str(python), "-m", "preview.performance_worker", "--warm-up"],
+            return subprocess.Popen(
+                [str(self.python), "-m", "preview.performance_worker"],
                 cwd=PROJECT_ROOT,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -108,11 +113,11 @@ class Prediction:
                 text=True,
             )
         except OSError as error:
-            return cls(None, problem=f"not run: {shown_paths(str(python))} does not start: {error.strerror or error}")
-        return prediction
+            self.problem = f"not run: {shown_paths(str(self.python))} does not start: {error.strerror or error}"
+            return None
 
     def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
-        """Ask for every server whose architecture is known (none: the worker is stopped unasked), once: the stage
+        """Ask for every server whose architecture is known (none: no worker is started), once: the stage
         sends the servers as the program exports them, then as its outputs resolved them, the same request. Another
         one would have no answer: the stage says so rather than judge the servers by the first."""
         asked = request(shapes or [])
@@ -124,21 +129,22 @@ class Prediction:
             return
         self._asked = asked
         if self.python is None or not asked["servers"]:
-            self.stop()
             return
         self._out = out
         self._folder = cache_dir() / _cache_key(asked, self.python)
         kept = _read_answer(self._folder / "answer.json")
         if kept is not None:
-            self.stop()
             self._answer = kept
             self.cached = True
             return
+        self._process = self._start()
+        if self._process is None:
+            return
         self._folder.mkdir(parents=True, exist_ok=True)
-        assert self._process is not None and self._process.stdin is not None
-        # Written from a thread: the worker reads its request only once warmed up, and a request larger than the pipe
-        # holds (hundreds of servers) would otherwise stop the other stages until then, or for good if the worker's
-        # own output filled its pipes meanwhile; answer() reads those.
+        assert self._process.stdin is not None
+        # Written from a thread: the worker reads its request only once it has imported the package, and a request
+        # larger than the pipe holds (hundreds of servers) would otherwise stop the program until then, or for good
+        # if the worker's own output filled its pipes meanwhile; answer() reads those.
         stdin, self._process.stdin = self._process.stdin, None
         sent = json.dumps({**asked, "plotDir": str(self._folder)})
         threading.Thread(target=_write_request, args=(stdin, sent), daemon=True).start()

@@ -284,17 +284,6 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     return {"package": versions, "servers": answers, "plots": plots}
 
 
-def warm_up() -> None:
-    """What any request needs, loaded before it comes: the preview starts this worker with the program, so the SDK's
-    modules (the memory model, the backends and their pandas, the model registry, the database loader and the native
-    engine) are imported while the program is evaluated (the request needs its outputs). No table is: which systems a
-    request names is known only once it comes, and one with no prediction (no measured system, a time-sliced share)
-    needs no attention table nor engine at all."""
-    import aiconfigurator_core.sdk.engine
-    import aiconfigurator_core.sdk.memory
-    import aiconfigurator_core.sdk.perf_database  # noqa: F401
-
-
 def _libyaml_safe_load() -> None:
     """The package reads its system and model files with `yaml.safe_load`, PyYAML's pure-Python parser (over a
     hundred files for a request); libyaml's CSafeLoader builds the same objects with the same safe constructors
@@ -314,8 +303,6 @@ def main() -> int:
     logging.disable(logging.WARNING)
     _libyaml_safe_load()
     with contextlib.redirect_stdout(io.StringIO()):
-        if sys.argv[1:] == ["--warm-up"]:
-            warm_up()
         request = json.loads(sys.stdin.read())
         result = answer(request)
     sys.stdout.write(json.dumps(result))
