@@ -14,7 +14,13 @@ from platform_config.guard_rails import security_posture
 
 loaded = load_config(extra_checks=[plan_checks])
 config = loaded.platform
-plan = resolve(config, hugging_face_tenants=frozenset(loaded.hugging_face_tokens), registry=loaded.registry, region=loaded.region)
+plan = resolve(
+    config,
+    hugging_face_tenants=frozenset(loaded.hugging_face_tokens),
+    registry=loaded.registry,
+    region=loaded.region,
+    image_lock=loaded.image_lock,
+)
 # What the preview's Serving performance stage judges each server by, exported and annotated on its workload.
 shapes = serving_shapes(plan)
 # Per running version: what the preview's Serving performance stage predicts memory, latency and cost from. Exported

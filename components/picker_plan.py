@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from platform_config.pins import ENDPOINT_PICKER, ENVOY_PROXY
+
 
 @dataclass(frozen=True)
 class PickerBand:
@@ -41,3 +43,6 @@ class EndpointPickerPlan:
     # current revision (its older revisions' pods carry the same server labels until Knative
     # scales them away, and must not be picked). None: server_labels.
     pool_labels: dict[str, str] | None = None
+    # The images its two containers pull: the pins, with their digests where the stack's image lock holds them.
+    image: str = ENDPOINT_PICKER.image
+    proxy_image: str = ENVOY_PROXY.image

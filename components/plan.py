@@ -31,6 +31,7 @@ from platform_config.cold_start import (
     startup_budget_seconds,
 )
 from platform_config.errors import ConfigIssue
+from platform_config.image_lock import ImageLock
 from platform_config.memory_fit import gpu_memory_fraction
 from platform_config.models import (
     BatchInput,
@@ -39,7 +40,7 @@ from platform_config.models import (
     ModelSource,
     PlatformConfig,
 )
-from platform_config.pins import VLLM
+from platform_config.pins import AWS_CLI, ENDPOINT_PICKER, ENVOY_PROXY, VLLM
 from platform_config.pool_plan import PoolCapacity, pool_capacities
 from platform_config.prices import node_price
 from platform_config.quantity import parse_quantity
@@ -94,6 +95,7 @@ def _server(
     hugging_face_tenants: Collection[str],
     registry: RegistryResolution | None,
     node_provision_seconds: int,
+    image_lock: ImageLock,
 ) -> ServerPlan:
     configured = next(v for v in model.versions if v.name == version_name)
     # The loader replaced every registry reference by the pinned source it names (platform_config/registry.py).
@@ -124,7 +126,8 @@ def _server(
         by_priority=schedules_by_priority(config, model),
         priority_class=model_priority_class(model),
         args=args,
-        image=version.image or VLLM.image,
+        image=image_lock.pinned(version.image or VLLM.image),
+        aws_cli_image=image_lock.pinned(AWS_CLI.image),
         gpu_resource=resource,
         gpu_count=count,
         gpu_memory_utilization=memory_fraction,
@@ -143,7 +146,7 @@ def _server(
         weights_service_account=weights_service_account(model)
         if version.source.s3_uri or _adapter_s3_uris(config, model)
         else None,
-        endpoint_picker=endpoint_picker_plan(config, model, version_name),
+        endpoint_picker=endpoint_picker_plan(config, model, version_name, image_lock),
         registry_entry=registry.entry(model.name, version_name) if registry is not None else None,
         chat_template=served_template(version.chat_template),
         cold_start=start,
@@ -162,13 +165,15 @@ def _adapter_s3_uris(config: PlatformConfig, model: ModelConfig) -> set[str]:
     return {m.source.s3_uri for m in adapter_modules(config, model) if m.source.s3_uri}
 
 
-def endpoint_picker_plan(config: PlatformConfig, model: ModelConfig, version_name: str) -> EndpointPickerPlan | None:
+def endpoint_picker_plan(
+    config: PlatformConfig, model: ModelConfig, version_name: str, image_lock: ImageLock = ImageLock()
+) -> EndpointPickerPlan | None:
     """The endpoint picker in front of one version's servers, None where the backend has none: what the
     servers' plan holds, for readers outside a preview (the canary verdict reads its flow-control counts)."""
-    return _endpoint_picker(config, model, server_name(model, version_name))
+    return _endpoint_picker(config, model, server_name(model, version_name), image_lock)
 
 
-def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> EndpointPickerPlan | None:
+def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str, image_lock: ImageLock) -> EndpointPickerPlan | None:
     """The endpoint picker of one version's servers: a band per tier they take, each with its bound."""
     backend = backend_of(model)
     if not backend.uses_endpoint_picker(model):
@@ -200,6 +205,8 @@ def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str) -> E
         node_selector=dict(SYSTEM_NODE_SELECTOR) if config.cluster.eks is not None else {},
         server_host=server_host,
         lora_affinity=bool(adapter_modules(config, model)),
+        image=image_lock.pinned(ENDPOINT_PICKER.image),
+        proxy_image=image_lock.pinned(ENVOY_PROXY.image),
     )
 
 
@@ -347,11 +354,13 @@ def resolve(
     hugging_face_tenants: Collection[str],
     registry: RegistryResolution | None = None,
     region: str | None = None,
+    image_lock: ImageLock = ImageLock(),
 ) -> Plan:
     """The plan of a config that passed every check, `plan_checks` included;
-    `hugging_face_tenants`: the tenants that have a Hugging Face token; `registry`: what the stack's MLflow registry
-    references resolved to (the config already holds the sources they name); `region`: the AWS region the nodes run
-    in (`LoadedConfig.region`), which the list prices are read for."""
+        `hugging_face_tenants`: the tenants that have a Hugging Face token; `registry`: what the stack's MLflow registry
+        references resolved to (the config already holds the sources they name); `region`: the AWS region the nodes run
+        in (`LoadedConfig.region`), which the list prices are read for; `image_lock`: the digests every image is pulled by
+    (`LoadedConfig.image_lock`)."""
     node_provision_seconds = max_node_provision_seconds(config)
     models = []
     for model in config.models:
@@ -363,6 +372,7 @@ def resolve(
                 hugging_face_tenants=hugging_face_tenants,
                 registry=registry,
                 node_provision_seconds=node_provision_seconds,
+                image_lock=image_lock,
             )
             for v in running_versions(model)
         )
@@ -381,7 +391,7 @@ def resolve(
                 slo=_slo(config, model),
             )
         )
-    batch_jobs = tuple(_batch_job(config, job, hugging_face_tenants) for job in config.batch_jobs)
+    batch_jobs = tuple(_batch_job(config, job, hugging_face_tenants, image_lock) for job in config.batch_jobs)
     return Plan(
         config=config,
         models=tuple(models),
@@ -390,7 +400,9 @@ def resolve(
         endpoint_pickers_by_tenant=endpoint_pickers_by_tenant(config),
         batch_jobs=batch_jobs,
         batch_queues=tuple(batch_queue_rows(config)),
-        mirrored_revisions=mirrored_revisions(config),
+        mirrored_revisions=tuple(
+            dataclasses.replace(revision, image=image_lock.pinned(revision.image)) for revision in mirrored_revisions(config)
+        ),
         egress=tenant_egress(config, models, batch_jobs),
         tenants=tenant_plans(config),
         pools={name: _pool(capacity) for name, capacity in pool_capacities(config).items()},
@@ -445,7 +457,9 @@ def tenant_egress(
     return egress
 
 
-def _batch_job(config: PlatformConfig, job: BatchJobConfig, hugging_face_tenants: Collection[str]) -> BatchJobPlan:
+def _batch_job(
+    config: PlatformConfig, job: BatchJobConfig, hugging_face_tenants: Collection[str], image_lock: ImageLock
+) -> BatchJobPlan:
     resource, count = batch_gpu_request(job)
     return BatchJobPlan(
         job=job,
@@ -453,7 +467,8 @@ def _batch_job(config: PlatformConfig, job: BatchJobConfig, hugging_face_tenants
         gpu_resource=resource,
         gpu_count=count,
         shards=batch_shards(job),
-        image=VLLM.image,
+        image=image_lock.pinned(VLLM.image),
+        aws_cli_image=image_lock.pinned(AWS_CLI.image),
         hugging_face_token=job.tenant in hugging_face_tenants,
         service_account=f"batch-{job.name}",
         lora=batch_lora_limits(*found) if (found := batch_job_adapter(config, job)) is not None else None,

@@ -37,6 +37,7 @@ from platform_config.models import (
     TierPolicy,
     TrafficConfig,
 )
+from platform_config.pins import AWS_CLI
 from platform_config.profiles import TierName, WorkloadProfile
 from platform_config.registry import RegistryEntry
 from platform_config.serving import DrainChain, Peak, ServerAdmission
@@ -256,6 +257,8 @@ class BatchJobPlan:
     service_account: str
     # vLLM's LoRA flags for the job's adapter (platform_config/adapters.py batch_lora_limits); None without one.
     lora: LoraLimits | None = None
+    # The aws CLI image of its stage-in, weight and adapter copies and uploader (with its digest, where locked).
+    aws_cli_image: str = AWS_CLI.image
 
     @property
     def name(self) -> str:
@@ -323,6 +326,8 @@ class ServerPlan:
     mirrored_from: ModelSource | None = None
     # The weight mirror's Job that copies it, which its pods wait for (platform_config/weight_mirror.py).
     mirror_job: str | None = None
+    # The aws CLI image of its weight and adapter copies (with its digest, where the stack's image lock holds it).
+    aws_cli_image: str = AWS_CLI.image
 
     @property
     def tensor_parallel_size(self) -> int:

@@ -22,8 +22,9 @@ from pydantic import ValidationError
 from .checks import run_checks
 from .credentials import credential_format, credentials_in
 from .errors import ConfigError, ConfigIssue, issues_from_validation
+from .image_lock import ImageLock, read_image_lock
 from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
-from .registry import REGISTRY_FILE_ENV, RegistryResolution, resolve_registry
+from .registry import PROJECT_DIR, REGISTRY_FILE_ENV, RegistryResolution, resolve_registry
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class LoadedConfig:
     # The AWS region the cluster's nodes run in (`cluster.eks.region`, else `aws:region`); None for a cluster reached
     # by kubeconfig, whose nodes the stack does not create. The list prices are per region (platform_config/prices.py).
     region: str | None = None
+    # The digests the stack's image lock (`images.lockFile`) holds; empty without one.
+    image_lock: ImageLock = ImageLock()
 
 
 def _all_config_keys() -> set[str]:
@@ -331,4 +334,5 @@ def load_config(extra_checks: Sequence[ExtraCheck] = ()) -> LoadedConfig:
         hugging_face_tokens=_tenant_tokens(tokens),
         registry=registry,
         region=cluster_region(platform, runtime_config.get_config("aws:region")),
+        image_lock=read_image_lock(platform, PROJECT_DIR),
     )

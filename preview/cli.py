@@ -39,6 +39,7 @@ from .inputs import (
     baseline_performance,
     check_registry_file,
     check_stack_name,
+    image_digests_offline,
     previous_output,
     previous_outputs,
     read_inputs,
@@ -193,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         # program alone; --registry-live over both.
         if args.registry_file is None and not args.registry_live and not os.environ.get(REGISTRY_FILE_ENV):
             args.registry_file = committed_lock(project_dir, stack_config)
+        preview_levels = image_digests_offline(overrides, stack_config)
     except (StackConfigError, PolicyPackError) as error:
         print(f"error: {error}", file=sys.stderr)
         if args.report_errors:
@@ -207,9 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     except PolicyPackError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CRASH
-    policies = PolicySession(
-        pack, project_dir, project.name, args.stack, stack_config.values, stack_config.secret_keys, overrides
-    )
+    policies = PolicySession(pack, project_dir, stack_config, overrides, preview_levels)
     # aiconfigurator's answer, read back or asked for once the program has exported its servers.
     prediction = Prediction.of_perf_venv()
     try:

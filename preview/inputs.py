@@ -10,13 +10,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from platform_config.models import PROJECT
 from platform_config.registry import RECORDING_NAME
 
 from .performance import PERFORMANCE_POLICY, performance_level, preview_policy_config
 from .policy_runner import check_policy_config
 from .previous_releases import previous_releases, with_previous_releases
 from .report import shown_path
-from .stack_config import StackConfigError, read_bounded
+from .stack_config import StackConfig, StackConfigError, read_bounded
 
 # A policy config or a baseline's resources.json: large for a JSON file, small for memory.
 MAX_JSON_BYTES = 16 << 20
@@ -131,3 +132,25 @@ def check_registry_file(path: Path | None) -> Path | None:
     if not path.is_file():
         raise StackConfigError(f"--registry-file {path}: no such file (a live preview writes <out>/{RECORDING_NAME})")
     return path.resolve()
+
+
+# The pack's rule that production pulls every image by digest (policies/inference_governance/images.py).
+IMAGE_DIGESTS_POLICY = "image-digests"
+
+
+def image_digests_offline(overrides: dict[str, Any], stack_config: StackConfig) -> dict[str, str]:
+    """The levels this preview alone sets (policy → why): the pack's image-digests advisory where the stack has no
+    image lock and the policy config does not set it. The digests are the registries' answers (`platform_tools
+    lock-images`), which a preview offline cannot ask, so it reports every image by tag as a warning; `pulumi up` runs
+    the pack's own level (mandatory), and pack-config.json never carries this one."""
+    try:
+        images = json.loads(stack_config.values.get(f"{PROJECT}:images", "null"))
+    except ValueError:
+        images = None
+    if IMAGE_DIGESTS_POLICY in overrides or (isinstance(images, dict) and images.get("lockFile") is not None):
+        return {}
+    return {
+        IMAGE_DIGESTS_POLICY: "the stack has no image lock (images.lockFile) and a preview offline cannot ask the "
+        "registries; `pulumi up` refuses these images until `python -m platform_tools lock-images "
+        f"{stack_config.stack}` has locked them"
+    }

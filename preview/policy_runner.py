@@ -76,16 +76,28 @@ class PolicyRun:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     analyzed: int = 0
     engine_log: list[str] = field(default_factory=list)
+    # The levels this preview alone set (policy → why; preview/inputs.py image_digests_offline), not the policy
+    # config: `pulumi up` runs those policies at the pack's own level.
+    preview_levels: dict[str, str] = field(default_factory=dict)
 
     @property
     def warnings(self) -> list[str]:
-        """The mandatory policies the policy config weakened: a preview that passes with them
-        says less than the pack promises."""
-        return [
+        """The mandatory policies the policy config weakened: a preview that passes with them says less than the
+        pack promises; and those this preview alone weakened where they found something, which `pulumi up` fails."""
+        weakened = [
             f"policy {p['name']} is mandatory in the pack but {p['level']} by the policy config: "
             + ("it did not run" if p["level"] == "disabled" else "its violations do not fail the preview")
             for p in self.policies
-            if p["declaredLevel"] == "mandatory" and p["level"] != "mandatory" and p["name"] != PERFORMANCE_POLICY
+            if p["declaredLevel"] == "mandatory"
+            and p["level"] != "mandatory"
+            and p["name"] != PERFORMANCE_POLICY
+            and p["name"] not in self.preview_levels
+        ]
+        found = {d.policy for d in self.diagnostics}
+        return weakened + [
+            f"policy {name} is mandatory in the pack but advisory in this preview alone: {why}"
+            for name, why in self.preview_levels.items()
+            if name in found
         ]
 
     @property

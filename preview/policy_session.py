@@ -21,17 +21,20 @@ from .policy_runner import (
     PolicyRun,
     pack_version,
 )
+from .stack_config import StackConfig
 
 PROVIDER_PREFIX = "pulumi:providers:"
 
 
-def _declared_by(info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The overrides without the preview's own entry for PERFORMANCE_POLICY when the pack declares no such policy: a
-    pull request's preview runs the default branch's pack, which may predate it, and a misspelt policy a user names is
-    still refused (policy_runner._validate_overrides)."""
-    if PERFORMANCE_POLICY in overrides and all(p.name != PERFORMANCE_POLICY for p in info.policies):
-        return {k: v for k, v in overrides.items() if k != PERFORMANCE_POLICY}
-    return overrides
+def _declared_by(info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any], preview_levels: dict[str, str]) -> dict[str, Any]:
+    """The overrides with the preview's own levels (preview_levels: advisory), without the preview's own entries
+    (those and PERFORMANCE_POLICY's) for a policy the pack does not declare: a pull request's preview runs the
+    default branch's pack, which may predate them, and a misspelt policy a user names is still refused
+    (policy_runner._validate_overrides)."""
+    declared = {p.name for p in info.policies}
+    own = {*preview_levels, PERFORMANCE_POLICY} - declared
+    merged = {**overrides, **{name: {"enforcementLevel": "advisory"} for name in preview_levels}}
+    return {k: v for k, v in merged.items() if k not in own}
 
 
 _STOP = object()
@@ -55,20 +58,22 @@ class PolicySession:
         self,
         pack: PolicyPack,
         project_dir: Path,
-        project: str,
-        stack: str,
-        config: dict[str, str],
-        secret_keys: list[str],
+        stack_config: StackConfig,
         overrides: dict[str, Any] | None = None,
+        preview_levels: dict[str, str] | None = None,
         in_flight: int = 16,
     ):
+        """`overrides` is the policy config; `preview_levels` the policies this preview alone runs advisory
+        (policy → why, preview/inputs.py image_digests_offline), which its report says apart."""
         self.pack = pack
+        self._preview_levels = preview_levels or {}
+        config = stack_config
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._run: PolicyRun | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
             target=self._work,
-            args=(project_dir, project, stack, config, secret_keys, overrides or {}, in_flight),
+            args=(project_dir, config.project, config.stack, config.values, config.secret_keys, overrides or {}, in_flight),
             name="policy-pack",
             daemon=True,
         )
@@ -117,7 +122,7 @@ class PolicySession:
         pack.handshake(project_dir)
         pack.configure_stack(project, stack, config, secret_keys)
         info = pack.info()
-        levels = pack.configure(info, _declared_by(info, overrides))
+        levels = pack.configure(info, _declared_by(info, overrides, self._preview_levels))
         run = PolicyRun(
             pack=info.name,
             version=pack_version(pack.pack_dir, info.version),
@@ -130,6 +135,7 @@ class PolicySession:
                 }
                 for p in info.policies
             ],
+            preview_levels={name: why for name, why in self._preview_levels.items() if name in levels},
         )
         # A bounded window of calls in flight (the CLI analyzes steps concurrently too), so the
         # pack's server never queues thousands of calls.

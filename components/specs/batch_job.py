@@ -153,14 +153,18 @@ def stage_in_container(plan: BatchJobPlan) -> dict[str, Any]:
             0,
             f"aws s3 sync --only-show-errors --exclude '*' --include '*.jsonl' {_shell_s3(pinned_s3_uri(source))} {INPUT_DIR}/",
         )
-    return aws_cli_container("stage-in", ["sh", "-ec", " && ".join(steps)], _mounts("work", "home", "tmp"), AWS_CLI_RESOURCES)
+    return aws_cli_container(
+        "stage-in", plan.aws_cli_image, ["sh", "-ec", " && ".join(steps)], _mounts("work", "home", "tmp"), AWS_CLI_RESOURCES
+    )
 
 
 def fetch_weights_container(plan: BatchJobPlan) -> dict[str, Any] | None:
     source = plan.job.model.source
     if source.s3_uri is None:
         return None
-    return aws_cli_container("fetch-weights", s3_sync_command(source, model_location(plan)), _mounts("models", "home", "tmp"))
+    return aws_cli_container(
+        "fetch-weights", plan.aws_cli_image, s3_sync_command(source, model_location(plan)), _mounts("models", "home", "tmp")
+    )
 
 
 def fingerprint(plan: BatchJobPlan) -> str:
@@ -248,7 +252,9 @@ def uploader_container(plan: BatchJobPlan) -> dict[str, Any]:
             "done",
         ]
     )
-    return aws_cli_container("uploader", ["sh", "-c", script], _mounts("work", "home", "tmp"), AWS_CLI_RESOURCES)
+    return aws_cli_container(
+        "uploader", plan.aws_cli_image, ["sh", "-c", script], _mounts("work", "home", "tmp"), AWS_CLI_RESOURCES
+    )
 
 
 def _volumes(plan: BatchJobPlan) -> list[dict[str, Any]]:
@@ -308,7 +314,7 @@ def pod_spec(plan: BatchJobPlan) -> dict[str, Any]:
         init.append(weights)
     if plan.lora is not None:
         hf_env = [e for e in runner_container(plan)["env"] if e["name"] in ("HOME", "HF_HOME", "HF_TOKEN")]
-        init += adapter_fetch_containers(plan.lora, plan.image, hf_env, _mounts("models", "home", "tmp"))
+        init += adapter_fetch_containers(plan.lora, plan.image, plan.aws_cli_image, hf_env, _mounts("models", "home", "tmp"))
     return {
         "restartPolicy": "Never",
         # Batch pods are experiments to the scheduler and the namespace quotas (`<tenant>-experiment`).

@@ -180,7 +180,7 @@ def adapter_init_containers(plan: ServerPlan) -> list[dict[str, Any]]:
     _, mounts = _volumes(plan)
     volume_mounts = [m for m in mounts if m["name"] in ("model-cache", "home", "tmp")]
     hf_env = [e for e in _env(plan) if e["name"] in ("HOME", "HF_HOME", "HF_TOKEN")]
-    return adapter_fetch_containers(plan.lora, plan.image, hf_env, volume_mounts)
+    return adapter_fetch_containers(plan.lora, plan.image, plan.aws_cli_image, hf_env, volume_mounts)
 
 
 # --- the environment, probes, rollout and volumes ------------------------------------------
@@ -325,6 +325,7 @@ def weights_init_container(plan: ServerPlan) -> dict[str, Any] | None:
     _, mounts = _volumes(plan)
     return aws_cli_container(
         "fetch-weights",
+        plan.aws_cli_image,
         s3_sync_command(source, weights_path(plan)),
         [m for m in mounts if m["name"] in ("model-cache", "home", "tmp")],
     )

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from platform_config.models import ModelSource, pinned_s3_uri
-from platform_config.pins import AWS_CLI
 from platform_config.serving import MESH_PROXY_RESOURCES
 
 from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, standard_labels
@@ -167,13 +166,18 @@ FETCH_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory
 
 
 def aws_cli_container(
-    name: str, command: list[str], volume_mounts: list[dict[str, Any]], resources: dict[str, Any] = FETCH_RESOURCES
+    name: str,
+    image: str,
+    command: list[str],
+    volume_mounts: list[dict[str, Any]],
+    resources: dict[str, Any] = FETCH_RESOURCES,
 ) -> dict[str, Any]:
-    """A container of the pinned aws CLI image running `command` with the pods' aws environment: every S3 copy of the
-    servers' and batch jobs' pods (weights, adapter modules, a job's stage-in and uploader)."""
+    """A container of the pinned aws CLI image (`image`: the plan's, with its digest where locked) running `command`
+    with the pods' aws environment: every S3 copy of the servers' and batch jobs' pods (weights, adapter modules, a
+    job's stage-in and uploader)."""
     return {
         "name": name,
-        "image": AWS_CLI.image,
+        "image": image,
         "command": command,
         "env": aws_cli_env(),
         "resources": resources,

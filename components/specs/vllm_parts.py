@@ -62,11 +62,15 @@ def lora_flags(lora: LoraLimits, owner: str) -> list[str]:
 
 
 def adapter_fetch_containers(
-    lora: LoraLimits, image: str, hf_env: list[dict[str, Any]], volume_mounts: list[dict[str, Any]]
+    lora: LoraLimits,
+    image: str,
+    aws_cli_image: str,
+    hf_env: list[dict[str, Any]],
+    volume_mounts: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """Fetch the adapter modules before vLLM starts, for a server and a batch job alike: the
     Hugging Face ones at their pinned revisions in one container of the vLLM image (`image`, with
-    `hf_env`), each S3 one with the CLI as the base weights are; `volume_mounts` hold MODELS_DIR."""
+    `hf_env`), each S3 one with the CLI (`aws_cli_image`) as the base weights are; `volume_mounts` hold MODELS_DIR."""
     containers: list[dict[str, Any]] = []
     hugging_face = [m for m in lora.modules if m.source.huggingface is not None]
     if hugging_face:
@@ -85,7 +89,9 @@ def adapter_fetch_containers(
     for index, module in enumerate(m for m in lora.modules if m.source.s3_uri is not None):
         source = module.source
         containers.append(
-            aws_cli_container(f"fetch-adapter-s3-{index}", s3_sync_command(source, adapter_path(module)), volume_mounts)
+            aws_cli_container(
+                f"fetch-adapter-s3-{index}", aws_cli_image, s3_sync_command(source, adapter_path(module)), volume_mounts
+            )
         )
     return containers
 

@@ -50,6 +50,7 @@ from .cluster import (
 )
 from .cold_start import ColdStartConfig, S3GatewayEndpoint, WeightMirrorConfig
 from .headers import FORBIDDEN_HEADER_NAMES, FORBIDDEN_HEADER_PREFIXES, HEADER_NAME_MAX_LENGTH, HeaderName
+from .images import ImagesConfig
 from .lora import (
     VLLM_MAX_LORA_RANKS,
     AdapterRelease,
@@ -166,6 +167,7 @@ __all__ = [
     "HUGGING_FACE_TOKENS",
     "HeaderName",
     "HpaSettings",
+    "ImagesConfig",
     "HttpsUrl",
     "IMAGE_DIGEST_PATTERN",
     "IMAGE_TAG_PATTERN",

@@ -12,6 +12,7 @@ from .base import ConfigModel, _full_match
 from .batch import BatchJobConfig
 from .cluster import EKS_NODE_GROUPS_PER_CLUSTER, ClusterConfig
 from .cold_start import ColdStartConfig, WeightMirrorConfig
+from .images import ImagesConfig
 from .model import ModelConfig
 from .node_pools import NodePoolConfig
 from .registry import RegistryConfig
@@ -73,6 +74,8 @@ class PlatformConfig(ConfigModel):
     """How long adding a replica may take, and the figures its expected cold start is derived from."""
     registry: RegistryConfig = RegistryConfig()
     """The MLflow model registry that `mlflow` version sources are resolved in."""
+    images: ImagesConfig = ImagesConfig()
+    """The images' lock file: the digest every image the stack renders is pulled by."""
     weight_mirror: WeightMirrorConfig | None = None
     """Where Hugging Face weights are copied for the streaming pools; none by default."""
     batch_jobs: list[BatchJobConfig] = []

@@ -1,4 +1,4 @@
-"""Images: from an allowed repository, pinned to a digest or a tag that is not mutable."""
+"""Images: from an allowed repository, pinned to a digest or a tag that is not mutable; by digest in production."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from .kube import (
     config,
     every_container,
     get,
+    image_has_digest,
     image_is_pinned,
     image_repository,
     image_tag,
+    is_production,
     is_sidecar_stub,
     opts_out_of_injection_or_host_network,
     pod_template,
@@ -53,4 +55,24 @@ def pinned_images(args: Any, report_violation: Report) -> None:
             report_violation(
                 f"container '{name}' runs image {image!r}: tag {tag!r} is mutable (denied: {', '.join(sorted(denied))}); pin "
                 "a release tag or a digest"
+            )
+
+
+def image_digests(args: Any, report_violation: Report) -> None:
+    """In production every image a pod pulls is named by its digest (the stack's `images.lockFile`): a tag can be moved
+    to other content, after review or between two nodes' pulls; a digest cannot."""
+    if not is_production(args):
+        return
+    template = pod_template(args.resource_type, args.props)
+    if template is None:
+        return
+    for container in every_container(get(template, "spec", default={})):
+        if is_sidecar_stub(container) and not opts_out_of_injection_or_host_network(template):
+            continue  # the mesh's injector merges its sidecar into it, image included
+        image = str(get(container, "image", default=""))
+        if not image_has_digest(image):
+            report_violation(
+                f"container '{get(container, 'name', default='?')}' runs image {image!r} by tag in production: pin it by "
+                "digest (`python -m platform_tools lock-images <stack>`, then set images.lockFile to the file "
+                "it writes)"
             )

@@ -315,9 +315,14 @@ def image_tag(image: str) -> str | None:
     return tag.group(1) if tag else None
 
 
+def image_has_digest(image: str) -> bool:
+    """The reference names its content (`@sha256:...`), which no tag moved later changes."""
+    return _IMAGE_DIGEST.search(image) is not None
+
+
 def image_is_pinned(image: str, denied: Collection[str] = FORBIDDEN_TAGS) -> bool:
     """The program's rule (platform_config.models): a digest, or a tag that is not forbidden."""
-    if _IMAGE_DIGEST.search(image):
+    if image_has_digest(image):
         return True
     tag = image_tag(image)
     return tag is not None and tag not in denied

@@ -276,6 +276,14 @@ POLICIES = [
         ),
     ),
     ResourceValidationPolicy(
+        name="image-digests",
+        description="In production, every container image a pod pulls is named by its digest (the stack's image lock, "
+        "`images.lockFile`), not only by a tag that can be moved.",
+        validate=images.image_digests,
+        severity=Severity.HIGH,
+        config_schema=schema(productionStacks=PRODUCTION),
+    ),
+    ResourceValidationPolicy(
         name="pod-security-baseline",
         description="Every pod: no host namespaces, hostPath, hostPort, privileged containers, privilege escalation, "
         "added capabilities but NET_BIND_SERVICE, custom SELinux options, AppArmor or seccomp profiles other than "

@@ -170,7 +170,11 @@ def upstream_section(results: list[PinResult], facts: str) -> Section:
 def policy_section(run: PolicyRun) -> Section:
     mandatory = run.mandatory
     advisory = [d for d in run.diagnostics if d not in mandatory]
-    weakened = {p["name"]: p for p in run.policies if p["level"] != p["declaredLevel"] and p["name"] != PERFORMANCE_POLICY}
+    weakened = {
+        p["name"]: p
+        for p in run.policies
+        if p["level"] != p["declaredLevel"] and p["name"] != PERFORMANCE_POLICY and p["name"] not in run.preview_levels
+    }
     summary = (
         f"pack {run.pack} {run.version}: {len(run.policies)} policies over {run.analyzed} resources and the stack, "
         f"{len(mandatory)} mandatory and {len(advisory)} advisory violations"

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from platform_config.pins import ENDPOINT_PICKER, ENVOY_PROXY
-
 from ...picker_plan import EndpointPickerPlan
 from ..pod_parts import container_security_context, draining_sidecar_annotations
 from .names import (
@@ -101,7 +99,7 @@ def _grpc_probe(service: str, **timing: int) -> dict[str, Any]:
 def epp_container(plan: EndpointPickerPlan) -> dict[str, Any]:
     return {
         "name": EPP_CONTAINER,
-        "image": ENDPOINT_PICKER.image,
+        "image": plan.image,
         "imagePullPolicy": "IfNotPresent",
         "args": epp_args(plan),
         "env": [
@@ -132,7 +130,7 @@ def proxy_container(plan: EndpointPickerPlan) -> dict[str, Any]:
     ready = {"path": "/ready", "port": PROXY_READY_PORT, "scheme": "HTTP"}
     return {
         "name": PROXY_CONTAINER,
-        "image": ENVOY_PROXY.image,
+        "image": plan.proxy_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["envoy"],
         # SA presets.envoy.args, with --concurrency for --cpuset-threads (see EPP_POD_RESOURCES).
