@@ -79,10 +79,11 @@ $(PERF_VENV)/.installed: preview/performance-requirements.txt
 perf-venv: $(PERF_VENV)/.installed
 
 real-servers: $(MLFLOW_VENV)/.installed
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v docker-registry >/dev/null || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
-		else echo "prometheus/promtool missing and not root: the Prometheus tests will skip" >&2; fi; }
+			echo "installing Debian's prometheus and docker-registry"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus docker-registry >/dev/null; \
+		else echo "prometheus/promtool or docker-registry missing and not root: the Prometheus and image registry tests will skip" >&2; fi; }
 
 # The upstream source releases the tests and the preview's upstream stage read (vLLM's, whose git
 # repository is too large to mirror; the stage reads `vllm serve`'s flags from the pinned one), pinned

@@ -1,7 +1,9 @@
 """`python -m platform_tools canary <stack> <model> [--write]`: judge a model's canary from
 Prometheus and, with --write, put the next step into its stack file; `step <stack> <model>
 promote|rollback|hold`: take that step by hand; `aliases <stack> --deployed <outputs>`: after
-`pulumi up`, move the registry's serving aliases to what the stack deployed (platform_tools/aliases.py).
+`pulumi up`, move the registry's serving aliases to what the stack deployed (platform_tools/aliases.py);
+`lock-images <stack>`: ask each image's registry for its digest and write the stack's image lock
+(platform_tools/image_digests.py).
 
 Exit codes: 0 a verdict was printed, whichever it is (promote, hold or roll back: read it from
 the last lines, or from `--json`'s "verdict", so a pipeline acts on the verdict, not on a
@@ -43,6 +45,7 @@ from .aliases import REGISTRY_OUTPUT, AliasInputError, move_aliases, wanted_alia
 from .canary import Target, read_metrics
 from .canary_report import Report
 from .canary_verdict import step_taken, verdict
+from .image_digests import ImageLockError, add_lock_images_command, write_image_lock
 from .prometheus import PrometheusError, check_url
 from .stack_edit import Change, StackEditError, apply_change
 
@@ -129,6 +132,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "does lose the serving aliases too",
     )
     aliases.add_argument("--dry-run", action="store_true", help="print the moves, change nothing in the registry")
+    add_lock_images_command(commands, stack_file)
     return parser.parse_args(argv)
 
 
@@ -384,15 +388,35 @@ def move_serving_aliases(args: argparse.Namespace) -> int:
     return EXIT_VERDICT
 
 
+def lock_images(args: argparse.Namespace) -> int:
+    project, _, config = read_stack(args)
+    write_image_lock(project.root, args.stack, config, args.out, args.mirror, args.plain_http, args.timeout)
+    return EXIT_VERDICT
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    commands = {"canaries": canaries, "canary": canary, "step": step_by_hand, "aliases": move_serving_aliases}
+    commands = {
+        "canaries": canaries,
+        "canary": canary,
+        "step": step_by_hand,
+        "aliases": move_serving_aliases,
+        "lock-images": lock_images,
+    }
     try:
         return commands[args.command](args)
     except RegistryUnusable as error:
         print(f"error: {error.issue}", file=sys.stderr)
         return EXIT_INPUT
-    except (InputError, AliasInputError, PrometheusError, StackConfigError, ConfigError, StackEditError) as error:
+    except (
+        InputError,
+        AliasInputError,
+        PrometheusError,
+        StackConfigError,
+        ConfigError,
+        StackEditError,
+        ImageLockError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT
 

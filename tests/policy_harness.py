@@ -50,7 +50,7 @@ from preview.performance import preview_policy_config
 from preview.policy_runner import Diagnostic, configure_request, env_config, response_diagnostics, wire_struct, wire_value
 from preview.stack_config import load_project, load_stack_config
 
-from .helpers import PROJECT, ROOT
+from .helpers import IMAGES_BY_TAG, PROJECT, ROOT
 
 sys.path.insert(0, str(ROOT / "policies"))
 from inference_governance.pack import ENFORCEMENT_LEVEL, NAME, POLICIES  # noqa: E402
@@ -65,7 +65,7 @@ SDK_PACK_VERSION = "0.0.1"
 
 class PolicyHarness:
     """The pack's policies for one stack (its config as `PolicyPack` is started with), configured like the preview's
-    own run (`preview_policy_config(overrides)`), called directly."""
+    own run (`preview_policy_config(overrides)`, with IMAGES_BY_TAG under the overrides), called directly."""
 
     def __init__(self, stack: str = "prod", overrides: dict[str, Any] | None = None):
         config = load_stack_config(load_project(ROOT), stack)
@@ -73,7 +73,7 @@ class PolicyHarness:
         self.secrets = secret_values(config.values, config.secret_keys)
         self._pulumi_config = env_config(config.values)
         self._servicer = sdk._PolicyAnalyzerServicer(NAME, SDK_PACK_VERSION, POLICIES, ENFORCEMENT_LEVEL)
-        self.levels = self.configure(self.info(), preview_policy_config(overrides or {}))
+        self.levels = self.configure(self.info(), preview_policy_config({**IMAGES_BY_TAG, **(overrides or {})}))
 
     def info(self) -> analyzer_pb2.AnalyzerInfo:
         return self._servicer.GetAnalyzerInfo(None, None)

@@ -38,7 +38,7 @@ def test_each_structured_keys_summary_names_every_key_it_holds():
     summaries = project_summaries()
     assert set(summaries) == {
         "cluster", "nodePools", "tenants", "models", "traffic", "profiles", "capacity", "monitoring", "coldStart",
-        "registry", "weightMirror", "batchJobs",
+        "registry", "images", "weightMirror", "batchJobs",
     }  # fmt: skip
     for key in ("callers", "endpointPicker", "slo", "adapters", "lora"):
         assert f" {key}," in summaries["models"] or f" {key}}}" in summaries["models"], key

@@ -24,7 +24,7 @@ from preview.policy_runner import UNKNOWN, Diagnostic, PolicyConfigError, Policy
 from preview.sections import policy_section
 from preview.stack_config import load_project, load_stack_config
 
-from .helpers import PROJECT, ROOT, STACKS, Evaluated, prod_with_labeller_server, raw_stack, run_preview
+from .helpers import IMAGES_BY_TAG, PROJECT, ROOT, STACKS, Evaluated, prod_with_labeller_server, raw_stack, run_preview
 from .policy_harness import PolicyHarness
 from .test_policy_decoding import _careless
 
@@ -47,7 +47,7 @@ def _started(*stacks: str) -> list[PolicyPack]:
         running.connect()
         running.handshake(ROOT)
         running.configure_stack(PROJECT, stack, config.values, config.secret_keys)
-        running.configure(running.info(), preview_policy_config({}))
+        running.configure(running.info(), preview_policy_config(IMAGES_BY_TAG))
     return spawned
 
 
@@ -118,7 +118,7 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 34 and "gateway-requires-a-token" in names and "tenant-s3-scoping" in names
+    assert len(names) == 35 and "image-digests" in names and "gateway-requires-a-token" in names and "tenant-s3-scoping" in names
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):
@@ -207,7 +207,7 @@ def test_the_harness_describes_the_pack_as_the_pack_does(pack):
     try:
         assert harness.configure(harness.info(), overrides) == pack.configure(pack.info(), overrides)
     finally:
-        pack.configure(pack.info(), preview_policy_config({}))
+        pack.configure(pack.info(), preview_policy_config(IMAGES_BY_TAG))
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -223,12 +223,12 @@ def test_the_harness_gives_the_packs_verdicts_on_changed_stacks(pack, baseline, 
     changes = {"below-the-floors": _below_the_production_floors, "careless-configured": _careless, "unknowns": _unknowns}
     records = changes.get(change, list)(records)
     overrides = CONFIGURED if change.endswith("-configured") else {}
-    pack.configure(pack.info(), preview_policy_config(overrides))
+    pack.configure(pack.info(), preview_policy_config({**IMAGES_BY_TAG, **overrides}))
     try:
         found = list(_verdicts(PolicyHarness("prod", overrides), records))
         assert found == list(_verdicts(pack, records))
     finally:
-        pack.configure(pack.info(), preview_policy_config({}))
+        pack.configure(pack.info(), preview_policy_config(IMAGES_BY_TAG))
     # No comparison here could pass for want of verdicts: the changed stacks break many rules at once (production's
     # floors among them), and the unknown values stop resource and stack policies alike.
     if change in ("below-the-floors", "careless-configured"):
@@ -825,7 +825,11 @@ def test_policy_config_reaches_the_pack(baseline):
         stricter.configure(
             stricter.info(),
             preview_policy_config(
-                {"inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600}, "hpa-behavior": "advisory"}
+                {
+                    **IMAGES_BY_TAG,
+                    "inference-graceful-drain": {"minTerminationGracePeriodSeconds": 600},
+                    "hpa-behavior": "advisory",
+                }
             ),
         )
         assert analyze(stricter, find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")) == {
@@ -963,10 +967,12 @@ def test_external_local_queues_of_namespace_and_name_are_accepted(pack):
     try:
         pack.configure(
             pack.info(),
-            preview_policy_config({"gpu-jobs-through-kueue": {"externalLocalQueues": ["team-a/batch", "ml-ops/queue.v2"]}}),
+            preview_policy_config(
+                {**IMAGES_BY_TAG, "gpu-jobs-through-kueue": {"externalLocalQueues": ["team-a/batch", "ml-ops/queue.v2"]}}
+            ),
         )
     finally:
-        pack.configure(pack.info(), preview_policy_config({}))
+        pack.configure(pack.info(), preview_policy_config(IMAGES_BY_TAG))
 
 
 def test_a_config_the_schema_refuses_is_an_input_error(tmp_path):
@@ -1363,5 +1369,5 @@ def test_the_egress_rule_reads_the_adapters_the_fetcher_downloads_from_hugging_f
 
     source = ModelSource(huggingface="org/support-adapter", revision="a" * 40)
     lora = LoraLimits((AdapterModule("support", None, source, 16, "base", "team-a"),), 16, 1, 1)
-    (fetcher,) = adapter_fetch_containers(lora, "vllm/vllm-openai:v0.33.0", [], [])
+    (fetcher,) = adapter_fetch_containers(lora, "vllm/vllm-openai:v0.33.0", "public.ecr.aws/aws-cli/aws-cli:2.27.50", [], [])
     assert _hugging_face_reads(fetcher) == ["org/support-adapter"]

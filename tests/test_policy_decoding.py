@@ -16,7 +16,7 @@ from preview.performance import preview_policy_config
 from preview.policy_runner import PolicyPack
 from preview.stack_config import load_project, load_stack_config
 
-from .helpers import ROOT, Evaluated, prod_with_labeller_server, raw_stack
+from .helpers import IMAGES_BY_TAG, ROOT, Evaluated, prod_with_labeller_server, raw_stack
 
 
 def _running(stack: str, decode_each: bool) -> PolicyPack:
@@ -32,7 +32,7 @@ def _running(stack: str, decode_each: bool) -> PolicyPack:
             os.environ["POLICY_PACK_DECODE_EACH"] = saved
     running.handshake(ROOT)
     running.configure_stack("inference-platform", stack, config.values, config.secret_keys)
-    running.configure(running.info(), preview_policy_config({}))
+    running.configure(running.info(), preview_policy_config(IMAGES_BY_TAG))
     return running
 
 

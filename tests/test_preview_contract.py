@@ -19,12 +19,29 @@ def test_every_stack_previews_clean(previews, stack):
     assert run.result.returncode == 0, run.result.stdout + run.result.stderr
     assert "result: clean" in run.result.stdout
     assert run.report["status"] == "clean"
-    # The policy pack ran over every resource and found nothing, mandatory or advisory.
+    # The policy pack ran over every resource and found nothing, mandatory or advisory, but on prod the images by
+    # tag: no registry is reachable here to lock them (platform_tools lock-images), so the preview's own run reports
+    # each pod's as a warning where `pulumi up` would refuse it (preview/inputs.py image_digests_offline).
     policies = run.report["policies"]
-    assert policies["failed"] is False and policies["data"]["diagnostics"] == []
+    diagnostics = policies["data"]["diagnostics"]
+    by_tag = [d for d in diagnostics if d["policy"] == "image-digests"]
+    assert policies["failed"] is False and [d for d in diagnostics if d not in by_tag] == []
+    assert {d["level"] for d in by_tag} == ({"advisory"} if stack == "prod" else set())
+    assert {d["urn"] for d in by_tag} == ({r["urn"] for r in run.resources if _runs_pods(r)} if stack == "prod" else set())
+    assert all("by tag in production" in d["message"] for d in by_tag)
+    warned = [w for w in policies["data"]["warnings"] if w.startswith("policy image-digests ")]
+    assert [w.split(": ", 1)[0] for w in warned] == (
+        ["policy image-digests is mandatory in the pack but advisory in this preview alone"] if stack == "prod" else []
+    )
     assert policies["data"]["analyzedResources"] == sum(
         1 for r in run.resources if r["custom"] and not r["type"].startswith("pulumi:providers:")
     )
+
+
+def _runs_pods(resource: dict) -> bool:
+    """A resource that declares a pod template or is a pod: what the pack's image rules read."""
+    spec = resource["inputs"].get("spec") or {}
+    return resource["custom"] and (resource["type"].endswith(":Pod") or "template" in spec or "jobTemplate" in spec)
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -267,9 +284,10 @@ def test_a_broken_policy_pack_is_a_crash_not_a_finding(tmp_path):
     assert "the policy pack failed" in result.stderr and "this pack is broken" in result.stderr
 
 
-def test_a_pack_from_before_the_serving_performance_policy_still_runs(tmp_path):
-    """A pull request that adds the policy is previewed with the default branch's pack, which has none: the preview's
-    own entry that disables it is not sent, and the pack's other policies run."""
+def test_a_pack_from_before_the_previews_own_policies_still_runs(tmp_path):
+    """A pull request that adds serving-performance or image-digests is previewed with the default branch's pack,
+    which has neither: the preview's own entries for them (serving-performance disabled, image-digests advisory for a
+    stack without an image lock) are not sent, and the pack's other policies run."""
     import re
     import shutil
 
@@ -278,25 +296,29 @@ def test_a_pack_from_before_the_serving_performance_policy_still_runs(tmp_path):
     (pack / "venv").symlink_to(ROOT / "policies" / "venv")
     declared = pack / "inference_governance" / "pack.py"
     newer = declared.read_text()
-    older = re.sub(r"    ResourceValidationPolicy\(\n        name=\"serving-performance\",.*?\n    \),\n", "", newer, flags=re.S)
-    assert older != newer
+    older = newer
+    for name in ("serving-performance", "image-digests"):
+        policy = rf"    ResourceValidationPolicy\(\n        name=\"{name}\",.*?\n    \),\n"
+        assert re.search(policy, older, flags=re.S), name
+        older = re.sub(policy, "", older, flags=re.S)
     declared.write_text(older)
     out = tmp_path / "out"
     result = run_preview("--stack", "dev", "--out", str(out), "--policy-pack", str(pack))
     assert result.returncode == 0, result.stderr
     policies = {p["name"] for p in json.loads((out / "report.json").read_text())["policies"]["data"]["policies"]}
-    assert "serving-performance" not in policies and "gpu-quota-and-priority" in policies
+    assert not {"serving-performance", "image-digests"} & policies and "gpu-quota-and-priority" in policies
 
 
 def test_closing_a_policy_session_early_stops_the_pack(tmp_path):
     """The program failed before the stack could be analyzed: nothing may be left running."""
     from preview.policy_runner import PolicyPack
     from preview.policy_session import PolicySession
+    from preview.stack_config import StackConfig
 
     from .helpers import ROOT
 
     pack = PolicyPack(ROOT / "policies", {}, "inference-platform", "dev")
-    session = PolicySession(pack, ROOT, "inference-platform", "dev", {}, [])
+    session = PolicySession(pack, ROOT, StackConfig("inference-platform", "dev"))
     session.close(timeout=30)
     assert pack.process.poll() is not None
     assert not session._thread.is_alive()

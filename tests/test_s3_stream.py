@@ -31,6 +31,7 @@ from preview.sections import cold_start_section
 from preview.upstream import VERIFIED, Facts, check_vllm_container, facts_dir
 
 from .helpers import (
+    IMAGES_BY_TAG,
     ROOT,
     Evaluated,
     config_problems,
@@ -349,7 +350,7 @@ def test_streamed_pods_are_admitted_scheduled_and_compliant(streamed):
     try:
         pack.handshake(ROOT)
         pack.configure_stack("inference-platform", "prod", config.values, config.secret_keys)
-        pack.configure(pack.info(), preview_policy_config({}))
+        pack.configure(pack.info(), preview_policy_config(IMAGES_BY_TAG))
         records = [r for r in streamed.records if r.custom and not r.type.startswith("pulumi:providers:")]
         assert [d.policy for r in records for d in pack.analyze(r, None)] == []
         assert list(pack.analyze_stack(records)) == []
