@@ -4,10 +4,11 @@ groups grow from zero when pods are pending and shrink when nodes sit idle."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 
+from platform_config.chart_images import ChartImageValues
 from platform_config.models import KubernetesVersion
 from platform_config.pins import CLUSTER_AUTOSCALER
 
@@ -68,6 +69,8 @@ class ClusterAutoscalerArgs:
     replicas: int = 1
     # Production: the replicas one per node, so one node lost leaves a standby to take the lease.
     spread: bool = False
+    # The values that pin the charts' images to the image lock's digests (`Plan.chart_image_values`).
+    chart_image_values: ChartImageValues = field(default_factory=dict)
 
 
 # The chart's pod labels for the AWS provider (charts/cluster-autoscaler/templates/_helpers.tpl
@@ -122,5 +125,6 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 **({"topologySpreadConstraints": node_spread(AUTOSCALER_POD_SELECTOR, required=True)} if args.spread else {}),
             },
             pulumi.ResourceOptions(parent=self, depends_on=[identity]),
+            chart_image_values=args.chart_image_values,
         )
         self.register_outputs({"roleArn": identity.role_arn})

@@ -4,11 +4,12 @@ ServiceMonitor so DCGM's GPU metrics reach Prometheus."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import yaml
 
+from platform_config.chart_images import ChartImageValues
 from platform_config.models import NodePoolConfig
 from platform_config.pins import GPU_OPERATOR
 
@@ -30,6 +31,8 @@ class GpuOperatorArgs:
     pools: tuple[NodePoolConfig, ...]
     # The ServiceMonitor CRD comes with the Prometheus Operator; wait for it.
     monitoring: pulumi.Resource | None = None
+    # The values that pin the charts' images to the image lock's digests (`Plan.chart_image_values`).
+    chart_image_values: ChartImageValues = field(default_factory=dict)
 
 
 class GpuOperator(pulumi.ComponentResource):
@@ -56,6 +59,7 @@ class GpuOperator(pulumi.ComponentResource):
             GPU_OPERATOR,
             gpu_operator_values(),
             pulumi.ResourceOptions(parent=self, depends_on=[namespace, mig_config, plugin_config]),
+            chart_image_values=args.chart_image_values,
         )
         monitor_deps: list[pulumi.Resource] = [release] + ([args.monitoring] if args.monitoring else [])
         custom_resource(

@@ -10,6 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes import _utilities as k8s_utilities
 
+from platform_config.chart_images import ChartImageValues, merged_values
 from platform_config.pins import ChartPin
 
 from .constants import standard_labels
@@ -54,10 +55,18 @@ class KubernetesObject(pulumi.CustomResource):
 
 
 def helm_release(
-    name: str, release_name: str, namespace: str, chart: ChartPin, values: dict[str, Any], opts: pulumi.ResourceOptions
+    name: str,
+    release_name: str,
+    namespace: str,
+    chart: ChartPin,
+    values: dict[str, Any],
+    opts: pulumi.ResourceOptions,
+    *,
+    chart_image_values: ChartImageValues,
 ) -> k8s.helm.v3.Release:
     """A pinned chart as a Helm release (helm.v3.Release installs at `up`; it never shells out
-    to helm at preview the way helm.v3.Chart does)."""
+    to helm at preview the way helm.v3.Chart does), its images pinned by the lock's digests where the plan has them
+    (`chart_image_values`, by chart)."""
     # A chart in an OCI registry is named by its full reference, with no repository options
     # (helm install oci://registry/path/chart --version x).
     oci = chart.repo.startswith("oci://")
@@ -68,7 +77,7 @@ def helm_release(
         chart=f"{chart.repo}/{chart.chart}" if oci else chart.chart,
         version=chart.version,
         repository_opts=None if oci else k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
-        values=values,
+        values=merged_values(values, chart_image_values.get(chart.chart, {})),
         opts=opts,
     )
 

@@ -3,11 +3,12 @@ KnativeServing resource that enables the pod features model servers need."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from platform_config.chart_images import ChartImageValues
 from platform_config.pins import KNATIVE_OPERATOR
 
 from .constants import KNATIVE_OPERATOR_NAMESPACE, KNATIVE_SERVING_NAMESPACE, PACKAGE
@@ -22,6 +23,8 @@ class KnativeServingArgs:
     # Replicas of Serving's control plane where more than the manifest's one are wanted
     # (production: FLOORS.control_plane_replicas_in_production).
     high_availability: int | None = None
+    # The values that pin the charts' images to the image lock's digests (`Plan.chart_image_values`).
+    chart_image_values: ChartImageValues = field(default_factory=dict)
 
 
 class KnativeServing(pulumi.ComponentResource):
@@ -38,6 +41,7 @@ class KnativeServing(pulumi.ComponentResource):
             KNATIVE_OPERATOR,
             {},
             pulumi.ResourceOptions(parent=self, depends_on=[operator_ns]),
+            chart_image_values=args.chart_image_values,
         )
         # The activator must speak mTLS to STRICT tenant namespaces: give it a sidecar.
         serving_ns = system_namespace(

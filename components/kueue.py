@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pulumi
 
 from platform_config.capacity import BatchQueueRow, batch_tenants
+from platform_config.chart_images import ChartImageValues
 from platform_config.models import NodePoolConfig
 from platform_config.namespaces import KUEUE_NAMESPACE
 from platform_config.pins import KUEUE
@@ -46,6 +47,8 @@ class KueueArgs:
     monitoring: pulumi.Resource | None = None
     # Each tenant's Namespace object, which its own LocalQueue lives in.
     namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)
+    # The values that pin the charts' images to the image lock's digests (`Plan.chart_image_values`).
+    chart_image_values: ChartImageValues = field(default_factory=dict)
 
 
 class Kueue(pulumi.ComponentResource):
@@ -62,6 +65,7 @@ class Kueue(pulumi.ComponentResource):
             KUEUE,
             kueue_values(args.system_node_selector, prometheus=args.monitoring is not None, spread=args.spread),
             pulumi.ResourceOptions(parent=self, depends_on=[namespace, *([args.monitoring] if args.monitoring else [])]),
+            chart_image_values=args.chart_image_values,
         )
         after = pulumi.ResourceOptions(parent=self, depends_on=[release])
         flavors = [custom_resource(f"{name}-flavor-{pool.name}", resource_flavor(pool), after) for pool in args.pools]

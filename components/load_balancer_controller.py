@@ -6,12 +6,13 @@ to a long batch request) can be raised to outlast the gateway's own stream idle 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from platform_config.chart_images import ChartImageValues
 from platform_config.pins import AWS_LOAD_BALANCER_CONTROLLER
 
 from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE, SYSTEM_NODE_SELECTOR
@@ -141,6 +142,8 @@ class LoadBalancerControllerArgs:
     # The controller reads it from instance metadata otherwise, which pods should not reach.
     vpc_id: pulumi.Input[str]
     access: WorkloadAccess
+    # The values that pin the charts' images to the image lock's digests (`Plan.chart_image_values`).
+    chart_image_values: ChartImageValues = field(default_factory=dict)
 
 
 class LoadBalancerController(pulumi.ComponentResource):
@@ -179,5 +182,6 @@ class LoadBalancerController(pulumi.ComponentResource):
                 "enableServiceMutatorWebhook": False,
             },
             pulumi.ResourceOptions(parent=self, depends_on=[identity]),
+            chart_image_values=args.chart_image_values,
         )
         self.register_outputs({"roleArn": identity.role_arn})

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from platform_config.chart_images import ChartImageValues
 from platform_config.models import LoadBalancerScheme
 from platform_config.pins import ISTIO_BASE, ISTIO_CNI, ISTIO_GATEWAY, ISTIOD, ChartPin
 from platform_config.quantity import parse_quantity
@@ -249,6 +250,8 @@ class MeshArgs:
     control_plane_replicas: int = 1
     # Production: istiod and the gateway one pod per node, behind disruption budgets.
     spread_control_plane: bool = False
+    # The values that pin the charts' images to the image lock's digests (`Plan.chart_image_values`).
+    chart_image_values: ChartImageValues = field(default_factory=dict)
 
 
 class Mesh(pulumi.ComponentResource):
@@ -273,6 +276,7 @@ class Mesh(pulumi.ComponentResource):
                 chart,
                 values,
                 pulumi.ResourceOptions(parent=self, depends_on=after),
+                chart_image_values=args.chart_image_values,
             )
 
         self.base = release("base", ISTIO_BASE, "istio-base", {}, [namespace])

@@ -3,12 +3,13 @@ HPAs read, such as the Istio ingress gateway's and Knative's own; without it the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from platform_config.chart_images import ChartImageValues
 from platform_config.pins import METRICS_SERVER
 
 from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE
@@ -29,6 +30,8 @@ def metrics_server_values(node_selector: dict[str, str] | None) -> dict[str, Any
 class MetricsServerArgs:
     # Where it runs: the system node group on EKS; anywhere on an existing cluster.
     node_selector: dict[str, str] | None = None
+    # The values that pin the charts' images to the image lock's digests (`Plan.chart_image_values`).
+    chart_image_values: ChartImageValues = field(default_factory=dict)
 
 
 class MetricsServer(pulumi.ComponentResource):
@@ -43,5 +46,6 @@ class MetricsServer(pulumi.ComponentResource):
             METRICS_SERVER,
             metrics_server_values(args.node_selector),
             pulumi.ResourceOptions(parent=self),
+            chart_image_values=args.chart_image_values,
         )
         self.register_outputs({"version": METRICS_SERVER.version})

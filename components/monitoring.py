@@ -6,6 +6,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from platform_config.chart_images import ChartImageValues
 from platform_config.pins import KUBE_PROMETHEUS_STACK
 
 from .constants import MONITORING_NAMESPACE, PACKAGE, PRIVILEGED
@@ -21,7 +22,7 @@ class Monitoring(pulumi.ComponentResource):
     release: k8s.helm.v3.Release
     namespace: KubernetesObject
 
-    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, chart_image_values: ChartImageValues, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:monitoring:Monitoring", name, None, opts)
         # node-exporter needs host namespaces.
         self.namespace = namespace = system_namespace(
@@ -59,5 +60,6 @@ class Monitoring(pulumi.ComponentResource):
                 },
             },
             pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
+            chart_image_values=chart_image_values,
         )
         self.register_outputs({"prometheusUrl": PROMETHEUS_URL})

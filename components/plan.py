@@ -20,6 +20,7 @@ from decimal import Decimal
 from platform_config.adapters import adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
 from platform_config.batch_jobs import batch_gpu_request, batch_shards
 from platform_config.capacity import batch_queue_rows, show_amount
+from platform_config.chart_images import chart_image_values
 from platform_config.chat_templates import served_template
 from platform_config.checks import run_peak_checks
 from platform_config.cold_start import (
@@ -418,6 +419,7 @@ def resolve(
             config.cluster.eks.system_node_group.price_per_hour,
             region,
         ),
+        chart_image_values=chart_image_values(config.cluster.kubernetes_version, image_lock.digests),
     )
 
 

@@ -94,7 +94,9 @@ class InferencePlatform(pulumi.ComponentResource):
         tags = aws_tags(config)
 
         priority_classes = PriorityClasses("priority-classes", opts=child)
-        monitoring = Monitoring("monitoring", opts=child) if config.monitoring.install_prometheus_stack else None
+        monitoring = (
+            Monitoring("monitoring", plan.chart_image_values, opts=child) if config.monitoring.install_prometheus_stack else None
+        )
         # Batch jobs queued through Kueue, installed when a tenant has a batch budget or a job exists.
         batch = bool(plan.batch_jobs or plan.batch_queues)
         # What every request depends on runs more than once in production (control-plane-availability).
@@ -103,9 +105,9 @@ class InferencePlatform(pulumi.ComponentResource):
             self._overview_dashboard(plan, monitoring, batch)
         self.pools = [self._gpu_pool(pool, config, args.cluster, tags) for pool in plan.pools.values()]
         eks = self._eks_services(args, tags, control_plane_replicas) if config.cluster.eks is not None else None
-        self._node_agents(config, monitoring)
+        self._node_agents(plan, monitoring)
         self._image_prepull(plan)
-        mesh = self._mesh(config, eks, control_plane_replicas)
+        mesh = self._mesh(plan, eks, control_plane_replicas)
         routing = GatewayRouting(
             "gateway-routing",
             GatewayRoutingArgs(traffic=config.traffic, routes=plan.routes, depends_on=(mesh.istiod, mesh.gateway)),
@@ -205,7 +207,13 @@ class InferencePlatform(pulumi.ComponentResource):
         region = eks.region or aws.get_region_output().region
         load_balancer = LoadBalancerController(
             "load-balancer-controller",
-            LoadBalancerControllerArgs(cluster_name=config.cluster.name, region=region, vpc_id=cluster.vpc_id, access=access),
+            LoadBalancerControllerArgs(
+                cluster_name=config.cluster.name,
+                region=region,
+                vpc_id=cluster.vpc_id,
+                access=access,
+                chart_image_values=args.plan.chart_image_values,
+            ),
             opts=child,
         )
         ClusterAutoscaler(
@@ -218,6 +226,7 @@ class InferencePlatform(pulumi.ComponentResource):
                 max_node_provision_seconds=args.plan.max_node_provision_seconds,
                 replicas=control_plane_replicas or 1,
                 spread=control_plane_replicas is not None,
+                chart_image_values=args.plan.chart_image_values,
             ),
             opts=child,
         )
@@ -239,15 +248,24 @@ class InferencePlatform(pulumi.ComponentResource):
             )
         return _EksServices(access, region, load_balancer, mirror)
 
-    def _node_agents(self, config: PlatformConfig, monitoring: Monitoring | None) -> None:
+    def _node_agents(self, plan: Plan, monitoring: Monitoring | None) -> None:
         """metrics-server where the stack installs it, and the GPU operator."""
+        config = plan.config
         child = pulumi.ResourceOptions(parent=self)
         if config.monitoring.install_metrics_server:
             node_selector = SYSTEM_NODE_SELECTOR if config.cluster.eks else None
-            MetricsServer("metrics-server", MetricsServerArgs(node_selector=node_selector), opts=child)
+            MetricsServer(
+                "metrics-server",
+                MetricsServerArgs(node_selector=node_selector, chart_image_values=plan.chart_image_values),
+                opts=child,
+            )
         GpuOperator(
             "gpu-operator",
-            GpuOperatorArgs(pools=tuple(config.node_pools), monitoring=monitoring and monitoring.release),
+            GpuOperatorArgs(
+                pools=tuple(config.node_pools),
+                monitoring=monitoring and monitoring.release,
+                chart_image_values=plan.chart_image_values,
+            ),
             opts=child,
         )
 
@@ -263,7 +281,8 @@ class InferencePlatform(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
-    def _mesh(self, config: PlatformConfig, eks: _EksServices | None, control_plane_replicas: int | None) -> Mesh:
+    def _mesh(self, plan: Plan, eks: _EksServices | None, control_plane_replicas: int | None) -> Mesh:
+        config = plan.config
         return Mesh(
             "mesh",
             MeshArgs(
@@ -274,6 +293,7 @@ class InferencePlatform(pulumi.ComponentResource):
                 load_balancer_scheme=config.traffic.load_balancer_scheme,
                 control_plane_replicas=control_plane_replicas or 1,
                 spread_control_plane=control_plane_replicas is not None,
+                chart_image_values=plan.chart_image_values,
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -331,6 +351,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     prometheus_url=config.monitoring.prometheus_url or PROMETHEUS_URL,
                     depends_on=(monitoring.release,) if monitoring else (),
                     inference_extension_crds=crds,
+                    chart_image_values=plan.chart_image_values,
                 ),
                 opts=child,
             )
@@ -338,7 +359,11 @@ class InferencePlatform(pulumi.ComponentResource):
         if "knative" in needed:
             knative = KnativeServing(
                 "knative-serving",
-                KnativeServingArgs(depends_on=(mesh.istiod,), high_availability=control_plane_replicas),
+                KnativeServingArgs(
+                    depends_on=(mesh.istiod,),
+                    high_availability=control_plane_replicas,
+                    chart_image_values=plan.chart_image_values,
+                ),
                 opts=child,
             )
             pod_machinery["knative"] = [knative.serving]
@@ -366,6 +391,7 @@ class InferencePlatform(pulumi.ComponentResource):
                 spread=control_plane_replicas is not None,
                 monitoring=monitoring.release if monitoring is not None else None,
                 namespaces={name: tenant.namespace_object for name, tenant in self.tenants.items()},
+                chart_image_values=plan.chart_image_values,
             ),
             opts=child,
         )

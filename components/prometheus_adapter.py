@@ -4,11 +4,12 @@ pickers' flow-control queues as metrics of their InferencePools."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from platform_config.chart_images import ChartImageValues
 from platform_config.namespaces import PROMETHEUS_ADAPTER_NAMESPACE as NAMESPACE
 from platform_config.pins import PROMETHEUS_ADAPTER
 
@@ -25,6 +26,8 @@ class PrometheusAdapterArgs:
     # serves the EPP queue metric and is installed after the CRD: it resolves the
     # inferencepools resource when it starts, and exits if the resource is unknown.
     inference_extension_crds: pulumi.Resource | None = None
+    # The values that pin the charts' images to the image lock's digests (`Plan.chart_image_values`).
+    chart_image_values: ChartImageValues = field(default_factory=dict)
 
 
 class PrometheusAdapter(pulumi.ComponentResource):
@@ -47,5 +50,6 @@ class PrometheusAdapter(pulumi.ComponentResource):
             PROMETHEUS_ADAPTER,
             adapter_values(args.prometheus_url, epp_queue=crds is not None),
             pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on, *([crds] if crds else [])]),
+            chart_image_values=args.chart_image_values,
         )
         self.register_outputs({"prometheusUrl": args.prometheus_url})

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from platform_config.capacity import BatchQueueRow
+from platform_config.chart_images import ChartImageValues
 from platform_config.models import PlatformConfig
 from platform_config.prices import NodePrice, Unpriced
 from platform_config.tenant_plan import TenantPlan
@@ -59,6 +60,8 @@ class Plan:
     # pricePerHour, else the dated list price (platform_config/prices.py), else why there is none.
     node_prices: Mapping[str, NodePrice | Unpriced] = field(default_factory=dict)
     system_node_price: NodePrice | Unpriced | None = None
+    # By chart, the values that pin its images to the image lock's digests (platform_config/chart_images.py).
+    chart_image_values: ChartImageValues = field(default_factory=dict)
 
     @property
     def routes(self) -> tuple[RoutePlan, ...]:

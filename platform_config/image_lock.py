@@ -13,13 +13,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, ValidationError
 
+from .chart_images import chart_images
 from .errors import ConfigError, ConfigIssue
 from .models import PlatformConfig
 from .models.base import IMAGE_DIGEST_PATTERN, ConfigModel, PinnedImage
 from .pins import AWS_CLI, ENDPOINT_PICKER, ENVOY_PROXY, VLLM
 
 LOCK_VERSION = 1
-# A lock holds a stack's images: the four pins and one per version at most; a larger file is not a lock.
+# A lock holds a stack's images: the four pins, the charts' and one per version at most; a larger file is not a lock.
 MAX_LOCK_BYTES = 1 << 20
 MAX_LOCKED_IMAGES = 1024
 KEY = ("images", "lockFile")
@@ -60,8 +61,13 @@ class ImageLock:
 
 
 def stack_images(config: PlatformConfig) -> Iterator[tuple[str, str]]:
-    """Each image reference the stack's pods may pull, with what names it (a pin, or a version's `image` key)."""
+    """Each image reference the stack's pods may pull, with what names it (a pin, a chart's image, or a version's
+    `image` key), each once."""
     yield from ((reference, named) for reference, named in PINNED.items())
+    charts: dict[str, str] = {}
+    for image in chart_images(config.cluster.kubernetes_version):
+        charts.setdefault(image.reference, f"{image.what}, chart {image.chart.chart} {image.chart.version}")
+    yield from charts.items()
     for m_index, model in enumerate(config.models):
         for v_index, version in enumerate(model.versions):
             if version.image is not None and version.image not in PINNED:

@@ -7,6 +7,7 @@ no lock, or lacks an image, is refused naming `images.lockFile`."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import subprocess
@@ -17,20 +18,27 @@ from typing import Any
 import pytest
 import yaml
 
+from platform_config.chart_images import chart_images
 from platform_config.pins import AWS_CLI, ENDPOINT_PICKER, ENVOY_PROXY, VLLM
 
 from .helpers import ROOT, PreviewRun, raw_stack, run_preview, write_stack
 from .servers.image_registry import image_registry
 
 DIGEST = "sha256:" + "ab" * 32
+# The committed stacks' cluster version (the cluster autoscaler's image follows it).
+KUBERNETES_VERSION = raw_stack("dev")["cluster"]["kubernetesVersion"]
 # Where each pin's registry is asked in the test: one loopback registry standing in as a pull-through mirror of all
-# three (a digest names content, not a host).
+# of them (a digest names content, not a host).
 PIN_REPOSITORIES = {
     VLLM.image: "vllm/vllm-openai",
     AWS_CLI.image: "aws-cli/aws-cli",
     ENDPOINT_PICKER.image: "llm-d/llm-d-router-endpoint-picker",
     ENVOY_PROXY.image: "envoyproxy/envoy",
 }
+# The charts' images, as the table names them: each under its path on its registry.
+CHART_IMAGES = chart_images(KUBERNETES_VERSION)
+CHART_REPOSITORIES = {image.reference: image.reference.split("/", 1)[1].rsplit(":", 1)[0] for image in CHART_IMAGES}
+REGISTRIES = sorted({"docker.io", "ghcr.io", "public.ecr.aws"} | {image.reference.split("/")[0] for image in CHART_IMAGES})
 
 
 def lock_images(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -54,7 +62,7 @@ def project_copy(tmp_path: Path) -> Path:
 
 def mirror_flags(host: str) -> list[str]:
     return [
-        *(flag for registry in ("docker.io", "ghcr.io", "public.ecr.aws") for flag in ("--mirror", f"{registry}={host}")),
+        *(flag for registry in REGISTRIES for flag in ("--mirror", f"{registry}={host}")),
         "--plain-http",
         host,
     ]
@@ -76,7 +84,8 @@ def preview_with_lock(tmp_path: Path, stack: str, lock: dict[str, Any] | str, *a
 
 
 def every_lock(digest: str = DIGEST) -> dict[str, Any]:
-    return {"lockVersion": 1, "resolvedAt": "2026-12-04T10:00:00Z", "images": dict.fromkeys(PIN_REPOSITORIES, digest)}
+    images = dict.fromkeys([*PIN_REPOSITORIES, *CHART_REPOSITORIES], digest)
+    return {"lockVersion": 1, "resolvedAt": "2026-12-04T10:00:00Z", "images": images}
 
 
 def pod_images(out: Path) -> list[str]:
@@ -107,7 +116,7 @@ def test_the_lock_holds_what_the_registry_answers_and_every_pod_pulls_by_it(tmp_
     with image_registry(tmp_path) as registry:
         pushed = {
             reference: registry.push(repository, reference.rsplit(":", 1)[1])
-            for reference, repository in PIN_REPOSITORIES.items()
+            for reference, repository in {**PIN_REPOSITORIES, **CHART_REPOSITORIES}.items()
         }
         project = project_copy(tmp_path)
         result = lock_images(project, *mirror_flags(registry.host))
@@ -121,6 +130,18 @@ def test_the_lock_holds_what_the_registry_answers_and_every_pod_pulls_by_it(tmp_
     images = pod_images(run.out)
     assert images and all("@sha256:" in image for image in images), images
     assert {image.split("@")[0]: image.split("@")[1] for image in images}.items() <= pushed.items()
+    # Every chart the stack installs names its images' digests where its templates read them.
+    releases = {
+        (release["chart"].rsplit("/", 1)[-1], release["version"]): release["values"]
+        for release in map(yaml.safe_load, map(Path.read_text, sorted((run.out / "helm").glob("*.yaml"))))
+    }
+    for image in CHART_IMAGES:
+        values = releases.get((image.chart.chart, image.chart.version))
+        if values is None:
+            continue  # a chart dev does not install
+        value = functools.reduce(lambda node, key: node[key], image.key.split("."), values)
+        assert pushed[image.reference].removeprefix("sha256:") in value, (image.key, value)
+    assert {"gpu-operator", "metrics-server"} <= {chart for chart, _ in releases}
 
 
 @pytest.mark.real_server
@@ -158,6 +179,12 @@ def test_production_pulling_by_tag_is_refused_at_the_packs_own_level(tmp_path):
     violations = [v for v in report["policies"]["data"]["diagnostics"] if v["policy"] == "image-digests"]
     assert violations and all(v["level"] == "mandatory" for v in violations)
     assert any(f"runs image '{VLLM.image}' by tag in production" in v["message"] for v in violations)
+    # The charts' images too, named by the key that takes the digest.
+    assert any(
+        "release of chart gpu-operator runs nvcr.io/nvidia/k8s-device-plugin:v0.18.1" in v["message"]
+        and "set devicePlugin.version to the digest" in v["message"]
+        for v in violations
+    ), [v["message"] for v in violations]
 
 
 def test_a_locked_production_stack_passes_the_pack_at_its_own_level(tmp_path):

@@ -8,7 +8,12 @@ import os
 import pytest
 import yaml
 
+from platform_config.chart_images import chart_images
+
 from .helpers import ROOT, STACKS, run_preview
+
+# The charts whose images the platform pins by the lock (platform_config/chart_images.py).
+CHART_NAMES = {image.chart.chart for image in chart_images("1.33")}
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +44,11 @@ def test_every_stack_previews_clean(previews, stack):
 
 
 def _runs_pods(resource: dict) -> bool:
-    """A resource that declares a pod template or is a pod: what the pack's image rules read."""
+    """A resource that declares a pod template or is a pod, or a Helm release of a chart whose images the platform
+    knows: what the pack's image rules read."""
     spec = resource["inputs"].get("spec") or {}
+    if resource["type"] == "kubernetes:helm.sh/v3:Release":
+        return resource["inputs"]["chart"].rsplit("/", 1)[-1] in CHART_NAMES
     return resource["custom"] and (resource["type"].endswith(":Pod") or "template" in spec or "jobTemplate" in spec)
 
 

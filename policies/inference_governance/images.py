@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .kube import (
+    FACTS,
     FORBIDDEN_TAGS,
+    HELM_RELEASE,
     PINNED_REPOSITORIES,
     Report,
     config,
@@ -58,10 +61,46 @@ def pinned_images(args: Any, report_violation: Report) -> None:
             )
 
 
+# How a chart's values hold an image's digest, by the form its templates join it in (platform_config/chart_images.py).
+_DIGEST = FACTS["images"]["digestPattern"]
+_CHART_DIGEST_FORMS = {
+    "digest": re.compile(_DIGEST),
+    "sha": re.compile(_DIGEST.removeprefix("sha256:")),
+    "tag": re.compile(f"{FACTS['images']['tagPattern']}@{_DIGEST}"),
+    "image": re.compile(f"[^@]+@{_DIGEST}"),
+}
+_CHART_DIGEST_SHOWN = {
+    "digest": "the digest (sha256:<hex>)",
+    "sha": "the digest's hex",
+    "tag": "<tag>@sha256:<hex>",
+    "image": "the image with its digest",
+}
+CHART_IMAGES: dict[str, dict[str, list[dict[str, str]]]] = FACTS["images"]["charts"]
+
+
+def _release_image_digests(props: Any, report_violation: Report) -> None:
+    """A release of a chart whose images the platform knows sets each one's digest where the chart's templates read
+    it: a release's pods are rendered by Helm at `up`, which the pack never sees."""
+    chart = str(get(props, "chart", default="")).rsplit("/", 1)[-1]
+    images = CHART_IMAGES.get(chart, {}).get(str(get(props, "version", default="")), [])
+    values = get(props, "values", default={})
+    for image in images:
+        value = get(values, *image["key"].split("."), default=None)
+        if not (isinstance(value, str) and _CHART_DIGEST_FORMS[image["form"]].fullmatch(value)):
+            report_violation(
+                f"release of chart {chart} runs {image['reference']} ({image['what']}) by tag in production: set "
+                f"{image['key']} to {_CHART_DIGEST_SHOWN[image['form']]} (`python -m platform_tools lock-images "
+                "<stack>`, then set images.lockFile to the file it writes)"
+            )
+
+
 def image_digests(args: Any, report_violation: Report) -> None:
-    """In production every image a pod pulls is named by its digest (the stack's `images.lockFile`): a tag can be moved
-    to other content, after review or between two nodes' pulls; a digest cannot."""
+    """In production every image a pod pulls is named by its digest (the stack's `images.lockFile`), the charts' images
+    included: a tag can be moved to other content, after review or between two nodes' pulls; a digest cannot."""
     if not is_production(args):
+        return
+    if args.resource_type == HELM_RELEASE:
+        _release_image_digests(args.props, report_violation)
         return
     template = pod_template(args.resource_type, args.props)
     if template is None:

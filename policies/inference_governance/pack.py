@@ -278,7 +278,8 @@ POLICIES = [
     ResourceValidationPolicy(
         name="image-digests",
         description="In production, every container image a pod pulls is named by its digest (the stack's image lock, "
-        "`images.lockFile`), not only by a tag that can be moved.",
+        "`images.lockFile`), not only by a tag that can be moved, and every chart release sets its images' digests "
+        "where the chart reads them.",
         validate=images.image_digests,
         severity=Severity.HIGH,
         config_schema=schema(productionStacks=PRODUCTION),
