@@ -366,7 +366,11 @@ def _object_checks(
         lambda: check_first_up(evaluation.resources),
     )
     report.sections["firstUp"] = first_up_section(first_up)
-    pins = progress.run("checking pins and rendered values against upstream facts", lambda: check_upstream(objects, releases))
+    posture = outputs.get("securityPosture") or {}
+    pins = progress.run(
+        "checking pins and rendered values against upstream facts",
+        lambda: check_upstream(objects, releases, production=bool(posture.get("production"))),
+    )
     # Named relative to the project (`../shared/upstream-facts`): the report goes into pull requests,
     # where the runner's own paths say nothing.
     report.sections["upstream"] = upstream_section(pins, shown_path(facts_dir()))

@@ -221,9 +221,10 @@ VLLM_REPOSITORY = pins.VLLM.repository
 
 
 def vllm_version_of(image: str) -> str | None:
-    """`vllm/vllm-openai:v0.33.0` -> `0.33.0`; None for another image or a digest-only pin."""
-    name, _, tag = image.partition(":")
-    if name != VLLM_REPOSITORY or not tag or "@" in tag:
+    """`vllm/vllm-openai:v0.33.0` -> `0.33.0`, as is `vllm/vllm-openai:v0.33.0@sha256:<hex>` (the image lock's form:
+    the runtime pulls the digest, the tag says which release it is); None for another image or a digest-only pin."""
+    name, _, tag = image.split("@", 1)[0].partition(":")
+    if name.removeprefix("docker.io/") != VLLM_REPOSITORY or not tag:
         return None
     return tag.removeprefix("v")
 
@@ -233,13 +234,18 @@ def flags_of(args: list[str]) -> list[str]:
     return [arg.split("=", 1)[0] for arg in args if isinstance(arg, str) and arg.startswith("--")]
 
 
-def check_vllm_container(facts: Facts, owner: str, container: dict[str, Any]) -> PinResult:
+def check_vllm_container(facts: Facts, owner: str, container: dict[str, Any], production: bool = False) -> PinResult:
+    """A vLLM container's release and flags against upstream. In production a server whose release cannot be told
+    (an image of one's own, or a digest without its tag) fails: its flags would reach a cluster unchecked."""
     image = str(container.get("image", ""))
     version = vllm_version_of(image)
     result = PinResult(f"vllm flags of {owner}", version or image, VERIFIED)
     if version is None:
-        result.status = UNVERIFIED
-        result.details.append(f"image {image} is not a vllm/vllm-openai release tag: flags unchecked")
+        result.status = FAILED if production else UNVERIFIED
+        result.details.append(
+            f"image {image} is not a {VLLM_REPOSITORY} release tag: flags unchecked"
+            + (" (production runs released vLLM images only, tagged v<version>, digest or not)" if production else "")
+        )
         return result
     released = facts.vllm_released()
     if released is not None and version not in released:
@@ -324,7 +330,10 @@ def check_knative_serving_pin(facts: Facts) -> PinResult:
     return result
 
 
-def check_upstream(objects: list[dict[str, Any]], releases: list[dict[str, Any]], root: Path | None = None) -> list[PinResult]:
+def check_upstream(
+    objects: list[dict[str, Any]], releases: list[dict[str, Any]], root: Path | None = None, *, production: bool = False
+) -> list[PinResult]:
+    """Every pin, release's values and vLLM container against the facts (`production`: the stack's environment)."""
     facts = Facts(root or facts_dir())
     results = [check_chart_pin(facts, pin) for pin in pins.CHARTS]
     results.append(check_knative_serving_pin(facts))
@@ -341,5 +350,5 @@ def check_upstream(objects: list[dict[str, Any]], releases: list[dict[str, Any]]
                 metadata = obj.get("metadata") or {}
                 knative = str(obj.get("apiVersion", "")).startswith("serving.knative.dev/")
                 owner = f"{'KnativeService' if knative else obj.get('kind')} {metadata.get('namespace')}/{metadata.get('name')}"
-                results.append(check_vllm_container(facts, owner, container))
+                results.append(check_vllm_container(facts, owner, container, production))
     return results

@@ -192,6 +192,21 @@ def test_a_locked_production_stack_passes_the_pack_at_its_own_level(tmp_path):
     assert run.result.returncode == 0, run.result.stderr[-3000:]
     assert not [v for v in run.report["policies"]["data"]["diagnostics"] if v["policy"] == "image-digests"]
     assert all(image.endswith(f"@{DIGEST}") for image in pod_images(run.out))
+    # The digest takes nothing from the upstream stage: each server's release is still read from its tag, and its
+    # flags checked against that release.
+    flags = [pin for pin in run.report["upstream"]["data"]["pins"] if pin["pin"].startswith("vllm flags of ")]
+    assert flags and {pin["status"] for pin in flags} == {"verified"}, flags
+    assert {pin["version"] for pin in flags} == {VLLM.tag.removeprefix("v")}
+
+
+@pytest.mark.parametrize("production", [False, True])
+def test_a_server_image_whose_release_cannot_be_told_fails_the_upstream_stage_in_production(production):
+    from preview.upstream import Facts, check_vllm_container, facts_dir
+
+    container = {"image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/team/vllm:v0.33.0-patched", "args": []}
+    result = check_vllm_container(Facts(facts_dir()), "Deployment team-a/x", container, production)
+    assert result.status == ("failed" if production else "unverified"), result
+    assert "is not a vllm/vllm-openai release tag: flags unchecked" in result.details[0]
 
 
 @pytest.mark.parametrize(
