@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import sys
-import typing
 from pathlib import Path
 from typing import Any
 
 from platform_config import release as release_record
-from platform_config.chart_images import chart_images
+from platform_config.chart_images import pack_facts
 from platform_config.credentials import CREDENTIAL_FORMATS
 from platform_config.floors import FLOORS
 from platform_config.gpu_catalog import GPU_MODELS, GPU_RESOURCE, MIG_RESOURCE_PREFIX
@@ -27,7 +26,6 @@ from platform_config.models import (
     IMAGE_DIGEST_PATTERN,
     IMAGE_TAG_PATTERN,
     S3_URI_PATTERN,
-    KubernetesVersion,
     ReleaseConfig,
     TrafficConfig,
 )
@@ -129,21 +127,11 @@ def policy_facts() -> dict[str, Any]:
             "pinnedRepositories": sorted(pin.repository for pin in IMAGES),
             # What an endpoint picker's pods run (components/specs/endpoint_picker/pods.py): the EPP and its Envoy.
             "endpointPickerRepositories": sorted(pin.repository for pin in (ENDPOINT_PICKER, ENVOY_PROXY)),
-            # By chart and version, where each image the chart runs takes its digest (platform_config/chart_images.py).
-            "charts": _chart_images(),
+            # By chart and version, where each image the chart runs takes its digest, the values it comes from and what
+            # no release may set (platform_config/chart_images.py).
+            "charts": pack_facts(),
         },
     }
-
-
-def _chart_images() -> dict[str, dict[str, list[dict[str, str]]]]:
-    charts: dict[str, dict[str, list[dict[str, str]]]] = {}
-    for version in typing.get_args(KubernetesVersion):
-        for image in chart_images(version):
-            entries = charts.setdefault(image.chart.chart, {}).setdefault(image.chart.version, [])
-            entry = {"key": image.key, "form": image.form, "reference": image.reference, "what": image.what}
-            if entry not in entries:
-                entries.append(entry)
-    return charts
 
 
 def rendered() -> str:

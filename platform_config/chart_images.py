@@ -16,6 +16,7 @@ A chart's templates join an image in one of four ways, read at each pinned tag (
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -23,10 +24,16 @@ from typing import Any, Literal
 from .models import KubernetesVersion
 from .pins import (
     AWS_LOAD_BALANCER_CONTROLLER,
+    CHARTS,
     CLUSTER_AUTOSCALER,
     GPU_OPERATOR,
+    ISTIO_CNI,
+    ISTIOD,
+    KNATIVE_OPERATOR,
+    KUBE_PROMETHEUS_STACK,
     KUEUE,
     METRICS_SERVER,
+    PROMETHEUS_ADAPTER,
     ChartPin,
 )
 
@@ -45,6 +52,10 @@ class ChartImage:
     form: DigestForm
     what: str
     """What runs it, and the template (at the pinned tag) that joins it."""
+    source: Mapping[str, str] = field(default_factory=dict)
+    """The other values the template joins the image from (registry, repository, image name), each with the one value a
+    release may give it, the published chart's own: the pack refuses any other (a digest pins content only with the
+    repository it was read from)."""
     also: Mapping[str, str] = field(default_factory=dict)
     """Values set with it, where the chart's own default is not what its published package runs (key: value)."""
 
@@ -64,7 +75,17 @@ class ChartImage:
 
 
 def _gpu_operator(key: str, reference: str, form: DigestForm, what: str) -> ChartImage:
-    return ChartImage(GPU_OPERATOR, reference, key, form, f"the GPU operator's {what}")
+    """An image of the GPU operator's values, `<prefix>.repository`/`<prefix>.image` beside `<prefix>.version`, or the
+    node-feature-discovery subchart's `image.repository` beside its `image.tag`."""
+    prefix, _ = key.rsplit(".", 1)
+    path, _ = reference.rsplit(":", 1)
+    repository, name = path.rsplit("/", 1)
+    source = (
+        {f"{prefix}.repository": path}
+        if prefix.endswith(".image")
+        else {f"{prefix}.repository": repository, f"{prefix}.image": name}
+    )
+    return ChartImage(GPU_OPERATOR, reference, key, form, f"the GPU operator's {what}", source)
 
 
 # NVIDIA/gpu-operator v25.10.1, deployments/gpu-operator: the operator's own Deployment and CRD hook Job join
@@ -97,6 +118,125 @@ GPU_OPERATOR_IMAGES = (
     ),
 )
 
+
+def _sha(chart: ChartPin, prefix: str, reference: str, what: str, form: DigestForm = "sha") -> ChartImage:
+    """An image of the Prometheus community's and Grafana's charts: `<prefix>.{registry,repository,tag}` joined, and the
+    digest in `<prefix>.sha` (or `.digest`, the form's own)."""
+    registry, path = reference.split("/", 1)
+    repository, tag = path.rsplit(":", 1)
+    source = {f"{prefix}.registry": registry, f"{prefix}.repository": repository, f"{prefix}.tag": tag}
+    key = f"{prefix}.digest" if prefix == "prometheus-node-exporter.image" else f"{prefix}.sha"
+    return ChartImage(chart, reference, key, form, what, source)
+
+
+# prometheus-community/helm-charts kube-prometheus-stack-81.4.3, charts/kube-prometheus-stack (appVersion v0.88.1, the
+# tag an empty `tag` takes): each image `{{ registry }}/{{ repository }}:{{ tag }}@sha256:{{ sha }}`, the hex alone
+# (templates/prometheus-operator/deployment.yaml for the operator, and the config reloader and Thanos images it is
+# given by flag, the config reloader run in every Prometheus and Alertmanager pod; templates/prometheus/prometheus.yaml
+# and templates/alertmanager/alertmanager.yaml for the CRs' spec.image; templates/prometheus-operator/admission-
+# webhooks/job-patch/job-createSecret.yaml and job-patchWebhook.yaml for the two hook Jobs). Its subcharts at the
+# versions its Chart.yaml pins: grafana 10.5.15 (grafana/helm-charts, charts/grafana/templates/_pod.tpl: Grafana, and
+# the dashboards and datasources sidecars the parent turns on; hex `sha`), kube-state-metrics 7.1.0 (templates/
+# _helpers.tpl: `%s@%s`, the `sha` is `sha256:<hex>`) and prometheus-node-exporter 4.51.0 (templates/_helpers.tpl: its
+# key is `digest`, `sha256:<hex>`). Not rendered under the platform's values: the admission webhook Deployment, the
+# CRD upgrade Job, Grafana's init-chown-data and download-dashboards, the kube-rbac-proxy sidecars; Grafana's test
+# pod runs only at `helm test`. `global.imageRegistry`, read by the chart and each subchart, replaces every registry.
+_KPS = KUBE_PROMETHEUS_STACK
+KUBE_PROMETHEUS_STACK_IMAGES = (
+    _sha(
+        _KPS,
+        "prometheusOperator.image",
+        "quay.io/prometheus-operator/prometheus-operator:v0.88.1",
+        "the Prometheus operator (templates/prometheus-operator/deployment.yaml)",
+    ),
+    _sha(
+        _KPS,
+        "prometheusOperator.prometheusConfigReloader.image",
+        "quay.io/prometheus-operator/prometheus-config-reloader:v0.88.1",
+        "the config reloader of every Prometheus and Alertmanager pod (the operator's --prometheus-config-reloader)",
+    ),
+    _sha(
+        _KPS,
+        "prometheusOperator.thanosImage",
+        "quay.io/thanos/thanos:v0.40.1",
+        "the Thanos sidecar's default image (the operator's --thanos-default-base-image)",
+    ),
+    _sha(
+        _KPS,
+        "prometheus.prometheusSpec.image",
+        "quay.io/prometheus/prometheus:v3.9.1",
+        "Prometheus (templates/prometheus/prometheus.yaml)",
+    ),
+    _sha(
+        _KPS,
+        "alertmanager.alertmanagerSpec.image",
+        "quay.io/prometheus/alertmanager:v0.30.1",
+        "Alertmanager (templates/alertmanager/alertmanager.yaml)",
+    ),
+    _sha(
+        _KPS,
+        "prometheusOperator.admissionWebhooks.patch.image",
+        "ghcr.io/jkroepke/kube-webhook-certgen:1.7.4",
+        "the admission webhook's certificate hook Jobs (templates/prometheus-operator/admission-webhooks/job-patch)",
+    ),
+    _sha(_KPS, "grafana.image", "docker.io/grafana/grafana:12.3.1", "Grafana (grafana 10.5.15 templates/_pod.tpl)"),
+    _sha(
+        _KPS,
+        "grafana.sidecar.image",
+        "quay.io/kiwigrid/k8s-sidecar:2.5.0",
+        "Grafana's dashboards and datasources sidecars (grafana 10.5.15 templates/_pod.tpl)",
+    ),
+    _sha(
+        _KPS,
+        "kube-state-metrics.image",
+        "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.18.0",
+        "kube-state-metrics (kube-state-metrics 7.1.0 templates/_helpers.tpl)",
+        "digest",
+    ),
+    _sha(
+        _KPS,
+        "prometheus-node-exporter.image",
+        "quay.io/prometheus/node-exporter:v1.10.2",
+        "node-exporter (prometheus-node-exporter 4.51.0 templates/_helpers.tpl)",
+        "digest",
+    ),
+)
+
+# knative/operator knative-v1.23.0, config/charts/knative-operator/templates/operator.yaml: the operator and its
+# webhook as `{{ image }}:{{ tag }}` (the published chart's tag is v1.23.0: hack/generate-helm.sh replaces the
+# values' placeholder). Serving and net-istio, which the operator applies from its own image (cmd/operator/kodata/
+# knative-serving/1.23.0, ingress/1.23/istio/net-istio.yaml), name each of their images by digest already, queue-proxy
+# included: the operator's digest pins them too, unless a KnativeServing's `spec.registry` replaces them (the pack
+# refuses that).
+_KNATIVE = "gcr.io/knative-releases/knative.dev/operator/cmd"
+KNATIVE_OPERATOR_IMAGES = tuple(
+    ChartImage(
+        KNATIVE_OPERATOR,
+        f"{_KNATIVE}/{image}:{KNATIVE_OPERATOR.version}",
+        f"knative_operator.{prefix}.tag",
+        "tag",
+        f"the Knative {what} (templates/operator.yaml)",
+        {f"knative_operator.{prefix}.image": f"{_KNATIVE}/{image}"},
+    )
+    for prefix, image, what in (
+        ("knative_operator", "operator", "operator"),
+        ("operator_webhook", "webhook", "operator's webhook"),
+    )
+)
+
+# prometheus-community/helm-charts prometheus-adapter-5.3.0, templates/deployment.yaml: `{{ image.repository }}:{{
+# image.tag | default (printf "v%s" .Chart.AppVersion) }}`, the repository with its registry.
+PROMETHEUS_ADAPTER_IMAGES = (
+    ChartImage(
+        PROMETHEUS_ADAPTER,
+        "registry.k8s.io/prometheus-adapter/prometheus-adapter:v0.12.0",
+        "image.tag",
+        "tag",
+        "prometheus-adapter (templates/deployment.yaml)",
+        {"image.repository": "registry.k8s.io/prometheus-adapter/prometheus-adapter"},
+    ),
+)
+
 # kube-system's charts join `<repository>:<tag>` and have no digest key.
 KUBE_SYSTEM_IMAGES = (
     # aws/eks-charts stable/aws-load-balancer-controller 3.5.0 (the chart kubernetes-sigs/aws-load-balancer-controller
@@ -107,6 +247,7 @@ KUBE_SYSTEM_IMAGES = (
         "image.tag",
         "tag",
         "the load balancer controller (templates/deployment.yaml)",
+        {"image.repository": "public.ecr.aws/eks/aws-load-balancer-controller"},
     ),
     # kubernetes-sigs/metrics-server metrics-server-helm-chart-3.13.1, charts/metrics-server/templates/_helpers.tpl
     # (an empty tag is "v" + the appVersion 0.8.1); the addon resizer is off.
@@ -116,6 +257,7 @@ KUBE_SYSTEM_IMAGES = (
         "image.tag",
         "tag",
         "metrics-server (templates/_helpers.tpl)",
+        {"image.repository": "registry.k8s.io/metrics-server/metrics-server"},
     ),
     # kubernetes-sigs/kueue v0.19.2, charts/kueue/templates/manager/manager.yaml. The values.yaml in git name a staging
     # image, which hack/helm-chart-package.sh rewrites to registry.k8s.io/kueue/kueue:v0.19.2 for the published
@@ -126,7 +268,32 @@ KUBE_SYSTEM_IMAGES = (
         "controllerManager.manager.image.tag",
         "tag",
         "Kueue's controller manager (templates/manager/manager.yaml)",
+        source={"controllerManager.manager.image.repository": "registry.k8s.io/kueue/kueue"},
         also={"controllerManager.manager.image.repository": "registry.k8s.io/kueue/kueue"},
+    ),
+)
+
+
+# istio/istio 1.30.3, manifests/charts: istiod's Deployment (istio-control/istio-discovery/templates/deployment.yaml)
+# and istio-cni's DaemonSet (istio-cni/templates/daemonset.yaml) use `image` whole where it holds a "/" (else they join
+# hub, image, tag and variant). Every proxy istiod injects, the sidecars and the gateway pods (the gateway chart's
+# `image: auto`, templates/deployment.yaml), runs `global.proxy.image`, its init container `global.proxy_init.image`,
+# each whole where it holds a "/" (istio-discovery/files/injection-template.yaml, gateway-injection-template.yaml),
+# unless the pod's `sidecar.istio.io/proxyImage` annotation names another, which the pack refuses. The base and
+# gateway charts run no image of their own. The published charts' own hub is registry.istio.io/release (istio/
+# release-builder release-1.30, release/build.sh DOCKER_HUB, stamped into the charts by pkg/build/helm.go
+# updateValues); the release's publish.sh pushes the same images to docker.io/istio, the hub named here, whose answers
+# the lock records.
+_ISTIO = "docker.io/istio"
+_PROXY_IMAGE = f"{_ISTIO}/proxyv2:{ISTIOD.version}"
+ISTIO_IMAGES = (
+    ChartImage(ISTIOD, f"{_ISTIO}/pilot:{ISTIOD.version}", "image", "image", "istiod (templates/deployment.yaml)"),
+    ChartImage(ISTIOD, _PROXY_IMAGE, "global.proxy.image", "image", "every injected proxy (files/injection-template.yaml)"),
+    ChartImage(
+        ISTIOD, _PROXY_IMAGE, "global.proxy_init.image", "image", "every injected proxy's init container (injection-template)"
+    ),
+    ChartImage(
+        ISTIO_CNI, f"{_ISTIO}/install-cni:{ISTIO_CNI.version}", "image", "image", "the CNI node agent (templates/daemonset.yaml)"
     ),
 )
 
@@ -143,12 +310,51 @@ def _cluster_autoscaler(kubernetes_version: KubernetesVersion) -> ChartImage:
         "image.tag",
         "tag",
         "the cluster autoscaler (templates/deployment.yaml)",
+        {"image.repository": "registry.k8s.io/autoscaling/cluster-autoscaler"},
     )
 
 
 def chart_images(kubernetes_version: KubernetesVersion) -> tuple[ChartImage, ...]:
     """Every image of every chart the platform pins, for a cluster of this Kubernetes minor (its autoscaler's)."""
-    return (*GPU_OPERATOR_IMAGES, *KUBE_SYSTEM_IMAGES, _cluster_autoscaler(kubernetes_version))
+    return (
+        *GPU_OPERATOR_IMAGES,
+        *ISTIO_IMAGES,
+        *KUBE_PROMETHEUS_STACK_IMAGES,
+        *KNATIVE_OPERATOR_IMAGES,
+        *PROMETHEUS_ADAPTER_IMAGES,
+        *KUBE_SYSTEM_IMAGES,
+        _cluster_autoscaler(kubernetes_version),
+    )
+
+
+# By chart, the values that would move every image of it at once (a global registry), which no release may set.
+CHART_WIDE_SOURCES: Mapping[str, tuple[str, ...]] = {
+    KUBE_PROMETHEUS_STACK.chart: tuple(
+        f"{chart}global.imageRegistry" for chart in ("", "grafana.", "kube-state-metrics.", "prometheus-node-exporter.")
+    ),
+}
+
+
+def pack_facts() -> dict[str, dict[str, dict[str, Any]]]:
+    """By chart and version, for every chart the platform pins (those that run no image of their own too: the pack
+    refuses a production release of any other, whose images it cannot know): where each image takes its digest, the
+    values it comes from, and what no release may set."""
+    facts: dict[str, dict[str, dict[str, Any]]] = {}
+    for pin in CHARTS:
+        facts.setdefault(pin.chart, {})[pin.version] = {"images": [], "unset": list(CHART_WIDE_SOURCES.get(pin.chart, ()))}
+    for kubernetes_version in typing.get_args(KubernetesVersion):
+        for image in chart_images(kubernetes_version):
+            entries = facts[image.chart.chart][image.chart.version]["images"]
+            entry = {
+                "key": image.key,
+                "form": image.form,
+                "reference": image.reference,
+                "what": image.what,
+                "source": dict(image.source),
+            }
+            if entry not in entries:
+                entries.append(entry)
+    return facts
 
 
 def locked_values(chart: ChartPin, images: Iterable[ChartImage], digests: Mapping[str, str]) -> dict[str, Any]:

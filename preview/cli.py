@@ -366,13 +366,11 @@ def _object_checks(
         lambda: check_first_up(evaluation.resources),
     )
     report.sections["firstUp"] = first_up_section(first_up)
-    posture = outputs.get("securityPosture") or {}
     pins = progress.run(
         "checking pins and rendered values against upstream facts",
-        lambda: check_upstream(objects, releases, production=bool(posture.get("production"))),
+        lambda: check_upstream(objects, releases, production=bool((outputs.get("securityPosture") or {}).get("production"))),
     )
-    # Named relative to the project (`../shared/upstream-facts`): the report goes into pull requests,
-    # where the runner's own paths say nothing.
+    # Named relative to the project (`../shared/upstream-facts`): a pull request's report, where the runner's paths say nothing.
     report.sections["upstream"] = upstream_section(pins, shown_path(facts_dir()))
     version = str(outputs.get("kubernetesVersion") or "1.33")
     # Imported only now: jsonschema and the schemas load while the policy pack is busy with the
