@@ -18,6 +18,27 @@ MLFLOW = next(
     if line.lower().startswith("mlflow==")
 )
 VERSION = r"v?(\d+\.\d+(?:\.\d+)?)"
+
+
+# Istio's charts have words for names (base, cni, gateway): quoted as "Istio <version>", above.
+ISTIO_CHARTS = {pins.ISTIO_BASE.chart, pins.ISTIO_CNI.chart, pins.ISTIOD.chart, pins.ISTIO_GATEWAY.chart}
+
+
+def _version_in(tag: str) -> str:
+    """The release an image's tag names (`distroless-v1.38.3` -> `1.38.3`)."""
+    found = re.search(r"\d+\.\d+(?:\.\d+)?", tag)
+    assert found is not None, tag
+    return found.group(0)
+
+
+def _by_name(named: list[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
+    """A pattern per name (`<name> <version>`, `<name> chart <version>`) with every version pinned under it."""
+    versions: dict[str, list[str]] = {}
+    for name, version in named:
+        versions.setdefault(name, []).append(version)
+    return {rf"\b{re.escape(name)}(?: chart)? {VERSION}": tuple(found) for name, found in versions.items()}
+
+
 # How prose names each pinned component, and the versions it may quote for it: the pin (a quote may leave out the
 # patch), and for vLLM also the release aiconfigurator's measurements were taken with.
 QUOTED = {
@@ -31,6 +52,13 @@ QUOTED = {
     rf"\bmetrics-server {VERSION}": (pins.METRICS_SERVER.version,),
     rf"\bKnative(?: Serving)? {VERSION}": (pins.KNATIVE_SERVING_VERSION, pins.KNATIVE_OPERATOR.release),
     rf"\bGPU Operator {VERSION}": (pins.GPU_OPERATOR.release,),
+    # Every pinned chart by its name (the cluster autoscaler's charts and images, one per Kubernetes minor), and every
+    # pinned image by its repository's last part.
+    **_by_name(
+        [(pin.chart, pin.release) for pin in pins.CHARTS if pin.chart not in ISTIO_CHARTS]
+        + [("cluster-autoscaler", pin.image_tag.removeprefix("v")) for pin in pins.CLUSTER_AUTOSCALER.values() if pin.image_tag]
+        + [(pin.repository.rsplit("/", 1)[-1], _version_in(pin.tag)) for pin in pins.IMAGES]
+    ),
 }
 # History, not a pin: the quote and words of its sentence.
 HISTORY = {
@@ -77,3 +105,9 @@ def test_every_quoted_version_of_a_pinned_component_is_its_pin():
 def test_a_quote_of_another_version_is_stale_and_history_is_not():
     text = f"Kueue 0.10.1 admits the job.\nKueue {pins.KUEUE.version} too.\nThey are deprecated since MLflow 2.9.0.\n"
     assert stale_quotes(text, "x.md") == [f"x.md:1: 'Kueue 0.10.1', pinned {pins.KUEUE.version}"]
+    # Every pinned chart and image by its name, at any of its pins.
+    text = f"kube-prometheus-stack 80.0.0 and aws-cli 2.0.1.\nkube-prometheus-stack {pins.KUBE_PROMETHEUS_STACK.version}.\n"
+    assert [q.split(",")[0] for q in stale_quotes(text, "x.md")] == [
+        "x.md:1: 'kube-prometheus-stack 80.0.0'",
+        "x.md:1: 'aws-cli 2.0.1'",
+    ]
