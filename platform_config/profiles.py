@@ -161,3 +161,5 @@ PROFILES: dict[str, WorkloadProfile] = {
         ),
     )
 }
+# The profiles whose servers generate text (vLLM's `generate` runner): the ones LoRA adapters and chat templates apply to.
+GENERATING_PROFILES: tuple[str, ...] = tuple(name for name, profile in PROFILES.items() if profile.runner == "generate")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import typing
 from pathlib import Path
 
 import pytest
 
-from platform_config.profiles import PROFILES
+from platform_config.profiles import PROFILES, ProfileName
 
 from .helpers import ROOT, Evaluated, config_problems, downloading_weights, owning, prod_with_labeller_server, raw_stack
 
@@ -443,6 +444,13 @@ def test_cache_larger_than_the_root_volume(prod_raw):
 
 
 # --- the README documents each profile's defaults -------------------------------------------------
+
+
+def test_every_profile_the_config_may_name_has_its_preset():
+    """The profile names a stack may give (the `ProfileName` Literal, which the config schema and the reference are
+    generated from) are the presets', in order: a name without a preset would pass validation and fail later."""
+    assert tuple(PROFILES) == typing.get_args(ProfileName)
+    assert all(profile.name == name for name, profile in PROFILES.items())
 
 
 def test_readme_profile_table_matches_the_presets():

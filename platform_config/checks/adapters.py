@@ -21,6 +21,7 @@ from ..cold_start import instance_of
 from ..errors import ConfigIssue
 from ..memory_fit import rank_memory
 from ..models import LoraAdapter, ModelSource, PlatformConfig, off_the_steps
+from ..profiles import GENERATING_PROFILES
 from ..quantity import parse_quantity
 from ..serving import GPU_MEMORY_UTILIZATION_MAX, effective_profile, model_tiers, running_versions
 from .models import placed_models
@@ -79,7 +80,7 @@ def check_adapters_on_a_base_that_takes_them(config: PlatformConfig) -> Iterator
             yield ConfigIssue(
                 ("models", index, "adapters"),
                 f"profile {model.profile!r} runs vLLM's {effective_profile(config, model).runner} runner, which serves no "
-                "LoRA adapters: put them on a generating model (chat, code-completion, rag, summarization, batch-labelling)",
+                f"LoRA adapters: put them on a generating model ({', '.join(GENERATING_PROFILES)})",
             )
 
 
