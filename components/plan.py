@@ -46,6 +46,7 @@ from platform_config.pool_plan import PoolCapacity, pool_capacities
 from platform_config.prices import node_price
 from platform_config.quantity import parse_quantity
 from platform_config.registry import RegistryResolution
+from platform_config.s3_locations import s3_parts
 from platform_config.serving import (
     MESH_PROXY_RESOURCES,
     Peak,
@@ -66,7 +67,6 @@ from platform_config.serving import (
     server_name,
     weights_service_account,
 )
-from platform_config.tenant_data import s3_parts
 from platform_config.tenant_plan import tenant_plans
 from platform_config.weight_mirror import hugging_face_revision, mirror_job_name, mirrored_revisions, mirrored_source
 

@@ -270,3 +270,25 @@ def test_the_experiment_share_is_taken_from_the_quota_in_the_tenant_plan_only(mo
         "platform_config.checks.tenants",
         "platform_config.tenant_plan",
     ]
+
+
+# S3 locations' rules (platform_config/s3_locations.py), which the pack runs a generated copy of.
+S3_LOCATION_HOMES = {"platform_config.s3_locations", "policies.inference_governance.s3_locations"}
+S3_LOCATION_FUNCTIONS = {"s3_parts", "s3_within", "s3_overlap"}
+
+
+def test_s3_locations_are_compared_by_one_rule_that_the_pack_runs_a_copy_of(modules):
+    """How a location's bucket and segments are read and whether one lies under another: defined in
+    platform_config/s3_locations.py and, byte for byte, the pack's generated copy, nowhere else (a hand copy in the
+    pack could drift from the config check it must agree with)."""
+    from components.policy_facts import S3_LOCATIONS_FILE, S3_LOCATIONS_SOURCE, pack_copy
+
+    assert S3_LOCATIONS_FILE.read_bytes() == pack_copy(S3_LOCATIONS_SOURCE).encode(), "stale: run `make policy-facts`"
+    copies = [
+        f"{module.name}: def {node.name}"
+        for module in modules.values()
+        if module.name not in S3_LOCATION_HOMES
+        for node in module.tree.body
+        if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") in S3_LOCATION_FUNCTIONS
+    ]
+    assert copies == []

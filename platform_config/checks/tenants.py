@@ -13,7 +13,8 @@ from ..errors import ConfigIssue
 from ..gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource
 from ..models import PlatformConfig, ResourceBudget
 from ..pool_plan import gpu_resources_provided
-from ..tenant_data import s3_overlap, s3_parts, s3_within, tenant_s3_locations
+from ..s3_locations import s3_overlap, s3_parts, s3_within
+from ..tenant_data import tenant_s3_locations
 from .models import placed_models
 
 

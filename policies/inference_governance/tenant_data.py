@@ -8,6 +8,7 @@ import re
 from typing import Any, Iterator, Mapping
 
 from .kube import FACTS, NAMESPACE, TENANT_LABEL, Report, config, get, is_list
+from .s3_locations import s3_parts
 from .workloads import of_type, tenant_namespaces
 
 ROLE = "aws:iam/role:Role"
@@ -32,18 +33,6 @@ _KEY_PREFIX = re.compile(r"\*|[A-Za-z0-9._=/-]*(/\*)?")
 
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-
-
-def s3_parts(uri: str) -> tuple[str, tuple[str, ...]]:
-    bucket, _, path = uri.removeprefix("s3://").partition("/")
-    return bucket, tuple(part for part in path.split("/") if part)
-
-
-def s3_within(uri: str, prefix: str) -> bool:
-    """By whole path segments, as the program's platform_config/tenant_data.py s3_within (the pack imports none of it)."""
-    bucket, path = s3_parts(uri)
-    prefix_bucket, prefix_path = s3_parts(prefix)
-    return bucket == prefix_bucket and path[: len(prefix_path)] == prefix_path
 
 
 def as_list(value: Any) -> list[Any]:

@@ -32,7 +32,8 @@ from .kube import (
     selector_matches,
     whole_number,
 )
-from .tenant_data import declared_prefixes, mirror_bucket, role_policies, s3_parts
+from .s3_locations import s3_parts
+from .tenant_data import declared_prefixes, mirror_bucket, role_policies
 from .workloads import of_type, tenant_namespaces
 
 # What a ServiceEntry of a tenant's may name: S3's endpoints (a bucket's virtual host, or the

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .kube import Report, get
+from .s3_locations import s3_parts, s3_within
 from .tenant_data import (
     as_list,
     declared_prefixes,
@@ -13,8 +14,6 @@ from .tenant_data import (
     identity_of,
     mirror_bucket,
     role_policies,
-    s3_parts,
-    s3_within,
 )
 from .workloads import of_type
 
