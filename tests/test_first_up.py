@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.specs.kueue import KUEUE_CHART_FRAMEWORKS, KUEUE_MANAGED_NAMESPACES
+from components.specs.kueue import KUEUE_CHART_FRAMEWORKS, KUEUE_MANAGED_NAMESPACES, kueue_values
 from preview.engine import RecordedResource
 from preview.first_up import KNATIVE_SERVING, WAIT_FOR, CreatedObject, check_first_up, namespace_labels_of, plural
 from preview.webhook_inventory import (
@@ -282,6 +282,18 @@ def test_label_selectors_match_as_the_api_server_does() -> None:
         "telemetries",
         "podmonitors",
     ]
+
+
+def test_an_integration_that_implies_the_pod_one_makes_the_ignored_pod_webhooks_real() -> None:
+    """The chart renders the pod webhooks Ignore unless "pod" is listed, but Kueue's manager turns the pod integration
+    on for a listed LeaderWorkerSet, Deployment or StatefulSet one, and its real handler answers them: a pod created
+    before Kueue is up may then miss a change. The platform lists none of the three."""
+    listed = [f for f in KUEUE_CHART_FRAMEWORKS if f not in ("pod", "deployment", "statefulset")]
+    config = yaml.safe_dump({"integrations": {"frameworks": listed}})
+    hooks = {w.name: w for w in kueue({"managerConfig": {"controllerManagerConfigYaml": config}}, "x").webhooks}
+    assert hooks["mpod.kb.io"].failure_policy == "Ignore" and hooks["mpod.kb.io"].mutates
+    ours = {w.name: w for w in kueue(kueue_values(None, prometheus=True), "kueue-system").webhooks}
+    assert ours["mpod.kb.io"].failure_policy == "Ignore" and not ours["mpod.kb.io"].mutates
 
 
 def test_the_webhook_defaults_are_the_charts_own() -> None:

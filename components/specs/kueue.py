@@ -179,13 +179,22 @@ def workload_priority_classes() -> list[dict[str, Any]]:
 #   cannot answer no pod or Deployment can be created in any namespace but kube-system and Kueue's
 #   own, the mesh's, the model servers' and every chart's included, and a first `up` fails on every
 #   one created before Kueue is ready. Without them they are Ignore and Kueue's no-op handler answers
-#   them (pkg/controller/jobframework/setup.go line 109). The platform queues batch/v1 Jobs only;
+#   them (pkg/controller/jobframework/setup.go line 109). LeaderWorkerSet's integration is left out
+#   too: it turns the pod integration on by itself (pkg/controller/jobs/leaderworkerset/
+#   leaderworkerset_controller.go line 62 ImplicitlyEnabledFrameworkNames, as Deployment's and
+#   StatefulSet's do; integrationmanager.go collectImplicitlyEnabledIntegrations), whose real handler
+#   then answers the Ignore pod webhooks, so a pod created before Kueue is up could miss a change
+#   it needed. The platform queues batch/v1 Jobs only;
 # - `managedJobsNamespaceSelector`: the tenants' namespaces (their LABEL_TENANT). The chart makes it
 #   every job webhook's namespaceSelector (manifests.yaml lines 160-170), so the platform's own Jobs
 #   (the weight mirror's, a chart's hook Jobs) are not held to Kueue being up. A Job there with a
 #   queue name would not be suspended at creation (its namespace is not the tenants'), which only the
 #   platform can create (tenant RBAC is namespaced).
-KUEUE_UNUSED_POD_INTEGRATIONS = ("pod", "deployment", "statefulset")
+KUEUE_UNUSED_POD_INTEGRATIONS = ("pod", "deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset")
+# The integrations that turn another on by themselves (ImplicitlyEnabledFrameworkNames at v0.19.2:
+# pkg/controller/jobs/{deployment/deployment_controller.go:47, statefulset/statefulset_controller.go:50,
+# leaderworkerset/leaderworkerset_controller.go:62}).
+KUEUE_IMPLIED_INTEGRATIONS = {"deployment": "pod", "statefulset": "pod", "leaderworkerset.x-k8s.io/leaderworkerset": "pod"}
 # charts/kueue/values.yaml `managerConfig.controllerManagerConfigYaml` `integrations.frameworks`
 # (lines 165-184): what the chart's own config enables (a test holds it to the chart's text).
 KUEUE_CHART_FRAMEWORKS = (

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from components.specs.kueue import KUEUE_CHART_FRAMEWORKS
+from components.specs.kueue import KUEUE_CHART_FRAMEWORKS, KUEUE_IMPLIED_INTEGRATIONS
 from components.specs.network import NAMESPACE_NAME_LABEL
 
 from .shapes import FAIL, IGNORE, MUTATING, VALIDATING, Installer, LabelSelector, Rule, Webhook, value_at
@@ -74,7 +74,10 @@ def kueue(values: Mapping[str, Any], namespace: str) -> Installer:
     config = (yaml.safe_load(text) if isinstance(text, str) else None) or {
         "integrations": {"frameworks": list(KUEUE_CHART_FRAMEWORKS)}
     }
-    frameworks = set((config.get("integrations") or {}).get("frameworks") or ())
+    listed = set((config.get("integrations") or {}).get("frameworks") or ())
+    # With those a listed one turns on by itself (integrationmanager.go collectImplicitlyEnabledIntegrations): their
+    # handlers are real, whatever the chart renders for their entries' failure policy.
+    enabled = listed | {KUEUE_IMPLIED_INTEGRATIONS[f] for f in listed if f in KUEUE_IMPLIED_INTEGRATIONS}
     scoped = config.get("managedJobsNamespaceSelector")
     namespace_selector = (
         LabelSelector.from_manifest(scoped)
@@ -85,13 +88,14 @@ def kueue(values: Mapping[str, Any], namespace: str) -> Installer:
         Webhook(
             name=name,
             kind=MUTATING if name.startswith("m") else VALIDATING,
-            failure_policy=FAIL if framework is None or framework in frameworks else IGNORE,
+            # The chart tests the list for the framework's own name (manifests.yaml lines 92-96).
+            failure_policy=FAIL if framework is None or framework in listed else IGNORE,
             rules=(Rule((group,), (resource,), operations),),
             source=f"{_KUEUE_WEBHOOKS}:{line}",
             namespace_selector=namespace_selector if namespaced else None,
-            # pkg/controller/jobframework/setup.go lines 72-114: an integration not in the list
-            # gets `WithNoopWebhook(true)`, which admits everything unchanged.
-            mutates=framework is None or framework in frameworks,
+            # pkg/controller/jobframework/setup.go lines 59-111: an integration neither listed nor
+            # implied gets `WithNoopWebhook(true)`, which admits everything unchanged.
+            mutates=framework is None or framework in enabled,
         )
         for name, line, group, resource, operations, namespaced, framework in _KUEUE_ENTRIES
     )
