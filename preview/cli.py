@@ -42,6 +42,7 @@ from .inputs import (
     image_digests_offline,
     previous_output,
     previous_outputs,
+    previous_posture,
     read_inputs,
 )
 from .performance import PACK_CONFIG_FILE, pack_config, performance_section
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             _clear_verdict(out)
         overrides, baseline = read_inputs(args)
         previous = previous_outputs(args)
-        posture = previous_output(previous, POSTURE_OUTPUT)
+        posture = previous_posture(previous, POSTURE_OUTPUT)
         previous_cost, _ = previous_output(previous, COST_OUTPUT)
         args.registry_file = check_registry_file(args.registry_file)
         project = load_project(project_dir)

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from platform_config.guard_rails import posture_problem
 from platform_config.models import PROJECT
 from platform_config.registry import RECORDING_NAME
 
@@ -90,6 +91,17 @@ def previous_output(outputs: tuple[dict[str, Any] | None, str], key: str) -> tup
     if not isinstance(value, dict):
         raise StackConfigError(f"{source}: {key} is {type(value).__name__}, not a mapping")
     return value, source
+
+
+def previous_posture(outputs: tuple[dict[str, Any] | None, str], key: str) -> tuple[dict[str, Any] | None, str]:
+    """The previous security posture (`key` among the previous outputs) and where it was read, each field it holds
+    of the shape the program exports (platform_config/guard_rails.py posture_problem): a posture that is not is
+    refused, never read as one that weakens nothing."""
+    posture, source = previous_output(outputs, key)
+    problem = posture_problem(posture) if posture is not None else None
+    if problem is not None:
+        raise StackConfigError(f"{source}: {key}.{problem}")
+    return posture, source
 
 
 def read_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:

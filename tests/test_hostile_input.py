@@ -560,6 +560,38 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
     ),
     ("acknowledge-an-unknown-weakening", "prod", _set("acknowledge", ["remove-everything"]), "acknowledge[0]"),
     ("acknowledge-a-removal-of-no-name", "prod", _set("acknowledge", ["remove-model:"]), "acknowledge[0]"),
+    ("acknowledge-a-move-of-no-name", "prod", _set("acknowledge", ["move-model"]), "acknowledge[0]"),
+    # What would take every server of a model or a tenant without removing it (platform_config/guard_rails.py): each
+    # refused by the config, so no guard rail needs to see it.
+    ("no-replica-at-most", "prod", _set("models", 2, "autoscaling", "maxReplicas", 0), "models[2].autoscaling.maxReplicas"),
+    (
+        "production-scaled-to-zero",
+        "prod",
+        _set("models", 3, "autoscaling", "minReplicas", 0),
+        "models[3].autoscaling.minReplicas",
+    ),
+    ("tenant-quota-of-no-gpu", "prod", _set("tenants", 0, "quota", "gpu", 0), "tenants[0].quota.gpu"),
+    # Weakenings of authentication the config refuses outright.
+    (
+        "issuer-over-plain-http",
+        "prod",
+        _set(
+            "traffic",
+            "authentication",
+            {
+                "issuer": "http://login.inference.example.com",
+                "audiences": ["inference-api"],
+                "jwksUri": "https://login.inference.example.com/.well-known/jwks.json",
+            },
+        ),
+        "traffic.authentication.issuer",
+    ),
+    (
+        "any-principal-may-force-a-version",
+        "prod",
+        _set("traffic", "authentication", "versionOverridePrincipals", ["https://login.inference.example.com/*"]),
+        "traffic.authentication.versionOverridePrincipals",
+    ),
     # Reported at the later of the two claims (team-b), naming the earlier one.
     (
         "tenant-claims-anothers-data",
@@ -638,6 +670,16 @@ CLI_CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("previous-outputs-not-json", _previous_outputs("{"), "cannot read the previous outputs"),
     ("previous-outputs-a-list", _previous_outputs("[]"), "holds list, not the stack's outputs"),
     ("previous-posture-a-string", _previous_outputs('{"securityPosture": "open"}'), "securityPosture is str, not a mapping"),
+    (
+        "previous-posture-models-a-list",
+        _previous_outputs('{"securityPosture": {"models": ["llama-1b"]}}'),
+        "securityPosture.models: is list, not a mapping of models",
+    ),
+    (
+        "previous-posture-production-a-string",
+        _previous_outputs('{"securityPosture": {"production": "no"}}'),
+        "securityPosture.production: is str, not true or false",
+    ),
     ("baseline-missing", _baseline(None), "the baseline: cannot read"),
     (
         "stack-file-a-device",

@@ -22,8 +22,24 @@ from .traffic import TrafficConfig
 
 # Weakenings a production change may acknowledge (`acknowledge`), found by platform_config/guard_rails.py:
 # kinds, and removals or widenings of one named model or tenant (`<kind>:<name>`).
-ACKNOWLEDGED_KINDS = ("weaken-authentication", "disable-tenant-scoping", "plain-http-internet-facing", "public-api-endpoint")
-ACKNOWLEDGED_SCOPED_KINDS = ("remove-model", "remove-tenant", "widen-callers")
+ACKNOWLEDGED_KINDS = (
+    "weaken-authentication",
+    "disable-tenant-scoping",
+    "plain-http-internet-facing",
+    "plain-http-internal",
+    "public-api-endpoint",
+    "widen-cluster-admins",
+    "leave-production",
+)
+ACKNOWLEDGED_SCOPED_KINDS = (
+    "remove-model",
+    "remove-tenant",
+    "widen-callers",
+    "move-model",
+    "replace-servers",
+    "widen-groups",
+    "relax-pod-security",
+)
 _ACKNOWLEDGEMENT = (
     rf"({'|'.join(ACKNOWLEDGED_KINDS)}|({'|'.join(ACKNOWLEDGED_SCOPED_KINDS)}):[a-z0-9]([a-z0-9-]{{0,61}}[a-z0-9])?)"
 )
@@ -81,10 +97,15 @@ class PlatformConfig(ConfigModel):
     batch_jobs: list[BatchJobConfig] = []
     """Offline batch jobs, queued through Kueue on the tenants' batch quotas (README, Batch jobs)."""
     acknowledge: Annotated[list[Annotated[str, _full_match(_ACKNOWLEDGEMENT, _ACKNOWLEDGEMENT_NAMES)]], Field(max_length=64)] = []
-    """Weakenings of a production stack this change makes on purpose, each by name: `weaken-authentication` (another
-    issuer, new audiences or version-override principals), `disable-tenant-scoping`, `plain-http-internet-facing`,
-    `public-api-endpoint` (a CIDR wider than /16), `remove-model:<model>`, `remove-tenant:<tenant>`,
-    `widen-callers:<model>`. The pull-request preview refuses any other (README, Guard rails) and lists these."""
+    """Weakenings of a stack that is or was production which this change makes on purpose, each by name:
+    `weaken-authentication` (another issuer or key source, new signing keys, audiences or version-override principals,
+    another user, tier or tenant claim), `disable-tenant-scoping`, `plain-http-internet-facing`, `plain-http-internal`
+    (TLS removed from an internal load balancer), `public-api-endpoint` (a CIDR wider than /16 it did not admit),
+    `widen-cluster-admins`, `leave-production` (an `environment` other than production), `remove-model:<model>`,
+    `remove-tenant:<tenant>`, `widen-callers:<model>`, `move-model:<model>` (to another tenant),
+    `replace-servers:<model>` (none of the versions it ran still running), `widen-groups:<tenant>`,
+    `relax-pod-security:<tenant>`. The preview refuses any other (docs/design/security.md, Guard rails) and lists
+    these."""
 
     @model_validator(mode="before")
     @classmethod

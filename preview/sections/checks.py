@@ -228,16 +228,18 @@ def _policy_name(policy: dict[str, str]) -> str:
 
 def guard_rail_section(previous: dict[str, Any] | None, current: dict[str, Any] | None, source: str) -> Section | None:
     """Production guard rails (platform_config/guard_rails.py): what this change weakens of the baseline's security
-    posture (`securityPosture`), refused in a production stack unless its `acknowledge` names it; acknowledged ones
-    are listed as findings, and an acknowledgement that names nothing this change does is reported too, so none
-    outlives its change."""
+    posture (`securityPosture`), refused in a stack that is or was production (the baseline's word counts, not only
+    the change's) unless its `acknowledge` names it; acknowledged ones are listed as findings, and an acknowledgement
+    that names nothing this change does is reported too, so none outlives its change."""
     if current is None:
         return None
     if previous is None:
         return Section("Guard rails", f"nothing to compare against ({source})", data={"weakenings": []})
     found = weakenings(previous, current)
     acknowledged = set(current.get("acknowledged") or [])
-    production = bool(current.get("production"))
+    # A stack that was production stays held whatever the change says it is now: leaving production is itself a
+    # weakening (leave-production), acknowledged in the same change.
+    production = previous.get("production") is True or current.get("production") is True
     rows = []
     for weakening in found:
         if weakening.acknowledgement in acknowledged:
