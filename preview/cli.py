@@ -18,10 +18,9 @@ import argparse
 import json
 import os
 import sys
-import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import grpc
 import pulumi
@@ -50,6 +49,7 @@ from .performance_prediction import PLOT_FILE, Prediction
 from .placeholders import placeholder_section
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicyRun
 from .policy_session import PolicySession
+from .progress import Progress
 from .registry_resolution import ProgramEnvironment, committed_lock, program_config, write_recording
 from .report import PROJECT_ROOT, Report, Section, shown_path, shown_paths
 from .sections import (
@@ -72,24 +72,6 @@ from .stack_config import StackConfig, StackConfigError, load_project, load_stac
 from .upstream import check_upstream, facts_dir
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_CONFIG, EXIT_CRASH = 0, 1, 2, 3
-
-T = TypeVar("T")
-
-
-class Progress:
-    def __init__(self, total: int, quiet: bool):
-        self.total, self.index, self.quiet = total, 0, quiet
-        self.stages: list[dict[str, float | str]] = []
-
-    def run(self, name: str, step: Callable[[], T]) -> T:
-        self.index += 1
-        started = time.perf_counter()
-        if not self.quiet:
-            print(f"[{self.index}/{self.total}] {name} ...", file=sys.stderr, flush=True)
-        result = step()
-        seconds = time.perf_counter() - started
-        self.stages.append({"name": name, "seconds": round(seconds, 4)})
-        return result
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -92,7 +92,8 @@ def locked(record: RecordedResource) -> RecordedResource:
     helm_release merges over the release's own values)."""
     record = copy.deepcopy(record)
     chart = record.inputs["chart"].rsplit("/", 1)[-1]
-    overlay = chart_image_values(str(raw_stack("prod")["cluster"]["kubernetesVersion"]), LOCKED).get(chart, {})
+    version: KubernetesVersion = raw_stack("prod")["cluster"]["kubernetesVersion"]
+    overlay = chart_image_values(version, LOCKED).get(chart, {})
     record.inputs["values"] = merged_values(record.inputs["values"], overlay)
     return record
 

@@ -50,6 +50,8 @@ def test_pull_request_workflow():
     assert offline["strategy"]["matrix"]["stack"] == ["dev", "staging", "prod"]
     (baseline,) = [s for s in offline["steps"] if "make -C trusted preview" in s.get("run", "")]
     assert "OUT=${{ github.workspace }}/build/baseline/${{ matrix.stack }}" in baseline["run"]
+    # Nothing the pull request committed under build/baseline can stand in for a baseline that failed.
+    assert baseline["run"].startswith("rm -rf build/baseline &&")
     (preview,) = [s for s in offline["steps"] if "make preview" in s.get("run", "")]
     assert "STACK=${{ matrix.stack }}" in preview["run"]
     # The pull request's report shows what changed against the default branch's preview.

@@ -47,21 +47,27 @@ def _preview_steps() -> list[str]:
     return runs
 
 
-def _as_the_runner_would(command: str, workspace: Path) -> list[str]:
-    """A step's command with the workflow's expressions evaluated for the prod stack, the baseline's preview having
-    written its resources.json (so hashFiles(...) is not empty), and make told not to remake what `_installed`
-    took from this checkout."""
+def _as_the_runner_would(command: str, workspace: Path) -> list[list[str]]:
+    """A step's commands (joined by `&&`) with the workflow's expressions evaluated for the prod stack, the baseline's
+    preview having written its resources.json (so hashFiles(...) is not empty), and make told not to remake what
+    `_installed` took from this checkout."""
     baseline_expression = re.search(r"\$\{\{ hashFiles\(.*?\}\}", command)
     if baseline_expression is not None:
         assert (workspace / "build" / "baseline" / STACK / "resources.json").is_file()
         command = command.replace(baseline_expression.group(0), f"BASELINE=build/baseline/{STACK}")
     command = command.replace("${{ matrix.stack }}", STACK).replace("${{ github.workspace }}", str(workspace))
     assert "${{" not in command, command
-    words = command.split()
-    assert words[0] == "make", words
-    stamps = [".venv/.installed", "policies/venv/.installed", "trusted/policies/venv/.installed", ".venv-perf/.installed"]
-    stamps.append("build/.bytecode")
-    return ["make", *(f"-o{stamp}" for stamp in stamps), *words[1:]]
+    commands = []
+    for part in command.split("&&"):
+        words = part.split()
+        if words[:2] == ["rm", "-rf"]:
+            commands.append(words)
+            continue
+        assert words[0] == "make", words
+        stamps = [".venv/.installed", "policies/venv/.installed", "trusted/policies/venv/.installed", ".venv-perf/.installed"]
+        stamps.append("build/.bytecode")
+        commands.append(["make", *(f"-o{stamp}" for stamp in stamps), *words[1:]])
+    return commands
 
 
 def _workspace(tmp_path: Path) -> Path:
@@ -78,14 +84,17 @@ def _workspace(tmp_path: Path) -> Path:
 
 
 def _run_steps(workspace: Path, tmp_path: Path) -> list[subprocess.CompletedProcess[str]]:
+    """Each preview step, its commands in turn as the shell runs `a && b` (the step's last command's result)."""
     env = {**os.environ, "CRD_SCHEMA_DIR": str(tmp_path / "shared" / "crd-schemas")}
     env.pop("PYTHONPATH", None)
-    return [
-        subprocess.run(
-            _as_the_runner_would(command, workspace), cwd=workspace, env=env, capture_output=True, text=True, timeout=300
-        )
-        for command in _preview_steps()
-    ]
+    results = []
+    for command in _preview_steps():
+        for argv in _as_the_runner_would(command, workspace):
+            run = subprocess.run(argv, cwd=workspace, env=env, capture_output=True, text=True, timeout=300)
+            if run.returncode != 0:
+                break
+        results.append(run)
+    return results
 
 
 def test_the_pull_request_workflow_shows_the_change_against_the_default_branch(tmp_path: Path) -> None:
