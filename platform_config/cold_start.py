@@ -4,7 +4,7 @@ probe, the rollout deadlines and the cluster autoscaler's node provisioning time
 hold latency-sensitive models to the scale-up budget with it (pure: no Pulumi imports).
 
 The figures and where they come from:
-- instance store and network bandwidth: the EC2 instance type specifications (`gpu_catalog.INSTANCE_STORAGE_AND_NETWORK`);
+- instance store and network bandwidth: the EC2 instance type specifications (`gpu_catalog.INSTANCE_TYPES`);
 - traffic leaving the VPC (Hugging Face, Docker Hub) through an internet gateway: at most half the instance's bandwidth
   on instances with 32 or more vCPUs, 5 Gbit/s below that (EC2 User Guide, "Amazon EC2 instance network bandwidth");
 - a gp3 root volume without a throughput setting writes at gp3's baseline, 125 MiB/s (EBS User Guide, "General

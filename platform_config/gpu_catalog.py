@@ -133,95 +133,62 @@ class InstanceType:
     vcpus: int
     memory_gib: int
     # NVMe instance store in GB (10^9 bytes, as AWS states it; 0: none) and network bandwidth in
-    # Gbit/s ("up to" figures taken as stated): see INSTANCE_STORAGE_AND_NETWORK.
+    # Gbit/s ("up to" figures taken as stated): see INSTANCE_TYPES.
     instance_store_gb: int = 0
     network_gbps: float = 0.0
 
 
-# (instance store GB, network Gbit/s) from the EC2 instance type specifications ("Accelerated
-# computing": "Instance storage" and "Network bandwidth" columns, docs.aws.amazon.com/ec2/latest/
-# instancetypes/ac.html): p5.48xlarge 8 x 3840 GB NVMe SSD and 3200 Gbps; p4d/p4de.24xlarge
-# 8 x 1000 GB and 400 Gbps; g6 1 x 250 GB (xlarge) to 8 x 940 GB (48xlarge); g5 1 x 250 GB to
-# 2 x 3800 GB; g6e 1 x 250 GB to 4 x 1900 GB.
-INSTANCE_STORAGE_AND_NETWORK: dict[str, tuple[int, float]] = {
-    "p5.48xlarge": (8 * 3840, 3200),
-    "p4d.24xlarge": (8 * 1000, 400),
-    "p4de.24xlarge": (8 * 1000, 400),
-    "g6.xlarge": (250, 10),
-    "g6.2xlarge": (450, 10),
-    "g6.4xlarge": (600, 25),
-    "g6.8xlarge": (2 * 450, 25),
-    "g6.16xlarge": (2 * 940, 25),
-    "g6.12xlarge": (4 * 940, 40),
-    "g6.24xlarge": (4 * 940, 50),
-    "g6.48xlarge": (8 * 940, 100),
-    "g5.xlarge": (250, 10),
-    "g5.2xlarge": (450, 10),
-    "g5.4xlarge": (600, 25),
-    "g5.8xlarge": (900, 25),
-    "g5.16xlarge": (1900, 25),
-    "g5.12xlarge": (3800, 40),
-    "g5.24xlarge": (3800, 50),
-    "g5.48xlarge": (2 * 3800, 100),
-    "g6e.xlarge": (250, 20),
-    "g6e.2xlarge": (450, 20),
-    "g6e.4xlarge": (600, 20),
-    "g6e.8xlarge": (900, 25),
-    "g6e.16xlarge": (1900, 35),
-    "g6e.12xlarge": (2 * 1900, 100),
-    "g6e.24xlarge": (2 * 1900, 200),
-    "g6e.48xlarge": (4 * 1900, 400),
-}
+def _family(gpu: GpuModel, rows: list[tuple[str, int, int, int, int, float]]) -> dict[str, InstanceType]:
+    return {row[0]: InstanceType(row[0], gpu, *row[1:]) for row in rows}
 
 
-def _family(gpu: GpuModel, rows: list[tuple[str, int, int, int]]) -> dict[str, InstanceType]:
-    return {
-        name: InstanceType(name, gpu, gpus, vcpus, mem, *INSTANCE_STORAGE_AND_NETWORK[name]) for name, gpus, vcpus, mem in rows
-    }
-
-
-# (instance type, GPUs, vCPUs, memory GiB) from the EC2 accelerated-computing instance tables.
+# (instance type, GPUs, vCPUs, memory GiB, instance store GB, network Gbit/s) from the EC2 accelerated-computing
+# instance tables; the last two from the EC2 instance type specifications ("Accelerated computing": "Instance storage"
+# and "Network bandwidth" columns, docs.aws.amazon.com/ec2/latest/instancetypes/ac.html): p5.48xlarge 8 x 3840 GB NVMe
+# SSD and 3200 Gbps; p4d/p4de.24xlarge 8 x 1000 GB and 400 Gbps; g6 1 x 250 GB (xlarge) to 8 x 940 GB (48xlarge); g5
+# 1 x 250 GB to 2 x 3800 GB; g6e 1 x 250 GB to 4 x 1900 GB. A new instance type is one row here (its price, where the
+# dated list has none, is asked of the stack: pools[].pricePerHour).
 INSTANCE_TYPES: dict[str, InstanceType] = {
-    **_family(H100_80GB, [("p5.48xlarge", 8, 192, 2048)]),
-    **_family(A100_40GB, [("p4d.24xlarge", 8, 96, 1152)]),
-    **_family(A100_80GB, [("p4de.24xlarge", 8, 96, 1152)]),
+    **_family(H100_80GB, [("p5.48xlarge", 8, 192, 2048, 8 * 3840, 3200)]),
+    **_family(A100_40GB, [("p4d.24xlarge", 8, 96, 1152, 8 * 1000, 400)]),
+    **_family(A100_80GB, [("p4de.24xlarge", 8, 96, 1152, 8 * 1000, 400)]),
     **_family(
         L4_24GB,
         [
-            ("g6.xlarge", 1, 4, 16),
-            ("g6.2xlarge", 1, 8, 32),
-            ("g6.4xlarge", 1, 16, 64),
-            ("g6.8xlarge", 1, 32, 128),
-            ("g6.16xlarge", 1, 64, 256),
-            ("g6.12xlarge", 4, 48, 192),
-            ("g6.24xlarge", 4, 96, 384),
-            ("g6.48xlarge", 8, 192, 768),
+            ("g6.xlarge", 1, 4, 16, 250, 10),
+            ("g6.2xlarge", 1, 8, 32, 450, 10),
+            ("g6.4xlarge", 1, 16, 64, 600, 25),
+            ("g6.8xlarge", 1, 32, 128, 2 * 450, 25),
+            ("g6.16xlarge", 1, 64, 256, 2 * 940, 25),
+            ("g6.12xlarge", 4, 48, 192, 4 * 940, 40),
+            ("g6.24xlarge", 4, 96, 384, 4 * 940, 50),
+            ("g6.48xlarge", 8, 192, 768, 8 * 940, 100),
         ],
     ),
     **_family(
         A10G_24GB,
         [
-            ("g5.xlarge", 1, 4, 16),
-            ("g5.2xlarge", 1, 8, 32),
-            ("g5.4xlarge", 1, 16, 64),
-            ("g5.8xlarge", 1, 32, 128),
-            ("g5.16xlarge", 1, 64, 256),
-            ("g5.12xlarge", 4, 48, 192),
-            ("g5.24xlarge", 4, 96, 384),
-            ("g5.48xlarge", 8, 192, 768),
+            ("g5.xlarge", 1, 4, 16, 250, 10),
+            ("g5.2xlarge", 1, 8, 32, 450, 10),
+            ("g5.4xlarge", 1, 16, 64, 600, 25),
+            ("g5.8xlarge", 1, 32, 128, 900, 25),
+            ("g5.16xlarge", 1, 64, 256, 1900, 25),
+            ("g5.12xlarge", 4, 48, 192, 3800, 40),
+            ("g5.24xlarge", 4, 96, 384, 3800, 50),
+            ("g5.48xlarge", 8, 192, 768, 2 * 3800, 100),
         ],
     ),
     **_family(
         L40S_48GB,
         [
-            ("g6e.xlarge", 1, 4, 32),
-            ("g6e.2xlarge", 1, 8, 64),
-            ("g6e.4xlarge", 1, 16, 128),
-            ("g6e.8xlarge", 1, 32, 256),
-            ("g6e.16xlarge", 1, 64, 512),
-            ("g6e.12xlarge", 4, 48, 384),
-            ("g6e.24xlarge", 4, 96, 768),
-            ("g6e.48xlarge", 8, 192, 1536),
+            ("g6e.xlarge", 1, 4, 32, 250, 20),
+            ("g6e.2xlarge", 1, 8, 64, 450, 20),
+            ("g6e.4xlarge", 1, 16, 128, 600, 20),
+            ("g6e.8xlarge", 1, 32, 256, 900, 25),
+            ("g6e.16xlarge", 1, 64, 512, 1900, 35),
+            ("g6e.12xlarge", 4, 48, 384, 2 * 1900, 100),
+            ("g6e.24xlarge", 4, 96, 768, 2 * 1900, 200),
+            ("g6e.48xlarge", 8, 192, 1536, 4 * 1900, 400),
         ],
     ),
 }

@@ -172,7 +172,9 @@ def node_price(instance_type: str, capacity_type: str, price_per_hour: float | N
         return Unpriced("no AWS region (a cluster reached by kubeconfig) and no pricePerHour")
     if region != PRICE_LIST.region:
         return Unpriced(f"the list prices are for {PRICE_LIST.region}, the cluster is in {region}; set pricePerHour")
-    price = LIST_PRICES_PER_HOUR[instance_type]
+    price = LIST_PRICES_PER_HOUR.get(instance_type)
+    if price is None:
+        return Unpriced(f"the list of {PRICE_LIST.region} prices has none for {instance_type}; set pricePerHour")
     if capacity_type == "SPOT":
         return NodePrice(price, "list", "spot billed at most the on-demand list price")
     return NodePrice(price, "list")

@@ -1,5 +1,5 @@
-"""The dated list prices (platform_config/prices.py): one for every instance type a stack may name, and the price a
-pool gets from them."""
+"""The dated list prices (platform_config/prices.py): each of an instance type a stack may name, and the price a pool
+gets from them."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from platform_config.gpu_catalog import INSTANCE_TYPES
 from platform_config.prices import LIST_PRICES_PER_HOUR, PRICE_LIST, NodePrice, Unpriced, node_price
 
 
-def test_every_instance_type_of_the_catalogs_has_a_list_price_and_nothing_else_does():
-    assert set(LIST_PRICES_PER_HOUR) == set(INSTANCE_TYPES) | set(CPU_INSTANCE_TYPES)
+def test_every_list_price_is_of_a_catalog_type_and_a_type_without_one_is_unpriced_saying_so():
+    assert set(LIST_PRICES_PER_HOUR) <= set(INSTANCE_TYPES) | set(CPU_INSTANCE_TYPES)
     assert all(price > 0 for price in LIST_PRICES_PER_HOUR.values())
+    # A type added to a catalog after the list's date: the stack is asked for its price, not refused.
+    unlisted = node_price("g7.xlarge", "ON_DEMAND", None, PRICE_LIST.region)
+    assert isinstance(unlisted, Unpriced) and "none for g7.xlarge" in unlisted.reason and "pricePerHour" in unlisted.reason
 
 
 def test_a_stated_price_wins_a_spot_pool_gets_the_on_demand_ceiling_and_another_region_none():
