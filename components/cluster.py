@@ -17,7 +17,6 @@ import pulumi_aws as aws
 from platform_config.models import ClusterConfig, EksSettings
 
 from .constants import PACKAGE, SYSTEM_NODE_SELECTOR
-from .system_nodes import system_scheduling_template
 
 EKS_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 AWS_MANAGED = "arn:aws:iam::aws:policy/"
@@ -141,7 +140,6 @@ class Cluster(pulumi.ComponentResource):
         self.vpc_id = None
         self.subnet_ids = []
         # The system node group as the scheduler sees it; None without EKS (no such group).
-        self.system_scheduling_template: dict[str, Any] | None = None
         # What node groups must wait for (the node role's policies); empty without EKS.
         self.node_role_dependencies: list[pulumi.Resource] = []
         if config.mode == "eks":
@@ -278,11 +276,11 @@ class Cluster(pulumi.ComponentResource):
         tags: dict[str, str],
     ) -> None:
         """The system node group, where the platform's controllers and the endpoint pickers run
-        (no taints), and its template as the scheduler sees it."""
+        (no taints; the platform exports its template as the scheduler sees it,
+        components/system_nodes.py)."""
         eks = config.eks
         assert eks is not None
         system = eks.system_node_group
-        self.system_scheduling_template = system_scheduling_template(system)
         aws.eks.NodeGroup(
             f"{name}-system",
             cluster_name=eks_cluster.name,

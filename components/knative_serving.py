@@ -12,8 +12,8 @@ from platform_config.chart_images import ChartImageValues
 from platform_config.pins import KNATIVE_OPERATOR
 
 from .constants import KNATIVE_OPERATOR_NAMESPACE, KNATIVE_SERVING_NAMESPACE, PACKAGE
-from .k8s_objects import custom_resource, helm_release, system_namespace
-from .specs.knative import knative_serving
+from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
+from .specs.knative import knative_disruption_budgets, knative_serving
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class KnativeServingArgs:
     # The Istio control plane (Knative's net-istio needs its CRDs).
     depends_on: tuple[pulumi.Resource, ...] = ()
     # Replicas of Serving's control plane where more than the manifest's one are wanted
-    # (production: FLOORS.control_plane_replicas_in_production).
+    # (production: FLOORS.control_plane_replicas_in_production), then one pod per node behind budgets.
     high_availability: int | None = None
     # The values that pin the charts' images to the image lock's digests (`Plan.chart_image_values`).
     chart_image_values: ChartImageValues = field(default_factory=dict)
@@ -51,4 +51,9 @@ class KnativeServing(pulumi.ComponentResource):
         self.serving = custom_resource(
             f"{name}-serving", spec, pulumi.ResourceOptions(parent=self, depends_on=[operator, serving_ns, *args.depends_on])
         )
+        if args.high_availability is not None:
+            # The budgets the manifests do not bring, once the operator has installed them.
+            after = pulumi.ResourceOptions(parent=self, depends_on=[self.serving])
+            for budget in knative_disruption_budgets():
+                KubernetesObject(f"{name}-{budget['metadata']['name']}", budget, after)
         self.register_outputs({"version": spec["spec"]["version"]})

@@ -81,7 +81,7 @@ from .specs.endpoint_picker.names import epp_name_of
 from .specs.endpoint_picker.plan_rules import EPP_POD_RESOURCES
 from .specs.gpu_sharing import node_labels, node_taint
 from .specs.slo_rules import latency_slo
-from .system_nodes import system_scheduling_template
+from .system_nodes import stack_system_template
 
 
 def backend_of(model: ModelConfig) -> ServingBackend:
@@ -282,12 +282,12 @@ def picker_pod_resources(memory: str) -> dict[str, Decimal]:
 def _picker_placement_issues(config: PlatformConfig, peaks: Mapping[str, Peak]) -> Iterator[ConfigIssue]:
     """Every endpoint picker pod at peak fits the EKS system node group at maxSize, beside the
     platform's controllers (the preview's admission stage bin-packs the same template)."""
-    eks = config.cluster.eks
+    eks, template = config.cluster.eks, stack_system_template(config)
     pods = sum(peak.picker_pods for peak in peaks.values())
-    if eks is None or not pods:
+    if eks is None or template is None or not pods:
         return
     group = eks.system_node_group
-    node = {r: parse_quantity(str(v)) for r, v in system_scheduling_template(group)["allocatable"].items()}
+    node = {r: parse_quantity(str(v)) for r, v in template["allocatable"].items()}
     need = picker_pod_resources("requests.memory")
     per_node = min(int(node.get(r, Decimal(0)) // amount) for r, amount in need.items())
     if per_node * group.max_size < pods:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from platform_config import floors
 from platform_config.capacity import batch_queue_report, capacity_report
-from platform_config.floors import FLOORS
 from platform_config.models import PlatformConfig
 
 from .batch_job import BatchJob, BatchJobArgs
@@ -40,6 +40,7 @@ from .serving import Plan
 from .shapes import MachineryName
 from .specs.dashboards import platform_overview_dashboard
 from .specs.gateway import stream_idle_timeout_seconds
+from .system_nodes import stack_system_template
 from .tenant import Tenant, TenantArgs
 from .weight_mirror import WeightMirror, WeightMirrorArgs
 from .workload_identity import WorkloadAccess
@@ -100,7 +101,7 @@ class InferencePlatform(pulumi.ComponentResource):
         # Batch jobs queued through Kueue, installed when a tenant has a batch budget or a job exists.
         batch = bool(plan.batch_jobs or plan.batch_queues)
         # What every request depends on runs more than once in production (control-plane-availability).
-        control_plane_replicas = FLOORS.control_plane_replicas_in_production if config.environment == "production" else None
+        control_plane_replicas = floors.control_plane_replicas(config.environment)
         if monitoring is not None:
             self._overview_dashboard(plan, monitoring, batch)
         self.pools = [self._gpu_pool(pool, config, args.cluster, tags) for pool in plan.pools.values()]
@@ -148,7 +149,7 @@ class InferencePlatform(pulumi.ComponentResource):
             )
         if batch:
             self._batch(plan, eks, priority_classes, monitoring, mesh, control_plane_replicas)
-        self._reports(plan, args.cluster)
+        self._reports(plan)
         self.register_outputs(
             {
                 "gpuCapacity": self.capacity,
@@ -409,15 +410,16 @@ class InferencePlatform(pulumi.ComponentResource):
                 opts=child,
             )
 
-    def _reports(self, plan: Plan, cluster: Cluster) -> None:
+    def _reports(self, plan: Plan) -> None:
         """What the stack exports: GPU capacity, the pools as the scheduler sees them, each
         server's peak pods and the batch queues."""
         self.batch_queues = batch_queue_report(plan.batch_queues)
         self.capacity = capacity_report(plan.config, plan.endpoint_pickers_by_tenant)
         self.pool_advertised = {pool.pool_name: pool.advertised for pool in self.pools}
         self.node_pool_templates = [pool.scheduling_template for pool in self.pools]
-        if cluster.system_scheduling_template is not None:
-            self.node_pool_templates.append(cluster.system_scheduling_template)
+        system = stack_system_template(plan.config)
+        if system is not None:
+            self.node_pool_templates.append(system)
         # Pods of each version's server at its model's peak (the preview's admission stage
         # holds them to the quotas and pools, as the config checks do).
         self.server_peaks = [

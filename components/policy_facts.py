@@ -36,19 +36,22 @@ from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
 
 from .backends.knative import KNATIVE_REVISION_LABEL, KNATIVE_SERVICE_LABEL, TARGET_BURST_CAPACITY
+from .cluster_autoscaler import AUTOSCALER_POD_SELECTOR
 from .constants import (
     GATEWAY_LISTENER_PORTS,
     GATEWAY_SELECTOR,
     GPU_TAINT_KEY,
     ISTIO_INGRESS_NAMESPACE,
+    KNATIVE_SERVING_NAMESPACE,
     LABEL_GPU_SHARING,
     LABEL_LATENCY_SENSITIVE,
     LABEL_MODEL,
     LABEL_POOL,
 )
 from .plan_reports import SERVING_SHAPE_ANNOTATION
-from .specs.kueue import QUEUE_NAME_LABEL
-from .specs.network import POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
+from .specs.knative import KNATIVE_BUNDLED_BUDGET, KNATIVE_CONTROL_PLANE, knative_pods
+from .specs.kueue import KUEUE_MANAGER_SELECTOR, QUEUE_NAME_LABEL
+from .specs.network import ISTIOD_SELECTOR, POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
 from .specs.pod import ANNOTATION_LORA_ADAPTERS
 from .specs.pod_parts import NO_GPU_ENV
 from .specs.routes import OVERRIDE_HEADER_ANNOTATION
@@ -107,6 +110,10 @@ def policy_facts() -> dict[str, Any]:
         # The label a Job is queued by, and the LocalQueue's type token as the program declares it.
         # The burst capacity every Knative Service sets (the activator out of the path once a replica is ready).
         "knative": {"targetBurstCapacity": str(TARGET_BURST_CAPACITY)},
+        # The pods of what every request depends on, by the labels that select them (control-plane-availability):
+        # the charts' (istiod, Kueue's manager, the cluster autoscaler) and Knative Serving's control plane, whose
+        # manifests bundle a PodDisruptionBudget for some Deployments only (components/specs/knative.py).
+        "controlPlane": _control_plane(),
         # GPU nodes' taint, and what a container that may run on one without asking for a GPU sets to see none.
         "gpuTaint": {"key": GPU_TAINT_KEY},
         "noGpuEnv": dict(NO_GPU_ENV[0]),
@@ -140,6 +147,21 @@ def policy_facts() -> dict[str, Any]:
             # By chart and version, where each image the chart runs takes its digest, the values it comes from and what
             # no release may set (platform_config/chart_images.py).
             "charts": pack_facts(),
+        },
+    }
+
+
+def _control_plane() -> dict[str, Any]:
+    return {
+        "istiod": dict(ISTIOD_SELECTOR),
+        "kueue": dict(KUEUE_MANAGER_SELECTOR),
+        "clusterAutoscaler": dict(AUTOSCALER_POD_SELECTOR),
+        "knative": {
+            "namespace": KNATIVE_SERVING_NAMESPACE,
+            "deployments": {
+                name: {"pods": knative_pods(name), "bundledBudget": budget} for name, budget in KNATIVE_CONTROL_PLANE.items()
+            },
+            "bundledBudgetSpec": dict(KNATIVE_BUNDLED_BUDGET),
         },
     }
 

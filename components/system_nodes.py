@@ -6,23 +6,26 @@ controllers below run there too, but from Helm charts and EKS add-ons whose pods
 never renders: nothing else checks that they fit. Each system node's allocatable is reduced by
 an equal share of their requests (SYSTEM_CONTROLLERS, spread over the group's maxSize nodes), so
 what is left is what the pickers may take. Counted whether or not the stack installs the
-optional ones (Knative, prometheus-adapter, kube-prometheus-stack, metrics-server): an
-over-reserve never lets a real shortage through."""
+optional ones (Knative, Kueue, prometheus-adapter, kube-prometheus-stack, metrics-server): an
+over-reserve never lets a real shortage through. The control plane (istiod, Knative's, the cluster
+autoscaler) at the replicas the stack runs of it (`system_controllers`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any, Mapping
 
 from platform_config.capacity import system_node_allocatable
-from platform_config.models import SystemNodeGroup
+from platform_config.floors import control_plane_replicas
+from platform_config.models import PlatformConfig, SystemNodeGroup
 from platform_config.quantity import exact_quantity, parse_quantity
 
 from .constants import SYSTEM_NODE_SELECTOR, SYSTEM_POOL
 from .mesh import gateway_values
 from .metrics_server import metrics_server_values
 from .monitoring import PROMETHEUS_URL
+from .specs.kueue import kueue_values
 from .specs.metrics import adapter_values
 
 
@@ -35,6 +38,8 @@ class SystemController:
     requests: Mapping[str, str]
     # Where the figures come from.
     source: str
+    # Part of the control plane: `pods` per replica the stack runs of it (production runs more).
+    control_plane: bool = False
 
 
 def _plus(*requests: Mapping[str, str]) -> dict[str, str]:
@@ -64,7 +69,8 @@ SYSTEM_CONTROLLERS: tuple[SystemController, ...] = (
         "their peak",
     ),
     # Requests the charts set, read at the pinned tags; replicas the project sets, else one (the
-    # HPAs' minimum: istiod and Knative's scale with config churn and scale-from-zero bursts).
+    # HPAs' minimum: istiod and Knative's scale with config churn and scale-from-zero bursts), the
+    # control plane's per replica.
     SystemController(
         "metrics-server",
         metrics_server_values(SYSTEM_NODE_SELECTOR)["replicas"],
@@ -76,30 +82,42 @@ SYSTEM_CONTROLLERS: tuple[SystemController, ...] = (
         1,
         {"cpu": "500m", "memory": "2048Mi"},
         "istio/istio 1.30.3 manifests/charts/istio-control/istio-discovery/values.yaml pilot.resources, autoscaleMin 1",
+        control_plane=True,
     ),
     SystemController(
         "knative activator (with its sidecar)",
         1,
         _plus({"cpu": "300m", "memory": "60Mi"}, ISTIO_SIDECAR_REQUESTS),
         "knative/serving knative-v1.23.0 config/core/deployments/activator.yaml, activator-hpa.yaml minReplicas 1",
+        control_plane=True,
     ),
     SystemController(
         "knative autoscaler, controller and webhook (with their sidecars)",
         3,
         _plus({"cpu": "100m", "memory": "100Mi"}, ISTIO_SIDECAR_REQUESTS),
         "knative/serving knative-v1.23.0 config/core/deployments/{autoscaler,controller,webhook}.yaml",
+        control_plane=True,
     ),
     SystemController(
         "net-istio controller (no sidecar)",
         1,
         {"cpu": "30m", "memory": "40Mi"},
         "knative/operator knative-v1.23.0 cmd/operator/kodata/ingress/1.23/istio/net-istio.yaml",
+        control_plane=True,
     ),
     SystemController(
         "net-istio webhook (with its sidecar)",
         1,
         _plus({"cpu": "20m", "memory": "20Mi"}, ISTIO_SIDECAR_REQUESTS),
         "knative/operator knative-v1.23.0 cmd/operator/kodata/ingress/1.23/istio/net-istio.yaml",
+        control_plane=True,
+    ),
+    SystemController(
+        "kueue controller-manager",
+        kueue_values(SYSTEM_NODE_SELECTOR, prometheus=True)["controllerManager"]["replicas"],
+        {"cpu": "500m", "memory": "512Mi"},
+        "kubernetes-sigs/kueue v0.19.2 charts/kueue/values.yaml controllerManager.manager.resources; replicas "
+        "components/specs/kueue.py kueue_values (in every stack)",
     ),
     SystemController(
         "knative operator and its webhook",
@@ -125,6 +143,7 @@ SYSTEM_CONTROLLERS: tuple[SystemController, ...] = (
         1,
         UNSET_REQUESTS_ALLOWANCE,
         "kubernetes/autoscaler cluster-autoscaler-chart-9.51.0 values.yaml: replicaCount 1, resources {}",
+        control_plane=True,
     ),
     SystemController(
         "gpu-operator, NFD master and NFD gc",
@@ -149,10 +168,20 @@ SYSTEM_CONTROLLERS: tuple[SystemController, ...] = (
 )
 
 
-def system_controller_requests() -> dict[str, Decimal]:
-    """What SYSTEM_CONTROLLERS request in all, and the pod slots they take."""
-    total: dict[str, Decimal] = {"pods": Decimal(sum(controller.pods for controller in SYSTEM_CONTROLLERS))}
-    for controller in SYSTEM_CONTROLLERS:
+def system_controllers(control_plane_replicas: int = 1) -> tuple[SystemController, ...]:
+    """SYSTEM_CONTROLLERS with the control plane at `control_plane_replicas` each (production's:
+    `platform_config.floors.control_plane_replicas`)."""
+    return tuple(
+        replace(controller, pods=controller.pods * control_plane_replicas) if controller.control_plane else controller
+        for controller in SYSTEM_CONTROLLERS
+    )
+
+
+def system_controller_requests(control_plane_replicas: int = 1) -> dict[str, Decimal]:
+    """What the system controllers request in all, and the pod slots they take."""
+    controllers = system_controllers(control_plane_replicas)
+    total: dict[str, Decimal] = {"pods": Decimal(sum(controller.pods for controller in controllers))}
+    for controller in controllers:
         for resource, text in controller.requests.items():
             total[resource] = total.get(resource, Decimal(0)) + parse_quantity(text) * controller.pods
     return total
@@ -164,12 +193,13 @@ def _rounded(resource: str, amount: Decimal, rounding: str) -> Decimal:
     return amount.quantize(step, rounding=rounding)
 
 
-def system_scheduling_template(group: SystemNodeGroup) -> dict[str, Any]:
+def system_scheduling_template(group: SystemNodeGroup, control_plane_replicas: int = 1) -> dict[str, Any]:
     """One system node as the scheduler sees it, and how many there are at most, in the shape of
     GpuNodePool.scheduling_template (the `nodePools` output): no taints, the kubelet's and node
-    agents' reserve (platform_config.capacity), and each node's share of SYSTEM_CONTROLLERS."""
+    agents' reserve (platform_config.capacity), and each node's share of the system controllers, the
+    control plane at `control_plane_replicas`."""
     allocatable = system_node_allocatable(group)
-    for resource, total in system_controller_requests().items():
+    for resource, total in system_controller_requests(control_plane_replicas).items():
         share = _rounded(resource, total / group.max_size, ROUND_CEILING)
         allocatable[resource] = max(Decimal(0), _rounded(resource, allocatable[resource] - share, ROUND_FLOOR))
     return {
@@ -180,3 +210,11 @@ def system_scheduling_template(group: SystemNodeGroup) -> dict[str, Any]:
         "allocatable": {resource: exact_quantity(amount) for resource, amount in allocatable.items()},
         "maxSize": group.max_size,
     }
+
+
+def stack_system_template(config: PlatformConfig) -> dict[str, Any] | None:
+    """The stack's system node as the scheduler sees it (`system_scheduling_template`), the control
+    plane at the replicas the stack runs of it; None without an EKS system node group."""
+    if config.cluster.eks is None:
+        return None
+    return system_scheduling_template(config.cluster.eks.system_node_group, control_plane_replicas(config.environment) or 1)

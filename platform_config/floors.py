@@ -26,11 +26,11 @@ class GovernanceFloors:
     knative_scale_down_delay_seconds: int = 60
     knative_window_seconds: int = 60
     # The endpoint picker stands in every request's path to its model version: with one replica,
-    # its restart is the version's outage.
+    # its restart is the version's outage (control-plane-availability).
     endpoint_picker_replicas_in_production: int = 2
     # control-plane-availability: what every request depends on (istiod, the gateway, Knative's
-    # activator, autoscaler, controller and webhook, Kueue's manager) runs this many replicas in
-    # production, so a node drain or a crash takes none of it away.
+    # activator, autoscaler, controller, webhook and net-istio's, Kueue's manager, the cluster
+    # autoscaler) runs this many replicas in production, so a node drain or a crash takes none of it away.
     control_plane_replicas_in_production: int = 2
 
     def policy_defaults(self) -> dict[str, float]:
@@ -43,10 +43,16 @@ class GovernanceFloors:
             "minReplicasInProduction": self.hpa_min_replicas_in_production,
             "minScaleDownDelaySeconds": self.knative_scale_down_delay_seconds,
             "minWindowSeconds": self.knative_window_seconds,
-            # endpoint-picker-availability's minReplicasInProduction (hpa-behavior has that key too).
+            # control-plane-availability's minEndpointPickerReplicasInProduction.
             "minEndpointPickerReplicasInProduction": self.endpoint_picker_replicas_in_production,
             "minControlPlaneReplicasInProduction": self.control_plane_replicas_in_production,
         }
 
 
 FLOORS = GovernanceFloors()
+
+
+def control_plane_replicas(environment: str) -> int | None:
+    """The replicas of each part of what every request depends on that a stack of this environment runs:
+    production's floor (control-plane-availability), else None, the charts' and manifests' own (one each)."""
+    return FLOORS.control_plane_replicas_in_production if environment == "production" else None

@@ -410,20 +410,22 @@ def test_istio_injection_precedence():
 AWS_M6I = {"m6i.xlarge": (4, 16), "m6i.2xlarge": (8, 32)}
 
 
-def expected_system_allocatable(vcpus: int, memory_gib: int, max_size: int) -> dict[str, Decimal]:
+def expected_system_allocatable(vcpus: int, memory_gib: int, max_size: int, replicas: int = 1) -> dict[str, Decimal]:
     """One system node by the EKS AMI's kubelet reserve, worked out here: CPU 6 % of the first
     core, 1 % of the second, 0.5 % of the next two, 0.25 % of the rest; memory 11 MiB per pod
     (110 pods up to 30 vCPUs) + 255 MiB, and 100 MiB eviction; then the node agents' allowance and
-    an equal share of every controller in the reserve table, rounded up to a millicore/byte/pod."""
+    an equal share of every controller in the reserve table (the control plane's `replicas` times),
+    rounded up to a millicore/byte/pod."""
     from components.system_nodes import SYSTEM_CONTROLLERS
     from platform_config.capacity import SYSTEM_NODE_AGENTS
     from platform_config.quantity import parse_quantity
 
     cpu_reserve = Decimal("0.06") + Decimal("0.01") + Decimal("0.005") * 2 + Decimal("0.0025") * (vcpus - 4)
     memory_reserve = Decimal((11 * 110 + 255 + 100) * 2**20)
-    controllers_cpu = sum(parse_quantity(c.requests["cpu"]) * c.pods for c in SYSTEM_CONTROLLERS)
-    controllers_memory = sum(parse_quantity(c.requests["memory"]) * c.pods for c in SYSTEM_CONTROLLERS)
-    controller_pods = sum(c.pods for c in SYSTEM_CONTROLLERS)
+    pods = {c.name: c.pods * (replicas if c.control_plane else 1) for c in SYSTEM_CONTROLLERS}
+    controllers_cpu = sum(parse_quantity(c.requests["cpu"]) * pods[c.name] for c in SYSTEM_CONTROLLERS)
+    controllers_memory = sum(parse_quantity(c.requests["memory"]) * pods[c.name] for c in SYSTEM_CONTROLLERS)
+    controller_pods = sum(pods.values())
     return {
         "cpu": vcpus - cpu_reserve - SYSTEM_NODE_AGENTS["cpu"] - Decimal(math.ceil(controllers_cpu * 1000 / max_size)) / 1000,
         "memory": Decimal(
@@ -435,13 +437,16 @@ def expected_system_allocatable(vcpus: int, memory_gib: int, max_size: int) -> d
     }
 
 
-@pytest.mark.parametrize("instance_type, max_size", [("m6i.xlarge", 4), ("m6i.2xlarge", 6)])
-def test_the_system_templates_allocatable(instance_type: str, max_size: int):
+@pytest.mark.parametrize(
+    "instance_type, max_size, replicas", [("m6i.xlarge", 4, 1), ("m6i.2xlarge", 6, 1), ("m6i.2xlarge", 6, 2)]
+)
+def test_the_system_templates_allocatable(instance_type: str, max_size: int, replicas: int):
     from components.system_nodes import system_scheduling_template
     from platform_config.models import SystemNodeGroup
     from platform_config.quantity import parse_quantity
 
-    template = system_scheduling_template(SystemNodeGroup(instance_type=instance_type, max_size=max_size))
+    group = SystemNodeGroup(instance_type=instance_type, max_size=max_size)
+    template = system_scheduling_template(group, replicas)
     assert (template["name"], template["labels"], template["taints"], template["maxSize"]) == (
         "system",
         {"inference.platform/pool": "system"},
@@ -449,10 +454,28 @@ def test_the_system_templates_allocatable(instance_type: str, max_size: int):
         max_size,
     )
     allocatable = {resource: parse_quantity(text) for resource, text in template["allocatable"].items()}
-    expected = expected_system_allocatable(*AWS_M6I[instance_type], max_size)
+    expected = expected_system_allocatable(*AWS_M6I[instance_type], max_size, replicas)
     assert {r: allocatable[r] for r in expected} == expected
     # 20 GiB root volume, 10 % eviction, 1 GiB kube-reserved, 10 GiB of images.
     assert allocatable["ephemeral-storage"] == Decimal(20 * 2**30) * Decimal("0.9") - 11 * 2**30
+
+
+def test_the_system_reserve_counts_the_control_plane_at_the_replicas_a_stack_runs():
+    from components.mesh import istiod_values
+    from components.specs.knative import KNATIVE_CONTROL_PLANE, knative_serving
+    from components.system_nodes import system_controllers
+
+    one, two = ({c.name: c.pods for c in system_controllers(n)} for n in (1, 2))
+    assert one["istiod"] == 1 and two["istiod"] == istiod_values(2)["autoscaleMin"] == 2
+    knative = [name for name in two if name.startswith(("knative activator", "knative autoscaler", "net-istio"))]
+    # Every Deployment of Knative's control plane (KNATIVE_CONTROL_PLANE) at the KnativeServing's replicas.
+    assert (
+        sum(two[name] for name in knative)
+        == len(KNATIVE_CONTROL_PLANE) * knative_serving(2)["spec"]["high-availability"]["replicas"]
+    )
+    assert sum(one[name] for name in knative) == len(KNATIVE_CONTROL_PLANE)
+    # What runs as many replicas in every stack does not move: the gateway, Kueue's two managers.
+    assert two["istio ingress gateway"] == one["istio ingress gateway"] and two["kueue controller-manager"] == 2
 
 
 def test_the_system_reserve_counts_the_gateway_at_its_maximum_with_the_projects_requests():
@@ -476,7 +499,9 @@ def test_only_an_eks_stack_exports_the_system_template(previews):
     assert eks is not None
     prod_group = eks.system_node_group
     (system,) = [p for p in previews["prod"].report["stackOutputs"]["nodePools"] if p["name"] == "system"]
-    assert system == system_scheduling_template(prod_group) and system["maxSize"] == 10
+    # Production's second replica of each part of the control plane is reserved on the system nodes.
+    assert system == system_scheduling_template(prod_group, 2) != system_scheduling_template(prod_group, 1)
+    assert system["maxSize"] == 12
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from components.system_nodes import stack_system_template
 from platform_config import parse_platform_config
 from platform_config.capacity import capacity_report
 
-from .helpers import config_problems, raw_stack, validate
+from .helpers import config_problems, prod_with_labeller_server, raw_stack, validate
 
 
 def geometry(prod_raw) -> dict:
@@ -34,11 +35,11 @@ def test_the_capacity_report_shows_the_endpoint_pickers():
     assert rows["cpu"]["endpointPickersByTenant"] == {"serving": "33.6", "team-a": "8.4"}
     assert rows["memory"]["endpointPickersByTenant"] == {"serving": f"{4 * 26}Gi", "team-a": "26Gi"}
     assert rows["nvidia.com/gpu"]["endpointPickersByTenant"] == {}
-    # Their own rows: the 10 m6i.2xlarge system nodes (8 vCPUs, 32 GiB) against the pickers.
+    # Their own rows: the 12 m6i.2xlarge system nodes (8 vCPUs, 32 GiB) against the pickers.
     system = rows["cpu (system nodes)"]
-    assert system["supply"] == str(10 * 8) and system["demand"] == "42" and system["withinCapacity"]
+    assert system["supply"] == str(12 * 8) and system["demand"] == "42" and system["withinCapacity"]
     memory = rows["memory (system nodes)"]
-    assert memory["supply"] == f"{10 * 32}Gi" and memory["demand"] == f"{5 * 26}Gi"
+    assert memory["supply"] == f"{12 * 32}Gi" and memory["demand"] == f"{5 * 26}Gi"
 
 
 def test_quota_over_capacity_names_tenants_and_pools(prod_raw):
@@ -202,9 +203,39 @@ def test_endpoint_pickers_must_fit_the_system_nodes():
     # 4 vCPU less the kubelet's and agents' reserve and a quarter of the controllers' requests
     # leaves no room for a 2.1 CPU pod.
     assert "m6i.xlarge system nodes hold 0 each" in message and "raise maxSize or choose a larger instanceType" in message
-    # The default system node (m6i.2xlarge) takes them, 3 to a node beside the controllers spread over 9.
+    # The default system node (m6i.2xlarge) takes them, 3 to a node beside the controllers spread over 10 (Kueue's
+    # two managers among them), 2 over 9.
     raw["cluster"]["eks"]["systemNodeGroup"] = {"maxSize": 9}
+    (message,) = config_problems(raw)
+    assert "m6i.2xlarge system nodes hold 2 each beside the platform's controllers, 18 at maxSize 9" in message
+    raw["cluster"]["eks"]["systemNodeGroup"] = {"maxSize": 10}
     validate(raw)
+
+
+def test_production_keeps_room_for_the_control_planes_second_replicas():
+    """In production istiod, Knative's control plane and the cluster autoscaler run twice, one pod per node: the
+    system nodes hold them beside the pickers. prod with the batch labeller's server: 24 picker pods at peak."""
+    raw = prod_with_labeller_server()
+    raw["cluster"]["eks"]["systemNodeGroup"]["maxSize"] = 10
+    (message,) = config_problems(raw)
+    assert "the endpoint pickers run 24 pods at peak" in message
+    assert "m6i.2xlarge system nodes hold 2 each beside the platform's controllers, 20 at maxSize 10" in message
+    raw["cluster"]["eks"]["systemNodeGroup"]["maxSize"] = 12
+    validate(raw)
+    # Outside production the same controllers run once each: 3 pickers to a node over 10. The second replicas ask
+    # 1.75 CPU in all (istiod 500m; Knative's activator 300m, autoscaler, controller and webhook 100m each and
+    # net-istio's webhook 20m, each with a 100m sidecar; net-istio's controller 30m; the cluster autoscaler's 100m
+    # allowance), 175m a node over 10.
+    raw["cluster"]["eks"]["systemNodeGroup"]["maxSize"] = 10
+
+    def system_cpu() -> str:
+        template = stack_system_template(parse_platform_config(raw))
+        assert template is not None
+        return template["allocatable"]["cpu"]
+
+    assert system_cpu() == "6190m"
+    raw["environment"] = "staging"
+    assert system_cpu() == "6365m"
 
 
 def test_no_gpu_pool_takes_the_system_pool_label():

@@ -29,7 +29,7 @@ from .policy_harness import PolicyHarness
 from .test_policy_decoding import _careless
 
 sys.path.insert(0, str(ROOT / "policies"))
-from inference_governance import autoscaling, endpoint_pickers, gateway_auth, gpu_placement  # noqa: E402
+from inference_governance import autoscaling, control_plane, gateway_auth, gpu_placement  # noqa: E402
 from inference_governance.pack import POLICIES  # noqa: E402
 
 
@@ -142,7 +142,7 @@ POLICY_CONFIG: dict[str, Any] = {
     "no-secret-env-from": {"allowedNamespaces": ["serving"]},
     "knative-autoscaling": {"productionStacks": []},
     "latency-sensitive-not-time-sliced": {"latencySensitiveTiers": ["premium", "batch"]},
-    "endpoint-picker-availability": {"minReplicasInProduction": 3},
+    "control-plane-availability": {"minEndpointPickerReplicasInProduction": 3},
     "gpu-jobs-through-kueue": {"externalLocalQueues": ["team-b/shared"]},
 }
 # POLICY_CONFIG, and levels and a floor moved too.
@@ -237,7 +237,7 @@ def test_the_harness_gives_the_packs_verdicts_on_changed_stacks(pack, baseline, 
     if change in ("below-the-floors", "careless-configured"):
         assert len({policy for _, policy, *_ in found}) >= 5, found
     if change == "below-the-floors":
-        production = {"hpa-behavior", "knative-autoscaling", "endpoint-picker-availability"}
+        production = {"hpa-behavior", "knative-autoscaling", "control-plane-availability"}
         assert production <= {policy for _, policy, *_ in found}, found
     if change == "unknowns":
         unknown = {(kind, policy) for kind, policy, _, _, message, _ in found if message.startswith("can't run policy")}
@@ -637,18 +637,8 @@ def without_maximum(**spec: Any) -> Callable[[dict], Any]:
 @pytest.mark.parametrize(
     "change, flagged",
     [
-        # 1. production: enough replicas, and a budget that keeps one up through a drain
-        (edit(EPP, lambda d: d["spec"].update(replicas=1)), EPP),
-        (lambda rs: [r for r in rs if r.name != EPP_PDB], EPP),
-        (edit(EPP_PDB, lambda b: b["spec"]["selector"].update(matchExpressions=[
-            {"key": "llm-d-router-gateway", "operator": "NotIn", "values": ["llama-1b-v1-epp"]}])), EPP),
-        (edit(EPP_PDB, lambda b: b["spec"].update(maxUnavailable="100%")), EPP_PDB),
-        (edit(EPP_PDB, without_maximum(minAvailable=0)), EPP_PDB),
-        (edit(EPP_PDB, without_maximum()), EPP_PDB),
-        (edit(EPP_PDB, lambda b: b["spec"].update(maxUnavailable=0)), EPP_PDB),  # no drain can proceed
-        (edit(EPP_PDB, without_maximum(minAvailable=1)), None),
-        (edit(EPP_PDB, lambda b: b["spec"].update(maxUnavailable="50%")), None),
-        # 2. the pool names an existing Service that selects endpoint picker pods
+        # (Their replicas, spread and budgets: control-plane-availability, tests/test_policy_bypasses.py.)
+        # 1. the pool names an existing Service that selects endpoint picker pods
         (edit(POOL, lambda p: p["spec"]["endpointPickerRef"].update(name="llama-1b-v1-ep")), POOL),
         (edit(POOL, lambda p: p["spec"]["endpointPickerRef"].update(kind="Deployment", group="apps")), POOL),
         (lambda rs: [r for r in rs if r.name != EPP_SERVICE], POOL),
@@ -656,7 +646,7 @@ def without_maximum(**spec: Any) -> Callable[[dict], Any]:
         # An endpoint picker that drops its component label escapes nothing: its pool finds no picker.
         (edit(EPP, lambda d: (d["metadata"]["labels"].pop("app.kubernetes.io/component"),
                               pod_metadata(d)["labels"].pop("app.kubernetes.io/component"))), POOL),
-        # 3. in the mesh, mTLS on every hop
+        # 2. in the mesh, mTLS on every hop
         (edit(EPP, lambda d: pod_metadata(d)["labels"].update({"sidecar.istio.io/inject": "false"})), EPP),
         (edit(EPP, lambda d: pod_metadata(d)["annotations"].update({"sidecar.istio.io/inject": "no"})), EPP),
         (edit(EPP, lambda d: (pod_metadata(d)["labels"].update({"sidecar.istio.io/inject": "disabled"}),
@@ -667,7 +657,7 @@ def without_maximum(**spec: Any) -> Callable[[dict], Any]:
                                                mtls={"mode": "DISABLE"})), PEER),
         (edit(PEER, lambda p: p["spec"].update(portLevelMtls={"8000": {"mode": "PERMISSIVE"}})), PEER),
         (edit(PEER, lambda p: p["spec"].update(portLevelMtls={"8000": {"mode": "STRICT"}})), None),
-        # 4. in production, a model's Deployment-served pods are picked (only its queue is timed)...
+        # 3. in production, a model's Deployment-served pods are picked (only its queue is timed)...
         (lambda rs: [r for r in rs if r.name != POOL], "llama-1b-v1-deployment"),
         (edit(POOL, lambda p: p["spec"]["selector"]["matchLabels"].update({"app.kubernetes.io/instance": "llama-1b-v9"})),
          "llama-1b-v1-deployment"),
@@ -680,9 +670,7 @@ def without_maximum(**spec: Any) -> Callable[[dict], Any]:
         (edit("team-b-peer-authentication", lambda p: p["spec"]["mtls"].update(mode="DISABLE")),
          "team-b-peer-authentication"),
     ],
-    ids=["one-replica", "no-budget", "budget-selects-none", "max-unavailable-100-percent", "min-available-0",
-         "budget-of-nothing", "max-unavailable-0", "min-available-1", "max-unavailable-50-percent",
-         "pool-names-no-service", "pool-names-a-deployment", "service-removed", "service-selects-the-servers",
+    ids=["pool-names-no-service", "pool-names-a-deployment", "service-removed", "service-selects-the-servers",
          "picker-unlabelled", "inject-label-false", "inject-annotation-no", "label-wins-over-annotation",
          "inject-label-true", "namespace-permissive", "workload-disable", "port-permissive", "port-strict",
          "pool-removed", "pool-selects-another-version", "knative-pool-removed",
@@ -694,41 +682,6 @@ def test_endpoint_picker_availability(harness, baseline, change, flagged, reques
     # A picker without its component label is no picker to the egress rule either: held to REGISTRY_ONLY.
     also = {("tenant-egress-by-host", "mandatory", EPP)} if request.node.callspec.id == "picker-unlabelled" else set()
     assert found == ({("endpoint-picker-availability", "mandatory", flagged)} if flagged else set()) | also
-
-
-@pytest.mark.parametrize(
-    ("change", "flagged"),
-    [
-        (edit("mesh-istiod", lambda r: r["values"].update(autoscaleMin=1)), "mesh-istiod"),
-        (edit("mesh-istiod", lambda r: r["values"].update(autoscaleEnabled=False)), "mesh-istiod"),  # replicaCount 1
-        (edit("mesh-istiod", lambda r: r["values"].update(autoscaleEnabled=False, replicaCount=3)), None),
-        (edit("mesh-gateway", lambda r: r["values"]["autoscaling"].update(minReplicas=1)), "mesh-gateway"),
-        (edit("kueue-release", lambda r: r["values"]["controllerManager"].update(replicas=1)), "kueue-release"),
-        (edit("kueue-release", lambda r: r["values"]["controllerManager"].pop("podDisruptionBudget")), "kueue-release"),
-        (edit("knative-serving-serving", lambda r: r["spec"].pop("high-availability")), "knative-serving-serving"),
-        (edit("knative-serving-serving", lambda r: r["spec"].update({"high-availability": {"replicas": 3}})), None),
-        # Spread over nodes, and the gateway behind its budget.
-        (edit("mesh-istiod", lambda r: r["values"].pop("topologySpreadConstraints")), "mesh-istiod"),
-        (edit("mesh-istiod", lambda r: (r["values"].pop("topologySpreadConstraints"),
-                                        r["values"].update(affinity={"podAntiAffinity": {"required": "x"}}))), None),
-        (edit("mesh-gateway", lambda r: r["values"].pop("topologySpreadConstraints")), "mesh-gateway"),
-        (edit("kueue-release", lambda r: r["values"]["controllerManager"].pop("topologySpreadConstraints")), "kueue-release"),
-        (lambda rs: [r for r in rs if r.name != "mesh-gateway-pdb"], "mesh-gateway"),
-        (edit("mesh-gateway-pdb", lambda b: b["spec"]["selector"].update(matchLabels={"istio": "egress"})), "mesh-gateway"),
-        # The autoscaler: a standby replica (its chart's own budget, leader election by default).
-        (edit("cluster-autoscaler-release", lambda r: r["values"].pop("replicaCount")), "cluster-autoscaler-release"),
-        (edit("cluster-autoscaler-release", lambda r: r["values"].update(replicaCount=1)), "cluster-autoscaler-release"),
-        (edit("cluster-autoscaler-release", lambda r: r["values"].update(replicaCount=3)), None),
-        (edit(AUTOSCALER, lambda r: r["values"].pop("topologySpreadConstraints")), AUTOSCALER),
-    ],
-    ids=["istiod-one", "istiod-fixed-one", "istiod-fixed-three", "gateway-one", "kueue-one", "kueue-no-budget",
-         "knative-no-ha", "knative-three", "istiod-unspread", "istiod-anti-affinity", "gateway-unspread",
-         "kueue-unspread", "gateway-no-budget", "gateway-budget-of-another", "autoscaler-default-one",
-         "autoscaler-one", "autoscaler-three", "autoscaler-unspread"],
-)  # fmt: skip
-def test_control_plane_availability(harness, baseline, change, flagged):
-    found = {(d.policy, d.urn.rsplit("::", 1)[-1]) for d in harness.analyze_stack(stack_with(baseline, change))}
-    assert found == ({("control-plane-availability", flagged)} if flagged else set())
 
 
 def test_the_control_plane_runs_twice_in_production_only():
@@ -762,13 +715,39 @@ def test_the_control_plane_runs_twice_in_production_only():
     assert kueue["labelSelector"]["matchLabels"]["control-plane"] == "controller-manager"
     assert of(prod, "mesh-gateway-pdb")["spec"]["minAvailable"] == 1
     assert not [r for r in dev.records if r.name == "mesh-gateway-pdb"]
+    # Knative's control plane one pod per node, the budgets its manifests bundle one pod at a time, the others' the
+    # platform's own (knative/operator knative-v1.23.0 kodata: only activator-pdb and webhook-pdb, 80% each).
+    serving = of(prod, "knative-serving-serving")["spec"]
+    spread = {w["name"]: w["topologySpreadConstraints"] for w in serving["workloads"]}
+    assert set(spread) == {"activator", "autoscaler", "controller", "webhook", "net-istio-controller", "net-istio-webhook"}
+    assert all(
+        c["labelSelector"] == {"matchLabels": {"app": name}} and c["whenUnsatisfiable"] == "DoNotSchedule"
+        for name, (c,) in spread.items()
+    )
+    assert serving["podDisruptionBudgets"] == [
+        {"name": "activator-pdb", "maxUnavailable": 1},
+        {"name": "webhook-pdb", "maxUnavailable": 1},
+    ]
+    budgets = {
+        r.outputs["spec"]["selector"]["matchLabels"]["app"]: r
+        for r in prod.records
+        if r.name.startswith("knative-serving-") and r.type == "kubernetes:policy/v1:PodDisruptionBudget"
+    }
+    assert set(budgets) == {"autoscaler", "controller", "net-istio-controller", "net-istio-webhook"}
+    assert all(r.outputs["metadata"]["namespace"] == "knative-serving" for r in budgets.values())
+    assert all(r.outputs["spec"]["maxUnavailable"] == 1 for r in budgets.values())
+    # Declared once the operator reports Serving ready (the KnativeServing waits for its Deployments).
+    (serving_urn,) = [r.urn for r in prod.records if r.name == "knative-serving-serving"]
+    assert all(serving_urn in r.dependencies for r in budgets.values())
+    assert "workloads" not in of(dev, "knative-serving-serving")["spec"]
+    assert not [r for r in dev.records if r.type == "kubernetes:policy/v1:PodDisruptionBudget" and r.name.startswith("knative")]
 
 
 def test_endpoint_picker_messages_name_the_object_and_the_fix(harness, baseline):
     (hit,) = harness.analyze_stack(stack_with(baseline, edit(EPP, lambda d: d["spec"].update(replicas=1))))
     assert hit.message.endswith(
-        "\nendpoint picker team-a/llama-1b-v1-epp runs 1 replica(s); production keeps at least 2, or every request to "
-        "the model waits on one pod's restart: set spec.replicas to 2 or more"
+        "\nendpoint picker team-a/llama-1b-v1-epp runs as few as 1 replica(s); production keeps at least 2 of what every "
+        "request depends on, or one crash or drain takes it away: set spec.replicas to 2 or more"
     )
     (hit,) = harness.analyze_stack(stack_with(baseline, edit(POOL, lambda p: p["spec"]["endpointPickerRef"].update(name="x"))))
     assert hit.message.endswith(
@@ -778,13 +757,14 @@ def test_endpoint_picker_messages_name_the_object_and_the_fix(harness, baseline)
 
 
 def test_endpoint_pickers_outside_production(baseline):
-    """The replica floor and the budget hold in the stacks the pack's config calls production."""
+    """The replica floor and the budget hold in the stacks the pack's config calls production (the pickers' floor
+    is control-plane-availability's minEndpointPickerReplicasInProduction)."""
 
     def violations(records: list[RecordedResource], settings: dict[str, Any]) -> list[str]:
         messages: list[str] = []
         resources = [SimpleNamespace(resource_type=r.type, props=r.outputs, urn=r.urn) for r in records]
         args = SimpleNamespace(resources=resources, get_config=lambda: settings)
-        endpoint_pickers.endpoint_picker_availability(args, lambda message, urn=None: messages.append(message))
+        control_plane.control_plane_availability(args, lambda message, urn=None: messages.append(message))
         return messages
 
     single = stack_with(
@@ -793,9 +773,10 @@ def test_endpoint_pickers_outside_production(baseline):
     this_stack = [pulumi.get_stack()]
     assert violations(single, {"productionStacks": []}) == []
     assert len(violations(single, {"productionStacks": this_stack})) == 2  # the floor and the budget
-    assert violations(single, {"productionStacks": this_stack, "minReplicasInProduction": 1}) == [
-        "endpoint picker team-a/llama-1b-v1-epp: no PodDisruptionBudget in team-a selects its pods, so a node drain may "
-        "take every replica at once: add one selecting its pod labels with maxUnavailable 1"
+    assert violations(single, {"productionStacks": this_stack, "minEndpointPickerReplicasInProduction": 1}) == [
+        "endpoint picker team-a/llama-1b-v1-epp: no PodDisruptionBudget selects its pods, so a drain may take every "
+        "replica at once: set a PodDisruptionBudget in team-a selecting its pod labels (maxUnavailable 1, or "
+        "minAvailable 1)"
     ]
 
 

@@ -15,7 +15,23 @@ from preview.engine import RecordedResource
 
 from .helpers import Evaluated, prod_with_labeller_server
 from .policy_harness import PolicyHarness
-from .test_policies import DEPLOYMENT, HPA, KSVC, POLICY_CONFIG, analyze, analyze_stack, both, find, stack_with, vllm
+from .test_policies import (
+    AUTOSCALER,
+    DEPLOYMENT,
+    EPP,
+    EPP_PDB,
+    HPA,
+    KSVC,
+    POLICY_CONFIG,
+    analyze,
+    analyze_stack,
+    both,
+    edit,
+    find,
+    stack_with,
+    vllm,
+    without_maximum,
+)
 
 PROJECT = "inference-platform"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -547,7 +563,7 @@ def test_a_service_taking_premium_stays_warm(harness, baseline):
     }
 
 
-# --- endpoint picker replicas in production ------------------------------------------------------------
+# --- endpoint picker replicas in production (control-plane-availability) ----------------------------------
 
 PICKERS = {
     f"{server}-epp-deployment"
@@ -574,9 +590,215 @@ def test_endpoint_picker_replica_floor_moves_with_the_config(harness, configured
     # The pack's default is the program's floor (2); its config may ask for more (here 3).
     records = stack_with(baseline, _pickers_run(replicas))
     for running, flagged in ((harness, defaults), (configured_harness, moved)):
-        hits = [d for d in running.analyze_stack(records) if d.policy == "endpoint-picker-availability"]
+        hits = [d for d in running.analyze_stack(records) if d.policy == "control-plane-availability"]
         assert {d.urn.rsplit("::", 1)[-1] for d in hits} == flagged
         assert all(d.level == "mandatory" for d in hits)
+
+
+# --- what every request depends on: replicas, spread over nodes, one budget (control-plane-availability) ---
+
+SERVING = "knative-serving-serving"
+ISTIOD, GATEWAY, KUEUE = "mesh-istiod", "mesh-gateway", "kueue-release"
+GATEWAY_PDB = "mesh-gateway-pdb"
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def values(change):
+    return lambda release: change(release["values"])
+
+
+def manager(change):
+    return lambda release: change(release["values"]["controllerManager"])
+
+
+def workload(name: str, change):
+    """Change the KnativeServing's workload override of `name`."""
+    return lambda serving: change(next(w for w in serving["spec"]["workloads"] if w["name"] == name))
+
+
+def first_spread(change):
+    """Change the first topologySpreadConstraint of the values (or override) given."""
+    return lambda holder: change(holder["topologySpreadConstraints"][0])
+
+
+def without(name: str):
+    return lambda records: [r for r in records if r.name != name]
+
+
+def with_budget(name: str, namespace: str, selector: dict[str, str], **spec: Any):
+    """A PodDisruptionBudget the stack declares beside the others."""
+
+    def change(records):
+        outputs = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {**spec, "selector": {"matchLabels": selector}},
+        }
+        urn = f"urn:pulumi:prod::{PROJECT}::kubernetes:policy/v1:PodDisruptionBudget::{name}"
+        return [
+            *records,
+            RecordedResource("kubernetes:policy/v1:PodDisruptionBudget", name, urn, None, True, None, outputs, outputs),
+        ]
+
+    return change
+
+
+REQUIRED_ANTI_AFFINITY = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"app": "istiod"}}}
+        ]
+    }
+}
+PREFERRED_ANTI_AFFINITY = {
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"app": "istiod"}}}}
+        ]
+    }
+}
+
+
+@pytest.mark.parametrize(
+    "change, flagged, names",
+    [
+        # istiod: autoscaleMin, topologySpreadConstraints, the chart's budget (global.defaultPodDisruptionBudget, pdb).
+        (edit(ISTIOD, values(lambda v: v.update(autoscaleMin=1))), ISTIOD, "set autoscaleMin to 2"),
+        (edit(ISTIOD, values(lambda v: v.update(autoscaleEnabled=False))), ISTIOD, "set replicaCount to 2"),  # replicaCount 1
+        (edit(ISTIOD, values(lambda v: v.update(autoscaleEnabled=False, replicaCount=3))), None, None),
+        (edit(ISTIOD, values(lambda v: v.pop("topologySpreadConstraints"))), ISTIOD, "set topologySpreadConstraints"),
+        (edit(ISTIOD, values(first_spread(lambda c: c.update(whenUnsatisfiable="ScheduleAnyway")))), ISTIOD, "share a node"),
+        (edit(ISTIOD, values(first_spread(lambda c: c.update(topologyKey="topology.kubernetes.io/zone")))), ISTIOD, "share"),
+        (edit(ISTIOD, values(first_spread(lambda c: c.update(maxSkew=2)))), ISTIOD, "maxSkew 1"),
+        (edit(ISTIOD, values(first_spread(lambda c: c.update(labelSelector={"matchLabels": {"app": "other"}})))), ISTIOD,
+         "selecting {'app': 'istiod'}"),
+        (edit(ISTIOD, values(lambda v: (v.pop("topologySpreadConstraints"), v.update(affinity=REQUIRED_ANTI_AFFINITY)))),
+         None, None),
+        (edit(ISTIOD, values(lambda v: (v.pop("topologySpreadConstraints"), v.update(affinity=PREFERRED_ANTI_AFFINITY)))),
+         ISTIOD, "share a node"),
+        (edit(ISTIOD, values(lambda v: v.update({"global": {**v["global"], "defaultPodDisruptionBudget": {"enabled": False}}}))),
+         ISTIOD, "set global.defaultPodDisruptionBudget.enabled"),
+        (edit(ISTIOD, values(lambda v: v.update(pdb={"minAvailable": 0}))), ISTIOD, "the budget its pdb makes (neither"),
+        (edit(ISTIOD, values(lambda v: v.update(pdb={"maxUnavailable": 2}))), ISTIOD, "maxUnavailable 2 of 2"),
+        (edit(ISTIOD, values(lambda v: v.update(pdb={"minAvailable": 2}))), ISTIOD,
+         "its pdb makes (minAvailable 2 with as few as 2 replicas) lets no pod be evicted"),
+        (edit(ISTIOD, values(lambda v: v.update(pdb={"maxUnavailable": 1}))), None, None),
+        (with_budget("istiod-extra", "istio-system", {"app": "istiod"}, maxUnavailable=1), ISTIOD, "more than one budget"),
+        # The ingress gateway: autoscaling.minReplicas, topologySpreadConstraints, the stack's budget.
+        (edit(GATEWAY, values(lambda v: v["autoscaling"].update(minReplicas=1))), GATEWAY, "set autoscaling.minReplicas"),
+        (edit(GATEWAY, values(lambda v: v.pop("topologySpreadConstraints"))), GATEWAY, "share a node"),
+        (without(GATEWAY_PDB), GATEWAY, "no PodDisruptionBudget selects its pods"),
+        (edit(GATEWAY_PDB, lambda b: b["spec"]["selector"].update(matchLabels={"istio": "egress"})), GATEWAY,
+         "a PodDisruptionBudget in istio-system"),
+        (edit(GATEWAY_PDB, lambda b: b["spec"].update(minAvailable=2)), GATEWAY_PDB, "lets no pod of the ingress gateway"),
+        # The chart's own budget beside the stack's: two budgets, so no gateway pod can be evicted.
+        (edit(GATEWAY, values(lambda v: v.update(podDisruptionBudget={"minAvailable": 1}))), GATEWAY, "more than one budget"),
+        # Knative Serving: spec.high-availability.replicas or a workload's, spec.workloads[].topologySpreadConstraints,
+        # spec.podDisruptionBudgets[] for activator-pdb and webhook-pdb, the stack's budgets for the others.
+        (edit(SERVING, lambda r: r["spec"].pop("high-availability")), SERVING, "set spec.high-availability.replicas"),
+        (edit(SERVING, lambda r: r["spec"].update({"high-availability": {"replicas": 3}})), None, None),
+        (edit(SERVING, workload("controller", lambda w: w.update(replicas=1))), SERVING,
+         "Knative's controller (KnativeServing knative-serving/knative-serving) runs as few as 1 replica(s)"),
+        (edit(SERVING, lambda r: r["spec"].update(deployments=[{"name": "webhook", "replicas": 1}])), SERVING,
+         "set spec.deployments[name=webhook].replicas"),
+        (edit(SERVING, lambda r: r["spec"].pop("workloads")), SERVING,
+         "set spec.workloads[name=activator].topologySpreadConstraints"),
+        (edit(SERVING, workload("net-istio-webhook", first_spread(lambda c: c.update(whenUnsatisfiable="ScheduleAnyway")))),
+         SERVING, "set spec.workloads[name=net-istio-webhook].topologySpreadConstraints"),
+        (edit(SERVING, workload("autoscaler", lambda w: (w.pop("topologySpreadConstraints"), w.update(affinity={
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"app": "autoscaler"}}}]}})))), None, None),
+        # Without the override the manifests' 80% lets none of two activators or webhooks go.
+        (edit(SERVING, lambda r: r["spec"].pop("podDisruptionBudgets")), SERVING, "minAvailable 80% with as few as 2 replicas"),
+        (edit(SERVING, lambda r: r["spec"]["podDisruptionBudgets"][0].update(minAvailable=1)), SERVING,
+         "the operator refuses both"),
+        (edit(SERVING, lambda r: r["spec"]["podDisruptionBudgets"][1].update(maxUnavailable="100%")), SERVING,
+         "the budget its spec.podDisruptionBudgets[name=webhook-pdb] makes (maxUnavailable 100% of 2 replicas)"),
+        (without("knative-serving-controller-pdb"), SERVING,
+         "Knative's controller (KnativeServing knative-serving/knative-serving): no PodDisruptionBudget"),
+        (without("knative-serving-net-istio-webhook-pdb"), SERVING,
+         "a PodDisruptionBudget in knative-serving selecting {'app': 'net-istio-webhook'}"),
+        (edit("knative-serving-autoscaler-pdb", lambda b: b["spec"].update(maxUnavailable=0)),
+         "knative-serving-autoscaler-pdb", "lets no pod of Knative's autoscaler"),
+        (with_budget("activator-extra", "knative-serving", {"app": "activator"}, maxUnavailable=1), SERVING,
+         "more than one budget"),
+        # The endpoint pickers: spec.replicas, their pods' topologySpreadConstraints, the stack's budgets.
+        (edit(EPP, lambda d: d["spec"].update(replicas=1)), EPP, "set spec.replicas to 2"),
+        (edit(EPP, lambda d: d["spec"]["template"]["spec"].pop("topologySpreadConstraints")), EPP,
+         "set spec.template.spec.topologySpreadConstraints"),
+        # Left by zone only.
+        (edit(EPP, lambda d: d["spec"]["template"]["spec"]["topologySpreadConstraints"].pop(0)), EPP, "share a node"),
+        (without(EPP_PDB), EPP, "no PodDisruptionBudget selects its pods"),
+        (edit(EPP_PDB, lambda b: b["spec"]["selector"].update(matchExpressions=[
+            {"key": "llm-d-router-gateway", "operator": "NotIn", "values": ["llama-1b-v1-epp"]}])), EPP,
+         "no PodDisruptionBudget"),
+        (edit(EPP_PDB, lambda b: b["spec"].update(maxUnavailable="100%")), EPP_PDB, "maxUnavailable 100% of 2 replicas"),
+        (edit(EPP_PDB, without_maximum(minAvailable=0)), EPP_PDB, "minAvailable 0"),
+        (edit(EPP_PDB, without_maximum()), EPP_PDB, "neither minAvailable nor maxUnavailable"),
+        (edit(EPP_PDB, lambda b: b["spec"].update(maxUnavailable=0)), EPP_PDB, "every node drain and upgrade stalls"),
+        (edit(EPP_PDB, lambda b: b["spec"].update(minAvailable=1)), EPP_PDB, "which the API server refuses"),
+        (edit(EPP_PDB, without_maximum(minAvailable=1)), None, None),
+        (edit(EPP_PDB, lambda b: b["spec"].update(maxUnavailable="50%")), None, None),
+        # Kueue's manager: controllerManager.replicas, .topologySpreadConstraints (the chart reads no affinity),
+        # .podDisruptionBudget.
+        (edit(KUEUE, manager(lambda m: m.update(replicas=1))), KUEUE, "set controllerManager.replicas"),
+        (edit(KUEUE, manager(lambda m: m.pop("topologySpreadConstraints"))), KUEUE,
+         "set controllerManager.topologySpreadConstraints"),
+        (edit(KUEUE, manager(lambda m: (m.pop("topologySpreadConstraints"), m.update(affinity=REQUIRED_ANTI_AFFINITY)))), KUEUE,
+         "share a node"),
+        (edit(KUEUE, manager(lambda m: m.pop("podDisruptionBudget"))), KUEUE,
+         "set controllerManager.podDisruptionBudget.enabled"),
+        (edit(KUEUE, manager(lambda m: m["podDisruptionBudget"].update(enabled=False))), KUEUE, "no PodDisruptionBudget"),
+        (edit(KUEUE, manager(lambda m: m["podDisruptionBudget"].update(minAvailable=2))), KUEUE,
+         "controllerManager.podDisruptionBudget makes (minAvailable 2 with as few as 2 replicas) lets no pod"),
+        (edit(KUEUE, manager(lambda m: m["podDisruptionBudget"].update(minAvailable=None))), KUEUE, "neither minAvailable"),
+        # The cluster autoscaler: replicaCount, topologySpreadConstraints, its chart's podDisruptionBudget (maxUnavailable 1
+        # by default, merged with what the release gives).
+        (edit(AUTOSCALER, values(lambda v: v.pop("replicaCount"))), AUTOSCALER, "set replicaCount to 2"),
+        (edit(AUTOSCALER, values(lambda v: v.update(replicaCount=1))), AUTOSCALER, "runs as few as 1"),
+        (edit(AUTOSCALER, values(lambda v: v.update(replicaCount=3))), None, None),
+        (edit(AUTOSCALER, values(lambda v: v.pop("topologySpreadConstraints"))), AUTOSCALER, "share a node"),
+        (edit(AUTOSCALER, values(lambda v: v.update(podDisruptionBudget=None))), AUTOSCALER, "set podDisruptionBudget"),
+        (edit(AUTOSCALER, values(lambda v: v.update(podDisruptionBudget={"maxUnavailable": None}))), AUTOSCALER,
+         "no PodDisruptionBudget"),
+        (edit(AUTOSCALER, values(lambda v: v.update(podDisruptionBudget={"maxUnavailable": 2}))), AUTOSCALER,
+         "maxUnavailable 2 of 2 replicas"),
+        (edit(AUTOSCALER, values(lambda v: v.update(podDisruptionBudget={"minAvailable": 2, "maxUnavailable": None}))),
+         AUTOSCALER, "podDisruptionBudget makes (minAvailable 2 with as few as 2 replicas) lets no pod be evicted"),
+        # The chart's maxUnavailable 1 stays beside a minAvailable given alone: both, which the chart refuses.
+        (edit(AUTOSCALER, values(lambda v: v.update(podDisruptionBudget={"minAvailable": 1}))), AUTOSCALER, "both"),
+        (edit(AUTOSCALER, values(lambda v: v.update(podDisruptionBudget={"minAvailable": 1, "maxUnavailable": None}))),
+         None, None),
+        (edit(AUTOSCALER, values(lambda v: v.update(podDisruptionBudget={}))), None, None),
+    ],
+    ids=["istiod-one", "istiod-fixed-one", "istiod-fixed-three", "istiod-unspread", "istiod-spread-anyway",
+         "istiod-spread-by-zone", "istiod-skew-2", "istiod-spread-selects-others", "istiod-anti-affinity",
+         "istiod-preferred-anti-affinity", "istiod-budget-off", "istiod-min-available-0", "istiod-max-unavailable-all",
+         "istiod-min-available-all", "istiod-max-unavailable-1", "istiod-two-budgets",
+         "gateway-one", "gateway-unspread", "gateway-no-budget", "gateway-budget-of-another", "gateway-budget-blocks",
+         "gateway-two-budgets",
+         "knative-no-ha", "knative-three", "knative-controller-one", "knative-deprecated-override-one",
+         "knative-unspread", "knative-spread-anyway", "knative-anti-affinity", "knative-bundled-budgets",
+         "knative-budget-both", "knative-budget-all", "knative-controller-no-budget", "knative-net-istio-no-budget",
+         "knative-budget-blocks", "knative-two-budgets",
+         "picker-one", "picker-unspread", "picker-by-zone-only", "picker-no-budget", "picker-budget-selects-none",
+         "picker-max-unavailable-100-percent", "picker-min-available-0", "picker-budget-of-nothing",
+         "picker-max-unavailable-0", "picker-budget-both", "picker-min-available-1", "picker-max-unavailable-50-percent",
+         "kueue-one", "kueue-unspread", "kueue-affinity-unread", "kueue-no-budget", "kueue-budget-off",
+         "kueue-budget-blocks", "kueue-budget-null",
+         "autoscaler-default-one", "autoscaler-one", "autoscaler-three", "autoscaler-unspread", "autoscaler-budget-null",
+         "autoscaler-budget-emptied", "autoscaler-max-unavailable-all", "autoscaler-min-available-all",
+         "autoscaler-budget-both", "autoscaler-min-available-1", "autoscaler-chart-budget"],
+)  # fmt: skip
+def test_what_every_request_depends_on_is_highly_available(harness, baseline, change, flagged, names):
+    """Each part of the control plane in production, each of the three properties, read where the program sets it:
+    a change that breaks one is refused naming the part and the key; one that keeps it is not."""
+    hits = harness.analyze_stack(stack_with(baseline, change))
+    assert {(d.policy, d.level, d.urn.rsplit("::", 1)[-1]) for d in hits} == (
+        {("control-plane-availability", "mandatory", flagged)} if flagged else set()
+    )
+    assert flagged is None or any(names in d.message for d in hits), [d.message for d in hits]
 
 
 # --- GPU Jobs outside Kueue ----------------------------------------------------------------------------

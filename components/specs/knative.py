@@ -12,7 +12,9 @@ from ..constants import (
     KNATIVE_LOCAL_GATEWAY_LISTENER_PORT,
     KNATIVE_SERVING_NAMESPACE,
     PULUMI_WAIT_FOR,
+    standard_labels,
 )
+from .pod_parts import node_spread
 
 # Pod fields model servers use that Knative admits only behind feature flags.
 REQUIRED_FEATURES = (
@@ -24,6 +26,74 @@ REQUIRED_FEATURES = (
     "kubernetes.podspec-init-containers",
     "kubernetes.podspec-volumes-emptydir",
 )
+
+
+# Serving's control plane as the operator installs it (knative/operator knative-v1.23.0
+# cmd/operator/kodata/knative-serving/1.23.0/2-serving-core.yaml, and net-istio's from
+# cmd/operator/kodata/ingress/1.23/istio/net-istio.yaml): each Deployment's pods are labelled
+# `app: <its name>`; only the activator and the webhook come with a PodDisruptionBudget, each
+# `minAvailable: 80%` (activator-pdb, webhook-pdb), which at two replicas lets no pod be evicted (the
+# disruption controller rounds a percentage up). Their anti-affinity is only preferred. The
+# autoscaler-hpa Deployment (3-serving-hpa.yaml) serves Knative's HPA class only, which no model uses.
+KNATIVE_CONTROL_PLANE: dict[str, str | None] = {
+    "activator": "activator-pdb",
+    "autoscaler": None,
+    "controller": None,
+    "webhook": "webhook-pdb",
+    "net-istio-controller": None,
+    "net-istio-webhook": None,
+}
+KNATIVE_BUNDLED_BUDGET = {"minAvailable": "80%"}
+KNATIVE_POD_LABEL = "app"
+# One pod away at a time, as the endpoint pickers' budgets.
+KNATIVE_BUDGET = {"maxUnavailable": 1}
+
+
+def knative_pods(deployment: str) -> dict[str, str]:
+    """The labels of a control-plane Deployment's pods that select them (its manifest's `selector`)."""
+    return {KNATIVE_POD_LABEL: deployment}
+
+
+def knative_placement() -> dict[str, Any]:
+    """What the KnativeServing sets for a highly available control plane besides its replicas:
+    each Deployment one pod per node (`spec.workloads[].topologySpreadConstraints`, which replace
+    the manifest's; the anti-affinity stays preferred), and the two budgets the manifests bundle
+    overridden to one pod at a time (`spec.podDisruptionBudgets[]`, which can only override a budget
+    of the manifest by its name). knative/operator knative-v1.23.0 pkg/apis/operator/base/common.go
+    (WorkloadOverride, PodDisruptionBudgetOverride), pkg/reconciler/common/workload_override.go
+    (replaceTopologySpreadConstraints) and poddisruptionbudget_override.go (minAvailable and
+    maxUnavailable both replaced). A workload override without `replicas` leaves
+    `high-availability` in charge of them (ha.go). The others' budgets are the platform's own
+    objects (`knative_disruption_budgets`)."""
+    return {
+        "workloads": [
+            {"name": name, "topologySpreadConstraints": node_spread(knative_pods(name), required=True)}
+            for name in KNATIVE_CONTROL_PLANE
+        ],
+        "podDisruptionBudgets": [
+            {"name": budget, **KNATIVE_BUDGET} for budget in KNATIVE_CONTROL_PLANE.values() if budget is not None
+        ],
+    }
+
+
+def knative_disruption_budgets() -> list[dict[str, Any]]:
+    """A PodDisruptionBudget for each control-plane Deployment whose manifest brings none: the
+    operator leaves objects it did not install alone. One budget per pod: the eviction API refuses
+    to evict a pod two budgets select (kubernetes pkg/registry/core/pod/storage/eviction.go)."""
+    return [
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {
+                "name": f"{name}-pdb",
+                "namespace": KNATIVE_SERVING_NAMESPACE,
+                "labels": standard_labels(f"{name}-pdb", "knative"),
+            },
+            "spec": {**KNATIVE_BUDGET, "selector": {"matchLabels": knative_pods(name)}},
+        }
+        for name, bundled in KNATIVE_CONTROL_PLANE.items()
+        if bundled is None
+    ]
 
 
 def local_gateway() -> dict[str, Any]:
@@ -55,7 +125,8 @@ def knative_serving(high_availability: int | None = None) -> dict[str, Any]:
     """`high_availability`: the replicas of every Deployment of Serving's control plane the
     operator scales (activator, autoscaler, controller, webhook, net-istio's; knative/operator
     knative-v1.23.0 pkg/reconciler/common/ha.go HighAvailabilityTransform, the HPAs' minimum
-    too), None for the manifest's one each."""
+    too), each one pod per node with its budget (`knative_placement`); None for the manifest's one
+    each."""
     serving: dict[str, Any] = {
         "apiVersion": "operator.knative.dev/v1beta1",
         "kind": "KnativeServing",
@@ -92,4 +163,5 @@ def knative_serving(high_availability: int | None = None) -> dict[str, Any]:
     }
     if high_availability is not None:
         serving["spec"]["high-availability"] = {"replicas": high_availability}
+        serving["spec"].update(knative_placement())
     return serving

@@ -8,6 +8,11 @@ from typing import Any, Mapping
 from .kube import get
 
 
+def shown(value: Any) -> str:
+    """A budget's count as written (the engine hands numbers over as floats: 2.0 is 2)."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
 def scaled(value: Any, replicas: int) -> float:
     """A PDB's count, or its percentage of the replicas rounded up, as the disruption controller
     reads both fields (intstr.GetScaledValueFromIntOrPercent with roundUp true)."""
@@ -25,9 +30,30 @@ def blocks_every_drain(spec: Mapping[str, Any], fewest: int) -> str | None:
     unavailable, available = get(spec, "maxUnavailable"), get(spec, "minAvailable")
     try:
         if unavailable is not None and scaled(unavailable, max(fewest, 1)) <= 0:
-            return f"maxUnavailable {unavailable}"
+            return f"maxUnavailable {shown(unavailable)}"
         if available is not None and fewest > 0 and scaled(available, fewest) >= fewest:
-            return f"minAvailable {available} with as few as {fewest} replicas"
+            return f"minAvailable {shown(available)} with as few as {fewest} replicas"
     except ValueError:
-        return f"a budget of {unavailable if available is None else available}, which is not a count or a percentage"
+        return f"a budget of {shown(unavailable if available is None else available)}, which is not a count or a percentage"
     return None
+
+
+def leaves_none_up(spec: Mapping[str, Any], replicas: int) -> str | None:
+    """Why a budget may let every replica go at once, or None: minAvailable below one pod, or
+    maxUnavailable of every replica, both scaled as the disruption controller does."""
+    unavailable, available = get(spec, "maxUnavailable"), get(spec, "minAvailable")
+    if unavailable is not None and available is not None:
+        # policy/v1 validation: "minAvailable and maxUnavailable cannot be both set".
+        return "both minAvailable and maxUnavailable, which the API server refuses"
+    try:
+        if available is not None:
+            return f"minAvailable {shown(available)}" if scaled(available, replicas) < 1 else None
+        if unavailable is not None:
+            return (
+                f"maxUnavailable {shown(unavailable)} of {replicas} replicas"
+                if scaled(unavailable, replicas) >= replicas
+                else None
+            )
+    except ValueError:
+        return f"a budget of {shown(unavailable if available is None else available)}, which is not a count or a percentage"
+    return "neither minAvailable nor maxUnavailable"

@@ -1,27 +1,24 @@
-"""Endpoint pickers: in production every model server is picked by one, with replicas that survive a drain; every
-InferencePool names a picker's Service; pickers stay in the mesh and tenants accept no plaintext."""
+"""Endpoint pickers: in production every model server is picked by one (whose replicas, spread and budget
+control-plane-availability holds); every InferencePool names a picker's Service; pickers stay in the mesh and tenants
+accept no plaintext."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Mapping
+from typing import Any
 
-from .budgets import blocks_every_drain, scaled
 from .kube import (
     COMPONENT_LABEL,
     DEPLOYMENT,
     ENDPOINT_PICKER,
-    FLOORS,
     INFERENCE_POOL,
     INJECT_ASKED,
     KNATIVE_SERVICE,
     MODEL_LABEL,
-    PDB,
     PEER_AUTHENTICATION,
     SERVICE,
     SIDECAR_INJECT,
     Report,
-    config,
     get,
     is_production,
     labels_match,
@@ -46,9 +43,6 @@ class EndpointPicker:
         self.name = name_of(resource.props)
         self.pod_labels = dict(get(template, "metadata", "labels", default={}))
         self.pod_annotations = dict(get(template, "metadata", "annotations", default={}))
-        replicas = get(resource.props, "spec", "replicas", default=1)
-        # Numbers arrive from the engine as floats; anything else is no replica count.
-        self.replicas = int(replicas) if isinstance(replicas, (int, float)) else 0
 
     @property
     def label(self) -> str:
@@ -65,62 +59,6 @@ def endpoint_pickers(args: Any) -> list[EndpointPicker]:
             get(d.props, "spec", "template", "metadata", "labels", COMPONENT_LABEL),
         )
     ]
-
-
-def _leaves_none_up(spec: Mapping[str, Any], replicas: int) -> str | None:
-    """Why a budget may let every replica go at once, or None: minAvailable below one pod, or
-    maxUnavailable of every replica, both scaled as the disruption controller does."""
-    unavailable, available = get(spec, "maxUnavailable"), get(spec, "minAvailable")
-    try:
-        if available is not None:
-            return f"minAvailable {available}" if scaled(available, replicas) < 1 else None
-        if unavailable is not None:
-            return f"maxUnavailable {unavailable} of {replicas} replicas" if scaled(unavailable, replicas) >= replicas else None
-    except ValueError:
-        return f"a budget of {unavailable if available is None else available}, which is not a count or a percentage"
-    return "neither minAvailable nor maxUnavailable"
-
-
-def _production_endpoint_pickers(args: Any, pickers: list[EndpointPicker], report_violation: Report) -> None:
-    """Every request to a model version goes through its picker: in production it runs more than
-    one replica, and a node drain may not take them all at once."""
-    floor = int(config(args).get("minReplicasInProduction", FLOORS["minEndpointPickerReplicasInProduction"]))
-    budgets: dict[str, list[Any]] = defaultdict(list)
-    for budget in of_type(args, PDB):
-        budgets[namespace_of(budget.props)].append(budget)
-    for picker in pickers:
-        replicas = picker.replicas
-        if replicas < floor:
-            report_violation(
-                f"{picker.label} runs {replicas} replica(s); production keeps at least {floor}, or every request to the model "
-                f"waits on one pod's restart: set spec.replicas to {floor} or more",
-                picker.resource.urn,
-            )
-        covering = [b for b in budgets[picker.namespace] if selector_matches(get(b.props, "spec", "selector"), picker.pod_labels)]
-        if not covering:
-            report_violation(
-                f"{picker.label}: no PodDisruptionBudget in {picker.namespace} selects its pods, so a node drain may take every "
-                "replica at once: add one selecting its pod labels with maxUnavailable 1",
-                picker.resource.urn,
-            )
-        for budget in covering:
-            spec = get(budget.props, "spec", default={})
-            # One replica cannot be kept up through a drain by any budget: the floor above speaks for it.
-            why = _leaves_none_up(spec, replicas) if replicas > 1 else None
-            if why is not None:
-                report_violation(
-                    f"PodDisruptionBudget {picker.namespace}/{name_of(budget.props)} ({why}) lets a drain take every pod of "
-                    f"{picker.label}: set maxUnavailable 1",
-                    budget.urn,
-                )
-                continue
-            why = blocks_every_drain(spec, replicas)
-            if why is not None:
-                report_violation(
-                    f"PodDisruptionBudget {picker.namespace}/{name_of(budget.props)} ({why}) lets no pod of {picker.label} be "
-                    "evicted: every node drain and upgrade stalls; set maxUnavailable 1",
-                    budget.urn,
-                )
 
 
 def _pools_name_endpoint_pickers(args: Any, pickers: list[EndpointPicker], report_violation: Report) -> None:
@@ -227,7 +165,7 @@ def _production_servers_behind_pickers(args: Any, report_violation: Report) -> N
 def endpoint_picker_availability(args: Any, report_violation: Report) -> None:
     pickers = endpoint_pickers(args)
     if is_production(args):
-        _production_endpoint_pickers(args, pickers, report_violation)
+        # Their replicas, spread and budgets: control-plane-availability (control_plane.py).
         _production_servers_behind_pickers(args, report_violation)
     _pools_name_endpoint_pickers(args, pickers, report_violation)
     _endpoint_pickers_in_the_mesh(args, pickers, report_violation)

@@ -198,17 +198,28 @@ POLICIES = [
     ),
     StackValidationPolicy(
         name="control-plane-availability",
-        description="In production what every request depends on runs at least minReplicasInProduction replicas: "
-        "istiod (autoscaleMin), the ingress gateway (autoscaling.minReplicas), Kueue's manager "
-        "(controllerManager.replicas, with its PodDisruptionBudget) and Knative Serving's control plane "
-        "(KnativeServing spec.high-availability.replicas); istiod, the gateway and Kueue's manager spread over "
-        "nodes (topologySpreadConstraints or podAntiAffinity), and a PodDisruptionBudget selects the gateway's pods.",
+        description="In production what every request depends on runs at least minReplicasInProduction replicas "
+        "(the endpoint pickers minEndpointPickerReplicasInProduction), no two on one node (a topologySpreadConstraint "
+        "by kubernetes.io/hostname, maxSkew 1, DoNotSchedule, or a required podAntiAffinity by hostname, selecting "
+        "its pods), behind exactly one PodDisruptionBudget that keeps a pod up and lets one be evicted: istiod "
+        "(autoscaleMin, topologySpreadConstraints, its chart's budget), the ingress gateway (autoscaling.minReplicas, "
+        "topologySpreadConstraints, a budget of the stack), Knative Serving's activator, autoscaler, controller, "
+        "webhook and net-istio's controller and webhook (KnativeServing spec.high-availability.replicas, "
+        "spec.workloads[].topologySpreadConstraints, spec.podDisruptionBudgets[] for the budgets its manifests "
+        "bundle, budgets of the stack for the others), the endpoint pickers (spec.replicas, their pods' "
+        "topologySpreadConstraints, budgets of the stack), Kueue's manager (controllerManager.replicas, "
+        "controllerManager.topologySpreadConstraints, controllerManager.podDisruptionBudget) and the cluster "
+        "autoscaler (replicaCount, topologySpreadConstraints, its chart's podDisruptionBudget).",
         validate=control_plane.control_plane_availability,
         severity=Severity.HIGH,
         config_schema=schema(
             minReplicasInProduction={
                 "type": "integer",
                 "default": FLOORS["minControlPlaneReplicasInProduction"],
+            },
+            minEndpointPickerReplicasInProduction={
+                "type": "integer",
+                "default": FLOORS["minEndpointPickerReplicasInProduction"],
             },
             productionStacks=PRODUCTION,
         ),
@@ -249,20 +260,13 @@ POLICIES = [
         name="endpoint-picker-availability",
         description="Endpoint pickers: in production every Deployment and Knative Service of a model server is "
         "picked by one (an InferencePool of its namespace selects its pods: only the picker's queue is bounded in "
-        "time per tier), with "
-        "at least minReplicasInProduction replicas and a "
-        "PodDisruptionBudget that keeps one up through a drain; every InferencePool names an existing Service that "
+        "time per tier; their replicas, spread and budgets: control-plane-availability); every InferencePool names "
+        "an existing Service that "
         "selects an endpoint picker's pods; picker pods stay in the mesh and no tenant PeerAuthentication accepts "
         "plaintext (PERMISSIVE or DISABLE).",
         validate=endpoint_pickers.endpoint_picker_availability,
         severity=Severity.HIGH,
-        config_schema=schema(
-            minReplicasInProduction={
-                "type": "integer",
-                "default": FLOORS["minEndpointPickerReplicasInProduction"],
-            },
-            productionStacks=PRODUCTION,
-        ),
+        config_schema=schema(productionStacks=PRODUCTION),
     ),
     ResourceValidationPolicy(
         name="pinned-images",
