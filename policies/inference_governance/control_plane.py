@@ -7,7 +7,6 @@ from typing import Any, Mapping
 
 from .kube import (
     FLOORS,
-    GATEWAY_SELECTOR,
     HELM_RELEASE,
     PDB,
     Report,
@@ -32,20 +31,29 @@ def _replicas_of(values: Mapping[str, Any], enabled: tuple[str, ...], minimum: t
     return get(values, "replicaCount", default=1)
 
 
-def _budgeted(args: Any, namespace: str, selector: Mapping[str, str]) -> bool:
-    """Whether a PodDisruptionBudget of `namespace` selects pods labelled `selector`."""
+def _budgeted(args: Any, namespace: str, labels: Mapping[str, str]) -> bool:
+    """Whether a PodDisruptionBudget of `namespace` selects pods labelled `labels`."""
     return any(
-        namespace_of(pdb.props) == namespace and selector_matches(get(pdb.props, "spec", "selector"), dict(selector))
+        namespace_of(pdb.props) == namespace and selector_matches(get(pdb.props, "spec", "selector"), dict(labels))
         for pdb in of_type(args, PDB)
     )
 
 
+def _gateway_pod_labels(release: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, str]:
+    """The labels a gateway chart's release selects its pods by: `app` its `labels.app` or its name, `istio` its
+    `labels.istio` or its name less "istio-" (istio 1.30.3 manifests/charts/gateway/templates/_helpers.tpl
+    "gateway.name", "gateway.selectorLabels"): an ingress or an egress gateway alike."""
+    name = str(get(values, "name", default="") or get(release, "name", default="") or "istio-ingressgateway")
+    labels = get(values, "labels", default={}) or {}
+    return {"app": str(labels.get("app") or name), "istio": str(labels.get("istio") or name.removeprefix("istio-"))}
+
+
 def control_plane_availability(args: Any, report_violation: Report) -> None:
     """In production every request depends on istiod (certificates, configuration), the ingress
-    gateway, Knative Serving's control plane (activator, autoscaler, controller, webhook) and Kueue's
-    manager (its webhook admits every batch Job), and the cluster autoscaler (the nodes of a peak):
-    each runs at least minReplicasInProduction
-    replicas, spread over nodes, the gateway behind a PodDisruptionBudget (istiod's and Kueue's
+    gateway (and every model server's start on the egress gateway, the same chart), Knative Serving's
+    control plane (activator, autoscaler, controller, webhook) and Kueue's manager (its webhook admits
+    every batch Job), and the cluster autoscaler (the nodes of a peak): each runs at least
+    minReplicasInProduction replicas, spread over nodes, each gateway behind a PodDisruptionBudget (istiod's and Kueue's
     charts make theirs; Knative's activator and webhook come with theirs and with pod
     anti-affinity, knative/serving knative-v1.23.0 config/core/deployments), so one crash, node loss
     or drain takes none of it away. Read where the program sets them:
@@ -68,7 +76,7 @@ def control_plane_availability(args: Any, report_violation: Report) -> None:
             replicas = _replicas_of(values, ("autoscaling", "enabled"), ("autoscaling", "minReplicas"))
             key = "autoscaling.minReplicas"
             placement = ()
-            if not _budgeted(args, get(release.props, "namespace", default=""), GATEWAY_SELECTOR):
+            if not _budgeted(args, get(release.props, "namespace", default=""), _gateway_pod_labels(release.props, values)):
                 report_violation(
                     f"{where}: no PodDisruptionBudget selects the gateway's pods, so a drain may take every replica",
                     release.urn,
