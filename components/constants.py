@@ -6,6 +6,7 @@ from __future__ import annotations
 from platform_config.gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource
 from platform_config.models import SYSTEM_POOL_NAME
 from platform_config.namespaces import (
+    EGRESS_GATEWAY_NAMESPACE,
     GPU_OPERATOR_NAMESPACE,
     ISTIO_SYSTEM_NAMESPACE,
     KNATIVE_OPERATOR_NAMESPACE,
@@ -15,6 +16,7 @@ from platform_config.namespaces import (
 )
 
 __all__ = [
+    "EGRESS_GATEWAY_NAMESPACE",
     "GPU_OPERATOR_NAMESPACE",
     "GPU_RESOURCE",
     "ISTIO_SYSTEM_NAMESPACE",
@@ -91,6 +93,22 @@ GATEWAY_LISTENER_PORTS = {80: 80, 443: 443}
 # the Service's disable-gateway-port-translation label keeps 8081 as the listener port). The
 # gateway sends Knative-served versions there, so their requests pass these pods twice.
 KNATIVE_LOCAL_GATEWAY_LISTENER_PORT = 8081
+
+# The egress gateway: the same pinned gateway chart installed a second time, in its own namespace
+# (components/egress_gateway.py). Its release name names its Deployment, Service and service
+# account, and its pods' selector labels (istio/istio 1.30.3 manifests/charts/gateway/templates/
+# _helpers.tpl "gateway.selectorLabels": `app` the name, `istio` the name less "istio-").
+EGRESS_GATEWAY_NAME = "istio-egressgateway"
+EGRESS_GATEWAY_SELECTOR = {"istio": "egressgateway"}
+EGRESS_GATEWAY_HOST = f"{EGRESS_GATEWAY_NAME}.{EGRESS_GATEWAY_NAMESPACE}.svc.cluster.local"
+# The Service port the tenants' sidecars send to, and the pods' port behind it, which a
+# NetworkPolicy sees after the Service's DNAT: the chart's `https` Service port 443 has
+# targetPort 443 (values.yaml service.ports at 1.30.3; its pods may bind it, the chart's pod
+# securityContext sets net.ipv4.ip_unprivileged_port_start to 0, templates/deployment.yaml).
+# istiod binds a Gateway server to its Service port's targetPort (pilot/pkg/model/gateway.go
+# resolvePorts), so the listener is on 443 too.
+EGRESS_GATEWAY_PORT = 443
+EGRESS_GATEWAY_LISTENER_PORT = 443
 
 # --- namespaces the platform installs into (named in platform_config/namespaces.py) -----------
 # The ingress gateway runs in istio-system, where Knative's knative-local-gateway Service

@@ -21,6 +21,7 @@ from .cluster import Cluster
 from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from .constants import MONITORING_NAMESPACE, PACKAGE, SYSTEM_NODE_SELECTOR
 from .dashboards import Dashboard, DashboardArgs
+from .egress_gateway import EgressGateway, EgressGatewayArgs
 from .gateway_routing import GatewayRouting, GatewayRoutingArgs
 from .gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from .gpu_operator import GpuOperator, GpuOperatorArgs
@@ -114,7 +115,7 @@ class InferencePlatform(pulumi.ComponentResource):
             GatewayRoutingArgs(traffic=config.traffic, routes=plan.routes, depends_on=(mesh.istiod, mesh.gateway)),
             opts=child,
         )
-        self.tenants = self._tenants(args, mesh, eks)
+        self.tenants = self._tenants(args, mesh, eks, control_plane_replicas)
         machinery = self._serving_machinery(plan, monitoring, mesh, control_plane_replicas)
 
         self.models = []
@@ -299,9 +300,25 @@ class InferencePlatform(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
-    def _tenants(self, args: InferencePlatformArgs, mesh: Mesh, eks: _EksServices | None) -> dict[str, Tenant]:
+    def _tenants(
+        self, args: InferencePlatformArgs, mesh: Mesh, eks: _EksServices | None, control_plane_replicas: int | None
+    ) -> dict[str, Tenant]:
         """Each tenant's namespace, quotas and isolation, letting in the platform components in
-        its models' data path."""
+        its models' data path, and the egress gateway they reach out through."""
+        egress = EgressGateway(
+            "egress-gateway",
+            EgressGatewayArgs(
+                egress=args.plan.egress,
+                region=eks.region if eks else None,
+                istiod=mesh.istiod,
+                mesh_crds=mesh.base,
+                replicas=control_plane_replicas or 1,
+                spread=control_plane_replicas is not None,
+                node_selector=SYSTEM_NODE_SELECTOR if eks else None,
+                chart_image_values=args.plan.chart_image_values,
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         plan = args.plan
         config = plan.config
         # What each tenant lets in for its models' backends (Knative's activator, for one).
@@ -321,6 +338,8 @@ class InferencePlatform(pulumi.ComponentResource):
                     tier_header=config.traffic.tier_header,
                     egress=plan.egress[tenant.name],
                     region=eks.region if eks else None,
+                    external_hosts=egress.hosts[tenant.name],
+                    egress_gateway=egress.ready,
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )

@@ -38,6 +38,10 @@ from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
 from .backends.knative import KNATIVE_REVISION_LABEL, KNATIVE_SERVICE_LABEL, TARGET_BURST_CAPACITY
 from .cluster_autoscaler import AUTOSCALER_POD_SELECTOR
 from .constants import (
+    EGRESS_GATEWAY_HOST,
+    EGRESS_GATEWAY_NAMESPACE,
+    EGRESS_GATEWAY_PORT,
+    EGRESS_GATEWAY_SELECTOR,
     GATEWAY_LISTENER_PORTS,
     GATEWAY_SELECTOR,
     GPU_TAINT_KEY,
@@ -51,7 +55,14 @@ from .constants import (
 from .plan_reports import SERVING_SHAPE_ANNOTATION
 from .specs.knative import KNATIVE_BUNDLED_BUDGET, KNATIVE_CONTROL_PLANE, knative_pods
 from .specs.kueue import KUEUE_MANAGER_SELECTOR, QUEUE_NAME_LABEL
-from .specs.network import ISTIOD_SELECTOR, POD_IDENTITY_AGENT_CIDRS, PRIVATE_CIDRS
+from .specs.network import (
+    EGRESS_GATEWAY_SIDECAR_HOST,
+    HUGGING_FACE_DOWNLOADERS,
+    INSTANCE_METADATA_CIDRS,
+    ISTIOD_SELECTOR,
+    POD_IDENTITY_AGENT_CIDRS,
+    PRIVATE_CIDRS,
+)
 from .specs.pod import ANNOTATION_LORA_ADAPTERS
 from .specs.pod_parts import NO_GPU_ENV
 from .specs.routes import OVERRIDE_HEADER_ANNOTATION
@@ -121,6 +132,18 @@ def policy_facts() -> dict[str, Any]:
         # Where a tenant's endpoint pickers may connect by address (components/specs/network.py): the private ranges
         # and the Pod Identity Agent; in-cluster peers by selector.
         "pickerEgressCidrs": [*PRIVATE_CIDRS, *POD_IDENTITY_AGENT_CIDRS],
+        # The egress gateway the tenants' exact hosts go through (components/specs/egress_gateway.py): its pods, its
+        # Service as a tenant's sidecar sees it, its port; the pods of a tenant's that reach Hugging Face's CDN beyond
+        # it, by their component label, and the instance metadata service that rule keeps out.
+        "egressGateway": {
+            "namespace": EGRESS_GATEWAY_NAMESPACE,
+            "host": EGRESS_GATEWAY_HOST,
+            "sidecarHost": EGRESS_GATEWAY_SIDECAR_HOST,
+            "selector": dict(EGRESS_GATEWAY_SELECTOR),
+            "port": EGRESS_GATEWAY_PORT,
+            "huggingFaceDownloaders": list(HUGGING_FACE_DOWNLOADERS["matchExpressions"][0]["values"]),
+            "instanceMetadataCidrs": list(INSTANCE_METADATA_CIDRS),
+        },
         # Policy config defaults, which the config checks hold stacks to as well.
         "floors": FLOORS.policy_defaults(),
         # What an S3 location config may give (platform_config/models.py): the pack holds every one

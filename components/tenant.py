@@ -3,6 +3,7 @@ request metrics by tier."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import pulumi
@@ -11,9 +12,10 @@ from platform_config.models import TrafficConfig
 from platform_config.tenant_plan import TenantPlan
 
 from .constants import BATCH_JOB_COMPONENT, MODEL_SERVER_COMPONENT, PACKAGE
+from .egress_gateway import resolved_routes, routed
 from .k8s_objects import KubernetesObject, custom_resource
 from .serving import TenantEgress
-from .specs import network, telemetry, tenancy
+from .specs import egress_gateway, network, telemetry, tenancy
 from .specs.pod_parts import HF_TOKEN_SECRET, token_secret
 
 
@@ -36,6 +38,10 @@ class TenantArgs:
     # endpoints are in (None without EKS, where nothing reads S3).
     egress: TenantEgress = TenantEgress()
     region: pulumi.Input[str] | None = None
+    # The hosts of those it reaches by exact name (network.exact_hosts), through the egress gateway, and what of the
+    # gateway its pods wait for (EgressGateway.ready).
+    external_hosts: tuple[network.ExternalHost, ...] = ()
+    egress_gateway: tuple[pulumi.Resource, ...] = ()
 
 
 class Tenant(pulumi.ComponentResource):
@@ -63,7 +69,7 @@ class Tenant(pulumi.ComponentResource):
             prerequisites.append(KubernetesObject(quota["metadata"]["name"], quota, inside))
         limits = tenancy.limit_range(tenant)
         prerequisites.append(KubernetesObject(limits["metadata"]["name"], limits, inside))
-        for policy in tenancy.network_policies(tenant, args.ingress):
+        for policy in tenancy.network_policies(tenant, args.ingress, hugging_face=args.egress.hugging_face):
             network_policy = KubernetesObject(f"{name}-{policy['metadata']['name']}", policy, inside)
             if policy["metadata"]["name"] == tenancy.DEFAULT_DENY_POLICY or "Egress" in policy["spec"]["policyTypes"]:
                 prerequisites.append(network_policy)
@@ -75,8 +81,27 @@ class Tenant(pulumi.ComponentResource):
         prerequisites.append(
             custom_resource(f"{name}-authorization-policy", tenancy.authorization_policy(tenant, args.ingress), mesh_opts)
         )
-        # Its model servers and batch jobs reach outside the cluster only what they read and write.
-        prerequisites.append(custom_resource(f"{name}-egress", network.egress_sidecar(tenant, MODEL_SERVER_COMPONENT), mesh_opts))
+        prerequisites += self._egress(name, args, mesh_opts)
+        # Request metrics by tier as well as by workload and version (not a prerequisite of pods).
+        custom_resource(f"{name}-tier-metrics", telemetry.tier_metrics(tenant.name, args.tier_header), mesh_opts)
+        role = tenancy.role(tenant)
+        tenant_role = KubernetesObject(role["metadata"]["name"], role, inside)
+        binding = tenancy.role_binding(tenant)
+        if binding is not None:
+            KubernetesObject(binding["metadata"]["name"], binding, pulumi.ResourceOptions(parent=self, depends_on=[tenant_role]))
+        self.namespace = ns.metadata.apply(lambda metadata: metadata["name"])
+        self.namespace_object = ns
+        self.workload_prerequisites = (ns, *prerequisites)
+        self.register_outputs({"namespace": self.namespace, "quota": tenant.quota.model_dump(by_alias=True)})
+
+    def _egress(self, name: str, args: TenantArgs, mesh_opts: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+        """Its model servers and batch jobs reach outside the cluster only what they read and write: their Sidecars,
+        the ServiceEntries naming what they reach, and the routes of those of exact name through the egress gateway,
+        which must be up before a pod reads them."""
+        tenant = args.plan.tenant
+        prerequisites: list[pulumi.Resource] = [
+            custom_resource(f"{name}-egress", network.egress_sidecar(tenant, MODEL_SERVER_COMPONENT), mesh_opts)
+        ]
         if args.egress.batch_jobs:
             prerequisites.append(
                 custom_resource(f"{name}-batch-egress", network.egress_sidecar(tenant, BATCH_JOB_COMPONENT), mesh_opts)
@@ -93,14 +118,11 @@ class Tenant(pulumi.ComponentResource):
                 tenant.name, "hugging-face-downloads", list(network.HUGGING_FACE_DOWNLOAD_HOSTS), wildcards=True
             )
             prerequisites.append(custom_resource(f"{name}-egress-hugging-face-downloads", downloads, mesh_opts))
-        # Request metrics by tier as well as by workload and version (not a prerequisite of pods).
-        custom_resource(f"{name}-tier-metrics", telemetry.tier_metrics(tenant.name, args.tier_header), mesh_opts)
-        role = tenancy.role(tenant)
-        tenant_role = KubernetesObject(role["metadata"]["name"], role, inside)
-        binding = tenancy.role_binding(tenant)
-        if binding is not None:
-            KubernetesObject(binding["metadata"]["name"], binding, pulumi.ResourceOptions(parent=self, depends_on=[tenant_role]))
-        self.namespace = ns.metadata.apply(lambda metadata: metadata["name"])
-        self.namespace_object = ns
-        self.workload_prerequisites = (ns, *prerequisites)
-        self.register_outputs({"namespace": self.namespace, "quota": tenant.quota.model_dump(by_alias=True)})
+        if args.external_hosts:
+            routes = resolved_routes(args.external_hosts, args.region)
+            builders = {"egress-routes": egress_gateway.tenant_routes, "egress-subsets": egress_gateway.tenant_gateway_subsets}
+            for suffix, build in builders.items():
+                manifest = routed(functools.partial(build, tenant.name), routes)
+                prerequisites.append(custom_resource(f"{name}-{suffix}", manifest, mesh_opts))
+            prerequisites.extend(args.egress_gateway)
+        return prerequisites

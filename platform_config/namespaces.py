@@ -14,6 +14,8 @@ KUEUE_NAMESPACE = "kueue-system"
 PREPULL_NAMESPACE = "image-prepull"
 # Where the weight mirror's Jobs run: outside the tenants' quotas.
 MIRROR_NAMESPACE = "model-weights"
+# Where the egress gateway runs: the tenants' way out of the cluster (components/egress_gateway.py).
+EGRESS_GATEWAY_NAMESPACE = "istio-egress"
 
 # Namespaces the platform itself installs into, and Kubernetes' and Istio's own; a tenant may not take one of these
 # names (its quotas, network policies and RBAC would land in a platform namespace, beside the Kueue controller, the
@@ -34,5 +36,6 @@ RESERVED_NAMESPACES = frozenset(
         KUEUE_NAMESPACE,
         PREPULL_NAMESPACE,
         MIRROR_NAMESPACE,
+        EGRESS_GATEWAY_NAMESPACE,
     }
 )

@@ -62,6 +62,8 @@ FREE_FORM_SUPPLEMENT: dict[tuple[str, str], dict[str, str]] = {
     ("gateway", "1.30.3"): {
         "service.annotations": "istio/istio 1.30.3 manifests/charts/gateway/templates/service.yaml line 15: "
         "`merge (deepCopy .Values.service.annotations) .Values.annotations | toYaml`",
+        "nodeSelector": "istio/istio 1.30.3 manifests/charts/gateway/templates/deployment.yaml lines 122-124: "
+        "`with .Values.nodeSelector` ... `toYaml .`",
     },
 }
 

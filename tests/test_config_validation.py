@@ -526,7 +526,7 @@ def test_every_namespace_the_platform_installs_into_is_reserved(previews):
         assert declared - tenants <= RESERVED_NAMESPACES, stack
 
 
-@pytest.mark.parametrize("reserved", ["kueue-system", "image-prepull", "model-weights", "kube-system"])
+@pytest.mark.parametrize("reserved", ["kueue-system", "image-prepull", "model-weights", "kube-system", "istio-egress"])
 def test_a_tenant_named_after_a_platform_namespace_is_refused(dev_raw, reserved):
     old = dev_raw["tenants"][0]["name"]
     dev_raw["tenants"][0]["name"] = reserved

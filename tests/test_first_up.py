@@ -82,8 +82,9 @@ def test_prod_lists_the_webhooks_in_its_way_and_what_they_intercept(prod: list[R
     # The servers and their pickers: the tenants' namespaces ask for injection.
     assert "the pods of Deployment serving/llama-70b-v1" in injector
     assert "the pods of Deployment serving/llama-70b-v1-epp" in injector
-    # The gateway's pods ask for it themselves (and keep the image `auto` without it).
-    assert hits[("Helm release istio-system/istiod", "object.sidecar-injector.istio.io")][1] == ["the gateway chart's pods"]
+    # The gateways' pods (the ingress and the egress gateway, the same chart) ask for it themselves (and keep the
+    # image `auto` without it).
+    assert hits[("Helm release istio-system/istiod", "object.sidecar-injector.istio.io")][1] == ["the gateway chart's pods"] * 2
     # Kueue's job webhooks see the tenants' Jobs only: not the weight mirror's, nor any chart's.
     jobs = hits[("Helm release kueue-system/kueue", "mjob.kb.io")]
     assert jobs == ("Fail", ["Job team-b/batch-review-labels", "Job team-b/batch-ticket-labels"])

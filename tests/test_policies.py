@@ -1171,6 +1171,7 @@ def test_the_gateway_token_rule_is_mandatory(harness, baseline):
 
 SERVING_EGRESS = "serving-egress"  # the Sidecar of the serving tenant's model servers
 SERVING_S3 = "serving-egress-s3"
+SERVING_GRANT = "egress-gateway-tenant-serving"  # what the egress gateway lets the serving tenant through to
 # The model servers of the serving tenant in the baseline.
 SERVING_SERVERS = {
     "llama-70b-v1-deployment",
@@ -1206,10 +1207,11 @@ def _servers_labels(change: Callable[[dict], Any]) -> Callable[[list[RecordedRes
         (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("attacker.example.com")), {SERVING_S3}),
         (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("*")), {SERVING_S3}),
         (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("abc.execute-api.us-east-1.amazonaws.com")), {SERVING_S3}),
-        # What the servers read must stay reachable: their bucket, and their credentials around the sidecar.
-        (lambda rs: [r for r in rs if r.name != SERVING_S3], SERVING_SERVERS),
+        # What the servers read must stay reachable: their bucket, and their credentials around the sidecar (in
+        # production the egress gateway still granting the tenant a host it no longer names is a grant too many).
+        (lambda rs: [r for r in rs if r.name != SERVING_S3], SERVING_SERVERS | {SERVING_GRANT}),
         (edit(SERVING_S3, lambda e: e["spec"].update(hosts=[h for h in e["spec"]["hosts"] if "model-weights" not in h])),
-         SERVING_SERVERS),
+         SERVING_SERVERS | {SERVING_GRANT}),
         (edit("llama-70b-v1-deployment", lambda d: d["spec"]["template"]["metadata"]["annotations"].pop(
             "traffic.sidecar.istio.io/excludeOutboundIPRanges")), {"llama-70b-v1-deployment"}),
         # Around the sidecar, or past what it resolves itself.
@@ -1227,7 +1229,7 @@ def _servers_labels(change: Callable[[dict], Any]) -> Callable[[list[RecordedRes
         (edit(SERVING_S3, lambda e: e["spec"]["hosts"].append("team-b-batch.s3.us-east-1.amazonaws.com")), {SERVING_S3}),
         # The adapters' bucket, read by the servers' init containers.
         (edit(SERVING_S3, lambda e: e["spec"].update(hosts=[h for h in e["spec"]["hosts"] if "adapters" not in h])),
-         ADAPTER_SERVERS),
+         ADAPTER_SERVERS | {SERVING_GRANT}),
     ],
     ids=["no-sidecar", "allow-any", "sidecar-of-others", "namespace-wide", "server-unmeshed", "exported-everywhere",
          "exported-by-default", "any-bucket", "another-host", "everything", "another-aws-service", "no-s3-entry",
@@ -1293,8 +1295,9 @@ def _stray_workload(rs: list[RecordedResource], labels: dict[str, str] | None = 
             "traffic.sidecar.istio.io/excludeOutboundIPRanges")), {"review-labels-job"}),
         # Its output bucket, and Hugging Face, where its model comes from, must stay reachable (the bucket
         # holds the weights of team-b's labeller too).
-        (lambda rs: [r for r in rs if r.name != "team-b-egress-s3"], BATCH_JOBS | {"batch-labeller-v1-knative-service"}),
-        (lambda rs: [r for r in rs if r.name != "team-b-egress-hugging-face"], BATCH_JOBS),
+        (lambda rs: [r for r in rs if r.name != "team-b-egress-s3"],
+         BATCH_JOBS | {"batch-labeller-v1-knative-service", "egress-gateway-tenant-team-b"}),
+        (lambda rs: [r for r in rs if r.name != "team-b-egress-hugging-face"], BATCH_JOBS | {"egress-gateway-tenant-team-b"}),
         # Anything else in a tenant's namespace is held to the same, unless it is a picker.
         (_stray_workload, {"stray"}),
         # ... a picker's label on pods that run other images than the picker's included.
@@ -1315,7 +1318,7 @@ def test_a_tenants_batch_jobs_and_any_other_workload_egress_by_host(harness, bas
 
 
 PICKER_API = "team-a-allow-picker-api-egress"
-TENANT_HTTPS = "team-a-allow-https-egress"
+TENANT_HTTPS = "team-b-allow-hugging-face-egress"  # team-b's servers and jobs to Hugging Face's CDN
 
 
 @pytest.mark.parametrize(

@@ -600,6 +600,7 @@ def test_endpoint_picker_replica_floor_moves_with_the_config(harness, configured
 SERVING = "knative-serving-serving"
 ISTIOD, GATEWAY, KUEUE = "mesh-istiod", "mesh-gateway", "kueue-release"
 GATEWAY_PDB = "mesh-gateway-pdb"
+EGRESS_GATEWAY, EGRESS_GATEWAY_PDB = "egress-gateway-release", "egress-gateway-pdb"
 HOSTNAME = "kubernetes.io/hostname"
 
 
@@ -694,6 +695,12 @@ PREFERRED_ANTI_AFFINITY = {
         (edit(GATEWAY_PDB, lambda b: b["spec"].update(minAvailable=2)), GATEWAY_PDB, "lets no pod of the ingress gateway"),
         # The chart's own budget beside the stack's: two budgets, so no gateway pod can be evicted.
         (edit(GATEWAY, values(lambda v: v.update(podDisruptionBudget={"minAvailable": 1}))), GATEWAY, "more than one budget"),
+        # The egress gateway, the gateway chart's second release: held alike, its budget selecting its own pods.
+        (edit(EGRESS_GATEWAY, values(lambda v: v["autoscaling"].update(minReplicas=1))), EGRESS_GATEWAY, "the egressgateway"),
+        (edit(EGRESS_GATEWAY, values(lambda v: v.pop("topologySpreadConstraints"))), EGRESS_GATEWAY, "share a node"),
+        (without(EGRESS_GATEWAY_PDB), EGRESS_GATEWAY, "no PodDisruptionBudget selects its pods"),
+        (edit(EGRESS_GATEWAY_PDB, lambda b: b["spec"]["selector"].update(matchLabels={"istio": "ingressgateway"})),
+         EGRESS_GATEWAY, "a PodDisruptionBudget in istio-egress"),
         # Knative Serving: spec.high-availability.replicas or a workload's, spec.workloads[].topologySpreadConstraints,
         # spec.podDisruptionBudgets[] for activator-pdb and webhook-pdb, the stack's budgets for the others.
         (edit(SERVING, lambda r: r["spec"].pop("high-availability")), SERVING, "set spec.high-availability.replicas"),
@@ -777,7 +784,8 @@ PREFERRED_ANTI_AFFINITY = {
          "istiod-preferred-anti-affinity", "istiod-budget-off", "istiod-min-available-0", "istiod-max-unavailable-all",
          "istiod-min-available-all", "istiod-max-unavailable-1", "istiod-two-budgets",
          "gateway-one", "gateway-unspread", "gateway-no-budget", "gateway-budget-of-another", "gateway-budget-blocks",
-         "gateway-two-budgets",
+         "gateway-two-budgets", "egress-gateway-one", "egress-gateway-unspread", "egress-gateway-no-budget",
+         "egress-gateway-budget-of-the-ingress",
          "knative-no-ha", "knative-three", "knative-controller-one", "knative-deprecated-override-one",
          "knative-unspread", "knative-spread-anyway", "knative-anti-affinity", "knative-bundled-budgets",
          "knative-budget-both", "knative-budget-all", "knative-controller-no-budget", "knative-net-istio-no-budget",
@@ -1095,3 +1103,108 @@ def test_the_packs_own_prefixes_overrule_what_a_namespace_declares(baseline):
     running = PolicyHarness("prod", {"tenant-s3-scoping": {"tenantS3Prefixes": truth}})
     assert "tenant-s3-scoping" not in analyze_stack(running, stack_with(baseline, _declaring("team-b", ["s3://team-b-batch"])))
     assert analyze_stack(running, stack_with(baseline, change)).get("tenant-s3-scoping") == "mandatory"
+
+
+# --- tenant egress through the egress gateway (issue 27) ------------------------------------------
+
+EGRESS_HOST = "istio-egressgateway.istio-egress.svc.cluster.local"
+ANYWHERE_443 = {"ports": [{"protocol": "TCP", "port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}
+TEAM_A_GATEWAY = "team-a-allow-egress-gateway-egress"  # team-a's pods to the egress gateway (team-a reads S3 only)
+TEAM_B_HUGGING_FACE = "team-b-allow-hugging-face-egress"  # team-b's servers and jobs to Hugging Face's CDN
+TEAM_B_ROUTES, TEAM_B_SUBSETS = "team-b-egress-routes", "team-b-egress-subsets"
+EGRESS_GATEWAY_OBJECT = "egress-gateway-gateway"
+TEAM_A_GRANT = "egress-gateway-tenant-team-a"
+
+
+def _edit(name: str, change):
+    """Change the outputs (what AnalyzeStack sees) of the record named `name`."""
+
+    def changed(records: list[RecordedResource]) -> list[RecordedResource]:
+        change(next(r for r in records if r.name == name).outputs)
+        return records
+
+    return changed
+
+
+def _without(*names: str):
+    return lambda records: [r for r in records if r.name not in names]
+
+
+def _first_rule(record: dict[str, Any]) -> dict[str, Any]:
+    return record["spec"]["egress"][0]
+
+
+def _subset(record: dict[str, Any], host_part: str) -> dict[str, Any]:
+    return next(s for s in record["spec"]["subsets"] if host_part in s["trafficPolicy"]["portLevelSettings"][0]["tls"]["sni"])
+
+
+def _grant(record: dict[str, Any]) -> dict[str, Any]:
+    return record["spec"]["rules"][0]
+
+
+@pytest.mark.parametrize(
+    ("change", "flagged"),
+    [
+        (lambda rs: rs, set()),
+        # Past the gateway by address: every pod, a split of the whole space, a rule without peers.
+        (_edit(TEAM_A_GATEWAY, lambda p: p["spec"]["egress"].append(ANYWHERE_443)), {TEAM_A_GATEWAY}),
+        (_edit(TEAM_A_GATEWAY, lambda p: p["spec"]["egress"].append(
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}]})), {TEAM_A_GATEWAY}),
+        (_edit(TEAM_A_GATEWAY, lambda p: p["spec"]["egress"].append({"ports": [{"protocol": "TCP", "port": 22}]})),
+         {TEAM_A_GATEWAY}),
+        (_edit(TEAM_A_GATEWAY, lambda p: p["spec"]["egress"].append({"to": [{"ipBlock": {"cidr": "::/0"}}]})), {TEAM_A_GATEWAY}),
+        # The Hugging Face download rule: only its servers and jobs, only HTTPS, never instance metadata.
+        (_edit(TEAM_B_HUGGING_FACE, lambda p: p["spec"].update(podSelector={})), {TEAM_B_HUGGING_FACE}),
+        (_edit(TEAM_B_HUGGING_FACE, lambda p: p["spec"]["podSelector"]["matchExpressions"][0].update(operator="NotIn")),
+         {TEAM_B_HUGGING_FACE}),
+        (_edit(TEAM_B_HUGGING_FACE, lambda p: _first_rule(p).pop("ports")), {TEAM_B_HUGGING_FACE}),
+        (_edit(TEAM_B_HUGGING_FACE, lambda p: _first_rule(p)["to"][0]["ipBlock"].pop("except")), {TEAM_B_HUGGING_FACE}),
+        (_edit(TEAM_B_HUGGING_FACE, lambda p: _first_rule(p)["ports"].append({"protocol": "TCP", "port": 80})),
+         {TEAM_B_HUGGING_FACE}),
+        # ... and only where the namespace downloads from the wildcard hosts it exists for.
+        (_without("team-b-egress-hugging-face-downloads"), {TEAM_B_HUGGING_FACE}),
+        # A host sent around the gateway, or to it unidentified.
+        (_without(TEAM_B_ROUTES), {"team-b-egress-s3", "team-b-egress-hugging-face"}),
+        (_edit(TEAM_B_ROUTES, lambda v: v["spec"]["tls"][0]["route"][0]["destination"].update(
+            host="team-b-batch.s3.us-east-1.amazonaws.com")), {TEAM_B_ROUTES}),
+        (_edit(TEAM_B_SUBSETS, lambda d: _subset(d, "team-b-batch.s3.us-east-1")["trafficPolicy"][
+            "portLevelSettings"][0]["tls"].update(mode="DISABLE")), {TEAM_B_SUBSETS}),
+        (_edit(TEAM_B_SUBSETS, lambda d: _subset(d, "team-b-batch.s3.us-east-1")["trafficPolicy"][
+            "portLevelSettings"][0]["tls"].update(sni="inference-prod-adapters.s3.us-east-1.amazonaws.com")), {TEAM_B_SUBSETS}),
+        (_edit(TEAM_B_SUBSETS, lambda d: d["spec"].update(subsets=[])), {TEAM_B_ROUTES}),
+        # The gateway: blind to who connects, or letting a tenant through to what is not its own.
+        (_edit(EGRESS_GATEWAY_OBJECT, lambda g: g["spec"]["servers"][0]["tls"].update(mode="PASSTHROUGH")),
+         {EGRESS_GATEWAY_OBJECT}),
+        (_edit(TEAM_A_GRANT, lambda a: _grant(a)["when"][0]["values"].append("team-b-batch.s3.amazonaws.com")),
+         {TEAM_A_GRANT}),
+        (_edit(TEAM_A_GRANT, lambda a: _grant(a).pop("from")), {TEAM_A_GRANT}),
+        (_edit(TEAM_A_GRANT, lambda a: _grant(a).pop("when")), {TEAM_A_GRANT}),
+        (_edit(TEAM_A_GRANT, lambda a: _grant(a)["when"][0].update(notValues=["x"], values=[])), {TEAM_A_GRANT}),
+        (_edit(TEAM_A_GRANT, lambda a: _grant(a)["from"][0]["source"].update(principals=["*"])), {TEAM_A_GRANT}),
+        (_edit(TEAM_A_GRANT, lambda a: _grant(a)["from"][0]["source"].update(namespaces=["team-a", "monitoring"])),
+         {TEAM_A_GRANT}),
+        (_without(*(f"egress-gateway-tenant-{t}" for t in ("serving", "team-a", "team-b")), "egress-gateway-allow-nothing"),
+         {""}),
+        # A Sidecar seeing more than its namespace and the gateway.
+        (_edit("team-b-batch-egress", lambda s: s["spec"]["egress"][0]["hosts"].append("istio-system/*")),
+         {"review-labels-job", "ticket-labels-job"}),
+    ],
+    ids=["as-rendered", "https-anywhere", "split-address-space", "rule-without-to", "ipv6-anywhere",
+         "downloads-for-every-pod", "downloads-for-other-pods", "downloads-on-every-port", "downloads-reach-metadata",
+         "downloads-over-http", "downloads-without-wildcards", "no-route", "route-around-the-gateway",
+         "subset-without-mtls", "subset-names-another-host", "no-subset", "passthrough-server", "another-tenants-host",
+         "grant-to-anyone", "grant-to-any-host", "grant-by-exclusion", "grant-by-principal", "grant-to-a-platform-namespace",
+         "no-grant", "sidecar-sees-istio-system"],
+)  # fmt: skip
+def test_tenant_egress_goes_through_the_egress_gateway_in_production(harness, baseline, change, flagged):
+    hits = harness.analyze_stack(stack_with(baseline, change))
+    assert {(d.urn or "").rsplit("::", 1)[-1] for d in hits if d.policy == "tenant-egress-by-host"} == flagged
+
+
+def test_outside_production_the_egress_gateway_is_not_required(baseline):
+    """A non-production stack may let a tenant's pods reach HTTPS anywhere (the sidecars still hold them to their
+    hosts)."""
+    staging = PolicyHarness("staging")
+    change = _edit(TEAM_A_GATEWAY, lambda p: p["spec"]["egress"].append(ANYWHERE_443))
+    assert "tenant-egress-by-host" not in analyze_stack(staging, stack_with(baseline, change))
+    assert analyze_stack(PolicyHarness("prod"), stack_with(baseline, change))["tenant-egress-by-host"] == "mandatory"

@@ -176,7 +176,10 @@ def test_tenant_groups_refuse_kubernetes_own_groups(group):
 # --- 2. network: egress, the mesh, node metadata -----------------------------------------------
 
 
-def test_tenant_pods_reach_dns_the_mesh_and_https_but_not_instance_metadata(prod):
+def test_tenant_pods_reach_dns_the_mesh_and_the_egress_gateway_but_not_instance_metadata(prod, mirrored):
+    """Every pod of a tenant's reaches HTTPS at the egress gateway's pods only (on the pods' port, which a
+    NetworkPolicy sees after the Service's DNAT), but where the tenant downloads from Hugging Face: there its servers
+    and batch jobs reach Hugging Face's CDN by address too, never the instance metadata service."""
     policies = {p["metadata"]["name"]: p["spec"] for p in manifests(prod, "NetworkPolicy", "serving")}
     # Every pod's egress (an endpoint picker's pods add their own, tests/test_endpoint_picker.py).
     egress = {
@@ -190,7 +193,8 @@ def test_tenant_pods_reach_dns_the_mesh_and_https_but_not_instance_metadata(prod
         "allow-dns-egress",
         "allow-mesh-egress",
         "allow-pod-identity-egress",
-        "allow-https-egress",
+        "allow-egress-gateway-egress",
+        "allow-hugging-face-egress",
     }
     (dns,) = egress["allow-dns-egress"]
     assert dns["to"] == [
@@ -204,7 +208,20 @@ def test_tenant_pods_reach_dns_the_mesh_and_https_but_not_instance_metadata(prod
     assert mesh["to"][0]["podSelector"] == {"matchLabels": {"app": "istiod"}} and mesh["ports"] == [
         {"protocol": "TCP", "port": 15012}
     ]
-    (https,) = egress["allow-https-egress"]
+    (gateway,) = egress["allow-egress-gateway-egress"]
+    assert gateway == {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "istio-egress"}},
+                "podSelector": {"matchLabels": {"istio": "egressgateway"}},
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": 443}],
+    }
+    (https,) = egress["allow-hugging-face-egress"]
+    assert policies["allow-hugging-face-egress"]["podSelector"] == {
+        "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In", "values": ["model-server", "batch-job"]}]
+    }
     assert https["ports"] == [{"protocol": "TCP", "port": 443}]
     assert [b["ipBlock"] for b in https["to"]] == [
         {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]},
@@ -213,6 +230,9 @@ def test_tenant_pods_reach_dns_the_mesh_and_https_but_not_instance_metadata(prod
     (agent,) = egress["allow-pod-identity-egress"]
     assert agent["ports"] == [{"protocol": "TCP", "port": 80}]
     assert "169.254.169.254/32" not in json.dumps(agent)
+    # prod as shipped: its serving tenant reads S3 alone (the mirror's copies), so no pod of it reaches a public address.
+    shipped = [p["spec"] for p in manifests(mirrored, "NetworkPolicy", "serving")]
+    assert not [b for p in shipped for rule in p.get("egress", []) for b in rule["to"] if "0.0.0.0/0" in json.dumps(b)]
 
 
 def test_only_knatives_activator_and_autoscaler_reach_tenant_servers(prod):
@@ -376,7 +396,7 @@ def _restricting_sidecars(manifests: list[dict]) -> dict[str, list[dict]]:
     restricting: dict[str, list[dict]] = {}
     for s in manifests:
         if s["kind"] == "Sidecar" and s["spec"]["outboundTrafficPolicy"]["mode"] == "REGISTRY_ONLY":
-            assert s["spec"]["egress"] == [{"hosts": ["./*"]}]
+            assert s["spec"]["egress"] == [{"hosts": ["./*", "istio-egress/istio-egressgateway.istio-egress.svc.cluster.local"]}]
             restricting.setdefault(s["metadata"]["namespace"], []).append(s["spec"]["workloadSelector"]["labels"])
     return restricting
 
@@ -419,34 +439,36 @@ def test_batch_pods_run_the_mesh_natively_and_reach_outside_only_what_they_read_
 
 
 def _selects(selector: dict, labels: dict) -> bool:
-    """A NetworkPolicy podSelector (matchLabels, and NotIn expressions, the only kind the tenancy uses)."""
+    """A NetworkPolicy podSelector (matchLabels, and In and NotIn expressions, the only kinds the tenancy uses)."""
     if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
         return False
-    return all(e["operator"] == "NotIn" and labels.get(e["key"]) not in e["values"] for e in selector.get("matchExpressions", []))
+    return all((labels.get(e["key"]) in e["values"]) == (e["operator"] == "In") for e in selector.get("matchExpressions", []))
 
 
 @pytest.mark.parametrize("stack", ["staging", "prod"])
 def test_endpoint_pickers_reach_https_only_inside_private_addresses(stack: str) -> None:
     """The pickers talk to the API server and their servers only: of the egress policies that select their pods,
     none lets HTTPS out beyond the private address ranges, while the servers' (whose sidecars connect to S3 and
-    Hugging Face) still reach anywhere but instance metadata."""
+    Hugging Face) reach the egress gateway, and anywhere but instance metadata only where their namespace names
+    Hugging Face's wildcard download hosts (staging's tenants; none of prod's servers)."""
     manifests = Evaluated(raw_stack(stack), shared=True).manifests()
     policies = [m for m in manifests if m["kind"] == "NetworkPolicy" and "Egress" in m["spec"]["policyTypes"]]
+    wildcards = {m["metadata"]["namespace"] for m in manifests if m["kind"] == "ServiceEntry" and "*.hf.co" in m["spec"]["hosts"]}
     pickers = servers = 0
     for workload, template in _pod_templates(manifests):
         labels, namespace = template["metadata"].get("labels", {}), workload["metadata"]["namespace"]
         component = labels.get("app.kubernetes.io/component")
         if component not in ("endpoint-picker", "model-server"):
             continue
-        cidrs = {
-            block["ipBlock"]["cidr"]
+        peers = [
+            peer
             for p in policies
             if p["metadata"]["namespace"] == namespace and _selects(p["spec"]["podSelector"], labels)
             for rule in p["spec"].get("egress", [])
             if any(port.get("port") == 443 for port in rule.get("ports", []))
-            for block in rule.get("to", [])
-            if "ipBlock" in block
-        }
+            for peer in rule.get("to", [])
+        ]
+        cidrs = {peer["ipBlock"]["cidr"] for peer in peers if "ipBlock" in peer}
         if component == "endpoint-picker":
             pickers += 1
             assert cidrs == {"10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"}, workload["metadata"][
@@ -454,7 +476,10 @@ def test_endpoint_pickers_reach_https_only_inside_private_addresses(stack: str) 
             ]
         else:
             servers += 1
-            assert "0.0.0.0/0" in cidrs, workload["metadata"]["name"]
+            assert {"podSelector": {"matchLabels": {"istio": "egressgateway"}}}.items() <= next(
+                peer for peer in peers if "namespaceSelector" in peer
+            ).items()
+            assert cidrs == ({"0.0.0.0/0", "::/0"} if namespace in wildcards else set()), workload["metadata"]["name"]
     assert pickers and servers
 
 

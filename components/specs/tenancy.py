@@ -11,7 +11,7 @@ ResourceQuota does not list is not limited. The budgets are the tenant's plan's
 (platform_config/tenant_plan.py), which the config checks hold its models' peaks to.
 
 The tenant's network policies are its default deny and what it lets in; where its pods may
-connect out is network.py's (`outbound_policies`, the egress Sidecars and ServiceEntries).
+connect out is network.py's (`outbound_policies`, the egress Sidecars and ServiceEntries) and egress_gateway.py's.
 """
 
 from __future__ import annotations
@@ -137,10 +137,14 @@ def limit_range(tenant: TenantConfig) -> dict[str, Any]:
     }
 
 
-def network_policies(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
+def network_policies(
+    tenant: TenantConfig, ingress: tuple[tuple[str, str], ...], *, hugging_face: bool = False
+) -> list[dict[str, Any]]:
     """Deny all ingress and egress by default. In: the namespace itself, the mesh ingress gateway,
     monitoring, and the platform components in the data path of its models' servers (`ingress`:
-    (policy name, namespace) pairs their serving backends name, e.g. Knative's). Out: `outbound_policies`."""
+    (policy name, namespace) pairs their serving backends name, e.g. Knative's). Out: `outbound_policies`, HTTPS
+    through the egress gateway, and for the pods that download from Hugging Face where it does (`hugging_face`)
+    beyond it."""
     ns = tenant.name
 
     def from_namespace(source: str) -> list[dict[str, Any]]:
@@ -152,7 +156,7 @@ def network_policies(tenant: TenantConfig, ingress: tuple[tuple[str, str], ...])
         network_policy(ns, "allow-same-namespace", "Ingress", [{"from": [{"podSelector": {}}]}]),
         network_policy(ns, "allow-mesh-ingress", "Ingress", from_namespace(ISTIO_INGRESS_NAMESPACE)),
         network_policy(ns, "allow-monitoring", "Ingress", from_namespace(MONITORING_NAMESPACE)),
-        *outbound_policies(ns, mesh=True, pickers=True),
+        *outbound_policies(ns, mesh=True, pickers=True, through_egress_gateway=True, hugging_face=hugging_face),
         *(network_policy(ns, name, "Ingress", from_namespace(source)) for name, source in ingress),
     ]
 

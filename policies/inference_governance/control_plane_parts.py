@@ -125,21 +125,33 @@ def _istiod(release: Any, where: str, values: Mapping[str, Any]) -> Part:
     )
 
 
+def gateway_pod_labels(release: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, str]:
+    """The labels a gateway chart's release selects its pods by: `app` its `labels.app` or its name, `istio` its
+    `labels.istio` or its name less "istio-" (istio 1.30.3 manifests/charts/gateway/templates/_helpers.tpl
+    "gateway.name", "gateway.selectorLabels"): an ingress or an egress gateway alike."""
+    name = str(get(values, "name", default="") or get(release, "name", default="") or "istio-ingressgateway")
+    labels = get(values, "labels", default={}) or {}
+    return {"app": str(labels.get("app") or name), "istio": str(labels.get("istio") or name.removeprefix("istio-"))}
+
+
 def _gateway(release: Any, where: str, values: Mapping[str, Any]) -> Part:
     """The gateway chart makes a budget only of a non-empty `podDisruptionBudget` (1.30.3
-    templates/poddisruptionbudget.yaml); the platform declares its own (components/mesh.py)."""
+    templates/poddisruptionbudget.yaml); the platform declares its own (components/mesh.py, and
+    components/egress_gateway.py for the chart's second release), which must select that release's own pods."""
     chart_budget = get(values, "podDisruptionBudget")
     namespace = get(release.props, "namespace", default="")
+    pods = gateway_pod_labels(release.props, values)
+    which = "the ingress gateway" if pods["istio"] == GATEWAY_SELECTOR.get("istio") else f"the {pods['istio']} gateway"
     return Part(
-        f"the ingress gateway ({where})",
+        f"{which} ({where})",
         release.urn,
         namespace,
-        GATEWAY_SELECTOR,
+        pods,
         *_autoscaled(values, ("autoscaling", "enabled"), ("autoscaling", "minReplicas")),
         get(values, "topologySpreadConstraints"),
         get(values, "affinity"),
         "topologySpreadConstraints",
-        f"a PodDisruptionBudget in {namespace} selecting {dict(GATEWAY_SELECTOR)}",
+        f"a PodDisruptionBudget in {namespace} selecting {pods}",
         [Budget("podDisruptionBudget", chart_budget, "podDisruptionBudget.maxUnavailable to 1")]
         if isinstance(chart_budget, Mapping) and chart_budget
         else [],

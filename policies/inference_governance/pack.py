@@ -209,7 +209,8 @@ POLICIES = [
         "bundle, budgets of the stack for the others), the endpoint pickers (spec.replicas, their pods' "
         "topologySpreadConstraints, budgets of the stack), Kueue's manager (controllerManager.replicas, "
         "controllerManager.topologySpreadConstraints, controllerManager.podDisruptionBudget) and the cluster "
-        "autoscaler (replicaCount, topologySpreadConstraints, its chart's podDisruptionBudget).",
+        "autoscaler (replicaCount, topologySpreadConstraints, its chart's podDisruptionBudget); every release of the "
+        "gateway chart (the egress gateway too) is held alike, its budget selecting its own pods.",
         validate=control_plane.control_plane_availability,
         severity=Severity.HIGH,
         config_schema=schema(
@@ -234,7 +235,15 @@ POLICIES = [
         "./*), so it connects outside the cluster only to the hosts the namespace's own ServiceEntries name "
         '(exportTo ["."], TLS on 443 resolved by the sidecar, hosts only): S3 endpoints (buckets under the tenant\'s '
         "prefixes or the weight mirror's) and Hugging Face, and every one it reads: its containers' buckets, Hugging "
-        "Face for a model or dataset not on S3, and its credentials from the Pod Identity Agent around the sidecar.",
+        "Face for a model or dataset not on S3, and its credentials from the Pod Identity Agent around the sidecar; its "
+        "Sidecars see besides only the egress gateway's Service. In production its exact hosts go through the egress "
+        "gateway: no egress NetworkPolicy of a tenant's reaches a public address (any port, IPv4 or IPv6, a rule "
+        "without peers included) but the Hugging Face download rule (only its servers' and batch jobs' pods, TCP 443, "
+        "instance metadata excepted, only where its ServiceEntries name the wildcard download hosts no gateway can "
+        "forward); each exact host is routed to the egress gateway in a subset of the mesh's mTLS naming it as SNI "
+        "(ISTIO_MUTUAL); the gateway's servers for them are ISTIO_MUTUAL, and an ALLOW AuthorizationPolicy selects it "
+        "whose rules name tenants' namespaces as their only sources and, by connection.sni, only hosts each of those "
+        "tenants' ServiceEntries name.",
         validate=tenant_egress.tenant_egress_by_host,
         severity=Severity.CRITICAL,
     ),

@@ -1,5 +1,6 @@
 """Tenant egress by host: a tenant's workloads keep the mesh's sidecar, under REGISTRY_ONLY over their namespace's
-own ServiceEntries (S3 and Hugging Face, TLS on 443), and its endpoint pickers reach only private addresses."""
+own ServiceEntries (S3 and Hugging Face, TLS on 443) and the egress gateway, its endpoint pickers reach only private
+addresses, and in production its exact hosts go through the egress gateway (egress_gateway.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from collections import defaultdict
 from typing import Any, Collection, Iterator, Mapping
 
+from .egress_gateway import EGRESS, egress_through_gateway
 from .kube import (
     COMPONENT_LABEL,
     DEPLOYMENT,
@@ -22,6 +24,7 @@ from .kube import (
     get,
     image_repository,
     is_list,
+    is_production,
     is_sidecar_stub,
     labels_match,
     model_servers,
@@ -98,6 +101,10 @@ NAMESPACE_INJECTION_LABEL = "istio-injection"
 
 # istio-iptables lets the proxy's own user and group out unredirected (`-u 1337`, the template's `-g`).
 PROXY_ID = 1337
+
+
+# What a tenant's sidecars may see beyond their namespace: the egress gateway's Service (namespace/host).
+EGRESS_GATEWAY_SIDECAR_HOST: str = EGRESS["sidecarHost"]
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -194,10 +201,11 @@ def _egress_of(sidecars: list[Any], labels: Mapping[str, str]) -> tuple[str, lis
 def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
     """A tenant's workloads connect outside the cluster only to the hosts its namespace's ServiceEntries name: the
     namespace asks for the mesh's sidecar, their pods keep it, nothing taking their traffic around it; its outbound
-    traffic policy there is REGISTRY_ONLY over the namespace's own registry (egress hosts `./*`); those
-    ServiceEntries are the namespace's alone, TLS on 443 resolved by the sidecar, naming S3 endpoints and Hugging
-    Face only, and every one a workload reads (or REGISTRY_ONLY would cut it off from its weights). Its endpoint
-    pickers instead reach by address only private ones (_check_picker_egress)."""
+    traffic policy there is REGISTRY_ONLY over the namespace's own registry (egress hosts `./*`) and the egress
+    gateway's Service; those ServiceEntries are the namespace's alone, TLS on 443 resolved by the sidecar, naming S3
+    endpoints and Hugging Face only, and every one a workload reads (or REGISTRY_ONLY would cut it off from its
+    weights). Its endpoint pickers instead reach by address only private ones (_check_picker_egress). In production,
+    its exact hosts go through the egress gateway and its pods reach nothing public past it (egress_gateway.py)."""
     tenants = tenant_namespaces(args)
     sidecars: dict[str, list[Any]] = defaultdict(list)
     for sidecar in of_type(args, ISTIO_SIDECAR):
@@ -230,6 +238,8 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
         if namespace in tenants:
             own = {s3_parts(prefix)[0] for prefix in declared.get(namespace, [])} | ({mirror} if mirror else set())
             _check_service_entry(entry, own, report_violation)
+    if is_production(args):
+        egress_through_gateway(args, tenants, named, report_violation)
 
 
 def _tenant_workloads(args: Any, tenants: Collection[str]) -> Iterator[tuple[Any, str, Mapping[str, str], str | None]]:
@@ -324,11 +334,11 @@ def _check_server_egress(
             resource.urn,
         )
         return
-    others = [host for host in egress if not host.startswith("./")]
+    others = [host for host in egress if not host.startswith("./") and host != EGRESS_GATEWAY_SIDECAR_HOST]
     if others:
         report_violation(
             f"{where}: its sidecar sees {', '.join(others)}, so a ServiceEntry another namespace exports would let it "
-            "out; keep its egress hosts to ./*",
+            f"out; keep its egress hosts to ./* and {EGRESS_GATEWAY_SIDECAR_HOST}",
             resource.urn,
         )
     missing = _unreachable(template, hosts)
