@@ -135,15 +135,7 @@ def policy_facts() -> dict[str, Any]:
         # The egress gateway the tenants' exact hosts go through (components/specs/egress_gateway.py): its pods, its
         # Service as a tenant's sidecar sees it, its port; the pods of a tenant's that reach Hugging Face's CDN beyond
         # it, by their component label, and the instance metadata service that rule keeps out.
-        "egressGateway": {
-            "namespace": EGRESS_GATEWAY_NAMESPACE,
-            "host": EGRESS_GATEWAY_HOST,
-            "sidecarHost": EGRESS_GATEWAY_SIDECAR_HOST,
-            "selector": dict(EGRESS_GATEWAY_SELECTOR),
-            "port": EGRESS_GATEWAY_PORT,
-            "huggingFaceDownloaders": list(HUGGING_FACE_DOWNLOADERS["matchExpressions"][0]["values"]),
-            "instanceMetadataCidrs": list(INSTANCE_METADATA_CIDRS),
-        },
+        "egressGateway": _egress_gateway(),
         # Policy config defaults, which the config checks hold stacks to as well.
         "floors": FLOORS.policy_defaults(),
         # What an S3 location config may give (platform_config/models.py): the pack holds every one
@@ -159,18 +151,34 @@ def policy_facts() -> dict[str, Any]:
         },
         # What a credential looks like in clear (platform_config/credentials.py).
         "credentialFormats": [list(entry) for entry in CREDENTIAL_FORMATS],
-        "images": {
-            "tagPattern": IMAGE_TAG_PATTERN,
-            "digestPattern": IMAGE_DIGEST_PATTERN,
-            "forbiddenTags": list(FORBIDDEN_IMAGE_TAGS),
-            # The pack allows the registries of the images the program pins, unless told otherwise.
-            "pinnedRepositories": sorted(pin.repository for pin in IMAGES),
-            # What an endpoint picker's pods run (components/specs/endpoint_picker/pods.py): the EPP and its Envoy.
-            "endpointPickerRepositories": sorted(pin.repository for pin in (ENDPOINT_PICKER, ENVOY_PROXY)),
-            # By chart and version, where each image the chart runs takes its digest, the values it comes from and what
-            # no release may set (platform_config/chart_images.py).
-            "charts": pack_facts(),
-        },
+        "images": _images(),
+    }
+
+
+def _egress_gateway() -> dict[str, Any]:
+    return {
+        "namespace": EGRESS_GATEWAY_NAMESPACE,
+        "host": EGRESS_GATEWAY_HOST,
+        "sidecarHost": EGRESS_GATEWAY_SIDECAR_HOST,
+        "selector": dict(EGRESS_GATEWAY_SELECTOR),
+        "port": EGRESS_GATEWAY_PORT,
+        "huggingFaceDownloaders": list(HUGGING_FACE_DOWNLOADERS["matchExpressions"][0]["values"]),
+        "instanceMetadataCidrs": list(INSTANCE_METADATA_CIDRS),
+    }
+
+
+def _images() -> dict[str, Any]:
+    return {
+        "tagPattern": IMAGE_TAG_PATTERN,
+        "digestPattern": IMAGE_DIGEST_PATTERN,
+        "forbiddenTags": list(FORBIDDEN_IMAGE_TAGS),
+        # The pack allows the registries of the images the program pins, unless told otherwise.
+        "pinnedRepositories": sorted(pin.repository for pin in IMAGES),
+        # What an endpoint picker's pods run (components/specs/endpoint_picker/pods.py): the EPP and its Envoy.
+        "endpointPickerRepositories": sorted(pin.repository for pin in (ENDPOINT_PICKER, ENVOY_PROXY)),
+        # By chart and version, where each image the chart runs takes its digest, the values it comes from and what
+        # no release may set (platform_config/chart_images.py).
+        "charts": pack_facts(),
     }
 
 
