@@ -178,13 +178,13 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
         "newline-huggingface",
         "dev",
         _set(*DEV_M, "versions", 0, "source", "huggingface", "Qwen/Qwen\n"),
-        "models[0].versions[0].source",
+        "models[0].versions[0].source.huggingface",
     ),
     (
         "newline-revision",
         "dev",
         _set(*DEV_M, "versions", 0, "source", "revision", "7ae557604adf67be50417f59c2c2f167def9a775\n"),
-        "models[0].versions[0].source",
+        "models[0].versions[0].source.revision",
     ),
     ("newline-image", "dev", _set(*DEV_M, "versions", 0, "image", "vllm/vllm-openai:v0.18.0\n"), "models[0].versions[0].image"),
     (

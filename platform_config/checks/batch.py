@@ -14,7 +14,7 @@ from ..adapters import adapter_revisions, adapter_tenant, batch_job_adapter, on_
 from ..batch_jobs import batch_gpu_request, shard_estimate_seconds
 from ..capacity import budget_resources, pool_supply, show_amount
 from ..errors import ConfigIssue, format_key
-from ..models import COMMIT_SHA, PlatformConfig, duration_seconds
+from ..models import COMMIT_SHA, S3_VERSION_FOLDER, PlatformConfig, duration_seconds
 from .names import duplicates
 from .tenants import resource_key
 
@@ -158,13 +158,10 @@ def check_batch_job_adapter(config: PlatformConfig) -> Iterator[ConfigIssue]:
             )
 
 
-_S3_VERSION_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]{0,127}")
-
-
 def _pinned_s3_folder(revision: str) -> bool:
     """Whether an S3 revision is a version folder that is never rewritten (one path segment, never a moving name
     such as `latest`): what a batch job's input and its adapter are held to."""
-    return _S3_VERSION_FOLDER.fullmatch(revision) is not None and revision.lower() not in ("latest", "current", "main")
+    return re.fullmatch(S3_VERSION_FOLDER, revision) is not None and revision.lower() not in ("latest", "current", "main")
 
 
 def check_batch_input_pinned(config: PlatformConfig) -> Iterator[ConfigIssue]:
