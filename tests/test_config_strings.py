@@ -191,3 +191,15 @@ def test_the_proof_sees_an_unbounded_pattern():
     assert not bounded(r"s3://[a-z]{3}(/[a-z]*)?", 0, None)
     assert bounded(r"[a-z]+", 0, 63)
     assert bounded(r"[a-z]{1,63}(/[a-z0-9]{0,1024})?", 0, None)
+
+
+def test_the_gateway_filters_lua_holds_printable_ascii_strings_only():
+    """Where config strings are interpolated into the gateway filter's Lua they are quoted (JSON's quoting, which Lua
+    reads alike for printable ASCII), and a string outside that is refused rather than written as an escape Lua 5.1
+    does not read."""
+    from components.specs.gateway import _lua_literal
+
+    assert _lua_literal({'x"y': ["a\\b", 1, True]}) == '{["x\\"y"] = {"a\\\\b", 1, true}}'
+    for hostile in ("caf\u00e9", "line\nbreak", "nul\x00"):
+        with pytest.raises(ValueError, match="not printable ASCII"):
+            _lua_literal({"claim": hostile})

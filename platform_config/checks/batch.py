@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Iterator
 
 from ..adapters import adapter_revisions, adapter_tenant, batch_job_adapter, on_adapter_base
-from ..batch_jobs import batch_gpu_request, shard_estimate_seconds
+from ..batch_jobs import MAX_BATCH_SHARDS, batch_gpu_request, batch_shards, shard_estimate_seconds
 from ..capacity import budget_resources, pool_supply, show_amount
 from ..errors import ConfigIssue, format_key
 from ..models import COMMIT_SHA, S3_VERSION_FOLDER, PlatformConfig, duration_seconds
@@ -97,6 +97,20 @@ def check_batch_job_references(config: PlatformConfig) -> Iterator[ConfigIssue]:
         if job.chunk_lines > job.shard_lines:
             yield ConfigIssue(
                 ("batchJobs", index, "chunkLines"), f"{job.chunk_lines} is more than shardLines ({job.shard_lines})"
+            )
+
+
+def check_batch_shards(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A job's shards (its Indexed Job's completions) are at most MAX_BATCH_SHARDS, what Kubernetes admits for a Job
+    with backoffLimitPerIndex."""
+    for index, job in enumerate(config.batch_jobs):
+        shards = batch_shards(job)
+        if shards > MAX_BATCH_SHARDS:
+            yield ConfigIssue(
+                ("batchJobs", index, "lines"),
+                f"{job.lines} lines in shards of shardLines={job.shard_lines} make {shards} shards, more than the "
+                f"{MAX_BATCH_SHARDS} completions Kubernetes admits for an Indexed Job with backoffLimitPerIndex: raise "
+                f"shardLines to at least {-(-job.lines // MAX_BATCH_SHARDS)}",
             )
 
 

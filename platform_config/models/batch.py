@@ -54,7 +54,9 @@ class BatchJobConfig(ConfigModel):
     """Requests (non-blank lines) in the input: the job has ceil(lines / shardLines) shards."""
     output: Annotated[str, Field(pattern=S3_URI_PATTERN)]
     """S3 prefix the results go to: `<output>/shard-<i>/chunk-<k>.jsonl`, one OpenAI batch output line per input line."""
-    parallelism: PositiveInt = 1
+    # Kubernetes refuses an Indexed Job's parallelism above 100,000 (pkg/apis/batch/validation/validation.go,
+    # maxParallelismForIndexedJob), the bound on its shards too (platform_config/batch_jobs.py MAX_BATCH_SHARDS).
+    parallelism: Annotated[int, Field(ge=1, le=100_000)] = 1
     """Shards that run at once (pods)."""
     shard_lines: PositiveInt = 10_000
     """Input lines per shard (one Job completion index each)."""

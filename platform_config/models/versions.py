@@ -43,7 +43,8 @@ class ServerArgs(ConfigModel):
     """vLLM `--kv-cache-dtype`."""
     block_size: PositiveInt | None = None
     """vLLM `--block-size`: tokens per KV-cache block."""
-    cpu_offload_gb: Annotated[float, Field(ge=0)] | None = None
+    # No GPU instance of the catalog has more than 2,048 GiB of CPU memory (p5.48xlarge, platform_config/gpu_catalog.py).
+    cpu_offload_gb: Annotated[float, Field(ge=0, le=2048)] | None = None
     """vLLM `--cpu-offload-gb`: GiB of weights kept in CPU memory per GPU."""
     seed: NonNegativeInt | None = None
     """vLLM `--seed`."""
