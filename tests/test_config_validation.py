@@ -497,6 +497,14 @@ def test_a_header_setting_names_why_a_header_is_not_the_platforms_to_take(dev_ra
         ("sk-proj-" + "x" * 40, "OpenAI API key"),
         ("AIza" + "y" * 35, "Google API key"),
         ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyIn0.c2lnbmF0dXJlLXZhbHVl", "JSON Web Token"),
+        ("npm_" + "a1B2" * 9, "npm token"),
+        ("dckr_pat_" + "Xy_9" * 7, "Docker Hub token"),
+        ("sk_live_" + "Zz09" * 6, "Stripe live key"),
+        ("rk_live_" + "Zz09" * 6, "Stripe live key"),
+        ("sk-ant-api03-" + "Ab_-" * 23, "Anthropic API key"),
+        ("github_pat_" + "A1" * 11 + "_" + "b2" * 30, "GitHub token"),
+        ("glpat-" + "Cd3_" * 5, "GitLab token"),
+        ("hf_" + "Q" * 34, "Hugging Face token"),
     ],
 )
 def test_a_credential_in_clear_is_refused_without_being_echoed(dev_raw, token: str, kind: str):

@@ -118,7 +118,8 @@ def test_pack_describes_itself(pack):
     info = pack.info()
     assert info.name == "inference-governance"
     names = {p.name for p in info.policies}
-    assert len(names) == 35 and "image-digests" in names and "gateway-requires-a-token" in names and "tenant-s3-scoping" in names
+    assert len(names) == 36 and "image-digests" in names and "gateway-requires-a-token" in names and "tenant-s3-scoping" in names
+    assert "no-secrets-in-config-maps" in names
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):

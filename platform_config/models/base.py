@@ -90,7 +90,7 @@ def _full_match(pattern: str | re.Pattern[str], what_it_is_not: str, max_length:
     return AllowList(re.compile(pattern), what_it_is_not, max_length)
 
 
-def _dns_label(max_length: int, *, letter_first: bool) -> AfterValidator:
+def _dns_label(max_length: int, *, letter_first: bool) -> AllowList:
     first = "a letter" if letter_first else "a letter or digit"
     return _full_match(
         _DNS_1035 if letter_first else _DNS_1123,
