@@ -203,3 +203,18 @@ def test_the_gateway_filters_lua_holds_printable_ascii_strings_only():
     for hostile in ("caf\u00e9", "line\nbreak", "nul\x00"):
         with pytest.raises(ValueError, match="not printable ASCII"):
             _lua_literal({"claim": hostile})
+
+
+def test_promql_holds_config_values_as_quoted_strings_and_plain_names():
+    """Where tenant, model, pool and job names reach the recording rules, alerts and dashboards they are PromQL string
+    literals (so no value can end the matcher), and inside a regular expression only plain names."""
+    from components.specs.metrics import promql_names, promql_string
+
+    assert promql_string('team-a"} or vector(1) #') == '"team-a\\"} or vector(1) #"'
+    assert promql_names(["team-a", "team_b"]) == '"team-a|team_b"'
+    for hostile in ("caf\u00e9", "line\nbreak"):
+        with pytest.raises(ValueError, match="not printable ASCII"):
+            promql_string(hostile)
+    for hostile in ("llama.8b", "a|b", ".*"):
+        with pytest.raises(ValueError, match="not a plain name"):
+            promql_names(["team-a", hostile])
