@@ -41,7 +41,11 @@ class TenantConfig(ConfigModel):
         Annotated[
             str,
             # A RoleBinding subject's name, as the identity provider writes the group: printable ASCII (spaces inside).
-            _full_match(r"[!-~]([ -~]{0,253}[!-~])?", "is not a group name: 1-255 printable ASCII characters", 255),
+            _full_match(
+                r"[!-~]([ -~]{0,253}[!-~])?",
+                "is not a tenant group: an identity-provider group of 1-255 printable ASCII characters",
+                255,
+            ),
             AfterValidator(_tenant_group),
         ]
     ] = []
