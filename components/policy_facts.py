@@ -53,6 +53,7 @@ from .constants import (
     LABEL_POOL,
 )
 from .plan_reports import SERVING_SHAPE_ANNOTATION
+from .specs.batch_job import S3_SLOT, shell_script_shapes
 from .specs.knative import KNATIVE_BUNDLED_BUDGET, KNATIVE_CONTROL_PLANE, knative_pods
 from .specs.kueue import KUEUE_MANAGER_SELECTOR, QUEUE_NAME_LABEL
 from .specs.network import (
@@ -151,6 +152,9 @@ def policy_facts() -> dict[str, Any]:
         },
         # What a credential looks like in clear (platform_config/credentials.py).
         "credentialFormats": [list(entry) for entry in CREDENTIAL_FORMATS],
+        # The shell scripts the platform renders (components/specs/batch_job.py), each config value replaced by its
+        # slot, single-quoted as the script quotes it: the only shapes a script naming an S3 location may have.
+        "shellScripts": {"s3Slot": f"'{S3_SLOT}'", "shapes": list(shell_script_shapes())},
         "images": _images(),
     }
 

@@ -7,6 +7,15 @@ from __future__ import annotations
 from .gpu_catalog import GPU_RESOURCE, mig_resource
 from .models import BatchJobConfig
 
+# The most shards (completions) a job's Indexed Job may have. Kubernetes refuses an Indexed Job with
+# backoffLimitPerIndex (which the platform sets: retriesPerShard) and more than 100,000 completions unless it also
+# sets maxFailedIndexes of at most 10,000 and parallelism of at most 10,000 (kubernetes/kubernetes
+# pkg/apis/batch/validation/validation.go, validateJobSpec: completionsSoftLimit, maxFailedIndexesLimitForHighCompletions,
+# parallelismLimitForHighCompletions; the v1.33 OpenAPI's JobSpec.maxFailedIndexes: "required and must be less than or
+# equal to 10^4 when is completions greater than 10^5"), and the runner numbers shards in five digits
+# (`shard-%05d`): 100,000 is the bound.
+MAX_BATCH_SHARDS = 100_000
+
 
 def batch_gpu_request(job: BatchJobConfig) -> tuple[str, int]:
     """(GPU resource, count) one shard's pod asks for."""

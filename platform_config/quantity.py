@@ -17,7 +17,8 @@ _DECIMAL: dict[str, Decimal | int] = {
     "P": 10**15,
     "E": 10**18,
 }
-_QUANTITY = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?")
+QUANTITY_PATTERN = r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?"
+_QUANTITY = re.compile(QUANTITY_PATTERN)
 
 QUANTITY_HELP = "a Kubernetes quantity such as '64', '500m', '200Gi' or '1.5Ti'"
 

@@ -334,6 +334,19 @@ def test_a_batch_job_has_no_serving_queue_to_bound(prod_raw):
     assert issue.startswith("inference-platform:batchJobs[0].model.server: ") and "a batch job has none" in issue
 
 
+def test_a_batch_job_has_at_most_the_completions_an_indexed_job_with_retries_per_index_takes(prod_raw):
+    """Kubernetes refuses an Indexed Job with backoffLimitPerIndex past 100,000 completions (without maxFailedIndexes
+    of at most 10,000): the check stops there, naming the lines and the shard size that make the shards."""
+    job = prod_raw["batchJobs"][0]
+    job.update(lines=100_000, shardLines=1, chunkLines=1)
+    validate(prod_raw)
+    job["lines"] = 100_001
+    assert only_issue(prod_raw) == (
+        "inference-platform:batchJobs[0].lines: 100001 lines in shards of shardLines=1 make 100001 shards, more than the "
+        "100000 completions Kubernetes admits for an Indexed Job with backoffLimitPerIndex: raise shardLines to at least 2"
+    )
+
+
 def test_gpu_utilisation_is_not_a_signal_on_time_sliced_pools(staging_raw):
     staging_raw["models"][0]["autoscaling"]["hpa"]["gpuUtilizationTarget"] = 70
     assert only_issue(staging_raw).startswith(
@@ -484,6 +497,14 @@ def test_a_header_setting_names_why_a_header_is_not_the_platforms_to_take(dev_ra
         ("sk-proj-" + "x" * 40, "OpenAI API key"),
         ("AIza" + "y" * 35, "Google API key"),
         ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyIn0.c2lnbmF0dXJlLXZhbHVl", "JSON Web Token"),
+        ("npm_" + "a1B2" * 9, "npm token"),
+        ("dckr_pat_" + "Xy_9" * 7, "Docker Hub token"),
+        ("sk_live_" + "Zz09" * 6, "Stripe live key"),
+        ("rk_live_" + "Zz09" * 6, "Stripe live key"),
+        ("sk-ant-api03-" + "Ab_-" * 23, "Anthropic API key"),
+        ("github_pat_" + "A1" * 11 + "_" + "b2" * 30, "GitHub token"),
+        ("glpat-" + "Cd3_" * 5, "GitLab token"),
+        ("hf_" + "Q" * 34, "Hugging Face token"),
     ],
 )
 def test_a_credential_in_clear_is_refused_without_being_echoed(dev_raw, token: str, kind: str):

@@ -178,13 +178,13 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
         "newline-huggingface",
         "dev",
         _set(*DEV_M, "versions", 0, "source", "huggingface", "Qwen/Qwen\n"),
-        "models[0].versions[0].source",
+        "models[0].versions[0].source.huggingface",
     ),
     (
         "newline-revision",
         "dev",
         _set(*DEV_M, "versions", 0, "source", "revision", "7ae557604adf67be50417f59c2c2f167def9a775\n"),
-        "models[0].versions[0].source",
+        "models[0].versions[0].source.revision",
     ),
     ("newline-image", "dev", _set(*DEV_M, "versions", 0, "image", "vllm/vllm-openai:v0.18.0\n"), "models[0].versions[0].image"),
     (
@@ -599,6 +599,66 @@ VALUE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
         _set("tenants", 1, "s3Prefixes", ["s3://team-b-batch/outputs"]),
         "tenants[2].s3Prefixes[0]",
     ),
+    # Hugging Face repository ids by the Hub's rule, in ASCII: prod has a weight mirror, whose copy of a revision is
+    # named after the repository (this crashed the preview with the mirror's pydantic error).
+    *(
+        (
+            f"huggingface-{name}",
+            "prod",
+            _set(*M, "versions", 0, "source", "huggingface", value),
+            "models[0].versions[0].source.huggingface",
+        )
+        for name, value in (
+            ("non-ascii", "meta-llama/Llama-3.1-70B-Instruct\u00e9"),
+            ("5000-characters", "meta-llama/" + "a" * 5000),
+            ("double-dash", "meta-llama/Llama--3"),
+            ("dot-git", "meta-llama/Llama.git"),
+            ("three-parts", "a/b/c"),
+        )
+    ),
+    (
+        "batch-input-huggingface-non-ascii",
+        "prod",
+        _set("batchJobs", 0, "input", {"huggingface": "team-b/tick\u00e9ts", "revision": "a" * 40, "files": ["a.jsonl"]}),
+        "batchJobs[0].input.huggingface",
+    ),
+    # S3 revisions are version folders: no glob (an IAM resource `.../*/`), quote, command substitution, non-ASCII,
+    # or unbounded length, on model versions, adapters and batch inputs alike.
+    *(
+        (f"s3-revision-{name}", "prod", _set(*path, value), key)
+        for path, key in (
+            (("models", 1, "adapters", 1, "source", "revision"), "models[1].adapters[1].source.revision"),
+            (
+                ("models", 1, "adapters", 0, "versions", 1, "source", "revision"),
+                "models[1].adapters[0].versions[1].source.revision",
+            ),
+            (("batchJobs", 0, "input", "revision"), "batchJobs[0].input.revision"),
+        )
+        for name, value in (
+            ("glob", "*"),
+            ("quote-and-substitution", "x'$(id)"),
+            ("non-ascii", "caf\u00e9"),
+            ("5000-characters", "a" * 5000),
+            ("two-segments", "2026/11"),
+        )
+    ),
+    # Other strings that reach manifests: a group (a RoleBinding subject), a step override's reason (an annotation).
+    ("tenant-group-non-ascii", "prod", _set("tenants", 1, "groups", ["\u00e9quipe-a"]), "tenants[1].groups[0]"),
+    (
+        "step-override-reason-newline",
+        "prod",
+        _set("models", 1, "release", "stepOverride", {"reason": "incident 42\nrollout"}),
+        "models[1].release.stepOverride.reason",
+    ),
+    # Sizes past what Kubernetes admits: an Indexed Job's completions with backoffLimitPerIndex, and its parallelism.
+    (
+        "batch-shards-past-100000",
+        "prod",
+        lambda raw: raw["batchJobs"][0].update(lines=INT32_OVER - 1, shardLines=1, chunkLines=1),
+        "batchJobs[0].lines",
+    ),
+    ("batch-parallelism-past-100000", "prod", _set("batchJobs", 0, "parallelism", 100_001), "batchJobs[0].parallelism"),
+    ("cpu-offload-infinite", "dev", _set(*DEV_M, "server", "cpuOffloadGb", float("inf")), "models[0].server.cpuOffloadGb"),
 ]
 
 
@@ -785,7 +845,12 @@ CLI_SUBSET = {
     "duplicate-canary-weight",
     "huge-integer",
 }
-VALUE_SUBSET = {"mig-count-10e12", "stable-a-list-with-weights", "server-names-collide-across-tenants"}
+VALUE_SUBSET = {
+    "mig-count-10e12",
+    "stable-a-list-with-weights",
+    "server-names-collide-across-tenants",
+    "huggingface-non-ascii",
+}
 MEMORY_LIMIT = 1 << 30
 # A whole preview's address space: the SDK's and gRPC's threads each reserve their stacks and arenas.
 PREVIEW_MEMORY_LIMIT = 4 << 30

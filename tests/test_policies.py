@@ -122,6 +122,7 @@ def test_pack_describes_itself(pack):
     # Every policy pack.py declares, and nothing else: a new policy is its validator plus its entry there.
     assert names == {policy.name for policy in POLICIES}
     assert {"image-digests", "gateway-requires-a-token", "tenant-s3-scoping"} <= names
+    assert "no-secrets-in-config-maps" in names
 
 
 def test_the_real_stacks_are_compliant(pack, baseline):

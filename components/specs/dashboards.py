@@ -34,7 +34,7 @@ from typing import Any
 from ..constants import LABEL_POOL, standard_labels
 from ..slo_plan import SloPlan
 from .gpu_memory import gpu_memory_panels
-from .metrics import EPP_QUEUE_SERIES, ksm_label
+from .metrics import EPP_QUEUE_SERIES, ksm_label, promql_string
 from .slo_rules import error_ratio_series
 
 # The sidecar's label (kube-prometheus-stack values `grafana.sidecar.dashboards.label` /
@@ -136,7 +136,7 @@ def _dashboard(uid: str, title: str, tags: list[str], panels: list[dict[str, Any
 
 def model_dashboard(slo: SloPlan) -> dict[str, Any]:
     """A model's dashboard: every panel one line per version (`{{model_version}}`)."""
-    sel = f'{{model="{slo.model}", tenant="{slo.tenant}"}}'
+    sel = f"{{model={promql_string(slo.model)}, tenant={promql_string(slo.tenant)}}}"
 
     def per_version(agg: str, series: str) -> list[tuple[str, str]]:
         return [(f"{agg} by (model_version) ({series}{sel})", "{{model_version}}")]
@@ -201,7 +201,7 @@ def model_dashboard(slo: SloPlan) -> dict[str, Any]:
 def pool_cost_per_hour(prices: Mapping[str, Decimal]) -> str:
     """Each priced pool's nodes times its price per node-hour, one series per pool."""
     return " or ".join(
-        f'sum by ({POOL}) (kube_node_labels{{{POOL}="{pool}"}}) * {format(price.normalize(), "f")}'
+        f"sum by ({POOL}) (kube_node_labels{{{POOL}={promql_string(pool)}}}) * {format(price.normalize(), 'f')}"
         for pool, price in sorted(prices.items())
     )
 

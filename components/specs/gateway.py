@@ -354,19 +354,28 @@ def adapter_filter_entries(traffic: TrafficConfig, route: RoutePlan) -> dict[str
     return entries
 
 
+def _lua_string(value: str) -> str:
+    """A Lua string literal: JSON's quoting, which for printable ASCII uses only the escapes `\\"` and `\\\\` that Lua
+    reads alike; anything else (a `\\u` escape Lua 5.1 does not read, a control character) is refused, whatever the
+    config's patterns already allow."""
+    if not (value.isascii() and value.isprintable()):
+        raise ValueError(f"{value!r} is not printable ASCII: the gateway filter's Lua holds no other string")
+    return json.dumps(value)
+
+
 def _lua_literal(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return json.dumps(value)
     if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid Lua string literal for these values
+        return _lua_string(value)
     if isinstance(value, (list, tuple)):
         return "{" + ", ".join(_lua_literal(item) for item in value) + "}"
     if isinstance(value, dict):
         if not value:
             return "{}"
-        return "{" + ", ".join(f"[{json.dumps(str(k))}] = {_lua_literal(v)}" for k, v in sorted(value.items())) + "}"
+        return "{" + ", ".join(f"[{_lua_string(str(k))}] = {_lua_literal(v)}" for k, v in sorted(value.items())) + "}"
     raise TypeError(f"no Lua literal for {value!r}")
 
 

@@ -18,6 +18,9 @@ pinned prometheus-adapter chart 5.3.0 (`resources.overrides` maps a label to a g
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterable
 from typing import Any
 
 # The custom metrics' names: what the HPAs of the `hpa` backend ask for.
@@ -38,6 +41,28 @@ TTFT_P99_QUERY = (
     f" and on (<<.GroupBy>>) (sum(rate({TTFT_P99_COUNT_SERIES}{{<<.LabelMatchers>>}}[{TTFT_P99_RATE_WINDOW}]))"
     " by (<<.GroupBy>>) > 0)"
 )
+
+
+def promql_string(value: str) -> str:
+    """A value config gives (a tenant, model, pool or job name) as a PromQL string literal: double-quoted, with the
+    escapes Go's strconv.Unquote reads (JSON's, for printable ASCII), so no value can end the matcher; anything not
+    printable ASCII is refused, whatever the config's patterns already allow."""
+    if not (value.isascii() and value.isprintable()):
+        raise ValueError(f"{value!r} is not printable ASCII: no PromQL label value here holds another")
+    return json.dumps(value)
+
+
+def plain_name(name: str) -> str:
+    """A name inside a PromQL regular expression: letters, digits, '_' and '-' only, which RE2 reads as themselves
+    (a name with any other character is refused, not escaped)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise ValueError(f"{name!r} is not a plain name: a PromQL regular expression here holds letters, digits, '_', '-'")
+    return name
+
+
+def promql_names(names: Iterable[str]) -> str:
+    """Names as a regular-expression matcher's value (`=~`): their alternatives, each a plain name."""
+    return promql_string("|".join(plain_name(name) for name in names))
 
 
 def ksm_label(key: str) -> str:

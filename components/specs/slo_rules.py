@@ -65,7 +65,7 @@ from typing import Any, Literal
 
 from ..constants import LABEL_MODEL, LABEL_MODEL_VERSION, standard_labels
 from ..slo_plan import LatencySli, LatencySlo, SloPlan
-from .metrics import ksm_label
+from .metrics import ksm_label, plain_name, promql_names, promql_string
 
 # vLLM 0.33.0's time-to-first-token buckets, in seconds (vllm/v1/metrics/buckets.py TIME_TO_FIRST_TOKEN_BUCKETS, the
 # default of `vllm:time_to_first_token_seconds`, see above).
@@ -150,11 +150,14 @@ def latency_slo(sli: LatencySli, target_ms: int | None, objective: float) -> Lat
 
 
 def _vllm(slo: SloPlan) -> str:
-    return f'namespace="{slo.tenant}", model_name="{slo.served_name}"'
+    return f"namespace={promql_string(slo.tenant)}, model_name={promql_string(slo.served_name)}"
 
 
 def _istio(slo: SloPlan) -> str:
-    return f'reporter="destination", destination_workload_namespace="{slo.tenant}", destination_app="{slo.model}"'
+    return (
+        f'reporter="destination", destination_workload_namespace={promql_string(slo.tenant)}, '
+        f"destination_app={promql_string(slo.model)}"
+    )
 
 
 def _refusals(slo: SloPlan, by: str, window: str) -> str | None:
@@ -163,13 +166,13 @@ def _refusals(slo: SloPlan, by: str, window: str) -> str | None:
     `destination_version` as on the servers' series; None without pickers."""
     if not slo.picker_workloads:
         return None
-    workloads = "|".join(slo.picker_workloads)
     series = (
-        f'rate(istio_requests_total{{reporter="destination", destination_workload_namespace="{slo.tenant}", '
-        f'destination_workload=~"{workloads}", response_code="429"}}[{window}])'
+        f'rate(istio_requests_total{{reporter="destination", destination_workload_namespace={promql_string(slo.tenant)}, '
+        f'destination_workload=~{promql_names(slo.picker_workloads)}, response_code="429"}}[{window}])'
     )
     # The picker pods carry no version label; their Deployment's name does (exact names above).
-    named = f'label_replace({series}, "destination_version", "$1", "destination_workload", "{slo.model}-(.+)-epp")'
+    version = promql_string(f"{plain_name(slo.model)}-(.+)-epp")
+    named = f'label_replace({series}, "destination_version", "$1", "destination_workload", {version})'
     return f"sum by ({by}) ({named})"
 
 
@@ -243,9 +246,13 @@ def gpu_rules(slo: SloPlan, labels: dict[str, str]) -> list[dict[str, Any]]:
     """How busy each version keeps its GPUs (or MIG slices): DCGM's engine activity of the pods
     holding them, joined to each pod's version label."""
     model_label, version_label = (ksm_label(key) for key in ALLOWED_POD_LABELS)
-    pods = f'max by (namespace, pod, {version_label}) (kube_pod_labels{{namespace="{slo.tenant}", {model_label}="{slo.model}"}})'
+    tenant = promql_string(slo.tenant)
+    pods = (
+        f"max by (namespace, pod, {version_label}) "
+        f"(kube_pod_labels{{namespace={tenant}, {model_label}={promql_string(slo.model)}}})"
+    )
     versions = f'label_replace({pods}, "model_version", "$1", "{version_label}", "(.*)")'
-    activity = f'{GPU_ACTIVITY_SERIES}{{namespace="{slo.tenant}"}}'
+    activity = f"{GPU_ACTIVITY_SERIES}{{namespace={tenant}}}"
     return [
         _record(
             "model_version:dcgm_gpu_engine_active:avg",
@@ -338,7 +345,7 @@ def burn_alert(
 ) -> dict[str, Any]:
     """One severity's alert on one SLO: any of its rows of the workbook's table firing."""
     budget = 1 - objective
-    sel = f'model="{slo.model}", tenant="{slo.tenant}"'
+    sel = f"model={promql_string(slo.model)}, tenant={promql_string(slo.tenant)}"
     rows = [w for w in BURN_WINDOWS if w.severity == severity]
     conditions = [
         f"({error_ratio_series(slo_name, w.long)}{{{sel}}} > {w.burn_rate * budget:.6g}"

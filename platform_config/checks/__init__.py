@@ -36,6 +36,7 @@ from .batch import (
     check_batch_job_references,
     check_batch_parallelism_within_quota,
     check_batch_quota_pools,
+    check_batch_shards,
 )
 from .capacity import check_capacity, check_models_fit_nodes, check_models_fit_pools, check_models_fit_quotas
 from .gateway import check_gateway_headers, check_gateway_tls, check_tier_queues
@@ -120,6 +121,7 @@ CHECKS: list[Check] = [
     check_adapter_memory,
     check_batch_quota_pools,
     check_batch_job_references,
+    check_batch_shards,
     check_batch_job_pool,
     check_batch_job_adapter,
     check_batch_input_pinned,

@@ -11,10 +11,10 @@ from decimal import Decimal
 from typing import Iterator
 
 from ..adapters import adapter_revisions, adapter_tenant, batch_job_adapter, on_adapter_base
-from ..batch_jobs import batch_gpu_request, shard_estimate_seconds
+from ..batch_jobs import MAX_BATCH_SHARDS, batch_gpu_request, batch_shards, shard_estimate_seconds
 from ..capacity import budget_resources, pool_supply, show_amount
 from ..errors import ConfigIssue, format_key
-from ..models import COMMIT_SHA, PlatformConfig, duration_seconds
+from ..models import COMMIT_SHA, S3_VERSION_FOLDER, PlatformConfig, duration_seconds
 from .names import duplicates
 from .tenants import resource_key
 
@@ -100,6 +100,20 @@ def check_batch_job_references(config: PlatformConfig) -> Iterator[ConfigIssue]:
             )
 
 
+def check_batch_shards(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """A job's shards (its Indexed Job's completions) are at most MAX_BATCH_SHARDS, what Kubernetes admits for a Job
+    with backoffLimitPerIndex."""
+    for index, job in enumerate(config.batch_jobs):
+        shards = batch_shards(job)
+        if shards > MAX_BATCH_SHARDS:
+            yield ConfigIssue(
+                ("batchJobs", index, "lines"),
+                f"{job.lines} lines in shards of shardLines={job.shard_lines} make {shards} shards, more than the "
+                f"{MAX_BATCH_SHARDS} completions Kubernetes admits for an Indexed Job with backoffLimitPerIndex: raise "
+                f"shardLines to at least {-(-job.lines // MAX_BATCH_SHARDS)}",
+            )
+
+
 def check_batch_job_pool(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """A batch job runs on a pool its tenant may use."""
     tenants = {t.name: t for t in config.tenants}
@@ -158,13 +172,10 @@ def check_batch_job_adapter(config: PlatformConfig) -> Iterator[ConfigIssue]:
             )
 
 
-_S3_VERSION_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]{0,127}")
-
-
 def _pinned_s3_folder(revision: str) -> bool:
     """Whether an S3 revision is a version folder that is never rewritten (one path segment, never a moving name
     such as `latest`): what a batch job's input and its adapter are held to."""
-    return _S3_VERSION_FOLDER.fullmatch(revision) is not None and revision.lower() not in ("latest", "current", "main")
+    return re.fullmatch(S3_VERSION_FOLDER, revision) is not None and revision.lower() not in ("latest", "current", "main")
 
 
 def check_batch_input_pinned(config: PlatformConfig) -> Iterator[ConfigIssue]:

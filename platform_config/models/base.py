@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
-from ..quantity import parse_quantity
+from ..quantity import QUANTITY_HELP, QUANTITY_PATTERN, parse_quantity
 
 PROJECT = "inference-platform"
 
@@ -43,21 +46,51 @@ _DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-def _full_match(pattern: str | re.Pattern[str], what_it_is_not: str, max_length: int | None = None) -> AfterValidator:
-    """A value the whole of which matches `pattern` (never a prefix, nor a match that stops
-    before a trailing newline), and is at most `max_length` characters long; the error says what
-    the value is not and gives an example."""
-    compiled = re.compile(pattern)
+@dataclass(frozen=True)
+class AllowList:
+    """What a config string may be: the whole of it matches `pattern` (never a prefix, nor a match that stops before
+    a trailing newline), and it is at most `max_length` characters long. Every string of the config has one (or a
+    literal's choices, or a `Field(pattern=...)`): ASCII and bounded, so nothing a shell, an IAM policy, a header, the
+    gateway's Lua filter, PromQL, a label or an annotation reads specially can come from config unchecked
+    (tests/test_config_strings.py walks the models and proves each pattern ASCII and bounded)."""
 
-    def check(value: str) -> str:
-        if (max_length is not None and len(value) > max_length) or not compiled.fullmatch(value):
-            raise ValueError(f"{value!r} {what_it_is_not}")
+    pattern: re.Pattern[str]
+    what_it_is_not: str
+    max_length: int | None = None
+
+    def __call__(self, value: str) -> str:
+        if (self.max_length is not None and len(value) > self.max_length) or not self.pattern.fullmatch(value):
+            raise ValueError(f"{shown(value)} {self.what_it_is_not}")
         return value
 
-    return AfterValidator(check)
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        """The stack-file schema carries the pattern and the bound too, so editors flag a bad value before a preview
+        does: the pattern where JSON Schema's regular expressions (ECMA-262) read it as Python does."""
+        json_schema = handler.resolve_ref_schema(handler(schema))
+        pattern = re.sub(r"\(\?P<\w+>", "(", self.pattern.pattern)  # a named group is written two ways: plain
+        if not re.search(r"\(\?[aiLmsux]|\\[AZ]|\(\?P=", pattern):
+            json_schema["pattern"] = f"^(?:{pattern})$"
+        if self.max_length is not None:
+            json_schema["maxLength"] = self.max_length
+        return json_schema
 
 
-def _dns_label(max_length: int, *, letter_first: bool) -> AfterValidator:
+def shown(value: str, limit: int = 100) -> str:
+    """A config value as a message quotes it: whole when short, else its start and its length (a 5,000-character
+    value would bury the message)."""
+    return repr(value) if len(value) <= limit else f"{value[: limit // 2]!r}... ({len(value)} characters)"
+
+
+def _full_match(pattern: str | re.Pattern[str], what_it_is_not: str, max_length: int | None = None) -> AllowList:
+    """A value the whole of which matches `pattern`, at most `max_length` characters long (AllowList); the error
+    says what the value is not and gives an example."""
+    return AllowList(re.compile(pattern), what_it_is_not, max_length)
+
+
+def _dns_label(max_length: int, *, letter_first: bool) -> AllowList:
     first = "a letter" if letter_first else "a letter or digit"
     return _full_match(
         _DNS_1035 if letter_first else _DNS_1123,
@@ -73,12 +106,10 @@ VersionName = Annotated[str, _dns_label(12, letter_first=True)]
 NamespaceName = Annotated[str, _dns_label(40, letter_first=True)]
 
 
-def _quantity(value: str) -> str:
-    parse_quantity(value)
-    return value
-
-
-Quantity = Annotated[str, AfterValidator(_quantity)]
+# No Kubernetes quantity is above 2^63-1 of its unit or has more than 3 decimal places (k8s.io/apimachinery
+# pkg/api/resource/quantity.go, Quantity's doc comment): 19 digits, a point, 3 decimals and a suffix fit in 32.
+QUANTITY_MAX_LENGTH = 32
+_QUANTITY = _full_match(QUANTITY_PATTERN, f"is not {QUANTITY_HELP}", QUANTITY_MAX_LENGTH)
 
 
 def _positive_quantity(value: str) -> str:
@@ -87,7 +118,8 @@ def _positive_quantity(value: str) -> str:
     return value
 
 
-PositiveQuantity = Annotated[str, AfterValidator(_positive_quantity)]
+Quantity = Annotated[str, _QUANTITY]
+PositiveQuantity = Annotated[str, _QUANTITY, AfterValidator(_positive_quantity)]
 
 # At most 15 digits: anything longer is beyond the protobuf Duration maximum anyway.
 _DURATION = re.compile(r"^([0-9]{1,15})(ms|s|m|h)$")
@@ -97,10 +129,13 @@ _DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
 MAX_DURATION_SECONDS = 315_576_000_000
 
 
+_NOT_A_DURATION = "is not a duration: use a whole number with ms, s, m or h, e.g. '5s' or '5m'"
+
+
 def duration_seconds(value: str) -> float:
     match = _DURATION.fullmatch(value)
     if not match:
-        raise ValueError(f"{value!r} is not a duration: use a whole number with ms, s, m or h, e.g. '5s' or '5m'")
+        raise ValueError(f"{value!r} {_NOT_A_DURATION}")
     seconds = int(match[1]) * _DURATION_SECONDS[match[2]]
     if seconds > MAX_DURATION_SECONDS:
         raise ValueError(f"{value!r} is longer than the largest duration, {MAX_DURATION_SECONDS} s (protobuf's Duration)")
@@ -115,7 +150,7 @@ def _duration(value: str) -> str:
 # The schema carries the pattern too, so editors flag a bad duration before a preview does; the
 # validator keeps the error message that says what is allowed.
 _DURATION_SCHEMA = Field(json_schema_extra={"pattern": _DURATION.pattern})
-Duration = Annotated[str, AfterValidator(_duration), _DURATION_SCHEMA]
+Duration = Annotated[str, _full_match(_DURATION, _NOT_A_DURATION), AfterValidator(_duration), _DURATION_SCHEMA]
 
 
 def _duration_between(low: float, high: float):
@@ -136,18 +171,30 @@ FORBIDDEN_IMAGE_TAGS = ("latest",)
 _IMAGE = re.compile(rf"([a-z0-9.-]+:[0-9]+/)?[a-z0-9][a-z0-9._/-]*(:{IMAGE_TAG_PATTERN})?(@{IMAGE_DIGEST_PATTERN})?")
 
 
+# distribution/reference (reference.go, NameTotalLengthMax) holds a repository name to 255 characters; with a tag
+# (128) and a digest (71) a reference is under 512.
+IMAGE_REFERENCE_MAX_LENGTH = 512
+
+
+_NOT_PINNED = "is not a pinned image: give a tag or a digest, e.g. 'vllm/vllm-openai:v0.11.0'"
+
+
 def _pinned_image(value: str) -> str:
     match = _IMAGE.fullmatch(value)
     has_tag = ":" in value.split("/")[-1].split("@")[0]
     if not match or not (has_tag or "@sha256:" in value):
-        raise ValueError(f"{value!r} is not a pinned image: give a tag or a digest, e.g. 'vllm/vllm-openai:v0.11.0'")
+        raise ValueError(f"{value!r} {_NOT_PINNED}")
     tag = value.split("@")[0].rsplit("/", 1)[-1].partition(":")[2]
     if tag in FORBIDDEN_IMAGE_TAGS:
         raise ValueError(f"{value!r} uses the {tag!r} tag: pin a release tag or a sha256 digest")
     return value
 
 
-PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
+PinnedImage = Annotated[
+    str,
+    _full_match(_IMAGE, _NOT_PINNED, IMAGE_REFERENCE_MAX_LENGTH),
+    AfterValidator(_pinned_image),
+]
 
 
 def _refuse_retired_keys(data: Any, retired: Mapping[str, str]) -> Any:
@@ -158,6 +205,18 @@ def _refuse_retired_keys(data: Any, retired: Mapping[str, str]) -> Any:
             if key in data:
                 raise ValueError(f"'{key}' is no longer read: {why}")
     return data
+
+
+# The form of an EC2 instance type (`p5.48xlarge`, `g6e.12xlarge`, `m6i.2xlarge`), before a catalog says it knows it.
+INSTANCE_TYPE_FORM = r"[a-z][a-z0-9-]{0,15}\.[a-z0-9]{1,16}"
+
+
+# A MIG profile as NVIDIA names it (`<compute slices>g.<memory>gb`, e.g. `1g.10gb`, and the media extension's
+# `+me`): it becomes part of an extended resource name (`nvidia.com/mig-1g.10gb`), quota keys and node labels. The
+# catalog (platform_config/gpu_catalog.py) says which a GPU has.
+MigProfileName = Annotated[
+    str, _full_match(r"[0-9]{1,2}g\.[0-9]{1,4}gb(\+me)?", "is not a MIG profile such as '1g.10gb' or '3g.40gb'", 16)
+]
 
 
 # Counts, sizes and seconds end up in int32 fields (replicas, node group sizes, HPA and pod

@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 
 from .base import ConfigModel, Duration, NamespaceName, PositiveInt, ResourceName, _duration_between
+from .lora import OpenAiModelName
 from .replicas import ReplicaResources
 from .sources import S3_URI_PATTERN, BatchInput, ModelSource
 from .versions import ServerArgs
@@ -23,7 +24,7 @@ class BatchModel(ConfigModel):
     """What one shard's pod asks for (GPUs are vLLM's tensor-parallel size)."""
     server: ServerArgs = ServerArgs()
     """vLLM engine settings."""
-    adapter: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    adapter: OpenAiModelName | None = None
     """A LoRA adapter to run the job with: the OpenAI name of an adapter in `models[]` of the job's tenant, on a model
     one of whose versions has this `source` (the same base weights). The job loads its stable revision under the
     adapter's name, which the input lines' `model` then names (README, Batch jobs on Kueue)."""
@@ -53,7 +54,9 @@ class BatchJobConfig(ConfigModel):
     """Requests (non-blank lines) in the input: the job has ceil(lines / shardLines) shards."""
     output: Annotated[str, Field(pattern=S3_URI_PATTERN)]
     """S3 prefix the results go to: `<output>/shard-<i>/chunk-<k>.jsonl`, one OpenAI batch output line per input line."""
-    parallelism: PositiveInt = 1
+    # Kubernetes refuses an Indexed Job's parallelism above 100,000 (pkg/apis/batch/validation/validation.go,
+    # maxParallelismForIndexedJob), the bound on its shards too (platform_config/batch_jobs.py MAX_BATCH_SHARDS).
+    parallelism: Annotated[int, Field(ge=1, le=100_000)] = 1
     """Shards that run at once (pods)."""
     shard_lines: PositiveInt = 10_000
     """Input lines per shard (one Job completion index each)."""

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from ..cpu_instances import CPU_INSTANCE_TYPES, cpu_catalog_summary
-from .base import ConfigModel, ResourceName, _full_match
+from .base import INSTANCE_TYPE_FORM, ConfigModel, ResourceName, _full_match
 
 
 def _system_instance_type(value: str) -> str:
@@ -19,34 +19,44 @@ def _system_instance_type(value: str) -> str:
     return value
 
 
-SystemInstanceTypeName = Annotated[str, AfterValidator(_system_instance_type)]
+SystemInstanceTypeName = Annotated[
+    str,
+    _full_match(INSTANCE_TYPE_FORM, "is not an EC2 instance type such as 'm6i.2xlarge'"),
+    AfterValidator(_system_instance_type),
+]
 
 SubnetId = Annotated[str, _full_match(r"subnet-[0-9a-f]{8,17}", "is not a subnet ID such as 'subnet-0123456789abcdef0'")]
 
+# An IAM role's or user's ARN: its path and name of ASCII letters, digits and `+=,.@_/-` (IAM User Guide, "IAM
+# object quotas": a path of at most 512 characters, a role name of 64, a user name of 64), at most 2048 in all.
 IamPrincipalArn = Annotated[
     str,
     _full_match(
-        r"arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[\w+=,.@/-]+",
+        r"arn:aws[a-z-]{0,16}:iam::[0-9]{12}:(role|user)/[A-Za-z0-9_+=,.@/-]{1,576}",
         "is not an IAM role or user ARN such as 'arn:aws:iam::123456789012:role/admin'",
+        2048,
     ),
 ]
 
 
-AwsRegion = Annotated[str, _full_match(r"[a-z]{2}(-[a-z]+)+-[0-9]", "is not an AWS region such as 'us-east-1'")]
+AwsRegion = Annotated[str, _full_match(r"[a-z]{2}(-[a-z]{1,16}){1,3}-[0-9]{1,2}", "is not an AWS region such as 'us-east-1'")]
+
+
+_NOT_A_CIDR = "is not an IPv4 CIDR with no host bits set, e.g. '203.0.113.0/24'"
 
 
 def _ipv4_cidr(value: str) -> str:
     try:
         ipaddress.IPv4Network(value, strict=True)
     except ValueError as error:
-        raise ValueError(f"{value!r} is not an IPv4 CIDR with no host bits set, e.g. '203.0.113.0/24' ({error})") from None
+        raise ValueError(f"{value!r} {_NOT_A_CIDR} ({error})") from None
     if "/" not in value:
         raise ValueError(f"{value!r} has no prefix length: write it as a CIDR, e.g. '{value}/32'")
     return value
 
 
 # EKS takes IPv4 CIDR blocks for its public endpoint (pulumi-aws eks.ClusterVpcConfig.public_access_cidrs).
-Ipv4Cidr = Annotated[str, AfterValidator(_ipv4_cidr)]
+Ipv4Cidr = Annotated[str, _full_match(r"[0-9.]{7,15}(/[0-9]{1,2})?", _NOT_A_CIDR), AfterValidator(_ipv4_cidr)]
 
 
 # Amazon EKS's quotas (EKS user guide, "Amazon EKS service quotas"): nodes per managed node group (default 450, an
@@ -102,9 +112,14 @@ class EksSettings(ConfigModel):
 
 
 class KubeconfigSettings(ConfigModel):
-    path: str | None = None
+    path: (
+        Annotated[str, _full_match(r"[A-Za-z0-9_./~-]{1,1024}", "is not a file path of letters, digits and '_./~-'", 1024)] | None
+    ) = None
     """Kubeconfig file. Default: the user's default kubeconfig."""
-    context: str | None = None
+    context: (
+        Annotated[str, _full_match(r"[A-Za-z0-9_.@:/-]{1,253}", "is not a kubeconfig context name: letters, digits, '_.@:/-'")]
+        | None
+    ) = None
     """Context in it. Default: its current context."""
 
 

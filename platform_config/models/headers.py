@@ -3,10 +3,11 @@ mesh's proxies or credentials already mean."""
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from pydantic import AfterValidator
+
+from .base import _full_match
 
 # Header names no setting may name, by why (RFC 9110 and what the gateway's proxies own): the
 # platform's headers are set, read or stripped by the gateway filter, so each must be one that
@@ -75,12 +76,7 @@ FORBIDDEN_HEADER_PREFIXES: tuple[str, ...] = ("x-envoy-", "x-forwarded-", "x-b3-
 HEADER_NAME_MAX_LENGTH = 64
 
 
-def _header_name(value: str) -> str:
-    if len(value) > HEADER_NAME_MAX_LENGTH or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", value):
-        raise ValueError(
-            f"{value!r} is not an HTTP header name: use lowercase letters, digits and '-', at most "
-            f"{HEADER_NAME_MAX_LENGTH} characters"
-        )
+def _the_platforms_own(value: str) -> str:
     for why, names in FORBIDDEN_HEADER_NAMES.items():
         if value in names:
             raise ValueError(f"{value!r} is {why}: the platform's headers must be its own; use another name")
@@ -91,4 +87,12 @@ def _header_name(value: str) -> str:
     return value
 
 
-HeaderName = Annotated[str, AfterValidator(_header_name)]
+HeaderName = Annotated[
+    str,
+    _full_match(
+        r"[a-z0-9][a-z0-9-]*",
+        f"is not an HTTP header name: use lowercase letters, digits and '-', at most {HEADER_NAME_MAX_LENGTH} characters",
+        HEADER_NAME_MAX_LENGTH,
+    ),
+    AfterValidator(_the_platforms_own),
+]

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from ..gpu_catalog import COMPUTE_SLICES, INSTANCE_TYPES
-from .base import _DNS_1123_SUBDOMAIN, ConfigModel, PositiveInt, ResourceName
+from .base import _DNS_1123_SUBDOMAIN, INSTANCE_TYPE_FORM, ConfigModel, MigProfileName, PositiveInt, ResourceName, _full_match
 from .cluster import EKS_NODES_PER_NODE_GROUP
 
 
@@ -20,7 +20,9 @@ def _instance_type(value: str) -> str:
     return value
 
 
-InstanceTypeName = Annotated[str, AfterValidator(_instance_type)]
+InstanceTypeName = Annotated[
+    str, _full_match(INSTANCE_TYPE_FORM, "is not an EC2 instance type such as 'p5.48xlarge'"), AfterValidator(_instance_type)
+]
 
 
 # Label keys and values as the API server validates them (kubernetes/apimachinery
@@ -49,8 +51,15 @@ def _label_value(value: str) -> str:
     return value
 
 
-LabelKey = Annotated[str, AfterValidator(_label_key)]
-LabelValue = Annotated[str, AfterValidator(_label_value)]
+# Their characters and length first (a prefix of 253 and '/' and a name of 63), then the rules above.
+LabelKey = Annotated[
+    str, _full_match(r"[A-Za-z0-9._/-]{1,317}", "is not a label key: letters, digits and '._/-'"), AfterValidator(_label_key)
+]
+LabelValue = Annotated[
+    str,
+    _full_match(r"[A-Za-z0-9._-]{0,63}", "is not a label value: at most 63 letters, digits and '._-'"),
+    AfterValidator(_label_value),
+]
 
 # Node labels reach the kubelet as --node-labels, and it refuses to start (the node never joins)
 # on a label in the kubernetes.io or k8s.io namespaces other than its own: kubernetes/kubernetes
@@ -105,12 +114,13 @@ class MigDeviceGroup(ConfigModel):
     """Split these GPUs by MIG; false keeps them whole."""
     # A GPU has 7 compute slices, so no profile fits more than 7 times (and the placement search
     # stays tiny).
-    profiles: dict[str, Annotated[int, Field(gt=0, le=COMPUTE_SLICES)]] = {}
+    profiles: dict[MigProfileName, Annotated[int, Field(gt=0, le=COMPUTE_SLICES)]] = {}
     """MIG profile -> slices per GPU, e.g. `{3g.40gb: 2}`; must fit one GPU at non-overlapping placements."""
 
 
 class MigGeometry(ConfigModel):
-    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$")]
+    # The node label `nvidia.com/mig.config` takes it: a label value, so it ends with a letter or digit too.
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")]
     """Name of the geometry (a mig-parted config; not a built-in name)."""
     devices: Annotated[list[MigDeviceGroup], Field(min_length=1)]
     """Device groups; their `gpus` add up to the GPUs of a node."""
@@ -119,7 +129,10 @@ class MigGeometry(ConfigModel):
 class GpuSharing(ConfigModel):
     mode: Literal["none", "mig", "timeSlicing"] = "none"
     """`none`: whole GPUs; `mig`: MIG slices; `timeSlicing`: several pods per GPU, no isolation."""
-    mig_config: str | None = None
+    mig_config: (
+        Annotated[str, _full_match(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?", "is not a mig-parted config such as 'all-1g.10gb'")]
+        | None
+    ) = None
     """Mode `mig`: one of the GPU Operator's built-in configs for the pool's GPU (`all-1g.10gb`, `all-3g.40gb`,
     `all-balanced`, ...)."""
     mig_geometry: MigGeometry | None = None

@@ -15,14 +15,20 @@ from .base import ConfigModel, PositiveInt, _full_match
 # compares it lower-cased) nor `v<digits>`, which name versions.
 _MLFLOW_ALIAS = re.compile(r"(?!(?i:latest)$)(?![vV]\d+$)[A-Za-z0-9_-]{1,255}")
 # Where a lock file lives: a .json file in the stack files' folder, named relative to the project.
-LOCK_FILE_PATTERN = re.compile(r"stacks/(?!\.)[\w.-]+\.json")
+LOCK_FILE_PATTERN = re.compile(r"stacks/(?!\.)[A-Za-z0-9_.-]+\.json")
 _ALIAS_MESSAGE = "is not an MLflow alias: letters, digits, '_' and '-' (not 'latest' or 'v<n>')"
 
 
 class MlflowReference(ConfigModel):
     """A version in the MLflow model registry, resolved at preview and at `pulumi up`."""
 
-    model: Annotated[str, _full_match(r"[^\x00-\x1f/]{1,256}", "is not a registered model name: 1-256 characters, no '/'")]
+    # MLflow 3.17.2 refuses '/' and ':' in a registered model's name (mlflow/utils/validation.py
+    # _validate_model_name); here printable ASCII too: the name reaches the registry's query strings and the pods'
+    # annotations.
+    model: Annotated[
+        str,
+        _full_match(r"[ -.0-9;-~]{1,256}", "is not a registered model name: 1-256 printable ASCII characters, no '/' or ':'"),
+    ]
     """The registered model's name."""
     alias: Annotated[str, _full_match(_MLFLOW_ALIAS, _ALIAS_MESSAGE)] | None = None
     """An alias of the registered model (e.g. `champion`): served is the version it points at when the stack is
@@ -65,14 +71,24 @@ class RegistryConfig(ConfigModel):
     registry. `pulumi up` always asks the registry, and deploys only what `lockFile` holds when it is set."""
 
     tracking_uri: (
-        Annotated[str, _full_match(r"https?://[^\s/?#@]+(/[^\s?#]*)?", "is not an http(s) URL without query or credentials")]
+        Annotated[
+            str,
+            _full_match(
+                r"https?://[A-Za-z0-9._:\[\]-]{1,261}(/[!\"$->@-~]{0,2048})?",
+                "is not an http(s) URL without query, fragment or credentials (ASCII, at most 2048 characters of path)",
+            ),
+        ]
         | None
     ) = None
     """The tracking server's URL, e.g. `https://mlflow.example.com`; required when a version names an `mlflow`
     source."""
     timeout_seconds: Annotated[int, Field(ge=1, le=60)] = 10
     """How long one registry request may take before the preview stops with an error."""
-    weights_tag: Annotated[str, Field(min_length=1, max_length=250)] = "weights"
+    # A model version tag's key as MLflow 3.17.2 takes one (mlflow/utils/validation.py: _validate_tag_name's
+    # `[/\w.\- :]`, in ASCII here, and MAX_MODEL_REGISTRY_TAG_KEY_LENGTH, 250).
+    weights_tag: Annotated[
+        str, _full_match(r"[A-Za-z0-9_/. :-]{1,250}", "is not an MLflow tag key: letters, digits and '_/. :-', at most 250")
+    ] = "weights"
     """A model-version tag that names the weights (`hf://org/name@<commit SHA>` or `s3://...`) when the version's
     source URI does not (e.g. an MLflow `runs:/` or `models:/` URI)."""
     lock_file: (

@@ -7,12 +7,13 @@ from typing import Annotated, Any
 from pydantic import Field, model_validator
 
 from ..release import DEFAULT_STEPS
-from .base import ConfigModel, Duration, Percent, PositiveInt, VersionName, _duration_between
+from .base import ConfigModel, Duration, Percent, PositiveInt, VersionName, _duration_between, _full_match
 from .headers import HeaderName
 
 
 class StepOverride(ConfigModel):
-    reason: Annotated[str, Field(min_length=10, max_length=500)]
+    # Written on the route as an annotation and into the policy report: printable ASCII, no line breaks.
+    reason: Annotated[str, _full_match(r"[ -~]{10,500}", "is not a reason: 10-500 printable ASCII characters on one line")]
     """Why this change skips the configured steps (at least 10 characters), e.g. a hotfix for an incident."""
 
 

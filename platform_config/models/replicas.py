@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from ..profiles import AutoscalingMode
-from .base import ConfigModel, Duration, NonNegativeInt, PositiveInt, PositiveQuantity, _duration_between
+from .base import ConfigModel, Duration, MigProfileName, NonNegativeInt, PositiveInt, PositiveQuantity, _duration_between
 
 # Knative refuses a containerConcurrency above its `container-concurrency-max-limit`, 1000 by
 # default (knative/serving knative-v1.23.0: pkg/apis/config/defaults.go
@@ -21,7 +21,7 @@ class ReplicaResources(ConfigModel):
 
     gpus: PositiveInt | None = None
     """Whole GPUs (or time-sliced shares) per replica: the tensor-parallel size."""
-    mig_profile: str | None = None
+    mig_profile: MigProfileName | None = None
     """One MIG slice per replica instead of `gpus`, e.g. `1g.10gb`."""
     cpu: PositiveQuantity = "4"
     """CPU request per replica (no CPU limit: throttling a tokenizer costs latency)."""

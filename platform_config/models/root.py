@@ -61,7 +61,17 @@ class MonitoringConfig(ConfigModel):
     install_metrics_server: bool = True
     """Install metrics-server (the resource metrics API the gateway's and Knative's CPU autoscalers read); turn off
     where the cluster already runs one."""
-    prometheus_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] | None = None
+    # prometheus-adapter's `--prometheus-url`, through its chart's values.
+    prometheus_url: (
+        Annotated[
+            str,
+            _full_match(
+                r"https?://[A-Za-z0-9._:\[\]-]{1,261}(/[A-Za-z0-9._~%/-]{0,1024})?",
+                "is not an http(s) URL of a Prometheus: scheme, host[:port] and an optional path (ASCII)",
+            ),
+        ]
+        | None
+    ) = None
     """Where prometheus-adapter finds Prometheus when the platform does not install it."""
 
 

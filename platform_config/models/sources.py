@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
-from .base import ConfigModel
+from .base import ConfigModel, _full_match
 from .registry import MlflowReference
 
 # An S3 location the platform puts into shell scripts, IAM policy resources and annotations: a bucket
@@ -17,21 +17,62 @@ from .registry import MlflowReference
 # at most 1,024 characters (S3's key limit).
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._=/-]{0,1024})?$"
 _S3 = re.compile(S3_URI_PATTERN.removeprefix("^").removesuffix("$"))
-# A Hugging Face repository id `org/name`, and the commit SHA that pins one (never a branch or a tag): a model's
-# revision and a batch job's input are held to the same pattern.
-_HF_REPOSITORY = r"[A-Za-z0-9][\w.-]*/[\w.-]+"
+# A Hugging Face repository id `org/name` by the Hub's own rule (huggingface_hub v1.28.0
+# src/huggingface_hub/utils/_validators.py, validate_repo_id: "[a-zA-Z0-9] or '-', '_', '.'", a name of 1 to 96
+# characters starting and ending with a letter, digit or '_' (its `\b`s), no '--' or '..', not ending in '.git').
+# Its REPO_ID_REGEX writes the letters as `\w`, which Python's `re` takes to be any Unicode letter unless re.ASCII
+# is given (it is not, at v1.28.0): here they are ASCII by class, and the owner, which the rule gives no length,
+# has the name's. The owner is required: a model or dataset here always has one.
+_HF_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+_HF_REPOSITORY = rf"{_HF_PART}/{_HF_PART}"
+HF_REPOSITORY_MAX_LENGTH = 96 + 1 + 96
+
+
+def _hub_repository_rules(value: str) -> str:
+    if "--" in value or ".." in value or value.endswith(".git"):
+        raise ValueError(f"{value!r} is not a Hugging Face repository id: no '--' or '..', and not ending in '.git'")
+    return value
+
+
+HuggingFaceRepository = Annotated[
+    str,
+    _full_match(
+        _HF_REPOSITORY,
+        "is not a Hugging Face repository id 'org/name': each part 1-96 ASCII letters, digits, '_', '-' or '.', starting "
+        "and ending with a letter, digit or '_'",
+        HF_REPOSITORY_MAX_LENGTH,
+    ),
+    AfterValidator(_hub_repository_rules),
+]
+# The commit SHA that pins a Hugging Face repository (never a branch or a tag): a model's revision and a batch job's
+# input are held to the same pattern.
 COMMIT_SHA = r"[0-9a-f]{40}"
+# The version folder under an S3 prefix that pins S3 weights, adapters or a batch input (their `revision`): one path
+# segment of letters, digits and `._=-`, starting with a letter or digit (so never `.` or `..`), at most 128
+# characters. It lands in shell scripts (single-quoted), IAM policy resources and annotations, so nothing a shell, a
+# glob or an IAM ARN reads specially (`*`, `?`, `'`, `$`, a space) is allowed.
+S3_VERSION_FOLDER = r"[A-Za-z0-9][A-Za-z0-9._=-]{0,127}"
+# A source's `revision`, before the source says which of the two it must be.
+Revision = Annotated[
+    str,
+    _full_match(
+        rf"{COMMIT_SHA}|{S3_VERSION_FOLDER}",
+        "is not a revision: a 40-character commit SHA (Hugging Face) or a version folder (S3: one path segment of "
+        "letters, digits and '._=-', starting with a letter or digit, at most 128 characters)",
+        128,
+    ),
+]
 # The one-string locations of pinned weights (`weights_location`, `pinned_source`): what a registry version names.
 _HF_PINNED = re.compile(rf"hf://(?P<repo>{_HF_REPOSITORY})@(?P<revision>{COMMIT_SHA})")
 PINNED_FORMS = "hf://org/name@<40-character commit SHA> or s3://bucket/prefix/<version folder>"
 
 
 class ModelSource(ConfigModel):
-    huggingface: str | None = None
+    huggingface: HuggingFaceRepository | None = None
     """Hugging Face repository `org/name`."""
     s3_uri: Annotated[str, Field(pattern=S3_URI_PATTERN)] | None = None
     """S3 prefix holding the weights (needs EKS: read with the model's workload role)."""
-    revision: Annotated[str, Field(min_length=1)] | None = None
+    revision: Revision | None = None
     """Hugging Face: the full 40-character commit SHA (never a branch); S3: the subfolder of the version. Not given
     with `mlflow`: the registry names it."""
     mlflow: MlflowReference | None = None
@@ -54,13 +95,10 @@ class ModelSource(ConfigModel):
             return self
         if self.revision is None:
             raise ValueError("'revision' is required: the commit SHA (Hugging Face) or the version's subfolder (S3)")
-        if self.huggingface is not None:
-            if not re.fullmatch(_HF_REPOSITORY, self.huggingface):
-                raise ValueError(f"{self.huggingface!r} is not a Hugging Face repository id 'org/name'")
-            if not re.fullmatch(COMMIT_SHA, self.revision):
-                raise ValueError(
-                    f"revision {self.revision!r} is not pinned: give the 40-character commit SHA of the model repository"
-                )
+        if self.huggingface is not None and not re.fullmatch(COMMIT_SHA, self.revision):
+            raise ValueError(
+                f"revision {self.revision!r} is not pinned: give the 40-character commit SHA of the model repository"
+            )
         return self
 
 
@@ -69,9 +107,9 @@ class BatchInput(ConfigModel):
 
     s3_uri: Annotated[str, Field(pattern=S3_URI_PATTERN)] | None = None
     """S3 prefix; the files are `<s3Uri>/<revision>/*.jsonl`, read in name order."""
-    huggingface: Annotated[str, Field(pattern=rf"^{_HF_REPOSITORY}$")] | None = None
+    huggingface: HuggingFaceRepository | None = None
     """Hugging Face dataset repository `org/name`."""
-    revision: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    revision: Revision | None = None
     """Pins the input: the dataset's 40-character commit SHA (Hugging Face), or the version folder under `s3Uri` that
     is never rewritten (S3)."""
     files: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_./-]{1,512}\.jsonl$")]], Field(min_length=1)] | None = None
@@ -108,10 +146,13 @@ def weights_location(source: ModelSource) -> str | None:
 def pinned_source(weights: str) -> ModelSource | None:
     """The concrete source of a pinned weights location (`weights_location`'s inverse); None when it is not pinned."""
     hf = _HF_PINNED.fullmatch(weights)
-    if hf is not None:
-        return ModelSource(huggingface=hf["repo"], revision=hf["revision"])
-    if _S3.fullmatch(weights):
-        prefix, _, folder = weights.rstrip("/").rpartition("/")
-        if prefix.count("/") >= 2 and folder:  # `s3://bucket/<folder>` at least
-            return ModelSource(s3_uri=prefix, revision=folder)
+    try:
+        if hf is not None:
+            return ModelSource(huggingface=hf["repo"], revision=hf["revision"])
+        if _S3.fullmatch(weights):
+            prefix, _, folder = weights.rstrip("/").rpartition("/")
+            if prefix.count("/") >= 2 and folder:  # `s3://bucket/<folder>` at least
+                return ModelSource(s3_uri=prefix, revision=folder)
+    except ValidationError:
+        return None  # of the form, but not a source config may give (`org--name`, a folder `.x` or `*`)
     return None

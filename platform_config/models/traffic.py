@@ -126,7 +126,11 @@ def _https_url(value: str) -> str:
     return value
 
 
-HttpsUrl = Annotated[str, AfterValidator(_https_url)]
+HttpsUrl = Annotated[
+    str,
+    _full_match(r"https://[!-~]{1,2040}", "is not an https URL of printable ASCII, at most 2048 characters", 2048),
+    AfterValidator(_https_url),
+]
 
 # Members of a JWK that hold private or shared-secret key material (RFC 7518 sections 6.2.2,
 # 6.3.2 and 6.4.1): a gateway needs only public keys, and a config file must not carry secrets.
@@ -153,7 +157,16 @@ def _inline_jwks(value: str) -> str:
     return value
 
 
-InlineJwks = Annotated[str, AfterValidator(_inline_jwks)]
+# A JSON document: printable ASCII and whitespace (JSON escapes anything else), at most 64 KiB.
+InlineJwks = Annotated[
+    str,
+    _full_match(
+        r"[\t\n\r -~]{1,65536}",
+        "is not an inline JWKS of ASCII text of at most 64 KiB: publish a larger key set and give 'jwksUri'",
+        64 << 10,
+    ),
+    AfterValidator(_inline_jwks),
+]
 
 # A claim name as the gateway filter looks it up in the verified token's payload: printable ASCII
 # without spaces, so it is also a valid Lua string literal once JSON-quoted.

@@ -43,7 +43,8 @@ class ServerArgs(ConfigModel):
     """vLLM `--kv-cache-dtype`."""
     block_size: PositiveInt | None = None
     """vLLM `--block-size`: tokens per KV-cache block."""
-    cpu_offload_gb: Annotated[float, Field(ge=0)] | None = None
+    # No GPU instance of the catalog has more than 2,048 GiB of CPU memory (p5.48xlarge, platform_config/gpu_catalog.py).
+    cpu_offload_gb: Annotated[float, Field(ge=0, le=2048)] | None = None
     """vLLM `--cpu-offload-gb`: GiB of weights kept in CPU memory per GPU."""
     seed: NonNegativeInt | None = None
     """vLLM `--seed`."""
@@ -83,7 +84,8 @@ class ModelArchitecture(ConfigModel):
     architecture (read in place from the installed package), or the config's keys declared here."""
 
     performance_model: (
-        Annotated[str, _full_match(r"[A-Za-z0-9][\w.-]{0,63}/[\w.-]{1,96}", "is not a model name 'org/name'")] | None
+        Annotated[str, _full_match(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}/[A-Za-z0-9_.-]{1,96}", "is not a model name 'org/name'")]
+        | None
     ) = None
     """The model in aiconfigurator-core's `model_configs` whose architecture this checkpoint has, e.g.
     `meta-llama/Meta-Llama-3.1-8B` for Llama-3.1-8B-Instruct (a fine-tune keeps its base's shape): its config and,
@@ -157,7 +159,7 @@ DECLARED_ARCHITECTURE_KEYS = (
 
 
 # A chat template in the project: a .jinja file under templates/, no hidden or parent segment.
-CHAT_TEMPLATE_FILE_PATTERN = re.compile(r"templates/(?:[A-Za-z0-9_-][\w.-]*/)*[A-Za-z0-9_-][\w.-]*\.jinja")
+CHAT_TEMPLATE_FILE_PATTERN = re.compile(r"templates/(?:[A-Za-z0-9_-][A-Za-z0-9_.-]*/)*[A-Za-z0-9_-][A-Za-z0-9_.-]*\.jinja")
 
 
 class ChatTemplate(ConfigModel):

@@ -1,7 +1,11 @@
-"""Credentials in clear: in environment values, command lines, whole Secrets taken as environment, and Helm values."""
+"""Credentials in clear: in environment values, command lines, whole Secrets taken as environment, Helm values and
+ConfigMaps. By name (`HF_TOKEN`, `--api-key`, `adminPassword`) and by format (the token formats the program's
+platform_config/credentials.py lists, read from the generated facts: one list for the program and the pack)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from typing import Any, Mapping
 
@@ -15,7 +19,6 @@ from .kube import (
     is_list,
     namespace_of,
     pod_template,
-    workload_containers,
 )
 
 # Whole name parts only: HF_TOKEN and DB_PASSWORD are secrets, MAX_TOKENS and TOKENIZERS_* are not.
@@ -24,13 +27,28 @@ SECRET_NAME = re.compile(
 )
 
 
+def _pod_containers(args: Any) -> list[Mapping[str, Any]]:
+    """Every container of a workload's pods, ephemeral ones included: a credential in any of them is in the pod's spec."""
+    template = pod_template(args.resource_type, args.props)
+    return [] if template is None else list(every_container(get(template, "spec", default={})))
+
+
 def no_plain_secret_env(args: Any, report_violation: Report) -> None:
-    for container in workload_containers(args.resource_type, args.props):
+    """An environment variable named like a secret, or whose value is a credential of a known format, set as a plain
+    value: anyone who can read the pod reads it. Named by variable and format, never echoed."""
+    for container in _pod_containers(args):
+        name = get(container, "name", default="?")
         for env in get(container, "env", default=[]):
-            if SECRET_NAME.search(get(env, "name", default="")) and get(env, "value") not in (None, ""):
+            variable, value = str(get(env, "name", default="")), get(env, "value")
+            if not isinstance(value, str) or not value:
+                continue
+            if SECRET_NAME.search(variable):
                 report_violation(
-                    f"container '{get(container, 'name', default='?')}' sets {env['name']} as a plain value: read it from a "
-                    "Secret (valueFrom.secretKeyRef)"
+                    f"container '{name}' sets {variable} as a plain value: read it from a Secret (valueFrom.secretKeyRef)"
+                )
+            elif (found := credential_format(value)) is not None:
+                report_violation(
+                    f"container '{name}' sets {variable} to a {found} in clear: read it from a Secret (valueFrom.secretKeyRef)"
                 )
 
 
@@ -78,7 +96,7 @@ def secrets_in_words(words: list[str]) -> list[str]:
 
 
 def no_secret_args(args: Any, report_violation: Report) -> None:
-    for container in workload_containers(args.resource_type, args.props):
+    for container in _pod_containers(args):
         items = [str(item) for part in ("command", "args") for item in get(container, part, default=[])]
         words = [word for item in items for word in item.split()]
         found = set(secrets_in_words(words))
@@ -151,3 +169,32 @@ def no_secrets_in_helm_values(args: Any, report_violation: Report) -> None:
         report_violation(
             f"Helm values {where} holds a secret-looking value in clear: give the chart the name of a Secret that holds it"
         )
+
+
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+
+
+def _credentials_in_text(entries: Mapping[str, Any], decode: bool) -> list[tuple[str, str]]:
+    found = []
+    for key, value in entries.items():
+        text = str(value)
+        if decode:
+            try:
+                text = base64.b64decode(text, validate=True).decode("utf-8", "replace")
+            except (ValueError, binascii.Error):
+                pass  # not base64: read as it is
+        kind = credential_format(str(key)) or credential_format(text)
+        if kind is not None:
+            found.append((str(key) if credential_format(str(key)) is None else "a key", kind))
+    return found
+
+
+def no_secrets_in_config_maps(args: Any, report_violation: Report) -> None:
+    """A ConfigMap is readable by whoever may read the namespace's ConfigMaps and is stored unencrypted: none of its
+    keys or values (data, and binaryData decoded) may hold a credential of a known format. Named by key and format."""
+    if args.resource_type != CONFIG_MAP:
+        return
+    entries = [*_credentials_in_text(get(args.props, "data", default={}) or {}, decode=False)]
+    entries += _credentials_in_text(get(args.props, "binaryData", default={}) or {}, decode=True)
+    for key, kind in entries:
+        report_violation(f"ConfigMap entry {key} holds a {kind} in clear: put it in a Secret and mount or reference that instead")

@@ -314,21 +314,25 @@ POLICIES = [
     ),
     ResourceValidationPolicy(
         name="no-plain-secret-env",
-        description="No secret-looking environment variable carries a plain value.",
+        description="No secret-looking environment variable carries a plain value, and no environment value is a "
+        "credential of a known format.",
         validate=credentials.no_plain_secret_env,
         severity=Severity.CRITICAL,
     ),
     ResourceValidationPolicy(
         name="no-secret-args",
         description="No command line carries a credential (--api-key, --hf-token, token=..., or a token of a known "
-        "format: Hugging Face, AWS, GitHub, Slack, OpenAI, Google, a private key, a JWT).",
+        "format: Hugging Face, AWS, GitHub, GitLab, npm, Docker Hub, Stripe, Slack, Anthropic, OpenAI, Google, a "
+        "private key, a JWT).",
         validate=credentials.no_secret_args,
         severity=Severity.CRITICAL,
     ),
     ResourceValidationPolicy(
         name="shell-scripts-quote-config",
-        description="Every S3 location a container's shell script (sh -c) names is single-quoted and one config may "
-        "give (s3://<bucket>/<letters, digits and -_.=/>), so none can become shell syntax.",
+        description="A shell script (sh -c, bash -c, ... in any container's command, hooks or probes) that names an "
+        "S3 or Hugging Face location is one the platform renders (its shapes, in the pack's facts), each location "
+        "single-quoted in its slot and one config may give (s3://<bucket>/<letters, digits and -_.=/>), so no config "
+        "value can become shell syntax.",
         validate=shell_scripts.shell_scripts_quote_config,
         severity=Severity.CRITICAL,
     ),
@@ -344,6 +348,13 @@ POLICIES = [
         name="no-secrets-in-helm-values",
         description="Helm release values carry no secret-looking value in clear.",
         validate=credentials.no_secrets_in_helm_values,
+        severity=Severity.CRITICAL,
+    ),
+    ResourceValidationPolicy(
+        name="no-secrets-in-config-maps",
+        description="No ConfigMap key or value (data, and binaryData decoded) holds a credential of a known format "
+        "(the program's list, in the pack's facts).",
+        validate=credentials.no_secrets_in_config_maps,
         severity=Severity.CRITICAL,
     ),
     StackValidationPolicy(
