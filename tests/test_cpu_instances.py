@@ -67,7 +67,14 @@ def test_every_catalog_type_is_one_pulumi_aws_knows():
     assert sorted(set(CPU_INSTANCE_TYPES) - known) == []
 
 
-@pytest.mark.parametrize("value", ["p9.mega", "p5.48xlarge", "m6i.metal", "t3.medium", "m6i.xlarge\n"])
+def test_a_system_instance_type_that_is_no_instance_type_is_refused_by_its_shape(prod_raw):
+    value = "m6i.xlarge\n"
+    set_at(prod_raw, INSTANCE_TYPE, value)
+    (message,) = config_problems(prod_raw)
+    assert message == f"{KEY}: {value!r} is not an EC2 instance type such as 'm6i.2xlarge'"
+
+
+@pytest.mark.parametrize("value", ["p9.mega", "p5.48xlarge", "m6i.metal", "t3.medium"])
 def test_a_system_instance_type_outside_the_catalog_is_refused(prod_raw, value: str):
     set_at(prod_raw, INSTANCE_TYPE, value)
     (message,) = config_problems(prod_raw)

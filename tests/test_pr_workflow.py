@@ -117,9 +117,9 @@ def test_the_pull_request_workflow_shows_the_change_against_the_default_branch(t
     assert "| update | `llama-1b-v1-hpa` (HorizontalPodAutoscaler) | `spec.maxReplicas`: `6` → `5` |" in top
     # The dashboard's cost panel multiplies by the price: a ConfigMap, which pulumi-kubernetes replaces.
     assert "| replace | `platform-overview-config-map` (ConfigMap) |" in top and "* 60 or sum" in top
-    # Two to nine p5 nodes at 4.96 more an hour; the system node group (3 to 10 m6i.2xlarge at the 0.384 list price)
+    # Two to nine p5 nodes at 4.96 more an hour; the system node group (3 to 12 m6i.2xlarge at the 0.384 list price)
     # unchanged.
-    assert "| environment | 113.53 → 123.45 | 508.40 → 553.04 |" in top
+    assert "| environment | 113.53 → 123.45 | 509.17 → 553.81 |" in top
     assert "## Resources by kind" in collapsed and collapsed.rstrip().endswith("</details>")
     assert str(tmp_path) not in report and "/work/" not in report and "/tmp/" not in report
 
