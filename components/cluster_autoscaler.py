@@ -15,6 +15,7 @@ from platform_config.pins import CLUSTER_AUTOSCALER
 from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE, SYSTEM_NODE_SELECTOR
 from .k8s_objects import helm_release
 from .specs.pod_parts import node_spread
+from .specs.system_charts import AUTOSCALER_POD_SELECTOR
 from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
 
 SERVICE_ACCOUNT = "cluster-autoscaler"
@@ -71,12 +72,6 @@ class ClusterAutoscalerArgs:
     spread: bool = False
     # The values that pin the charts' images to the image lock's digests (`Plan.chart_image_values`).
     chart_image_values: ChartImageValues = field(default_factory=dict)
-
-
-# The chart's pod labels for the AWS provider (charts/cluster-autoscaler/templates/_helpers.tpl
-# `cluster-autoscaler.instance-name` and `.name`, the same from cluster-autoscaler-chart-9.37.0 to
-# 9.53.0: the release's name, and `<cloudProvider>-cluster-autoscaler`).
-AUTOSCALER_POD_SELECTOR = {"app.kubernetes.io/instance": "cluster-autoscaler", "app.kubernetes.io/name": "aws-cluster-autoscaler"}
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):

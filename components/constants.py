@@ -167,3 +167,10 @@ KUBERNETES_API_GROUPS = frozenset(
         "storage.k8s.io",
     }
 )
+
+# The Prometheus Operator's governing Service for every Prometheus it runs: a stable name.
+PROMETHEUS_URL = f"http://prometheus-operated.{MONITORING_NAMESPACE}.svc"
+
+# Tags naming whose a role is (policies/inference_governance/tenant_s3.py tenant_s3_scoping).
+TAG_TENANT = "inference.platform/tenant"
+TAG_MIRROR_FOR = "inference.platform/weight-mirror-for"

@@ -4,7 +4,6 @@ HPAs read, such as the Istio ingress gateway's and Knative's own; without it the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -14,16 +13,7 @@ from platform_config.pins import METRICS_SERVER
 
 from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE
 from .k8s_objects import helm_release
-
-
-def metrics_server_values(node_selector: dict[str, str] | None) -> dict[str, Any]:
-    """Two replicas and a budget, so a node drain never takes the metrics API away (keys read
-    at kubernetes-sigs/metrics-server tag metrics-server-helm-chart-3.13.1:
-    templates/deployment.yaml `.Values.replicas`, `.Values.nodeSelector`; templates/pdb.yaml)."""
-    values: dict[str, Any] = {"replicas": 2, "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1}}
-    if node_selector:
-        values["nodeSelector"] = node_selector
-    return values
+from .specs.system_charts import metrics_server_values
 
 
 @dataclass(frozen=True)

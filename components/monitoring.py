@@ -9,13 +9,10 @@ import pulumi_kubernetes as k8s
 from platform_config.chart_images import ChartImageValues
 from platform_config.pins import KUBE_PROMETHEUS_STACK
 
-from .constants import MONITORING_NAMESPACE, PACKAGE, PRIVILEGED
+from .constants import MONITORING_NAMESPACE, PACKAGE, PRIVILEGED, PROMETHEUS_URL
 from .k8s_objects import KubernetesObject, helm_release, system_namespace
 from .specs.dashboards import ALLOWED_NODE_LABELS
 from .specs.slo_rules import ALLOWED_POD_LABELS
-
-# The Prometheus Operator's governing Service for every Prometheus it runs: a stable name.
-PROMETHEUS_URL = f"http://prometheus-operated.{MONITORING_NAMESPACE}.svc"
 
 
 class Monitoring(pulumi.ComponentResource):

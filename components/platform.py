@@ -19,7 +19,7 @@ from platform_config.models import PlatformConfig
 from .batch_job import BatchJob, BatchJobArgs
 from .cluster import Cluster
 from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
-from .constants import MONITORING_NAMESPACE, PACKAGE, SYSTEM_NODE_SELECTOR
+from .constants import MONITORING_NAMESPACE, PACKAGE, PROMETHEUS_URL, SYSTEM_NODE_SELECTOR
 from .dashboards import Dashboard, DashboardArgs
 from .egress_gateway import EgressGateway, EgressGatewayArgs
 from .gateway_routing import GatewayRouting, GatewayRoutingArgs
@@ -33,7 +33,7 @@ from .load_balancer_controller import LoadBalancerController, LoadBalancerContro
 from .mesh import Mesh, MeshArgs
 from .metrics_server import MetricsServer, MetricsServerArgs
 from .model import Model, ModelArgs
-from .monitoring import PROMETHEUS_URL, Monitoring
+from .monitoring import Monitoring
 from .pool_plan import PoolPlan
 from .priority_classes import PriorityClasses
 from .prometheus_adapter import PrometheusAdapter, PrometheusAdapterArgs

@@ -36,7 +36,6 @@ from platform_config.profiles import PRODUCTION_PRIORITY_CLASS
 from platform_config.tenant_data import ANNOTATION_S3_PREFIXES
 
 from .backends.knative import KNATIVE_REVISION_LABEL, KNATIVE_SERVICE_LABEL, TARGET_BURST_CAPACITY
-from .cluster_autoscaler import AUTOSCALER_POD_SELECTOR
 from .constants import (
     EGRESS_GATEWAY_HOST,
     EGRESS_GATEWAY_NAMESPACE,
@@ -51,6 +50,8 @@ from .constants import (
     LABEL_LATENCY_SENSITIVE,
     LABEL_MODEL,
     LABEL_POOL,
+    TAG_MIRROR_FOR,
+    TAG_TENANT,
 )
 from .plan_reports import SERVING_SHAPE_ANNOTATION
 from .specs.batch_job import S3_SLOT, shell_script_shapes
@@ -67,8 +68,8 @@ from .specs.network import (
 from .specs.pod import ANNOTATION_LORA_ADAPTERS
 from .specs.pod_parts import NO_GPU_ENV
 from .specs.routes import OVERRIDE_HEADER_ANNOTATION
+from .specs.system_charts import AUTOSCALER_POD_SELECTOR
 from .specs.weight_mirror import MIRROR_SERVICE_ACCOUNT_PREFIX
-from .workload_identity import TAG_MIRROR_FOR, TAG_TENANT
 
 PACK_DIR = Path(__file__).resolve().parent.parent / "policies" / "inference_governance"
 FACTS_FILE = PACK_DIR / "platform_facts.json"

@@ -21,12 +21,11 @@ from platform_config.floors import control_plane_replicas
 from platform_config.models import PlatformConfig, SystemNodeGroup
 from platform_config.quantity import exact_quantity, parse_quantity
 
-from .constants import SYSTEM_NODE_SELECTOR, SYSTEM_POOL
-from .mesh import gateway_values
-from .metrics_server import metrics_server_values
-from .monitoring import PROMETHEUS_URL
+from .constants import PROMETHEUS_URL, SYSTEM_NODE_SELECTOR, SYSTEM_POOL
 from .specs.kueue import kueue_values
+from .specs.mesh import gateway_values
 from .specs.metrics import adapter_values
+from .specs.system_charts import metrics_server_values
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ SYSTEM_CONTROLLERS: tuple[SystemController, ...] = (
         "istio ingress gateway",
         _GATEWAY["autoscaling"]["maxReplicas"],
         _GATEWAY["resources"]["requests"],
-        "components/mesh.py gateway_values, at its HPA's maximum: it scales with the traffic that brings the pickers to "
+        "components/specs/mesh.py gateway_values, at its HPA's maximum: it scales with the traffic that brings the pickers to "
         "their peak",
     ),
     # Requests the charts set, read at the pinned tags; replicas the project sets, else one (the

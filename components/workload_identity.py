@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from .constants import PACKAGE
+from .constants import PACKAGE, TAG_MIRROR_FOR, TAG_TENANT
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,6 @@ class WorkloadIdentityArgs:
     # tenant the weight mirror writes for; None: a role of the platform's own controllers.
     tenant: str | None = None
     writes_mirror: bool = False
-
-
-# Tags naming whose a role is (policies/inference_governance/tenant_s3.py tenant_s3_scoping).
-TAG_TENANT = "inference.platform/tenant"
-TAG_MIRROR_FOR = "inference.platform/weight-mirror-for"
 
 
 class WorkloadIdentity(pulumi.ComponentResource):

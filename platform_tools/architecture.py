@@ -129,6 +129,31 @@ def upward_imports(modules: dict[str, Module], graph: dict[str, set[str]]) -> li
     return wrong
 
 
+def declares_component(module: Module) -> bool:
+    """Whether the module declares a pulumi ComponentResource (a class whose base is named ComponentResource)."""
+    return any(
+        isinstance(node, ast.ClassDef)
+        and any(
+            (base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")) == "ComponentResource"
+            for base in node.bases
+        )
+        for node in ast.walk(module.tree)
+    )
+
+
+def pure_modules_importing_components(modules: dict[str, Module], graph: dict[str, set[str]]) -> list[str]:
+    """Each import, inside the components layer, from a module that declares no ComponentResource (the plan, its
+    shapes, the pure builders, the backends) to one that declares one: a builder that reaches a component would run
+    Pulumi's machinery where a plain value serves, and the plan would again depend on what it plans."""
+    components = {name for name, module in modules.items() if module.package == "components" and declares_component(module)}
+    return [
+        f"{name} -> {target}"
+        for name, targets in sorted(graph.items())
+        if modules[name].package == "components" and name not in components
+        for target in sorted(targets & components)
+    ]
+
+
 def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected groups of more than one module (Tarjan's algorithm, iterative), each sorted."""
     index: dict[str, int] = {}

@@ -461,8 +461,8 @@ def test_the_system_templates_allocatable(instance_type: str, max_size: int, rep
 
 
 def test_the_system_reserve_counts_the_control_plane_at_the_replicas_a_stack_runs():
-    from components.mesh import istiod_values
     from components.specs.knative import KNATIVE_CONTROL_PLANE, knative_serving
+    from components.specs.mesh import istiod_values
     from components.system_nodes import system_controllers
 
     one, two = ({c.name: c.pods for c in system_controllers(n)} for n in (1, 2))
@@ -479,7 +479,7 @@ def test_the_system_reserve_counts_the_control_plane_at_the_replicas_a_stack_run
 
 
 def test_the_system_reserve_counts_the_gateway_at_its_maximum_with_the_projects_requests():
-    from components.mesh import GATEWAY_RESOURCES, gateway_values
+    from components.specs.mesh import GATEWAY_RESOURCES, gateway_values
     from components.system_nodes import SYSTEM_CONTROLLERS
 
     (gateway,) = [c for c in SYSTEM_CONTROLLERS if c.name == "istio ingress gateway"]

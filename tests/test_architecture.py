@@ -19,6 +19,7 @@ from platform_tools.architecture import (
     import_graph,
     modules_over_their_limit,
     project_modules,
+    pure_modules_importing_components,
     rendered,
     string_assignments,
     string_collections,
@@ -34,6 +35,17 @@ def modules() -> dict[str, Module]:
 
 def test_no_module_imports_a_higher_layer_and_the_pack_imports_nothing_of_the_project(modules):
     assert upward_imports(modules, import_graph(modules)) == []
+
+
+def test_no_plan_shape_or_builder_imports_a_component(modules):
+    assert pure_modules_importing_components(modules, import_graph(modules)) == []
+
+
+def test_a_builder_importing_a_component_is_found(tmp_path):
+    component = _module(tmp_path, "components.cluster", "import pulumi\nclass Cluster(pulumi.ComponentResource):\n    pass\n")
+    plan = _module(tmp_path, "components.plan", "from .cluster import Cluster\n")
+    modules = {"components.cluster": component, "components.plan": plan}
+    assert pure_modules_importing_components(modules, import_graph(modules)) == ["components.plan -> components.cluster"]
 
 
 def test_no_import_circle(modules):

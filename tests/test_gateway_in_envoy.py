@@ -116,7 +116,7 @@ def test_the_envoy_is_the_pinned_release_of_the_line_istios_proxy_is_built_on():
 def test_the_gateway_keeps_the_charts_service_ports():
     """The tier binds listeners where the chart's Service sends (real_envoy.CHART_LISTENER_PORTS);
     the platform's gateway values leave the chart's ports as they are."""
-    from components.mesh import gateway_values
+    from components.specs.mesh import gateway_values
 
     assert "ports" not in gateway_values(350, "internal")["service"]
     assert "ports" not in gateway_values(None, "internal")["service"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from components.mesh import (
+from components.specs.mesh import (
     GATEWAY_RESOURCES,
     gateway_overload_config_map,
     gateway_values,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from components.mesh import gateway_values, istiod_values
 from components.specs import gateway
+from components.specs.mesh import gateway_values, istiod_values
 from preview.schemas import SchemaValidator
 
 from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, set_at, validate

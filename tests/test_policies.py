@@ -686,8 +686,8 @@ def test_endpoint_picker_availability(harness, baseline, change, flagged, reques
 
 
 def test_the_control_plane_runs_twice_in_production_only():
-    from components.mesh import istiod_values
     from components.specs.knative import knative_serving
+    from components.specs.mesh import istiod_values
 
     prod = Evaluated(raw_stack("prod"), shared=True)
     dev = Evaluated(raw_stack("dev"), shared=True)
@@ -702,7 +702,7 @@ def test_the_control_plane_runs_twice_in_production_only():
     assert "high-availability" not in of(dev, "knative-serving-serving")["spec"]
     assert istiod_values(3)["autoscaleMin"] == 3 and knative_serving(3)["spec"]["high-availability"] == {"replicas": 3}
     # One pod per node in production (a replica waits for a node of its own), the gateway behind a budget.
-    from components.cluster_autoscaler import AUTOSCALER_POD_SELECTOR
+    from components.specs.system_charts import AUTOSCALER_POD_SELECTOR
 
     staging = Evaluated(raw_stack("staging"), shared=True)
     (spread,) = of(prod, "cluster-autoscaler-release")["values"]["topologySpreadConstraints"]

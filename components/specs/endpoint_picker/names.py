@@ -34,7 +34,7 @@ PROXY_ADMIN_PORT = 19000
 # injector moves into the sidecar's environment and rewrites to point here (IS
 # pkg/config/mesh/mesh.go DefaultProxyConfig StatusPort 15020; pkg/kube/inject/webhook.go
 # applyPrometheusMerge; pilot/cmd/pilot-agent/status/server.go handleStats; merging is on mesh-wide,
-# components/mesh.py istiod_values enablePrometheusMerge). The injector leaves the status port out
+# components/specs/mesh.py istiod_values enablePrometheusMerge). The injector leaves the status port out
 # of inbound capture (manifests/charts/istio-control/istio-discovery/files/injection-template.yaml,
 # istio-iptables `-d`), so it takes plaintext scrapes under STRICT mTLS.
 MESH_STATUS_PORT = 15020

@@ -203,7 +203,7 @@ def pod_annotations(plan: EndpointPickerPlan) -> dict[str, str]:
         "prometheus.io/path": "/metrics",
         # Read by the injector (IS pkg/kube/inject/webhook.go, annotation proxy.istio.io/config):
         # - start the EPP and Envoy only once the sidecar is ready, or their first API and pod
-        #   connections fail (mesh-wide already, components/mesh.py istiod_values; stated so
+        #   connections fail (mesh-wide already, components/specs/mesh.py istiod_values; stated so
         #   the pod does not depend on it; with native sidecars the kubelet orders them anyway,
         #   injection-template.yaml `$holdProxy`);
         # - on SIGTERM the sidecar drains only its inbound listeners (pkg/envoy/proxy.go Drain,
