@@ -13,6 +13,7 @@ import pulumi
 import pulumi_aws as aws
 
 from platform_config.cold_start import INSTANCE_STORE, node_disk, node_disk_gib
+from platform_config.quantity import gib_quantity
 
 from .cluster import node_launch_template
 from .constants import PACKAGE
@@ -37,7 +38,7 @@ def autoscaler_tags(cluster_name: str, plan: PoolPlan) -> dict[str, str]:
     for resource, count in plan.capacity.advertised.items():
         tags[f"{CA_TAG_PREFIX}/node-template/resources/{resource}"] = str(count)
     # The kubelet's disk: the instance store's RAID0 where the weight cache is there.
-    tags[f"{CA_TAG_PREFIX}/node-template/resources/ephemeral-storage"] = f"{node_disk_gib(plan.pool)}Gi"
+    tags[f"{CA_TAG_PREFIX}/node-template/resources/ephemeral-storage"] = gib_quantity(node_disk_gib(plan.pool))
     return tags
 
 

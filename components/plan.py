@@ -19,7 +19,7 @@ from decimal import Decimal
 
 from platform_config.adapters import adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
 from platform_config.batch_jobs import batch_gpu_request, batch_shards
-from platform_config.capacity import batch_queue_rows, show_amount
+from platform_config.capacity import batch_queue_rows
 from platform_config.chart_images import chart_image_values
 from platform_config.chat_templates import served_template
 from platform_config.checks import run_peak_checks
@@ -44,7 +44,7 @@ from platform_config.models import (
 from platform_config.pins import AWS_CLI, ENDPOINT_PICKER, ENVOY_PROXY, VLLM
 from platform_config.pool_plan import PoolCapacity, pool_capacities
 from platform_config.prices import node_price
-from platform_config.quantity import parse_quantity
+from platform_config.quantity import parse_quantity, show_amount
 from platform_config.registry import RegistryResolution
 from platform_config.s3_locations import s3_parts
 from platform_config.serving import (

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from platform_config.capacity import system_node_allocatable
 from platform_config.floors import control_plane_replicas
 from platform_config.models import PlatformConfig, SystemNodeGroup
-from platform_config.quantity import exact_quantity, parse_quantity
+from platform_config.quantity import exact_quantity, milli_quantity, parse_quantity
 
 from .constants import PROMETHEUS_URL, SYSTEM_NODE_SELECTOR, SYSTEM_POOL
 from .specs.kueue import kueue_values
@@ -42,12 +42,14 @@ class SystemController:
 
 
 def _plus(*requests: Mapping[str, str]) -> dict[str, str]:
-    """Containers' requests summed into one pod's (as exact Kubernetes quantities)."""
+    """Containers' requests summed into one pod's (as exact Kubernetes quantities: millicores, bytes)."""
     total: dict[str, Decimal] = {}
     for each in requests:
         for resource, text in each.items():
             total[resource] = total.get(resource, Decimal(0)) + parse_quantity(text)
-    return {resource: f"{int(amount * 1000)}m" if resource == "cpu" else f"{int(amount)}" for resource, amount in total.items()}
+    return {
+        resource: milli_quantity(amount) if resource == "cpu" else exact_quantity(amount) for resource, amount in total.items()
+    }
 
 
 # Istio 1.30.3 global.proxy.resources (manifests/charts/istio-control/istio-discovery/values.yaml):

@@ -10,7 +10,6 @@ filter writes the chosen module into the request (components/lua/gateway_filter.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ from .models import (
     PlatformConfig,
     weights_location,
 )
+from .quantity import show_gib_above
 
 # The separator of an adapter revision's module name: never in an OpenAI model name (OpenAiModelName).
 REVISION_SEPARATOR = "@"
@@ -232,10 +232,6 @@ def served_names(config: PlatformConfig) -> Iterator[tuple[tuple[str | int, ...]
             yield ("models", m_index, "adapters", a_index, "name"), adapter.name, f"an adapter of model {model.name!r}"
 
 
-def gib(value: int) -> str:
-    return f"{math.ceil(value / 2**30 * 10) / 10:g}Gi"
-
-
 def adapters_report(config: PlatformConfig) -> dict[str, dict[str, object]]:
     """Per model with adapters: its modules (name, adapter, revision, rank, weights), vLLM's LoRA
     limits, and the memory estimate per replica (`lora_memory`; null without `lora.baseShape`):
@@ -262,7 +258,7 @@ def adapters_report(config: PlatformConfig) -> dict[str, dict[str, object]]:
             "maxLoras": limits.max_loras,
             "maxLoraRank": limits.max_lora_rank,
             "maxCpuLoras": limits.max_cpu_loras,
-            "gpuMemoryPerReplica": gib(memory.gpu_bytes) if memory else None,
-            "cpuMemoryPerReplica": gib(memory.cpu_bytes) if memory else None,
+            "gpuMemoryPerReplica": show_gib_above(memory.gpu_bytes) if memory else None,
+            "cpuMemoryPerReplica": show_gib_above(memory.cpu_bytes) if memory else None,
         }
     return report

@@ -29,7 +29,7 @@ from .models import (
     ResourceBudget,
     SystemNodeGroup,
 )
-from .quantity import parse_quantity
+from .quantity import parse_quantity, show_amount
 
 WHOLE_GPU = "whole GPU"
 MIG_SLICE = "MIG slice"
@@ -228,13 +228,6 @@ def _system_node_rows(config: PlatformConfig, pickers_by_tenant: Mapping[str, Ma
             }
         )
     return rows
-
-
-def show_amount(resource: str, value: Decimal) -> str:
-    """An amount of a resource for people: memory in Gi, everything else as a plain number."""
-    if resource == "memory":
-        return f"{(value / 2**30).normalize():f}Gi"
-    return f"{value.normalize():f}"
 
 
 # --- what one node of a pool offers pods ------------------------------------------------------

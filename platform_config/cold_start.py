@@ -25,7 +25,7 @@ from decimal import Decimal
 from .adapters import adapter_files_bytes, carried_adapters
 from .gpu_catalog import INSTANCE_TYPES, InstanceType
 from .models import ModelConfig, NodePoolConfig, PlatformConfig, duration_seconds
-from .quantity import parse_quantity
+from .quantity import gib_quantity, parse_quantity
 
 INSTANCE_STORE = "instanceStore"
 ROOT_VOLUME = "rootVolume"
@@ -151,7 +151,7 @@ def model_volume_size(config: PlatformConfig, model: ModelConfig) -> str | None:
     if not has_model_volume(pool, bool(carried_adapters(config, model))):
         return None
     modules = adapter_files_bytes(config, model) if streams_weights(pool) else None
-    return model.resources.cache_size if modules is None else f"{math.ceil(modules / 2**30)}Gi"
+    return model.resources.cache_size if modules is None else gib_quantity(math.ceil(modules / 2**30))
 
 
 def weights_bytes(model: ModelConfig) -> Decimal:

@@ -1,8 +1,9 @@
-"""Kubernetes resource quantities ("200Gi", "500m", "64"): parsed exactly for capacity sums, and written back into
-manifests, each form by one function here."""
+"""Kubernetes resource quantities ("200Gi", "500m", "64"): parsed exactly for capacity sums, written back into
+manifests, and shown to people in findings and reports, each form by one function here."""
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 
@@ -42,6 +43,11 @@ def exact_quantity(amount: Decimal) -> str:
     return f"{int(amount * 1000)}m"
 
 
+def milli_quantity(amount: Decimal) -> str:
+    """An amount in milli-units, whole or not ("1000m"): how summed container requests are written."""
+    return f"{int(amount * 1000)}m"
+
+
 def binary_quantity(amount: Decimal) -> str:
     """A byte count as a quantity, in the largest binary unit that holds it exactly ("256Mi")."""
     for suffix, factor in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
@@ -59,3 +65,34 @@ def resource_quantity(resource: str, amount: Decimal) -> str:
     if resource == "cpu":
         return f"{amount.normalize():f}" if amount == amount.to_integral_value() else f"{int(amount * 1000)}m"
     return f"{int(amount)}"
+
+
+def gib_quantity(gib: int) -> str:
+    """A whole number of GiB as a quantity ("40Gi")."""
+    return f"{gib}Gi"
+
+
+# --- for people: findings, reports and messages ----------------------------------------------------
+
+
+def show_amount(resource: str, value: Decimal) -> str:
+    """An amount of a resource exactly: memory in Gi, everything else as a plain number (capacity tables, quota
+    findings)."""
+    if resource == "memory":
+        return f"{(value / 2**30).normalize():f}Gi"
+    return f"{value.normalize():f}"
+
+
+def show_rounded(resource: str, amount: Decimal) -> str:
+    """An amount as the admission stage's findings show it: memory and disk in Gi to the hundredth, a fraction of a
+    CPU in millicores."""
+    if resource in ("memory", "ephemeral-storage"):
+        return f"{(amount / 2**30).quantize(Decimal('0.01')).normalize():f}Gi"
+    if resource == "cpu" and amount != amount.to_integral_value():
+        return milli_quantity(amount)
+    return f"{amount.normalize():f}"
+
+
+def show_gib_above(value: int) -> str:
+    """A byte count in Gi rounded up to the tenth (an estimate shown as at least what it needs)."""
+    return f"{math.ceil(value / 2**30 * 10) / 10:g}Gi"

@@ -109,6 +109,41 @@ def test_quantities_are_written_by_platform_config_quantity_only(modules):
         if isinstance(node, ast.FunctionDef) and "quantity" in node.name and f"{module.name}.{node.name}" not in validators
     ]
     assert elsewhere == []
+    assert quantities_written_by_hand(modules) == []
+
+
+# A quantity written in an f-string: a value, then a binary unit ("{n}Gi"), or milli-units of a value times 1000.
+_UNIT = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def _writes_a_quantity(node: ast.JoinedStr) -> bool:
+    for value, after in zip(node.values, node.values[1:], strict=False):
+        if not (isinstance(value, ast.FormattedValue) and isinstance(after, ast.Constant) and isinstance(after.value, str)):
+            continue
+        if after.value.startswith(_UNIT) and not after.value[2:3].isalpha():
+            return True
+        times_1000 = any(isinstance(n, ast.Constant) and n.value == 1000 for n in ast.walk(value.value))
+        if after.value.startswith("m") and not after.value[1:2].isalpha() and times_1000:
+            return True
+    return False
+
+
+def quantities_written_by_hand(modules: dict[str, Module]) -> list[str]:
+    """Where a module outside platform_config/quantity.py writes a quantity in an f-string ("{n}Gi", "{x * 1000}m")
+    instead of calling the function there that writes that form (gib_quantity, milli_quantity, show_amount, ...)."""
+    return [
+        f"{module.name}:{node.lineno}"
+        for module in modules.values()
+        if module.name != "platform_config.quantity" and module.package != "policies"
+        for node in ast.walk(module.tree)
+        if isinstance(node, ast.JoinedStr) and _writes_a_quantity(node)
+    ]
+
+
+def test_a_quantity_written_by_hand_is_found(tmp_path):
+    text = 'a = f"{n}Gi"\nb = f"{int(x * 1000)}m"\nc = f"{n}Gil"\nd = f"{minutes}m"\n'
+    module = _module(tmp_path, "components.x", text)
+    assert quantities_written_by_hand({"components.x": module}) == ["components.x:1", "components.x:2"]
 
 
 # The canary release record's one home, and the pack's generated copy of it (components/policy_facts.py).

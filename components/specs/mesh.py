@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from decimal import Decimal
 from typing import Any
 
 from platform_config.models import LoadBalancerScheme
-from platform_config.quantity import parse_quantity
+from platform_config.quantity import binary_quantity, parse_quantity
 
 from ..constants import GATEWAY_SELECTOR, GATEWAY_SERVICE_ACCOUNT, ISTIO_SYSTEM_NAMESPACE, standard_labels
 from .network import ISTIOD_SELECTOR
@@ -155,7 +156,7 @@ def gateway_overload_config_map(memory_limit: str = GATEWAY_RESOURCES["limits"][
     if limit != int(limit) or heap < ENVOY_HEAP_RESERVE_BYTES:
         raise ValueError(
             f"gateway memory limit {memory_limit!r} leaves Envoy's heap less than the "
-            f"{ENVOY_HEAP_RESERVE_BYTES >> 20}Mi kept for the rest of the container"
+            f"{binary_quantity(Decimal(ENVOY_HEAP_RESERVE_BYTES))} kept for the rest of the container"
         )
 
     def threshold(value: float) -> list[dict[str, Any]]:

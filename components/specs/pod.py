@@ -13,7 +13,7 @@ from typing import Any
 
 from platform_config.cold_start import STREAM_CONCURRENCY
 from platform_config.models import pinned_s3_uri
-from platform_config.quantity import parse_quantity
+from platform_config.quantity import gib_quantity, parse_quantity
 
 from ..constants import LABEL_POOL, VLLM_PORT
 from ..shapes import ServerPlan
@@ -274,9 +274,9 @@ def scratch_storage(plan: ServerPlan) -> str:
     on a streaming pool the adapters' files) plus scratch, so the scheduler does not put more
     caches on a node than its disk holds."""
     if plan.model_volume_size is None:
-        return f"{SCRATCH_GIB}Gi"
+        return gib_quantity(SCRATCH_GIB)
     volume_gib = parse_quantity(plan.model_volume_size) / 2**30
-    return f"{math.ceil(volume_gib) + SCRATCH_GIB}Gi"
+    return gib_quantity(math.ceil(volume_gib) + SCRATCH_GIB)
 
 
 def _resources(plan: ServerPlan) -> dict[str, Any]:

@@ -9,20 +9,18 @@ from ..adapters import (
     adapter_on_own_tenants_base,
     adapter_tenant,
     carried_adapters,
-    gib,
     lora_limits,
     lora_memory,
     on_adapter_base,
     served_names,
     smallest_rank_choice,
 )
-from ..capacity import show_amount
 from ..cold_start import instance_of
 from ..errors import ConfigIssue
 from ..memory_fit import rank_memory
 from ..models import LoraAdapter, ModelSource, PlatformConfig, off_the_steps
 from ..profiles import GENERATING_PROFILES
-from ..quantity import parse_quantity
+from ..quantity import parse_quantity, show_amount, show_gib_above
 from ..serving import GPU_MEMORY_UTILIZATION_MAX, effective_profile, model_tiers, running_versions
 from .models import placed_models
 from .registry import NO_TRACKING_URI
@@ -229,12 +227,12 @@ def check_adapter_memory(config: PlatformConfig) -> Iterator[ConfigIssue]:
         if memory.gpu_bytes >= gpu:
             yield ConfigIssue(
                 ("models", index, "lora"),
-                f"the adapters' GPU slots need about {gib(memory.gpu_bytes)} per replica (maxLoras x maxLoraRank), "
+                f"the adapters' GPU slots need about {show_gib_above(memory.gpu_bytes)} per replica (maxLoras x maxLoraRank), "
                 f"more than the replica's GPU memory share ({show_amount('memory', gpu)}): lower maxLoras or maxLoraRank",
             )
         if memory.cpu_bytes >= parse_quantity(model.resources.memory):
             yield ConfigIssue(
                 ("models", index, "resources", "memory"),
-                f"{model.resources.memory} does not hold the adapters' CPU cache (about {gib(memory.cpu_bytes)}, "
+                f"{model.resources.memory} does not hold the adapters' CPU cache (about {show_gib_above(memory.cpu_bytes)}, "
                 "maxCpuLoras modules): raise the memory or lower lora.maxCpuLoras",
             )

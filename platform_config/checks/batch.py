@@ -12,9 +12,10 @@ from typing import Iterator
 
 from ..adapters import adapter_revisions, adapter_tenant, batch_job_adapter, on_adapter_base
 from ..batch_jobs import MAX_BATCH_SHARDS, batch_gpu_request, batch_shards, shard_estimate_seconds
-from ..capacity import budget_resources, pool_supply, show_amount
+from ..capacity import budget_resources, pool_supply
 from ..errors import ConfigIssue, format_key
 from ..models import COMMIT_SHA, S3_VERSION_FOLDER, PlatformConfig, duration_seconds
+from ..quantity import show_amount
 from .names import duplicates
 from .tenants import resource_key
 

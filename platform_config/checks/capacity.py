@@ -14,13 +14,12 @@ from ..capacity import (
     capacity_table,
     overcommit_ratio,
     pool_supply,
-    show_amount,
     within_capacity,
 )
 from ..errors import ConfigIssue, format_key
 from ..models import ModelConfig, PlatformConfig
 from ..pool_plan import gpu_resources_provided, pool_capacity
-from ..quantity import parse_quantity
+from ..quantity import gib_quantity, parse_quantity, show_amount
 from ..serving import Peak, is_experiment, replica_gpu_request
 from ..tenant_plan import tenant_plan
 from .models import placed_models
@@ -106,7 +105,9 @@ def _check_model_fits_pool(config: PlatformConfig, index: int) -> Iterator[Confi
         )
     instance = supply.instance
     if parse_quantity(model.resources.memory) > Decimal(instance.memory_gib) * 2**30:
-        yield ConfigIssue((*here, "memory"), f"more memory than a {pool.instance_type} node has ({instance.memory_gib}Gi)")
+        yield ConfigIssue(
+            (*here, "memory"), f"more memory than a {pool.instance_type} node has ({gib_quantity(instance.memory_gib)})"
+        )
     if parse_quantity(model.resources.cpu) > instance.vcpus:
         yield ConfigIssue((*here, "cpu"), f"more CPU than a {pool.instance_type} node has ({instance.vcpus})")
 

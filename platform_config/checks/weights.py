@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Iterator
 
-from ..adapters import adapter_files_bytes, gib
+from ..adapters import adapter_files_bytes
 from ..cold_start import (
     S3_STREAM,
     cold_start,
@@ -22,7 +22,7 @@ from ..errors import ConfigIssue
 from ..memory_fit import rank_memory, weights_bytes
 from ..models import PlatformConfig
 from ..profiles import PROFILES
-from ..quantity import parse_quantity
+from ..quantity import parse_quantity, show_gib_above
 from ..serving import merged_server_args
 from ..weight_mirror import mirrored_source
 from .models import placed_models
@@ -150,10 +150,12 @@ def check_weights_fit_gpu_memory(config: PlatformConfig) -> Iterator[ConfigIssue
                 path = ("models", index, "server", "gpuMemoryUtilization")
             yield ConfigIssue(
                 path,
-                f"version {version.name!r}: the weights ({model.resources.weights_size}) need {gib(weights // memory.ranks)} "
+                f"version {version.name!r}: the weights ({model.resources.weights_size}) need "
+                f"{show_gib_above(weights // memory.ranks)} "
                 f"{device} on pool {pool.name!r}, but vLLM takes {memory.fraction:g} of the "
-                f"{gib(memory.capacity_bytes)} of {instance.gpu.name}{' (its slice)' if memory.kind == 'mig' else ''}: "
-                f"{gib(memory.budget_bytes)}, so they cannot load; give a replica more GPUs (resources.gpus, tensor "
+                f"{show_gib_above(memory.capacity_bytes)} of {instance.gpu.name}"
+                f"{' (its slice)' if memory.kind == 'mig' else ''}: "
+                f"{show_gib_above(memory.budget_bytes)}, so they cannot load; give a replica more GPUs (resources.gpus, tensor "
                 "parallel), a larger GPU or a quantized checkpoint",
             )
             break

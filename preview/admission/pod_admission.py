@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from platform_config.quantity import parse_quantity
+from platform_config.quantity import parse_quantity, show_rounded
 
-from .workloads import EXTENDED_PREFIXES, Namespace, Workload, quantities, show
+from .workloads import EXTENDED_PREFIXES, Namespace, Workload, quantities
 
 
 def api_defaults(container: dict[str, Any]) -> None:
@@ -81,8 +81,9 @@ def validate_resources(workload: Workload) -> None:
                     workload.findings.append(f"{where}: {resource} must be a whole number")
             elif resource in limits and request > limits[resource]:
                 workload.findings.append(
-                    f"{where}: {resource} request {show(resource, request)} must be less than or equal to {resource} limit "
-                    f"{show(resource, limits[resource])}"
+                    f"{where}: {resource} request {show_rounded(resource, request)} must be less than or equal to "
+                    f"{resource} limit "
+                    f"{show_rounded(resource, limits[resource])}"
                 )
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Sequence
 
-from platform_config.quantity import parse_quantity
+from platform_config.quantity import parse_quantity, show_rounded
 
 from ..selectors import requirement_holds
-from .workloads import COMPUTE, Namespace, Workload, namespace_and_name, show
+from .workloads import COMPUTE, Namespace, Workload, namespace_and_name
 
 
 def _in_scope(quota: dict[str, Any], workload: Workload) -> bool:
@@ -77,7 +77,8 @@ def quota_usage(all_workloads: list[Workload], namespaces: dict[str, Namespace])
                 if used > allowed:
                     who = ", ".join(f"{w.name} x{w.peak}" for w in scoped)
                     findings.append(
-                        f"ResourceQuota {ns_name}/{namespace_and_name(quota)[1]}: {key} at peak is {show(resource, used)} "
-                        f"but the quota allows {show(resource, allowed)} ({who})"
+                        f"ResourceQuota {ns_name}/{namespace_and_name(quota)[1]}: {key} at peak is "
+                        f"{show_rounded(resource, used)} "
+                        f"but the quota allows {show_rounded(resource, allowed)} ({who})"
                     )
     return findings

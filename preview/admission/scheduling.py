@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from platform_config.quantity import parse_quantity
+from platform_config.quantity import parse_quantity, show_rounded
 
-from .workloads import EXTENDED_PREFIXES, Workload, show
+from .workloads import EXTENDED_PREFIXES, Workload
 
 
 @dataclass(frozen=True)
@@ -115,10 +115,11 @@ def bin_pack(pool: PoolTemplate, members: list[Workload]) -> list[str]:
                 r for r, amount in requests.items()
                 if amount and amount > max(node.get(r, Decimal(0)) for node in nodes)
             ]  # fmt: skip
+            needs = ", ".join(f"{r} {show_rounded(r, a)}" for r, a in sorted(requests.items()))
             findings.append(
                 f"{workload.label}: {workload.peak - workload.placed} of its {workload.peak} pods at peak do not fit pool "
                 f"{pool.name} "
-                f"at maxSize {pool.max_size} (each needs {', '.join(f'{r} {show(r, a)}' for r, a in sorted(requests.items()))}; "
+                f"at maxSize {pool.max_size} (each needs {needs}; "
                 f"short of {', '.join(short) or 'room on any single node'})"
             )
     return findings

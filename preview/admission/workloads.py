@@ -69,15 +69,6 @@ def quantities(container: dict[str, Any], kind: str) -> dict[str, Decimal]:
     return {k: parse_quantity(str(v)) for k, v in ((container.get("resources") or {}).get(kind) or {}).items()}
 
 
-def show(resource: str, amount: Decimal) -> str:
-    """An amount as the findings show it: memory and disk in Gi, a fraction of a CPU in millicores."""
-    if resource in ("memory", "ephemeral-storage"):
-        return f"{(amount / 2**30).quantize(Decimal('0.01')).normalize():f}Gi"
-    if resource == "cpu" and amount != amount.to_integral_value():
-        return f"{int(amount * 1000)}m"
-    return f"{amount.normalize():f}"
-
-
 def by_kind(objects: Iterable[dict[str, Any]], kind: str, api_prefix: str = "") -> list[dict[str, Any]]:
     return [o for o in objects if o.get("kind") == kind and str(o.get("apiVersion", "")).startswith(api_prefix)]
 
