@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..constants import GPU_OPERATOR_NAMESPACE, GPU_TAINT_KEY, standard_labels
+from ..constants import GPU_OPERATOR_NAMESPACE, standard_labels
 from .gpu_sharing import MIG_DISABLED_CONFIG, MIG_STRATEGY, PLAIN_DEVICE_PLUGIN_CONFIG
+from .pod_parts import gpu_toleration
 
 MIG_PARTED_CONFIGMAP = "mig-parted-config"
 DEVICE_PLUGIN_CONFIGMAP = "device-plugin-config"
@@ -25,7 +26,7 @@ def config_map(name: str, data: dict[str, str]) -> dict[str, Any]:
 def gpu_operator_values() -> dict[str, Any]:
     """The EKS NVIDIA AMIs (AL2023_x86_64_NVIDIA) ship the driver and the container toolkit, so
     the operator installs neither; it runs the device plugin, MIG manager, GFD and DCGM."""
-    gpu_toleration = [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations = [gpu_toleration()]
     return {
         "driver": {"enabled": False},
         "toolkit": {"enabled": False},
@@ -44,7 +45,7 @@ def gpu_operator_values() -> dict[str, Any]:
             # The platform declares its own ServiceMonitor (validated at preview); not the chart's.
             "serviceMonitor": {"enabled": False},
         },
-        "daemonsets": {"tolerations": gpu_toleration},
+        "daemonsets": {"tolerations": tolerations},
     }
 
 

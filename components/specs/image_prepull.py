@@ -17,7 +17,7 @@ from typing import Any
 from platform_config.namespaces import PREPULL_NAMESPACE
 
 from ..constants import LABEL_POOL, standard_labels
-from .pod_parts import NO_GPU_ENV, container_security_context, gpu_toleration, restricted_namespace
+from .pod_parts import NO_GPU_ENV, container_security_context, gpu_toleration, pod_security_context, restricted_namespace
 
 # Nobody: the image's own user is root, which `restricted` refuses.
 PREPULL_USER = 65534
@@ -67,12 +67,7 @@ def prepull_daemonset(pool: str, images: tuple[str, ...]) -> dict[str, Any]:
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "terminationGracePeriodSeconds": 1,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": PREPULL_USER,
-                        "runAsGroup": PREPULL_USER,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": pod_security_context(PREPULL_USER, volumes_writable=False),
                     "containers": [_container(i, image) for i, image in enumerate(images)],
                 },
             },

@@ -107,13 +107,14 @@ def gpu_toleration() -> dict[str, str]:
     return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}
 
 
-def pod_security_context() -> dict[str, Any]:
-    """The pod-level half of pod security `restricted`; volumes writable by the containers' group."""
+def pod_security_context(user: int = RUN_AS, *, volumes_writable: bool = True) -> dict[str, Any]:
+    """The pod-level half of pod security `restricted`, as `user`; with `volumes_writable`, volumes writable by the
+    containers' group."""
     return {
         "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "fsGroup": RUN_AS,
+        "runAsUser": user,
+        "runAsGroup": user,
+        **({"fsGroup": user} if volumes_writable else {}),
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from ...picker_plan import EndpointPickerPlan
-from ..pod_parts import container_security_context, draining_sidecar_annotations
+from ..pod_parts import container_security_context, draining_sidecar_annotations, pod_security_context
 from .names import (
     EPP_CONFIG_DIR,
     EPP_CONFIG_FILE,
@@ -229,12 +229,7 @@ def deployment(plan: EndpointPickerPlan) -> dict[str, Any]:
         # tainted, and the preview's admission stage places every pod by its nodeSelector).
         **({"nodeSelector": dict(plan.node_selector)} if plan.node_selector else {}),
         "terminationGracePeriodSeconds": termination_grace_seconds(plan),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(RUN_AS, volumes_writable=False),
         "containers": [proxy_container(plan), epp_container(plan)],
         "volumes": [
             {"name": "plugins-config-volume", "configMap": {"name": epp_name(plan)}},
