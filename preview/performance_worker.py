@@ -5,7 +5,7 @@ It reads one JSON request on stdin and writes one JSON answer on stdout; it impo
 program's virtualenv never holds the package's numpy/pandas/scipy stack, nor this one the program's pins. The
 package's data is read where the package installed it (its model configs and measured perf tables), never copied.
 
-Request: {"backendVersion": "0.24.0", "plotDir": str | null, "servers": [server, ...]}, each server
+Request: {"backendVersion": "0.24.0", "servers": [server, ...]}, each server
   {"id", "performanceModel": str | null, "config": {config.json keys} | null, "system": str | null, "tp": int,
    "capacityBytes": int, "memoryFraction": float, "maxNumBatchedTokens": int, "maxModelLen": int,
    "predict": {"isl", "osl", "concurrency": [int, ...]} | null}
@@ -17,7 +17,8 @@ The KV-cache figure is aiconfigurator-core's `estimate_kv_cache` (its native vLL
 at vLLM's batched-token budget, NCCL and runtime overhead against `gpu_memory_utilization` of the device's total);
 latencies are the package's aggregated (continuous batching) estimate, `aiconfigurator.cli.api.cli_estimate(mode="agg")`,
 made as that function makes it, on aiconfigurator-core's SDK (`_agg_estimator`): the CLI's modules (its reports
-import matplotlib's pyplot, its generator jinja2) are never loaded, and matplotlib only when there is a plot to draw.
+import matplotlib's pyplot, its generator jinja2) are never loaded. The latency plot is another process's
+(`preview/performance_plot.py`), drawn only for a change against a baseline.
 """
 
 from __future__ import annotations
@@ -154,13 +155,10 @@ def _agg_estimator(model_path: str, system: str, backend_version: str, tp: int, 
         resolve_nvfp4_for_system,
     )
     from aiconfigurator_core.sdk.models.helpers import _get_model_info, _infer_quant_modes_from_raw_config
-    from aiconfigurator_core.sdk.perf_database import get_database_view
     from aiconfigurator_core.sdk.rust_engine_step import validate_engine_step_backend
 
     engine_step_backend = validate_engine_step_backend(None)
-    database = get_database_view(
-        system, "vllm", backend_version, allow_missing_data=False, database_mode="SILICON", transfer_policy=None
-    )
+    database = _database(system, backend_version)
     moe_tp = moe_ep = None
     if check_is_moe(model_path):
         moe_tp, moe_ep = ModelConfig(tp_size=tp, attention_dp_size=1).resolve_moe_parallelism()
@@ -228,29 +226,14 @@ def _predictions(server: dict[str, Any], model_path: str, backend_version: str) 
     return out
 
 
-def _plot(plot_dir: Path, answers: dict[str, dict[str, Any]]) -> list[str]:
-    """Latency against concurrency for each predicted server: one PNG beside report.md (a Figure of its own, drawn
-    by the Agg renderer savefig picks for a PNG: pyplot's figure manager and backend are not needed)."""
-    predicted = {sid: a["predictions"] for sid, a in answers.items() if a.get("predictions")}
-    if not predicted:
-        return []
-    from matplotlib.figure import Figure
+def _database(system: str, backend_version: str) -> Any:
+    """The package's SILICON view of a system's measured vLLM tables, as `cli_estimate` queries them (one object per
+    system and version in a process: the view is cached, and so is what is memoized on it)."""
+    from aiconfigurator_core.sdk.perf_database import get_database_view
 
-    figure = Figure(figsize=(10, 4), dpi=100)
-    ttft_axis, tpot_axis = figure.subplots(1, 2)
-    for sid, rows in sorted(predicted.items()):
-        xs = [r["concurrency"] for r in rows]
-        ttft_axis.plot(xs, [r["ttftMs"] for r in rows], marker="o", label=sid)
-        tpot_axis.plot(xs, [r["tpotMs"] for r in rows], marker="o", label=sid)
-    ttft_axis.set(title="time to first token", xlabel="concurrent requests per replica", ylabel="ms")
-    tpot_axis.set(title="inter-token latency", xlabel="concurrent requests per replica", ylabel="ms")
-    ttft_axis.legend(fontsize=7)
-    figure.tight_layout()
-    plot_dir.mkdir(parents=True, exist_ok=True)
-    path = plot_dir / "performance.png"
-    # Reproducible bytes: no creation date or software tag in the PNG's metadata.
-    figure.savefig(path, metadata={"Software": None})
-    return [path.name]
+    return get_database_view(
+        system, "vllm", backend_version, allow_missing_data=False, database_mode="SILICON", transfer_policy=None
+    )
 
 
 def answer(request: dict[str, Any]) -> dict[str, Any]:
@@ -279,9 +262,8 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
                 entry["predictions"] = _predictions(server, model_path, backend_version)
                 entry["noPrediction"] = None
             answers[server["id"]] = entry
-    plots = _plot(Path(request["plotDir"]), answers) if request.get("plotDir") else []
     versions = {name: metadata.version(name) for name in ("aiconfigurator", "aiconfigurator-core")}
-    return {"package": versions, "servers": answers, "plots": plots}
+    return {"package": versions, "servers": answers}
 
 
 def _libyaml_safe_load() -> None:
