@@ -1,6 +1,7 @@
 """aiconfigurator's answer for the program's `servingShapes`: the request the Serving performance stage sends its
 worker (`preview/performance_worker.py`, in `.venv-perf`), and the answers kept per request (read back when the same
-servers were asked before, with no worker started); and the latency plot (`preview/performance_plot.py`)."""
+servers were asked before, with no worker started); the latency plot (`preview/performance_plot.py`), and the
+install's warm-up of the worker (`python -m preview.performance_prediction --warm`)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from platform_config.gpu_catalog import GPU_MODELS
 
 from .report import PROJECT_ROOT, shown_paths
 
@@ -248,3 +252,19 @@ def draw_plot(python: Path, servers: list[dict[str, Any]], path: Path) -> str | 
     if drawn.returncode != 0:
         return shown_paths((drawn.stderr.strip().splitlines() or ["no output"])[-1][:300])
     return None
+
+
+def warm_up() -> int:
+    """`make perf-venv`'s last step: the worker keeps, beside its packages, what aiconfigurator derives from the tables
+    of each system the GPU catalog predicts on, whatever the request (preview/performance_worker.py warm)."""
+    python = performance_python()
+    systems = sorted({gpu.performance_system for gpu in GPU_MODELS.values() if gpu.performance_system})
+    command = [str(python), "-m", "preview.performance_worker", "--warm", DATABASE_VLLM_VERSION, *systems]
+    return subprocess.run(command, cwd=PROJECT_ROOT, check=False).returncode
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--warm"]:
+        print("usage: python -m preview.performance_prediction --warm", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(warm_up())

@@ -395,6 +395,54 @@ def test_against_the_baseline_the_servers_whose_latency_the_change_moves_are_plo
 
 
 @needs_database
+def test_the_installs_warm_up_primes_the_worker_and_changes_no_figure(tmp_path):
+    """`make perf-venv` keeps beside the worker's packages what aiconfigurator derives from the tables of the GPU
+    catalog's systems alone (`python -m preview.performance_prediction --warm`: their attention lane densities); a
+    worker reads them instead of deriving them again, to the very same answer, and a file another package wrote (its
+    RECORD differs) primes nothing."""
+    warm = tmp_path / "warm.json"
+    env = {**os.environ, "PERFORMANCE_WARM_FILE": str(warm)}
+    command = [str(ROOT / ".venv" / "bin" / "python"), "-m", "preview.performance_prediction", "--warm"]
+    subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=300)
+    # The catalog's systems with measured vLLM 0.24.0 data: not l4 or a100_sxm, which have none.
+    assert sorted(load_json(warm)["systems"]) == ["h100_sxm", "l40s"]
+    server = {
+        "id": "m/v1",
+        "performanceModel": "meta-llama/Meta-Llama-3.1-8B",
+        "config": None,
+        "system": "h100_sxm",
+        "tp": 1,
+        "capacityBytes": 80 * 2**30,
+        "memoryFraction": 0.9,
+        "maxNumBatchedTokens": 8192,
+        "maxModelLen": 4096,
+        "predict": {"isl": 1024, "osl": 256, "concurrency": [1, 12]},
+        "noPrediction": None,
+    }
+
+    def worker() -> dict:
+        result = subprocess.run(
+            [str(PERF_PYTHON), "-m", "preview.performance_worker"],
+            cwd=ROOT,
+            env=env,
+            input=json.dumps({"backendVersion": "0.24.0", "servers": [server]}),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return json.loads(result.stdout)
+
+    primed = worker()
+    assert primed["primed"] == ["h100_sxm"] and len(primed["servers"]["m/v1"]["predictions"]) == 2
+    other = load_json(warm)
+    other["package"]["record"] = "0" * 64
+    warm.write_text(json.dumps(other))
+    unprimed = worker()
+    assert unprimed["primed"] == [] and unprimed["servers"] == primed["servers"]
+
+
+@needs_database
 def test_the_policy_config_sets_the_level_of_what_the_servers_are_predicted_to_miss(tmp_path, careless):
     """`serving-performance: advisory` in the policy config (CI's, from the default branch) makes the peak a warning in
     production too; what cannot fit still fails. A level that is none is refused before anything runs."""
