@@ -76,7 +76,14 @@ $(PERF_VENV)/.installed: preview/performance-requirements.txt
 	$(call uv_install,$(PERF_VENV),-r preview/performance-requirements.txt)
 	@touch $@
 
-perf-venv: $(PERF_VENV)/.installed
+# Then what aiconfigurator derives from the tables of each system the GPU catalog predicts on, whatever the request
+# (the attention tables' lane densities: about 0.4 CPU-seconds a system), kept in the virtualenv for every preview's
+# worker to read (preview/performance_worker.py warm). Without the file a worker derives them itself: the same figures.
+PERF_WARM := $(PERF_VENV)/performance-warm.json
+$(PERF_WARM): $(PERF_VENV)/.installed $(VENV)/.installed platform_config/gpu_catalog.py preview/performance_worker.py
+	$(PY) -m preview.performance_prediction --warm
+
+perf-venv: $(PERF_WARM)
 
 real-servers: $(MLFLOW_VENV)/.installed
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v docker-registry >/dev/null || { \
@@ -121,17 +128,17 @@ BASELINE ?=
 # PREVIOUS_OUTPUTS: the deployed stack's outputs (`pulumi stack output --json`), whose securityPosture
 # the guard rails compare this change with (default: BASELINE's).
 PREVIOUS_OUTPUTS ?=
-preview: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed bytecode crd-schemas upstream-sources
+preview: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_WARM) bytecode crd-schemas upstream-sources
 	$(PY) -m preview --stack $(STACK) --out $(OUT) --policy-pack $(POLICY_PACK)$(if $(PREVIOUS_STACK_FILE), --previous-stack-file $(PREVIOUS_STACK_FILE))$(if $(REGISTRY_FILE), --registry-file $(REGISTRY_FILE))$(if $(BASELINE), --baseline $(BASELINE))$(if $(PREVIOUS_OUTPUTS), --previous-outputs $(PREVIOUS_OUTPUTS))$(if $(REPORT_ERRORS), --report-errors)
 
-preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed bytecode crd-schemas upstream-sources
+preview-all: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_WARM) bytecode crd-schemas upstream-sources
 	@for stack in dev staging prod; do $(PY) -m preview --stack $$stack --out build/preview/$$stack --quiet || exit 1; done
 
 # The test files run side by side in pytest-xdist workers, one per CPU up to four (TEST_WORKERS=0:
 # none). A file runs whole in one worker, so its module's servers and previews start once; the
 # stacks' shared previews run once for all workers (tests/conftest.py).
 TEST_WORKERS ?= auto
-test: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed bytecode crd-schemas real-servers upstream-sources
+test: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_WARM) bytecode crd-schemas real-servers upstream-sources
 	$(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 
 # The stack-config reference and the stack-file JSON schema, generated from the models.
@@ -158,7 +165,7 @@ golden: preview-all
 canary-try: $(VENV)/.installed real-servers
 	$(PY) -m tests.canary_tryout$(if $(KEEP), --keep)
 
-bench: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed bytecode crd-schemas
+bench: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_WARM) bytecode crd-schemas
 	$(PY) benchmarks/bench_preview.py
 	$(PY) benchmarks/bench_gateway.py
 	$(PY) benchmarks/bench_filter.py
@@ -169,7 +176,7 @@ bench: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed byte
 # offline preview against those outputs gives the Serving performance stage's verdicts
 # (pack-config.json), which the serving-performance policy holds every model server to.
 POLICY_CONFIG := build/policy-config.$(STACK).json
-pulumi-policy-config: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_VENV)/.installed bytecode crd-schemas upstream-sources
+pulumi-policy-config: $(VENV)/.installed $(POLICY_VENV)/.installed $(PERF_WARM) bytecode crd-schemas upstream-sources
 	pulumi stack select $(STACK)
 	@mkdir -p build
 	pulumi stack output --json > build/stack-outputs.$(STACK).json

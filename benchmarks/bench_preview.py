@@ -40,12 +40,14 @@ PY = sys.executable
 
 @dataclass(frozen=True)
 class Finished:
-    """A command run to its end: its wall time, its output and its peak RSS (os.wait4's ru_maxrss: the largest of
-    the process and the children it waited for, not their sum)."""
+    """A command run to its end: its wall time, its output, its peak RSS (os.wait4's ru_maxrss: the largest of
+    the process and the children it waited for, not their sum) and its CPU time (user and system, of the process and
+    every child it waited for: the preview's policy pack and aiconfigurator worker included)."""
 
     seconds: float
     stdout: str
     peak_kib: int
+    cpu_seconds: float
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> Finished:
@@ -60,7 +62,7 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> Finished:
         stdout, stderr = out.read(), err.read()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{stdout}\n{stderr}")
-    return Finished(elapsed, stdout, usage.ru_maxrss)
+    return Finished(elapsed, stdout, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
 
 
 def measure(program: Path, stack_file: Path, env: dict[str, str] | None = None) -> dict:
@@ -120,14 +122,14 @@ def main() -> None:
         tmpdir = Path(tmp)
         stacks = [bench_stack(tmpdir, stack, args.prod_repeat) for stack in args.stacks]
         rows = [bench_size(tmpdir, models, args.repeat or (5 if models <= 100 else 3)) for models in args.sizes]
-        prod_walls, prod_report = bench_prod(tmpdir, args.prod_repeat)
+        prod_runs, prod_report = bench_prod(tmpdir, args.prod_repeat)
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print_floor_table(stacks + rows)
     print()
     print_stage_shares(stacks + rows)
     print()
-    print_prod(prod_walls, prod_report, args.prod_repeat)
+    print_prod(prod_runs, prod_report, args.prod_repeat)
     print()
     print_pack_table([row for row in rows if "previewSecondsDecodeEach" in row])
     print()
@@ -217,20 +219,20 @@ def bench_size(tmpdir: Path, models: int, repeat: int) -> dict:
     return row
 
 
-def bench_prod(tmpdir: Path, repeat: int) -> tuple[dict[str, list[float]], dict]:
+def bench_prod(tmpdir: Path, repeat: int) -> tuple[dict[str, list[Finished]], dict]:
     """The prod stack's whole preview as a user runs it, interleaved with the same preview with the pack decoding once
     per policy, without the Serving performance stage, and with it cold; the last run's report."""
-    walls: dict[str, list[float]] = {"read back": [], "decode each": [], "bare": [], "cold": []}
+    runs: dict[str, list[Finished]] = {"read back": [], "decode each": [], "bare": [], "cold": []}
     for _ in range(repeat):
         finished, report = preview(["--stack", "prod"], tmpdir / "prod")
-        walls["read back"].append(finished.seconds)
-        walls["decode each"].append(preview(["--stack", "prod"], tmpdir / "prod-each", DECODE_EACH)[0].seconds)
+        runs["read back"].append(finished)
+        runs["decode each"].append(preview(["--stack", "prod"], tmpdir / "prod-each", DECODE_EACH)[0])
         # Interleaved too: the same preview without the Serving performance stage (no aiconfigurator to run), and
         # with it cold (an empty cache: aiconfigurator runs); the first runs above read its answer back.
-        walls["bare"].append(preview(["--stack", "prod"], tmpdir / "prod-bare", WITHOUT_PERFORMANCE)[0].seconds)
+        runs["bare"].append(preview(["--stack", "prod"], tmpdir / "prod-bare", WITHOUT_PERFORMANCE)[0])
         empty_cache = {"PERFORMANCE_CACHE_DIR": tempfile.mkdtemp(dir=tmpdir)}
-        walls["cold"].append(preview(["--stack", "prod"], tmpdir / "prod-cold", empty_cache)[0].seconds)
-    return walls, report
+        runs["cold"].append(preview(["--stack", "prod"], tmpdir / "prod-cold", empty_cache)[0])
+    return runs, report
 
 
 def print_floor_table(rows: list[dict]) -> None:
@@ -253,9 +255,10 @@ def print_stage_shares(rows: list[dict]) -> None:
         print(f"{row['stack']}: " + "; ".join([*parts, f"the other stages {rest / row['previewSeconds']:.0%}"]))
 
 
-def print_prod(walls: dict[str, list[float]], prod_report: dict, repeat: int) -> None:
-    prod_walls, prod_each_walls = walls["read back"], walls["decode each"]
-    prod_bare_walls, prod_cold_walls = walls["bare"], walls["cold"]
+def print_prod(runs: dict[str, list[Finished]], prod_report: dict, repeat: int) -> None:
+    walls = {name: median([r.seconds for r in finished]) for name, finished in runs.items()}
+    cpus = {name: median([r.cpu_seconds for r in finished]) for name, finished in runs.items()}
+    prod_walls = [r.seconds for r in runs["read back"]]
     print(
         f"prod stack: whole offline preview median {median(prod_walls):.2f} s, min {min(prod_walls):.2f} s, max "
         f"{max(prod_walls):.2f} s "
@@ -264,15 +267,19 @@ def print_prod(walls: dict[str, list[float]], prod_report: dict, repeat: int) ->
     )
     print(
         f"prod stack, the pack decoding once per request against once per policy (interleaved): "
-        f"{median(prod_walls):.2f} s against {median(prod_each_walls):.2f} s, "
-        f"{median(prod_walls) / median(prod_each_walls):.2f}x"
+        f"{walls['read back']:.2f} s against {walls['decode each']:.2f} s, "
+        f"{walls['read back'] / walls['decode each']:.2f}x"
     )
-    warm = (median(prod_walls) - median(prod_bare_walls)) / median(prod_walls)
-    cold = (median(prod_cold_walls) - median(prod_bare_walls)) / median(prod_cold_walls)
+
+    def share(name: str) -> str:
+        wall = (walls[name] - walls["bare"]) / walls[name]
+        cpu = (cpus[name] - cpus["bare"]) / cpus[name]
+        return f"{walls[name]:.2f} s, {wall:.1%} of the preview's wall time ({cpus[name]:.2f} CPU-s, {cpu:.1%} of its CPU time)"
+
     print(
-        f"prod stack, the Serving performance stage (interleaved): without it {median(prod_bare_walls):.2f} s; with it, "
-        f"its answer read back (servers unchanged) {median(prod_walls):.2f} s, {warm:.1%} of the preview's wall time; "
-        f"aiconfigurator run (cold) {median(prod_cold_walls):.2f} s, {cold:.1%}"
+        f"prod stack, the Serving performance stage (interleaved): without it {walls['bare']:.2f} s "
+        f"({cpus['bare']:.2f} CPU-s, the preview's processes together); with it, its answer read back (servers unchanged) "
+        f"{share('read back')}; aiconfigurator run (cold) {share('cold')}"
     )
 
 

@@ -228,14 +228,14 @@ def _run(
     """The stages after the stack's config is read, in order, each adding its sections to the report."""
     try:
         # aiconfigurator predicts in its own process from the moment the program exports its servers.
-        evaluation = _evaluate(args, project_dir, out, progress, stack_config, policies, prediction.on_export(SHAPES_OUTPUT, out))
+        evaluation = _evaluate(args, project_dir, out, progress, stack_config, policies, prediction.on_export(SHAPES_OUTPUT))
         outputs = evaluation.stack_outputs
         # The pack checks the whole stack on its own core while this process renders and validates.
         policies.analyze_stack(evaluation.resources)
         report = Report(project=project, stack=args.stack, resources=evaluation.resources, stack_outputs=outputs)
         # The servers as the program's outputs resolved them: the request already sent, unless it exported none.
         shapes = outputs.get(SHAPES_OUTPUT) or {}
-        prediction.send(shapes.get("servers"), out)
+        prediction.send(shapes.get("servers"))
         objects, releases = _render(progress, out, evaluation.resources)
         recorded = _exported_sections(report, outputs, out)
         _object_checks(report, progress, evaluation, objects, releases)
@@ -248,6 +248,7 @@ def _run(
                 prediction,
                 args.performance_level or ("mandatory" if shapes.get("production") else "advisory"),
                 baseline_performance(args.baseline),
+                out,
             ),
         )
         if performance is not None:
@@ -427,7 +428,6 @@ def _write_results(
         print(json.dumps(report.to_json(), indent=2, default=str))
     else:
         print(report.terminal())
-        written = f"resources.json, manifests/, report.json, report.md, {PACK_CONFIG_FILE}" + (
-            f", {DEPLOY_POLICY_FILE}" if deploy_policy else ""
-        )
+        extra = [DEPLOY_POLICY_FILE] * bool(deploy_policy) + [PLOT_FILE] * bool(performance and performance.data.get("plotted"))
+        written = ", ".join(["resources.json, manifests/, report.json, report.md", PACK_CONFIG_FILE, *extra])
         print(f"\nwrote {out}/{written}{', ' + RECORDING_NAME if recorded else ''}")

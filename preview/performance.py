@@ -25,11 +25,12 @@ import json
 import math
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from platform_config.gpu_catalog import COMPUTE_SLICES, GPU_MODELS, MEMORY_SLICES
 
-from .performance_prediction import DATABASE_VLLM_VERSION, PLOT_FILE, Prediction
+from .performance_prediction import DATABASE_VLLM_VERSION, PLOT_FILE, Prediction, draw_plot
 from .policy_runner import PERFORMANCE_POLICY, PolicyConfigError
 from .report import Section
 
@@ -261,9 +262,11 @@ def performance_section(
     prediction: Prediction,
     level: str,
     previous: list[dict[str, Any]] | None = None,
+    out: Path | None = None,
 ) -> Section | None:
     """The stage's section at a level (`performance_level`); with the baseline's records (`previous`), each changed
-    cell shows old → new and a server the change removes is listed as removed."""
+    cell shows old → new, a server the change removes is listed as removed, and the servers whose latency it moves
+    are plotted (PLOT_FILE in `out`)."""
     if not shapes:
         return None
     answer = prediction.answer()
@@ -278,7 +281,8 @@ def performance_section(
     advisory = [f for v in verdicts for f in v.findings if not f[2] and level == "advisory"]
     table, lines = _server_rows(records, verdicts, previous)
     findings_lines = [f"{key}: {message}" for key, message, _ in failing + advisory]
-    markdown = table + _notes(verdicts, answer, previous)
+    plotted, plot_note = _latency_plot(records, previous, prediction, out)
+    markdown = table + _notes(verdicts, answer, previous) + ["", plot_note]
     markdown += ["", *[f"- {line}" for line in findings_lines]] if findings_lines else []
     checked = sum(1 for v in verdicts if v.kv is not None)
     predicted = sum(1 for v in verdicts if v.at_target is not None)
@@ -298,6 +302,7 @@ def performance_section(
             "level": level,
             "package": answer.get("package"),
             "cached": prediction.cached,
+            "plotted": plotted,
             "servingVerdicts": _serving_verdicts(verdicts),
         },
         markdown="\n".join(markdown),
@@ -351,9 +356,30 @@ def _notes(verdicts: list[ServerVerdict], answer: dict[str, Any], previous: list
     ]
     if notes:
         markdown += ["", "| server | |", "|---|---|", *notes]
-    if answer.get("plots"):
-        markdown += ["", f"![latency against concurrency]({PLOT_FILE})"]
     return markdown
+
+
+def _latency_plot(
+    records: list[dict[str, Any]], previous: list[dict[str, Any]] | None, prediction: Prediction, out: Path | None
+) -> tuple[list[str], str]:
+    """The plot a reviewer reads a change by: latency against concurrency for each server whose predictions the change
+    moves against the baseline (one it adds included), beside the baseline's curve; none without a baseline, where
+    there is no change to show (and matplotlib, about half a CPU-second, is not started). The servers drawn, and the
+    report's line that shows the plot or says why there is none."""
+    if previous is None or out is None or prediction.python is None:
+        return [], "No latency plot: it draws the servers whose predicted latency a change moves (`--baseline`)."
+    before = {r["server"]: r.get("predictions") for r in previous}
+    moved = [
+        {"server": r["server"], "estimated": r["estimated"], "predictions": r["predictions"], "baseline": before.get(r["server"])}
+        for r in records
+        if r["predictions"] and r["predictions"] != before.get(r["server"])
+    ]
+    if not moved:
+        return [], "No latency plot: the change moves no server's predicted latency."
+    problem = draw_plot(prediction.python, moved, out / PLOT_FILE)
+    if problem is not None:
+        return [], f"No latency plot: {problem}."
+    return [m["server"] for m in moved], f"![latency against concurrency, against the baseline (dashed)]({PLOT_FILE})"
 
 
 def _serving_verdicts(verdicts: list[ServerVerdict]) -> dict[str, dict[str, Any]]:

@@ -1,19 +1,22 @@
 """aiconfigurator's answer for the program's `servingShapes`: the request the Serving performance stage sends its
 worker (`preview/performance_worker.py`, in `.venv-perf`), and the answers kept per request (read back when the same
-servers were asked before, with no worker started)."""
+servers were asked before, with no worker started); the latency plot (`preview/performance_plot.py`), and the
+install's warm-up of the worker (`python -m preview.performance_prediction --warm`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from platform_config.gpu_catalog import GPU_MODELS
 
 from .report import PROJECT_ROOT, shown_paths
 
@@ -24,6 +27,7 @@ PLOT_FILE = "performance.png"
 # The concurrencies a prediction is made at: these up to the server's maxNumSeqs, and maxNumSeqs itself.
 CONCURRENCY_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 WORKER_TIMEOUT_SECONDS = 120
+PLOT_TIMEOUT_SECONDS = 60
 
 
 def performance_python() -> Path:
@@ -49,9 +53,8 @@ def _installed(python: Path) -> list[str]:
 
 
 def _cache_key(asked: dict[str, Any], python: Path) -> str:
-    """The request (less where the plot goes) with the worker, the pinned packages and what the virtualenv holds:
-    any change is a new key."""
-    digest = hashlib.sha256(json.dumps({**asked, "plotDir": None}, sort_keys=True).encode())
+    """The request with the worker, the pinned packages and what the virtualenv holds: any change is a new key."""
+    digest = hashlib.sha256(json.dumps(asked, sort_keys=True).encode())
     for source in (Path(__file__).with_name("performance_worker.py"), Path(__file__).with_name("performance-requirements.txt")):
         digest.update(source.read_bytes())
     digest.update(json.dumps(_installed(python)).encode())
@@ -88,7 +91,6 @@ class Prediction:
     _asked: dict[str, Any] | None = field(default=None, init=False)
     _answer: dict[str, Any] | None = field(default=None, init=False)
     _folder: Path | None = field(default=None, init=False)
-    _out: Path | None = field(default=None, init=False)
 
     @classmethod
     def of_perf_venv(cls) -> Prediction:
@@ -116,7 +118,7 @@ class Prediction:
             self.problem = f"not run: {shown_paths(str(self.python))} does not start: {error.strerror or error}"
             return None
 
-    def send(self, shapes: list[dict[str, Any]] | None, out: Path) -> None:
+    def send(self, shapes: list[dict[str, Any]] | None) -> None:
         """Ask for every server whose architecture is known (none: no worker is started), once: the stage
         sends the servers as the program exports them, then as its outputs resolved them, the same request. Another
         one would have no answer: the stage says so rather than judge the servers by the first."""
@@ -130,7 +132,6 @@ class Prediction:
         self._asked = asked
         if self.python is None or not asked["servers"]:
             return
-        self._out = out
         self._folder = cache_dir() / _cache_key(asked, self.python)
         kept = _read_answer(self._folder / "answer.json")
         if kept is not None:
@@ -140,23 +141,21 @@ class Prediction:
         self._process = self._start()
         if self._process is None:
             return
-        self._folder.mkdir(parents=True, exist_ok=True)
         assert self._process.stdin is not None
         # Written from a thread: the worker reads its request only once it has imported the package, and a request
         # larger than the pipe holds (hundreds of servers) would otherwise stop the program until then, or for good
         # if the worker's own output filled its pipes meanwhile; answer() reads those.
         stdin, self._process.stdin = self._process.stdin, None
-        sent = json.dumps({**asked, "plotDir": str(self._folder)})
-        threading.Thread(target=_write_request, args=(stdin, sent), daemon=True).start()
+        threading.Thread(target=_write_request, args=(stdin, json.dumps(asked)), daemon=True).start()
 
-    def on_export(self, output: str, out: Path) -> Callable[[str, Any], None]:
+    def on_export(self, output: str) -> Callable[[str, Any], None]:
         """Told of each stack output as the program exports it (preview/engine.py evaluate): the servers are sent as the
         program exports `output`, so aiconfigurator predicts while the program's registrations drain and the other
         stages run."""
 
         def exported(name: str, value: Any) -> None:
             if name == output and isinstance(value, dict):
-                self.send(value.get("servers"), out)
+                self.send(value.get("servers"))
 
         return exported
 
@@ -181,13 +180,10 @@ class Prediction:
             self._answer = json.loads(stdout)
             assert self._folder is not None
             # Whole or not at all: a preview stopped mid-write leaves no half answer for the next to read.
+            self._folder.mkdir(parents=True, exist_ok=True)
             partial = self._folder / f"answer.json.{os.getpid()}"
             partial.write_text(json.dumps(self._answer))
             os.replace(partial, self._folder / "answer.json")
-        if self._answer is not None and self._folder is not None and self._out is not None:
-            plot = self._folder / PLOT_FILE
-            if plot.is_file():
-                shutil.copyfile(plot, self._out / PLOT_FILE)
         return self._answer
 
 
@@ -234,4 +230,41 @@ def request(shapes: list[dict[str, Any]]) -> dict[str, Any]:
                 "noPrediction": why,
             }
         )
-    return {"backendVersion": DATABASE_VLLM_VERSION, "plotDir": None, "servers": servers}
+    return {"backendVersion": DATABASE_VLLM_VERSION, "servers": servers}
+
+
+def draw_plot(python: Path, servers: list[dict[str, Any]], path: Path) -> str | None:
+    """The latency plot of `servers` (preview/performance_plot.py, in the worker's virtualenv) written to `path`; None
+    when it is, else why not."""
+    try:
+        drawn = subprocess.run(
+            [str(python), "-m", "preview.performance_plot", str(path)],
+            cwd=PROJECT_ROOT,
+            input=json.dumps({"servers": servers}),
+            capture_output=True,
+            text=True,
+            timeout=PLOT_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired:
+        return f"not drawn within {PLOT_TIMEOUT_SECONDS} s"
+    except OSError as error:
+        return f"{shown_paths(str(python))} does not start: {error.strerror or error}"
+    if drawn.returncode != 0:
+        return shown_paths((drawn.stderr.strip().splitlines() or ["no output"])[-1][:300])
+    return None
+
+
+def warm_up() -> int:
+    """`make perf-venv`'s last step: the worker keeps, beside its packages, what aiconfigurator derives from the tables
+    of each system the GPU catalog predicts on, whatever the request (preview/performance_worker.py warm)."""
+    python = performance_python()
+    systems = sorted({gpu.performance_system for gpu in GPU_MODELS.values() if gpu.performance_system})
+    command = [str(python), "-m", "preview.performance_worker", "--warm", DATABASE_VLLM_VERSION, *systems]
+    return subprocess.run(command, cwd=PROJECT_ROOT, check=False).returncode
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--warm"]:
+        print("usage: python -m preview.performance_prediction --warm", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(warm_up())

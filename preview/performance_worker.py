@@ -5,28 +5,34 @@ It reads one JSON request on stdin and writes one JSON answer on stdout; it impo
 program's virtualenv never holds the package's numpy/pandas/scipy stack, nor this one the program's pins. The
 package's data is read where the package installed it (its model configs and measured perf tables), never copied.
 
-Request: {"backendVersion": "0.24.0", "plotDir": str | null, "servers": [server, ...]}, each server
+Request: {"backendVersion": "0.24.0", "servers": [server, ...]}, each server
   {"id", "performanceModel": str | null, "config": {config.json keys} | null, "system": str | null, "tp": int,
    "capacityBytes": int, "memoryFraction": float, "maxNumBatchedTokens": int, "maxModelLen": int,
    "predict": {"isl", "osl", "concurrency": [int, ...]} | null}
 Answer: {"package": {...versions}, "servers": {id: {"config": {...}, "kv": {...} | {"error": str},
   "predictions": [{"concurrency", "ttftMs", "tpotMs", "outputTokensPerSecond", "requestsPerSecond"}, ...] | null,
-  "noPrediction": str | null}}}
+  "noPrediction": str | null}}, "primed": [system, ...]}
 
 The KV-cache figure is aiconfigurator-core's `estimate_kv_cache` (its native vLLM memory model: weights, activations
 at vLLM's batched-token budget, NCCL and runtime overhead against `gpu_memory_utilization` of the device's total);
 latencies are the package's aggregated (continuous batching) estimate, `aiconfigurator.cli.api.cli_estimate(mode="agg")`,
 made as that function makes it, on aiconfigurator-core's SDK (`_agg_estimator`): the CLI's modules (its reports
-import matplotlib's pyplot, its generator jinja2) are never loaded, and matplotlib only when there is a plot to draw.
+import matplotlib's pyplot, its generator jinja2) are never loaded. The latency plot is another process's
+(`preview/performance_plot.py`), drawn only for a change against a baseline.
+
+`--warm <backendVersion> <system>...` (run when `.venv-perf` is installed) keeps what the package derives from each
+system's attention tables alone, whatever the request (`warm`), for the next workers to read rather than derive again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
 import json
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -154,13 +160,10 @@ def _agg_estimator(model_path: str, system: str, backend_version: str, tp: int, 
         resolve_nvfp4_for_system,
     )
     from aiconfigurator_core.sdk.models.helpers import _get_model_info, _infer_quant_modes_from_raw_config
-    from aiconfigurator_core.sdk.perf_database import get_database_view
     from aiconfigurator_core.sdk.rust_engine_step import validate_engine_step_backend
 
     engine_step_backend = validate_engine_step_backend(None)
-    database = get_database_view(
-        system, "vllm", backend_version, allow_missing_data=False, database_mode="SILICON", transfer_policy=None
-    )
+    database = _database(system, backend_version)
     moe_tp = moe_ep = None
     if check_is_moe(model_path):
         moe_tp, moe_ep = ModelConfig(tp_size=tp, attention_dp_size=1).resolve_moe_parallelism()
@@ -228,34 +231,110 @@ def _predictions(server: dict[str, Any], model_path: str, backend_version: str) 
     return out
 
 
-def _plot(plot_dir: Path, answers: dict[str, dict[str, Any]]) -> list[str]:
-    """Latency against concurrency for each predicted server: one PNG beside report.md (a Figure of its own, drawn
-    by the Agg renderer savefig picks for a PNG: pyplot's figure manager and backend are not needed)."""
-    predicted = {sid: a["predictions"] for sid, a in answers.items() if a.get("predictions")}
-    if not predicted:
-        return []
-    from matplotlib.figure import Figure
+def _database(system: str, backend_version: str) -> Any:
+    """The package's SILICON view of a system's measured vLLM tables, as `cli_estimate` queries them (one object per
+    system and version in a process: the view is cached, and so is what is memoized on it)."""
+    from aiconfigurator_core.sdk.perf_database import get_database_view
 
-    figure = Figure(figsize=(10, 4), dpi=100)
-    ttft_axis, tpot_axis = figure.subplots(1, 2)
-    for sid, rows in sorted(predicted.items()):
-        xs = [r["concurrency"] for r in rows]
-        ttft_axis.plot(xs, [r["ttftMs"] for r in rows], marker="o", label=sid)
-        tpot_axis.plot(xs, [r["tpotMs"] for r in rows], marker="o", label=sid)
-    ttft_axis.set(title="time to first token", xlabel="concurrent requests per replica", ylabel="ms")
-    tpot_axis.set(title="inter-token latency", xlabel="concurrent requests per replica", ylabel="ms")
-    ttft_axis.legend(fontsize=7)
-    figure.tight_layout()
-    plot_dir.mkdir(parents=True, exist_ok=True)
-    path = plot_dir / "performance.png"
-    # Reproducible bytes: no creation date or software tag in the PNG's metadata.
-    figure.savefig(path, metadata={"Software": None})
-    return [path.name]
+    return get_database_view(
+        system, "vllm", backend_version, allow_missing_data=False, database_mode="SILICON", transfer_policy=None
+    )
+
+
+# What the package derives from a system's tables alone, whatever the request, kept when the virtualenv is installed
+# (`make perf-venv`: `warm`) so that a worker reads it instead of deriving it again. Today that is the attention
+# tables' lane densities: the order in which an attention op walks the tables' kernel lanes ranks them by measured
+# coverage (aiconfigurator_core/sdk/operations/attention.py resolved_lane_order_for_op), and counting it loads the
+# whole context and generation attention tables into a model-less engine twice, once with the sibling versions'
+# rows and once without (sdk/engine_table_view.py fetch_attention_lane_density): about 0.4 CPU-seconds of the
+# 1.0 a system's first estimate takes (h100_sxm, aiconfigurator-core 0.12.0). A worker without the file, or with one
+# another package wrote, derives them itself: the same figures, later.
+WARM_FILE_ENV = "PERFORMANCE_WARM_FILE"
+WARM_FORMAT = 1
+LANE_TABLES = ("_context_attention_data", "_generation_attention_data")
+# Where fetch_attention_lane_density memoizes a view's densities: (the probe cache's generation, {(table, with the
+# sibling versions' rows): {lane: (slices, rows)}}) (aiconfigurator_core/sdk/engine_table_view.py, 0.12.0).
+DENSITY_MEMO = "_attention_lane_density_cache"
+
+
+def warm_file() -> Path:
+    """Beside the interpreter's packages: `<virtualenv>/performance-warm.json`, or PERFORMANCE_WARM_FILE."""
+    return Path(os.environ.get(WARM_FILE_ENV) or Path(sys.prefix) / "performance-warm.json")
+
+
+def _package_identity() -> dict[str, Any]:
+    """aiconfigurator-core as installed: its version and the digest of its RECORD, which lists every file it installed
+    (its tables, its engine, its code) with that file's own sha256."""
+    distribution = metadata.distribution("aiconfigurator-core")
+    record = distribution.read_text("RECORD") or ""
+    return {"format": WARM_FORMAT, "version": distribution.version, "record": hashlib.sha256(record.encode()).hexdigest()}
+
+
+def _memo(densities: list[Any]) -> dict[tuple[str, bool], dict[str, tuple[int, int]]]:
+    """The memo's content for a system's kept densities ([[table, siblings, {lane: [slices, rows]}], ...])."""
+    return {
+        (str(table), bool(siblings)): {str(lane): (int(slices), int(rows)) for lane, (slices, rows) in lanes.items()}
+        for table, siblings, lanes in densities
+    }
+
+
+def warm(backend_version: str, systems: list[str]) -> list[str]:
+    """Derive and keep the lane densities of each system with measured data (of those named), written whole or not at
+    all; the systems kept. A system whose densities the package does not memoize as DENSITY_MEMO says is not kept (a
+    package that changed them would otherwise be primed wrongly): it only costs its workers the time."""
+    from aiconfigurator_core.sdk.engine_table_view import fetch_attention_lane_density
+
+    kept: dict[str, Any] = {}
+    for system in sorted(set(systems)):
+        if not has_measurements(system, backend_version):
+            continue
+        database = _database(system, backend_version)
+        densities = [
+            [table, siblings, fetch_attention_lane_density(database, table, shared_layer=siblings)]
+            for table in LANE_TABLES
+            for siblings in (True, False)
+        ]
+        memo = database.__dict__.get(DENSITY_MEMO)
+        if isinstance(memo, tuple) and len(memo) == 2 and memo[1] == _memo(densities):
+            kept[system] = {"systemsRoot": database.systems_root, "densities": densities}
+    path = warm_file()
+    partial = path.with_name(f"{path.name}.{os.getpid()}")
+    content = {"package": _package_identity(), "backendVersion": backend_version, "systems": kept}
+    partial.write_text(json.dumps(content, sort_keys=True))
+    os.replace(partial, path)
+    return sorted(kept)
+
+
+def _prime(systems: list[str], backend_version: str) -> list[str]:
+    """Give each system's view the lane densities the install kept, as the package memoizes them, where the file is
+    this package's (the same version and files) and the view reads the tables the densities were counted in; the
+    systems primed. Anything else (no file, another package's, a damaged one) primes nothing."""
+    if not systems:
+        return []
+    try:
+        content = json.loads(warm_file().read_text())
+        if content["package"] != _package_identity() or content["backendVersion"] != backend_version:
+            return []
+        kept = {system: content["systems"][system] for system in systems if system in content["systems"]}
+        memos = {system: (entry["systemsRoot"], _memo(entry["densities"])) for system, entry in kept.items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return []
+    from aiconfigurator_core.sdk import engine
+
+    primed = []
+    for system, (root, memo) in sorted(memos.items()):
+        database = _database(system, backend_version)
+        if database is not None and database.systems_root == root and DENSITY_MEMO not in database.__dict__:
+            database.__dict__[DENSITY_MEMO] = (engine._PROBE_CACHE_GENERATION, memo)
+            primed.append(system)
+    return primed
 
 
 def answer(request: dict[str, Any]) -> dict[str, Any]:
     backend_version = request["backendVersion"]
     answers: dict[str, dict[str, Any]] = {}
+    predicted = {s["system"] for s in request["servers"] if s.get("predict") and s.get("performanceModel")}
+    primed = _prime(sorted(s for s in predicted if has_measurements(s, backend_version)), backend_version)
     with tempfile.TemporaryDirectory() as scratch:
         for server in request["servers"]:
             config = package_config(server["performanceModel"]) if server.get("performanceModel") else server.get("config")
@@ -279,9 +358,8 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
                 entry["predictions"] = _predictions(server, model_path, backend_version)
                 entry["noPrediction"] = None
             answers[server["id"]] = entry
-    plots = _plot(Path(request["plotDir"]), answers) if request.get("plotDir") else []
     versions = {name: metadata.version(name) for name in ("aiconfigurator", "aiconfigurator-core")}
-    return {"package": versions, "servers": answers, "plots": plots}
+    return {"package": versions, "servers": answers, "primed": primed}
 
 
 def _libyaml_safe_load() -> None:
@@ -298,10 +376,15 @@ def _libyaml_safe_load() -> None:
         yaml.safe_load = safe_load
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     # The package logs its table loading and fallbacks; the answer is the only output.
     logging.disable(logging.WARNING)
     _libyaml_safe_load()
+    if argv[:1] == ["--warm"] and len(argv) >= 2:
+        with contextlib.redirect_stdout(io.StringIO()):
+            kept = warm(argv[1], argv[2:])
+        print(f"{warm_file()}: the attention lane densities of {', '.join(kept) or 'no system'}")
+        return 0
     with contextlib.redirect_stdout(io.StringIO()):
         request = json.loads(sys.stdin.read())
         result = answer(request)
@@ -310,4 +393,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

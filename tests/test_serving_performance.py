@@ -115,8 +115,9 @@ def test_the_report_and_the_pull_request_comment_carry_the_table(previews):
     # A MIG slice is an estimate scaled from the whole GPU, marked as such; no prediction says why.
     assert "| llama-8b/v1 | a 3g.40gb slice of H100-80GB | yes |" in top and "~" in top
     assert "no prediction: the database has no measured vLLM 0.24.0 data for l4" in markdown
-    assert (run.out / "performance.png").read_bytes().startswith(b"\x89PNG")
-    assert "![latency against concurrency](performance.png)" in markdown
+    # The plot shows what a change moves: without a baseline none is drawn, and the report says why.
+    assert not (run.out / "performance.png").exists() and run.report["performance"]["data"]["plotted"] == []
+    assert "No latency plot: it draws the servers whose predicted latency a change moves (`--baseline`)." in markdown
 
 
 @needs_database
@@ -284,7 +285,7 @@ def test_the_workers_estimate_is_the_clis_to_the_bit():
     assert all(cli == worker and cli[0] > 0 for cli, worker in compared), compared
 
 
-def test_the_servers_are_heard_as_the_program_exports_them_and_asked_for_once(tmp_path):
+def test_the_servers_are_heard_as_the_program_exports_them_and_asked_for_once():
     """The stage sends its request when the program exports `servingShapes` (preview/engine.py's export listener, told
     of every output as `pulumi.export` stores it, while the registrations still drain), then again from the resolved
     outputs: the same request is asked once, and another one is refused rather than judged by the first's answer."""
@@ -299,11 +300,11 @@ def test_the_servers_are_heard_as_the_program_exports_them_and_asked_for_once(tm
     shapes = dict(heard)["servingShapes"]
     assert isinstance(shapes, dict) and shapes == evaluation.stack_outputs["servingShapes"] and shapes["servers"]
     prediction = Prediction(None, problem="not run: no interpreter")
-    prediction.send(shapes["servers"], tmp_path)
-    prediction.send(evaluation.stack_outputs["servingShapes"]["servers"], tmp_path)
+    prediction.send(shapes["servers"])
+    prediction.send(evaluation.stack_outputs["servingShapes"]["servers"])
     assert prediction.problem == "not run: no interpreter"
     changed = [{**shapes["servers"][0], "maxModelLen": 1}]
-    prediction.send(changed, tmp_path)
+    prediction.send(changed)
     assert prediction.problem == "not run: the program's servingShapes changed after it exported them"
     assert prediction.answer() is None
 
@@ -379,6 +380,69 @@ def test_against_the_baseline_each_changed_figure_shows_old_and_new(careless, pr
 
 
 @needs_database
+def test_against_the_baseline_the_servers_whose_latency_the_change_moves_are_plotted(careless, previews):
+    """The plot beside report.md draws the servers whose predictions the change moves (the 8B's two versions, off
+    their MIG slices onto whole GPUs), each beside its baseline curve, and not the 70B, whose peak and maxReplicas
+    changed but not its latency."""
+    _, _, report, markdown, out = careless
+    before, after = performance(previews["prod"].report), performance(report)
+    moved = [s for s, r in after.items() if r["predictions"] and r["predictions"] != before[s]["predictions"]]
+    plotted = report["performance"]["data"]["plotted"]
+    assert sorted(plotted) == sorted(moved) == ["llama-8b/v1", "llama-8b/v2"]
+    assert after["llama-70b/v1"]["replicasNeeded"] != before["llama-70b/v1"]["replicasNeeded"]
+    assert (out / "performance.png").read_bytes().startswith(b"\x89PNG")
+    assert "![latency against concurrency, against the baseline (dashed)](performance.png)" in markdown
+
+
+@needs_database
+def test_the_installs_warm_up_primes_the_worker_and_changes_no_figure(tmp_path):
+    """`make perf-venv` keeps beside the worker's packages what aiconfigurator derives from the tables of the GPU
+    catalog's systems alone (`python -m preview.performance_prediction --warm`: their attention lane densities); a
+    worker reads them instead of deriving them again, to the very same answer, and a file another package wrote (its
+    RECORD differs) primes nothing."""
+    warm = tmp_path / "warm.json"
+    env = {**os.environ, "PERFORMANCE_WARM_FILE": str(warm)}
+    command = [str(ROOT / ".venv" / "bin" / "python"), "-m", "preview.performance_prediction", "--warm"]
+    subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=300)
+    # The catalog's systems with measured vLLM 0.24.0 data: not l4 or a100_sxm, which have none.
+    assert sorted(load_json(warm)["systems"]) == ["h100_sxm", "l40s"]
+    server = {
+        "id": "m/v1",
+        "performanceModel": "meta-llama/Meta-Llama-3.1-8B",
+        "config": None,
+        "system": "h100_sxm",
+        "tp": 1,
+        "capacityBytes": 80 * 2**30,
+        "memoryFraction": 0.9,
+        "maxNumBatchedTokens": 8192,
+        "maxModelLen": 4096,
+        "predict": {"isl": 1024, "osl": 256, "concurrency": [1, 12]},
+        "noPrediction": None,
+    }
+
+    def worker() -> dict:
+        result = subprocess.run(
+            [str(PERF_PYTHON), "-m", "preview.performance_worker"],
+            cwd=ROOT,
+            env=env,
+            input=json.dumps({"backendVersion": "0.24.0", "servers": [server]}),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return json.loads(result.stdout)
+
+    primed = worker()
+    assert primed["primed"] == ["h100_sxm"] and len(primed["servers"]["m/v1"]["predictions"]) == 2
+    other = load_json(warm)
+    other["package"]["record"] = "0" * 64
+    warm.write_text(json.dumps(other))
+    unprimed = worker()
+    assert unprimed["primed"] == [] and unprimed["servers"] == primed["servers"]
+
+
+@needs_database
 def test_the_policy_config_sets_the_level_of_what_the_servers_are_predicted_to_miss(tmp_path, careless):
     """`serving-performance: advisory` in the policy config (CI's, from the default branch) makes the peak a warning in
     production too; what cannot fit still fails. A level that is none is refused before anything runs."""
@@ -435,9 +499,9 @@ def test_two_checkouts_with_the_same_packages_share_their_answers_and_another_pa
             (tmp_path / where / "lib" / "python3.11" / "site-packages" / f"{dist}.dist-info").mkdir(parents=True)
         return python
 
-    asked = {"backendVersion": "0.24.0", "plotDir": "/somewhere", "servers": [{"id": "m/v1"}]}
+    asked = {"backendVersion": "0.24.0", "servers": [{"id": "m/v1"}]}
     default_branch = venv("trusted/.venv-perf", "aiconfigurator-0.12.0", "pandas-2.3.3")
     pull_request = venv(".venv-perf", "aiconfigurator-0.12.0", "pandas-2.3.3")
     upgraded = venv("other/.venv-perf", "aiconfigurator-0.13.0", "pandas-2.3.3")
-    assert _cache_key(asked, default_branch) == _cache_key({**asked, "plotDir": "/elsewhere"}, pull_request)
+    assert _cache_key(asked, default_branch) == _cache_key(asked, pull_request)
     assert _cache_key(asked, upgraded) != _cache_key(asked, pull_request)
