@@ -483,9 +483,9 @@ def test_endpoint_pickers_reach_https_only_inside_private_addresses(stack: str) 
     assert pickers and servers
 
 
-def _with_batch_sources(model: dict[str, Any], dataset: bool) -> dict[str, Any]:
-    """Prod with team-b's jobs reading weights from its own bucket, and the first one a Hugging Face dataset
-    (`dataset`) instead of its S3 input."""
+def _with_batch_sources(model: dict[str, Any], dataset: bool, mirror: bool) -> dict[str, Any]:
+    """Prod with team-b's jobs reading `model`, the first one a Hugging Face dataset (`dataset`) instead of its S3
+    input; without its weight mirror (`mirror` false) and then outside production, where a stack may do without."""
     raw = owning(copy.deepcopy(raw_stack("prod")), "team-b", "s3://team-b-weights")
     for job in raw["batchJobs"]:
         job["model"]["source"] = copy.deepcopy(model)
@@ -495,22 +495,29 @@ def _with_batch_sources(model: dict[str, Any], dataset: bool) -> dict[str, Any]:
             "revision": "0123456789abcdef0123456789abcdef01234567",
             "files": ["tickets.jsonl"],
         }
-    return raw
+    if dataset:
+        raw["environment"] = "staging"
+    return raw if mirror else downloading_weights(raw)
+
+
+QWEN_7B = {"huggingface": "Qwen/Qwen2.5-7B-Instruct", "revision": "a09a35458c702b33eeacc393d103063234e8bc28"}
+TEAM_B_WEIGHTS = {"s3Uri": "s3://team-b-weights/qwen", "revision": "r1"}
 
 
 @pytest.mark.parametrize(
-    ("model", "dataset", "buckets", "hugging_face"),
+    ("model", "dataset", "mirror", "buckets", "hugging_face"),
     [
-        ({"huggingface": "Qwen/Qwen2.5-7B-Instruct", "revision": "a09a35458c702b33eeacc393d103063234e8bc28"}, False,
-         ("team-b-batch",), True),
-        ({"s3Uri": "s3://team-b-weights/qwen", "revision": "r1"}, False, ("team-b-batch", "team-b-weights"), False),
-        ({"s3Uri": "s3://team-b-weights/qwen", "revision": "r1"}, True, ("team-b-batch", "team-b-weights"), True),
+        (QWEN_7B, False, True, ("inference-prod-model-weights", "team-b-batch"), False),
+        (QWEN_7B, False, False, ("team-b-batch",), True),
+        (TEAM_B_WEIGHTS, False, True, ("team-b-batch", "team-b-weights"), False),
+        (TEAM_B_WEIGHTS, True, True, ("team-b-batch", "team-b-weights"), True),
     ],
-    ids=["hugging-face-model", "s3-model", "s3-model-dataset-input"],
+    ids=["hugging-face-model-from-the-mirror", "hugging-face-model-without-a-mirror", "s3-model", "s3-model-dataset-input"],
 )  # fmt: skip
-def test_a_tenants_egress_names_what_its_batch_jobs_read_and_write(model, dataset, buckets, hugging_face) -> None:
-    """Team-b runs no model server in prod: what its namespace lets out is its jobs' weights, input and output
-    buckets, and Hugging Face only while a job downloads a model or dataset from there."""
-    egress = validate(_with_batch_sources(model, dataset)).egress["team-b"]
+def test_a_tenants_egress_names_what_its_batch_jobs_read_and_write(model, dataset, mirror, buckets, hugging_face) -> None:
+    """Team-b runs no model server in prod: what its namespace lets out is its jobs' weights (the weight mirror's
+    copy of a Hugging Face model, where the stack has a mirror), input and output buckets, and Hugging Face only
+    while a job downloads a model or dataset from there itself (outside production only)."""
+    egress = validate(_with_batch_sources(model, dataset, mirror)).egress["team-b"]
     assert (egress.buckets, egress.hugging_face, egress.batch_jobs) == (buckets, hugging_face, True)
     assert validate(copy.deepcopy(raw_stack("prod"))).egress["serving"].batch_jobs is False

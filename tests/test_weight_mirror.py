@@ -1,6 +1,7 @@
-"""The weight mirror (`weightMirror`): every Hugging Face revision a streaming pool serves is copied once to S3 by a
-Job in the `model-weights` namespace, the servers stream the copy (vLLM 0.18.0's Run:ai streamer loader) and wait
-for its Job; each tenant's copies are under its own prefix, written by its own role and read by its own servers."""
+"""The weight mirror (`weightMirror`): every Hugging Face revision a tenant's pods read (servers' weights, LoRA
+adapters, batch jobs' models) is copied once to S3 by a Job in the `model-weights` namespace; the servers on streaming
+pools stream the copy (vLLM's Run:ai streamer loader), every other reader copies it with the aws CLI, and each waits
+for its Job; each tenant's copies are under its own prefix, written by its own role and read by its own pods."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ BUCKET = "inference-prod-model-weights"
 LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct@1605565b47bb9346c5515c34102e054115b4f98b"
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct@0e9e39f249a16976918f6564b8830bc894c89659"
 LLAMA_1B = "meta-llama/Llama-3.2-1B-Instruct@9213176726f574b556790deb65791e0c5aa438b6"
+QWEN_7B = "Qwen/Qwen2.5-7B-Instruct@a09a35458c702b33eeacc393d103063234e8bc28"
 JOB = "kubernetes:batch/v1:Job"
 
 
@@ -81,9 +83,12 @@ def test_prod_streams_every_version_from_its_tenants_copy(prod):
 def test_each_revision_is_copied_once_per_tenant():
     config = parse_platform_config(raw_stack("prod"))
     revisions = {(r.tenant, f"{r.repo}@{r.revision}"): r for r in mirrored_revisions(config)}
-    assert set(revisions) == {("serving", LLAMA_70B), ("serving", LLAMA_8B), ("team-a", LLAMA_1B)}
+    assert set(revisions) == {("serving", LLAMA_70B), ("serving", LLAMA_8B), ("team-a", LLAMA_1B), ("team-b", QWEN_7B)}
     # The 8B's stable and canary and its batch model serve the same revision: one copy, which all three wait for.
     assert revisions[("serving", LLAMA_8B)].models == ("llama-8b", "llama-8b-batch")
+    # Team-b's two batch jobs run one model: one copy, which both wait for.
+    assert revisions[("team-b", QWEN_7B)].batch_jobs == ("ticket-labels", "review-labels")
+    assert revisions[("team-b", QWEN_7B)].models == ()
     # The same revision in another tenant is another copy, under that tenant's prefix.
     raw = raw_stack("prod")
     one_b = next(m for m in raw["models"] if m["name"] == "llama-1b")
@@ -109,20 +114,32 @@ def test_job_names_are_dns_labels_that_change_with_the_revision(tenant, repo):
 
 def test_the_copy_runs_on_a_pool_that_serves_it_and_keeps_nodes_up():
     config = parse_platform_config(raw_stack("prod"))
-    # The 8B's copy: read on h100 (2 nodes at least) and l4-batch (none at rest): h100, where no node starts for it.
-    assert copy_pool(config, ("llama-8b-batch", "llama-8b")) == "h100"
-    # Read only on l4-batch: its first node starts for the copy, which the servers would start next.
-    assert copy_pool(config, ("llama-8b-batch",)) == "l4-batch"
-    assert {r.pool for r in mirrored_revisions(config)} == {"h100"}
+    # The 8B's copy: read on l4-batch (no node at rest) and h100 (2 nodes at least): h100, where no node starts for it.
+    assert copy_pool(config, ("l4-batch", "h100")) == "h100"
+    # Read only on l4-batch: its first node starts for the copy, which its readers would start next.
+    assert copy_pool(config, ("l4-batch",)) == "l4-batch"
+    pools = {f"{r.repo}@{r.revision}": r.pool for r in mirrored_revisions(config)}
+    assert pools == {LLAMA_70B: "h100", LLAMA_8B: "h100", LLAMA_1B: "h100", QWEN_7B: "l4-batch"}
 
 
-def test_a_pool_that_caches_its_weights_downloads_them_itself(prod_raw):
+def test_a_pool_that_caches_its_weights_copies_the_mirrors_copy_too(prod_raw):
+    """With a mirror, a server on a pool that caches weights reads the copy too: its init container copies the
+    folder from S3 onto the node's cache, and vLLM loads it from there, offline."""
     prod_raw["nodePools"][1]["weightCache"] = {"medium": "instanceStore"}
     config = parse_platform_config(prod_raw)
     assert not streams_weights(config.node_pools[1])
-    # llama-8b-batch on l4-batch downloads its revision; the 8B's copy is still made for the h100 servers.
     revision = next(r for r in mirrored_revisions(config) if f"{r.repo}@{r.revision}" == LLAMA_8B)
-    assert revision.models == ("llama-8b",)
+    assert revision.models == ("llama-8b", "llama-8b-batch")
+    service = Evaluated(prod_raw, secrets={"inference-platform:huggingFaceTokens": TOKENS}).k8s(
+        "Service", "llama-8b-batch-v1", "serving"
+    )
+    spec = service["spec"]["template"]["spec"]
+    (fetch,) = [c for c in spec["initContainers"] if c["name"] == "fetch-weights"]
+    (vllm,) = [c for c in spec["containers"] if c["name"] == "vllm"]
+    assert fetch["command"][:3] == ["aws", "s3", "sync"] and fetch["command"][-2] == copy_of(LLAMA_8B, "serving")
+    assert vllm["args"][0] == fetch["command"][-1] and "--load-format" not in vllm["args"]
+    env = {e["name"]: e.get("value") for e in vllm["env"]}
+    assert env["HF_HUB_OFFLINE"] == "1" and "HF_TOKEN" not in env
 
 
 def test_the_70b_on_p5_starts_in_under_five_minutes_from_the_mirror():
@@ -137,7 +154,7 @@ def test_the_70b_on_p5_starts_in_under_five_minutes_from_the_mirror():
 
 def test_a_job_copies_each_revision_on_a_gpu_node_without_a_gpu_with_its_tenants_role(prod):
     found = jobs(prod)
-    assert set(found) == {LLAMA_70B, LLAMA_8B, LLAMA_1B}
+    assert set(found) == {LLAMA_70B, LLAMA_8B, LLAMA_1B, QWEN_7B}
     job = found[LLAMA_70B]
     spec = job["spec"]["template"]["spec"]
     (copier,) = spec["containers"]
@@ -273,7 +290,7 @@ def test_an_existing_bucket_is_not_created(prod_raw):
         for env in job["spec"]["template"]["spec"]["containers"][0]["env"]
         if env["name"] == "MIRROR_DESTINATION"
     ]
-    assert len(destinations) == 3 and all(d.startswith("s3://someone-elses-weights/") for d in destinations)
+    assert len(destinations) == 4 and all(d.startswith("s3://someone-elses-weights/") for d in destinations)
 
 
 def test_the_mirror_namespace_is_restricted_and_opens_only_its_egress(prod):
@@ -295,6 +312,8 @@ def test_the_mirror_namespace_is_restricted_and_opens_only_its_egress(prod):
 
 
 def test_without_a_mirror_nothing_of_it_is_declared(prod_raw):
+    # Outside production: there, a Hugging Face source needs the mirror (test_production_needs_the_mirror_...).
+    prod_raw["environment"] = "staging"
     prod_raw.pop("weightMirror")
     for pool in prod_raw["nodePools"]:
         pool["weightCache"] = {"medium": "instanceStore"}
