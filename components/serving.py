@@ -79,3 +79,9 @@ class Plan:
     def backends(self) -> tuple[ServingBackend, ...]:
         """The backends the stack's models use, each once, in the models' order."""
         return tuple({m.backend.mode: m.backend for m in self.models}.values())
+
+    def hugging_face_token_tenants(self) -> set[str]:
+        """The tenants whose running servers or batch jobs read their own Hugging Face token: their pods download from
+        Hugging Face themselves (never in production, where the weight mirror does)."""
+        servers = {s.namespace for m in self.models for s in m.servers if s.hugging_face_token}
+        return servers | {job.namespace for job in self.batch_jobs if job.hugging_face_token}

@@ -4,6 +4,7 @@ isolation, node metadata locked to the node, and vLLM flags only from a typed al
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import re
 from typing import Any
@@ -38,8 +39,8 @@ SECRET = "kubernetes:core/v1:Secret"
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    """prod with its batch-labelling server, its pools downloading Hugging Face weights themselves (each tenant's
-    servers read the tenant's token)."""
+    """prod with its batch-labelling server, without its weight mirror and so outside production (staging), its pools
+    downloading Hugging Face weights themselves (each tenant's servers read the tenant's token)."""
     return Evaluated(downloading_weights(prod_with_labeller_server()), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)}, shared=True)
 
 
@@ -481,6 +482,47 @@ def test_endpoint_pickers_reach_https_only_inside_private_addresses(stack: str) 
             ).items()
             assert cidrs == ({"0.0.0.0/0", "::/0"} if namespace in wildcards else set()), workload["metadata"]["name"]
     assert pickers and servers
+
+
+# Address space that is not the internet's: the private ranges (RFC 1918, RFC 6598's shared space, IPv6 unique local
+# addresses) and link-local (where EKS's Pod Identity Agent answers).
+NOT_PUBLIC = tuple(
+    ipaddress.ip_network(cidr)
+    for cidr in ("10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fc00::/7")
+)
+
+
+def _public_blocks(evaluated: Evaluated, namespaces: set[str]) -> dict[str, list[str]]:
+    """By `namespace/name`, the address blocks beyond NOT_PUBLIC of every egress NetworkPolicy of `namespaces`."""
+    found: dict[str, list[str]] = {}
+    for policy in evaluated.manifests():
+        namespace = policy["metadata"].get("namespace")
+        if policy["kind"] != "NetworkPolicy" or namespace not in namespaces or "Egress" not in policy["spec"]["policyTypes"]:
+            continue
+        for rule in policy["spec"].get("egress", []):
+            assert rule.get("to"), f"{namespace}/{policy['metadata']['name']}: an egress rule without peers"
+            for peer in rule["to"]:
+                network = ipaddress.ip_network(peer["ipBlock"]["cidr"]) if "ipBlock" in peer else None
+                if network is not None and not any(
+                    network.version == outer.version and network.subnet_of(outer)  # type: ignore[arg-type]
+                    for outer in NOT_PUBLIC
+                ):
+                    found.setdefault(f"{namespace}/{policy['metadata']['name']}", []).append(str(network))
+    return found
+
+
+def test_in_production_no_tenant_network_policy_reaches_a_public_address(mirrored, prod):
+    """Prod reads every Hugging Face revision its tenants' pods use from the weight mirror's copies (team-b's batch
+    jobs' and labeller's Qwen among them): no egress NetworkPolicy of a tenant's names a public address, whatever the
+    port, no ServiceEntry of a tenant's names Hugging Face, and only the mirror's own namespace reaches HTTPS anywhere.
+    The same stack without its mirror (outside production only) keeps the download rule for its servers and jobs."""
+    tenants = {t["name"] for t in raw_stack("prod")["tenants"]}
+    assert _public_blocks(mirrored, tenants) == {}
+    hosts = {h for t in tenants for entry in manifests(mirrored, "ServiceEntry", t) for h in entry["spec"]["hosts"]}
+    assert hosts and not [h for h in hosts if "huggingface" in h or h.endswith("hf.co")]
+    assert _public_blocks(mirrored, {"model-weights"}) == {"model-weights/allow-https-egress": ["0.0.0.0/0", "::/0"]}
+    downloading = _public_blocks(prod, tenants)
+    assert set(downloading) == {f"{t}/allow-hugging-face-egress" for t in tenants}, downloading
 
 
 def _with_batch_sources(model: dict[str, Any], dataset: bool, mirror: bool) -> dict[str, Any]:

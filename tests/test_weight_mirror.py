@@ -24,7 +24,18 @@ from platform_config.weight_mirror import (
     mirrored_revisions,
 )
 
-from .helpers import ROOT, Evaluated, config_problems, prod_with_labeller_server, raw_stack, run_preview, vllm_source, write_stack
+from .helpers import (
+    ROOT,
+    Evaluated,
+    config_problems,
+    owning,
+    prod_with_labeller_server,
+    raw_stack,
+    run_preview,
+    validate,
+    vllm_source,
+    write_stack,
+)
 
 TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_token"})
 BUCKET = "inference-prod-model-weights"
@@ -149,7 +160,52 @@ def test_the_70b_on_p5_starts_in_under_five_minutes_from_the_mirror():
     assert start.arithmetic() in (ROOT / "docs" / "design" / "cold-start.md").read_text()
 
 
+def test_production_refuses_a_batch_job_downloading_from_hugging_face_without_a_mirror(tmp_path, prod_raw):
+    """A careless change: prod without its weight mirror, its servers given S3 weights of their own, its batch jobs
+    still on Hugging Face. The preview, as a user runs it, exits 2 naming each job's source and saying to set
+    `weightMirror`: no tenant's pod downloads from Hugging Face in production."""
+    prod_raw.pop("weightMirror")
+    by_name = {model["name"]: model for model in prod_raw["models"]}
+    for model in prod_raw["models"]:
+        if model["name"] not in {m.get("batchModel") for m in prod_raw["models"]}:
+            source = {"s3Uri": f"s3://inference-prod-weights/{model['name']}", "revision": "2026-11-30"}
+            owning(prod_raw, model["tenant"], source["s3Uri"])
+            for version in model["versions"] + (by_name[model["batchModel"]]["versions"] if "batchModel" in model else []):
+                version["source"] = dict(source)
+    out = tmp_path / "out"
+    result = run_preview("--stack", "test", "--config-file", str(write_stack(tmp_path, prod_raw)), "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    problems = [line.strip().removeprefix("- ") for line in result.stderr.splitlines() if "inference-platform:" in line]
+    assert [p.split(": ", 1)[0] for p in problems] == [
+        "inference-platform:batchJobs[0].model.source",
+        "inference-platform:batchJobs[1].model.source",
+    ], result.stderr
+    assert all("is Hugging Face ('Qwen/Qwen2.5-7B-Instruct')" in p and "set 'weightMirror'" in p for p in problems)
+    assert "Traceback" not in result.stderr and not out.exists()
+    # Outside production the same stack is valid: its jobs download the model themselves.
+    prod_raw["environment"] = "staging"
+    assert all(job.reads_hugging_face for job in validate(prod_raw).batch_jobs)
+
+
 # --- the objects ----------------------------------------------------------------------------
+
+
+def test_prod_batch_jobs_copy_their_model_from_their_tenants_copy(prod):
+    """Team-b's batch jobs read the mirror's copy of their Hugging Face model, under team-b's part of the mirror:
+    `fetch-weights` copies it with the aws CLI, the engine loads it from there with the Hub offline, the job's role
+    reads it, and nothing in the pod holds a Hugging Face token."""
+    copy = copy_of(QWEN_7B, "team-b")
+    for name in ("ticket-labels", "review-labels"):
+        spec = prod.k8s("Job", f"batch-{name}", "team-b")["spec"]["template"]["spec"]
+        (fetch,) = [c for c in spec["initContainers"] if c["name"] == "fetch-weights"]
+        (runner_container,) = [c for c in spec["containers"] if c["name"] == "runner"]
+        assert fetch["command"] == ["aws", "s3", "sync", "--only-show-errors", copy, f"/models/weights/{name}"]
+        args = runner_container["args"]
+        assert args[args.index("--model") + 1] == f"/models/weights/{name}" and "--revision" not in args
+        assert {"name": "HF_HUB_OFFLINE", "value": "1"} in runner_container["env"]
+        assert "HF_TOKEN" not in json.dumps(spec) and "huggingface.co" not in json.dumps(spec)
+        policy = json.loads(prod.one("aws:iam/rolePolicy:RolePolicy", f"{name}-identity-policy")["inputs"]["policy"])
+        assert f"arn:aws:s3:::{copy.removeprefix('s3://')}*" in [s["Resource"] for s in policy["Statement"]]
 
 
 def test_a_job_copies_each_revision_on_a_gpu_node_without_a_gpu_with_its_tenants_role(prod):
@@ -228,6 +284,7 @@ def test_each_server_waits_for_its_own_revisions_job_and_pulumi_waits_for_the_jo
         ("kubernetes:serving.knative.dev/v1:Service", "llama-8b-v2-knative-service"): LLAMA_8B,
         ("kubernetes:serving.knative.dev/v1:Service", "llama-8b-batch-v1-knative-service"): LLAMA_8B,
     }
+    servers |= {(JOB, "ticket-labels-job"): QWEN_7B, (JOB, "review-labels-job"): QWEN_7B}
     for (kind, name), source in servers.items():
         (record,) = [r for r in prod.records if r.type == kind and r.name == name]
         waits = {s for s, urn in job_urns.items() if urn in record.dependencies}
@@ -250,7 +307,7 @@ def test_each_tenant_writes_only_its_prefix_and_its_servers_read_only_their_repo
     def policy(name: str) -> dict:
         return json.loads(prod.one("aws:iam/rolePolicy:RolePolicy", name)["inputs"]["policy"])
 
-    for tenant in ("serving", "team-a"):
+    for tenant in ("serving", "team-a", "team-b"):
         statements = policy(f"weight-mirror-{tenant}-identity-policy")["Statement"]
         assert {"s3:PutObject", "s3:AbortMultipartUpload"} <= set(statements[0]["Action"])
         assert {r for s in statements for r in [s["Resource"]]} == {f"arn:aws:s3:::{BUCKET}/{tenant}/*", f"arn:aws:s3:::{BUCKET}"}
