@@ -233,7 +233,7 @@ class InferencePlatform(pulumi.ComponentResource):
             opts=child,
         )
         mirror = None
-        # Hugging Face revisions copied to S3 once, for the streaming pools' servers (checks.py: EKS only).
+        # Hugging Face revisions copied to S3 once, for the tenants' pods that read them (checks: EKS only).
         if config.weight_mirror is not None:
             mirror = WeightMirror(
                 "weight-mirror",
