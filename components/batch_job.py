@@ -19,18 +19,14 @@ from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentit
 
 
 def batch_job_policy(plan: BatchJobPlan) -> str:
-    """Read the input, S3 weights and an S3 adapter; read and write under the output prefix (finished chunks
-    are read back when a shard resumes); nothing else."""
+    """Read the input, S3 weights and an S3 adapter (their own, or the weight mirror's copies of Hugging Face ones);
+    read and write under the output prefix (finished chunks are read back when a shard resumes); nothing else."""
     job_config = plan.job
     reads = []
     if job_config.input.s3_uri is not None:
         reads.append(pinned_s3_uri(job_config.input))
-    source = job_config.model.source
-    if source.s3_uri is not None:
-        reads.append(pinned_s3_uri(source))
-    for module in plan.lora.modules if plan.lora is not None else ():
-        if module.source.s3_uri is not None:
-            reads.append(pinned_s3_uri(module.source))
+    sources = [plan.model_source, *(m.fetched_from for m in (plan.lora.modules if plan.lora is not None else ()))]
+    reads += [pinned_s3_uri(source) for source in sources if source.s3_uri is not None]
     return s3_policy([*((uri, ["s3:GetObject"]) for uri in reads), (job_config.output, ["s3:GetObject", "s3:PutObject"])])
 
 

@@ -41,7 +41,7 @@ class ModelArgs:
     mesh: pulumi.Resource | None = None
     # The gateway and the mesh: routes are useless before them.
     route_depends_on: tuple[pulumi.Resource, ...] = ()
-    # The weight mirror's Jobs by name: a server whose version is a copy waits for its own (ServerPlan.mirror_job).
+    # The weight mirror's Jobs by name: a server reading copies waits for theirs (ServerPlan.mirror_jobs).
     mirror_jobs: Mapping[str, pulumi.Resource] = field(default_factory=dict)
     # By server name, the digest of its servingShapes row (components/plan_reports.py serving_shape_digests).
     serving_shapes: Mapping[str, str] = field(default_factory=dict)
@@ -105,13 +105,13 @@ class Model(pulumi.ComponentResource):
         return [identity, service_account]
 
     def _server(self, server: ServerPlan, args: ModelArgs, pod_depends: list[pulumi.Resource]) -> ModelServer:
-        """One version's server; its pods also wait for the weight mirror's Job that copies its weights."""
+        """One version's server; its pods also wait for the weight mirror's Jobs that copy its weights and adapters."""
         return ModelServer(
             server.name,
             ModelServerArgs(
                 plan=server,
                 depends_on=args.depends_on,
-                pod_depends_on=(*pod_depends, *([args.mirror_jobs[server.mirror_job]] if server.mirror_job else [])),
+                pod_depends_on=(*pod_depends, *(args.mirror_jobs[job] for job in server.mirror_jobs)),
                 monitoring=args.monitoring,
                 autoscaler_depends_on=args.autoscaler_depends_on,
                 inference_extension=args.inference_extension,

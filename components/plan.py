@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from decimal import Decimal
 
-from platform_config.adapters import adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
+from platform_config.adapters import LoraLimits, adapter_modules, batch_job_adapter, batch_lora_limits, lora_limits
 from platform_config.batch_jobs import batch_gpu_request, batch_shards
 from platform_config.capacity import batch_queue_rows
 from platform_config.chart_images import chart_image_values
@@ -68,7 +68,7 @@ from platform_config.serving import (
     weights_service_account,
 )
 from platform_config.tenant_plan import tenant_plans
-from platform_config.weight_mirror import hugging_face_revision, mirror_job_name, mirrored_revisions, mirrored_source
+from platform_config.weight_mirror import hugging_face_revision, mirror_copy, mirror_job_name, mirrored_revisions
 
 from .backends import BACKENDS
 from .constants import LABEL_INSTANCE, LABEL_TENANT, SYSTEM_NODE_SELECTOR, standard_labels
@@ -101,10 +101,11 @@ def _server(
     configured = next(v for v in model.versions if v.name == version_name)
     # The loader replaced every registry reference by the pinned source it names (platform_config/registry.py).
     assert configured.source.mlflow is None, f"{model.name}/{version_name}: an unresolved MLflow registry source reached the plan"
-    # On a streaming pool with a weight mirror, a Hugging Face version is served from its copy in S3: from here on
-    # the server sees an S3 source (its args, its role, its token), and `mirrored_from` says what it copies.
-    copy = mirrored_source(config, model, configured)
+    # With a weight mirror, a Hugging Face version is served from its copy in S3: from here on the server sees an S3
+    # source (its args, its role, its token), and `mirrored_from` says what it copies; its adapters' modules likewise.
+    copy = mirror_copy(config, model.tenant, configured.source)
     version = configured if copy is None else configured.model_copy(update={"source": copy})
+    lora = _with_copies(config, model.tenant, lora_limits(config, model))
     pool = next(p for p in config.node_pools if p.name == model.pool)
     backend = backend_of(model)
     profile = effective_profile(config, model)
@@ -140,9 +141,9 @@ def _server(
         admission=None
         if backend.uses_endpoint_picker(model)
         else server_admission(config, model, running, args.prefill_tokens_per_second),
-        # Only the tenant's own token, and only where the weights (or an adapter's) come from Hugging Face.
+        # Only the tenant's own token, and only where the weights (or an adapter's) come from Hugging Face itself.
         hugging_face_token=model.tenant in hugging_face_tenants
-        and (version.source.huggingface is not None or any(m.source.huggingface for m in adapter_modules(config, model))),
+        and (version.source.huggingface is not None or _downloads_adapters(lora)),
         aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
         weights_service_account=weights_service_account(model)
         if version.source.s3_uri or _adapter_s3_uris(config, model)
@@ -154,16 +155,43 @@ def _server(
         startup_budget_seconds=startup_budget_seconds(start),
         progress_deadline_seconds=progress_deadline(start, node_provision_seconds),
         evictable_local_volumes=pool.weight_cache.allow_scale_down,
-        lora=lora_limits(config, model),
+        lora=lora,
         model_volume_size=model_volume_size(config, model),
         mirrored_from=configured.source if copy is not None else None,
-        mirror_job=mirror_job_name(model.tenant, *hugging_face_revision(configured)) if copy is not None else None,
+        mirror_jobs=_mirror_jobs(model.tenant, [configured.source if copy is not None else None, *_copied(lora)]),
     )
 
 
+def _with_copies(config: PlatformConfig, tenant: str, lora: LoraLimits | None) -> LoraLimits | None:
+    """The LoRA modules a pod of `tenant`'s loads, each Hugging Face one with the weight mirror's copy it fetches
+    instead, where the stack has a mirror (`AdapterModule.copy`)."""
+    if lora is None:
+        return None
+    modules = tuple(dataclasses.replace(m, copy=mirror_copy(config, tenant, m.source)) for m in lora.modules)
+    return dataclasses.replace(lora, modules=modules)
+
+
+def _downloads_adapters(lora: LoraLimits | None) -> bool:
+    """Whether a pod fetches a LoRA module from Hugging Face itself (one the mirror does not copy)."""
+    return lora is not None and any(m.fetched_from.huggingface is not None for m in lora.modules)
+
+
+def _copied(lora: LoraLimits | None) -> list[ModelSource]:
+    """The Hugging Face sources of the LoRA modules a pod reads from the weight mirror's copies."""
+    return [m.source for m in (lora.modules if lora is not None else ()) if m.copy is not None]
+
+
+def _mirror_jobs(tenant: str, sources: Iterable[ModelSource | None]) -> tuple[str, ...]:
+    """The weight mirror's Jobs that copy these Hugging Face sources for `tenant` (None: read from its own source),
+    once each, in order: what a pod reading the copies waits for."""
+    return tuple(dict.fromkeys(mirror_job_name(tenant, *hugging_face_revision(s)) for s in sources if s is not None))
+
+
 def _adapter_s3_uris(config: PlatformConfig, model: ModelConfig) -> set[str]:
-    """The S3 prefixes of the adapter modules the model's servers load: their workload role reads them too."""
-    return {m.source.s3_uri for m in adapter_modules(config, model) if m.source.s3_uri}
+    """The S3 prefixes the model's servers fetch their adapter modules from (their own, or the weight mirror's
+    copies): their workload role reads them too."""
+    lora = _with_copies(config, model.tenant, lora_limits(config, model))
+    return {uri for m in (lora.modules if lora is not None else ()) if (uri := m.fetched_from.s3_uri) is not None}
 
 
 def endpoint_picker_plan(
@@ -441,7 +469,7 @@ def tenant_egress(
         jobs_by_tenant[job.namespace].append(job)
 
     def job_sources(job: BatchJobPlan) -> list[ModelSource | BatchInput]:
-        return [job.job.model.source, job.job.input, *(m.source for m in (job.lora.modules if job.lora else ()))]
+        return [job.model_source, job.job.input, *(m.fetched_from for m in (job.lora.modules if job.lora else ()))]
 
     egress: dict[str, TenantEgress] = {}
     for tenant, plans in by_tenant.items():
@@ -451,9 +479,10 @@ def tenant_egress(
         uris += [source.s3_uri for source in sources if source.s3_uri is not None] + [job.job.output for job in jobs]
         egress[tenant] = TenantEgress(
             buckets=tuple(sorted({s3_parts(uri)[0] for uri in uris})),
-            hugging_face=any(s.version.source.huggingface for plan in plans for s in plan.servers)
-            or any(m.source.huggingface for plan in plans for m in adapter_modules(config, plan.model))
-            or any(source.huggingface for source in sources),
+            # Where its pods download from Hugging Face themselves: never in production (the weight mirror copies what
+            # they read; platform_config/checks/weights.py check_production_reads_hugging_face_from_the_mirror).
+            hugging_face=any(s.reads_hugging_face for plan in plans for s in plan.servers)
+            or any(job.reads_hugging_face for job in jobs),
             batch_jobs=bool(jobs),
         )
     return egress
@@ -463,7 +492,11 @@ def _batch_job(
     config: PlatformConfig, job: BatchJobConfig, hugging_face_tenants: Collection[str], image_lock: ImageLock
 ) -> BatchJobPlan:
     resource, count = batch_gpu_request(job)
-    return BatchJobPlan(
+    # With a weight mirror, its pods copy its Hugging Face model and adapter from the mirror's copies in S3.
+    copy = mirror_copy(config, job.tenant, job.model.source)
+    found = batch_job_adapter(config, job)
+    lora = _with_copies(config, job.tenant, batch_lora_limits(*found) if found is not None else None)
+    plan = BatchJobPlan(
         job=job,
         pool=next(p for p in config.node_pools if p.name == job.pool),
         gpu_resource=resource,
@@ -471,7 +504,11 @@ def _batch_job(
         shards=batch_shards(job),
         image=image_lock.pinned(VLLM.image),
         aws_cli_image=image_lock.pinned(AWS_CLI.image),
-        hugging_face_token=job.tenant in hugging_face_tenants,
+        hugging_face_token=False,
         service_account=f"batch-{job.name}",
-        lora=batch_lora_limits(*found) if (found := batch_job_adapter(config, job)) is not None else None,
+        lora=lora,
+        weights_copy=copy,
+        mirror_jobs=_mirror_jobs(job.tenant, [job.model.source if copy is not None else None, *_copied(lora)]),
     )
+    # Only the tenant's own token, and only where the job downloads from Hugging Face itself.
+    return dataclasses.replace(plan, hugging_face_token=job.tenant in hugging_face_tenants and plan.reads_hugging_face)

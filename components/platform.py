@@ -233,7 +233,7 @@ class InferencePlatform(pulumi.ComponentResource):
             opts=child,
         )
         mirror = None
-        # Hugging Face revisions copied to S3 once, for the streaming pools' servers (checks.py: EKS only).
+        # Hugging Face revisions copied to S3 once, for the tenants' pods that read them (checks: EKS only).
         if config.weight_mirror is not None:
             mirror = WeightMirror(
                 "weight-mirror",
@@ -325,8 +325,7 @@ class InferencePlatform(pulumi.ComponentResource):
         ingress: dict[str, set[tuple[str, str]]] = {t.name: set() for t in config.tenants}
         for model_plan in plan.models:
             ingress[model_plan.model.tenant].update(model_plan.backend.tenant_ingress())
-        # Tenants whose running servers read their own Hugging Face token (the plan decided which).
-        hf_tenants = {s.namespace for m in plan.models for s in m.servers if s.hugging_face_token}
+        hf_tenants = plan.hugging_face_token_tenants()
         return {
             tenant.name: Tenant(
                 tenant.name,
@@ -415,16 +414,19 @@ class InferencePlatform(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        mirror_jobs = eks.mirror.jobs if eks and eks.mirror is not None else {}
         for job_plan in plan.batch_jobs:
             tenant = self.tenants[job_plan.namespace]
+            # istiod too: its injector adds the pods' sidecar, and Fails them while it cannot answer; and the weight
+            # mirror's Jobs that copy what its pods read.
+            waits = (*kueue.ready, *priority_classes.classes, *tenant.workload_prerequisites, mesh.istiod)
             BatchJob(
                 job_plan.name,
                 BatchJobArgs(
                     plan=job_plan,
                     access=eks.access if eks else None,
                     depends_on=(tenant.namespace_object,),
-                    # istiod too: its injector adds the pods' sidecar, and Fails them while it cannot answer.
-                    pod_depends_on=(*kueue.ready, *priority_classes.classes, *tenant.workload_prerequisites, mesh.istiod),
+                    pod_depends_on=(*waits, *(mirror_jobs[name] for name in job_plan.mirror_jobs)),
                 ),
                 opts=child,
             )

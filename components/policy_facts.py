@@ -59,8 +59,6 @@ from .specs.knative import KNATIVE_BUNDLED_BUDGET, KNATIVE_CONTROL_PLANE, knativ
 from .specs.kueue import KUEUE_MANAGER_SELECTOR, QUEUE_NAME_LABEL
 from .specs.network import (
     EGRESS_GATEWAY_SIDECAR_HOST,
-    HUGGING_FACE_DOWNLOADERS,
-    INSTANCE_METADATA_CIDRS,
     ISTIOD_SELECTOR,
     POD_IDENTITY_AGENT_CIDRS,
     PRIVATE_CIDRS,
@@ -167,8 +165,6 @@ def _egress_gateway() -> dict[str, Any]:
         "sidecarHost": EGRESS_GATEWAY_SIDECAR_HOST,
         "selector": dict(EGRESS_GATEWAY_SELECTOR),
         "port": EGRESS_GATEWAY_PORT,
-        "huggingFaceDownloaders": list(HUGGING_FACE_DOWNLOADERS["matchExpressions"][0]["values"]),
-        "instanceMetadataCidrs": list(INSTANCE_METADATA_CIDRS),
     }
 
 

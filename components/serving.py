@@ -24,8 +24,9 @@ from .shapes import BatchJobPlan, ModelPlan, RoutePlan, ServingBackend
 @dataclass(frozen=True)
 class TenantEgress:
     """What a tenant's model servers and batch jobs reach outside the cluster: the S3 buckets of their
-    weights and adapters, and of the jobs' input and output (their workload roles'), and Hugging Face
-    where a version, adapter, job model or job input downloads from it."""
+    weights and adapters (the weight mirror's among them, where they read its copies), and of the jobs' input and
+    output (their workload roles'), and Hugging Face where a version, adapter, job model or job input downloads
+    from it itself (never in production: platform_config/weight_mirror.py)."""
 
     buckets: tuple[str, ...] = ()
     hugging_face: bool = False
@@ -49,7 +50,7 @@ class Plan:
     batch_jobs: tuple[BatchJobPlan, ...] = ()
     # Each tenant's batch quota per pool, as its Kueue ClusterQueue states it (platform_config/capacity.py).
     batch_queues: tuple[BatchQueueRow, ...] = ()
-    # The Hugging Face revisions the weight mirror copies to S3 for the streaming pools, each once per tenant.
+    # The Hugging Face revisions the weight mirror copies to S3 for the tenants' pods, each once per tenant.
     mirrored_revisions: tuple[MirroredRevision, ...] = ()
     # By tenant, where its model servers may connect outside the cluster (every tenant has one).
     egress: Mapping[str, TenantEgress] = field(default_factory=dict)
@@ -78,3 +79,9 @@ class Plan:
     def backends(self) -> tuple[ServingBackend, ...]:
         """The backends the stack's models use, each once, in the models' order."""
         return tuple({m.backend.mode: m.backend for m in self.models}.values())
+
+    def hugging_face_token_tenants(self) -> set[str]:
+        """The tenants whose running servers or batch jobs read their own Hugging Face token: their pods download from
+        Hugging Face themselves (never in production, where the weight mirror does)."""
+        servers = {s.namespace for m in self.models for s in m.servers if s.hugging_face_token}
+        return servers | {job.namespace for job in self.batch_jobs if job.hugging_face_token}

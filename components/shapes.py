@@ -251,7 +251,7 @@ class BatchJobPlan:
     gpu_count: int
     shards: int
     image: str
-    # The tenant's Hugging Face token is in its namespace (gated weights or datasets).
+    # The tenant's Hugging Face token is in its pods (gated weights or datasets they download themselves).
     hugging_face_token: bool
     # The service account whose workload role reads the input (and S3 weights) and writes the output.
     service_account: str
@@ -259,10 +259,30 @@ class BatchJobPlan:
     lora: LoraLimits | None = None
     # The aws CLI image of its stage-in, weight and adapter copies and uploader (with its digest, where locked).
     aws_cli_image: str = AWS_CLI.image
+    # The weight mirror's copy of the job's Hugging Face model, which its pods copy from S3 instead
+    # (platform_config/weight_mirror.py); None where they read the job's own source.
+    weights_copy: ModelSource | None = None
+    # The weight mirror's Jobs that copy what its pods read (the model, the adapter), which they wait for.
+    mirror_jobs: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return self.job.name
+
+    @property
+    def model_source(self) -> ModelSource:
+        """Where its pods read the model's weights: the mirror's copy, else the job's own source."""
+        return self.weights_copy if self.weights_copy is not None else self.job.model.source
+
+    @property
+    def reads_hugging_face(self) -> bool:
+        """Whether its pods download from Hugging Face themselves: the model, the adapter or the input dataset."""
+        modules = self.lora.modules if self.lora is not None else ()
+        return (
+            self.model_source.huggingface is not None
+            or self.job.input.huggingface is not None
+            or any(m.fetched_from.huggingface is not None for m in modules)
+        )
 
     @property
     def namespace(self) -> str:
@@ -324,8 +344,8 @@ class ServerPlan:
     # The Hugging Face revision `version.source` is the weight mirror's copy of (platform_config/weight_mirror.py);
     # None where the version is served from its own source.
     mirrored_from: ModelSource | None = None
-    # The weight mirror's Job that copies it, which its pods wait for (platform_config/weight_mirror.py).
-    mirror_job: str | None = None
+    # The weight mirror's Jobs that copy what its pods read (the weights, the adapters' modules), which they wait for.
+    mirror_jobs: tuple[str, ...] = ()
     # The aws CLI image of its weight and adapter copies (with its digest, where the stack's image lock holds it).
     aws_cli_image: str = AWS_CLI.image
 
@@ -336,6 +356,12 @@ class ServerPlan:
     @property
     def time_sliced(self) -> bool:
         return self.pool.sharing.mode == "timeSlicing"
+
+    @property
+    def reads_hugging_face(self) -> bool:
+        """Whether its pods download from Hugging Face themselves: the weights, or an adapter's module."""
+        modules = self.lora.modules if self.lora is not None else ()
+        return self.version.source.huggingface is not None or any(m.fetched_from.huggingface is not None for m in modules)
 
     @property
     def weights_streamed(self) -> bool:

@@ -1,7 +1,7 @@
-"""The weight mirror (`weightMirror`): the S3 bucket that holds a copy of every Hugging Face revision the streaming
-pools serve (private, owner-enforced, TLS-only, with abandoned multipart uploads cleaned up), the S3 gateway
-endpoint if the stack asks for one, and in the `model-weights` namespace one Job per revision that writes its copy
-(components/specs/weight_mirror.py). A server of a mirrored version waits for its Job (`jobs`, by name)."""
+"""The weight mirror (`weightMirror`): the S3 bucket that holds a copy of every Hugging Face revision the tenants'
+pods read (private, owner-enforced, TLS-only, with abandoned multipart uploads cleaned up), the S3 gateway endpoint
+if the stack asks for one, and in the `model-weights` namespace one Job per revision that writes its copy
+(components/specs/weight_mirror.py). A pod reading a copy waits for its Job (`jobs`, by name)."""
 
 from __future__ import annotations
 

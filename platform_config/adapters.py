@@ -49,10 +49,18 @@ class AdapterModule:
     # The OpenAI name of the model that declares the adapter (its base), and the tenant that owns the adapter.
     base_name: str
     tenant: str
+    # The weight mirror's copy its pods fetch instead, where `source` is Hugging Face and the stack has a mirror
+    # (platform_config/weight_mirror.py; the plan sets it); None where they fetch `source` itself.
+    copy: ModelSource | None = None
 
     @property
     def name(self) -> str:
         return module_name(self.adapter, self.revision)
+
+    @property
+    def fetched_from(self) -> ModelSource:
+        """Where its pods fetch its files from: the mirror's copy, else its own source."""
+        return self.copy if self.copy is not None else self.source
 
 
 def adapter_revisions(adapter: LoraAdapter) -> list[tuple[str | None, ModelSource]]:

@@ -24,7 +24,7 @@ from decimal import Decimal
 
 from .adapters import adapter_files_bytes, carried_adapters
 from .gpu_catalog import INSTANCE_TYPES, InstanceType
-from .models import ModelConfig, NodePoolConfig, PlatformConfig, duration_seconds
+from .models import BatchModel, ModelConfig, NodePoolConfig, PlatformConfig, duration_seconds
 from .quantity import gib_quantity, parse_quantity
 
 INSTANCE_STORE = "instanceStore"
@@ -154,7 +154,7 @@ def model_volume_size(config: PlatformConfig, model: ModelConfig) -> str | None:
     return model.resources.cache_size if modules is None else gib_quantity(math.ceil(modules / 2**30))
 
 
-def weights_bytes(model: ModelConfig) -> Decimal:
+def weights_bytes(model: ModelConfig | BatchModel) -> Decimal:
     size = model.resources.weights_size if model.resources.weights_size is not None else model.resources.cache_size
     return parse_quantity(size)
 

@@ -48,9 +48,11 @@ def raw_stack(stack: str) -> dict[str, Any]:
 
 def downloading_weights(raw: dict[str, Any]) -> dict[str, Any]:
     """A stack without its weight mirror, each pool on the disk it would have by default (prod's p5 and g6: the
-    instance store): its servers download their Hugging Face weights themselves, the path tests of the download,
-    the cache volume and the token hold to (prod itself streams the mirror's copies)."""
+    instance store), outside production (staging, where a stack may do without the mirror): its servers download
+    their Hugging Face weights themselves, the path tests of the download, the cache volume and the token hold to
+    (prod itself reads the mirror's copies, as production must)."""
     raw.pop("weightMirror", None)
+    raw["environment"] = "staging"
     for pool in raw["nodePools"]:
         pool.setdefault("weightCache", {})["medium"] = "instanceStore"
     return raw

@@ -140,8 +140,11 @@ def test_the_job_is_indexed_queued_and_leaves_suspend_to_kueue():
     assert [c["name"] for c in pod["containers"]] == ["runner", "uploader"]
     runner = pod["containers"][0]
     assert runner["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert runner["args"][:4] == ["vllm", "run-batch", "--model", "Qwen/Qwen2.5-7B-Instruct"]
-    assert "--revision" in runner["args"] and "-i" not in runner["args"]
+    # Prod's weight mirror copied the job's Hugging Face model: `fetch-weights` copies it from S3, the engine loads it
+    # from there, offline (test_weight_mirror.py holds the copy).
+    (fetch,) = [c for c in pod["initContainers"] if c["name"] == "fetch-weights"]
+    assert runner["args"][:4] == ["vllm", "run-batch", "--model", fetch["command"][-1]]
+    assert "--revision" not in runner["args"] and "-i" not in runner["args"]
     # The ConfigMap ships the very runner the tests below run.
     assert runner_config_map(by_name["ticket-labels"])["data"]["batch_runner.py"] == RUNNER.read_text()
 
@@ -493,18 +496,25 @@ def test_a_job_on_a_pool_its_tenant_may_not_use():
 def test_an_input_that_is_not_pinned(input_, message):
     raw = prod()
     raw["batchJobs"][0]["input"] = input_
-    (problem,) = [p for p in config_problems(raw) if p.startswith("inference-platform:batchJobs[0].input")]
-    assert problem.startswith("inference-platform:batchJobs[0].input.revision: ") and message in problem
+    (problem,) = [p for p in config_problems(raw) if p.startswith("inference-platform:batchJobs[0].input.revision: ")]
+    assert message in problem
 
 
 def test_a_pinned_dataset_input_is_read_by_the_runner():
     raw = prod()
     raw["batchJobs"][0]["input"] = {"huggingface": "team-b/tickets", "revision": "a" * 40, "files": ["data/train.jsonl"]}
+    # Production refuses it: its pods download nothing from Hugging Face, and the weight mirror copies no dataset.
+    (refused,) = [p for p in config_problems(copy.deepcopy(raw)) if p.startswith("inference-platform:batchJobs[0].input")]
+    assert refused.startswith("inference-platform:batchJobs[0].input.huggingface: is a Hugging Face dataset")
+    assert "give 'input.s3Uri'" in refused
+    raw["environment"] = "staging"
     job_plan = validate(raw).batch_jobs[0]
     pod = job(job_plan)["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert (env["BATCH_INPUT_HF_REPO"], env["BATCH_INPUT_HF_REVISION"]) == ("team-b/tickets", "a" * 40)
     assert json.loads(env["BATCH_INPUT_FILES"]) == ["data/train.jsonl"] and "BATCH_INPUT_DIR" not in env
+    # It reaches the Hub for its input: not offline.
+    assert "HF_HUB_OFFLINE" not in env
     # Only the shard's finished chunks are staged in.
     (stage_in,) = [c for c in pod["initContainers"] if c["name"] == "stage-in"]
     assert "--include '*.jsonl'" not in stage_in["command"][2]
@@ -563,6 +573,10 @@ def test_a_jobs_workload_role_reads_its_input_and_writes_only_its_output(preview
     objects = {s["Resource"]: s["Action"] for s in statements if s["Action"] != ["s3:ListBucket"]}
     assert objects == {
         "arn:aws:s3:::team-b-batch/inputs/tickets/2026-11-30/*": ["s3:GetObject"],
+        # The weight mirror's copy of its model, under team-b's own part of the mirror.
+        "arn:aws:s3:::inference-prod-model-weights/team-b/Qwen/Qwen2.5-7B-Instruct/a09a35458c702b33eeacc393d103063234e8bc28/*": [
+            "s3:GetObject"
+        ],
         "arn:aws:s3:::team-b-batch/outputs/ticket-labels/2026-11-30/*": ["s3:GetObject", "s3:PutObject"],
     }
     # The same document is the role's policy in the preview, and the pod runs as its service account.

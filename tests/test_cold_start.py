@@ -56,8 +56,9 @@ def test_the_default_cache_is_the_instance_store_where_the_instance_has_one(prod
     # With a weight mirror, every pool streams its copies from S3 by default.
     config = parse_platform_config(prod_raw)
     assert [cache_medium(p) for p in config.node_pools] == ["s3Stream", "s3Stream"]
-    # Without one, the node's own disk.
+    # Without one (outside production, which needs it for Hugging Face weights), the node's own disk.
     del prod_raw["weightMirror"]
+    prod_raw["environment"] = "staging"
     config = parse_platform_config(prod_raw)
     assert [cache_medium(p) for p in config.node_pools] == ["instanceStore", "instanceStore"]
     # nodeadm stripes the instance store; Bottlerocket's own settings are not written, so its pools use the root volume.
@@ -106,8 +107,10 @@ def test_the_70b_on_p5_starts_in_under_five_minutes_with_the_default_cache(prod_
     # engine's 90 s.
     assert start.medium == "s3Stream" and start.weights_seconds == math.ceil(132 * 2**30 / 2.72e9) == 53
     assert start.total_seconds == 72 + 53 + 90 == 215 < 5 * 60
-    # Without the mirror, the instance store: 132Gi downloaded at 10 Gbit/s.
+    # Without the mirror (outside production, which needs it for Hugging Face weights), the instance store: 132Gi
+    # downloaded at 10 Gbit/s.
     del prod_raw["weightMirror"]
+    prod_raw["environment"] = "staging"
     config = parse_platform_config(prod_raw)
     start = cold_start(config, model_named(config, "llama-70b"))
     assert start.medium == "instanceStore" and start.weights_seconds == math.ceil(132 * 2**30 / 1.25e9) == 114

@@ -49,7 +49,8 @@ def test_pod_identity_or_irsa(prod, prod_raw):
     association = prod.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
     # The controllers', every model's servers (each streams the weight mirror's copy of its revision; the 8B's and
     # its batch model's also read its LoRA adapters from S3, each with a role of its own), the mirror's per tenant
-    # (it writes the tenant's copies) and each batch job's (it reads its input and writes its output in S3).
+    # (it writes the tenant's copies: team-b's of its batch jobs' model too) and each batch job's (it reads its input
+    # and the mirror's copy of its model, and writes its output in S3).
     assert sorted(a["inputs"]["serviceAccount"] for a in association) == [
         "aws-load-balancer-controller",
         "batch-review-labels",
@@ -61,6 +62,7 @@ def test_pod_identity_or_irsa(prod, prod_raw):
         "llama-8b-weights",
         "mirror-serving",
         "mirror-team-a",
+        "mirror-team-b",
     ]
     prod_raw["cluster"]["eks"]["workloadIdentity"] = "irsa"
     irsa = Evaluated(prod_raw)

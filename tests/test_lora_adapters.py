@@ -4,6 +4,7 @@ patterns in RE2), the adapter canary, the memory estimate, and every config erro
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -18,6 +19,7 @@ from platform_config.models import VLLM_MAX_LORA_RANKS
 from .helpers import (
     Evaluated,
     config_problems,
+    downloading_weights,
     owning,
     pinned_vllm_flags,
     raw_stack,
@@ -114,16 +116,32 @@ def test_each_revision_is_fetched_at_its_pinned_location_before_vllm_starts(prod
     ]
 
 
-def test_hugging_face_adapters_are_downloaded_at_their_commit(prod_raw):
+def test_hugging_face_adapters_are_fetched_from_the_mirrors_copy_or_at_their_commit(prod_raw):
+    from components.specs.pod import pod_spec
+    from platform_config.weight_mirror import mirror_job_name
+
     revision = "a" * 40
     prod_raw["models"][BASE]["adapters"][1]["source"] = {"huggingface": "org/sql-lora", "revision": revision}
-    plan = validate(prod_raw)
+    # With prod's weight mirror: the pods copy the mirror's copy of the commit, in serving's part of the mirror, with
+    # the aws CLI as they copy an S3 adapter, after the Job that made it; nothing of theirs reaches Hugging Face.
+    plan = validate(copy.deepcopy(prod_raw))
     server = next(s for m in plan.models for s in m.servers if s.name == "llama-8b-v1")
-    from components.specs.pod import pod_spec
-
+    spec = pod_spec(server)
+    inits = [c for c in spec["initContainers"] if c["name"].startswith("fetch-adapter")]
+    syncs = {c["command"][-1]: c["command"][:3] + [c["command"][-2]] for c in inits}
+    copied = f"s3://inference-prod-model-weights/serving/org/sql-lora/{revision}/"
+    assert syncs[f"{ADAPTERS_DIR}/{SQL}"] == ["aws", "s3", "sync", copied] and "fetch-adapters" not in {c["name"] for c in inits}
+    job = mirror_job_name("serving", "org/sql-lora", revision)
+    assert job in server.mirror_jobs and job in {r.job_name for r in plan.mirrored_revisions}
+    (vllm,) = spec["containers"]
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in vllm["env"]
+    # Its workload role reads that copy (under serving's part of the mirror), and the mirror's Job writes it.
+    assert copied in {uri + "/" + revision + "/" for m in plan.models for uri in m.s3_uris}
+    # Without a mirror (outside production only), vLLM would fetch a repository id at no revision: the init container
+    # fetches it at the commit, into the path vLLM is given.
+    plan = validate(downloading_weights(prod_raw))
+    server = next(s for m in plan.models for s in m.servers if s.name == "llama-8b-v1")
     (fetch,) = [c for c in pod_spec(server)["initContainers"] if c["name"] == "fetch-adapters"]
-    # vLLM would fetch a repository id at no revision: the init container fetches it at the commit, into the path
-    # vLLM is given.
     assert fetch["command"][3:] == ["org/sql-lora", revision, f"{ADAPTERS_DIR}/{SQL}"]
     assert "snapshot_download(repo_id=repo, revision=revision, local_dir=directory)" in fetch["command"][2]
     assert fetch["image"] == server.image
@@ -134,19 +152,26 @@ def test_a_hugging_face_adapter_is_fetched_with_the_tenants_token_only(prod_raw)
     from components.specs.pod import pod_spec
     from platform_config.loader import parse_platform_config as parse
 
-    # Base weights from S3, one adapter from Hugging Face: the adapter's fetch still needs the tenant's token.
+    # Base weights from S3, one adapter from Hugging Face: the adapter's fetch still needs the tenant's token, where
+    # the pod downloads it itself (without a weight mirror: outside production).
     # (The batch model, which loads the adapters too, serves the same weights.)
     for version in prod_raw["models"][BASE]["versions"] + prod_raw["models"][BATCH]["versions"]:
         version["source"] = {"s3Uri": "s3://inference-prod-weights/llama-3.1-8b", "revision": "2026-07-23"}
     owning(prod_raw, "serving", "s3://inference-prod-weights/llama-3.1-8b")
     prod_raw["models"][BASE]["adapters"][1]["source"] = {"huggingface": "org/sql-lora", "revision": "a" * 40}
-    config = parse(prod_raw)
+    mirrored = parse(copy.deepcopy(prod_raw))
+    config = parse(downloading_weights(prod_raw))
     for tenants, expected in ((("serving",), True), (("team-a",), False)):
         server = next(
             s for m in resolve(config, hugging_face_tenants=tenants).models for s in m.servers if s.name == "llama-8b-v1"
         )
         (fetch,) = [c for c in pod_spec(server)["initContainers"] if c["name"] == "fetch-adapters"]
         assert any(e["name"] == "HF_TOKEN" for e in fetch["env"]) is expected, tenants
+    # With the mirror, the pod downloads nothing from Hugging Face: no token in it.
+    server = next(
+        s for m in resolve(mirrored, hugging_face_tenants=("serving",)).models for s in m.servers if s.name == "llama-8b-v1"
+    )
+    assert not server.hugging_face_token and "HF_TOKEN" not in json.dumps(pod_spec(server))
 
 
 def test_limits_follow_the_adapters_unless_configured(prod_raw):

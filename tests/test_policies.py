@@ -1267,6 +1267,12 @@ def _namespace_labels(name: str, labels: dict[str, str]) -> Callable[[list[Recor
     return changed
 
 
+def _runner_model(template: dict[str, Any], model: str) -> None:
+    """The batch runner's engine told to load `model` (its `--model`)."""
+    args = next(c for c in template["spec"]["containers"] if c["name"] == "runner")["args"]
+    args[args.index("--model") + 1] = model
+
+
 def _stray_workload(rs: list[RecordedResource], labels: dict[str, str] | None = None) -> list[RecordedResource]:
     """A Deployment a change puts in a tenant's namespace beside its jobs, neither a server nor a picker (`labels`:
     its pods' labels)."""
@@ -1298,7 +1304,9 @@ def _stray_workload(rs: list[RecordedResource], labels: dict[str, str] | None = 
         # holds the weights of team-b's labeller too).
         (lambda rs: [r for r in rs if r.name != "team-b-egress-s3"],
          BATCH_JOBS | {"batch-labeller-v1-knative-service", "egress-gateway-tenant-team-b"}),
-        (lambda rs: [r for r in rs if r.name != "team-b-egress-hugging-face"], BATCH_JOBS | {"egress-gateway-tenant-team-b"}),
+        # In production a job reads its model from the weight mirror's copy: one downloading it from Hugging Face
+        # itself is refused (and its namespace names no Hugging Face host to reach it by).
+        (_job_template("review-labels-job", lambda t: _runner_model(t, "Qwen/Qwen2.5-7B-Instruct")), {"review-labels-job"}),
         # Anything else in a tenant's namespace is held to the same, unless it is a picker.
         (_stray_workload, {"stray"}),
         # ... a picker's label on pods that run other images than the picker's included.
@@ -1310,7 +1318,7 @@ def _stray_workload(rs: list[RecordedResource], labels: dict[str, str] | None = 
         # A tenant namespace the injector skips leaves every pod in it without the sidecar.
         (_namespace_labels("team-b", {"istio-injection": "disabled"}), {"team-b"}),
     ],
-    ids=["no-sidecar", "unmeshed", "credentials-through-the-sidecar", "no-s3-entry", "no-hugging-face-entry", "stray",
+    ids=["no-sidecar", "unmeshed", "credentials-through-the-sidecar", "no-s3-entry", "downloads-from-hugging-face", "stray",
          "stray-labelled-as-a-picker", "stub-with-a-command", "host-network", "namespace-not-injected"],
 )  # fmt: skip
 def test_a_tenants_batch_jobs_and_any_other_workload_egress_by_host(harness, baseline, change, flagged):
@@ -1319,7 +1327,34 @@ def test_a_tenants_batch_jobs_and_any_other_workload_egress_by_host(harness, bas
 
 
 PICKER_API = "team-a-allow-picker-api-egress"
-TENANT_HTTPS = "team-b-allow-hugging-face-egress"  # team-b's servers and jobs to Hugging Face's CDN
+TENANT_HTTPS = "team-b-allow-hugging-face-egress"  # team-b's servers and jobs to Hugging Face's CDN, outside production
+
+
+def _download_rule(selector: dict[str, Any] | None = None):
+    """Team-b's namespace with the Hugging Face download rule a stack outside production without a weight mirror
+    renders (HTTPS anywhere but instance metadata, for its servers' and jobs' pods), selecting `selector` instead."""
+    from components.specs.network import HUGGING_FACE_DOWNLOADERS, https_anywhere, network_policy
+
+    def changed(records: list[RecordedResource]) -> list[RecordedResource]:
+        rule = copy.deepcopy(next(r for r in records if r.name == "team-b-allow-egress-gateway-egress"))
+        spec = network_policy("team-b", "allow-hugging-face-egress", "Egress", https_anywhere(), HUGGING_FACE_DOWNLOADERS)
+        if selector is not None:
+            spec["spec"]["podSelector"] = selector
+        rule.name, rule.urn = TENANT_HTTPS, rule.urn.replace("team-b-allow-egress-gateway-egress", TENANT_HTTPS)
+        rule.inputs = rule.outputs = spec
+        return [*records, rule]
+
+    return changed
+
+
+def test_a_download_rule_selecting_the_pickers_lets_them_out(baseline):
+    """Outside production a tenant without a weight mirror keeps the Hugging Face download rule for its servers' and
+    jobs' pods; NetworkPolicies add up, so one selecting every pod lets the pickers out too. (In production the rule
+    itself is refused: test_policy_bypasses.py.)"""
+    staging = PolicyHarness("staging")
+    assert "tenant-egress-by-host" not in analyze_stack(staging, stack_with(baseline, _download_rule()))
+    hits = staging.analyze_stack(stack_with(baseline, _download_rule({})))
+    assert {d.urn.rsplit("::", 1)[-1] for d in hits if d.policy == "tenant-egress-by-host"} == {TENANT_HTTPS}
 
 
 @pytest.mark.parametrize(
@@ -1327,13 +1362,12 @@ TENANT_HTTPS = "team-b-allow-hugging-face-egress"  # team-b's servers and jobs t
     [
         (lambda rs: rs, set()),
         # NetworkPolicies add up: one that selects the pickers and lets them out is enough.
-        (edit(TENANT_HTTPS, lambda p: p["spec"].update(podSelector={})), {TENANT_HTTPS}),
         (edit(PICKER_API, lambda p: p["spec"]["egress"][0]["to"].append({"ipBlock": {"cidr": "0.0.0.0/0"}})), {PICKER_API}),
         (edit(PICKER_API, lambda p: p["spec"]["egress"].append({"ports": [{"protocol": "TCP", "port": 443}]})), {PICKER_API}),
         # In-cluster peers by selector, and a narrower private block, are within what a picker may reach.
         (edit(PICKER_API, lambda p: p["spec"]["egress"][0]["to"].append({"ipBlock": {"cidr": "10.1.0.0/16"}})), set()),
     ],
-    ids=["as-rendered", "https-policy-selects-pickers", "public-block", "rule-without-to", "narrower-private-block"],
+    ids=["as-rendered", "public-block", "rule-without-to", "narrower-private-block"],
 )  # fmt: skip
 def test_an_endpoint_pickers_egress_stays_within_private_addresses(harness, baseline, change, flagged):
     hits = harness.analyze_stack(stack_with(baseline, change))

@@ -1271,6 +1271,8 @@ EGRESS_HOST = "istio-egressgateway.istio-egress.svc.cluster.local"
 ANYWHERE_443 = {"ports": [{"protocol": "TCP", "port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}
 TEAM_A_GATEWAY = "team-a-allow-egress-gateway-egress"  # team-a's pods to the egress gateway (team-a reads S3 only)
 TEAM_B_HUGGING_FACE = "team-b-allow-hugging-face-egress"  # team-b's servers and jobs to Hugging Face's CDN
+TEAM_B_S3 = "team-b-egress-s3"  # team-b's ServiceEntry of its buckets' hosts (and the weight mirror's)
+TEAM_B_HUB = "team-b-egress-hugging-face"  # a ServiceEntry of Hugging Face's hosts, as rendered outside production
 TEAM_B_ROUTES, TEAM_B_SUBSETS = "team-b-egress-routes", "team-b-egress-subsets"
 EGRESS_GATEWAY_OBJECT = "egress-gateway-gateway"
 TEAM_A_GRANT = "egress-gateway-tenant-team-a"
@@ -1294,6 +1296,40 @@ def _first_rule(record: dict[str, Any]) -> dict[str, Any]:
     return record["spec"]["egress"][0]
 
 
+def _with_download_rule(change=lambda spec: None):
+    """Team-b's namespace with the Hugging Face download rule a stack outside production without a weight mirror
+    renders (components/specs/network.py outbound_policies: HTTPS anywhere but instance metadata, for its servers'
+    and jobs' pods), `change`d."""
+    from components.specs.network import HUGGING_FACE_DOWNLOADERS, https_anywhere, network_policy
+
+    def changed(records: list[RecordedResource]) -> list[RecordedResource]:
+        rule = copy.deepcopy(next(r for r in records if r.name == TEAM_A_GATEWAY))
+        policy = network_policy("team-b", "allow-hugging-face-egress", "Egress", https_anywhere(), HUGGING_FACE_DOWNLOADERS)
+        change(policy)
+        rule.name, rule.urn = TEAM_B_HUGGING_FACE, rule.urn.replace(TEAM_A_GATEWAY, TEAM_B_HUGGING_FACE)
+        rule.inputs = rule.outputs = policy
+        return [*records, rule]
+
+    return changed
+
+
+def _with_hub_entry(*hosts: str):
+    """Team-b's namespace with a ServiceEntry of Hugging Face's `hosts`, of the form the program renders outside
+    production (components/tenant.py), beside its S3 one."""
+
+    def changed(records: list[RecordedResource]) -> list[RecordedResource]:
+        entry = copy.deepcopy(next(r for r in records if r.name == TEAM_B_S3))
+        entry.name, entry.urn = TEAM_B_HUB, entry.urn.replace(TEAM_B_S3, TEAM_B_HUB)
+        entry.outputs["metadata"]["name"] = "hugging-face"
+        entry.outputs["spec"]["hosts"] = list(hosts)
+        if any(h.startswith("*.") for h in hosts):
+            entry.outputs["spec"]["resolution"] = "DYNAMIC_DNS"
+        entry.inputs = entry.outputs
+        return [*records, entry]
+
+    return changed
+
+
 def _subset(record: dict[str, Any], host_part: str) -> dict[str, Any]:
     return next(s for s in record["spec"]["subsets"] if host_part in s["trafficPolicy"]["portLevelSettings"][0]["tls"]["sni"])
 
@@ -1313,18 +1349,18 @@ def _grant(record: dict[str, Any]) -> dict[str, Any]:
         (_edit(TEAM_A_GATEWAY, lambda p: p["spec"]["egress"].append({"ports": [{"protocol": "TCP", "port": 22}]})),
          {TEAM_A_GATEWAY}),
         (_edit(TEAM_A_GATEWAY, lambda p: p["spec"]["egress"].append({"to": [{"ipBlock": {"cidr": "::/0"}}]})), {TEAM_A_GATEWAY}),
-        # The Hugging Face download rule: only its servers and jobs, only HTTPS, never instance metadata.
-        (_edit(TEAM_B_HUGGING_FACE, lambda p: p["spec"].update(podSelector={})), {TEAM_B_HUGGING_FACE}),
-        (_edit(TEAM_B_HUGGING_FACE, lambda p: p["spec"]["podSelector"]["matchExpressions"][0].update(operator="NotIn")),
-         {TEAM_B_HUGGING_FACE}),
-        (_edit(TEAM_B_HUGGING_FACE, lambda p: _first_rule(p).pop("ports")), {TEAM_B_HUGGING_FACE}),
-        (_edit(TEAM_B_HUGGING_FACE, lambda p: _first_rule(p)["to"][0]["ipBlock"].pop("except")), {TEAM_B_HUGGING_FACE}),
-        (_edit(TEAM_B_HUGGING_FACE, lambda p: _first_rule(p)["ports"].append({"protocol": "TCP", "port": 80})),
-         {TEAM_B_HUGGING_FACE}),
-        # ... and only where the namespace downloads from the wildcard hosts it exists for.
-        (_without("team-b-egress-hugging-face-downloads"), {TEAM_B_HUGGING_FACE}),
+        # No Hugging Face in production: the download rule a stack outside production renders, however narrow (its
+        # servers and jobs only, HTTPS only, instance metadata excepted), with the wildcard hosts it exists for or
+        # without; and any ServiceEntry of Hugging Face's hosts (the weight mirror's Jobs download from there).
+        (_with_download_rule(), {TEAM_B_HUGGING_FACE}),
+        (_with_download_rule(lambda p: p["spec"].update(podSelector={})), {TEAM_B_HUGGING_FACE}),
+        (_with_download_rule(lambda p: p["spec"]["egress"][0]["to"].pop(1)), {TEAM_B_HUGGING_FACE}),
+        (lambda rs: _with_download_rule()(_with_hub_entry("*.huggingface.co", "*.hf.co")(rs)),
+         {TEAM_B_HUGGING_FACE, TEAM_B_HUB}),
+        (_with_hub_entry("huggingface.co"), {TEAM_B_HUB}),
+        (_with_hub_entry("*.hf.co"), {TEAM_B_HUB}),
         # A host sent around the gateway, or to it unidentified.
-        (_without(TEAM_B_ROUTES), {"team-b-egress-s3", "team-b-egress-hugging-face"}),
+        (_without(TEAM_B_ROUTES), {TEAM_B_S3}),
         (_edit(TEAM_B_ROUTES, lambda v: v["spec"]["tls"][0]["route"][0]["destination"].update(
             host="team-b-batch.s3.us-east-1.amazonaws.com")), {TEAM_B_ROUTES}),
         (_edit(TEAM_B_SUBSETS, lambda d: _subset(d, "team-b-batch.s3.us-east-1")["trafficPolicy"][
@@ -1350,8 +1386,8 @@ def _grant(record: dict[str, Any]) -> dict[str, Any]:
          {"review-labels-job", "ticket-labels-job"}),
     ],
     ids=["as-rendered", "https-anywhere", "split-address-space", "rule-without-to", "ipv6-anywhere",
-         "downloads-for-every-pod", "downloads-for-other-pods", "downloads-on-every-port", "downloads-reach-metadata",
-         "downloads-over-http", "downloads-without-wildcards", "no-route", "route-around-the-gateway",
+         "download-rule", "download-rule-for-every-pod", "download-rule-ipv4-only", "download-rule-with-its-hosts",
+         "hub-host", "hub-download-hosts", "no-route", "route-around-the-gateway",
          "subset-without-mtls", "subset-names-another-host", "no-subset", "passthrough-server", "another-tenants-host",
          "grant-to-anyone", "grant-to-any-host", "grant-by-exclusion", "grant-by-principal", "grant-to-a-platform-namespace",
          "no-grant", "sidecar-sees-istio-system"],
@@ -1368,3 +1404,7 @@ def test_outside_production_the_egress_gateway_is_not_required(baseline):
     change = _edit(TEAM_A_GATEWAY, lambda p: p["spec"]["egress"].append(ANYWHERE_443))
     assert "tenant-egress-by-host" not in analyze_stack(staging, stack_with(baseline, change))
     assert analyze_stack(PolicyHarness("prod"), stack_with(baseline, change))["tenant-egress-by-host"] == "mandatory"
+    # So may a tenant's servers and jobs download from Hugging Face there, where a stack may do without the mirror.
+    downloads = lambda rs: _with_download_rule()(_with_hub_entry("*.huggingface.co", "*.hf.co")(rs))  # noqa: E731
+    assert "tenant-egress-by-host" not in analyze_stack(staging, stack_with(baseline, downloads))
+    assert analyze_stack(PolicyHarness("prod"), stack_with(baseline, downloads))["tenant-egress-by-host"] == "mandatory"

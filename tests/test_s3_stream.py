@@ -51,10 +51,14 @@ FOLDER = "2026-11-30"
 
 def streaming_h100(raw: dict[str, Any]) -> dict[str, Any]:
     """The prod stack without its weight mirror, its h100 pool streaming and every model on it given S3 weights of
-    its own (prod's are Hugging Face revisions the mirror copies); l4-batch downloads onto its instance store."""
-    raw = downloading_weights(raw)
-    pool = next(p for p in raw["nodePools"] if p["name"] == "h100")
-    pool["weightCache"] = {"medium": "s3Stream"}
+    its own (prod's are Hugging Face revisions the mirror copies), and so its batch jobs, which production then needs
+    (it reads no Hugging Face source without a mirror); l4-batch caches onto its instance store."""
+    raw.pop("weightMirror", None)
+    for pool in raw["nodePools"]:
+        pool["weightCache"] = {"medium": "s3Stream" if pool["name"] == "h100" else "instanceStore"}
+    for job in raw["batchJobs"]:
+        job["model"]["source"] = {"s3Uri": f"{WEIGHTS_BUCKET}/{job['name']}", "revision": FOLDER}
+        owning(raw, job["tenant"], job["model"]["source"]["s3Uri"])
     by_name = {model["name"]: model for model in raw["models"]}
     for model in raw["models"]:
         if model["pool"] == "h100":
@@ -90,8 +94,10 @@ def test_streaming_is_the_default_only_with_a_weight_mirror(prod_raw):
         pool.pop("weightCache", None)
     # prod's Hugging Face revisions are copied to its mirror: both pools stream by default.
     assert all(streams_weights(p) for p in parse_platform_config(prod_raw).node_pools)
-    # Without a mirror, p5 and g6 cache on their instance store: streaming refuses Hugging Face sources.
+    # Without a mirror (outside production, which needs it for Hugging Face sources), p5 and g6 cache on their
+    # instance store: streaming refuses Hugging Face sources.
     del prod_raw["weightMirror"]
+    prod_raw["environment"] = "staging"
     config = parse_platform_config(prod_raw)
     assert not any(streams_weights(p) for p in config.node_pools)
     config = parse_platform_config(streaming_h100(prod_raw))
@@ -194,10 +200,15 @@ def test_an_mlflow_version_streams_where_the_registry_names_s3_weights(prod_raw,
     server = next(s for m in resolve(config, hugging_face_tenants=()).models for s in m.servers if s.name == "llama-70b-v1")
     spec = pod_spec(server)
     assert spec["containers"][0]["args"][0] == f"{WEIGHTS_BUCKET}/llama-70b/{FOLDER}/" and "initContainers" not in spec
-    # The same reference naming Hugging Face weights is refused once resolved (the loader checks again).
+    # The same reference naming Hugging Face weights is refused once resolved (the loader checks again): a streaming
+    # pool streams S3 only, and a production stack reads Hugging Face only from a weight mirror.
     config = resolved("hf://meta-llama/Llama-3.1-70B-Instruct@1605565b47bb9346c5515c34102e054115b4f98b")
-    (issue,) = run_checks(config)
-    assert str(issue).startswith("inference-platform:models[0].versions[0].source: is Hugging Face")
+    issues = [str(issue) for issue in run_checks(config)]
+    assert len(issues) == 2 and all(
+        issue.startswith("inference-platform:models[0].versions[0].source: is Hugging Face") for issue in issues
+    )
+    assert any("streams weights from S3" in issue for issue in issues)
+    assert any("set 'weightMirror'" in issue for issue in issues)
 
 
 # --- the objects ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ isolation, node metadata locked to the node, and vLLM flags only from a typed al
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import re
 from typing import Any
@@ -38,8 +39,8 @@ SECRET = "kubernetes:core/v1:Secret"
 
 @pytest.fixture(scope="module")
 def prod() -> Evaluated:
-    """prod with its batch-labelling server, its pools downloading Hugging Face weights themselves (each tenant's
-    servers read the tenant's token)."""
+    """prod with its batch-labelling server, without its weight mirror and so outside production (staging), its pools
+    downloading Hugging Face weights themselves (each tenant's servers read the tenant's token)."""
     return Evaluated(downloading_weights(prod_with_labeller_server()), secrets={TOKENS_KEY: json.dumps(PROD_TOKENS)}, shared=True)
 
 
@@ -483,9 +484,50 @@ def test_endpoint_pickers_reach_https_only_inside_private_addresses(stack: str) 
     assert pickers and servers
 
 
-def _with_batch_sources(model: dict[str, Any], dataset: bool) -> dict[str, Any]:
-    """Prod with team-b's jobs reading weights from its own bucket, and the first one a Hugging Face dataset
-    (`dataset`) instead of its S3 input."""
+# Address space that is not the internet's: the private ranges (RFC 1918, RFC 6598's shared space, IPv6 unique local
+# addresses) and link-local (where EKS's Pod Identity Agent answers).
+NOT_PUBLIC = tuple(
+    ipaddress.ip_network(cidr)
+    for cidr in ("10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fc00::/7")
+)
+
+
+def _public_blocks(evaluated: Evaluated, namespaces: set[str]) -> dict[str, list[str]]:
+    """By `namespace/name`, the address blocks beyond NOT_PUBLIC of every egress NetworkPolicy of `namespaces`."""
+    found: dict[str, list[str]] = {}
+    for policy in evaluated.manifests():
+        namespace = policy["metadata"].get("namespace")
+        if policy["kind"] != "NetworkPolicy" or namespace not in namespaces or "Egress" not in policy["spec"]["policyTypes"]:
+            continue
+        for rule in policy["spec"].get("egress", []):
+            assert rule.get("to"), f"{namespace}/{policy['metadata']['name']}: an egress rule without peers"
+            for peer in rule["to"]:
+                network = ipaddress.ip_network(peer["ipBlock"]["cidr"]) if "ipBlock" in peer else None
+                if network is not None and not any(
+                    network.version == outer.version and network.subnet_of(outer)  # type: ignore[arg-type]
+                    for outer in NOT_PUBLIC
+                ):
+                    found.setdefault(f"{namespace}/{policy['metadata']['name']}", []).append(str(network))
+    return found
+
+
+def test_in_production_no_tenant_network_policy_reaches_a_public_address(mirrored, prod):
+    """Prod reads every Hugging Face revision its tenants' pods use from the weight mirror's copies (team-b's batch
+    jobs' and labeller's Qwen among them): no egress NetworkPolicy of a tenant's names a public address, whatever the
+    port, no ServiceEntry of a tenant's names Hugging Face, and only the mirror's own namespace reaches HTTPS anywhere.
+    The same stack without its mirror (outside production only) keeps the download rule for its servers and jobs."""
+    tenants = {t["name"] for t in raw_stack("prod")["tenants"]}
+    assert _public_blocks(mirrored, tenants) == {}
+    hosts = {h for t in tenants for entry in manifests(mirrored, "ServiceEntry", t) for h in entry["spec"]["hosts"]}
+    assert hosts and not [h for h in hosts if "huggingface" in h or h.endswith("hf.co")]
+    assert _public_blocks(mirrored, {"model-weights"}) == {"model-weights/allow-https-egress": ["0.0.0.0/0", "::/0"]}
+    downloading = _public_blocks(prod, tenants)
+    assert set(downloading) == {f"{t}/allow-hugging-face-egress" for t in tenants}, downloading
+
+
+def _with_batch_sources(model: dict[str, Any], dataset: bool, mirror: bool) -> dict[str, Any]:
+    """Prod with team-b's jobs reading `model`, the first one a Hugging Face dataset (`dataset`) instead of its S3
+    input; without its weight mirror (`mirror` false) and then outside production, where a stack may do without."""
     raw = owning(copy.deepcopy(raw_stack("prod")), "team-b", "s3://team-b-weights")
     for job in raw["batchJobs"]:
         job["model"]["source"] = copy.deepcopy(model)
@@ -495,22 +537,29 @@ def _with_batch_sources(model: dict[str, Any], dataset: bool) -> dict[str, Any]:
             "revision": "0123456789abcdef0123456789abcdef01234567",
             "files": ["tickets.jsonl"],
         }
-    return raw
+    if dataset:
+        raw["environment"] = "staging"
+    return raw if mirror else downloading_weights(raw)
+
+
+QWEN_7B = {"huggingface": "Qwen/Qwen2.5-7B-Instruct", "revision": "a09a35458c702b33eeacc393d103063234e8bc28"}
+TEAM_B_WEIGHTS = {"s3Uri": "s3://team-b-weights/qwen", "revision": "r1"}
 
 
 @pytest.mark.parametrize(
-    ("model", "dataset", "buckets", "hugging_face"),
+    ("model", "dataset", "mirror", "buckets", "hugging_face"),
     [
-        ({"huggingface": "Qwen/Qwen2.5-7B-Instruct", "revision": "a09a35458c702b33eeacc393d103063234e8bc28"}, False,
-         ("team-b-batch",), True),
-        ({"s3Uri": "s3://team-b-weights/qwen", "revision": "r1"}, False, ("team-b-batch", "team-b-weights"), False),
-        ({"s3Uri": "s3://team-b-weights/qwen", "revision": "r1"}, True, ("team-b-batch", "team-b-weights"), True),
+        (QWEN_7B, False, True, ("inference-prod-model-weights", "team-b-batch"), False),
+        (QWEN_7B, False, False, ("team-b-batch",), True),
+        (TEAM_B_WEIGHTS, False, True, ("team-b-batch", "team-b-weights"), False),
+        (TEAM_B_WEIGHTS, True, True, ("team-b-batch", "team-b-weights"), True),
     ],
-    ids=["hugging-face-model", "s3-model", "s3-model-dataset-input"],
+    ids=["hugging-face-model-from-the-mirror", "hugging-face-model-without-a-mirror", "s3-model", "s3-model-dataset-input"],
 )  # fmt: skip
-def test_a_tenants_egress_names_what_its_batch_jobs_read_and_write(model, dataset, buckets, hugging_face) -> None:
-    """Team-b runs no model server in prod: what its namespace lets out is its jobs' weights, input and output
-    buckets, and Hugging Face only while a job downloads a model or dataset from there."""
-    egress = validate(_with_batch_sources(model, dataset)).egress["team-b"]
+def test_a_tenants_egress_names_what_its_batch_jobs_read_and_write(model, dataset, mirror, buckets, hugging_face) -> None:
+    """Team-b runs no model server in prod: what its namespace lets out is its jobs' weights (the weight mirror's
+    copy of a Hugging Face model, where the stack has a mirror), input and output buckets, and Hugging Face only
+    while a job downloads a model or dataset from there itself (outside production only)."""
+    egress = validate(_with_batch_sources(model, dataset, mirror)).egress["team-b"]
     assert (egress.buckets, egress.hugging_face, egress.batch_jobs) == (buckets, hugging_face, True)
     assert validate(copy.deepcopy(raw_stack("prod"))).egress["serving"].batch_jobs is False

@@ -31,7 +31,7 @@ from preview.vllm_release import (
     run_batch_flags as release_run_batch_flags,
 )
 
-from .helpers import raw_stack, validate, vllm_release, vllm_source
+from .helpers import downloading_weights, raw_stack, validate, vllm_release, vllm_source
 from .test_batch_job_adapters import review_labels, with_adapter_job
 from .upstream_sources import fetch
 
@@ -410,7 +410,15 @@ def test_every_flag_the_batch_jobs_pass_is_one_run_batch_defines():
     of vllm/entrypoints/launchers/run_batch.py at 0.33.0 (run_batch_flags)."""
     assert_run_batch_uses_make_arg_parser()
     defined = run_batch_flags()
-    plans = [*validate(raw_stack("prod")).batch_jobs, review_labels(with_adapter_job()), review_labels(every_setting_job())]
+    # Prod's jobs read the weight mirror's copy of their model; without a mirror (outside production) they pass the
+    # Hugging Face repository and its `--revision`.
+    downloading = validate(downloading_weights(raw_stack("prod"))).batch_jobs
+    plans = [
+        *validate(raw_stack("prod")).batch_jobs,
+        *downloading,
+        review_labels(with_adapter_job()),
+        review_labels(every_setting_job()),
+    ]
     ours = {arg for plan in plans for arg in engine_command(plan)[2:] if arg.startswith("-")}
     ours |= runner_chunk_flags()
     assert {"-i", "-o", "--model", "--revision", "--lora-modules", "--enforce-eager", "--max-logprobs"} <= ours

@@ -1,6 +1,7 @@
-"""The weight mirror (`weightMirror`): every Hugging Face revision a streaming pool serves is copied once to S3 by a
-Job in the `model-weights` namespace, the servers stream the copy (vLLM 0.18.0's Run:ai streamer loader) and wait
-for its Job; each tenant's copies are under its own prefix, written by its own role and read by its own servers."""
+"""The weight mirror (`weightMirror`): every Hugging Face revision a tenant's pods read (servers' weights, LoRA
+adapters, batch jobs' models) is copied once to S3 by a Job in the `model-weights` namespace; the servers on streaming
+pools stream the copy (vLLM's Run:ai streamer loader), every other reader copies it with the aws CLI, and each waits
+for its Job; each tenant's copies are under its own prefix, written by its own role and read by its own pods."""
 
 from __future__ import annotations
 
@@ -23,13 +24,25 @@ from platform_config.weight_mirror import (
     mirrored_revisions,
 )
 
-from .helpers import ROOT, Evaluated, config_problems, prod_with_labeller_server, raw_stack, run_preview, vllm_source, write_stack
+from .helpers import (
+    ROOT,
+    Evaluated,
+    config_problems,
+    owning,
+    prod_with_labeller_server,
+    raw_stack,
+    run_preview,
+    validate,
+    vllm_source,
+    write_stack,
+)
 
 TOKENS = json.dumps({"serving": "hf_serving_token", "team-a": "hf_team_a_token"})
 BUCKET = "inference-prod-model-weights"
 LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct@1605565b47bb9346c5515c34102e054115b4f98b"
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct@0e9e39f249a16976918f6564b8830bc894c89659"
 LLAMA_1B = "meta-llama/Llama-3.2-1B-Instruct@9213176726f574b556790deb65791e0c5aa438b6"
+QWEN_7B = "Qwen/Qwen2.5-7B-Instruct@a09a35458c702b33eeacc393d103063234e8bc28"
 JOB = "kubernetes:batch/v1:Job"
 
 
@@ -81,9 +94,12 @@ def test_prod_streams_every_version_from_its_tenants_copy(prod):
 def test_each_revision_is_copied_once_per_tenant():
     config = parse_platform_config(raw_stack("prod"))
     revisions = {(r.tenant, f"{r.repo}@{r.revision}"): r for r in mirrored_revisions(config)}
-    assert set(revisions) == {("serving", LLAMA_70B), ("serving", LLAMA_8B), ("team-a", LLAMA_1B)}
+    assert set(revisions) == {("serving", LLAMA_70B), ("serving", LLAMA_8B), ("team-a", LLAMA_1B), ("team-b", QWEN_7B)}
     # The 8B's stable and canary and its batch model serve the same revision: one copy, which all three wait for.
     assert revisions[("serving", LLAMA_8B)].models == ("llama-8b", "llama-8b-batch")
+    # Team-b's two batch jobs run one model: one copy, which both wait for.
+    assert revisions[("team-b", QWEN_7B)].batch_jobs == ("ticket-labels", "review-labels")
+    assert revisions[("team-b", QWEN_7B)].models == ()
     # The same revision in another tenant is another copy, under that tenant's prefix.
     raw = raw_stack("prod")
     one_b = next(m for m in raw["models"] if m["name"] == "llama-1b")
@@ -109,20 +125,32 @@ def test_job_names_are_dns_labels_that_change_with_the_revision(tenant, repo):
 
 def test_the_copy_runs_on_a_pool_that_serves_it_and_keeps_nodes_up():
     config = parse_platform_config(raw_stack("prod"))
-    # The 8B's copy: read on h100 (2 nodes at least) and l4-batch (none at rest): h100, where no node starts for it.
-    assert copy_pool(config, ("llama-8b-batch", "llama-8b")) == "h100"
-    # Read only on l4-batch: its first node starts for the copy, which the servers would start next.
-    assert copy_pool(config, ("llama-8b-batch",)) == "l4-batch"
-    assert {r.pool for r in mirrored_revisions(config)} == {"h100"}
+    # The 8B's copy: read on l4-batch (no node at rest) and h100 (2 nodes at least): h100, where no node starts for it.
+    assert copy_pool(config, ("l4-batch", "h100")) == "h100"
+    # Read only on l4-batch: its first node starts for the copy, which its readers would start next.
+    assert copy_pool(config, ("l4-batch",)) == "l4-batch"
+    pools = {f"{r.repo}@{r.revision}": r.pool for r in mirrored_revisions(config)}
+    assert pools == {LLAMA_70B: "h100", LLAMA_8B: "h100", LLAMA_1B: "h100", QWEN_7B: "l4-batch"}
 
 
-def test_a_pool_that_caches_its_weights_downloads_them_itself(prod_raw):
+def test_a_pool_that_caches_its_weights_copies_the_mirrors_copy_too(prod_raw):
+    """With a mirror, a server on a pool that caches weights reads the copy too: its init container copies the
+    folder from S3 onto the node's cache, and vLLM loads it from there, offline."""
     prod_raw["nodePools"][1]["weightCache"] = {"medium": "instanceStore"}
     config = parse_platform_config(prod_raw)
     assert not streams_weights(config.node_pools[1])
-    # llama-8b-batch on l4-batch downloads its revision; the 8B's copy is still made for the h100 servers.
     revision = next(r for r in mirrored_revisions(config) if f"{r.repo}@{r.revision}" == LLAMA_8B)
-    assert revision.models == ("llama-8b",)
+    assert revision.models == ("llama-8b", "llama-8b-batch")
+    service = Evaluated(prod_raw, secrets={"inference-platform:huggingFaceTokens": TOKENS}).k8s(
+        "Service", "llama-8b-batch-v1", "serving"
+    )
+    spec = service["spec"]["template"]["spec"]
+    (fetch,) = [c for c in spec["initContainers"] if c["name"] == "fetch-weights"]
+    (vllm,) = [c for c in spec["containers"] if c["name"] == "vllm"]
+    assert fetch["command"][:3] == ["aws", "s3", "sync"] and fetch["command"][-2] == copy_of(LLAMA_8B, "serving")
+    assert vllm["args"][0] == fetch["command"][-1] and "--load-format" not in vllm["args"]
+    env = {e["name"]: e.get("value") for e in vllm["env"]}
+    assert env["HF_HUB_OFFLINE"] == "1" and "HF_TOKEN" not in env
 
 
 def test_the_70b_on_p5_starts_in_under_five_minutes_from_the_mirror():
@@ -132,12 +160,57 @@ def test_the_70b_on_p5_starts_in_under_five_minutes_from_the_mirror():
     assert start.arithmetic() in (ROOT / "docs" / "design" / "cold-start.md").read_text()
 
 
+def test_production_refuses_a_batch_job_downloading_from_hugging_face_without_a_mirror(tmp_path, prod_raw):
+    """A careless change: prod without its weight mirror, its servers given S3 weights of their own, its batch jobs
+    still on Hugging Face. The preview, as a user runs it, exits 2 naming each job's source and saying to set
+    `weightMirror`: no tenant's pod downloads from Hugging Face in production."""
+    prod_raw.pop("weightMirror")
+    by_name = {model["name"]: model for model in prod_raw["models"]}
+    for model in prod_raw["models"]:
+        if model["name"] not in {m.get("batchModel") for m in prod_raw["models"]}:
+            source = {"s3Uri": f"s3://inference-prod-weights/{model['name']}", "revision": "2026-11-30"}
+            owning(prod_raw, model["tenant"], source["s3Uri"])
+            for version in model["versions"] + (by_name[model["batchModel"]]["versions"] if "batchModel" in model else []):
+                version["source"] = dict(source)
+    out = tmp_path / "out"
+    result = run_preview("--stack", "test", "--config-file", str(write_stack(tmp_path, prod_raw)), "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    problems = [line.strip().removeprefix("- ") for line in result.stderr.splitlines() if "inference-platform:" in line]
+    assert [p.split(": ", 1)[0] for p in problems] == [
+        "inference-platform:batchJobs[0].model.source",
+        "inference-platform:batchJobs[1].model.source",
+    ], result.stderr
+    assert all("is Hugging Face ('Qwen/Qwen2.5-7B-Instruct')" in p and "set 'weightMirror'" in p for p in problems)
+    assert "Traceback" not in result.stderr and not out.exists()
+    # Outside production the same stack is valid: its jobs download the model themselves.
+    prod_raw["environment"] = "staging"
+    assert all(job.reads_hugging_face for job in validate(prod_raw).batch_jobs)
+
+
 # --- the objects ----------------------------------------------------------------------------
+
+
+def test_prod_batch_jobs_copy_their_model_from_their_tenants_copy(prod):
+    """Team-b's batch jobs read the mirror's copy of their Hugging Face model, under team-b's part of the mirror:
+    `fetch-weights` copies it with the aws CLI, the engine loads it from there with the Hub offline, the job's role
+    reads it, and nothing in the pod holds a Hugging Face token."""
+    copy = copy_of(QWEN_7B, "team-b")
+    for name in ("ticket-labels", "review-labels"):
+        spec = prod.k8s("Job", f"batch-{name}", "team-b")["spec"]["template"]["spec"]
+        (fetch,) = [c for c in spec["initContainers"] if c["name"] == "fetch-weights"]
+        (runner_container,) = [c for c in spec["containers"] if c["name"] == "runner"]
+        assert fetch["command"] == ["aws", "s3", "sync", "--only-show-errors", copy, f"/models/weights/{name}"]
+        args = runner_container["args"]
+        assert args[args.index("--model") + 1] == f"/models/weights/{name}" and "--revision" not in args
+        assert {"name": "HF_HUB_OFFLINE", "value": "1"} in runner_container["env"]
+        assert "HF_TOKEN" not in json.dumps(spec) and "huggingface.co" not in json.dumps(spec)
+        policy = json.loads(prod.one("aws:iam/rolePolicy:RolePolicy", f"{name}-identity-policy")["inputs"]["policy"])
+        assert f"arn:aws:s3:::{copy.removeprefix('s3://')}*" in [s["Resource"] for s in policy["Statement"]]
 
 
 def test_a_job_copies_each_revision_on_a_gpu_node_without_a_gpu_with_its_tenants_role(prod):
     found = jobs(prod)
-    assert set(found) == {LLAMA_70B, LLAMA_8B, LLAMA_1B}
+    assert set(found) == {LLAMA_70B, LLAMA_8B, LLAMA_1B, QWEN_7B}
     job = found[LLAMA_70B]
     spec = job["spec"]["template"]["spec"]
     (copier,) = spec["containers"]
@@ -211,6 +284,7 @@ def test_each_server_waits_for_its_own_revisions_job_and_pulumi_waits_for_the_jo
         ("kubernetes:serving.knative.dev/v1:Service", "llama-8b-v2-knative-service"): LLAMA_8B,
         ("kubernetes:serving.knative.dev/v1:Service", "llama-8b-batch-v1-knative-service"): LLAMA_8B,
     }
+    servers |= {(JOB, "ticket-labels-job"): QWEN_7B, (JOB, "review-labels-job"): QWEN_7B}
     for (kind, name), source in servers.items():
         (record,) = [r for r in prod.records if r.type == kind and r.name == name]
         waits = {s for s, urn in job_urns.items() if urn in record.dependencies}
@@ -233,7 +307,7 @@ def test_each_tenant_writes_only_its_prefix_and_its_servers_read_only_their_repo
     def policy(name: str) -> dict:
         return json.loads(prod.one("aws:iam/rolePolicy:RolePolicy", name)["inputs"]["policy"])
 
-    for tenant in ("serving", "team-a"):
+    for tenant in ("serving", "team-a", "team-b"):
         statements = policy(f"weight-mirror-{tenant}-identity-policy")["Statement"]
         assert {"s3:PutObject", "s3:AbortMultipartUpload"} <= set(statements[0]["Action"])
         assert {r for s in statements for r in [s["Resource"]]} == {f"arn:aws:s3:::{BUCKET}/{tenant}/*", f"arn:aws:s3:::{BUCKET}"}
@@ -273,7 +347,7 @@ def test_an_existing_bucket_is_not_created(prod_raw):
         for env in job["spec"]["template"]["spec"]["containers"][0]["env"]
         if env["name"] == "MIRROR_DESTINATION"
     ]
-    assert len(destinations) == 3 and all(d.startswith("s3://someone-elses-weights/") for d in destinations)
+    assert len(destinations) == 4 and all(d.startswith("s3://someone-elses-weights/") for d in destinations)
 
 
 def test_the_mirror_namespace_is_restricted_and_opens_only_its_egress(prod):
@@ -295,6 +369,8 @@ def test_the_mirror_namespace_is_restricted_and_opens_only_its_egress(prod):
 
 
 def test_without_a_mirror_nothing_of_it_is_declared(prod_raw):
+    # Outside production: there, a Hugging Face source needs the mirror (test_production_needs_the_mirror_...).
+    prod_raw["environment"] = "staging"
     prod_raw.pop("weightMirror")
     for pool in prod_raw["nodePools"]:
         pool["weightCache"] = {"medium": "instanceStore"}

@@ -3,8 +3,9 @@ batch runner over one shard per completion index, queued through Kueue, and the 
 ships the shard runner (components/batch_runner/batch_runner.py).
 
 Per pod: `stage-in` (aws-cli) copies the input's JSONL files from S3 and the shard's finished
-chunks back from the output; `fetch-weights` copies S3 weights as the servers do, and the job's LoRA adapter is fetched by
-the servers' own init containers (specs/vllm_parts.py adapter_fetch_containers); then `runner`
+chunks back from the output; `fetch-weights` copies S3 weights (the job's own, or the weight mirror's copy of its
+Hugging Face model) as the servers do, and the job's LoRA adapter is fetched by the servers' own init containers
+(specs/vllm_parts.py adapter_fetch_containers); then `runner`
 (the pinned vLLM image) runs `vllm run-batch` per chunk, and `uploader` (aws-cli) copies each
 finished chunk to `<output>/shard-<index>/` as it appears and once more when the runner exits,
 exiting with the runner's code. Kueue's objects are in specs/kueue.py.
@@ -37,7 +38,7 @@ from .pod_parts import (
     pod_security_context,
     s3_sync_command,
 )
-from .vllm_parts import HF_HOME, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
+from .vllm_parts import HF_HOME, HF_HUB_OFFLINE, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
 
 RUNNER_SOURCE = Path(__file__).resolve().parent.parent / "batch_runner" / "batch_runner.py"
 RUNNER_KEY = "batch_runner.py"
@@ -76,7 +77,8 @@ def runner_config_map(plan: BatchJobPlan) -> dict[str, Any]:
 
 
 def model_location(plan: BatchJobPlan) -> str:
-    source = plan.job.model.source
+    """The engine's `--model`: a Hugging Face repository it downloads itself, else the folder `fetch-weights` fills."""
+    source = plan.model_source
     return source.huggingface if source.huggingface is not None else f"{WEIGHTS_DIR}/{plan.name}"
 
 
@@ -96,8 +98,9 @@ def engine_command(plan: BatchJobPlan) -> list[str]:
         "--tensor-parallel-size",
         str(plan.gpu_count if plan.gpu_resource.endswith("/gpu") else 1),
     ]
-    if model.source.huggingface is not None and model.source.revision is not None:
-        out += ["--revision", model.source.revision]
+    source = plan.model_source
+    if source.huggingface is not None and source.revision is not None:
+        out += ["--revision", source.revision]
     if args.max_model_len is not None:
         out += ["--max-model-len", str(args.max_model_len)]
     if args.gpu_memory_utilization is not None:
@@ -163,7 +166,9 @@ def stage_in_container(plan: BatchJobPlan) -> dict[str, Any]:
 
 
 def fetch_weights_container(plan: BatchJobPlan) -> dict[str, Any] | None:
-    source = plan.job.model.source
+    """Copies S3 weights (the job's own, or the weight mirror's copy of its Hugging Face model) before the runner
+    starts; none where the engine downloads them from Hugging Face itself."""
+    source = plan.model_source
     if source.s3_uri is None:
         return None
     return aws_cli_container(
@@ -174,7 +179,8 @@ def fetch_weights_container(plan: BatchJobPlan) -> dict[str, Any] | None:
 def fingerprint(plan: BatchJobPlan) -> str:
     """What a shard's chunks are made from. The runner keeps it beside them and refuses to resume
     into an output prefix holding chunks of another model, input or chunking (a changed Job is
-    replaced, and its new pods would otherwise skip chunks the old ones wrote)."""
+    replaced, and its new pods would otherwise skip chunks the old ones wrote). The configured sources: the weight
+    mirror's copy of a revision is that revision, so reading it instead resumes the same chunks."""
     job_config = plan.job
     return json.dumps(
         {
@@ -220,6 +226,8 @@ def runner_container(plan: BatchJobPlan) -> dict[str, Any]:
         env.append({"name": "BATCH_INPUT_DIR", "value": INPUT_DIR})
     if plan.hugging_face_token:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}})
+    if not plan.reads_hugging_face:
+        env.append(HF_HUB_OFFLINE)
     gpu = {plan.gpu_resource: str(plan.gpu_count)}
     resources = job.model.resources
     return {

@@ -88,7 +88,8 @@ PICKER_PODS = {"matchLabels": {LABEL_COMPONENT: ENDPOINT_PICKER_COMPONENT}}
 NOT_PICKER_PODS = {"matchExpressions": [{"key": LABEL_COMPONENT, "operator": "NotIn", "values": [ENDPOINT_PICKER_COMPONENT]}]}
 # The pods of a tenant's that download from Hugging Face's CDN (its model servers, their adapter
 # fetchers included, and its batch jobs): the only ones of a tenant's that reach HTTPS beyond the
-# egress gateway, where it downloads from there (see HUGGING_FACE_DOWNLOAD_HOSTS for why).
+# egress gateway, where it downloads from there (see HUGGING_FACE_DOWNLOAD_HOSTS for why): outside
+# production only, where a stack has no weight mirror.
 HUGGING_FACE_DOWNLOADERS = {
     "matchExpressions": [{"key": LABEL_COMPONENT, "operator": "In", "values": [MODEL_SERVER_COMPONENT, BATCH_JOB_COMPONENT]}]
 }
@@ -200,7 +201,12 @@ def https_anywhere() -> list[dict[str, Any]]:
 # connecting where the host it matched resolves, never where the caller pointed it, and the pods
 # that download from there (HUGGING_FACE_DOWNLOADERS, in a tenant that does) keep HTTPS anywhere
 # but the instance metadata service at L3; every other pod of a tenant's reaches HTTPS only at the
-# egress gateway. This keeps a server from reaching what it was not declared to; it is no barrier
+# egress gateway. In production no tenant does: the weight mirror's Jobs, in the platform's own
+# namespace, copy every Hugging Face revision a tenant's pods read to S3, where they read it
+# (platform_config/weight_mirror.py; the config checks require it, and the pack refuses a tenant's
+# Hugging Face hosts and any public address there), so a tenant's pods reach HTTPS only at the
+# egress gateway. Outside production a stack without a mirror (a kubeconfig cluster has no S3)
+# keeps the download rule above. This keeps a server from reaching what it was not declared to; it is no barrier
 # to code inside it that brings its own credentials (a bucket of another account on the same S3
 # endpoint). The endpoint pickers keep ALLOW_ANY: they read the servers' metrics by pod address,
 # which REGISTRY_ONLY would drop. The batch pods run the sidecar natively

@@ -34,7 +34,7 @@ from .pod_parts import (
     s3_sync_command,
 )
 from .slo_rules import ITEM_LATENCY_BUCKETS_SECONDS
-from .vllm_parts import HF_HOME, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
+from .vllm_parts import HF_HOME, HF_HUB_OFFLINE, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
 
 WEIGHTS_DIR = f"{MODELS_DIR}/weights"
 STARTUP_PROBE_PERIOD = 10
@@ -203,6 +203,8 @@ def _env(plan: ServerPlan) -> list[dict[str, Any]]:
     ]
     if plan.hugging_face_token:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}})
+    if not plan.reads_hugging_face:
+        env.append(HF_HUB_OFFLINE)
     if plan.weights_streamed:
         # vLLM's streamer reads S3 as the aws CLI does: boto3's default credential chain (runai-model-streamer-s3
         # 0.15.7, credentials/credentials.py) hands its C++ client the resolved keys, so the workload identity's
@@ -359,8 +361,8 @@ def adapter_annotations(plan: ServerPlan) -> dict[str, str]:
 
 
 def mirror_annotations(plan: ServerPlan) -> dict[str, str]:
-    """On a server that streams the weight mirror's copy of a Hugging Face revision: which one (the copy is its
-    `--model`)."""
+    """On a server that reads the weight mirror's copy of a Hugging Face revision: which one (the copy is its
+    `--model`, or what its init container copies)."""
     source = plan.mirrored_from
     if source is None:
         return {}

@@ -15,6 +15,13 @@ from .pod_parts import FETCH_RESOURCES, aws_cli_container, container_security_co
 # The model volume's mount, and the Hugging Face cache on it.
 MODELS_DIR = "/models"
 HF_HOME = f"{MODELS_DIR}/hf"
+# On the engine of a pod that reads nothing from Hugging Face itself (its weights and adapters from S3, the weight
+# mirror's copies among them): any call to the Hub fails at once instead of reaching for the internet, which its
+# namespace's egress does not reach in production. vLLM 0.33.0 takes it (vllm/engine/arg_utils.py
+# EngineArgs.__post_init__: under HF_HUB_OFFLINE a local model path is kept, an s3:// one left to
+# ModelConfig.maybe_pull_model_tokenizer_for_runai, which pulls the config and tokenizer files from the model's own
+# folder and points the tokenizer, which defaults to the model, there: vllm/config/model.py).
+HF_HUB_OFFLINE = {"name": "HF_HUB_OFFLINE", "value": "1"}
 
 
 # --- LoRA adapters -------------------------------------------------------------------------
@@ -68,13 +75,14 @@ def adapter_fetch_containers(
     hf_env: list[dict[str, Any]],
     volume_mounts: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Fetch the adapter modules before vLLM starts, for a server and a batch job alike: the
-    Hugging Face ones at their pinned revisions in one container of the vLLM image (`image`, with
-    `hf_env`), each S3 one with the CLI (`aws_cli_image`) as the base weights are; `volume_mounts` hold MODELS_DIR."""
+    """Fetch the adapter modules before vLLM starts, for a server and a batch job alike: each from where its pods
+    fetch it (`AdapterModule.fetched_from`): the Hugging Face ones at their pinned revisions in one container of the
+    vLLM image (`image`, with `hf_env`), each S3 one (the weight mirror's copies of Hugging Face ones among them) with
+    the CLI (`aws_cli_image`) as the base weights are; `volume_mounts` hold MODELS_DIR."""
     containers: list[dict[str, Any]] = []
-    hugging_face = [m for m in lora.modules if m.source.huggingface is not None]
+    hugging_face = [(m, m.fetched_from) for m in lora.modules if m.fetched_from.huggingface is not None]
     if hugging_face:
-        triples = [arg for m in hugging_face for arg in (m.source.huggingface, m.source.revision, adapter_path(m))]
+        triples = [arg for m, source in hugging_face for arg in (source.huggingface, source.revision, adapter_path(m))]
         containers.append(
             {
                 "name": "fetch-adapters",
@@ -86,11 +94,13 @@ def adapter_fetch_containers(
                 "securityContext": container_security_context(),
             }
         )
-    for index, module in enumerate(m for m in lora.modules if m.source.s3_uri is not None):
-        source = module.source
+    for index, module in enumerate(m for m in lora.modules if m.fetched_from.s3_uri is not None):
         containers.append(
             aws_cli_container(
-                f"fetch-adapter-s3-{index}", aws_cli_image, s3_sync_command(source, adapter_path(module)), volume_mounts
+                f"fetch-adapter-s3-{index}",
+                aws_cli_image,
+                s3_sync_command(module.fetched_from, adapter_path(module)),
+                volume_mounts,
             )
         )
     return containers

@@ -2,10 +2,11 @@
 `restricted` with the tenants' egress rules, per tenant a service account whose role writes only the tenant's part of
 the bucket and a copy of the tenant's Hugging Face token, and one Job per mirrored revision
 (platform_config/weight_mirror.py) that runs components/mirror_runner/mirror_runner.py in the vLLM image on a
-node of a pool that serves it.
+node of a pool that reads it.
 
-Servers wait for their revision's Job (components/weight_mirror.py): pulumi-kubernetes holds a Job's creation until
-it completes, and a new revision is a new Job, so a version reaches its servers only once its folder is whole.
+Servers and batch jobs wait for their revisions' Jobs (components/weight_mirror.py): pulumi-kubernetes holds a Job's
+creation until it completes, and a new revision is a new Job, so a revision reaches its readers only once its folder is
+whole.
 """
 
 from __future__ import annotations

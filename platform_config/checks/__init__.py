@@ -57,6 +57,7 @@ from .registry import check_registry_lock, check_registry_sources, check_serving
 from .tenants import check_tenant_groups, check_tenant_pools, check_tenant_s3_data, check_tenants
 from .weights import (
     check_cold_start_within_scale_up_budget,
+    check_production_reads_hugging_face_from_the_mirror,
     check_s3_weights_need_eks,
     check_streamed_weights_come_from_s3,
     check_weight_mirror_needs_eks,
@@ -98,6 +99,7 @@ CHECKS: list[Check] = [
     check_weights_cache_fits_the_node_disk,
     check_weight_mirror_needs_eks,
     check_streamed_weights_come_from_s3,
+    check_production_reads_hugging_face_from_the_mirror,
     check_cold_start_within_scale_up_budget,
     check_batch_models,
     check_registry_lock,

@@ -1,5 +1,6 @@
-"""Model weights: where they come from (S3 and the weight mirror need EKS; a streaming pool streams from S3), whether
-they fit the node's disk and the GPU's memory, and how long a cold start takes to load them."""
+"""Model weights: where they come from (S3 and the weight mirror need EKS; a streaming pool streams from S3; in
+production, Hugging Face only through the weight mirror), whether they fit the node's disk and the GPU's memory, and
+how long a cold start takes to load them."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from ..cold_start import (
 )
 from ..errors import ConfigIssue
 from ..memory_fit import rank_memory, weights_bytes
-from ..models import PlatformConfig
+from ..models import ModelSource, PlatformConfig
 from ..profiles import PROFILES
 from ..quantity import parse_quantity, show_gib_above
 from ..serving import merged_server_args
@@ -102,6 +103,48 @@ def check_streamed_weights_come_from_s3(config: PlatformConfig) -> Iterator[Conf
                 f"(nodePools[{pool_index[pool.name]}].weightCache.medium={S3_STREAM}): allowed are 's3Uri' (with the "
                 "version's subfolder as 'revision'), or 'mlflow' naming weights in S3; or set 'weightMirror' to copy "
                 "Hugging Face revisions to S3; or put the model on a pool that caches weights (instanceStore, rootVolume)",
+            )
+
+
+def _hugging_face_sources(config: PlatformConfig) -> Iterator[tuple[tuple[str | int, ...], ModelSource]]:
+    """Every Hugging Face source of weights the config names, under its key: the models' versions, their adapters
+    (and the adapters' revisions), the batch jobs' models (after registry resolution, what the registry named)."""
+    for m_index, model in enumerate(config.models):
+        for v_index, version in enumerate(model.versions):
+            yield ("models", m_index, "versions", v_index, "source"), version.source
+        for a_index, adapter in enumerate(model.adapters):
+            if adapter.source is not None:
+                yield ("models", m_index, "adapters", a_index, "source"), adapter.source
+            for r_index, revision in enumerate(adapter.versions or []):
+                yield ("models", m_index, "adapters", a_index, "versions", r_index, "source"), revision.source
+    for j_index, job in enumerate(config.batch_jobs):
+        yield ("batchJobs", j_index, "model", "source"), job.model.source
+
+
+def check_production_reads_hugging_face_from_the_mirror(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """In production no pod of a tenant's downloads from Hugging Face, so that no tenant's namespace needs HTTPS to
+    any address (Hugging Face's CDN hosts are wildcards the egress gateway cannot forward: docs/design/security.md):
+    the weight mirror copies every Hugging Face revision a server, an adapter's fetcher or a batch job reads, and its
+    pods read the copy (platform_config/weight_mirror.py), so a Hugging Face source there needs `weightMirror`. A batch
+    job's Hugging Face dataset, which the mirror does not copy, is refused: its files go to the tenant's S3."""
+    if config.environment != "production":
+        return
+    if config.weight_mirror is None:
+        for key, source in _hugging_face_sources(config):
+            if source.huggingface is not None:
+                yield ConfigIssue(
+                    key,
+                    f"is Hugging Face ({source.huggingface!r}), which a production stack's pods do not download "
+                    "themselves (their namespace would need HTTPS to any address): set 'weightMirror' to copy it to "
+                    "S3 first, where they read it, or give an 's3Uri' source",
+                )
+    for j_index, job in enumerate(config.batch_jobs):
+        if job.input.huggingface is not None:
+            yield ConfigIssue(
+                ("batchJobs", j_index, "input", "huggingface"),
+                f"is a Hugging Face dataset ({job.input.huggingface!r}), which a production stack's pods do not "
+                "download themselves and the weight mirror does not copy: put its files under the tenant's s3Prefixes "
+                "and give 'input.s3Uri' with the folder as 'revision'",
             )
 
 

@@ -1,4 +1,4 @@
-"""How long adding a replica may take, and the weight mirror the streaming pools read from."""
+"""How long adding a replica may take, and the weight mirror the tenants' pods read Hugging Face revisions from."""
 
 from __future__ import annotations
 
@@ -39,10 +39,13 @@ class S3GatewayEndpoint(ConfigModel):
 
 
 class WeightMirrorConfig(ConfigModel):
-    """An S3 bucket that holds a copy of every Hugging Face revision the streaming pools serve, written once per
-    revision by a Job in the platform's `model-weights` namespace before any server of it starts; the servers stream
-    from the copy (README, Cold start). Needs `cluster.mode: eks` (the Job and the servers get their S3 roles through
-    the cluster's workload identity). Where it is set, pools without a `weightCache.medium` stream (`s3Stream`)."""
+    """An S3 bucket that holds a copy of every Hugging Face revision a tenant's pods read (servers' weights, LoRA
+    adapters, batch jobs' models), written once per revision by a Job in the platform's `model-weights` namespace
+    before any pod reading it starts; the servers stream from the copy, or copy it onto their node's cache, and the
+    adapters' fetchers and batch jobs copy it (README, Cold start), so no tenant's pod downloads from Hugging Face.
+    Needs `cluster.mode: eks` (the Job and the pods get their S3 roles through the cluster's workload identity);
+    required in production for any Hugging Face source. Where it is set, pools without a `weightCache.medium` stream
+    (`s3Stream`)."""
 
     bucket: Annotated[
         str,
@@ -51,7 +54,7 @@ class WeightMirrorConfig(ConfigModel):
             "is not an S3 bucket name (3-63 lowercase letters, digits and hyphens; no dots, so TLS names match)",
         ),
     ]
-    """The bucket's name. Each tenant's copies are under `<bucket>/<tenant>/`; a tenant's servers read only their
+    """The bucket's name. Each tenant's copies are under `<bucket>/<tenant>/`; a tenant's pods read only their
     own prefix, and the mirror's role for a tenant writes only there."""
     create: bool = True
     """Create the bucket (private, owner-enforced, TLS-only); `false`: it exists already."""

@@ -103,7 +103,8 @@ class PlatformConfig(ConfigModel):
     images: ImagesConfig = ImagesConfig()
     """The images' lock file: the digest every image the stack renders is pulled by."""
     weight_mirror: WeightMirrorConfig | None = None
-    """Where Hugging Face weights are copied for the streaming pools; none by default."""
+    """Where the Hugging Face revisions the tenants' pods read are copied to; none by default (production needs it
+    for any Hugging Face source)."""
     batch_jobs: list[BatchJobConfig] = []
     """Offline batch jobs, queued through Kueue on the tenants' batch quotas (README, Batch jobs)."""
     acknowledge: Annotated[list[Annotated[str, _full_match(_ACKNOWLEDGEMENT, _ACKNOWLEDGEMENT_NAMES)]], Field(max_length=64)] = []

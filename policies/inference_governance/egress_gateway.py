@@ -1,9 +1,9 @@
 """Tenant egress through the egress gateway (production, part of tenant-egress-by-host): a tenant's NetworkPolicies let
-its pods reach public addresses only where Hugging Face's wildcard download hosts need it (its servers and batch jobs,
-HTTPS, not the instance metadata service), and every host its ServiceEntries name exactly goes through the egress
-gateway: the namespace's mesh route sends it there wrapped in the mesh's mTLS naming it as SNI, the gateway's server for
-it terminates that mTLS, and the gateway's ALLOW AuthorizationPolicies let each tenant through to its own hosts only
-(components/specs/egress_gateway.py)."""
+its pods reach no public address, Hugging Face's CDN included (its wildcard hosts, which no gateway can forward, are the
+weight mirror's to download from, in the platform's own namespace), and every host its ServiceEntries name goes through
+the egress gateway: the namespace's mesh route sends it there wrapped in the mesh's mTLS naming it as SNI, the gateway's
+server for it terminates that mTLS, and the gateway's ALLOW AuthorizationPolicies let each tenant through to its own
+hosts only (components/specs/egress_gateway.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from typing import Any, Collection, Iterator, Mapping
 
 from .kube import (
     AUTHORIZATION_POLICY,
-    COMPONENT_LABEL,
     DESTINATION_RULE,
     FACTS,
     ISTIO_GATEWAY,
@@ -35,11 +34,8 @@ EGRESS_NAMESPACE: str = EGRESS["namespace"]
 EGRESS_HOST: str = EGRESS["host"]
 EGRESS_SELECTOR: dict[str, str] = EGRESS["selector"]
 EGRESS_PORT: int = EGRESS["port"]
-# The pods of a tenant's that may reach Hugging Face's CDN by address, by their component label.
-DOWNLOADERS = frozenset(EGRESS["huggingFaceDownloaders"])
-INSTANCE_METADATA = tuple(ipaddress.ip_network(cidr) for cidr in EGRESS["instanceMetadataCidrs"])
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
-# Where a tenant's pods may connect by address without the exception: the private ranges and the Pod Identity Agent.
+# Where a tenant's pods may connect by address: the private ranges and the Pod Identity Agent.
 PRIVATE = tuple(ipaddress.ip_network(cidr) for cidr in FACTS["pickerEgressCidrs"])
 HTTPS = 443
 
@@ -61,15 +57,16 @@ def egress_through_gateway(args: Any, tenants: Collection[str], named: Mapping[s
     for policy in of_type(args, NETWORK_POLICY):
         namespace = namespace_of(policy.props)
         if namespace in tenants:
-            _check_network_policy(policy, any(h.startswith("*.") for h in named.get(namespace, ())), report_violation)
+            _check_network_policy(policy, report_violation)
     exact = {ns: {h for h in named.get(ns, ()) if not h.startswith("*")} for ns in tenants}
     _check_routes(args, exact, report_violation)
     _check_gateway(args, exact, report_violation)
 
 
-def _check_network_policy(policy: Any, downloads_wildcards: bool, report_violation: Report) -> None:
-    """Every egress rule names its peers, and reaches by address only the private ranges and the Pod Identity Agent, but
-    for the Hugging Face download rule (_hugging_face_rule)."""
+def _check_network_policy(policy: Any, report_violation: Report) -> None:
+    """Every egress rule names its peers, and reaches by address only the private ranges and the Pod Identity Agent:
+    no public address, whatever the port, the pods it selects or the hosts the namespace names (Hugging Face's wildcard
+    download hosts, which outside production its downloading pods reach by address, included)."""
     spec = get(policy.props, "spec", default={}) or {}
     if "Egress" not in [str(t) for t in _listed(get(spec, "policyTypes"))]:
         return
@@ -81,64 +78,13 @@ def _check_network_policy(policy: Any, downloads_wildcards: bool, report_violati
             continue
         blocks = [get(peer, "ipBlock") for peer in peers if get(peer, "ipBlock") is not None]
         public = [b for b in blocks if not _within(str(get(b, "cidr", default="")), PRIVATE)]
-        if not public:
-            continue
-        why = _hugging_face_rule(spec, rule, public, downloads_wildcards)
-        if why:
+        if public:
             cidrs = ", ".join(str(get(b, "cidr")) for b in public)
             report_violation(
-                f"{where} lets pods of a tenant's reach {cidrs} past the egress gateway: {why}; a tenant's hosts go "
-                f"through {EGRESS_HOST}",
+                f"{where} lets pods of a tenant's reach {cidrs} past the egress gateway: in production a tenant's hosts "
+                f"go through {EGRESS_HOST}, and only the weight mirror's Jobs download from Hugging Face",
                 policy.urn,
             )
-
-
-def _hugging_face_rule(spec: Any, rule: Any, blocks: list[Any], downloads_wildcards: bool) -> str:
-    """Why a rule reaching public addresses is not the Hugging Face download rule ("" if it is): only where the namespace
-    names Hugging Face's wildcard download hosts (which the gateway cannot forward), only its servers and batch jobs
-    (held to their sidecars by the rest of the rule), TCP 443 only, the instance metadata service excepted."""
-    if not downloads_wildcards:
-        return "no ServiceEntry of the namespace names a wildcard download host, the only reason for one"
-    if not _only_downloaders(get(spec, "podSelector", default={}) or {}):
-        return f"it selects pods other than those labelled {COMPONENT_LABEL} in {sorted(DOWNLOADERS)}"
-    ports = [(str(get(p, "protocol", default="TCP")), whole_number(get(p, "port"))) for p in _listed(get(rule, "ports"))]
-    if ports != [("TCP", HTTPS)] or any(get(p, "endPort") is not None for p in _listed(get(rule, "ports"))):
-        return f"its ports are {ports or 'every port'}, not TCP {HTTPS} alone"
-    for block in blocks:
-        cidr = str(get(block, "cidr", default=""))
-        excepted = [ipaddress.ip_network(str(e), strict=False) for e in _listed(get(block, "except")) if _parses(str(e))]
-        if any(not _within(str(address), excepted) for address in _metadata_in(cidr)):
-            return f"{cidr} does not except the instance metadata service"
-    return ""
-
-
-def _parses(cidr: str) -> bool:
-    try:
-        ipaddress.ip_network(cidr, strict=False)
-    except ValueError:
-        return False
-    return True
-
-
-def _metadata_in(cidr: str) -> list[Any]:
-    """The instance metadata addresses a block covers."""
-    if not _parses(cidr):
-        return []
-    network = ipaddress.ip_network(cidr, strict=False)
-    return [m for m in INSTANCE_METADATA if m.version == network.version and m.subnet_of(network)]  # type: ignore[arg-type]
-
-
-def _only_downloaders(selector: Mapping[str, Any]) -> bool:
-    """Whether a podSelector requires a component label among DOWNLOADERS."""
-    if str(get(selector, "matchLabels", COMPONENT_LABEL, default="")) in DOWNLOADERS:
-        return True
-    return any(
-        get(e, "key") == COMPONENT_LABEL
-        and get(e, "operator") == "In"
-        and _listed(get(e, "values"))
-        and {str(v) for v in _listed(get(e, "values"))} <= DOWNLOADERS
-        for e in _listed(get(selector, "matchExpressions"))
-    )
 
 
 def _subset_tls(rule: Any, subset: Any) -> Any:

@@ -236,11 +236,12 @@ POLICIES = [
         '(exportTo ["."], TLS on 443 resolved by the sidecar, hosts only): S3 endpoints (buckets under the tenant\'s '
         "prefixes or the weight mirror's) and Hugging Face, and every one it reads: its containers' buckets, Hugging "
         "Face for a model or dataset not on S3, and its credentials from the Pod Identity Agent around the sidecar; its "
-        "Sidecars see besides only the egress gateway's Service. In production its exact hosts go through the egress "
-        "gateway: no egress NetworkPolicy of a tenant's reaches a public address (any port, IPv4 or IPv6, a rule "
-        "without peers included) but the Hugging Face download rule (only its servers' and batch jobs' pods, TCP 443, "
-        "instance metadata excepted, only where its ServiceEntries name the wildcard download hosts no gateway can "
-        "forward); each exact host is routed to the egress gateway in a subset of the mesh's mTLS naming it as SNI "
+        "Sidecars see besides only the egress gateway's Service. In production its pods download nothing from "
+        "Hugging Face themselves (no model, adapter or dataset not on S3 or local: they read the weight mirror's "
+        "copies) and its ServiceEntries name S3 endpoints only, since Hugging Face's wildcard download hosts are "
+        "ones no gateway can forward; its hosts go through the egress gateway: no egress NetworkPolicy of a tenant's "
+        "reaches a public address (any port, IPv4 or IPv6, a rule without peers included, Hugging Face's download "
+        "rule too); each exact host is routed to the egress gateway in a subset of the mesh's mTLS naming it as SNI "
         "(ISTIO_MUTUAL); the gateway's servers for them are ISTIO_MUTUAL, and an ALLOW AuthorizationPolicy selects it "
         "whose rules name tenants' namespaces as their only sources and, by connection.sni, only hosts each of those "
         "tenants' ServiceEntries name.",

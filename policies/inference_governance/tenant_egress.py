@@ -1,6 +1,7 @@
 """Tenant egress by host: a tenant's workloads keep the mesh's sidecar, under REGISTRY_ONLY over their namespace's
 own ServiceEntries (S3 and Hugging Face, TLS on 443) and the egress gateway, its endpoint pickers reach only private
-addresses, and in production its exact hosts go through the egress gateway (egress_gateway.py)."""
+addresses, and in production its pods read nothing from Hugging Face themselves (the weight mirror's copies instead)
+and its hosts go through the egress gateway (egress_gateway.py)."""
 
 from __future__ import annotations
 
@@ -40,11 +41,10 @@ from .tenant_data import declared_prefixes, mirror_bucket, role_policies
 from .workloads import of_type, tenant_namespaces
 
 # What a ServiceEntry of a tenant's may name: S3's endpoints (a bucket's virtual host, or the
-# path-style host) and Hugging Face's hosts.
-EGRESS_HOSTS = (
-    re.compile(r"([a-z0-9][a-z0-9.-]{1,62}\.)?s3(\.[a-z]{2}(-[a-z]+)+-[0-9])?\.amazonaws\.com"),
-    re.compile(r"(\*\.)?(huggingface\.co|hf\.co)"),
-)
+# path-style host) and, outside production, Hugging Face's hosts.
+S3_HOSTS = re.compile(r"([a-z0-9][a-z0-9.-]{1,62}\.)?s3(\.[a-z]{2}(-[a-z]+)+-[0-9])?\.amazonaws\.com")
+HUGGING_FACE_HOSTS = re.compile(r"(\*\.)?(huggingface\.co|hf\.co)")
+EGRESS_HOSTS = (S3_HOSTS, HUGGING_FACE_HOSTS)
 
 
 # A bucket's virtual host on S3's regional or global endpoint.
@@ -205,8 +205,11 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
     gateway's Service; those ServiceEntries are the namespace's alone, TLS on 443 resolved by the sidecar, naming S3
     endpoints and Hugging Face only, and every one a workload reads (or REGISTRY_ONLY would cut it off from its
     weights). Its endpoint pickers instead reach by address only private ones (_check_picker_egress). In production,
-    its exact hosts go through the egress gateway and its pods reach nothing public past it (egress_gateway.py)."""
+    its pods download nothing from Hugging Face themselves and its ServiceEntries name S3 only (the weight mirror, in the
+    platform's own namespace, copies what they read from there), its hosts go through the egress gateway and its pods
+    reach nothing public past it (egress_gateway.py)."""
     tenants = tenant_namespaces(args)
+    production = is_production(args)
     sidecars: dict[str, list[Any]] = defaultdict(list)
     for sidecar in of_type(args, ISTIO_SIDECAR):
         sidecars[namespace_of(sidecar.props)].append(sidecar)
@@ -229,7 +232,7 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
         if what is None:
             _check_picker_egress(resource, labels, network_policies[namespace], report_violation)
         else:
-            _check_server_egress(resource, namespace, what, sidecars[namespace], named[namespace], report_violation)
+            _check_server_egress(resource, namespace, what, (sidecars[namespace], named[namespace]), production, report_violation)
     # A tenant's own data (its declared prefixes') and the weight mirror's copies: the buckets its servers read.
     mirror = mirror_bucket(role_policies(args), lambda *_: None)
     declared = declared_prefixes(args)
@@ -237,8 +240,8 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
         namespace = namespace_of(entry.props)
         if namespace in tenants:
             own = {s3_parts(prefix)[0] for prefix in declared.get(namespace, [])} | ({mirror} if mirror else set())
-            _check_service_entry(entry, own, report_violation)
-    if is_production(args):
+            _check_service_entry(entry, own, production, report_violation)
+    if production:
         egress_through_gateway(args, tenants, named, report_violation)
 
 
@@ -315,11 +318,27 @@ def _is_endpoint_picker(resource: Any, template: Mapping[str, Any], labels: Mapp
 
 
 def _check_server_egress(
-    resource: Any, namespace: str, what: str, sidecars: list[Any], hosts: set[str], report_violation: Report
+    resource: Any,
+    namespace: str,
+    what: str,
+    registry: tuple[list[Any], set[str]],
+    production: bool,
+    report_violation: Report,
 ) -> None:
+    """A workload of a tenant's (`what` it is) under its namespace's Sidecars and ServiceEntries' hosts (`registry`);
+    in production it downloads nothing from Hugging Face itself."""
+    sidecars, hosts = registry
     template = pod_template(resource.resource_type, resource.props) or {}
     labels = get(template, "metadata", "labels", default={}) or {}
     where = f"{name_of(resource.props)} in {namespace} ({what})"
+    downloads = [model for container in _pod_containers(template) for model in _hugging_face_reads(container)]
+    if production and downloads:
+        report_violation(
+            f"{where} downloads {', '.join(sorted(set(downloads)))} from Hugging Face itself: in production a tenant's "
+            "pods read the weight mirror's copies in S3 (weightMirror), so that no tenant's namespace reaches "
+            "Hugging Face's CDN, which no egress gateway can forward",
+            resource.urn,
+        )
     if opts_out_of_injection_or_host_network(template):
         report_violation(f"{where} opts out of the mesh's sidecar: nothing limits where it connects", resource.urn)
         return
@@ -349,7 +368,7 @@ def _check_server_egress(
         )
 
 
-def _check_service_entry(entry: Any, buckets: set[str], report_violation: Report) -> None:
+def _check_service_entry(entry: Any, buckets: set[str], production: bool, report_violation: Report) -> None:
     spec = get(entry.props, "spec", default={}) or {}
     where = f"ServiceEntry {namespace_of(entry.props)}/{name_of(entry.props)}"
     exported = get(spec, "exportTo")
@@ -375,6 +394,12 @@ def _check_service_entry(entry: Any, buckets: set[str], report_violation: Report
     for host in hosts if is_list(hosts) else [hosts]:
         if not any(pattern.fullmatch(str(host)) for pattern in EGRESS_HOSTS):
             report_violation(f"{where} names {host!r}: a tenant's servers reach only S3 endpoints and Hugging Face", entry.urn)
+        elif production and HUGGING_FACE_HOSTS.fullmatch(str(host)):
+            report_violation(
+                f"{where} names {host!r}: in production a tenant's pods read Hugging Face revisions from the weight "
+                "mirror's copies in S3, and only the mirror's Jobs reach Hugging Face",
+                entry.urn,
+            )
         bucket = S3_VIRTUAL_HOST.fullmatch(str(host))
         if bucket is not None and bucket.group(1) not in buckets:
             report_violation(
