@@ -34,7 +34,7 @@ from .servers.processes import free_ports, stop
 START_TIMEOUT_SECONDS = 20
 # The pod port each Service port of the gateway chart maps to, as the chart ships it (istio/istio
 # 1.30.3 manifests/charts/gateway/values.yaml service.ports: 80 -> 80, 443 -> 443; the platform sets
-# no service.ports, which test_gateway_in_envoy checks). Read here from the chart, not from the
+# no service.ports, which test_gateway_variants_in_envoy checks). Read here from the chart, not from the
 # platform's own constant, so a wrong one fails the tier's port-scoped rules.
 CHART_LISTENER_PORTS = {80: 80, 443: 443}
 

@@ -26,7 +26,7 @@ from .helpers import (
     validate,
     write_stack,
 )
-from .test_traffic import Request, lua_runtime, token
+from .lua_filter import Request, lua_runtime, token
 
 BASE = 1  # prod's models[1]: llama-8b, the adapters' base
 BATCH = 3  # prod's models[3]: llama-8b-batch, the base's batch model

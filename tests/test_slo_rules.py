@@ -465,7 +465,7 @@ PICKED = SloPlan(
     latency=CHAT.latency,
     picker_workloads=(f"{CHAT.model}-{VERSION}-epp", f"{CHAT.model}-v2-epp"),
 )
-# What the sidecar of a version's picker pods reports (tests/test_canary.py has the same shape).
+# What the sidecar of a version's picker pods reports (tests/canary_series.py has the same shape).
 PICKER = (
     f'reporter="destination", destination_workload_namespace="{CHAT.tenant}", destination_app="{CHAT.model}-{VERSION}-epp", '
     f'destination_version="unknown", destination_workload="{CHAT.model}-{VERSION}-epp", tier="premium"'

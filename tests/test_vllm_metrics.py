@@ -32,11 +32,11 @@ from components.specs.slo_rules import ITEM_LATENCY_BUCKETS_SECONDS, VLLM_TTFT_B
 from platform_config.profiles import PROFILES
 from platform_tools.canary import Target, queries
 
+from .canary_series import TTFT_BOUNDS
+from .endpoint_picker_helpers import MIRROR as ROUTER_MIRROR
+from .endpoint_picker_helpers import TAG as ROUTER_TAG
+from .endpoint_picker_helpers import make_plan
 from .helpers import ROOT, STACKS, load_json, mirror_show, vllm_source
-from .test_canary import TTFT_BOUNDS
-from .test_endpoint_picker import MIRROR as ROUTER_MIRROR
-from .test_endpoint_picker import TAG as ROUTER_TAG
-from .test_endpoint_picker import make_plan
 from .test_slo_rules import TTFT_LE
 
 LOGGERS = "vllm/v1/metrics/loggers.py"
