@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .envoy_upstreams import Received, Response
 from .helpers import vllm_reads
-from .real_envoy import Gateway, Received, Response, signed_token
+from .real_envoy import Gateway, signed_token
 
 ISSUER = "https://login.inference.example.com"
 AUDIENCE = "inference-api"

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from . import real_envoy
+from .envoy_upstreams import Received
 from .gateway_envoy_helpers import (
     AUDIENCE,
     CANARY_ANALYSIS_SUBJECT,
@@ -34,7 +35,7 @@ from .gateway_envoy_helpers import (
     token,
 )
 from .helpers import Evaluated, prod_with_labeller_server, split_module_value
-from .real_envoy import Gateway, Received, signed_token
+from .real_envoy import Gateway, signed_token
 
 USERS = 10_000
 

@@ -18,6 +18,7 @@ from components.specs import gateway as gateway_spec
 from platform_config.pins import ENVOY, ISTIO_PROXY_ENVOY_VERSION
 
 from . import real_envoy
+from .envoy_upstreams import Answer
 from .gateway_envoy_helpers import (
     CANARY_ANALYSIS_SUBJECT,
     LABELLER,
@@ -111,7 +112,7 @@ REQUEST_QUEUE_FULL = (
 )
 
 
-def vllm_refusal(message: str) -> real_envoy.Answer:
+def vllm_refusal(message: str) -> Answer:
     """What vLLM answers past an admission bound: a GracefulHTTPError as the OpenAI error body with code 503
     (vllm/entrypoints/serve/exception_handling/error_response.py), no Retry-After."""
     error = {"message": message, "type": "Service Unavailable", "param": None, "code": 503}
