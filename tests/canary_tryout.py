@@ -1,7 +1,7 @@
 """`make canary-try`: the canary tool on your machine, against the real Prometheus the suite runs.
 
 It starts Debian's `prometheus` on loopback with the suite's synthetic series for prod's
-llama-8b (tests/test_canary.py: a healthy canary, a slow one, an erroring one, one that sheds,
+llama-8b (tests/canary_series.py: a healthy canary, a slow one, an erroring one, one that sheds,
 one with too few requests, ...), copies the prod stack file into a temporary directory, and
 runs `python -m platform_tools canary` on it for each scenario, printing each command and its
 verdict. With `--keep` it then leaves Prometheus running and prints the commands to try by hand
@@ -24,9 +24,9 @@ from pathlib import Path
 
 from platform_tools.__main__ import main as tool
 
+from .canary_series import AT, SCENARIOS, synthetic
 from .helpers import ROOT, stack_file
 from .servers.prometheus import prometheus_with
-from .test_canary import AT, SCENARIOS, synthetic
 
 TOOL = ".venv/bin/python -m platform_tools"
 

@@ -6,8 +6,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
@@ -23,6 +24,7 @@ os.environ.setdefault("CRD_SCHEMA_DIR", str((ROOT.parent / "shared" / "crd-schem
 
 STACKS = ("dev", "staging", "prod")
 PROJECT = "inference-platform"
+T = TypeVar("T")
 
 # The policy config under which the suite reads the pack's other verdicts on the committed stacks: their images are
 # by tag (no registry is reachable here to lock them, and digests are not invented), so on prod the pack's
@@ -286,6 +288,18 @@ class Evaluated:
         ]
         assert len(found) == 1, (kind, name, namespace)
         return found[0]
+
+
+_SPLIT_MODULE_VALUES: dict[str, Any] = {}
+
+
+def split_module_value(key: str, build: Callable[[], T]) -> T:
+    """A module fixture's value built once per test process for the modules split from one module (`key` names the
+    module and fixture it came from), so that they share one object as the one module's tests did, and build it no
+    more often: read it, never change it."""
+    if key not in _SPLIT_MODULE_VALUES:
+        _SPLIT_MODULE_VALUES[key] = build()
+    return _SPLIT_MODULE_VALUES[key]
 
 
 # The upstream files the tests read at pinned tags, in place (../shared/upstream-sources:

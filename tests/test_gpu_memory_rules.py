@@ -26,9 +26,9 @@ from components.specs.gpu_memory import (
 )
 
 from .helpers import ROOT, raw_stack, validate
+from .promtool_rules import fails, passes, run_tests
 from .test_batch_rules import rules, rules_file
 from .test_dashboards import series_names
-from .test_slo_rules import fails, passes, run_tests
 
 
 def prod_rule() -> dict[str, Any]:

@@ -20,8 +20,9 @@ import pytest
 
 from components.specs import endpoint_picker as epp
 
+from .envoy_upstreams import Received, Response
 from .helpers import raw_stack, validate
-from .real_envoy import Received, Response, running_picker_proxy
+from .real_envoy_picker import running_picker_proxy
 from .servers.fake_picker import Hold, Pick, PickThenFail, Shed
 
 # Short bounds, so the suite waits seconds, not a tier's real 5 s and 10 s; the builder under

@@ -1,9 +1,9 @@
 """Findings of the real-cluster review that no other test file pins down, each by its number.
 
 The others are tested where their part lives: 1 and 14's bin-packing in test_admission, 2-4 and
-13 in test_upstream_pins and test_infrastructure_components, 5, 9, 12 and 15 in test_serving and
-test_preview_contract, 7 and 11 in test_infrastructure_components, 10 and 16's filter in
-test_traffic."""
+13 in test_upstream_pins and test_infrastructure_components, 5, 9, 12 and 15 in test_serving (and the modules beside
+it) and test_preview_contract, 7 and 11 in test_infrastructure_components, 10 and 16's filter in test_traffic and
+test_gateway_filter."""
 
 from __future__ import annotations
 

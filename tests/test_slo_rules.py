@@ -2,7 +2,7 @@
 stack's rules pass `promtool check rules`, and `promtool test rules` runs them on synthetic series
 to show that each burn-rate alert fires when its objective is breached and stays silent when it is
 met, that a model's own `slo` moves the threshold, and that the recording rules read what the
-buckets hold."""
+buckets hold. What a version's rules read of its own pods and its picker's: tests/test_slo_rules_per_version.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.slo_plan import SloPlan
 from components.specs.slo_rules import (
@@ -25,95 +24,19 @@ from components.specs.slo_rules import (
 from platform_config.profiles import PROFILES
 
 from .helpers import STACKS, config_problems, prod_with_labeller_server, raw_stack, validate
-
-# A streaming chat model at its profile's objectives: TTFT within 500 ms for 95% of requests,
-# 99.5% of answers not 5xx.
-CHAT = SloPlan(
-    model="chat-model",
-    served_name="org/chat",
-    tenant="team-a",
-    availability_objective=0.995,
-    latency=latency_slo("ttft", 500, 0.95),
+from .promtool_rules import fails, passes, prom_labels, run_tests, strip_annotations
+from .slo_rules_helpers import (
+    AT,
+    CHAT,
+    MINUTES,
+    VERSION,
+    alert_labels,
+    availability_burn,
+    expected_annotations,
+    request_series,
+    rules_file,
+    ttft_series,
 )
-VERSION = "v1"
-TTFT = f'namespace="{CHAT.tenant}", model_name="{CHAT.served_name}", model_version="{VERSION}"'
-ISTIO = (
-    f'reporter="destination", destination_workload_namespace="{CHAT.tenant}", destination_app="{CHAT.model}", '
-    f'destination_version="{VERSION}", tier="premium"'
-)
-# Requests per minute in every scenario, and how long the series run (minutes).
-PER_MINUTE, MINUTES = 100, 150
-
-
-def rules_file(tmp_path: Path, *slos: SloPlan) -> Path:
-    """The rule groups of the models' PrometheusRules as a Prometheus rules file."""
-    path = tmp_path / "rules.yaml"
-    groups = [group for slo in slos for group in prometheus_rule(slo)["spec"]["groups"]]
-    path.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
-    return path
-
-
-# vLLM 0.18.0's TTFT bucket boundaries as its Python client writes them (tests/test_vllm_metrics.py
-# holds them to the source release).
-TTFT_LE = (
-    "0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75", "1.0", "2.5", "5.0",
-    "7.5", "10.0", "20.0", "40.0", "80.0", "160.0", "640.0", "2560.0",
-)  # fmt: skip
-
-
-def ttft_series(slow_share: float, labels: str = TTFT) -> list[dict[str, str]]:
-    """TTFT histogram series in every bucket vLLM writes, every request between 0.25 and 1 s:
-    `slow_share` of them above 0.75 s, the rest at most 0.5 s."""
-    fast = round(PER_MINUTE * (1 - slow_share))
-
-    def cumulative(le: str) -> int:
-        return 0 if float(le) <= 0.25 else fast if float(le) <= 0.75 else PER_MINUTE
-
-    series = [
-        {"series": f'vllm:time_to_first_token_seconds_bucket{{{labels}, le="{le}"}}', "values": f"0+{count}x{MINUTES}"}
-        for le, count in [*((le, cumulative(le)) for le in TTFT_LE), ("+Inf", PER_MINUTE)]
-    ]
-    series.append({"series": f"vllm:time_to_first_token_seconds_count{{{labels}}}", "values": f"0+{PER_MINUTE}x{MINUTES}"})
-    return series
-
-
-def request_series(share_503: float, labels: str = ISTIO) -> list[dict[str, str]]:
-    failed = round(PER_MINUTE * share_503)
-    return [
-        {"series": f'istio_requests_total{{{labels}, response_code="200"}}', "values": f"0+{PER_MINUTE - failed}x{MINUTES}"},
-        {"series": f'istio_requests_total{{{labels}, response_code="503"}}', "values": f"0+{failed}x{MINUTES}"},
-    ]
-
-
-def alert_labels(slo: SloPlan, name: str, severity: str, version: str = VERSION) -> dict[str, str]:
-    return {"model": slo.model, "tenant": slo.tenant, "model_version": version, "severity": severity, "slo": name}
-
-
-def availability_burn(slo: SloPlan | None) -> dict[str, Any]:
-    """promtool's expectation of the availability alert at AT: paging and ticketing for `slo`, or (None) silent."""
-    fired = [{"exp_labels": alert_labels(slo, "availability", severity)} for severity in ("page", "ticket")] if slo else []
-    return {"eval_time": AT, "alertname": "ModelAvailabilityBudgetBurn", "exp_alerts": fired}
-
-
-def run_tests(promtool: str, tmp_path: Path, rules: Path, tests: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
-    spec = tmp_path / "tests.yaml"
-    spec.write_text(yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": tests}, sort_keys=False))
-    return subprocess.run([promtool, "test", "rules", str(spec)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-
-
-def passes(result: subprocess.CompletedProcess[str]) -> None:
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def fails(result: subprocess.CompletedProcess[str]) -> None:
-    """promtool ran the test and found the alerts other than expected (not a broken test file)."""
-    output = result.stdout + result.stderr
-    assert result.returncode == 1 and "exp:" in output and "got:" in output, output
-
-
-# When the alerts are read: the 1 h window is full, and both the page's and the ticket's `for`
-# have passed (a burn that trips the page trips the ticket too: the 3 d window holds every sample).
-AT = "70m"
 
 
 def test_plans_follow_the_profiles_and_overrides() -> None:
@@ -376,148 +299,3 @@ def test_recorded_quantiles_and_ratios_read_the_buckets(promtool: str, tmp_path:
         ],
     }
     passes(run_tests(promtool, tmp_path, rules, [fast, mixed]))
-
-
-# --- helpers for expected alerts ----------------------------------------------------------
-
-
-def prom_labels(labels: dict[str, str]) -> str:
-    return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-
-
-def expected_annotations(slo: SloPlan, name: str, severity: str, value: str) -> dict[str, str]:
-    """The alert's annotations as Prometheus renders them for version v1 at `value`."""
-    rule = next(
-        r
-        for g in prometheus_rule(slo)["spec"]["groups"]
-        for r in g["rules"]
-        if r.get("alert") and r["labels"]["slo"] == name and r["labels"]["severity"] == severity
-    )
-    return {
-        key: text.replace("{{ $labels.model_version }}", VERSION).replace("{{ $value | humanizePercentage }}", value)
-        for key, text in rule["annotations"].items()
-    }
-
-
-def strip_annotations(rules: Path) -> None:
-    """Leave the alerts' annotations out where a test checks when they fire, not what they say
-    (promtool compares annotations whole; the latency test checks them)."""
-    data = yaml.safe_load(rules.read_text())
-    for group in data["groups"]:
-        for rule in group["rules"]:
-            rule.pop("annotations", None)
-    rules.write_text(yaml.safe_dump(data, sort_keys=False))
-
-
-@pytest.mark.real_server
-def test_gpu_activity_is_averaged_per_version_over_its_own_pods(promtool: str, tmp_path: Path) -> None:
-    """DCGM knows pods, not versions: two v1 pods at 50% and 90% and one v2 pod at 20% give v1
-    0.7 and v2 0.2; a pod of another model in the tenant's namespace, and a pod of the same name in
-    another namespace, are not counted."""
-    rules = rules_file(tmp_path, CHAT)
-    model_label = "label_inference_platform_model"
-    version_label = "label_inference_platform_model_version"
-
-    def pod(name: str, namespace: str, model: str, version: str, activity: float) -> list[dict[str, str]]:
-        return [
-            {
-                "series": f'kube_pod_labels{{namespace="{namespace}", pod="{name}", {model_label}="{model}", '
-                f'{version_label}="{version}", job="kube-state-metrics"}}',
-                "values": f"1x{MINUTES}",
-            },
-            {
-                "series": f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}", pod="{name}", gpu="0", '
-                f'modelName="NVIDIA H100 80GB HBM3", Hostname="node-{name}"}}',
-                "values": f"{activity}x{MINUTES}",
-            },
-        ]
-
-    series = (
-        pod("a", CHAT.tenant, CHAT.model, "v1", 0.5)
-        + pod("b", CHAT.tenant, CHAT.model, "v1", 0.9)
-        + pod("c", CHAT.tenant, CHAT.model, "v2", 0.2)
-        + pod("d", CHAT.tenant, "other-model", "v1", 1.0)
-        + pod("a", "team-b", CHAT.model, "v1", 0.0)
-    )
-    labels = {"model": CHAT.model, "tenant": CHAT.tenant}
-    test = {
-        "interval": "1m",
-        "input_series": series,
-        "promql_expr_test": [
-            {
-                "expr": "round(model_version:dcgm_gpu_engine_active:avg, 0.0001)",
-                "eval_time": "10m",
-                "exp_samples": [
-                    {"labels": prom_labels({**labels, "model_version": "v1"}), "value": 0.7},
-                    {"labels": prom_labels({**labels, "model_version": "v2"}), "value": 0.2},
-                ],
-            }
-        ],
-    }
-    passes(run_tests(promtool, tmp_path, rules, [test]))
-
-
-PICKED = SloPlan(
-    model=CHAT.model,
-    served_name=CHAT.served_name,
-    tenant=CHAT.tenant,
-    availability_objective=CHAT.availability_objective,
-    latency=CHAT.latency,
-    picker_workloads=(f"{CHAT.model}-{VERSION}-epp", f"{CHAT.model}-v2-epp"),
-)
-# What the sidecar of a version's picker pods reports (tests/test_canary.py has the same shape).
-PICKER = (
-    f'reporter="destination", destination_workload_namespace="{CHAT.tenant}", destination_app="{CHAT.model}-{VERSION}-epp", '
-    f'destination_version="unknown", destination_workload="{CHAT.model}-{VERSION}-epp", tier="premium"'
-)
-
-
-def test_the_plan_names_each_versions_picker_where_it_has_one() -> None:
-    plan = validate(raw_stack("prod"))
-    by_name = {m.model.name: m.slo for m in plan.models}
-    assert by_name["llama-70b"].picker_workloads == ("llama-70b-v1-epp",)
-    assert by_name["llama-8b"].picker_workloads == ("llama-8b-v1-epp", "llama-8b-v2-epp")  # Knative-served, picked too
-    staging = {m.model.name: m.slo for m in validate(raw_stack("staging")).models}
-    assert staging["labeller"].picker_workloads == ()  # scales to zero: no picker
-
-
-@pytest.mark.real_server
-def test_requests_the_picker_path_refuses_burn_the_availability_budget(promtool: str, tmp_path: Path) -> None:
-    """The servers answer every request they see; the picker refuses as many again (429 at its
-    sidecar, 503 to the client): the version pages, and its recorded 503 share counts them."""
-    rules = rules_file(tmp_path, PICKED)
-    refused = PER_MINUTE
-    # The picked requests' own answers pass the picker pods too: never counted twice.
-    picker = [
-        {"series": f'istio_requests_total{{{PICKER}, response_code="429"}}', "values": f"0+{refused}x{MINUTES}"},
-        {"series": f'istio_requests_total{{{PICKER}, response_code="200"}}', "values": f"0+{PER_MINUTE}x{MINUTES}"},
-    ]
-    storm = {
-        "interval": "1m",
-        "input_series": request_series(0.0) + picker,
-        "alert_rule_test": [availability_burn(PICKED)],
-        "promql_expr_test": [
-            {
-                "expr": "model_version_tier:istio_requests_503:ratio_rate5m",
-                "eval_time": AT,
-                "exp_samples": [
-                    {
-                        "labels": 'model_version_tier:istio_requests_503:ratio_rate5m{model="chat-model", '
-                        'model_version="v1", tenant="team-a", tier="premium"}',
-                        "value": 0.5,
-                    }
-                ],
-            }
-        ],
-    }
-    # Without the picker's workload named, the same hour looks healthy: the servers saw no error.
-    unseen: dict[str, Any] = {
-        "interval": "1m",
-        "input_series": request_series(0.0) + picker,
-        "alert_rule_test": [availability_burn(None)],
-    }
-    strip_annotations(rules)
-    passes(run_tests(promtool, tmp_path, rules, [storm]))
-    plain = rules_file(tmp_path, CHAT)
-    strip_annotations(plain)
-    passes(run_tests(promtool, tmp_path, plain, [unseen]))

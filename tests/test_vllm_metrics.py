@@ -7,7 +7,7 @@ default boundaries in vllm/v1/metrics/buckets.py since 0.2x; the
 classes being prometheus_client's Gauge, Counter and Histogram; spec-decoding, KV-connector and
 perf metrics live in other files, none of which the platform reads). prometheus_client exposes a
 Counter as `<name>_total` and a Histogram as `<name>_bucket` (with `le`), `<name>_sum` and
-`<name>_count`; a Gauge under its own name.
+`<name>_count`; a Gauge under its own name. tests/vllm_metrics_source.py reads them from the source.
 
 What the platform reads: the `vllm:` selectors of every rendered object of the dev, staging and
 prod previews (tests/golden/*.resources.json, which tests/test_golden_outputs.py holds to the
@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
@@ -32,166 +32,20 @@ from components.specs.slo_rules import ITEM_LATENCY_BUCKETS_SECONDS, VLLM_TTFT_B
 from platform_config.profiles import PROFILES
 from platform_tools.canary import Target, queries
 
+from .canary_series import TTFT_BOUNDS
+from .endpoint_picker_helpers import MIRROR as ROUTER_MIRROR
+from .endpoint_picker_helpers import TAG as ROUTER_TAG
+from .endpoint_picker_helpers import make_plan
 from .helpers import ROOT, STACKS, load_json, mirror_show, vllm_source
-from .test_canary import TTFT_BOUNDS
-from .test_endpoint_picker import MIRROR as ROUTER_MIRROR
-from .test_endpoint_picker import TAG as ROUTER_TAG
-from .test_endpoint_picker import make_plan
-from .test_slo_rules import TTFT_LE
+from .slo_rules_helpers import TTFT_LE
+from .vllm_metrics_source import LOGGERS, VllmMetric, _class, default_buckets, exposed_series, vllm_metrics
 
-LOGGERS = "vllm/v1/metrics/loggers.py"
 GOLDEN = ROOT / "tests" / "golden"
 
 # Labels a series gains when Prometheus scrapes it through a PodMonitor or ServiceMonitor
 # (prometheus-operator's target labels; `instance` and `job` are Prometheus's own). The monitors'
 # own relabelings add more (monitor_target_labels).
 OPERATOR_TARGET_LABELS = frozenset({"namespace", "pod", "container", "service", "endpoint", "job", "instance"})
-
-Kind = Literal["gauge", "counter", "histogram"]
-KINDS: dict[str, Kind] = {"_gauge_cls": "gauge", "_counter_cls": "counter", "_histogram_cls": "histogram"}
-
-
-@dataclass(frozen=True)
-class VllmMetric:
-    """One metric PrometheusStatLogger defines: its type, label names, buckets (None: none, or
-    computed at run time such as build_1_2_5_buckets(max_model_len)), where it is defined, and
-    the `if` it is defined under (None: always)."""
-
-    name: str
-    kind: Kind
-    labels: frozenset[str] | None  # None: computed at run time (an info gauge's config keys)
-    buckets: tuple[float, ...] | None
-    line: int
-    condition: str | None
-    # The bucket family its boundaries come from (`histogram_buckets("<family>")`), which a server's
-    # --custom-histogram-buckets may replace; None: boundaries of its own.
-    family: str | None = None
-
-    def series(self) -> dict[str, frozenset[str]]:
-        """The series prometheus_client exposes for it, each with its label names."""
-        labels = self.labels or frozenset()
-        if self.kind == "gauge":
-            return {self.name: labels}
-        if self.kind == "counter":
-            return {self.name.removesuffix("_total") + "_total": labels}
-        return {f"{self.name}_bucket": labels | {"le"}, f"{self.name}_sum": labels, f"{self.name}_count": labels}
-
-
-def _class(tree: ast.Module, name: str) -> ast.ClassDef:
-    (found,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
-    return found
-
-
-BUCKETS = "vllm/v1/metrics/buckets.py"
-
-
-def default_buckets() -> dict[str, tuple[float, ...]]:
-    """Each histogram family's default boundaries (vLLM 0.33.0 vllm/v1/metrics/buckets.py
-    `_STATIC_FAMILY_DEFAULTS`, whose values are the module's literal tuples such as
-    TIME_TO_FIRST_TOKEN_BUCKETS). They hold for the platform's servers, which pass no
-    `--custom-histogram-buckets`."""
-    tree = ast.parse(vllm_source(BUCKETS))
-    tuples: dict[str, tuple[float, ...]] = {}
-    families: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            if node.target.id == "_STATIC_FAMILY_DEFAULTS":
-                assert isinstance(node.value, ast.Dict)
-                families = {ast.literal_eval(k): ast.unparse(v) for k, v in zip(node.value.keys, node.value.values) if k}
-                continue
-            try:
-                tuples[node.target.id] = tuple(float(b) for b in ast.literal_eval(node.value))
-            except (ValueError, TypeError):
-                continue
-    assert families, f"{BUCKETS} has no _STATIC_FAMILY_DEFAULTS"
-    return {family: tuples[name] for family, name in families.items() if name in tuples}
-
-
-# Beside a name bound to a family's boundaries, the family's key.
-FAMILY_OF = "family of "
-
-
-def _bindings(cls: ast.ClassDef) -> dict[str, Any]:
-    """The literal values the class binds to a local name or a `self.` attribute
-    (`labelnames = ["model_name", "engine"]`, `self.labelname_max_lora = "max_lora"`), and the
-    boundaries a `histogram_buckets("<family>", overrides=custom_buckets)` call gives a name: its
-    family's defaults (`default_buckets`). Boundaries computed from the model
-    (`histogram_buckets("request_tokens", max_model_len=...)`) stay unbound."""
-    found: dict[str, Any] = {}
-    defaults = default_buckets()
-    for node in ast.walk(cls):
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
-            continue
-        value = node.value
-        if isinstance(value, ast.Call) and ast.unparse(value.func) == "histogram_buckets":
-            family = ast.literal_eval(value.args[0])
-            if family in defaults and not any(k.arg == "max_model_len" for k in value.keywords):
-                found[ast.unparse(node.targets[0])] = list(defaults[family])
-                found[FAMILY_OF + ast.unparse(node.targets[0])] = family
-            continue
-        try:
-            found[ast.unparse(node.targets[0])] = ast.literal_eval(value)
-        except ValueError:
-            continue
-    return found
-
-
-def _value(node: ast.expr, bindings: dict[str, Any]) -> Any:
-    """A literal, a bound name, or a list of them joined with `+`; None when computed at run time."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = _value(node.left, bindings), _value(node.right, bindings)
-        return None if left is None or right is None else [*left, *right]
-    if isinstance(node, ast.List):
-        items = [_value(e, bindings) for e in node.elts]
-        return None if any(i is None for i in items) else items
-    if isinstance(node, ast.Constant):
-        return node.value
-    return bindings.get(ast.unparse(node))
-
-
-def vllm_metrics() -> dict[str, VllmMetric]:
-    """Every `vllm:` metric PrometheusStatLogger defines in vLLM 0.33.0, by name."""
-    tree = ast.parse(vllm_source(LOGGERS))
-    imports = {a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "prometheus_client" for a in n.names}
-    assert {"Gauge", "Counter", "Histogram"} <= imports
-    logger = _class(tree, "PrometheusStatLogger")
-    classes = {
-        ast.unparse(s.targets[0]): ast.unparse(s.value) for s in logger.body if isinstance(s, ast.Assign) and len(s.targets) == 1
-    }
-    assert {k: classes[k] for k in KINDS} == {"_gauge_cls": "Gauge", "_counter_cls": "Counter", "_histogram_cls": "Histogram"}
-    bindings = _bindings(logger)
-    found: dict[str, VllmMetric] = {}
-
-    def visit(node: ast.AST, condition: str | None) -> None:
-        if isinstance(node, ast.If):
-            for child in node.body:
-                visit(child, ast.unparse(node.test))
-            for child in node.orelse:
-                visit(child, f"not ({ast.unparse(node.test)})")
-            return
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in KINDS:
-            keywords = {k.arg: k.value for k in node.keywords if k.arg}
-            name = _value(keywords["name"], bindings)
-            if isinstance(name, str) and name.startswith("vllm:"):
-                labels = _value(keywords["labelnames"], bindings) if "labelnames" in keywords else []
-                buckets = _value(keywords["buckets"], bindings) if "buckets" in keywords else None
-                family = bindings.get(FAMILY_OF + ast.unparse(keywords["buckets"])) if "buckets" in keywords else None
-                assert name not in found, f"{name} defined twice"
-                found[name] = VllmMetric(
-                    name,
-                    KINDS[node.func.attr],
-                    None if labels is None else frozenset(labels),
-                    None if buckets is None else tuple(float(b) for b in buckets),
-                    node.lineno,
-                    condition,
-                    family,
-                )
-        for inner in ast.iter_child_nodes(node):
-            visit(inner, condition)
-
-    for method in logger.body:
-        visit(method, None)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -200,10 +54,6 @@ def exposed() -> dict[str, VllmMetric]:
     # The parse is not vacuous: the series the platform reads and their neighbours are found.
     assert len(metrics) > 30 and metrics["vllm:num_requests_running"].labels == {"model_name", "engine"}
     return metrics
-
-
-def exposed_series(metrics: dict[str, VllmMetric]) -> dict[str, tuple[VllmMetric, frozenset[str]]]:
-    return {series: (m, labels) for m in metrics.values() for series, labels in m.series().items()}
 
 
 # --- what the platform reads ----------------------------------------------------------------
