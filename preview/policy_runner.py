@@ -79,6 +79,8 @@ class PolicyRun:
     # The levels this preview alone set (policy → why; preview/inputs.py image_digests_offline), not the policy
     # config: `pulumi up` runs those policies at the pack's own level.
     preview_levels: dict[str, str] = field(default_factory=dict)
+    # CPU seconds each process of the exchange used, from its start (PolicyPack.cpu_seconds).
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def warnings(self) -> list[str]:
@@ -352,6 +354,10 @@ class PolicyPack:
     def _diagnostics(self, response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:
         return response_diagnostics(response, self.secrets)
 
+    def cpu_seconds(self) -> float | None:
+        """The CPU time (user and system) the pack's process has used so far; None where /proc cannot tell."""
+        return process_cpu_seconds(self.process.pid)
+
     def close(self) -> None:
         if self.channel is not None:
             self._close_channel(self.channel)
@@ -381,6 +387,16 @@ class PolicyPack:
     @property
     def engine_log(self) -> list[str]:
         return [mask_secrets(message, self.secrets) for message in self._engine.messages]
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """A running process's CPU time so far (user and system, fields 14 and 15 of Linux's /proc/<pid>/stat,
+    proc(5)), or None where there is no such file."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 3)
 
 
 def configure_request(

@@ -90,10 +90,13 @@ class PolicySession:
 
     def result(self) -> PolicyRun:
         self._thread.join()
+        cpu = self.pack.cpu_seconds()
         self.pack.close()
         if self._error is not None:
             raise self._error
         assert self._run is not None
+        if cpu is not None:
+            self._run.cpu_seconds["policyPack"] = cpu
         return self._run
 
     def close(self, timeout: float = 10.0) -> None:
