@@ -25,7 +25,8 @@ def _broken(obj: dict[str, Any]) -> list[dict[str, Any]]:
     labels["metadata"]["labels"] = ["app"]
     retyped = copy.deepcopy(obj)
     retyped["metadata"]["generateName"] = 7
-    for key, value in (retyped.get("spec") if isinstance(retyped.get("spec"), dict) else {}).items():
+    spec: dict[str, Any] = retyped["spec"] if isinstance(retyped.get("spec"), dict) else {}
+    for key, value in spec.items():
         if isinstance(value, str):
             retyped["spec"][key] = 7
             break
