@@ -38,7 +38,7 @@ from kubernetes_validate import utils as kv_utils
 try:
     import jsonschema_rs
 except ImportError:  # pragma: no cover - the pinned requirements install it
-    jsonschema_rs = None
+    jsonschema_rs = None  # type: ignore[assignment]
 
 DEFAULT_CRD_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "crd-schemas"
 CRD_TOP_LEVEL = {"apiVersion", "kind", "metadata", "spec", "status"}

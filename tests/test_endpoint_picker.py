@@ -27,9 +27,8 @@ from components.specs.network import NAMESPACE_NAME_LABEL
 from platform_config import pins
 from platform_config.serving import MESH_PROXY_RESOURCES
 from preview.admission import istio_injects
-from preview.schemas import SchemaValidator
 
-from .helpers import ROOT, mirror_show
+from .helpers import ROOT, mirror_show, schema_validator
 
 SERVER_LABELS = {"inference.platform/model": "llama-8b", "inference.platform/model-version": "v1"}
 MIRROR = Path("llm-d+llm-d-router")  # read in ../shared/upstream-sources
@@ -101,7 +100,7 @@ def istio_show(path: str) -> str:
 
 
 def test_every_object_validates_against_upstream_schemas(objects):
-    results = SchemaValidator("1.33").validate_all(objects)
+    results = schema_validator().validate_all(objects)
     assert [(r.label, r.errors) for r in results if r.status != "valid"] == []
     by_kind = {r.kind: r.schema for r in results}
     for kind in ("InferencePool", "InferenceObjective", "PodMonitor", "DestinationRule"):
@@ -116,7 +115,7 @@ def test_a_broken_object_is_caught_by_the_same_validation(objects):
         **pool,
         "spec": {**pool["spec"], "endpointPickerRef": {**pool["spec"]["endpointPickerRef"], "failureMode": "FailClosed"}},
     }
-    assert SchemaValidator("1.33").validate(broken).status == "invalid"
+    assert schema_validator().validate(broken).status == "invalid"
 
 
 def test_objects_come_in_apply_order_and_every_one_is_labelled(objects, plan):
