@@ -255,9 +255,9 @@ def _run(
         # The servers as the program's outputs resolved them: the request already sent, unless it exported none.
         shapes = outputs.get(SHAPES_OUTPUT) or {}
         prediction.send(shapes.get("servers"), out)
-        objects, releases = _render(progress, out, evaluation.resources)
+        rendered = _render(progress, out, evaluation.resources)
         recorded = _exported_sections(report, outputs, out)
-        _object_checks(report, progress, evaluation, objects, releases)
+        _object_checks(report, progress, evaluation, rendered)
         verdict = _policy_verdict(progress, policies)
         report.sections["policies"], report.cpu = policy_section(verdict), dict(verdict.cpu_seconds)
         _comparisons(report, stack_config, outputs, posture, previous_cost)
@@ -318,12 +318,10 @@ def _evaluate(
         raise _Stopped(EXIT_CRASH) from None
 
 
-def _render(
-    progress: Progress, out: Path, resources: list[RecordedResource]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _render(progress: Progress, out: Path, resources: list[RecordedResource]) -> render.Rendered:
     """resources.json and manifests/ written; the Kubernetes objects and the Helm releases, for the checks."""
     try:
-        return progress.run("rendering resources and manifests", lambda: render.write_outputs(out, resources))
+        return progress.run("rendering resources and manifests", lambda: render.render(out, resources))
     except render.DuplicateObjectError as error:
         print(f"error: {error}", file=sys.stderr)
         raise _Stopped(EXIT_CRASH) from None
@@ -349,16 +347,10 @@ def _exported_sections(report: Report, outputs: dict[str, Any], out: Path) -> bo
     return write_recording(out, registry)
 
 
-def _object_checks(
-    report: Report,
-    progress: Progress,
-    evaluation: Evaluation,
-    objects: list[dict[str, Any]],
-    releases: list[dict[str, Any]],
-) -> None:
+def _object_checks(report: Report, progress: Progress, evaluation: Evaluation, rendered: render.Rendered) -> None:
     """The rendered objects through admission and scheduling, the first `up`'s order, the upstream facts and the
     schemas."""
-    outputs = evaluation.stack_outputs
+    outputs, objects, releases = evaluation.stack_outputs, rendered.objects, rendered.releases
     admission = progress.run(
         "admitting and scheduling every pod template (LimitRange, quota, Pod Security, Knative, pools)",
         lambda: admit_and_schedule(objects, outputs.get("nodePools") or [], outputs.get("serverPeaks") or []),
@@ -366,7 +358,7 @@ def _object_checks(
     report.sections["admission"] = admission_section(admission)
     first_up = progress.run(
         "ordering the first `up` against every webhook and CRD the installers register",
-        lambda: check_first_up(evaluation.resources),
+        lambda: check_first_up(evaluation.resources, rendered.api_inputs),
     )
     report.sections["firstUp"] = first_up_section(first_up)
     pins = progress.run(
