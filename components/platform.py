@@ -6,11 +6,13 @@ inherits its Kubernetes provider.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
+from pulumi.runtime.sync_await import _sync_await
 
 from platform_config.capacity import batch_queue_report, capacity_report
 from platform_config.floors import FLOORS
@@ -54,6 +56,12 @@ class InferencePlatformArgs:
     serving_shapes: Mapping[str, str]
     # Tenant name -> its own Hugging Face token.
     hugging_face_tokens: Mapping[str, pulumi.Output[str]] = field(default_factory=dict)
+
+
+# Every this many models the SDK's event loop gets one turn (pulumi/runtime/sync_await.py `_sync_await`, as the SDK
+# itself waits inside a running program): the registrations ready by then go out, instead of every model's waiting
+# in memory until the program is done (500 models: the evaluation's peak 1.17 GiB -> 0.84 GiB; the same resources).
+MODELS_PER_TURN = 10
 
 
 def aws_tags(config: PlatformConfig) -> dict[str, str]:
@@ -117,7 +125,9 @@ class InferencePlatform(pulumi.ComponentResource):
         machinery = self._serving_machinery(plan, monitoring, mesh, control_plane_replicas)
 
         self.models = []
-        for model_plan in plan.models:
+        for index, model_plan in enumerate(plan.models):
+            if index % MODELS_PER_TURN == MODELS_PER_TURN - 1:
+                _sync_await(asyncio.sleep(0))
             model, backend = model_plan.model, model_plan.backend
             tenant = self.tenants[model.tenant]
             self.models.append(
