@@ -190,7 +190,8 @@ def render(out: Path, resources: list[RecordedResource]) -> Rendered:
             objects.append(_ordered(body))
         if r.type == HELM_RELEASE:
             releases.append(_helm_release(r, inputs))
-    (out / "resources.json").write_text(dumps_indented(entries) + "\n")
+    write_indented(out / "resources.json", entries)
+    del entries  # what the objects and releases do not share is garbage now
     seen: set[str] = set()
     for obj in objects:
         filename = manifest_filename(obj)
@@ -205,6 +206,25 @@ def render(out: Path, resources: list[RecordedResource]) -> Rendered:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(to_yaml(release))
     return Rendered(objects, releases, api_inputs)
+
+
+def write_indented(path: Path, items: list[Any]) -> None:
+    """`json.dumps(items, indent=2)` and a newline into `path`, byte for byte, written item by item: the whole text
+    of a large stack's resources.json (and the list of its pieces) is never held at once."""
+    with path.open("w") as file:
+        try:
+            separator = "[\n  "
+            for item in items:
+                pieces: list[str] = [separator]
+                _encode(item, pieces.append, "\n  ")
+                file.write("".join(pieces))
+                separator = ",\n  "
+        except _NotJson:
+            file.seek(0)
+            file.truncate()
+            file.write(json.dumps(items, indent=2) + "\n")
+            return
+        file.write("\n]\n" if items else "[]\n")
 
 
 def dumps_indented(value: Any) -> str:
