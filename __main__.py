@@ -4,10 +4,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import Cluster, ClusterArgs
+from components.constants import aws_tags
 from components.model_route import canary_releases
 from components.plan import plan_checks, resolve
 from components.plan_reports import cold_start_report, cost_report, queue_bound_report, serving_shape_digests, serving_shapes
-from components.platform import InferencePlatform, InferencePlatformArgs, aws_tags
+from components.platform import InferencePlatform, InferencePlatformArgs
 from platform_config import load_config
 from platform_config.adapters import adapters_report
 from platform_config.guard_rails import security_posture

@@ -1,7 +1,7 @@
 """Benchmark the gateway filter (not a test: figures go into the README).
 
 Runs the prod stack's rendered filter (the Lua inside the EnvoyFilter of the offline preview's
-evaluation) in LuaJIT with the tests' Envoy handle (tests/test_traffic.py HARNESS), on realistic
+evaluation) in LuaJIT with the tests' Envoy handle (tests/lua_filter.py HARNESS), on realistic
 OpenAI chat bodies of 1 KB, 100 KB and 1 MB, and compares it with a floor on the same bodies and
 handle: a filter that only reads the body (body:getBytes) and finds the "model" member's value.
 Floor and filter run alternately in one process, so each ratio comes from the same conditions.
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import lupa.luajit21 as luajit  # noqa: E402
 
 from tests.helpers import Evaluated, raw_stack  # noqa: E402
-from tests.test_traffic import HARNESS, lua_code  # noqa: E402
+from tests.lua_filter import HARNESS, lua_code  # noqa: E402
 
 SIZES = {"1 KB": 1 << 10, "100 KB": 100 << 10, "1 MB": 1 << 20}
 MODEL = "llama-3.1-8b-instruct"  # prod: schedules by priority, so the filter rewrites the body

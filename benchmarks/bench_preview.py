@@ -41,8 +41,8 @@ PY = sys.executable
 @dataclass(frozen=True)
 class Finished:
     """A command run to its end: its wall time, its output, its peak RSS (os.wait4's ru_maxrss: the largest of
-    the process and the children it waited for, not their sum) and its CPU time (user and system, of the process and
-    every child it waited for: the preview's policy pack and aiconfigurator worker included)."""
+    the process and the children it waited for, not their sum) and its CPU time (user and system, the process's and
+    its waited-for children's summed: the policy pack, its client and aiconfigurator's worker included)."""
 
     seconds: float
     stdout: str
@@ -70,11 +70,47 @@ def measure(program: Path, stack_file: Path, env: dict[str, str] | None = None) 
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def floor(stack: str, stack_file: Path, resources: Path) -> float:
+def floor(stack: str, stack_file: Path, resources: Path) -> Finished:
     """The whole-process floor of a preview: a fresh process registering the same resources once, cold."""
     flat = str(ROOT / "benchmarks" / "flat_program")
     command = [PY, str(ROOT / "benchmarks" / "measure.py"), "--program", flat, "--config-file", str(stack_file)]
-    return run([*command, "--stack", stack, "--once"], {"BENCH_RESOURCES": str(resources)}).seconds
+    return run([*command, "--stack", stack, "--once"], {"BENCH_RESOURCES": str(resources)})
+
+
+class PreviewRuns:
+    """Whole previews and their floors, run interleaved: wall and CPU time, peak RSS, and each stage's wall and CPU
+    time (the preview process's own), the pack's CPU and the CPU of the preview's processes together."""
+
+    def __init__(self) -> None:
+        self.walls: list[float] = []
+        self.cpus: list[float] = []
+        self.peaks: list[int] = []
+        self.stages: list[dict[str, float]] = []
+        self.stage_cpus: list[dict[str, float]] = []
+        self.pack_cpus: list[float] = []
+        self.floors: list[Finished] = []
+
+    def add(self, finished: Finished, report: dict, floor_run: Finished) -> None:
+        self.walls.append(finished.seconds)
+        self.cpus.append(finished.cpu_seconds)
+        self.peaks.append(finished.peak_kib)
+        self.stages.append(_stages(report))
+        self.stage_cpus.append({s["name"]: s.get("cpuSeconds", 0.0) for s in report["stages"]})
+        self.pack_cpus.append(report.get("cpuSeconds", {}).get("policyPack", 0.0))
+        self.floors.append(floor_run)
+
+    def row(self) -> dict:
+        return {
+            "previewSeconds": median(self.walls),
+            "floorSeconds": median([f.seconds for f in self.floors]),
+            "previewCpuSeconds": median(self.cpus),
+            "floorCpuSeconds": median([f.cpu_seconds for f in self.floors]),
+            "packCpuSeconds": median(self.pack_cpus),
+            "packCpuShare": median([pack / cpu for pack, cpu in zip(self.pack_cpus, self.cpus)]),
+            "stageSeconds": {k: median([s[k] for s in self.stages]) for k in self.stages[0]},
+            "stageCpuSeconds": {k: median([s[k] for s in self.stage_cpus]) for k in self.stage_cpus[0]},
+            "previewPeakMiB": max(self.peaks) / 1024,
+        }
 
 
 def preview(stack_args: list[str], out: Path, env: dict[str, str] | None = None) -> tuple[Finished, dict]:
@@ -129,6 +165,8 @@ def main() -> None:
     print()
     print_stage_shares(stacks + rows)
     print()
+    print_cpu_table(stacks + rows)
+    print()
     print_prod(prod_runs, prod_report, args.prod_repeat)
     print()
     print_pack_table([row for row in rows if "previewSecondsDecodeEach" in row])
@@ -146,21 +184,11 @@ def bench_stack(tmpdir: Path, stack: str, repeat: int) -> dict:
     """A committed stack's whole preview as a user runs it, against its whole-process floor, interleaved."""
     out = tmpdir / f"stack-{stack}"
     stack_file = ROOT / "stacks" / f"Pulumi.{stack}.yaml"
-    walls, floors, peaks, stages = [], [], [], []
+    runs = PreviewRuns()
     for _ in range(repeat):
         finished, report = preview(["--stack", stack], out)
-        walls.append(finished.seconds)
-        peaks.append(finished.peak_kib)
-        stages.append(_stages(report))
-        floors.append(floor(stack, stack_file, out / "resources.json"))
-    return {
-        "stack": stack,
-        "resources": report["counts"]["resources"],
-        "previewSeconds": median(walls),
-        "floorSeconds": median(floors),
-        "stageSeconds": {k: median([s[k] for s in stages]) for k in stages[0]},
-        "previewPeakMiB": max(peaks) / 1024,
-    }
+        runs.add(finished, report, floor(stack, stack_file, out / "resources.json"))
+    return {"stack": stack, "resources": report["counts"]["resources"], **runs.row()}
 
 
 def bench_size(tmpdir: Path, models: int, repeat: int) -> dict:
@@ -173,13 +201,10 @@ def bench_size(tmpdir: Path, models: int, repeat: int) -> dict:
     config["aws:region"] = "us-east-1"
     stack_file.write_text(yaml.safe_dump({"config": config}))
     out = tmpdir / f"out-{models}"
-    walls, floors, peaks, stages, each_walls, each_waits = [], [], [], [], [], []
+    runs, each_walls, each_waits = PreviewRuns(), [], []
     for _ in range(repeat):
         finished, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out)
-        walls.append(finished.seconds)
-        peaks.append(finished.peak_kib)
-        stages.append(_stages(report))
-        floors.append(floor("bench", stack_file, out / "resources.json"))
+        runs.add(finished, report, floor("bench", stack_file, out / "resources.json"))
         if models <= DECODE_EACH_UP_TO:
             # Interleaved: the same preview with the pack decoding each resource once per policy.
             finished, report = preview(["--stack", "bench", "--config-file", str(stack_file)], out, DECODE_EACH)
@@ -200,10 +225,7 @@ def bench_size(tmpdir: Path, models: int, repeat: int) -> dict:
         "tenants": tenants,
         "resources": resources,
         "custom": program[0]["custom"],
-        "previewSeconds": median(walls),
-        "floorSeconds": median(floors),
-        "previewPeakMiB": max(peaks) / 1024,
-        "stageSeconds": {k: median([s[k] for s in stages]) for k in stages[0]},
+        **runs.row(),
         "evalSeconds": median([p["seconds"] for p in program]),
         "flatSeconds": median([f["seconds"] for f in flat]),
         "flatResources": flat[0]["resources"],
@@ -253,6 +275,27 @@ def print_stage_shares(rows: list[dict]) -> None:
         rest = sum(seconds for name, seconds in stages if (name, seconds) not in shown)
         parts = [f"{name} {seconds / row['previewSeconds']:.0%}" for name, seconds in shown]
         print(f"{row['stack']}: " + "; ".join([*parts, f"the other stages {rest / row['previewSeconds']:.0%}"]))
+
+
+def print_cpu_table(rows: list[dict]) -> None:
+    """CPU time (medians): the preview's processes together against the floor's, the policy pack's share of it, and
+    each stage's CPU in the preview's own process, largest first (those under 2% of the whole summed)."""
+    print("| stack | preview CPU (all its processes) | floor CPU | ratio | the pack's CPU | its share |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(
+            f"| {row['stack']} | {row['previewCpuSeconds']:.2f} s | {row['floorCpuSeconds']:.2f} s | "
+            f"{row['previewCpuSeconds'] / row['floorCpuSeconds']:.2f}x | {row['packCpuSeconds']:.2f} s | "
+            f"{row['packCpuShare']:.0%} |"
+        )
+    print()
+    for row in rows:
+        stages = sorted(row["stageCpuSeconds"].items(), key=lambda item: -item[1])
+        whole = row["previewCpuSeconds"]
+        shown = [(name, cpu) for name, cpu in stages if cpu >= 0.02 * whole]
+        rest = sum(cpu for name, cpu in stages if (name, cpu) not in shown)
+        parts = [f"{name} {cpu:.2f} s ({cpu / whole:.0%})" for name, cpu in shown]
+        print(f"{row['stack']} CPU by stage: " + "; ".join([*parts, f"the other stages {rest:.2f} s"]))
 
 
 def print_prod(runs: dict[str, list[Finished]], prod_report: dict, repeat: int) -> None:

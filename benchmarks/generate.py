@@ -33,6 +33,8 @@ def generate_stack(models: int, tenants: int) -> dict[str, Any]:
         ],
         "tenants": [_tenant(name, held, per_tenant) for name, held in by_tenant.items()],
         "models": model_list,
+        # Production's pods read Hugging Face versions from the mirror's copies, never the Hub (as prod's do).
+        "weightMirror": {"bucket": "bench-model-weights"},
         "traffic": {
             "hosts": ["api.bench.example.com"],
             # Production serves HTTPS only, with this Secret of istio-system.

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from platform_config.gpu_catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource
-from platform_config.models import SYSTEM_POOL_NAME
+from platform_config.models import SYSTEM_POOL_NAME, PlatformConfig
 from platform_config.namespaces import (
     EGRESS_GATEWAY_NAMESPACE,
     GPU_OPERATOR_NAMESPACE,
@@ -174,3 +174,12 @@ PROMETHEUS_URL = f"http://prometheus-operated.{MONITORING_NAMESPACE}.svc"
 # Tags naming whose a role is (policies/inference_governance/tenant_s3.py tenant_s3_scoping).
 TAG_TENANT = "inference.platform/tenant"
 TAG_MIRROR_FOR = "inference.platform/weight-mirror-for"
+
+
+def aws_tags(config: PlatformConfig) -> dict[str, str]:
+    """The tags every AWS resource of the stack carries: its cluster and environment, and who manages it."""
+    return {
+        "inference.platform/cluster": config.cluster.name,
+        "inference.platform/environment": config.environment,
+        "managed-by": "pulumi",
+    }

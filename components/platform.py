@@ -19,9 +19,10 @@ from platform_config.models import PlatformConfig
 from .batch_job import BatchJob, BatchJobArgs
 from .cluster import Cluster
 from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
-from .constants import MONITORING_NAMESPACE, PACKAGE, PROMETHEUS_URL, SYSTEM_NODE_SELECTOR
+from .constants import MONITORING_NAMESPACE, PACKAGE, PROMETHEUS_URL, SYSTEM_NODE_SELECTOR, aws_tags
 from .dashboards import Dashboard, DashboardArgs
 from .egress_gateway import EgressGateway, EgressGatewayArgs
+from .event_loop import turn_after
 from .gateway_routing import GatewayRouting, GatewayRoutingArgs
 from .gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from .gpu_operator import GpuOperator, GpuOperatorArgs
@@ -56,14 +57,6 @@ class InferencePlatformArgs:
     serving_shapes: Mapping[str, str]
     # Tenant name -> its own Hugging Face token.
     hugging_face_tokens: Mapping[str, pulumi.Output[str]] = field(default_factory=dict)
-
-
-def aws_tags(config: PlatformConfig) -> dict[str, str]:
-    return {
-        "inference.platform/cluster": config.cluster.name,
-        "inference.platform/environment": config.environment,
-        "managed-by": "pulumi",
-    }
 
 
 @dataclass(frozen=True)
@@ -119,7 +112,8 @@ class InferencePlatform(pulumi.ComponentResource):
         machinery = self._serving_machinery(plan, monitoring, mesh, control_plane_replicas)
 
         self.models = []
-        for model_plan in plan.models:
+        for index, model_plan in enumerate(plan.models):
+            turn_after(index)
             model, backend = model_plan.model, model_plan.backend
             tenant = self.tenants[model.tenant]
             self.models.append(

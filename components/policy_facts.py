@@ -54,7 +54,6 @@ from .constants import (
     TAG_TENANT,
 )
 from .plan_reports import SERVING_SHAPE_ANNOTATION
-from .specs.batch_job import S3_SLOT, shell_script_shapes
 from .specs.knative import KNATIVE_BUNDLED_BUDGET, KNATIVE_CONTROL_PLANE, knative_pods
 from .specs.kueue import KUEUE_MANAGER_SELECTOR, QUEUE_NAME_LABEL
 from .specs.network import (
@@ -66,6 +65,7 @@ from .specs.network import (
 from .specs.pod import ANNOTATION_LORA_ADAPTERS
 from .specs.pod_parts import NO_GPU_ENV
 from .specs.routes import OVERRIDE_HEADER_ANNOTATION
+from .specs.scripts import S3_SLOT, shell_script_shapes
 from .specs.system_charts import AUTOSCALER_POD_SELECTOR
 from .specs.weight_mirror import MIRROR_SERVICE_ACCOUNT_PREFIX
 

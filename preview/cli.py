@@ -1,3 +1,4 @@
+# Long module: the preview's one entry point: its flags, every stage in order and the exit code each failure gets.
 """`python -m preview --stack prod --out build/preview/prod`: the offline preview.
 
 A stack whose versions name MLflow registry versions is resolved from the lock file it names (`registry.lockFile`:
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -236,10 +238,11 @@ def _run(
         # The servers as the program's outputs resolved them: the request already sent, unless it exported none.
         shapes = outputs.get(SHAPES_OUTPUT) or {}
         prediction.send(shapes.get("servers"))
-        objects, releases = _render(progress, out, evaluation.resources)
+        rendered = _render(progress, out, evaluation.resources)
         recorded = _exported_sections(report, outputs, out)
-        _object_checks(report, progress, evaluation, objects, releases)
-        report.sections["policies"] = policy_section(_policy_verdict(progress, policies))
+        _object_checks(report, progress, evaluation, rendered)
+        verdict = _policy_verdict(progress, policies)
+        report.sections["policies"], report.cpu = policy_section(verdict), dict(verdict.cpu_seconds)
         _comparisons(report, stack_config, outputs, posture, previous_cost)
         performance = progress.run(
             "predicting memory, latency and cost per server (aiconfigurator)",
@@ -299,12 +302,10 @@ def _evaluate(
         raise _Stopped(EXIT_CRASH) from None
 
 
-def _render(
-    progress: Progress, out: Path, resources: list[RecordedResource]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _render(progress: Progress, out: Path, resources: list[RecordedResource]) -> render.Rendered:
     """resources.json and manifests/ written; the Kubernetes objects and the Helm releases, for the checks."""
     try:
-        return progress.run("rendering resources and manifests", lambda: render.write_outputs(out, resources))
+        return progress.run("rendering resources and manifests", lambda: render.render(out, resources))
     except render.DuplicateObjectError as error:
         print(f"error: {error}", file=sys.stderr)
         raise _Stopped(EXIT_CRASH) from None
@@ -330,16 +331,10 @@ def _exported_sections(report: Report, outputs: dict[str, Any], out: Path) -> bo
     return write_recording(out, registry)
 
 
-def _object_checks(
-    report: Report,
-    progress: Progress,
-    evaluation: Evaluation,
-    objects: list[dict[str, Any]],
-    releases: list[dict[str, Any]],
-) -> None:
+def _object_checks(report: Report, progress: Progress, evaluation: Evaluation, rendered: render.Rendered) -> None:
     """The rendered objects through admission and scheduling, the first `up`'s order, the upstream facts and the
     schemas."""
-    outputs = evaluation.stack_outputs
+    outputs, objects, releases = evaluation.stack_outputs, rendered.objects, rendered.releases
     admission = progress.run(
         "admitting and scheduling every pod template (LimitRange, quota, Pod Security, Knative, pools)",
         lambda: admit_and_schedule(objects, outputs.get("nodePools") or [], outputs.get("serverPeaks") or []),
@@ -347,7 +342,7 @@ def _object_checks(
     report.sections["admission"] = admission_section(admission)
     first_up = progress.run(
         "ordering the first `up` against every webhook and CRD the installers register",
-        lambda: check_first_up(evaluation.resources),
+        lambda: check_first_up(evaluation.resources, rendered.api_inputs),
     )
     report.sections["firstUp"] = first_up_section(first_up)
     pins = progress.run(
@@ -423,6 +418,7 @@ def _write_results(
         json.dumps(pack_config(performance, args.performance_level), indent=2, sort_keys=True) + "\n"
     )
     report.stages = progress.stages
+    report.cpu["preview"] = round(time.process_time(), 3)
     report.write(out)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, default=str))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pulumi
+from google.protobuf.struct_pb2 import Struct
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc, settings
@@ -122,9 +123,10 @@ class DuplicateUrnError(Exception):
         super().__init__("\n".join(f"Duplicate resource URN '{urn}'; try giving it a unique name" for urn in urns))
 
 
-# Told of each registration as it happens (the resource and its provider's record), like an
-# analyzer the CLI feeds resource by resource.
-RegistrationListener = Callable[[RecordedResource, "RecordedResource | None"], None]
+# Told of each registration as it happens, like an analyzer the CLI feeds resource by resource: the resource, its
+# provider's record, and the two values the SDK serialized for it, its inputs (the registration's `object`) and its
+# state (the mock monitor's answer's `object`; empty for a component).
+RegistrationListener = Callable[[RecordedResource, "RecordedResource | None", Struct, Struct], None]
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -182,7 +184,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             # A provider registers before the resources that name it.
             provider = self.records.get(record.provider or "")
         if self._listener is not None:
-            self._listener(record, provider)
+            self._listener(record, provider, request.object, response.object)
         return response
 
     def RegisterResourceOutputs(self, request):  # noqa: N802 - gRPC method name

@@ -131,14 +131,24 @@ def _group(api_version: str) -> str:
     return api_version.split("/", 1)[0] if "/" in api_version else ""
 
 
-def installers(resources: Iterable[RecordedResource]) -> tuple[list[InstallerRecord], list[str]]:
+# A resource's inputs as the API server receives them (render.unsecret's): the rendering's, where it has them.
+Bodies = Callable[[RecordedResource], dict[str, Any]]
+
+
+def _unsecret_inputs(resource: RecordedResource) -> dict[str, Any]:
+    return unsecret(resource.inputs)
+
+
+def installers(
+    resources: Iterable[RecordedResource], bodies: Bodies = _unsecret_inputs
+) -> tuple[list[InstallerRecord], list[str]]:
     """Every resource of the program that installs webhooks or CRDs, with what it installs, and
     what installs some the stage has not read."""
     found: list[InstallerRecord] = []
     unread: list[str] = []
     for r in resources:
         try:
-            record = _installer(r)
+            record = _installer(r, bodies)
         except UnreadValues as error:
             unread.append(str(error))
             continue
@@ -146,14 +156,16 @@ def installers(resources: Iterable[RecordedResource]) -> tuple[list[InstallerRec
             found.append(record)
         elif r.type in OPAQUE_TYPES:
             unread.append(f"{r.type} {r.name}: what it installs is not rendered offline")
-        elif is_kubernetes_object(r) and str(unsecret(r.inputs).get("kind")) in SELF_REGISTERING_KINDS:
-            unread.append(f"{unsecret(r.inputs).get('kind')} {r.name} declared by the program: not modelled")
+        elif is_kubernetes_object(r) and str(bodies(r).get("kind")) in SELF_REGISTERING_KINDS:
+            unread.append(f"{bodies(r).get('kind')} {r.name} declared by the program: not modelled")
     return found, unread
 
 
-def _installer(r: RecordedResource) -> InstallerRecord | None:
+def _installer(r: RecordedResource, bodies: Bodies) -> InstallerRecord | None:
     """What one resource installs (None: nothing the stage knows of); UnreadValues where it was not read."""
-    inputs = unsecret(r.inputs)
+    if r.type not in (HELM_RELEASE, KNATIVE_SERVING, CONFIG_FILE):
+        return None
+    inputs = bodies(r)
     if r.type == HELM_RELEASE:
         chart = chart_name(str(inputs.get("chart") or ""))
         version = str(inputs.get("version") or "")
@@ -194,11 +206,11 @@ def _installer(r: RecordedResource) -> InstallerRecord | None:
     return None
 
 
-def _namespace_labels(resources: Iterable[RecordedResource]) -> dict[str, dict[str, str]]:
+def _namespace_labels(resources: Iterable[RecordedResource], bodies: Bodies) -> dict[str, dict[str, str]]:
     labels: dict[str, dict[str, str]] = {}
     for r in resources:
         if r.type == "kubernetes:core/v1:Namespace":
-            metadata = unsecret(r.inputs).get("metadata") or {}
+            metadata = bodies(r).get("metadata") or {}
             name = str(metadata.get("name") or r.name)
             # The API server labels every namespace with its name.
             labels[name] = {**(metadata.get("labels") or {}), NAMESPACE_NAME_LABEL: name}
@@ -214,21 +226,20 @@ def _pod_template(kind: str, body: Mapping[str, Any]) -> Mapping[str, Any] | Non
     return None
 
 
-def created_objects(resources: Iterable[RecordedResource]) -> Iterator[CreatedObject]:
+def created_objects(resources: Iterable[RecordedResource], bodies: Bodies = _unsecret_inputs) -> Iterator[CreatedObject]:
     """What the API server is asked to create: the program's objects, their workloads' pods (a
     CronJob's Jobs, a Knative Service's Revision Deployment), what the Knative operator makes of a
     KnativeServing, and each Helm release's workloads, pods and Services."""
     for r in resources:
         if r.type == HELM_RELEASE:
-            yield from _release_objects(r)
+            yield from _release_objects(r, bodies(r))
         elif is_kubernetes_object(r):
-            yield from _program_objects(r)
+            yield from _program_objects(r, bodies(r))
         if r.type == KNATIVE_SERVING:
-            yield from _knative_serving_objects(r)
+            yield from _knative_serving_objects(r, bodies(r))
 
 
-def _release_objects(release: RecordedResource) -> Iterator[CreatedObject]:
-    inputs = unsecret(release.inputs)
+def _release_objects(release: RecordedResource, inputs: Mapping[str, Any]) -> Iterator[CreatedObject]:
     namespace = str(inputs.get("namespace") or "default")
     chart = chart_name(str(inputs.get("chart") or ""))
     common = {"app.kubernetes.io/instance": str(inputs.get("name") or release.name)}
@@ -241,18 +252,17 @@ def _release_objects(release: RecordedResource) -> Iterator[CreatedObject]:
         yield CreatedObject(release.urn, f"the {chart} chart's pods", "", "pods", namespace, pod_labels)
 
 
-def _knative_serving_objects(serving: RecordedResource) -> Iterator[CreatedObject]:
+def _knative_serving_objects(serving: RecordedResource, body: Mapping[str, Any]) -> Iterator[CreatedObject]:
     """Serving's and net-istio's Deployments and pods, in the KnativeServing's namespace (the
     operator's manifests label them app.kubernetes.io/name: knative-serving)."""
-    metadata = unsecret(serving.inputs).get("metadata") or {}
+    metadata = body.get("metadata") or {}
     namespace = str(metadata.get("namespace") or "knative-serving")
     labels = {"app.kubernetes.io/name": "knative-serving"}
     yield CreatedObject(serving.urn, "Knative Serving's deployments", "apps", "deployments", namespace, labels)
     yield CreatedObject(serving.urn, "Knative Serving's pods", "", "pods", namespace, labels)
 
 
-def _program_objects(resource: RecordedResource) -> Iterator[CreatedObject]:
-    body = unsecret(resource.inputs)
+def _program_objects(resource: RecordedResource, body: Mapping[str, Any]) -> Iterator[CreatedObject]:
     kind = str(body.get("kind") or "")
     metadata = body.get("metadata") or {}
     namespace = metadata.get("namespace")
@@ -281,8 +291,15 @@ def _program_objects(resource: RecordedResource) -> Iterator[CreatedObject]:
 Waits = Callable[[str], frozenset[str]]
 
 
-def check_first_up(resources: list[RecordedResource]) -> FirstUpResult:
+def check_first_up(resources: list[RecordedResource], api_inputs: Mapping[str, dict[str, Any]] | None = None) -> FirstUpResult:
+    """`api_inputs`: each resource's inputs as the API server receives them, by URN, where the rendering has them
+    (render.Rendered.api_inputs; the others are converted here)."""
     by_urn = {r.urn: r for r in resources}
+    known = api_inputs or {}
+
+    def bodies(r: RecordedResource) -> dict[str, Any]:
+        body = known.get(r.urn)
+        return body if body is not None else unsecret(r.inputs)
 
     @cache
     def waits_for(urn: str) -> frozenset[str]:
@@ -295,9 +312,9 @@ def check_first_up(resources: list[RecordedResource]) -> FirstUpResult:
             found |= waits_for(dependency)
         return frozenset(found)
 
-    found, unread = installers(resources)
-    objects = list(created_objects(resources))
-    webhooks, findings = _webhook_order(found, objects, _namespace_labels(resources), waits_for)
+    found, unread = installers(resources, bodies)
+    objects = list(created_objects(resources, bodies))
+    webhooks, findings = _webhook_order(found, objects, _namespace_labels(resources, bodies), waits_for)
     crd_findings, preinstalled = _crd_order(found, objects, waits_for)
     return FirstUpResult(found, unread, webhooks, [*findings, *crd_findings], preinstalled)
 

@@ -1,3 +1,4 @@
+# Long module: the analyzer protocol as the CLI speaks it: the pack's process, each call and request, the policy config's checks.
 """Run a Python policy pack exactly as the Pulumi CLI does, and speak the analyzer protocol.
 
 The CLI starts `pulumi-analyzer-policy-python <engine-address> <pack-dir>`, i.e. the pack's
@@ -79,6 +80,8 @@ class PolicyRun:
     # The levels this preview alone set (policy → why; preview/inputs.py image_digests_offline), not the policy
     # config: `pulumi up` runs those policies at the pack's own level.
     preview_levels: dict[str, str] = field(default_factory=dict)
+    # CPU seconds each process of the exchange used, from its start (PolicyPack.cpu_seconds).
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def warnings(self) -> list[str]:
@@ -223,6 +226,7 @@ class PolicyPack:
     def __init__(self, pack_dir: Path, stack_config: dict[str, str], project: str, stack: str):
         self.pack_dir = pack_dir.resolve()
         self.channel: grpc.Channel | None = None
+        self.port: int | None = None
         # The stack's secret values (from ConfigureStack), masked out of every message the pack sends.
         self.secrets: list[str] = []
         self._engine = _EngineLog()
@@ -245,7 +249,7 @@ class PolicyPack:
         )
 
     def connect(self, timeout: float = 120.0) -> PolicyPack:
-        port = self._read_port(timeout)
+        self.port = port = self._read_port(timeout)
         self.channel = grpc.insecure_channel(
             f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 400 * 1024 * 1024)]
         )
@@ -307,7 +311,7 @@ class PolicyPack:
         return levels
 
     def analyze(self, resource: RecordedResource, provider: RecordedResource | None) -> list[Diagnostic]:
-        return self._analyzed(resource, self.stub.Analyze(self._analyze_request(resource, provider)))
+        return self._analyzed(resource, self.stub.Analyze(analyze_request(resource, provider)))
 
     def _analyzed(self, resource: RecordedResource, response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:
         diagnostics = self._diagnostics(response)
@@ -316,41 +320,15 @@ class PolicyPack:
             diagnostic.urn = diagnostic.urn or resource.urn
         return diagnostics
 
-    def _analyze_request(self, resource: RecordedResource, provider: RecordedResource | None) -> analyzer_pb2.AnalyzeRequest:
-        request = analyzer_pb2.AnalyzeRequest(
-            type=resource.type,
-            properties=wire_struct(resource.inputs),
-            urn=resource.urn,
-            name=resource.name,
-            options=analyzer_pb2.AnalyzerResourceOptions(parent=resource.parent or ""),
-        )
-        if provider is not None:
-            request.provider.CopyFrom(
-                analyzer_pb2.AnalyzerProviderResource(
-                    type=provider.type, properties=wire_struct(provider.inputs), urn=provider.urn, name=provider.name
-                )
-            )
-        return request
-
     def analyze_stack(self, resources: Iterable[RecordedResource]) -> list[Diagnostic]:
-        request = analyzer_pb2.AnalyzeStackRequest(
-            resources=[
-                analyzer_pb2.AnalyzerResource(
-                    type=r.type,
-                    properties=wire_struct(r.outputs),
-                    urn=r.urn,
-                    name=r.name,
-                    options=analyzer_pb2.AnalyzerResourceOptions(parent=r.parent or ""),
-                    parent=r.parent or "",
-                    dependencies=r.dependencies,
-                )
-                for r in resources
-            ]
-        )
-        return self._diagnostics(self.stub.AnalyzeStack(request))
+        return self._diagnostics(self.stub.AnalyzeStack(stack_request(resources)))
 
     def _diagnostics(self, response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:
         return response_diagnostics(response, self.secrets)
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU time (user and system) the pack's process has used so far; None where /proc cannot tell."""
+        return process_cpu_seconds(self.process.pid)
 
     def close(self) -> None:
         if self.channel is not None:
@@ -381,6 +359,52 @@ class PolicyPack:
     @property
     def engine_log(self) -> list[str]:
         return [mask_secrets(message, self.secrets) for message in self._engine.messages]
+
+
+def analyze_request(resource: RecordedResource, provider: RecordedResource | None) -> analyzer_pb2.AnalyzeRequest:
+    """A custom resource's AnalyzeRequest: its inputs in their wire form, and its provider's."""
+    request = analyzer_pb2.AnalyzeRequest(
+        type=resource.type,
+        properties=wire_struct(resource.inputs),
+        urn=resource.urn,
+        name=resource.name,
+        options=analyzer_pb2.AnalyzerResourceOptions(parent=resource.parent or ""),
+    )
+    if provider is not None:
+        request.provider.CopyFrom(
+            analyzer_pb2.AnalyzerProviderResource(
+                type=provider.type, properties=wire_struct(provider.inputs), urn=provider.urn, name=provider.name
+            )
+        )
+    return request
+
+
+def stack_request(resources: Iterable[RecordedResource]) -> analyzer_pb2.AnalyzeStackRequest:
+    """The AnalyzeStackRequest: every resource given, in that order, with its outputs in their wire form."""
+    return analyzer_pb2.AnalyzeStackRequest(
+        resources=[
+            analyzer_pb2.AnalyzerResource(
+                type=r.type,
+                properties=wire_struct(r.outputs),
+                urn=r.urn,
+                name=r.name,
+                options=analyzer_pb2.AnalyzerResourceOptions(parent=r.parent or ""),
+                parent=r.parent or "",
+                dependencies=r.dependencies,
+            )
+            for r in resources
+        ]
+    )
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """A running process's CPU time so far (user and system, fields 14 and 15 of Linux's /proc/<pid>/stat,
+    proc(5)), or None where there is no such file."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 3)
 
 
 def configure_request(

@@ -7,9 +7,12 @@ the program's key order, and sorted output makes previews diff cleanly between c
 from __future__ import annotations
 
 import json
+import math
 import re
+from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _json_string  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import yaml
 
@@ -20,14 +23,17 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 NOT_OBJECTS = (HELM_RELEASE, "kubernetes:helm.sh/v4:Chart", "kubernetes:yaml/v2:ConfigGroup", "kubernetes:yaml/v2:ConfigFile")
 
 
-def _convert(value: Any, mark_secrets: bool) -> Any:
+def _convert(value: Any, mark_secrets: bool, secrets: list[bool] | None = None) -> Any:
+    """`value` as JSON (see plain and unsecret); each secret met is noted in `secrets`, where given."""
     if isinstance(value, dict):
         if value.get(SECRET_SIG) == SECRET_VALUE:
-            inner = _convert(value.get("value"), mark_secrets)
+            if secrets is not None:
+                secrets.append(True)
+            inner = _convert(value.get("value"), mark_secrets, secrets)
             return {"secret": True, "value": inner} if mark_secrets else inner
-        return {k: _convert(value[k], mark_secrets) for k in sorted(value)}
+        return {k: _convert(value[k], mark_secrets, secrets) for k in sorted(value)}
     if isinstance(value, (list, tuple)):
-        return [_convert(v, mark_secrets) for v in value]
+        return [_convert(v, mark_secrets, secrets) for v in value]
     return _scalar(value)
 
 
@@ -71,7 +77,12 @@ def is_kubernetes_object(resource: RecordedResource) -> bool:
 
 def manifest(resource: RecordedResource) -> dict[str, Any]:
     """The object the API server receives: apiVersion, kind, metadata, then the rest."""
-    body = unsecret(resource.inputs)
+    return _ordered(unsecret(resource.inputs))
+
+
+def _ordered(body: dict[str, Any]) -> dict[str, Any]:
+    """An object's body (unsecret's) with apiVersion, kind and metadata first, and the name and namespace first in
+    its metadata."""
     ordered = {key: body[key] for key in ("apiVersion", "kind", "metadata") if key in body}
     ordered.update({k: v for k, v in body.items() if k not in ordered})
     metadata = ordered.get("metadata")
@@ -104,22 +115,19 @@ def chart_name(chart: str) -> str:
 
 
 def helm_releases(resources: Iterable[RecordedResource]) -> list[dict[str, Any]]:
-    releases = []
-    for r in resources:
-        if r.type != HELM_RELEASE:
-            continue
-        inputs = plain(r.inputs)
-        releases.append(
-            {
-                "name": inputs.get("name", r.name),
-                "namespace": inputs.get("namespace"),
-                "chart": inputs.get("chart"),
-                "version": inputs.get("version"),
-                "repository": (inputs.get("repositoryOpts") or {}).get("repo"),
-                "values": inputs.get("values") or {},
-            }
-        )
-    return releases
+    return [_helm_release(r, plain(r.inputs)) for r in resources if r.type == HELM_RELEASE]
+
+
+def _helm_release(r: RecordedResource, inputs: dict[str, Any]) -> dict[str, Any]:
+    """A Helm release as helm/ holds it, from its inputs as JSON (plain's)."""
+    return {
+        "name": inputs.get("name", r.name),
+        "namespace": inputs.get("namespace"),
+        "chart": inputs.get("chart"),
+        "version": inputs.get("version"),
+        "repository": (inputs.get("repositoryOpts") or {}).get("repo"),
+        "values": inputs.get("values") or {},
+    }
 
 
 # libyaml's emitter when PyYAML has it (it does in the pinned wheel): several times faster.
@@ -128,7 +136,10 @@ class DuplicateObjectError(Exception):
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
-    pass
+    def ignore_aliases(self, data: Any) -> bool:
+        """No anchors: every value written is a tree of its own (render's conversions make each node anew, and an
+        object shares no node with itself), so the representer's bookkeeping of what it has seen finds nothing."""
+        return True
 
 
 def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
@@ -143,13 +154,44 @@ def to_yaml(data: Any) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
 
 
+@dataclass
+class Rendered:
+    """What the rendering wrote and what the checks read: the Kubernetes objects (manifests/), the Helm releases
+    (helm/), and every custom resource's inputs as the API server receives them, by URN (unsecret's), which the
+    first-`up` stage reads rather than converting them again."""
+
+    objects: list[dict[str, Any]]
+    releases: list[dict[str, Any]]
+    api_inputs: dict[str, dict[str, Any]]
+
+
 def write_outputs(out: Path, resources: list[RecordedResource]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Write resources.json, manifests/ and helm/; return (manifests, helm releases)."""
+    rendered = render(out, resources)
+    return rendered.objects, rendered.releases
+
+
+def render(out: Path, resources: list[RecordedResource]) -> Rendered:
+    """Write resources.json, manifests/ and helm/. Each resource's inputs are converted once: without a secret in
+    them, plain's JSON and unsecret's are the same (they differ only in a secret's marker), and the object, its
+    Helm release and resources.json share it (the manifests reorder only its top level and its metadata)."""
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("manifests", "helm"):
         _clear(out / stale)
-    (out / "resources.json").write_text(json.dumps(resource_entries(resources), indent=2) + "\n")
-    objects = manifests(resources)
+    entries, objects, releases, api_inputs = [], [], [], {}
+    for r in resources:
+        secrets: list[bool] = []
+        inputs = _convert(r.inputs, True, secrets)
+        entries.append({"type": r.type, "name": r.name, "urn": r.urn, "parent": r.parent, "custom": r.custom, "inputs": inputs})
+        if not r.custom:
+            continue
+        body = api_inputs[r.urn] = unsecret(r.inputs) if secrets else inputs
+        if is_kubernetes_object(r):
+            objects.append(_ordered(body))
+        if r.type == HELM_RELEASE:
+            releases.append(_helm_release(r, inputs))
+    write_indented(out / "resources.json", entries)
+    del entries  # what the objects and releases do not share is garbage now
     seen: set[str] = set()
     for obj in objects:
         filename = manifest_filename(obj)
@@ -159,12 +201,90 @@ def write_outputs(out: Path, resources: list[RecordedResource]) -> tuple[list[di
         path = out / "manifests" / filename
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(to_yaml(obj))
-    releases = helm_releases(resources)
     for release in releases:
         path = out / "helm" / f"{_safe(release['namespace'] or 'default')}.{_safe(release['name'])}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(to_yaml(release))
-    return objects, releases
+    return Rendered(objects, releases, api_inputs)
+
+
+def write_indented(path: Path, items: list[Any]) -> None:
+    """`json.dumps(items, indent=2)` and a newline into `path`, byte for byte, written item by item: the whole text
+    of a large stack's resources.json (and the list of its pieces) is never held at once."""
+    with path.open("w") as file:
+        try:
+            separator = "[\n  "
+            for item in items:
+                pieces: list[str] = [separator]
+                _encode(item, pieces.append, "\n  ")
+                file.write("".join(pieces))
+                separator = ",\n  "
+        except _NotJson:
+            file.seek(0)
+            file.truncate()
+            file.write(json.dumps(items, indent=2) + "\n")
+            return
+        file.write("\n]\n" if items else "[]\n")
+
+
+def dumps_indented(value: Any) -> str:
+    """`json.dumps(value, indent=2)`, byte for byte, for JSON data (dicts with string keys, lists, strings, numbers,
+    booleans, None): the standard library encodes with indentation in pure Python, through a generator per
+    container; this appends to one list, about twice as fast. Anything else is left to json.dumps."""
+    out: list[str] = []
+    try:
+        _encode(value, out.append, "\n")
+    except _NotJson:
+        return json.dumps(value, indent=2)
+    return "".join(out)
+
+
+class _NotJson(Exception):
+    pass
+
+
+def _encode(value: Any, add: Callable[[str], Any], newline: str) -> None:
+    """json.encoder's _make_iterencode with indent 2 and separators (",", ": "), its defaults with an indent."""
+    if isinstance(value, str):
+        add(_json_string(value))
+    elif isinstance(value, dict):
+        if not value:
+            add("{}")
+            return
+        inner = newline + "  "
+        separator = "{" + inner
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _NotJson
+            add(separator)
+            add(_json_string(key))
+            add(": ")
+            _encode(item, add, inner)
+            separator = "," + inner
+        add(newline + "}")
+    elif isinstance(value, list):
+        if not value:
+            add("[]")
+            return
+        inner = newline + "  "
+        separator = "[" + inner
+        for item in value:
+            add(separator)
+            _encode(item, add, inner)
+            separator = "," + inner
+        add(newline + "]")
+    elif value is None:
+        add("null")
+    elif value is True:
+        add("true")
+    elif value is False:
+        add("false")
+    elif type(value) is int:
+        add(int.__repr__(value))
+    elif type(value) is float and math.isfinite(value):
+        add(float.__repr__(value))
+    else:
+        raise _NotJson
 
 
 def _clear(directory: Path) -> None:

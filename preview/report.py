@@ -63,6 +63,8 @@ class Report:
     resources: list[RecordedResource]
     stack_outputs: dict[str, Any]
     stages: list[dict[str, Any]] = field(default_factory=list)
+    # CPU seconds per process: this one's ("preview") and the policy pack's ("policyPack"), each from its start.
+    cpu: dict[str, float] = field(default_factory=dict)
     sections: dict[str, Section] = field(default_factory=dict)
 
     @property
@@ -114,6 +116,7 @@ class Report:
             "byComponent": self.by_component(),
             "stackOutputs": self.stack_outputs,
             "stages": self.stages,
+            "cpuSeconds": self.cpu,
             **{key: {"summary": s.summary, "failed": s.failed, "data": s.data} for key, s in self.sections.items()},
         }
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from platform_config import pins
+from platform_config.checks.models import vllm_release_version
 
 from .render import chart_name
 from .vllm_release import pinned_serve_flags
@@ -224,11 +225,9 @@ VLLM_REPOSITORY = pins.VLLM.repository
 
 def vllm_version_of(image: str) -> str | None:
     """`vllm/vllm-openai:v0.33.0` -> `0.33.0`, as is `vllm/vllm-openai:v0.33.0@sha256:<hex>` (the image lock's form:
-    the runtime pulls the digest, the tag says which release it is); None for another image or a digest-only pin."""
-    name, _, tag = image.split("@", 1)[0].partition(":")
-    if name.removeprefix("docker.io/") != VLLM_REPOSITORY or not tag:
-        return None
-    return tag.removeprefix("v")
+    the runtime pulls the digest, the tag says which release it is) or a mirror's copy; None for another image or a
+    digest-only pin (platform_config/checks/models.py vllm_release_version, the rule production's images are held to)."""
+    return vllm_release_version(image)
 
 
 def flags_of(args: list[str]) -> list[str]:

@@ -397,3 +397,11 @@ def vllm_reads(headers: Any, body: bytes | str) -> dict[str, Any]:
         except ValueError:
             pass
     return {**read, "priority": priority}
+
+
+def schema_validator() -> Any:
+    """The preview's schema validator for Kubernetes 1.33 and the CRD folder, built once per test process
+    (preview/schemas.py validator_for): its schemas load once for every test that validates objects."""
+    from preview.schemas import crd_schema_dir, validator_for
+
+    return validator_for("1.33", str(crd_schema_dir()))

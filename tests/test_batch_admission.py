@@ -22,9 +22,8 @@ from components.specs.batch_admission import (
 )
 from components.specs.kueue import QUEUE_NAME_LABEL
 from platform_config.pins import KUEUE
-from preview.schemas import SchemaValidator
 
-from .helpers import mirror_show
+from .helpers import mirror_show, schema_validator
 
 KUEUE_MIRROR = Path("kubernetes-sigs+kueue")  # read in ../shared/upstream-sources
 ENV = celpy.Environment()
@@ -212,7 +211,7 @@ def test_the_binding_selects_exactly_the_tenants_namespaces(previews):
 
 
 def test_the_strict_schemas_catch_a_misspelt_field_of_these_kinds():
-    validator = SchemaValidator("1.33")
+    validator = schema_validator()
     policy, binding = gpu_jobs_policy(), gpu_jobs_policy_binding()
     assert validator.validate(policy).status == validator.validate(binding).status == "valid"
     policy["spec"]["validations"][0]["messsage"] = policy["spec"]["validations"][0].pop("message")

@@ -59,9 +59,12 @@ def test_the_benchmark_refuses_a_count_it_cannot_run_with_exit_2(flag, value, mo
     assert "Traceback" not in result.stderr
 
 
+EVALUATING = "evaluating the program under the mock engine (the policy pack analyzing alongside)"
+
+
 def test_the_benchmark_runs_at_a_small_size(tmp_path):
     """`make bench` as committed runs (so it cannot rot): a committed stack and the smallest generated stack,
-    once each, print their tables against the floor and the stages' shares."""
+    once each, print their tables against the floor, the stages' shares and the CPU each stage and the pack take."""
     import json
     import subprocess
     import sys
@@ -81,5 +84,10 @@ def test_the_benchmark_runs_at_a_small_size(tmp_path):
         assert 0 < row["floorSeconds"] < row["previewSeconds"]
         assert row["previewPeakMiB"] > 0 and row["resources"] > 50
         assert f"| {row['stack']} | {row['resources']} |" in out
+        # The CPU of the preview's processes together, the pack's part of it, and each stage's in the preview's own.
+        assert 0 < row["packCpuSeconds"] < row["previewCpuSeconds"] and 0 < row["packCpuShare"] < 1
+        assert 0 < row["stageCpuSeconds"][EVALUATING] < row["previewCpuSeconds"]
+        (line,) = [line for line in out.splitlines() if line.startswith(f"{row['stack']} CPU by stage: ")]
+        assert EVALUATING in line
     assert size["previewSecondsDecodeEach"] > 0
     assert "prod stack, the Serving performance stage (interleaved)" in out

@@ -17,10 +17,9 @@ from components.specs import endpoint_picker as epp
 from components.specs import pod_parts
 from platform_config import pins
 from platform_config.serving import MESH_PROXY_RESOURCES
-from preview.schemas import SchemaValidator
 
 from .endpoint_picker_helpers import SERVER_LABELS, container, git_show, make_plan, one, picker_fixtures, pod_spec
-from .helpers import ROOT
+from .helpers import ROOT, schema_validator
 
 plan, objects, tenant_objects = picker_fixtures()
 
@@ -29,7 +28,7 @@ plan, objects, tenant_objects = picker_fixtures()
 
 
 def test_every_object_validates_against_upstream_schemas(objects):
-    results = SchemaValidator("1.33").validate_all(objects)
+    results = schema_validator().validate_all(objects)
     assert [(r.label, r.errors) for r in results if r.status != "valid"] == []
     by_kind = {r.kind: r.schema for r in results}
     for kind in ("InferencePool", "InferenceObjective", "PodMonitor", "DestinationRule"):
@@ -44,7 +43,7 @@ def test_a_broken_object_is_caught_by_the_same_validation(objects):
         **pool,
         "spec": {**pool["spec"], "endpointPickerRef": {**pool["spec"]["endpointPickerRef"], "failureMode": "FailClosed"}},
     }
-    assert SchemaValidator("1.33").validate(broken).status == "invalid"
+    assert schema_validator().validate(broken).status == "invalid"
 
 
 def test_objects_come_in_apply_order_and_every_one_is_labelled(objects, plan):

@@ -13,9 +13,8 @@ import pytest
 
 from components.specs import gateway
 from components.specs.mesh import gateway_values, istiod_values
-from preview.schemas import SchemaValidator
 
-from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, set_at, validate
+from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, schema_validator, set_at, validate
 from .lua_filter import Request, chat_body, fnv1a32, lua_runtime, token
 
 ISSUER = "https://login.inference.example.com"
@@ -86,7 +85,7 @@ def test_with_no_override_principals_nobody_may_pick_a_version(prod_raw):
 
 
 def test_gateway_objects_validate_against_their_crd_schemas(prod):
-    validator = SchemaValidator("1.33")
+    validator = schema_validator()
     objects = gateway_objects(prod)
     assert {kind for kind, _ in objects} >= {"RequestAuthentication", "AuthorizationPolicy", "EnvoyFilter", "Gateway"}
     for obj in objects.values():

@@ -12,12 +12,12 @@ import pytest
 
 from preview.schemas import SchemaValidator, crd_schema_dir
 
-from .helpers import STACKS, run_preview
+from .helpers import STACKS, run_preview, schema_validator
 
 
 @pytest.fixture(scope="module")
 def validator() -> SchemaValidator:
-    return SchemaValidator("1.33")
+    return schema_validator()
 
 
 @pytest.mark.slow

@@ -17,9 +17,8 @@ import pytest
 from components.shapes import TIER_ORDER
 from components.specs.telemetry import TIER_METRICS, UNKNOWN_TIER, tier_expression, tier_metrics
 from platform_config.pins import ISTIO_VERSION
-from preview.schemas import SchemaValidator
 
-from .helpers import Evaluated, mirror_show, raw_stack, set_at
+from .helpers import Evaluated, mirror_show, raw_stack, schema_validator, set_at
 
 TELEMETRY = "kubernetes:telemetry.istio.io/v1:Telemetry"
 ISTIO_API_MIRROR = Path("istio+api")  # read in ../shared/upstream-sources
@@ -84,7 +83,7 @@ def test_a_configured_tier_header_is_the_one_read(staging_raw):
 
 
 def test_it_validates_against_the_telemetry_crd(stack):
-    validator = SchemaValidator("1.33")
+    validator = schema_validator()
     for telemetry in telemetries(stack[1]):
         result = validator.validate(telemetry)
         assert result.status == "valid", result.errors

@@ -11,11 +11,7 @@ from components.specs.routes import range_regex, sticky_ranges
 from platform_config import parse_platform_config
 
 from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, split_module_value
-
-# HARNESS and lua_code (redundant aliases: a re-export) are what benchmarks/bench_filter.py imports from here.
-from .lua_filter import HARNESS as HARNESS
 from .lua_filter import N_KEYS, lua_runtime, token
-from .lua_filter import lua_code as lua_code
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 

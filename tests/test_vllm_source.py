@@ -14,7 +14,7 @@ import shlex
 import pytest
 
 from components.specs.batch_job import RUNNER_SOURCE
-from components.specs.vllm_parts import _HF_ADAPTER_DOWNLOAD
+from components.specs.scripts import HF_DOWNLOAD_SCRIPT
 from platform_config.pins import VLLM, VLLM_SOURCE, VLLM_VERSION, SourceReleasePin
 from preview.vllm_release import function, release_path, serve_flags
 
@@ -246,7 +246,7 @@ def test_the_huggingface_hub_calls_of_the_pods_are_ones_vllm_makes():
     assert vllm_source("requirements/cuda.txt").splitlines()[1] == "-r common.txt"
     assert "huggingface-hub==1.31.0" in vllm_source("requirements/test/cuda.txt").splitlines()
 
-    ours = huggingface_hub_calls(_HF_ADAPTER_DOWNLOAD)
+    ours = huggingface_hub_calls(HF_DOWNLOAD_SCRIPT)
     for name, keywords in huggingface_hub_calls(RUNNER_SOURCE.read_text()).items():
         ours.setdefault(name, set()).update(keywords)
     assert set(ours) == {"snapshot_download", "hf_hub_download"}, ours

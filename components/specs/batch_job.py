@@ -36,17 +36,21 @@ from .pod_parts import (
     gpu_toleration,
     mesh_sidecar_size_annotations,
     pod_security_context,
+)
+from .scripts import (
+    INPUT_DIR,
+    OUTPUT_DIR,
+    STATUS_FILE,
+    WORK_DIR,
     s3_sync_command,
+    stage_in_script,
+    uploader_script,
 )
 from .vllm_parts import HF_HOME, HF_HUB_OFFLINE, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
 
 RUNNER_SOURCE = Path(__file__).resolve().parent.parent / "batch_runner" / "batch_runner.py"
 RUNNER_KEY = "batch_runner.py"
 RUNNER_DIR = "/opt/batch-runner"
-WORK_DIR = "/work"
-INPUT_DIR = f"{WORK_DIR}/input"
-OUTPUT_DIR = f"{WORK_DIR}/output"
-STATUS_FILE = f"{WORK_DIR}/status/runner-exit"
 WEIGHTS_DIR = f"{MODELS_DIR}/weights"
 # The runner's environment variable naming a Hugging Face dataset input (batch_runner.py reads it).
 BATCH_INPUT_HF_REPO = "BATCH_INPUT_HF_REPO"
@@ -122,39 +126,9 @@ def engine_command(plan: BatchJobPlan) -> list[str]:
     return out + lora + tuning_args(args)
 
 
-def _shell_s3(location: str) -> str:
-    """An S3 location in a shell script: always in single quotes, where the shell expands nothing
-    (shlex.quote leaves a word of safe characters bare). Its pattern already admits no quote and no
-    shell metacharacter; the pack's shell-scripts-quote-config holds every script to both."""
-    if "'" in location:
-        raise ValueError(f"S3 location {location!r} holds a quote")
-    return f"'{location}'"
-
-
-def _shard_prefix(output: str) -> str:
-    """The shard's output prefix, in shell (the index is only known in the pod): the configured
-    prefix quoted, the index's expansion not."""
-    return f'{_shell_s3(output.rstrip("/"))}/shard-$(printf %05d "$JOB_COMPLETION_INDEX")/'
-
-
-def _local_shard() -> str:
-    return f'{OUTPUT_DIR}/shard-$(printf %05d "$JOB_COMPLETION_INDEX")/'
-
-
 def _mounts(*names: str) -> list[dict[str, Any]]:
     paths = {"work": WORK_DIR, "models": MODELS_DIR, "home": HOME_DIR, "tmp": "/tmp", "runner": RUNNER_DIR, "dshm": "/dev/shm"}
     return [{"name": n, "mountPath": paths[n], **({"readOnly": True} if n == "runner" else {})} for n in names]
-
-
-def stage_in_script(input_location: str | None, output: str) -> str:
-    """Copies the input from S3 (`input_location`, the pinned version folder; None for a dataset input, which the
-    runner reads itself) and the shard's finished chunks from `output`, so a resumed shard skips them."""
-    steps = [f"mkdir -p {_local_shard()}", f"aws s3 sync --only-show-errors {_shard_prefix(output)} {_local_shard()}"]
-    if input_location is not None:
-        steps.insert(
-            0, f"aws s3 sync --only-show-errors --exclude '*' --include '*.jsonl' {_shell_s3(input_location)} {INPUT_DIR}/"
-        )
-    return " && ".join(steps)
 
 
 def stage_in_container(plan: BatchJobPlan) -> dict[str, Any]:
@@ -247,43 +221,11 @@ def runner_container(plan: BatchJobPlan) -> dict[str, Any]:
     }
 
 
-def uploader_script(output: str) -> str:
-    """Copies finished chunks (never the `.tmp` one being written) to `output` every 30 s; on the runner's exit, or
-    on SIGTERM, copies once more and exits with the runner's code."""
-    sync = f"aws s3 sync --only-show-errors --exclude '*.tmp' {_local_shard()} {_shard_prefix(output)}"
-    return "\n".join(
-        [
-            f"mkdir -p {_local_shard()}",
-            # A function, so the trap's own quoting leaves the exclude pattern quoted.
-            f"upload() {{ {sync}; }}",
-            "trap 'upload; exit 143' TERM",
-            "while true; do",
-            f'  if [ -f {STATUS_FILE} ]; then upload && exit "$(cat {STATUS_FILE})"; exit 1; fi',
-            "  upload || echo 'upload failed; retrying'",
-            "  sleep 30 & wait $!",
-            "done",
-        ]
-    )
-
-
 def uploader_container(plan: BatchJobPlan) -> dict[str, Any]:
     script = uploader_script(plan.job.output)
     return aws_cli_container(
         "uploader", plan.aws_cli_image, ["sh", "-c", script], _mounts("work", "home", "tmp"), AWS_CLI_RESOURCES
     )
-
-
-# Where a config value sits in a shell script the platform renders: an S3 location, always single-quoted by
-# _shell_s3. The scripts' shapes (SHELL_SCRIPT_SHAPES: each script with its config values replaced by this slot)
-# reach the policy pack through its facts; its `shell-scripts-quote-config` refuses any shell script with an S3 or
-# Hugging Face location that is not one of them with each slot holding a location config may give.
-S3_SLOT = "{s3-location}"
-
-
-def shell_script_shapes() -> tuple[str, ...]:
-    """Every shell script a batch job's containers run, each config value replaced by S3_SLOT (quoted as the script
-    quotes it): the stage-in with an S3 input and with a dataset input, and the uploader."""
-    return (stage_in_script(S3_SLOT, S3_SLOT), stage_in_script(None, S3_SLOT), uploader_script(S3_SLOT))
 
 
 def _volumes(plan: BatchJobPlan) -> list[dict[str, Any]]:

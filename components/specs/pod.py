@@ -31,8 +31,8 @@ from .pod_parts import (
     gpu_toleration,
     node_spread,
     pod_security_context,
-    s3_sync_command,
 )
+from .scripts import s3_sync_command
 from .slo_rules import ITEM_LATENCY_BUCKETS_SECONDS
 from .vllm_parts import HF_HOME, HF_HUB_OFFLINE, MODELS_DIR, adapter_fetch_containers, lora_flags, tuning_args
 

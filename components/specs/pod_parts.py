@@ -12,7 +12,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from platform_config.models import ModelSource, pinned_s3_uri
 from platform_config.serving import MESH_PROXY_RESOURCES
 
 from ..constants import GPU_TAINT_EFFECT, GPU_TAINT_KEY, standard_labels
@@ -185,12 +184,6 @@ def aws_cli_container(
         "volumeMounts": volume_mounts,
         "securityContext": container_security_context(),
     }
-
-
-def s3_sync_command(source: ModelSource, destination: str) -> list[str]:
-    """The aws CLI copying a pinned S3 source (its prefix's version folder) to a local path: the
-    servers' weights and adapters, and the batch jobs' weights."""
-    return ["aws", "s3", "sync", "--only-show-errors", pinned_s3_uri(source), destination]
 
 
 # The addresses a pod's outbound traffic goes to around its sidecar (istio 1.30.3 files/injection-template.yaml).

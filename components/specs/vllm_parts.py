@@ -10,7 +10,8 @@ from typing import Any
 from platform_config.adapters import AdapterModule, LoraLimits
 from platform_config.models import ServerArgs
 
-from .pod_parts import FETCH_RESOURCES, aws_cli_container, container_security_context, s3_sync_command
+from .pod_parts import FETCH_RESOURCES, aws_cli_container, container_security_context
+from .scripts import HF_DOWNLOAD_SCRIPT, s3_sync_command
 
 # The model volume's mount, and the Hugging Face cache on it.
 MODELS_DIR = "/models"
@@ -32,17 +33,10 @@ HF_HUB_OFFLINE = {"name": "HF_HUB_OFFLINE", "value": "1"}
 # given that absolute path, which it takes as it is.
 
 ADAPTERS_DIR = f"{MODELS_DIR}/adapters"
+
+
 # Downloads each (repository, revision, directory) triple of its arguments; huggingface_hub is
 # vLLM's own dependency, in the image.
-_HF_ADAPTER_DOWNLOAD = (
-    "import sys\n"
-    "from huggingface_hub import snapshot_download\n"
-    "args = sys.argv[1:]\n"
-    "for repo, revision, directory in zip(args[0::3], args[1::3], args[2::3]):\n"
-    "    snapshot_download(repo_id=repo, revision=revision, local_dir=directory)\n"
-)
-
-
 def adapter_path(module: AdapterModule) -> str:
     """Where a LoRA module's files are on the model volume (its name quoted: it may hold '/' or ':')."""
     return f"{ADAPTERS_DIR}/{urllib.parse.quote(module.name, safe='')}"
@@ -87,7 +81,7 @@ def adapter_fetch_containers(
             {
                 "name": "fetch-adapters",
                 "image": image,
-                "command": ["python3", "-c", _HF_ADAPTER_DOWNLOAD, *triples],
+                "command": ["python3", "-c", HF_DOWNLOAD_SCRIPT, *triples],
                 "env": hf_env,
                 "resources": FETCH_RESOURCES,
                 "volumeMounts": volume_mounts,

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 from ..chat_templates import TemplateProblem, read_chat_template
 from ..errors import ConfigIssue
 from ..models import ModelConfig, NodePoolConfig, PlatformConfig, ServerArgs
+from ..pins import VLLM
 from ..profiles import PROFILES
 from ..serving import DRAIN_MARGIN_SECONDS, GPU_MEMORY_UTILIZATION_MAX, effective_profile, model_tiers, time_sliced_memory_share
 
@@ -158,3 +160,35 @@ def check_batch_models(config: PlatformConfig) -> Iterator[ConfigIssue]:
             yield ConfigIssue(
                 here, f"model {target.name!r} sends its own batch tier elsewhere; point at the model that serves it"
             )
+
+
+# A vLLM release image: `vllm/vllm-openai` on Docker Hub or under a mirror of it (an ECR pull-through cache, a
+# registry of one's own), tagged with a release, a digest after the tag or not.
+_RELEASE_TAG = re.compile(r"v[0-9]+\.[0-9]+\.[0-9]+")
+
+
+def vllm_release_version(image: str) -> str | None:
+    """The vLLM release an image names (`vllm/vllm-openai:v0.33.0`, under a mirror's registry or Docker Hub's, a
+    digest after the tag or not): `0.33.0`; None for any other image, whose flags no release can be checked against."""
+    name, _, tag = image.split("@", 1)[0].rpartition(":")
+    if not name or "/" in tag or not (name == VLLM.repository or name.endswith("/" + VLLM.repository)):
+        return None
+    return tag.removeprefix("v") if _RELEASE_TAG.fullmatch(tag) else None
+
+
+def check_production_server_images(config: PlatformConfig) -> Iterator[ConfigIssue]:
+    """In production a version's own image is a vLLM release: its repository ends in `vllm/vllm-openai` (Docker
+    Hub's, or a mirror's such as an ECR pull-through cache, which the pack's allowedRepositories must also list),
+    tagged `v<version>`. An image of anyone's would run on the GPU nodes with the server's roles, and a build of one's
+    own has flags no release can be checked against."""
+    if config.environment != "production":
+        return
+    for m_index, model in enumerate(config.models):
+        for v_index, version in enumerate(model.versions):
+            if version.image is not None and vllm_release_version(version.image) is None:
+                yield ConfigIssue(
+                    ("models", m_index, "versions", v_index, "image"),
+                    f"{version.image!r} is not a vLLM release image: production runs {VLLM.repository}:v<version> "
+                    f"(such as {VLLM.image}), from Docker Hub or a mirror of it, whose flags the preview checks against "
+                    "that release",
+                )

@@ -4,7 +4,6 @@ accept no plaintext."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from .kube import (
@@ -27,6 +26,7 @@ from .kube import (
     pod_labels,
     selector_matches,
 )
+from .label_index import LabelIndex, SelectorIndex
 from .workloads import of_type, tenant_namespaces
 
 # PeerAuthentication modes that accept plaintext (istio security/v1beta1 MutualTLS.Mode).
@@ -66,6 +66,7 @@ def _pools_name_endpoint_pickers(args: Any, pickers: list[EndpointPicker], repor
     inference.networking.k8s.io/v1 EndpointPickerRef) is a Service of its namespace that selects
     the pods of an endpoint picker."""
     services = {(namespace_of(s.props), name_of(s.props)): s for s in of_type(args, SERVICE)}
+    by_labels = LabelIndex(pickers, lambda p: p.namespace, lambda p: p.pod_labels)
     for pool in of_type(args, INFERENCE_POOL):
         namespace = namespace_of(pool.props)
         where = f"InferencePool {namespace}/{name_of(pool.props)}"
@@ -87,7 +88,7 @@ def _pools_name_endpoint_pickers(args: Any, pickers: list[EndpointPicker], repor
             )
         else:
             selector = get(services[(namespace, name)].props, "spec", "selector", default={})
-            if not any(p.namespace == namespace and labels_match(selector, p.pod_labels) for p in pickers):
+            if not any(labels_match(selector, p.pod_labels) for p in by_labels.candidates(namespace, selector)):
                 report_violation(
                     f"{where}: its endpoint picker Service {namespace}/{name} (selector {dict(selector)}) selects no pod of "
                     f"an endpoint picker Deployment: select the pods of the Deployment labelled {COMPONENT_LABEL}: "
@@ -141,9 +142,10 @@ def _production_servers_behind_pickers(args: Any, report_violation: Report) -> N
     vLLM's scheduler, queue-proxy and Knative's activator have no timer below the route's
     timeout: knative/serving knative-v1.23.0 cmd/activator/main.go), so each server's pods are
     selected by an InferencePool of their namespace."""
-    pools = defaultdict(list)
-    for pool in of_type(args, INFERENCE_POOL):
-        pools[namespace_of(pool.props)].append(get(pool.props, "spec", "selector"))
+    pools = SelectorIndex(
+        ((namespace_of(pool.props), get(pool.props, "spec", "selector")) for pool in of_type(args, INFERENCE_POOL)),
+        lambda selector: get(selector, "matchLabels", default={}),
+    )
     for kind, server in [(DEPLOYMENT, r) for r in of_type(args, DEPLOYMENT)] + [
         (KNATIVE_SERVICE, r) for r in of_type(args, KNATIVE_SERVICE)
     ]:
@@ -152,7 +154,7 @@ def _production_servers_behind_pickers(args: Any, report_violation: Report) -> N
         if model is None:
             continue
         namespace = namespace_of(server.props)
-        if not any(selector_matches(selector, labels) for selector in pools[namespace]):
+        if not any(selector_matches(selector, labels) for selector in pools.candidates(namespace, labels)):
             what = "Deployment" if kind == DEPLOYMENT else "Knative Service"
             report_violation(
                 f"{what} {namespace}/{name_of(server.props)} serves model {model!r} with no InferencePool selecting "

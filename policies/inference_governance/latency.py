@@ -3,6 +3,7 @@ GPUs, kept warm, and (advisory) not on spot capacity."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any, Iterator
 
 from .kube import (
@@ -20,6 +21,7 @@ from .kube import (
     namespace_of,
     selector_matches,
 )
+from .label_index import LabelIndex
 from .workloads import GpuWorkload, gpu_workloads, knative_scale, of_type, pools
 
 
@@ -57,6 +59,12 @@ def latency_sensitive(args: Any, workloads: list[GpuWorkload]) -> dict[str, str]
         )
         for pool in of_type(args, INFERENCE_POOL)
     }
+    # Indexed, so each destination checks only the workloads it may reach (tests/test_policy_rules_scale.py).
+    by_labels = LabelIndex(workloads, lambda w: w.namespace, lambda w: w.pod_labels)
+    knative = defaultdict(list)
+    for w in workloads:
+        if w.knative:
+            knative[(w.namespace, w.name)].append(w)
     for service in of_type(args, VIRTUAL_SERVICE):
         namespace = namespace_of(service.props)
         for route in get(service.props, "spec", "http", default=[]):
@@ -74,13 +82,17 @@ def latency_sensitive(args: Any, workloads: list[GpuWorkload]) -> dict[str, str]
                 if subset is not None:
                     pods.update(subsets.get((fqdn(host, namespace), subset), {}))
                 pool = picked.get(target)
-                for w in workloads:
-                    reached = (
-                        (w.knative and (w.namespace, w.name) == target)
-                        or (w.namespace == target[0] and labels_match(pods, w.pod_labels))
-                        or (pool is not None and w.namespace == target[0] and selector_matches(pool, w.pod_labels))
-                    )
-                    if reached and w.resource.urn not in why:
+                reached = [
+                    *knative.get(target, []),
+                    *(w for w in by_labels.candidates(target[0], pods) if pods and labels_match(pods, w.pod_labels)),
+                    *(
+                        w
+                        for w in by_labels.candidates(target[0], get(pool, "matchLabels", default={}))
+                        if pool is not None and selector_matches(pool, w.pod_labels)
+                    ),
+                ]
+                for w in reached:
+                    if w.resource.urn not in why:
                         why[w.resource.urn] = (
                             f"VirtualService {namespace}/{name_of(service.props)} sends it {', '.join(served)} requests"
                         )

@@ -1,7 +1,7 @@
 """Shell scripts built from config: a script that names an S3 or Hugging Face location is one the platform renders,
 with each location single-quoted in its slot and of a form config may give.
 
-The program renders few shell scripts (a batch job's `stage-in` and `uploader`: components/specs/batch_job.py), and
+The program renders few shell scripts (a batch job's `stage-in` and `uploader`: components/specs/scripts.py), and
 its facts hold their shapes, each config value replaced by a slot. A script is held to them whole: every character
 outside a slot is the program's own, so no config value can have added a `;`, a `$(...)`, a pipe or a redirection, and
 the slot admits only a single-quoted location of the S3 pattern (which holds no quote). Any other script (a preStop

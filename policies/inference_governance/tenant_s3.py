@@ -3,6 +3,7 @@ its own copies."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from .kube import Report, get
@@ -25,15 +26,31 @@ ATTACHED_POLICIES = ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:i
 READ_ACTIONS = frozenset({"s3:GetObject", "s3:ListBucket"})
 
 
+def _overlapping(owners: list[tuple[str, str]]) -> list[tuple[int, int]]:
+    """The pairs (by index, the earlier first, in order) of prefixes of two tenants of which one lies within the
+    other (s3_within both ways): each prefix is looked up under its own path and each shorter one of its bucket, so
+    the cost grows with the prefixes and their depth, not with their pairs."""
+    by_location: dict[tuple[str, tuple[str, ...]], list[int]] = defaultdict(list)
+    for index, (_, prefix) in enumerate(owners):
+        by_location[s3_parts(prefix)].append(index)
+    pairs = set()
+    for index, (tenant, prefix) in enumerate(owners):
+        bucket, path = s3_parts(prefix)
+        for depth in range(len(path) + 1):
+            for other in by_location.get((bucket, path[:depth]), []):
+                if owners[other][0] != tenant:
+                    pairs.add((min(index, other), max(index, other)))
+    return sorted(pairs)
+
+
 def tenant_s3_scoping(args: Any, report_violation: Report) -> None:
     """Data belongs to its tenant: a tenant's roles reach only S3 under its own prefixes, and in the weight mirror only
     read its own copies; the mirror's role for a tenant writes only those; no two tenants' prefixes overlap."""
     declared = declared_prefixes(args)
     owners = [(tenant, prefix) for tenant, prefixes in sorted(declared.items()) for prefix in prefixes]
-    for index, (claimant, prefix) in enumerate(owners):
-        for other, theirs in owners[index + 1 :]:
-            if other != claimant and (s3_within(prefix, theirs) or s3_within(theirs, prefix)):
-                report_violation(f"tenant {claimant!r}'s S3 prefix {prefix} overlaps tenant {other!r}'s {theirs}")
+    for first, second in _overlapping(owners):
+        (claimant, prefix), (other, theirs) = owners[first], owners[second]
+        report_violation(f"tenant {claimant!r}'s S3 prefix {prefix} overlaps tenant {other!r}'s {theirs}")
     policies = role_policies(args)
     mirror = mirror_bucket(policies, report_violation)
     governed = {identity_of(p.role)[0] for p in policies if p.owner is not None and p.role is not None}

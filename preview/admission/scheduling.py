@@ -81,39 +81,55 @@ def pool_for(workload: Workload, pools: list[PoolTemplate]) -> PoolTemplate | No
     return pool
 
 
+def _fits(node: dict[str, Decimal], need: dict[str, Decimal]) -> bool:
+    return all(node.get(r, Decimal(0)) >= amount for r, amount in need.items() if amount)
+
+
+def _take(node: dict[str, Decimal], need: dict[str, Decimal]) -> None:
+    for r, amount in need.items():
+        node[r] = node.get(r, Decimal(0)) - amount
+
+
 def bin_pack(pool: PoolTemplate, members: list[Workload]) -> list[str]:
-    """First-fit decreasing of every pod at peak onto the pool's nodes at maxSize."""
-    nodes = [dict(pool.allocatable) for _ in range(pool.max_size)]
+    """First-fit decreasing of every pod at peak onto the pool's nodes at maxSize.
+
+    What first fit onto maxSize identical nodes gives, at a cost that grows with the pods, not the nodes: every node
+    starts alike, DaemonSet pods included (each comes with every node, before any other pod: placed on the node
+    template once), and a node is opened only when a pod fits on none opened before it; pods asking alike keep a
+    cursor at the first opened node that may still take one (a node that turned such a pod away only fills up)."""
     # Each workload's pod requests once, shared by all its pods at peak.
     requests_of = [w.pod_requests() for w in members]
-
-    def place(workload: Workload, requests: dict[str, Decimal], node: dict[str, Decimal]) -> bool:
-        """One pod onto the node, if it fits."""
-        need = {**requests, "pods": Decimal(1)}
-        if not all(node.get(r, Decimal(0)) >= amount for r, amount in need.items() if amount):
-            return False
-        for r, amount in need.items():
-            node[r] = node.get(r, Decimal(0)) - amount
-        workload.placed += 1
-        return True
-
-    # A DaemonSet's pod comes with the node, before any other pod is placed on it.
+    template = dict(pool.allocatable)
     for workload, requests in zip(members, requests_of, strict=True):
-        if workload.daemon:
-            for node in nodes:
-                place(workload, requests, node)
+        need = {**requests, "pods": Decimal(1)}
+        if workload.daemon and _fits(template, need):
+            _take(template, need)
+            workload.placed += pool.max_size
     pods = [(w, requests) for w, requests in zip(members, requests_of, strict=True) if not w.daemon for _ in range(w.peak)]
     gpu_first = sorted(
         pods, key=lambda p: (-sum(v for k, v in p[1].items() if k.startswith(EXTENDED_PREFIXES)), -p[1].get("cpu", 0))
     )
+    nodes: list[dict[str, Decimal]] = []
+    cursors: dict[tuple[tuple[str, Decimal], ...], int] = {}
     for workload, requests in gpu_first:
-        any(place(workload, requests, node) for node in nodes)
+        need = {**requests, "pods": Decimal(1)}
+        shape = tuple(sorted(need.items()))
+        index = next((i for i in range(cursors.get(shape, 0), len(nodes)) if _fits(nodes[i], need)), None)
+        if index is None and len(nodes) < pool.max_size and _fits(template, need):
+            nodes.append(dict(template))
+            index = len(nodes) - 1
+        cursors[shape] = len(nodes) if index is None else index
+        if index is not None:
+            _take(nodes[index], need)
+            workload.placed += 1
+    # The nodes as first fit leaves them: those opened, and the rest as the template.
+    unopened = [template] if len(nodes) < pool.max_size else []
     findings = []
     for workload, requests in zip(members, requests_of, strict=True):
         if workload.placed < workload.peak:
             short = [
                 r for r, amount in requests.items()
-                if amount and amount > max(node.get(r, Decimal(0)) for node in nodes)
+                if amount and amount > max(node.get(r, Decimal(0)) for node in nodes + unopened)
             ]  # fmt: skip
             needs = ", ".join(f"{r} {show_rounded(r, a)}" for r, a in sorted(requests.items()))
             findings.append(
