@@ -14,33 +14,8 @@ from components.batch_job import batch_job_policy
 from components.specs.batch_job import engine_command, fingerprint, job
 from components.specs.vllm_parts import ADAPTERS_DIR
 
-from .helpers import config_problems, owning, pinned_vllm_flags, raw_stack, validate
-from .test_batch_jobs import Shard, request
-
-
-def with_adapter_job(adapter: str = "llama-3.1-8b-sql") -> dict[str, Any]:
-    """prod, with the serving tenant (owner of llama-8b and its adapters) allowed a batch job on
-    l4-batch, and `review-labels` moved to it, on llama-8b's weights, running `adapter`."""
-    raw = copy.deepcopy(raw_stack("prod"))
-    serving = next(t for t in raw["tenants"] if t["name"] == "serving")
-    serving["batchQuota"] = {"l4-batch": {"gpu": 1, "cpu": "9", "memory": "49Gi"}}
-    serving["experimentQuota"] = {"gpu": 1, "cpu": "13", "memory": "75Gi", "pods": 3}
-    serving["quota"]["gpu"] += 1  # the experiment quota is within the tenant's quota
-    base = next(m for m in raw["models"] if m["name"] == "llama-8b")
-    batch_job = next(j for j in raw["batchJobs"] if j["name"] == "review-labels")
-    batch_job["tenant"] = "serving"
-    # Its input and output become the serving tenant's own.
-    owning(raw, "serving", "s3://serving-batch")
-    batch_job["input"]["s3Uri"] = batch_job["input"]["s3Uri"].replace("s3://team-b-batch", "s3://serving-batch")
-    batch_job["output"] = batch_job["output"].replace("s3://team-b-batch", "s3://serving-batch")
-    batch_job["model"]["source"] = copy.deepcopy(base["versions"][0]["source"])
-    batch_job["model"]["servedModelName"] = "llama-8b-batch"
-    batch_job["model"]["adapter"] = adapter
-    return raw
-
-
-def review_labels(raw: dict[str, Any]):  # type: ignore[no-untyped-def]
-    return next(j for j in validate(raw).batch_jobs if j.name == "review-labels")
+from .batch_helpers import Shard, request, review_labels, with_adapter_job
+from .helpers import config_problems, pinned_vllm_flags, raw_stack, validate
 
 
 def job_index(raw: dict[str, Any]) -> int:
@@ -156,7 +131,7 @@ def run_shard(tmp_path: Path, lines: list[str]):  # type: ignore[no-untyped-def]
     import subprocess
     import sys
 
-    from .test_batch_jobs import RUNNER
+    from .batch_helpers import RUNNER
 
     result = subprocess.run(
         [sys.executable, str(RUNNER), sys.executable, str(shard.engine), *engine],

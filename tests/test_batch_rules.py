@@ -19,9 +19,9 @@ from components.specs.kueue import KUEUE_UNUSED_POD_INTEGRATIONS, kueue_values
 from platform_config.gpu_catalog import MIG_RESOURCE_PREFIX
 from platform_config.pins import KUBE_PROMETHEUS_STACK, KUEUE
 
+from .batch_helpers import KUEUE_MIRROR
 from .helpers import ROOT, mirror_show, raw_stack, validate
 from .promtool_rules import fails, passes, prom_labels, run_tests, strip_annotations
-from .test_batch_jobs import KUEUE_MIRROR
 from .test_dashboards import series_names
 
 TAG = f"v{KUEUE.version}"

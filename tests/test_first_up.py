@@ -24,8 +24,8 @@ from preview.webhook_inventory import (
     kueue,
 )
 
+from .batch_helpers import KUEUE_MIRROR
 from .helpers import ROOT, _shared_evaluation, mirror_show, raw_stack
-from .test_batch_jobs import KUEUE_MIRROR
 
 KPS_MIRROR = Path("prometheus-community+helm-charts")
 

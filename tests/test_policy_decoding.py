@@ -4,7 +4,6 @@ over a stack changed to break many rules at once."""
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ from preview.policy_runner import PolicyPack
 from preview.stack_config import load_project, load_stack_config
 
 from .helpers import IMAGES_BY_TAG, ROOT, Evaluated, prod_with_labeller_server, raw_stack
+from .policy_helpers import _careless
 
 
 def _running(stack: str, decode_each: bool) -> PolicyPack:
@@ -34,23 +34,6 @@ def _running(stack: str, decode_each: bool) -> PolicyPack:
     running.configure_stack("inference-platform", stack, config.values, config.secret_keys)
     running.configure(running.info(), preview_policy_config(IMAGES_BY_TAG))
     return running
-
-
-def _careless(records: list[RecordedResource]) -> list[RecordedResource]:
-    """Every pod template of the stack unmeshed, privileged, run as root, without limits and with no time to drain
-    (what the engine sends the pack per resource and for the stack alike)."""
-    changed = copy.deepcopy(records)
-    for record in changed:
-        for properties in (record.inputs, record.outputs):
-            template = (properties.get("spec") or {}).get("template")
-            if not isinstance(template, dict) or "spec" not in template:
-                continue
-            template.setdefault("metadata", {}).setdefault("labels", {})["sidecar.istio.io/inject"] = "false"
-            template["spec"]["terminationGracePeriodSeconds"] = 1
-            for container in template["spec"].get("containers", []):
-                container.setdefault("securityContext", {}).update(privileged=True, runAsUser=0)
-                container.get("resources", {}).pop("limits", None)
-    return changed
 
 
 def _verdicts(pack: PolicyPack, records: list[RecordedResource]) -> Iterator[tuple[str, str, str, str]]:

@@ -19,8 +19,8 @@ from preview.upstream import Facts, facts_dir
 from preview.vllm_release import frontend_args_module, function, release_path, run_batch_module, serve_flags
 from preview.vllm_release import run_batch_flags as release_run_batch_flags
 
+from .batch_helpers import review_labels, with_adapter_job
 from .helpers import downloading_weights, raw_stack, validate, vllm_release
-from .test_batch_job_adapters import review_labels, with_adapter_job
 
 # --- `vllm run-batch` and `vllm serve`: their parsers, read by preview/vllm_release.py ----------------------------
 
