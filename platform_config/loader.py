@@ -24,6 +24,7 @@ from .credentials import credential_format, credentials_in
 from .errors import ConfigError, ConfigIssue, issues_from_validation
 from .image_lock import ImageLock, read_image_lock
 from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
+from .provider_keys import provider_key_issues
 from .registry import PROJECT_DIR, REGISTRY_FILE_ENV, RegistryResolution, resolve_registry
 
 
@@ -260,6 +261,12 @@ def _foreign_keys() -> list[ConfigIssue]:
 def _region_issues(platform: PlatformConfig) -> list[ConfigIssue]:
     eks = platform.cluster.eks
     provider_region = runtime_config.get_config("aws:region")
+    if eks is not None and eks.region is None and not provider_region:
+        # Else the provider takes the region of whoever runs `pulumi up` (AWS_REGION, the profile): one stack file
+        # would build the cluster in a different region per machine, priced by a region the preview cannot know.
+        return [
+            ConfigIssue(("cluster", "eks", "region"), "is not set and neither is aws:region: set one of them (equal if both)")
+        ]
     if eks is None or eks.region is None or not provider_region or provider_region == eks.region:
         return []
     return [
@@ -295,7 +302,12 @@ def load_config(extra_checks: Sequence[ExtraCheck] = ()) -> LoadedConfig:
     if foreign:
         raise ConfigError(foreign)
     # Reported without parsing: a parse error would echo a secret value.
-    misplaced = _retired_keys() or _misplaced_secrets() or _provider_credentials_in_clear()
+    misplaced = (
+        _retired_keys()
+        or _misplaced_secrets()
+        or _provider_credentials_in_clear()
+        or provider_key_issues(_all_config_keys(), runtime_config.get_config, runtime_config.is_config_secret)
+    )
     if misplaced:
         raise ConfigError(misplaced)
     raw = read_raw_config()

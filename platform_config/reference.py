@@ -20,15 +20,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .loader import KNOWN_NAMESPACES
 from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
+from .provider_keys import ALLOWED as PROVIDER_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKDOWN_FILE = ROOT / "docs" / "reference" / "config.md"
 PROJECT_FILE = ROOT / "Pulumi.yaml"
 SCHEMA_FILE = ROOT / "docs" / "reference" / "stack-file.schema.json"
-# Namespaces a stack file may also use: the loader's, less the project's own.
-OTHER_NAMESPACES = tuple(n for n in KNOWN_NAMESPACES if n != PROJECT)
 # A Pulumi secret as a stack file holds it: the encrypted value under `secure`.
 _SECURE_VALUE: dict[str, Any] = {
     "type": "object",
@@ -84,8 +82,11 @@ INTRO = f"""# Stack configuration reference
 platform_config/models/: edit those, then run `make docs`. -->
 
 Every key lives under the `{PROJECT}:` namespace of `stacks/Pulumi.<stack>.yaml` and is declared
-in `Pulumi.yaml`; keys in other namespaces than {", ".join(f"`{n}`" for n in OTHER_NAMESPACES)} and
-`{PROJECT}` are refused. Keys are camelCase. Unknown keys are errors, types are strict (`"4"` is
+in `Pulumi.yaml`. Besides them a stack file may set only these provider and engine keys, each value checked
+for its form (platform_config/provider_keys.py): {", ".join(f"`{k}` ({v.what})" for k, v in PROVIDER_KEYS.items())}.
+Any other key is refused naming it and why: `kubernetes:*` (the program's Kubernetes provider is explicit, so they
+would be ignored), AWS endpoints and proxies, `aws:insecure`, roles and credential files named in the stack file,
+and the provider's `skip*` checks. Keys are camelCase. Unknown keys are errors, types are strict (`"4"` is
 not `4`), and every problem is reported with its full key path, e.g.
 `{PROJECT}:models[1].release.canaryWeight: must be at most 100 (got 120)`. Checks across keys
 (references, capacity, quotas, MIG geometry, profiles) are in `platform_config/checks/`.
@@ -110,6 +111,7 @@ def stack_file_schema() -> dict[str, Any]:
     model = _model_schema()
     defs = model.pop("$defs", {})
     config_properties = {f"{PROJECT}:{key}": value for key, value in model["properties"].items()}
+    config_properties.update({key: {"description": provider_key.what} for key, provider_key in PROVIDER_KEYS.items()})
     for key in SECRET_KEYS:
         description, shape = SECRETS[key]
         config_properties[f"{PROJECT}:{key}"] = {"description": description, **shape}
@@ -122,7 +124,6 @@ def stack_file_schema() -> dict[str, Any]:
                 "type": "object",
                 "properties": config_properties,
                 "required": [f"{PROJECT}:{key}" for key in model.get("required", [])],
-                "patternProperties": {f"^({'|'.join(OTHER_NAMESPACES)}):": {}},
                 "additionalProperties": False,
             },
             "secretsprovider": {"type": "string"},

@@ -82,14 +82,17 @@ class PreviewMocks(pulumi_mocks.Mocks):
         state.update(_computed_outputs(args.typ, args.name, state))
         return resource_id, state
 
-    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list[tuple[str, str]] | None]:
+        # No failures is an empty list: the SDK's mock monitor iterates a tuple's second item (None is not iterable).
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/preview", "userId": "preview"}, None
+            return {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/preview", "userId": "preview"}, []
         if args.token == "aws:index/getRegion:getRegion":
-            return {"name": "us-east-1", "region": "us-east-1"}, None
+            # The provider's region is `aws:region` (the loader requires it where cluster.eks.region is not set).
+            region = runtime_config.get_config("aws:region") or "us-east-1"
+            return {"name": region, "region": region}, []
         if args.token == "aws:index/getPartition:getPartition":
-            return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, None
-        return {}, None
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, []
+        return {}, []
 
 
 def _computed_outputs(type_token: str, name: str, state: dict[str, Any]) -> dict[str, Any]:
