@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .models import ACKNOWLEDGED_KINDS, ACKNOWLEDGED_SCOPED_KINDS, PlatformConfig
+from .s3_locations import s3_within
 from .serving import running_versions
 
 # The names that acknowledge each kind of weakening (`acknowledge`).
@@ -40,10 +41,18 @@ from .serving import running_versions
     PUBLIC_API_ENDPOINT,
     WIDEN_CLUSTER_ADMINS,
     LEAVE_PRODUCTION,
+    CHANGE_WEIGHT_MIRROR,
 ) = ACKNOWLEDGED_KINDS
-REMOVE_MODEL, REMOVE_TENANT, WIDEN_CALLERS, MOVE_MODEL, REPLACE_SERVERS, WIDEN_GROUPS, RELAX_POD_SECURITY = (
-    ACKNOWLEDGED_SCOPED_KINDS
-)
+(
+    REMOVE_MODEL,
+    REMOVE_TENANT,
+    WIDEN_CALLERS,
+    MOVE_MODEL,
+    REPLACE_SERVERS,
+    WIDEN_GROUPS,
+    RELAX_POD_SECURITY,
+    WIDEN_DATA,
+) = ACKNOWLEDGED_SCOPED_KINDS
 # A public API endpoint is narrow when every CIDR it admits is at least this long a prefix (a /16 is 65,536
 # addresses: an office or a VPN's range, not the internet).
 NARROW_PREFIX_LENGTH = 16
@@ -94,6 +103,13 @@ def security_posture(config: PlatformConfig) -> dict[str, Any]:
         "tenants": sorted(t.name for t in config.tenants),
         "tenantGroups": {t.name: sorted(t.groups) for t in config.tenants},
         "podSecurity": {t.name: t.pod_security for t in config.tenants},
+        # The S3 prefixes each tenant's pods may be granted (read and write), and the bucket every tenant's servers read
+        # their Hugging Face weights from: a new prefix is data of someone's a tenant may reach, another bucket is
+        # weights nobody reviewed.
+        "tenantData": {t.name: sorted(t.s3_prefixes) for t in config.tenants},
+        "weightMirror": None
+        if config.weight_mirror is None
+        else {"bucket": config.weight_mirror.bucket, "create": config.weight_mirror.create},
         # This stack's own: whether the rails hold it, and what it acknowledges.
         "production": config.environment == "production",
         "acknowledged": sorted(config.acknowledge),
@@ -134,6 +150,11 @@ _FIELDS: dict[str, tuple[Any, str]] = {
     "tenants": (_strings, "a list of strings"),
     "tenantGroups": (lambda v: isinstance(v, dict) and all(_strings(g) for g in v.values()), "a mapping of lists of groups"),
     "podSecurity": (lambda v: isinstance(v, dict) and all(isinstance(p, str) for p in v.values()), "a mapping of levels"),
+    "tenantData": (lambda v: isinstance(v, dict) and all(_strings(p) for p in v.values()), "a mapping of lists of S3 URIs"),
+    "weightMirror": (
+        lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("bucket"), str) and isinstance(v.get("create"), bool)),
+        "null or {bucket, create}",
+    ),
     "production": (lambda v: isinstance(v, bool), "true or false"),
     "acknowledged": (_strings, "a list of strings"),
 }
@@ -307,6 +328,29 @@ def _tenants(before: Mapping[str, Any], after: Mapping[str, Any]) -> Iterator[We
             )
 
 
+def _mirror(value: Mapping[str, Any] | None) -> str:
+    if value is None:
+        return "no weight mirror"
+    return f"bucket {value['bucket']}" + ("" if value["create"] else " (not created by the stack)")
+
+
+def _data(before: Mapping[str, Any], after: Mapping[str, Any]) -> Iterator[Weakening]:
+    data_before, data_after = before.get("tenantData") or {}, after.get("tenantData") or {}
+    for tenant in sorted(set(data_before) & set(data_after)):
+        added = [p for p in data_after[tenant] if not any(s3_within(p, held) for held in data_before[tenant])]
+        if added:
+            yield Weakening(
+                f"{WIDEN_DATA}:{tenant}",
+                f"tenant {tenant}'s pods may now be granted reads and writes under {', '.join(added)} too",
+            )
+    if "weightMirror" in before and before["weightMirror"] is not None and before["weightMirror"] != after.get("weightMirror"):
+        yield Weakening(
+            CHANGE_WEIGHT_MIRROR,
+            f"every tenant's servers now read their Hugging Face weights from {_mirror(after.get('weightMirror'))}, not "
+            f"{_mirror(before['weightMirror'])}",
+        )
+
+
 def weakenings(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Weakening]:
     """What `after` weakens of `before` (two `security_posture`s; `before` may come from an older program, so a
     field it lacks is taken as unchanged, and `posture_problem` has held it to its shape)."""
@@ -316,6 +360,7 @@ def weakenings(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Weak
         *_cluster(before, after),
         *_models(before, after),
         *_tenants(before, after),
+        *_data(before, after),
     ]
     if before.get("production") is True and after.get("production") is False:
         found.append(

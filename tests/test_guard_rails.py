@@ -149,6 +149,9 @@ def test_each_weakening_is_found_and_named(change, acknowledgement):
         (_replace_70b, "replace-servers:llama-70b"),
         (lambda raw: _tenant(raw, "team-a")["groups"].append("contractors"), "widen-groups:team-a"),
         (lambda raw: _tenant(raw, "team-b").update(podSecurity="baseline"), "relax-pod-security:team-b"),
+        (lambda raw: _tenant(raw, "team-b")["s3Prefixes"].append("s3://team-b-archive"), "widen-data:team-b"),
+        (lambda raw: raw["weightMirror"].update(bucket="someones-weights"), "change-weight-mirror"),
+        (lambda raw: raw["weightMirror"].update(create=False), "change-weight-mirror"),
     ],
     ids=[
         "jwks-uri",
@@ -163,6 +166,9 @@ def test_each_weakening_is_found_and_named(change, acknowledgement):
         "replace-servers",
         "widen-groups",
         "relax-pod-security",
+        "widen-data",
+        "weight-mirror-bucket",
+        "weight-mirror-not-created",
     ],
 )
 def test_each_weakening_the_rails_missed_is_found_and_named(change, acknowledgement):
@@ -217,6 +223,10 @@ def _new_tenant(raw: dict[str, Any]) -> None:
                            "podSecurity": "baseline", "quota": {"cpu": "1", "memory": "1Gi", "pods": 1}})  # fmt: skip
 
 
+def _team_b_archive(prefix: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda raw: _tenant(raw, "team-b")["s3Prefixes"].append(prefix)
+
+
 @pytest.mark.parametrize(
     "before_change, after_change, expected",
     [
@@ -226,8 +236,20 @@ def _new_tenant(raw: dict[str, Any]) -> None:
         (lambda raw: _tenant(raw, "team-b").update(podSecurity="baseline"), None, []),  # back to restricted
         (lambda raw: _auth(raw).update(tenantClaim=None), None, []),  # tenant scoping turned on
         (_move_llama_1b, None, ["move-model:llama-1b"]),  # moved back: the move alone, not a widening of its callers
+        # A prefix narrowed to a folder of one it held, or removed: nothing new to reach.
+        (_team_b_archive("s3://team-b-archive"), _team_b_archive("s3://team-b-archive/2026"), []),
+        (_team_b_archive("s3://team-b-archive"), None, []),
     ],
-    ids=["promote-canary", "new-tenant", "group-removed", "pod-security-restricted", "tenant-scoping-on", "moved-back"],
+    ids=[
+        "promote-canary",
+        "new-tenant",
+        "group-removed",
+        "pod-security-restricted",
+        "tenant-scoping-on",
+        "moved-back",
+        "data-narrowed",
+        "data-removed",
+    ],
 )
 def test_changes_that_take_nothing_away_weaken_nothing(before_change, after_change, expected):
     before = posture(changed(before_change or (lambda raw: None)))
