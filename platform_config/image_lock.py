@@ -123,4 +123,32 @@ def read_image_lock(config: PlatformConfig, project_dir: Path) -> ImageLock:
     ]
     if missing:
         raise ConfigError(missing)
+    disagreeing = list(_own_digests_against_the_lock(config, document, named))
+    if disagreeing:
+        raise ConfigError(disagreeing)
     return ImageLock(lock_file, dict(document.images))
+
+
+def _own_digests_against_the_lock(config: PlatformConfig, document: ImageLockDocument, named: str) -> Iterator[ConfigIssue]:
+    """A version's `image` that names its own digest: with a lock, the lock must hold its tag with that very digest.
+    Else a digest written by hand (an image nobody resolved from the tag a reviewer reads) would bypass the lock."""
+    for m_index, model in enumerate(config.models):
+        for v_index, version in enumerate(model.versions):
+            if version.image is None or "@" not in version.image:
+                continue
+            tagged, digest = version.image.split("@", 1)
+            key = ("models", m_index, "versions", v_index, "image")
+            if ":" not in tagged.rsplit("/", 1)[-1]:
+                yield ConfigIssue(
+                    key, f"names a digest without a tag, which {named} cannot vouch for: write <image>:<tag>@<digest>"
+                )
+            elif tagged not in document.images:
+                yield ConfigIssue(
+                    key, f"names its own digest, but {named} does not hold {tagged}: run `python -m platform_tools lock-images`"
+                )
+            elif document.images[tagged] != digest:
+                yield ConfigIssue(
+                    key,
+                    f"names {digest}, but {named} holds {document.images[tagged]} for {tagged}: the tag no longer points "
+                    "to that digest, or it was never its digest",
+                )

@@ -202,9 +202,12 @@ def write_image_lock(
     client = RegistryClient(_mirrors(mirrors), frozenset(check_plain_http(plain_http)), timeout_seconds)
     digests = {}
     for reference, named in stack_images(config):
-        if "@" not in reference:
-            digests[reference] = client.digest(reference)
-            print(f"{reference} ({named}): {digests[reference]}")
+        # A version's image with its own digest: its tag is resolved, so the preview can hold the two to each other
+        # (platform_config/image_lock.py); one with a digest and no tag has nothing to resolve and is refused there.
+        tagged = reference.split("@", 1)[0]
+        if ":" in tagged.rsplit("/", 1)[-1] and tagged not in digests:
+            digests[tagged] = client.digest(tagged)
+            print(f"{tagged} ({named}): {digests[tagged]}")
     path = project_root / out
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     partial.write_text(json.dumps(lock_document(digests), indent=2) + "\n")

@@ -243,3 +243,53 @@ def test_a_reference_names_its_registry_as_docker_reads_it(reference, registry, 
     from platform_tools.image_digests import ImageName, parse_reference
 
     assert parse_reference(reference) == ImageName(registry, repository, tag)
+
+
+OTHER_DIGEST = "sha256:" + "cd" * 32
+
+
+@pytest.mark.parametrize(
+    ("image", "says"),
+    [
+        (
+            f"{VLLM.image}@{OTHER_DIGEST}",
+            f"names {OTHER_DIGEST}, but the image lock stacks/lock.json holds {DIGEST} for {VLLM.image}",
+        ),
+        (
+            f"docker.io/attacker/miner:v1@{DIGEST}",
+            "names its own digest, but the image lock stacks/lock.json does not hold docker.io/attacker/miner:v1",
+        ),
+        (f"vllm/vllm-openai@{DIGEST}", "names a digest without a tag, which the image lock stacks/lock.json cannot vouch for"),
+    ],
+    ids=["another-digest", "not-in-the-lock", "no-tag"],
+)
+def test_a_version_image_with_its_own_digest_is_held_to_the_lock(tmp_path, image, says):
+    """A digest written by hand beside a tag would bypass the lock: with one, the lock must hold the tag with that
+    very digest (a stack without a lock pulls the reference as written, the pack's image-digests rule judging it)."""
+    from platform_config.errors import ConfigError
+    from platform_config.image_lock import read_image_lock
+    from platform_config.loader import parse_platform_config
+
+    raw = copy.deepcopy(raw_stack("dev"))
+    raw["images"] = {"lockFile": "stacks/lock.json"}
+    raw["models"][0]["versions"][0]["image"] = image
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "lock.json").write_text(json.dumps(every_lock()))
+    config = parse_platform_config(raw, [])
+    with pytest.raises(ConfigError) as caught:
+        read_image_lock(config, tmp_path)
+    (issue,) = caught.value.issues
+    assert str(issue).startswith("inference-platform:models[0].versions[0].image: ") and says in str(issue)
+
+
+def test_a_version_image_with_the_digest_its_tag_has_in_the_lock_is_pulled_as_written(tmp_path):
+    from platform_config.image_lock import read_image_lock
+    from platform_config.loader import parse_platform_config
+
+    raw = copy.deepcopy(raw_stack("dev"))
+    raw["images"] = {"lockFile": "stacks/lock.json"}
+    raw["models"][0]["versions"][0]["image"] = f"{VLLM.image}@{DIGEST}"
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "lock.json").write_text(json.dumps(every_lock()))
+    lock = read_image_lock(parse_platform_config(raw, []), tmp_path)
+    assert lock.pinned(f"{VLLM.image}@{DIGEST}") == f"{VLLM.image}@{DIGEST}"
