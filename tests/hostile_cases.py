@@ -22,6 +22,23 @@ def _set(*path_and_value: Any) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
+def _many(key: str, count: int) -> Callable[[dict[str, Any]], None]:
+    """The list at `key` grown to `count` entries, copies of its first (the bound is checked before their names)."""
+
+    def mutate(raw: dict[str, Any]) -> None:
+        raw[key] = [raw[key][0]] * count
+
+    return mutate
+
+
+def _many_versions(count: int) -> Callable[[dict[str, Any]], None]:
+    def mutate(raw: dict[str, Any]) -> None:
+        model = raw["models"][0]
+        model["versions"] = [model["versions"][0]] * count
+
+    return mutate
+
+
 def _collide_servers(raw: dict[str, Any]) -> None:
     # team-a's `qwen-small` + `v1` and team-b's `qwen` + `small-v1`: both servers `qwen-small-v1`.
     raw["models"][2]["name"] = "qwen-small"
@@ -312,4 +329,8 @@ BOUND_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
     ("overcommit-nan", "dev", _set("capacity", {"overcommitRatio": float("nan")}), "capacity.overcommitRatio"),
     ("overcommit-infinite", "dev", _set("capacity", {"overcommitRatio": float("inf")}), "capacity.overcommitRatio"),
     ("replicas-a-boolean", "dev", _set(*DEV_M, "autoscaling", "minReplicas", True), "models[0].autoscaling.minReplicas"),
+    # Lists past what a stack may declare (a preview's time is linear in them).
+    ("600-tenants", "dev", _many("tenants", 600), f"{PROJECT}:tenants"),
+    ("1001-models", "dev", _many("models", 1001), f"{PROJECT}:models"),
+    ("33-versions", "dev", _many_versions(33), "models[0].versions"),
 ]

@@ -12,7 +12,14 @@ from .lora import LoraAdapter, LoraSettings
 from .release import ReleaseConfig
 from .replicas import AutoscalingConfig, DrainSettings, EndpointPickerSettings, ReplicaResources
 from .slo import SloOverride
+from .tenants import MAX_TENANTS
 from .versions import ModelArchitecture, ModelVersion, ServerArgs
+
+# A model's versions: the registry's history a stack keeps at hand; two of them run (stable and canary).
+MAX_VERSIONS = 32
+# A model's LoRA adapters: each a name the gateway routes and a slot in vLLM's adapter cache; bounded so a stack's
+# size holds the preview's time (README, Security: sizes).
+MAX_ADAPTERS = 256
 
 
 class ModelConfig(ConfigModel):
@@ -22,7 +29,7 @@ class ModelConfig(ConfigModel):
     """The OpenAI `model` clients send; unique across models. Default: `name`."""
     tenant: NamespaceName
     """Tenant (namespace) that runs it; callers whose token names this tenant may call it."""
-    callers: list[NamespaceName] = []
+    callers: Annotated[list[NamespaceName], Field(max_length=MAX_TENANTS)] = []
     """Other tenants whose members (by the token's `traffic.authentication.tenantClaim`) may call it too."""
     pool: ResourceName
     """Node pool it runs on."""
@@ -30,8 +37,8 @@ class ModelConfig(ConfigModel):
     """Workload profile: its defaults for tiers, concurrency, timeouts, priority and scale-to-zero (README, Workload profiles)."""
     resources: ReplicaResources
     """What one replica asks for."""
-    versions: Annotated[list[ModelVersion], Field(min_length=1)]
-    """Every version that may run."""
+    versions: Annotated[list[ModelVersion], Field(min_length=1, max_length=MAX_VERSIONS)]
+    """Every version that may run (at most 32)."""
     release: ReleaseConfig
     """Which versions run, and how traffic splits between them."""
     autoscaling: AutoscalingConfig
@@ -55,7 +62,7 @@ class ModelConfig(ConfigModel):
     architecture: ModelArchitecture | None = None
     """The model's architecture (its config.json): the preview sizes its KV cache, bounds its context length and
     predicts its latency from it. Without it none of that is checked (the report says so)."""
-    adapters: list[LoraAdapter] = []
+    adapters: Annotated[list[LoraAdapter], Field(max_length=MAX_ADAPTERS)] = []
     """LoRA adapters its servers load beside the base weights, each reached by its own OpenAI name (README, LoRA
     adapters)."""
     lora: LoraSettings = LoraSettings()

@@ -17,11 +17,16 @@ from .model import ModelConfig
 from .node_pools import NodePoolConfig
 from .registry import RegistryConfig
 from .slo import ProfileOverride
-from .tenants import TenantConfig
+from .tenants import MAX_TENANTS, TenantConfig
 from .traffic import TrafficConfig
 
 # Weakenings a production change may acknowledge (`acknowledge`), found by platform_config/guard_rails.py:
 # kinds, and removals or widenings of one named model or tenant (`<kind>:<name>`).
+# How many models and batch jobs a stack may declare (tenants: MAX_TENANTS). No upstream bound is near (a
+# Deployment or Knative Service per version, a Kueue workload per job): these hold the preview's time, linear in what
+# the stack declares (README, Security: sizes), to the largest stack `make bench` measures, 1,000 models, with room.
+MAX_MODELS = 1000
+MAX_BATCH_JOBS = 256
 ACKNOWLEDGED_KINDS = (
     "weaken-authentication",
     "disable-tenant-scoping",
@@ -30,6 +35,7 @@ ACKNOWLEDGED_KINDS = (
     "public-api-endpoint",
     "widen-cluster-admins",
     "leave-production",
+    "change-weight-mirror",
 )
 ACKNOWLEDGED_SCOPED_KINDS = (
     "remove-model",
@@ -39,6 +45,7 @@ ACKNOWLEDGED_SCOPED_KINDS = (
     "replace-servers",
     "widen-groups",
     "relax-pod-security",
+    "widen-data",
 )
 _ACKNOWLEDGEMENT = (
     rf"({'|'.join(ACKNOWLEDGED_KINDS)}|({'|'.join(ACKNOWLEDGED_SCOPED_KINDS)}):[a-z0-9]([a-z0-9-]{{0,61}}[a-z0-9])?)"
@@ -84,10 +91,10 @@ class PlatformConfig(ConfigModel):
     """Where the platform runs."""
     node_pools: Annotated[list[NodePoolConfig], Field(min_length=1, max_length=EKS_NODE_GROUPS_PER_CLUSTER - 1)]
     """GPU node pools (at most 29: EKS's default quota is 30 managed node groups per cluster, the system one included)."""
-    tenants: Annotated[list[TenantConfig], Field(min_length=1)]
-    """Tenants: namespaces with GPU quotas, isolation and access."""
-    models: list[ModelConfig] = []
-    """Served models."""
+    tenants: Annotated[list[TenantConfig], Field(min_length=1, max_length=MAX_TENANTS)]
+    """Tenants: namespaces with GPU quotas, isolation and access (at most 256)."""
+    models: Annotated[list[ModelConfig], Field(max_length=MAX_MODELS)] = []
+    """Served models (at most 1,000)."""
     traffic: TrafficConfig
     """The gateway: authentication, hosts, TLS, load balancer, tiers."""
     profiles: dict[ProfileName, ProfileOverride] = {}
@@ -105,8 +112,8 @@ class PlatformConfig(ConfigModel):
     weight_mirror: WeightMirrorConfig | None = None
     """Where the Hugging Face revisions the tenants' pods read are copied to; none by default (production needs it
     for any Hugging Face source)."""
-    batch_jobs: list[BatchJobConfig] = []
-    """Offline batch jobs, queued through Kueue on the tenants' batch quotas (README, Batch jobs)."""
+    batch_jobs: Annotated[list[BatchJobConfig], Field(max_length=MAX_BATCH_JOBS)] = []
+    """Offline batch jobs, queued through Kueue on the tenants' batch quotas (at most 256; README, Batch jobs)."""
     acknowledge: Annotated[list[Annotated[str, _full_match(_ACKNOWLEDGEMENT, _ACKNOWLEDGEMENT_NAMES)]], Field(max_length=64)] = []
     """Weakenings of a stack that is or was production which this change makes on purpose, each by name:
     `weaken-authentication` (another issuer or key source, new signing keys, audiences or version-override principals,
@@ -115,7 +122,9 @@ class PlatformConfig(ConfigModel):
     `widen-cluster-admins`, `leave-production` (an `environment` other than production), `remove-model:<model>`,
     `remove-tenant:<tenant>`, `widen-callers:<model>`, `move-model:<model>` (to another tenant),
     `replace-servers:<model>` (none of the versions it ran still running), `widen-groups:<tenant>`,
-    `relax-pod-security:<tenant>`. The preview refuses any other (docs/design/security.md, Guard rails) and lists
+    `relax-pod-security:<tenant>`, `widen-data:<tenant>` (an S3 prefix its pods may be granted that none of its
+    prefixes held), `change-weight-mirror` (another bucket, or one the stack no longer creates, for every tenant's
+    weights). The preview refuses any other (docs/design/security.md, Guard rails) and lists
     these."""
 
     @model_validator(mode="before")
