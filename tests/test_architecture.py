@@ -266,6 +266,9 @@ ONE_HOME = {
     "PoolCapacity": "platform_config.pool_plan",
     "gpu_resources_provided": "platform_config.pool_plan",
     "PoolPlan": "components.pool_plan",
+    # Upstream versions, pinned in one table: a module that needs a release's tag derives it from the pin.
+    "LLM_D_ROUTER_VERSION": "platform_config.pins",
+    "GATEWAY_API_INFERENCE_EXTENSION_VERSION": "platform_config.pins",
 }
 NAMESPACES_HOME = "platform_config.namespaces"
 
@@ -273,6 +276,14 @@ NAMESPACES_HOME = "platform_config.namespaces"
 @pytest.mark.parametrize("name", sorted(ONE_HOME))
 def test_a_shared_value_is_defined_in_its_one_home_only(modules, name):
     assert definitions(modules, name) == [ONE_HOME[name]]
+
+
+def test_every_pinned_version_is_defined_in_the_pins_only(modules):
+    """Every version platform_config/pins.py binds to a name (`*_VERSION`) is defined there alone: a second
+    `X_VERSION = "..."` elsewhere would be a pin the table does not hold."""
+    versions = sorted(name for name in string_assignments(modules["platform_config.pins"]) if name.endswith("_VERSION"))
+    assert {"LLM_D_ROUTER_VERSION", "GATEWAY_API_INFERENCE_EXTENSION_VERSION", "VLLM_VERSION"} <= set(versions)
+    assert {name: definitions(modules, name) for name in versions} == {name: ["platform_config.pins"] for name in versions}
 
 
 def test_the_commit_sha_pattern_is_written_once(modules):
