@@ -1,3 +1,4 @@
+# Long module: every rule docs/architecture.md promises, each with the check that it sees a breach, in one place.
 """The structure the project holds itself to (platform_tools/architecture.py): imports only downward between the
 layers and never in a circle, the policy pack apart, modules and functions within their limits or saying why, and
 docs/architecture.md's module map current."""
@@ -276,6 +277,75 @@ NAMESPACES_HOME = "platform_config.namespaces"
 @pytest.mark.parametrize("name", sorted(ONE_HOME))
 def test_a_shared_value_is_defined_in_its_one_home_only(modules, name):
     assert definitions(modules, name) == [ONE_HOME[name]]
+
+
+# Homes whose every top-level name (a builder, a constant, a private helper) is a shared piece defined there alone:
+# a second definition of any of them anywhere in the project is a copy (docs/architecture.md, "Shared names").
+SHARED_HOMES = {
+    # The pieces every pod shares: security contexts, the GPU toleration, the aws CLI container, token Secrets, ...
+    "components.specs.pod_parts": {
+        # Not a shared piece: the user a pod runs as is its image's (the endpoint picker's is 65532, its pods.py).
+        "RUN_AS",
+    },
+    # The scripts containers run and the paths they share.
+    "components.specs.scripts": set(),
+    # The images each pinned chart runs, and how a digest is written into its values.
+    "platform_config.chart_images": set(),
+}
+
+
+def _top_level_names(module: Module) -> list[str]:
+    names = []
+    for node in module.tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return names
+
+
+@pytest.mark.parametrize("home", sorted(SHARED_HOMES))
+def test_every_shared_piece_is_defined_in_its_home_only(modules, home):
+    names = [name for name in _top_level_names(modules[home]) if name not in SHARED_HOMES[home]]
+    assert len(names) >= 10
+    assert {name: definitions(modules, name) for name in names} == {name: [home] for name in names}
+
+
+def test_the_shared_pieces_are_the_ones_the_docs_name(modules):
+    """The pieces docs/architecture.md names are among the homes' names (a renamed builder is not silently dropped)."""
+    named = {
+        "components.specs.pod_parts": {
+            "gpu_toleration",
+            "pod_security_context",
+            "container_security_context",
+            "aws_cli_container",
+            "token_secret",
+        },
+        "components.specs.scripts": {"stage_in_script", "uploader_script", "s3_sync_command", "HF_DOWNLOAD_SCRIPT"},
+        "platform_config.chart_images": {"ChartImage", "chart_images", "GPU_OPERATOR_IMAGES", "ISTIO_IMAGES"},
+    }
+    assert all(names <= set(_top_level_names(modules[home])) for home, names in named.items())
+
+
+def test_the_chart_images_are_written_in_their_table_only(modules):
+    """No module but platform_config/chart_images.py writes an image a pinned chart runs (its reference as a string):
+    a second list of them would drift from the table the lock, the program and the pack read."""
+    import typing
+
+    from platform_config.chart_images import chart_images
+    from platform_config.models import KubernetesVersion
+
+    references = {image.reference for version in typing.get_args(KubernetesVersion) for image in chart_images(version)}
+    assert len(references) >= 20
+    holders = sorted(
+        module.name
+        for module in modules.values()
+        if module.name != "platform_config.chart_images" and module.package != "policies"
+        if any(reference in text for text in string_constants(module) for reference in references)
+    )
+    assert holders == []
 
 
 def test_every_pinned_version_is_defined_in_the_pins_only(modules):
