@@ -151,8 +151,10 @@ def test_quantities_are_written_by_platform_config_quantity_only(modules):
     assert quantities_written_by_hand(modules) == []
 
 
-# A quantity written in an f-string: a value, then a binary unit ("{n}Gi"), or milli-units of a value times 1000.
+# A quantity written in an f-string: a value, then a binary unit ("{n}Gi"), a decimal byte unit for people ("{x} GB",
+# "{r} GB/s"), or milli-units of a value times 1000.
 _UNIT = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_BYTES_FOR_PEOPLE = ("kB", "MB", "GB", "TB", "PB")
 
 
 def _writes_a_quantity(node: ast.JoinedStr) -> bool:
@@ -161,6 +163,9 @@ def _writes_a_quantity(node: ast.JoinedStr) -> bool:
             continue
         if after.value.startswith(_UNIT) and not after.value[2:3].isalpha():
             return True
+        unit = after.value.removeprefix(" ")
+        if unit.startswith(_BYTES_FOR_PEOPLE) and not unit[2:3].isalpha():
+            return True
         times_1000 = any(isinstance(n, ast.Constant) and n.value == 1000 for n in ast.walk(value.value))
         if after.value.startswith("m") and not after.value[1:2].isalpha() and times_1000:
             return True
@@ -168,8 +173,9 @@ def _writes_a_quantity(node: ast.JoinedStr) -> bool:
 
 
 def quantities_written_by_hand(modules: dict[str, Module]) -> list[str]:
-    """Where a module outside platform_config/quantity.py writes a quantity in an f-string ("{n}Gi", "{x * 1000}m")
-    instead of calling the function there that writes that form (gib_quantity, milli_quantity, show_amount, ...)."""
+    """Where a module outside platform_config/quantity.py writes a quantity in an f-string ("{n}Gi", "{x * 1000}m",
+    "{b / 1e9:.1f} GB", "{r / 1e9:.3g} GB/s") instead of calling the function there that writes that form
+    (gib_quantity, milli_quantity, show_amount, show_gb, show_gb_per_second, ...)."""
     return [
         f"{module.name}:{node.lineno}"
         for module in modules.values()
@@ -181,8 +187,10 @@ def quantities_written_by_hand(modules: dict[str, Module]) -> list[str]:
 
 def test_a_quantity_written_by_hand_is_found(tmp_path):
     text = 'a = f"{n}Gi"\nb = f"{int(x * 1000)}m"\nc = f"{n}Gil"\nd = f"{minutes}m"\n'
+    text += 'e = f"{n / 1e9:.1f} GB"\nf = f"{r / 1e9:.3g} GB/s = {s} s"\ng = f"{n}MB"\nh = f"{n} GBP"\ni = f"{n} GiB"\n'
     module = _module(tmp_path, "components.x", text)
-    assert quantities_written_by_hand({"components.x": module}) == ["components.x:1", "components.x:2"]
+    found = ["components.x:1", "components.x:2", "components.x:5", "components.x:6", "components.x:7"]
+    assert quantities_written_by_hand({"components.x": module}) == found
 
 
 # The canary release record's one home, and the pack's generated copy of it (components/policy_facts.py).
