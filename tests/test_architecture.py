@@ -466,3 +466,51 @@ def test_s3_locations_are_compared_by_one_rule_that_the_pack_runs_a_copy_of(modu
         if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") in S3_LOCATION_FUNCTIONS
     ]
     assert copies == []
+
+
+# Where an S3 URI may be taken apart by hand, outside its home and the pack's copy, and why.
+S3_PARSING_EXEMPT = {
+    # The weight mirror's runner runs alone in its pod: its one file, mounted from a ConfigMap
+    # (components/specs/weight_mirror.py RUNNER_SOURCE), on the vLLM image's packages, so it can import nothing of the
+    # project; and it needs the object key exactly as written (boto3's), not the segments the rule compares.
+    "components.mirror_runner.mirror_runner",
+}
+_STRING_METHODS = {"removeprefix", "partition", "rpartition", "split", "rsplit", "replace", "lstrip", "strip", "index", "find"}
+
+
+def s3_uris_parsed_by_hand(modules: dict[str, Module]) -> list[str]:
+    """Where a module outside the S3 locations' homes (and the exempt) takes an S3 URI apart itself: a string method
+    given the scheme (`uri.removeprefix("s3://")`, `.split("s3://")`), or a split at "/" (`.partition("/")`,
+    `.split("/", 1)`) of a value named for an S3 location or URI (`s3`, `uri`, `location` in its names), instead of
+    calling s3_parts."""
+    found = []
+    for module in modules.values():
+        if module.name in S3_LOCATION_HOMES | S3_PARSING_EXEMPT:
+            continue
+        for node in ast.walk(module.tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _STRING_METHODS):
+                continue
+            given = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            names = [n.id for n in ast.walk(node.func.value) if isinstance(n, ast.Name)]
+            names += [n.attr for n in ast.walk(node.func.value) if isinstance(n, ast.Attribute)]
+            by_slash = given[:1] == ["/"] and any(hint in n.lower() for n in names for hint in ("s3", "uri", "location"))
+            if any("s3://" in g for g in given) or by_slash:
+                found.append(f"{module.name}:{node.lineno}")
+    return sorted(set(found))
+
+
+def test_s3_uris_are_taken_apart_by_s3_parts_only(modules):
+    assert s3_uris_parsed_by_hand(modules) == []
+    assert S3_PARSING_EXEMPT <= set(modules), "an exemption for a module that is gone"
+
+
+def test_an_s3_uri_taken_apart_by_hand_is_found(tmp_path):
+    text = (
+        'a, _, b = uri.removeprefix("s3://").partition("/")\n'
+        'c = location.split("/", 1)\n'
+        'd = s3_prefix.rpartition("/")\n'
+        'e = text.removeprefix("arn:aws:s3:::").partition("/")\n'
+        'f = image.split("/", 1)\n'
+    )
+    modules = {"components.x": _module(tmp_path, "components.x", text)}
+    assert s3_uris_parsed_by_hand(modules) == ["components.x:1", "components.x:2", "components.x:3"]
