@@ -514,3 +514,25 @@ def test_an_s3_uri_taken_apart_by_hand_is_found(tmp_path):
     )
     modules = {"components.x": _module(tmp_path, "components.x", text)}
     assert s3_uris_parsed_by_hand(modules) == ["components.x:1", "components.x:2", "components.x:3"]
+
+
+def _callers(modules: dict[str, Module], function: str) -> list[str]:
+    """The modules that call `function` by name (`f(...)` or `x.f(...)`)."""
+    return sorted(
+        module.name
+        for module in modules.values()
+        if any(
+            isinstance(node, ast.Call)
+            and (node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)) == function
+            for node in ast.walk(module.tree)
+        )
+    )
+
+
+def test_a_pools_supply_is_computed_in_the_config_layer_and_read_from_the_plan_above_it(modules):
+    """`pool_supply` (what one node of a pool advertises) is called in platform_config/ only: by the capacity rules, the
+    config checks (which run before there is a plan) and platform_config/pool_plan.py, which resolves each pool's
+    `PoolCapacity` once; the components, the preview and the tools read it from the plan's pool slices (`PoolPlan`)."""
+    callers = _callers(modules, "pool_supply")
+    assert "platform_config.pool_plan" in callers
+    assert [name for name in callers if not name.startswith("platform_config.")] == []
