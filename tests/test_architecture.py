@@ -276,6 +276,9 @@ ONE_HOME = {
     "PoolCapacity": "platform_config.pool_plan",
     "gpu_resources_provided": "platform_config.pool_plan",
     "PoolPlan": "components.pool_plan",
+    # A tenant's batch quotas against its experiment share: the batch checks and the batch queues' borrowing limits.
+    "BatchBudget": "platform_config.capacity",
+    "batch_budget": "platform_config.capacity",
     # Upstream versions, pinned in one table: a module that needs a release's tag derives it from the pin.
     "LLM_D_ROUTER_VERSION": "platform_config.pins",
     "GATEWAY_API_INFERENCE_EXTENSION_VERSION": "platform_config.pins",
@@ -437,11 +440,11 @@ def test_the_gpu_resources_the_pools_provide_are_gathered_once(modules):
 
 def test_the_experiment_share_is_taken_from_the_quota_in_the_tenant_plan_only(modules):
     """`experimentQuota` is read where a budget is derived from it (the tenant plan: production's budget is the quota
-    less it), where the config states it as written (the tenants' and batch checks, the batch queues), and nowhere
-    else: a quota builder or a check that needs production's or the experiments' budget reads the tenant plan."""
+    less it; the batch budget, `batch_budget`, which the batch checks and the batch queues read), where the tenants'
+    checks hold it as written, and nowhere else: a quota builder or a check that needs production's, the experiments'
+    or the batch jobs' budget reads the tenant plan or the batch budget."""
     assert attribute_readers(modules, "experiment_quota") == [
         "platform_config.capacity",
-        "platform_config.checks.batch",
         "platform_config.checks.tenants",
         "platform_config.tenant_plan",
     ]
@@ -537,3 +540,9 @@ def test_a_pools_supply_is_computed_in_the_config_layer_and_read_from_the_plan_a
     callers = _callers(modules, "pool_supply")
     assert "platform_config.pool_plan" in callers
     assert [name for name in callers if not name.startswith("platform_config.")] == []
+
+
+def test_the_batch_budget_is_summed_once_for_the_checks_and_the_queues(modules):
+    """A tenant's batch quotas are summed against its experiment share by `batch_budget` alone: the batch checks
+    (over the share is an error) and the batch queues (what the share leaves is the borrowing limit) both call it."""
+    assert _callers(modules, "batch_budget") == [ONE_HOME["batch_budget"], "platform_config.checks.batch"]
