@@ -232,12 +232,12 @@ def stale_quotes(text: str, where: str) -> list[str]:
             allowed = tuple(v for pinned in named for v in pinned.versions) if named else None
             quotes[found.start(group)] = (found.group(0), found.group(group), allowed)
         for _, (quote, version, allowed) in sorted(quotes.items()):
-            if any(_matches(version, pinned) for pinned in (_ANY_PIN if allowed is None else allowed)):
+            if any(_matches(version, pin) for pin in (_ANY_PIN if allowed is None else allowed)):
                 continue
             if any(q == quote and words in line for q, words in HISTORY | set(STAMPS)):
                 continue
-            pinned = "no component's pin" if allowed is None else f"pinned {' or '.join(sorted(set(allowed)))}"
-            stale.append(f"{where}:{number}: {quote!r}, {pinned}")
+            expected = "no component's pin" if allowed is None else f"pinned {' or '.join(sorted(set(allowed)))}"
+            stale.append(f"{where}:{number}: {quote!r}, {expected}")
     return stale
 
 
