@@ -10,11 +10,11 @@ import pulumi
 import yaml
 
 from platform_config.chart_images import ChartImageValues
-from platform_config.models import NodePoolConfig
 from platform_config.pins import GPU_OPERATOR
 
 from .constants import GPU_OPERATOR_NAMESPACE, PACKAGE, PRIVILEGED
 from .k8s_objects import KubernetesObject, custom_resource, helm_release, system_namespace
+from .pool_plan import PoolPlan
 from .specs.gpu_memory import declared_mig_instances, gpu_memory_prometheus_rule
 from .specs.gpu_operator import (
     DEVICE_PLUGIN_CONFIGMAP,
@@ -28,7 +28,8 @@ from .specs.gpu_sharing import device_plugin_configs, mig_parted_config
 
 @dataclass(frozen=True)
 class GpuOperatorArgs:
-    pools: tuple[NodePoolConfig, ...]
+    # The GPU pools' slices of the plan.
+    pools: tuple[PoolPlan, ...]
     # The ServiceMonitor CRD comes with the Prometheus Operator; wait for it.
     monitoring: pulumi.Resource | None = None
     # The values that pin the charts' images to the image lock's digests (`Plan.chart_image_values`).
@@ -38,7 +39,7 @@ class GpuOperatorArgs:
 class GpuOperator(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuOperatorArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:gpu-operator:GpuOperator", name, None, opts)
-        pools = list(args.pools)
+        pools = [pool_plan.pool for pool_plan in args.pools]
         # The operator's daemonsets need host access (device nodes, kubelet sockets).
         namespace = system_namespace(
             f"{name}-namespace", GPU_OPERATOR_NAMESPACE, "gpu-operator", pulumi.ResourceOptions(parent=self), **PRIVILEGED
@@ -71,7 +72,7 @@ class GpuOperator(pulumi.ComponentResource):
         # Operator's too).
         custom_resource(
             f"{name}-gpu-memory-rule",
-            gpu_memory_prometheus_rule(declared_mig_instances(pools)),
+            gpu_memory_prometheus_rule(declared_mig_instances(args.pools)),
             pulumi.ResourceOptions(parent=self, depends_on=monitor_deps),
         )
         self.release = release

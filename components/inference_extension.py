@@ -7,19 +7,21 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from platform_config.pins import GATEWAY_API_INFERENCE_EXTENSION_VERSION, LLM_D_ROUTER_VERSION
+
 from .constants import PACKAGE
 
-# The Gateway API Inference Extension release whose InferencePool (inference.networking.k8s.io/v1)
-# llm-d-router v0.10.0 is built against: its go.mod requires
-# sigs.k8s.io/gateway-api-inference-extension v1.5.0 (tag v1.5.0, commit df9f8909fe06).
-GATEWAY_API_INFERENCE_EXTENSION_VERSION = "v1.5.0"
-# `v1-manifests.yaml`: the v1 CRDs only, i.e. InferencePool alone (Makefile `artifacts` at
-# v1.5.0: `select(.spec.versions[].name == "v1")` of config/crd; the full `manifests.yaml` adds
-# the inference.networking.x-k8s.io v1alpha CRDs, which the llm-d EPP does not need). The same
-# URL llm-d-router v0.10.0 installs from (deploy/components/crds-gie/kustomization.yaml).
+# The releases' tags (both pinned in platform_config/pins.py).
+GATEWAY_API_INFERENCE_EXTENSION_TAG = f"v{GATEWAY_API_INFERENCE_EXTENSION_VERSION}"
+LLM_D_ROUTER_TAG = f"v{LLM_D_ROUTER_VERSION}"
+# The Gateway API Inference Extension's `v1-manifests.yaml`: the v1 CRDs only, i.e. InferencePool
+# alone (Makefile `artifacts` at v1.5.0: `select(.spec.versions[].name == "v1")` of config/crd;
+# the full `manifests.yaml` adds the inference.networking.x-k8s.io v1alpha CRDs, which the llm-d
+# EPP does not need). The same URL llm-d-router v0.10.0 installs from
+# (deploy/components/crds-gie/kustomization.yaml).
 INFERENCE_POOL_CRDS_URL = (
     "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/"
-    f"{GATEWAY_API_INFERENCE_EXTENSION_VERSION}/v1-manifests.yaml"
+    f"{GATEWAY_API_INFERENCE_EXTENSION_TAG}/v1-manifests.yaml"
 )
 
 # llm-d-router's own CRDs at the EPP's release: InferenceObjective (a request's priority, by the
@@ -29,12 +31,11 @@ INFERENCE_POOL_CRDS_URL = (
 # v* tag) runs `make artifacts BUNDLE_VERSION=<tag>` and uploads every non-empty file with
 # `gh release upload <tag>`. (Its `v1-manifests.yaml` is empty, as both CRDs are v1alpha2, so
 # it is not uploaded.)
-LLM_D_ROUTER_VERSION = "v0.10.0"
-LLM_D_CRDS_URL = f"https://github.com/llm-d/llm-d-router/releases/download/{LLM_D_ROUTER_VERSION}/manifests.yaml"
+LLM_D_CRDS_URL = f"https://github.com/llm-d/llm-d-router/releases/download/{LLM_D_ROUTER_TAG}/manifests.yaml"
 
 
 class InferenceExtensionCrds(pulumi.ComponentResource):
-    """Cluster-wide CRDs, no inputs (their versions are the pins above): install once, before any
+    """Cluster-wide CRDs, no inputs (their versions are pinned in platform_config/pins.py): install once, before any
     InferencePool, EPP or prometheus-adapter rule that names the inferencepools resource (those
     depend on this component). Without the llm-d.ai CRDs the EPP still runs, finding them absent
     through discovery (pkg/epp/server/controller_config.go), but gives every request the default
@@ -51,7 +52,7 @@ class InferenceExtensionCrds(pulumi.ComponentResource):
         self.llm_d = k8s.yaml.v2.ConfigFile(f"{name}-llm-d", file=LLM_D_CRDS_URL, opts=pulumi.ResourceOptions(parent=self))
         self.register_outputs(
             {
-                "gatewayApiInferenceExtensionVersion": GATEWAY_API_INFERENCE_EXTENSION_VERSION,
-                "llmDRouterVersion": LLM_D_ROUTER_VERSION,
+                "gatewayApiInferenceExtensionVersion": GATEWAY_API_INFERENCE_EXTENSION_TAG,
+                "llmDRouterVersion": LLM_D_ROUTER_TAG,
             }
         )

@@ -453,7 +453,7 @@ def resolve(
 
 def _pool(capacity: PoolCapacity) -> PoolPlan:
     """A pool's plan: what its nodes offer, and the labels and taint they carry."""
-    return PoolPlan(capacity, labels=node_labels(capacity.pool), taint=node_taint())
+    return PoolPlan(capacity, labels=node_labels(capacity), taint=node_taint())
 
 
 def tenant_egress(

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from platform_config.capacity import MIG_SLICE, WHOLE_GPU, PoolSupply, pool_supply
+from platform_config.capacity import MIG_SLICE, WHOLE_GPU, PoolSupply
 from platform_config.gpu_catalog import COMPUTE_SLICES, INSTANCE_TYPES, MIG_RESOURCE_PREFIX
 from platform_config.memory_fit import rank_memory, vllm_max_num_batched_tokens, weights_bytes
 from platform_config.models import NodePoolConfig
@@ -114,6 +114,11 @@ def queue_bound_report(plan: Plan) -> list[dict[str, object]]:
 # --- cost -------------------------------------------------------------------------------------
 
 
+def _pool_supplies(plan: Plan) -> dict[str, PoolSupply]:
+    """What one node of each pool advertises, by pool name, as the plan's pool slices hold it (resolved once)."""
+    return {name: pool.capacity.supply for name, pool in plan.pools.items()}
+
+
 def _node_share(supply: PoolSupply, resource: str, count: int) -> Decimal:
     """The share of one of the pool's nodes a pod asking for `count` of `resource` is charged: the share of the node's
     GPUs its units are, each a whole GPU, a time-sliced share (1 / replicas of one), or a MIG slice (its compute
@@ -186,7 +191,7 @@ def cost_report(plan: Plan) -> dict[str, object]:
     the environment. A pool without a price is listed with the reason."""
     config = plan.config
     pools = {pool.name: pool for pool in config.node_pools}
-    supplies = {pool.name: pool_supply(pool) for pool in config.node_pools}
+    supplies = _pool_supplies(plan)
     held, min_pods = _held_nodes(plan, pools, supplies)
     pool_rows, environment, tenants = _gpu_pool_costs(plan, pools, supplies, held, min_pods)
     system_row, platform = _system_node_group_cost(plan)
@@ -334,7 +339,7 @@ def serving_shapes(plan: Plan) -> dict[str, object]:
     whether the stack is production, where a server that cannot meet its latency target or peak fails the stage. Each
     row's `shape` is its digest without the price (shape_digest). The program exports it as `servingShapes`."""
     config = plan.config
-    supplies = {pool.name: pool_supply(pool) for pool in config.node_pools}
+    supplies = _pool_supplies(plan)
     prices = plan.node_prices_per_hour()
     rows: list[dict[str, object]] = []
     for index, model in enumerate(config.models):

@@ -258,7 +258,7 @@ class InferencePlatform(pulumi.ComponentResource):
         GpuOperator(
             "gpu-operator",
             GpuOperatorArgs(
-                pools=tuple(config.node_pools),
+                pools=tuple(plan.pools.values()),
                 monitoring=monitoring and monitoring.release,
                 chart_image_values=plan.chart_image_values,
             ),

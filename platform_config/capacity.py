@@ -28,6 +28,7 @@ from .models import (
     PlatformConfig,
     ResourceBudget,
     SystemNodeGroup,
+    TenantConfig,
 )
 from .quantity import parse_quantity, show_amount
 
@@ -327,6 +328,39 @@ class BatchQueueRow:
     supply: PoolSupply
 
 
+@dataclass(frozen=True)
+class BatchBudget:
+    """A tenant's batch quotas against its experiment share: batch pods run at inference-experiment priority, so the
+    namespace's experiment quota (`experimentQuota`) bounds all its batch quotas together. The batch checks hold the
+    quotas to it and the batch queues' borrowing limits are what it leaves (`batch_budget`)."""
+
+    # The batch quotas summed over the pools, per resource.
+    total: Mapping[str, Decimal]
+    # The experiment quota, per resource it states.
+    experiment: Mapping[str, Decimal]
+
+    def allowed(self, resource: str) -> Decimal:
+        """What the experiment quota allows of `resource` (0 where it states none)."""
+        return self.experiment.get(resource, Decimal(0))
+
+    def room(self, resource: str) -> Decimal | None:
+        """What the experiment quota leaves of `resource` beyond the whole batch budget (negative: the batch quotas
+        exceed it); None where it does not limit the resource: CPU or memory it does not state (a GPU resource it does
+        not state it allows none of)."""
+        if resource in ("cpu", "memory") and resource not in self.experiment:
+            return None
+        return self.allowed(resource) - self.total.get(resource, Decimal(0))
+
+
+def batch_budget(tenant: TenantConfig) -> BatchBudget:
+    """The tenant's batch quotas, summed over its pools, against its experiment quota."""
+    total: dict[str, Decimal] = {}
+    for budget in tenant.batch_quota.values():
+        for resource, amount in budget_resources(budget).items():
+            total[resource] = total.get(resource, Decimal(0)) + amount
+    return BatchBudget(total, budget_resources(tenant.experiment_quota))
+
+
 def batch_tenants(rows: Sequence[BatchQueueRow]) -> list[str]:
     """The tenants with a batch quota (one ClusterQueue each), in the stack's order."""
     return list(dict.fromkeys(row.tenant for row in rows))
@@ -348,11 +382,7 @@ def batch_queue_rows(config: PlatformConfig) -> list[BatchQueueRow]:
     for tenant in config.tenants:
         if not tenant.batch_quota:
             continue
-        experiment = budget_resources(tenant.experiment_quota)
-        batch_total: dict[str, Decimal] = {}
-        for budget in tenant.batch_quota.values():
-            for resource, amount in budget_resources(budget).items():
-                batch_total[resource] = batch_total.get(resource, Decimal(0)) + amount
+        headroom = batch_budget(tenant)
         for pool_name, budget in tenant.batch_quota.items():
             pool = pools.get(pool_name)
             if pool is None:
@@ -362,12 +392,8 @@ def batch_queue_rows(config: PlatformConfig) -> list[BatchQueueRow]:
             nominal = {**{r: Decimal(0) for r in supply.per_node}, **_pool_size(pool), **stated}
             limits: dict[str, Decimal | None] = {}
             for resource in nominal:
-                if resource in ("cpu", "memory") and resource not in experiment:
-                    limits[resource] = None
-                else:
-                    limits[resource] = max(
-                        Decimal(0), experiment.get(resource, Decimal(0)) - batch_total.get(resource, Decimal(0))
-                    )
+                room = headroom.room(resource)
+                limits[resource] = None if room is None else max(Decimal(0), room)
             rows.append(BatchQueueRow(tenant.name, pool_name, nominal, limits, supply))
     return rows
 

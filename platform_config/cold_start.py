@@ -25,7 +25,7 @@ from decimal import Decimal
 from .adapters import adapter_files_bytes, carried_adapters
 from .gpu_catalog import INSTANCE_TYPES, InstanceType
 from .models import BatchModel, ModelConfig, NodePoolConfig, PlatformConfig, duration_seconds
-from .quantity import gib_quantity, parse_quantity
+from .quantity import gib_quantity, parse_quantity, show_gb, show_gb_per_second
 
 INSTANCE_STORE = "instanceStore"
 ROOT_VOLUME = "rootVolume"
@@ -190,17 +190,13 @@ class ColdStart:
 
     def arithmetic(self) -> str:
         """The sum as the report and the README show it."""
-        rate = f"{self.rate / 1e9:.3g} GB/s" + (" streamed from S3" if self.medium == S3_STREAM else "")
+        rate = show_gb_per_second(self.rate) + (" streamed from S3" if self.medium == S3_STREAM else "")
         return (
-            f"image {_gb(self.image_bytes)} / {self.image_rate / 1e9:.3g} GB/s = {self.image_seconds} s; "
-            f"weights {_gb(self.weights_bytes)} / {rate} "
+            f"image {show_gb(self.image_bytes)} / {show_gb_per_second(self.image_rate)} = {self.image_seconds} s; "
+            f"weights {show_gb(self.weights_bytes)} / {rate} "
             f"= {self.weights_seconds} s; engine start {self.engine_seconds} s; total {self.total_seconds} s "
             f"({show_minutes(self.total_seconds)})"
         )
-
-
-def _gb(amount: Decimal) -> str:
-    return f"{float(amount) / 1e9:.1f} GB"
 
 
 def show_minutes(seconds: int) -> str:

@@ -122,8 +122,6 @@ L4_24GB = GpuModel(name="L4-24GB", memory_gib=24, performance_system="l4")
 A10G_24GB = GpuModel(name="A10G-24GB", memory_gib=24)
 L40S_48GB = GpuModel(name="L40S-48GB", memory_gib=48, performance_system="l40s")
 
-GPU_MODELS: dict[str, GpuModel] = {g.name: g for g in (H100_80GB, A100_40GB, A100_80GB, L4_24GB, A10G_24GB, L40S_48GB)}
-
 
 @dataclass(frozen=True)
 class InstanceType:
@@ -192,6 +190,11 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         ],
     ),
 }
+
+
+# Every GPU model the platform knows, by name, in the order of INSTANCE_TYPES: those its instance types carry, so a new
+# GpuModel is registered by its row alone (the pack's MIG profiles and the performance stage's systems read this).
+GPU_MODELS: dict[str, GpuModel] = {instance.gpu.name: instance.gpu for instance in INSTANCE_TYPES.values()}
 
 
 @dataclass(frozen=True)

@@ -194,6 +194,10 @@ LLM_D_ROUTER_VERSION = "0.10.0"
 ENDPOINT_PICKER = ImagePin(
     "ghcr.io/llm-d/llm-d-router-endpoint-picker", f"v{LLM_D_ROUTER_VERSION}", "github.com/llm-d/llm-d-router"
 )
+# The Gateway API Inference Extension release whose InferencePool (inference.networking.k8s.io/v1) the router is built
+# against: llm-d-router v0.10.0's go.mod requires sigs.k8s.io/gateway-api-inference-extension v1.5.0 (tag v1.5.0,
+# commit df9f8909fe06), and its deploy/components/crds-gie/kustomization.yaml installs that release's CRDs.
+GATEWAY_API_INFERENCE_EXTENSION_VERSION = "1.5.0"
 # The pickers' standalone Envoy: the gateway's Envoy release (ENVOY), not the standalone chart's
 # preset at v0.10.0 (config/charts/llm-d-router-standalone/values.yaml
 # router.proxy.presets.envoy.image, distroless-v1.33.2): 1.33 is past Envoy's support window and

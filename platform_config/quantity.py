@@ -96,3 +96,15 @@ def show_rounded(resource: str, amount: Decimal) -> str:
 def show_gib_above(value: int) -> str:
     """A byte count in Gi rounded up to the tenth (an estimate shown as at least what it needs)."""
     return f"{math.ceil(value / 2**30 * 10) / 10:g}Gi"
+
+
+def show_gb(amount: Decimal) -> str:
+    """A byte count in decimal gigabytes to the tenth ("141.7 GB"), as AWS states sizes and rates: a cold start's
+    image and weights."""
+    return f"{float(amount) / 1e9:.1f} GB"
+
+
+def show_gb_per_second(rate: float) -> str:
+    """A rate in bytes per second as decimal gigabytes per second, three figures ("2.72 GB/s"): a cold start's pull
+    and download."""
+    return f"{rate / 1e9:.3g} GB/s"

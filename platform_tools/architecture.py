@@ -84,11 +84,11 @@ def project_modules(root: Path = ROOT) -> dict[str, Module]:
 
 
 def test_modules(root: Path = ROOT) -> dict[str, Module]:
-    """The modules outside the layers, by dotted name: the suite's (tests/*.py), the benchmarks' (benchmarks/**/*.py)
-    and the entry point (`__main__`), read as project_modules reads the layers', so that the size rules hold them as
-    they hold the layers' (`modules_over_their_limit`, `functions_over_their_limit`); the module map and the import
-    rules stay the layers' and the pack's."""
-    paths = [*sorted((root / "tests").glob("*.py")), *sorted((root / "benchmarks").rglob("*.py")), root / "__main__.py"]
+    """The modules outside the layers, by dotted name: the suite's (tests/**/*.py, its servers' and helpers' folders
+    included), the benchmarks' (benchmarks/**/*.py) and the entry point (`__main__`), read as project_modules reads the
+    layers', so that the size rules hold them as they hold the layers' (`modules_over_their_limit`,
+    `functions_over_their_limit`); the module map and the import rules stay the layers' and the pack's."""
+    paths = [*sorted((root / "tests").rglob("*.py")), *sorted((root / "benchmarks").rglob("*.py")), root / "__main__.py"]
     return {module.name: module for module in (_read_module(path, root) for path in paths if path.is_file())}
 
 

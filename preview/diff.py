@@ -40,7 +40,8 @@ REPLACED_BY_KIND: dict[str, tuple[str, ...]] = {
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 HELM_REPLACED = ("name", "namespace")
 # Workloads whose pods are made from `spec.template`: a change there rolls them (a Knative Service
-# makes a new revision); a Job's is a replacement.
+# makes a new revision); a Job's is a replacement. The admission stage's kinds (preview/admission WORKLOAD_KINDS) but
+# the Job: tests/test_admission_stacks.py holds the two together.
 ROLLING_KINDS = ("apps/v1:Deployment", "apps/v1:DaemonSet", "apps/v1:StatefulSet", "serving.knative.dev/v1:Service")
 
 

@@ -49,6 +49,8 @@ WAIT_FOR = "pulumi.com/waitFor"
 # What KnativeServing's Ready condition stands for: every Deployment of the manifest available,
 # the webhooks' included (knative/operator knative-v1.23.0 pkg/reconciler/common/deployments.go).
 KNATIVE_READY = "condition=Ready"
+# The core kinds whose pods come from `spec.template` (a CronJob and a Knative Service are read apart): every one the
+# admission stage (WORKLOAD_KINDS) and the pack read, which tests/test_admission_stacks.py holds them to.
 POD_TEMPLATE_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
 # What installs objects the stage cannot see into: reported as not read.
 OPAQUE_TYPES = ("kubernetes:helm.sh/v4:Chart", "kubernetes:yaml/v2:ConfigGroup", "kubernetes:kustomize/v2:Directory")

@@ -1,6 +1,7 @@
 """The admission and scheduling stage on what the program renders: the EKS system node group's scheduling template,
 every stack's pod templates admitted and scheduled and read by the stage and the pack alike, the kinds every
-backend renders with pods, a tenant's own LimitRange, and Kueue's count of a batch pod."""
+backend renders with pods, the first-up stage's and the diff's kinds held to the stage's, a tenant's own LimitRange,
+and Kueue's count of a batch pod."""
 
 from __future__ import annotations
 
@@ -291,3 +292,38 @@ def test_every_kind_a_backend_renders_with_pods_is_one_the_admission_stage_and_t
     assert unread == []
     pack_kinds = {(token.split(":")[1].rsplit("/", 1)[0] + "/", token.split(":")[2]) for token in kube.WORKLOAD_TYPES}
     assert set(WORKLOAD_KINDS) <= pack_kinds
+
+
+def test_the_previews_other_readers_of_workload_kinds_follow_the_admission_stages():
+    """The preview reads workload kinds in two more places, tied here to WORKLOAD_KINDS (and to the pack's
+    kube.WORKLOAD_TYPES, which is wider): the first-up stage (preview/first_up.py, POD_TEMPLATE_KINDS and
+    _pod_template) finds the pods of every kind the admission stage or the pack reads in the core API groups, and of a
+    Knative Service; the diff (preview/diff.py ROLLING_KINDS) rolls the pods of every kind the stage reads when its
+    template changes, but a Job's (its template cannot change: a replacement). A kind added to WORKLOAD_KINDS fails
+    here until both know it."""
+    import sys
+
+    from preview.admission import WORKLOAD_KINDS
+    from preview.diff import Change
+    from preview.engine import RecordedResource
+    from preview.first_up import created_objects
+
+    from .helpers import ROOT
+
+    sys.path.insert(0, str(ROOT / "policies"))
+    from inference_governance import kube
+
+    tokens = {f"kubernetes:{prefix}v1:{kind}" for prefix, kind in WORKLOAD_KINDS}
+    assert tokens <= set(kube.WORKLOAD_TYPES)
+    core = {token for token in kube.WORKLOAD_TYPES if token.split(":")[1].split("/")[0] in ("apps", "batch")}
+    for token in sorted(tokens | core):
+        _, api_version, kind = token.split(":")
+        body: dict[str, Any] = {"metadata": {"labels": {"app": "x"}}}
+        for key in reversed(kube.WORKLOAD_TYPES[token]):
+            body = {key: body}
+        manifest = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "w", "namespace": "t"}, **body}
+        resource = RecordedResource(token, "w", f"urn:{token}", None, True, None, manifest)
+        pods = [o for o in created_objects([resource]) if o.resource == "pods"]
+        assert len(pods) == 1 and pods[0].labels.get("app") == "x", token
+        rolls = Change(f"urn:{token}", token, "w", paths=["spec.template.spec.containers[0].image"]).rolls_pods
+        assert rolls == (token in tokens and kind != "Job"), token

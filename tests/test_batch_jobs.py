@@ -334,11 +334,35 @@ def test_a_batch_quota_beyond_the_experiment_quota_or_on_a_foreign_pool():
     raw["tenants"][team_b]["batchQuota"]["h100"] = {"gpu": 1}
     problems = config_problems(raw)
     assert f"inference-platform:tenants[{team_b}].batchQuota.h100: tenant 'team-b' may only use pools l4-batch" in problems
+    # Every quota the tenant states counts against its experiment share, the foreign pool's too (batch_budget, which
+    # the batch queues' borrowing limits read as well): 4 on l4-batch and 1 on h100.
     assert any(
-        p.startswith(f"inference-platform:tenants[{team_b}].batchQuota: batch quotas add up to 4 of nvidia.com/gpu")
+        p.startswith(f"inference-platform:tenants[{team_b}].batchQuota: batch quotas add up to 5 of nvidia.com/gpu")
         and "experimentQuota.gpu (3)" in p
         for p in problems
     )
+
+
+def test_the_batch_budget_is_what_the_experiment_quota_leaves_and_the_queues_borrow_it():
+    """batch_budget: team-b's batch quotas (l4-batch: 2 GPUs, 17 CPUs, 97Gi) against its experiment quota (3 GPUs, 26
+    CPUs, 150Gi) leave 1 GPU, 9 CPUs and 53Gi, which its ClusterQueue may borrow; a MIG slice the experiment quota
+    does not state it allows none of, CPU it does not state it does not limit."""
+    from decimal import Decimal
+
+    from platform_config.capacity import batch_budget, batch_queue_rows
+
+    raw = prod()
+    config = validate(raw).config
+    team_b = config.tenants[tenant_index(raw, "team-b")]
+    headroom = batch_budget(team_b)
+    assert headroom.room("nvidia.com/gpu") == 1 and headroom.room("cpu") == 9
+    assert headroom.room("memory") == Decimal(53 * 2**30)
+    assert headroom.room("nvidia.com/mig-1g.10gb") == 0 and headroom.allowed("nvidia.com/mig-1g.10gb") == 0
+    no_cpu = team_b.experiment_quota.model_copy(update={"cpu": None})
+    unstated = batch_budget(team_b.model_copy(update={"experiment_quota": no_cpu}))
+    assert unstated.room("cpu") is None and unstated.room("nvidia.com/gpu") == 1
+    [row] = [r for r in batch_queue_rows(config) if r.tenant == "team-b"]
+    assert row.borrowing_limit["nvidia.com/gpu"] == 1 and row.borrowing_limit["cpu"] == 9
 
 
 def test_a_batch_job_needs_eks():

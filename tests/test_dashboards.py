@@ -107,7 +107,7 @@ def test_a_misspelt_series_would_be_caught(slos: list[SloPlan]) -> None:
 
 
 def test_the_overview_reads_recorded_or_exporter_series_only(slos: list[SloPlan]) -> None:
-    gpu_memory = gpu_memory_prometheus_rule(declared_mig_instances(list(validate(raw_stack("prod")).config.node_pools)))
+    gpu_memory = gpu_memory_prometheus_rule(declared_mig_instances(validate(raw_stack("prod")).pools.values()))
     gpu_recorded = {r["record"] for g in gpu_memory["spec"]["groups"] for r in g["rules"] if "record" in r}
     known = set().union(*(recorded(slo) for slo in slos)) | batch_recorded() | gpu_recorded | set(EXPORTER_SERIES)
     used = {name for t in targets(platform_overview_dashboard(PRICES, batch=True)) for name in series_names(t["expr"])}

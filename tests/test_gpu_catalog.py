@@ -111,3 +111,16 @@ def test_custom_geometry_mixes_whole_gpus_and_slices():
 
 def test_unshared_pool_advertises_whole_gpus():
     assert pool_supply(pool(instanceType="g6.48xlarge")).per_node == {"nvidia.com/gpu": 8}
+
+
+def test_every_gpu_model_is_registered_by_its_instance_types_row():
+    """GPU_MODELS, which the pack's MIG profiles and the performance stage's systems read, holds the GPU models the
+    instance types carry, in their order: every GpuModel the catalog defines is among them, so a new one is added by
+    its row in INSTANCE_TYPES alone, and one without a row would fail here rather than go missing from both."""
+    from platform_config import gpu_catalog
+
+    defined = [value.name for value in vars(gpu_catalog).values() if isinstance(value, gpu_catalog.GpuModel)]
+    carried = list(dict.fromkeys(instance.gpu.name for instance in gpu_catalog.INSTANCE_TYPES.values()))
+    assert sorted(defined) == sorted(carried)
+    assert list(gpu_catalog.GPU_MODELS) == carried
+    assert all(gpu_catalog.GPU_MODELS[i.gpu.name] is i.gpu for i in gpu_catalog.INSTANCE_TYPES.values())

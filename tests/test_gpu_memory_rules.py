@@ -33,7 +33,7 @@ from .test_dashboards import series_names
 
 def prod_rule() -> dict[str, Any]:
     plan = validate(raw_stack("prod"))
-    return gpu_memory_prometheus_rule(declared_mig_instances(list(plan.config.node_pools)))
+    return gpu_memory_prometheus_rule(declared_mig_instances(plan.pools.values()))
 
 
 def test_the_rule_under_test_is_the_one_the_prod_preview_renders() -> None:
@@ -48,7 +48,7 @@ def test_the_rule_under_test_is_the_one_the_prod_preview_renders() -> None:
 
 def test_prod_declares_its_h100_geometry_per_node() -> None:
     """prod's h100 nodes: 4 whole GPUs, one GPU in 4 x 3g.40gb... as its pool's MIG config gives a node."""
-    assert declared_mig_instances(list(validate(raw_stack("prod")).config.node_pools)) == {"h100": {"1g.10gb": 14, "3g.40gb": 4}}
+    assert declared_mig_instances(validate(raw_stack("prod")).pools.values()) == {"h100": {"1g.10gb": 14, "3g.40gb": 4}}
 
 
 def test_the_rule_reads_only_the_exporters_framebuffer_counters() -> None:

@@ -198,11 +198,12 @@ def test_metrics_server_can_be_left_to_the_cluster(dev_raw):
 def test_mig_only_pools_carry_no_accelerator_label():
     from components.specs.gpu_sharing import node_labels
     from platform_config.models import NodePoolConfig
+    from platform_config.pool_plan import pool_capacity
 
     mig_only = NodePoolConfig.model_validate(
         {"name": "slices", "instanceType": "p5.48xlarge", "maxSize": 1, "sharing": {"mode": "mig", "migConfig": "all-1g.10gb"}}
     )
     whole = NodePoolConfig.model_validate({"name": "whole", "instanceType": "p5.48xlarge", "maxSize": 1})
     # The autoscaler would wait forever for nvidia.com/gpu on a node that only advertises slices.
-    assert "k8s.amazonaws.com/accelerator" not in node_labels(mig_only)
-    assert node_labels(whole)["k8s.amazonaws.com/accelerator"] == "nvidia-h100"
+    assert "k8s.amazonaws.com/accelerator" not in node_labels(pool_capacity(mig_only))
+    assert node_labels(pool_capacity(whole))["k8s.amazonaws.com/accelerator"] == "nvidia-h100"

@@ -15,14 +15,13 @@ filling it (a time-sliced neighbour over its share, a process outside vLLM's bud
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from platform_config.capacity import pool_supply
 from platform_config.gpu_catalog import MIG_RESOURCE_PREFIX
-from platform_config.models import NodePoolConfig
 
 from ..constants import GPU_OPERATOR_NAMESPACE, standard_labels
+from ..pool_plan import PoolPlan
 
 RULE_NAME = "gpu-memory"
 MIB = 1024 * 1024
@@ -39,13 +38,15 @@ HEADROOM_ALERT_FOR = "15m"
 RUNBOOK = "docs/design/slo.md#gpu-memory-headroom-low"
 
 
-def declared_mig_instances(pools: list[NodePoolConfig]) -> dict[str, dict[str, int]]:
-    """Each MIG pool's instances per node, by profile: what its geometry gives a node (platform_config/capacity.py)."""
+def declared_mig_instances(pools: Iterable[PoolPlan]) -> dict[str, dict[str, int]]:
+    """Each MIG pool's instances per node, by profile: what its geometry gives a node, as the plan's pool slices hold
+    it (platform_config/pool_plan.py)."""
     declared: dict[str, dict[str, int]] = {}
-    for pool in pools:
+    for pool_plan in pools:
+        pool = pool_plan.pool
         if pool.sharing.mode != "mig":
             continue
-        per_node = pool_supply(pool).per_node
+        per_node = pool_plan.capacity.supply.per_node
         declared[pool.name] = {
             resource.removeprefix(MIG_RESOURCE_PREFIX): count
             for resource, count in sorted(per_node.items())

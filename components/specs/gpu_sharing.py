@@ -13,9 +13,10 @@ from typing import Any
 
 import yaml
 
-from platform_config.capacity import instance_of, pool_geometry, pool_supply
+from platform_config.capacity import instance_of, pool_geometry
 from platform_config.gpu_catalog import GPU_RESOURCE, MigGeometryDef
 from platform_config.models import NodePoolConfig
+from platform_config.pool_plan import PoolCapacity
 
 from ..constants import (
     GPU_TAINT_EFFECT,
@@ -40,10 +41,12 @@ def device_plugin_config_name(pool: NodePoolConfig) -> str:
     return PLAIN_DEVICE_PLUGIN_CONFIG
 
 
-def node_labels(pool: NodePoolConfig) -> dict[str, str]:
-    """Labels every node of the pool carries (set on the node group, so present at boot)."""
+def node_labels(capacity: PoolCapacity) -> dict[str, str]:
+    """Labels every node of the pool carries (set on the node group, so present at boot), from the pool's capacity
+    as the plan resolved it (what one node advertises)."""
+    pool = capacity.pool
     labels = {**pool.labels, LABEL_POOL: pool.name, LABEL_GPU_SHARING: pool.sharing.mode}
-    if GPU_RESOURCE in pool_supply(pool).per_node:
+    if GPU_RESOURCE in capacity.supply.per_node:
         # The cluster autoscaler's AWS provider treats a node with this label as a GPU node: it
         # waits for `nvidia.com/gpu` to be advertised instead of scaling up again while the device
         # plugin starts (kubernetes/autoscaler cluster-autoscaler/cloudprovider/aws/README.md, "GPU

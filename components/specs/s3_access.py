@@ -7,13 +7,16 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from platform_config.s3_locations import s3_parts
+
 
 def prefix_statements(uri: str, actions: list[str]) -> list[dict[str, Any]]:
     """`actions` on the objects under the S3 prefix `uri`, and listing that prefix: the streamer and `aws s3 sync`
-    list a folder, and a list call is how a missing key is told from a forbidden one."""
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    prefix = prefix.strip("/")
-    objects = f"{prefix}/*" if prefix else "*"
+    list a folder, and a list call is how a missing key is told from a forbidden one. The prefix is read as every S3
+    location is (s3_parts: its bucket and its segments), so the grant is the location the tenants' checks and the pack
+    compare."""
+    bucket, segments = s3_parts(uri)
+    objects = "/".join([*segments, "*"])
     return [
         {"Effect": "Allow", "Action": actions, "Resource": f"arn:aws:s3:::{bucket}/{objects}"},
         {

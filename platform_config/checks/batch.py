@@ -12,7 +12,7 @@ from typing import Iterator
 
 from ..adapters import adapter_revisions, adapter_tenant, batch_job_adapter, on_adapter_base
 from ..batch_jobs import MAX_BATCH_SHARDS, batch_gpu_request, batch_shards, shard_estimate_seconds
-from ..capacity import budget_resources, pool_supply
+from ..capacity import batch_budget, budget_resources, pool_supply
 from ..errors import ConfigIssue, format_key
 from ..models import COMMIT_SHA, S3_VERSION_FOLDER, PlatformConfig, duration_seconds
 from ..quantity import show_amount
@@ -27,7 +27,6 @@ def check_batch_quota_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
     pools = {p.name: p for p in config.node_pools}
     nominal: dict[tuple[str, str], Decimal] = {}
     for index, tenant in enumerate(config.tenants):
-        total: dict[str, Decimal] = {}
         for pool_name, budget in tenant.batch_quota.items():
             key = ("tenants", index, "batchQuota", pool_name)
             if pool_name not in pools:
@@ -38,7 +37,6 @@ def check_batch_quota_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
                 continue
             supply = pool_supply(pools[pool_name]).per_node
             for resource, amount in budget_resources(budget).items():
-                total[resource] = total.get(resource, Decimal(0)) + amount
                 if resource in ("cpu", "memory"):
                     continue
                 if resource not in supply:
@@ -47,12 +45,11 @@ def check_batch_quota_pools(config: PlatformConfig) -> Iterator[ConfigIssue]:
                         f"pool {pool_name!r} provides no {resource} (it provides {', '.join(sorted(supply))})",
                     )
                 nominal[(pool_name, resource)] = nominal.get((pool_name, resource), Decimal(0)) + amount
-        experiment = budget_resources(tenant.experiment_quota)
-        for resource, amount in total.items():
-            if resource in ("cpu", "memory") and resource not in experiment:
-                continue
-            allowed = experiment.get(resource, Decimal(0))
-            if amount > allowed:
+        headroom = batch_budget(tenant)
+        for resource, amount in headroom.total.items():
+            room = headroom.room(resource)
+            if room is not None and room < 0:
+                allowed = headroom.allowed(resource)
                 yield ConfigIssue(
                     ("tenants", index, "batchQuota"),
                     f"batch quotas add up to {show_amount(resource, amount)} of {resource}, more than "

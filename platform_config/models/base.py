@@ -176,7 +176,7 @@ _IMAGE = re.compile(rf"([a-z0-9.-]+:[0-9]+/)?[a-z0-9][a-z0-9._/-]*(:{IMAGE_TAG_P
 IMAGE_REFERENCE_MAX_LENGTH = 512
 
 
-_NOT_PINNED = "is not a pinned image: give a tag or a digest, e.g. 'vllm/vllm-openai:v0.11.0'"
+_NOT_PINNED = "is not a pinned image: give a tag or a digest, e.g. 'vllm/vllm-openai:v0.33.0'"
 
 
 def _pinned_image(value: str) -> str:

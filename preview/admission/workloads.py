@@ -159,7 +159,8 @@ def _knative_service(obj: dict[str, Any], hpas: Hpas) -> Workload:
 
 # The kinds whose pod templates the stage reads, by (apiVersion prefix, kind), each with how its pods scale, in the
 # order the report lists them. Every kind a serving backend (components/backends/) renders with a pod template is one
-# of these, and each is one the pack reads too (kube.WORKLOAD_TYPES): tests/test_admission.py holds them together.
+# of these, and each is one the pack reads too (kube.WORKLOAD_TYPES): tests/test_admission_stacks.py holds them
+# together, and to the first-up stage's (preview/first_up.py) and the diff's (preview/diff.py ROLLING_KINDS) readers.
 WORKLOAD_KINDS: dict[tuple[str, str], Callable[[dict[str, Any], Hpas], Workload]] = {
     ("apps/", "Deployment"): _deployment,
     ("apps/", "StatefulSet"): _stateful_set,
