@@ -7,7 +7,8 @@ flat program), the two interleaved; each stage's share of the preview and the pr
 generated stacks also the program-evaluation stage against the flat baseline's evaluation (both warmed up), memory
 per resource, and the pack decoding once per request against once per policy. Two baselines: every recorded
 resource (components as bare component registrations, with their parents: the same URNs), and the custom resources
-alone. It also times the prod stack's Serving performance stage, read back and cold.
+alone. It also times the prod stack's Serving performance stage: read back, cold (a worker started and waited for), and
+asked of a worker already running (started before the rounds, each round's servers changed since).
 
     .venv/bin/python benchmarks/bench_preview.py [--sizes 10 100 500 1000] [--repeat N] [--prod-repeat 5]
         [--stacks dev staging prod]
@@ -19,6 +20,8 @@ import argparse
 import json
 import os
 import platform
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -34,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.generate import generate_stack  # noqa: E402
+from preview.performance_prediction import WORKERS_FOLDER, performance_python, worker_pid, worker_socket  # noqa: E402
 
 PY = sys.executable
 
@@ -122,6 +126,8 @@ def preview(stack_args: list[str], out: Path, env: dict[str, str] | None = None)
 DECODE_EACH = {"POLICY_PACK_DECODE_EACH": "1"}
 # A preview whose Serving performance stage finds no aiconfigurator (it reports "not run" and predicts nothing).
 WITHOUT_PERFORMANCE = {"PERFORMANCE_PYTHON": "/nonexistent/python"}
+# The worker the previews of the warm mode ask stays up for the whole benchmark; it is stopped at the end.
+WARM_IDLE = {"PERFORMANCE_WORKER_IDLE_SECONDS": "3600"}
 PACK_WAIT = "waiting for the policy pack's verdict (analyzer protocol)"
 
 
@@ -153,6 +159,9 @@ def main() -> None:
     parser.add_argument("--prod-repeat", type=_count(100), default=5, help="runs per committed stack")
     parser.add_argument("--stacks", nargs="+", choices=STACKS, default=list(STACKS), help="committed stacks")
     args = parser.parse_args()
+    # Every preview here starts its Serving performance worker, if any, and waits for it to exit (its CPU time is the
+    # preview's), but the warm mode's, which asks the one worker bench_prod keeps running.
+    os.environ["PERFORMANCE_WORKER_IDLE_SECONDS"] = "0"
 
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
@@ -173,7 +182,11 @@ def main() -> None:
     print()
     print_evaluation_table(rows)
     print()
-    print(json.dumps({"stacks": stacks, "sizes": rows}, indent=2))
+    prod = {
+        name: {"seconds": median([r.seconds for r in done]), "cpuSeconds": median([r.cpu_seconds for r in done])}
+        for name, done in prod_runs.items()
+    }
+    print(json.dumps({"stacks": stacks, "sizes": rows, "prod": prod}, indent=2))
 
 
 def _stages(report: dict) -> dict[str, float]:
@@ -243,18 +256,66 @@ def bench_size(tmpdir: Path, models: int, repeat: int) -> dict:
 
 def bench_prod(tmpdir: Path, repeat: int) -> tuple[dict[str, list[Finished]], dict]:
     """The prod stack's whole preview as a user runs it, interleaved with the same preview with the pack decoding once
-    per policy, without the Serving performance stage, and with it cold; the last run's report."""
-    runs: dict[str, list[Finished]] = {"read back": [], "decode each": [], "bare": [], "cold": []}
-    for _ in range(repeat):
-        finished, report = preview(["--stack", "prod"], tmpdir / "prod")
-        runs["read back"].append(finished)
-        runs["decode each"].append(preview(["--stack", "prod"], tmpdir / "prod-each", DECODE_EACH)[0])
-        # Interleaved too: the same preview without the Serving performance stage (no aiconfigurator to run), and
-        # with it cold (an empty cache: aiconfigurator runs); the first runs above read its answer back.
-        runs["bare"].append(preview(["--stack", "prod"], tmpdir / "prod-bare", WITHOUT_PERFORMANCE)[0])
-        empty_cache = {"PERFORMANCE_CACHE_DIR": tempfile.mkdtemp(dir=tmpdir)}
-        runs["cold"].append(preview(["--stack", "prod"], tmpdir / "prod-cold", empty_cache)[0])
+    per policy, without the Serving performance stage, with it cold, and with it asking a worker already running; the
+    last run's report."""
+    runs: dict[str, list[Finished]] = {"read back": [], "decode each": [], "bare": [], "cold": [], "warm": []}
+    warm = WarmWorker(tmpdir)
+    try:
+        for round_ in range(repeat):
+            finished, report = preview(["--stack", "prod"], tmpdir / "prod")
+            runs["read back"].append(finished)
+            runs["decode each"].append(preview(["--stack", "prod"], tmpdir / "prod-each", DECODE_EACH)[0])
+            # Interleaved too: the same preview without the Serving performance stage (no aiconfigurator to run), and
+            # with it cold (an empty cache: aiconfigurator runs); the first runs above read its answer back.
+            runs["bare"].append(preview(["--stack", "prod"], tmpdir / "prod-bare", WITHOUT_PERFORMANCE)[0])
+            empty_cache = {"PERFORMANCE_CACHE_DIR": tempfile.mkdtemp(dir=tmpdir)}
+            runs["cold"].append(preview(["--stack", "prod"], tmpdir / "prod-cold", empty_cache)[0])
+            runs["warm"].append(warm.preview(round_))
+    finally:
+        warm.stop()
     return runs, report
+
+
+class WarmWorker:
+    """The warm mode: one worker started before the rounds (by a preview of prod as committed, which leaves it
+    running), asked by each round's preview about servers changed since (prod with the chat profile's peak prompt
+    tokens another number each round, so the estimates are new ones), its answer cache emptied before each. A preview's
+    CPU time is its processes' and the worker's spent meanwhile (/proc: the worker is no child of the preview's)."""
+
+    def __init__(self, tmpdir: Path) -> None:
+        self.tmpdir = tmpdir
+        self.cache = tmpdir / "prod-warm-cache"
+        self.env = {"PERFORMANCE_CACHE_DIR": str(self.cache), **WARM_IDLE}
+        preview(["--stack", "prod"], tmpdir / "prod-warm", self.env)
+        socket = worker_socket(performance_python(), self.cache)
+        self.pid = worker_pid(socket) if socket is not None else None
+        if self.pid is None:
+            raise SystemExit(f"no Serving performance worker stayed up in {self.cache} (is .venv-perf installed?)")
+
+    def preview(self, round_: int) -> Finished:
+        stack = yaml.safe_load((ROOT / "stacks" / "Pulumi.prod.yaml").read_text())
+        stack["config"]["inference-platform:profiles"]["chat"]["peak"]["promptTokens"] += 8 * (round_ + 1)
+        stack_file = self.tmpdir / "Pulumi.prod-warm.yaml"
+        stack_file.write_text(yaml.safe_dump(stack))
+        for kept in self.cache.iterdir():
+            if kept.name != WORKERS_FOLDER:
+                shutil.rmtree(kept)
+        before = _cpu_seconds(self.pid)
+        finished, report = preview(["--stack", "prod", "--config-file", str(stack_file)], self.tmpdir / "prod-warm", self.env)
+        worker = _cpu_seconds(self.pid) - before
+        if report["performance"]["data"]["answeredBy"] != "running worker":
+            raise SystemExit(f"the warm preview was answered by {report['performance']['data']['answeredBy']}")
+        return Finished(finished.seconds, finished.stdout, finished.peak_kib, finished.cpu_seconds + worker)
+
+    def stop(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGTERM)
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """A process's user and system CPU time so far (/proc/<pid>/stat utime and stime, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def print_floor_table(rows: list[dict]) -> None:
@@ -322,7 +383,8 @@ def print_prod(runs: dict[str, list[Finished]], prod_report: dict, repeat: int) 
     print(
         f"prod stack, the Serving performance stage (interleaved): without it {walls['bare']:.2f} s "
         f"({cpus['bare']:.2f} CPU-s, the preview's processes together); with it, its answer read back (servers unchanged) "
-        f"{share('read back')}; aiconfigurator run (cold) {share('cold')}"
+        f"{share('read back')}; aiconfigurator run (cold) {share('cold')}; aiconfigurator asked through a worker "
+        f"already running (servers changed since it started) {share('warm')}"
     )
 
 

@@ -47,7 +47,7 @@ from .inputs import (
     read_inputs,
 )
 from .performance import PACK_CONFIG_FILE, pack_config, performance_section
-from .performance_prediction import PLOT_FILE, Prediction
+from .performance_prediction import PLOT_FILE, Prediction, worker_idle_seconds
 from .placeholders import placeholder_section
 from .policy_runner import PolicyConfigError, PolicyPack, PolicyPackError, PolicyRun
 from .policy_session import PolicySession
@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         posture = previous_posture(previous, POSTURE_OUTPUT)
         previous_cost, _ = previous_output(previous, COST_OUTPUT)
         args.registry_file = check_registry_file(args.registry_file)
+        args.worker_idle_seconds = worker_idle_seconds()
         project = load_project(project_dir)
         stack_config = progress.run("reading stack config", lambda: load_stack_config(project, args.stack, args.config_file))
         if args.registry_file is not None and args.registry_live:
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CRASH
     policies = PolicySession(pack, project_dir, stack_config, overrides, preview_levels)
     # aiconfigurator's answer, read back or asked for once the program has exported its servers.
-    prediction = Prediction.of_perf_venv()
+    prediction = Prediction.of_perf_venv(args.worker_idle_seconds)
     try:
         return _run(
             args, project_dir, out, progress, project.name, stack_config, policies, prediction, baseline, posture, previous_cost

@@ -302,6 +302,7 @@ def performance_section(
             "level": level,
             "package": answer.get("package"),
             "cached": prediction.cached,
+            "answeredBy": prediction.answered_by,
             "plotted": plotted,
             "servingVerdicts": _serving_verdicts(verdicts),
         },

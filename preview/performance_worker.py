@@ -22,10 +22,13 @@ import matplotlib's pyplot, its generator jinja2) are never loaded. The latency 
 
 `--warm <backendVersion> <system>...` (run when `.venv-perf` is installed) keeps what the package derives from each
 system's attention tables alone, whatever the request (`warm`), for the next workers to read rather than derive again.
+`--serve <socket> <idle seconds> <lifetime seconds>`: after its answer on stdout the worker stays up on that Unix
+socket and answers further requests with what it has loaded, the same bytes (`preview/performance_serve.py`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -33,12 +36,16 @@ import io
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
+
+from .performance_serve import record_state, serve, serve_arguments
 
 # The HF config keys the stage reads back (the context length bound, the KV shape), when the package has them.
 CONFIG_KEYS = (
@@ -71,13 +78,28 @@ def has_measurements(system: str, backend_version: str) -> bool:
     return folder.is_dir()
 
 
-def _model_path(server: dict[str, Any], scratch: Path) -> str:
-    """The model as the package takes it: its own config's name, else a folder holding the declared config.json."""
+@functools.cache
+def _scratch() -> Path:
+    """A folder of this process's own for the declared configs, removed when it exits."""
+    folder = tempfile.mkdtemp(prefix="performance-worker-")
+    atexit.register(shutil.rmtree, folder, True)
+    return Path(folder)
+
+
+def _model_path(server: dict[str, Any]) -> str:
+    """The model as the package takes it: its own config's name, else a folder holding the declared config.json, named
+    by the config's digest: the package keeps what it read from a folder by the folder's path
+    (aiconfigurator_core/sdk/utils.py `_load_model_config_from_model_path`, functools.cache), so in a worker that
+    stays up a path must only ever hold the one config."""
     if server.get("performanceModel"):
         return str(server["performanceModel"])
-    folder = scratch / server["id"].replace("/", "_")
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(server["config"]))
+    text = json.dumps(server["config"])
+    folder = _scratch() / hashlib.sha256(text.encode()).hexdigest()[:32]
+    if not (folder / "config.json").is_file():
+        folder.mkdir(exist_ok=True)
+        partial = folder / f"config.json.{os.getpid()}"
+        partial.write_text(text)
+        os.replace(partial, folder / "config.json")
     return str(folder)
 
 
@@ -137,7 +159,8 @@ def _kv_estimate(server: dict[str, Any], model_path: str, backend_version: str) 
 Estimate = Callable[[int, int, int], tuple[float, float, float]]
 
 
-@functools.cache
+# Bounded: a worker that stays up is asked about other servers by each preview.
+@functools.lru_cache(maxsize=64)
 def _agg_estimator(model_path: str, system: str, backend_version: str, tp: int, memory_fraction: float) -> Estimate:
     """What `cli_estimate(model_path, system, mode="agg", backend_name="vllm", backend_version=..., tp_size=tp,
     free_gpu_memory_fraction=memory_fraction, isl=, osl=, batch_size=)` computes (aiconfigurator/cli/api.py
@@ -308,7 +331,8 @@ def warm(backend_version: str, systems: list[str]) -> list[str]:
 def _prime(systems: list[str], backend_version: str) -> list[str]:
     """Give each system's view the lane densities the install kept, as the package memoizes them, where the file is
     this package's (the same version and files) and the view reads the tables the densities were counted in; the
-    systems primed. Anything else (no file, another package's, a damaged one) primes nothing."""
+    systems whose view holds them (primed now, or by an earlier request of a worker that stays up: the same answer
+    either way). Anything else (no file, another package's, a damaged one) primes nothing."""
     if not systems:
         return []
     try:
@@ -324,8 +348,12 @@ def _prime(systems: list[str], backend_version: str) -> list[str]:
     primed = []
     for system, (root, memo) in sorted(memos.items()):
         database = _database(system, backend_version)
-        if database is not None and database.systems_root == root and DENSITY_MEMO not in database.__dict__:
+        if database is None or database.systems_root != root:
+            continue
+        if DENSITY_MEMO not in database.__dict__:
             database.__dict__[DENSITY_MEMO] = (engine._PROBE_CACHE_GENERATION, memo)
+        held = database.__dict__[DENSITY_MEMO]
+        if isinstance(held, tuple) and len(held) == 2 and held[1] == memo:
             primed.append(system)
     return primed
 
@@ -335,29 +363,28 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     answers: dict[str, dict[str, Any]] = {}
     predicted = {s["system"] for s in request["servers"] if s.get("predict") and s.get("performanceModel")}
     primed = _prime(sorted(s for s in predicted if has_measurements(s, backend_version)), backend_version)
-    with tempfile.TemporaryDirectory() as scratch:
-        for server in request["servers"]:
-            config = package_config(server["performanceModel"]) if server.get("performanceModel") else server.get("config")
-            entry: dict[str, Any] = {"config": {k: config[k] for k in CONFIG_KEYS if k in config} if config else None}
-            if config is None:
-                entry.update(kv={"error": f"aiconfigurator-core has no config for {server.get('performanceModel')!r}"})
-                answers[server["id"]] = entry
-                continue
-            model_path = _model_path(server, Path(scratch))
-            entry["kv"] = _kv_estimate(server, model_path, backend_version)
-            entry["predictions"] = None
-            if server.get("predict") is None:
-                entry["noPrediction"] = server.get("noPrediction") or "not asked"
-            elif not server.get("performanceModel"):
-                entry["noPrediction"] = "the database measures only the models it ships a config for"
-            elif not has_measurements(server["system"], backend_version):
-                entry["noPrediction"] = f"the database has no measured vLLM {backend_version} data for {server['system']}"
-            elif "error" in entry["kv"]:
-                entry["noPrediction"] = "it does not fit"
-            else:
-                entry["predictions"] = _predictions(server, model_path, backend_version)
-                entry["noPrediction"] = None
+    for server in request["servers"]:
+        config = package_config(server["performanceModel"]) if server.get("performanceModel") else server.get("config")
+        entry: dict[str, Any] = {"config": {k: config[k] for k in CONFIG_KEYS if k in config} if config else None}
+        if config is None:
+            entry.update(kv={"error": f"aiconfigurator-core has no config for {server.get('performanceModel')!r}"})
             answers[server["id"]] = entry
+            continue
+        model_path = _model_path(server)
+        entry["kv"] = _kv_estimate(server, model_path, backend_version)
+        entry["predictions"] = None
+        if server.get("predict") is None:
+            entry["noPrediction"] = server.get("noPrediction") or "not asked"
+        elif not server.get("performanceModel"):
+            entry["noPrediction"] = "the database measures only the models it ships a config for"
+        elif not has_measurements(server["system"], backend_version):
+            entry["noPrediction"] = f"the database has no measured vLLM {backend_version} data for {server['system']}"
+        elif "error" in entry["kv"]:
+            entry["noPrediction"] = "it does not fit"
+        else:
+            entry["predictions"] = _predictions(server, model_path, backend_version)
+            entry["noPrediction"] = None
+        answers[server["id"]] = entry
     versions = {name: metadata.version(name) for name in ("aiconfigurator", "aiconfigurator-core")}
     return {"package": versions, "servers": answers, "primed": primed}
 
@@ -377,6 +404,7 @@ def _libyaml_safe_load() -> None:
 
 
 def main(argv: list[str]) -> int:
+    started = time.monotonic()
     # The package logs its table loading and fallbacks; the answer is the only output.
     logging.disable(logging.WARNING)
     _libyaml_safe_load()
@@ -385,11 +413,22 @@ def main(argv: list[str]) -> int:
             kept = warm(argv[1], argv[2:])
         print(f"{warm_file()}: the attention lane densities of {', '.join(kept) or 'no system'}")
         return 0
+    serving = serve_arguments(argv) if argv[:1] == ["--serve"] else None
+    if argv and serving is None:
+        usage = "usage: performance_worker [--warm <backendVersion> <system>... | --serve <socket> <idle> <lifetime>]"
+        print(usage, file=sys.stderr)
+        return 2
     with contextlib.redirect_stdout(io.StringIO()):
         request = json.loads(sys.stdin.read())
+        record = record_state("aiconfigurator-core")
         result = answer(request)
     sys.stdout.write(json.dumps(result))
-    return 0
+    sys.stdout.flush()
+    if serving is None:
+        return 0
+    # Stays up for the next previews, its package's files as they were when it started.
+    path, idle, lifetime = serving
+    return serve(path, idle, started + lifetime, answer, lambda: record_state("aiconfigurator-core") == record)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from .servers.mlflow import MlflowServer
 
 
+# The previews the suite runs start no Serving performance worker that stays up after them
+# (preview/performance_prediction.py); the tests of that mode set their own idle time.
+os.environ["PERFORMANCE_WORKER_IDLE_SECONDS"] = "0"
+
+
 @pytest.fixture
 def dev_raw() -> dict[str, Any]:
     return copy.deepcopy(raw_stack("dev"))

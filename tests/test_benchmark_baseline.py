@@ -92,3 +92,8 @@ def test_the_benchmark_runs_at_a_small_size(tmp_path):
         assert EVALUATING in line
     assert size["previewSecondsDecodeEach"] > 0
     assert "prod stack, the Serving performance stage (interleaved)" in out
+    # The fourth mode: a worker started before the rounds, asked by each round's preview (the bench refuses a round
+    # that another answered), its CPU time counted with the preview's; it is stopped at the end.
+    assert "aiconfigurator asked through a worker already running (servers changed since it started)" in out
+    assert sorted(figures["prod"]) == ["bare", "cold", "decode each", "read back", "warm"]
+    assert all(mode["cpuSeconds"] > 0 and mode["seconds"] > 0 for mode in figures["prod"].values())
