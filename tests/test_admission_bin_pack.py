@@ -9,8 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from platform_config.quantity import show_rounded
-from preview.admission.scheduling import PoolTemplate, bin_pack
+from preview.admission.scheduling import PoolTemplate, bin_pack, unplaced_finding
 from preview.admission.workloads import EXTENDED_PREFIXES, Workload
 
 GPU = "nvidia.com/gpu"
@@ -39,18 +38,11 @@ def _reference(pool: PoolTemplate, members: list[Workload]) -> list[str]:
         pods, key=lambda p: (-sum(v for k, v in p[1].items() if k.startswith(EXTENDED_PREFIXES)), -p[1].get("cpu", 0))
     ):
         any(place(workload, requests, node) for node in nodes)
-    findings = []
-    for workload, requests in zip(members, requests_of):
-        if workload.placed < workload.peak:
-            short = [r for r, a in requests.items() if a and a > max(node.get(r, Decimal(0)) for node in nodes)]
-            needs = ", ".join(f"{r} {show_rounded(r, a)}" for r, a in sorted(requests.items()))
-            findings.append(
-                f"{workload.label}: {workload.peak - workload.placed} of its {workload.peak} pods at peak do not fit pool "
-                f"{pool.name} "
-                f"at maxSize {pool.max_size} (each needs {needs}; "
-                f"short of {', '.join(short) or 'room on any single node'})"
-            )
-    return findings
+    return [
+        unplaced_finding(pool, workload, requests, nodes)
+        for workload, requests in zip(members, requests_of)
+        if workload.placed < workload.peak
+    ]
 
 
 def _workloads(rng: random.Random, count: int, max_size: int) -> list[Workload]:

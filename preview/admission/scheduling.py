@@ -124,18 +124,22 @@ def bin_pack(pool: PoolTemplate, members: list[Workload]) -> list[str]:
             workload.placed += 1
     # The nodes as first fit leaves them: those opened, and the rest as the template.
     unopened = [template] if len(nodes) < pool.max_size else []
-    findings = []
-    for workload, requests in zip(members, requests_of, strict=True):
-        if workload.placed < workload.peak:
-            short = [
-                r for r, amount in requests.items()
-                if amount and amount > max(node.get(r, Decimal(0)) for node in nodes + unopened)
-            ]  # fmt: skip
-            needs = ", ".join(f"{r} {show_rounded(r, a)}" for r, a in sorted(requests.items()))
-            findings.append(
-                f"{workload.label}: {workload.peak - workload.placed} of its {workload.peak} pods at peak do not fit pool "
-                f"{pool.name} "
-                f"at maxSize {pool.max_size} (each needs {needs}; "
-                f"short of {', '.join(short) or 'room on any single node'})"
-            )
-    return findings
+    return [
+        unplaced_finding(pool, workload, requests, nodes + unopened)
+        for workload, requests in zip(members, requests_of, strict=True)
+        if workload.placed < workload.peak
+    ]
+
+
+def unplaced_finding(
+    pool: PoolTemplate, workload: Workload, requests: dict[str, Decimal], nodes: list[dict[str, Decimal]]
+) -> str:
+    """What the stage says of a workload whose pods at peak do not all fit the pool: how many, what each needs, and
+    which resource no node (as the packing left them) has enough of."""
+    short = [r for r, amount in requests.items() if amount and amount > max(node.get(r, Decimal(0)) for node in nodes)]
+    needs = ", ".join(f"{r} {show_rounded(r, a)}" for r, a in sorted(requests.items()))
+    return (
+        f"{workload.label}: {workload.peak - workload.placed} of its {workload.peak} pods at peak do not fit pool "
+        f"{pool.name} at maxSize {pool.max_size} (each needs {needs}; "
+        f"short of {', '.join(short) or 'room on any single node'})"
+    )
