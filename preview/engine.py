@@ -227,7 +227,8 @@ def without_source_positions() -> Iterator[None]:
     (pulumi/pulumi v3.272.0 sdk/python/lib/pulumi/runtime/resource.py: `register_resource` calls `_get_stack_trace`,
     which calls `traceback.extract_stack` and `pathlib.Path(...).as_uri()` per frame); the mock monitor drops the
     request's `sourcePosition` and `stackTrace` unread (pulumi/runtime/mocks.py `MockMonitor.RegisterResource`) and so
-    does ours. Components nest a model's resources ten frames deep: 11% of the evaluation at 100 models."""
+    does ours. Components nest a model's resources about ten frames deep: 11% of the evaluation at 100 models under
+    cProfile, which inflates such small calls; about 0.1 ms a registration unprofiled."""
     original = runtime_resource._get_stack_trace
     runtime_resource._get_stack_trace = source_pb2.StackTrace
     try:
