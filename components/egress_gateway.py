@@ -55,8 +55,11 @@ class EgressGateway(pulumi.ComponentResource):
     release: k8s.helm.v3.Release
     # By tenant, the hosts that go through the gateway, which its own routes name.
     hosts: dict[str, tuple[ExternalHost, ...]]
-    # What a tenant's pods need before they start: the gateway running and its routes and authorization in place.
+    # What every tenant's pods need before they start: the gateway running and its routes in place (ready_for adds a
+    # tenant's own authorization).
     ready: tuple[pulumi.Resource, ...]
+    # By tenant, its authorization at the gateway, where it reaches any host through it.
+    authorizations: dict[str, pulumi.Resource]
 
     def __init__(self, name: str, args: EgressGatewayArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:egress-gateway:EgressGateway", name, None, opts)
@@ -90,12 +93,20 @@ class EgressGateway(pulumi.ComponentResource):
             for i, host in enumerate(distinct):
                 build = self._forward(i, host)
                 ready.append(custom_resource(f"{name}-forward-{host.key}", routed(build, routes), mesh))
+        self.ready = tuple(ready)
+        self.authorizations = {}
         for tenant, hosts in sorted(self.hosts.items()):
             if hosts:
                 authorization = routed(self._authorization(tenant), resolved_routes(hosts, args.region))
-                ready.append(custom_resource(f"{name}-tenant-{tenant}", authorization, mesh))
-        self.ready = tuple(ready)
+                self.authorizations[tenant] = custom_resource(f"{name}-tenant-{tenant}", authorization, mesh)
         self.register_outputs({"version": ISTIO_GATEWAY.version})
+
+    def ready_for(self, tenant: str) -> tuple[pulumi.Resource, ...]:
+        """What a tenant's pods need before they start: the gateway running, its routes and the tenant's own
+        authorization in place (not every tenant's: that grew as models x tenants, in the dependencies and in the SDK's
+        cycle check of each)."""
+        own = self.authorizations.get(tenant)
+        return (*self.ready, own) if own is not None else self.ready
 
     @staticmethod
     def _authorization(tenant: str) -> Callable[[Sequence[EgressRoute]], dict[str, Any]]:

@@ -332,7 +332,7 @@ class InferencePlatform(pulumi.ComponentResource):
                     egress=plan.egress[tenant.name],
                     region=eks.region if eks else None,
                     external_hosts=egress.hosts[tenant.name],
-                    egress_gateway=egress.ready,
+                    egress_gateway=egress.ready_for(tenant.name),
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )

@@ -39,7 +39,7 @@ class TenantArgs:
     egress: TenantEgress = TenantEgress()
     region: pulumi.Input[str] | None = None
     # The hosts of those it reaches by exact name (network.exact_hosts), through the egress gateway, and what of the
-    # gateway its pods wait for (EgressGateway.ready).
+    # gateway its pods wait for (EgressGateway.ready_for).
     external_hosts: tuple[network.ExternalHost, ...] = ()
     egress_gateway: tuple[pulumi.Resource, ...] = ()
 

@@ -60,13 +60,16 @@ class WeightMirror(pulumi.ComponentResource):
 
         namespace = KubernetesObject(f"{name}-namespace", specs.mirror_namespace(), child)
         inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
-        # The Jobs start only once their egress rules, runner, accounts, roles and tokens exist, and the storage.
+        # The Jobs start only once their egress rules, runner, accounts, roles and tokens exist, and the storage: the
+        # shared ones, and their own tenant's (not every tenant's: a Job per revision waiting on the accounts of all the
+        # tenants grew as revisions x tenants, and so did the SDK's cycle check of each pod waiting on a Job).
         prerequisites: list[pulumi.Resource] = [
             *storage,
             *(KubernetesObject(f"{name}-{p['metadata']['name']}", p, inside) for p in specs.mirror_network_policies()),
         ]
         prerequisites.append(KubernetesObject(f"{name}-runner", specs.runner_config_map(), inside))
         tenants = sorted({r.tenant for r in args.revisions})
+        own: dict[str, list[pulumi.Resource]] = {tenant: [] for tenant in tenants}
         for tenant in tenants:
             identity = WorkloadIdentity(
                 f"{name}-{tenant}-identity",
@@ -81,12 +84,12 @@ class WeightMirror(pulumi.ComponentResource):
                 opts=child,
             )
             # With EKS Pod Identity, credentials are injected at admission only where the association exists.
-            prerequisites.append(identity)
+            own[tenant].append(identity)
             account = specs.mirror_service_account(tenant, identity.service_account_annotations)
-            prerequisites.append(KubernetesObject(f"{name}-{tenant}-service-account", account, inside))
+            own[tenant].append(KubernetesObject(f"{name}-{tenant}-service-account", account, inside))
             if tenant in args.hugging_face_tokens:
                 secret = specs.mirror_token_secret(tenant, args.hugging_face_tokens[tenant])
-                prerequisites.append(KubernetesObject(f"{name}-{tenant}-huggingface-token", secret, inside))
+                own[tenant].append(KubernetesObject(f"{name}-{tenant}-huggingface-token", secret, inside))
 
         self.jobs: dict[str, pulumi.Resource] = {}
         for revision in args.revisions:
@@ -96,7 +99,7 @@ class WeightMirror(pulumi.ComponentResource):
                 specs.mirror_job(revision, token=revision.tenant in args.hugging_face_tokens),
                 pulumi.ResourceOptions(
                     parent=self,
-                    depends_on=[namespace, *prerequisites],
+                    depends_on=[namespace, *prerequisites, *own[revision.tenant]],
                     custom_timeouts=pulumi.CustomTimeouts(create=await_seconds, update=await_seconds),
                 ),
             )

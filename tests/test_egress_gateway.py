@@ -129,3 +129,7 @@ def test_the_egress_gateway_alone_reaches_https_anywhere_and_tenant_pods_wait_fo
     assert {urns["egress-gateway-release"], urns["egress-gateway-tenant-serving"], urns["serving-egress-routes"]} <= set(
         server.dependencies
     )
+    # Its own tenant's authorization at the gateway, not the other tenants'.
+    authorizations = {r.name: r.urn for r in prod.records if r.type.endswith(":AuthorizationPolicy")}
+    others = {urn for name, urn in authorizations.items() if name.startswith("egress-gateway-tenant-team-")}
+    assert len(others) == 2 and not others & set(server.dependencies)

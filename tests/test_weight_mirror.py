@@ -286,6 +286,23 @@ def test_each_server_waits_for_its_own_revisions_job_and_pulumi_waits_for_the_jo
         assert record.custom_timeouts["create"] == record.custom_timeouts["update"]
 
 
+def test_each_job_waits_for_its_own_tenants_account_identity_and_token_not_another_tenants(prod):
+    by_urn = {r.urn: r for r in prod.records}
+    tenants = ("serving", "team-a", "team-b")
+    for job in jobs(prod).values():
+        (record,) = [r for r in prod.records if r.type == JOB and r.name == f"weight-mirror-{job['metadata']['name']}"]
+        tenant = job["spec"]["template"]["spec"]["serviceAccountName"].removeprefix("mirror-")
+        names = {by_urn[urn].name for urn in record.dependencies}
+        waited = {t for t in tenants for name in names if name.startswith(f"weight-mirror-{t}-")}
+        assert waited == {tenant}, job["metadata"]["name"]
+        assert f"weight-mirror-{tenant}-service-account" in names
+        (copier,) = job["spec"]["template"]["spec"]["containers"]
+        reads_token = any(e["name"] == "HF_TOKEN" for e in copier["env"])
+        assert (f"weight-mirror-{tenant}-huggingface-token" in names) == reads_token, job["metadata"]["name"]
+        # Its identity: the component stands for its children (the role, its policy, the association).
+        assert any(name.startswith(f"weight-mirror-{tenant}-identity") for name in names), job["metadata"]["name"]
+
+
 def test_each_tenant_writes_only_its_prefix_and_its_servers_read_only_their_repository(prod):
     def policy(name: str) -> dict:
         return json.loads(prod.one("aws:iam/rolePolicy:RolePolicy", name)["inputs"]["policy"])
