@@ -22,19 +22,15 @@ def _set(*path_and_value: Any) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
-def _many(key: str, count: int) -> Callable[[dict[str, Any]], None]:
-    """The list at `key` grown to `count` entries, copies of its first (the bound is checked before their names)."""
+def _many(*path_and_count: Any) -> Callable[[dict[str, Any]], None]:
+    """The list at a path grown to `count` entries, copies of its first (the bound is checked before their names)."""
+    *path, count = path_and_count
 
     def mutate(raw: dict[str, Any]) -> None:
-        raw[key] = [raw[key][0]] * count
-
-    return mutate
-
-
-def _many_versions(count: int) -> Callable[[dict[str, Any]], None]:
-    def mutate(raw: dict[str, Any]) -> None:
-        model = raw["models"][0]
-        model["versions"] = [model["versions"][0]] * count
+        listed: Any = raw
+        for key in path:
+            listed = listed[key]
+        set_at(raw, tuple(path), [listed[0]] * count)
 
     return mutate
 
@@ -332,5 +328,5 @@ BOUND_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
     # Lists past what a stack may declare (a preview's time is linear in them).
     ("600-tenants", "dev", _many("tenants", 600), f"{PROJECT}:tenants"),
     ("1001-models", "dev", _many("models", 1001), f"{PROJECT}:models"),
-    ("33-versions", "dev", _many_versions(33), "models[0].versions"),
+    ("33-versions", "dev", _many("models", 0, "versions", 33), "models[0].versions"),
 ]
