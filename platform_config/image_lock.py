@@ -16,7 +16,7 @@ from pydantic import Field, StringConstraints, ValidationError
 from .chart_images import chart_images
 from .errors import ConfigError, ConfigIssue
 from .models import PlatformConfig
-from .models.base import IMAGE_DIGEST_PATTERN, ConfigModel, PinnedImage
+from .models.base import IMAGE_DIGEST_PATTERN, ConfigModel, PinnedImage, image_tag
 from .pins import AWS_CLI, ENDPOINT_PICKER, ENVOY_PROXY, VLLM
 
 LOCK_VERSION = 1
@@ -138,7 +138,7 @@ def _own_digests_against_the_lock(config: PlatformConfig, document: ImageLockDoc
                 continue
             tagged, digest = version.image.split("@", 1)
             key = ("models", m_index, "versions", v_index, "image")
-            if ":" not in tagged.rsplit("/", 1)[-1]:
+            if not image_tag(tagged):
                 yield ConfigIssue(
                     key, f"names a digest without a tag, which {named} cannot vouch for: write <image>:<tag>@<digest>"
                 )

@@ -31,7 +31,7 @@ from typing import Any
 
 from platform_config.image_lock import LOCK_VERSION, stack_images
 from platform_config.models import LOCK_FILE_PATTERN, PlatformConfig
-from platform_config.models.base import IMAGE_DIGEST_PATTERN
+from platform_config.models.base import IMAGE_DIGEST_PATTERN, image_tag
 
 ACCEPT = ", ".join(
     (
@@ -205,7 +205,7 @@ def write_image_lock(
         # A version's image with its own digest: its tag is resolved, so the preview can hold the two to each other
         # (platform_config/image_lock.py); one with a digest and no tag has nothing to resolve and is refused there.
         tagged = reference.split("@", 1)[0]
-        if ":" in tagged.rsplit("/", 1)[-1] and tagged not in digests:
+        if image_tag(tagged) and tagged not in digests:
             digests[tagged] = client.digest(tagged)
             print(f"{tagged} ({named}): {digests[tagged]}")
     path = project_root / out

@@ -179,12 +179,17 @@ IMAGE_REFERENCE_MAX_LENGTH = 512
 _NOT_PINNED = "is not a pinned image: give a tag or a digest, e.g. 'vllm/vllm-openai:v0.33.0'"
 
 
+def image_tag(reference: str) -> str:
+    """An image reference's tag: after the `:` of its last path segment, before any digest ('' without one; the
+    `:` of a registry's port is in an earlier segment)."""
+    return reference.split("@")[0].rsplit("/", 1)[-1].partition(":")[2]
+
+
 def _pinned_image(value: str) -> str:
     match = _IMAGE.fullmatch(value)
-    has_tag = ":" in value.split("/")[-1].split("@")[0]
-    if not match or not (has_tag or "@sha256:" in value):
+    tag = image_tag(value)
+    if not match or not (tag or "@sha256:" in value):
         raise ValueError(f"{value!r} {_NOT_PINNED}")
-    tag = value.split("@")[0].rsplit("/", 1)[-1].partition(":")[2]
     if tag in FORBIDDEN_IMAGE_TAGS:
         raise ValueError(f"{value!r} uses the {tag!r} tag: pin a release tag or a sha256 digest")
     return value
