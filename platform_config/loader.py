@@ -24,7 +24,7 @@ from .credentials import credential_format, credentials_in
 from .errors import ConfigError, ConfigIssue, issues_from_validation
 from .image_lock import ImageLock, read_image_lock
 from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
-from .provider_keys import provider_key_issues
+from .provider_keys import PROVIDER_NAMESPACES, provider_key_issues
 from .registry import PROJECT_DIR, REGISTRY_FILE_ENV, RegistryResolution, resolve_registry
 
 
@@ -211,7 +211,7 @@ def _misplaced_secrets() -> list[ConfigIssue]:
 
 
 # Config namespaces a stack may use: the project's own, and the providers' and the engine's.
-KNOWN_NAMESPACES = (PROJECT, "aws", "kubernetes", "pulumi")
+KNOWN_NAMESPACES = (PROJECT, *PROVIDER_NAMESPACES)
 # The providers' credential keys (pulumi-aws's provider config: accessKey, secretKey, token): no
 # format tells a secret key from any other string, so any value in clear is refused.
 PROVIDER_CREDENTIAL_KEYS = ("aws:accessKey", "aws:secretKey", "aws:token")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .errors import ConfigIssue
-from .models.cluster import AWS_REGION_FORM
+from .models.cluster import AWS_REGION_FORM, NOT_AN_AWS_REGION
 
 _REGION = re.compile(AWS_REGION_FORM)
 # A profile name of the AWS CLI's config file: ASCII letters, digits and `_.+=,@-`, bounded.
@@ -36,6 +36,8 @@ MAX_ACCOUNT_IDS = 100
 MAX_RETRIES = 25
 RETRY_MODES = ("standard", "adaptive")
 DEFAULT_PROVIDER_NAMES = ("aws", "kubernetes", "*")
+# The namespaces of the providers' and the engine's keys; the loader refuses any other but the project's.
+PROVIDER_NAMESPACES = ("aws", "kubernetes", "pulumi")
 
 
 def _json(text: str) -> Any:
@@ -46,7 +48,7 @@ def _json(text: str) -> Any:
 
 
 def _region(text: str) -> str | None:
-    return None if _REGION.fullmatch(text) else "is not an AWS region such as 'us-east-1'"
+    return None if _REGION.fullmatch(text) else NOT_AN_AWS_REGION
 
 
 def _profile(text: str) -> str | None:
@@ -163,7 +165,7 @@ def provider_key_issues(
     issues = []
     for key in sorted(keys):
         namespace = key.split(":", 1)[0]
-        if namespace not in ("aws", "kubernetes", "pulumi"):
+        if namespace not in PROVIDER_NAMESPACES:
             continue
         if namespace == "kubernetes":
             issues.append(ConfigIssue((), f"is refused: {KUBERNETES_REFUSED}", foreign_key=key))

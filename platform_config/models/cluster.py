@@ -41,7 +41,8 @@ IamPrincipalArn = Annotated[
 
 # An AWS region's name (us-east-1, ap-southeast-2, us-gov-west-1); the provider's `aws:region` is held to it too.
 AWS_REGION_FORM = r"[a-z]{2}(-[a-z]{1,16}){1,3}-[0-9]{1,2}"
-AwsRegion = Annotated[str, _full_match(AWS_REGION_FORM, "is not an AWS region such as 'us-east-1'")]
+NOT_AN_AWS_REGION = "is not an AWS region such as 'us-east-1'"
+AwsRegion = Annotated[str, _full_match(AWS_REGION_FORM, NOT_AN_AWS_REGION)]
 
 
 _NOT_A_CIDR = "is not an IPv4 CIDR with no host bits set, e.g. '203.0.113.0/24'"
