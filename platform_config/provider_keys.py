@@ -8,9 +8,11 @@ key and why. `kubernetes:*` keys are refused whole: the program's one Kubernetes
 the EKS cluster's kubeconfig, or `cluster.kubeconfig.path` and `.context`), and stack config reaches only a default
 provider, which nothing here uses, so such a key would be ignored without a word.
 
-The names are pulumi-aws's provider config (its `config` schema: `region`, `profile`, `allowedAccountIds`,
-`forbiddenAccountIds`, `defaultTags`, `maxRetries`, `retryMode`, `accessKey`, `secretKey`, `token`, ...) and the
-engine's `pulumi:disable-default-providers`. Values are never echoed: a bad one may be a credential.
+The names are pulumi-aws's provider config as the pinned pulumi-aws 7.51.1 reads it (pulumi_aws/config/vars.py:
+`region`, `profile`, `allowedAccountIds`, `forbiddenAccountIds`, `defaultTags`, `maxRetries`, `retryMode` of
+`standard` or `adaptive`, `accessKey`, `secretKey`, `token`, and the refused ones below; `assumeRole` is the older
+releases' name of `assumeRoles`) and the engine's `pulumi:disable-default-providers`. Values are never echoed: a
+bad one may be a credential.
 """
 
 from __future__ import annotations
