@@ -144,7 +144,7 @@ def _server(
         # Only the tenant's own token, and only where the weights (or an adapter's) come from Hugging Face itself.
         hugging_face_token=model.tenant in hugging_face_tenants
         and (version.source.huggingface is not None or _downloads_adapters(lora)),
-        aliases=tuple(m.openai_name for m in config.models if m.batch_model == model.name),
+        aliases=tuple(m.openai_name for m in config.batch_senders.get(model.name, ())),
         weights_service_account=weights_service_account(model)
         if version.source.s3_uri or _adapter_s3_uris(config, model)
         else None,
@@ -240,7 +240,7 @@ def _endpoint_picker(config: PlatformConfig, model: ModelConfig, name: str, imag
 
 
 def _route(config: PlatformConfig, model: ModelConfig) -> RoutePlan:
-    by_name = {m.name: m for m in config.models}
+    by_name = config.models_by_name
     own = set(model_tiers(config, model))
     wanted = own | ({"batch"} if model.batch_model is not None else set())
     tiers = []

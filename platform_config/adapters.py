@@ -77,7 +77,7 @@ def carried_adapters(config: PlatformConfig, model: ModelConfig) -> list[tuple[M
     """Every adapter the model's servers load, with the model that declares it: its own, then those of each model
     whose batch tier they take (`batchModel`): an adapter's batch requests go where its base's do, and the config
     checks hold those servers to the adapter's base weights and tenant (`adapter_batch_servers_issue`)."""
-    senders = [m for m in config.models if m.batch_model == model.name]
+    senders = config.batch_senders.get(model.name, ())
     return [(model, adapter) for adapter in model.adapters] + [(m, adapter) for m in senders for adapter in m.adapters]
 
 

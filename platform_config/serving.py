@@ -85,7 +85,7 @@ def served_tiers(config: PlatformConfig, model: ModelConfig) -> tuple[TierName, 
     tiers = set(model_tiers(config, model))
     if model.batch_model is not None:
         tiers.discard("batch")
-    if any(m.batch_model == model.name for m in config.models):
+    if model.name in config.batch_senders:
         tiers.add("batch")
     return tuple(t for t in get_args(TierName) if t in tiers)
 

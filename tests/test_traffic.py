@@ -9,6 +9,7 @@ import re2
 
 from components.specs.routes import range_regex, sticky_ranges
 from platform_config import parse_platform_config
+from platform_config.serving import model_tiers, served_tiers
 
 from .helpers import Evaluated, config_problems, prod_with_labeller_server, raw_stack, split_module_value
 from .lua_filter import N_KEYS, lua_runtime, token
@@ -314,6 +315,25 @@ def test_unknown_tier_in_traffic_policy(prod_raw):
     }
     found = config_problems(prod_raw)
     assert any(m.startswith("inference-platform:traffic.tiers.gold") for m in found), found
+
+
+def test_served_tiers_read_the_batch_senders_of_the_config_they_are_asked_of(prod_raw):
+    """The models sending their batch tier to each model are found once per config (`batch_senders`), and a copy of
+    the config with other models (the registry's resolution makes one) finds its own: in prod llama-8b sends its
+    batch tier to llama-8b-batch, which a copy without llama-8b no longer hears from."""
+    config = parse_platform_config(prod_raw)
+    receivers = {m.name: m.batch_model for m in config.models if m.batch_model is not None}
+    assert receivers == {"llama-8b": "llama-8b-batch"}
+    assert config.batch_senders["llama-8b-batch"] == (config.models_by_name["llama-8b"],)
+    assert served_tiers(config, config.models_by_name["llama-8b"]) == ("premium", "standard")
+    copied = config.model_copy(update={"models": [m for m in config.models if m.name != "llama-8b"]})
+    assert "llama-8b-batch" not in copied.batch_senders and "llama-8b" not in copied.models_by_name
+    assert served_tiers(copied, copied.models_by_name["llama-8b-batch"]) == model_tiers(
+        copied, copied.models_by_name["llama-8b-batch"]
+    )
+    for model in config.models:
+        scanned = tuple(m for m in config.models if m.batch_model == model.name)
+        assert config.batch_senders.get(model.name, ()) == scanned
 
 
 def test_batch_model_must_exist_and_serve_batch(prod_raw):

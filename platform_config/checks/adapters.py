@@ -152,7 +152,7 @@ def check_batch_model_adapters(config: PlatformConfig) -> Iterator[ConfigIssue]:
     those servers must run the adapters' base weights (`on_adapter_base`: each running version serves the source of
     one of the base model's versions), belong to the adapters' tenant (`adapter-on-own-tenants-base`) and run vLLM's
     generate runner. Otherwise the batch tier of its adapters is refused here, naming the key."""
-    models = {m.name: m for m in config.models}
+    models = config.models_by_name
     for index, model in enumerate(config.models):
         target = models.get(model.batch_model) if model.batch_model is not None else None
         if not model.adapters or target is None or target is model:

@@ -142,7 +142,7 @@ def check_chat_templates(config: PlatformConfig) -> Iterator[ConfigIssue]:
 
 def check_batch_models(config: PlatformConfig) -> Iterator[ConfigIssue]:
     """A model's batch model exists, is another model, serves the batch tier and keeps it."""
-    models = {m.name: m for m in config.models}
+    models = config.models_by_name
     for index, model in enumerate(config.models):
         if model.batch_model is None:
             continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.alias_generators import to_camel
@@ -33,6 +33,16 @@ class ConfigModel(BaseModel):
         validate_by_name=True,
         validate_by_alias=True,
     )
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy whose lookups derived from its fields (a `cached_property`, kept in the instance's `__dict__`, which
+        pydantic copies whole) are found again from its own fields: the registry's resolution copies the config with
+        new models, and would otherwise read the original's."""
+        copied = super().model_copy(update=update, deep=deep)
+        fields = type(self).model_fields
+        for derived in [name for name in copied.__dict__ if name not in fields]:
+            del copied.__dict__[derived]
+        return copied
 
 
 # Every pattern of a field type is applied with `fullmatch`: Python's `$` also matches before a trailing

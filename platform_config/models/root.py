@@ -3,6 +3,7 @@ change may acknowledge, and the keys that hold secrets."""
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
@@ -151,6 +152,22 @@ class PlatformConfig(ConfigModel):
                 pool = {**pool, "weightCache": {**cache, "medium": default}}
             filled.append(pool)
         return {**data, "nodePools": filled}
+
+    @cached_property
+    def models_by_name(self) -> dict[str, ModelConfig]:
+        """Each model by its name (names are unique: `check_unique_names`), found once for the plan and the checks."""
+        return {model.name: model for model in self.models}
+
+    @cached_property
+    def batch_senders(self) -> dict[str, tuple[ModelConfig, ...]]:
+        """The models that send their batch tier to each model (`batchModel`), in stack order, by the receiving model's
+        name: read per model by its served tiers, aliases and adapters, so found once here rather than by a scan of
+        every model for each (quadratic at a thousand models)."""
+        senders: dict[str, list[ModelConfig]] = {}
+        for model in self.models:
+            if model.batch_model is not None:
+                senders.setdefault(model.batch_model, []).append(model)
+        return {name: tuple(models) for name, models in senders.items()}
 
 
 # Top-level keys that hold secrets: read as Pulumi secrets, never stored in the model. Each
