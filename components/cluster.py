@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_aws as aws
@@ -28,14 +28,19 @@ NODE_POLICIES = (
 )
 CONTROL_PLANE_LOGS = ["api", "audit", "authenticator"]
 
+
 # Node instance metadata: IMDSv2 only, and a hop limit of 1 so a token's PUT answer dies on the
 # pod's extra hop: pods cannot read the node role's credentials. The node's own agents and
 # hostNetwork pods (kubelet, the VPC CNI, the Pod Identity Agent) are one hop away and keep it;
 # the controllers that would ask IMDS for their region or VPC are given them (the load balancer
-# controller's region and vpcId, the cluster autoscaler's awsRegion).
-NODE_METADATA_OPTIONS = aws.ec2.LaunchTemplateMetadataOptionsArgs(
-    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
-)
+# controller's region and vpcId, the cluster autoscaler's awsRegion). Built where a launch template is: pulumi-aws
+# imports its `ec2` module (about 0.3 s) on first use, which a stack on an existing cluster never needs.
+def node_metadata_options() -> aws.ec2.LaunchTemplateMetadataOptionsArgs:
+    return aws.ec2.LaunchTemplateMetadataOptionsArgs(
+        http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
+    )
+
+
 # The volume EKS's `diskSize` would size, which a launch template must size instead (EKS
 # CreateNodegroup: no diskSize with a launch template): the root volume, except Bottlerocket's
 # data volume (/dev/xvda holds only its OS).
@@ -89,7 +94,7 @@ def node_launch_template(
         ]
     template = aws.ec2.LaunchTemplate(
         name,
-        metadata_options=NODE_METADATA_OPTIONS,
+        metadata_options=node_metadata_options(),
         block_device_mappings=disks or None,
         user_data=instance_store_user_data() if instance_store_raid0 else None,
         update_default_version=True,
@@ -119,14 +124,17 @@ VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
 
 
 class Cluster(pulumi.ComponentResource):
-    name: pulumi.Output[str]
-    kubeconfig: pulumi.Output[str] | None
-    node_role_arn: pulumi.Output[str] | None
-    subnet_ids: list[str]
-    oidc_provider_arn: pulumi.Output[str] | None
-    oidc_issuer: pulumi.Output[str] | None
-    vpc_id: pulumi.Output[str] | None
-    eks_cluster: aws.eks.Cluster | None
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        name: pulumi.Output[str]
+        kubeconfig: pulumi.Output[str] | None
+        node_role_arn: pulumi.Output[str] | None
+        subnet_ids: list[str]
+        oidc_provider_arn: pulumi.Output[str] | None
+        oidc_issuer: pulumi.Output[str] | None
+        vpc_id: pulumi.Output[str] | None
+        eks_cluster: aws.eks.Cluster | None
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:cluster:Cluster", name, None, opts)

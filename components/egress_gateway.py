@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -52,14 +52,17 @@ class EgressGatewayArgs:
 
 
 class EgressGateway(pulumi.ComponentResource):
-    release: k8s.helm.v3.Release
-    # By tenant, the hosts that go through the gateway, which its own routes name.
-    hosts: dict[str, tuple[ExternalHost, ...]]
-    # What every tenant's pods need before they start: the gateway running and its routes in place (ready_for adds a
-    # tenant's own authorization).
-    ready: tuple[pulumi.Resource, ...]
-    # By tenant, its authorization at the gateway, where it reaches any host through it.
-    authorizations: dict[str, pulumi.Resource]
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        release: k8s.helm.v3.Release
+        # By tenant, the hosts that go through the gateway, which its own routes name.
+        hosts: dict[str, tuple[ExternalHost, ...]]
+        # What every tenant's pods need before they start: the gateway running and its routes in place (ready_for adds a
+        # tenant's own authorization).
+        ready: tuple[pulumi.Resource, ...]
+        # By tenant, its authorization at the gateway, where it reaches any host through it.
+        authorizations: dict[str, pulumi.Resource]
 
     def __init__(self, name: str, args: EgressGatewayArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:egress-gateway:EgressGateway", name, None, opts)

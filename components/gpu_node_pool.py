@@ -8,6 +8,7 @@ records what they must carry (labels, taint) and what they advertise.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_aws as aws
@@ -57,8 +58,11 @@ class GpuNodePoolArgs:
 
 
 class GpuNodePool(pulumi.ComponentResource):
-    advertised: dict[str, int]
-    labels: dict[str, str]
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        advertised: dict[str, int]
+        labels: dict[str, str]
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:gpu-node-pool:GpuNodePool", name, None, opts)

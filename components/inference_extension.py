@@ -4,6 +4,8 @@ release manifest."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -41,8 +43,11 @@ class InferenceExtensionCrds(pulumi.ComponentResource):
     through discovery (pkg/epp/server/controller_config.go), but gives every request the default
     priority."""
 
-    inference_pool: k8s.yaml.v2.ConfigFile
-    llm_d: k8s.yaml.v2.ConfigFile
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        inference_pool: k8s.yaml.v2.ConfigFile
+        llm_d: k8s.yaml.v2.ConfigFile
 
     def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:inference-extension:InferenceExtensionCrds", name, None, opts)

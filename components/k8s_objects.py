@@ -4,7 +4,7 @@ components live in."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -41,7 +41,10 @@ class KubernetesObject(pulumi.CustomResource):
     and `up` and a typed copy of every output. Outputs here are the manifest's top-level fields
     as plain Outputs (`obj.metadata["name"]`, not `obj.metadata.name`)."""
 
-    metadata: pulumi.Output[dict[str, Any]]
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        metadata: pulumi.Output[dict[str, Any]]
 
     def __init__(self, name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions):
         token = type_token(manifest["apiVersion"], manifest["kind"])

@@ -4,6 +4,7 @@ KnativeServing resource that enables the pod features model servers need."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -28,7 +29,10 @@ class KnativeServingArgs:
 
 
 class KnativeServing(pulumi.ComponentResource):
-    serving: k8s.apiextensions.CustomResource
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        serving: k8s.apiextensions.CustomResource
 
     def __init__(self, name: str, args: KnativeServingArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:knative-serving:KnativeServing", name, None, opts)

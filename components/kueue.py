@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pulumi
 
@@ -52,8 +53,11 @@ class KueueArgs:
 
 
 class Kueue(pulumi.ComponentResource):
-    # What a LocalQueue and a queued Job wait for: the CRDs, webhooks and ClusterQueues.
-    ready: list[pulumi.Resource]
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        # What a LocalQueue and a queued Job wait for: the CRDs, webhooks and ClusterQueues.
+        ready: list[pulumi.Resource]
 
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:kueue:Kueue", name, None, opts)

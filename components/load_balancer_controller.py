@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -147,7 +147,10 @@ class LoadBalancerControllerArgs:
 
 
 class LoadBalancerController(pulumi.ComponentResource):
-    release: k8s.helm.v3.Release
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        release: k8s.helm.v3.Release
 
     def __init__(self, name: str, args: LoadBalancerControllerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:load-balancer-controller:LoadBalancerController", name, None, opts)

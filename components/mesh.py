@@ -8,6 +8,7 @@ merging lets Prometheus scrape application metrics through the sidecar while mTL
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -43,9 +44,12 @@ class MeshArgs:
 
 
 class Mesh(pulumi.ComponentResource):
-    base: k8s.helm.v3.Release
-    istiod: k8s.helm.v3.Release
-    gateway: k8s.helm.v3.Release
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        base: k8s.helm.v3.Release
+        istiod: k8s.helm.v3.Release
+        gateway: k8s.helm.v3.Release
 
     def __init__(self, name: str, args: MeshArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:mesh:Mesh", name, None, opts)

@@ -4,6 +4,7 @@ HPAs read, such as the Istio ingress gateway's and Knative's own; without it the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -25,7 +26,10 @@ class MetricsServerArgs:
 
 
 class MetricsServer(pulumi.ComponentResource):
-    release: k8s.helm.v3.Release
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        release: k8s.helm.v3.Release
 
     def __init__(self, name: str, args: MetricsServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:metrics-server:MetricsServer", name, None, opts)

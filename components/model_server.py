@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pulumi
 
@@ -57,8 +58,11 @@ def register(name: str, obj: ServerObject, opts: pulumi.ResourceOptions) -> pulu
 
 
 class ModelServer(pulumi.ComponentResource):
-    # What routes wait for before sending traffic here (the rolled-out pods, their Service).
-    serving_objects: tuple[pulumi.Resource, ...]
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        # What routes wait for before sending traffic here (the rolled-out pods, their Service).
+        serving_objects: tuple[pulumi.Resource, ...]
 
     def __init__(self, name: str, args: ModelServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:model-server:ModelServer", name, None, opts)

@@ -3,6 +3,8 @@ so vLLM and DCGM metrics are scraped and HPA metrics can be served from them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -16,8 +18,11 @@ from .specs.slo_rules import ALLOWED_POD_LABELS
 
 
 class Monitoring(pulumi.ComponentResource):
-    release: k8s.helm.v3.Release
-    namespace: KubernetesObject
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        release: k8s.helm.v3.Release
+        namespace: KubernetesObject
 
     def __init__(self, name: str, chart_image_values: ChartImageValues, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:monitoring:Monitoring", name, None, opts)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pulumi
 
 from .constants import PACKAGE
@@ -10,8 +12,11 @@ from .specs import tenancy
 
 
 class PriorityClasses(pulumi.ComponentResource):
-    # Pods naming a class that does not exist yet are refused at admission: they wait for these.
-    classes: list[KubernetesObject]
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        # Pods naming a class that does not exist yet are refused at admission: they wait for these.
+        classes: list[KubernetesObject]
 
     def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:priority-classes:PriorityClasses", name, None, opts)

@@ -5,6 +5,7 @@ pickers' flow-control queues as metrics of their InferencePools."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -31,7 +32,10 @@ class PrometheusAdapterArgs:
 
 
 class PrometheusAdapter(pulumi.ComponentResource):
-    release: k8s.helm.v3.Release
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        release: k8s.helm.v3.Release
 
     def __init__(self, name: str, args: PrometheusAdapterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:prometheus-adapter:PrometheusAdapter", name, None, opts)

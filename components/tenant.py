@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pulumi
 
@@ -45,18 +46,21 @@ class TenantArgs:
 
 
 class Tenant(pulumi.ComponentResource):
-    namespace: pulumi.Output[str]
-    # The Namespace object: what any object of the tenant's needs first.
-    namespace_object: KubernetesObject
-    # What must be in place before a pod of the tenant's starts: its quotas and default limits
-    # (admission), the deny-by-default ingress NetworkPolicy and the mesh's STRICT mTLS and
-    # authorization (no window in which a pod is exposed), its egress policies (the deny and
-    # what a starting server needs: DNS, istiod, its weights' download), its token Secret. The
-    # ingress allow-policies only open traffic up, so pods need not wait for them (until they
-    # exist, traffic to a new pod is refused, never let through; and when a whole tenant is
-    # destroyed they may go before its pods finish draining). Pod-making objects depend on
-    # these, not on the whole component (which would make every object wait on all of them).
-    workload_prerequisites: tuple[pulumi.Resource, ...]
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        namespace: pulumi.Output[str]
+        # The Namespace object: what any object of the tenant's needs first.
+        namespace_object: KubernetesObject
+        # What must be in place before a pod of the tenant's starts: its quotas and default limits
+        # (admission), the deny-by-default ingress NetworkPolicy and the mesh's STRICT mTLS and
+        # authorization (no window in which a pod is exposed), its egress policies (the deny and
+        # what a starting server needs: DNS, istiod, its weights' download), its token Secret. The
+        # ingress allow-policies only open traffic up, so pods need not wait for them (until they
+        # exist, traffic to a new pod is refused, never let through; and when a whole tenant is
+        # destroyed they may go before its pods finish draining). Pod-making objects depend on
+        # these, not on the whole component (which would make every object wait on all of them).
+        workload_prerequisites: tuple[pulumi.Resource, ...]
 
     def __init__(self, name: str, args: TenantArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:tenant:Tenant", name, None, opts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_aws as aws
@@ -37,9 +38,12 @@ class WorkloadIdentityArgs:
 
 
 class WorkloadIdentity(pulumi.ComponentResource):
-    role_arn: pulumi.Output[str]
-    # Annotations the service account needs (IRSA); empty for Pod Identity.
-    service_account_annotations: pulumi.Output[dict[str, str]]
+    # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
+    # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
+    if TYPE_CHECKING:
+        role_arn: pulumi.Output[str]
+        # Annotations the service account needs (IRSA); empty for Pod Identity.
+        service_account_annotations: pulumi.Output[dict[str, str]]
 
     def __init__(self, name: str, args: WorkloadIdentityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:workload-identity:WorkloadIdentity", name, None, opts)
