@@ -16,6 +16,7 @@ import pulumi_aws as aws
 
 from platform_config.models import ClusterConfig, EksSettings
 
+from .aws_objects import LAUNCH_TEMPLATE, AwsResource
 from .constants import PACKAGE, SYSTEM_NODE_SELECTOR
 
 EKS_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
@@ -33,14 +34,8 @@ CONTROL_PLANE_LOGS = ["api", "audit", "authenticator"]
 # pod's extra hop: pods cannot read the node role's credentials. The node's own agents and
 # hostNetwork pods (kubelet, the VPC CNI, the Pod Identity Agent) are one hop away and keep it;
 # the controllers that would ask IMDS for their region or VPC are given them (the load balancer
-# controller's region and vpcId, the cluster autoscaler's awsRegion). Built where a launch template is: pulumi-aws
-# imports its `ec2` module (about 0.3 s) on first use, which a stack on an existing cluster never needs.
-def node_metadata_options() -> aws.ec2.LaunchTemplateMetadataOptionsArgs:
-    return aws.ec2.LaunchTemplateMetadataOptionsArgs(
-        http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
-    )
-
-
+# controller's region and vpcId, the cluster autoscaler's awsRegion).
+NODE_METADATA_OPTIONS = {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1}
 # The volume EKS's `diskSize` would size, which a launch template must size instead (EKS
 # CreateNodegroup: no diskSize with a launch template): the root volume, except Bottlerocket's
 # data volume (/dev/xvda holds only its OS).
@@ -82,26 +77,14 @@ def node_launch_template(
     """A launch template for a managed node group: locked-down instance metadata, the node
     disk when `disk_size_gib` is given (EKS's default otherwise), and the instance store as
     RAID0 for the kubelet and containerd when `instance_store_raid0`."""
-    disks = []
+    inputs: dict[str, Any] = {"metadataOptions": NODE_METADATA_OPTIONS, "updateDefaultVersion": True, "tags": tags}
     if disk_size_gib is not None:
-        disks = [
-            aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                device_name=NODE_DISK_DEVICE.get(ami_type, ROOT_DISK_DEVICE),
-                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                    volume_size=disk_size_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"
-                ),
-            )
-        ]
-    template = aws.ec2.LaunchTemplate(
-        name,
-        metadata_options=node_metadata_options(),
-        block_device_mappings=disks or None,
-        user_data=instance_store_user_data() if instance_store_raid0 else None,
-        update_default_version=True,
-        tags=tags,
-        opts=opts,
-    )
-    return aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str))
+        ebs = {"volumeSize": disk_size_gib, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true"}
+        inputs["blockDeviceMappings"] = [{"deviceName": NODE_DISK_DEVICE.get(ami_type, ROOT_DISK_DEVICE), "ebs": ebs}]
+    if instance_store_raid0:
+        inputs["userData"] = instance_store_user_data()
+    template = AwsResource(LAUNCH_TEMPLATE, name, inputs, opts, outputs=("latestVersion",))
+    return aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.output("latestVersion").apply(str))
 
 
 def assume_role_policy(service: str, actions: tuple[str, ...] = ("sts:AssumeRole",)) -> str:

@@ -10,12 +10,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_aws as aws
 
 from platform_config.models import WeightMirrorConfig
 from platform_config.namespaces import MIRROR_NAMESPACE
 from platform_config.weight_mirror import MirroredRevision
 
+from .aws_objects import (
+    S3_BUCKET,
+    S3_BUCKET_POLICY,
+    S3_ENCRYPTION,
+    S3_LIFECYCLE,
+    S3_OWNERSHIP_CONTROLS,
+    S3_PUBLIC_ACCESS_BLOCK,
+    VPC_ENDPOINT,
+    AwsResource,
+)
 from .constants import PACKAGE
 from .k8s_objects import KubernetesObject
 from .specs import weight_mirror as specs
@@ -47,14 +56,18 @@ class WeightMirror(pulumi.ComponentResource):
         # What the Jobs write through: the bucket with its settings, and the route to S3 where the stack adds one.
         storage: list[pulumi.Resource] = self._bucket(name, mirror.bucket, args.tags) if mirror.create else []
         if mirror.s3_gateway_endpoint is not None:
-            endpoint = aws.ec2.VpcEndpoint(
+            region = pulumi.Output.from_input(args.region)
+            endpoint = AwsResource(
+                VPC_ENDPOINT,
                 f"{name}-s3-gateway-endpoint",
-                vpc_id=args.vpc_id,
-                service_name=pulumi.Output.from_input(args.region).apply(lambda region: f"com.amazonaws.{region}.s3"),
-                vpc_endpoint_type="Gateway",
-                route_table_ids=list(mirror.s3_gateway_endpoint.route_table_ids),
-                tags=args.tags,
-                opts=child,
+                {
+                    "vpcId": args.vpc_id,
+                    "serviceName": region.apply(lambda region: f"com.amazonaws.{region}.s3"),
+                    "vpcEndpointType": "Gateway",
+                    "routeTableIds": list(mirror.s3_gateway_endpoint.route_table_ids),
+                    "tags": args.tags,
+                },
+                child,
             )
             storage.append(endpoint)
 
@@ -115,75 +128,65 @@ class WeightMirror(pulumi.ComponentResource):
     def _bucket(self, name: str, bucket_name: str, tags: dict[str, str]) -> list[pulumi.Resource]:
         """The bucket and its settings."""
         # Kept when the stack drops it: the copies are data, and S3 refuses to delete a bucket that holds objects.
-        bucket = aws.s3.Bucket(
+        bucket = AwsResource(
+            S3_BUCKET,
             f"{name}-bucket",
-            bucket=bucket_name,
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            {"bucket": bucket_name, "tags": tags},
+            pulumi.ResourceOptions(parent=self, retain_on_delete=True),
         )
         # Its settings stay with it: a kept bucket must not lose its access block, encryption or TLS-only policy.
         after = pulumi.ResourceOptions(parent=self, depends_on=[bucket], retain_on_delete=True)
-        public_access_block = aws.s3.BucketPublicAccessBlock(
-            f"{name}-public-access-block",
-            bucket=bucket.id,
-            block_public_acls=True,
-            block_public_policy=True,
-            ignore_public_acls=True,
-            restrict_public_buckets=True,
-            opts=after,
+        blocked = {"blockPublicAcls": True, "blockPublicPolicy": True, "ignorePublicAcls": True, "restrictPublicBuckets": True}
+        public_access_block = AwsResource(
+            S3_PUBLIC_ACCESS_BLOCK, f"{name}-public-access-block", {"bucket": bucket.id, **blocked}, after
         )
-        ownership = aws.s3.BucketOwnershipControls(
+        ownership = AwsResource(
+            S3_OWNERSHIP_CONTROLS,
             f"{name}-ownership",
-            bucket=bucket.id,
-            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
-            opts=after,
+            {"bucket": bucket.id, "rule": {"objectOwnership": "BucketOwnerEnforced"}},
+            after,
         )
-        encryption = aws.s3.BucketServerSideEncryptionConfiguration(
+        encryption = AwsResource(
+            S3_ENCRYPTION,
             f"{name}-encryption",
-            bucket=bucket.id,
-            rules=[
-                aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
-                    apply_server_side_encryption_by_default=aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
-                        sse_algorithm="AES256"
-                    )
-                )
-            ],
-            opts=after,
+            {"bucket": bucket.id, "rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}]},
+            after,
         )
-        lifecycle = aws.s3.BucketLifecycleConfiguration(
+        abandoned = {"daysAfterInitiation": ABANDONED_UPLOAD_DAYS}
+        lifecycle = AwsResource(
+            S3_LIFECYCLE,
             f"{name}-lifecycle",
-            bucket=bucket.id,
-            rules=[
-                aws.s3.BucketLifecycleConfigurationRuleArgs(
-                    id="abort-abandoned-uploads",
-                    status="Enabled",
-                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
-                    abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
-                        days_after_initiation=ABANDONED_UPLOAD_DAYS
-                    ),
-                )
-            ],
-            opts=after,
+            {
+                "bucket": bucket.id,
+                "rules": [
+                    {
+                        "id": "abort-abandoned-uploads",
+                        "status": "Enabled",
+                        "filter": {"prefix": ""},
+                        "abortIncompleteMultipartUpload": abandoned,
+                    }
+                ],
+            },
+            after,
         )
-        tls_only = aws.s3.BucketPolicy(
-            f"{name}-tls-only",
-            bucket=bucket.id,
-            policy=json.dumps(
+        tls_only_policy = {
+            "Version": "2012-10-17",
+            "Statement": [
                 {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Sid": "DenyInsecureTransport",
-                            "Effect": "Deny",
-                            "Principal": "*",
-                            "Action": "s3:*",
-                            "Resource": [f"arn:aws:s3:::{bucket_name}", f"arn:aws:s3:::{bucket_name}/*"],
-                            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-                        }
-                    ],
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [f"arn:aws:s3:::{bucket_name}", f"arn:aws:s3:::{bucket_name}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
                 }
-            ),
+            ],
+        }
+        tls_only = AwsResource(
+            S3_BUCKET_POLICY,
+            f"{name}-tls-only",
+            {"bucket": bucket.id, "policy": json.dumps(tls_only_policy)},
             # S3 answers 409 OperationAborted to a bucket policy put while the public access block is being set.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[bucket, public_access_block], retain_on_delete=True),
+            pulumi.ResourceOptions(parent=self, depends_on=[bucket, public_access_block], retain_on_delete=True),
         )
         return [bucket, public_access_block, ownership, encryption, lifecycle, tls_only]

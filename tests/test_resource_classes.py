@@ -46,3 +46,20 @@ def test_importing_the_program_loads_no_aws_service_module_until_a_stack_declare
     )
     loaded = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]", loaded.stdout
+
+
+def test_previewing_an_eks_stack_with_a_weight_mirror_loads_neither_the_ec2_nor_the_s3_module(tmp_path):
+    """Prod declares launch templates, an S3 gateway endpoint and the mirror's bucket: registered by their type tokens
+    (components/aws_objects.py), so pulumi-aws' `ec2` and `s3` packages (0.45 s of imports) stay unloaded."""
+    script = (
+        "import os, sys\n"
+        "from preview.cli import main\n"
+        f"sys.argv = ['preview', '--stack', 'prod', '--out', {str(tmp_path)!r}]\n"
+        "code = main()\n"
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith(('pulumi_aws.ec2.', 'pulumi_aws.s3.'))}))\n"
+        "sys.stdout.flush()\n"
+        "os._exit(code)\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.strip().splitlines()[-1] == "[]"

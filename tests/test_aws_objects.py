@@ -1,0 +1,121 @@
+"""The launch templates, the S3 gateway endpoint and the weight mirror's bucket are registered by
+`components.aws_objects.AwsResource`, not by pulumi-aws' typed classes (whose `ec2` and `s3` modules took a preview
+0.45 s to import): these tests hold it to registering exactly what the typed class would (type token, inputs,
+provider version, secret outputs, aliases), resource by resource, under the same mock engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components import aws_objects
+
+from .helpers import ROOT, Evaluated, raw_stack
+
+# Registers each recorded resource twice: through AwsResource and through the typed class, the recorded inputs given as
+# the typed class's keyword arguments (snake_case names; a map's keys, the tags', kept as they are).
+TWIN_PROGRAM = """
+import json, os
+import pulumi
+import pulumi_aws as aws
+from pydantic.alias_generators import to_snake
+from components.aws_objects import AwsResource
+
+def keywords(value, key=None):
+    if isinstance(value, dict) and key != "tags":
+        return {to_snake(k): keywords(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [keywords(v) for v in value]
+    return value
+
+for index, (token, inputs) in enumerate(json.loads(os.environ["TWIN_RESOURCES"])):
+    module, _, kind = token.split(":", 1)[1].partition("/")
+    typed_class = getattr(getattr(aws, module), token.rsplit(":", 1)[1])
+    generic = AwsResource(token, f"generic-{index}", inputs, pulumi.ResourceOptions())
+    typed = typed_class(f"typed-{index}", **keywords(inputs))
+    for side, resource in (("generic", generic), ("typed", typed)):
+        pulumi.export(f"aliases-{side}-{index}", pulumi.Output.all(*resource._aliases))
+"""
+
+GENERIC_TOKENS = {
+    value for name, value in vars(aws_objects).items() if name.isupper() and isinstance(value, str) and value.startswith("aws:")
+}
+
+
+@pytest.fixture(scope="module")
+def prod() -> Evaluated:
+    return Evaluated(
+        raw_stack("prod"), secrets={"inference-platform:huggingFaceTokens": json.dumps({"serving": "hf_test_token"})}
+    )
+
+
+def test_prod_declares_every_type_registered_generically(prod):
+    assert len(GENERIC_TOKENS) == 8
+    assert GENERIC_TOKENS <= {record.type for record in prod.records}
+
+
+def test_registered_exactly_as_the_typed_classes_register_them(prod, tmp_path, monkeypatch):
+    from preview.engine import evaluate
+    from preview.render import plain, unsecret
+
+    from .helpers import stack_config_from_raw
+
+    samples = {}
+    for record in prod.records:
+        if record.type in GENERIC_TOKENS and record.type not in samples:
+            samples[record.type] = unsecret(record.inputs)
+    # The VPC is the cluster's, unknown at preview (so absent from the record); the typed class requires one.
+    samples[aws_objects.VPC_ENDPOINT] = {"vpcId": "vpc-0preview", **samples[aws_objects.VPC_ENDPOINT]}
+    program = tmp_path / "twins"
+    program.mkdir()
+    (program / "__main__.py").write_text(TWIN_PROGRAM)
+    monkeypatch.setenv("TWIN_RESOURCES", json.dumps(list(samples.items())))
+    monkeypatch.syspath_prepend(str(ROOT))
+    twins = evaluate(program, stack_config_from_raw({}))
+    by_name = {r.name: r for r in twins.resources}
+    aliased = set()
+    for index, token in enumerate(samples):
+        generic, typed = by_name[f"generic-{index}"], by_name[f"typed-{index}"]
+        assert generic.type == typed.type == token
+        assert plain(generic.inputs) == plain(typed.inputs), token
+        assert sorted(generic.additional_secret_outputs) == sorted(typed.additional_secret_outputs), token
+        assert generic.version == typed.version and generic.version, token
+        aliases = {side: twins.stack_outputs[f"aliases-{side}-{index}"] for side in ("generic", "typed")}
+        # URNs of the alias types, named by each side's own name: compared by type.
+        by_type = {side: {urn.split("::")[2] for urn in urns} for side, urns in aliases.items()}
+        assert by_type["generic"] == by_type["typed"], token
+        aliased |= by_type["typed"]
+    assert aliased == {alias for aliases in aws_objects.TYPE_ALIASES.values() for alias in aliases}
+
+
+def test_the_tokens_and_aliases_read_pulumi_aws_own_source():
+    """The typed classes' registration strings, read from the installed package."""
+    import pulumi_aws
+
+    package = Path(pulumi_aws.__file__).parent
+    sources = {
+        aws_objects.LAUNCH_TEMPLATE: "ec2/launch_template.py",
+        aws_objects.VPC_ENDPOINT: "ec2/vpc_endpoint.py",
+        aws_objects.S3_BUCKET: "s3/bucket.py",
+        aws_objects.S3_PUBLIC_ACCESS_BLOCK: "s3/bucket_public_access_block.py",
+        aws_objects.S3_OWNERSHIP_CONTROLS: "s3/bucket_ownership_controls.py",
+        aws_objects.S3_ENCRYPTION: "s3/bucket_server_side_encryption_configuration.py",
+        aws_objects.S3_LIFECYCLE: "s3/bucket_lifecycle_configuration.py",
+        aws_objects.S3_BUCKET_POLICY: "s3/bucket_policy.py",
+    }
+    assert set(sources) == GENERIC_TOKENS
+    for token, path in sources.items():
+        text = (package / path).read_text()
+        assert f"'{token}'" in text, token
+        for alias in aws_objects.TYPE_ALIASES.get(token, ()):
+            assert f'pulumi.Alias(type_="{alias}")' in text, alias
+        assert ("alias_opts" in text) == (token in aws_objects.TYPE_ALIASES), token
+
+
+def test_an_output_not_named_at_registration_is_refused():
+    resource = aws_objects.AwsResource.__new__(aws_objects.AwsResource)
+    resource._outputs = ("latestVersion",)
+    with pytest.raises(KeyError, match="'arn' was not named"):
+        resource.output("arn")
