@@ -10,9 +10,13 @@ fails when any is stale.
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import json
 import re
 import sys
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -21,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
+from .models.base import ConfigModel
 from .provider_keys import ALLOWED as PROVIDER_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,11 +99,66 @@ not `4`), and every problem is reported with its full key path, e.g.
 """
 
 
+def _attribute_docstrings(model: type[BaseModel]) -> dict[str, str]:
+    """The docstring under each field a model's class body declares, as pydantic's `use_attribute_docstrings` reads
+    them (pydantic/_internal/_docs_extraction.py: a string expression right after an annotated assignment, cleaned by
+    `inspect.cleandoc`)."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(model))).body[0]
+    assert isinstance(body, ast.ClassDef)
+    docs = {}
+    for node, following in zip(body.body, body.body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[node.target.id] = inspect.cleandoc(following.value.value)
+    return docs
+
+
+def _config_models() -> list[type[ConfigModel]]:
+    found: list[type[ConfigModel]] = []
+    pending = list(ConfigModel.__subclasses__())
+    while pending:
+        model = pending.pop()
+        if model not in found:
+            found.append(model)
+            pending.extend(model.__subclasses__())
+    return found
+
+
+@functools.cache
+def described_models() -> None:
+    """Every config model's fields given their docstrings as descriptions (a field a class inherits, its declaring
+    class's), then the models rebuilt until the root's schema holds them all: a model's schema embeds the schemas
+    of the models its fields hold as they were built, so each pass carries the descriptions one level further up."""
+    models = _config_models()
+    for model in models:
+        docs: dict[str, str] = {}
+        for declaring in reversed(model.__mro__):
+            if isinstance(declaring, type) and issubclass(declaring, ConfigModel) and declaring is not ConfigModel:
+                docs.update(_attribute_docstrings(declaring))
+        for name, field in model.model_fields.items():
+            if field.description is None and name in docs:
+                field.description = docs[name]
+    schema: dict[str, Any] | None = None
+    while True:
+        for model in models:
+            model.model_rebuild(force=True)
+        rebuilt = PlatformConfig.model_json_schema(by_alias=True, mode="validation")
+        if rebuilt == schema:
+            return
+        schema = rebuilt
+
+
 def _clean(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
 def _model_schema() -> dict[str, Any]:
+    described_models()
     schema = PlatformConfig.model_json_schema(by_alias=True, mode="validation")
     return json.loads(
         json.dumps(schema),
@@ -296,6 +356,7 @@ def _fields(model: type[BaseModel]) -> str:
 def project_summaries() -> dict[str, str]:
     """Each structured top-level key's summary for `Pulumi.yaml`: what it holds, its docstring's first
     sentence, and its keys (the full structure: docs/reference/config.md)."""
+    described_models()
     summaries = {}
     for name, field in PlatformConfig.model_fields.items():
         kind, inner = _unwrap(field.annotation)
