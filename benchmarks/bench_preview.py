@@ -287,10 +287,10 @@ class WarmWorker:
         self.cache = tmpdir / "prod-warm-cache"
         self.env = {"PERFORMANCE_CACHE_DIR": str(self.cache), **WARM_IDLE}
         preview(["--stack", "prod"], tmpdir / "prod-warm", self.env)
-        socket = worker_socket(performance_python(), self.cache)
+        socket, why = worker_socket(performance_python(), self.cache)
         self.pid = worker_pid(socket) if socket is not None else None
         if self.pid is None:
-            raise SystemExit(f"no Serving performance worker stayed up in {self.cache} (is .venv-perf installed?)")
+            raise SystemExit(f"no Serving performance worker stayed up in {self.cache}: {why or 'is .venv-perf installed?'}")
 
     def preview(self, round_: int) -> Finished:
         stack = yaml.safe_load((ROOT / "stacks" / "Pulumi.prod.yaml").read_text())

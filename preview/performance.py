@@ -284,6 +284,9 @@ def performance_section(
     plotted, plot_note = _latency_plot(records, previous, prediction, out)
     markdown = table + _notes(verdicts, answer, previous) + ["", plot_note]
     markdown += ["", *[f"- {line}" for line in findings_lines]] if findings_lines else []
+    # Every preview pays the worker's start while this holds: said where a worker would otherwise stay up.
+    no_worker = [f"No worker stays up for the next previews: {prediction.no_worker}"] if prediction.no_worker else []
+    markdown += ["", *no_worker] if no_worker else []
     checked = sum(1 for v in verdicts if v.kv is not None)
     predicted = sum(1 for v in verdicts if v.at_target is not None)
     summary = (
@@ -303,11 +306,12 @@ def performance_section(
             "package": answer.get("package"),
             "cached": prediction.cached,
             "answeredBy": prediction.answered_by,
+            "noWorkerStaysUp": prediction.no_worker,
             "plotted": plotted,
             "servingVerdicts": _serving_verdicts(verdicts),
         },
         markdown="\n".join(markdown),
-        lines=lines + findings_lines,
+        lines=lines + findings_lines + no_worker,
         headline="\n".join(table),
     )
 

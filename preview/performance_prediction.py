@@ -26,7 +26,7 @@ from typing import IO, Any
 from platform_config.gpu_catalog import GPU_MODELS
 
 from .performance_serve import connect, peer_pid, received, send_request
-from .report import PROJECT_ROOT, shown_paths
+from .report import PROJECT_ROOT, shown_path, shown_paths
 from .stack_config import StackConfigError
 
 # The vLLM version of the database's measurements the predictions come from (aiconfigurator-core 0.12.0 holds
@@ -46,9 +46,12 @@ def performance_python() -> Path:
 
 # Answers kept per request: the same servers on the same package give the same figures (the tables are data), so a
 # preview whose servers did not change reads them back instead of running aiconfigurator again.
+CACHE_DIR_ENV = "PERFORMANCE_CACHE_DIR"
+
+
 def cache_dir() -> Path:
     """build/performance-cache, or PERFORMANCE_CACHE_DIR (the bench's cold runs give a fresh one)."""
-    return Path(os.environ.get("PERFORMANCE_CACHE_DIR") or PROJECT_ROOT / "build" / "performance-cache")
+    return Path(os.environ.get(CACHE_DIR_ENV) or PROJECT_ROOT / "build" / "performance-cache")
 
 
 def _installed(python: Path) -> list[str]:
@@ -107,22 +110,35 @@ def worker_idle_seconds() -> int:
     return int(text)
 
 
-def worker_socket(python: Path, cache: Path | None = None) -> Path | None:
-    """Where the worker of this code and these packages listens: `<cache>/workers/<digest>.sock` (`cache_dir()` by
-    default); None where no worker can (the folder is not this user's alone, or the path is longer than a socket's
-    address holds)."""
-    folder = (cache or cache_dir()) / WORKERS_FOLDER
+def worker_socket(python: Path, cache: Path | None = None) -> tuple[Path, None] | tuple[None, str]:
+    """Where the worker of this code and these packages listens, `<cache>/workers/<digest>.sock` (`cache_dir()` by
+    default, made absolute: the worker binds it from the project's folder, the preview connects from its own), or why
+    none can: the path is longer than a socket's address holds, or the folder is not this user's alone (another could
+    answer in a worker's place). Paths shown as the report shows them; where the folder is `cache_dir()`'s, what to set
+    for another."""
+    folder = (cache or cache_dir()).absolute() / WORKERS_FOLDER
     path = folder / f"{_worker_digest(python)[:24]}.sock"
-    if len(os.fsencode(path)) > SOCKET_PATH_BYTES:
-        return None
+    shown, elsewhere = shown_path(folder), "" if cache is not None else f"; set {CACHE_DIR_ENV} to another folder"
+    size = len(os.fsencode(path))
+    if size > SOCKET_PATH_BYTES:
+        room = SOCKET_PATH_BYTES - (size - len(os.fsencode(folder.parent)))
+        hint = "" if cache is not None else f": set {CACHE_DIR_ENV} to a folder whose absolute path is at most {room} bytes"
+        holds = f"a socket's address holds {SOCKET_PATH_BYTES}"
+        return None, f"its socket, {shown_path(path)}, is {size} bytes in full, {holds}{hint}"
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         held = folder.lstat()
-    except OSError:
-        return None
-    if not stat.S_ISDIR(held.st_mode) or held.st_uid != os.getuid() or held.st_mode & 0o077:
-        return None
-    return path
+    except OSError as error:
+        return None, f"{shown} cannot be made: {error.strerror or error}{elsewhere}"
+    if not stat.S_ISDIR(held.st_mode):
+        return None, f"{shown} is {'a symbolic link' if stat.S_ISLNK(held.st_mode) else 'no folder'}{elsewhere}"
+    if held.st_uid != os.getuid():
+        return None, f"{shown} belongs to user {held.st_uid}, not to this one ({os.getuid()}){elsewhere}"
+    if held.st_mode & 0o077:
+        opened = "writable" if held.st_mode & 0o022 else "readable"
+        mode = stat.S_IMODE(held.st_mode)
+        return None, f"{shown} is {opened} by others than its owner (mode {mode:04o}, not 0700: chmod 700 it)"
+    return path, None
 
 
 def worker_pid(path: Path) -> int | None:
@@ -192,6 +208,8 @@ class Prediction:
     idle_seconds: int = 0
     # Who answered: "kept answer", "running worker" or "new worker" (None: nobody was asked).
     answered_by: str | None = None
+    # Why no worker stays up for the next previews (`worker_socket`), where one would (idle_seconds > 0).
+    no_worker: str | None = None
     _process: subprocess.Popen[str] | None = field(default=None, init=False)
     _connection: socket.socket | None = field(default=None, init=False)
     _socket: Path | None = field(default=None, init=False)
@@ -253,13 +271,15 @@ class Prediction:
         if self.python is None or not asked["servers"]:
             return
         self._folder = cache_dir() / _cache_key(asked, self.python)
+        # Said even when the answer is kept: the next preview whose servers change pays the start all the same.
+        if self.idle_seconds > 0:
+            self._socket, self.no_worker = worker_socket(self.python)
         kept = _read_answer(self._folder / "answer.json")
         if kept is not None:
             self._answer = kept
             self.cached = True
             self.answered_by = "kept answer"
             return
-        self._socket = worker_socket(self.python) if self.idle_seconds > 0 else None
         self._connection = connect(self._socket) if self._socket is not None else None
         if self._connection is None:
             self._start()

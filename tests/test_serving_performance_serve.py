@@ -2,7 +2,8 @@
 `--serve`) and how the preview asks it (preview/performance_prediction.py): the same answer, to the byte, as a fresh
 worker's; a request that is none answered with an error; a second worker racing for the socket leaving; the worker
 leaving by itself when idle; a dead worker's socket taken over; a worker of other code or packages never asked; a
-worker that has not answered stopped with its preview, one that has left running; the idle time's setting."""
+worker that has not answered stopped with its preview, one that has left running; the idle time's setting; where no
+worker can stay up (a socket path too long, a workers' folder open to others), the stage saying why."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from preview import performance_prediction
+from preview.performance import performance_section
 from preview.performance_prediction import Prediction, _read_to_end, worker_idle_seconds, worker_pid, worker_socket
+from preview.report import Section, shown_path
 from preview.stack_config import StackConfigError
 
 from .helpers import ROOT
@@ -180,7 +183,7 @@ def test_the_preview_asks_the_running_worker_and_starts_one_where_there_is_none(
     has answered (stop() leaves it be). The next preview, its answer not kept, asks that worker: the same answer.
     A preview of other packages asks a worker of its own; one stopped before its worker answered stops it."""
     monkeypatch.setenv("PERFORMANCE_CACHE_DIR", str(short_folder))
-    path = worker_socket(PERF_PYTHON)
+    path, _ = worker_socket(PERF_PYTHON)
     assert path is not None and path.parent == short_folder / "workers"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
         dead.bind(str(path))  # and closed without removing its file: a worker that was killed
@@ -201,7 +204,7 @@ def test_the_preview_asks_the_running_worker_and_starts_one_where_there_is_none(
     monkeypatch.setattr(performance_prediction, "_installed", lambda python: ["aiconfigurator-0.13.0.dist-info"])
     other = Prediction(PERF_PYTHON, idle_seconds=8)
     other.send([_row()])
-    assert other.answered_by == "new worker" and worker_socket(PERF_PYTHON) != path
+    assert other.answered_by == "new worker" and worker_socket(PERF_PYTHON)[0] != path
     assert other._process is not None
     started = other._process.pid
     other.stop()
@@ -233,13 +236,75 @@ def test_a_bad_idle_time_stops_the_preview_with_exit_2(tmp_path):
 
 def test_no_worker_listens_where_another_user_could_reach_it_or_its_address_does_not_fit(short_folder, monkeypatch):
     """The workers' folder must be this user's alone (another could answer in a worker's place); a socket's address
-    holds 107 bytes."""
+    holds 107 bytes. Each time, why: with the paths shortened as the report shortens them, and what to set."""
     monkeypatch.setenv("PERFORMANCE_CACHE_DIR", str(short_folder))
     workers = short_folder / "workers"
     workers.mkdir(mode=0o700)
-    assert worker_socket(PERF_PYTHON) == workers / f"{performance_prediction._worker_digest(PERF_PYTHON)[:24]}.sock"
-    workers.chmod(0o755)
-    assert worker_socket(PERF_PYTHON) is None
+    digest = performance_prediction._worker_digest(PERF_PYTHON)[:24]
+    assert worker_socket(PERF_PYTHON) == (workers / f"{digest}.sock", None)
+    workers.chmod(0o777)
+    assert worker_socket(PERF_PYTHON) == (
+        None,
+        f"{shown_path(workers)} is writable by others than its owner (mode 0777, not 0700: chmod 700 it)",
+    )
+    workers.chmod(0o750)
+    _, why = worker_socket(PERF_PYTHON)
+    assert why == f"{shown_path(workers)} is readable by others than its owner (mode 0750, not 0700: chmod 700 it)"
     long = short_folder / ("x" * 80)
     monkeypatch.setenv("PERFORMANCE_CACHE_DIR", str(long))
-    assert worker_socket(PERF_PYTHON) is None and not long.exists()
+    size = len(str(long)) + len(f"/workers/{digest}.sock")
+    assert worker_socket(PERF_PYTHON) == (
+        None,
+        f"its socket, {shown_path(long / 'workers' / f'{digest}.sock')}, is {size} bytes in full, a socket's address holds "
+        f"107: set PERFORMANCE_CACHE_DIR to a folder whose absolute path is at most {107 - len(f'/workers/{digest}.sock')} bytes",
+    )
+    assert not long.exists()
+    # A folder given by the caller (the benchmark's): nothing to set.
+    _, why = worker_socket(PERF_PYTHON, long)
+    assert why is not None and why.endswith("a socket's address holds 107")
+
+
+def test_a_relative_cache_folder_gives_the_worker_an_absolute_socket(short_folder, monkeypatch):
+    """The worker binds its socket from the project's folder, the preview connects from its own: one path for both."""
+    monkeypatch.chdir(short_folder)
+    monkeypatch.setenv("PERFORMANCE_CACHE_DIR", "cache")
+    path, why = worker_socket(PERF_PYTHON)
+    assert why is None and path is not None and path.parent == short_folder / "cache" / "workers"
+
+
+def _shape() -> dict:
+    """A servingShapes row as the stage judges it: the worker's request row (`_row`) and what the report reads."""
+    return {**_row(), "key": "inference-platform:models[0].versions[0]", "shape": "s", "replicas": {"max": 2}}
+
+
+@pytest.mark.parametrize("cause", ["long", "open"])
+def test_the_stage_says_why_no_worker_stays_up_when_one_would(short_folder, monkeypatch, cause):
+    """A socket path too long for its address, or a workers' folder open to all (0777): the stage's data, its report.md
+    and its console say why every preview pays the worker's start; with the idle time 0 (no worker would), nothing.
+    The answer is kept, so no worker is started."""
+    cache = short_folder / ("x" * 80) if cause == "long" else short_folder
+    monkeypatch.setenv("PERFORMANCE_CACHE_DIR", str(cache))
+    if cause == "open":
+        (cache / "workers").mkdir(mode=0o700)
+        (cache / "workers").chmod(0o777)
+    asked = performance_prediction.request([_shape()])
+    kept = cache / performance_prediction._cache_key(asked, PERF_PYTHON)
+    kept.mkdir(parents=True)
+    (kept / "answer.json").write_text(json.dumps({"servers": {}}))
+    sections: dict[int, Section] = {}
+    for idle in (600, 0):
+        prediction = Prediction(PERF_PYTHON, idle_seconds=idle)
+        prediction.send([_shape()])
+        assert prediction.answered_by == "kept answer" and prediction._process is None
+        section = performance_section([_shape()], prediction, "advisory")
+        assert section is not None
+        sections[idle] = section
+    said = sections[600].data["noWorkerStaysUp"]
+    expected = "PERFORMANCE_CACHE_DIR to a folder whose absolute path is at most" if cause == "long" else "writable by others"
+    # The folder shown as the report shows paths (from the project), never the machine's absolute path.
+    assert isinstance(said, str) and expected in said and shown_path(cache) in said, said
+    assert not any(word.startswith("/") for word in said.split()), said
+    line = f"No worker stays up for the next previews: {said}"
+    assert sections[600].lines[-1] == line and line in sections[600].markdown.splitlines()
+    assert sections[0].data["noWorkerStaysUp"] is None
+    assert "No worker stays up" not in sections[0].markdown and not any("No worker" in x for x in sections[0].lines)
