@@ -405,3 +405,16 @@ def schema_validator() -> Any:
     from preview.schemas import crd_schema_dir, validator_for
 
     return validator_for("1.33", str(crd_schema_dir()))
+
+
+def evaluate_twins(program_text: str, samples: Any, tmp_path: Path, monkeypatch: Any) -> Any:
+    """Evaluates a program that registers each sample two ways (tests/test_kubernetes_objects.py,
+    tests/test_aws_objects.py), the samples in its TWIN_SAMPLES environment variable as JSON; its evaluation."""
+    from preview.engine import evaluate
+
+    program = tmp_path / "twins"
+    program.mkdir()
+    (program / "__main__.py").write_text(program_text)
+    monkeypatch.setenv("TWIN_SAMPLES", json.dumps(samples))
+    monkeypatch.syspath_prepend(str(ROOT))
+    return evaluate(program, stack_config_from_raw({}))

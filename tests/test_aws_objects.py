@@ -12,7 +12,7 @@ import pytest
 
 from components import aws_objects
 
-from .helpers import ROOT, Evaluated, raw_stack
+from .helpers import Evaluated, evaluate_twins, raw_stack
 
 # Registers each recorded resource twice: through AwsResource and through the typed class, the recorded inputs given as
 # the typed class's keyword arguments (snake_case names; a map's keys, the tags', kept as they are).
@@ -30,7 +30,7 @@ def keywords(value, key=None):
         return [keywords(v) for v in value]
     return value
 
-for index, (token, inputs) in enumerate(json.loads(os.environ["TWIN_RESOURCES"])):
+for index, (token, inputs) in enumerate(json.loads(os.environ["TWIN_SAMPLES"])):
     module, _, kind = token.split(":", 1)[1].partition("/")
     typed_class = getattr(getattr(aws, module), token.rsplit(":", 1)[1])
     generic = AwsResource(token, f"generic-{index}", inputs, pulumi.ResourceOptions())
@@ -57,10 +57,7 @@ def test_prod_declares_every_type_registered_generically(prod):
 
 
 def test_registered_exactly_as_the_typed_classes_register_them(prod, tmp_path, monkeypatch):
-    from preview.engine import evaluate
     from preview.render import plain, unsecret
-
-    from .helpers import stack_config_from_raw
 
     samples = {}
     for record in prod.records:
@@ -68,12 +65,7 @@ def test_registered_exactly_as_the_typed_classes_register_them(prod, tmp_path, m
             samples[record.type] = unsecret(record.inputs)
     # The VPC is the cluster's, unknown at preview (so absent from the record); the typed class requires one.
     samples[aws_objects.VPC_ENDPOINT] = {"vpcId": "vpc-0preview", **samples[aws_objects.VPC_ENDPOINT]}
-    program = tmp_path / "twins"
-    program.mkdir()
-    (program / "__main__.py").write_text(TWIN_PROGRAM)
-    monkeypatch.setenv("TWIN_RESOURCES", json.dumps(list(samples.items())))
-    monkeypatch.syspath_prepend(str(ROOT))
-    twins = evaluate(program, stack_config_from_raw({}))
+    twins = evaluate_twins(TWIN_PROGRAM, list(samples.items()), tmp_path, monkeypatch)
     by_name = {r.name: r for r in twins.resources}
     aliased = set()
     for index, token in enumerate(samples):

@@ -11,7 +11,7 @@ import pytest
 
 from components.constants import KUBERNETES_API_GROUPS
 
-from .helpers import ROOT, Evaluated, raw_stack
+from .helpers import Evaluated, evaluate_twins, raw_stack
 
 # Registers each manifest twice: through KubernetesObject and through the typed class.
 TWIN_PROGRAM = """
@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 from pydantic.alias_generators import to_snake
 from components.k8s_objects import KubernetesObject
 
-for index, manifest in enumerate(json.loads(os.environ["TWIN_MANIFESTS"])):
+for index, manifest in enumerate(json.loads(os.environ["TWIN_SAMPLES"])):
     group, _, version = manifest["apiVersion"].rpartition("/")
     module = getattr(getattr(k8s, group.split(".")[0] if group else "core"), version)
     typed_class = getattr(module, manifest["kind"])
@@ -76,22 +76,14 @@ def test_every_built_in_kind_the_platform_declares_is_covered(prod):
 
 
 def test_registered_exactly_as_the_typed_classes_register_them(prod, tmp_path, monkeypatch):
-    from preview.engine import evaluate
     from preview.render import plain, unsecret
-
-    from .helpers import stack_config_from_raw
 
     # One manifest of each built-in kind, as the platform declares it (the secret made plain).
     samples = {}
     for record in prod.records:
         if built_in(record) and record.inputs["kind"] not in samples:
             samples[record.inputs["kind"]] = unsecret(record.inputs)
-    program = tmp_path / "twins"
-    program.mkdir()
-    (program / "__main__.py").write_text(TWIN_PROGRAM)
-    monkeypatch.setenv("TWIN_MANIFESTS", json.dumps(list(samples.values())))
-    monkeypatch.syspath_prepend(str(ROOT))
-    twins = evaluate(program, stack_config_from_raw({}))
+    twins = evaluate_twins(TWIN_PROGRAM, list(samples.values()), tmp_path, monkeypatch)
     by_name = {r.name: r for r in twins.resources}
     for index, kind in enumerate(samples):
         generic, typed = by_name[f"generic-{index}"], by_name[f"typed-{index}"]
