@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,13 +53,51 @@ class Finished:
     stdout: str
     peak_kib: int
     cpu_seconds: float
+    # The largest sum of the RSS of the process and its descendants at one moment (sampled from /proc every 50 ms):
+    # the preview, the policy pack, its client and any aiconfigurator worker together.
+    peak_tree_kib: int = 0
+
+
+def _tree_rss_kib(pid: int) -> int:
+    """The RSS of a process and its descendants now (/proc/<pid>/task/<pid>/children, status VmRSS); 0 for any gone."""
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            pending += [int(child) for child in Path(f"/proc/{current}/task/{current}/children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total
+
+
+class TreeMemory:
+    """Samples a process tree's summed RSS until stopped, keeping the largest."""
+
+    def __init__(self, pid: int) -> None:
+        self.peak_kib = 0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(pid,), daemon=True)
+        self._thread.start()
+
+    def _sample(self, pid: int) -> None:
+        while not self._stopped.wait(0.05):
+            self.peak_kib = max(self.peak_kib, _tree_rss_kib(pid))
+
+    def stop(self) -> int:
+        self._stopped.set()
+        self._thread.join()
+        return self.peak_kib
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> Finished:
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err, text=True, env={**os.environ, **(env or {})})
+        memory = TreeMemory(process.pid)
         _, status, usage = os.wait4(process.pid, 0)
+        peak_tree = memory.stop()
         elapsed = time.perf_counter() - started
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -66,7 +105,7 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> Finished:
         stdout, stderr = out.read(), err.read()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{stdout}\n{stderr}")
-    return Finished(elapsed, stdout, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
+    return Finished(elapsed, stdout, usage.ru_maxrss, usage.ru_utime + usage.ru_stime, max(peak_tree, usage.ru_maxrss))
 
 
 def measure(program: Path, stack_file: Path, env: dict[str, str] | None = None) -> dict:
@@ -89,6 +128,7 @@ class PreviewRuns:
         self.walls: list[float] = []
         self.cpus: list[float] = []
         self.peaks: list[int] = []
+        self.tree_peaks: list[int] = []
         self.stages: list[dict[str, float]] = []
         self.stage_cpus: list[dict[str, float]] = []
         self.pack_cpus: list[float] = []
@@ -98,6 +138,7 @@ class PreviewRuns:
         self.walls.append(finished.seconds)
         self.cpus.append(finished.cpu_seconds)
         self.peaks.append(finished.peak_kib)
+        self.tree_peaks.append(finished.peak_tree_kib)
         self.stages.append(_stages(report))
         self.stage_cpus.append({s["name"]: s.get("cpuSeconds", 0.0) for s in report["stages"]})
         self.pack_cpus.append(report.get("cpuSeconds", {}).get("policyPack", 0.0))
@@ -114,6 +155,7 @@ class PreviewRuns:
             "stageSeconds": {k: median([s[k] for s in self.stages]) for k in self.stages[0]},
             "stageCpuSeconds": {k: median([s[k] for s in self.stage_cpus]) for k in self.stage_cpus[0]},
             "previewPeakMiB": max(self.peaks) / 1024,
+            "previewTreePeakMiB": max(self.tree_peaks) / 1024,
         }
 
 
@@ -319,12 +361,16 @@ def _cpu_seconds(pid: int | None) -> float:
 
 
 def print_floor_table(rows: list[dict]) -> None:
-    print("| stack | resources | whole preview | floor: a process registering the same resources | ratio | peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "| stack | resources | whole preview | floor: a process registering the same resources | ratio | peak RSS "
+        "(the preview's process) | peak RSS (all its processes at once) | KiB per resource (all) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(
             f"| {row['stack']} | {row['resources']} | {row['previewSeconds']:.2f} s | {row['floorSeconds']:.2f} s | "
-            f"{row['previewSeconds'] / row['floorSeconds']:.2f}x | {row['previewPeakMiB']:.0f} MiB |"
+            f"{row['previewSeconds'] / row['floorSeconds']:.2f}x | {row['previewPeakMiB']:.0f} MiB | "
+            f"{row['previewTreePeakMiB']:.0f} MiB | {row['previewTreePeakMiB'] * 1024 / row['resources']:.0f} |"
         )
 
 

@@ -84,6 +84,8 @@ def test_the_benchmark_runs_at_a_small_size(tmp_path):
         # Both timed, not compared: under load a one-shot floor can take longer than a one-shot preview.
         assert row["floorSeconds"] > 0 and row["previewSeconds"] > 0
         assert row["previewPeakMiB"] > 0 and row["resources"] > 50
+        # The processes together hold more than the preview's alone (the pack and its client run beside it).
+        assert row["previewTreePeakMiB"] > row["previewPeakMiB"]
         assert f"| {row['stack']} | {row['resources']} |" in out
         # The CPU of the preview's processes together, the pack's part of it, and each stage's in the preview's own.
         assert 0 < row["packCpuSeconds"] < row["previewCpuSeconds"] and 0 < row["packCpuShare"] < 1
