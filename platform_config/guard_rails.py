@@ -334,10 +334,19 @@ def _mirror(value: Mapping[str, Any] | None) -> str:
     return f"bucket {value['bucket']}" + ("" if value["create"] else " (not created by the stack)")
 
 
+def _held(prefix: str, held: str) -> bool:
+    """Whether a prefix the stack held holds `prefix`. One with an empty path segment (`//`), which an older program
+    took and granted as the location without it, holds nothing now (s3_parts refuses it): what is under it is new."""
+    try:
+        return s3_within(prefix, held)
+    except ValueError:
+        return False
+
+
 def _data(before: Mapping[str, Any], after: Mapping[str, Any]) -> Iterator[Weakening]:
     data_before, data_after = before.get("tenantData") or {}, after.get("tenantData") or {}
     for tenant in sorted(set(data_before) & set(data_after)):
-        added = [p for p in data_after[tenant] if not any(s3_within(p, held) for held in data_before[tenant])]
+        added = [p for p in data_after[tenant] if not any(_held(p, held) for held in data_before[tenant])]
         if added:
             yield Weakening(
                 f"{WIDEN_DATA}:{tenant}",

@@ -325,6 +325,50 @@ BOUND_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
     ("overcommit-nan", "dev", _set("capacity", {"overcommitRatio": float("nan")}), "capacity.overcommitRatio"),
     ("overcommit-infinite", "dev", _set("capacity", {"overcommitRatio": float("inf")}), "capacity.overcommitRatio"),
     ("replicas-a-boolean", "dev", _set(*DEV_M, "autoscaling", "minReplicas", True), "models[0].autoscaling.minReplicas"),
+    # S3 locations with an empty path segment: S3 reads `team//w` as a key prefix of its own, which the IAM grants and
+    # the tenants' checks (by whole segments) would have read as `team/w`. Each is otherwise a location the stack holds.
+    (
+        "s3-model-source-empty-segment",
+        "prod",
+        _set(*M, "versions", 0, "source", {"s3Uri": "s3://inference-prod-adapters/llama-3.1-8b//w", "revision": "r1"}),
+        "models[0].versions[0].source.s3Uri",
+    ),
+    (
+        "s3-adapter-source-empty-segment",
+        "prod",
+        _set("models", 1, "adapters", 1, "source", "s3Uri", "s3://inference-prod-adapters/llama-3.1-8b//sql"),
+        "models[1].adapters[1].source.s3Uri",
+    ),
+    (
+        "s3-tenant-prefix-empty-segment",
+        "prod",
+        _set("tenants", 1, "s3Prefixes", ["s3://team-a-data//x"]),
+        "tenants[1].s3Prefixes[0]",
+    ),
+    (
+        "s3-tenant-prefix-after-the-bucket",
+        "prod",
+        _set("tenants", 2, "s3Prefixes", ["s3://team-b-batch", "s3://team-b-archive//"]),
+        "tenants[2].s3Prefixes[1]",
+    ),
+    (
+        "s3-batch-output-empty-segment",
+        "prod",
+        _set("batchJobs", 0, "output", "s3://team-b-batch/outputs//x"),
+        "batchJobs[0].output",
+    ),
+    (
+        "s3-batch-output-trailing-slashes",
+        "prod",
+        _set("batchJobs", 0, "output", "s3://team-b-batch/outputs/x//"),
+        "batchJobs[0].output",
+    ),
+    (
+        "s3-batch-input-empty-segment",
+        "prod",
+        _set("batchJobs", 0, "input", "s3Uri", "s3://team-b-batch//inputs/tickets"),
+        "batchJobs[0].input.s3Uri",
+    ),
     # Lists past what a stack may declare (a preview's time is linear in them).
     ("600-tenants", "dev", _many("tenants", 600), f"{PROJECT}:tenants"),
     ("1001-models", "dev", _many("models", 1001), f"{PROJECT}:models"),

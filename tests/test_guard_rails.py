@@ -191,6 +191,14 @@ def test_removing_a_tenant_names_the_tenant():
     assert [w.acknowledgement for w in weakenings(before, posture(raw_stack("prod")))] == ["remove-tenant:team-c"]
 
 
+def test_a_deployed_prefix_with_an_empty_path_segment_holds_nothing_now():
+    """A prefix an older program took with a `//` (and granted as the location without it) is one s3_parts refuses
+    now: it holds none of the stack's prefixes, so they are new data to acknowledge, and the comparison does not fail."""
+    before = posture(raw_stack("prod"))
+    before["tenantData"] = {**before["tenantData"], "team-b": ["s3://team-b-batch//"]}
+    assert [w.acknowledgement for w in weakenings(before, posture(raw_stack("prod")))] == ["widen-data:team-b"]
+
+
 def test_a_narrow_public_endpoint_and_an_older_posture_are_no_weakening():
     before = posture(raw_stack("prod"))
     narrow = changed(lambda raw: _eks(raw).update(endpointPublicAccess=True, publicAccessCidrs=["203.0.113.0/24"]))

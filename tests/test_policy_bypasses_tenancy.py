@@ -46,6 +46,15 @@ def _object_grant(arn: str, *actions: str) -> dict[str, Any]:
     return {"Effect": "Allow", "Action": list(actions), "Resource": arn}
 
 
+def _listing(bucket_arn: str, prefix: str) -> dict[str, Any]:
+    return {
+        "Effect": "Allow",
+        "Action": ["s3:ListBucket"],
+        "Resource": bucket_arn,
+        "Condition": {"StringLike": {"s3:prefix": [prefix]}},
+    }
+
+
 def _sibling_role(records: list[RecordedResource], name: str) -> RecordedResource:
     (policy,) = [r for r in records if r.type == ROLE_POLICY and r.name == name]
     (role,) = [r for r in records if r.type == ROLE and r.parent == policy.parent]
@@ -179,6 +188,11 @@ def test_the_rendered_roles_reach_only_their_tenants_data(harness, baseline):
         # A policy that is not a policy document, and one attached beside the inline policy.
         _replacing_policy("review-labels-identity-policy", "not json"),
         _attaching("review-labels-identity-policy"),
+        # Keys with an empty path segment, which S3 reads as key prefixes of their own (`outputs//x` is not
+        # `outputs/x`), read by whole segments no more: a grant's object key or listing prefix, a declared prefix.
+        _granting("review-labels-identity-policy", _object_grant("arn:aws:s3:::team-b-batch/outputs//x/*", "s3:GetObject")),
+        _granting("review-labels-identity-policy", _listing("arn:aws:s3:::team-b-batch", "outputs//x/*")),
+        _declaring("team-b", ["s3://team-b-batch", "s3://team-b-archive//old"]),
     ],
     ids=[
         "mirror-write",
@@ -200,6 +214,9 @@ def test_the_rendered_roles_reach_only_their_tenants_data(harness, baseline):
         "retagged",
         "not-a-document",
         "attached-policy",
+        "empty-segment-object",
+        "empty-segment-listing",
+        "empty-segment-declared",
     ],  # fmt: skip
 )
 def test_a_tenants_role_reaching_anothers_data_is_refused(harness, baseline, change):
@@ -216,6 +233,33 @@ def test_the_packs_own_prefixes_overrule_what_a_namespace_declares(baseline):
     running = PolicyHarness("prod", {"tenant-s3-scoping": {"tenantS3Prefixes": truth}})
     assert "tenant-s3-scoping" not in analyze_stack(running, stack_with(baseline, _declaring("team-b", ["s3://team-b-batch"])))
     assert analyze_stack(running, stack_with(baseline, change)).get("tenant-s3-scoping") == "mandatory"
+
+
+def _s3_scoping_messages(analyzer: PolicyHarness, records: list[RecordedResource]) -> list[str]:
+    return [d.message for d in analyzer.analyze_stack(records) if d.policy == "tenant-s3-scoping"]
+
+
+def test_a_location_with_an_empty_path_segment_is_a_violation_named_as_one(harness, baseline):
+    """A rendered role policy granting a `//` key, or a namespace declaring a `//` prefix: each reported as such (the
+    rule that reads them, s3_parts, refuses them rather than read them as the location without the extra `/`), and no
+    policy that reads the tenants' prefixes (tenant-egress-by-host too) fails on them."""
+    granted = "arn:aws:s3:::team-b-batch/outputs//x/*"
+    change = _granting("review-labels-identity-policy", _object_grant(granted, "s3:GetObject"))
+    (message,) = _s3_scoping_messages(harness, stack_with(baseline, change))
+    assert granted in message and "no '//'" in message, message
+    declared = _declaring("team-b", ["s3://team-b-batch", "s3://team-b-archive//old"])
+    (message,) = _s3_scoping_messages(harness, stack_with(baseline, declared))
+    assert "tenant 'team-b'" in message and "s3://team-b-archive//old has an empty path segment" in message, message
+
+
+def test_a_pack_prefix_with_an_empty_path_segment_holds_nothing(baseline):
+    """The pack's own `tenantS3Prefixes` (whose schema's pattern, the config's, admits a `//`): such a prefix is
+    reported and holds none of the tenant's grants, never read as the bucket it would collapse to."""
+    truth = {"serving": ["s3://inference-prod-adapters/llama-3.1-8b"], "team-b": ["s3://team-b-batch//"]}
+    running = PolicyHarness("prod", {"tenant-s3-scoping": {"tenantS3Prefixes": truth}})
+    messages = _s3_scoping_messages(running, list(baseline.records))
+    assert any("s3://team-b-batch// has an empty path segment" in m for m in messages), messages
+    assert any("which is not under the tenant's S3 prefixes (none)" in m for m in messages), messages
 
 
 # --- tenant egress through the egress gateway (issue 27) ------------------------------------------

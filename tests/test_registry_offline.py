@@ -82,11 +82,19 @@ def test_a_malformed_recording_stops_the_preview(tmp_path):
             "entries[0]: Value error, weights 'runs:/x/model' is not a pinned location",
         ),
         (
+            registry_recording(
+                "http://mlflow.invalid",
+                [{"registeredModel": "chat", "alias": "champion", "registryVersion": "1", "weights": "s3://bkt/chat//v4"}],
+            ),
+            "weights 's3://bkt/chat//v4' is not a pinned location (hf://org/name@<40-character commit SHA> or "
+            "s3://bucket/prefix/<version folder>, with one '/' between the S3 path's segments (no '//'))",
+        ),
+        (
             registry_recording("http://mlflow.invalid", [{"registeredModel": "chat", "registryVersion": "1"}]),
             "entries[0].weights: Field required",
         ),
     ],
-    ids=["unknown-format-version", "unpinned-weights", "missing-key"],
+    ids=["unknown-format-version", "unpinned-weights", "empty-path-segment", "missing-key"],
 )
 def test_a_recording_is_checked_strictly(tmp_path, document, said):
     file = tmp_path / "recording.json"
@@ -191,6 +199,19 @@ def test_a_token_echoed_in_a_version_field_is_never_printed(fake_registry):
     with pytest.raises(ConfigError) as caught:
         resolve_registry(config, "tok-4711", recording_file=None, dry_run=True)
     assert "not READY" in str(caught.value) and "[secret]" in str(caught.value) and "tok-4711" not in str(caught.value)
+
+
+def test_a_registry_location_with_an_empty_path_segment_names_its_key_and_where_it_came_from(fake_registry):
+    """A version whose source S3 would read as another key prefix (`chat//v4` is not `chat/v4`) is refused, never
+    served, granted and checked as the location without the extra `/`."""
+    version = {"name": "chat", "version": "4", "source": "s3://team-b-batch/chat//v4", "status": "READY", "tags": []}
+    fake_registry.behaviour = (200, json.dumps({"model_version": version}).encode(), 0)
+    config = parse_platform_config(with_registry("dev", fake_registry.uri, {(0, 0): {"model": "chat", "alias": "champion"}}))
+    with pytest.raises(ConfigError) as caught:
+        resolve_registry(config, None, recording_file=None, dry_run=True)
+    message = str(caught.value)
+    assert f"{KEY}.alias: registered model 'chat', alias 'champion' is version 4, whose weights (its source) are " in message
+    assert "'s3://team-b-batch/chat//v4': not a pinned location" in message and "(no '//')" in message
 
 
 def test_a_token_is_never_sent_in_clear_to_another_host():

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from .base import ConfigModel, Duration, NamespaceName, PositiveInt, ResourceName, _duration_between
 from .lora import OpenAiModelName
 from .replicas import ReplicaResources
-from .sources import S3_URI_PATTERN, BatchInput, ModelSource
+from .sources import BatchInput, ModelSource, S3Location
 from .versions import ServerArgs
 
 
@@ -52,8 +52,9 @@ class BatchJobConfig(ConfigModel):
     """What it reads."""
     lines: PositiveInt
     """Requests (non-blank lines) in the input: the job has ceil(lines / shardLines) shards."""
-    output: Annotated[str, Field(pattern=S3_URI_PATTERN)]
-    """S3 prefix the results go to: `<output>/shard-<i>/chunk-<k>.jsonl`, one OpenAI batch output line per input line."""
+    output: S3Location
+    """S3 prefix the results go to: `<output>/shard-<i>/chunk-<k>.jsonl`, one OpenAI batch output line per input line.
+    One `/` between its path segments (no `//`)."""
     # Kubernetes refuses an Indexed Job's parallelism above 100,000 (pkg/apis/batch/validation/validation.go,
     # maxParallelismForIndexedJob), the bound on its shards too (platform_config/batch_jobs.py MAX_BATCH_SHARDS).
     parallelism: Annotated[int, Field(ge=1, le=100_000)] = 1

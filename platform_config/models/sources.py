@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
+from ..s3_locations import s3_parts
 from .base import ConfigModel, _full_match
 from .registry import MlflowReference
 
@@ -17,6 +18,18 @@ from .registry import MlflowReference
 # at most 1,024 characters (S3's key limit).
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._=/-]{0,1024})?$"
 _S3 = re.compile(S3_URI_PATTERN.removeprefix("^").removesuffix("$"))
+
+
+def _whole_segments(uri: str) -> str:
+    s3_parts(uri)  # ValueError, saying what is allowed, for an empty path segment (`//`)
+    return uri
+
+
+# An S3 location config gives (weights, adapters, batch inputs and outputs, tenants' prefixes): of S3_URI_PATTERN, and
+# of whole path segments by the rule every S3 location is read by (s3_parts): no `//` after the bucket, which S3 would
+# read as another key prefix than the IAM grants and the tenants' checks compare. Two rules, since `Field(pattern=)`
+# runs in pydantic-core's Rust regex engine (no lookahead) and the pattern bounds the key's length.
+S3Location = Annotated[str, Field(pattern=S3_URI_PATTERN), AfterValidator(_whole_segments)]
 # A Hugging Face repository id `org/name` by the Hub's own rule (huggingface_hub v1.28.0
 # src/huggingface_hub/utils/_validators.py, validate_repo_id: "[a-zA-Z0-9] or '-', '_', '.'", a name of 1 to 96
 # characters starting and ending with a letter, digit or '_' (its `\b`s), no '--' or '..', not ending in '.git').
@@ -64,14 +77,18 @@ Revision = Annotated[
 ]
 # The one-string locations of pinned weights (`weights_location`, `pinned_source`): what a registry version names.
 _HF_PINNED = re.compile(rf"hf://(?P<repo>{_HF_REPOSITORY})@(?P<revision>{COMMIT_SHA})")
-PINNED_FORMS = "hf://org/name@<40-character commit SHA> or s3://bucket/prefix/<version folder>"
+PINNED_FORMS = (
+    "hf://org/name@<40-character commit SHA> or s3://bucket/prefix/<version folder>, with one '/' between the S3 "
+    "path's segments (no '//')"
+)
 
 
 class ModelSource(ConfigModel):
     huggingface: HuggingFaceRepository | None = None
     """Hugging Face repository `org/name`."""
-    s3_uri: Annotated[str, Field(pattern=S3_URI_PATTERN)] | None = None
-    """S3 prefix holding the weights (needs EKS: read with the model's workload role)."""
+    s3_uri: S3Location | None = None
+    """S3 prefix holding the weights (needs EKS: read with the model's workload role); one `/` between its path
+    segments (S3 reads `a//b` as another key prefix than `a/b`)."""
     revision: Revision | None = None
     """Hugging Face: the full 40-character commit SHA (never a branch); S3: the subfolder of the version. Not given
     with `mlflow`: the registry names it."""
@@ -105,8 +122,9 @@ class ModelSource(ConfigModel):
 class BatchInput(ConfigModel):
     """An OpenAI batch-format JSONL file set (one request per line: `custom_id`, `method`, `url`, `body`), pinned."""
 
-    s3_uri: Annotated[str, Field(pattern=S3_URI_PATTERN)] | None = None
-    """S3 prefix; the files are `<s3Uri>/<revision>/*.jsonl`, read in name order."""
+    s3_uri: S3Location | None = None
+    """S3 prefix; the files are `<s3Uri>/<revision>/*.jsonl`, read in name order. One `/` between its path segments
+    (no `//`)."""
     huggingface: HuggingFaceRepository | None = None
     """Hugging Face dataset repository `org/name`."""
     revision: Revision | None = None
@@ -150,9 +168,10 @@ def pinned_source(weights: str) -> ModelSource | None:
         if hf is not None:
             return ModelSource(huggingface=hf["repo"], revision=hf["revision"])
         if _S3.fullmatch(weights):
-            prefix, _, folder = weights.rstrip("/").rpartition("/")
+            s3_parts(weights)  # an empty path segment (`//`): not the location without it, so not one a source gives
+            prefix, _, folder = weights.removesuffix("/").rpartition("/")
             if prefix.count("/") >= 2 and folder:  # `s3://bucket/<folder>` at least
                 return ModelSource(s3_uri=prefix, revision=folder)
-    except ValidationError:
-        return None  # of the form, but not a source config may give (`org--name`, a folder `.x` or `*`)
+    except ValueError:  # pydantic's ValidationError is one too
+        return None  # of the form, but not a source config may give (`org--name`, a folder `.x` or `*`, a `//`)
     return None

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from .base import ConfigModel, MigProfileName, NamespaceName, NonNegativeInt, Quantity, ResourceName, _full_match
-from .sources import S3_URI_PATTERN
+from .sources import S3Location
 
 
 class ResourceBudget(ConfigModel):
@@ -66,11 +66,12 @@ class TenantConfig(ConfigModel):
     """Pools whose capacity backs the quota. Default: every pool."""
     pod_security: Literal["restricted", "baseline"] = "restricted"
     """Pod Security Standard the namespace enforces."""
-    s3_prefixes: Annotated[list[Annotated[str, Field(pattern=S3_URI_PATTERN)]], Field(max_length=64)] = []
-    """S3 prefixes that hold the tenant's data (`s3://bucket` or `s3://bucket/folder`): every S3 location its models,
-    adapters and batch jobs name (weights, adapters, batch inputs and outputs, and what the registry or its lock file
-    resolves to) must lie under one, no other tenant's may overlap them, and none may be in the weight mirror's bucket
-    (the platform's: a tenant's servers read their own copies under `<bucket>/<tenant>/`, written by the mirror only)."""
+    s3_prefixes: Annotated[list[S3Location], Field(max_length=64)] = []
+    """S3 prefixes that hold the tenant's data (`s3://bucket` or `s3://bucket/folder`, one `/` between path segments:
+    S3 reads `a//b` as another key prefix than `a/b`): every S3 location its models, adapters and batch jobs name
+    (weights, adapters, batch inputs and outputs, and what the registry or its lock file resolves to) must lie under
+    one, no other tenant's may overlap them, and none may be in the weight mirror's bucket (the platform's: a tenant's
+    servers read their own copies under `<bucket>/<tenant>/`, written by the mirror only)."""
     batch_quota: dict[ResourceName, ResourceBudget] = {}
     """Pool -> what the tenant's batch jobs are guaranteed there (Kueue's nominal quota of the tenant's ClusterQueue on
     that pool's ResourceFlavor). Batch pods run at `inference-experiment` priority, so the sum over pools is part of

@@ -255,7 +255,8 @@ POLICIES = [
         "prefixes (tenantS3Prefixes, which when set names every tenant's, else what each tenant's namespace "
         "declares), and in the weight mirror's bucket only reads of the tenant's own copies, which only the "
         "mirror's role for that tenant writes; no NotResource, NotAction or attached policies; no two tenants' "
-        "prefixes overlap.",
+        "prefixes overlap; no granted key or prefix has an empty path segment ('//', a key prefix of its own to "
+        "S3).",
         validate=tenant_s3.tenant_s3_scoping,
         severity=Severity.CRITICAL,
         config_schema=schema(

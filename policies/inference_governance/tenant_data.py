@@ -8,7 +8,7 @@ import re
 from typing import Any, Iterator, Mapping
 
 from .kube import FACTS, NAMESPACE, TENANT_LABEL, Report, config, get, is_list
-from .s3_locations import s3_parts
+from .s3_locations import EMPTY_SEGMENT, s3_parts
 from .workloads import of_type, tenant_namespaces
 
 ROLE = "aws:iam/role:Role"
@@ -39,11 +39,22 @@ def as_list(value: Any) -> list[Any]:
     return list(value) if is_list(value) else [value]
 
 
+def whole_segments(location: str) -> bool:
+    """Whether a location's path is of whole segments, as every location the program writes is (s3_parts refuses an
+    empty one, `//`, which S3 reads as a key prefix of its own): one that is not lies under no prefix the pack can
+    tell, and is reported rather than compared."""
+    try:
+        s3_parts(location)
+    except ValueError:
+        return False
+    return True
+
+
 def granted_locations(statement: Mapping[str, Any]) -> Iterator[str | None]:
     """The S3 locations an Allow statement reaches, as s3:// URIs: an object ARN's key prefix (its trailing `/*`
     dropped), a bucket ARN's listing under each `s3:prefix` it is conditioned on (StringLike, as the program writes
     it; any other condition: the whole bucket). None for what no location says: not an S3 ARN, a wildcard anywhere
-    but a trailing `/*`, a bucket name that is not one."""
+    but a trailing `/*`, a bucket name that is not one, a key with an empty path segment (`//`)."""
     prefixes = get(statement, "Condition", "StringLike", "s3:prefix", default=None)
     for resource in as_list(get(statement, "Resource", default=[])):
         text = str(resource)
@@ -56,12 +67,22 @@ def granted_locations(statement: Mapping[str, Any]) -> Iterator[str | None]:
             continue
         keys = [key] if key or prefixes is None else [str(p) for p in as_list(prefixes)]
         for key in keys:
-            yield f"s3://{bucket}/{key.removesuffix('*')}" if _KEY_PREFIX.fullmatch(key) else None
+            location = f"s3://{bucket}/{key.removesuffix('*')}"
+            yield location if _KEY_PREFIX.fullmatch(key) and whole_segments(location) else None
 
 
-def declared_prefixes(args: Any) -> dict[str, list[str]]:
+def declared_prefixes(args: Any, report_violation: Report) -> dict[str, list[str]]:
     """Each tenant's prefixes: the pack's `tenantS3Prefixes` where set (then it names every tenant's), else what the
-    tenant's namespace declares."""
+    tenant's namespace declares; one with an empty path segment (`//`) reported and left out, so nothing lies under
+    it."""
+    declared = _declared(args)
+    for tenant, prefixes in declared.items():
+        for prefix in [p for p in prefixes if not whole_segments(p)]:
+            report_violation(f"tenant {tenant!r}'s S3 prefix {prefix} {EMPTY_SEGMENT}")
+    return {tenant: [p for p in prefixes if whole_segments(p)] for tenant, prefixes in declared.items()}
+
+
+def _declared(args: Any) -> dict[str, list[str]]:
     configured = config(args).get("tenantS3Prefixes")
     if configured:
         return {str(tenant): [str(p) for p in prefixes] for tenant, prefixes in configured.items()}

@@ -43,10 +43,16 @@ def _overlapping(owners: list[tuple[str, str]]) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
+def _listed(statement: Any) -> str:
+    """The listing prefixes a statement is conditioned on, for a message (the resource alone is the whole bucket)."""
+    prefixes = get(statement, "Condition", "StringLike", "s3:prefix", default=None)
+    return "" if prefixes is None else f" (s3:prefix {', '.join(str(p) for p in as_list(prefixes))})"
+
+
 def tenant_s3_scoping(args: Any, report_violation: Report) -> None:
     """Data belongs to its tenant: a tenant's roles reach only S3 under its own prefixes, and in the weight mirror only
     read its own copies; the mirror's role for a tenant writes only those; no two tenants' prefixes overlap."""
-    declared = declared_prefixes(args)
+    declared = declared_prefixes(args, report_violation)
     owners = [(tenant, prefix) for tenant, prefixes in sorted(declared.items()) for prefix in prefixes]
     for first, second in _overlapping(owners):
         (claimant, prefix), (other, theirs) = owners[first], owners[second]
@@ -83,8 +89,8 @@ def tenant_s3_scoping(args: Any, report_violation: Report) -> None:
             for location in granted_locations(statement):
                 if location is None:
                     report_violation(
-                        f"{where} reaches {get(statement, 'Resource')}: only S3 objects and listings under a key prefix, "
-                        "with at most a trailing /*",
+                        f"{where} reaches {get(statement, 'Resource')}{_listed(statement)}: only S3 objects and listings "
+                        "under a key prefix of whole path segments (no '//'), with at most a trailing /*",
                         p.policy.urn,
                     )
                     continue
