@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.generate import generate_stack  # noqa: E402
+from benchmarks.process_memory import TreeMemory  # noqa: E402
 from preview.performance_prediction import WORKERS_FOLDER, performance_python, worker_pid, worker_socket  # noqa: E402
 
 PY = sys.executable
@@ -56,39 +56,6 @@ class Finished:
     # The largest sum of the RSS of the process and its descendants at one moment (sampled from /proc every 50 ms):
     # the preview, the policy pack, its client and any aiconfigurator worker together.
     peak_tree_kib: int = 0
-
-
-def _tree_rss_kib(pid: int) -> int:
-    """The RSS of a process and its descendants now (/proc/<pid>/task/<pid>/children, status VmRSS); 0 for any gone."""
-    total, pending = 0, [pid]
-    while pending:
-        current = pending.pop()
-        try:
-            status = Path(f"/proc/{current}/status").read_text()
-            pending += [int(child) for child in Path(f"/proc/{current}/task/{current}/children").read_text().split()]
-        except (OSError, ValueError):
-            continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return total
-
-
-class TreeMemory:
-    """Samples a process tree's summed RSS until stopped, keeping the largest."""
-
-    def __init__(self, pid: int) -> None:
-        self.peak_kib = 0
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._sample, args=(pid,), daemon=True)
-        self._thread.start()
-
-    def _sample(self, pid: int) -> None:
-        while not self._stopped.wait(0.05):
-            self.peak_kib = max(self.peak_kib, _tree_rss_kib(pid))
-
-    def stop(self) -> int:
-        self._stopped.set()
-        self._thread.join()
-        return self.peak_kib
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> Finished:
