@@ -63,3 +63,53 @@ def test_decoding_once_per_request_gives_the_sdks_verdicts(stack: str) -> None:
         each.close()
     if stack == "prod-careless":
         assert len({policy for _, policy, _, _ in found}) >= 5, found
+
+
+def _reads(view: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Every read a rule could make of a view, and what it gives: a value, a view's kind and length, or the error."""
+    from collections.abc import Mapping, Sequence
+
+    keys = list(view) if isinstance(view, Mapping) else range(len(view))
+    yield path, _kind(view)
+    yield path, f"len {len(view)}"
+    for key in keys:
+        try:
+            value = view[key]
+        except Exception as error:  # noqa: BLE001 - the error is what is compared
+            yield (*path, key), f"{type(error).__name__}: {getattr(error, 'message', error)}"
+            continue
+        if isinstance(value, (Mapping, Sequence)) and not isinstance(value, str):
+            yield from _reads(value, (*path, key))
+        else:
+            yield (*path, key), repr(value)
+    if not isinstance(view, Mapping) and len(view) > 1:
+        yield (*path, "[1:]"), repr([_kind(item) for item in view[1:]])
+
+
+def _kind(value: Any) -> str:
+    name = type(value).__name__
+    return {"_LazyDict": "_DictProxy", "_LazyList": "_ListProxy"}.get(name, name)
+
+
+def test_the_stacks_views_made_as_read_give_what_the_sdks_whole_views_give() -> None:
+    """The stack's properties are read through views made as the rules read them (decoding.py `_LazyDict`): every
+    value, nested view, length, slice and unknown value's error, path included, as pulumi-policy's own view gives."""
+    import sys
+
+    from pulumi_policy.proxy import UNKNOWN_NUMBER_VALUE, UNKNOWN_STRING_VALUE, unknown_checking_proxy
+
+    sys.path.insert(0, str(ROOT / "policies"))
+    from inference_governance.decoding import _lazy_view
+
+    value = {
+        "metadata": {"name": "llama", "labels": {"app": "llama", "pending": UNKNOWN_STRING_VALUE}},
+        "spec": {
+            "replicas": UNKNOWN_NUMBER_VALUE,
+            "containers": [{"name": "vllm", "args": ["--port", "8000"]}, {"name": "proxy", "ports": []}, "x"],
+        },
+        "empty": {},
+    }
+    lazy, eager = list(_reads(_lazy_view(value, []))), list(_reads(unknown_checking_proxy(value)))
+    assert lazy == eager
+    assert any("UnknownValueError: string value at .metadata.labels.pending" in read for _, read in eager)
+    assert any("number value at .spec.replicas" in read for _, read in eager)
