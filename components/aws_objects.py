@@ -6,7 +6,7 @@ program reads the EKS cluster's typed outputs)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any, cast
 
 import pulumi
@@ -37,18 +37,28 @@ class AwsResource(pulumi.CustomResource):
     provider schema's camelCase names (`metadataOptions.httpTokens`), the typed class's aliases and the installed
     package's provider version (its `get_resource_opts_defaults`). tests/test_aws_objects.py registers each one the
     platform declares both ways under the mock engine and compares them. `outputs` names the computed outputs the
-    program reads (`output("latestVersion")`); `id` is every resource's."""
+    program reads, with their types (`output("latestVersion")`); `id` is every resource's."""
 
-    def __init__(self, token: str, name: str, inputs: dict[str, Any], opts: pulumi.ResourceOptions, outputs: Sequence[str] = ()):
+    def __init__(
+        self,
+        token: str,
+        name: str,
+        inputs: dict[str, Any],
+        opts: pulumi.ResourceOptions,
+        outputs: Mapping[str, type] | None = None,
+    ):
         aliases = [pulumi.Alias(type_=alias) for alias in TYPE_ALIASES.get(token, ())]
         merged = pulumi.ResourceOptions.merge(aws_utilities.get_resource_opts_defaults(), opts)
         if aliases:
             merged = pulumi.ResourceOptions.merge(merged, pulumi.ResourceOptions(aliases=aliases))
-        self._outputs = tuple(outputs)
-        super().__init__(token, name, {**inputs, **dict.fromkeys(outputs)}, merged)
+        self._output_types = dict(outputs or {})
+        super().__init__(token, name, {**inputs, **dict.fromkeys(self._output_types)}, merged)
 
     def output(self, name: str) -> pulumi.Output[Any]:
-        """A computed output named when registering (the SDK sets one attribute per property, by its schema name)."""
-        if name not in self._outputs:
-            raise KeyError(f"{name!r} was not named among this resource's outputs {self._outputs}")
-        return cast(pulumi.Output[Any], getattr(self, name))
+        """A computed output named when registering (the SDK sets one attribute per property, by its schema name), as
+        the type it was named with: the engine sends every number as a float, which a typed class turns into its
+        declared type (pulumi's `rpc.translate_output_properties`), and a launch template's version 3.0 written as
+        "3.0" names no version of it."""
+        if name not in self._output_types:
+            raise KeyError(f"{name!r} was not named among this resource's outputs {sorted(self._output_types)}")
+        return cast(pulumi.Output[Any], getattr(self, name)).apply(self._output_types[name])

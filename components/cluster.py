@@ -83,7 +83,7 @@ def node_launch_template(
         inputs["blockDeviceMappings"] = [{"deviceName": NODE_DISK_DEVICE.get(ami_type, ROOT_DISK_DEVICE), "ebs": ebs}]
     if instance_store_raid0:
         inputs["userData"] = instance_store_user_data()
-    template = AwsResource(LAUNCH_TEMPLATE, name, inputs, opts, outputs=("latestVersion",))
+    template = AwsResource(LAUNCH_TEMPLATE, name, inputs, opts, outputs={"latestVersion": int})
     return aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.output("latestVersion").apply(str))
 
 

@@ -115,6 +115,9 @@ def _computed_outputs(type_token: str, name: str, state: dict[str, Any]) -> dict
         return {"resources": [{"autoscalingGroups": [{"name": f"eks-{group}-asg"}]}], "status": "ACTIVE"}
     if type_token == "aws:iam/role:Role":
         return {"arn": f"arn:aws:iam::123456789012:role/{state.get('name', name)}"}
+    if type_token == "aws:ec2/launchTemplate:LaunchTemplate":
+        # A new template's first version (EC2 numbers them from 1), which the node group names.
+        return {"latestVersion": 1}
     if type_token == "aws:iam/openIdConnectProvider:OpenIdConnectProvider":
         return {"arn": f"arn:aws:iam::123456789012:oidc-provider/{name}"}
     return {}
