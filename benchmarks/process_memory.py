@@ -8,13 +8,16 @@ from pathlib import Path
 
 
 def _tree_rss_kib(pid: int) -> int:
-    """The RSS of a process and its descendants now (/proc/<pid>/task/<pid>/children, status VmRSS); 0 for any gone."""
+    """The RSS of a process and its descendants now (status VmRSS; the children of each of its threads,
+    /proc/<pid>/task/<tid>/children, since a child started from another thread is listed under that thread only);
+    0 for any gone."""
     total, pending = 0, [pid]
     while pending:
         current = pending.pop()
         try:
             status = Path(f"/proc/{current}/status").read_text()
-            pending += [int(child) for child in Path(f"/proc/{current}/task/{current}/children").read_text().split()]
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(child) for child in (task / "children").read_text().split()]
         except (OSError, ValueError):
             continue
         total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
