@@ -69,21 +69,29 @@ def _reads(view: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, .
     """Every read a rule could make of a view, and what it gives: a value, a view's kind and length, or the error."""
     from collections.abc import Mapping, Sequence
 
-    keys = list(view) if isinstance(view, Mapping) else range(len(view))
+    keys = list(view) if isinstance(view, Mapping) else [*range(len(view)), *range(-len(view), 0)]
     yield path, _kind(view)
-    yield path, f"len {len(view)}"
+    yield path, f"len {len(view)}, equal to itself {_outcome(lambda: view == view)}"
     for key in keys:
         try:
             value = view[key]
         except Exception as error:  # noqa: BLE001 - the error is what is compared
             yield (*path, key), f"{type(error).__name__}: {getattr(error, 'message', error)}"
             continue
+        yield (*path, key), f"the same when read again {view[key] is value}"
         if isinstance(value, (Mapping, Sequence)) and not isinstance(value, str):
             yield from _reads(value, (*path, key))
         else:
             yield (*path, key), repr(value)
     if not isinstance(view, Mapping) and len(view) > 1:
         yield (*path, "[1:]"), repr([_kind(item) for item in view[1:]])
+
+
+def _outcome(read: Any) -> str:
+    try:
+        return repr(read())
+    except Exception as error:  # noqa: BLE001 - the error is what is compared
+        return f"{type(error).__name__}: {getattr(error, 'message', error)}"
 
 
 def _kind(value: Any) -> str:
@@ -106,6 +114,7 @@ def test_the_stacks_views_made_as_read_give_what_the_sdks_whole_views_give() -> 
         "spec": {
             "replicas": UNKNOWN_NUMBER_VALUE,
             "containers": [{"name": "vllm", "args": ["--port", "8000"]}, {"name": "proxy", "ports": []}, "x"],
+            "ports": [{"port": 80}, {"port": UNKNOWN_NUMBER_VALUE}, UNKNOWN_STRING_VALUE],
         },
         "empty": {},
     }
@@ -113,3 +122,5 @@ def test_the_stacks_views_made_as_read_give_what_the_sdks_whole_views_give() -> 
     assert lazy == eager
     assert any("UnknownValueError: string value at .metadata.labels.pending" in read for _, read in eager)
     assert any("number value at .spec.replicas" in read for _, read in eager)
+    assert any("number value at .spec.ports.1.port" in read for path, read in eager if -2 in path)
+    assert any("the same when read again True" in read for path, read in eager if path == ("spec", "containers"))

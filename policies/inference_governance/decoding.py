@@ -92,25 +92,39 @@ class _LazyDict(proxy._DictProxy):
     preview raises `UnknownValueError` naming its path), made as it is read rather than for the whole value at once
     (`_proxy_helper` copies every dict and list of it, each with a list of its path): a stack's views were the
     largest thing the pack held. What a rule reads is the same: each dict and list it reaches is such a view, with the
-    same path; `["__target"]` gives the value itself (the SDK's gives a copy of it whose insides are views)."""
+    same path, the same object each time it is read (a list's view compares by identity, as the SDK's does); only
+    `["__target"]` differs, the value itself where the SDK's gives a copy of it whose insides are views."""
 
     def __getitem__(self, key: Any) -> Any:
         target, path = self._DictProxy__target, self._DictProxy__props_acc  # type: ignore[attr-defined]
         if key == "__target":
             return target
-        return _lazy_view(proxy._raise_if_unknown(key, target[key], path), proxy._append_prop(path, key))
+        return _child(self, key, proxy._raise_if_unknown(key, target[key], path), path)
 
 
 class _LazyList(proxy._ListProxy):
-    """`_ListProxy` made as it is read (`_LazyDict`); a slice is a list of views, as the SDK's is."""
+    """`_ListProxy` made as it is read (`_LazyDict`); a slice is a list of the items' views, as the SDK's is, and an
+    item's path names its index from the start, as the SDK's does, whichever way it was read."""
 
     def __getitem__(self, key: Any) -> Any:
         target, path = self._ListProxy__target, self._ListProxy__props_acc  # type: ignore[attr-defined]
         if key == "__target":
             return target
         if isinstance(key, slice):
-            return [_lazy_view(target[i], proxy._append_prop(path, i)) for i in range(len(target))[key]]
-        return _lazy_view(proxy._raise_if_unknown(key, target[key], path), proxy._append_prop(path, key))
+            return [_child(self, i, target[i], path) for i in range(len(target))[key]]
+        value = proxy._raise_if_unknown(key, target[key], path)
+        return _child(self, key + len(target) if isinstance(key, int) and key < 0 else key, value, path)
+
+
+def _child(view: Any, key: Any, value: Any, path: list[str]) -> Any:
+    """The view of a dict's or list's item, made once per view and item (a value that is neither is itself)."""
+    if not isinstance(value, dict | list):
+        return value
+    children = view.__dict__.setdefault("_children", {})
+    child = children.get(key)
+    if child is None:
+        child = children[key] = _lazy_view(value, proxy._append_prop(path, key))
+    return child
 
 
 def _lazy_view(value: Any, path: list[str]) -> Any:
