@@ -16,7 +16,7 @@ they are the SDK's own. `AnalyzeStack` also builds the stack's resources (each o
 request instead of once per stack policy (`_analyze_stack`, the SDK's own method with that loop
 taken out of the loop over the policies). `AnalyzeStack`'s resources keep only their deserialized properties, read through views
 made as the rules read them (`_LazyDict`, `_LazyList`) rather than the SDK's copy of the whole value
-into views: at 200 models the pack's peak memory fell from 335 to 240 MiB. `POLICY_PACK_DECODE_EACH=1`
+into views: at 200 models the pack's peak memory fell from 335 to 270 MiB. `POLICY_PACK_DECODE_EACH=1`
 leaves the SDK as it is, for the benchmark's comparison (`benchmarks/bench_preview.py`).
 """
 
