@@ -10,19 +10,17 @@ fails when any is stale.
 
 from __future__ import annotations
 
-import ast
 import functools
-import inspect
 import json
 import re
 import sys
-import textwrap
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic._internal._docs_extraction import extract_docstrings_from_cls
 
 from .models import HUGGING_FACE_TOKENS, PROJECT, REGISTRY_TOKEN, SECRET_KEYS, PlatformConfig
 from .models.base import ConfigModel
@@ -99,25 +97,6 @@ not `4`), and every problem is reported with its full key path, e.g.
 """
 
 
-def _attribute_docstrings(model: type[BaseModel]) -> dict[str, str]:
-    """The docstring under each field a model's class body declares, as pydantic's `use_attribute_docstrings` reads
-    them (pydantic/_internal/_docs_extraction.py: a string expression right after an annotated assignment, cleaned by
-    `inspect.cleandoc`)."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(model))).body[0]
-    assert isinstance(body, ast.ClassDef)
-    docs = {}
-    for node, following in zip(body.body, body.body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            docs[node.target.id] = inspect.cleandoc(following.value.value)
-    return docs
-
-
 def _config_models() -> list[type[ConfigModel]]:
     found: list[type[ConfigModel]] = []
     pending = list(ConfigModel.__subclasses__())
@@ -131,18 +110,18 @@ def _config_models() -> list[type[ConfigModel]]:
 
 @functools.cache
 def described_models() -> None:
-    """Every config model's fields given their docstrings as descriptions (a field a class inherits, its declaring
-    class's), then the models rebuilt until the root's schema holds them all: a model's schema embeds the schemas
-    of the models its fields hold as they were built, so each pass carries the descriptions one level further up."""
+    """Every config model's fields given their docstrings as descriptions, as pydantic's `use_attribute_docstrings`
+    gives them (pydantic 2.13.4 `_internal/_fields.py` `_update_fields_from_docstrings`: the docstring under the field
+    in the class that declares it, read by pydantic's own `extract_docstrings_from_cls`), then the models rebuilt until
+    the root's schema holds them all: a model's schema embeds the schemas of the models its fields hold as they were
+    built, so each pass carries the descriptions one level further up."""
+    docstrings = functools.cache(lambda model: extract_docstrings_from_cls(model, use_inspect=True))
     models = _config_models()
     for model in models:
-        docs: dict[str, str] = {}
-        for declaring in reversed(model.__mro__):
-            if isinstance(declaring, type) and issubclass(declaring, ConfigModel) and declaring is not ConfigModel:
-                docs.update(_attribute_docstrings(declaring))
         for name, field in model.model_fields.items():
-            if field.description is None and name in docs:
-                field.description = docs[name]
+            declaring = next(c for c in model.__mro__ if name in c.__dict__.get("__annotations__", {}))
+            if field.description is None and name in docstrings(declaring):
+                field.description = docstrings(declaring)[name]
     schema: dict[str, Any] | None = None
     while True:
         for model in models:
