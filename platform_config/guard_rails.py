@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .models import ACKNOWLEDGED_KINDS, ACKNOWLEDGED_SCOPED_KINDS, PlatformConfig
-from .s3_locations import s3_within
+from .s3_locations import s3_within, whole_segments
 from .serving import running_versions
 
 # The names that acknowledge each kind of weakening (`acknowledge`).
@@ -337,10 +337,7 @@ def _mirror(value: Mapping[str, Any] | None) -> str:
 def _held(prefix: str, held: str) -> bool:
     """Whether a prefix the stack held holds `prefix`. One with an empty path segment (`//`), which an older program
     took and granted as the location without it, holds nothing now (s3_parts refuses it): what is under it is new."""
-    try:
-        return s3_within(prefix, held)
-    except ValueError:
-        return False
+    return whole_segments(prefix) and whole_segments(held) and s3_within(prefix, held)
 
 
 def _data(before: Mapping[str, Any], after: Mapping[str, Any]) -> Iterator[Weakening]:

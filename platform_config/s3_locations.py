@@ -26,6 +26,16 @@ def s3_parts(uri: str) -> tuple[str, tuple[str, ...]]:
     return bucket, tuple(segments)
 
 
+def whole_segments(uri: str) -> bool:
+    """Whether a location's path is of whole segments (`s3_parts` takes it apart), as every location the program
+    writes is: one that is not lies under no prefix, and a reader of locations it did not write reports it."""
+    try:
+        s3_parts(uri)
+    except ValueError:
+        return False
+    return True
+
+
 def s3_within(uri: str, prefix: str) -> bool:
     """Whether `uri` is `prefix` or below it, by whole path segments (`s3://b/team` does not hold `s3://b/teams`)."""
     bucket, path = s3_parts(uri)

@@ -8,7 +8,7 @@ import re
 from typing import Any, Iterator, Mapping
 
 from .kube import FACTS, NAMESPACE, TENANT_LABEL, Report, config, get, is_list
-from .s3_locations import EMPTY_SEGMENT, s3_parts
+from .s3_locations import EMPTY_SEGMENT, s3_parts, whole_segments
 from .workloads import of_type, tenant_namespaces
 
 ROLE = "aws:iam/role:Role"
@@ -37,17 +37,6 @@ _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 def as_list(value: Any) -> list[Any]:
     return list(value) if is_list(value) else [value]
-
-
-def whole_segments(location: str) -> bool:
-    """Whether a location's path is of whole segments, as every location the program writes is (s3_parts refuses an
-    empty one, `//`, which S3 reads as a key prefix of its own): one that is not lies under no prefix the pack can
-    tell, and is reported rather than compared."""
-    try:
-        s3_parts(location)
-    except ValueError:
-        return False
-    return True
 
 
 def granted_locations(statement: Mapping[str, Any]) -> Iterator[str | None]:
