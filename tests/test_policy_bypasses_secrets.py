@@ -179,9 +179,46 @@ def test_the_pack_names_credentials_as_the_program_does():
 
     from platform_config.credentials import CREDENTIAL_FORMATS, credential_format
 
-    assert [(name, pattern.pattern) for name, pattern in pack._CREDENTIALS] == list(CREDENTIAL_FORMATS)
-    for kind, token in TOKENS.items():
+    assert [(name, pattern.pattern) for name, pattern, _ in pack._CREDENTIALS] == list(CREDENTIAL_FORMATS)
+    for kind, token in SAMPLES.items():
         assert credential_format(f"x={token}") == pack.credential_format(f"x={token}") == kind, kind
+
+
+# A token of every format (TOKENS' and the rest), none of them real.
+SAMPLES = {
+    **TOKENS,
+    "private key": "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----",
+    "Hugging Face token": HF_TOKEN,
+    "AWS access key ID": "ASIA" + "Q7" * 8,
+    "Pulumi access token": "pul-" + "0f" * 20,
+    "OpenAI API key": "sk-proj-" + "aB3_" * 8,
+    "Google API key": "AIza" + "x" * 35,
+    "JSON Web Token": "eyJhbGciOiJI.eyJzdWIiOiIx.c2lnbmF0dXJl",
+}
+
+
+def test_every_format_is_searched_only_where_its_leading_text_is():
+    """The pack searches a text for a format only if it holds one of the texts every match of the format begins with
+    (`leading_literals`, from the pattern itself): each format has some, each sample's match begins with one, a
+    sample in a megabyte of dashboard JSON is found and named as the program names it, and the skip is exact on
+    patterns of each shape the parser meets."""
+    from inference_governance import credentials as pack
+
+    from platform_config.credentials import CREDENTIAL_FORMATS, credential_format
+
+    assert sorted(SAMPLES) == sorted(name for name, _ in CREDENTIAL_FORMATS)
+    filler = '{"expr": "sum(rate(vllm:request_success_total[5m])) by (model_name)", "legendFormat": "{{model_name}}"},' * 12_000
+    for name, pattern, literals in pack._CREDENTIALS:
+        match = pattern.search(SAMPLES[name])
+        assert literals and match and match.group().startswith(literals), name
+        text = filler + f" {SAMPLES[name]} " + filler
+        assert pack.credential_format(text) == credential_format(text) == name
+    assert pack.credential_format(filler) is None
+    assert pack.leading_literals(r"\bx[yz]_w+") == ("xy_", "xz_")
+    assert pack.leading_literals(r"^(?:ab|c)d") == ("ab", "c")
+    assert pack.leading_literals(r"pre(?:a|b*)c") == ("pre", "prea")
+    for nothing in (r"a?b", r"[^a]b", r"(?i)abc", r"\w+x", r"(?:ab|)c"):
+        assert pack.leading_literals(nothing) == (), nothing
 
 
 # --- shell scripts built from config ----------------------------------------------------------------------
