@@ -125,6 +125,13 @@ def is_list(value: Any) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
 
 
+def pod_makers(args: Any) -> Iterator[Any]:
+    """The stack's resources whose objects run pods, found by their type alone: a stack policy that reads the pods of
+    every workload reads no other resource's properties (the pack decodes a resource's properties when a rule first
+    reads them, policies/inference_governance/decoding.py)."""
+    return (r for r in args.resources if r.resource_type == POD or r.resource_type in WORKLOAD_TYPES)
+
+
 def pod_template(resource_type: str, props: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """{metadata, spec} of the pods a workload runs, or None if it runs none."""
     if resource_type == POD:
@@ -239,7 +246,7 @@ def duration_seconds(value: Any) -> float | None:
 
 def model_servers(args: Any) -> Iterator[tuple[Any, tuple[str, str]]]:
     """(resource, (namespace, model)) of every workload whose pods run a model server."""
-    for resource in args.resources:
+    for resource in pod_makers(args):
         template = pod_template(resource.resource_type, resource.props)
         if template is None:
             continue

@@ -32,6 +32,7 @@ from .kube import (
     name_of,
     namespace_of,
     opts_out_of_injection_or_host_network,
+    pod_makers,
     pod_template,
     selector_matches,
     whole_number,
@@ -251,7 +252,7 @@ def _tenant_workloads(args: Any, tenants: Collection[str]) -> Iterator[tuple[Any
     keeps ALLOW_ANY (it reads its servers by pod address, which REGISTRY_ONLY would drop) and which the namespace's
     NetworkPolicies must hold to private addresses instead."""
     servers = {id(resource): model for resource, (_, model) in model_servers(args)}
-    for resource in args.resources:
+    for resource in pod_makers(args):
         template = pod_template(resource.resource_type, resource.props)
         namespace = namespace_of(resource.props)
         if template is None or namespace not in tenants:

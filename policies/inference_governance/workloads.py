@@ -18,6 +18,7 @@ from .kube import (
     placement_pools,
     pod_gpu_resources,
     pod_labels,
+    pod_makers,
     pod_template,
 )
 
@@ -53,7 +54,7 @@ class GpuWorkload:
 
 def gpu_workloads(args: Any) -> list[GpuWorkload]:
     out = []
-    for resource in args.resources:
+    for resource in pod_makers(args):
         if pod_template(resource.resource_type, resource.props) is None:
             continue
         workload = GpuWorkload(resource)
