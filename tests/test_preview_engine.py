@@ -3,6 +3,7 @@ real engine reads."""
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 
 from pulumi.runtime import resource as runtime_resource
@@ -44,3 +45,45 @@ def test_registrations_carry_no_stack_trace_and_the_sdk_gets_its_own_back(tmp_pa
     assert program == [("test:index:Box", 0, False), ("test:index:Thing", 0, False)]
     # Outside a preview's evaluation the SDK walks the stack as it always does.
     assert runtime_resource._get_stack_trace is original
+
+
+# Stack outputs of each kind: plain tables (nested dicts, lists, a tuple, every scalar), and values the SDK must
+# resolve (an Output inside a table, a secret, an enum's str subclass).
+OUTPUTS_PROGRAM = """
+import enum
+
+import pulumi
+
+
+class Tier(str, enum.Enum):
+    PREMIUM = "premium"
+
+
+thing = pulumi.CustomResource("test:index:Thing", "thing", {"size": 1})
+pulumi.export("table", {"rows": [{"name": "a", "replicas": 2, "ratio": 0.5, "spot": False, "note": None}], "pair": ("x", 1)})
+pulumi.export("empty", {"none": {}, "nothing": []})
+pulumi.export("nested", {"urn": thing.urn, "plain": [1, 2]})
+pulumi.export("secret", pulumi.Output.secret("hunter2"))
+pulumi.export("tier", {"tier": Tier.PREMIUM})
+"""
+
+
+def test_stack_outputs_resolve_as_the_sdk_resolves_them(tmp_path: Path):
+    """Plain tables are taken as they are (the SDK's from_input walks each level of them again); each stack output
+    equals what the SDK's own resolution gives, the secret one shown as [secret]."""
+    (tmp_path / "__main__.py").write_text(OUTPUTS_PROGRAM)
+    evaluation = engine.evaluate(tmp_path, StackConfig(project="engine-test", stack="dev"))
+    outputs = evaluation.stack_outputs
+    row = {"name": "a", "replicas": 2, "ratio": 0.5, "spot": False, "note": None}
+    assert outputs["table"] == {"rows": [row], "pair": ("x", 1)}
+    assert outputs["empty"] == {"none": {}, "nothing": []}
+    assert outputs["nested"] == {"urn": "urn:pulumi:dev::engine-test::test:index:Thing::thing", "plain": [1, 2]}
+    assert outputs["secret"] == "[secret]"
+    assert outputs["tier"] == {"tier": "premium"}
+    # Plain once the SDK has resolved it; a str subclass (an enum's member) is left to the SDK.
+    assert all(engine._plain(outputs[k]) for k in ("table", "empty", "nested"))
+    assert not engine._plain({"tier": _Tier.PREMIUM}) and not engine._plain({1: "a"})
+
+
+class _Tier(str, enum.Enum):
+    PREMIUM = "premium"
