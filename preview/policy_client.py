@@ -66,13 +66,15 @@ def varint(value: int) -> bytes:
 
 class _Frames:
     """The preview's frames, read on a thread of their own as they come (the preview never waits on a full pipe):
-    the requests in order, the stack's entries by number, the port and the stack's order when they come."""
+    the requests in order, the stack's entries as the AnalyzeStackRequest's fields, one after another in one buffer
+    (where each begins and ends by number), the port and the stack's order when they come."""
 
     def __init__(self, stream: IO[bytes]):
         self._stream = stream
         self._ready = threading.Condition()
         self.requests: deque[tuple[int, bytes]] = deque()
-        self.entries: dict[int, bytes] = {}
+        self.entries = bytearray()
+        self.spans: dict[int, tuple[int, int]] = {}
         self.port: int | None = None
         self.order: array | None = None
         self.ended = False
@@ -85,7 +87,9 @@ class _Frames:
                 if kind == ANALYZE:
                     self.requests.append((number, data))
                 elif kind == ENTRY:
-                    self.entries[number] = data
+                    start = len(self.entries)
+                    self.entries += length_delimited(1, data)
+                    self.spans[number] = (start, len(self.entries))
                 elif kind == PORT:
                     self.port = int(data)
                 elif kind == STACK:
@@ -116,6 +120,17 @@ class _Frames:
                 self._ready.wait()
 
 
+def stack_request(frames: _Frames) -> bytes:
+    """The AnalyzeStackRequest: the entries' fields in the stack's order, copied once out of the buffer they came in,
+    which is then let go (a stack's entries are held twice at most, never three times: the buffer and the request,
+    then the request and gRPC's copy of it as it sends)."""
+    view = memoryview(frames.entries)
+    request = b"".join(view[frames.spans[number][0] : frames.spans[number][1]] for number in frames.order or ())
+    view.release()
+    frames.entries, frames.spans = bytearray(), {}
+    return request
+
+
 def serve(frames: _Frames, out: IO[bytes], in_flight: int) -> None:
     """The exchange: every Analyze, then AnalyzeStack (see the module's docstring)."""
     first = frames.next()
@@ -143,9 +158,7 @@ def serve(frames: _Frames, out: IO[bytes], in_flight: int) -> None:
             settle(*window.popleft())
         if frames.order is None:
             return
-        entries = frames.entries
-        request = b"".join(length_delimited(1, entries.pop(number)) for number in frames.order)
-        stack_answer = channel.unary_unary(ANALYZE_STACK_METHOD)(request)
+        stack_answer = channel.unary_unary(ANALYZE_STACK_METHOD)(stack_request(frames))
     out.write(b"".join(answers) + frame(STACK_ANALYZED, 0, stack_answer))
     out.flush()
 
