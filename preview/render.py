@@ -174,10 +174,9 @@ def write_outputs(out: Path, resources: list[RecordedResource]) -> tuple[list[di
 def render(out: Path, resources: list[RecordedResource]) -> Rendered:
     """Write resources.json, manifests/ and helm/. Each resource's inputs are converted once: without a secret in
     them, plain's JSON and unsecret's are the same (they differ only in a secret's marker), and the object, its
-    Helm release and resources.json share it (the manifests reorder only its top level and its metadata)."""
+    Helm release and resources.json share it (the manifests reorder only its top level and its metadata). Two
+    resources declaring one object fail it before anything is written."""
     out.mkdir(parents=True, exist_ok=True)
-    for stale in ("manifests", "helm"):
-        _clear(out / stale)
     entries, objects, releases, api_inputs = [], [], [], {}
     for r in resources:
         secrets: list[bool] = []
@@ -190,22 +189,54 @@ def render(out: Path, resources: list[RecordedResource]) -> Rendered:
             objects.append(_ordered(body))
         if r.type == HELM_RELEASE:
             releases.append(_helm_release(r, inputs))
-    write_indented(out / "resources.json", entries)
-    del entries  # what the objects and releases do not share is garbage now
-    seen: set[str] = set()
+    files: dict[Path, dict[str, Any]] = {}
     for obj in objects:
         filename = manifest_filename(obj)
-        if filename in seen:
-            raise DuplicateObjectError(f"two resources declare the same object {filename.removesuffix('.yaml')}")
-        seen.add(filename)
         path = out / "manifests" / filename
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(to_yaml(obj))
+        if path in files:
+            raise DuplicateObjectError(f"two resources declare the same object {filename.removesuffix('.yaml')}")
+        files[path] = obj
     for release in releases:
-        path = out / "helm" / f"{_safe(release['namespace'] or 'default')}.{_safe(release['name'])}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(to_yaml(release))
+        files[out / "helm" / f"{_safe(release['namespace'] or 'default')}.{_safe(release['name'])}.yaml"] = release
+    write_indented(out / "resources.json", entries)
+    del entries  # what the objects and releases do not share is garbage now
+    write_folders(out, files, to_yaml)
     return Rendered(objects, releases, api_inputs)
+
+
+# The folders of files, one per object, that each preview writes anew.
+FOLDERS = ("manifests", "helm")
+
+
+def write_folders(out: Path, files: dict[Path, Any], text: Callable[[Any], str]) -> None:
+    """manifests/ and helm/ holding each of `files` as its `text` (made one at a time, as it is written): a file
+    the last preview wrote as it is now is left as it is, one that differs is written, one this preview does not
+    write is deleted (and a folder left empty). Not all deleted first and written anew, as they were: on this
+    project's machines (ext4, mounted with `discard`) files made just after thousands were deleted took ten times as
+    long as in a new folder (2.5 s against 0.2 s for the 3,461 objects of 100 models; the cause in the kernel not
+    traced further), and a file that is the same keeps its modification time for whatever watches the folder."""
+    for name in FOLDERS:
+        folder = out / name
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            folder.unlink()
+        for path in sorted(folder.rglob("*"), reverse=True) if folder.exists() else ():
+            if path.is_dir() and not path.is_symlink():
+                if not any(path.iterdir()):
+                    path.rmdir()
+            elif path not in files or path.is_symlink():
+                path.unlink()
+    made: set[Path] = set()
+    for path, value in files.items():
+        data = text(value).encode()
+        if path.parent not in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.add(path.parent)
+        try:
+            if path.read_bytes() == data:
+                continue
+        except FileNotFoundError:
+            pass
+        path.write_bytes(data)
 
 
 def write_indented(path: Path, items: list[Any]) -> None:
@@ -285,13 +316,3 @@ def _encode(value: Any, add: Callable[[str], Any], newline: str) -> None:
         add(float.__repr__(value))
     else:
         raise _NotJson
-
-
-def _clear(directory: Path) -> None:
-    if not directory.exists():
-        return
-    for path in sorted(directory.rglob("*"), reverse=True):
-        if path.is_file():
-            path.unlink()
-        else:
-            path.rmdir()

@@ -1,0 +1,93 @@
+"""The preview's manifests/ and helm/ folders (preview/render.py `write_folders`): each preview leaves them holding
+exactly its own objects, rewriting only what changed since the last."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from preview.engine import RecordedResource
+from preview.render import DuplicateObjectError, render, to_yaml
+
+
+def _config_map(name: str, namespace: str, data: dict[str, str]) -> RecordedResource:
+    return RecordedResource(
+        type="kubernetes:core/v1:ConfigMap",
+        name=name,
+        urn=f"urn:pulumi:s::p::kubernetes:core/v1:ConfigMap::{namespace}-{name}",
+        parent=None,
+        custom=True,
+        provider=None,
+        inputs={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data},
+    )
+
+
+def _files(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_second_preview_leaves_its_own_objects_and_only_them(tmp_path: Path):
+    """Same object: the file is the very one (inode and modification time kept); changed: rewritten; gone from the
+    program: deleted, with a namespace's folder left empty; a file or a link put there by hand: deleted, the link's
+    target untouched."""
+    out = tmp_path / "out"
+    first = [
+        _config_map("same", "a", {"k": "v"}),
+        _config_map("changed", "a", {"k": "old"}),
+        _config_map("gone", "b", {"k": "v"}),
+    ]
+    render(out, first)
+    manifests = out / "manifests"
+    written = ["a/ConfigMap.core.changed.yaml", "a/ConfigMap.core.same.yaml", "b/ConfigMap.core.gone.yaml"]
+    assert sorted(_files(manifests)) == written
+    same = manifests / "a" / "ConfigMap.core.same.yaml"
+    os.utime(same, ns=(1_000_000_000, 1_000_000_000))
+    before = same.stat()
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("keep me\n")
+    (manifests / "a" / "link.yaml").symlink_to(outside)
+    (manifests / "a" / "by-hand.yaml").write_text("x: 1\n")
+
+    render(out, [_config_map("same", "a", {"k": "v"}), _config_map("changed", "a", {"k": "new"})])
+
+    files = _files(manifests)
+    assert sorted(files) == ["a/ConfigMap.core.changed.yaml", "a/ConfigMap.core.same.yaml"]
+    assert files["a/ConfigMap.core.changed.yaml"] == to_yaml(render_object("changed", "a", {"k": "new"}))
+    assert files["a/ConfigMap.core.same.yaml"] == to_yaml(render_object("same", "a", {"k": "v"}))
+    after = same.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert not (manifests / "b").exists() and outside.read_text() == "keep me\n"
+
+
+def render_object(name: str, namespace: str, data: dict[str, str]) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data}
+
+
+@pytest.mark.parametrize("planted", ["file", "link"])
+def test_a_folder_that_is_a_file_or_a_link_is_replaced_not_followed(tmp_path: Path, planted: str):
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious").write_text("keep\n")
+    if planted == "file":
+        (out / "manifests").write_text("not a folder\n")
+    else:
+        (out / "manifests").symlink_to(elsewhere, target_is_directory=True)
+    render(out, [_config_map("x", "a", {"k": "v"})])
+    assert (out / "manifests").is_dir() and not (out / "manifests").is_symlink()
+    assert sorted(_files(out / "manifests")) == ["a/ConfigMap.core.x.yaml"]
+    assert _files(elsewhere) == {"precious": "keep\n"}
+
+
+def test_a_render_that_fails_writes_no_object(tmp_path: Path):
+    """Two resources declaring one object fail the render before any file is written: the last preview's files stay
+    as they were."""
+    out = tmp_path / "out"
+    render(out, [_config_map("x", "a", {"k": "v"})])
+    before, resources_json = _files(out / "manifests"), (out / "resources.json").read_text()
+    with pytest.raises(DuplicateObjectError):
+        render(out, [_config_map("y", "a", {"k": "v"}), _config_map("x", "a", {"k": "1"}), _config_map("x", "a", {"k": "2"})])
+    assert _files(out / "manifests") == before and resources_json == (out / "resources.json").read_text()
