@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from preview.engine import RecordedResource
 from preview.render import DuplicateObjectError, render, to_yaml
@@ -91,3 +92,43 @@ def test_a_render_that_fails_writes_no_object(tmp_path: Path):
     with pytest.raises(DuplicateObjectError):
         render(out, [_config_map("y", "a", {"k": "v"}), _config_map("x", "a", {"k": "1"}), _config_map("x", "a", {"k": "2"})])
     assert _files(out / "manifests") == before and resources_json == (out / "resources.json").read_text()
+
+
+class _PyYamlDumper(yaml.CSafeDumper):
+    """PyYAML's own safe representer, with libyaml's emitter as render's, as the manifests were written before
+    render's own node-making: no anchors, a string of several lines as a literal block."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+_PyYamlDumper.add_representer(
+    str, lambda dumper, data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+)
+
+
+def _pyyaml(data) -> str:
+    return yaml.dump(data, Dumper=_PyYamlDumper, sort_keys=False, default_flow_style=False, width=120)
+
+
+# Scalars the emitter must quote or write specially, and shapes of each kind.
+AWKWARD = {
+    "strings": ["", "true", "no", "null", "~", "123", "0x1F", "1e3", "2026-12-07", "a: b", "- x", "#", "'q'", '"q"', " lead"],
+    "blocks": ["line\nline", "trailing\n", "  indented\nblock"],
+    "numbers": [0, -7, 2**70, 0.5, 1e-9, 1e300, float("inf"), float("-inf")],
+    "others": [True, False, None, {}, [], [[]], [{}], {"": "empty key", "1": "digit key"}],
+    "unicode": ["caf\u00e9", "\u2603 snow", "tab\tin"],
+}
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_every_manifest_is_written_as_pyyaml_writes_it(previews, stack: str):
+    """Render's own node-making for JSON's types (`_Dumper.represent_data`) writes every committed stack's manifests
+    and Helm releases byte for byte as PyYAML's safe representer does, and awkward values too."""
+    out = previews[stack].out
+    files = sorted([*(out / "manifests").rglob("*.yaml"), *(out / "helm").glob("*.yaml")])
+    assert len(files) > 50
+    for path in files:
+        text = path.read_text()
+        assert text == _pyyaml(yaml.safe_load(text)), path
+    assert to_yaml(AWKWARD) == _pyyaml(AWKWARD)
