@@ -217,7 +217,10 @@ def test_every_format_is_searched_only_where_its_leading_text_is():
     assert pack.leading_literals(r"\bx[yz]_w+") == ("xy_", "xz_")
     assert pack.leading_literals(r"^(?:ab|c)d") == ("ab", "c")
     assert pack.leading_literals(r"pre(?:a|b*)c") == ("pre", "prea")
-    for nothing in (r"a?b", r"[^a]b", r"(?i)abc", r"\w+x", r"(?:ab|)c"):
+    assert pack.leading_literals(r"a(?i:bc)d") == ("a",)
+    # Bounded: past 16 texts the ones found so far serve (8 here, where 8 more classes would make 16 million).
+    assert pack.leading_literals("x" + "[abcdefgh]" * 8) == tuple(f"x{c}" for c in "abcdefgh")
+    for nothing in (r"a?b", r"[^a]b", r"(?i)abc", r"(?i:a)b", r"\w+x", r"(?:ab|)c"):
         assert pack.leading_literals(nothing) == (), nothing
 
 

@@ -76,24 +76,30 @@ def leading_literals(pattern: str) -> tuple[str, ...]:
     if tree.state.flags & re.IGNORECASE:
         return ()
     found = _leading(list(tree))
-    return () if found is None or "" in found else tuple(sorted(found))
+    return () if "" in found else tuple(sorted(found))
 
 
-def _leading(items: list[Any]) -> set[str] | None:
+# Past this many texts a search for each costs more than the pattern's own scan: the texts found so far serve.
+_MOST_LITERALS = 16
+
+
+def _leading(items: list[Any]) -> set[str]:
     prefixes, started = {""}, False
     for op, value in items:
         if op is _regex.AT and not started:
             continue  # a boundary or an anchor: zero width
         if op is _regex.LITERAL:
             prefixes = {p + chr(value) for p in prefixes}
-        elif op is _regex.IN and len(value) <= 8 and all(o is _regex.LITERAL for o, _ in value):
+        elif op is _regex.IN and len(prefixes) * len(value) <= _MOST_LITERALS and all(o is _regex.LITERAL for o, _ in value):
             prefixes = {p + chr(c) for p in prefixes for _, c in value}
+        elif op is _regex.SUBPATTERN and value[1] & re.IGNORECASE:
+            return prefixes  # a group whose case is ignored, `(?i:...)`: its letters match either case
         elif op is _regex.SUBPATTERN or op is _regex.BRANCH:
             branches = [list(value[-1])] if op is _regex.SUBPATTERN else [list(b) for b in value[1]]
-            heads = [_leading(branch) for branch in branches]
-            if any(head is None for head in heads):
+            heads = {h for branch in branches for h in _leading(branch)}
+            if len(prefixes) * len(heads) > _MOST_LITERALS:
                 return prefixes
-            return {p + h for p in prefixes for head in heads for h in head or ()}
+            return {p + h for p in prefixes for h in heads}
         else:
             return prefixes
         started = True
