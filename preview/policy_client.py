@@ -124,9 +124,8 @@ def stack_request(frames: _Frames) -> bytes:
     """The AnalyzeStackRequest: the entries' fields in the stack's order, copied once out of the buffer they came in,
     which is then let go (a stack's entries are held twice at most, never three times: the buffer and the request,
     then the request and gRPC's copy of it as it sends)."""
-    view = memoryview(frames.entries)
-    request = b"".join(view[frames.spans[number][0] : frames.spans[number][1]] for number in frames.order or ())
-    view.release()
+    with memoryview(frames.entries) as view:
+        request = b"".join(view[frames.spans[number][0] : frames.spans[number][1]] for number in frames.order or ())
     frames.entries, frames.spans = bytearray(), {}
     return request
 

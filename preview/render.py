@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import stat
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _json_string  # type: ignore[attr-defined]
 from pathlib import Path
@@ -249,12 +250,33 @@ def write_folders(out: Path, files: dict[Path, Any], text: Callable[[Any], str])
         if path.parent not in made:
             path.parent.mkdir(parents=True, exist_ok=True)
             made.add(path.parent)
-        try:
-            if path.read_bytes() == data:
-                continue
-        except FileNotFoundError:
-            pass
+        if _holds(path, data):
+            continue
+        _remove(path)
         path.write_bytes(data)
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether `path` is a regular file (not a link, a pipe or a folder) that holds `data` and can be read."""
+    try:
+        status = path.lstat()
+        return stat.S_ISREG(status.st_mode) and status.st_size == len(data) and path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def _remove(path: Path) -> None:
+    """Whatever is at `path` gone, so that a changed file is made anew rather than written through: a file the user
+    made read-only or linked elsewhere (a hard link to the last preview's) is replaced, not changed or refused."""
+    if path.is_dir() and not path.is_symlink():
+        for inner in sorted(path.rglob("*"), reverse=True):
+            if inner.is_dir() and not inner.is_symlink():
+                inner.rmdir()
+            else:
+                inner.unlink()
+        path.rmdir()
+    else:
+        path.unlink(missing_ok=True)
 
 
 def write_indented(path: Path, items: list[Any]) -> None:

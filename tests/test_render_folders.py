@@ -132,3 +132,27 @@ def test_every_manifest_is_written_as_pyyaml_writes_it(previews, stack: str):
         text = path.read_text()
         assert text == _pyyaml(yaml.safe_load(text)), path
     assert to_yaml(AWKWARD) == _pyyaml(AWKWARD)
+
+
+def test_a_changed_file_is_made_anew_not_written_through(tmp_path: Path):
+    """A changed object's file is replaced: a hard link to the last preview's file (a snapshot taken with `cp -al`)
+    keeps what it held; a pipe or a folder where an object's file goes is replaced, never read or followed."""
+    out = tmp_path / "out"
+    render(out, [_config_map("x", "a", {"k": "old"}), _config_map("y", "a", {"k": "v"}), _config_map("z", "a", {"k": "v"})])
+    manifests = out / "manifests" / "a"
+    snapshot = tmp_path / "snapshot.yaml"
+    os.link(manifests / "ConfigMap.core.x.yaml", snapshot)
+    kept = snapshot.read_text()
+    (manifests / "ConfigMap.core.y.yaml").unlink()
+    os.mkfifo(manifests / "ConfigMap.core.y.yaml")
+    (manifests / "ConfigMap.core.z.yaml").unlink()
+    (manifests / "ConfigMap.core.z.yaml").mkdir()
+    (manifests / "ConfigMap.core.z.yaml" / "inside").write_text("x\n")
+
+    render(out, [_config_map("x", "a", {"k": "new"}), _config_map("y", "a", {"k": "v"}), _config_map("z", "a", {"k": "v"})])
+
+    assert snapshot.read_text() == kept and "old" in kept
+    files = _files(out / "manifests")
+    assert sorted(files) == ["a/ConfigMap.core.x.yaml", "a/ConfigMap.core.y.yaml", "a/ConfigMap.core.z.yaml"]
+    assert files["a/ConfigMap.core.x.yaml"] == to_yaml(render_object("x", "a", {"k": "new"}))
+    assert all((manifests / name).is_file() for name in ("ConfigMap.core.y.yaml", "ConfigMap.core.z.yaml"))
