@@ -124,3 +124,54 @@ def test_the_stacks_views_made_as_read_give_what_the_sdks_whole_views_give() -> 
     assert any("number value at .spec.replicas" in read for _, read in eager)
     assert any("number value at .spec.ports.1.port" in read for path, read in eager if -2 in path)
     assert any("the same when read again True" in read for path, read in eager if path == ("spec", "containers"))
+
+
+def test_a_stack_resource_is_decoded_when_a_policy_first_reads_it() -> None:
+    """AnalyzeStack's resources keep their properties as the request's message until a stack policy reads them
+    (decoding.py `_StackResource`): the policies that read every workload's pods (`kube.pod_makers`) leave the rest
+    undecoded; what they read is the SDK's decoding, the same view on every read."""
+    import sys
+
+    from google.protobuf import json_format, struct_pb2
+    from pulumi.runtime.proto import analyzer_pb2
+    from pulumi_policy.deserialize import deserialize_properties
+
+    sys.path.insert(0, str(ROOT / "policies"))
+    from inference_governance import decoding, kube
+
+    def struct(value: dict[str, Any]) -> struct_pb2.Struct:
+        message = struct_pb2.Struct()
+        message.update(value)
+        return message
+
+    objects: dict[str, dict[str, Any]] = {
+        "kubernetes:core/v1:ConfigMap": {"metadata": {"name": "dashboards", "namespace": "t1"}, "data": {"a": "b"}},
+        "kubernetes:apps/v1:Deployment": {
+            "metadata": {"name": "llama", "namespace": "t1"},
+            "spec": {"template": {"metadata": {"labels": {"app": "llama"}}, "spec": {"containers": [{"name": "vllm"}]}}},
+        },
+    }
+    request = analyzer_pb2.AnalyzeStackRequest(
+        resources=[
+            analyzer_pb2.AnalyzerResource(type=kind, urn=f"urn:{i}", name=str(i), properties=struct(value))
+            for i, (kind, value) in enumerate(objects.items())
+        ]
+    )
+
+    class Servicer:
+        def _get_resource_options(self, resource: Any) -> None:
+            return None
+
+        def _get_provider_resource(self, resource: Any) -> None:
+            return None
+
+    config_map, deployment = decoding._stack_resources(Servicer(), request)
+    args = type("Args", (), {"resources": [config_map, deployment]})()
+    assert list(kube.pod_makers(args)) == [deployment]
+    assert config_map._props is None and deployment._props is None
+    first = deployment.props
+    sdk = deserialize_properties(json_format.MessageToDict(request.resources[1].properties))
+    assert (
+        deployment.props is first and kube.pod_template(deployment.resource_type, first)["metadata"]["labels"]["app"] == "llama"
+    )
+    assert dict(first["metadata"]) == sdk["metadata"] and config_map._props is None
