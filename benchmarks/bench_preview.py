@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -56,6 +56,8 @@ class Finished:
     # The largest sum of the RSS of the process and its descendants at one moment (sampled from /proc every 50 ms):
     # the preview, the policy pack, its client and any aiconfigurator worker together.
     peak_tree_kib: int = 0
+    # Each process's part of that sum at that moment, by its role (benchmarks/process_memory.py ROLES).
+    peak_parts_kib: dict[str, int] = field(default_factory=dict)
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> Finished:
@@ -72,7 +74,8 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> Finished:
         stdout, stderr = out.read(), err.read()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{stdout}\n{stderr}")
-    return Finished(elapsed, stdout, usage.ru_maxrss, usage.ru_utime + usage.ru_stime, max(peak_tree, usage.ru_maxrss))
+    cpu = usage.ru_utime + usage.ru_stime
+    return Finished(elapsed, stdout, usage.ru_maxrss, cpu, max(peak_tree, usage.ru_maxrss), memory.peak_parts)
 
 
 def measure(program: Path, stack_file: Path, env: dict[str, str] | None = None) -> dict:
@@ -96,6 +99,7 @@ class PreviewRuns:
         self.cpus: list[float] = []
         self.peaks: list[int] = []
         self.tree_peaks: list[int] = []
+        self.tree_parts: list[dict[str, int]] = []
         self.stages: list[dict[str, float]] = []
         self.stage_cpus: list[dict[str, float]] = []
         self.pack_cpus: list[float] = []
@@ -106,6 +110,7 @@ class PreviewRuns:
         self.cpus.append(finished.cpu_seconds)
         self.peaks.append(finished.peak_kib)
         self.tree_peaks.append(finished.peak_tree_kib)
+        self.tree_parts.append(finished.peak_parts_kib)
         self.stages.append(_stages(report))
         self.stage_cpus.append({s["name"]: s.get("cpuSeconds", 0.0) for s in report["stages"]})
         self.pack_cpus.append(report.get("cpuSeconds", {}).get("policyPack", 0.0))
@@ -123,6 +128,10 @@ class PreviewRuns:
             "stageCpuSeconds": {k: median([s[k] for s in self.stage_cpus]) for k in self.stage_cpus[0]},
             "previewPeakMiB": max(self.peaks) / 1024,
             "previewTreePeakMiB": max(self.tree_peaks) / 1024,
+            # The parts of the largest of those peaks, by process.
+            "previewTreePeakParts": {
+                name: kib / 1024 for name, kib in self.tree_parts[self.tree_peaks.index(max(self.tree_peaks))].items()
+            },
         }
 
 
@@ -339,6 +348,10 @@ def print_floor_table(rows: list[dict]) -> None:
             f"{row['previewSeconds'] / row['floorSeconds']:.2f}x | {row['previewPeakMiB']:.0f} MiB | "
             f"{row['previewTreePeakMiB']:.0f} MiB | {row['previewTreePeakMiB'] * 1024 / row['resources']:.0f} |"
         )
+    print()
+    for row in rows:
+        parts = ", ".join(f"{name} {mib:.0f} MiB" for name, mib in sorted(row["previewTreePeakParts"].items()))
+        print(f"{row['stack']}: all its processes at their peak, by process: {parts}")
 
 
 def print_stage_shares(rows: list[dict]) -> None:

@@ -6,36 +6,52 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+# Which of a preview's processes a command line is, by what it runs.
+ROLES = (("pulumi.policy", "pack"), ("policy_client.py", "client"), ("performance_worker", "aiconfigurator worker"))
 
-def _tree_rss_kib(pid: int) -> int:
-    """The RSS of a process and its descendants now (status VmRSS; the children of each of its threads,
-    /proc/<pid>/task/<tid>/children, since a child started from another thread is listed under that thread only);
-    0 for any gone."""
-    total, pending = 0, [pid]
+
+def role(command: list[str]) -> str:
+    """The part a preview's process plays: the pack, its client, an aiconfigurator worker, or the preview (itself and
+    whatever else it starts)."""
+    line = " ".join(command)
+    return next((name for marker, name in ROLES if marker in line), "preview")
+
+
+def _tree_rss_kib(pid: int) -> dict[str, int]:
+    """The RSS of a process and its descendants now, by each one's role (status VmRSS; the children of each of its
+    threads, /proc/<pid>/task/<tid>/children, since a child started from another thread is listed under that thread
+    only); none for any gone."""
+    parts: dict[str, int] = {}
+    pending = [pid]
     while pending:
         current = pending.pop()
         try:
             status = Path(f"/proc/{current}/status").read_text()
+            command = Path(f"/proc/{current}/cmdline").read_bytes().decode(errors="replace").split("\0")
             for task in Path(f"/proc/{current}/task").iterdir():
                 pending += [int(child) for child in (task / "children").read_text().split()]
         except (OSError, ValueError):
             continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return total
+        rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+        parts[role(command)] = parts.get(role(command), 0) + rss
+    return parts
 
 
 class TreeMemory:
-    """Samples a process tree's summed RSS until stopped, keeping the largest."""
+    """Samples a process tree's summed RSS until stopped, keeping the largest and, at that moment, each role's part."""
 
     def __init__(self, pid: int) -> None:
         self.peak_kib = 0
+        self.peak_parts: dict[str, int] = {}
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._sample, args=(pid,), daemon=True)
         self._thread.start()
 
     def _sample(self, pid: int) -> None:
         while not self._stopped.wait(0.05):
-            self.peak_kib = max(self.peak_kib, _tree_rss_kib(pid))
+            parts = _tree_rss_kib(pid)
+            if sum(parts.values()) > self.peak_kib:
+                self.peak_kib, self.peak_parts = sum(parts.values()), parts
 
     def stop(self) -> int:
         self._stopped.set()

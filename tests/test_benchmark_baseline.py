@@ -86,6 +86,11 @@ def test_the_benchmark_runs_at_a_small_size(tmp_path):
         assert row["previewPeakMiB"] > 0 and row["resources"] > 50
         # The processes together hold more than the preview's alone (the pack and its client run beside it).
         assert row["previewTreePeakMiB"] > row["previewPeakMiB"]
+        # ... the preview, the pack and its client each a part of it, at the moment of the peak.
+        parts = row["previewTreePeakParts"]
+        assert {"preview", "pack", "client"} <= set(parts) and all(mib > 0 for mib in parts.values())
+        assert abs(sum(parts.values()) - row["previewTreePeakMiB"]) < 1
+        assert f"{row['stack']}: all its processes at their peak, by process: client " in out
         assert f"| {row['stack']} | {row['resources']} |" in out
         # The CPU of the preview's processes together, the pack's part of it, and each stage's in the preview's own.
         assert 0 < row["packCpuSeconds"] < row["previewCpuSeconds"] and 0 < row["packCpuShare"] < 1
