@@ -252,7 +252,9 @@ def write_folders(out: Path, files: dict[Path, Any], text: Callable[[Any], str])
             made.add(path.parent)
         if _holds(path, data):
             continue
-        _remove(path)
+        # Made anew rather than written through: a file the user made read-only or linked elsewhere (a hard link to
+        # the last preview's) is replaced, not changed or refused. (A folder at its path went in the sweep above.)
+        path.unlink(missing_ok=True)
         path.write_bytes(data)
 
 
@@ -263,20 +265,6 @@ def _holds(path: Path, data: bytes) -> bool:
         return stat.S_ISREG(status.st_mode) and status.st_size == len(data) and path.read_bytes() == data
     except OSError:
         return False
-
-
-def _remove(path: Path) -> None:
-    """Whatever is at `path` gone, so that a changed file is made anew rather than written through: a file the user
-    made read-only or linked elsewhere (a hard link to the last preview's) is replaced, not changed or refused."""
-    if path.is_dir() and not path.is_symlink():
-        for inner in sorted(path.rglob("*"), reverse=True):
-            if inner.is_dir() and not inner.is_symlink():
-                inner.rmdir()
-            else:
-                inner.unlink()
-        path.rmdir()
-    else:
-        path.unlink(missing_ok=True)
 
 
 def write_indented(path: Path, items: list[Any]) -> None:
