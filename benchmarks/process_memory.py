@@ -33,7 +33,8 @@ def _tree_rss_kib(pid: int) -> dict[str, int]:
         except (OSError, ValueError):
             continue
         rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-        parts[role(command)] = parts.get(role(command), 0) + rss
+        name = role(command)
+        parts[name] = parts.get(name, 0) + rss
     return parts
 
 
@@ -50,8 +51,9 @@ class TreeMemory:
     def _sample(self, pid: int) -> None:
         while not self._stopped.wait(0.05):
             parts = _tree_rss_kib(pid)
-            if sum(parts.values()) > self.peak_kib:
-                self.peak_kib, self.peak_parts = sum(parts.values()), parts
+            total = sum(parts.values())
+            if total > self.peak_kib:
+                self.peak_kib, self.peak_parts = total, parts
 
     def stop(self) -> int:
         self._stopped.set()

@@ -18,8 +18,8 @@ taken out of the loop over the policies). `AnalyzeStack`'s resources are decoded
 reads their properties (`_StackResource`: two in five no stack policy reads) and keep only their
 deserialized properties, read through views made as the rules read them (`_LazyDict`, `_LazyList`)
 rather than the SDK's copy of the whole value into views: at 200 models the pack's peak memory fell
-from 335 to 270 MiB with the views. `POLICY_PACK_DECODE_EACH=1`
-leaves the SDK as it is, for the benchmark's comparison (`benchmarks/bench_preview.py`).
+from 335 to 270 MiB with the views. `POLICY_PACK_DECODE_EACH=1` leaves the SDK as it is, for the
+benchmark's comparison (`benchmarks/bench_preview.py`).
 """
 
 from __future__ import annotations
