@@ -4,9 +4,11 @@ real engine reads."""
 from __future__ import annotations
 
 import enum
+import gc
 from pathlib import Path
 
 from pulumi.runtime import resource as runtime_resource
+from pulumi.runtime import rpc
 
 from preview import engine
 from preview.stack_config import StackConfig
@@ -87,3 +89,91 @@ def test_stack_outputs_resolve_as_the_sdk_resolves_them(tmp_path: Path):
 
 class _Tier(str, enum.Enum):
     PREMIUM = "premium"
+
+
+def _unknown_check_cases() -> list[object]:
+    unknown = rpc.UNKNOWN
+    holds_itself: list[object] = [1]
+    holds_itself.append(holds_itself)
+    table: dict[str, object] = {"a": 1}
+    table["self"] = table
+    shared = [unknown]
+    return [
+        None,
+        "text",
+        3,
+        unknown,
+        {},
+        [],
+        {"a": {"b": [1, 2, {"c": unknown}]}},
+        {"a": {"b": [1, 2, {"c": "known"}]}},
+        [[[]], [unknown]],
+        (unknown,),  # a tuple is not walked, by either
+        {unknown: 1},  # nor a dict's keys
+        holds_itself,
+        table,
+        [shared, shared],
+        [holds_itself, {"x": [unknown]}],
+    ]
+
+
+def test_unknown_check_answers_as_the_sdks_and_is_what_the_sdk_calls_during_evaluation(tmp_path: Path, monkeypatch):
+    sdk_check = rpc.contains_unknowns
+    for value in _unknown_check_cases():
+        assert engine.contains_unknowns(value) is sdk_check(value), value
+    calls = []
+
+    def counting(value):
+        calls.append(value)
+        return sdk_check(value)
+
+    monkeypatch.setattr(engine, "contains_unknowns", counting)
+    (tmp_path / "__main__.py").write_text(PROGRAM)
+    engine.evaluate(tmp_path, StackConfig(project="engine-test", stack="dev"))
+    # The SDK checks every Output's value and every serialized property through the module's name.
+    assert len(calls) > 10
+    assert rpc.contains_unknowns is sdk_check
+
+
+def test_the_sdks_unknown_check_leaves_reference_cycles_and_the_engines_none():
+    value = {"a": [1, {"b": "c"}], "d": rpc.UNKNOWN}
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(100):
+            rpc.contains_unknowns(value)
+        sdk_garbage = gc.collect()
+        for _ in range(100):
+            engine.contains_unknowns(value)
+        engine_garbage = gc.collect()
+    finally:
+        gc.enable()
+    # pulumi 3.272.0: a recursive closure per call, only the cyclic collector frees it.
+    assert sdk_garbage >= 100
+    assert engine_garbage == 0
+
+
+GC_PROGRAM = """
+import gc
+from pathlib import Path
+
+import pulumi
+
+Path(__file__).with_name("collector.txt").write_text(str(gc.isenabled()))
+pulumi.CustomResource("test:index:Thing", "thing", {"size": 1})
+"""
+
+
+def test_the_evaluation_runs_with_the_collector_paused_and_leaves_it_as_found(tmp_path: Path):
+    (tmp_path / "__main__.py").write_text(GC_PROGRAM)
+    config = StackConfig(project="engine-test", stack="dev")
+    assert gc.isenabled()
+    engine.evaluate(tmp_path, config)
+    assert (tmp_path / "collector.txt").read_text() == "False"
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        engine.evaluate(tmp_path, config)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
