@@ -114,9 +114,14 @@ def get(obj: Any, *path: str | int, default: Any = None) -> Any:
                 return default
             obj = obj[key]
         else:
-            if not isinstance(obj, Mapping) or key not in obj:
+            if not isinstance(obj, Mapping):
                 return default
-            obj = obj[key]
+            # One lookup, not `in` and then the item: the policy SDK's views answer `in` by reading the item
+            # (collections.abc Mapping.__contains__), a value unknown at preview raising either way.
+            try:
+                obj = obj[key]
+            except KeyError:
+                return default
     return default if obj is None else obj
 
 
