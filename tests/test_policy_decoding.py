@@ -175,3 +175,62 @@ def test_a_stack_resource_is_decoded_when_a_policy_first_reads_it() -> None:
         deployment.props is first and kube.pod_template(deployment.resource_type, first)["metadata"]["labels"]["app"] == "llama"
     )
     assert dict(first["metadata"]) == sdk["metadata"] and config_map._props is None
+
+
+def test_struct_dict_makes_what_the_sdks_json_printer_makes() -> None:
+    """A resource's properties turn into a dict as protobuf's `json_format.MessageToDict` turns them (decoding.py
+    `struct_dict`): every committed stack's resources, and values of each kind (an unset value, nulls, nested empty
+    tables and lists, negative zero, booleans that must not become numbers); infinities and NaN refused alike."""
+    import json
+    import math
+    import random
+    import sys
+
+    from google.protobuf import json_format, struct_pb2
+
+    sys.path.insert(0, str(ROOT / "policies"))
+    from inference_governance import decoding
+
+    def same(message: struct_pb2.Struct) -> None:
+        ours, sdks = decoding.struct_dict(message), json_format.MessageToDict(message)
+        # json.dumps tells True from 1 and 1.0 from 1, and keeps the order of keys.
+        assert json.dumps(ours) == json.dumps(sdks)
+        assert decoding._message_to_dict(message) == sdks
+
+    stacks = sorted((ROOT / "tests" / "golden").glob("*.resources.json"))
+    assert len(stacks) == 3
+    for path in stacks:
+        for entry in json.loads(path.read_text()):
+            message = struct_pb2.Struct()
+            message.update(entry["inputs"] or {})
+            same(message)
+    odd = struct_pb2.Struct()
+    odd.update({"none": None, "zero": -0.0, "big": 1e300, "flag": True, "list": [[], {}, [None, False, 0]], "ü": "é"})
+    odd.fields["unset"].CopyFrom(struct_pb2.Value())
+    same(odd)
+    scalars = [None, True, False, 0, -1.5, 2**53, "", "a\nb", "é"]
+    generator = random.Random(30)
+
+    def tree(depth: int) -> Any:
+        if depth == 0 or generator.random() < 0.3:
+            return generator.choice(scalars)
+        if generator.random() < 0.5:
+            return [tree(depth - 1) for _ in range(generator.randrange(4))]
+        return {f"k{i}": tree(depth - 1) for i in range(generator.randrange(4))}
+
+    for _ in range(300):
+        message = struct_pb2.Struct()
+        message.update({"root": tree(5)})
+        same(message)
+    for bad in (math.inf, -math.inf, math.nan):
+        message = struct_pb2.Struct()
+        message.update({"nested": {"x": [bad]}})
+        with pytest.raises(ValueError) as ours:
+            decoding.struct_dict(message)
+        with pytest.raises(ValueError) as sdks:
+            json_format.MessageToDict(message)
+        assert str(ours.value) == str(sdks.value)
+    # Another message, or other options, is the SDK's printer's.
+    value = struct_pb2.Value(string_value="x")
+    assert decoding._message_to_dict(value) == "x"
+    assert decoding._message_to_dict(odd, preserving_proto_field_name=True) == json_format.MessageToDict(odd)
