@@ -76,7 +76,7 @@ def decode_once() -> None:
     """Patch the SDK's servicer to decode each message once per request (see the module's docstring)."""
     if os.environ.get("POLICY_PACK_DECODE_EACH") == "1" or getattr(sdk, "_decodes_once", False):
         return
-    json_format = sdk.json_format
+    # The SDK's `json_format` is protobuf's module (imported here too): a copy of it, so only the SDK's reads change.
     sdk.json_format = SimpleNamespace(
         **{name: getattr(json_format, name) for name in dir(json_format) if not name.startswith("__")},
     )
