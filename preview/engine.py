@@ -224,7 +224,17 @@ class _HeardOutputs(dict):
 
 
 @contextlib.contextmanager
-def without_source_positions() -> Iterator[None]:
+def _sdk_attribute(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """`owner.name` is `value` within (an SDK function the preview replaces while the program runs), as it was after."""
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def without_source_positions() -> contextlib.AbstractContextManager[None]:
     """Registrations sent without the program's stack trace, which only the real engine reads (for diagnostics).
 
     The SDK walks the whole Python stack for every registration and turns each frame's file into a URI
@@ -233,16 +243,10 @@ def without_source_positions() -> Iterator[None]:
     request's `sourcePosition` and `stackTrace` unread (pulumi/runtime/mocks.py `MockMonitor.RegisterResource`) and so
     does ours. Components nest a model's resources about ten frames deep: 11% of the evaluation at 100 models under
     cProfile, which inflates such small calls; about 0.1 ms a registration unprofiled."""
-    original = runtime_resource._get_stack_trace
-    runtime_resource._get_stack_trace = source_pb2.StackTrace
-    try:
-        yield
-    finally:
-        runtime_resource._get_stack_trace = original
+    return _sdk_attribute(runtime_resource, "_get_stack_trace", source_pb2.StackTrace)
 
 
-@contextlib.contextmanager
-def acyclic_unknown_checks() -> Iterator[None]:
+def acyclic_unknown_checks() -> contextlib.AbstractContextManager[None]:
     """The SDK's check of a value for unknowns, without the reference cycle each call of it leaves behind.
 
     pulumi 3.272.0's `rpc.contains_unknowns` (sdk/python/lib/pulumi/runtime/rpc.py) defines a recursive closure on every
@@ -253,12 +257,7 @@ def acyclic_unknown_checks() -> Iterator[None]:
     module-level; with it the evaluation runs with the collector paused (`collection_paused`). Every caller reaches the
     check through the module (`output.py` calls `rpc.contains_unknowns`, `rpc.py` its own global), so one assignment
     serves them all."""
-    original = rpc.contains_unknowns
-    rpc.contains_unknowns = contains_unknowns
-    try:
-        yield
-    finally:
-        rpc.contains_unknowns = original
+    return _sdk_attribute(rpc, "contains_unknowns", contains_unknowns)
 
 
 def contains_unknowns(val: Any) -> bool:
