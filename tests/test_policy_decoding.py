@@ -126,10 +126,12 @@ def test_the_stacks_views_made_as_read_give_what_the_sdks_whole_views_give() -> 
     assert any("the same when read again True" in read for path, read in eager if path == ("spec", "containers"))
 
 
-def test_a_stack_resource_is_decoded_when_a_policy_first_reads_it() -> None:
-    """AnalyzeStack's resources keep their properties as the request's message until a stack policy reads them
-    (decoding.py `_StackResource`): the policies that read every workload's pods (`kube.pod_makers`) leave the rest
-    undecoded; what they read is the SDK's decoding, the same view on every read."""
+@pytest.mark.parametrize("as_bytes", [True, False], ids=["read as the pack's server reads it", "the SDK's message"])
+def test_a_stack_resource_is_decoded_when_a_policy_first_reads_it(as_bytes: bool) -> None:
+    """AnalyzeStack's resources keep their properties as the request's message (the pack's server reads them as
+    bytes: stack_request.py) until a stack policy reads them (decoding.py `_StackResource`): the policies that read
+    every workload's pods (`kube.pod_makers`) leave the rest undecoded; what they read is the SDK's decoding, the same
+    view on every read."""
     import sys
 
     from google.protobuf import json_format, struct_pb2
@@ -138,6 +140,7 @@ def test_a_stack_resource_is_decoded_when_a_policy_first_reads_it() -> None:
 
     sys.path.insert(0, str(ROOT / "policies"))
     from inference_governance import decoding, kube
+    from inference_governance.stack_request import StackRequest
 
     def struct(value: dict[str, Any]) -> struct_pb2.Struct:
         message = struct_pb2.Struct()
@@ -165,7 +168,9 @@ def test_a_stack_resource_is_decoded_when_a_policy_first_reads_it() -> None:
         def _get_provider_resource(self, resource: Any) -> None:
             return None
 
-    config_map, deployment = decoding._stack_resources(Servicer(), request)
+    received = StackRequest.FromString(request.SerializeToString()) if as_bytes else request
+    assert type(received.resources[1].properties) is (bytes if as_bytes else struct_pb2.Struct)
+    config_map, deployment = decoding._stack_resources(Servicer(), received)
     args = type("Args", (), {"resources": [config_map, deployment]})()
     assert list(kube.pod_makers(args)) == [deployment]
     assert config_map._props is None and deployment._props is None
@@ -234,3 +239,68 @@ def test_struct_dict_makes_what_the_sdks_json_printer_makes() -> None:
     value = struct_pb2.Value(string_value="x")
     assert decoding._message_to_dict(value) == "x"
     assert decoding._message_to_dict(odd, preserving_proto_field_name=True) == json_format.MessageToDict(odd)
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_pack_reads_a_stack_request_with_every_field_and_the_properties_wire_bytes(stack: str) -> None:
+    """`StackRequest` (stack_request.py) reads the AnalyzeStackRequest the preview sends for a committed stack: each
+    resource's properties are the wire bytes of its `Struct` (parsed, the SDK's message's properties; an empty one
+    none), every other field as the SDK's message has it."""
+    import sys
+
+    from google.protobuf import struct_pb2
+    from pulumi.runtime.proto import analyzer_pb2
+
+    from preview.policy_runner import stack_request
+
+    sys.path.insert(0, str(ROOT / "policies"))
+    from inference_governance.stack_request import StackRequest
+
+    records = [r for r in Evaluated(raw_stack(stack), shared=True).records if not r.type.startswith("pulumi:providers:")]
+    data = stack_request(records).SerializeToString()
+    sdk, read = analyzer_pb2.AnalyzeStackRequest.FromString(data), StackRequest.FromString(data)
+    assert len(read.resources) == len(sdk.resources) == len(records)
+    for ours, theirs in zip(read.resources, sdk.resources):
+        assert struct_pb2.Struct.FromString(ours.properties) == theirs.properties
+        assert (ours.type, ours.urn, ours.name, ours.parent, list(ours.dependencies)) == (
+            theirs.type,
+            theirs.urn,
+            theirs.name,
+            theirs.parent,
+            list(theirs.dependencies),
+        )
+        assert ours.options.SerializeToString() == theirs.options.SerializeToString()
+        assert ours.HasField("provider") == theirs.HasField("provider")
+        assert ours.provider.SerializeToString() == theirs.provider.SerializeToString()
+        assert {k: list(v.urns) for k, v in ours.propertyDependencies.items()} == {
+            k: list(v.urns) for k, v in theirs.propertyDependencies.items()
+        }
+
+
+def test_the_pack_server_reads_analyze_stack_alone_so() -> None:
+    """The analyzer service's handlers as pulumi's generated code registers them, through the pack's registration
+    (stack_request.py): AnalyzeStack's request read as a `StackRequest`, every other method's as generated."""
+    import sys
+
+    import grpc
+    from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
+
+    sys.path.insert(0, str(ROOT / "policies"))
+    from inference_governance import stack_request
+
+    class Server:
+        handlers: tuple[grpc.GenericRpcHandler, ...] = ()
+
+        def add_generic_rpc_handlers(self, handlers: tuple[grpc.GenericRpcHandler, ...]) -> None:
+            self.handlers += tuple(handlers)
+
+    class Call(grpc.HandlerCallDetails):
+        def __init__(self, method: str) -> None:
+            self.method, self.invocation_metadata = method, ()
+
+    server = Server()
+    stack_request._add_analyzer_servicer(analyzer_pb2_grpc.AnalyzerServicer(), server)
+    (handler,) = server.handlers
+    assert handler.service(Call(stack_request.ANALYZE_STACK)).request_deserializer == stack_request.StackRequest.FromString
+    assert handler.service(Call("/pulumirpc.Analyzer/Analyze")).request_deserializer == analyzer_pb2.AnalyzeRequest.FromString
+    assert handler.service(Call("/pulumirpc.Other/Method")) is None

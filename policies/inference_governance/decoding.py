@@ -35,6 +35,8 @@ import pulumi_policy.policy as sdk
 from google.protobuf import json_format, struct_pb2
 from pulumi_policy import proxy
 
+from .stack_request import read_stack_properties_as_bytes
+
 _requests = threading.local()
 
 
@@ -88,6 +90,8 @@ def decode_once() -> None:
     servicer = sdk._PolicyAnalyzerServicer
     setattr(servicer, "Analyze", _one_request(servicer.Analyze))
     setattr(servicer, "AnalyzeStack", _one_request(_analyze_stack))
+    # Its request read with each resource's properties as bytes, parsed when a rule first reads them.
+    read_stack_properties_as_bytes()
     setattr(sdk, "_decodes_once", True)
 
 
@@ -213,7 +217,11 @@ class _StackResource(sdk.PolicyResource):
     def props(self) -> Any:
         if self._props is None:
             deserialize = _unremembered(sdk.deserialize_properties)
-            self._props = _lazy_view(deserialize(_message_to_dict(self._message.properties)), [])
+            properties = self._message.properties
+            if type(properties) is bytes:
+                # Read with its properties as bytes (stack_request.py): parsed now, as the SDK's request parses it.
+                properties = struct_pb2.Struct.FromString(properties)
+            self._props = _lazy_view(deserialize(_message_to_dict(properties)), [])
             self._message = None
         return self._props
 
