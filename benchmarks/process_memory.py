@@ -34,6 +34,10 @@ def _tree_rss_kib(pid: int) -> dict[str, int]:
             continue
         rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
         name = role(command)
+        if name == "preview" and current != pid:
+            # Forked by the preview, its command line the preview's: the process the program is evaluated in
+            # (preview/evaluation_process.py).
+            name = "program"
         parts[name] = parts.get(name, 0) + rss
     return parts
 

@@ -4,6 +4,11 @@ import traceback
 
 from .gc_tuning import tune_for_batch
 
+# The program is evaluated in a forked child that never calls gRPC (preview/evaluation_process.py): gRPC's fork
+# handlers (grpcio 1.85.3, on by default) would only log that they skip while the policy session's calls are in
+# flight. Read by gRPC's core when it starts, so before anything imports it.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 # Before the heavy imports: importing the provider SDKs alone builds a large object graph.
 tune_for_batch()
 

@@ -20,7 +20,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,8 @@ from . import render
 from .admission import admit_and_schedule
 from .deploy_policy import DEPLOY_POLICY_FILE, UnmappedTypes, deploying_identity_policy
 from .diff import diff_resources
-from .engine import DuplicateUrnError, Evaluation, ExportListener, RecordedResource, evaluate
+from .engine import DuplicateUrnError, Evaluation, ExportListener, RecordedResource
+from .evaluation_process import ProgramCrashed, evaluate_apart
 from .first_up import check_first_up
 from .inputs import (
     STACK_NAME,
@@ -232,6 +232,7 @@ def _run(
     try:
         # aiconfigurator predicts in its own process from the moment the program exports its servers.
         evaluation = _evaluate(args, project_dir, out, progress, stack_config, policies, prediction.on_export(SHAPES_OUTPUT))
+        progress.add_cpu(evaluation.program_cpu_seconds)
         outputs = evaluation.stack_outputs
         # The pack checks the whole stack on its own core while this process renders and validates.
         policies.analyze_stack(evaluation.resources)
@@ -244,6 +245,7 @@ def _run(
         _object_checks(report, progress, evaluation, rendered)
         verdict = _policy_verdict(progress, policies)
         report.sections["policies"], report.cpu = policy_section(verdict), dict(verdict.cpu_seconds)
+        report.cpu["program"] = round(evaluation.program_cpu_seconds, 3)
         _comparisons(report, stack_config, outputs, posture, previous_cost)
         performance = progress.run(
             "predicting memory, latency and cost per server (aiconfigurator)",
@@ -285,7 +287,7 @@ def _evaluate(
         with environment:
             return progress.run(
                 "evaluating the program under the mock engine (the policy pack analyzing alongside)",
-                lambda: evaluate(project_dir, program_config(stack_config), listener=policies.submit, exported=exported),
+                lambda: evaluate_apart(project_dir, program_config(stack_config), policies, exported),
             )
     except pulumi.RunError as error:
         # The same clean message the Pulumi CLI prints for a RunError: no traceback.
@@ -297,8 +299,9 @@ def _evaluate(
         # The config checks refuse names that would collide: one reaching the engine is a bug.
         print(f"error: {error}", file=sys.stderr)
         raise _Stopped(EXIT_CRASH) from None
-    except Exception:  # noqa: BLE001 - a crash in the program is reported with its traceback
-        traceback.print_exc()
+    except ProgramCrashed as crash:
+        # The program's traceback, as its process formatted it.
+        print(crash.trace, end="", file=sys.stderr)
         print("error: the program crashed (a bug, not a config problem)", file=sys.stderr)
         raise _Stopped(EXIT_CRASH) from None
 

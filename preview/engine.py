@@ -59,6 +59,8 @@ class RecordedResource:
 class Evaluation:
     resources: list[RecordedResource]
     stack_outputs: dict[str, Any]
+    # The CPU time of the process that evaluated the program, where it was not this one (preview/evaluation_process.py).
+    program_cpu_seconds: float = 0.0
 
 
 def _provider_urn(reference: str) -> str | None:

@@ -99,24 +99,38 @@ class PolicySession:
     def submit(self, resource: RecordedResource, provider: RecordedResource | None, inputs: Struct, state: Struct) -> None:
         """Called for every registration, from the mock engine's threads: a custom resource's requests to the client
         (a provider's kept for the resources that name it)."""
+        built = self.requests_for(resource, provider, inputs, state)
+        if built is not None:
+            self.forward(*built)
+
+    def requests_for(
+        self, resource: RecordedResource, provider: RecordedResource | None, inputs: Struct, state: Struct
+    ) -> tuple[str, bytes, bytes] | None:
+        """A custom resource's URN, the bytes of its AnalyzeRequest and of its entry in the stack's; None for a
+        provider (kept for the resources that name it) or a component. Takes no lock: the program's own process calls
+        it (preview/evaluation_process.py), where the session's lock may have been held by another thread at the
+        fork."""
         if resource.type.startswith(PROVIDER_PREFIX):
             wire = policy_wire.properties(inputs, resource.inputs)
             self._providers[resource.urn] = policy_wire.provider_resource(resource, wire)
-            return
+            return None
         if not resource.custom:
-            return
+            return None
         provider_bytes = None
         if provider is not None:
             provider_bytes = self._providers.get(provider.urn) or policy_wire.provider_resource(
                 provider, wire_struct(provider.inputs).SerializeToString()
             )
         request = policy_wire.analyze_request(resource, policy_wire.properties(inputs, resource.inputs), provider_bytes)
-        entry = policy_wire.stack_entry(resource, policy_wire.properties(state, resource.outputs))
+        return resource.urn, request, policy_wire.stack_entry(resource, policy_wire.properties(state, resource.outputs))
+
+    def forward(self, urn: str, request: bytes, entry: bytes) -> None:
+        """A custom resource's requests, numbered in the order they come, to the client."""
         with self._lock:
             number = len(self._urns)
-            self._urns.append(resource.urn)
-            self._entries[resource.urn] = len(self._entries)
-            self._send(frame(ANALYZE, number, request) + frame(ENTRY, self._entries[resource.urn], entry))
+            self._urns.append(urn)
+            self._entries[urn] = len(self._entries)
+            self._send(frame(ANALYZE, number, request) + frame(ENTRY, self._entries[urn], entry))
 
     def analyze_stack(self, resources: list[RecordedResource]) -> None:
         """The program is done: after the last resource, the stack (components included) in the order given."""

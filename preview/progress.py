@@ -23,6 +23,13 @@ class Progress:
             print(f"[{self.index}/{self.total}] {name} ...", file=sys.stderr, flush=True)
         result = step()
         seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
-        # CPU: this process's, all its threads (the pack and its client are other processes: report.json cpuSeconds).
+        # CPU: this process's, all its threads (the pack and its client are other processes: report.json cpuSeconds),
+        # and the program's process for its stage (`add_cpu`).
         self.stages.append({"name": name, "seconds": round(seconds, 4), "cpuSeconds": round(cpu_seconds, 4)})
         return result
+
+    def add_cpu(self, seconds: float) -> None:
+        """CPU the last stage spent in a process of its own, which it waited for (the program's:
+        preview/evaluation_process.py)."""
+        last = self.stages[-1]
+        last["cpuSeconds"] = round(float(last["cpuSeconds"]) + seconds, 4)

@@ -63,7 +63,8 @@ class Report:
     resources: list[RecordedResource]
     stack_outputs: dict[str, Any]
     stages: list[dict[str, Any]] = field(default_factory=list)
-    # CPU seconds per process: this one's ("preview") and the policy pack's ("policyPack"), each from its start.
+    # CPU seconds per process: this one's ("preview"), the program's ("program": the process it is evaluated in), the
+    # policy pack's ("policyPack") and its client's ("policyClient"), each from its start.
     cpu: dict[str, float] = field(default_factory=dict)
     sections: dict[str, Section] = field(default_factory=dict)
 

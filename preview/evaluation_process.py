@@ -1,0 +1,166 @@
+"""The program evaluated in a process of its own, forked for it, which hands back what it recorded and exits.
+
+The SDK's mock engine keeps everything the program built to the end: every resource object, its outputs and their
+futures, each resource's properties twice more (what the monitor serialized and what it answered), and the
+program's own objects. The preview needs only the records (preview/engine.py `RecordedResource`, a fifth of it at 100
+models). Freeing the rest in the process would take a full collection of a heap of millions of objects (the
+evaluation runs with the collector paused and freezes what it built: preview/gc_tuning.py), and CPython keeps much
+of what it frees. So the program runs in a child forked for it (it inherits the imported modules, nothing is imported
+twice), the records are written to an unlinked temporary file, the child exits, and the parent reads them: at 1,000
+models the preview's process held 1.6 GiB while the policy pack checked the stack beside it, where the parent now
+holds the records.
+
+While the child runs, it sends each custom resource's AnalyzeRequest and stack entry (built there:
+preview/policy_session.py `requests_for`) and each stack output as the program exports it over a pipe; the parent
+hands them to the policy session (`forward`, numbered in the order they come, as in one process) and to the
+listener. A stack output that cannot be pickled (an `Output`, where the program exports one) is not sent: the
+listener (preview/performance_prediction.py `on_export`) uses only plain tables. What the child raises comes back as
+it would have been raised: `pulumi.RunError` (a config error, said as the CLI says it), `DuplicateUrnError`, and
+anything else as `ProgramCrashed`, its traceback the child's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+from typing import IO, Any
+
+import pulumi
+
+from .engine import DuplicateUrnError, Evaluation, ExportListener, RecordedResource, evaluate
+from .policy_session import PolicySession
+from .stack_config import StackConfig
+
+# What the child sends, each a pickled tuple whose first item is one of these.
+_RESOURCE, _EXPORTED, _DONE, _RUN_ERROR, _DUPLICATE_URNS, _CRASHED = range(6)
+
+
+class ProgramCrashed(Exception):
+    """The program raised what is not a config error: `trace` is its traceback, as the child formatted it."""
+
+    def __init__(self, trace: str):
+        super().__init__(trace)
+        self.trace = trace
+
+
+def evaluate_apart(program_dir: Path, config: StackConfig, policies: PolicySession, exported: ExportListener) -> Evaluation:
+    """`engine.evaluate` in a forked child: the policy session hears of each custom resource and `exported` of each
+    stack output as the program makes them; what the program recorded is returned, or what it raised raised."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    records = tempfile.TemporaryFile()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child; its every way out is os._exit (measured by the parent's tests)
+        os.close(read_end)
+        _child(program_dir, config, policies, os.fdopen(write_end, "wb"), records)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, "rb") as messages, records:
+            outcome = _relay(messages, policies, exported)
+            _, status, usage = os.wait4(pid, 0)
+            pid = 0
+            evaluation = _result(outcome, status, records)
+            evaluation.program_cpu_seconds = usage.ru_utime + usage.ru_stime
+            return evaluation
+    finally:
+        if pid:
+            # The parent stopped early (an interrupt, a listener that raised): the child does not outlive it.
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+
+
+def _relay(messages: IO[bytes], policies: PolicySession, exported: ExportListener) -> tuple[Any, ...] | None:
+    """The child's messages handed on as they come; its last one (or None, if it ended without saying how)."""
+    while True:
+        try:
+            message = pickle.load(messages)
+        except EOFError:
+            return None
+        kind = message[0]
+        if kind == _RESOURCE:
+            policies.forward(*message[1:])
+        elif kind == _EXPORTED:
+            exported(*message[1:])
+        else:
+            return message
+
+
+def _result(outcome: tuple[Any, ...] | None, status: int, records: IO[bytes]) -> Evaluation:
+    if outcome is None or outcome[0] == _CRASHED:
+        trace = outcome[1] if outcome is not None else f"the program's process ended ({_ended(status)}) without a result\n"
+        raise ProgramCrashed(trace)
+    if outcome[0] == _RUN_ERROR:
+        raise pulumi.RunError(outcome[1])
+    if outcome[0] == _DUPLICATE_URNS:
+        raise DuplicateUrnError(outcome[1])
+    records.seek(0)
+    stack_outputs, resources = pickle.load(records), []
+    while True:
+        try:
+            resources.append(pickle.load(records))
+        except EOFError:
+            return Evaluation(resources=resources, stack_outputs=stack_outputs)
+
+
+def _ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit code {os.waitstatus_to_exitcode(status)}"
+
+
+def _child(program_dir: Path, config: StackConfig, policies: PolicySession, pipe: IO[bytes], records: IO[bytes]) -> None:
+    """Evaluate, send, exit: never returns (the parent's code after the fork is not the child's to run)."""
+    code = 1
+    try:
+        lock = threading.Lock()  # the SDK registers from a thread pool: one message at a time on the pipe
+
+        def send(message: tuple[Any, ...]) -> None:
+            data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+            with lock:
+                pipe.write(data)
+                pipe.flush()
+
+        def registered(resource: RecordedResource, provider: RecordedResource | None, inputs: Any, state: Any) -> None:
+            built = policies.requests_for(resource, provider, inputs, state)
+            if built is not None:
+                send((_RESOURCE, *built))
+
+        def heard(name: str, value: Any) -> None:
+            try:
+                data = pickle.dumps((_EXPORTED, name, value), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # noqa: BLE001 - an Output, or a table holding one: not for the listener
+                return
+            with lock:
+                pipe.write(data)
+                pipe.flush()
+
+        # An event loop of its own: one the parent made (a process that evaluated before, as the test suite does)
+        # would hand the SDK's registrations to an executor whose threads did not come through the fork.
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        try:
+            evaluation = evaluate(program_dir, config, listener=registered, exported=heard)
+        except pulumi.RunError as error:
+            send((_RUN_ERROR, str(error)))
+        except DuplicateUrnError as error:
+            send((_DUPLICATE_URNS, error.urns))
+        except Exception:  # noqa: BLE001 - a crash in the program, its traceback sent to be printed by the parent
+            send((_CRASHED, traceback.format_exc()))
+        else:
+            # One pickle each: a pickle's memo holds every object it wrote (at 1,000 models, 130 MiB more in this
+            # process at its peak for one pickle of all); a record's inputs and outputs share values, kept shared.
+            pickle.dump(evaluation.stack_outputs, records, protocol=pickle.HIGHEST_PROTOCOL)
+            for resource in evaluation.resources:
+                pickle.dump(resource, records, protocol=pickle.HIGHEST_PROTOCOL)
+            records.flush()
+            send((_DONE,))
+        pipe.close()
+        code = 0
+    finally:
+        os._exit(code)

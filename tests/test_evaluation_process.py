@@ -1,0 +1,137 @@
+"""The program evaluated in a forked child (preview/evaluation_process.py): what the parent gets back is what the
+program recorded, evaluated in one process; the policy session and the listener hear what they heard in one process;
+what the program raises comes back as it was raised; the parent keeps none of the program's objects."""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+
+from preview import engine
+from preview.evaluation_process import ProgramCrashed, evaluate_apart
+from preview.policy_session import PolicySession
+from preview.stack_config import StackConfig
+
+from .helpers import ROOT, run_preview
+
+# A provider, a component with outputs, custom resources under both, a plain stack output and one that is an Output.
+PROGRAM = """
+import pulumi
+
+
+class Box(pulumi.ComponentResource):
+    def __init__(self, name, provider):
+        super().__init__("test:index:Box", name)
+        opts = pulumi.ResourceOptions(parent=self, provider=provider)
+        body = {"metadata": {"name": name}, "data": {"a": "b"}}
+        self.thing = pulumi.CustomResource("kubernetes:core/v1:ConfigMap", f"{name}-map", body, opts)
+        self.register_outputs({"size": 2, "name": self.thing.urn})
+
+
+provider = pulumi.ProviderResource("kubernetes", "cluster", {"kubeconfig": "{}"})
+boxes = [Box(f"box-{i}", provider) for i in range(3)]
+pulumi.CustomResource("aws:iam/role:Role", "role", {"name": "reader"})
+pulumi.export("table", {"servers": [{"name": "a", "replicas": 2}]})
+pulumi.export("urn", boxes[0].thing.urn)
+"""
+
+
+class _Session(PolicySession):
+    """The real session's requests, built in the child as the preview builds them (`requests_for`); what the parent is
+    handed (`forward`) kept rather than sent to a pack."""
+
+    def __init__(self) -> None:
+        self._providers: dict[str, bytes] = {}
+        self.forwarded: list[tuple[str, bytes, bytes]] = []
+
+    def forward(self, urn: str, request: bytes, entry: bytes) -> None:
+        self.forwarded.append((urn, request, entry))
+
+
+def _program(tmp_path: Path, source: str = PROGRAM) -> Path:
+    (tmp_path / "__main__.py").write_text(source)
+    return tmp_path
+
+
+CONFIG = StackConfig(project="apart-test", stack="dev")
+
+
+def test_the_parent_gets_what_the_program_recorded_and_hears_what_one_process_hears(tmp_path: Path) -> None:
+    program = _program(tmp_path)
+    alone, heard_alone = _Session(), []
+    expected = engine.evaluate(program, CONFIG, listener=alone.submit, exported=lambda n, v: heard_alone.append((n, v)))
+    apart, heard = _Session(), []
+    evaluation = evaluate_apart(program, CONFIG, apart, lambda name, value: heard.append((name, value)))
+    assert evaluation.resources == expected.resources and evaluation.stack_outputs == expected.stack_outputs
+    assert [r.type for r in evaluation.resources].count("kubernetes:core/v1:ConfigMap") == 3
+    # Each custom resource's requests, byte for byte (the registration threads' order varies: compared as sets).
+    assert sorted(apart.forwarded) == sorted(alone.forwarded) and len(apart.forwarded) == 4
+    # The plain table is told as exported; the Output, which a pipe cannot carry, is not.
+    assert heard == [("table", {"servers": [{"name": "a", "replicas": 2}]})]
+    assert [name for name, _ in heard_alone] == ["table", "urn"]
+    assert evaluation.program_cpu_seconds > 0
+
+
+def test_the_parent_keeps_none_of_the_programs_objects(tmp_path: Path) -> None:
+    program = _program(tmp_path)
+    gc.collect()
+    before = sum(isinstance(o, pulumi.Resource) for o in gc.get_objects())
+    evaluate_apart(program, CONFIG, _Session(), lambda name, value: None)
+    gc.collect()
+    assert sum(isinstance(o, pulumi.Resource) for o in gc.get_objects()) == before
+    # In one process the program's resources outlive the evaluation (the SDK's settings and futures hold them).
+    kept = engine.evaluate(program, CONFIG)
+    assert sum(isinstance(o, pulumi.Resource) for o in gc.get_objects()) > before and kept.resources
+
+
+def test_what_the_program_raises_comes_back_as_raised(tmp_path: Path) -> None:
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    _program(crash, "raise ValueError('boom')\n")
+    with pytest.raises(ProgramCrashed) as crashed:
+        evaluate_apart(crash, CONFIG, _Session(), lambda name, value: None)
+    assert "ValueError: boom" in crashed.value.trace and "__main__.py" in crashed.value.trace
+    config_error = tmp_path / "config"
+    config_error.mkdir()
+    _program(config_error, "import pulumi\nraise pulumi.RunError('the stack config is wrong: key x')\n")
+    with pytest.raises(pulumi.RunError, match="the stack config is wrong: key x"):
+        evaluate_apart(config_error, CONFIG, _Session(), lambda name, value: None)
+
+
+def test_a_child_that_dies_without_a_word_is_a_crash_that_says_so(tmp_path: Path) -> None:
+    program = _program(tmp_path, "import os\nos.kill(os.getpid(), 9)\n")
+    with pytest.raises(ProgramCrashed, match="ended \\(signal 9\\) without a result"):
+        evaluate_apart(program, CONFIG, _Session(), lambda name, value: None)
+
+
+def test_a_parent_that_stops_early_takes_the_child_with_it(tmp_path: Path) -> None:
+    program = _program(tmp_path)
+    children: list[int] = []
+
+    def failing(name: str, value: Any) -> None:
+        children.extend(int(pid) for pid in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split())
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_apart(program, CONFIG, _Session(), failing)
+    assert children and not any(Path(f"/proc/{pid}").exists() for pid in children)
+
+
+def test_a_crashing_program_is_reported_with_its_traceback_and_exit_code_3(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text("name: crashing\nruntime: python\nstackConfigDir: stacks\n")
+    (project / "stacks").mkdir()
+    (project / "stacks" / "Pulumi.test.yaml").write_text("config: {}\n")
+    (project / "__main__.py").write_text("def build():\n    raise ValueError('boom')\n\n\nbuild()\n")
+    result = run_preview(
+        "--project-dir", str(project), "--stack", "test", "--policy-pack", str(ROOT / "policies"), "--out", str(tmp_path / "out")
+    )
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" in result.stderr and "in build" in result.stderr and "ValueError: boom" in result.stderr
+    assert result.stderr.rstrip().endswith("error: the program crashed (a bug, not a config problem)")
