@@ -29,11 +29,12 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import pulumi
 
 from .engine import DuplicateUrnError, Evaluation, ExportListener, RecordedResource, evaluate
+from .gc_tuning import collection_paused
 from .policy_session import PolicySession
 from .stack_config import StackConfig
 
@@ -57,16 +58,19 @@ def evaluate_apart(program_dir: Path, config: StackConfig, policies: PolicySessi
     records = tempfile.TemporaryFile()
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child; its every way out is os._exit (measured by the parent's tests)
+    if pid == 0:  # the child: its every way out is os._exit (tests/test_evaluation_process.py)
         os.close(read_end)
         _child(program_dir, config, policies, os.fdopen(write_end, "wb"), records)
     os.close(write_end)
     try:
         with os.fdopen(read_end, "rb") as messages, records:
             outcome = _relay(messages, policies, exported)
+            # Read while the child's exit frees its memory (the kernel takes a while over gigabytes), then reaped.
+            evaluation = _records(records) if outcome is not None and outcome[0] == _DONE else None
             _, status, usage = os.wait4(pid, 0)
             pid = 0
-            evaluation = _result(outcome, status, records)
+            if evaluation is None:
+                _raise(outcome, status)
             evaluation.program_cpu_seconds = usage.ru_utime + usage.ru_stime
             return evaluation
     finally:
@@ -92,21 +96,28 @@ def _relay(messages: IO[bytes], policies: PolicySession, exported: ExportListene
             return message
 
 
-def _result(outcome: tuple[Any, ...] | None, status: int, records: IO[bytes]) -> Evaluation:
-    if outcome is None or outcome[0] == _CRASHED:
-        trace = outcome[1] if outcome is not None else f"the program's process ended ({_ended(status)}) without a result\n"
-        raise ProgramCrashed(trace)
-    if outcome[0] == _RUN_ERROR:
+def _raise(outcome: tuple[Any, ...] | None, status: int) -> NoReturn:
+    """What the program raised, raised here."""
+    if outcome is not None and outcome[0] == _RUN_ERROR:
         raise pulumi.RunError(outcome[1])
-    if outcome[0] == _DUPLICATE_URNS:
+    if outcome is not None and outcome[0] == _DUPLICATE_URNS:
         raise DuplicateUrnError(outcome[1])
+    trace = outcome[1] if outcome is not None else f"the program's process ended ({_ended(status)}) without a result\n"
+    raise ProgramCrashed(trace)
+
+
+def _records(records: IO[bytes]) -> Evaluation:
+    """The records the child wrote, once it said it was done."""
     records.seek(0)
-    stack_outputs, resources = pickle.load(records), []
-    while True:
-        try:
-            resources.append(pickle.load(records))
-        except EOFError:
-            return Evaluation(resources=resources, stack_outputs=stack_outputs)
+    # Records are trees of plain values: no cycles for the collector to find among the millions of objects read
+    # (0.76 s against 0.44 s at 500 models with the young collections walking them).
+    with collection_paused():
+        stack_outputs, resources = pickle.load(records), []
+        while True:
+            try:
+                resources.append(pickle.load(records))
+            except EOFError:
+                return Evaluation(resources=resources, stack_outputs=stack_outputs)
 
 
 def _ended(status: int) -> str:
