@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
+from components.yaml_text import JsonDumper
+
 from .engine import SECRET_SIG, SECRET_VALUE, RecordedResource
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -135,38 +137,10 @@ class DuplicateObjectError(Exception):
     """Two resources declare the same Kubernetes object: one would overwrite the other."""
 
 
-_STR, _MAP, _SEQ, _INT, _BOOL, _NULL = (f"tag:yaml.org,2002:{kind}" for kind in ("str", "map", "seq", "int", "bool", "null"))
+class _Dumper(JsonDumper):
+    """A string of several lines as a literal block: a manifest's scripts and configs read as written."""
 
-
-# libyaml's emitter when PyYAML has it (it does in the pinned wheel): several times faster.
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
-    def ignore_aliases(self, data: Any) -> bool:
-        """No anchors: every value written is a tree of its own (render's conversions make each node anew, and an
-        object shares no node with itself), so the representer's bookkeeping of what it has seen finds nothing."""
-        return True
-
-    def represent_data(self, data: Any) -> yaml.Node:
-        """The node PyYAML 6.0.3's SafeRepresenter makes for each of JSON's types (representer.py represent_str,
-        represent_dict through represent_mapping with default_flow_style False and no sorting, represent_list,
-        represent_bool, represent_int, represent_none), a string of several lines as a literal block, made without
-        its lookup of a representer by the value's type's MRO and its alias bookkeeping at every node (a fifth of
-        the YAML's time); any other value as PyYAML makes it."""
-        kind = type(data)
-        if kind is str:
-            return yaml.ScalarNode(_STR, data, style="|" if "\n" in data else None)
-        if kind is dict:
-            node = self.represent_data
-            return yaml.MappingNode(_MAP, [(node(k), node(v)) for k, v in data.items()], flow_style=False)
-        if kind is list:
-            node = self.represent_data
-            return yaml.SequenceNode(_SEQ, [node(item) for item in data], flow_style=False)
-        if kind is bool:
-            return yaml.ScalarNode(_BOOL, "true" if data else "false")
-        if kind is int:
-            return yaml.ScalarNode(_INT, str(data))
-        if data is None:
-            return yaml.ScalarNode(_NULL, "null")
-        return super().represent_data(data)
+    multiline_style = "|"
 
 
 def to_yaml(data: Any) -> str:

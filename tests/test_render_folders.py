@@ -134,6 +134,17 @@ def test_every_manifest_is_written_as_pyyaml_writes_it(previews, stack: str):
     assert to_yaml(AWKWARD) == _pyyaml(AWKWARD)
 
 
+def test_the_program_writes_json_values_as_pyyamls_safe_dumper_writes_them():
+    """The program's own YAML (components/yaml_text.py `JsonDumper`, several lines' strings left to the emitter, as
+    the endpoint pickers' configs are written) is PyYAML's safe dumper's, byte for byte."""
+    from components.yaml_text import JsonDumper
+
+    def written(dumper: type) -> str:
+        return yaml.dump(AWKWARD, Dumper=dumper, sort_keys=False, default_flow_style=False, width=1000)
+
+    assert written(JsonDumper) == written(getattr(yaml, "CSafeDumper", yaml.SafeDumper))
+
+
 def test_a_changed_file_is_made_anew_not_written_through(tmp_path: Path):
     """A changed object's file is replaced: a hard link to the last preview's file (a snapshot taken with `cp -al`)
     keeps what it held; a pipe or a folder where an object's file goes is replaced, never read or followed."""

@@ -12,6 +12,7 @@ import yaml
 
 from ...constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, MONITORING_NAMESPACE
 from ...picker_plan import EndpointPickerPlan
+from ...yaml_text import JsonDumper
 from ..network import NAMESPACE_NAME_LABEL
 from ..pod_parts import merged_metrics_relabelings
 from .envoy_config import proxy_config
@@ -76,15 +77,11 @@ def role_binding(plan: EndpointPickerPlan) -> dict[str, Any]:
     }
 
 
-# libyaml's emitter (PyYAML's CSafeDumper: the same safe representer, the emitter in C), where PyYAML was built with it
-# as the pinned wheel is: the pickers' documents are the largest strings the program writes, and the pure-Python
-# emitter was a twelfth of a 100-model preview's time.
-_SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
 def _dump(document: dict[str, Any]) -> str:
-    # Through JSON first, so a dict used twice is written twice, never as a YAML anchor.
-    return yaml.dump(json.loads(json.dumps(document)), Dumper=_SAFE_DUMPER, sort_keys=False, default_flow_style=False, width=1000)
+    # Through JSON first, so what is written is JSON's values only (a tuple a list, every key a string), as the
+    # pickers read it; libyaml's emitter, the nodes made directly (components/yaml_text.py): the pickers' documents are
+    # the largest strings the program writes.
+    return yaml.dump(json.loads(json.dumps(document)), Dumper=JsonDumper, sort_keys=False, default_flow_style=False, width=1000)
 
 
 def epp_config_map(plan: EndpointPickerPlan) -> dict[str, Any]:
