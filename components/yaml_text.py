@@ -7,6 +7,11 @@ represent_dict through represent_mapping with no sorting, represent_list, repres
 represent_none), so `JsonDumper` makes those nodes itself: a fifth of the manifests' YAML time (preview/render.py),
 and the endpoint pickers' configs are the largest strings the program writes. No anchors: every value written is a
 tree of its own. Any other value (a float) is PyYAML's to represent.
+
+libyaml's emitter asks the resolver, twice for each scalar, whether the scalar would read back as its tag if left
+plain (yaml/_yaml.pyx `CEmitter._serialize_node`); the answer is fixed by the scalar's text alone where no path
+resolvers are set (resolver.py `BaseResolver.resolve`), and the manifests repeat a few thousand texts (their keys,
+names, labels) millions of times, so short texts' answers are kept.
 """
 
 from __future__ import annotations
@@ -26,8 +31,25 @@ class JsonDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore
     # a literal block.
     multiline_style: str | None = None
 
+    # Each short scalar text's implicit tag: the manifests' keys and names, read back for every scalar they write.
+    _implicit_tags: dict[str, str] = {}
+
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+    def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
+        """`BaseResolver.resolve`, a scalar's answer kept by its text (up to 64 characters, 200,000 texts) while no
+        path resolvers are set."""
+        if kind is not yaml.ScalarNode or self.yaml_path_resolvers:
+            return super().resolve(kind, value, implicit)
+        if not implicit[0]:
+            return self.DEFAULT_SCALAR_TAG
+        tag = self._implicit_tags.get(value)
+        if tag is None:
+            tag = super().resolve(kind, value, implicit)
+            if len(value) <= 64 and len(self._implicit_tags) < 200_000:
+                self._implicit_tags[value] = tag
+        return tag
 
     def represent_data(self, data: Any) -> yaml.Node:
         kind = type(data)
