@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 import sys
 import threading
+import zlib
 from array import array
 from collections import deque
 from typing import IO
@@ -66,14 +67,20 @@ def varint(value: int) -> bytes:
 
 class _Frames:
     """The preview's frames, read on a thread of their own as they come (the preview never waits on a full pipe):
-    the requests in order, the stack's entries as the AnalyzeStackRequest's fields, one after another in one buffer
-    (where each begins and ends by number), the port and the stack's order when they come."""
+    the requests in order, the stack's entries as the AnalyzeStackRequest's fields, one after another, compressed as
+    they come (where each begins and ends in the whole by number), the port and the stack's order when they come.
+
+    Compressed (zlib, level 1) because they are held until the program is done, when the program's process is at its
+    largest: at 1,000 models 150 MB of entries, a tenth of that compressed, at about a second of this process's CPU
+    on the other core."""
 
     def __init__(self, stream: IO[bytes]):
         self._stream = stream
         self._ready = threading.Condition()
         self.requests: deque[tuple[int, bytes]] = deque()
-        self.entries = bytearray()
+        self._compressor = zlib.compressobj(1)
+        self._compressed: list[bytes] = []
+        self._length = 0
         self.spans: dict[int, tuple[int, int]] = {}
         self.port: int | None = None
         self.order: array | None = None
@@ -87,9 +94,10 @@ class _Frames:
                 if kind == ANALYZE:
                     self.requests.append((number, data))
                 elif kind == ENTRY:
-                    start = len(self.entries)
-                    self.entries += length_delimited(1, data)
-                    self.spans[number] = (start, len(self.entries))
+                    field = length_delimited(1, data)
+                    self._compressed.append(self._compressor.compress(field))
+                    self.spans[number] = (self._length, self._length + len(field))
+                    self._length += len(field)
                 elif kind == PORT:
                     self.port = int(data)
                 elif kind == STACK:
@@ -119,14 +127,20 @@ class _Frames:
             while not self.ended:
                 self._ready.wait()
 
+    def entries(self) -> bytes:
+        """Every entry's field, in the order they came (once: what was kept compressed is let go)."""
+        self._compressed.append(self._compressor.flush())
+        compressed, self._compressed = self._compressed, []
+        return zlib.decompress(b"".join(compressed))
+
 
 def stack_request(frames: _Frames) -> bytes:
-    """The AnalyzeStackRequest: the entries' fields in the stack's order, copied once out of the buffer they came in,
-    which is then let go (a stack's entries are held twice at most, never three times: the buffer and the request,
+    """The AnalyzeStackRequest: the entries' fields in the stack's order, copied once out of the entries as they came,
+    which are then let go (a stack's entries are held twice at most, never three times: the entries and the request,
     then the request and gRPC's copy of it as it sends)."""
-    with memoryview(frames.entries) as view:
+    with memoryview(frames.entries()) as view:
         request = b"".join(view[frames.spans[number][0] : frames.spans[number][1]] for number in frames.order or ())
-    frames.entries, frames.spans = bytearray(), {}
+    frames.spans = {}
     return request
 
 
