@@ -1,5 +1,6 @@
-"""The memory of a process and its descendants together, sampled while it runs: a preview is three processes (the
-program, the policy pack and its client) and an aiconfigurator worker may be a fourth."""
+"""The memory of a process and its descendants together, sampled while it runs: a preview is four processes (the
+preview, the program's while it is evaluated, the policy pack and its client) and an aiconfigurator worker may be a
+fifth."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ ROLES = (("pulumi.policy", "pack"), ("policy_client.py", "client"), ("performanc
 
 
 def role(command: list[str]) -> str:
-    """The part a preview's process plays: the pack, its client, an aiconfigurator worker, or the preview (itself and
-    whatever else it starts)."""
+    """The part a preview's process plays by its command line: the pack, its client, an aiconfigurator worker, or the
+    preview (itself, and the process it forks to evaluate the program in, which `_tree_rss_kib` tells apart as
+    "program")."""
     line = " ".join(command)
     return next((name for marker, name in ROLES if marker in line), "preview")
 

@@ -48,10 +48,11 @@ class PolicySession:
     """The exchange the CLI has with a pack during `pulumi preview --policy-pack`, run as the CLI
     runs it: beside the program. A thread of its own connects (the pack imports its SDK while the
     program starts) and configures the pack; each custom resource is handed, as soon as the program
-    registers it (`submit`), to the protocol's client, a process of its own (preview/policy_client.py),
-    as the bytes of its AnalyzeRequest and of its entry in the stack's (preview/policy_wire.py), so the
-    pack works on the other core while the program is still being evaluated, and neither the requests'
-    building nor gRPC's client work takes this process's interpreter lock from the program.
+    registers it, to the protocol's client, a process of its own (preview/policy_client.py), as the bytes
+    of its AnalyzeRequest and of its entry in the stack's (preview/policy_wire.py), so the pack works on
+    the other core while the program is still being evaluated: built where the program runs
+    (`requests_for`, in the program's own process: preview/evaluation_process.py) and sent from here
+    (`forward`); `submit` does both, for a program evaluated in this process.
     `analyze_stack` hands the client the stack's order once the program is done (the pack checks the
     stack while the preview renders), and `result` waits for the verdict. `result` and `close` stop
     the pack; `close` also ends the exchange early (the program failed, or the preview stops before
