@@ -45,10 +45,9 @@ PY = sys.executable
 
 @dataclass(frozen=True)
 class Finished:
-    """A command run to its end: its wall time, its output, its peak RSS (os.wait4's ru_maxrss: the largest of
-    the process and the children it waited for, not their sum: a preview's is its program's process) and its CPU time
-    (user and system, the process's and its waited-for children's summed: the program's process, the policy pack, its
-    client and aiconfigurator's worker included)."""
+    """A command run to its end: its wall time, its output, its peak RSS (os.wait4's ru_maxrss: the largest of the
+    process and the children it waited for, not their sum) and its CPU time (user and system, the process's and its
+    waited-for children's summed: the program's process, the pack, its client and aiconfigurator's worker included)."""
 
     seconds: float
     stdout: str
@@ -92,9 +91,8 @@ def floor(stack: str, stack_file: Path, resources: Path) -> Finished:
 
 
 class PreviewRuns:
-    """Whole previews and their floors, run interleaved: wall and CPU time, peak RSS, and each stage's wall and CPU
-    time (the preview process's own, and the program's process's in its stage), the pack's CPU and the CPU of the
-    preview's processes together."""
+    """Whole previews and their floors, run interleaved: wall and CPU time, peak RSS, each stage's wall and CPU time
+    (the preview's own, the program's process's in its stage), the pack's CPU and the preview's processes' together."""
 
     def __init__(self) -> None:
         self.walls: list[float] = []
