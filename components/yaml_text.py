@@ -32,7 +32,14 @@ class JsonDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore
     multiline_style: str | None = None
 
     # Each short scalar text's implicit tag: the manifests' keys and names, read back for every scalar they write.
+    # One table for the class and its subclasses, which share its resolvers (none of them adds one).
     _implicit_tags: dict[str, str] = {}
+
+    def __init__(self, stream: Any, *args: Any, sort_keys: bool = True, default_flow_style: Any = False, **kwargs: Any):
+        # The nodes are made in the mapping's order, in block style: a caller asking otherwise would not get it.
+        if sort_keys or default_flow_style is not False:
+            raise ValueError("JsonDumper writes mappings in order, in block style: sort_keys=False, default_flow_style=False")
+        super().__init__(stream, *args, sort_keys=sort_keys, default_flow_style=default_flow_style, **kwargs)
 
     def ignore_aliases(self, data: Any) -> bool:
         return True

@@ -324,7 +324,7 @@ def _resolve_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
     async def resolve() -> dict[str, Any]:
         resolved = {}
         for key, value in outputs.items():
-            if _plain(value):
+            if is_plain_data(value):
                 resolved[key] = value
                 continue
             output = pulumi.Output.from_input(value)
@@ -335,14 +335,14 @@ def _resolve_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
     return _sync_await(resolve())
 
 
-def _plain(value: Any) -> bool:
+def is_plain_data(value: Any) -> bool:
     """Whether a stack output is plain data throughout (dicts, lists, tuples, strings, numbers, booleans, None): what
     `Output.from_input` would resolve it to is an equal value, known and not secret (pulumi 3.272.0 output.py
     `from_input` rebuilds each container, and `_OutputData.__post_init__` walks each rebuilt level's whole value for
     unknowns: at 100 models the stack's tables took 5% of the preview's CPU that way)."""
     kind = type(value)
     if kind is dict:
-        return all(type(k) is str and _plain(v) for k, v in value.items())
+        return all(type(k) is str and is_plain_data(v) for k, v in value.items())
     if kind is list or kind is tuple:
-        return all(_plain(v) for v in value)
+        return all(is_plain_data(v) for v in value)
     return value is None or kind is str or kind is int or kind is float or kind is bool

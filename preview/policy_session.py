@@ -46,7 +46,7 @@ def _declared_by(info: analyzer_pb2.AnalyzerInfo, overrides: dict[str, Any], pre
 
 class PolicySession:
     """The exchange the CLI has with a pack during `pulumi preview --policy-pack`, run as the CLI
-    runs it: beside the program. A thread of its own connects (the pack imports its SDK while the
+    runs it: beside the program. A thread of its own (`start`) connects (the pack imports its SDK while the
     program starts) and configures the pack; each custom resource is handed, as soon as the program
     registers it, to the protocol's client, a process of its own (preview/policy_client.py), as the bytes
     of its AnalyzeRequest and of its entry in the stack's (preview/policy_wire.py), so the pack works on
@@ -95,7 +95,14 @@ class PolicySession:
             name="policy-pack",
             daemon=True,
         )
-        self._thread.start()
+
+    def start(self) -> None:
+        """The exchange begins: the thread connects to the pack and configures it. Called once the program's process
+        is forked (preview/evaluation_process.py): the thread imports modules as it goes (gRPC's channel, jsonschema),
+        and a module lock held by a thread at a fork stays held in the child. Once; a session never started is
+        closed as it is."""
+        if self._thread.ident is None:
+            self._thread.start()
 
     def submit(self, resource: RecordedResource, provider: RecordedResource | None, inputs: Struct, state: Struct) -> None:
         """Called for every registration, from the mock engine's threads: a custom resource's requests to the client
@@ -159,6 +166,7 @@ class PolicySession:
             self._broken = True
 
     def result(self) -> PolicyRun:
+        self.start()
         self._thread.join()
         try:
             if self._error is not None:
@@ -221,7 +229,8 @@ class PolicySession:
         # Stopping the process also ends a connect still waiting for its port, and fails calls
         # in flight.
         self.pack.close()
-        self._thread.join(timeout)
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
 
     def _work(self, project_dir, project, stack, config, secret_keys, overrides) -> None:
         try:

@@ -5,7 +5,13 @@ what the program raises comes back as it was raised; the parent keeps none of th
 from __future__ import annotations
 
 import gc
+import http
+import io
+import json
 import os
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +19,7 @@ import pulumi
 import pytest
 
 from preview import engine
-from preview.evaluation_process import ProgramCrashed, evaluate_apart
+from preview.evaluation_process import _RESOURCE, ProgramCrashed, _relay, evaluate_apart
 from preview.policy_session import PolicySession
 from preview.stack_config import StackConfig
 
@@ -48,9 +54,17 @@ class _Session(PolicySession):
     def __init__(self) -> None:
         self._providers: dict[str, bytes] = {}
         self.forwarded: list[tuple[str, bytes, bytes]] = []
+        self.children_at_start: list[int] | None = None
+
+    def start(self) -> None:
+        self.children_at_start = _children()
 
     def forward(self, urn: str, request: bytes, entry: bytes) -> None:
         self.forwarded.append((urn, request, entry))
+
+
+def _children() -> list[int]:
+    return [int(pid) for task in Path(f"/proc/{os.getpid()}/task").iterdir() for pid in (task / "children").read_text().split()]
 
 
 def _program(tmp_path: Path, source: str = PROGRAM) -> Path:
@@ -75,6 +89,62 @@ def test_the_parent_gets_what_the_program_recorded_and_hears_what_one_process_he
     assert heard == [("table", {"servers": [{"name": "a", "replicas": 2}]})]
     assert [name for name, _ in heard_alone] == ["table", "urn"]
     assert evaluation.program_cpu_seconds > 0
+    # The session's exchange (its thread, which imports as it goes) started once the child was forked.
+    assert apart.children_at_start
+
+
+# Stack outputs that are not plain data: a resource object, classes of the program's own (which the parent cannot
+# import), an enum member the parent can import.
+ODD_OUTPUTS = """
+import dataclasses
+import enum
+import http
+import pulumi
+
+
+@dataclasses.dataclass
+class Row:
+    name: str
+
+
+class Tier(enum.Enum):
+    PREMIUM = "premium"
+
+
+role = pulumi.CustomResource("aws:iam/role:Role", "role", {"name": "reader"})
+pulumi.export("role", role)
+pulumi.export("rows", {"servers": [Row("a")]})
+pulumi.export("tier", Tier.PREMIUM)
+pulumi.export("status", http.HTTPStatus.OK)
+pulumi.export("plain", {"servers": [{"name": "a"}]})
+"""
+
+
+def test_stack_outputs_that_are_not_plain_data_come_back_as_report_json_shows_them(tmp_path: Path) -> None:
+    program = _program(tmp_path, ODD_OUTPUTS)
+    heard: list[tuple[str, Any]] = []
+    evaluation = evaluate_apart(program, CONFIG, _Session(), lambda name, value: heard.append((name, value)))
+    expected = engine.evaluate(program, CONFIG).stack_outputs
+    shown = {name: json.loads(json.dumps(value, default=str)) for name, value in expected.items()}
+    # The resource object and the program's own classes as report.json writes them; the importable enum member as it is.
+    assert {name: evaluation.stack_outputs[name] for name in ("role", "rows", "tier")} == {
+        name: shown[name] for name in ("role", "rows", "tier")
+    }
+    assert evaluation.stack_outputs["status"] is http.HTTPStatus.OK and evaluation.stack_outputs["plain"] == expected["plain"]
+    # Only plain tables are told as exported, which is what the listener reads.
+    assert heard == [("plain", {"servers": [{"name": "a"}]})]
+
+
+def test_a_stream_cut_within_a_message_is_the_end_of_the_child() -> None:
+    cut = pickle.dumps((_RESOURCE, "urn:a", b"x" * 100_000, b"y"), protocol=pickle.HIGHEST_PROTOCOL)[:-7]
+    assert _relay(io.BytesIO(cut), _Session(), lambda name, value: None) is None
+
+
+def test_a_program_that_exits_makes_the_preview_exit_so(tmp_path: Path) -> None:
+    program = _program(tmp_path, "import sys\nsys.exit('stopped by the program')\n")
+    with pytest.raises(SystemExit) as exited:
+        evaluate_apart(program, CONFIG, _Session(), lambda name, value: None)
+    assert exited.value.code == "stopped by the program"
 
 
 def test_the_parent_keeps_none_of_the_programs_objects(tmp_path: Path) -> None:
@@ -114,12 +184,35 @@ def test_a_parent_that_stops_early_takes_the_child_with_it(tmp_path: Path) -> No
     children: list[int] = []
 
     def failing(name: str, value: Any) -> None:
-        children.extend(int(pid) for pid in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split())
+        children.extend(_children())
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         evaluate_apart(program, CONFIG, _Session(), failing)
     assert children and not any(Path(f"/proc/{pid}").exists() for pid in children)
+
+
+def test_what_the_program_prints_is_written_out(tmp_path: Path) -> None:
+    """The child's buffered output is flushed before it exits (os._exit flushes nothing): with stdout a pipe, and not
+    unbuffered, a line the program prints reaches the user."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text("name: printing\nruntime: python\nstackConfigDir: stacks\n")
+    (project / "stacks").mkdir()
+    (project / "stacks" / "Pulumi.test.yaml").write_text("config: {}\n")
+    (project / "__main__.py").write_text("print('made by the program')\n")
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    arguments = ["--project-dir", str(project), "--stack", "test", "--policy-pack", str(ROOT / "policies")]
+    result = subprocess.run(
+        [sys.executable, "-m", "preview", "--quiet", *arguments, "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=environment,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "made by the program" in result.stdout
 
 
 def test_a_crashing_program_is_reported_with_its_traceback_and_exit_code_3(tmp_path: Path) -> None:

@@ -83,8 +83,8 @@ def test_stack_outputs_resolve_as_the_sdk_resolves_them(tmp_path: Path):
     assert outputs["secret"] == "[secret]"
     assert outputs["tier"] == {"tier": "premium"}
     # Plain once the SDK has resolved it; a str subclass (an enum's member) is left to the SDK.
-    assert all(engine._plain(outputs[k]) for k in ("table", "empty", "nested"))
-    assert not engine._plain({"tier": _Tier.PREMIUM}) and not engine._plain({1: "a"})
+    assert all(engine.is_plain_data(outputs[k]) for k in ("table", "empty", "nested"))
+    assert not engine.is_plain_data({"tier": _Tier.PREMIUM}) and not engine.is_plain_data({1: "a"})
 
 
 class _Tier(str, enum.Enum):

@@ -54,5 +54,8 @@ def configure_runtime_settings(_servicer: Any = None) -> None:
 
 
 def read_environment_once() -> None:
-    """Make the SDK's servicer configure each call by `configure_runtime_settings`."""
+    """Make the SDK's servicer configure each call by `configure_runtime_settings` (not with
+    `POLICY_PACK_DECODE_EACH=1`, which leaves the SDK as it is for the benchmark's comparison: decoding.py)."""
+    if os.environ.get("POLICY_PACK_DECODE_EACH") == "1":
+        return
     setattr(sdk._PolicyAnalyzerServicer, "_configure_runtime_settings", configure_runtime_settings)
