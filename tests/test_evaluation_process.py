@@ -192,15 +192,20 @@ def test_a_parent_that_stops_early_takes_the_child_with_it(tmp_path: Path) -> No
     assert children and not any(Path(f"/proc/{pid}").exists() for pid in children)
 
 
+def _project(tmp_path: Path, name: str, program: str) -> Path:
+    """A project of one stack, `test`, with no config, whose program is `program`."""
+    project = tmp_path / "project"
+    (project / "stacks").mkdir(parents=True)
+    (project / "Pulumi.yaml").write_text(f"name: {name}\nruntime: python\nstackConfigDir: stacks\n")
+    (project / "stacks" / "Pulumi.test.yaml").write_text("config: {}\n")
+    (project / "__main__.py").write_text(program)
+    return project
+
+
 def test_what_the_program_prints_is_written_out(tmp_path: Path) -> None:
     """The child's buffered output is flushed before it exits (os._exit flushes nothing): with stdout a pipe, and not
     unbuffered, a line the program prints reaches the user."""
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "Pulumi.yaml").write_text("name: printing\nruntime: python\nstackConfigDir: stacks\n")
-    (project / "stacks").mkdir()
-    (project / "stacks" / "Pulumi.test.yaml").write_text("config: {}\n")
-    (project / "__main__.py").write_text("print('made by the program')\n")
+    project = _project(tmp_path, "printing", "print('made by the program')\n")
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     arguments = ["--project-dir", str(project), "--stack", "test", "--policy-pack", str(ROOT / "policies")]
     result = subprocess.run(
@@ -216,12 +221,7 @@ def test_what_the_program_prints_is_written_out(tmp_path: Path) -> None:
 
 
 def test_a_crashing_program_is_reported_with_its_traceback_and_exit_code_3(tmp_path: Path) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "Pulumi.yaml").write_text("name: crashing\nruntime: python\nstackConfigDir: stacks\n")
-    (project / "stacks").mkdir()
-    (project / "stacks" / "Pulumi.test.yaml").write_text("config: {}\n")
-    (project / "__main__.py").write_text("def build():\n    raise ValueError('boom')\n\n\nbuild()\n")
+    project = _project(tmp_path, "crashing", "def build():\n    raise ValueError('boom')\n\n\nbuild()\n")
     result = run_preview(
         "--project-dir", str(project), "--stack", "test", "--policy-pack", str(ROOT / "policies"), "--out", str(tmp_path / "out")
     )
