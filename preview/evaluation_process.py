@@ -117,15 +117,17 @@ def _relay(messages: IO[bytes], policies: PolicySession, exported: ExportListene
 
 def _raise(outcome: tuple[Any, ...] | None, status: int) -> NoReturn:
     """What the program raised, raised here."""
-    if outcome is not None and outcome[0] == _RUN_ERROR:
-        raise pulumi.RunError(outcome[1])
-    if outcome is not None and outcome[0] == _DUPLICATE_URNS:
-        raise DuplicateUrnError(outcome[1])
-    if outcome is not None and outcome[0] == _EXITED:
+    if outcome is None:
+        raise ProgramCrashed(f"the program's process ended ({_ended(status)}) without a result\n")
+    kind, detail = outcome
+    if kind == _RUN_ERROR:
+        raise pulumi.RunError(detail)
+    if kind == _DUPLICATE_URNS:
+        raise DuplicateUrnError(detail)
+    if kind == _EXITED:
         # The program called sys.exit: the preview exits as it would have with the program in its own process.
-        raise SystemExit(outcome[1])
-    trace = outcome[1] if outcome is not None else f"the program's process ended ({_ended(status)}) without a result\n"
-    raise ProgramCrashed(trace)
+        raise SystemExit(detail)
+    raise ProgramCrashed(detail)
 
 
 def _records(records: IO[bytes]) -> Evaluation:
@@ -143,7 +145,7 @@ def _records(records: IO[bytes]) -> Evaluation:
                 return Evaluation(resources=resources, stack_outputs=stack_outputs)
 
 
-def _stack_output(sent: tuple[bytes | None, str | None] | Any) -> Any:
+def _stack_output(sent: Any) -> Any:
     """A stack output as the child sent it: plain data as it is; anything else unpickled, or, where it cannot be (a
     class of the program's own `__main__`, a module only the program's folder holds), the text report.json would
     have written for it."""
