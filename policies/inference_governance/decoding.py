@@ -74,9 +74,15 @@ def _one_request(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def sdk_as_is() -> bool:
+    """`POLICY_PACK_DECODE_EACH=1`: the pack runs pulumi-policy as it is (the benchmark's comparison), none of its
+    changes to the SDK applied."""
+    return os.environ.get("POLICY_PACK_DECODE_EACH") == "1"
+
+
 def decode_once() -> None:
     """Patch the SDK's servicer to decode each message once per request (see the module's docstring)."""
-    if os.environ.get("POLICY_PACK_DECODE_EACH") == "1" or getattr(sdk, "_decodes_once", False):
+    if sdk_as_is() or getattr(sdk, "_decodes_once", False):
         return
     # The SDK's `json_format` is protobuf's module (imported here too): a copy of it, so only the SDK's reads change.
     sdk.json_format = SimpleNamespace(

@@ -20,6 +20,8 @@ from typing import Any
 import pulumi.runtime
 import pulumi_policy.policy as sdk
 
+from .decoding import sdk_as_is
+
 _SETTINGS_VARIABLES = ("PULUMI_PROJECT", "PULUMI_STACK", "PULUMI_DRY_RUN")
 
 
@@ -56,6 +58,6 @@ def configure_runtime_settings(_servicer: Any = None) -> None:
 def read_environment_once() -> None:
     """Make the SDK's servicer configure each call by `configure_runtime_settings` (not with
     `POLICY_PACK_DECODE_EACH=1`, which leaves the SDK as it is for the benchmark's comparison: decoding.py)."""
-    if os.environ.get("POLICY_PACK_DECODE_EACH") == "1":
+    if sdk_as_is():
         return
     setattr(sdk._PolicyAnalyzerServicer, "_configure_runtime_settings", configure_runtime_settings)
