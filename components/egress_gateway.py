@@ -9,13 +9,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from platform_config.chart_images import ChartImageValues
 from platform_config.pins import ISTIO_GATEWAY
 
 from .constants import EGRESS_GATEWAY_NAME, EGRESS_GATEWAY_NAMESPACE, PACKAGE
-from .k8s_objects import KubernetesObject, custom_resource, helm_release
+from .k8s_objects import HelmRelease, KubernetesObject, custom_resource, helm_release
 from .serving import TenantEgress
 from .specs import egress_gateway as specs
 from .specs.egress_gateway import EgressRoute
@@ -55,7 +54,7 @@ class EgressGateway(pulumi.ComponentResource):
     # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
     # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
     if TYPE_CHECKING:
-        release: k8s.helm.v3.Release
+        release: HelmRelease
         # By tenant, the hosts that go through the gateway, which its own routes name.
         hosts: dict[str, tuple[ExternalHost, ...]]
         # What every tenant's pods need before they start: the gateway running and its routes in place (ready_for adds a

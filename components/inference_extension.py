@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from platform_config.pins import GATEWAY_API_INFERENCE_EXTENSION_VERSION, LLM_D_ROUTER_VERSION
 
 from .constants import PACKAGE
+from .k8s_objects import YamlConfigFile
 
 # The releases' tags (both pinned in platform_config/pins.py).
 GATEWAY_API_INFERENCE_EXTENSION_TAG = f"v{GATEWAY_API_INFERENCE_EXTENSION_VERSION}"
@@ -46,15 +46,15 @@ class InferenceExtensionCrds(pulumi.ComponentResource):
     # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
     # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
     if TYPE_CHECKING:
-        inference_pool: k8s.yaml.v2.ConfigFile
-        llm_d: k8s.yaml.v2.ConfigFile
+        inference_pool: YamlConfigFile
+        llm_d: YamlConfigFile
 
     def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:inference-extension:InferenceExtensionCrds", name, None, opts)
-        self.inference_pool = k8s.yaml.v2.ConfigFile(
-            f"{name}-inference-pool", file=INFERENCE_POOL_CRDS_URL, opts=pulumi.ResourceOptions(parent=self)
+        self.inference_pool = YamlConfigFile(
+            f"{name}-inference-pool", INFERENCE_POOL_CRDS_URL, pulumi.ResourceOptions(parent=self)
         )
-        self.llm_d = k8s.yaml.v2.ConfigFile(f"{name}-llm-d", file=LLM_D_CRDS_URL, opts=pulumi.ResourceOptions(parent=self))
+        self.llm_d = YamlConfigFile(f"{name}-llm-d", LLM_D_CRDS_URL, pulumi.ResourceOptions(parent=self))
         self.register_outputs(
             {
                 "gatewayApiInferenceExtensionVersion": GATEWAY_API_INFERENCE_EXTENSION_TAG,

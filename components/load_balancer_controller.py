@@ -10,13 +10,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from platform_config.chart_images import ChartImageValues
 from platform_config.pins import AWS_LOAD_BALANCER_CONTROLLER
 
 from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE, SYSTEM_NODE_SELECTOR
-from .k8s_objects import helm_release
+from .k8s_objects import HelmRelease, helm_release
 from .workload_identity import WorkloadAccess, WorkloadIdentity, WorkloadIdentityArgs
 
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
@@ -150,7 +149,7 @@ class LoadBalancerController(pulumi.ComponentResource):
     # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
     # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
     if TYPE_CHECKING:
-        release: k8s.helm.v3.Release
+        release: HelmRelease
 
     def __init__(self, name: str, args: LoadBalancerControllerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:load-balancer-controller:LoadBalancerController", name, None, opts)

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from platform_config.chart_images import ChartImageValues
 from platform_config.models import LoadBalancerScheme
@@ -23,7 +22,7 @@ from .constants import (
     PACKAGE,
     PRIVILEGED,
 )
-from .k8s_objects import KubernetesObject, helm_release, system_namespace
+from .k8s_objects import HelmRelease, KubernetesObject, helm_release, system_namespace
 from .specs.mesh import gateway_disruption_budget, gateway_overload_config_map, gateway_values, istiod_values
 
 
@@ -47,9 +46,9 @@ class Mesh(pulumi.ComponentResource):
     # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
     # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
     if TYPE_CHECKING:
-        base: k8s.helm.v3.Release
-        istiod: k8s.helm.v3.Release
-        gateway: k8s.helm.v3.Release
+        base: HelmRelease
+        istiod: HelmRelease
+        gateway: HelmRelease
 
     def __init__(self, name: str, args: MeshArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:mesh:Mesh", name, None, opts)
@@ -58,9 +57,7 @@ class Mesh(pulumi.ComponentResource):
             f"{name}-namespace", ISTIO_SYSTEM_NAMESPACE, "mesh", pulumi.ResourceOptions(parent=self), **PRIVILEGED
         )
 
-        def release(
-            suffix: str, chart: ChartPin, release_name: str, values: dict, after: list[pulumi.Resource]
-        ) -> k8s.helm.v3.Release:
+        def release(suffix: str, chart: ChartPin, release_name: str, values: dict, after: list[pulumi.Resource]) -> HelmRelease:
             return helm_release(
                 f"{name}-{suffix}",
                 release_name,

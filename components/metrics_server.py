@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from platform_config.chart_images import ChartImageValues
 from platform_config.pins import METRICS_SERVER
 
 from .constants import KUBE_SYSTEM_NAMESPACE, PACKAGE
-from .k8s_objects import helm_release
+from .k8s_objects import HelmRelease, helm_release
 from .specs.system_charts import metrics_server_values
 
 
@@ -29,7 +28,7 @@ class MetricsServer(pulumi.ComponentResource):
     # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
     # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
     if TYPE_CHECKING:
-        release: k8s.helm.v3.Release
+        release: HelmRelease
 
     def __init__(self, name: str, args: MetricsServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:metrics-server:MetricsServer", name, None, opts)

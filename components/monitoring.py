@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from platform_config.chart_images import ChartImageValues
 from platform_config.pins import KUBE_PROMETHEUS_STACK
 
 from .constants import MONITORING_NAMESPACE, PACKAGE, PRIVILEGED, PROMETHEUS_URL
-from .k8s_objects import KubernetesObject, helm_release, system_namespace
+from .k8s_objects import HelmRelease, KubernetesObject, helm_release, system_namespace
 from .specs.dashboards import ALLOWED_NODE_LABELS
 from .specs.slo_rules import ALLOWED_POD_LABELS
 
@@ -21,7 +20,7 @@ class Monitoring(pulumi.ComponentResource):
     # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
     # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
     if TYPE_CHECKING:
-        release: k8s.helm.v3.Release
+        release: HelmRelease
         namespace: KubernetesObject
 
     def __init__(self, name: str, chart_image_values: ChartImageValues, opts: pulumi.ResourceOptions | None = None):

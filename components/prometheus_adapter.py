@@ -8,14 +8,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from platform_config.chart_images import ChartImageValues
 from platform_config.namespaces import PROMETHEUS_ADAPTER_NAMESPACE as NAMESPACE
 from platform_config.pins import PROMETHEUS_ADAPTER
 
 from .constants import PACKAGE
-from .k8s_objects import helm_release, system_namespace
+from .k8s_objects import HelmRelease, helm_release, system_namespace
 from .specs.metrics import adapter_values
 
 
@@ -35,7 +34,7 @@ class PrometheusAdapter(pulumi.ComponentResource):
     # Declared for the type checker only: pulumi evaluates a resource class's annotations at each registration
     # (pulumi 3.272.0 _types.resource_types, uncached), importing what they name.
     if TYPE_CHECKING:
-        release: k8s.helm.v3.Release
+        release: HelmRelease
 
     def __init__(self, name: str, args: PrometheusAdapterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:prometheus-adapter:PrometheusAdapter", name, None, opts)

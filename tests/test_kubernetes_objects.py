@@ -119,3 +119,71 @@ def test_the_token_table_reads_pulumi_kubernetes_own_source():
         ("rbac.authorization.k8s.io/v1", "RoleBinding", "rbac/v1/RoleBinding.py"),
     ):
         assert f"'{type_token(api_version, kind)}'" in (package / path).read_text()
+
+
+# Registers each Helm release and YAML file twice: through the project's classes and through the typed ones.
+PROVIDER_TWIN_PROGRAM = """
+import json, os
+import pulumi
+import pulumi_kubernetes as k8s
+from components.k8s_objects import HelmRelease, YamlConfigFile
+
+samples = json.loads(os.environ["TWIN_SAMPLES"])
+for index, inputs in enumerate(samples["releases"]):
+    HelmRelease(f"generic-release-{index}", inputs, pulumi.ResourceOptions())
+    repository = inputs.get("repositoryOpts")
+    k8s.helm.v3.Release(
+        f"typed-release-{index}",
+        chart=inputs["chart"],
+        name=inputs["name"],
+        namespace=inputs["namespace"],
+        values=inputs["values"],
+        version=inputs["version"],
+        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repository["repo"]) if repository else None,
+    )
+for index, file in enumerate(samples["files"]):
+    YamlConfigFile(f"generic-file-{index}", file, pulumi.ResourceOptions())
+    k8s.yaml.v2.ConfigFile(f"typed-file-{index}", file=file)
+"""
+
+
+def test_helm_releases_and_yaml_files_registered_exactly_as_the_typed_classes_register_them(prod, tmp_path, monkeypatch):
+    """The whole RegisterResource request of each pair (type, inputs, custom or remote, provider version and download
+    URL, every option), its name aside: one release from a chart repository, one from an OCI registry, each YAML
+    file the platform installs."""
+    from components.k8s_objects import HELM_RELEASE, YAML_CONFIG_FILE
+    from preview.engine import RecordingMonitor
+    from preview.render import plain
+
+    releases = [plain(r.inputs) for r in prod.records if r.type == HELM_RELEASE]
+    repository = next(r for r in releases if "repositoryOpts" in r)
+    oci = next(r for r in releases if r["chart"].startswith("oci://"))
+    files = [r.inputs["file"] for r in prod.records if r.type == YAML_CONFIG_FILE]
+    assert len(files) == 2
+    requests = {}
+    register = RecordingMonitor.RegisterResource
+
+    def recording(self, request):
+        requests[request.name] = type(request).FromString(request.SerializeToString())
+        return register(self, request)
+
+    monkeypatch.setattr(RecordingMonitor, "RegisterResource", recording)
+    samples = {"releases": [{k: v for k, v in r.items() if k != "compat"} for r in (repository, oci)], "files": files}
+    evaluate_twins(PROVIDER_TWIN_PROGRAM, samples, tmp_path, monkeypatch)
+    pairs = [(f"release-{i}", HELM_RELEASE) for i in range(2)] + [(f"file-{i}", YAML_CONFIG_FILE) for i in range(2)]
+    for suffix, token in pairs:
+        generic, typed = requests[f"generic-{suffix}"], requests[f"typed-{suffix}"]
+        assert generic.type == typed.type == token
+        assert generic.version and generic.remote == (token == YAML_CONFIG_FILE)
+        generic.name = typed.name = ""
+        assert generic == typed, suffix
+
+
+def test_the_release_and_file_tokens_read_pulumi_kubernetes_own_source():
+    import pulumi_kubernetes
+
+    from components.k8s_objects import HELM_RELEASE, YAML_CONFIG_FILE
+
+    package = Path(pulumi_kubernetes.__file__).parent
+    assert f"'{HELM_RELEASE}'" in (package / "helm/v3/Release.py").read_text()
+    assert f"'{YAML_CONFIG_FILE}'" in (package / "yaml/v2/ConfigFile.py").read_text()
