@@ -1,8 +1,9 @@
-"""Registering the AWS resources whose pulumi-aws module costs a preview more to import than the resources are worth:
-the launch templates and the S3 gateway endpoint (pulumi-aws' `ec2` package imports its 180 submodules, about 0.3 s)
-and the weight mirror's bucket with its settings (`s3`, about 0.15 s), by the pinned pulumi-aws' own type tokens.
-The EKS, IAM and Auto Scaling resources keep their typed classes (their modules import in about 0.03 s each, and the
-program reads the EKS cluster's typed outputs)."""
+"""Registering the platform's AWS resources by the pinned pulumi-aws' own type tokens rather than its typed classes,
+whose modules cost a preview more to import than the resources are worth: the launch templates and the S3 gateway
+endpoint (pulumi-aws' `ec2` package imports its 180 submodules, about 0.3 s), the weight mirror's bucket with its
+settings (`s3`, about 0.15 s), and the cluster's EKS, IAM and Auto Scaling resources (`eks`, `iam` and `autoscaling`,
+about 0.05, 0.04 and 0.035 s). The program reads the few outputs it needs by their schema names
+(`output("certificateAuthority")`), as plain values."""
 
 from __future__ import annotations
 
@@ -21,6 +22,17 @@ S3_OWNERSHIP_CONTROLS = "aws:s3/bucketOwnershipControls:BucketOwnershipControls"
 S3_ENCRYPTION = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
 S3_LIFECYCLE = "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration"
 S3_BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+EKS_CLUSTER = "aws:eks/cluster:Cluster"
+EKS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+EKS_ACCESS_ENTRY = "aws:eks/accessEntry:AccessEntry"
+EKS_ACCESS_POLICY_ASSOCIATION = "aws:eks/accessPolicyAssociation:AccessPolicyAssociation"
+EKS_ADDON = "aws:eks/addon:Addon"
+EKS_POD_IDENTITY_ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
+IAM_ROLE = "aws:iam/role:Role"
+IAM_ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+IAM_ROLE_POLICY_ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+IAM_OIDC_PROVIDER = "aws:iam/openIdConnectProvider:OpenIdConnectProvider"
+AUTOSCALING_TAG = "aws:autoscaling/tag:Tag"
 
 # The type aliases the typed classes register with (pulumi-aws 7.51.1: `alias_opts` in s3/bucket.py,
 # s3/bucket_server_side_encryption_configuration.py and s3/bucket_lifecycle_configuration.py; the other types here
@@ -37,7 +49,8 @@ class AwsResource(pulumi.CustomResource):
     provider schema's camelCase names (`metadataOptions.httpTokens`), the typed class's aliases and the installed
     package's provider version (its `get_resource_opts_defaults`). tests/test_aws_objects.py registers each one the
     platform declares both ways under the mock engine and compares them. `outputs` names the computed outputs the
-    program reads, with their types (`output("latestVersion")`); `id` is every resource's."""
+    program reads, each with the type its value is converted to (None: as the engine sends it); `output(name)` reads
+    one of them or an input as the provider returns it (`output("name")`); `id` is every resource's."""
 
     def __init__(
         self,
@@ -45,20 +58,29 @@ class AwsResource(pulumi.CustomResource):
         name: str,
         inputs: dict[str, Any],
         opts: pulumi.ResourceOptions,
-        outputs: Mapping[str, type] | None = None,
+        outputs: Mapping[str, type | None] | None = None,
     ):
         aliases = [pulumi.Alias(type_=alias) for alias in TYPE_ALIASES.get(token, ())]
         merged = pulumi.ResourceOptions.merge(aws_utilities.get_resource_opts_defaults(), opts)
         if aliases:
             merged = pulumi.ResourceOptions.merge(merged, pulumi.ResourceOptions(aliases=aliases))
         self._output_types = dict(outputs or {})
+        self._input_names = frozenset(inputs)
         super().__init__(token, name, {**inputs, **dict.fromkeys(self._output_types)}, merged)
 
     def output(self, name: str) -> pulumi.Output[Any]:
-        """A computed output named when registering (the SDK sets one attribute per property, by its schema name), as
-        the type it was named with: the engine sends every number as a float, which a typed class turns into its
-        declared type (pulumi's `rpc.translate_output_properties`), and a launch template's version 3.0 written as
-        "3.0" names no version of it."""
-        if name not in self._output_types:
-            raise KeyError(f"{name!r} was not named among this resource's outputs {sorted(self._output_types)}")
-        return cast(pulumi.Output[Any], getattr(self, name)).apply(self._output_types[name])
+        """An input or a computed output named when registering (the SDK sets one attribute per property, by its
+        schema name), the latter as the type it was named with: the engine sends every number as a float, which a
+        typed class turns into its declared type (pulumi's `rpc.translate_output_properties`), and a launch template's
+        version 3.0 written as "3.0" names no version of it."""
+        if name not in self._output_types and name not in self._input_names:
+            raise KeyError(f"{name!r} was not named among this resource's outputs {sorted(self._output_types)} or inputs")
+        value = cast(pulumi.Output[Any], getattr(self, name))
+        convert = self._output_types.get(name)
+        return value.apply(convert) if convert is not None else value
+
+
+def iam_role(name: str, trust_policy: pulumi.Input[str], tags: dict[str, str], opts: pulumi.ResourceOptions) -> AwsResource:
+    """An IAM role trusted as `trust_policy` says, its ARN and name (computed by IAM: none is given) readable."""
+    inputs = {"assumeRolePolicy": trust_policy, "tags": tags}
+    return AwsResource(IAM_ROLE, name, inputs, opts, outputs={"arn": None, "name": None})

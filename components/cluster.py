@@ -16,7 +16,18 @@ import pulumi_aws as aws
 
 from platform_config.models import ClusterConfig, EksSettings
 
-from .aws_objects import LAUNCH_TEMPLATE, AwsResource
+from .aws_objects import (
+    EKS_ACCESS_ENTRY,
+    EKS_ACCESS_POLICY_ASSOCIATION,
+    EKS_ADDON,
+    EKS_CLUSTER,
+    EKS_NODE_GROUP,
+    IAM_OIDC_PROVIDER,
+    IAM_ROLE_POLICY_ATTACHMENT,
+    LAUNCH_TEMPLATE,
+    AwsResource,
+    iam_role,
+)
 from .constants import PACKAGE, SYSTEM_NODE_SELECTOR
 
 EKS_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
@@ -73,10 +84,10 @@ def node_launch_template(
     tags: dict[str, str],
     opts: pulumi.ResourceOptions,
     instance_store_raid0: bool = False,
-) -> aws.eks.NodeGroupLaunchTemplateArgs:
-    """A launch template for a managed node group: locked-down instance metadata, the node
-    disk when `disk_size_gib` is given (EKS's default otherwise), and the instance store as
-    RAID0 for the kubelet and containerd when `instance_store_raid0`."""
+) -> dict[str, Any]:
+    """A launch template for a managed node group, as the group's `launchTemplate` names it: locked-down instance
+    metadata, the node disk when `disk_size_gib` is given (EKS's default otherwise), and the instance store as RAID0
+    for the kubelet and containerd when `instance_store_raid0`."""
     inputs: dict[str, Any] = {"metadataOptions": NODE_METADATA_OPTIONS, "updateDefaultVersion": True, "tags": tags}
     if disk_size_gib is not None:
         ebs = {"volumeSize": disk_size_gib, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true"}
@@ -84,7 +95,7 @@ def node_launch_template(
     if instance_store_raid0:
         inputs["userData"] = instance_store_user_data()
     template = AwsResource(LAUNCH_TEMPLATE, name, inputs, opts, outputs={"latestVersion": int})
-    return aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.output("latestVersion").apply(str))
+    return {"id": template.id, "version": template.output("latestVersion").apply(str)}
 
 
 def assume_role_policy(service: str, actions: tuple[str, ...] = ("sts:AssumeRole",)) -> str:
@@ -117,7 +128,7 @@ class Cluster(pulumi.ComponentResource):
         oidc_provider_arn: pulumi.Output[str] | None
         oidc_issuer: pulumi.Output[str] | None
         vpc_id: pulumi.Output[str] | None
-        eks_cluster: aws.eks.Cluster | None
+        eks_cluster: AwsResource | None
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{PACKAGE}:cluster:Cluster", name, None, opts)
@@ -135,7 +146,7 @@ class Cluster(pulumi.ComponentResource):
         self.node_role_dependencies: list[pulumi.Resource] = []
         if config.mode == "eks":
             self.eks_cluster = self._eks(name, config, args.tags)
-            self.name = self.eks_cluster.name
+            self.name = self.eks_cluster.output("name")
         else:
             self.name = pulumi.Output.from_input(config.name)
         self.register_outputs(
@@ -157,7 +168,7 @@ class Cluster(pulumi.ComponentResource):
         local = self.config.kubeconfig
         return {"kubeconfig": local.path if local else None, "context": local.context if local else None}
 
-    def _eks(self, name: str, config: ClusterConfig, tags: dict[str, str]) -> aws.eks.Cluster:
+    def _eks(self, name: str, config: ClusterConfig, tags: dict[str, str]) -> AwsResource:
         """A new EKS cluster, in registration order: the control plane and its admins, the node
         role, the system node group, the VPC CNI with NetworkPolicies enforced, the workload
         identity (IRSA's OIDC provider or the Pod Identity Agent), then the kubeconfig."""
@@ -165,93 +176,85 @@ class Cluster(pulumi.ComponentResource):
         assert eks is not None
         self.subnet_ids = list(eks.subnet_ids)
         eks_cluster = self._control_plane(name, config, tags)
-        self.vpc_id = eks_cluster.vpc_config.vpc_id
+        self.vpc_id = eks_cluster.output("vpcConfig").apply(lambda vpc: vpc.get("vpcId"))
         self._cluster_admins(name, eks, eks_cluster, tags)
         node_role, node_policies = self._node_role(name, tags)
-        self.node_role_arn = node_role.arn
+        self.node_role_arn = node_role.output("arn")
         self.node_role_dependencies = node_policies
         self._system_node_group(name, config, eks_cluster, node_role, node_policies, tags)
         self._vpc_cni(name, eks_cluster, tags)
-        self.oidc_issuer = eks_cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
+        self.oidc_issuer = eks_cluster.output("identities").apply(lambda ids: ids[0]["oidcs"][0]["issuer"])
         self._workload_identity(name, eks, eks_cluster, self.oidc_issuer, tags)
         region = eks.region or aws.get_region_output().region
         self.kubeconfig = pulumi.Output.secret(pulumi.Output.json_dumps(eks_kubeconfig(config.name, eks_cluster, region)))
         return eks_cluster
 
-    def _control_plane(self, name: str, config: ClusterConfig, tags: dict[str, str]) -> aws.eks.Cluster:
+    def _control_plane(self, name: str, config: ClusterConfig, tags: dict[str, str]) -> AwsResource:
         """The control plane's role and the EKS cluster, its API private (and public where the
         stack allows), authenticated by access entries only."""
         eks = config.eks
         assert eks is not None
         child = pulumi.ResourceOptions(parent=self)
-        cluster_role = aws.iam.Role(
-            f"{name}-control-plane",
-            assume_role_policy=assume_role_policy("eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession")),
-            tags=tags,
-            opts=child,
+        cluster_role = iam_role(
+            f"{name}-control-plane", assume_role_policy("eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession")), tags, child
         )
-        cluster_policy = aws.iam.RolePolicyAttachment(
+        cluster_policy = AwsResource(
+            IAM_ROLE_POLICY_ATTACHMENT,
             f"{name}-control-plane-policy",
-            role=cluster_role.name,
-            policy_arn=f"{AWS_MANAGED}AmazonEKSClusterPolicy",
-            opts=child,
+            {"policyArn": f"{AWS_MANAGED}AmazonEKSClusterPolicy", "role": cluster_role.output("name")},
+            child,
         )
-        return aws.eks.Cluster(
-            f"{name}-eks",
-            name=config.name,
-            version=config.kubernetes_version,
-            role_arn=cluster_role.arn,
-            vpc_config=aws.eks.ClusterVpcConfigArgs(
-                subnet_ids=list(eks.subnet_ids),
-                endpoint_private_access=True,
-                endpoint_public_access=eks.endpoint_public_access,
-                public_access_cidrs=list(eks.public_access_cidrs) or None,
-            ),
+        vpc_config: dict[str, Any] = {
+            "endpointPrivateAccess": True,
+            "endpointPublicAccess": eks.endpoint_public_access,
+            "subnetIds": list(eks.subnet_ids),
+        }
+        if eks.public_access_cidrs:
+            vpc_config["publicAccessCidrs"] = list(eks.public_access_cidrs)
+        inputs = {
             # Access entries, not the aws-auth ConfigMap; the creator gets no implicit admin.
-            access_config=aws.eks.ClusterAccessConfigArgs(
-                authentication_mode="API",
-                bootstrap_cluster_creator_admin_permissions=False,
-            ),
-            enabled_cluster_log_types=CONTROL_PLANE_LOGS,
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy]),
+            "accessConfig": {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False},
+            "enabledClusterLogTypes": CONTROL_PLANE_LOGS,
+            "name": config.name,
+            "roleArn": cluster_role.output("arn"),
+            "tags": tags,
+            "version": config.kubernetes_version,
+            "vpcConfig": vpc_config,
+        }
+        # What the kubeconfig, the workload identity and the VPC's endpoints read.
+        outputs = dict.fromkeys(("endpoint", "certificateAuthority", "identities"))
+        return AwsResource(
+            EKS_CLUSTER, f"{name}-eks", inputs, pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy]), outputs
         )
 
-    def _cluster_admins(self, name: str, eks: EksSettings, eks_cluster: aws.eks.Cluster, tags: dict[str, str]) -> None:
+    def _cluster_admins(self, name: str, eks: EksSettings, eks_cluster: AwsResource, tags: dict[str, str]) -> None:
         """An access entry with the cluster admin policy for each of the stack's admin principals."""
         for index, principal in enumerate(eks.admin_principal_arns):
-            entry = aws.eks.AccessEntry(
+            cluster_name = eks_cluster.output("name")
+            entry = AwsResource(
+                EKS_ACCESS_ENTRY,
                 f"{name}-admin-{index}",
-                cluster_name=eks_cluster.name,
-                principal_arn=principal,
-                type="STANDARD",
-                tags=tags,
-                opts=pulumi.ResourceOptions(parent=self),
+                {"clusterName": cluster_name, "principalArn": principal, "tags": tags, "type": "STANDARD"},
+                pulumi.ResourceOptions(parent=self),
             )
-            aws.eks.AccessPolicyAssociation(
+            association = {"clusterName": cluster_name, "principalArn": principal, "policyArn": EKS_ADMIN_POLICY}
+            AwsResource(
+                EKS_ACCESS_POLICY_ASSOCIATION,
                 f"{name}-admin-{index}-policy",
-                cluster_name=eks_cluster.name,
-                principal_arn=principal,
-                policy_arn=EKS_ADMIN_POLICY,
-                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]),
+                {**association, "accessScope": {"type": "cluster"}},
+                pulumi.ResourceOptions(parent=self, depends_on=[entry]),
             )
 
-    def _node_role(self, name: str, tags: dict[str, str]) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
+    def _node_role(self, name: str, tags: dict[str, str]) -> tuple[AwsResource, list[pulumi.Resource]]:
         """Every node group's role, and its managed policies (what node groups wait for)."""
         child = pulumi.ResourceOptions(parent=self)
-        node_role = aws.iam.Role(
-            f"{name}-nodes",
-            assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
-            tags=tags,
-            opts=child,
-        )
+        node_role = iam_role(f"{name}-nodes", assume_role_policy("ec2.amazonaws.com"), tags, child)
         node_policies: list[pulumi.Resource] = [
-            aws.iam.RolePolicyAttachment(
+            AwsResource(
+                IAM_ROLE_POLICY_ATTACHMENT,
                 f"{name}-nodes-{policy.lower().replace('_', '-')}",
-                role=node_role.name,
-                policy_arn=f"{AWS_MANAGED}{policy}",
-                opts=child,
+                {"policyArn": f"{AWS_MANAGED}{policy}", "role": node_role.output("name")},
+                child,
             )
             for policy in NODE_POLICIES
         ]
@@ -261,8 +264,8 @@ class Cluster(pulumi.ComponentResource):
         self,
         name: str,
         config: ClusterConfig,
-        eks_cluster: aws.eks.Cluster,
-        node_role: aws.iam.Role,
+        eks_cluster: AwsResource,
+        node_role: AwsResource,
         node_policies: list[pulumi.Resource],
         tags: dict[str, str],
     ) -> None:
@@ -272,72 +275,59 @@ class Cluster(pulumi.ComponentResource):
         eks = config.eks
         assert eks is not None
         system = eks.system_node_group
-        aws.eks.NodeGroup(
-            f"{name}-system",
-            cluster_name=eks_cluster.name,
-            node_group_name=f"{config.name}-system",
-            node_role_arn=node_role.arn,
-            subnet_ids=list(eks.subnet_ids),
-            instance_types=[system.instance_type],
-            ami_type="AL2023_x86_64_STANDARD",
-            launch_template=node_launch_template(
+        inputs = {
+            "amiType": "AL2023_x86_64_STANDARD",
+            "clusterName": eks_cluster.output("name"),
+            "instanceTypes": [system.instance_type],
+            "labels": SYSTEM_NODE_SELECTOR,
+            "launchTemplate": node_launch_template(
                 f"{name}-system-nodes",
                 ami_type="AL2023_x86_64_STANDARD",
                 disk_size_gib=None,
                 tags=tags,
                 opts=pulumi.ResourceOptions(parent=self),
             ),
-            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-                min_size=system.min_size, max_size=system.max_size, desired_size=system.desired_size
-            ),
-            labels=SYSTEM_NODE_SELECTOR,
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies, ignore_changes=["scalingConfig.desiredSize"]),
-        )
+            "nodeGroupName": f"{config.name}-system",
+            "nodeRoleArn": node_role.output("arn"),
+            "scalingConfig": {"desiredSize": system.desired_size, "maxSize": system.max_size, "minSize": system.min_size},
+            "subnetIds": list(eks.subnet_ids),
+            "tags": tags,
+        }
+        opts = pulumi.ResourceOptions(parent=self, depends_on=node_policies, ignore_changes=["scalingConfig.desiredSize"])
+        AwsResource(EKS_NODE_GROUP, f"{name}-system", inputs, opts)
 
-    def _vpc_cni(self, name: str, eks_cluster: aws.eks.Cluster, tags: dict[str, str]) -> None:
+    def _vpc_cni(self, name: str, eks_cluster: AwsResource, tags: dict[str, str]) -> None:
         """The VPC CNI ships with network-policy enforcement off: without this every
         NetworkPolicy the tenants declare is accepted and ignored (the aws-vpc-cni chart's
         `enableNetworkPolicy`, the add-on's configuration value of the same name, VPC CNI
         1.14+). The add-on's version stays the one EKS picks for the cluster's Kubernetes
         version; OVERWRITE takes the field over from the self-managed install EKS creates."""
-        aws.eks.Addon(
-            f"{name}-vpc-cni",
-            cluster_name=eks_cluster.name,
-            addon_name="vpc-cni",
-            configuration_values=json.dumps(VPC_CNI_CONFIGURATION),
-            resolve_conflicts_on_create="OVERWRITE",
-            resolve_conflicts_on_update="OVERWRITE",
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        inputs = {
+            "addonName": "vpc-cni",
+            "clusterName": eks_cluster.output("name"),
+            "configurationValues": json.dumps(VPC_CNI_CONFIGURATION),
+            "resolveConflictsOnCreate": "OVERWRITE",
+            "resolveConflictsOnUpdate": "OVERWRITE",
+            "tags": tags,
+        }
+        AwsResource(EKS_ADDON, f"{name}-vpc-cni", inputs, pulumi.ResourceOptions(parent=self))
 
     def _workload_identity(
-        self, name: str, eks: EksSettings, eks_cluster: aws.eks.Cluster, issuer: pulumi.Output[str], tags: dict[str, str]
+        self, name: str, eks: EksSettings, eks_cluster: AwsResource, issuer: pulumi.Output[str], tags: dict[str, str]
     ) -> None:
         """How pods get AWS credentials: IRSA's OIDC provider for the cluster's issuer, or the
         Pod Identity Agent add-on."""
         child = pulumi.ResourceOptions(parent=self)
         if eks.workload_identity == "irsa":
-            provider = aws.iam.OpenIdConnectProvider(
-                f"{name}-oidc",
-                url=issuer,
-                client_id_lists=["sts.amazonaws.com"],
-                tags=tags,
-                opts=child,
-            )
-            self.oidc_provider_arn = provider.arn
+            inputs = {"clientIdLists": ["sts.amazonaws.com"], "tags": tags, "url": issuer}
+            provider = AwsResource(IAM_OIDC_PROVIDER, f"{name}-oidc", inputs, child, outputs={"arn": None})
+            self.oidc_provider_arn = provider.output("arn")
         else:
-            aws.eks.Addon(
-                f"{name}-pod-identity-agent",
-                cluster_name=eks_cluster.name,
-                addon_name="eks-pod-identity-agent",
-                tags=tags,
-                opts=child,
-            )
+            inputs = {"addonName": "eks-pod-identity-agent", "clusterName": eks_cluster.output("name"), "tags": tags}
+            AwsResource(EKS_ADDON, f"{name}-pod-identity-agent", inputs, child)
 
 
-def eks_kubeconfig(cluster_name: str, eks_cluster: aws.eks.Cluster, region: pulumi.Input[str]) -> dict[str, Any]:
+def eks_kubeconfig(cluster_name: str, eks_cluster: AwsResource, region: pulumi.Input[str]) -> dict[str, Any]:
     """The kubeconfig of an EKS cluster, its token from `aws eks get-token` (Outputs inside: the
     caller serialises it with Output.json_dumps)."""
     return {
@@ -347,8 +337,8 @@ def eks_kubeconfig(cluster_name: str, eks_cluster: aws.eks.Cluster, region: pulu
             {
                 "name": cluster_name,
                 "cluster": {
-                    "server": eks_cluster.endpoint,
-                    "certificate-authority-data": eks_cluster.certificate_authority.data,
+                    "server": eks_cluster.output("endpoint"),
+                    "certificate-authority-data": eks_cluster.output("certificateAuthority").apply(lambda ca: ca["data"]),
                 },
             }
         ],

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pulumi
-import pulumi_aws as aws
 
 from platform_config.cold_start import INSTANCE_STORE, node_disk, node_disk_gib
 from platform_config.quantity import gib_quantity
 
+from .aws_objects import AUTOSCALING_TAG, EKS_NODE_GROUP, AwsResource
 from .cluster import node_launch_template
 from .constants import PACKAGE
 from .pool_plan import PoolPlan
@@ -77,16 +77,13 @@ class GpuNodePool(pulumi.ComponentResource):
         node_group_name: pulumi.Output[str] | None = None
 
         if args.cluster_mode == "eks":
-            group = aws.eks.NodeGroup(
-                f"{name}-nodes",
-                cluster_name=args.eks_cluster_name,
-                node_group_name=f"{args.cluster_name}-{pool.name}",
-                node_role_arn=args.node_role_arn,
-                subnet_ids=list(args.subnet_ids),
-                instance_types=[pool.instance_type],
-                ami_type=pool.ami_type,
-                capacity_type=pool.capacity_type,
-                launch_template=node_launch_template(
+            inputs = {
+                "amiType": pool.ami_type,
+                "capacityType": pool.capacity_type,
+                "clusterName": args.eks_cluster_name,
+                "instanceTypes": [pool.instance_type],
+                "labels": self.labels,
+                "launchTemplate": node_launch_template(
                     f"{name}-nodes",
                     ami_type=pool.ami_type,
                     disk_size_gib=pool.disk_size_gib,
@@ -94,30 +91,29 @@ class GpuNodePool(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self),
                     instance_store_raid0=node_disk(pool) == INSTANCE_STORE,
                 ),
-                scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-                    min_size=pool.min_size, max_size=pool.max_size, desired_size=pool.initial_size
-                ),
-                update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
-                labels=self.labels,
-                taints=[
-                    aws.eks.NodeGroupTaintArgs(key=taint["key"], value=taint["value"], effect=EKS_TAINT_EFFECT[taint["effect"]])
-                ],
-                tags={**args.tags, **autoscaler_tags(args.cluster_name, plan)},
-                # The cluster autoscaler owns the desired size once the group exists.
-                opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=list(args.depends_on), ignore_changes=["scalingConfig.desiredSize"]
-                ),
+                "nodeGroupName": f"{args.cluster_name}-{pool.name}",
+                "nodeRoleArn": args.node_role_arn,
+                "scalingConfig": {"desiredSize": pool.initial_size, "maxSize": pool.max_size, "minSize": pool.min_size},
+                "subnetIds": list(args.subnet_ids),
+                "tags": {**args.tags, **autoscaler_tags(args.cluster_name, plan)},
+                "taints": [{"effect": EKS_TAINT_EFFECT[taint["effect"]], "key": taint["key"], "value": taint["value"]}],
+                "updateConfig": {"maxUnavailable": 1},
+            }
+            # The cluster autoscaler owns the desired size once the group exists.
+            options = pulumi.ResourceOptions(
+                parent=self, depends_on=list(args.depends_on), ignore_changes=["scalingConfig.desiredSize"]
             )
-            node_group_name = group.node_group_name
+            group = AwsResource(EKS_NODE_GROUP, f"{name}-nodes", inputs, options, outputs={"resources": None})
+            node_group_name = group.output("nodeGroupName")
             # Managed node group tags do not reach the Auto Scaling group, where the autoscaler
             # reads node templates; tag the ASG itself.
-            asg_name = group.resources.apply(lambda resources: resources[0].autoscaling_groups[0].name)
+            asg_name = group.output("resources").apply(lambda resources: resources[0]["autoscalingGroups"][0]["name"])
             for index, (key, value) in enumerate(sorted(autoscaler_tags(args.cluster_name, plan).items())):
-                aws.autoscaling.Tag(
+                AwsResource(
+                    AUTOSCALING_TAG,
                     f"{name}-asg-tag-{index}",
-                    autoscaling_group_name=asg_name,
-                    tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
-                    opts=pulumi.ResourceOptions(parent=self),
+                    {"autoscalingGroupName": asg_name, "tag": {"key": key, "propagateAtLaunch": False, "value": value}},
+                    pulumi.ResourceOptions(parent=self),
                 )
 
         self.register_outputs(

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pulumi
-import pulumi_aws as aws
 
+from .aws_objects import EKS_POD_IDENTITY_ASSOCIATION, IAM_ROLE_POLICY, AwsResource, iam_role
 from .constants import PACKAGE, TAG_MIRROR_FOR, TAG_TENANT
 
 
@@ -83,20 +83,19 @@ class WorkloadIdentity(pulumi.ComponentResource):
                 }
             )
         owner = {} if args.tenant is None else {TAG_MIRROR_FOR if args.writes_mirror else TAG_TENANT: args.tenant}
-        role = aws.iam.Role(f"{name}-role", assume_role_policy=trust, tags={**access.tags, **owner}, opts=child)
-        aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=args.policy, opts=child)
-        self.role_arn = role.arn
+        role = iam_role(f"{name}-role", trust, {**access.tags, **owner}, child)
+        AwsResource(IAM_ROLE_POLICY, f"{name}-policy", {"policy": args.policy, "role": role.id}, child)
+        self.role_arn = role.output("arn")
         if access.mode == "irsa":
-            self.service_account_annotations = role.arn.apply(lambda arn: {"eks.amazonaws.com/role-arn": arn})
+            self.service_account_annotations = self.role_arn.apply(lambda arn: {"eks.amazonaws.com/role-arn": arn})
         else:
-            aws.eks.PodIdentityAssociation(
-                f"{name}-association",
-                cluster_name=access.cluster_name,
-                namespace=args.namespace,
-                service_account=args.service_account,
-                role_arn=role.arn,
-                tags=access.tags,
-                opts=child,
-            )
+            inputs = {
+                "clusterName": access.cluster_name,
+                "namespace": args.namespace,
+                "roleArn": self.role_arn,
+                "serviceAccount": args.service_account,
+                "tags": access.tags,
+            }
+            AwsResource(EKS_POD_IDENTITY_ASSOCIATION, f"{name}-association", inputs, child)
             self.service_account_annotations = pulumi.Output.from_input({})
         self.register_outputs({"roleArn": self.role_arn})

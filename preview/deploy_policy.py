@@ -113,6 +113,17 @@ ACTIONS: dict[str, tuple[str, ...]] = {
         "iam:ListAttachedRolePolicies",
         "iam:ListInstanceProfilesForRole",
     ),
+    # IRSA's identity provider for the cluster's OIDC issuer (cluster.eks.workloadIdentity: irsa).
+    "aws:iam/openIdConnectProvider:OpenIdConnectProvider": (
+        "iam:CreateOpenIDConnectProvider",
+        "iam:GetOpenIDConnectProvider",
+        "iam:UpdateOpenIDConnectProviderThumbprint",
+        "iam:AddClientIDToOpenIDConnectProvider",
+        "iam:RemoveClientIDFromOpenIDConnectProvider",
+        "iam:DeleteOpenIDConnectProvider",
+        "iam:TagOpenIDConnectProvider",
+        "iam:UntagOpenIDConnectProvider",
+    ),
     "aws:iam/rolePolicy:RolePolicy": ("iam:PutRolePolicy", "iam:GetRolePolicy", "iam:DeleteRolePolicy"),
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": (
         "iam:AttachRolePolicy",

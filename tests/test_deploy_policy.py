@@ -45,6 +45,16 @@ def test_every_mapped_call_is_an_api_action_name():
     assert all(ACTION.fullmatch(a) for a in RUN_ACTIONS)
 
 
+def test_every_aws_type_the_program_can_declare_has_its_calls():
+    """Every AWS resource is registered by a type token of components/aws_objects.py, whichever options a stack
+    takes (IRSA's identity provider is declared by no committed stack)."""
+    from components import aws_objects
+
+    tokens = {v for k, v in vars(aws_objects).items() if k.isupper() and isinstance(v, str) and v.startswith("aws:")}
+    assert "aws:iam/openIdConnectProvider:OpenIdConnectProvider" in tokens
+    assert tokens <= set(ACTIONS), sorted(tokens - set(ACTIONS))
+
+
 def test_a_type_without_calls_stops_rather_than_granting_too_little():
     with pytest.raises(UnmappedTypes, match="aws:rds/instance:Instance"):
         deploying_identity_policy(["aws:eks/cluster:Cluster", "aws:rds/instance:Instance"])
