@@ -114,6 +114,9 @@ def _unknown_check_cases() -> list[object]:
         table,
         [shared, shared],
         [holds_itself, {"x": [unknown]}],
+        # Plain scalars passed over, then an unknown after them (the engine's walk skips the scalars).
+        [1, "x", None, True, 2.5, unknown],
+        {"a": "b", "c": 1, "d": [None, {"e": unknown}]},
     ]
 
 
