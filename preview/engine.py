@@ -278,7 +278,8 @@ def unknowns_in(val: Any, seen_ids: set[int]) -> bool:
     resources): a scalar is unknown or not whether seen before or not, so the answers are the same
     (tests/test_preview_engine.py compares them)."""
     if isinstance(val, dict):
-        children: Any = val.values()
+        # Read as the SDK reads them: an input type is a dict whose `values` may be a field (a selector's values).
+        children: Any = (val[k] for k in val)
     elif isinstance(val, list):
         children = val
     else:

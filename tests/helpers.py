@@ -418,3 +418,19 @@ def evaluate_twins(program_text: str, samples: Any, tmp_path: Path, monkeypatch:
     monkeypatch.setenv("TWIN_SAMPLES", json.dumps(samples))
     monkeypatch.syspath_prepend(str(ROOT))
     return evaluate(program, stack_config_from_raw({}))
+
+
+def capture_requests(monkeypatch: Any) -> dict[str, Any]:
+    """Each RegisterResource request the mock engine receives from here on, by the resource's name (a copy, as the SDK
+    sent it): for comparing two registrations whole (tests/test_kubernetes_objects.py, tests/test_aws_objects.py)."""
+    from preview.engine import RecordingMonitor
+
+    requests: dict[str, Any] = {}
+    register = RecordingMonitor.RegisterResource
+
+    def recording(self: Any, request: Any) -> Any:
+        requests[request.name] = type(request).FromString(request.SerializeToString())
+        return register(self, request)
+
+    monkeypatch.setattr(RecordingMonitor, "RegisterResource", recording)
+    return requests

@@ -13,7 +13,7 @@ import pytest
 
 from components import aws_objects
 
-from .helpers import Evaluated, evaluate_twins, raw_stack
+from .helpers import Evaluated, capture_requests, evaluate_twins, raw_stack
 
 # Registers each recorded resource twice: through AwsResource and through the typed class, the recorded inputs given as
 # the typed class's keyword arguments (snake_case names; a map's keys, the tags' and the node labels', kept as they are).
@@ -83,12 +83,20 @@ def test_registered_exactly_as_the_typed_classes_register_them(prod, prod_irsa, 
     # role's name, which IAM computes (the attachment's `role` is null at preview).
     samples[aws_objects.VPC_ENDPOINT] = {"vpcId": "vpc-0preview", **samples[aws_objects.VPC_ENDPOINT]}
     samples[aws_objects.IAM_ROLE_POLICY_ATTACHMENT] = {**samples[aws_objects.IAM_ROLE_POLICY_ATTACHMENT], "role": "nodes"}
+    requests = capture_requests(monkeypatch)
     twins = evaluate_twins(TWIN_PROGRAM, list(samples.items()), tmp_path, monkeypatch)
     by_name = {r.name: r for r in twins.resources}
     aliased = set()
     for index, token in enumerate(samples):
         generic, typed = by_name[f"generic-{index}"], by_name[f"typed-{index}"]
         assert generic.type == typed.type == token
+        # The whole request, its name aside (inputs, options, provider version and download URL, ...): the aliases,
+        # which name each side's own resource, compared by type below.
+        whole = {side: requests[f"{side}-{index}"] for side in ("generic", "typed")}
+        for request in whole.values():
+            request.name = ""
+            del request.aliases[:]
+        assert whole["generic"] == whole["typed"], token
         assert plain(generic.inputs) == plain(typed.inputs), token
         assert sorted(generic.additional_secret_outputs) == sorted(typed.additional_secret_outputs), token
         assert generic.version == typed.version and generic.version, token

@@ -11,7 +11,7 @@ import pytest
 
 from components.constants import KUBERNETES_API_GROUPS
 
-from .helpers import Evaluated, evaluate_twins, raw_stack
+from .helpers import Evaluated, capture_requests, evaluate_twins, raw_stack
 
 # Registers each manifest twice: through KubernetesObject and through the typed class.
 TWIN_PROGRAM = """
@@ -152,7 +152,6 @@ def test_helm_releases_and_yaml_files_registered_exactly_as_the_typed_classes_re
     URL, every option), its name aside: one release from a chart repository, one from an OCI registry, each YAML
     file the platform installs."""
     from components.k8s_objects import HELM_RELEASE, YAML_CONFIG_FILE
-    from preview.engine import RecordingMonitor
     from preview.render import plain
 
     releases = [plain(r.inputs) for r in prod.records if r.type == HELM_RELEASE]
@@ -160,14 +159,7 @@ def test_helm_releases_and_yaml_files_registered_exactly_as_the_typed_classes_re
     oci = next(r for r in releases if r["chart"].startswith("oci://"))
     files = [r.inputs["file"] for r in prod.records if r.type == YAML_CONFIG_FILE]
     assert len(files) == 2
-    requests = {}
-    register = RecordingMonitor.RegisterResource
-
-    def recording(self, request):
-        requests[request.name] = type(request).FromString(request.SerializeToString())
-        return register(self, request)
-
-    monkeypatch.setattr(RecordingMonitor, "RegisterResource", recording)
+    requests = capture_requests(monkeypatch)
     samples = {"releases": [{k: v for k, v in r.items() if k != "compat"} for r in (repository, oci)], "files": files}
     evaluate_twins(PROVIDER_TWIN_PROGRAM, samples, tmp_path, monkeypatch)
     pairs = [(f"release-{i}", HELM_RELEASE) for i in range(2)] + [(f"file-{i}", YAML_CONFIG_FILE) for i in range(2)]

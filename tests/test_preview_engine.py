@@ -117,7 +117,16 @@ def _unknown_check_cases() -> list[object]:
         # Plain scalars passed over, then an unknown after them (the engine's walk skips the scalars).
         [1, "x", None, True, 2.5, unknown],
         {"a": "b", "c": 1, "d": [None, {"e": unknown}]},
+        # A dict whose `values` is a field, as pulumi's input types' (a selector requirement's values).
+        _WithValuesField(values=[unknown]),
+        _WithValuesField(values=["known"]),
     ]
+
+
+class _WithValuesField(dict):
+    def __init__(self, values: list) -> None:
+        super().__init__(values=values)
+        self.values = values  # type: ignore[assignment,method-assign]
 
 
 def test_unknown_check_answers_as_the_sdks_and_is_what_the_sdk_calls_during_evaluation(tmp_path: Path, monkeypatch):
