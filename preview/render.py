@@ -26,6 +26,10 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 NOT_OBJECTS = (HELM_RELEASE, "kubernetes:helm.sh/v4:Chart", "kubernetes:yaml/v2:ConfigGroup", "kubernetes:yaml/v2:ConfigFile")
 
 
+# The values `_convert` keeps as they are (`_scalar` would return them unchanged): taken as they are, without a call.
+_KEPT = frozenset({str, int, bool, type(None)})
+
+
 def _convert(value: Any, mark_secrets: bool, secrets: list[bool] | None = None) -> Any:
     """`value` as JSON (see plain and unsecret); each secret met is noted in `secrets`, where given."""
     if isinstance(value, dict):
@@ -34,9 +38,13 @@ def _convert(value: Any, mark_secrets: bool, secrets: list[bool] | None = None) 
                 secrets.append(True)
             inner = _convert(value.get("value"), mark_secrets, secrets)
             return {"secret": True, "value": inner} if mark_secrets else inner
-        return {k: _convert(value[k], mark_secrets, secrets) for k in sorted(value)}
+        return {
+            k: item if type(item) in _KEPT else _convert(item, mark_secrets, secrets)
+            for k in sorted(value)
+            for item in (value[k],)
+        }
     if isinstance(value, (list, tuple)):
-        return [_convert(v, mark_secrets, secrets) for v in value]
+        return [item if type(item) in _KEPT else _convert(item, mark_secrets, secrets) for item in value]
     return _scalar(value)
 
 
