@@ -253,8 +253,12 @@ class PolicyPack:
         self.channel = grpc.insecure_channel(
             f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 400 * 1024 * 1024)]
         )
-        grpc.channel_ready_future(self.channel).result(timeout=timeout)
         self.stub = analyzer_pb2_grpc.AnalyzerStub(self.channel)
+        # Ready once a first call gets through (wait_for_ready), not through grpc.channel_ready_future: its thread
+        # polls the channel's state every 0.2 s and raises on stderr, a traceback, if the channel is closed meanwhile
+        # (grpcio 1.85.3 _channel.py `_poll_connectivity`), which is what a preview stopped by a config error does
+        # while its session connects. A close during this call fails the call instead.
+        self.stub.GetPluginInfo(empty_pb2.Empty(), wait_for_ready=True, timeout=timeout)
         return self
 
     def _read_port(self, timeout: float) -> int:

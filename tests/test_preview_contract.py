@@ -332,6 +332,26 @@ def test_closing_a_policy_session_early_stops_the_pack(tmp_path):
     assert not session._thread.is_alive()
 
 
+def test_connecting_to_the_pack_leaves_no_thread_that_a_close_would_break():
+    """grpc's channel_ready_future left a thread polling the channel's state, which printed a traceback on stderr when
+    the channel was closed under it: a preview stopped by a config error while its session connected (a clean clone's
+    run of tests/test_lora_adapter_config.py caught it). Connecting now waits on a first call instead, and a close
+    during it fails that call."""
+    import threading
+
+    from preview.policy_runner import PolicyPack
+
+    from .helpers import ROOT
+
+    pack = PolicyPack(ROOT / "policies", {}, "inference-platform", "dev")
+    try:
+        before = set(threading.enumerate())
+        pack.connect()
+        assert set(threading.enumerate()) == before
+    finally:
+        pack.close()
+
+
 def _write_verdict(out) -> None:
     """What a previous clean run left in the output folder."""
     out.mkdir(parents=True)
