@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.k8s_objects import HELM_RELEASE
+
 # What pulumi-kubernetes replaces instead of updating (v4.32.0 provider/pkg/provider/diff.go
 # forceNewProperties and its `forceNew` table; unchanged on its main branch since; the platform pins
 # v4.34.2, which the mirror read lacks): on every kind the name and namespace, and per kind the
@@ -37,7 +39,6 @@ REPLACED_BY_KIND: dict[str, tuple[str, ...]] = {
     "rbac.authorization.k8s.io/v1:ClusterRoleBinding": ("roleRef",),
     "storage.k8s.io/v1:StorageClass": ("parameters", "provisioner"),
 }
-HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 HELM_REPLACED = ("name", "namespace")
 # Workloads whose pods are made from `spec.template`: a change there rolls them (a Knative Service
 # makes a new revision); a Job's is a replacement. The admission stage's kinds (preview/admission WORKLOAD_KINDS) but

@@ -27,10 +27,11 @@ from functools import cache
 from typing import Any
 
 from components.constants import KUBERNETES_API_GROUPS
+from components.k8s_objects import HELM_RELEASE, YAML_CONFIG_FILE
 from components.specs.network import NAMESPACE_NAME_LABEL
 
 from .engine import RecordedResource
-from .render import HELM_RELEASE, chart_name, is_kubernetes_object, unsecret
+from .render import chart_name, is_kubernetes_object, unsecret
 from .webhook_inventory import (
     CHARTS,
     CRD_FILES,
@@ -43,7 +44,6 @@ from .webhook_inventory import (
     knative_serving,
 )
 
-CONFIG_FILE = "kubernetes:yaml/v2:ConfigFile"
 KNATIVE_SERVING = "kubernetes:operator.knative.dev/v1beta1:KnativeServing"
 WAIT_FOR = "pulumi.com/waitFor"
 # What KnativeServing's Ready condition stands for: every Deployment of the manifest available,
@@ -165,7 +165,7 @@ def installers(
 
 def _installer(r: RecordedResource, bodies: Bodies) -> InstallerRecord | None:
     """What one resource installs (None: nothing the stage knows of); UnreadValues where it was not read."""
-    if r.type not in (HELM_RELEASE, KNATIVE_SERVING, CONFIG_FILE):
+    if r.type not in (HELM_RELEASE, KNATIVE_SERVING, YAML_CONFIG_FILE):
         return None
     inputs = bodies(r)
     if r.type == HELM_RELEASE:
@@ -195,7 +195,7 @@ def _installer(r: RecordedResource, bodies: Bodies) -> InstallerRecord | None:
         else:
             reason = f"{WAIT_FOR} is {wait!r}, not {KNATIVE_READY!r}: the engine does not wait for its webhooks"
         return InstallerRecord(r.urn, label, knative_serving(spec), wait == KNATIVE_READY, reason)
-    if r.type == CONFIG_FILE:
+    if r.type == YAML_CONFIG_FILE:
         url = str(inputs.get("file") or "")
         groups = CRD_FILES.get(url)
         if groups is None:

@@ -17,13 +17,13 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
+from components.k8s_objects import HELM_RELEASE, YAML_CONFIG_FILE
 from components.yaml_text import JsonDumper
 
 from .engine import SECRET_SIG, SECRET_VALUE, RecordedResource
 
-HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 # Kubernetes resource types that are not objects sent to the API server.
-NOT_OBJECTS = (HELM_RELEASE, "kubernetes:helm.sh/v4:Chart", "kubernetes:yaml/v2:ConfigGroup", "kubernetes:yaml/v2:ConfigFile")
+NOT_OBJECTS = (HELM_RELEASE, "kubernetes:helm.sh/v4:Chart", "kubernetes:yaml/v2:ConfigGroup", YAML_CONFIG_FILE)
 
 
 # The values `_convert` keeps as they are (`_scalar` would return them unchanged): taken as they are, without a call.
