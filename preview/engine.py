@@ -267,8 +267,9 @@ def contains_unknowns(val: Any) -> bool:
     return unknowns_in(val, set())
 
 
-# The values that are neither unknown nor hold one: passed over without a call.
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+# The plain scalar types: neither unknown nor holding one (passed over without a call by `unknowns_in`), and what
+# `is_plain_data` holds a stack output's leaves to.
+PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def unknowns_in(val: Any, seen_ids: set[int]) -> bool:
@@ -288,7 +289,7 @@ def unknowns_in(val: Any, seen_ids: set[int]) -> bool:
         return False
     seen_ids.add(id(val))
     for child in children:
-        if type(child) not in _SCALARS and unknowns_in(child, seen_ids):
+        if type(child) not in PLAIN_SCALARS and unknowns_in(child, seen_ids):
             return True
     return False
 
@@ -356,4 +357,4 @@ def is_plain_data(value: Any) -> bool:
         return all(type(k) is str and is_plain_data(v) for k, v in value.items())
     if kind is list or kind is tuple:
         return all(is_plain_data(v) for v in value)
-    return value is None or kind is str or kind is int or kind is float or kind is bool
+    return kind in PLAIN_SCALARS

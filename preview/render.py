@@ -20,14 +20,15 @@ import yaml
 from components.k8s_objects import HELM_RELEASE, YAML_CONFIG_FILE
 from components.yaml_text import JsonDumper
 
-from .engine import SECRET_SIG, SECRET_VALUE, RecordedResource
+from .engine import PLAIN_SCALARS, SECRET_SIG, SECRET_VALUE, RecordedResource
 
 # Kubernetes resource types that are not objects sent to the API server.
 NOT_OBJECTS = (HELM_RELEASE, "kubernetes:helm.sh/v4:Chart", "kubernetes:yaml/v2:ConfigGroup", YAML_CONFIG_FILE)
 
 
-# The values `_convert` keeps as they are (`_scalar` would return them unchanged): taken as they are, without a call.
-_KEPT = frozenset({str, int, bool, type(None)})
+# The values `_convert` keeps as they are (`_scalar` would return them unchanged; a float may be a whole number, made
+# an int): taken as they are, without a call.
+_KEPT = PLAIN_SCALARS - {float}
 
 
 def _convert(value: Any, mark_secrets: bool, secrets: list[bool] | None = None) -> Any:
