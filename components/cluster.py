@@ -229,8 +229,8 @@ class Cluster(pulumi.ComponentResource):
 
     def _cluster_admins(self, name: str, eks: EksSettings, eks_cluster: AwsResource, tags: dict[str, str]) -> None:
         """An access entry with the cluster admin policy for each of the stack's admin principals."""
+        cluster_name = eks_cluster.output("name")
         for index, principal in enumerate(eks.admin_principal_arns):
-            cluster_name = eks_cluster.output("name")
             entry = AwsResource(
                 EKS_ACCESS_ENTRY,
                 f"{name}-admin-{index}",
