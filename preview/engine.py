@@ -23,10 +23,11 @@ from pulumi.runtime import config as runtime_config
 from pulumi.runtime import known_types, rpc, settings
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import resource as runtime_resource
-from pulumi.runtime.proto import source_pb2
+from pulumi.runtime.proto import resource_pb2, source_pb2
 from pulumi.runtime.stack import Stack
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
+from . import struct_values
 from .gc_tuning import collection_paused
 from .stack_config import StackConfig
 
@@ -72,13 +73,7 @@ class PreviewMocks(pulumi_mocks.Mocks):
     """What providers would answer at preview: inputs echoed back, plus the computed outputs
     the program reads from AWS resources."""
 
-    def __init__(self) -> None:
-        # The inputs of the registration this thread is handling, already deserialized by the
-        # SDK's monitor: recorded as they are rather than decoded a second time.
-        self.current = threading.local()
-
-    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict]:
-        self.current.inputs = args.inputs
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
         state = dict(args.inputs)
         resource_id = f"{args.name}-id"
         if args.typ.startswith("kubernetes:"):
@@ -162,10 +157,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
 
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
-        self.preview_mocks.current.inputs = {}
-        response = super().RegisterResource(request)
+        response, inputs = self._registered(request)
         urn = response.urn
-        inputs = self.preview_mocks.current.inputs
         outputs = {}
         if request.type != "pulumi:pulumi:Stack" and request.custom:
             outputs = self.resources[urn].state if urn in self.resources else {}
@@ -199,6 +192,29 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         if self._listener is not None:
             self._listener(record, provider, request.object, response.object)
         return response
+
+    def _registered(self, request: Any) -> tuple[Any, dict[str, Any]]:
+        """The SDK's `MockMonitor.RegisterResource` (pulumi 3.272.0 runtime/mocks.py), answer for answer, with the
+        request's inputs read and the mocks' state written by preview/struct_values.py; and the inputs as read."""
+        if request.type == "pulumi:pulumi:Stack":
+            return super().RegisterResource(request), {}
+        urn = self.make_urn(request.parent, request.type, request.name)
+        # As the SDK's: an event loop on this thread, which reading a resource reference needs.
+        _ensure_event_loop()
+        inputs = struct_values.read_properties(request.object)
+        resource_args = pulumi_mocks.MockResourceArgs(
+            typ=request.type,
+            name=request.name,
+            inputs=inputs,
+            provider=request.provider,
+            resource_id=request.importId,
+            custom=request.custom or False,
+            transforms=pulumi_mocks._resolve_callbacks(request.transforms),
+        )
+        resource_id, state = self.preview_mocks.new_resource(resource_args)
+        response = resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=struct_values.state_struct(state))
+        self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, state)
+        return response, inputs
 
     def RegisterResourceOutputs(self, request):  # noqa: N802 - gRPC method name
         outputs = rpc.deserialize_properties(request.outputs, keep_unknowns=True)
@@ -262,6 +278,19 @@ def acyclic_unknown_checks() -> contextlib.AbstractContextManager[None]:
     return _sdk_attribute(rpc, "contains_unknowns", contains_unknowns)
 
 
+@contextlib.contextmanager
+def faster_struct_reads() -> Iterator[None]:
+    """The SDK's reading of a Struct into Python values (`rpc.deserialize_properties`, `rpc.deserialize_property`) done
+    by preview/struct_values.py, answer for answer: the SDK reads every resource's answer that way (`resolve_outputs`),
+    through protobuf's Python wrappers. Both are module globals that `rpc.py` calls by name and other modules through
+    the module, so one assignment each serves every caller."""
+    with (
+        _sdk_attribute(rpc, "deserialize_properties", struct_values.read_properties),
+        _sdk_attribute(rpc, "deserialize_property", struct_values.read_property),
+    ):
+        yield
+
+
 def contains_unknowns(val: Any) -> bool:
     """pulumi 3.272.0 `rpc.contains_unknowns`: whether `val` is unknown or holds an unknown in its dicts and lists."""
     return unknowns_in(val, set())
@@ -318,7 +347,7 @@ def evaluate(
 
     sys.path.insert(0, str(program_dir))
     try:
-        with without_source_positions(), acyclic_unknown_checks(), collection_paused():
+        with without_source_positions(), acyclic_unknown_checks(), faster_struct_reads(), collection_paused():
             runpy.run_path(str(program_dir / "__main__.py"), run_name="__main__")
             _sync_await(pulumi.runtime.stack.wait_for_rpcs())
             stack_outputs = _resolve_outputs(getattr(root, "outputs", {}))
