@@ -15,10 +15,8 @@ from json.encoder import encode_basestring_ascii as _json_string  # type: ignore
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import yaml
-
 from components.k8s_objects import HELM_RELEASE, YAML_CONFIG_FILE
-from components.yaml_text import JsonDumper
+from components.yaml_text import BlockYaml, JsonDumper
 
 from .engine import PLAIN_SCALARS, SECRET_SIG, SECRET_VALUE, RecordedResource
 
@@ -152,8 +150,13 @@ class _Dumper(JsonDumper):
     multiline_style = "|"
 
 
+# The manifests' and Helm releases' writer: libyaml's text, each scalar's asked of it once (components/yaml_text.py).
+_YAML = BlockYaml(_Dumper, width=120)
+
+
 def to_yaml(data: Any) -> str:
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
+    """`yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)`, byte for byte."""
+    return _YAML.dump(data)
 
 
 @dataclass
