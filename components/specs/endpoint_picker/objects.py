@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import yaml
-
 from ...constants import GATEWAY_SELECTOR, ISTIO_INGRESS_NAMESPACE, MONITORING_NAMESPACE
 from ...picker_plan import EndpointPickerPlan
-from ...yaml_text import JsonDumper
+from ...yaml_text import BlockYaml, JsonDumper
 from ..network import NAMESPACE_NAME_LABEL
 from ..pod_parts import merged_metrics_relabelings
 from .envoy_config import proxy_config
@@ -77,11 +75,15 @@ def role_binding(plan: EndpointPickerPlan) -> dict[str, Any]:
     }
 
 
+# The pickers' documents are the largest strings the program writes: libyaml's text, written without its nodes
+# (components/yaml_text.py).
+_PICKER_YAML = BlockYaml(JsonDumper, width=1000)
+
+
 def _dump(document: dict[str, Any]) -> str:
     # Through JSON first, so what is written is JSON's values only (a tuple a list, every key a string), as the
-    # pickers read it; libyaml's emitter, the nodes made directly (components/yaml_text.py): the pickers' documents are
-    # the largest strings the program writes.
-    return yaml.dump(json.loads(json.dumps(document)), Dumper=JsonDumper, sort_keys=False, default_flow_style=False, width=1000)
+    # pickers read it: `yaml.dump(..., Dumper=JsonDumper, sort_keys=False, default_flow_style=False, width=1000)`.
+    return _PICKER_YAML.dump(json.loads(json.dumps(document)))
 
 
 def epp_config_map(plan: EndpointPickerPlan) -> dict[str, Any]:
