@@ -58,7 +58,7 @@ def test_latency_sensitive_checks_each_route_against_the_pods_it_may_reach(monke
     calls = _counting(monkeypatch, latency, "labels_match")
     args = _args(models)
     workloads = latency.gpu_workloads(args)
-    why = latency.latency_sensitive(args, workloads)
+    why = latency.latency_sensitive(args)
     # Every model is reached by its own route, and only by it.
     assert why == {w.resource.urn: f"VirtualService {NAMESPACE}/{w.name} sends it premium requests" for w in workloads}
     assert calls[0] == models

@@ -22,7 +22,7 @@ from .kube import (
     selector_matches,
 )
 from .label_index import LabelIndex
-from .workloads import GpuWorkload, gpu_workloads, knative_scale, of_type, pools
+from .workloads import GpuWorkload, gpu_workloads, knative_scale, of_type, once_per_stack, pools
 
 
 def _host_name(host: str, namespace: str) -> tuple[str, str]:
@@ -31,15 +31,26 @@ def _host_name(host: str, namespace: str) -> tuple[str, str]:
     return (parts[1] if len(parts) > 1 else namespace), parts[0]
 
 
-def latency_sensitive(args: Any, workloads: list[GpuWorkload]) -> dict[str, str]:
-    """Why each latency-sensitive GPU workload is one, by URN: its own label, or a route that
+def latency_sensitive(args: Any) -> dict[str, str]:
+    """Why each latency-sensitive GPU workload of the stack is one, by URN: its own label, or a route that
     sends it requests of a latency-sensitive tier (a VirtualService route matching the tier
     header, or taking any tier, to a Service or Knative service whose pods the workload runs, or
     to an endpoint picker's Service whose InferencePool selects them).
-    A model that serves premium is latency-sensitive whatever its profile's label says."""
+    A model that serves premium is latency-sensitive whatever its profile's label says. Found once per stack for
+    the three rules that ask with the same settings (a workload's reason is its own, whichever others are asked of)."""
     settings = config(args)
     tier_header = settings.get("tierHeader", DEFAULT_TIER_HEADER)
-    tiers = set(settings.get("latencySensitiveTiers", ["premium"]))
+    tiers = frozenset(settings.get("latencySensitiveTiers", ["premium"]))
+    return dict(
+        once_per_stack(
+            args,
+            ("latency-sensitive", tier_header, tiers),
+            lambda: _latency_sensitive(args, gpu_workloads(args), tier_header, tiers),
+        )
+    )
+
+
+def _latency_sensitive(args: Any, workloads: list[GpuWorkload], tier_header: str, tiers: frozenset[str]) -> dict[str, str]:
     why = {w.resource.urn: "it is labelled latency-sensitive" for w in workloads if w.labels.get(LATENCY_LABEL) == "true"}
     selectors = {
         (namespace_of(s.props), name_of(s.props)): get(s.props, "spec", "selector", default={})
@@ -103,9 +114,8 @@ def _latency_sensitive_on_pools(args: Any, key: str, value: str) -> Iterator[tup
     """(workload, why it is latency-sensitive, pool) for each pool whose `key` is `value` that a
     latency-sensitive workload may run on."""
     known = pools(args)
-    workloads = gpu_workloads(args)
-    reasons = latency_sensitive(args, workloads)
-    for workload in workloads:
+    reasons = latency_sensitive(args)
+    for workload in gpu_workloads(args):
         why = reasons.get(workload.resource.urn)
         if why is None:
             continue
@@ -126,9 +136,8 @@ def latency_sensitive_not_time_sliced(args: Any, report_violation: Report) -> No
 def latency_sensitive_min_scale(args: Any, report_violation: Report) -> None:
     """Latency-sensitive Knative services keep a replica warm: scaled to zero, the next request
     waits minutes for a model to load (Knative's min-scale defaults to 0)."""
-    workloads = [w for w in gpu_workloads(args) if w.knative]
-    reasons = latency_sensitive(args, workloads)
-    for workload in workloads:
+    reasons = latency_sensitive(args)
+    for workload in (w for w in gpu_workloads(args) if w.knative):
         why = reasons.get(workload.resource.urn)
         if why is None:
             continue

@@ -3,7 +3,7 @@ pools, and a Knative service's scale bounds."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from .kube import (
     GPU_NODE_POOL,
@@ -23,6 +23,7 @@ from .kube import (
 )
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+T = TypeVar("T")
 
 
 def of_type(args: Any, token: str) -> list[Any]:
@@ -52,7 +53,31 @@ class GpuWorkload:
         return f"{self.namespace}/{self.name}"
 
 
+# What a stack policy's helpers found in the stack last analyzed, by what was asked: its resources (one by one) and
+# the answer. Every stack policy of one AnalyzeStack request reads the same resources
+# (policies/inference_governance/decoding.py `_analyze_stack`), and ten of them ask for the GPU workloads.
+_LAST_STACK: dict[Any, tuple[tuple[Any, ...], Any]] = {}
+
+
+def once_per_stack(args: Any, question: Any, answer: Callable[[], T]) -> T:
+    """`answer()` for the stack's resources, found once for however many stack policies ask `question` of the same
+    resources (the same objects, in the same order; a policy handed other resources gets its own answer)."""
+    resources = tuple(args.resources)
+    kept = _LAST_STACK.get(question)
+    # Compared one by one by identity: a PolicyResource has no equality of its own.
+    if kept is not None and len(kept[0]) == len(resources) and all(a is b for a, b in zip(kept[0], resources)):
+        return kept[1]
+    found = answer()
+    _LAST_STACK[question] = (resources, found)
+    return found
+
+
 def gpu_workloads(args: Any) -> list[GpuWorkload]:
+    """The stack's workloads that ask for a GPU, found once per stack (`once_per_stack`); a list of the caller's own."""
+    return list(once_per_stack(args, "gpu workloads", lambda: tuple(_gpu_workloads(args))))
+
+
+def _gpu_workloads(args: Any) -> list[GpuWorkload]:
     out = []
     for resource in pod_makers(args):
         if pod_template(resource.resource_type, resource.props) is None:
