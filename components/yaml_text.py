@@ -154,18 +154,15 @@ class BlockYaml:
             text = keys.get(key) or self._key(key)
             out.append(text)
             kind = type(value)
-            if kind is dict:
-                if value:
+            if kind is dict or kind is list:
+                if not value:
+                    out.append(": {}\n" if kind is dict else ": []\n")
+                elif kind is dict:
                     out.append(":\n")
                     self._mapping(out, value, indent + 2, False, (path, key))
-                else:
-                    out.append(": {}\n")
-            elif kind is list:
-                if value:
+                else:  # a sequence in a mapping stands at the mapping's indent
                     out.append(":\n")
                     self._sequence(out, value, indent, False, (path, key))
-                else:
-                    out.append(": []\n")
             else:
                 out.append(": ")
                 out.append(self._scalar(value, indent + len(text) + 2, indent + 2, (path, key)))
@@ -180,18 +177,13 @@ class BlockYaml:
             else:
                 out.append(spaces)
             kind = type(item)
-            if kind is dict:
-                if item:
-                    out.append("- ")
-                    self._mapping(out, item, indent + 2, True, step)
+            if kind is dict or kind is list:
+                if not item:
+                    out.append("- {}\n" if kind is dict else "- []\n")
                 else:
-                    out.append("- {}\n")
-            elif kind is list:
-                if item:
                     out.append("- ")
-                    self._sequence(out, item, indent + 2, True, step)
-                else:
-                    out.append("- []\n")
+                    write = self._mapping if kind is dict else self._sequence
+                    write(out, item, indent + 2, True, step)
             else:
                 out.append("- ")
                 out.append(self._scalar(item, indent + 2, indent + 2, step))
