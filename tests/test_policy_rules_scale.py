@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from policies.inference_governance import endpoint_pickers, latency, tenant_s3
+from policies.inference_governance import endpoint_pickers, kube, latency, tenant_egress, tenant_s3
 from policies.inference_governance.kube import DEPLOYMENT, GPU_RESOURCE, INFERENCE_POOL, SERVICE, VIRTUAL_SERVICE
 from policies.inference_governance.label_index import LabelIndex, SelectorIndex
 from policies.inference_governance.s3_locations import s3_within
+from policies.inference_governance.tenant_egress import NETWORK_POLICY
 
 NAMESPACE = "tenant-a"
 
@@ -105,3 +106,30 @@ def test_overlapping_prefixes_are_the_pairs_a_pairwise_scan_finds():
         if owners[i][0] != owners[j][0] and (s3_within(owners[i][1], owners[j][1]) or s3_within(owners[j][1], owners[i][1]))
     ]
     assert tenant_s3._overlapping(owners) == pairwise and len(pairwise) > 3
+
+
+def _picker(index: int, cidr: str) -> list[Any]:
+    """An endpoint picker's Deployment in the shared namespace and the egress NetworkPolicy that selects it alone."""
+    labels = {kube.COMPONENT_LABEL: kube.ENDPOINT_PICKER, "app": f"epp-{index}"}
+    image = f"{sorted(tenant_egress.PICKER_REPOSITORIES)[0]}:v1"
+    template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "epp", "image": image}]}}
+    egress = {"podSelector": {"matchLabels": {"app": f"epp-{index}"}}, "policyTypes": ["Egress"]}
+    egress["egress"] = [{"to": [{"ipBlock": {"cidr": cidr}}]}]
+    return [_resource(DEPLOYMENT, f"epp-{index}", {"template": template}), _resource(NETWORK_POLICY, f"epp-{index}", egress)]
+
+
+@pytest.mark.parametrize("pickers", [50, 200])
+def test_each_endpoint_picker_is_checked_against_the_network_policies_that_may_select_it(monkeypatch, pickers):
+    calls = _counting(monkeypatch, tenant_egress, "selector_matches")
+    namespace = SimpleNamespace(
+        resource_type=kube.NAMESPACE,
+        props={"metadata": {"name": NAMESPACE, "labels": {kube.TENANT_LABEL: "a"}}},
+        urn="urn:namespace",
+    )
+    # One picker's policy lets it reach a public address: the only violation.
+    resources = [namespace, *(r for i in range(pickers) for r in _picker(i, "8.8.8.8/32" if i == 7 else "10.0.0.0/8"))]
+    reported: list[tuple[str, str]] = []
+    args = SimpleNamespace(resources=resources, get_config=lambda: {})
+    tenant_egress.tenant_egress_by_host(args, lambda message, urn=None: reported.append((message, urn)))
+    assert [urn for message, urn in reported if "endpoint picker" in message] == [f"urn:{NETWORK_POLICY}:epp-7"]
+    assert calls[0] == pickers

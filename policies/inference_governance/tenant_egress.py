@@ -37,6 +37,7 @@ from .kube import (
     selector_matches,
     whole_number,
 )
+from .label_index import SelectorIndex
 from .s3_locations import s3_parts
 from .tenant_data import declared_prefixes, mirror_bucket, role_policies
 from .workloads import of_type, tenant_namespaces
@@ -226,12 +227,14 @@ def tenant_egress_by_host(args: Any, report_violation: Report) -> None:
                 "run without the mesh's sidecar, so nothing limits where they connect",
                 ns.urn,
             )
-    network_policies: dict[str, list[Any]] = defaultdict(list)
-    for policy in of_type(args, NETWORK_POLICY):
-        network_policies[namespace_of(policy.props)].append(policy)
+    # Indexed, so each picker checks only the policies that may select its pods (many models share a namespace).
+    network_policies = SelectorIndex(
+        ((namespace_of(policy.props), policy) for policy in of_type(args, NETWORK_POLICY)),
+        lambda policy: get(policy.props, "spec", "podSelector", "matchLabels", default={}),
+    )
     for resource, namespace, labels, what in _tenant_workloads(args, tenants):
         if what is None:
-            _check_picker_egress(resource, labels, network_policies[namespace], report_violation)
+            _check_picker_egress(resource, labels, network_policies.candidates(namespace, labels), report_violation)
         else:
             _check_server_egress(resource, namespace, what, (sidecars[namespace], named[namespace]), production, report_violation)
     # A tenant's own data (its declared prefixes') and the weight mirror's copies: the buckets its servers read.
@@ -268,8 +271,9 @@ def _tenant_workloads(args: Any, tenants: Collection[str]) -> Iterator[tuple[Any
 
 def _check_picker_egress(resource: Any, labels: Mapping[str, str], policies: list[Any], report_violation: Report) -> None:
     """An endpoint picker, exempt from REGISTRY_ONLY, reaches by address only the private ranges and the Pod Identity
-    Agent: every egress NetworkPolicy of its namespace (`policies`) that selects its pods (they add up, so one is
-    enough to let it out) names in-cluster peers by selector, or address blocks within PICKER_EGRESS_CIDRS."""
+    Agent: every egress NetworkPolicy of its namespace that selects its pods (of `policies`, those that may: they add
+    up, so one is enough to let it out) names in-cluster peers by selector, or address blocks within
+    PICKER_EGRESS_CIDRS."""
     namespace = namespace_of(resource.props)
     for policy in policies:
         spec = get(policy.props, "spec", default={}) or {}
