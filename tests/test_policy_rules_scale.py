@@ -113,7 +113,7 @@ def _picker(index: int, cidr: str) -> list[Any]:
     labels = {kube.COMPONENT_LABEL: kube.ENDPOINT_PICKER, "app": f"epp-{index}"}
     image = f"{sorted(tenant_egress.PICKER_REPOSITORIES)[0]}:v1"
     template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "epp", "image": image}]}}
-    egress = {"podSelector": {"matchLabels": {"app": f"epp-{index}"}}, "policyTypes": ["Egress"]}
+    egress: dict[str, Any] = {"podSelector": {"matchLabels": {"app": f"epp-{index}"}}, "policyTypes": ["Egress"]}
     egress["egress"] = [{"to": [{"ipBlock": {"cidr": cidr}}]}]
     return [_resource(DEPLOYMENT, f"epp-{index}", {"template": template}), _resource(NETWORK_POLICY, f"epp-{index}", egress)]
 
