@@ -139,12 +139,17 @@ class BlockYaml:
             return self._libyaml(document)
         return "".join(out)
 
-    def _libyaml(self, document: Any) -> str:
-        return yaml.dump(document, Dumper=self._dumper, sort_keys=False, default_flow_style=False, width=self._width)
+    def _libyaml(self, document: Any, width: int | None = None) -> str:
+        """libyaml's text of `document`, at this writer's width unless given another."""
+        width = self._width if width is None else width
+        return yaml.dump(document, Dumper=self._dumper, sort_keys=False, default_flow_style=False, width=width)
+
+    def _spaces(self, indent: int) -> str:
+        return self._indents[indent // 2] if indent < 200 else " " * indent
 
     def _mapping(self, out: list[str], mapping: dict[Any, Any], indent: int, inline: bool, path: Any) -> None:
         """A non-empty mapping at `indent`, its first key where the line already stands if `inline` (after `- `)."""
-        spaces = self._indents[indent // 2] if indent < 200 else " " * indent
+        spaces = self._spaces(indent)
         keys = self._keys
         for key, value in mapping.items():
             if inline:
@@ -169,7 +174,7 @@ class BlockYaml:
 
     def _sequence(self, out: list[str], sequence: list[Any], indent: int, inline: bool, path: Any) -> None:
         """A non-empty sequence whose dashes stand at `indent`, its first where the line already stands if `inline`."""
-        spaces = self._indents[indent // 2] if indent < 200 else " " * indent
+        spaces = self._spaces(indent)
         step = (path, None)
         for item in sequence:
             if inline:
@@ -191,17 +196,15 @@ class BlockYaml:
     def _scalar(self, value: Any, column: int, indent: int, path: Any) -> str:
         """A scalar's text and the line's end, written from `column`, a folded line going on at `indent` (where its
         place is `path`)."""
-        kind = type(value)
-        if kind is str:
-            line = self._lines.get(value)
-            if line is not None:
-                return line
-            if " " not in value and "\n" not in value and len(self._lines) < 200_000:
-                # One line with no space: the same text wherever it stands.
-                line = self._lines[value] = self._scalar_text(value, column, indent, path)
-                return line
+        if type(value) is not str:
             return self._scalar_text(value, column, indent, path)
-        return self._scalar_text(value, column, indent, path)
+        line = self._lines.get(value)
+        if line is None:
+            line = self._scalar_text(value, column, indent, path)
+            # One line with no space: the same text wherever it stands.
+            if " " not in value and "\n" not in value and len(self._lines) < 200_000:
+                self._lines[value] = line
+        return line
 
     def _scalar_text(self, value: Any, column: int, indent: int, path: Any) -> str:
         """What `_scalar` writes, found anew."""
@@ -245,7 +248,7 @@ class BlockYaml:
     def _one_line(self, value: Any) -> str | None:
         """The scalar's text as libyaml writes it as a mapping's value, unfolded (the width only folds: the style is
         chosen from the text alone, emitter.c analyze_scalar); None where it spans lines (a literal block)."""
-        written = yaml.dump({_KEY: value}, Dumper=self._dumper, sort_keys=False, default_flow_style=False, width=_UNFOLDED)
+        written = self._libyaml({_KEY: value}, _UNFOLDED)
         if not written.startswith(_KEY + ": ") or written.count("\n") != 1:
             return None
         return written[len(_KEY) + 2 : -1]
@@ -283,7 +286,9 @@ class BlockYaml:
                 marker = self._libyaml(_placed(steps, "x"))
                 if not marker.endswith("x\n"):
                     raise _Unwritable
-                before = self._before[place] = marker[:-2]
+                before = marker[:-2]
+                if len(self._before) < 20_000:
+                    self._before[place] = before
             written = self._libyaml(_placed(steps, value))
             # A literal block that keeps its last line breaks (`|+`) leaves the document open: libyaml then ends the
             # whole document with `...` (emitter.c open_ended), which only the whole document's writing knows of.
