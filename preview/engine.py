@@ -157,11 +157,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
 
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
-        response, inputs = self._registered(request)
+        response, inputs, state = self._registered(request)
         urn = response.urn
-        outputs = {}
-        if request.type != "pulumi:pulumi:Stack" and request.custom:
-            outputs = self.resources[urn].state if urn in self.resources else {}
+        outputs = state if request.custom else {}
         record = RecordedResource(
             type=request.type,
             name=request.name,
@@ -193,11 +191,12 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             self._listener(record, provider, request.object, response.object)
         return response
 
-    def _registered(self, request: Any) -> tuple[Any, dict[str, Any]]:
+    def _registered(self, request: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
         """The SDK's `MockMonitor.RegisterResource` (pulumi 3.272.0 runtime/mocks.py), answer for answer, with the
-        request's inputs read and the mocks' state written by preview/struct_values.py; and the inputs as read."""
+        request's inputs read and the mocks' state written by preview/struct_values.py; and the inputs as read and
+        the state the mocks answered (none for the root stack, which the SDK's monitor answers itself)."""
         if request.type == "pulumi:pulumi:Stack":
-            return super().RegisterResource(request), {}
+            return super().RegisterResource(request), {}, {}
         urn = self.make_urn(request.parent, request.type, request.name)
         # As the SDK's: an event loop on this thread, which reading a resource reference needs.
         _ensure_event_loop()
@@ -214,7 +213,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         resource_id, state = self.preview_mocks.new_resource(resource_args)
         response = resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=struct_values.state_struct(state))
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, state)
-        return response, inputs
+        return response, inputs, state
 
     def RegisterResourceOutputs(self, request):  # noqa: N802 - gRPC method name
         outputs = rpc.deserialize_properties(request.outputs, keep_unknowns=True)

@@ -90,9 +90,9 @@ def registrations() -> list[tuple[Any, Any, dict[str, Any]]]:
     register = engine.RecordingMonitor._registered
 
     def recording(self: Any, request: Any) -> Any:
-        response, inputs = register(self, request)
+        response, inputs, state = register(self, request)
         sent.append((request, response, inputs))
-        return response, inputs
+        return response, inputs, state
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(engine.RecordingMonitor, "_registered", recording)
