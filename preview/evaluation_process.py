@@ -10,7 +10,8 @@ twice), the records are written to an unlinked temporary file, the child exits, 
 models the preview's process held 1.6 GiB while the policy pack checked the stack beside it, where the parent now
 holds the records.
 
-While the child runs, it sends each custom resource's AnalyzeRequest and stack entry (built there:
+While the child runs it has a CPU of its own, the parent and the pack's processes the others (preview/cpu_split.py),
+and it sends each custom resource's AnalyzeRequest and stack entry (built there:
 preview/policy_session.py `requests_for`) and each stack output as the program exports it over a pipe; the parent
 hands them to the policy session (`forward`, numbered in the order they come, as in one process) and to the
 listener. A stack output that cannot be pickled (an `Output`, where the program exports one) is not sent: the
@@ -37,6 +38,7 @@ from typing import IO, Any, NamedTuple, NoReturn
 
 import pulumi
 
+from .cpu_split import apart_from, pin_this_thread, this_process_split
 from .engine import DuplicateUrnError, Evaluation, ExportListener, RecordedResource, evaluate, is_plain_data
 from .gc_tuning import collection_paused
 from .policy_session import PolicySession
@@ -63,6 +65,7 @@ def evaluate_apart(program_dir: Path, config: StackConfig, policies: PolicySessi
     it goes, and a module lock it held at the fork would stay held in the child."""
     sys.stdout.flush()
     sys.stderr.flush()
+    split = this_process_split()
     with tempfile.TemporaryFile() as records:
         read_end, write_end = os.pipe()
         try:
@@ -73,13 +76,15 @@ def evaluate_apart(program_dir: Path, config: StackConfig, policies: PolicySessi
             raise
         if pid == 0:  # the child: its every way out is os._exit (tests/test_evaluation_process.py)
             try:
+                if split is not None:
+                    pin_this_thread(split.program)
                 os.close(read_end)
                 _child(program_dir, config, policies, os.fdopen(write_end, "wb"), records)
             finally:
                 os._exit(1)
         try:
             os.close(write_end)
-            with os.fdopen(read_end, "rb") as messages:
+            with os.fdopen(read_end, "rb") as messages, apart_from(pid, split):
                 policies.start()
                 outcome = _relay(messages, policies, exported)
             # Read while the child's exit frees its memory (the kernel takes a while over gigabytes), then reaped.

@@ -20,6 +20,7 @@ import pulumi
 import pytest
 
 from preview import engine
+from preview.cpu_split import cpu_split, current_cpu
 from preview.evaluation_process import _RESOURCE, ProgramCrashed, _relay, evaluate_apart
 from preview.policy_session import PolicySession
 from preview.stack_config import StackConfig
@@ -192,6 +193,56 @@ def test_a_parent_that_stops_early_takes_the_child_with_it(tmp_path: Path) -> No
     with pytest.raises(KeyboardInterrupt):
         evaluate_apart(program, CONFIG, _Session(), failing)
     assert children and not any(Path(f"/proc/{pid}").exists() for pid in children)
+
+
+# A program that exports the CPUs its process may run on.
+OWN_CPUS = """
+import os
+import pulumi
+
+pulumi.CustomResource("aws:iam/role:Role", "role", {"name": "reader"})
+pulumi.export("cpus", sorted(os.sched_getaffinity(0)))
+"""
+
+
+def _threads_cpus(pid: int) -> set[frozenset[int]]:
+    """The CPU sets of every thread of process `pid`."""
+    return {frozenset(os.sched_getaffinity(int(thread))) for thread in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_the_program_has_a_cpu_of_its_own_while_it_runs_and_every_process_gets_every_cpu_back(tmp_path: Path) -> None:
+    """While the program runs: its process on one CPU, this process (every thread of it) and its other children (here
+    a stand-in for the pack) on the others; after, all on every CPU this process had. With one CPU, nothing pinned."""
+    allowed = frozenset(os.sched_getaffinity(0))
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    seen: dict[str, Any] = {}
+
+    def exported(name: str, value: Any) -> None:
+        seen.update(program=frozenset(value), preview=_threads_cpus(os.getpid()), helper=_threads_cpus(helper.pid))
+
+    try:
+        evaluation = evaluate_apart(_program(tmp_path, OWN_CPUS), CONFIG, _Session(), exported)
+        after = (_threads_cpus(os.getpid()), _threads_cpus(helper.pid))
+    finally:
+        helper.kill()
+        helper.wait()
+    assert evaluation.stack_outputs["cpus"] == sorted(seen["program"])
+    if len(allowed) < 2:
+        assert seen["program"] == allowed and seen["preview"] == seen["helper"] == {allowed}
+    else:
+        (program,) = seen["program"]
+        assert seen["preview"] == seen["helper"] == {allowed - {program}}
+    assert after == ({allowed}, {allowed})
+
+
+def test_the_program_gets_the_cpu_the_preview_runs_on_and_the_rest_the_others() -> None:
+    assert cpu_split({0, 1}, 1) == (frozenset({0, 1}), frozenset({1}), frozenset({0}))
+    assert cpu_split({0, 1, 2, 3}, 2) == (frozenset({0, 1, 2, 3}), frozenset({2}), frozenset({0, 1, 3}))
+    # Where the current CPU is unknown (or not allowed: a mask changed meanwhile), the lowest-numbered allowed one.
+    assert cpu_split({5, 2, 9}, None) == (frozenset({2, 5, 9}), frozenset({2}), frozenset({5, 9}))
+    assert cpu_split({5, 2, 9}, 7) == cpu_split({5, 2, 9}, None)
+    assert cpu_split({3}, 3) is None and cpu_split(set(), None) is None
+    assert current_cpu() in os.sched_getaffinity(0)
 
 
 def _project(tmp_path: Path, name: str, program: str) -> Path:
