@@ -224,6 +224,30 @@ def test_every_format_is_searched_only_where_its_leading_text_is():
         assert pack.leading_literals(nothing) == (), nothing
 
 
+def test_one_search_for_every_formats_leading_text_skips_only_texts_no_format_matches():
+    """Every format has leading texts, so one search for any of them comes first (`_ANY_LEADING`): over texts made of
+    the samples, pieces of them and of their leading texts (near misses), and filler, the pack names what the program
+    names, and the search skips no text that holds a credential."""
+    import random
+
+    from inference_governance import credentials as pack
+
+    from platform_config.credentials import credential_format
+
+    assert pack._ANY_LEADING is not None
+    rng = random.Random(30)
+    pieces = [*SAMPLES.values(), *(literal for _, _, literals in pack._CREDENTIALS for literal in literals)]
+    pieces += [piece[: rng.randrange(1, len(piece) + 1)] for piece in pieces for _ in range(3)]
+    pieces += ["x", " ", "=", "-", "_", "\n", "--api-key", "serve", "0123456789abcdef" * 3]
+    found = 0
+    for _ in range(5_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 6)))
+        expected = credential_format(text)
+        assert pack.credential_format(text) == expected, text
+        found += expected is not None
+    assert 1_000 < found < 4_000
+
+
 # --- shell scripts built from config ----------------------------------------------------------------------
 
 

@@ -109,9 +109,19 @@ def _leading(items: list[Any]) -> set[str]:
 # What a credential looks like in clear, by format, in the program's order so that both name a
 # value alike (platform_config/credentials.py), each with the texts one of which its every match begins with.
 _CREDENTIALS = [(str(name), re.compile(pattern), leading_literals(pattern)) for name, pattern in FACTS["credentialFormats"]]
+# Every format's texts in one pattern, searched first: most texts hold none of them, and one search in the regex engine
+# says so about 7 times faster than asking each format in turn (100 models' 443,000 strings and words: 2.06 -> 0.31 s).
+# None where a format has no such text (a match may then begin anywhere).
+_ANY_LEADING = (
+    re.compile("|".join(re.escape(literal) for _, _, literals in _CREDENTIALS for literal in sorted(literals)))
+    if all(literals for _, _, literals in _CREDENTIALS)
+    else None
+)
 
 
 def credential_format(text: str) -> str | None:
+    if _ANY_LEADING is not None and _ANY_LEADING.search(text) is None:
+        return None
     for name, pattern, literals in _CREDENTIALS:
         if literals and not any(literal in text for literal in literals):
             continue
