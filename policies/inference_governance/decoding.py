@@ -9,17 +9,19 @@ a resource once per resource policy, and both decode the resource's provider onc
 one decoding and one view per request serve them all.
 
 `decode_once()` makes the servicer's two calls remember, for the length of one `Analyze` or
-`AnalyzeStack` call on its thread, what they returned for each message (by identity; the message
-is kept, so its id cannot be reused meanwhile). Outside those calls (configuration, remediation)
-they are the SDK's own. `AnalyzeStack` also builds the stack's resources (each one's
-`PolicyResource`, its options and provider, and the links to its parent and dependencies) once per
-request instead of once per stack policy (`_analyze_stack`, the SDK's own method with that loop
-taken out of the loop over the policies). `AnalyzeStack`'s resources are decoded when a rule first
-reads their properties (`_StackResource`: two in five no stack policy reads) and keep only their
-deserialized properties, read through views made as the rules read them (`_LazyDict`, `_LazyList`)
-rather than the SDK's copy of the whole value into views: at 200 models the pack's peak memory fell
-from 335 to 270 MiB with the views. `POLICY_PACK_DECODE_EACH=1` leaves the SDK as it is, for the
-benchmark's comparison (`benchmarks/bench_preview.py`).
+`AnalyzeStack` call on its thread, what they returned for each message (by identity; the message is
+kept, so its id cannot be reused meanwhile). Outside those calls (configuration, remediation) they
+are the SDK's own. `Analyze` makes the resource's view, options and provider once per request
+(`_analyze`, the SDK's own method with them taken out of the loop over the policies). `AnalyzeStack`
+also builds the stack's resources (each one's `PolicyResource`, its options and provider, and the
+links to its parent and dependencies) once per request instead of once per stack policy
+(`_analyze_stack`, the SDK's own method with that loop taken out of the loop over the policies).
+`AnalyzeStack`'s resources are decoded when a rule first reads their properties (`_StackResource`:
+two in five no stack policy reads) and keep only their deserialized properties, read through views
+made as the rules read them (`_LazyDict`, `_LazyList`) rather than the SDK's copy of the whole value
+into views: at 200 models the pack's peak memory fell from 335 to 270 MiB with the views.
+`POLICY_PACK_DECODE_EACH=1` leaves the SDK as it is, for the benchmark's comparison
+(`benchmarks/bench_preview.py`).
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def decode_once() -> None:
     # eagerly), so it is shared as well; the rules only read it.
     sdk.unknown_checking_proxy = _remembered(sdk.unknown_checking_proxy, "proxies")
     servicer = sdk._PolicyAnalyzerServicer
-    setattr(servicer, "Analyze", _one_request(servicer.Analyze))
+    setattr(servicer, "Analyze", _one_request(_analyze))
     setattr(servicer, "AnalyzeStack", _one_request(_analyze_stack))
     # Its request read with each resource's properties as bytes, parsed when a rule first reads them.
     read_stack_properties_as_bytes()
@@ -234,6 +236,63 @@ class _StackResource(sdk.PolicyResource):
     @props.setter
     def props(self, value: Any) -> None:
         self._props = value
+
+
+def _analyze(self: Any, request: Any, _context: Any) -> Any:
+    """pulumi-policy 1.21.0's `_PolicyAnalyzerServicer.Analyze`, what is the same for every resource policy (the
+    properties' view, the options, the provider) made once per request, at the first policy that runs, instead of
+    once per policy: at 500 models the pack ran twenty resource policies over 18,831 resources, and each time the SDK
+    rebuilt the options from the request (`_get_resource_options`) and looked the rest up again. Each policy's level,
+    config (a copy each, as the SDK gives), report, and the answers for a value unknown at preview, a policy not
+    applicable or one that only remediates, as the SDK's."""
+    self._configure_runtime_settings()
+    response = sdk.proto.AnalyzeResponse()
+    name, version = self._PolicyAnalyzerServicer__policy_pack_name, self._PolicyAnalyzerServicer__policy_pack_version
+    stack_tags = self._PolicyAnalyzerServicer__stack_tags
+    shared: tuple[Any, Any, Any] | None = None
+    for policy in self._PolicyAnalyzerServicer__policies:
+        level = self._get_enforcement_level(policy)
+        if level == sdk.EnforcementLevel.DISABLED or not isinstance(policy, sdk.ResourceValidationPolicy):
+            continue
+        if not policy.has_validation():
+            # A remediation policy only: reported as not applicable.
+            reason = "Policy does not implement validate"
+            response.not_applicable.append(sdk.proto.PolicyNotApplicable(policy_name=policy.name, reason=reason))
+            continue
+        if level == sdk.EnforcementLevel.REMEDIATE:
+            # Still violated after a remediation ran: reported as mandatory.
+            level = sdk.EnforcementLevel.MANDATORY
+        report_violation = self._create_report_violation(response, policy.name, policy.description, level, policy.severity)
+        if shared is None:
+            props = sdk.unknown_checking_proxy(sdk.deserialize_properties(sdk.json_format.MessageToDict(request.properties)))
+            shared = props, self._get_resource_options(request), self._get_provider_resource(request)
+        props, opts, provider = shared
+        config = self._get_policy_config(policy.name)
+        args = sdk.ResourceValidationArgs(request.type, props, request.urn, request.name, opts, provider, config, stack_tags)
+        try:
+            result = policy.validate(args, report_violation)
+            if sdk.isawaitable(result):
+                loop = sdk.asyncio.new_event_loop()
+                task: Any = sdk.asyncio.Task(result, loop=loop)  # type: ignore[arg-type]
+                loop.run_until_complete(task)
+                loop.close()
+        except sdk.UnknownValueError as e:
+            response.diagnostics.append(
+                sdk.proto.AnalyzeDiagnostic(
+                    policyName=policy.name,
+                    policyPackName=name,
+                    policyPackVersion=version,
+                    message=(
+                        f"can't run policy '{policy.name}' from policy pack '{name}@v{version}' during preview: {e.message}"
+                    ),
+                    urn="",
+                    description=policy.description,
+                    enforcementLevel=self._map_enforcement_level(sdk.EnforcementLevel.ADVISORY),
+                )
+            )
+        except sdk._NotApplicableError as e:
+            response.not_applicable.append(sdk.proto.PolicyNotApplicable(policy_name=policy.name, reason=e.reason or ""))
+    return response
 
 
 def _analyze_stack(self: Any, request: Any, _context: Any) -> Any:
