@@ -241,6 +241,79 @@ def test_struct_dict_makes_what_the_sdks_json_printer_makes() -> None:
     assert decoding._message_to_dict(odd, preserving_proto_field_name=True) == json_format.MessageToDict(odd)
 
 
+def test_deserialized_makes_in_one_walk_what_the_sdks_two_steps_make() -> None:
+    """A resource's properties decoded in one walk (decoding.py `deserialized`) are what pulumi-policy's
+    `deserialize_properties(MessageToDict(...))` makes of them, in types and key order: every committed stack's
+    resources, random tables and lists; and where the SDK turns a marked table into a secret's value, an asset or an
+    archive, or refuses a value (a secret without one, an unknown signature, infinities and NaN), the same values and
+    the same errors, at any depth and beside plain values."""
+    import json
+    import math
+    import random
+    import sys
+
+    from google.protobuf import json_format, struct_pb2
+
+    sys.path.insert(0, str(ROOT / "policies"))
+    import pulumi
+    from inference_governance import decoding
+    from pulumi_policy.deserialize import SPECIAL_ARCHIVE_SIG, SPECIAL_ASSET_SIG, SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY
+    from pulumi_policy.deserialize import deserialize_properties as sdk_deserialize
+
+    def shown(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: shown(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [shown(item) for item in value]
+        if isinstance(value, (pulumi.Asset, pulumi.Archive)):
+            return [type(value).__name__, sorted((k, shown(v)) for k, v in vars(value).items())]
+        return value
+
+    def outcome(decode: Any, message: struct_pb2.Struct) -> str:
+        try:
+            return json.dumps(shown(decode(message)))
+        except Exception as error:  # noqa: BLE001 - the error is what is compared
+            return f"{type(error).__name__}: {error}"
+
+    def same(message: struct_pb2.Struct) -> str:
+        ours = outcome(decoding.deserialized, message)
+        assert ours == outcome(lambda m: sdk_deserialize(json_format.MessageToDict(m)), message)
+        return ours
+
+    for path in sorted((ROOT / "tests" / "golden").glob("*.resources.json")):
+        for entry in json.loads(path.read_text()):
+            message = struct_pb2.Struct()
+            message.update(entry["inputs"] or {})
+            same(message)
+    secret = {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG, "value": {"token": "s3cr3t", "n": [1, {"deep": True}]}}
+    asset = {SPECIAL_SIG_KEY: SPECIAL_ASSET_SIG, "text": "hello"}
+    archive = {SPECIAL_SIG_KEY: SPECIAL_ARCHIVE_SIG, "assets": {"a.txt": asset}}
+    marked = [secret, asset, archive, {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG}, {SPECIAL_SIG_KEY: "unknown-signature"}]
+    scalars = [None, True, False, 0, -1.5, 2**53, "", "a\nb", "é"]
+    generator = random.Random(30)
+
+    def tree(depth: int, odd: bool) -> Any:
+        if depth == 0 or generator.random() < 0.3:
+            return generator.choice(marked if odd and generator.random() < 0.2 else scalars)
+        if generator.random() < 0.5:
+            return [tree(depth - 1, odd) for _ in range(generator.randrange(4))]
+        return {f"k{i}": tree(depth - 1, odd) for i in range(generator.randrange(4))}
+
+    outcomes = []
+    for index in range(600):
+        message = struct_pb2.Struct()
+        message.update({"root": tree(5, index % 2 == 1), "plain": {"x": [1, "y"]}})
+        outcomes.append(same(message))
+    for bad in (math.inf, -math.inf, math.nan):
+        for beside in ({}, {"secret": secret}):
+            message = struct_pb2.Struct()
+            message.update({"nested": {"x": [bad]}, **beside})
+            assert same(message).startswith("ValueError")
+    # Secrets' values, assets, archives and the errors were all met, not only plain tables.
+    assert any("s3cr3t" in o for o in outcomes) and any("AssetArchive" in o for o in outcomes)
+    assert any(o.startswith("AssertionError") for o in outcomes) and sum(o.startswith("{") for o in outcomes) > 300
+
+
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_the_pack_reads_a_stack_request_with_every_field_and_the_properties_wire_bytes(stack: str) -> None:
     """`StackRequest` (stack_request.py) reads the AnalyzeStackRequest the preview sends for a committed stack: each
