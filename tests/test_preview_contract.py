@@ -347,7 +347,9 @@ def test_connecting_to_the_pack_leaves_no_thread_that_a_close_would_break():
     try:
         before = set(threading.enumerate())
         pack.connect()
-        assert set(threading.enumerate()) == before
+        # No thread started by connecting is left; one of an earlier test's may have ended meanwhile (a gRPC server's,
+        # stopped without waiting for its threads: a clean clone's run caught the set equality failing so).
+        assert set(threading.enumerate()) <= before
     finally:
         pack.close()
 
