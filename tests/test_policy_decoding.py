@@ -182,6 +182,34 @@ def test_a_stack_resource_is_decoded_when_a_policy_first_reads_it(as_bytes: bool
     assert dict(first["metadata"]) == sdk["metadata"] and config_map._props is None
 
 
+# The scalars the random tables below hold.
+SCALARS = [None, True, False, 0, -1.5, 2**53, "", "a\nb", "é"]
+
+
+def _golden_messages() -> Iterator[Any]:
+    """Every committed stack's resources' inputs (tests/golden), each as a Struct."""
+    import json
+
+    from google.protobuf import struct_pb2
+
+    stacks = sorted((ROOT / "tests" / "golden").glob("*.resources.json"))
+    assert len(stacks) == 3
+    for path in stacks:
+        for entry in json.loads(path.read_text()):
+            message = struct_pb2.Struct()
+            message.update(entry["inputs"] or {})
+            yield message
+
+
+def _random_table(generator: Any, depth: int, leaf: Any) -> Any:
+    """Lists and tables `depth` deep at most, of `leaf()`s."""
+    if depth == 0 or generator.random() < 0.3:
+        return leaf()
+    if generator.random() < 0.5:
+        return [_random_table(generator, depth - 1, leaf) for _ in range(generator.randrange(4))]
+    return {f"k{i}": _random_table(generator, depth - 1, leaf) for i in range(generator.randrange(4))}
+
+
 def test_struct_dict_makes_what_the_sdks_json_printer_makes() -> None:
     """A resource's properties turn into a dict as protobuf's `json_format.MessageToDict` turns them (decoding.py
     `struct_dict`): every committed stack's resources, and values of each kind (an unset value, nulls, nested empty
@@ -202,30 +230,16 @@ def test_struct_dict_makes_what_the_sdks_json_printer_makes() -> None:
         assert json.dumps(ours) == json.dumps(sdks)
         assert decoding._message_to_dict(message) == sdks
 
-    stacks = sorted((ROOT / "tests" / "golden").glob("*.resources.json"))
-    assert len(stacks) == 3
-    for path in stacks:
-        for entry in json.loads(path.read_text()):
-            message = struct_pb2.Struct()
-            message.update(entry["inputs"] or {})
-            same(message)
+    for message in _golden_messages():
+        same(message)
     odd = struct_pb2.Struct()
     odd.update({"none": None, "zero": -0.0, "big": 1e300, "flag": True, "list": [[], {}, [None, False, 0]], "ü": "é"})
     odd.fields["unset"].CopyFrom(struct_pb2.Value())
     same(odd)
-    scalars = [None, True, False, 0, -1.5, 2**53, "", "a\nb", "é"]
     generator = random.Random(30)
-
-    def tree(depth: int) -> Any:
-        if depth == 0 or generator.random() < 0.3:
-            return generator.choice(scalars)
-        if generator.random() < 0.5:
-            return [tree(depth - 1) for _ in range(generator.randrange(4))]
-        return {f"k{i}": tree(depth - 1) for i in range(generator.randrange(4))}
-
     for _ in range(300):
         message = struct_pb2.Struct()
-        message.update({"root": tree(5)})
+        message.update({"root": _random_table(generator, 5, lambda: generator.choice(SCALARS))})
         same(message)
     for bad in (math.inf, -math.inf, math.nan):
         message = struct_pb2.Struct()
@@ -280,29 +294,22 @@ def test_deserialized_makes_in_one_walk_what_the_sdks_two_steps_make() -> None:
         assert ours == outcome(lambda m: sdk_deserialize(json_format.MessageToDict(m)), message)
         return ours
 
-    for path in sorted((ROOT / "tests" / "golden").glob("*.resources.json")):
-        for entry in json.loads(path.read_text()):
-            message = struct_pb2.Struct()
-            message.update(entry["inputs"] or {})
-            same(message)
+    for message in _golden_messages():
+        same(message)
     secret = {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG, "value": {"token": "s3cr3t", "n": [1, {"deep": True}]}}
     asset = {SPECIAL_SIG_KEY: SPECIAL_ASSET_SIG, "text": "hello"}
     archive = {SPECIAL_SIG_KEY: SPECIAL_ARCHIVE_SIG, "assets": {"a.txt": asset}}
     marked = [secret, asset, archive, {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG}, {SPECIAL_SIG_KEY: "unknown-signature"}]
-    scalars = [None, True, False, 0, -1.5, 2**53, "", "a\nb", "é"]
     generator = random.Random(30)
 
-    def tree(depth: int, odd: bool) -> Any:
-        if depth == 0 or generator.random() < 0.3:
-            return generator.choice(marked if odd and generator.random() < 0.2 else scalars)
-        if generator.random() < 0.5:
-            return [tree(depth - 1, odd) for _ in range(generator.randrange(4))]
-        return {f"k{i}": tree(depth - 1, odd) for i in range(generator.randrange(4))}
+    def leaf(odd: bool) -> Any:
+        return generator.choice(marked if odd and generator.random() < 0.2 else SCALARS)
 
     outcomes = []
     for index in range(600):
         message = struct_pb2.Struct()
-        message.update({"root": tree(5, index % 2 == 1), "plain": {"x": [1, "y"]}})
+        odd = index % 2 == 1
+        message.update({"root": _random_table(generator, 5, lambda: leaf(odd)), "plain": {"x": [1, "y"]}})
         outcomes.append(same(message))
     for bad in (math.inf, -math.inf, math.nan):
         for beside in ({}, {"secret": secret}):

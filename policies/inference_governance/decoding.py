@@ -104,42 +104,21 @@ def decode_once() -> None:
     setattr(sdk, "_decodes_once", True)
 
 
-class _NotPlain(Exception):
-    """A value `deserialized` leaves to the SDK's two steps."""
+class _Marked(Exception):
+    """A table `deserialized` leaves to the SDK's two steps."""
 
 
 def deserialized(message: struct_pb2.Struct) -> dict[str, Any]:
     """pulumi-policy 1.21.0's `deserialize_properties(MessageToDict(message))` (`pulumi_policy/deserialize.py`; here
     `struct_dict` for the second) in one walk rather than two: a table that is none of the SDK's special values (a
     secret, an asset, an archive, each marked by SPECIAL_SIG_KEY) deserializes to an equal table, so the one
-    `struct_dict` makes serves. A message holding a marked table, or a number JSON has no form for, is read by the two
-    steps (the same values, the same errors). The SDK's second walk was 6% of the pack's time (its samples holding the
-    interpreter lock) at 500 models."""
+    `struct_dict` makes serves. A message holding a marked table is read by the two steps (the same values, the same
+    errors: a number JSON has no form for raises the printer's error either way). The SDK's second walk was 6% of
+    the pack's time (its samples holding the interpreter lock) at 500 models."""
     try:
-        return {key: _plain_value(value) for key, value in message.fields.items()}
-    except _NotPlain:
+        return {key: _struct_value(value, True) for key, value in message.fields.items()}
+    except _Marked:
         return _unremembered(sdk.deserialize_properties)(struct_dict(message))
-
-
-def _plain_value(value: struct_pb2.Value) -> Any:
-    which = value.WhichOneof("kind")
-    if which == "string_value":
-        return value.string_value
-    if which == "struct_value":
-        fields = value.struct_value.fields
-        if SPECIAL_SIG_KEY in fields:
-            raise _NotPlain
-        return {key: _plain_value(item) for key, item in fields.items()}
-    if which == "list_value":
-        return [_plain_value(item) for item in value.list_value.values]
-    if which == "number_value":
-        number = value.number_value
-        if not math.isfinite(number):
-            raise _NotPlain
-        return number
-    if which == "bool_value":
-        return value.bool_value
-    return None  # null_value, or no kind set
 
 
 def _message_to_dict(message: Any, *args: Any, **kwargs: Any) -> Any:
@@ -154,17 +133,21 @@ def struct_dict(message: struct_pb2.Struct) -> dict[str, Any]:
     `_StructMessageToJsonObject`, `_ValueMessageToJsonObject`, `_ListValueMessageToJsonObject`, and `_FieldToJsonObject`
     for each kind), without its dispatch on each value's field descriptor: a fifth of the pack's time at 500 models
     was that printer turning resources' properties into dicts."""
-    return {key: _struct_value(value) for key, value in message.fields.items()}
+    return {key: _struct_value(value, False) for key, value in message.fields.items()}
 
 
-def _struct_value(value: struct_pb2.Value) -> Any:
+def _struct_value(value: struct_pb2.Value, unmarked: bool) -> Any:
+    """A value as the printer makes it; `unmarked`: a table marked by SPECIAL_SIG_KEY raises `_Marked` instead."""
     which = value.WhichOneof("kind")
     if which == "string_value":
         return value.string_value
     if which == "struct_value":
-        return struct_dict(value.struct_value)
+        fields = value.struct_value.fields
+        if unmarked and SPECIAL_SIG_KEY in fields:
+            raise _Marked
+        return {key: _struct_value(item, unmarked) for key, item in fields.items()}
     if which == "list_value":
-        return [_struct_value(item) for item in value.list_value.values]
+        return [_struct_value(item, unmarked) for item in value.list_value.values]
     if which == "number_value":
         number = value.number_value
         if math.isinf(number):
